@@ -1,0 +1,139 @@
+#include "dtype.h"
+
+#include <math.h>
+#include <string.h>
+
+static const struct { const char *name; size_t size; } info[SD_DTYPE_COUNT] = {
+    [SD_F32] = {"F32", 4}, [SD_F16] = {"F16", 2}, [SD_BF16] = {"BF16", 2},
+    [SD_F64] = {"F64", 8}, [SD_I64] = {"I64", 8}, [SD_I32] = {"I32", 4},
+    [SD_I16] = {"I16", 2}, [SD_I8] = {"I8", 1},   [SD_U8] = {"U8", 1},
+    [SD_BOOL] = {"BOOL", 1},
+};
+
+size_t sd_dtype_size(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT ? info[t].size : 0; }
+const char *sd_dtype_name(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT ? info[t].name : "?"; }
+
+int sd_dtype_from_name(const char *name, sd_dtype *out) {
+    for (int i = 0; i < SD_DTYPE_COUNT; i++) {
+        if (strcmp(name, info[i].name) == 0) { *out = (sd_dtype)i; return 0; }
+    }
+    return -1;
+}
+
+int sd_dtype_is_float(sd_dtype t) {
+    return t == SD_F32 || t == SD_F16 || t == SD_BF16 || t == SD_F64;
+}
+
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float sd_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0) return u2f(sign);
+        /* subnormal: value = man * 2^-24 */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return u2f(sign | 0x7f800000u | (man << 13));
+    return u2f(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t sd_f32_to_f16(float f) {
+    uint32_t u = f2u(f);
+    uint32_t sign = (u >> 16) & 0x8000;
+    uint32_t exp = (u >> 23) & 0xff, man = u & 0x7fffff;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        int shift = 14 - e;
+        uint32_t half = 1u << (shift - 1);
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t r = man >> shift;
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++; /* may carry into exp: fine */
+    return (uint16_t)(sign | r);
+}
+
+float sd_bf16_to_f32(uint16_t b) { return u2f((uint32_t)b << 16); }
+
+uint16_t sd_f32_to_bf16(float f) {
+    uint32_t u = f2u(f);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static double load(const void *p, sd_dtype t, size_t i) {
+    switch (t) {
+    case SD_F32: return ((const float *)p)[i];
+    case SD_F16: return sd_f16_to_f32(((const uint16_t *)p)[i]);
+    case SD_BF16: return sd_bf16_to_f32(((const uint16_t *)p)[i]);
+    case SD_F64: return ((const double *)p)[i];
+    case SD_I64: return (double)((const int64_t *)p)[i];
+    case SD_I32: return ((const int32_t *)p)[i];
+    case SD_I16: return ((const int16_t *)p)[i];
+    case SD_I8: return ((const int8_t *)p)[i];
+    case SD_U8: return ((const uint8_t *)p)[i];
+    case SD_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return 0;
+    }
+}
+
+static void store(void *p, sd_dtype t, size_t i, double v) {
+    switch (t) {
+    case SD_F32: ((float *)p)[i] = (float)v; break;
+    case SD_F16: ((uint16_t *)p)[i] = sd_f32_to_f16((float)v); break;
+    case SD_BF16: ((uint16_t *)p)[i] = sd_f32_to_bf16((float)v); break;
+    case SD_F64: ((double *)p)[i] = v; break;
+    case SD_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case SD_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case SD_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case SD_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case SD_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case SD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: break;
+    }
+}
+
+void sd_dtype_convert(void *dst, sd_dtype dt, const void *src, sd_dtype st, size_t n) {
+    if (dt == st) { memcpy(dst, src, n * sd_dtype_size(dt)); return; }
+    /* Hot paths for weight loading: half types to F32 without going through
+     * double (and without double rounding on the way back). */
+    if (dt == SD_F32 && st == SD_F16) {
+        const uint16_t *s = src; float *d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = sd_f16_to_f32(s[i]);
+        return;
+    }
+    if (dt == SD_F32 && st == SD_BF16) {
+        const uint16_t *s = src; float *d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = sd_bf16_to_f32(s[i]);
+        return;
+    }
+    if (dt == SD_F16 && st == SD_F32) {
+        const float *s = src; uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = sd_f32_to_f16(s[i]);
+        return;
+    }
+    if (dt == SD_BF16 && st == SD_F32) {
+        const float *s = src; uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = sd_f32_to_bf16(s[i]);
+        return;
+    }
+    if (st == SD_I64 && (dt == SD_I32 || dt == SD_I64)) {
+        const int64_t *s = src;
+        for (size_t i = 0; i < n; i++) {
+            if (dt == SD_I32) ((int32_t *)dst)[i] = (int32_t)s[i];
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) store(dst, dt, i, load(src, st, i));
+}

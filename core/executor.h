@@ -1,0 +1,100 @@
+/* executor.h - runs the part of a graph that output nodes need.
+ *
+ * Keys: before anything runs, every needed node output gets a 32-byte key,
+ * Merkle-style: SHA-256 over class_type, node version, precision, literal
+ * inputs (sorted by name; files named by file-folder inputs hashed by
+ * content), and the keys of the outputs it links to. Node ids never enter a
+ * key (except for SD_NODE_NOT_IDEMPOTENT nodes), so renumbered or duplicated
+ * branches share entries.
+ *
+ * Order of work: walking back from the output nodes, a node whose every
+ * consumer is satisfied from a cache is not even visited, so a loader above
+ * cached results is never run.
+ *
+ * Two caches: an in-process memo (all values, handles included; lives as long
+ * as the sd_exec, so a REPL keeps loaded models) and an optional persistent
+ * cache for data values reached through sd_cache_i (SQLite, cache/).
+ */
+#ifndef SD_EXECUTOR_H
+#define SD_EXECUTOR_H
+
+#include <signal.h>
+#include <stdint.h>
+#include "graph.h"
+#include "node.h"
+
+#define SD_KEY_SIZE 32
+
+/* Persistent output cache interface (implemented by cache/). get returns
+ * SD_OK and *out (one new reference) on a hit, SD_ERR_NOT_FOUND on a miss;
+ * any other code is treated as a miss after a warning. */
+typedef struct sd_cache_i {
+    void *self;
+    sd_status (*get)(void *self, const uint8_t key[SD_KEY_SIZE], sd_value **out,
+                     sd_error *err);
+    sd_status (*put)(void *self, const uint8_t key[SD_KEY_SIZE],
+                     const char *class_type, const sd_value *v, sd_error *err);
+} sd_cache_i;
+
+typedef enum sd_node_status {
+    SD_NODE_EXECUTED = 0,
+    SD_NODE_CACHED,      /* from the persistent cache */
+    SD_NODE_MEMO,        /* from the in-process memo (REPL reruns) */
+    SD_NODE_FAILED,
+    SD_NODE_SKIPPED      /* needed but not reached (an earlier node failed) */
+} sd_node_status;
+
+typedef struct sd_exec_record {
+    char *node_id;
+    char *class_type;
+    sd_node_status status;
+    double seconds;
+    size_t n_outputs;
+    char **output_desc;  /* "LATENT samples=[1, 4, 64, 64] F32" per output */
+    uint8_t key[SD_KEY_SIZE];
+} sd_exec_record;
+
+typedef struct sd_exec_report {
+    sd_exec_record *items;  /* in execution order */
+    size_t n;
+    size_t n_executed, n_cached;
+    double seconds;
+} sd_exec_report;
+
+typedef struct sd_exec_opts {
+    const sd_env *env;
+    const sd_cache_i *cache;           /* NULL = no persistent cache */
+    volatile sig_atomic_t *interrupt;  /* NULL = not interruptible */
+    sd_progress_fn progress;           /* per-node progress inside nodes */
+    void *progress_user;
+    /* Called before/after each node (CLI prints its line here). */
+    void (*on_node)(void *user, const sd_exec_record *rec, int finished);
+    void *on_node_user;
+    const char *dump_dir;              /* --dump DIR, or NULL */
+    const char *prompt_json;           /* embedded by SaveImage; NULL = derive */
+    const char *extra_pnginfo_json;
+} sd_exec_opts;
+
+typedef struct sd_exec sd_exec;
+
+sd_exec *sd_exec_new(void);
+void sd_exec_free(sd_exec *ex);
+/* Drop the in-process memo (loaded models go with it). */
+void sd_exec_forget(sd_exec *ex);
+
+/* Validate (sd_graph_validate) then run. On validation failure returns
+ * SD_ERR_VALIDATION with problems filled and nothing executed. On a node
+ * failure returns its code with err naming the node. `report` is always
+ * filled with what happened (free with sd_exec_report_free); `problems` may be
+ * NULL. */
+sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
+                      sd_exec_report *report, sd_graph_problems *problems,
+                      sd_error *err);
+
+void sd_exec_report_free(sd_exec_report *r);
+/* Report as JSON: {"nodes": {"<id>": {"class_type", "status", "seconds",
+ * "outputs"}}, "executed": n, "cached": n, "seconds": s}. Caller frees. */
+char *sd_exec_report_json(const sd_exec_report *r);
+const char *sd_node_status_name(sd_node_status s);
+
+#endif

@@ -1,0 +1,101 @@
+/* graph.h - a workflow as a graph of nodes with literal and linked inputs.
+ *
+ * The graph is the in-memory form of a ComfyUI API-format workflow: node ids
+ * are strings, each node has a class_type and named inputs; an input is
+ * either a literal value or a link to output `index` of another node. The
+ * graph itself knows nothing about the registry; sd_graph_validate() checks
+ * it against the registered schemas.
+ *
+ * Ownership: the graph owns its nodes, their strings and literal values.
+ */
+#ifndef SD_GRAPH_H
+#define SD_GRAPH_H
+
+#include <stddef.h>
+#include "error.h"
+#include "value.h"
+
+typedef struct sd_graph sd_graph;
+
+typedef struct sd_graph_input {
+    char *name;
+    int is_link;
+    sd_value *literal;  /* when !is_link (INT, FLOAT, BOOL, STRING, or a list) */
+    char *src_id;       /* when is_link */
+    int src_index;
+} sd_graph_input;
+
+typedef struct sd_graph_node {
+    char *id;
+    char *class_type;
+    char *title;        /* _meta.title, or NULL */
+    char *origin;       /* where it was defined ("wf.lua:12"), or NULL */
+    sd_graph_input *inputs;
+    size_t n_inputs;
+} sd_graph_node;
+
+sd_graph *sd_graph_new(void);
+void sd_graph_free(sd_graph *g);
+sd_graph *sd_graph_clone(const sd_graph *g);
+
+/* Add a node; fails with SD_ERR_INVALID if the id exists. Returns the node
+ * (owned by the graph) through *out when out != NULL. */
+sd_status sd_graph_add_node(sd_graph *g, const char *id, const char *class_type,
+                            sd_graph_node **out, sd_error *err);
+sd_status sd_graph_remove_node(sd_graph *g, const char *id, sd_error *err);
+sd_graph_node *sd_graph_find(const sd_graph *g, const char *id);
+size_t sd_graph_count(const sd_graph *g);
+sd_graph_node *sd_graph_at(const sd_graph *g, size_t i); /* insertion order */
+
+/* Set (or replace) an input. set_literal takes ownership of `v`. */
+sd_status sd_graph_set_literal(sd_graph_node *n, const char *name, sd_value *v,
+                               sd_error *err);
+sd_status sd_graph_set_link(sd_graph_node *n, const char *name, const char *src_id,
+                            int src_index, sd_error *err);
+sd_status sd_graph_unset_input(sd_graph_node *n, const char *name);
+sd_graph_input *sd_graph_node_input(const sd_graph_node *n, const char *name);
+void sd_graph_node_set_origin(sd_graph_node *n, const char *origin);
+void sd_graph_node_set_title(sd_graph_node *n, const char *title);
+
+/* An unused id (smallest integer string not taken). Caller frees. */
+char *sd_graph_new_id(const sd_graph *g);
+
+/* ---- validation ------------------------------------------------------------ */
+
+typedef struct sd_graph_problem {
+    char *node_id, *class_type, *input; /* input may be NULL */
+    char *kind;    /* ComfyUI error type: "required_input_missing", ... */
+    char *message;
+} sd_graph_problem;
+
+typedef struct sd_graph_problems {
+    sd_graph_problem *items;
+    size_t n;
+} sd_graph_problems;
+
+/* Check the whole graph against the registry and report every problem at
+ * once: unknown class_type, missing required input, link to a missing node or
+ * output index, output type not accepted, value of the wrong kind, out of
+ * range, not in the combo list, cycles, and no output node. Returns SD_OK when
+ * there are none, else SD_ERR_VALIDATION with `*problems` filled (the caller
+ * frees it with sd_graph_problems_free) and err set to the first problem.
+ * `env` supplies environment-dependent combo lists (may be NULL). */
+sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
+                            sd_graph_problems *problems, sd_error *err);
+void sd_graph_problems_free(sd_graph_problems *p);
+
+/* ---- ComfyUI API-format JSON ---------------------------------------------- */
+
+/* Parse API-format JSON text. Unknown top-level keys and _meta other than
+ * title are ignored. A top-level {"prompt": {...}} wrapper (the /prompt body)
+ * is accepted too. `source` names the text in errors (file name). */
+sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **out,
+                             sd_error *err);
+/* Serialize to API-format JSON (malloc'd string, caller frees). */
+char *sd_graph_to_json(const sd_graph *g, int pretty);
+
+/* Apply `--set ID.INPUT=VALUE`: VALUE is parsed as JSON when it parses
+ * (numbers, true/false, "strings"), else taken as a plain string. */
+sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err);
+
+#endif

@@ -1,0 +1,157 @@
+/* node.h - how a node type is declared, and what a node function receives.
+ *
+ * Each node family (nodes/<family>/) exports a NULL-terminated table of
+ * sd_node_def pointers and registers it with sd_registry_add() at start.
+ * The schema is declarative so that validation, `sdflow nodes --json`
+ * (ComfyUI /object_info shape), the Lua binding and the cache key are all
+ * derived from it.
+ */
+#ifndef SD_NODE_H
+#define SD_NODE_H
+
+#include <signal.h>
+#include <stdint.h>
+#include "error.h"
+#include "value.h"
+
+/* Literal input types. Any other type string ("MODEL", "LATENT", "IMAGE", ...)
+ * is a link type: the input must be connected to an output of that type. */
+#define SD_T_INT "INT"
+#define SD_T_FLOAT "FLOAT"
+#define SD_T_STRING "STRING"
+#define SD_T_BOOLEAN "BOOLEAN"
+#define SD_T_COMBO "COMBO"
+
+typedef struct sd_env sd_env;
+typedef struct sd_node_ctx sd_node_ctx;
+
+/* Fills *out with a new SD_VAL_LIST of strings: the allowed values of a combo
+ * input that depends on the environment (files in a models folder, ...). */
+typedef sd_status (*sd_combo_fn)(const sd_env *env, sd_value **out, sd_error *err);
+
+typedef struct sd_input_def {
+    const char *name;
+    const char *type;       /* SD_T_* or a link type name */
+    int optional;           /* ComfyUI "optional" section */
+    /* INT / FLOAT / BOOLEAN / STRING / COMBO defaults and limits */
+    double def;             /* INT, FLOAT, BOOLEAN (0/1) default */
+    const char *def_str;    /* STRING / COMBO default */
+    double min, max, step;  /* used when has_range */
+    int has_range;
+    int multiline;          /* STRING */
+    const char *const *options; /* COMBO: NULL-terminated fixed list, or */
+    sd_combo_fn options_fn;     /* COMBO: list computed from the environment */
+    /* The input names a file whose content identifies the result (LoadImage,
+     * checkpoint loaders): the cache key hashes the file's bytes instead of
+     * trusting its name. `file_folder` is the models sub-folder ("checkpoints")
+     * or "input" for the input directory. */
+    const char *file_folder;
+} sd_input_def;
+
+typedef struct sd_output_def {
+    const char *name;
+    const char *type;
+} sd_output_def;
+
+enum {
+    SD_NODE_OUTPUT = 1u << 0,        /* an output node (SaveImage) */
+    SD_NODE_NOT_IDEMPOTENT = 1u << 1 /* never cached; node id enters its key */
+};
+
+/* A node function. `in` is aligned with def->inputs (NULL for an absent
+ * optional input); literal inputs arrive as INT/FLOAT/BOOL/STRING values.
+ * The function stores one new reference per output in `out` (aligned with
+ * def->outputs). On failure it returns non-SD_OK with err filled (the
+ * executor adds node id and class_type); outputs already stored are released
+ * by the executor. */
+typedef sd_status (*sd_node_fn)(sd_node_ctx *ctx, sd_value *const *in,
+                                sd_value **out, sd_error *err);
+
+typedef struct sd_node_def {
+    int version;             /* bump when results change: enters the cache key */
+    const char *class_type;
+    const char *display_name;
+    const char *category;
+    const char *description;
+    const sd_input_def *inputs;   /* terminated by an entry with name == NULL */
+    const sd_output_def *outputs; /* terminated by an entry with name == NULL */
+    unsigned flags;               /* SD_NODE_* */
+    sd_node_fn run;
+} sd_node_def;
+
+/* Progress/log callbacks owned by the front end (CLI, REPL). */
+typedef void (*sd_progress_fn)(void *user, const char *node_id, int64_t value,
+                               int64_t max);
+typedef void (*sd_log_fn)(void *user, int level, const char *msg);
+enum { SD_LOG_ERROR = 0, SD_LOG_WARN = 1, SD_LOG_INFO = 2, SD_LOG_DEBUG = 3 };
+
+/* Process-wide settings a node may read. Owned by the front end; nodes only
+ * read it. Paths are never NULL once sd_env_init() has run. */
+struct sd_env {
+    const char *models_dir;    /* has checkpoints/, loras/, vae/, controlnet/, embeddings/ */
+    const char *comfyui_dir;   /* optional: an existing ComfyUI install (NULL if unset) */
+    const char *input_dir;     /* LoadImage root, default ./input */
+    const char *output_dir;    /* SaveImage root, default ./output */
+    const char *temp_dir;      /* PreviewImage root */
+    const char *tokenizer_dir; /* CLIP vocab; NULL = look beside the model */
+    const char *precision;     /* "f32" | "bf16" (enters cache keys) */
+    const char *device;        /* "cpu" | "cuda" */
+    void *models;              /* process-lifetime store of loaded models (nodes/) */
+    void *backend;             /* compute backend (kernels/backend.h) */
+    sd_log_fn log;
+    void *log_user;
+};
+
+/* What a running node sees. */
+struct sd_node_ctx {
+    const sd_env *env;
+    const char *node_id;
+    const char *class_type;
+    const char *prompt_json;  /* the API-format workflow being run (SaveImage embeds it) */
+    const char *extra_pnginfo_json; /* extra tEXt chunks (JSON object) or NULL */
+    volatile sig_atomic_t *interrupt; /* non-zero once the user asked to stop */
+    sd_progress_fn progress;
+    void *progress_user;
+    /* Output nodes set this to a new SD_VAL_DICT describing what they wrote,
+     * ComfyUI's "ui" result, e.g. {"images": [{"filename","subfolder","type"}],
+     * "files": ["/abs/path.png", ...]}. The executor owns it afterwards, caches
+     * it, and re-executes a cached output node when one of "files" is gone. */
+    sd_value *ui;
+};
+
+/* Report progress inside a long node. Returns SD_ERR_CANCELLED (with err
+ * filled) when the user interrupted, so loops can `if (rc) return rc;`. */
+sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_error *err);
+/* Log through the environment's callback (no output when none is set). */
+void sd_node_log(const sd_node_ctx *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- registry: filled at start, read-only afterwards --------------------- */
+
+/* Add a NULL-terminated table. Returns SD_ERR_INVALID on a duplicate name. */
+sd_status sd_registry_add(const sd_node_def *const *table, sd_error *err);
+/* Register `alias` as another name for an existing class_type. */
+sd_status sd_registry_alias(const char *alias, const char *class_type, sd_error *err);
+/* Lookup by class_type or alias; NULL if unknown. */
+const sd_node_def *sd_registry_find(const char *class_type);
+/* Iterate registered defs (aliases not repeated), sorted by class_type. */
+size_t sd_registry_count(void);
+const sd_node_def *sd_registry_at(size_t i);
+/* Number of aliases and the i-th (alias, target) pair. */
+size_t sd_registry_alias_count(void);
+void sd_registry_alias_at(size_t i, const char **alias, const char **class_type);
+/* Remove everything (tests). */
+void sd_registry_reset(void);
+
+/* Registers every built-in node family (nodes/nodes.c). */
+sd_status sd_nodes_register_all(sd_error *err);
+
+/* Helpers for node authors: index of an input/output by name, or -1. */
+int sd_node_input_index(const sd_node_def *def, const char *name);
+int sd_node_output_index(const sd_node_def *def, const char *name);
+int sd_node_input_count(const sd_node_def *def);
+int sd_node_output_count(const sd_node_def *def);
+/* 1 when the type is a literal (INT/FLOAT/STRING/BOOLEAN/COMBO). */
+int sd_type_is_literal(const char *type);
+
+#endif

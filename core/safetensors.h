@@ -1,0 +1,72 @@
+/* safetensors.h - read (memory-mapped, fully validated) and write safetensors.
+ *
+ * Format: 8-byte little-endian header length N, N bytes of JSON
+ * {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
+ * then the data. sd_st_open() validates the whole header before any tensor is
+ * touched: JSON well-formed, every dtype known, offsets inside the file and
+ * ordered, no two tensors overlapping, byte length == numel * dtype size,
+ * metadata values strings. A bad file is an error naming the file and tensor.
+ *
+ * Ownership: the sd_st_file owns the mapping. Tensors returned by
+ * sd_st_tensor() borrow the mapping and keep the file alive, so the file may
+ * be closed while tensors are still in use.
+ */
+#ifndef SD_SAFETENSORS_H
+#define SD_SAFETENSORS_H
+
+#include <stdint.h>
+#include "error.h"
+#include "tensor.h"
+
+typedef struct sd_st_file sd_st_file;
+
+typedef struct sd_st_entry {
+    const char *name;
+    sd_dtype dtype;
+    int ndim;
+    int64_t shape[SD_MAX_DIMS];
+    uint64_t offset; /* absolute file offset of the first byte */
+    uint64_t nbytes;
+} sd_st_entry;
+
+sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err);
+/* Same validation on an in-memory buffer (fuzzing, tests). The buffer must
+ * outlive the returned file. */
+sd_status sd_st_open_memory(const void *data, size_t size, const char *name,
+                            sd_st_file **out, sd_error *err);
+void sd_st_close(sd_st_file *f); /* drops the file's own reference */
+
+const char *sd_st_path(const sd_st_file *f);
+size_t sd_st_count(const sd_st_file *f);
+const sd_st_entry *sd_st_at(const sd_st_file *f, size_t i); /* sorted by name */
+const sd_st_entry *sd_st_find(const sd_st_file *f, const char *name);
+/* Metadata value or NULL. */
+const char *sd_st_metadata(const sd_st_file *f, const char *key);
+size_t sd_st_metadata_count(const sd_st_file *f);
+void sd_st_metadata_at(const sd_st_file *f, size_t i, const char **key,
+                       const char **value);
+
+/* Tensor over the mapped bytes in its stored dtype (no copy). NULL with err
+ * set when the name is unknown. */
+sd_tensor *sd_st_tensor(sd_st_file *f, const char *name, sd_error *err);
+/* Same, converted to F32 (a copy unless already F32). */
+sd_tensor *sd_st_tensor_f32(sd_st_file *f, const char *name, sd_error *err);
+
+/* ---- writing --------------------------------------------------------------- */
+
+typedef struct sd_st_writer sd_st_writer;
+
+sd_st_writer *sd_st_writer_new(void);
+/* Adds a tensor (takes a reference). Names must be unique. */
+sd_status sd_st_writer_add(sd_st_writer *w, const char *name, sd_tensor *t,
+                           sd_error *err);
+sd_status sd_st_writer_meta(sd_st_writer *w, const char *key, const char *value,
+                            sd_error *err);
+/* Writes atomically (temporary file + rename). */
+sd_status sd_st_writer_save(sd_st_writer *w, const char *path, sd_error *err);
+/* Serializes into a malloc'd buffer (*out, *size). */
+sd_status sd_st_writer_to_memory(sd_st_writer *w, void **out, size_t *size,
+                                 sd_error *err);
+void sd_st_writer_free(sd_st_writer *w);
+
+#endif
