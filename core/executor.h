@@ -34,6 +34,14 @@ typedef struct sd_cache_i {
                      sd_error *err);
     sd_status (*put)(void *self, const uint8_t key[SD_KEY_SIZE],
                      const char *class_type, const sd_value *v, sd_error *err);
+    /* Optional (may be NULL): memo of file content hashes keyed by
+     * (absolute path, size, mtime in ns), so that multi-GB model files are
+     * hashed once, not on every run. lookup returns SD_OK with out filled on
+     * a hit, SD_ERR_NOT_FOUND on a miss. */
+    sd_status (*file_hash_get)(void *self, const char *path, int64_t size,
+                               int64_t mtime_ns, uint8_t out[SD_KEY_SIZE]);
+    void (*file_hash_put)(void *self, const char *path, int64_t size,
+                          int64_t mtime_ns, const uint8_t hash[SD_KEY_SIZE]);
 } sd_cache_i;
 
 typedef enum sd_node_status {

@@ -1,0 +1,118 @@
+/* backend.h - the one compute interface models are written against.
+ *
+ * Models (models/) never touch raw loops or a BLAS: they call sd_op_*()
+ * functions on backend tensors (sd_bt). An sd_backend is a vtable
+ * (sd_backend_i) plus state; kernels/cpu implements it now, kernels/cuda
+ * later, so a model is written once. Ops are eager: each returns a new
+ * tensor owned by the caller (release with sd_bt_free), or NULL on failure
+ * with the backend's sticky error set (sd_backend_error), so a forward pass
+ * can chain ops and check once per block.
+ *
+ * Layouts: activations are contiguous row-major, images NCHW, sequences
+ * [N, L, C]. Linear weights are [out, in] as in PyTorch; conv weights
+ * [out, in, kh, kw]. Compute is F32 unless the backend's precision says
+ * otherwise; weights may be stored F32, F16 or BF16 and are read as stored.
+ */
+#ifndef SD_BACKEND_H
+#define SD_BACKEND_H
+
+#include <stdint.h>
+#include "core/error.h"
+#include "core/tensor.h"
+
+typedef struct sd_backend sd_backend;
+
+/* A tensor living on a backend. `data` is device memory (host memory on the
+ * CPU backend). Treat fields as read-only outside kernels/. */
+typedef struct sd_bt {
+    sd_dtype dtype;
+    int ndim;
+    int64_t shape[SD_MAX_DIMS];
+    void *data;
+    size_t nbytes;
+    sd_backend *be;
+    sd_tensor *host; /* CPU backend: the tensor owning data (may borrow an mmap) */
+} sd_bt;
+
+typedef enum sd_precision { SD_PREC_F32 = 0, SD_PREC_BF16, SD_PREC_F16 } sd_precision;
+
+/* ---- creating backends ---------------------------------------------------- */
+
+/* "cpu" or "cuda". n_threads <= 0 picks the number of cores. */
+sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_error *err);
+void sd_backend_free(sd_backend *be);
+const char *sd_backend_name(const sd_backend *be);
+void sd_backend_set_precision(sd_backend *be, sd_precision p);
+sd_precision sd_backend_precision(const sd_backend *be);
+/* The first error since the last clear (ops return NULL once it is set). */
+const sd_error *sd_backend_error(const sd_backend *be);
+void sd_backend_clear_error(sd_backend *be);
+/* Copy the sticky error into err and return its code (SD_OK when none). */
+sd_status sd_backend_take_error(sd_backend *be, sd_error *err);
+
+/* ---- tensors ---------------------------------------------------------------- */
+
+sd_bt *sd_bt_new(sd_backend *be, sd_dtype dtype, int ndim, const int64_t *shape); /* zeroed */
+sd_bt *sd_bt_new4(sd_backend *be, sd_dtype dtype, int ndim, int64_t d0, int64_t d1,
+                  int64_t d2, int64_t d3);
+/* Upload a host tensor. The CPU backend shares the storage (no copy) when the
+ * dtype is kept; `dtype` = the tensor's dtype keeps it, else converts. */
+sd_bt *sd_bt_from_host(sd_backend *be, sd_tensor *t, sd_dtype dtype);
+/* Download into a new host tensor (F32 unless the bt is an integer type). */
+sd_tensor *sd_bt_to_host(const sd_bt *t);
+void sd_bt_free(sd_bt *t); /* NULL-safe */
+int64_t sd_bt_numel(const sd_bt *t);
+/* View with another shape of equal numel; shares storage, free separately
+ * (the view does not outlive its source). */
+sd_bt *sd_bt_view(sd_bt *t, int ndim, const int64_t *shape);
+
+/* ---- ops (F32 activations; results are new tensors) ------------------------- */
+
+/* y = x @ w^T + b.  x: [..., in], w: [out, in], b: [out] or NULL -> [..., out] */
+sd_bt *sd_op_linear(sd_bt *x, sd_bt *w, sd_bt *b);
+/* Batched matmul: a [B, M, K] @ b [B, K, N] (trans_b: b is [B, N, K]) -> [B, M, N] */
+sd_bt *sd_op_matmul(sd_bt *a, sd_bt *b, int trans_b, float alpha);
+/* 2-D convolution. x: [N, C, H, W], w: [O, C/groups... (groups=1)] [O, C, kh, kw],
+ * b: [O] or NULL. Zero padding pad_h/pad_w on both sides. */
+sd_bt *sd_op_conv2d(sd_bt *x, sd_bt *w, sd_bt *b, int stride, int pad_h, int pad_w);
+/* Pad NCHW with zeros: left, right, top, bottom. */
+sd_bt *sd_op_pad2d(sd_bt *x, int left, int right, int top, int bottom);
+/* GroupNorm over [N, C, ...] with affine gamma/beta [C]; silu != 0 fuses SiLU. */
+sd_bt *sd_op_group_norm(sd_bt *x, int groups, sd_bt *gamma, sd_bt *beta, float eps, int silu);
+/* LayerNorm over the last dim with gamma/beta [C] (either may be NULL). */
+sd_bt *sd_op_layer_norm(sd_bt *x, sd_bt *gamma, sd_bt *beta, float eps);
+/* Multi-head attention. q: [N, Lq, H*D], k/v: [N, Lk, H*D] -> [N, Lq, H*D].
+ * Scale 1/sqrt(D). causal != 0 masks keys after the query position (CLIP).
+ * Never materialises the full [Lq, Lk] matrix for long sequences. */
+sd_bt *sd_op_attention(sd_bt *q, sd_bt *k, sd_bt *v, int heads, int causal);
+/* Elementwise, with broadcasting of b over leading dims when b has fewer
+ * elements and divides a (b's shape a suffix of a's, or [C] against NCHW when
+ * bcast_channel). */
+sd_bt *sd_op_add(sd_bt *a, sd_bt *b);
+sd_bt *sd_op_mul(sd_bt *a, sd_bt *b);
+/* x + b[c] for NCHW x and b: [N, C] (time embedding into ResBlocks). */
+sd_bt *sd_op_add_channel(sd_bt *x, sd_bt *b);
+sd_bt *sd_op_scale(sd_bt *x, float s);
+sd_bt *sd_op_silu(sd_bt *x);
+sd_bt *sd_op_gelu(sd_bt *x);        /* exact (erf) */
+sd_bt *sd_op_quick_gelu(sd_bt *x);  /* x * sigmoid(1.702 x) */
+sd_bt *sd_op_tanh(sd_bt *x);
+sd_bt *sd_op_relu(sd_bt *x);
+/* GEGLU: x [..., 2F] -> a * gelu(g) where a, g = x split in halves. */
+sd_bt *sd_op_geglu(sd_bt *x);
+/* Softmax over the last dim. */
+sd_bt *sd_op_softmax(sd_bt *x);
+/* Nearest-neighbour x2 upsampling of NCHW. */
+sd_bt *sd_op_upsample_nearest2x(sd_bt *x);
+/* Concatenate along dim (all other dims equal). */
+sd_bt *sd_op_concat(sd_bt *a, sd_bt *b, int dim);
+/* Slice [start, end) along dim. */
+sd_bt *sd_op_slice(sd_bt *x, int dim, int64_t start, int64_t end);
+/* Permute dims (e.g. NCHW -> NHWC with perm {0,2,3,1}). */
+sd_bt *sd_op_permute(sd_bt *x, const int *perm);
+/* Gather rows: table [V, C], ids (I32/I64) [N, L] -> [N, L, C]. */
+sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids);
+/* Copy of x (same backend). */
+sd_bt *sd_op_copy(sd_bt *x);
+
+#endif
