@@ -1,0 +1,74 @@
+/* png.h - PNG reading and writing (libpng) for images, masks and metadata.
+ *
+ * Pixels travel as F32 tensors in [0, 1], layout [H, W, C] (HWC, no batch
+ * dimension; nodes add it). Reading accepts every PNG colour type
+ * (gray, gray+alpha, RGB, RGBA, palette with or without tRNS) at any bit
+ * depth, and expands them so that:
+ *   - gray images become C = 1 (gray+alpha C = 2) with SD_PNG_KEEP, or are
+ *     expanded to RGB / RGBA with SD_PNG_RGB / SD_PNG_RGBA;
+ *   - 16-bit samples keep their full precision (value / 65535).
+ * Writing produces 8-bit RGB or RGBA (C = 3 or 4; C = 1 is written as gray),
+ * rounding clamp(x, 0, 1) * 255 to nearest, as ComfyUI's
+ * np.clip(255 * x, 0, 255).astype(uint8) truncates -- see sd_png_write.
+ *
+ * Errors: every function returns sd_status and fills err with a message that
+ * names the file. Nothing is printed.
+ */
+#ifndef SD_PNG_H
+#define SD_PNG_H
+
+#include <stddef.h>
+#include "error.h"
+#include "tensor.h"
+
+/* Channel layout requested from sd_png_read. */
+typedef enum sd_png_layout {
+    SD_PNG_KEEP = 0, /* C = 1 (gray), 2 (gray+alpha), 3 (RGB), 4 (RGBA) as in
+                        the file; palette becomes RGB, or RGBA if it has tRNS */
+    SD_PNG_RGB,      /* always C = 3 (alpha dropped, gray replicated) */
+    SD_PNG_RGBA      /* always C = 4 (alpha = 1 where the file has none) */
+} sd_png_layout;
+
+/* Information about a PNG file, filled by sd_png_read. */
+typedef struct sd_png_info {
+    int width, height;
+    int bit_depth;   /* as stored in the file (1, 2, 4, 8 or 16) */
+    int color_type;  /* libpng PNG_COLOR_TYPE_* value */
+    int has_alpha;   /* alpha channel or tRNS present */
+} sd_png_info;
+
+/* One text chunk, key must be 1..79 Latin-1 characters (PNG rule). */
+typedef struct sd_png_text {
+    const char *key;
+    const char *value; /* UTF-8; written as tEXt when it is pure ASCII/Latin-1
+                          representable, else as iTXt */
+} sd_png_text;
+
+/* Read `path` into a new F32 tensor [H, W, C] with values in [0, 1].
+ * *out receives one reference owned by the caller. info may be NULL.
+ * SD_ERR_NOT_FOUND/SD_ERR_IO when the file cannot be opened,
+ * SD_ERR_FORMAT when it is not a valid (or is a truncated) PNG. */
+sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
+                      sd_png_info *info, sd_error *err);
+
+/* Write `img` (F32 [H, W, C], C in {1, 3, 4}; a leading batch dimension of 1
+ * is also accepted) as an 8-bit PNG. Samples are clamped to [0, 1] and
+ * converted as (uint8)(x * 255) after clipping, i.e. truncation like
+ * ComfyUI's np.clip(i * 255, 0, 255).astype(np.uint8).
+ * texts: n_texts key/value chunks written before the image data (may be NULL
+ * when n_texts == 0). compress_level: 0..9 (zlib level; ComfyUI uses 4 for
+ * SaveImage and 1 for PreviewImage).
+ * Atomic: the data goes to a temporary file in the same directory, which is
+ * renamed over `path` only when complete; on failure no temporary file is
+ * left behind and `path` is untouched. */
+sd_status sd_png_write(const char *path, const sd_tensor *img,
+                       const sd_png_text *texts, size_t n_texts,
+                       int compress_level, sd_error *err);
+
+/* Read the value of the text chunk `key` (tEXt, zTXt or iTXt) of `path`.
+ * *out receives a malloc'ed NUL-terminated UTF-8 string the caller frees.
+ * SD_ERR_NOT_FOUND when the file has no such chunk (*out = NULL). */
+sd_status sd_png_read_text(const char *path, const char *key, char **out,
+                           sd_error *err);
+
+#endif
