@@ -1,0 +1,50 @@
+/* synth.h - synthesize random-weight checkpoints in the real single-file
+ * key layouts.
+ *
+ * Used for the README demo (a txt2img run without downloading anything), for
+ * benchmarks (full-size shapes), and by tests that need a model of a given
+ * shape. Keys and shapes follow the LDM single-file layout exactly
+ * (model.diffusion_model.*, first_stage_model.*,
+ * cond_stage_model.transformer.text_model.*), so the same loaders that read
+ * real checkpoints read these. Weights are drawn from a seeded generator
+ * (N(0, 1/fan_in)), norms start at weight 1 / bias 0: the outputs are noise,
+ * and say so in the file's metadata ("sdflow_random_weights": "true").
+ */
+#ifndef SD_SYNTH_H
+#define SD_SYNTH_H
+
+#include <stdint.h>
+#include "core/error.h"
+#include "core/safetensors.h"
+
+typedef struct sd_synth_config {
+    const char *name;      /* preset name */
+    /* UNet */
+    int model_channels, in_channels, out_channels;
+    int channel_mult[4], n_levels;
+    int num_res_blocks;
+    unsigned attn_levels;  /* bit i: SpatialTransformer at level i */
+    int transformer_depth;
+    int context_dim;
+    /* VAE */
+    int vae_ch, vae_ch_mult[4], vae_levels, vae_res_blocks, vae_z;
+    /* CLIP-L text encoder (HF layout) */
+    int clip_hidden, clip_layers, clip_mlp, clip_vocab, clip_positions;
+} sd_synth_config;
+
+/* Presets: "sd1-tiny" (the shapes of the reference tiny model), "sd1" (SD1.5
+ * full size). NULL if unknown. */
+const sd_synth_config *sd_synth_preset(const char *name);
+
+/* Called once per tensor of the layout, in a fixed order. */
+typedef void (*sd_synth_key_fn)(void *user, const char *name, sd_dtype dtype, int ndim,
+                                const int64_t *shape);
+/* Enumerate every key of the SD1 layout for `cfg` (the checkpoint's complete
+ * key set, extras such as betas included). */
+void sd_synth_sd1_keys(const sd_synth_config *cfg, sd_synth_key_fn fn, void *user);
+
+/* Write a complete random-weight SD1 checkpoint (F16 weights) to `path`. */
+sd_status sd_synth_sd1_write(const sd_synth_config *cfg, uint64_t seed, const char *path,
+                             sd_error *err);
+
+#endif
