@@ -7,9 +7,8 @@
  *   - gray images become C = 1 (gray+alpha C = 2) with SD_PNG_KEEP, or are
  *     expanded to RGB / RGBA with SD_PNG_RGB / SD_PNG_RGBA;
  *   - 16-bit samples keep their full precision (value / 65535).
- * Writing produces 8-bit RGB or RGBA (C = 3 or 4; C = 1 is written as gray),
- * rounding clamp(x, 0, 1) * 255 to nearest, as ComfyUI's
- * np.clip(255 * x, 0, 255).astype(uint8) truncates -- see sd_png_write.
+ * Writing produces 8-bit gray, gray+alpha, RGB or RGBA (C = 1, 2, 3, 4)
+ * with ComfyUI's quantisation (truncation, see sd_png_write).
  *
  * Errors: every function returns sd_status and fills err with a message that
  * names the file. Nothing is printed.
@@ -51,7 +50,7 @@ typedef struct sd_png_text {
 sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
                       sd_png_info *info, sd_error *err);
 
-/* Write `img` (F32 [H, W, C], C in {1, 3, 4}; a leading batch dimension of 1
+/* Write `img` (F32 [H, W, C], C in {1, 2, 3, 4}; a leading batch dimension of 1
  * is also accepted) as an 8-bit PNG. Samples are clamped to [0, 1] and
  * converted as (uint8)(x * 255) after clipping, i.e. truncation like
  * ComfyUI's np.clip(i * 255, 0, 255).astype(np.uint8).

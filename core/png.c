@@ -1,0 +1,464 @@
+/* png.c - libpng-backed reading and writing of images and text chunks.
+ *
+ * libpng reports errors by longjmp. Every entry point below keeps the
+ * resources it must free in a struct that lives outside the setjmp frame
+ * (volatile-free design: nothing allocated after setjmp is held only in a
+ * local variable that the longjmp could clobber).
+ */
+#include "png.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Text chunks larger than this are refused (a workflow JSON is far smaller). */
+#define SD_PNG_TEXT_MAX (64u << 20)
+
+/* ---- libpng error plumbing ------------------------------------------------ */
+
+typedef struct png_errctx {
+    char msg[256];
+} png_errctx;
+
+static void on_png_error(png_structp png, png_const_charp msg) {
+    png_errctx *ec = (png_errctx *)png_get_error_ptr(png);
+    if (ec) snprintf(ec->msg, sizeof ec->msg, "%s", msg ? msg : "libpng error");
+    png_longjmp(png, 1);
+}
+
+static void on_png_warning(png_structp png, png_const_charp msg) {
+    (void)png; (void)msg; /* warnings (bad ancillary chunk CRC, ...) are not errors */
+}
+
+static sd_status open_for_read(const char *path, FILE **out, sd_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        return sd_error_set(err, e == ENOENT ? SD_ERR_NOT_FOUND : SD_ERR_IO,
+                            "%s: cannot open: %s", path, strerror(e));
+    }
+    unsigned char sig[8];
+    size_t n = fread(sig, 1, sizeof sig, f);
+    if (n != sizeof sig || png_sig_cmp(sig, 0, sizeof sig) != 0) {
+        fclose(f);
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: not a PNG file (bad signature)", path);
+    }
+    *out = f;
+    return SD_OK;
+}
+
+/* ---- reading pixels --------------------------------------------------------- */
+
+typedef struct read_state {
+    FILE *f;
+    png_structp png;
+    png_infop info;
+    png_bytep pixels;
+    png_bytepp rows;
+    sd_tensor *t;
+} read_state;
+
+static void read_state_free(read_state *s) {
+    if (!s) return;
+    if (s->png) png_destroy_read_struct(&s->png, s->info ? &s->info : NULL, NULL);
+    free(s->rows);
+    free(s->pixels);
+    if (s->f) fclose(s->f);
+    sd_tensor_unref(s->t);
+    free(s);
+}
+
+/* Expand stored channels (cs = 1..4 in PNG order: G, GA, RGB, RGBA) into the
+ * requested layout, one pixel at a time. */
+static void put_pixel(float *dst, int cd, const float *src, int cs) {
+    float r, g, b, a = 1.0f;
+    if (cs <= 2) { r = g = b = src[0]; if (cs == 2) a = src[1]; }
+    else { r = src[0]; g = src[1]; b = src[2]; if (cs == 4) a = src[3]; }
+    if (cd == 3) { dst[0] = r; dst[1] = g; dst[2] = b; }
+    else { dst[0] = r; dst[1] = g; dst[2] = b; dst[3] = a; }
+}
+
+sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
+                      sd_png_info *info_out, sd_error *err) {
+    *out = NULL;
+    /* Heap state: fields set after setjmp stay valid across the longjmp. */
+    read_state *sp = calloc(1, sizeof *sp);
+    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    png_errctx ec = {{0}};
+    sd_status rc = open_for_read(path, &sp->f, err);
+    if (rc) { free(sp); return rc; }
+    sp->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ec, on_png_error, on_png_warning);
+    if (sp->png) sp->info = png_create_info_struct(sp->png);
+    if (!sp->png || !sp->info) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
+    }
+    if (setjmp(png_jmpbuf(sp->png))) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: invalid or truncated PNG: %s", path,
+                            ec.msg[0] ? ec.msg : "read error");
+    }
+    png_init_io(sp->png, sp->f);
+    png_set_sig_bytes(sp->png, 8);
+    png_set_chunk_malloc_max(sp->png, SD_PNG_TEXT_MAX);
+    png_read_info(sp->png, sp->info);
+
+    png_uint_32 w = 0, h = 0;
+    int depth = 0, ctype = 0, interlace = 0;
+    png_get_IHDR(sp->png, sp->info, &w, &h, &depth, &ctype, &interlace, NULL, NULL);
+    int has_trns = png_get_valid(sp->png, sp->info, PNG_INFO_tRNS) != 0;
+    sd_png_info pi = {(int)w, (int)h, depth, ctype,
+                      (ctype & PNG_COLOR_MASK_ALPHA) != 0 || has_trns};
+
+    /* Normalise to 8 or 16 bit G/GA/RGB/RGBA samples. */
+    if (ctype == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(sp->png);
+    if (ctype == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(sp->png);
+    if (has_trns) png_set_tRNS_to_alpha(sp->png);
+    png_set_interlace_handling(sp->png);
+    png_read_update_info(sp->png, sp->info);
+
+    int cs = png_get_channels(sp->png, sp->info);
+    int bd = png_get_bit_depth(sp->png, sp->info);
+    size_t rowbytes = png_get_rowbytes(sp->png, sp->info);
+    if (cs < 1 || cs > 4 || (bd != 8 && bd != 16) || w == 0 || h == 0 ||
+        rowbytes != (size_t)w * cs * (bd / 8)) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: unsupported PNG layout "
+                            "(%d channels, %d bits)", path, cs, bd);
+    }
+    if ((uint64_t)h * rowbytes > (uint64_t)SIZE_MAX / 2) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: image too large (%ux%u)", path,
+                            (unsigned)w, (unsigned)h);
+    }
+    sp->pixels = malloc((size_t)h * rowbytes);
+    sp->rows = malloc((size_t)h * sizeof *sp->rows);
+    int cd = layout == SD_PNG_RGB ? 3 : layout == SD_PNG_RGBA ? 4 : cs;
+    sp->t = sd_tensor_new4(SD_F32, 3, h, w, cd, 0);
+    if (!sp->pixels || !sp->rows || !sp->t) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory for %ux%u image", path,
+                            (unsigned)w, (unsigned)h);
+    }
+    for (png_uint_32 y = 0; y < h; y++) sp->rows[y] = sp->pixels + (size_t)y * rowbytes;
+    png_read_image(sp->png, sp->rows);
+    png_read_end(sp->png, NULL);
+
+    float *dst = sd_tensor_f32(sp->t);
+    size_t n = (size_t)w * h;
+    for (size_t i = 0; i < n; i++) {
+        float px[4];
+        for (int c = 0; c < cs; c++) {
+            if (bd == 8) {
+                px[c] = (float)sp->pixels[i * cs + c] / 255.0f;
+            } else {
+                const png_byte *p = sp->pixels + (i * cs + c) * 2;
+                px[c] = (float)((p[0] << 8) | p[1]) / 65535.0f;
+            }
+        }
+        if (cd == cs) memcpy(dst + i * cd, px, sizeof(float) * cd);
+        else put_pixel(dst + i * cd, cd, px, cs);
+    }
+    *out = sp->t;
+    sp->t = NULL;
+    if (info_out) *info_out = pi;
+    read_state_free(sp);
+    return SD_OK;
+}
+
+/* ---- text chunks --------------------------------------------------------------- */
+
+/* Latin-1 bytes -> malloc'ed UTF-8. */
+static char *latin1_to_utf8(const char *s, size_t n) {
+    char *o = malloc(n * 2 + 1);
+    if (!o) return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) o[j++] = (char)c;
+        else { o[j++] = (char)(0xC0 | (c >> 6)); o[j++] = (char)(0x80 | (c & 0x3F)); }
+    }
+    o[j] = 0;
+    return o;
+}
+
+/* UTF-8 -> malloc'ed Latin-1 when every code point is <= U+00FF and there is
+ * no NUL; NULL otherwise (the caller then uses iTXt). */
+static char *utf8_to_latin1(const char *s) {
+    size_t n = strlen(s);
+    char *o = malloc(n + 1);
+    if (!o) return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) { o[j++] = (char)c; i++; }
+        else if ((c == 0xC2 || c == 0xC3) && i + 1 < n &&
+                 ((unsigned char)s[i + 1] & 0xC0) == 0x80) {
+            o[j++] = (char)(((c & 0x1F) << 6) | ((unsigned char)s[i + 1] & 0x3F));
+            i += 2;
+        } else { free(o); return NULL; }
+    }
+    o[j] = 0;
+    return o;
+}
+
+static const png_text *find_text(png_structp png, png_infop info, const char *key) {
+    png_textp texts = NULL;
+    int n = png_get_text(png, info, &texts, NULL);
+    for (int i = 0; i < n; i++)
+        if (texts[i].key && strcmp(texts[i].key, key) == 0) return &texts[i];
+    return NULL;
+}
+
+static char *text_value_utf8(const png_text *t) {
+    if (t->compression == PNG_ITXT_COMPRESSION_NONE || t->compression == PNG_ITXT_COMPRESSION_zTXt) {
+        size_t n = t->itxt_length;
+        char *o = malloc(n + 1);
+        if (o) { memcpy(o, t->text ? t->text : "", n); o[n] = 0; }
+        return o;
+    }
+    return latin1_to_utf8(t->text ? t->text : "", t->text_length);
+}
+
+typedef struct text_state {
+    FILE *f;
+    png_structp png;
+    png_infop info;
+    png_bytep row;
+} text_state;
+
+static void text_state_free(text_state *s) {
+    if (!s) return;
+    if (s->png) png_destroy_read_struct(&s->png, s->info ? &s->info : NULL, NULL);
+    free(s->row);
+    if (s->f) fclose(s->f);
+    free(s);
+}
+
+sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_error *err) {
+    *out = NULL;
+    /* Heap state: fields set after setjmp stay valid across the longjmp. */
+    text_state *sp = calloc(1, sizeof *sp);
+    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    png_errctx ec = {{0}};
+    sd_status rc = open_for_read(path, &sp->f, err);
+    if (rc) { free(sp); return rc; }
+    sp->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ec, on_png_error, on_png_warning);
+    if (sp->png) sp->info = png_create_info_struct(sp->png);
+    if (!sp->png || !sp->info) {
+        text_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
+    }
+    if (setjmp(png_jmpbuf(sp->png))) {
+        text_state_free(sp);
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: invalid or truncated PNG: %s", path,
+                            ec.msg[0] ? ec.msg : "read error");
+    }
+    png_init_io(sp->png, sp->f);
+    png_set_sig_bytes(sp->png, 8);
+    png_set_chunk_malloc_max(sp->png, SD_PNG_TEXT_MAX);
+    png_read_info(sp->png, sp->info);
+    const png_text *t = find_text(sp->png, sp->info, key);
+    if (!t) {
+        /* Text may also follow the image data: decode rows (discarding them)
+         * to reach the chunks after IDAT. */
+        int passes = png_set_interlace_handling(sp->png);
+        png_read_update_info(sp->png, sp->info);
+        png_uint_32 h = png_get_image_height(sp->png, sp->info);
+        sp->row = malloc(png_get_rowbytes(sp->png, sp->info));
+        if (!sp->row) {
+            text_state_free(sp);
+            return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+        }
+        for (int p = 0; p < passes; p++)
+            for (png_uint_32 y = 0; y < h; y++) png_read_row(sp->png, sp->row, NULL);
+        png_read_end(sp->png, sp->info);
+        t = find_text(sp->png, sp->info, key);
+    }
+    if (!t) {
+        text_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: no text chunk '%s'", path, key);
+    }
+    *out = text_value_utf8(t);
+    text_state_free(sp);
+    if (!*out) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    return SD_OK;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+typedef struct write_state {
+    FILE *f;
+    char *tmp;
+    png_structp png;
+    png_infop info;
+    png_bytep pixels;
+    png_bytepp rows;
+    png_textp texts;
+    char **strs; /* converted keys/values owned here */
+    size_t nstrs;
+} write_state;
+
+static void write_state_free(write_state *s, int failed) {
+    if (s->png) png_destroy_write_struct(&s->png, s->info ? &s->info : NULL);
+    if (s->f) fclose(s->f);
+    if (failed && s->tmp) unlink(s->tmp);
+    free(s->tmp);
+    free(s->pixels);
+    free(s->rows);
+    free(s->texts);
+    for (size_t i = 0; i < s->nstrs; i++) free(s->strs[i]);
+    free(s->strs);
+}
+
+static unsigned char to_u8(float x) {
+    /* np.clip(255 * x, 0, 255).astype(uint8): scale in float32, clip, truncate */
+    float v = 255.0f * x;
+    if (!(v > 0.0f)) return 0; /* also NaN */
+    if (v >= 255.0f) return 255;
+    return (unsigned char)v;
+}
+
+static int valid_key(const char *k) {
+    size_t n = strlen(k);
+    if (n < 1 || n > 79) return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c < 32 || (c > 126 && c < 161)) return 0;
+    }
+    return 1;
+}
+
+sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text *texts,
+                       size_t n_texts, int compress_level, sd_error *err) {
+    if (!img || img->dtype != SD_F32 || (img->ndim != 3 && !(img->ndim == 4 && img->shape[0] == 1)))
+        return sd_error_set(err, SD_ERR_INVALID, "%s: image to write must be F32 [H, W, C] "
+                            "or [1, H, W, C]", path);
+    int o = img->ndim - 3;
+    int64_t h = img->shape[o], w = img->shape[o + 1], c = img->shape[o + 2];
+    if (c != 1 && c != 2 && c != 3 && c != 4)
+        return sd_error_set(err, SD_ERR_INVALID, "%s: cannot write %lld channels as PNG",
+                            path, (long long)c);
+    if (h < 1 || w < 1 || h > 0x7fffffff || w > 0x7fffffff)
+        return sd_error_set(err, SD_ERR_INVALID, "%s: bad image size %lldx%lld", path,
+                            (long long)w, (long long)h);
+    if (compress_level < 0 || compress_level > 9)
+        return sd_error_set(err, SD_ERR_INVALID, "%s: compress level %d outside 0..9", path,
+                            compress_level);
+    for (size_t i = 0; i < n_texts; i++)
+        if (!texts[i].key || !texts[i].value || !valid_key(texts[i].key))
+            return sd_error_set(err, SD_ERR_INVALID, "%s: invalid PNG text key '%s'", path,
+                                texts[i].key ? texts[i].key : "(null)");
+
+    write_state s = {0};
+    png_errctx ec = {{0}};
+    /* Temporary file in the destination directory so rename() is atomic. */
+    const char *slash = strrchr(path, '/');
+    size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
+    const char *base = slash ? slash + 1 : path;
+    size_t tl = strlen(path) + 32;
+    s.tmp = malloc(tl);
+    if (!s.tmp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(s.tmp, tl, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
+    int fd = mkstemp(s.tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(s.tmp);
+        return sd_error_set(err, SD_ERR_IO, "%s: cannot create temporary file: %s", path,
+                            strerror(e));
+    }
+    fchmod(fd, 0644);
+    s.f = fdopen(fd, "wb");
+    if (!s.f) {
+        close(fd);
+        write_state_free(&s, 1);
+        return sd_error_set(err, SD_ERR_IO, "%s: fdopen failed", path);
+    }
+
+    size_t rowbytes = (size_t)w * (size_t)c;
+    s.pixels = malloc(rowbytes * (size_t)h);
+    s.rows = malloc(sizeof *s.rows * (size_t)h);
+    s.texts = n_texts ? calloc(n_texts, sizeof *s.texts) : NULL;
+    s.strs = n_texts ? calloc(n_texts * 2, sizeof *s.strs) : NULL;
+    if (!s.pixels || !s.rows || (n_texts && (!s.texts || !s.strs))) {
+        write_state_free(&s, 1);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    }
+    const float *src = sd_tensor_f32(img);
+    size_t n = rowbytes * (size_t)h;
+    for (size_t i = 0; i < n; i++) s.pixels[i] = to_u8(src[i]);
+    for (int64_t y = 0; y < h; y++) s.rows[y] = s.pixels + (size_t)y * rowbytes;
+
+    for (size_t i = 0; i < n_texts; i++) {
+        char *key = utf8_to_latin1(texts[i].key);
+        char *lat = utf8_to_latin1(texts[i].value);
+        s.strs[s.nstrs++] = key;
+        if (lat) s.strs[s.nstrs++] = lat;
+        if (!key) {
+            write_state_free(&s, 1);
+            return sd_error_set(err, SD_ERR_INVALID, "%s: text key '%s' is not Latin-1",
+                                path, texts[i].key);
+        }
+        png_text *t = &s.texts[i];
+        t->key = key;
+        if (lat) { /* Pillow's add_text: tEXt when Latin-1 encodable */
+            t->compression = PNG_TEXT_COMPRESSION_NONE;
+            t->text = lat;
+            t->text_length = strlen(lat);
+        } else {
+            t->compression = PNG_ITXT_COMPRESSION_NONE;
+            t->text = (char *)texts[i].value;
+            t->itxt_length = strlen(texts[i].value);
+            t->lang = (char *)"";
+            t->lang_key = (char *)"";
+        }
+    }
+
+    s.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &ec, on_png_error, on_png_warning);
+    if (s.png) s.info = png_create_info_struct(s.png);
+    if (!s.png || !s.info) {
+        write_state_free(&s, 1);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG writer", path);
+    }
+    if (setjmp(png_jmpbuf(s.png))) {
+        write_state_free(&s, 1);
+        return sd_error_set(err, SD_ERR_IO, "%s: writing PNG failed: %s", path,
+                            ec.msg[0] ? ec.msg : "write error");
+    }
+    png_init_io(s.png, s.f);
+    png_set_compression_level(s.png, compress_level);
+    static const int ctypes[5] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA,
+                                  PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA};
+    png_set_IHDR(s.png, s.info, (png_uint_32)w, (png_uint_32)h, 8, ctypes[c],
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (n_texts) png_set_text(s.png, s.info, s.texts, (int)n_texts);
+    png_write_info(s.png, s.info);
+    png_write_image(s.png, s.rows);
+    png_write_end(s.png, NULL);
+
+    FILE *f = s.f;
+    s.f = NULL;
+    int bad = fflush(f) != 0 || ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (bad) {
+        int e = errno;
+        write_state_free(&s, 1);
+        return sd_error_set(err, SD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    if (rename(s.tmp, path) != 0) {
+        int e = errno;
+        write_state_free(&s, 1);
+        return sd_error_set(err, SD_ERR_IO, "%s: cannot move temporary file into place: %s",
+                            path, strerror(e));
+    }
+    write_state_free(&s, 0);
+    return SD_OK;
+}
