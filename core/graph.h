@@ -16,6 +16,7 @@
 #include "value.h"
 
 typedef struct sd_graph sd_graph;
+struct sd_env; /* node.h; declared here so the prototype below sees one type */
 
 typedef struct sd_graph_input {
     char *name;

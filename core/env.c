@@ -1,0 +1,209 @@
+/* env.c - defaults for sd_env and file lookup inside its folders. */
+#include "env.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+static sd_status set_str(const char **field, const char *value, sd_error *err) {
+    char *copy = NULL;
+    if (value) {
+        copy = strdup(value);
+        if (!copy) return sd_error_set(err, SD_ERR_NOMEM, "out of memory copying '%s'", value);
+    }
+    free((char *)*field);
+    *field = copy;
+    return SD_OK;
+}
+
+sd_status sd_env_set(sd_env *env, const char **field, const char *value, sd_error *err) {
+    (void)env;
+    return set_str(field, value, err);
+}
+
+static const char *getenv_nonempty(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+sd_status sd_env_init(sd_env *env, sd_error *err) {
+    memset(env, 0, sizeof *env);
+    const char *models = getenv_nonempty("SDFLOW_MODELS_DIR");
+    const char *tmp = getenv_nonempty("TMPDIR");
+    char temp[4096];
+    snprintf(temp, sizeof temp, "%s/sdflow", tmp ? tmp : "/tmp");
+    sd_status rc = SD_OK;
+    if (!rc) rc = set_str(&env->models_dir, models ? models : "./models", err);
+    if (!rc) rc = set_str(&env->comfyui_dir, getenv_nonempty("SDFLOW_COMFYUI_DIR"), err);
+    if (!rc) rc = set_str(&env->input_dir, "./input", err);
+    if (!rc) rc = set_str(&env->output_dir, "./output", err);
+    if (!rc) rc = set_str(&env->temp_dir, temp, err);
+    if (!rc) rc = set_str(&env->tokenizer_dir, getenv_nonempty("SDFLOW_TOKENIZER_DIR"), err);
+    if (!rc) rc = set_str(&env->precision, "f32", err);
+    if (!rc) rc = set_str(&env->device, "cpu", err);
+    if (rc) sd_env_cleanup(env);
+    return rc;
+}
+
+void sd_env_cleanup(sd_env *env) {
+    if (!env) return;
+    const char **fields[] = {&env->models_dir, &env->comfyui_dir, &env->input_dir,
+                             &env->output_dir, &env->temp_dir, &env->tokenizer_dir,
+                             &env->precision, &env->device};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        free((char *)*fields[i]);
+        *fields[i] = NULL;
+    }
+    memset(env, 0, sizeof *env);
+}
+
+const char *sd_env_folder_dir(const sd_env *env, const char *folder, char *buf, size_t n) {
+    if (strcmp(folder, "input") == 0) snprintf(buf, n, "%s", env->input_dir ? env->input_dir : "./input");
+    else if (strcmp(folder, "output") == 0) snprintf(buf, n, "%s", env->output_dir ? env->output_dir : "./output");
+    else if (strcmp(folder, "temp") == 0) snprintf(buf, n, "%s", env->temp_dir ? env->temp_dir : "/tmp/sdflow");
+    else snprintf(buf, n, "%s/%s", env->models_dir ? env->models_dir : "./models", folder);
+    return buf;
+}
+
+/* The ComfyUI install keeps models in models/<folder> and inputs in input/. */
+static int comfy_dir(const sd_env *env, const char *folder, char *buf, size_t n) {
+    if (!env->comfyui_dir) return 0;
+    if (strcmp(folder, "input") == 0 || strcmp(folder, "output") == 0 || strcmp(folder, "temp") == 0)
+        snprintf(buf, n, "%s/%s", env->comfyui_dir, folder);
+    else
+        snprintf(buf, n, "%s/models/%s", env->comfyui_dir, folder);
+    return 1;
+}
+
+static int climbs_out(const char *name) {
+    const char *p = name;
+    while (*p) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 2 && p[0] == '.' && p[1] == '.') return 1;
+        if (!slash) break;
+        p = slash + 1;
+    }
+    return 0;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name,
+                         char **out, sd_error *err) {
+    *out = NULL;
+    if (!name || !*name) return sd_error_set(err, SD_ERR_INVALID, "empty file name for folder '%s'", folder);
+    if (name[0] == '/') {
+        if (!is_file(name)) return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found", name);
+        *out = strdup(name);
+        return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    if (climbs_out(name))
+        return sd_error_set(err, SD_ERR_INVALID, "file name '%s' leaves the '%s' folder", name, folder);
+    char dir[4096], path[8192];
+    sd_env_folder_dir(env, folder, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (!is_file(path)) {
+        char cdir[4096], cpath[8192];
+        if (comfy_dir(env, folder, cdir, sizeof cdir)) {
+            snprintf(cpath, sizeof cpath, "%s/%s", cdir, name);
+            if (is_file(cpath)) {
+                *out = strdup(cpath);
+                return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            }
+        }
+        return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found in %s", name, dir);
+    }
+    *out = strdup(path);
+    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+/* ---- listing ----------------------------------------------------------------- */
+
+typedef struct { char **v; size_t n, cap; } strvec;
+
+static int strvec_push(strvec *s, const char *x) {
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->v[i], x) == 0) return 0; /* merged lists: no duplicates */
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 32;
+        char **v = realloc(s->v, cap * sizeof *v);
+        if (!v) return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    if (!(s->v[s->n] = strdup(x))) return -1;
+    s->n++;
+    return 0;
+}
+
+static int has_ext(const char *name, const char *const *exts) {
+    if (!exts) return 1;
+    size_t len = strlen(name);
+    for (size_t i = 0; exts[i]; i++) {
+        size_t el = strlen(exts[i]);
+        if (len >= el && strcasecmp(name + len - el, exts[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Depth-limited so that a symlink loop cannot recurse forever. */
+static int walk(const char *root, const char *rel, int depth, const char *const *exts, strvec *out) {
+    if (depth > 8) return 0;
+    char dir[8192];
+    if (*rel) snprintf(dir, sizeof dir, "%s/%s", root, rel);
+    else snprintf(dir, sizeof dir, "%s", root);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char sub[8192], full[16384];
+        if (*rel) snprintf(sub, sizeof sub, "%s/%s", rel, e->d_name);
+        else snprintf(sub, sizeof sub, "%s", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", root, sub);
+        struct stat st;
+        if (stat(full, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) rc = walk(root, sub, depth + 1, exts, out);
+        else if (S_ISREG(st.st_mode) && has_ext(e->d_name, exts)) rc = strvec_push(out, sub);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+sd_status sd_env_list_files(const sd_env *env, const char *folder,
+                            const char *const *exts, sd_value **out, sd_error *err) {
+    *out = NULL;
+    strvec names = {0};
+    char dir[4096];
+    int rc = walk(sd_env_folder_dir(env, folder, dir, sizeof dir), "", 0, exts, &names);
+    if (!rc && comfy_dir(env, folder, dir, sizeof dir)) rc = walk(dir, "", 0, exts, &names);
+    sd_value *list = rc ? NULL : sd_value_list();
+    if (list) {
+        qsort(names.v, names.n, sizeof *names.v, cmp_str);
+        for (size_t i = 0; i < names.n; i++) {
+            sd_value *s = sd_value_string(names.v[i]);
+            if (sd_value_list_append(list, s) != 0) { /* append released s */
+                sd_value_unref(list);
+                list = NULL;
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < names.n; i++) free(names.v[i]);
+    free(names.v);
+    if (!list) return sd_error_set(err, SD_ERR_NOMEM, "out of memory listing folder '%s'", folder);
+    *out = list;
+    return SD_OK;
+}

@@ -1,0 +1,282 @@
+/* graph_json.c - ComfyUI API-format JSON <-> sd_graph, and `--set`.
+ *
+ * Input values: a 2-element list ["<id>", <integral number>] is a link; any
+ * other list is a literal; {"__value__": [...]} is the frontend's wrapping of
+ * a list widget value and is unwrapped (so a literal list that looks like a
+ * link survives). Serialization wraps every literal list the same way. */
+#include "graph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "json_util.h"
+#include "node.h"
+
+/* ---- JSON -> values ---------------------------------------------------------- */
+
+/* Integral numbers become INT (JSON has one number type; INT inputs accept
+ * them and FLOAT inputs convert them back), everything else FLOAT. */
+static sd_value *number_value(double d) {
+    if (isfinite(d) && d == floor(d) && fabs(d) < 9.2e18) return sd_value_int((int64_t)d);
+    return sd_value_float(d);
+}
+
+static sd_value *json_value(const cJSON *j) {
+    if (cJSON_IsBool(j)) return sd_value_bool(cJSON_IsTrue(j));
+    if (cJSON_IsNumber(j)) return number_value(j->valuedouble);
+    if (cJSON_IsString(j)) return sd_value_string(j->valuestring);
+    if (cJSON_IsArray(j)) {
+        sd_value *l = sd_value_list();
+        for (const cJSON *c = j->child; l && c; c = c->next) {
+            sd_value *item = json_value(c);
+            if (!item || sd_value_list_append(l, item)) { sd_value_unref(l); return NULL; }
+        }
+        return l;
+    }
+    if (cJSON_IsObject(j)) {
+        sd_value *d = sd_value_dict();
+        for (const cJSON *c = j->child; d && c; c = c->next) {
+            sd_value *item = json_value(c);
+            if (!item || sd_value_dict_set(d, c->string, item)) { sd_value_unref(d); return NULL; }
+        }
+        return d;
+    }
+    return sd_value_none();
+}
+
+static int is_link(const cJSON *j) {
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2) return 0;
+    const cJSON *a = j->child, *b = a->next;
+    if (!cJSON_IsString(a) || !cJSON_IsNumber(b)) return 0;
+    double d = b->valuedouble;
+    return isfinite(d) && d == floor(d) && d >= 0 && d < 1e9;
+}
+
+/* Sets input `name` of node n from JSON value j (link, wrapped list or literal). */
+static sd_status set_input_json(sd_graph_node *n, const char *name, const cJSON *j, sd_error *err) {
+    if (is_link(j))
+        return sd_graph_set_link(n, name, j->child->valuestring, (int)j->child->next->valuedouble, err);
+    const cJSON *wrapped = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "__value__") : NULL;
+    sd_value *v = json_value(wrapped ? wrapped : j);
+    if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading input '%s'", name);
+    return sd_graph_set_literal(n, name, v, err);
+}
+
+static sd_status add_json_node(sd_graph *g, const char *id, const cJSON *obj, const char *source,
+                               sd_error *err) {
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(obj, "class_type");
+    if (!cJSON_IsString(ct) || !*ct->valuestring) {
+        sd_error_set(err, SD_ERR_FORMAT, "%s: node '%s' has no class_type", source, id);
+        sd_error_at(err, id, NULL, NULL);
+        return SD_ERR_FORMAT;
+    }
+    sd_graph_node *n;
+    sd_status rc = sd_graph_add_node(g, id, ct->valuestring, &n, err);
+    if (rc) return rc;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "_meta");
+    const cJSON *title = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, "title") : NULL;
+    if (cJSON_IsString(title)) sd_graph_node_set_title(n, title->valuestring);
+    const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(obj, "inputs");
+    if (inputs && !cJSON_IsObject(inputs)) {
+        sd_error_set(err, SD_ERR_FORMAT, "%s: 'inputs' of node '%s' is not an object", source, id);
+        sd_error_at(err, id, ct->valuestring, NULL);
+        return SD_ERR_FORMAT;
+    }
+    for (const cJSON *in = inputs ? inputs->child : NULL; in; in = in->next) {
+        rc = set_input_json(n, in->string, in, err);
+        if (rc) { sd_error_at(err, id, ct->valuestring, in->string); return rc; }
+    }
+    return SD_OK;
+}
+
+sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **out,
+                             sd_error *err) {
+    *out = NULL;
+    if (!source) source = "<workflow>";
+    cJSON *root;
+    sd_status rc = sd_json_parse(text, source, &root, err);
+    if (rc) return rc;
+    const cJSON *nodes = root;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: a workflow must be a JSON object of nodes", source);
+    }
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (cJSON_IsObject(prompt) && !cJSON_GetObjectItemCaseSensitive(prompt, "class_type"))
+        nodes = prompt; /* the /prompt request body */
+    if (nodes == root && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(root, "nodes")) &&
+        cJSON_GetObjectItemCaseSensitive(root, "links")) {
+        cJSON_Delete(root);
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: this is a UI-format workflow (with \"nodes\" and \"links\"); "
+                            "export it from ComfyUI with \"Save (API format)\"", source);
+    }
+    sd_graph *g = sd_graph_new();
+    if (!g) { cJSON_Delete(root); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
+    for (const cJSON *c = nodes->child; c; c = c->next) {
+        /* Unknown top-level keys (anything that is not a node object) are ignored. */
+        if (!cJSON_IsObject(c)) continue;
+        if (!cJSON_GetObjectItemCaseSensitive(c, "class_type") &&
+            !cJSON_GetObjectItemCaseSensitive(c, "inputs"))
+            continue;
+        rc = add_json_node(g, c->string, c, source, err);
+        if (rc) { sd_graph_free(g); cJSON_Delete(root); return rc; }
+    }
+    cJSON_Delete(root);
+    *out = g;
+    return SD_OK;
+}
+
+/* ---- values -> JSON ---------------------------------------------------------- */
+
+static cJSON *value_json(const sd_value *v) {
+    switch (sd_value_kind_of(v)) {
+    case SD_VAL_INT: {
+        int64_t i = sd_value_as_int(v);
+        if (i > (1LL << 53) || i < -(1LL << 53)) { /* beyond a double: keep every digit */
+            char buf[32];
+            snprintf(buf, sizeof buf, "%lld", (long long)i);
+            return cJSON_CreateRaw(buf);
+        }
+        return cJSON_CreateNumber((double)i);
+    }
+    case SD_VAL_FLOAT: return cJSON_CreateNumber(sd_value_as_float(v));
+    case SD_VAL_BOOL: return cJSON_CreateBool(sd_value_as_bool(v));
+    case SD_VAL_STRING: return cJSON_CreateString(sd_value_as_string(v));
+    case SD_VAL_LIST: {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; a && i < sd_value_list_len(v); i++) {
+            cJSON *item = value_json(sd_value_list_get(v, i));
+            if (!item) { cJSON_Delete(a); return NULL; }
+            cJSON_AddItemToArray(a, item);
+        }
+        return a;
+    }
+    case SD_VAL_DICT: {
+        cJSON *o = cJSON_CreateObject();
+        for (size_t i = 0; o && i < sd_value_dict_len(v); i++) {
+            cJSON *item = value_json(sd_value_dict_at(v, i));
+            if (!item) { cJSON_Delete(o); return NULL; }
+            cJSON_AddItemToObject(o, sd_value_dict_key(v, i), item);
+        }
+        return o;
+    }
+    default: return cJSON_CreateNull(); /* tensors and handles never appear as literals */
+    }
+}
+
+static cJSON *input_json(const sd_graph_input *in) {
+    if (in->is_link) {
+        cJSON *a = cJSON_CreateArray();
+        if (!a) return NULL;
+        cJSON_AddItemToArray(a, cJSON_CreateString(in->src_id));
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(in->src_index));
+        return a;
+    }
+    cJSON *v = value_json(in->literal);
+    if (v && sd_value_kind_of(in->literal) == SD_VAL_LIST) {
+        cJSON *w = cJSON_CreateObject();
+        if (!w) { cJSON_Delete(v); return NULL; }
+        cJSON_AddItemToObject(w, "__value__", v);
+        return w;
+    }
+    return v;
+}
+
+char *sd_graph_to_json(const sd_graph *g, int pretty) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    for (size_t i = 0; i < sd_graph_count(g); i++) {
+        const sd_graph_node *n = sd_graph_at(g, i);
+        cJSON *node = cJSON_CreateObject(), *inputs = cJSON_CreateObject();
+        if (!node || !inputs) { cJSON_Delete(node); cJSON_Delete(inputs); goto fail; }
+        cJSON_AddItemToObject(root, n->id, node);
+        cJSON_AddItemToObject(node, "inputs", inputs);
+        for (size_t k = 0; k < n->n_inputs; k++) {
+            cJSON *v = input_json(&n->inputs[k]);
+            if (!v) goto fail;
+            cJSON_AddItemToObject(inputs, n->inputs[k].name, v);
+        }
+        cJSON_AddStringToObject(node, "class_type", n->class_type);
+        if (n->title) {
+            cJSON *meta = cJSON_AddObjectToObject(node, "_meta");
+            if (meta) cJSON_AddStringToObject(meta, "title", n->title);
+        }
+    }
+    char *s = pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+/* ---- --set ID.INPUT=VALUE -------------------------------------------------- */
+
+static sd_status set_error(sd_error *err, sd_status code, const char *assignment, const char *why) {
+    return sd_error_set(err, code, "--set '%s': %s", assignment, why);
+}
+
+sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq) return set_error(err, SD_ERR_INVALID, assignment, "expected ID.INPUT=VALUE");
+    size_t lhs_len = (size_t)(eq - assignment);
+    char *lhs = malloc(lhs_len + 1);
+    if (!lhs) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    memcpy(lhs, assignment, lhs_len);
+    lhs[lhs_len] = 0;
+    /* Node ids may contain dots ("5.0.1.3" for expanded nodes); input names do not. */
+    char *dot = strrchr(lhs, '.');
+    if (!dot || dot == lhs || !dot[1]) {
+        free(lhs);
+        return set_error(err, SD_ERR_INVALID, assignment, "expected ID.INPUT=VALUE");
+    }
+    *dot = 0;
+    const char *id = lhs, *input = dot + 1, *text = eq + 1;
+    sd_graph_node *n = sd_graph_find(g, id);
+    sd_status rc = SD_OK;
+    if (!n) {
+        sd_error_set(err, SD_ERR_NOT_FOUND, "--set '%s': the workflow has no node '%s'", assignment, id);
+        sd_error_at(err, id, NULL, input);
+        free(lhs);
+        return SD_ERR_NOT_FOUND;
+    }
+    const sd_node_def *def = sd_registry_find(n->class_type);
+    const sd_input_def *idef = NULL;
+    if (def) {
+        int k = sd_node_input_index(def, input);
+        if (k < 0) {
+            char names[1024] = "";
+            size_t off = 0;
+            for (int i = 0; def->inputs && def->inputs[i].name && off < sizeof names; i++)
+                off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
+                                        def->inputs[i].name);
+            sd_error_set(err, SD_ERR_INVALID, "--set '%s': %s has no input '%s' (inputs: %s)",
+                         assignment, n->class_type, input, names);
+            sd_error_at(err, id, n->class_type, input);
+            free(lhs);
+            return SD_ERR_INVALID;
+        }
+        idef = &def->inputs[k];
+    }
+    /* A text input keeps the text as typed unless it is a quoted JSON string,
+     * so `--set 6.text=2024` sets the string "2024", not the number. */
+    int textual = idef && (strcmp(idef->type, SD_T_STRING) == 0 || strcmp(idef->type, SD_T_COMBO) == 0);
+    cJSON *j = NULL;
+    if (sd_json_parse(text, "--set", &j, NULL) == SD_OK && textual && !cJSON_IsString(j) &&
+        !is_link(j)) {
+        cJSON_Delete(j);
+        j = NULL;
+    }
+    if (j) {
+        rc = set_input_json(n, input, j, err);
+        cJSON_Delete(j);
+    } else {
+        sd_value *v = sd_value_string(text);
+        rc = v ? sd_graph_set_literal(n, input, v, err) : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    if (rc) sd_error_at(err, id, n->class_type, input);
+    free(lhs);
+    return rc;
+}

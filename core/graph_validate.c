@@ -1,0 +1,329 @@
+/* graph_validate.c - checks a graph against the registered node schemas and
+ * collects every problem at once, with ComfyUI's error type names:
+ *
+ *   invalid_prompt            unknown class_type
+ *   required_input_missing    a required input is absent
+ *   bad_linked_input          link to a missing node or output index
+ *   return_type_mismatch      linked output type not accepted by the input
+ *   invalid_input_type        literal of the wrong kind (or a literal where a
+ *                             link is needed)
+ *   value_smaller_than_min / value_bigger_than_max
+ *   value_not_in_list         combo value not among the options
+ *   dependency_cycle          the links form a cycle
+ *   prompt_no_outputs         no output node
+ *
+ * Literal inputs with a default (INT/FLOAT/BOOLEAN always, STRING/COMBO when
+ * def_str is set) may be absent: the executor fills the default, as
+ * ComfyUI's frontend always sends widget values. Unknown extra inputs are
+ * ignored, as ComfyUI does. */
+#include "graph.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "node.h"
+
+static char *dup0(const char *s) { return s ? strdup(s) : NULL; }
+
+static void add_problem(sd_graph_problems *p, const sd_graph_node *n, const char *input,
+                        const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void add_problem(sd_graph_problems *p, const sd_graph_node *n, const char *input,
+                        const char *kind, const char *fmt, ...) {
+    sd_graph_problem *items = realloc(p->items, (p->n + 1) * sizeof *items);
+    if (!items) return; /* out of memory: the problems found so far still fail the run */
+    p->items = items;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sd_graph_problem *q = &p->items[p->n++];
+    q->node_id = dup0(n ? n->id : NULL);
+    q->class_type = dup0(n ? n->class_type : NULL);
+    q->input = dup0(input);
+    q->kind = dup0(kind);
+    q->message = dup0(msg);
+}
+
+void sd_graph_problems_free(sd_graph_problems *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->items[i].node_id);
+        free(p->items[i].class_type);
+        free(p->items[i].input);
+        free(p->items[i].kind);
+        free(p->items[i].message);
+    }
+    free(p->items);
+    p->items = NULL;
+    p->n = 0;
+}
+
+/* ComfyUI accepts a link when the types are equal, when either side is "*",
+ * or when every received type of a comma-separated union is accepted. */
+static int type_in_list(const char *t, size_t tlen, const char *list) {
+    const char *p = list;
+    while (*p) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == tlen && strncmp(p, t, len) == 0) return 1;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
+static int type_accepts(const char *input_type, const char *received) {
+    if (strcmp(input_type, "*") == 0 || strcmp(received, "*") == 0) return 1;
+    if (strcmp(input_type, received) == 0) return 1;
+    const char *p = received;
+    while (*p) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (!type_in_list(p, len, input_type)) return 0;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 1;
+}
+
+static void describe_value(const sd_value *v, char *buf, size_t n) {
+    switch (sd_value_kind_of(v)) {
+    case SD_VAL_INT: snprintf(buf, n, "%lld", (long long)sd_value_as_int(v)); break;
+    case SD_VAL_FLOAT: snprintf(buf, n, "%g", sd_value_as_float(v)); break;
+    case SD_VAL_BOOL: snprintf(buf, n, "%s", sd_value_as_bool(v) ? "true" : "false"); break;
+    case SD_VAL_STRING: snprintf(buf, n, "'%s'", sd_value_as_string(v)); break;
+    default: snprintf(buf, n, "a %s", sd_value_kind_name(sd_value_kind_of(v))); break;
+    }
+}
+
+static int is_integral(const sd_value *v) {
+    if (sd_value_kind_of(v) == SD_VAL_INT) return 1;
+    if (sd_value_kind_of(v) != SD_VAL_FLOAT) return 0;
+    double d = sd_value_as_float(v);
+    return isfinite(d) && d == floor(d) && fabs(d) < 9.2e18;
+}
+
+static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
+                        const sd_value *v, const sd_env *env) {
+    const char *s = sd_value_as_string(v);
+    if (!s) {
+        char got[256];
+        describe_value(v, got, sizeof got);
+        add_problem(p, n, d->name, "invalid_input_type", "expects one of a list of strings, got %s", got);
+        return;
+    }
+    sd_value *dyn = NULL;
+    char fn_error[512] = "";
+    if (!d->options && d->options_fn) {
+        sd_error e;
+        sd_error_clear(&e);
+        if (d->options_fn(env, &dyn, &e) != SD_OK) {
+            snprintf(fn_error, sizeof fn_error, " (could not list the options: %s)", e.msg);
+            dyn = NULL;
+        }
+    }
+    size_t count = 0;
+    int found = 0;
+    if (d->options) {
+        for (; d->options[count]; count++)
+            if (strcmp(d->options[count], s) == 0) found = 1;
+    } else if (dyn) {
+        count = sd_value_list_len(dyn);
+        for (size_t i = 0; i < count; i++) {
+            const char *o = sd_value_as_string(sd_value_list_get(dyn, i));
+            if (o && strcmp(o, s) == 0) found = 1;
+        }
+    } else if (!d->options_fn) {
+        return; /* a COMBO without a list accepts any string */
+    }
+    if (!found) {
+        /* ComfyUI summarizes long lists; so do we. */
+        char list[1024] = "";
+        size_t off = 0;
+        if (count > 20 || count == 0) {
+            snprintf(list, sizeof list, "list of length %zu", count);
+        } else {
+            for (size_t i = 0; i < count && off < sizeof list; i++) {
+                const char *o = d->options ? d->options[i] : sd_value_as_string(sd_value_list_get(dyn, i));
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s'%s'", i ? ", " : "", o ? o : "?");
+            }
+        }
+        add_problem(p, n, d->name, "value_not_in_list", "value '%s' not in list [%s]%s", s, list, fn_error);
+    }
+    sd_value_unref(dyn);
+}
+
+static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
+                          const sd_value *v, const sd_env *env) {
+    char got[256];
+    describe_value(v, got, sizeof got);
+    sd_value_kind k = sd_value_kind_of(v);
+    const char *t = d->type;
+    if (!sd_type_is_literal(t)) {
+        add_problem(p, n, d->name, "invalid_input_type",
+                    "expects a link to a %s output, got the literal %s", t, got);
+        return;
+    }
+    if (strcmp(t, SD_T_COMBO) == 0) { check_combo(p, n, d, v, env); return; }
+    if (strcmp(t, SD_T_STRING) == 0) {
+        if (k != SD_VAL_STRING) add_problem(p, n, d->name, "invalid_input_type", "expects a STRING, got %s", got);
+        return;
+    }
+    if (strcmp(t, SD_T_BOOLEAN) == 0) {
+        if (k != SD_VAL_BOOL) add_problem(p, n, d->name, "invalid_input_type", "expects a BOOLEAN, got %s", got);
+        return;
+    }
+    int is_int = strcmp(t, SD_T_INT) == 0;
+    if (is_int ? !is_integral(v) : (k != SD_VAL_INT && k != SD_VAL_FLOAT)) {
+        add_problem(p, n, d->name, "invalid_input_type", "expects %s, got %s",
+                    is_int ? "an INT" : "a FLOAT", got);
+        return;
+    }
+    if (!d->has_range) return;
+    double x = sd_value_as_float(v);
+    if (x < d->min)
+        add_problem(p, n, d->name, "value_smaller_than_min", "value %s smaller than min of %g", got, d->min);
+    else if (x > d->max)
+        add_problem(p, n, d->name, "value_bigger_than_max", "value %s bigger than max of %g", got, d->max);
+}
+
+static int literal_has_default(const sd_input_def *d) {
+    if (strcmp(d->type, SD_T_INT) == 0 || strcmp(d->type, SD_T_FLOAT) == 0 ||
+        strcmp(d->type, SD_T_BOOLEAN) == 0)
+        return 1;
+    return (strcmp(d->type, SD_T_STRING) == 0 || strcmp(d->type, SD_T_COMBO) == 0) && d->def_str;
+}
+
+static void check_node(sd_graph_problems *p, const sd_graph *g, const sd_graph_node *n,
+                       const sd_node_def *def, const sd_env *env) {
+    for (int i = 0; def->inputs && def->inputs[i].name; i++) {
+        const sd_input_def *d = &def->inputs[i];
+        const sd_graph_input *in = sd_graph_node_input(n, d->name);
+        if (!in) {
+            int literal = sd_type_is_literal(d->type);
+            if (!d->optional && !(literal && literal_has_default(d)))
+                add_problem(p, n, d->name, "required_input_missing", "required input is missing (%s)", d->type);
+            continue;
+        }
+        if (!in->is_link) { check_literal(p, n, d, in->literal, env); continue; }
+        const sd_graph_node *src = sd_graph_find(g, in->src_id);
+        if (!src) {
+            add_problem(p, n, d->name, "bad_linked_input", "links to node '%s', which does not exist", in->src_id);
+            continue;
+        }
+        const sd_node_def *sdef = sd_registry_find(src->class_type);
+        if (!sdef) continue; /* reported on the source node itself */
+        int n_out = sd_node_output_count(sdef);
+        if (in->src_index < 0 || in->src_index >= n_out) {
+            add_problem(p, n, d->name, "bad_linked_input",
+                        "links to output %d of node '%s' (%s), which has %d output%s", in->src_index,
+                        src->id, src->class_type, n_out, n_out == 1 ? "" : "s");
+            continue;
+        }
+        const char *received = sdef->outputs[in->src_index].type;
+        if (!type_accepts(d->type, received))
+            add_problem(p, n, d->name, "return_type_mismatch",
+                        "received_type(%s) mismatch input_type(%s) from node '%s' (%s) output %d",
+                        received, d->type, src->id, src->class_type, in->src_index);
+    }
+}
+
+/* ---- cycles ------------------------------------------------------------------ */
+
+typedef struct {
+    const sd_graph *g;
+    int *state; /* 0 new, 1 on the DFS stack, 2 done */
+    size_t *stack;
+    size_t depth;
+    sd_graph_problems *p;
+} cycle_walk;
+
+static size_t index_of(const sd_graph *g, const char *id) {
+    for (size_t i = 0; i < sd_graph_count(g); i++)
+        if (strcmp(sd_graph_at(g, i)->id, id) == 0) return i;
+    return (size_t)-1;
+}
+
+static void report_cycle(cycle_walk *w, size_t from, size_t to_pos, const char *input) {
+    char path[1024] = "";
+    size_t off = 0;
+    for (size_t k = to_pos; k < w->depth && off < sizeof path; k++) {
+        const sd_graph_node *c = sd_graph_at(w->g, w->stack[k]);
+        off += (size_t)snprintf(path + off, sizeof path - off, "%s (%s) -> ", c->id, c->class_type);
+    }
+    if (off < sizeof path)
+        snprintf(path + off, sizeof path - off, "%s", sd_graph_at(w->g, w->stack[to_pos])->id);
+    add_problem(w->p, sd_graph_at(w->g, from), input, "dependency_cycle",
+                "dependency cycle through nodes %s", path);
+}
+
+/* Edges go from a node to the nodes its inputs link to. */
+static void dfs(cycle_walk *w, size_t i) {
+    w->state[i] = 1;
+    w->stack[w->depth++] = i;
+    const sd_graph_node *n = sd_graph_at(w->g, i);
+    for (size_t k = 0; k < n->n_inputs; k++) {
+        if (!n->inputs[k].is_link) continue;
+        size_t j = index_of(w->g, n->inputs[k].src_id);
+        if (j == (size_t)-1) continue;
+        if (w->state[j] == 1) {
+            size_t pos = 0;
+            while (w->stack[pos] != j) pos++;
+            report_cycle(w, i, pos, n->inputs[k].name);
+        } else if (w->state[j] == 0) {
+            dfs(w, j);
+        }
+    }
+    w->depth--;
+    w->state[i] = 2;
+}
+
+/* ---- entry point ------------------------------------------------------------- */
+
+sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
+                            sd_graph_problems *problems, sd_error *err) {
+    sd_graph_problems local = {0};
+    sd_graph_problems *p = problems ? problems : &local;
+    p->items = NULL;
+    p->n = 0;
+    size_t count = sd_graph_count(g);
+    int outputs = 0;
+    for (size_t i = 0; i < count; i++) {
+        const sd_graph_node *n = sd_graph_at(g, i);
+        const sd_node_def *def = sd_registry_find(n->class_type);
+        if (!def) {
+            add_problem(p, n, NULL, "invalid_prompt",
+                        "Cannot execute because node %s does not exist (unknown class_type)", n->class_type);
+            continue;
+        }
+        if (def->flags & SD_NODE_OUTPUT) outputs++;
+        check_node(p, g, n, def, env);
+    }
+    if (count) {
+        cycle_walk w = {g, calloc(count, sizeof(int)), calloc(count, sizeof(size_t)), 0, p};
+        if (w.state && w.stack)
+            for (size_t i = 0; i < count; i++)
+                if (!w.state[i]) dfs(&w, i);
+        free(w.state);
+        free(w.stack);
+    }
+    if (!outputs)
+        add_problem(p, NULL, NULL, "prompt_no_outputs",
+                    "Prompt has no outputs (the workflow needs at least one output node such as SaveImage)");
+    if (!p->n) return SD_OK;
+    const sd_graph_problem *first = &p->items[0];
+    sd_error_clear(err);
+    if (p->n == 1)
+        sd_error_set(err, SD_ERR_VALIDATION, "%s: %s", first->kind, first->message);
+    else
+        sd_error_set(err, SD_ERR_VALIDATION, "%s: %s (and %zu more problem%s)", first->kind,
+                     first->message, p->n - 1, p->n == 2 ? "" : "s");
+    sd_error_at(err, first->node_id, first->class_type, first->input);
+    if (p == &local) sd_graph_problems_free(&local);
+    return SD_ERR_VALIDATION;
+}
