@@ -1,0 +1,580 @@
+/* executor.c - runs what the output nodes of a graph need, once each.
+ *
+ * A run has four phases, all before or around node functions:
+ *   1. validate (nothing runs on a bad graph);
+ *   2. plan: the ancestors of output nodes, in a stable topological order
+ *      (insertion order breaks ties), their literal inputs with defaults
+ *      filled and coerced, and their keys (cache_key.h), bottom-up;
+ *   3. decide top-down, consumers before producers: a node needed by an
+ *      output or by a node that must execute is looked up in the memo, then
+ *      the persistent cache; only a miss makes its sources needed, so a loader
+ *      whose consumers all hit is never visited;
+ *   4. execute the misses in order, re-checking the memo first (a duplicated
+ *      branch then runs once), storing complete results only.
+ * Nodes that are NOT_IDEMPOTENT, and everything downstream of one, are
+ * "volatile": never looked up, never stored.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include "cache_key.h"
+#include "env.h"
+#include "executor_internal.h"
+
+/* ---- the in-process memo: key -> entry, open addressing ------------------- */
+
+typedef struct memo_slot {
+    uint8_t key[SD_KEY_SIZE];
+    sd_value *entry; /* NULL = empty slot */
+} memo_slot;
+
+typedef struct file_memo {
+    char *path;
+    int64_t size, mtime;
+    uint8_t hash[SD_KEY_SIZE];
+} file_memo;
+
+struct sd_exec {
+    memo_slot *slots;
+    size_t cap, count;
+    file_memo *files;
+    size_t n_files;
+};
+
+static size_t slot_of(const uint8_t *key, size_t cap) {
+    uint64_t h;
+    memcpy(&h, key, sizeof h); /* SHA-256 bytes are already uniform */
+    return (size_t)(h & (cap - 1));
+}
+
+static sd_value *memo_get(const sd_exec *ex, const uint8_t *key) {
+    if (!ex->cap) return NULL;
+    for (size_t i = slot_of(key, ex->cap);; i = (i + 1) & (ex->cap - 1)) {
+        if (!ex->slots[i].entry) return NULL;
+        if (memcmp(ex->slots[i].key, key, SD_KEY_SIZE) == 0) return ex->slots[i].entry;
+    }
+}
+
+static int memo_put(sd_exec *ex, const uint8_t *key, sd_value *entry) {
+    if ((ex->count + 1) * 2 > ex->cap) {
+        size_t cap = ex->cap ? ex->cap * 2 : 64;
+        memo_slot *slots = calloc(cap, sizeof *slots);
+        if (!slots) return -1;
+        for (size_t i = 0; i < ex->cap; i++) {
+            if (!ex->slots[i].entry) continue;
+            size_t j = slot_of(ex->slots[i].key, cap);
+            while (slots[j].entry) j = (j + 1) & (cap - 1);
+            slots[j] = ex->slots[i];
+        }
+        free(ex->slots);
+        ex->slots = slots;
+        ex->cap = cap;
+    }
+    size_t i = slot_of(key, ex->cap);
+    while (ex->slots[i].entry && memcmp(ex->slots[i].key, key, SD_KEY_SIZE) != 0)
+        i = (i + 1) & (ex->cap - 1);
+    if (ex->slots[i].entry) sd_value_unref(ex->slots[i].entry);
+    else ex->count++;
+    memcpy(ex->slots[i].key, key, SD_KEY_SIZE);
+    ex->slots[i].entry = sd_value_ref(entry);
+    return 0;
+}
+
+sd_exec *sd_exec_new(void) { return calloc(1, sizeof(sd_exec)); }
+
+void sd_exec_forget(sd_exec *ex) {
+    if (!ex) return;
+    for (size_t i = 0; i < ex->cap; i++) sd_value_unref(ex->slots[i].entry);
+    free(ex->slots);
+    ex->slots = NULL;
+    ex->cap = ex->count = 0;
+}
+
+void sd_exec_free(sd_exec *ex) {
+    if (!ex) return;
+    sd_exec_forget(ex);
+    for (size_t i = 0; i < ex->n_files; i++) free(ex->files[i].path);
+    free(ex->files);
+    free(ex);
+}
+
+/* File hashes are memoized in the sd_exec too, so a REPL without a
+ * persistent cache hashes a checkpoint once per change. */
+static sd_status file_hash(sd_exec *ex, const sd_cache_i *cache, const char *path,
+                           uint8_t out[SD_KEY_SIZE], sd_error *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) return sd_error_set(err, SD_ERR_NOT_FOUND, "cannot stat '%s'", path);
+    int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    for (size_t i = 0; i < ex->n_files; i++) {
+        file_memo *f = &ex->files[i];
+        if (strcmp(f->path, path) == 0 && f->size == (int64_t)st.st_size && f->mtime == mtime) {
+            memcpy(out, f->hash, SD_KEY_SIZE);
+            return SD_OK;
+        }
+    }
+    sd_status rc = sd_key_file_hash(cache, path, out, err);
+    if (rc) return rc;
+    file_memo *files = realloc(ex->files, (ex->n_files + 1) * sizeof *files);
+    if (files) {
+        ex->files = files;
+        file_memo *f = &files[ex->n_files];
+        if ((f->path = strdup(path))) {
+            f->size = (int64_t)st.st_size;
+            f->mtime = mtime;
+            memcpy(f->hash, out, SD_KEY_SIZE);
+            ex->n_files++;
+        }
+    }
+    return SD_OK;
+}
+
+/* ---- one run ------------------------------------------------------------------ */
+
+enum { PLAN_NONE = 0, PLAN_HIT, PLAN_RUN };
+
+typedef struct plan_node {
+    const sd_graph_node *gn;
+    const sd_node_def *def;
+    int n_in, n_out;
+    int *src;             /* per def input: node index of a link source, or -1 */
+    int *src_index;       /* per def input: output index of the link */
+    sd_value **lit;       /* per def input: prepared literal (own ref) or NULL */
+    int needed, is_output, is_volatile;
+    uint8_t key[SD_KEY_SIZE];
+    int decision;         /* PLAN_* */
+    sd_node_status hit_status;
+    sd_value *entry;      /* result: own ref */
+    int record;           /* index into the report, or -1 */
+} plan_node;
+
+typedef struct run {
+    sd_exec *ex;
+    const sd_graph *g;
+    const sd_exec_opts *opts;
+    const sd_env *env;
+    size_t n;
+    plan_node *nodes;
+    size_t *order;   /* topological order of needed nodes */
+    size_t n_order;
+    sd_exec_report *report;
+} run;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void logf_env(const sd_env *env, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void logf_env(const sd_env *env, int level, const char *fmt, ...) {
+    if (!env || !env->log) return;
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    env->log(env->log_user, level, buf);
+}
+
+static size_t node_index(const sd_graph *g, const char *id) {
+    for (size_t i = 0; i < sd_graph_count(g); i++)
+        if (strcmp(sd_graph_at(g, i)->id, id) == 0) return i;
+    return (size_t)-1;
+}
+
+/* Default or coerced literal for input d (NULL when absent without default). */
+static sd_value *prepare_literal(const sd_input_def *d, const sd_graph_input *in) {
+    const char *t = d->type;
+    if (in && !in->is_link) {
+        const sd_value *v = in->literal;
+        if (strcmp(t, SD_T_INT) == 0 && sd_value_kind_of(v) == SD_VAL_FLOAT)
+            return sd_value_int(sd_value_as_int(v));
+        if (strcmp(t, SD_T_FLOAT) == 0 && sd_value_kind_of(v) == SD_VAL_INT)
+            return sd_value_float(sd_value_as_float(v));
+        return sd_value_ref((sd_value *)v);
+    }
+    if (in) return NULL; /* a link */
+    if (strcmp(t, SD_T_INT) == 0) return sd_value_int((int64_t)llround(d->def));
+    if (strcmp(t, SD_T_FLOAT) == 0) return sd_value_float(d->def);
+    if (strcmp(t, SD_T_BOOLEAN) == 0) return sd_value_bool(d->def != 0);
+    if ((strcmp(t, SD_T_STRING) == 0 || strcmp(t, SD_T_COMBO) == 0) && d->def_str)
+        return sd_value_string(d->def_str);
+    return NULL;
+}
+
+static void mark_needed(run *r, size_t i) {
+    plan_node *p = &r->nodes[i];
+    if (p->needed) return;
+    p->needed = 1;
+    for (int k = 0; k < p->n_in; k++)
+        if (p->src[k] >= 0) mark_needed(r, (size_t)p->src[k]);
+}
+
+static sd_status plan_graph(run *r, sd_error *err) {
+    r->n = sd_graph_count(r->g);
+    r->nodes = calloc(r->n ? r->n : 1, sizeof *r->nodes);
+    r->order = calloc(r->n ? r->n : 1, sizeof *r->order);
+    if (!r->nodes || !r->order) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+    for (size_t i = 0; i < r->n; i++) {
+        plan_node *p = &r->nodes[i];
+        p->gn = sd_graph_at(r->g, i);
+        p->def = sd_registry_find(p->gn->class_type);
+        p->n_in = sd_node_input_count(p->def);
+        p->n_out = sd_node_output_count(p->def);
+        p->is_output = (p->def->flags & SD_NODE_OUTPUT) != 0;
+        p->record = -1;
+        size_t m = p->n_in ? (size_t)p->n_in : 1;
+        p->src = malloc(m * sizeof *p->src);
+        p->src_index = malloc(m * sizeof *p->src_index);
+        p->lit = calloc(m, sizeof *p->lit);
+        if (!p->src || !p->src_index || !p->lit)
+            return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+        for (int k = 0; k < p->n_in; k++) {
+            const sd_graph_input *in = sd_graph_node_input(p->gn, p->def->inputs[k].name);
+            p->src[k] = -1;
+            p->src_index[k] = 0;
+            if (in && in->is_link) {
+                p->src[k] = (int)node_index(r->g, in->src_id);
+                p->src_index[k] = in->src_index;
+            } else {
+                p->lit[k] = prepare_literal(&p->def->inputs[k], in);
+            }
+        }
+    }
+    for (size_t i = 0; i < r->n; i++)
+        if (r->nodes[i].is_output) mark_needed(r, i);
+    /* Kahn's algorithm over needed nodes; the smallest insertion index goes
+     * first so the order is stable. Graphs are small: O(n^2) is fine. */
+    int *placed = calloc(r->n ? r->n : 1, sizeof *placed);
+    if (!placed) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+    size_t n_needed = 0;
+    for (size_t i = 0; i < r->n; i++) n_needed += r->nodes[i].needed;
+    while (r->n_order < n_needed) {
+        size_t pick = (size_t)-1;
+        for (size_t i = 0; i < r->n && pick == (size_t)-1; i++) {
+            plan_node *p = &r->nodes[i];
+            if (!p->needed || placed[i]) continue;
+            int ready = 1;
+            for (int k = 0; k < p->n_in && ready; k++)
+                if (p->src[k] >= 0 && !placed[p->src[k]]) ready = 0;
+            if (ready) pick = i;
+        }
+        if (pick == (size_t)-1) { /* validation rejects cycles; be safe anyway */
+            free(placed);
+            return sd_error_set(err, SD_ERR_INTERNAL, "dependency cycle in a validated graph");
+        }
+        placed[pick] = 1;
+        r->order[r->n_order++] = pick;
+    }
+    free(placed);
+    return SD_OK;
+}
+
+static sd_status compute_keys(run *r, sd_error *err) {
+    const char *precision = r->env && r->env->precision ? r->env->precision : "f32";
+    for (size_t o = 0; o < r->n_order; o++) {
+        plan_node *p = &r->nodes[r->order[o]];
+        sd_key_input small[32];
+        sd_key_input *ins = p->n_in <= 32 ? small : calloc((size_t)p->n_in, sizeof *ins);
+        uint8_t (*hashes)[SD_KEY_SIZE] = calloc(p->n_in ? (size_t)p->n_in : 1, SD_KEY_SIZE);
+        if (!ins || !hashes) {
+            if (ins != small) free(ins);
+            free(hashes);
+            return sd_error_set(err, SD_ERR_NOMEM, "out of memory computing keys");
+        }
+        p->is_volatile = (p->def->flags & SD_NODE_NOT_IDEMPOTENT) != 0;
+        sd_status rc = SD_OK;
+        for (int k = 0; k < p->n_in && !rc; k++) {
+            const sd_input_def *d = &p->def->inputs[k];
+            sd_key_input *ki = &ins[k];
+            memset(ki, 0, sizeof *ki);
+            if (p->src[k] >= 0) {
+                plan_node *s = &r->nodes[p->src[k]];
+                ki->kind = SD_KEY_LINK;
+                ki->hash = s->key;
+                ki->src_index = p->src_index[k];
+                if (s->is_volatile) p->is_volatile = 1;
+            } else if (!p->lit[k]) {
+                ki->kind = SD_KEY_ABSENT;
+            } else if (d->file_folder && sd_value_as_string(p->lit[k])) {
+                char *path = NULL;
+                rc = sd_env_resolve(r->env, d->file_folder, sd_value_as_string(p->lit[k]), &path, err);
+                if (!rc) rc = file_hash(r->ex, r->opts->cache, path, hashes[k], err);
+                free(path);
+                if (rc) sd_error_at(err, p->gn->id, p->gn->class_type, d->name);
+                ki->kind = SD_KEY_FILE;
+                ki->hash = hashes[k];
+            } else {
+                ki->kind = SD_KEY_VALUE;
+                ki->value = p->lit[k];
+            }
+        }
+        if (!rc) {
+            const char *id = (p->def->flags & SD_NODE_NOT_IDEMPOTENT) ? p->gn->id : NULL;
+            sd_key_node(p->def, precision, id, ins, p->key);
+        }
+        if (ins != small) free(ins);
+        free(hashes);
+        if (rc) return rc;
+    }
+    return SD_OK;
+}
+
+/* An entry is usable when it has one value per output and, for a node that
+ * wrote files, those files are still there. */
+static int entry_usable(const plan_node *p, const sd_value *entry) {
+    const sd_value *outs = sd_value_dict_get(entry, "outputs");
+    if (sd_value_kind_of(outs) != SD_VAL_LIST || sd_value_list_len(outs) != (size_t)p->n_out) return 0;
+    for (int k = 0; k < p->n_out; k++)
+        if (!sd_value_list_get(outs, (size_t)k)) return 0;
+    return sd_exec_ui_files_exist(sd_value_dict_get(entry, "ui"));
+}
+
+static void mark_sources(run *r, plan_node *p, int *required) {
+    for (int k = 0; k < p->n_in; k++)
+        if (p->src[k] >= 0) required[p->src[k]] = 1;
+}
+
+/* Walks from consumers to producers; see the file comment. */
+static sd_status decide(run *r, sd_error *err) {
+    int *required = calloc(r->n ? r->n : 1, sizeof *required);
+    if (!required) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < r->n; i++) required[i] = r->nodes[i].needed && r->nodes[i].is_output;
+    const sd_cache_i *cache = r->opts->cache;
+    for (size_t o = r->n_order; o-- > 0;) {
+        size_t i = r->order[o];
+        plan_node *p = &r->nodes[i];
+        if (!required[i]) continue;
+        if (!p->is_volatile) {
+            sd_value *e = memo_get(r->ex, p->key);
+            if (e && entry_usable(p, e)) {
+                p->decision = PLAN_HIT;
+                p->hit_status = SD_NODE_MEMO;
+                p->entry = sd_value_ref(e);
+                continue;
+            }
+            if (cache && cache->get) {
+                sd_value *v = NULL;
+                sd_error cerr;
+                sd_error_clear(&cerr);
+                sd_status rc = cache->get(cache->self, p->key, &v, &cerr);
+                if (rc == SD_OK && v && entry_usable(p, v)) {
+                    p->decision = PLAN_HIT;
+                    p->hit_status = SD_NODE_CACHED;
+                    p->entry = v;
+                    continue;
+                }
+                if (rc != SD_OK && rc != SD_ERR_NOT_FOUND)
+                    logf_env(r->env, SD_LOG_WARN, "cache lookup for node %s (%s) failed, running it: %s",
+                             p->gn->id, p->gn->class_type, cerr.msg);
+                sd_value_unref(v);
+            }
+        }
+        p->decision = PLAN_RUN;
+        mark_sources(r, p, required);
+    }
+    free(required);
+    return SD_OK;
+}
+
+static sd_status add_records(run *r, sd_error *err) {
+    size_t n = 0;
+    for (size_t o = 0; o < r->n_order; o++) n += r->nodes[r->order[o]].decision != PLAN_NONE;
+    r->report->items = calloc(n ? n : 1, sizeof *r->report->items);
+    if (!r->report->items) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (size_t o = 0; o < r->n_order; o++) {
+        plan_node *p = &r->nodes[r->order[o]];
+        if (p->decision == PLAN_NONE) continue;
+        sd_exec_record *rec = &r->report->items[r->report->n];
+        rec->node_id = strdup(p->gn->id);
+        rec->class_type = strdup(p->def->class_type);
+        rec->status = SD_NODE_SKIPPED;
+        memcpy(rec->key, p->key, SD_KEY_SIZE);
+        if (!rec->node_id || !rec->class_type) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        p->record = (int)r->report->n++;
+    }
+    return SD_OK;
+}
+
+static void describe_outputs(plan_node *p, sd_exec_record *rec) {
+    const sd_value *outs = sd_value_dict_get(p->entry, "outputs");
+    rec->output_desc = calloc(p->n_out ? (size_t)p->n_out : 1, sizeof *rec->output_desc);
+    if (!rec->output_desc) return;
+    rec->n_outputs = (size_t)p->n_out;
+    for (int k = 0; k < p->n_out; k++)
+        rec->output_desc[k] = sd_exec_describe_output(p->def->outputs[k].type,
+                                                      sd_value_list_get(outs, (size_t)k));
+}
+
+static sd_value *make_entry(sd_value **out, int n_out, sd_value *ui) {
+    sd_value *entry = sd_value_dict(), *list = sd_value_list();
+    if (!entry || !list) { sd_value_unref(entry); sd_value_unref(list); return NULL; }
+    for (int k = 0; k < n_out; k++) {
+        if (sd_value_list_append(list, out[k])) { out[k] = NULL; sd_value_unref(list); sd_value_unref(entry); return NULL; }
+        out[k] = NULL; /* moved into the list */
+    }
+    if (sd_value_dict_set(entry, "outputs", list)) { sd_value_unref(entry); return NULL; }
+    if (ui && sd_value_dict_set(entry, "ui", sd_value_ref(ui))) { sd_value_unref(entry); return NULL; }
+    return entry;
+}
+
+/* Runs node p's function; on success p->entry holds the result. */
+static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_error *err) {
+    sd_value *small_in[32], *small_out[16];
+    size_t n_in = p->n_in ? (size_t)p->n_in : 1, n_out = p->n_out ? (size_t)p->n_out : 1;
+    sd_value **in = n_in <= 32 ? small_in : calloc(n_in, sizeof *in);
+    sd_value **out = n_out <= 16 ? small_out : calloc(n_out, sizeof *out);
+    if (!in || !out) {
+        if (in != small_in) free(in);
+        if (out != small_out) free(out);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    memset(in, 0, n_in * sizeof *in);
+    memset(out, 0, n_out * sizeof *out);
+    for (int k = 0; k < p->n_in; k++) {
+        if (p->src[k] >= 0) {
+            const sd_value *outs = sd_value_dict_get(r->nodes[p->src[k]].entry, "outputs");
+            in[k] = sd_value_list_get(outs, (size_t)p->src_index[k]);
+        } else {
+            in[k] = p->lit[k];
+        }
+    }
+    sd_node_ctx ctx = {
+        .env = r->env,
+        .node_id = p->gn->id,
+        .class_type = p->def->class_type,
+        .prompt_json = prompt_json,
+        .extra_pnginfo_json = r->opts->extra_pnginfo_json,
+        .interrupt = r->opts->interrupt,
+        .progress = r->opts->progress,
+        .progress_user = r->opts->progress_user,
+        .ui = NULL,
+    };
+    sd_error nerr;
+    sd_error_clear(&nerr);
+    sd_status rc = p->def->run(&ctx, in, out, &nerr);
+    if (rc == SD_OK) {
+        for (int k = 0; k < p->n_out; k++) {
+            if (out[k]) continue;
+            rc = sd_error_set(&nerr, SD_ERR_INTERNAL, "node returned no value for output %d (%s)", k,
+                              p->def->outputs[k].name);
+            break;
+        }
+    }
+    if (rc == SD_OK) {
+        p->entry = make_entry(out, p->n_out, ctx.ui);
+        if (!p->entry) rc = sd_error_set(&nerr, SD_ERR_NOMEM, "out of memory storing results");
+    }
+    for (int k = 0; k < p->n_out; k++) sd_value_unref(out[k]);
+    sd_value_unref(ctx.ui);
+    if (in != small_in) free(in);
+    if (out != small_out) free(out);
+    if (rc) {
+        if (!nerr.code) nerr.code = rc;
+        if (err) *err = nerr;
+        /* The node may have named its input; the executor adds id and class. */
+        sd_error_at(err, p->gn->id, p->def->class_type, NULL);
+    }
+    return rc;
+}
+
+static void store_result(run *r, plan_node *p) {
+    if (p->is_volatile) return;
+    if (memo_put(r->ex, p->key, p->entry))
+        logf_env(r->env, SD_LOG_WARN, "out of memory: node %s not kept in memory", p->gn->id);
+    const sd_cache_i *cache = r->opts->cache;
+    if (!cache || !cache->put || !sd_value_is_data(p->entry)) return;
+    sd_error cerr;
+    sd_error_clear(&cerr);
+    if (cache->put(cache->self, p->key, p->def->class_type, p->entry, &cerr) != SD_OK)
+        logf_env(r->env, SD_LOG_WARN, "could not cache the result of node %s (%s): %s", p->gn->id,
+                 p->def->class_type, cerr.msg);
+}
+
+static sd_status execute(run *r, sd_error *err) {
+    char *derived = NULL;
+    const char *prompt_json = r->opts->prompt_json;
+    if (!prompt_json) prompt_json = derived = sd_graph_to_json(r->g, 0);
+    sd_status rc = SD_OK;
+    for (size_t o = 0; o < r->n_order && !rc; o++) {
+        plan_node *p = &r->nodes[r->order[o]];
+        if (p->decision == PLAN_NONE) continue;
+        sd_exec_record *rec = &r->report->items[p->record];
+        if (r->opts->interrupt && *r->opts->interrupt) {
+            rc = sd_error_set(err, SD_ERR_CANCELLED, "interrupted before node %s (%s)", p->gn->id,
+                              p->def->class_type);
+            break;
+        }
+        if (p->decision == PLAN_RUN && !p->is_volatile) {
+            /* An identical node earlier in this run (a duplicated branch). */
+            sd_value *e = memo_get(r->ex, p->key);
+            if (e && entry_usable(p, e)) {
+                p->decision = PLAN_HIT;
+                p->hit_status = SD_NODE_MEMO;
+                p->entry = sd_value_ref(e);
+            }
+        }
+        if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 0);
+        double t0 = now_s();
+        if (p->decision == PLAN_HIT) {
+            rec->status = p->hit_status;
+            r->report->n_cached++;
+        } else {
+            rc = run_node(r, p, prompt_json, err);
+            rec->seconds = now_s() - t0;
+            if (rc) {
+                rec->status = SD_NODE_FAILED;
+                if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
+                break;
+            }
+            rec->status = SD_NODE_EXECUTED;
+            r->report->n_executed++;
+            store_result(r, p);
+        }
+        describe_outputs(p, rec);
+        if (r->opts->dump_dir) rc = sd_exec_dump_node(r->opts->dump_dir, p->gn->id, p->def, p->entry, err);
+        if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
+    }
+    free(derived);
+    return rc;
+}
+
+static void run_free(run *r) {
+    for (size_t i = 0; r->nodes && i < r->n; i++) {
+        plan_node *p = &r->nodes[i];
+        for (int k = 0; p->lit && k < p->n_in; k++) sd_value_unref(p->lit[k]);
+        free(p->lit);
+        free(p->src);
+        free(p->src_index);
+        sd_value_unref(p->entry);
+    }
+    free(r->nodes);
+    free(r->order);
+}
+
+sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
+                      sd_exec_report *report, sd_graph_problems *problems,
+                      sd_error *err) {
+    sd_exec_opts none = {0};
+    if (!opts) opts = &none;
+    memset(report, 0, sizeof *report);
+    double t0 = now_s();
+    sd_graph_problems local = {0};
+    sd_status rc = sd_graph_validate(g, opts->env, problems ? problems : &local, err);
+    sd_graph_problems_free(&local);
+    if (rc) return rc;
+    run r = {.ex = ex, .g = g, .opts = opts, .env = opts->env, .report = report};
+    rc = plan_graph(&r, err);
+    if (!rc) rc = compute_keys(&r, err);
+    if (!rc) rc = decide(&r, err);
+    if (!rc) rc = add_records(&r, err);
+    if (!rc) rc = execute(&r, err);
+    run_free(&r);
+    report->seconds = now_s() - t0;
+    return rc;
+}
