@@ -40,8 +40,10 @@ typedef struct sd_unet_config {
     int num_levels;
     int channel_mult[SD_UNET_MAX_LEVELS];
     int num_res_blocks[SD_UNET_MAX_LEVELS];
-    /* Transformer depth after each input res block, in order (ComfyUI's
-     * transformer_depth list), and after each output res block. */
+    /* Transformer depth after each input res block, in block order (ComfyUI's
+     * transformer_depth), and after each output res block in ComfyUI's
+     * transformer_depth_output order, which it pops from the end: entry i
+     * belongs to output block n_output_blocks - 1 - i. */
     int n_input_res;
     int transformer_depth[SD_UNET_MAX_BLOCKS];
     int n_output_blocks;

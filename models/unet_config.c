@@ -178,6 +178,11 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
         c->transformer_depth_output[i] = depth;
     }
     c->n_output_blocks = i;
+    for (int a = 0, b = i - 1; a < b; a++, b--) { /* to ComfyUI's (popped) order */
+        int t = c->transformer_depth_output[a];
+        c->transformer_depth_output[a] = c->transformer_depth_output[b];
+        c->transformer_depth_output[b] = t;
+    }
     if (c->n_output_blocks != expect || n_input_blocks != expect)
         return sd_error_set(err, SD_ERR_FORMAT,
                             "%s: UNet has %d input and %d output blocks, the detected levels "

@@ -262,7 +262,7 @@ static void build(loader *ld, sd_unet *u) {
             snprintf(base, sizeof base, "output_blocks.%d.0", u->n_out);
             add_layer(b, UL_RES)->res = load_res(ld, base, ch + skip, out, ted);
             ch = out;
-            int depth = c->transformer_depth_output[u->n_out];
+            int depth = c->transformer_depth_output[c->n_output_blocks - 1 - u->n_out];
             if (depth > 0) {
                 snprintf(base, sizeof base, "output_blocks.%d.1", u->n_out);
                 add_layer(b, UL_ST)->st = load_st(ld, base, ch, depth, c);
