@@ -1,0 +1,92 @@
+/* model_sampling.h - ComfyUI ModelSamplingDiscrete (SD1.x / SDXL) in C.
+ *
+ * The discrete 1000-step DDPM schedule seen as a Karras-style sigma
+ * parameterization, with ComfyUI's exact float64/float32 choices:
+ *   betas          = linspace(sqrt(0.00085), sqrt(0.012), 1000, float64)^2
+ *                    (ComfyUI calls it "linear", diffusers "scaled_linear")
+ *   alphas_cumprod = cumprod(1 - betas)                    (float64)
+ *   sigmas         = float32(sqrt((1 - ac) / ac))
+ *   log_sigmas     = float32(log(float64 sigmas))          (not log of float32)
+ *   sigma_min = sigmas[0], sigma_max = sigmas[999].
+ * Plus the prediction-type specific parts ComfyUI's EPS / V_PREDICTION
+ * classes add: calculate_input, calculate_denoised, noise_scaling and
+ * inverse_noise_scaling, all in float32 with torch's operation order (each
+ * torch op rounds; nothing fused).
+ *
+ * The struct is plain data (about 24 KiB); initialise it in place, no free.
+ */
+#ifndef SD_MODEL_SAMPLING_H
+#define SD_MODEL_SAMPLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SD_MS_TIMESTEPS 1000
+
+/* Latent scale factors (comfy.latent_formats): the sampler works on
+ * vae_latent * scale; the KSampler output LATENT is sample / scale. */
+#define SD_LATENT_SCALE_SD1 0.18215f
+#define SD_LATENT_SCALE_SDXL 0.13025f
+
+typedef enum sd_prediction {
+    SD_PRED_EPS = 0, /* model predicts the noise (SD1.x, SDXL) */
+    SD_PRED_V = 1    /* v-prediction (SD2.x 768-v) */
+} sd_prediction;
+
+typedef struct sd_model_sampling {
+    sd_prediction prediction;
+    float sigma_data;                    /* 1.0 for the discrete models */
+    double betas[SD_MS_TIMESTEPS];       /* float64, as ComfyUI builds them */
+    double alphas_cumprod[SD_MS_TIMESTEPS];
+    float sigmas[SD_MS_TIMESTEPS];       /* ascending: sigmas[0] is the smallest */
+    float log_sigmas[SD_MS_TIMESTEPS];
+    float sigma_min, sigma_max;
+} sd_model_sampling;
+
+/* SD1.x / SDXL defaults: betas 0.00085 -> 0.012 ("linear" in ComfyUI). */
+void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction);
+/* Same with other linear_start / linear_end (sqrt-spaced betas). */
+void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
+                                   double linear_start, double linear_end);
+
+/* ComfyUI timestep(sigma): index of the nearest log_sigma to logf(sigma)
+ * (float32 math, first index on ties); returned as a float because that is
+ * what the UNet is fed (BaseModel.apply_model uses t.float()). */
+float sd_ms_timestep(const sd_model_sampling *ms, float sigma);
+int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma);
+
+/* ComfyUI sigma(t): t clamped to [0, 999], log-linear interpolation between
+ * log_sigmas[floor t] and log_sigmas[ceil t], exp, float32. */
+float sd_ms_sigma(const sd_model_sampling *ms, float t);
+
+/* ComfyUI percent_to_sigma: p <= 0 -> 999999999.9, p >= 1 -> 0, else
+ * sigma((1 - p) * 999) (the product in double, then float32 as torch.tensor). */
+double sd_ms_percent_to_sigma(const sd_model_sampling *ms, double percent);
+
+/* KSAMPLER.max_denoise: whether the first sigma is (close to) sigma_max, in
+ * which case the start latent is noise * sqrt(1 + sigma^2) (txt2img). */
+int sd_ms_is_max_denoise(const sd_model_sampling *ms, float sigma0);
+
+/* out[i] = x[i] / sqrt(sigma^2 + sigma_data^2)  (the UNet input). out may be x. */
+void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
+                           const float *x, float *out, size_t n);
+
+/* Denoised estimate from the model output at `sigma`:
+ *   eps: x - out * sigma
+ *   v:   x * sd^2 / (sigma^2 + sd^2) - out * sigma * sd / sqrt(sigma^2 + sd^2)
+ * `denoised` may alias x or model_out. */
+void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
+                              const float *model_out, const float *x,
+                              float *denoised, size_t n);
+
+/* Start latent: noise * (max_denoise ? sqrt(1 + sigma^2) : sigma) + latent.
+ * latent may be NULL (all zeros). out may alias noise or latent. */
+void sd_ms_noise_scaling(const sd_model_sampling *ms, float sigma, const float *noise,
+                         const float *latent, int max_denoise, float *out, size_t n);
+
+/* The final latent from the sampler's last x. Identity for eps and v
+ * (kept as a call so model types that change it have one place). */
+void sd_ms_inverse_noise_scaling(const sd_model_sampling *ms, float sigma,
+                                 const float *x, float *out, size_t n);
+
+#endif

@@ -1,0 +1,368 @@
+/* test_golden_schedules.c - ModelSamplingDiscrete and every scheduler
+ * against ComfyUI's own numbers.
+ *
+ * Two sources, both iterated from their manifests (no case names here):
+ *  1. manifest_math.json "schedules": model tables (betas, alphas_cumprod,
+ *     sigmas, log_sigmas, sigma_min/max), timestep / sigma(t) /
+ *     percent_to_sigma probes, every "cases" schedule, every "ksampler_cases"
+ *     entry (denoise + discard-penultimate rules) and the non-finite cases;
+ *     tolerances from its "tolerance" block (default rtol 2e-6 atol 1e-7,
+ *     model tables rtol 1e-7, timesteps exact).
+ *  2. manifest.json cases of component "sampling": every tensor listed, with
+ *     its per-tensor tolerance.
+ * The worst error of each family is printed.
+ */
+#include "testutil.h"
+#include "core/safetensors.h"
+#include "models/model_sampling.h"
+#include "models/schedules.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct family {
+    const char *name;
+    int checked;
+    double worst_abs, worst_rel;
+} family;
+
+static void fam_print(const family *f)
+{
+    printf("%-26s %4d tensors, worst abs err %.3g, worst rel err %.3g\n", f->name,
+           f->checked, f->worst_abs, f->worst_rel);
+}
+
+/* |got - exp| <= atol + rtol*|exp| elementwise; NaN must match NaN. */
+static void cmp(family *fam, const char *what, const float *got, int n_got,
+                const float *exp, int n_exp, double atol, double rtol)
+{
+    fam->checked++;
+    CHECK_MSG(n_got == n_exp, "%s: length %d, expected %d", what, n_got, n_exp);
+    int n = n_got < n_exp ? n_got : n_exp, bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(exp[i]) || isnan(got[i])) {
+            if (isnan(exp[i]) != isnan(got[i]) && bad++ < 3)
+                fprintf(stderr, "%s[%d]: got %.9g expected %.9g\n", what, i, got[i], exp[i]);
+            continue;
+        }
+        double d = fabs((double)got[i] - (double)exp[i]);
+        double rel = exp[i] != 0 ? d / fabs((double)exp[i]) : d;
+        if (d > fam->worst_abs) fam->worst_abs = d;
+        if (rel > fam->worst_rel) fam->worst_rel = rel;
+        if (d > atol + rtol * fabs((double)exp[i]) && bad++ < 3)
+            fprintf(stderr, "%s[%d]: got %.9g expected %.9g\n", what, i, got[i], exp[i]);
+    }
+    CHECK_MSG(bad == 0, "%s: %d values out of tolerance", what, bad);
+}
+
+/* Parses "rtol 2e-6, atol 1e-7" style strings from the manifest. */
+static void parse_tol(const cJSON *s, double *atol, double *rtol)
+{
+    if (!cJSON_IsString(s))
+        return;
+    const char *p = strstr(s->valuestring, "rtol");
+    if (p) *rtol = atof(p + 4);
+    p = strstr(s->valuestring, "atol");
+    if (p) *atol = atof(p + 4);
+}
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double jnum(const cJSON *o, const char *k, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* Stored tensor as float/double arrays (converted copies). */
+static sd_tensor *get_f32(sd_st_file *f, const char *name)
+{
+    sd_error err;
+    sd_tensor *t = sd_st_tensor_f32(f, name, &err);
+    CHECK_MSG(t != NULL, "%s: %s", name, err.msg);
+    return t;
+}
+
+static const double *get_f64(sd_st_file *f, const char *name, int64_t *n)
+{
+    sd_error err;
+    sd_tensor *t = sd_st_tensor(f, name, &err);
+    CHECK_MSG(t && t->dtype == SD_F64, "%s: missing or not F64", name);
+    if (!t || t->dtype != SD_F64) {
+        sd_tensor_unref(t);
+        return NULL;
+    }
+    *n = sd_tensor_numel(t);
+    const double *p = t->data;
+    sd_tensor_unref(t); /* the file stays open, so the bytes stay mapped */
+    return p;
+}
+
+/* ---- manifest_math.json "schedules" ----------------------------------------- */
+
+static void run_math(const cJSON *sched, sd_st_file *f, const sd_model_sampling *ms)
+{
+    double atol = 1e-7, rtol = 2e-6, m_atol = 0, m_rtol = 1e-7;
+    const cJSON *tol = cJSON_GetObjectItemCaseSensitive(sched, "tolerance");
+    parse_tol(cJSON_GetObjectItemCaseSensitive(tol, "default"), &atol, &rtol);
+    parse_tol(cJSON_GetObjectItemCaseSensitive(tol, "model_sigmas"), &m_atol, &m_rtol);
+
+    /* Model tables. */
+    family fm = {"model tables"};
+    sd_tensor *t = get_f32(f, "model/sigmas");
+    if (t) cmp(&fm, "model/sigmas", ms->sigmas, SD_MS_TIMESTEPS, sd_tensor_f32(t),
+               (int)sd_tensor_numel(t), m_atol, m_rtol);
+    sd_tensor_unref(t);
+    t = get_f32(f, "model/log_sigmas");
+    if (t) cmp(&fm, "model/log_sigmas", ms->log_sigmas, SD_MS_TIMESTEPS, sd_tensor_f32(t),
+               (int)sd_tensor_numel(t), m_atol, m_rtol);
+    sd_tensor_unref(t);
+    t = get_f32(f, "model/sigma_min");
+    if (t) cmp(&fm, "model/sigma_min", &ms->sigma_min, 1, sd_tensor_f32(t), 1, m_atol, m_rtol);
+    sd_tensor_unref(t);
+    t = get_f32(f, "model/sigma_max");
+    if (t) cmp(&fm, "model/sigma_max", &ms->sigma_max, 1, sd_tensor_f32(t), 1, m_atol, m_rtol);
+    sd_tensor_unref(t);
+    int64_t n = 0;
+    const double *b = get_f64(f, "model/betas_f64", &n);
+    int exact_b = 0, exact_ac = 0;
+    for (int64_t i = 0; b && i < n && i < SD_MS_TIMESTEPS; i++) {
+        exact_b += ms->betas[i] == b[i];
+        CHECK_MSG(fabs(ms->betas[i] - b[i]) <= 1e-15 * b[i], "betas[%ld]", (long)i);
+    }
+    const double *ac = get_f64(f, "model/alphas_cumprod_f64", &n);
+    for (int64_t i = 0; ac && i < n && i < SD_MS_TIMESTEPS; i++) {
+        exact_ac += ms->alphas_cumprod[i] == ac[i];
+        CHECK_MSG(fabs(ms->alphas_cumprod[i] - ac[i]) <= 1e-14 * ac[i], "alphas_cumprod[%ld]", (long)i);
+    }
+    printf("float64 betas bit-exact %d/1000, alphas_cumprod bit-exact %d/1000\n", exact_b, exact_ac);
+    fam_print(&fm);
+
+    /* Probes: timestep(sigma) exact, sigma(t), percent_to_sigma. */
+    family fp = {"timestep/sigma(t)/percent"};
+    sd_error err;
+    sd_tensor *sin = get_f32(f, "timestep/sigma_in");
+    sd_tensor *tout = sd_st_tensor(f, "timestep/t_out", &err);
+    CHECK(tout && tout->dtype == SD_I64);
+    if (sin && tout && tout->dtype == SD_I64) {
+        const int64_t *tv = tout->data;
+        for (int64_t i = 0; i < sd_tensor_numel(sin); i++) {
+            int got = sd_ms_timestep_index(ms, sd_tensor_f32(sin)[i]);
+            CHECK_MSG(got == tv[i], "timestep(%.9g) = %d, expected %ld",
+                      sd_tensor_f32(sin)[i], got, (long)tv[i]);
+        }
+        fp.checked++;
+    }
+    sd_tensor_unref(sin);
+    sd_tensor_unref(tout);
+    sd_tensor *tin = get_f32(f, "sigma_of_t/t_in");
+    sd_tensor *sout = get_f32(f, "sigma_of_t/sigma_out");
+    if (tin && sout) {
+        int m = (int)sd_tensor_numel(tin);
+        float *got = malloc((size_t)m * sizeof *got);
+        for (int i = 0; i < m; i++)
+            got[i] = sd_ms_sigma(ms, sd_tensor_f32(tin)[i]);
+        cmp(&fp, "sigma_of_t", got, m, sd_tensor_f32(sout), (int)sd_tensor_numel(sout), atol, rtol);
+        free(got);
+    }
+    sd_tensor_unref(tin);
+    sd_tensor_unref(sout);
+    int64_t np = 0, ns = 0;
+    const double *pin = get_f64(f, "percent_to_sigma/percent_in_f64", &np);
+    const double *pout = get_f64(f, "percent_to_sigma/sigma_out_f64", &ns);
+    if (pin && pout && np == ns) {
+        float *got = malloc((size_t)np * sizeof *got), *exp = malloc((size_t)np * sizeof *exp);
+        for (int64_t i = 0; i < np; i++) {
+            got[i] = (float)sd_ms_percent_to_sigma(ms, pin[i]);
+            exp[i] = (float)pout[i];
+        }
+        cmp(&fp, "percent_to_sigma", got, (int)np, exp, (int)np, atol, rtol);
+        free(got);
+        free(exp);
+    }
+    fam_print(&fp);
+
+    /* Plain schedules. */
+    family fs = {"calculate_sigmas"};
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(sched, "cases")) {
+        const char *id = jstr(c, "id"), *name = jstr(c, "scheduler");
+        int steps = (int)jnum(c, "steps", 0), len = (int)jnum(c, "length", -1);
+        float *out = malloc((size_t)sd_schedule_capacity(steps) * sizeof *out);
+        int got_n = 0;
+        CHECK_OK(sd_schedule_sigmas(ms, name, steps, out, &got_n, &err), &err);
+        CHECK_MSG(len < 0 || got_n == len, "%s: length %d, manifest says %d", id, got_n, len);
+        t = get_f32(f, id);
+        if (t)
+            cmp(&fs, id, out, got_n, sd_tensor_f32(t), (int)sd_tensor_numel(t), atol, rtol);
+        sd_tensor_unref(t);
+        free(out);
+    }
+    fam_print(&fs);
+
+    /* KSampler-level: denoise and discard-penultimate. */
+    family fk = {"KSampler sigmas"};
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(sched, "ksampler_cases")) {
+        const char *id = jstr(c, "id");
+        int steps = (int)jnum(c, "steps", 0), len = (int)jnum(c, "length", -1);
+        float *out = NULL;
+        int got_n = -1;
+        CHECK_OK(sd_ksampler_sigmas(ms, jstr(c, "scheduler"), jstr(c, "sampler"), steps,
+                                    jnum(c, "denoise", 1.0), &out, &got_n, &err), &err);
+        CHECK_MSG(len < 0 || got_n == len, "%s: length %d, manifest says %d", id, got_n, len);
+        if (len == 0) {
+            fk.checked++;
+        } else {
+            t = get_f32(f, id);
+            if (t)
+                cmp(&fk, id, out, got_n, sd_tensor_f32(t), (int)sd_tensor_numel(t), atol, rtol);
+            sd_tensor_unref(t);
+        }
+        free(out);
+    }
+    fam_print(&fk);
+
+    /* Non-finite cases: "scheduler/<name>/steps<N>" with literal values. */
+    family fn = {"non-finite cases"};
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(sched, "nonfinite_cases")) {
+        const char *id = jstr(c, "id");
+        char name[64];
+        int steps = 0;
+        if (!id || sscanf(id, "scheduler/%63[^/]/steps%d", name, &steps) != 2) {
+            CHECK_MSG(0, "cannot read non-finite case id %s", id ? id : "?");
+            continue;
+        }
+        const cJSON *vals = cJSON_GetObjectItemCaseSensitive(c, "values");
+        int nv = cJSON_GetArraySize(vals);
+        float *exp = malloc((size_t)(nv + 1) * sizeof *exp);
+        for (int i = 0; i < nv; i++)
+            exp[i] = strtof(cJSON_GetArrayItem(vals, i)->valuestring, NULL);
+        float *out = malloc((size_t)sd_schedule_capacity(steps) * sizeof *out);
+        int got_n = 0;
+        CHECK_OK(sd_schedule_sigmas(ms, name, steps, out, &got_n, &err), &err);
+        cmp(&fn, id, out, got_n, exp, nv, atol, rtol);
+        free(out);
+        free(exp);
+    }
+    fam_print(&fn);
+}
+
+/* ---- manifest.json component "sampling" --------------------------------------- */
+
+static void run_case(const cJSON *cs, sd_st_file *f, const sd_model_sampling *ms)
+{
+    const cJSON *ctol = cJSON_GetObjectItemCaseSensitive(cs, "tolerance");
+    double c_atol = jnum(ctol, "atol", 0), c_rtol = jnum(ctol, "rtol", 0);
+    family ft = {"tables/probes (manifest)"}, fs = {"schedules (manifest)"};
+    sd_error err;
+    const cJSON *tn;
+    cJSON_ArrayForEach(tn, cJSON_GetObjectItemCaseSensitive(cs, "tensors")) {
+        const char *key = tn->string;
+        if (strcmp(jstr(tn, "role") ? jstr(tn, "role") : "", "input") == 0)
+            continue;
+        const cJSON *tt = cJSON_GetObjectItemCaseSensitive(tn, "tolerance");
+        double atol = jnum(tt, "atol", c_atol), rtol = jnum(tt, "rtol", c_rtol);
+        double jit = jnum(tn, "observed_fp32_jitter_abs", 0);
+        if (50 * jit > atol)
+            atol = 50 * jit;
+        sd_tensor *e = get_f32(f, key);
+        if (!e)
+            continue;
+        const float *ev = sd_tensor_f32(e);
+        int ne = (int)sd_tensor_numel(e);
+        char sname[64];
+        int steps = 0;
+        if (strcmp(key, "model_sampling.sigmas") == 0) {
+            cmp(&ft, key, ms->sigmas, SD_MS_TIMESTEPS, ev, ne, atol, rtol);
+        } else if (strcmp(key, "model_sampling.log_sigmas") == 0) {
+            cmp(&ft, key, ms->log_sigmas, SD_MS_TIMESTEPS, ev, ne, atol, rtol);
+        } else if (strcmp(key, "q.timestep") == 0 || strcmp(key, "q.sigma_of_t") == 0) {
+            int ts = key[2] == 't';
+            sd_tensor *in = get_f32(f, ts ? "q.sigma" : "q.t");
+            if (in) {
+                int m = (int)sd_tensor_numel(in);
+                float *got = malloc((size_t)m * sizeof *got);
+                for (int i = 0; i < m; i++)
+                    got[i] = ts ? sd_ms_timestep(ms, sd_tensor_f32(in)[i])
+                                : sd_ms_sigma(ms, sd_tensor_f32(in)[i]);
+                cmp(&ft, key, got, m, ev, ne, atol, rtol);
+                free(got);
+            }
+            sd_tensor_unref(in);
+        } else if (sscanf(key, "sigmas.%63[^.].%d", sname, &steps) == 2) {
+            float *out = malloc((size_t)sd_schedule_capacity(steps) * sizeof *out);
+            int got_n = 0;
+            CHECK_OK(sd_schedule_sigmas(ms, sname, steps, out, &got_n, &err), &err);
+            cmp(&fs, key, out, got_n, ev, ne, atol, rtol);
+            free(out);
+        } else {
+            CHECK_MSG(0, "%s: tensor this test does not know how to produce", key);
+        }
+        sd_tensor_unref(e);
+    }
+    fam_print(&ft);
+    fam_print(&fs);
+}
+
+int main(void)
+{
+    const char *dir = getenv("SDFLOW_TESTDATA");
+    if (!dir || !*dir)
+        dir = sd_test_testdata_dir();
+    char path[4096];
+    sd_model_sampling *ms = malloc(sizeof *ms);
+    sd_model_sampling_init(ms, SD_PRED_EPS);
+    int ran = 0;
+    sd_error err;
+
+    snprintf(path, sizeof path, "%s/golden/manifest_math.json", dir);
+    char *text = sd_test_read_file(path, NULL);
+    cJSON *man = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(man, "schedules");
+    const cJSON *fl;
+    cJSON_ArrayForEach(fl, cJSON_GetObjectItemCaseSensitive(sched, "files")) {
+        snprintf(path, sizeof path, "%s/golden/%s", dir, fl->valuestring);
+        sd_st_file *f = NULL;
+        if (sd_st_open(path, &f, &err) != SD_OK) {
+            fprintf(stderr, "skipping %s: %s\n", path, err.msg);
+            continue;
+        }
+        run_math(sched, f, ms);
+        sd_st_close(f);
+        ran++;
+    }
+    cJSON_Delete(man);
+
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    text = sd_test_read_file(path, NULL);
+    man = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, cJSON_GetObjectItemCaseSensitive(man, "cases")) {
+        const char *comp = jstr(cs, "component"), *file = jstr(cs, "file");
+        if (!comp || strcmp(comp, "sampling") != 0 || !file)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        sd_st_file *f = NULL;
+        if (sd_st_open(path, &f, &err) != SD_OK) {
+            fprintf(stderr, "skipping %s: %s\n", path, err.msg);
+            continue;
+        }
+        printf("case %s:\n", jstr(cs, "id") ? jstr(cs, "id") : "?");
+        run_case(cs, f, ms);
+        sd_st_close(f);
+        ran++;
+    }
+    cJSON_Delete(man);
+    free(ms);
+    if (!ran)
+        sd_test_skip("no schedule goldens under %s", dir);
+    return sd_test_finish();
+}
