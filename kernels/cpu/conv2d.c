@@ -1,0 +1,129 @@
+/* conv2d.c - 2-D convolution as im2col + GEMM over tiles of output rows.
+ *
+ * The im2col buffer of one tile is at most COL_BUDGET floats per thread, so
+ * memory stays bounded for any image size; 1x1 stride-1 convs skip im2col
+ * and are a plain GEMM on the image. */
+#include "cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define COL_BUDGET ((int64_t)4 << 20) /* floats (16 MiB) per thread */
+
+typedef struct {
+    const float *x, *w, *b;
+    float *y;
+    int64_t N, C, H, W, O, kh, kw, Ho, Wo;
+    int stride, ph, pw;
+    int64_t rows;        /* output rows per tile */
+    int64_t tiles_per_n; /* tiles per image */
+    float **col;         /* per-thread buffers */
+} conv_job;
+
+/* col[(c*kh+ky)*kw+kx][(oy-r0)*Wo+ox] = x[c][oy*s-ph+ky][ox*s-pw+kx] (0 outside) */
+static void im2col(const conv_job *j, const float *x, int64_t r0, int64_t r1, float *col) {
+    int64_t np = (r1 - r0) * j->Wo;
+    for (int64_t c = 0; c < j->C; c++) {
+        const float *xc = x + c * j->H * j->W;
+        for (int64_t ky = 0; ky < j->kh; ky++)
+            for (int64_t kx = 0; kx < j->kw; kx++) {
+                float *dst = col + ((c * j->kh + ky) * j->kw + kx) * np;
+                for (int64_t oy = r0; oy < r1; oy++) {
+                    float *d = dst + (oy - r0) * j->Wo;
+                    int64_t iy = oy * j->stride - j->ph + ky;
+                    if (iy < 0 || iy >= j->H) {
+                        memset(d, 0, (size_t)j->Wo * sizeof *d);
+                        continue;
+                    }
+                    const float *src = xc + iy * j->W;
+                    if (j->stride == 1) {
+                        /* ix = ox - pw + kx: valid for ox in [lo, hi) */
+                        int64_t lo = j->pw - kx, hi = j->W + j->pw - kx;
+                        if (lo < 0) lo = 0;
+                        if (hi > j->Wo) hi = j->Wo;
+                        if (hi < lo) hi = lo;
+                        if (lo > 0) memset(d, 0, (size_t)lo * sizeof *d);
+                        if (hi > lo) memcpy(d + lo, src + lo - j->pw + kx, (size_t)(hi - lo) * sizeof *d);
+                        if (hi < j->Wo) memset(d + hi, 0, (size_t)(j->Wo - hi) * sizeof *d);
+                    } else {
+                        for (int64_t ox = 0; ox < j->Wo; ox++) {
+                            int64_t ix = ox * j->stride - j->pw + kx;
+                            d[ox] = ix >= 0 && ix < j->W ? src[ix] : 0.0f;
+                        }
+                    }
+                }
+            }
+    }
+}
+
+static void conv_task(void *ctx, int64_t t, int thread) {
+    const conv_job *j = ctx;
+    int64_t n = t / j->tiles_per_n, tile = t % j->tiles_per_n;
+    int64_t r0 = tile * j->rows, r1 = r0 + j->rows;
+    if (r1 > j->Ho) r1 = j->Ho;
+    int64_t np = (r1 - r0) * j->Wo, plane = j->Ho * j->Wo;
+    int64_t ckk = j->C * j->kh * j->kw;
+    float *y = j->y + n * j->O * plane + r0 * j->Wo;
+    float beta = 0.0f;
+    if (j->b) {
+        for (int64_t o = 0; o < j->O; o++)
+            for (int64_t p = 0; p < np; p++) y[o * plane + p] = j->b[o];
+        beta = 1.0f;
+    }
+    const float *x = j->x + n * j->C * j->H * j->W;
+    im2col(j, x, r0, r1, j->col[thread]);
+    sd_cpu_gemm1(0, 0, j->O, np, ckk, 1.0f, j->w, ckk, j->col[thread], np, beta, y, plane);
+}
+
+sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b,
+                        int stride, int pad_h, int pad_w) {
+    sd_pool *pool = sd_cpu_pool(be);
+    conv_job j = {sd_cpu_f32(x), sd_cpu_f32(w), b ? sd_cpu_f32(b) : NULL, sd_cpu_f32(out),
+                  x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2],
+                  w->shape[3], out->shape[2], out->shape[3], stride, pad_h, pad_w, 0, 0, NULL};
+    int64_t plane = j.Ho * j.Wo, ckk = j.C * j.kh * j.kw;
+    if (sd_bt_numel(out) == 0) return SD_OK;
+
+    if (j.kh == 1 && j.kw == 1 && stride == 1 && pad_h == 0 && pad_w == 0) {
+        for (int64_t n = 0; n < j.N; n++) {
+            float *y = j.y + n * j.O * plane;
+            float beta = 0.0f;
+            if (j.b) {
+                for (int64_t o = 0; o < j.O; o++)
+                    for (int64_t p = 0; p < plane; p++) y[o * plane + p] = j.b[o];
+                beta = 1.0f;
+            }
+            sd_cpu_gemm(pool, 0, 0, j.O, plane, j.C, 1.0f, j.w, j.C, j.x + n * j.C * plane, plane,
+                        beta, y, plane);
+        }
+        return SD_OK;
+    }
+
+    int nt = sd_pool_threads(pool);
+    int64_t rows = COL_BUDGET / (ckk * j.Wo > 0 ? ckk * j.Wo : 1);
+    if (rows < 1) rows = 1;
+    if (rows > j.Ho) rows = j.Ho;
+    /* enough tiles to keep every thread busy */
+    if (j.N * ((j.Ho + rows - 1) / rows) < nt * 2 && j.Ho > 1) {
+        int64_t want = (j.Ho * j.N + 2 * nt - 1) / (2 * nt);
+        if (want < 1) want = 1;
+        if (want < rows) rows = want;
+    }
+    j.rows = rows;
+    j.tiles_per_n = (j.Ho + rows - 1) / rows;
+
+    size_t bytes = (size_t)(ckk * rows * j.Wo) * sizeof(float);
+    float **bufs = calloc((size_t)nt, sizeof *bufs);
+    int ok = bufs != NULL;
+    for (int i = 0; ok && i < nt; i++) ok = (bufs[i] = malloc(bytes ? bytes : 1)) != NULL;
+    if (ok) {
+        j.col = bufs;
+        sd_pool_run(pool, j.N * j.tiles_per_n, conv_task, &j);
+    }
+    for (int i = 0; bufs && i < nt; i++) free(bufs[i]);
+    free(bufs);
+    if (!ok)
+        return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory for im2col (%zu bytes)",
+                               bytes);
+    return SD_OK;
+}

@@ -1,0 +1,66 @@
+/* cpu.h - internals of the CPU backend shared by its kernel files.
+ *
+ * Every kernel entry point has the signature of its sd_backend_i slot (see
+ * backend_impl.h): inputs are validated F32 tensors, `out` is allocated and
+ * zeroed. Parallel work goes through the backend's one pool; BLAS runs
+ * single-threaded inside pool tasks (measured faster than OpenBLAS's own
+ * threads on 2 cores for our shapes, and it lets attention and conv run a
+ * GEMM per task without nested threading).
+ */
+#ifndef SD_CPU_H
+#define SD_CPU_H
+
+#include "backend_impl.h"
+#include "threadpool.h"
+
+typedef struct sd_cpu {
+    sd_pool *pool;
+} sd_cpu;
+
+static inline sd_pool *sd_cpu_pool(sd_backend *be) { return ((sd_cpu *)be->impl)->pool; }
+static inline float *sd_cpu_f32(const sd_bt *t) { return (float *)t->data; }
+
+/* Row-major C = alpha * op(A) @ op(B) + beta * C on the calling thread. */
+void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                  int64_t ldc);
+/* Same, split over the pool along M or N. */
+void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float beta, float *C, int64_t ldc);
+
+sd_status sd_cpu_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b);
+sd_status sd_cpu_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int trans_b,
+                        float alpha);
+sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b,
+                        int stride, int pad_h, int pad_w);
+sd_status sd_cpu_group_norm(sd_backend *be, sd_bt *out, const sd_bt *x, int groups,
+                            const sd_bt *gamma, const sd_bt *beta, float eps, int silu);
+sd_status sd_cpu_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                            const sd_bt *beta, float eps);
+sd_status sd_cpu_softmax(sd_backend *be, sd_bt *out, const sd_bt *x);
+sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                           const sd_bt *v, int heads, int causal);
+sd_status sd_cpu_binary(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
+                        const int64_t *b_strides, int op);
+sd_status sd_cpu_add_channel(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *b);
+sd_status sd_cpu_unary(sd_backend *be, sd_bt *out, const sd_bt *x, int op, float s);
+sd_status sd_cpu_geglu(sd_backend *be, sd_bt *out, const sd_bt *x);
+sd_status sd_cpu_pad2d(sd_backend *be, sd_bt *out, const sd_bt *x, int left, int top);
+sd_status sd_cpu_upsample2x(sd_backend *be, sd_bt *out, const sd_bt *x);
+sd_status sd_cpu_concat(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int dim);
+sd_status sd_cpu_slice(sd_backend *be, sd_bt *out, const sd_bt *x, int dim, int64_t start);
+sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
+sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
+sd_status sd_cpu_copy(sd_backend *be, sd_bt *out, const sd_bt *x);
+
+/* In-place softmax of one row (double-accumulated sum). A row that is all
+ * -inf becomes zeros. */
+void sd_cpu_softmax_row(float *row, int64_t n);
+
+/* Splits [0, n) into chunks of about `grain` for pool tasks. */
+static inline int64_t sd_cpu_chunks(int64_t n, int64_t grain) {
+    return n <= 0 ? 0 : (n + grain - 1) / grain;
+}
+
+#endif

@@ -1,0 +1,86 @@
+/* cpu_backend.c - the CPU backend: host tensors as storage, the pool, and
+ * the vtable pointing at the kernel files. */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+static void cpu_destroy(sd_backend *be) {
+    sd_cpu *c = be->impl;
+    if (!c) return;
+    sd_pool_free(c->pool);
+    free(c);
+    be->impl = NULL;
+}
+
+static sd_status cpu_alloc(sd_backend *be, sd_bt *t) {
+    t->host = sd_tensor_new(t->dtype, t->ndim, t->shape);
+    if (!t->host) return SD_ERR_NOMEM;
+    t->data = t->host->data;
+    return SD_OK;
+}
+
+static void cpu_release(sd_bt *t) { sd_tensor_unref(t->host); }
+
+static sd_status cpu_upload(sd_backend *be, sd_bt *t, sd_tensor *src) {
+    t->host = src->dtype == t->dtype ? sd_tensor_ref(src) : sd_tensor_to_dtype(src, t->dtype);
+    if (!t->host) return SD_ERR_NOMEM;
+    t->data = t->host->data;
+    return SD_OK;
+}
+
+static sd_tensor *cpu_download(const sd_bt *t) {
+    sd_dtype d = sd_dtype_is_float(t->dtype) ? SD_F32 : t->dtype;
+    return sd_tensor_to_dtype(t->host, d);
+}
+
+static sd_status cpu_share(sd_bt *v, sd_bt *src) {
+    v->host = sd_tensor_reshape(src->host, v->ndim, v->shape);
+    if (!v->host) return SD_ERR_NOMEM;
+    v->data = v->host->data;
+    return SD_OK;
+}
+
+static const sd_backend_i cpu_vtable = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .share = cpu_share,
+    .linear = sd_cpu_linear,
+    .matmul = sd_cpu_matmul,
+    .conv2d = sd_cpu_conv2d,
+    .pad2d = sd_cpu_pad2d,
+    .group_norm = sd_cpu_group_norm,
+    .layer_norm = sd_cpu_layer_norm,
+    .attention = sd_cpu_attention,
+    .binary = sd_cpu_binary,
+    .add_channel = sd_cpu_add_channel,
+    .unary = sd_cpu_unary,
+    .geglu = sd_cpu_geglu,
+    .softmax = sd_cpu_softmax,
+    .upsample2x = sd_cpu_upsample2x,
+    .concat = sd_cpu_concat,
+    .slice = sd_cpu_slice,
+    .permute = sd_cpu_permute,
+    .embedding = sd_cpu_embedding,
+    .copy = sd_cpu_copy,
+};
+
+sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {
+    sd_cpu *c = calloc(1, sizeof *c);
+    if (!c) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating the CPU backend");
+    c->pool = sd_pool_new(n_threads);
+    if (!c->pool) {
+        free(c);
+        return sd_error_set(err, SD_ERR_NOMEM, "cannot start %d CPU threads", n_threads);
+    }
+    /* Our pool parallelises around single-threaded GEMMs (see cpu.h). This
+     * is process-wide in OpenBLAS, which is what we want: one pool. */
+    openblas_set_num_threads(1);
+    be->vt = &cpu_vtable;
+    be->impl = c;
+    return SD_OK;
+}

@@ -1,0 +1,153 @@
+/* layout.c - ops that only move data: pad, nearest upsampling, concat,
+ * slice, permute, embedding gather, copy. */
+#include "cpu.h"
+
+#include <string.h>
+
+/* ---- pad2d ---------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t H, W, Ho, Wo;
+    int left, top;
+} plane_job;
+
+static void pad_task(void *ctx, int64_t t, int thread) {
+    const plane_job *j = ctx;
+    const float *x = j->x + t * j->H * j->W;
+    float *y = j->y + t * j->Ho * j->Wo;
+    /* out is zeroed; copy the interior rows */
+    for (int64_t r = 0; r < j->H; r++)
+        memcpy(y + (r + j->top) * j->Wo + j->left, x + r * j->W, (size_t)j->W * sizeof *y);
+}
+
+sd_status sd_cpu_pad2d(sd_backend *be, sd_bt *out, const sd_bt *x, int left, int top) {
+    plane_job j = {sd_cpu_f32(x), sd_cpu_f32(out), x->shape[2], x->shape[3], out->shape[2],
+                   out->shape[3], left, top};
+    sd_pool_run(sd_cpu_pool(be), x->shape[0] * x->shape[1], pad_task, &j);
+    return SD_OK;
+}
+
+/* ---- nearest x2 --------------------------------------------------------------- */
+
+static void up_task(void *ctx, int64_t t, int thread) {
+    const plane_job *j = ctx;
+    const float *x = j->x + t * j->H * j->W;
+    float *y = j->y + t * j->Ho * j->Wo;
+    for (int64_t r = 0; r < j->H; r++) {
+        float *d = y + 2 * r * j->Wo;
+        const float *s = x + r * j->W;
+        for (int64_t c = 0; c < j->W; c++) d[2 * c] = d[2 * c + 1] = s[c];
+        memcpy(d + j->Wo, d, (size_t)j->Wo * sizeof *d);
+    }
+}
+
+sd_status sd_cpu_upsample2x(sd_backend *be, sd_bt *out, const sd_bt *x) {
+    plane_job j = {sd_cpu_f32(x), sd_cpu_f32(out), x->shape[2], x->shape[3], out->shape[2],
+                   out->shape[3], 0, 0};
+    sd_pool_run(sd_cpu_pool(be), x->shape[0] * x->shape[1], up_task, &j);
+    return SD_OK;
+}
+
+/* ---- concat / slice ------------------------------------------------------------- */
+
+static int64_t prod(const int64_t *s, int from, int to) {
+    int64_t n = 1;
+    for (int i = from; i < to; i++) n *= s[i];
+    return n;
+}
+
+sd_status sd_cpu_concat(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int dim) {
+    size_t es = sd_dtype_size(out->dtype);
+    int64_t outer = prod(a->shape, 0, dim), inner = prod(a->shape, dim + 1, a->ndim);
+    size_t ca = (size_t)(a->shape[dim] * inner) * es, cb = (size_t)(b->shape[dim] * inner) * es;
+    char *y = out->data;
+    const char *pa = a->data, *pb = b->data;
+    for (int64_t o = 0; o < outer; o++) {
+        memcpy(y, pa + o * ca, ca);
+        y += ca;
+        memcpy(y, pb + o * cb, cb);
+        y += cb;
+    }
+    return SD_OK;
+}
+
+sd_status sd_cpu_slice(sd_backend *be, sd_bt *out, const sd_bt *x, int dim, int64_t start) {
+    size_t es = sd_dtype_size(out->dtype);
+    int64_t outer = prod(x->shape, 0, dim), inner = prod(x->shape, dim + 1, x->ndim);
+    size_t cin = (size_t)(x->shape[dim] * inner) * es, cout = (size_t)(out->shape[dim] * inner) * es;
+    const char *src = (const char *)x->data + (size_t)(start * inner) * es;
+    char *y = out->data;
+    for (int64_t o = 0; o < outer; o++) memcpy(y + o * cout, src + o * cin, cout);
+    return SD_OK;
+}
+
+/* ---- permute -------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    float *y;
+    int ndim;
+    int64_t oshape[SD_MAX_DIMS], ist[SD_MAX_DIMS]; /* input stride per output dim */
+    int64_t inner, rows, rows_per_task;
+} perm_job;
+
+static void perm_task(void *ctx, int64_t t, int thread) {
+    const perm_job *j = ctx;
+    int64_t r0 = t * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->rows) r1 = j->rows;
+    int64_t sl = j->ist[j->ndim - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t off = 0, rem = r;
+        for (int d = j->ndim - 2; d >= 0; d--) {
+            off += (rem % j->oshape[d]) * j->ist[d];
+            rem /= j->oshape[d];
+        }
+        const float *x = j->x + off;
+        float *y = j->y + r * j->inner;
+        for (int64_t i = 0; i < j->inner; i++) y[i] = x[i * sl];
+    }
+}
+
+sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm) {
+    if (x->ndim == 0 || sd_bt_numel(x) == 0) return sd_cpu_copy(be, out, x);
+    perm_job j = {sd_cpu_f32(x), sd_cpu_f32(out), x->ndim, {0}, {0}, 0, 0, 0};
+    int64_t st[SD_MAX_DIMS], s = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= x->shape[d];
+    }
+    for (int d = 0; d < x->ndim; d++) {
+        j.oshape[d] = out->shape[d];
+        j.ist[d] = st[perm[d]];
+    }
+    j.inner = out->shape[x->ndim - 1];
+    j.rows = sd_bt_numel(out) / j.inner;
+    j.rows_per_task = 1 + 65536 / j.inner;
+    sd_pool_run(sd_cpu_pool(be), sd_cpu_chunks(j.rows, j.rows_per_task), perm_task, &j);
+    return SD_OK;
+}
+
+/* ---- embedding ------------------------------------------------------------------- */
+
+sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids) {
+    int64_t V = table->shape[0], C = table->shape[1], n = sd_bt_numel(ids);
+    const float *tab = sd_cpu_f32(table);
+    float *y = sd_cpu_f32(out);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = ids->dtype == SD_I64 ? ((const int64_t *)ids->data)[i]
+                                          : ((const int32_t *)ids->data)[i];
+        if (id < 0 || id >= V)
+            return sd_backend_fail(be, SD_ERR_INVALID,
+                                   "embedding: id %lld at position %lld outside table of %lld rows",
+                                   (long long)id, (long long)i, (long long)V);
+        memcpy(y + i * C, tab + id * C, (size_t)C * sizeof *y);
+    }
+    return SD_OK;
+}
+
+sd_status sd_cpu_copy(sd_backend *be, sd_bt *out, const sd_bt *x) {
+    if (x->nbytes) memcpy(out->data, x->data, x->nbytes);
+    return SD_OK;
+}
