@@ -310,6 +310,99 @@ static void run_case(const cJSON *cs, sd_st_file *f, const sd_model_sampling *ms
     fam_print(&fs);
 }
 
+/* ---- rules that need no reference data --------------------------------------- */
+
+static void unit_rules(const sd_model_sampling *ms)
+{
+    sd_error err;
+    float full[32];
+    int n = 0;
+    CHECK_OK(sd_schedule_sigmas(ms, "karras", 10, full, &n, &err), &err);
+    CHECK(n == 11 && full[10] == 0.0f && full[0] > full[9]);
+
+    /* KSamplerAdvanced step windows. */
+    float s[11];
+    int first, m, skip;
+    memcpy(s, full, sizeof s);
+    sd_sigmas_step_range(s, 11, 0, 5, 0, &first, &m, &skip);
+    CHECK(first == 0 && m == 6 && !skip && s[5] == full[5]);
+    sd_sigmas_step_range(s, 11, 0, 5, 1, &first, &m, &skip);
+    CHECK(first == 0 && m == 6 && !skip && s[5] == 0.0f);
+    memcpy(s, full, sizeof s);
+    sd_sigmas_step_range(s, 11, 5, 10000, 1, &first, &m, &skip);
+    CHECK(first == 5 && m == 6 && !skip && s[10] == 0.0f);
+    sd_sigmas_step_range(s, 11, 10, 10000, 0, &first, &m, &skip);
+    CHECK(skip);
+    sd_sigmas_step_range(s, 11, 3, 3, 0, &first, &m, &skip);
+    CHECK(skip); /* window cut to 4 sigmas, start 3 leaves nothing to do */
+    sd_sigmas_step_range(s, 11, -1, -1, 1, &first, &m, &skip);
+    CHECK(first == 0 && m == 11 && !skip);
+
+    /* denoise: the tail of a longer schedule; <= 0 is empty. */
+    float *out = NULL, twenty[32];
+    CHECK_OK(sd_ksampler_sigmas(ms, "normal", "euler", 10, 0.5, &out, &n, &err), &err);
+    int n20 = 0;
+    CHECK_OK(sd_schedule_sigmas(ms, "normal", 20, twenty, &n20, &err), &err);
+    CHECK(out && n == 11 && n20 == 21 && memcmp(out, twenty + 10, 11 * sizeof *out) == 0);
+    free(out);
+    CHECK_OK(sd_ksampler_sigmas(ms, "normal", "euler", 10, 0.0, &out, &n, &err), &err);
+    CHECK(n == 0 && out == NULL);
+    CHECK_OK(sd_basic_scheduler_sigmas(ms, "normal", 10, 0.5, &out, &n, &err), &err);
+    CHECK(out && n == 11 && memcmp(out, twenty + 10, 11 * sizeof *out) == 0);
+    free(out);
+
+    /* discard penultimate: steps+1 sigmas minus the second to last. */
+    float five[8];
+    CHECK_OK(sd_schedule_sigmas(ms, "karras", 5, five, &n, &err), &err);
+    CHECK_OK(sd_ksampler_sigmas(ms, "karras", "dpm_2", 4, 1.0, &out, &m, &err), &err);
+    CHECK(out && m == 5 && memcmp(out, five, 4 * sizeof *out) == 0 && out[4] == 0.0f);
+    free(out);
+    CHECK(sd_sampler_discards_penultimate("uni_pc_bh2") && !sd_sampler_discards_penultimate("euler"));
+
+    /* Errors name the problem. */
+    CHECK(sd_schedule_sigmas(ms, "nope", 10, full, &n, &err) == SD_ERR_INVALID);
+    CHECK(strstr(err.msg, "nope") != NULL);
+    CHECK(sd_schedule_sigmas(ms, "simple", 0, full, &n, &err) == SD_ERR_INVALID);
+    CHECK(sd_ksampler_sigmas(ms, "nope", "euler", 10, 0.5, &out, &n, &err) == SD_ERR_INVALID);
+    int k = 0;
+    for (const char *const *p = sd_schedule_names(); *p; p++, k++)
+        CHECK(sd_schedule_known(*p));
+    CHECK(k == 9);
+    CHECK(sd_schedule_capacity(30) == 32);
+
+    /* beta ppf inverts the cdf. */
+    for (double p = 0.05; p < 1.0; p += 0.1) {
+        double x = sd_beta_ppf(p, 0.6, 0.6);
+        CHECK_MSG(fabs(sd_beta_cdf(x, 0.6, 0.6) - p) < 1e-13, "ppf(%g)", p);
+    }
+
+    /* Prediction arithmetic: eps and v recover x0 from x = x0 + sigma*eps. */
+    float x0[4] = {0.5f, -1.0f, 2.0f, 0.0f}, eps[4] = {1.0f, 0.25f, -0.5f, 2.0f};
+    float x[4], den[4], v[4], in[4];
+    float sg = 3.0f;
+    sd_ms_noise_scaling(ms, sg, eps, x0, 0, x, 4);
+    sd_ms_calculate_denoised(ms, sg, eps, x, den, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(fabsf(den[i] - x0[i]) < 1e-5f);
+    sd_model_sampling vms = *ms;
+    vms.prediction = SD_PRED_V;
+    for (int i = 0; i < 4; i++)
+        v[i] = (eps[i] - sg * x0[i]) / sqrtf(1.0f + sg * sg);
+    sd_ms_calculate_denoised(&vms, sg, v, x, den, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(fabsf(den[i] - x0[i]) < 1e-5f, "v denoised[%d] = %g", i, den[i]);
+    sd_ms_calculate_input(ms, sg, x, in, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(fabsf(in[i] - x[i] / sqrtf(10.0f)) < 1e-6f);
+    sd_ms_noise_scaling(ms, ms->sigma_max, eps, NULL, 1, x, 4);
+    CHECK(x[0] == eps[0] * sqrtf(1.0f + ms->sigma_max * ms->sigma_max));
+    CHECK(sd_ms_is_max_denoise(ms, ms->sigma_max) && !sd_ms_is_max_denoise(ms, full[1]));
+    CHECK(sd_ms_percent_to_sigma(ms, 0.0) == 999999999.9 && sd_ms_percent_to_sigma(ms, 1.0) == 0.0);
+    CHECK(sd_ms_timestep(ms, ms->sigma_max) == 999.0f && sd_ms_timestep(ms, ms->sigma_min) == 0.0f);
+    CHECK(sd_ms_sigma(ms, 0.0f) == expf(ms->log_sigmas[0]));
+    CHECK(sd_ms_sigma(ms, 2000.0f) == sd_ms_sigma(ms, 999.0f));
+}
+
 int main(void)
 {
     const char *dir = getenv("SDFLOW_TESTDATA");
@@ -318,6 +411,7 @@ int main(void)
     char path[4096];
     sd_model_sampling *ms = malloc(sizeof *ms);
     sd_model_sampling_init(ms, SD_PRED_EPS);
+    unit_rules(ms);
     int ran = 0;
     sd_error err;
 
