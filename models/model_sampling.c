@@ -4,8 +4,9 @@
  * ones torch's own linspace kernel gets from GCC, which we call explicitly.
  * Contraction is off for the rest of the file.
  */
+#if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#if defined(__GNUC__) && !defined(__clang__)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
 

@@ -6,8 +6,9 @@
  * everywhere else contraction is switched off so this compiler does not fuse
  * on its own (a single fused op changes the last bit of ~1% of the values).
  */
+#if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#if defined(__GNUC__) && !defined(__clang__)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
 

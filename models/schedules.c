@@ -5,8 +5,9 @@
  * (the manifest's "linspace" note), so the normal/sgm_uniform timesteps and
  * the karras ramp come out bit-identical.
  */
+#if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#if defined(__GNUC__) && !defined(__clang__)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
 
