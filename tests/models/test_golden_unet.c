@@ -7,7 +7,10 @@
  * its inputs (x, timesteps or sigma, context, pooled + size.* -> y), and every
  * expected/intermediate tensor of the group is compared with its own
  * tolerance. A tensor the test does not know how to produce is a failure,
- * never silently ignored. */
+ * never silently ignored.
+ * Also: the "controlnet" cases' recorded residuals are fed through the
+ * UNet's control hook (UNet output with control compared), and edited
+ * copies of a checkpoint check the detection/loading errors. */
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
@@ -357,6 +360,231 @@ done:
     sd_st_close(g);
 }
 
+/* ---- ControlNet hook ---------------------------------------------------------
+ * A "controlnet" case holds the ControlNet's residuals (before strength) and
+ * the UNet output with them applied: feeding those residuals through
+ * sd_unet_control checks where and how the UNet adds them, independently of
+ * the ControlNet model itself. */
+
+/* The manifest UNet model fitting the given context width / input channels
+ * without a y vector. */
+static const char *model_for_shapes(cJSON *manifest, int64_t context_dim, int64_t in_ch) {
+    cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(manifest, "models")) {
+        cJSON *uc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "config"), "unet_config");
+        int cd = 0, ic = 0, adm = 0;
+        if (!uc || !json_int(uc, "context_dim", &cd) || !json_int(uc, "in_channels", &ic) ||
+            !json_int(uc, "adm_in_channels", &adm))
+            continue;
+        if (cd == context_dim && ic == in_ch && adm == 0)
+            return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file"));
+    }
+    return NULL;
+}
+
+static void run_control_group(sd_backend *be, const char *dir, cJSON *manifest, cJSON *tensors,
+                              sd_st_file *g, const char *pre, float strength) {
+    char nm[160], path[1024];
+    sd_error err;
+    sd_error_clear(&err);
+#define NAME(s) (snprintf(nm, sizeof nm, "%s%s", pre, s), nm)
+    sd_tensor *x = input(g, NAME("x_in")), *ctx = input(g, NAME("context")), *tt = input(g, NAME("timesteps"));
+    sd_tensor *res[SD_UNET_MAX_BLOCKS] = {0}, *mid = input(g, NAME("middle.0"));
+    sd_bt *bres[SD_UNET_MAX_BLOCKS] = {0}, *bmid = NULL, *bx = NULL, *bc = NULL, *base = NULL, *ctl = NULL;
+    sd_st_file *mf = NULL;
+    sd_unet *u = NULL;
+    int n_res = 0;
+    char key[32];
+    for (; n_res < SD_UNET_MAX_BLOCKS; n_res++) {
+        snprintf(key, sizeof key, "output.%02d", n_res);
+        if (!has_tensor(tensors, NAME(key))) break;
+        res[n_res] = input(g, nm);
+    }
+    if (!x || !ctx || !tt || !mid || n_res == 0) goto done;
+    const char *model = model_for_shapes(manifest, ctx->shape[2], x->shape[1]);
+    CHECK_MSG(model != NULL, "%s: no manifest UNet fits context %lld / %lld channels", case_id,
+              (long long)ctx->shape[2], (long long)x->shape[1]);
+    if (!model) goto done;
+    snprintf(path, sizeof path, "%s/%s", dir, model);
+    CHECK_OK(sd_st_open(path, &mf, &err), &err);
+    if (mf) CHECK_OK(sd_unet_load(be, mf, NULL, SD_F32, &u, &err), &err);
+    if (!u) goto done;
+    /* residual * strength, as ComfyUI's control_merge does, in float32 (on
+     * owned copies: golden tensors may borrow a read-only mapping) */
+    for (int i = 0; i < n_res; i++) {
+        sd_tensor *own = sd_tensor_clone(res[i]);
+        sd_tensor_unref(res[i]);
+        res[i] = own;
+        float *p = sd_tensor_f32(res[i]);
+        for (int64_t k = 0; k < sd_tensor_numel(res[i]); k++) p[k] *= strength;
+        bres[i] = sd_bt_from_host(be, res[i], SD_F32);
+    }
+    sd_tensor *own = sd_tensor_clone(mid);
+    sd_tensor_unref(mid);
+    mid = own;
+    for (int64_t k = 0; k < sd_tensor_numel(mid); k++) sd_tensor_f32(mid)[k] *= strength;
+    bmid = sd_bt_from_host(be, mid, SD_F32);
+    bx = sd_bt_from_host(be, x, SD_F32);
+    bc = sd_bt_from_host(be, ctx, SD_F32);
+    sd_unet_control control = {.middle = bmid, .n_skip = n_res, .skip = bres};
+    CHECK_OK(sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, NULL, &base, &err), &err);
+    CHECK_OK(sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, &control, &ctl, &err), &err);
+    sd_tensor *hb = base ? sd_bt_to_host(base) : NULL, *hc = ctl ? sd_bt_to_host(ctl) : NULL;
+    if (has_tensor(tensors, NAME("unet_out_base"))) compare(tensors, g, nm, hb);
+    compare(tensors, g, NAME("unet_out_control"), hc);
+    sd_tensor_unref(hb);
+    sd_tensor_unref(hc);
+
+    /* A residual of the wrong shape is an error naming the skip, not a crash. */
+    sd_bt *bad_list[SD_UNET_MAX_BLOCKS] = {0};
+    bad_list[1] = bres[0] && bres[3] && bres[3]->shape[2] != bres[1]->shape[2] ? bres[3] : NULL;
+    if (bad_list[1]) {
+        sd_unet_control bad = {.n_skip = n_res, .skip = bad_list};
+        sd_bt *o = NULL;
+        sd_status rc = sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, &bad, &o, &err);
+        CHECK_MSG(rc == SD_ERR_INVALID && o == NULL && strstr(err.msg, "skip 1"),
+                  "%s: mis-shaped residual gave rc %d: %s", case_id, rc, err.msg);
+        sd_bt_free(o);
+    }
+done:
+    sd_bt_free(base);
+    sd_bt_free(ctl);
+    sd_bt_free(bx);
+    sd_bt_free(bc);
+    sd_bt_free(bmid);
+    for (int i = 0; i < n_res; i++) {
+        sd_bt_free(bres[i]);
+        sd_tensor_unref(res[i]);
+    }
+    sd_unet_free(u);
+    sd_st_close(mf);
+    sd_tensor_unref(x);
+    sd_tensor_unref(ctx);
+    sd_tensor_unref(tt);
+    sd_tensor_unref(mid);
+#undef NAME
+}
+
+static void run_control_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c) {
+    char path[1024];
+    sd_error err;
+    sd_error_clear(&err);
+    cJSON *tensors = cJSON_GetObjectItemCaseSensitive(c, "tensors");
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "settings"), "strength");
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
+    CHECK_MSG(cJSON_IsNumber(st) && file && tensors, "%s: no strength/file/tensors", case_id);
+    if (!cJSON_IsNumber(st) || !file || !tensors) return;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    sd_st_file *g = NULL;
+    CHECK_OK(sd_st_open(path, &g, &err), &err);
+    if (!g) return;
+    /* Groups whose UNet output with control is recorded: "<g>.unet_out_control"
+     * next to the residuals "<g>.output.NN" and "<g>.middle.0". */
+    int groups = 0;
+    cJSON *t;
+    cJSON_ArrayForEach(t, tensors) {
+        const char *s = t->string;
+        const char *suffix = "unet_out_control";
+        size_t len = strlen(s), sl = strlen(suffix);
+        if (len < sl || strcmp(s + len - sl, suffix) != 0) continue;
+        char pre[64];
+        snprintf(pre, sizeof pre, "%.*s", (int)(len - sl), s);
+        run_control_group(be, dir, manifest, tensors, g, pre, (float)st->valuedouble);
+        groups++;
+    }
+    CHECK_MSG(groups > 0, "%s: no group with unet_out_control", case_id);
+    sd_st_close(g);
+}
+
+/* ---- detection errors --------------------------------------------------------
+ * Variants of a manifest checkpoint's UNet, rewritten in memory: each must
+ * fail with the right code and a message naming what was found. */
+
+typedef enum { EDIT_DROP, EDIT_RESHAPE, EDIT_FLATTEN_PROJ, EDIT_RENAME_ALL } edit_kind;
+
+/* Copy of the UNet tensors of `src` (under SD_UNET_PREFIX) with one edit. */
+static sd_st_file *edited(sd_st_file *src, edit_kind kind, const char *target, void **buf) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_st_writer *w = sd_st_writer_new();
+    size_t plen = strlen(SD_UNET_PREFIX);
+    for (size_t i = 0; i < sd_st_count(src); i++) {
+        const sd_st_entry *e = sd_st_at(src, i);
+        if (strncmp(e->name, SD_UNET_PREFIX, plen) != 0) continue;
+        if (kind == EDIT_DROP && strcmp(e->name + plen, target) == 0) continue;
+        sd_tensor *t = sd_st_tensor(src, e->name, &err), *r = NULL;
+        char name[512];
+        snprintf(name, sizeof name, "%s", e->name);
+        if (kind == EDIT_RESHAPE && strcmp(e->name + plen, target) == 0) {
+            int64_t flat = sd_tensor_numel(t);
+            r = sd_tensor_reshape(t, 1, &flat);
+        } else if (kind == EDIT_FLATTEN_PROJ && t->ndim == 4 && t->shape[2] == 1 && t->shape[3] == 1 &&
+                   (strstr(e->name, ".proj_in.") || strstr(e->name, ".proj_out."))) {
+            r = sd_tensor_reshape(t, 2, t->shape);
+        } else if (kind == EDIT_RENAME_ALL) {
+            snprintf(name, sizeof name, "first_stage_model.%s", e->name + plen);
+        }
+        sd_st_writer_add(w, name, r ? r : t, &err);
+        sd_tensor_unref(r);
+        sd_tensor_unref(t);
+    }
+    size_t size = 0;
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_st_writer_to_memory(w, buf, &size, &err), &err);
+    sd_st_writer_free(w);
+    if (*buf) CHECK_OK(sd_st_open_memory(*buf, size, "edited.safetensors", &f, &err), &err);
+    return f;
+}
+
+static void expect_load_error(sd_backend *be, sd_st_file *src, edit_kind kind, const char *target,
+                              sd_status want, const char *must_mention) {
+    void *buf = NULL;
+    sd_st_file *f = edited(src, kind, target, &buf);
+    if (f) {
+        sd_error err;
+        sd_error_clear(&err);
+        sd_unet *u = NULL;
+        sd_status rc = sd_unet_load(be, f, NULL, SD_F32, &u, &err);
+        CHECK_MSG(rc == want && u == NULL && strstr(err.msg, must_mention),
+                  "edit %d of %s: got rc %d (%s), want %d mentioning '%s'", (int)kind, target ? target : "-",
+                  rc, err.msg, want, must_mention);
+        printf("  edit %d: %s\n", (int)kind, err.msg);
+        sd_unet_free(u);
+        sd_st_close(f);
+    }
+    free(buf);
+}
+
+static void run_detection_errors(sd_backend *be, const char *dir, cJSON *manifest) {
+    /* the first model with a conv-proj (SD1-style) UNet */
+    cJSON *m;
+    const char *file = NULL;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(manifest, "models")) {
+        cJSON *uc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "config"), "unet_config");
+        if (uc && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(uc, "use_linear_in_transformer"))) {
+            file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file"));
+            break;
+        }
+    }
+    CHECK_MSG(file != NULL, "manifest has no SD1-style UNet model");
+    if (!file) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    sd_error err;
+    sd_error_clear(&err);
+    sd_st_file *src = NULL;
+    CHECK_OK(sd_st_open(path, &src, &err), &err);
+    if (!src) return;
+    case_id = "detect";
+    const char *to_v = "input_blocks.4.1.transformer_blocks.0.attn2.to_v.weight";
+    const char *conv = "middle_block.0.out_layers.3.weight";
+    expect_load_error(be, src, EDIT_DROP, to_v, SD_ERR_NOT_FOUND, to_v);
+    expect_load_error(be, src, EDIT_RESHAPE, conv, SD_ERR_FORMAT, conv);
+    expect_load_error(be, src, EDIT_FLATTEN_PROJ, NULL, SD_ERR_UNSUPPORTED, "SD2");
+    expect_load_error(be, src, EDIT_RENAME_ALL, NULL, SD_ERR_NOT_FOUND, "input_blocks.0.0.weight");
+    sd_st_close(src);
+}
+
 int main(void) {
     const char *dir = getenv("SDFLOW_TESTDATA");
     if (!dir || !*dir) dir = sd_test_testdata_dir();
@@ -399,6 +627,14 @@ int main(void) {
             printf("case %s\n", case_id);
             run_case(be, dir, manifest, c);
         }
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
+            const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
+            if (!comp || strcmp(comp, "controlnet") != 0) continue;
+            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+            printf("case %s (UNet control hook)\n", case_id);
+            run_control_case(be, dir, manifest, c);
+        }
+        run_detection_errors(be, dir, manifest);
         sd_backend_free(be);
     }
     cJSON_Delete(manifest);
