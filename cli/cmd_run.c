@@ -1,0 +1,307 @@
+/* cmd_run.c - `sdflow run`: load a workflow (JSON, or the prompt chunk of a
+ * PNG), apply --set, validate, run with progress, write the report. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include "cache/cache.h"
+#include "cli.h"
+#include "core/env.h"
+#include "core/graph.h"
+#include "core/png.h"
+#include "kernels/backend.h"
+
+/* The only process-wide mutable state: what the SIGINT handler touches. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (interrupted) _exit(130); /* second Ctrl-C: leave now */
+    interrupted = 1;
+    static const char msg[] = "\ninterrupting after the current step (Ctrl-C again to quit now)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void cli_log(void *user, int level, const char *msg) {
+    int quiet = *(const int *)user;
+    if (level <= SD_LOG_WARN) fprintf(stderr, "%s: %s\n", level == SD_LOG_ERROR ? "error" : "warning", msg);
+    else if (level == SD_LOG_INFO && !quiet) fprintf(stderr, "%s\n", msg);
+    else if (level == SD_LOG_DEBUG && getenv("SDFLOW_DEBUG")) fprintf(stderr, "debug: %s\n", msg);
+}
+
+static sd_status read_text(const char *path, char **out, sd_error *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return sd_error_set(err, errno == ENOENT ? SD_ERR_NOT_FOUND : SD_ERR_IO, "cannot open '%s': %s",
+                                path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) { free(buf); buf = NULL; break; }
+            buf = b;
+            cap *= 2;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", path);
+    if (bad) { free(buf); return sd_error_set(err, SD_ERR_IO, "cannot read '%s'", path); }
+    buf[n] = 0;
+    *out = buf;
+    return SD_OK;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+}
+
+static int is_png(const char *path) {
+    if (ends_with(path, ".png")) return 1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char sig[8] = {0};
+    size_t n = fread(sig, 1, 8, f);
+    fclose(f);
+    return n == 8 && !memcmp(sig, "\x89PNG\r\n\x1a\n", 8);
+}
+
+static sd_status load_workflow(const char *path, sd_graph **g, char **text, sd_error *err) {
+    *g = NULL;
+    *text = NULL;
+    if (ends_with(path, ".lua"))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "'%s': Lua workflows are not supported yet; use an API-format .json", path);
+    sd_status rc;
+    if (is_png(path)) {
+        rc = sd_png_read_text(path, "prompt", text, err);
+        if (rc == SD_ERR_NOT_FOUND)
+            return sd_error_set(err, SD_ERR_NOT_FOUND,
+                                "'%s' has no 'prompt' text chunk (not saved by ComfyUI/sdflow SaveImage?)", path);
+        if (rc) return rc;
+    } else {
+        rc = read_text(path, text, err);
+        if (rc) return rc;
+    }
+    return sd_graph_from_json(*text, path, g, err);
+}
+
+typedef struct run_opts {
+    const char *workflow;
+    const char **sets;
+    int n_sets;
+    int quiet, no_cache;
+    const char *report, *dump, *cache;
+    const char *output_dir, *input_dir, *temp_dir, *models_dir, *comfyui_dir, *tokenizer_dir;
+    const char *precision, *device;
+} run_opts;
+
+static int parse_args(int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->sets = calloc((size_t)argc + 1, sizeof *o->sets);
+    if (!o->sets) return 1;
+    struct { const char *name; const char **dst; } valued[] = {
+        {"--report", &o->report}, {"--dump", &o->dump}, {"--cache", &o->cache},
+        {"--output-dir", &o->output_dir}, {"--input-dir", &o->input_dir}, {"--temp-dir", &o->temp_dir},
+        {"--models-dir", &o->models_dir}, {"--comfyui-dir", &o->comfyui_dir},
+        {"--tokenizer-dir", &o->tokenizer_dir}, {"--precision", &o->precision}, {"--device", &o->device},
+    };
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int missing = 0, matched = 0;
+        if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { o->quiet = 1; continue; }
+        if (!strcmp(a, "--no-cache")) { o->no_cache = 1; continue; }
+        if ((v = sd_cli_opt(argc, argv, &i, "--set", &missing))) { o->sets[o->n_sets++] = v; continue; }
+        for (size_t k = 0; !missing && k < sizeof valued / sizeof *valued; k++) {
+            if ((v = sd_cli_opt(argc, argv, &i, valued[k].name, &missing))) {
+                *valued[k].dst = v;
+                matched = 1;
+                break;
+            }
+        }
+        if (missing) { fprintf(stderr, "sdflow run: option '%s' needs a value\n", a); return 1; }
+        if (matched) continue;
+        if (a[0] == '-' && a[1]) { fprintf(stderr, "sdflow run: unknown option '%s'\n", a); return 1; }
+        if (o->workflow) { fprintf(stderr, "sdflow run: more than one workflow given ('%s')\n", a); return 1; }
+        o->workflow = a;
+    }
+    if (!o->workflow) { fprintf(stderr, "usage: sdflow run WORKFLOW.json|PICTURE.png [options] (see sdflow --help)\n"); return 1; }
+    if (o->cache && o->no_cache) { fprintf(stderr, "sdflow run: --cache and --no-cache exclude each other\n"); return 1; }
+    if (o->precision && strcmp(o->precision, "f32") && strcmp(o->precision, "bf16")) {
+        fprintf(stderr, "sdflow run: --precision must be f32 or bf16, not '%s'\n", o->precision);
+        return 1;
+    }
+    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
+        fprintf(stderr, "sdflow run: --device must be cpu or cuda, not '%s'\n", o->device);
+        return 1;
+    }
+    return 0;
+}
+
+static sd_status setup_env(sd_env *env, const run_opts *o, sd_error *err) {
+    sd_status rc = sd_env_init(env, err);
+    struct { const char **field; const char *value; } over[] = {
+        {&env->output_dir, o->output_dir}, {&env->input_dir, o->input_dir}, {&env->temp_dir, o->temp_dir},
+        {&env->models_dir, o->models_dir}, {&env->comfyui_dir, o->comfyui_dir},
+        {&env->tokenizer_dir, o->tokenizer_dir}, {&env->precision, o->precision}, {&env->device, o->device},
+    };
+    for (size_t k = 0; !rc && k < sizeof over / sizeof *over; k++)
+        if (over[k].value) rc = sd_env_set(env, over[k].field, over[k].value, err);
+    return rc;
+}
+
+/* The report, plus the validation problems and the error when there are any. */
+static void write_report(const char *path, const sd_exec_report *rep, const sd_graph_problems *probs,
+                         sd_status rc, const sd_error *err) {
+    char *json = sd_exec_report_json(rep);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    free(json);
+    if (!root) { fprintf(stderr, "warning: could not build the report\n"); return; }
+    cJSON_AddStringToObject(root, "status", rc == SD_OK ? "success" : rc == SD_ERR_CANCELLED ? "cancelled" : "error");
+    if (rc) {
+        char buf[SD_ERR_MSG_MAX + 512];
+        cJSON *e = cJSON_AddObjectToObject(root, "error");
+        cJSON_AddStringToObject(e, "type", sd_status_name(rc));
+        cJSON_AddStringToObject(e, "message", sd_error_format(err, buf, sizeof buf));
+        if (err->node_id[0]) cJSON_AddStringToObject(e, "node_id", err->node_id);
+        if (err->class_type[0]) cJSON_AddStringToObject(e, "class_type", err->class_type);
+        if (err->input[0]) cJSON_AddStringToObject(e, "input", err->input);
+    }
+    if (probs && probs->n) {
+        cJSON *arr = cJSON_AddArrayToObject(root, "problems");
+        for (size_t i = 0; i < probs->n; i++) {
+            const sd_graph_problem *q = &probs->items[i];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(arr, o);
+            cJSON_AddStringToObject(o, "type", q->kind);
+            cJSON_AddStringToObject(o, "message", q->message);
+            if (q->node_id) cJSON_AddStringToObject(o, "node_id", q->node_id);
+            if (q->class_type) cJSON_AddStringToObject(o, "class_type", q->class_type);
+            if (q->input) cJSON_AddStringToObject(o, "input", q->input);
+        }
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF) fprintf(stderr, "warning: cannot write report '%s'\n", path);
+    if (f && fclose(f) != 0) fprintf(stderr, "warning: cannot write report '%s'\n", path);
+    free(text);
+}
+
+static void print_problems(const sd_graph_problems *p) {
+    for (size_t i = 0; i < p->n; i++) {
+        const sd_graph_problem *q = &p->items[i];
+        if (q->node_id) {
+            fprintf(stderr, "error: node %s (%s)", q->node_id, q->class_type ? q->class_type : "?");
+            if (q->input) fprintf(stderr, " input '%s'", q->input);
+            fprintf(stderr, ": %s: %s\n", q->kind, q->message);
+        } else {
+            fprintf(stderr, "error: %s: %s\n", q->kind, q->message);
+        }
+    }
+    fprintf(stderr, "workflow failed validation: %zu problem%s, nothing was run\n", p->n, p->n == 1 ? "" : "s");
+}
+
+int sd_cli_run(int argc, char **argv) {
+    run_opts o;
+    if (parse_args(argc, argv, &o)) { free(o.sets); return 1; }
+    sd_error err;
+    sd_error_clear(&err);
+    sd_env env;
+    sd_graph *g = NULL;
+    char *text = NULL;
+    sd_backend *backend = NULL;
+    sd_cache_i cache = {0};
+    sd_sqlite_cache *cache_handle = NULL;
+    sd_exec *ex = NULL;
+    sd_exec_report rep = {0};
+    sd_graph_problems probs = {0};
+    int code = 1;
+    int have_env = 0;
+    sd_status rc = setup_env(&env, &o, &err);
+    have_env = rc == SD_OK;
+    env.log = cli_log;
+    env.log_user = &o.quiet;
+    if (!rc) rc = sd_nodes_register_all(&err);
+    if (!rc) rc = load_workflow(o.workflow, &g, &text, &err);
+    for (int i = 0; !rc && i < o.n_sets; i++) rc = sd_graph_apply_set(g, o.sets[i], &err);
+    if (!rc) {
+        rc = sd_backend_new(env.device, 0, &backend, &err);
+        if (!rc) {
+            sd_backend_set_precision(backend, strcmp(env.precision, "bf16") ? SD_PREC_F32 : SD_PREC_BF16);
+            env.backend = backend;
+        }
+    }
+    if (rc) {
+        sd_cli_print_error(&err);
+        goto done;
+    }
+    if (!o.no_cache) {
+        sd_error cerr;
+        sd_error_clear(&cerr);
+        if (sd_cli_cache_open(o.cache, &cache_handle, &cerr) == SD_OK) {
+            cache = sd_cache_interface(cache_handle);
+        } else {
+            char buf[SD_ERR_MSG_MAX + 512];
+            fprintf(stderr, "warning: cache unusable, running without it: %s\n",
+                    sd_error_format(&cerr, buf, sizeof buf));
+            cache_handle = NULL;
+        }
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+
+    sd_cli_progress prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .quiet = o.quiet, .report = &rep};
+    sd_exec_opts xo = {
+        .env = &env,
+        .cache = cache_handle ? &cache : NULL,
+        .interrupt = &interrupted,
+        .progress = sd_cli_progress_on_step,
+        .progress_user = &prog,
+        .on_node = sd_cli_progress_on_node,
+        .on_node_user = &prog,
+        .dump_dir = o.dump,
+        .prompt_json = NULL, /* derived from the graph as edited by --set */
+    };
+    ex = sd_exec_new();
+    if (!ex) {
+        sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        sd_cli_print_error(&err);
+        goto done;
+    }
+    rc = sd_exec_run(ex, g, &xo, &rep, &probs, &err);
+    if (prog.line_open) fputc('\n', stderr);
+    if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs);
+    else if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
+    else if (rc) sd_cli_print_error(&err);
+    if (!o.quiet && rc != SD_ERR_VALIDATION)
+        fprintf(stderr, "%s: %zu executed, %zu cached, %.1fs\n", rc ? "stopped" : "done", rep.n_executed,
+                rep.n_cached, rep.seconds);
+    if (o.report) write_report(o.report, &rep, &probs, rc, &err);
+    code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
+
+done:
+    sd_exec_report_free(&rep);
+    sd_graph_problems_free(&probs);
+    sd_exec_free(ex);
+    sd_cache_close(cache_handle);
+    sd_backend_free(backend);
+    sd_graph_free(g);
+    free(text);
+    if (have_env) sd_env_cleanup(&env);
+    free(o.sets);
+    return code;
+}
