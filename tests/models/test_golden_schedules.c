@@ -89,7 +89,9 @@ static sd_tensor *get_f32(sd_st_file *f, const char *name)
     return t;
 }
 
-static const double *get_f64(sd_st_file *f, const char *name, int64_t *n)
+/* F64 tensor copied out (the stored bytes need not be 8-byte aligned).
+ * Caller frees. */
+static double *get_f64(sd_st_file *f, const char *name, int64_t *n)
 {
     sd_error err;
     sd_tensor *t = sd_st_tensor(f, name, &err);
@@ -99,8 +101,10 @@ static const double *get_f64(sd_st_file *f, const char *name, int64_t *n)
         return NULL;
     }
     *n = sd_tensor_numel(t);
-    const double *p = t->data;
-    sd_tensor_unref(t); /* the file stays open, so the bytes stay mapped */
+    double *p = malloc(t->nbytes ? t->nbytes : 1);
+    if (p)
+        memcpy(p, t->data, t->nbytes);
+    sd_tensor_unref(t);
     return p;
 }
 
@@ -130,17 +134,19 @@ static void run_math(const cJSON *sched, sd_st_file *f, const sd_model_sampling 
     if (t) cmp(&fm, "model/sigma_max", &ms->sigma_max, 1, sd_tensor_f32(t), 1, m_atol, m_rtol);
     sd_tensor_unref(t);
     int64_t n = 0;
-    const double *b = get_f64(f, "model/betas_f64", &n);
+    double *b = get_f64(f, "model/betas_f64", &n);
     int exact_b = 0, exact_ac = 0;
     for (int64_t i = 0; b && i < n && i < SD_MS_TIMESTEPS; i++) {
         exact_b += ms->betas[i] == b[i];
         CHECK_MSG(fabs(ms->betas[i] - b[i]) <= 1e-15 * b[i], "betas[%ld]", (long)i);
     }
-    const double *ac = get_f64(f, "model/alphas_cumprod_f64", &n);
+    double *ac = get_f64(f, "model/alphas_cumprod_f64", &n);
     for (int64_t i = 0; ac && i < n && i < SD_MS_TIMESTEPS; i++) {
         exact_ac += ms->alphas_cumprod[i] == ac[i];
         CHECK_MSG(fabs(ms->alphas_cumprod[i] - ac[i]) <= 1e-14 * ac[i], "alphas_cumprod[%ld]", (long)i);
     }
+    free(b);
+    free(ac);
     printf("float64 betas bit-exact %d/1000, alphas_cumprod bit-exact %d/1000\n", exact_b, exact_ac);
     fam_print(&fm);
 
@@ -174,8 +180,8 @@ static void run_math(const cJSON *sched, sd_st_file *f, const sd_model_sampling 
     sd_tensor_unref(tin);
     sd_tensor_unref(sout);
     int64_t np = 0, ns = 0;
-    const double *pin = get_f64(f, "percent_to_sigma/percent_in_f64", &np);
-    const double *pout = get_f64(f, "percent_to_sigma/sigma_out_f64", &ns);
+    double *pin = get_f64(f, "percent_to_sigma/percent_in_f64", &np);
+    double *pout = get_f64(f, "percent_to_sigma/sigma_out_f64", &ns);
     if (pin && pout && np == ns) {
         float *got = malloc((size_t)np * sizeof *got), *exp = malloc((size_t)np * sizeof *exp);
         for (int64_t i = 0; i < np; i++) {
@@ -186,6 +192,8 @@ static void run_math(const cJSON *sched, sd_st_file *f, const sd_model_sampling 
         free(got);
         free(exp);
     }
+    free(pin);
+    free(pout);
     fam_print(&fp);
 
     /* Plain schedules. */
