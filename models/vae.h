@@ -1,0 +1,91 @@
+/* vae.h - the Stable Diffusion KL autoencoder (LDM "first_stage_model").
+ *
+ * Layout of the single-file checkpoints: encoder.conv_in, encoder.down.N.
+ * block.M (ResnetBlocks, nin_shortcut when channels change), encoder.down.N.
+ * downsample.conv (pad right/bottom by one, then stride-2 3x3 conv), encoder.
+ * mid.{block_1, attn_1, block_2}, encoder.norm_out/conv_out, quant_conv,
+ * post_quant_conv, decoder.conv_in, decoder.mid.*, decoder.up.N.block.M
+ * (num_res_blocks + 1 per level), decoder.up.N.upsample.conv (nearest x2 +
+ * conv), decoder.norm_out/conv_out. GroupNorm 32 groups, eps 1e-6; the mid
+ * attention is single-head over H*W. The configuration (channels per level,
+ * num_res_blocks, z_channels, embed_dim) is read from tensor shapes; quant
+ * convs are optional (absent in some VAEs).
+ *
+ * Value conventions follow ComfyUI's VAEDecode / VAEEncode: latents are VAE
+ * space (unscaled: what KSampler outputs), images are IMAGE tensors NHWC in
+ * [0, 1]. Decoding clamps (x + 1) / 2 to [0, 1]; encoding crops H and W to
+ * multiples of 8 around the centre (offset (d % 8) / 2), maps 2x - 1, and
+ * returns the posterior mean.
+ *
+ * Ownership: sd_vae owns its backend tensors; the sd_st_file may be closed
+ * after sd_vae_load. Inputs are only read; every output is a new tensor the
+ * caller unrefs. The backend must outlive the model. Not thread-safe per
+ * model (it uses the backend's sticky error).
+ */
+#ifndef SD_VAE_H
+#define SD_VAE_H
+
+#include "core/safetensors.h"
+#include "kernels/backend.h"
+
+#define SD_VAE_MAX_LEVELS 8
+
+typedef struct sd_vae sd_vae;
+
+typedef struct sd_vae_config {
+    int n_levels;                        /* len(ch_mult) */
+    int block_out[SD_VAE_MAX_LEVELS];    /* ch * ch_mult[i] */
+    int ch;                              /* block_out[0] / ch_mult[0], assumed ch_mult[0] = 1 */
+    int num_res_blocks;
+    int z_channels;
+    int embed_dim;                       /* latent channels */
+    int has_encoder;
+    int has_quant_conv;
+} sd_vae_config;
+
+/* Load from `f` under `prefix` ("first_stage_model." for checkpoints, ""
+ * for standalone VAE files). The decoder is required; a missing encoder
+ * leaves has_encoder = 0 (encode then fails with SD_ERR_UNSUPPORTED). */
+sd_status sd_vae_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_vae **out,
+                      sd_error *err);
+void sd_vae_free(sd_vae *vae); /* NULL-safe */
+const sd_vae_config *sd_vae_get_config(const sd_vae *vae);
+
+/* Debug hook called with "dec.act.<module>" / "enc.act.<module>" (module
+ * names as in the checkpoint: post_quant_conv, decoder.conv_in,
+ * decoder.mid.block_1, decoder.mid.attn_1, decoder.mid.block_2,
+ * decoder.up.N, decoder.norm_out (before the SiLU), quant_conv, ...) and
+ * the module's output, valid only during the call. */
+typedef void (*sd_vae_tap_fn)(void *user, const char *name, const sd_bt *t);
+void sd_vae_set_tap(sd_vae *vae, sd_vae_tap_fn fn, void *user);
+
+/* latent [N, E, h, w] F32 -> IMAGE [N, 8h, 8w, 3] in [0, 1]. */
+sd_status sd_vae_decode(sd_vae *vae, const sd_tensor *latent, sd_tensor **image, sd_error *err);
+/* IMAGE [N, H, W, C >= 3] -> latent mean [N, E, H/8, W/8] (after cropping). */
+sd_status sd_vae_encode(sd_vae *vae, const sd_tensor *image, sd_tensor **latent, sd_error *err);
+/* Both posterior halves: mean and logvar clamped to [-30, 20]. */
+sd_status sd_vae_encode_posterior(sd_vae *vae, const sd_tensor *image, sd_tensor **mean,
+                                  sd_tensor **logvar, sd_error *err);
+/* The raw decoder: post_quant_conv + decoder, NCHW in, NCHW out (~[-1, 1]). */
+sd_status sd_vae_decode_raw(sd_vae *vae, const sd_tensor *latent, sd_tensor **x, sd_error *err);
+
+/* ComfyUI VAEDecodeTiled / VAEEncodeTiled: tile_size and overlap in pixels
+ * (decode: overlap clamped to tile_size / 4 as the node does). Three passes
+ * with tiles (t/2 x 2t), (2t x t/2) and (t x t) (width x height), each
+ * blended with linear feathering over the overlap (comfy.utils.tiled_scale),
+ * then averaged. */
+sd_status sd_vae_decode_tiled(sd_vae *vae, const sd_tensor *latent, int tile_size, int overlap,
+                              sd_tensor **image, sd_error *err);
+sd_status sd_vae_encode_tiled(sd_vae *vae, const sd_tensor *image, int tile_size, int overlap,
+                              sd_tensor **latent, sd_error *err);
+
+/* ---- IMAGE <-> NCHW conversions shared with the other autoencoders ---------- */
+
+/* IMAGE NHWC [N, H, W, C >= 3] -> NCHW [N, 3, H', W'] with H', W' cropped
+ * to multiples of 8 around the centre, values v * mul + add. NULL with err
+ * set on a bad shape or dtype. */
+sd_tensor *sd_vae_pixels_to_nchw(const sd_tensor *image, float mul, float add, sd_error *err);
+/* NCHW [N, C, H, W] -> NHWC, values clamp(v * mul + add, 0, 1). */
+sd_tensor *sd_vae_nchw_to_pixels(const sd_tensor *x, float mul, float add, sd_error *err);
+
+#endif
