@@ -69,8 +69,9 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *cfg,
                          sd_error *err);
 
 /* Detect and load. prefix NULL tries SD_UNET_PREFIX, then "" (a bare UNet
- * file). weight_dtype is the dtype weights are kept in on the backend
- * (SD_F32, or SD_F16/SD_BF16 to halve memory; compute stays F32). */
+ * file). weight_dtype is the dtype weights are kept in on the backend:
+ * SD_F32 (what the CPU backend's ops take today), or SD_F16/SD_BF16 to halve
+ * memory on a backend whose ops read half-precision weights. */
 sd_status sd_unet_load(sd_backend *be, sd_st_file *f, const char *prefix,
                        sd_dtype weight_dtype, sd_unet **out, sd_error *err);
 void sd_unet_free(sd_unet *u); /* NULL-safe */
