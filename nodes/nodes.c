@@ -4,5 +4,7 @@
 
 sd_status sd_nodes_register_all(sd_error *err) {
     (void)err;
+    { extern const sd_node_def *const sd_nodes_image[]; sd_status rc = sd_registry_add(sd_nodes_image, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_latent[]; sd_status rc = sd_registry_add(sd_nodes_latent, err); if (rc) return rc; }
     return SD_OK;
 }

@@ -1,0 +1,64 @@
+/* savepath.h - where output nodes write, named the way ComfyUI names them,
+ * and the metadata they embed.
+ *
+ * Naming follows folder_paths.get_save_image_path: the prefix may contain
+ * %width%, %height%, %year%, %month%, %day%, %hour%, %minute%, %second%; its
+ * directory part becomes a subfolder of the root; files are
+ * "<filename>_<counter:05>_.<ext>" where the counter continues after the
+ * highest number found among the folder's files named "<filename>_<digits>...".
+ * A prefix that would leave the root (absolute, or climbing with "..") is
+ * refused.
+ *
+ * Metadata follows SaveImage/SaveLatent: "prompt" = the workflow JSON and one
+ * entry per key of extra_pnginfo, each value serialized as Python's
+ * json.dumps does (", " and ": " separators, non-ASCII escaped).
+ */
+#ifndef SD_NODES_SAVEPATH_H
+#define SD_NODES_SAVEPATH_H
+
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "core/node.h"
+
+typedef struct sd_savepath {
+    char *folder;    /* absolute path of root/subfolder (created) */
+    char *filename;  /* file name part of the prefix, after substitutions */
+    char *subfolder; /* "" when the prefix has no directory part */
+    int64_t counter; /* first free counter */
+} sd_savepath;
+
+/* Resolve `prefix` under `root` (created when missing). width/height feed
+ * %width%/%height%. On success fill *sp (free with sd_savepath_free). */
+sd_status sd_savepath_begin(const char *root, const char *prefix, int64_t width,
+                            int64_t height, sd_savepath *sp, sd_error *err);
+void sd_savepath_free(sd_savepath *sp);
+
+/* "<filename with %batch_num% = batch>_<counter:05>_.<ext>" into buf. */
+const char *sd_savepath_file(const sd_savepath *sp, int64_t batch, int64_t counter,
+                             const char *ext, char *buf, size_t n);
+
+/* Key/value metadata owned by the struct. */
+typedef struct sd_save_meta {
+    size_t n;
+    char **keys;
+    char **values;
+} sd_save_meta;
+
+/* Build the metadata of an output node: "prompt" (when ctx->prompt_json is
+ * set, or always with `prompt_always`, "" standing in for a missing prompt,
+ * as SaveLatent does) then each key of ctx->extra_pnginfo_json. */
+sd_status sd_save_meta_build(const sd_node_ctx *ctx, int prompt_always, sd_save_meta *m,
+                             sd_error *err);
+void sd_save_meta_free(sd_save_meta *m);
+
+/* Python json.dumps(obj) of a cJSON tree: malloc'd string, NULL on no memory.
+ * Integral numbers print as integers (cJSON does not keep "1.0"). */
+char *sd_pyjson_dumps(const cJSON *j);
+
+/* Append {"filename", "subfolder", "type"} to ui[list_key] and the absolute
+ * path to ui["files"], creating *ui (a dict) and the lists on first use. */
+sd_status sd_save_ui_add(sd_value **ui, const char *list_key, const char *filename,
+                         const char *subfolder, const char *type, const char *abs_path,
+                         sd_error *err);
+
+#endif

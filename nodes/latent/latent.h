@@ -1,0 +1,17 @@
+/* latent.h - the latent node family: EmptyLatentImage, LatentUpscale,
+ * LatentUpscaleBy, RepeatLatentBatch, LatentComposite, SetLatentNoiseMask,
+ * SaveLatent, LoadLatent.
+ *
+ * LATENT = SD_VAL_DICT {"samples": F32 [B, C, H, W] (unscaled VAE space),
+ * "noise_mask"?: F32 [B, 1, h, w], "batch_index"?: list of INT}. Nodes that
+ * change "samples" keep the other keys, as ComfyUI's samples.copy() does.
+ */
+#ifndef SD_NODES_LATENT_H
+#define SD_NODES_LATENT_H
+
+#include "core/node.h"
+
+/* NULL-terminated table registered by nodes/nodes.c. */
+extern const sd_node_def *const sd_nodes_latent[];
+
+#endif
