@@ -38,6 +38,30 @@ static void linspace_f64(double start, double end, int n, double *out)
                              : fma(-step, (double)(n - 1 - i), end);
 }
 
+float sd_torch_expf(float d)
+{
+    /* Sleef xexpf: x = q*ln2 + s with q = rint(x/ln2) and a two-part ln2
+     * (Cody-Waite), a degree-6 polynomial in s, then scaling by 2^q. */
+    if (d != d)
+        return d;
+    if (d < -104.0f)
+        return 0.0f;
+    if (d > 100.0f)
+        return INFINITY;
+    float qf = rintf(d * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    int q = (int)qf;
+    float s = fmaf(qf, -0.693145751953125f, d);
+    s = fmaf(qf, -1.428606765330187045e-06f, s);
+    float u = 0.000198527617612853646278381f;
+    u = fmaf(u, s, 0.00139304355252534151077271f);
+    u = fmaf(u, s, 0.00833336077630519866943359f);
+    u = fmaf(u, s, 0.0416664853692054748535156f);
+    u = fmaf(u, s, 0.166666671633720397949219f);
+    u = fmaf(u, s, 0.5f);
+    u = 1.0f + fmaf(s * s, u, s);
+    return ldexpf(u, q);
+}
+
 void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
                                    double linear_start, double linear_end)
 {
@@ -92,7 +116,7 @@ float sd_ms_sigma(const sd_model_sampling *ms, float t)
     int hi = (int)ceilf(tc);
     float w = tc - truncf(tc);
     float ls = (1.0f - w) * ms->log_sigmas[lo] + w * ms->log_sigmas[hi];
-    return expf(ls);
+    return sd_torch_expf(ls);
 }
 
 double sd_ms_percent_to_sigma(const sd_model_sampling *ms, double percent)

@@ -43,6 +43,12 @@ typedef struct sd_model_sampling {
     float sigma_min, sigma_max;
 } sd_model_sampling;
 
+/* torch's float32 exp on an x86 AVX2 build: Sleef expf_u10 (with FMA),
+ * which torch applies to every element of a float tensor, 1-element ones
+ * included. Differs from glibc expf by 1 ulp on ~10% of inputs; using it
+ * makes sigma(t) and the normal/exponential schedules bit-identical. */
+float sd_torch_expf(float x);
+
 /* SD1.x / SDXL defaults: betas 0.00085 -> 0.012 ("linear" in ComfyUI). */
 void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction);
 /* Same with other linear_start / linear_end (sqrt-spaced betas). */

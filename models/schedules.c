@@ -250,7 +250,7 @@ static int sched_exponential(const sd_model_sampling *ms, int steps, float *out)
     linspace_f32((float)log((double)ms->sigma_max), (float)log((double)ms->sigma_min),
                  steps, out);
     for (int i = 0; i < steps; i++)
-        out[i] = expf(out[i]);
+        out[i] = sd_torch_expf(out[i]);
     out[steps] = 0.0f;
     return steps + 1;
 }

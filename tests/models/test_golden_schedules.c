@@ -25,13 +25,15 @@
 typedef struct family {
     const char *name;
     int checked;
+    long values, not_exact;
     double worst_abs, worst_rel;
 } family;
 
 static void fam_print(const family *f)
 {
-    printf("%-26s %4d tensors, worst abs err %.3g, worst rel err %.3g\n", f->name,
-           f->checked, f->worst_abs, f->worst_rel);
+    printf("%-26s %4d tensors, %5ld values, %3ld not bit-exact, worst abs err %.3g, "
+           "worst rel err %.3g\n", f->name, f->checked, f->values, f->not_exact,
+           f->worst_abs, f->worst_rel);
 }
 
 /* |got - exp| <= atol + rtol*|exp| elementwise; NaN must match NaN. */
@@ -42,6 +44,9 @@ static void cmp(family *fam, const char *what, const float *got, int n_got,
     CHECK_MSG(n_got == n_exp, "%s: length %d, expected %d", what, n_got, n_exp);
     int n = n_got < n_exp ? n_got : n_exp, bad = 0;
     for (int i = 0; i < n; i++) {
+        fam->values++;
+        if (memcmp(&got[i], &exp[i], sizeof got[i]) != 0 && !(isnan(got[i]) && isnan(exp[i])))
+            fam->not_exact++;
         if (isnan(exp[i]) || isnan(got[i])) {
             if (isnan(exp[i]) != isnan(got[i]) && bad++ < 3)
                 fprintf(stderr, "%s[%d]: got %.9g expected %.9g\n", what, i, got[i], exp[i]);
