@@ -76,14 +76,39 @@ static int is_png(const char *path) {
     return n == 8 && !memcmp(sig, "\x89PNG\r\n\x1a\n", 8);
 }
 
-static sd_status load_workflow(const char *path, sd_graph **g, char **text, sd_error *err) {
+/* Extra PNG text chunks to carry along, as ComfyUI does: the UI workflow of
+ * a PNG, or extra_data.extra_pnginfo of a /prompt request body. */
+static char *extra_pnginfo_of(const char *path, const char *text, int from_png) {
+    if (from_png) {
+        char *workflow = NULL;
+        if (sd_png_read_text(path, "workflow", &workflow, NULL) != SD_OK) return NULL;
+        cJSON *w = cJSON_Parse(workflow);
+        free(workflow);
+        if (!w) return NULL;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "workflow", w);
+        char *s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        return s;
+    }
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "extra_data");
+    const cJSON *info = cJSON_GetObjectItemCaseSensitive(extra, "extra_pnginfo");
+    char *s = cJSON_IsObject(info) ? cJSON_PrintUnformatted(info) : NULL;
+    cJSON_Delete(root);
+    return s;
+}
+
+static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra, sd_error *err) {
     *g = NULL;
     *text = NULL;
+    *extra = NULL;
     if (ends_with(path, ".lua"))
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "'%s': Lua workflows are not supported yet; use an API-format .json", path);
     sd_status rc;
-    if (is_png(path)) {
+    int png = is_png(path);
+    if (png) {
         rc = sd_png_read_text(path, "prompt", text, err);
         if (rc == SD_ERR_NOT_FOUND)
             return sd_error_set(err, SD_ERR_NOT_FOUND,
@@ -93,7 +118,9 @@ static sd_status load_workflow(const char *path, sd_graph **g, char **text, sd_e
         rc = read_text(path, text, err);
         if (rc) return rc;
     }
-    return sd_graph_from_json(*text, path, g, err);
+    rc = sd_graph_from_json(*text, path, g, err);
+    if (!rc) *extra = extra_pnginfo_of(path, *text, png);
+    return rc;
 }
 
 typedef struct run_opts {
@@ -219,7 +246,7 @@ int sd_cli_run(int argc, char **argv) {
     sd_error_clear(&err);
     sd_env env;
     sd_graph *g = NULL;
-    char *text = NULL;
+    char *text = NULL, *extra = NULL;
     sd_backend *backend = NULL;
     sd_cache_i cache = {0};
     sd_sqlite_cache *cache_handle = NULL;
@@ -233,7 +260,7 @@ int sd_cli_run(int argc, char **argv) {
     env.log = cli_log;
     env.log_user = &o.quiet;
     if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = load_workflow(o.workflow, &g, &text, &err);
+    if (!rc) rc = load_workflow(o.workflow, &g, &text, &extra, &err);
     for (int i = 0; !rc && i < o.n_sets; i++) rc = sd_graph_apply_set(g, o.sets[i], &err);
     if (!rc) {
         rc = sd_backend_new(env.device, 0, &backend, &err);
@@ -275,6 +302,7 @@ int sd_cli_run(int argc, char **argv) {
         .on_node_user = &prog,
         .dump_dir = o.dump,
         .prompt_json = NULL, /* derived from the graph as edited by --set */
+        .extra_pnginfo_json = extra,
     };
     ex = sd_exec_new();
     if (!ex) {
@@ -301,6 +329,7 @@ done:
     sd_backend_free(backend);
     sd_graph_free(g);
     free(text);
+    free(extra);
     if (have_env) sd_env_cleanup(&env);
     free(o.sets);
     return code;

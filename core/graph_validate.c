@@ -249,17 +249,27 @@ static size_t index_of(const sd_graph *g, const char *id) {
     return (size_t)-1;
 }
 
-static void report_cycle(cycle_walk *w, size_t from, size_t to_pos, const char *input) {
+/* The cycle is stack[to_pos..depth-1], each node linking to the next and the
+ * last back to the first. It is reported on its earliest node in workflow
+ * order, naming the input that links into the cycle, so the report does not
+ * depend on where the walk started. */
+static void report_cycle(cycle_walk *w, size_t to_pos) {
+    size_t len = w->depth - to_pos, first = 0;
+    for (size_t k = 1; k < len; k++)
+        if (w->stack[to_pos + k] < w->stack[to_pos + first]) first = k;
     char path[1024] = "";
     size_t off = 0;
-    for (size_t k = to_pos; k < w->depth && off < sizeof path; k++) {
-        const sd_graph_node *c = sd_graph_at(w->g, w->stack[k]);
-        off += (size_t)snprintf(path + off, sizeof path - off, "%s (%s) -> ", c->id, c->class_type);
+    for (size_t k = 0; k <= len && off < sizeof path; k++) {
+        const sd_graph_node *c = sd_graph_at(w->g, w->stack[to_pos + (first + k) % len]);
+        off += (size_t)snprintf(path + off, sizeof path - off, k < len ? "%s (%s) -> " : "%s",
+                                c->id, c->class_type);
     }
-    if (off < sizeof path)
-        snprintf(path + off, sizeof path - off, "%s", sd_graph_at(w->g, w->stack[to_pos])->id);
-    add_problem(w->p, sd_graph_at(w->g, from), input, "dependency_cycle",
-                "dependency cycle through nodes %s", path);
+    const sd_graph_node *n = sd_graph_at(w->g, w->stack[to_pos + first]);
+    const sd_graph_node *next = sd_graph_at(w->g, w->stack[to_pos + (first + 1) % len]);
+    const char *input = NULL;
+    for (size_t k = 0; k < n->n_inputs && !input; k++)
+        if (n->inputs[k].is_link && strcmp(n->inputs[k].src_id, next->id) == 0) input = n->inputs[k].name;
+    add_problem(w->p, n, input, "dependency_cycle", "dependency cycle through nodes %s", path);
 }
 
 /* Edges go from a node to the nodes its inputs link to. */
@@ -274,7 +284,7 @@ static void dfs(cycle_walk *w, size_t i) {
         if (w->state[j] == 1) {
             size_t pos = 0;
             while (w->stack[pos] != j) pos++;
-            report_cycle(w, i, pos, n->inputs[k].name);
+            report_cycle(w, pos);
         } else if (w->state[j] == 0) {
             dfs(w, j);
         }

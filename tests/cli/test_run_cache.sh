@@ -1,0 +1,129 @@
+# Runs the model-free demo workflow with a fresh persistent cache: a rerun
+# executes nothing, --set re-executes exactly the downstream cone, a deleted
+# output file re-executes only SaveImage, a saved PNG reruns from its prompt
+# chunk, and two concurrent processes share one cache.
+set -u
+: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
+
+# ---- helpers (the same in test_validation.sh) ----
+# A 16x16 RGB gradient PNG.
+SD_TEST_PNG_B64='iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAABlklEQVR42hXRURVEIQhFUSMYgQhGMAIRiGCEE8EIRiACEYhABCLMG7/ZrMt1jMEcyGAN9kAHNjgDBnfwBj6IQQ5q0IMxJnMikzXZE53Y5EyY3Mmb+CQmOalJzw8IUxBhCVtQwYQjIFzhCS6EkEIJLR9YzIUs1mIvdGGLs2BxF2/hi1jkoha9PrCZG9mszd7oxjZnw+Zu3sY3sclNbXp/QJmKKEvZiiqmHAXlKk9xJZRUSmn9gDENMZaxDTXMOAbGNZ7hRhhplNH2gcM8yGEd9kEPdjgHDvfwDn6IQx7q0OcD/wK/Sr4jv9hfkG/1N/x/Fx44BCQU9Pc94zIvclmXfdGLXc79j9/Lu/glLnmpS98PPOZDHuuxH/qwx3n/5ffxHv6IRz7q0e8DznTEWc521DHn+D/KdZ7jTjjplNP+gWAGEqxgBxpYcOIf/AYv8CCCDCro+EAyE0lWshNNLDn5P/MmL/Ekkkwq6fxAMQspVrELLaw49S/lFq/wIoosquj6QDMbaVazG22sOf2v8Dav8SaabKrp5geIAnAQC3NfwAAAAABJRU5ErkJggg=='
+
+sd_test_write_png() { printf '%s' "$SD_TEST_PNG_B64" | base64 -d > "$1"; }
+
+# Exit 77 (skipped) unless every named node type is registered.
+sd_test_need_nodes() {
+    local list
+    list=$("$SDFLOW_BIN" nodes) || { echo "sdflow nodes failed"; exit 1; }
+    for c in "$@"; do
+        if ! printf '%s\n' "$list" | grep -q "^$c "; then
+            echo "SKIP: node type $c is not registered yet"
+            exit 77
+        fi
+    done
+}
+
+# The report with all whitespace removed, for grepping fixed key orders.
+sd_test_flat() { tr -d ' \t\n' < "$1"; }
+
+# Status of node $2 in report $1 ("executed", "cached", ... or "absent").
+sd_test_status() {
+    local s
+    s=$(sd_test_flat "$1" | grep -o "\"$2\":{\"class_type\":\"[^\"]*\",\"status\":\"[a-z]*\"" | sed 's/.*"status":"//; s/"$//')
+    echo "${s:-absent}"
+}
+
+sd_test_count() { sd_test_flat "$1" | grep -o "\"$2\":[0-9]*" | head -1 | cut -d: -f2; }
+# ---- end of helpers ----
+
+sd_test_need_nodes LoadImage ImageScale ImageInvert SaveImage
+
+T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_run_cache"
+rm -rf "$T" && mkdir -p "$T/input" "$T/output"
+sd_test_write_png "$T/input/example.png"
+WF="$SDFLOW_SOURCE_DIR/workflows/image_invert.json"
+CACHE="$T/cache.db"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run NAME [extra args...]: runs the demo, report in $T/NAME.json
+run() {
+    local name=$1
+    shift
+    "$SDFLOW_BIN" run "$WF" --cache "$CACHE" --input-dir "$T/input" --output-dir "$T/output" \
+        --report "$T/$name.json" "$@" 2> "$T/$name.err"
+    local rc=$?
+    [ "$rc" -eq 0 ] || fail "$name: exit code $rc: $(cat "$T/$name.err")"
+}
+
+expect() { # REPORT NODE STATUS
+    local got
+    got=$(sd_test_status "$T/$1.json" "$2")
+    [ "$got" = "$3" ] || fail "$1: node $2 is '$got', expected '$3'"
+}
+
+run first
+[ "$(sd_test_count "$T/first.json" executed)" = "4" ] || fail "first: expected 4 executed"
+for n in 1 2 3 4; do expect first $n executed; done
+n_png=$(ls "$T/output"/sdflow_demo_*.png 2> /dev/null | wc -l)
+[ "$n_png" -eq 1 ] || fail "first: expected one PNG, found $n_png"
+grep -q '^\[4/4\] SaveImage #4' "$T/first.err" || fail "first: no progress line in: $(cat "$T/first.err")"
+
+run second
+[ "$(sd_test_count "$T/second.json" executed)" = "0" ] || fail "second: expected nothing executed"
+expect second 4 cached
+expect second 1 absent # not even visited: its consumers hit
+[ "$(ls "$T/output"/sdflow_demo_*.png | wc -l)" -eq 1 ] || fail "second: wrote a new PNG"
+
+run quiet --quiet
+[ -s "$T/quiet.err" ] && fail "quiet: printed $(cat "$T/quiet.err")"
+
+# One literal changed: exactly its downstream cone runs.
+run edited --set 2.width=40
+[ "$(sd_test_count "$T/edited.json" executed)" = "3" ] || fail "edited: expected 3 executed"
+expect edited 1 cached
+for n in 2 3 4; do expect edited $n executed; done
+sd_test_flat "$T/edited.json" | grep -q 'IMAGE\[1,64,40,3\]F32' || fail "edited: ImageScale output not 40 wide"
+
+# The image file is gone: only SaveImage runs again.
+rm -f "$T/output"/sdflow_demo_*.png
+run refill
+[ "$(sd_test_count "$T/refill.json" executed)" = "1" ] || fail "refill: expected 1 executed"
+expect refill 4 executed
+expect refill 3 cached
+
+# The saved PNG carries the workflow: running it needs nothing new.
+png=$(ls "$T/output"/sdflow_demo_*.png | head -1)
+"$SDFLOW_BIN" run "$png" --cache "$CACHE" --input-dir "$T/input" --output-dir "$T/output" \
+    --report "$T/from_png.json" 2> "$T/from_png.err" || fail "from_png: $(cat "$T/from_png.err")"
+[ "$(sd_test_count "$T/from_png.json" executed)" = "0" ] || fail "from_png: expected nothing executed"
+
+# Two processes on one cache at once.
+run concurrent_a --set 2.width=24 --quiet &
+pa=$!
+run concurrent_b --set 2.width=28 --quiet &
+pb=$!
+wait $pa || fail "concurrent_a failed: $(cat "$T/concurrent_a.err")"
+wait $pb || fail "concurrent_b failed: $(cat "$T/concurrent_b.err")"
+for name in concurrent_a concurrent_b; do
+    [ "$(sd_test_count "$T/$name.json" executed)" = "3" ] || fail "$name: expected 3 executed"
+done
+run after_concurrent --set 2.width=28
+[ "$(sd_test_count "$T/after_concurrent.json" executed)" = "0" ] || fail "after_concurrent: result not cached"
+
+# The cache sub-commands see the entries.
+"$SDFLOW_BIN" cache stats --cache "$CACHE" > "$T/stats.txt" || fail "cache stats failed"
+grep -qE 'entries: +[1-9]' "$T/stats.txt" || fail "cache stats: $(cat "$T/stats.txt")"
+"$SDFLOW_BIN" cache list --cache "$CACHE" | grep -q ImageInvert || fail "cache list: no ImageInvert"
+"$SDFLOW_BIN" cache clear --cache "$CACHE" > /dev/null || fail "cache clear failed"
+run after_clear
+[ "$(sd_test_count "$T/after_clear.json" executed)" -ge 3 ] || fail "after_clear: expected re-execution"
+
+# An unusable cache file: a warning, and the run goes on uncached.
+echo "not a database" > "$T/bad.db"
+"$SDFLOW_BIN" run "$WF" --cache "$T/bad.db" --input-dir "$T/input" --output-dir "$T/output" \
+    --quiet 2> "$T/badcache.err" || fail "bad cache: run failed: $(cat "$T/badcache.err")"
+grep -q "warning" "$T/badcache.err" || fail "bad cache: no warning"
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "all run/cache checks passed"

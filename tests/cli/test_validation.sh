@@ -1,0 +1,162 @@
+# One bad workflow per validation error kind: exit code 1, nothing ran, and
+# the message names the node id, class_type and input.
+set -u
+: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
+# ---- helpers (the same in test_run_cache.sh) ----
+# A 16x16 RGB gradient PNG.
+SD_TEST_PNG_B64='iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAABlklEQVR42hXRURVEIQhFUSMYgQhGMAIRiGCEE8EIRiACEYhABCLMG7/ZrMt1jMEcyGAN9kAHNjgDBnfwBj6IQQ5q0IMxJnMikzXZE53Y5EyY3Mmb+CQmOalJzw8IUxBhCVtQwYQjIFzhCS6EkEIJLR9YzIUs1mIvdGGLs2BxF2/hi1jkoha9PrCZG9mszd7oxjZnw+Zu3sY3sclNbXp/QJmKKEvZiiqmHAXlKk9xJZRUSmn9gDENMZaxDTXMOAbGNZ7hRhhplNH2gcM8yGEd9kEPdjgHDvfwDn6IQx7q0OcD/wK/Sr4jv9hfkG/1N/x/Fx44BCQU9Pc94zIvclmXfdGLXc79j9/Lu/glLnmpS98PPOZDHuuxH/qwx3n/5ffxHv6IRz7q0e8DznTEWc521DHn+D/KdZ7jTjjplNP+gWAGEqxgBxpYcOIf/AYv8CCCDCro+EAyE0lWshNNLDn5P/MmL/Ekkkwq6fxAMQspVrELLaw49S/lFq/wIoosquj6QDMbaVazG22sOf2v8Dav8SaabKrp5geIAnAQC3NfwAAAAABJRU5ErkJggg=='
+
+sd_test_write_png() { printf '%s' "$SD_TEST_PNG_B64" | base64 -d > "$1"; }
+
+# Exit 77 (skipped) unless every named node type is registered.
+sd_test_need_nodes() {
+    local list
+    list=$("$SDFLOW_BIN" nodes) || { echo "sdflow nodes failed"; exit 1; }
+    for c in "$@"; do
+        if ! printf '%s\n' "$list" | grep -q "^$c "; then
+            echo "SKIP: node type $c is not registered yet"
+            exit 77
+        fi
+    done
+}
+
+# The report with all whitespace removed, for grepping fixed key orders.
+sd_test_flat() { tr -d ' \t\n' < "$1"; }
+
+# Status of node $2 in report $1 ("executed", "cached", ... or "absent").
+sd_test_status() {
+    local s
+    s=$(sd_test_flat "$1" | grep -o "\"$2\":{\"class_type\":\"[^\"]*\",\"status\":\"[a-z]*\"" | sed 's/.*"status":"//; s/"$//')
+    echo "${s:-absent}"
+}
+
+sd_test_count() { sd_test_flat "$1" | grep -o "\"$2\":[0-9]*" | head -1 | cut -d: -f2; }
+# ---- end of helpers ----
+
+sd_test_need_nodes LoadImage ImageScale ImageInvert SaveImage
+
+T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_validation"
+rm -rf "$T" && mkdir -p "$T/input" "$T/output"
+sd_test_write_png "$T/input/pic.png"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run_bad NAME KIND NODE_ID CLASS_TYPE INPUT (INPUT "-" when none): workflow on stdin
+run_bad() {
+    local name=$1 kind=$2 id=$3 class=$4 input=$5
+    cat > "$T/$name.json"
+    rm -f "$T/$name.report.json"
+    "$SDFLOW_BIN" run "$T/$name.json" --no-cache --quiet --input-dir "$T/input" \
+        --output-dir "$T/output" --report "$T/$name.report.json" 2> "$T/$name.err"
+    local rc=$?
+    [ "$rc" -eq 1 ] || fail "$name: exit code $rc, expected 1"
+    grep -q "$kind" "$T/$name.err" || fail "$name: no '$kind' in: $(cat "$T/$name.err")"
+    if [ "$id" != "-" ]; then
+        local want="node $id ($class)"
+        [ "$input" != "-" ] && want="$want input '$input'"
+        grep -qF "$want: $kind" "$T/$name.err" || fail "$name: no \"$want: $kind\" in: $(cat "$T/$name.err")"
+    fi
+    [ "$(sd_test_count "$T/$name.report.json" executed)" = "0" ] || fail "$name: report says something executed"
+    sd_test_flat "$T/$name.report.json" | grep -q '"nodes":{}' || fail "$name: report lists nodes"
+    [ -z "$(ls -A "$T/output")" ] || fail "$name: something was written to the output dir"
+}
+
+run_bad unknown_class invalid_prompt 5 NoSuchNode - <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "5": {"class_type": "NoSuchNode", "inputs": {"image": ["1", 0]}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0]}}}
+J
+run_bad missing_input required_input_missing 9 SaveImage images <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "x"}}}
+J
+run_bad missing_node bad_linked_input 9 SaveImage images <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["42", 0]}}}
+J
+run_bad bad_index bad_linked_input 3 ImageInvert image <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "3": {"class_type": "ImageInvert", "inputs": {"image": ["1", 7]}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}}}
+J
+run_bad type_mismatch return_type_mismatch 3 ImageInvert image <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "3": {"class_type": "ImageInvert", "inputs": {"image": ["1", 1]}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}}}
+J
+run_bad wrong_kind invalid_input_type 2 ImageScale width <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 64}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+J
+run_bad literal_for_link invalid_input_type 9 SaveImage images <<'J'
+{"9": {"class_type": "SaveImage", "inputs": {"images": "pic.png"}}}
+J
+run_bad too_big value_bigger_than_max 2 ImageScale height <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": 64, "height": 100000}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+J
+run_bad too_small value_smaller_than_min 2 ImageScale width <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": -8, "height": 64}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+J
+run_bad not_in_list value_not_in_list 2 ImageScale upscale_method <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "magic"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+J
+run_bad missing_file value_not_in_list 1 LoadImage image <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "nope.png"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0]}}}
+J
+run_bad cycle dependency_cycle 3 ImageInvert image <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "3": {"class_type": "ImageInvert", "inputs": {"image": ["4", 0]}},
+ "4": {"class_type": "ImageInvert", "inputs": {"image": ["3", 0]}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["4", 0]}}}
+J
+run_bad no_output prompt_no_outputs - - - <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "3": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}}}
+J
+
+# All problems of one workflow are reported at once.
+cat > "$T/many.json" <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "nope.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 100000}},
+ "9": {"class_type": "SaveImage", "inputs": {}}}
+J
+"$SDFLOW_BIN" run "$T/many.json" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/output" 2> "$T/many.err"
+[ $? -eq 1 ] || fail "many: exit code"
+for k in value_not_in_list invalid_input_type value_bigger_than_max required_input_missing; do
+    grep -q "$k" "$T/many.err" || fail "many: $k not reported"
+done
+grep -q "4 problems" "$T/many.err" || fail "many: expected '4 problems' in: $(cat "$T/many.err")"
+
+# Parse errors name line and column; .lua is refused clearly.
+printf '{\n  "1": {"class_type": "SaveImage",\n   "inputs": {,}}}\n' > "$T/syntax.json"
+"$SDFLOW_BIN" run "$T/syntax.json" --no-cache 2> "$T/syntax.err"
+[ $? -eq 1 ] || fail "syntax: exit code"
+grep -q "syntax.json:3:" "$T/syntax.err" || fail "syntax: no line/column in: $(cat "$T/syntax.err")"
+echo 'return {}' > "$T/wf.lua"
+"$SDFLOW_BIN" run "$T/wf.lua" --no-cache 2> "$T/lua.err"
+[ $? -eq 1 ] || fail "lua: exit code"
+grep -q "not supported yet" "$T/lua.err" || fail "lua: message"
+
+# --set errors: unknown node, unknown input.
+cp "$SDFLOW_SOURCE_DIR/workflows/image_invert.json" "$T/good.json"
+"$SDFLOW_BIN" run "$T/good.json" --no-cache --set 77.width=3 2> "$T/set1.err"
+[ $? -eq 1 ] && grep -q "no node '77'" "$T/set1.err" || fail "set: unknown node"
+"$SDFLOW_BIN" run "$T/good.json" --no-cache --set 2.widht=3 2> "$T/set2.err"
+[ $? -eq 1 ] && grep -q "has no input 'widht'" "$T/set2.err" || fail "set: unknown input"
+
+# The control: the same nodes, well wired, run.
+"$SDFLOW_BIN" run "$T/good.json" --no-cache --quiet --set 1.image=pic.png --input-dir "$T/input" \
+    --output-dir "$T/output" 2> "$T/good.err"
+[ $? -eq 0 ] || fail "good workflow failed: $(cat "$T/good.err")"
+ls "$T/output"/sdflow_demo_*.png > /dev/null 2>&1 || fail "good workflow wrote no image"
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "all validation checks passed"
