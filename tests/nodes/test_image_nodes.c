@@ -1,0 +1,490 @@
+/* test_image_nodes.c - the image node family called directly: LoadImage /
+ * LoadImageMask conversions and mask inversion, SaveImage naming, counter,
+ * subfolders and embedded prompt, PreviewImage, ImageScale(By), ImageInvert,
+ * ImageBatch, interrupts. */
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/env.h"
+#include "core/node.h"
+#include "core/png.h"
+#include "models/imageops.h"
+#include "nodes/image/image.h"
+#include "testutil.h"
+
+/* ---- helpers (a hand-built sd_node_ctx over temp dirs) ---- */
+typedef struct nt_env {
+    sd_env env;
+    char input[4096], output[4096], temp[4096];
+} nt_env;
+
+static void nt_env_init(nt_env *e, const char *name) {
+    sd_error err = {0};
+    CHECK_OK(sd_env_init(&e->env, &err), &err);
+    const char *root = sd_test_tmpdir(name);
+    snprintf(e->input, sizeof e->input, "%s/input", root);
+    snprintf(e->output, sizeof e->output, "%s/output", root);
+    snprintf(e->temp, sizeof e->temp, "%s/temp", root);
+    mkdir(e->input, 0777);
+    mkdir(e->output, 0777);
+    CHECK_OK(sd_env_set(&e->env, &e->env.input_dir, e->input, &err), &err);
+    CHECK_OK(sd_env_set(&e->env, &e->env.output_dir, e->output, &err), &err);
+    CHECK_OK(sd_env_set(&e->env, &e->env.temp_dir, e->temp, &err), &err);
+}
+
+static sd_node_ctx nt_ctx(const nt_env *e, const char *class_type) {
+    sd_node_ctx c;
+    memset(&c, 0, sizeof c);
+    c.env = &e->env;
+    c.node_id = "7";
+    c.class_type = class_type;
+    return c;
+}
+
+/* Runs def with inputs (array of n values, borrowed) into out[]; releases
+ * the ui the node set unless ui_out is given. */
+static sd_status nt_run(const sd_node_def *def, sd_node_ctx *ctx, sd_value **in,
+                               sd_value **out, sd_error *err) {
+    sd_error_clear(err);
+    return def->run(ctx, in, out, err);
+}
+
+static void nt_free_values(sd_value **v, int n) {
+    for (int i = 0; i < n; i++) { sd_value_unref(v[i]); v[i] = NULL; }
+}
+
+static sd_value *nt_tensor_value(sd_tensor *t) {
+    sd_value *v = sd_value_tensor(t);
+    sd_tensor_unref(t);
+    return v;
+}
+
+static sd_value *nt_latent(sd_tensor *samples) {
+    sd_value *d = sd_value_dict();
+    sd_value_dict_set(d, "samples", nt_tensor_value(samples));
+    return d;
+}
+
+static int nt_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Fill with a deterministic ramp in [0, 1). */
+static void nt_fill(sd_tensor *t, unsigned seed) {
+    float *d = sd_tensor_f32(t);
+    for (int64_t i = 0, n = sd_tensor_numel(t); i < n; i++)
+        d[i] = (float)(((uint64_t)(i + 1) * 2654435761u + seed) % 1000) / 1000.0f;
+}
+
+
+static const sd_node_def *def_of(const char *name) {
+    const sd_node_def *d = sd_registry_find(name);
+    CHECK_MSG(d != NULL, "%s not registered", name);
+    if (!d) { fprintf(stderr, "cannot continue without %s\n", name); exit(1); }
+    return d;
+}
+
+static float q8(float x) { /* the writer's quantisation, read back */
+    float v = 255.0f * x;
+    unsigned q = !(v > 0) ? 0 : v >= 255 ? 255 : (unsigned)v;
+    return (float)q / 255.0f;
+}
+
+static int count_files(const char *dir, const char *needle) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && strstr(e->d_name, needle)) n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- LoadImage / LoadImageMask ----------------------------------------------------- */
+
+static void test_load_image(nt_env *e) {
+    sd_error err = {0};
+    const int H = 5, W = 7;
+    sd_tensor *rgba = sd_tensor_new4(SD_F32, 3, H, W, 4, 0);
+    nt_fill(rgba, 3);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/rgba.png", e->input);
+    CHECK_OK(sd_png_write(path, rgba, NULL, 0, 1, &err), &err);
+    sd_tensor *rgb = sd_tensor_new4(SD_F32, 3, H, W, 3, 0);
+    nt_fill(rgb, 5);
+    snprintf(path, sizeof path, "%s/rgb.png", e->input);
+    CHECK_OK(sd_png_write(path, rgb, NULL, 0, 1, &err), &err);
+    sd_tensor *gray = sd_tensor_new4(SD_F32, 3, H, W, 1, 0);
+    nt_fill(gray, 9);
+    snprintf(path, sizeof path, "%s/sub", e->input);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/sub/gray.png", e->input);
+    CHECK_OK(sd_png_write(path, gray, NULL, 0, 1, &err), &err);
+
+    const sd_node_def *li = def_of("LoadImage");
+    CHECK(sd_node_input_count(li) == 1 && strcmp(li->inputs[0].file_folder, "input") == 0);
+    CHECK(sd_node_output_count(li) == 2 && strcmp(li->outputs[1].type, "MASK") == 0);
+    /* the combo lists the input directory */
+    sd_value *opts = NULL;
+    CHECK_OK(li->inputs[0].options_fn(&e->env, &opts, &err), &err);
+    CHECK(opts && sd_value_list_len(opts) == 3);
+    if (opts && sd_value_list_len(opts) == 3) {
+        CHECK(strcmp(sd_value_as_string(sd_value_list_get(opts, 0)), "rgb.png") == 0);
+        CHECK(strcmp(sd_value_as_string(sd_value_list_get(opts, 2)), "sub/gray.png") == 0);
+    }
+    sd_value_unref(opts);
+
+    sd_node_ctx ctx = nt_ctx(e, "LoadImage");
+    sd_value *in[1] = {sd_value_string("rgba.png")};
+    sd_value *out[2] = {0};
+    CHECK_OK(nt_run(li, &ctx, in, out, &err), &err);
+    sd_tensor *img = out[0] ? sd_value_as_tensor(out[0]) : NULL;
+    sd_tensor *mask = out[1] ? sd_value_as_tensor(out[1]) : NULL;
+    CHECK(img && img->ndim == 4 && img->shape[0] == 1 && img->shape[1] == H && img->shape[2] == W && img->shape[3] == 3);
+    CHECK(mask && mask->ndim == 3 && mask->shape[0] == 1 && mask->shape[1] == H && mask->shape[2] == W);
+    if (img && mask && img->shape[3] == 3 && mask->shape[1] == H) {
+        const float *s = sd_tensor_f32(rgba), *a = sd_tensor_f32(img), *m = sd_tensor_f32(mask);
+        int bad = 0;
+        for (int i = 0; i < H * W; i++) {
+            for (int c = 0; c < 3; c++) if (a[i * 3 + c] != q8(s[i * 4 + c])) bad++;
+            if (m[i] != 1.0f - q8(s[i * 4 + 3])) bad++; /* MASK = 1 - alpha */
+        }
+        CHECK_MSG(bad == 0, "LoadImage rgba: %d values differ", bad);
+    }
+    nt_free_values(out, 2);
+    sd_value_unref(in[0]);
+
+    /* no alpha: 64x64 zero mask */
+    in[0] = sd_value_string("rgb.png");
+    CHECK_OK(nt_run(li, &ctx, in, out, &err), &err);
+    mask = out[1] ? sd_value_as_tensor(out[1]) : NULL;
+    CHECK(mask && mask->shape[0] == 1 && mask->shape[1] == 64 && mask->shape[2] == 64);
+    if (mask) {
+        int nz = 0;
+        for (int i = 0; i < 64 * 64; i++) nz += sd_tensor_f32(mask)[i] != 0;
+        CHECK(nz == 0);
+    }
+    nt_free_values(out, 2);
+    sd_value_unref(in[0]);
+
+    /* gray in a subfolder: replicated to 3 channels */
+    in[0] = sd_value_string("sub/gray.png");
+    CHECK_OK(nt_run(li, &ctx, in, out, &err), &err);
+    img = out[0] ? sd_value_as_tensor(out[0]) : NULL;
+    CHECK(img && img->shape[3] == 3);
+    if (img) {
+        int bad = 0;
+        for (int i = 0; i < H * W; i++)
+            for (int c = 0; c < 3; c++)
+                if (sd_tensor_f32(img)[i * 3 + c] != q8(sd_tensor_f32(gray)[i])) bad++;
+        CHECK(bad == 0);
+    }
+    nt_free_values(out, 2);
+    sd_value_unref(in[0]);
+
+    /* missing file: error names the file and the input */
+    in[0] = sd_value_string("nope.png");
+    sd_status rc = nt_run(li, &ctx, in, out, &err);
+    CHECK(rc == SD_ERR_NOT_FOUND && strstr(err.msg, "nope.png") && strcmp(err.input, "image") == 0);
+    nt_free_values(out, 2);
+    sd_value_unref(in[0]);
+
+    /* LoadImageMask: channels; alpha inverted; RGB file -> alpha 1 -> zeros HxW */
+    const sd_node_def *lm = def_of("LoadImageMask");
+    static const char *const chans[] = {"red", "green", "blue", "alpha"};
+    for (int k = 0; k < 4; k++) {
+        sd_value *min[2] = {sd_value_string("rgba.png"), sd_value_string(chans[k])};
+        sd_value *mout[1] = {0};
+        CHECK_OK(nt_run(lm, &ctx, min, mout, &err), &err);
+        sd_tensor *mk = mout[0] ? sd_value_as_tensor(mout[0]) : NULL;
+        CHECK(mk && mk->ndim == 3 && mk->shape[0] == 1 && mk->shape[1] == H && mk->shape[2] == W);
+        if (mk && mk->shape[1] == H) {
+            int bad = 0;
+            for (int i = 0; i < H * W; i++) {
+                float v = q8(sd_tensor_f32(rgba)[i * 4 + k]);
+                if (sd_tensor_f32(mk)[i] != (k == 3 ? 1.0f - v : v)) bad++;
+            }
+            CHECK_MSG(bad == 0, "LoadImageMask %s: %d differ", chans[k], bad);
+        }
+        nt_free_values(mout, 1);
+        nt_free_values(min, 2);
+    }
+    sd_value *min[2] = {sd_value_string("rgb.png"), sd_value_string("alpha")};
+    sd_value *mout[1] = {0};
+    CHECK_OK(nt_run(lm, &ctx, min, mout, &err), &err);
+    sd_tensor *mk = mout[0] ? sd_value_as_tensor(mout[0]) : NULL;
+    CHECK(mk && mk->shape[1] == H && mk->shape[2] == W);
+    if (mk) {
+        int nz = 0;
+        for (int i = 0; i < H * W; i++) nz += sd_tensor_f32(mk)[i] != 0;
+        CHECK(nz == 0);
+    }
+    nt_free_values(mout, 1);
+    nt_free_values(min, 2);
+    sd_tensor_unref(rgba);
+    sd_tensor_unref(rgb);
+    sd_tensor_unref(gray);
+}
+
+/* ---- SaveImage / PreviewImage --------------------------------------------------------- */
+
+static void test_save_image(nt_env *e) {
+    sd_error err = {0};
+    const sd_node_def *si = def_of("SaveImage");
+    CHECK(si->flags & SD_NODE_OUTPUT);
+    CHECK(strcmp(si->inputs[1].name, "filename_prefix") == 0 && strcmp(si->inputs[1].def_str, "ComfyUI") == 0);
+    sd_tensor *imgs = sd_tensor_new4(SD_F32, 4, 2, 4, 5, 3);
+    nt_fill(imgs, 11);
+    sd_node_ctx ctx = nt_ctx(e, "SaveImage");
+    ctx.prompt_json = "{\"1\":{\"class_type\":\"SaveImage\",\"inputs\":{\"filename_prefix\":\"ComfyUI\",\"images\":[\"2\",0]}}}";
+    ctx.extra_pnginfo_json = "{\"workflow\":{\"nodes\":[1,2.5,\"caf\xc3\xa9\"],\"version\":0.4}}";
+    sd_value *in[2] = {nt_tensor_value(sd_tensor_ref(imgs)), sd_value_string("ComfyUI")};
+    CHECK_OK(nt_run(si, &ctx, in, NULL, &err), &err);
+    char p1[8192], p2[8192];
+    snprintf(p1, sizeof p1, "%s/ComfyUI_00001_.png", e->output);
+    snprintf(p2, sizeof p2, "%s/ComfyUI_00002_.png", e->output);
+    CHECK(nt_file_exists(p1) && nt_file_exists(p2));
+    CHECK(count_files(e->output, ".tmp") == 0);
+    /* embedded prompt uses Python's json.dumps spacing; extra keys too */
+    char *txt = NULL;
+    CHECK_OK(sd_png_read_text(p1, "prompt", &txt, &err), &err);
+    CHECK_MSG(txt && strcmp(txt, "{\"1\": {\"class_type\": \"SaveImage\", \"inputs\": {\"filename_prefix\": "
+                                 "\"ComfyUI\", \"images\": [\"2\", 0]}}}") == 0, "prompt chunk: %s", txt ? txt : "(null)");
+    free(txt);
+    txt = NULL;
+    CHECK_OK(sd_png_read_text(p2, "workflow", &txt, &err), &err);
+    CHECK_MSG(txt && strcmp(txt, "{\"nodes\": [1, 2.5, \"caf\\u00e9\"], \"version\": 0.4}") == 0,
+              "workflow chunk: %s", txt ? txt : "(null)");
+    free(txt);
+    /* pixels: second batch item in the second file */
+    sd_tensor *back = NULL;
+    CHECK_OK(sd_png_read(p2, SD_PNG_RGB, &back, NULL, &err), &err);
+    if (back) {
+        int bad = 0;
+        const float *s = sd_tensor_f32(imgs) + 4 * 5 * 3;
+        for (int i = 0; i < 4 * 5 * 3; i++) if (sd_tensor_f32(back)[i] != q8(s[i])) bad++;
+        CHECK(bad == 0);
+        sd_tensor_unref(back);
+    }
+    /* ui: images records and absolute file paths */
+    CHECK(ctx.ui && sd_value_kind_of(ctx.ui) == SD_VAL_DICT);
+    sd_value *list = ctx.ui ? sd_value_dict_get(ctx.ui, "images") : NULL;
+    sd_value *files = ctx.ui ? sd_value_dict_get(ctx.ui, "files") : NULL;
+    CHECK(list && sd_value_list_len(list) == 2 && files && sd_value_list_len(files) == 2);
+    if (list && sd_value_list_len(list) == 2) {
+        sd_value *r = sd_value_list_get(list, 1);
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(r, "filename")), "ComfyUI_00002_.png") == 0);
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(r, "subfolder")), "") == 0);
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(r, "type")), "output") == 0);
+    }
+    if (files && sd_value_list_len(files) == 2) {
+        const char *f = sd_value_as_string(sd_value_list_get(files, 0));
+        CHECK(f && f[0] == '/' && nt_file_exists(f) && strstr(f, "ComfyUI_00001_.png"));
+    }
+    sd_value_unref(ctx.ui);
+    ctx.ui = NULL;
+
+    /* counter continues after the highest existing number for the prefix;
+     * unrelated names do not count */
+    char junk[8192];
+    snprintf(junk, sizeof junk, "%s/ComfyUI_00041_.png", e->output);
+    FILE *f = fopen(junk, "wb"); if (f) fclose(f);
+    snprintf(junk, sizeof junk, "%s/ComfyUI_abc_.png", e->output);
+    f = fopen(junk, "wb"); if (f) fclose(f);
+    snprintf(junk, sizeof junk, "%s/Other_00099_.png", e->output);
+    f = fopen(junk, "wb"); if (f) fclose(f);
+    CHECK_OK(nt_run(si, &ctx, in, NULL, &err), &err);
+    snprintf(p1, sizeof p1, "%s/ComfyUI_00042_.png", e->output);
+    snprintf(p2, sizeof p2, "%s/ComfyUI_00043_.png", e->output);
+    CHECK(nt_file_exists(p1) && nt_file_exists(p2));
+    sd_value_unref(ctx.ui);
+    ctx.ui = NULL;
+
+    /* subfolders from the prefix, %width%/%height% substitution */
+    sd_value_unref(in[1]);
+    in[1] = sd_value_string("runs/a/img_%width%x%height%");
+    ctx.prompt_json = NULL;
+    ctx.extra_pnginfo_json = NULL;
+    CHECK_OK(nt_run(si, &ctx, in, NULL, &err), &err);
+    snprintf(p1, sizeof p1, "%s/runs/a/img_5x4_00001_.png", e->output);
+    CHECK(nt_file_exists(p1));
+    txt = (char *)1;
+    CHECK(sd_png_read_text(p1, "prompt", &txt, &err) == SD_ERR_NOT_FOUND); /* no prompt given */
+    list = ctx.ui ? sd_value_dict_get(ctx.ui, "images") : NULL;
+    if (list && sd_value_list_len(list) > 0)
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(sd_value_list_get(list, 0), "subfolder")), "runs/a") == 0);
+    else CHECK(!"ui images missing");
+    sd_value_unref(ctx.ui);
+    ctx.ui = NULL;
+
+    /* escaping the output folder is refused */
+    sd_value_unref(in[1]);
+    in[1] = sd_value_string("../evil");
+    sd_status rc = nt_run(si, &ctx, in, NULL, &err);
+    CHECK(rc == SD_ERR_INVALID && strcmp(err.input, "filename_prefix") == 0);
+    sd_value_unref(ctx.ui);
+    ctx.ui = NULL;
+
+    /* interrupt stops after the current item */
+    sd_value_unref(in[1]);
+    in[1] = sd_value_string("stop");
+    volatile sig_atomic_t flag = 1;
+    ctx.interrupt = &flag;
+    rc = nt_run(si, &ctx, in, NULL, &err);
+    CHECK(rc == SD_ERR_CANCELLED);
+    CHECK(count_files(e->output, "stop_") == 1);
+    ctx.interrupt = NULL;
+    sd_value_unref(ctx.ui);
+    ctx.ui = NULL;
+
+    /* PreviewImage: temp dir, random ComfyUI_temp_xxxxx prefix, type temp */
+    const sd_node_def *pi = def_of("PreviewImage");
+    CHECK(pi->flags & SD_NODE_OUTPUT && sd_node_input_count(pi) == 1);
+    sd_node_ctx pctx = nt_ctx(e, "PreviewImage");
+    CHECK_OK(nt_run(pi, &pctx, in, NULL, &err), &err);
+    list = pctx.ui ? sd_value_dict_get(pctx.ui, "images") : NULL;
+    CHECK(list && sd_value_list_len(list) == 2);
+    if (list && sd_value_list_len(list) == 2) {
+        sd_value *r = sd_value_list_get(list, 0);
+        const char *fn = sd_value_as_string(sd_value_dict_get(r, "filename"));
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(r, "type")), "temp") == 0);
+        CHECK(fn && strncmp(fn, "ComfyUI_temp_", 13) == 0 && strlen(fn) == 13 + 5 + 11 &&
+              strcmp(fn + 18, "_00001_.png") == 0);
+        char p[8192];
+        snprintf(p, sizeof p, "%s/%s", e->temp, fn ? fn : "");
+        CHECK(nt_file_exists(p));
+    }
+    sd_value_unref(pctx.ui);
+    nt_free_values(in, 2);
+    sd_tensor_unref(imgs);
+}
+
+/* ---- ImageScale / ImageScaleBy / ImageInvert / ImageBatch ------------------------------- */
+
+static sd_tensor *run1(const char *cls, sd_value **in, nt_env *e, sd_status want) {
+    sd_error err = {0};
+    sd_node_ctx ctx = nt_ctx(e, cls);
+    sd_value *out[1] = {0};
+    sd_status rc = nt_run(def_of(cls), &ctx, in, out, &err);
+    CHECK_MSG(rc == want, "%s: rc %d (%s)", cls, rc, err.msg);
+    sd_tensor *t = out[0] ? sd_tensor_ref(sd_value_as_tensor(out[0])) : NULL;
+    sd_value_unref(out[0]);
+    return t;
+}
+
+static void test_transforms(nt_env *e) {
+    sd_error err = {0};
+    sd_tensor *img = sd_tensor_new4(SD_F32, 4, 2, 4, 6, 3);
+    nt_fill(img, 21);
+    /* ImageScale width 3, height 0 -> height round(4 * 3 / 6) = 2 */
+    sd_value *in[5] = {nt_tensor_value(sd_tensor_ref(img)), sd_value_string("bilinear"),
+                       sd_value_int(3), sd_value_int(0), sd_value_string("disabled")};
+    sd_tensor *o = run1("ImageScale", in, e, SD_OK);
+    CHECK(o && o->shape[0] == 2 && o->shape[1] == 2 && o->shape[2] == 3 && o->shape[3] == 3);
+    sd_tensor *ref = NULL;
+    CHECK_OK(sd_imageops_upscale_nhwc(img, 3, 2, SD_UPSCALE_BILINEAR, SD_CROP_DISABLED, &ref, &err), &err);
+    double max_abs = 0;
+    long worst = 0;
+    CHECK(o && ref && sd_test_allclose(o, ref, 0, 0, &max_abs, &worst));
+    sd_tensor_unref(o);
+    sd_tensor_unref(ref);
+    /* 0 x 0 returns the input unchanged */
+    sd_value_unref(in[2]);
+    in[2] = sd_value_int(0);
+    o = run1("ImageScale", in, e, SD_OK);
+    CHECK(o == img);
+    sd_tensor_unref(o);
+    /* lanczos and center crop go through */
+    sd_value_unref(in[1]); sd_value_unref(in[2]); sd_value_unref(in[3]); sd_value_unref(in[4]);
+    in[1] = sd_value_string("lanczos");
+    in[2] = sd_value_int(5);
+    in[3] = sd_value_int(5);
+    in[4] = sd_value_string("center");
+    o = run1("ImageScale", in, e, SD_OK);
+    CHECK(o && o->shape[1] == 5 && o->shape[2] == 5 && o->shape[3] == 3);
+    sd_tensor_unref(o);
+    /* bislerp is a latent-only method */
+    sd_value_unref(in[1]);
+    in[1] = sd_value_string("bislerp");
+    o = run1("ImageScale", in, e, SD_ERR_INVALID);
+    sd_tensor_unref(o);
+    nt_free_values(in, 5);
+
+    /* ImageScaleBy: sizes rounded half to even (10 * 0.25 = 2.5 -> 2) */
+    sd_tensor *wide = sd_tensor_new4(SD_F32, 4, 1, 4, 10, 3);
+    nt_fill(wide, 2);
+    sd_value *bin[3] = {nt_tensor_value(sd_tensor_ref(wide)), sd_value_string("area"), sd_value_float(0.25)};
+    o = run1("ImageScaleBy", bin, e, SD_OK);
+    CHECK(o && o->shape[1] == 1 && o->shape[2] == 2);
+    sd_tensor_unref(o);
+    nt_free_values(bin, 3);
+    sd_tensor_unref(wide);
+
+    /* ImageInvert */
+    sd_value *iin[1] = {nt_tensor_value(sd_tensor_ref(img))};
+    o = run1("ImageInvert", iin, e, SD_OK);
+    CHECK(o && sd_tensor_same_shape(o, img));
+    if (o) {
+        int bad = 0;
+        for (int64_t i = 0; i < sd_tensor_numel(img); i++)
+            if (sd_tensor_f32(o)[i] != 1.0f - sd_tensor_f32(img)[i]) bad++;
+        CHECK(bad == 0);
+    }
+    sd_tensor_unref(o);
+    nt_free_values(iin, 1);
+
+    /* ImageBatch: same size concatenates; other sizes are resized to the first */
+    sd_tensor *small = sd_tensor_new4(SD_F32, 4, 1, 2, 3, 3);
+    nt_fill(small, 4);
+    sd_value *pin[2] = {nt_tensor_value(sd_tensor_ref(img)), nt_tensor_value(sd_tensor_ref(img))};
+    o = run1("ImageBatch", pin, e, SD_OK);
+    CHECK(o && o->shape[0] == 4 && memcmp((char *)o->data + img->nbytes, img->data, img->nbytes) == 0);
+    sd_tensor_unref(o);
+    sd_value_unref(pin[1]);
+    pin[1] = nt_tensor_value(sd_tensor_ref(small));
+    o = run1("ImageBatch", pin, e, SD_OK);
+    CHECK(o && o->shape[0] == 3 && o->shape[1] == 4 && o->shape[2] == 6 && o->shape[3] == 3);
+    CHECK_OK(sd_imageops_upscale_nhwc(small, 6, 4, SD_UPSCALE_BILINEAR, SD_CROP_CENTER, &ref, &err), &err);
+    if (o && ref) CHECK(memcmp((char *)o->data + img->nbytes, ref->data, ref->nbytes) == 0);
+    sd_tensor_unref(ref);
+    sd_tensor_unref(o);
+    sd_value_unref(pin[1]);
+    sd_tensor *four = sd_tensor_new4(SD_F32, 4, 1, 4, 6, 4);
+    pin[1] = nt_tensor_value(four);
+    o = run1("ImageBatch", pin, e, SD_ERR_INVALID); /* channel mismatch */
+    sd_tensor_unref(o);
+    nt_free_values(pin, 2);
+    sd_tensor_unref(small);
+
+    /* an interrupt stops a batched resize */
+    sd_value *sin[5] = {nt_tensor_value(sd_tensor_ref(img)), sd_value_string("bicubic"),
+                        sd_value_int(8), sd_value_int(8), sd_value_string("disabled")};
+    sd_node_ctx ctx = nt_ctx(e, "ImageScale");
+    volatile sig_atomic_t flag = 1;
+    ctx.interrupt = &flag;
+    sd_value *out[1] = {0};
+    CHECK(nt_run(def_of("ImageScale"), &ctx, sin, out, &err) == SD_ERR_CANCELLED && out[0] == NULL);
+    nt_free_values(sin, 5);
+    sd_tensor_unref(img);
+}
+
+int main(void) {
+    sd_error err = {0};
+    sd_registry_reset();
+    CHECK_OK(sd_registry_add(sd_nodes_image, &err), &err);
+    nt_env e;
+    nt_env_init(&e, "nodes_image");
+    test_load_image(&e);
+    test_save_image(&e);
+    test_transforms(&e);
+    sd_env_cleanup(&e.env);
+    sd_registry_reset();
+    return sd_test_finish();
+}
