@@ -349,7 +349,10 @@ static sd_status decide(run *r, sd_error *err) {
     for (size_t o = r->n_order; o-- > 0;) {
         size_t i = r->order[o];
         plan_node *p = &r->nodes[i];
-        if (!required[i]) continue;
+        /* --dump wants every result it can get without running more: an
+         * unneeded node is looked up too, and a hit is dumped. */
+        int dump_only = !required[i] && p->needed && r->opts->dump_dir;
+        if (!required[i] && !dump_only) continue;
         if (!p->is_volatile) {
             sd_value *e = memo_get(r->ex, p->key);
             if (e && entry_usable(p, e)) {
@@ -375,6 +378,7 @@ static sd_status decide(run *r, sd_error *err) {
                 sd_value_unref(v);
             }
         }
+        if (dump_only) continue;
         p->decision = PLAN_RUN;
         mark_sources(r, p, required);
     }

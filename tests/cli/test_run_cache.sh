@@ -111,6 +111,14 @@ done
 run after_concurrent --set 2.width=28
 [ "$(sd_test_count "$T/after_concurrent.json" executed)" = "0" ] || fail "after_concurrent: result not cached"
 
+# --dump writes every output tensor, also of nodes that hit the cache.
+run dumped --dump "$T/dump" --quiet
+[ "$(sd_test_count "$T/dumped.json" executed)" = "0" ] || fail "dumped: expected nothing executed"
+for f in 1_0 1_1 2_0 3_0; do
+    [ -s "$T/dump/$f.safetensors" ] || fail "dumped: no $f.safetensors"
+done
+grep -q '"IMAGE"' "$T/dump/3_0.safetensors" || fail "dumped: 3_0 has no tensor named IMAGE"
+
 # The cache sub-commands see the entries.
 "$SDFLOW_BIN" cache stats --cache "$CACHE" > "$T/stats.txt" || fail "cache stats failed"
 grep -qE 'entries: +[1-9]' "$T/stats.txt" || fail "cache stats: $(cat "$T/stats.txt")"

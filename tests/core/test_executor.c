@@ -595,6 +595,21 @@ static void test_dump(void) {
         sd_st_close(f);
     }
     sd_exec_report_free(&rep);
+
+    /* Rerun with everything cached: the dump still covers node 1, which is
+     * looked up (not run) although its consumers hit. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/1_0.safetensors", dir);
+    unlink(path);
+    reset_calls();
+    CHECK_OK(sd_exec_run(ex, g, &o, &rep, NULL, &err), &err);
+    CHECK(rep.n_executed == 0 && status_of(&rep, "1") == SD_NODE_MEMO);
+    CHECK(access(path, F_OK) == 0);
+    sd_exec_report_free(&rep);
+    o.dump_dir = NULL;
+    CHECK_OK(sd_exec_run(ex, g, &o, &rep, NULL, &err), &err);
+    CHECK(!rec_of(&rep, "1")); /* without --dump it is not visited */
+    sd_exec_report_free(&rep);
     sd_graph_free(g);
     sd_exec_free(ex);
 }
