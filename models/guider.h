@@ -1,0 +1,65 @@
+/* guider.h - classifier-free guidance as ComfyUI's CFGGuider computes it.
+ *
+ * The guider turns a per-conditioning model call -- BaseModel.apply_model:
+ * (x, sigma, conditioning) -> x0 prediction, with calculate_input /
+ * calculate_denoised inside -- into the sd_denoiser a sampler drives
+ * (models/sampler.h), following comfy.samplers.sampling_function:
+ *   - conds are [positive, negative] (index 0 and 1);
+ *   - cfg == 1.0 (math.isclose) evaluates only the positive cond and returns
+ *     it unchanged, unless the sampler needs the unconditional prediction
+ *     (CFG++: disable_cfg1_optimization);
+ *   - otherwise out = uncond + (cond - uncond) * (float)cfg in float32,
+ *     three separately rounded operations, never fused.
+ * A KSampler node plugs the UNet in as the model call; tests plug in an
+ * analytic function.
+ *
+ * Ownership: the guider borrows the model callback and its user data; it
+ * owns nothing, so it can live on the caller's stack for one sampling run.
+ */
+#ifndef SD_GUIDER_H
+#define SD_GUIDER_H
+
+#include <stdint.h>
+#include "core/error.h"
+#include "core/tensor.h"
+#include "models/sampler.h"
+
+enum { SD_COND_POSITIVE = 0, SD_COND_NEGATIVE = 1 };
+
+/* Evaluates the model on x at `sigma` for each of the n_conds conditionings
+ * conds[j] (SD_COND_*), writing the x0 prediction for conds[j] into outs[j]
+ * (preallocated, x's shape). Getting several conds in one call lets a UNet
+ * batch them as ComfyUI's calc_cond_batch does. */
+typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigma,
+                                        const int *conds, int n_conds, sd_tensor **outs,
+                                        sd_error *err);
+
+typedef struct sd_guider {
+    sd_guider_model_fn model;
+    void *model_ud;
+    double cfg;
+    /* Counters for observability and tests: sampler calls (guider
+     * evaluations) and model evaluations (one per conditioning). */
+    int64_t guider_calls;
+    int64_t model_calls;
+    /* scratch for the cond/uncond predictions, allocated on first use */
+    sd_tensor *cond_buf, *uncond_buf;
+} sd_guider;
+
+/* Initialises g (counters zero, no scratch yet). */
+void sd_guider_init(sd_guider *g, sd_guider_model_fn model, void *model_ud, double cfg);
+/* Frees the scratch tensors (the guider itself belongs to the caller). */
+void sd_guider_release(sd_guider *g);
+
+/* The sd_denoiser view of g (valid while g is). */
+sd_denoiser sd_guider_denoiser(sd_guider *g);
+
+/* math.isclose(cfg, 1.0): relative tolerance 1e-9. */
+int sd_cfg_is_one(double cfg);
+
+/* out[i] = uncond[i] + (cond[i] - uncond[i]) * (float)scale, float32 with
+ * each operation rounded (comfy.samplers.cfg_function). out may alias. */
+void sd_cfg_combine(const float *cond, const float *uncond, double scale, float *out,
+                    int64_t n);
+
+#endif
