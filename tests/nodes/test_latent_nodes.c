@@ -1,0 +1,413 @@
+/* test_latent_nodes.c - the latent node family called directly: shapes and
+ * values of EmptyLatentImage, LatentUpscale(By), RepeatLatentBatch,
+ * LatentComposite (with feathering), SetLatentNoiseMask, and the
+ * SaveLatent / LoadLatent round trip in ComfyUI's .latent format. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/env.h"
+#include "core/node.h"
+#include "core/safetensors.h"
+#include "models/imageops.h"
+#include "nodes/latent/latent.h"
+#include "testutil.h"
+
+/* ---- helpers (a hand-built sd_node_ctx over temp dirs) ---- */
+typedef struct nt_env {
+    sd_env env;
+    char input[4096], output[4096], temp[4096];
+} nt_env;
+
+static void nt_env_init(nt_env *e, const char *name) {
+    sd_error err = {0};
+    CHECK_OK(sd_env_init(&e->env, &err), &err);
+    const char *root = sd_test_tmpdir(name);
+    snprintf(e->input, sizeof e->input, "%s/input", root);
+    snprintf(e->output, sizeof e->output, "%s/output", root);
+    snprintf(e->temp, sizeof e->temp, "%s/temp", root);
+    mkdir(e->input, 0777);
+    mkdir(e->output, 0777);
+    CHECK_OK(sd_env_set(&e->env, &e->env.input_dir, e->input, &err), &err);
+    CHECK_OK(sd_env_set(&e->env, &e->env.output_dir, e->output, &err), &err);
+    CHECK_OK(sd_env_set(&e->env, &e->env.temp_dir, e->temp, &err), &err);
+}
+
+static sd_node_ctx nt_ctx(const nt_env *e, const char *class_type) {
+    sd_node_ctx c;
+    memset(&c, 0, sizeof c);
+    c.env = &e->env;
+    c.node_id = "7";
+    c.class_type = class_type;
+    return c;
+}
+
+/* Runs def with inputs (array of n values, borrowed) into out[]; releases
+ * the ui the node set unless ui_out is given. */
+static sd_status nt_run(const sd_node_def *def, sd_node_ctx *ctx, sd_value **in,
+                               sd_value **out, sd_error *err) {
+    sd_error_clear(err);
+    return def->run(ctx, in, out, err);
+}
+
+static void nt_free_values(sd_value **v, int n) {
+    for (int i = 0; i < n; i++) { sd_value_unref(v[i]); v[i] = NULL; }
+}
+
+static sd_value *nt_tensor_value(sd_tensor *t) {
+    sd_value *v = sd_value_tensor(t);
+    sd_tensor_unref(t);
+    return v;
+}
+
+static sd_value *nt_latent(sd_tensor *samples) {
+    sd_value *d = sd_value_dict();
+    sd_value_dict_set(d, "samples", nt_tensor_value(samples));
+    return d;
+}
+
+static int nt_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Fill with a deterministic ramp in [0, 1). */
+static void nt_fill(sd_tensor *t, unsigned seed) {
+    float *d = sd_tensor_f32(t);
+    for (int64_t i = 0, n = sd_tensor_numel(t); i < n; i++)
+        d[i] = (float)(((uint64_t)(i + 1) * 2654435761u + seed) % 1000) / 1000.0f;
+}
+
+
+static const sd_node_def *def_of(const char *name) {
+    const sd_node_def *d = sd_registry_find(name);
+    CHECK_MSG(d != NULL, "%s not registered", name);
+    if (!d) { fprintf(stderr, "cannot continue without %s\n", name); exit(1); }
+    return d;
+}
+
+/* Runs a one-output latent node; returns the output value (owned). */
+static sd_value *run1(nt_env *e, const char *cls, sd_value **in, sd_status want) {
+    sd_error err = {0};
+    sd_node_ctx ctx = nt_ctx(e, cls);
+    sd_value *out[1] = {0};
+    sd_status rc = nt_run(def_of(cls), &ctx, in, out, &err);
+    CHECK_MSG(rc == want, "%s: rc %d (%s)", cls, rc, err.msg);
+    sd_value_unref(ctx.ui);
+    return out[0];
+}
+
+static sd_tensor *samples_of(const sd_value *v) { return v ? sd_value_dict_tensor(v, "samples") : NULL; }
+
+static int shape_is(const sd_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return t && t->ndim == 4 && t->shape[0] == a && t->shape[1] == b && t->shape[2] == c && t->shape[3] == d;
+}
+
+static void test_empty(nt_env *e) {
+    const sd_node_def *d = def_of("EmptyLatentImage");
+    CHECK(d->inputs[0].def == 512 && d->inputs[0].min == 16 && d->inputs[0].step == 8);
+    CHECK(d->inputs[2].def == 1 && d->inputs[2].min == 1 && d->inputs[2].max == 4096);
+    sd_value *in[3] = {sd_value_int(512), sd_value_int(256), sd_value_int(2)};
+    sd_value *o = run1(e, "EmptyLatentImage", in, SD_OK);
+    sd_tensor *s = samples_of(o);
+    CHECK(shape_is(s, 2, 4, 32, 64));
+    CHECK(o && sd_value_dict_len(o) == 1);
+    if (s) {
+        int nz = 0;
+        for (int64_t i = 0; i < sd_tensor_numel(s); i++) nz += sd_tensor_f32(s)[i] != 0;
+        CHECK(nz == 0);
+    }
+    sd_value_unref(o);
+    nt_free_values(in, 3);
+}
+
+static void test_upscale(nt_env *e) {
+    sd_error err = {0};
+    sd_tensor *x = sd_tensor_new4(SD_F32, 4, 2, 4, 8, 8);
+    nt_fill(x, 1);
+    sd_value *lat = nt_latent(sd_tensor_ref(x));
+    sd_tensor *nm = sd_tensor_new4(SD_F32, 4, 1, 1, 8, 8);
+    sd_value_dict_set(lat, "noise_mask", nt_tensor_value(nm));
+    sd_value *bi = sd_value_list();
+    sd_value_list_append(bi, sd_value_int(0));
+    sd_value_list_append(bi, sd_value_int(1));
+    sd_value_dict_set(lat, "batch_index", bi);
+
+    sd_value *in[5] = {sd_value_ref(lat), sd_value_string("nearest-exact"), sd_value_int(128),
+                       sd_value_int(96), sd_value_string("disabled")};
+    sd_value *o = run1(e, "LatentUpscale", in, SD_OK);
+    sd_tensor *s = samples_of(o);
+    CHECK(shape_is(s, 2, 4, 12, 16));
+    sd_tensor *ref = NULL;
+    CHECK_OK(sd_imageops_upscale(x, 16, 12, SD_UPSCALE_NEAREST_EXACT, SD_CROP_DISABLED, &ref, &err), &err);
+    double ma;
+    long w;
+    CHECK(s && ref && sd_test_allclose(s, ref, 0, 0, &ma, &w));
+    sd_tensor_unref(ref);
+    /* other keys survive (samples.copy()) */
+    CHECK(o && sd_value_dict_get(o, "noise_mask") && sd_value_dict_get(o, "batch_index"));
+    sd_value_unref(o);
+    /* width 0 keeps the aspect; sizes below 64 px are raised to 64 */
+    sd_value_unref(in[2]); sd_value_unref(in[3]);
+    in[2] = sd_value_int(0);
+    in[3] = sd_value_int(32);
+    o = run1(e, "LatentUpscale", in, SD_OK);
+    CHECK(shape_is(samples_of(o), 2, 4, 8, 8));
+    sd_value_unref(o);
+    /* 0 x 0: unchanged (same value) */
+    sd_value_unref(in[3]);
+    in[3] = sd_value_int(0);
+    o = run1(e, "LatentUpscale", in, SD_OK);
+    CHECK(o == lat);
+    sd_value_unref(o);
+    /* lanczos is image-only */
+    sd_value_unref(in[1]); sd_value_unref(in[2]);
+    in[1] = sd_value_string("lanczos");
+    in[2] = sd_value_int(128);
+    o = run1(e, "LatentUpscale", in, SD_ERR_INVALID);
+    sd_value_unref(o);
+    nt_free_values(in, 5);
+
+    /* LatentUpscaleBy 1.5 with bislerp: 8 -> 12 */
+    sd_value *bin[3] = {sd_value_ref(lat), sd_value_string("bislerp"), sd_value_float(1.5)};
+    o = run1(e, "LatentUpscaleBy", bin, SD_OK);
+    s = samples_of(o);
+    CHECK(shape_is(s, 2, 4, 12, 12));
+    CHECK_OK(sd_imageops_upscale(x, 12, 12, SD_UPSCALE_BISLERP, SD_CROP_DISABLED, &ref, &err), &err);
+    CHECK(s && ref && sd_test_allclose(s, ref, 0, 0, &ma, &w));
+    sd_tensor_unref(ref);
+    sd_value_unref(o);
+    /* 1.0625 * 8 = 8.5 -> 8 (half to even) */
+    sd_value_unref(bin[2]);
+    bin[2] = sd_value_float(1.0625);
+    o = run1(e, "LatentUpscaleBy", bin, SD_OK);
+    CHECK(shape_is(samples_of(o), 2, 4, 8, 8));
+    sd_value_unref(o);
+    nt_free_values(bin, 3);
+    sd_value_unref(lat);
+    sd_tensor_unref(x);
+}
+
+static void test_repeat(nt_env *e) {
+    sd_tensor *x = sd_tensor_new4(SD_F32, 4, 2, 4, 3, 3);
+    nt_fill(x, 7);
+    sd_value *lat = nt_latent(sd_tensor_ref(x));
+    sd_tensor *nm = sd_tensor_new4(SD_F32, 4, 2, 1, 3, 3);
+    nt_fill(nm, 8);
+    sd_value_dict_set(lat, "noise_mask", nt_tensor_value(sd_tensor_ref(nm)));
+    sd_value *bi = sd_value_list();
+    sd_value_list_append(bi, sd_value_int(2));
+    sd_value_list_append(bi, sd_value_int(3));
+    sd_value_dict_set(lat, "batch_index", bi);
+    sd_value *in[2] = {lat, sd_value_int(3)};
+    sd_value *o = run1(e, "RepeatLatentBatch", in, SD_OK);
+    sd_tensor *s = samples_of(o);
+    CHECK(shape_is(s, 6, 4, 3, 3));
+    if (s) for (int r = 0; r < 3; r++) CHECK(memcmp((char *)s->data + r * x->nbytes, x->data, x->nbytes) == 0);
+    sd_tensor *m = o ? sd_value_dict_tensor(o, "noise_mask") : NULL;
+    CHECK(shape_is(m, 6, 1, 3, 3));
+    if (m) CHECK(memcmp((char *)m->data + 2 * nm->nbytes, nm->data, nm->nbytes) == 0);
+    sd_value *nb = o ? sd_value_dict_get(o, "batch_index") : NULL;
+    CHECK(nb && sd_value_list_len(nb) == 6);
+    static const int64_t want[6] = {2, 3, 4, 5, 6, 7};
+    for (size_t i = 0; nb && i < 6 && i < sd_value_list_len(nb); i++)
+        CHECK(sd_value_as_int(sd_value_list_get(nb, i)) == want[i]);
+    sd_value_unref(o);
+    /* a single mask is not repeated (it broadcasts) */
+    sd_tensor *one = sd_tensor_new4(SD_F32, 4, 1, 1, 3, 3);
+    sd_value_dict_set(lat, "noise_mask", nt_tensor_value(one));
+    o = run1(e, "RepeatLatentBatch", in, SD_OK);
+    CHECK(shape_is(o ? sd_value_dict_tensor(o, "noise_mask") : NULL, 1, 1, 3, 3));
+    sd_value_unref(o);
+    nt_free_values(in, 2);
+    sd_tensor_unref(nm);
+    sd_tensor_unref(x);
+}
+
+static void test_composite(nt_env *e) {
+    /* plain paste at (16, 8) px = (2, 1) latent */
+    sd_tensor *to = sd_tensor_new4(SD_F32, 4, 1, 4, 8, 8);
+    sd_tensor *from = sd_tensor_new4(SD_F32, 4, 1, 4, 2, 2);
+    for (int64_t i = 0; i < sd_tensor_numel(from); i++) sd_tensor_f32(from)[i] = 1.0f;
+    sd_value *in[5] = {nt_latent(sd_tensor_ref(to)), nt_latent(sd_tensor_ref(from)), sd_value_int(16),
+                       sd_value_int(8), sd_value_int(0)};
+    sd_value *o = run1(e, "LatentComposite", in, SD_OK);
+    sd_tensor *s = samples_of(o);
+    CHECK(shape_is(s, 1, 4, 8, 8));
+    if (s) {
+        int bad = 0;
+        for (int c = 0; c < 4; c++)
+            for (int y = 0; y < 8; y++)
+                for (int x = 0; x < 8; x++) {
+                    float want = (y >= 1 && y < 3 && x >= 2 && x < 4) ? 1.0f : 0.0f;
+                    if (sd_tensor_f32(s)[(c * 8 + y) * 8 + x] != want) bad++;
+                }
+        CHECK_MSG(bad == 0, "composite paste: %d wrong", bad);
+    }
+    sd_value_unref(o);
+    /* the input is untouched */
+    int nz = 0;
+    for (int64_t i = 0; i < sd_tensor_numel(to); i++) nz += sd_tensor_f32(to)[i] != 0;
+    CHECK(nz == 0);
+    nt_free_values(in, 5);
+    sd_tensor_unref(from);
+
+    /* feathered paste: 4x4 ones at (1, 1), feather 2 -> edge weights .5, 1 */
+    from = sd_tensor_new4(SD_F32, 4, 1, 1, 4, 4);
+    for (int64_t i = 0; i < 16; i++) sd_tensor_f32(from)[i] = 1.0f;
+    sd_tensor *to1 = sd_tensor_new4(SD_F32, 4, 1, 1, 8, 8);
+    sd_value *fin[5] = {nt_latent(to1), nt_latent(from), sd_value_int(8), sd_value_int(8), sd_value_int(16)};
+    o = run1(e, "LatentComposite", fin, SD_OK);
+    s = samples_of(o);
+    static const float r[4] = {0.5f, 1, 1, 0.5f};
+    if (s) {
+        int bad = 0;
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 8; x++) {
+                float want = (y >= 1 && y < 5 && x >= 1 && x < 5) ? r[y - 1] * r[x - 1] : 0.0f;
+                if (fabsf(sd_tensor_f32(s)[y * 8 + x] - want) > 1e-7f) bad++;
+            }
+        CHECK_MSG(bad == 0, "feathered composite: %d wrong", bad);
+    } else CHECK(!"no output");
+    sd_value_unref(o);
+    /* pasted past the right edge: only the part that fits, no feather on
+     * the clipped side */
+    sd_value_unref(fin[2]);
+    fin[2] = sd_value_int(48);
+    o = run1(e, "LatentComposite", fin, SD_OK);
+    s = samples_of(o);
+    if (s) {
+        CHECK(sd_tensor_f32(s)[2 * 8 + 7] == 1.0f && sd_tensor_f32(s)[2 * 8 + 6] == 0.5f &&
+              sd_tensor_f32(s)[2 * 8 + 5] == 0.0f);
+    } else CHECK(!"no output");
+    sd_value_unref(o);
+    nt_free_values(fin, 5);
+    sd_tensor_unref(to);
+}
+
+static void test_noise_mask(nt_env *e) {
+    sd_tensor *x = sd_tensor_new4(SD_F32, 4, 2, 4, 3, 3);
+    sd_tensor *mask = sd_tensor_new4(SD_F32, 3, 2, 3, 3, 0);
+    nt_fill(mask, 4);
+    sd_value *in[2] = {nt_latent(sd_tensor_ref(x)), nt_tensor_value(sd_tensor_ref(mask))};
+    sd_value *o = run1(e, "SetLatentNoiseMask", in, SD_OK);
+    sd_tensor *m = o ? sd_value_dict_tensor(o, "noise_mask") : NULL;
+    CHECK(shape_is(m, 2, 1, 3, 3));
+    if (m) CHECK(memcmp(m->data, mask->data, mask->nbytes) == 0);
+    CHECK(samples_of(o) == x);
+    CHECK(sd_value_dict_get(in[0], "noise_mask") == NULL); /* input dict unchanged */
+    sd_value_unref(o);
+    nt_free_values(in, 2);
+    sd_tensor_unref(mask);
+    sd_tensor_unref(x);
+}
+
+static void test_save_load(nt_env *e) {
+    sd_error err = {0};
+    sd_tensor *x = sd_tensor_new4(SD_F32, 4, 1, 4, 5, 6);
+    nt_fill(x, 99);
+    const sd_node_def *sl = def_of("SaveLatent");
+    CHECK(sl->flags & SD_NODE_OUTPUT && strcmp(sl->inputs[1].def_str, "latents/ComfyUI") == 0);
+    sd_node_ctx ctx = nt_ctx(e, "SaveLatent");
+    ctx.prompt_json = "{\"1\": {\"class_type\": \"SaveLatent\", \"inputs\": {}}}";
+    ctx.extra_pnginfo_json = "{\"workflow\": {\"a\": 1}}";
+    sd_value *in[2] = {nt_latent(sd_tensor_ref(x)), sd_value_string("latents/ComfyUI")};
+    CHECK_OK(nt_run(sl, &ctx, in, NULL, &err), &err);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/latents/ComfyUI_00001_.latent", e->output);
+    CHECK(nt_file_exists(path));
+    sd_value *lat = ctx.ui ? sd_value_dict_get(ctx.ui, "latents") : NULL;
+    CHECK(lat && sd_value_list_len(lat) == 1);
+    if (lat && sd_value_list_len(lat) == 1) {
+        sd_value *r = sd_value_list_get(lat, 0);
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(r, "filename")), "ComfyUI_00001_.latent") == 0);
+        CHECK(strcmp(sd_value_as_string(sd_value_dict_get(r, "subfolder")), "latents") == 0);
+    }
+    CHECK(ctx.ui && sd_value_list_len(sd_value_dict_get(ctx.ui, "files")) == 1);
+    sd_value_unref(ctx.ui);
+    ctx.ui = NULL;
+    /* file layout: tensor, empty version marker, prompt + workflow metadata */
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_st_open(path, &f, &err), &err);
+    if (f) {
+        const sd_st_entry *t = sd_st_find(f, "latent_tensor");
+        const sd_st_entry *v = sd_st_find(f, "latent_format_version_0");
+        CHECK(t && t->dtype == SD_F32 && t->ndim == 4 && t->shape[3] == 6);
+        CHECK(v && v->ndim == 1 && v->shape[0] == 0 && v->nbytes == 0);
+        const char *pm = sd_st_metadata(f, "prompt");
+        CHECK(pm && strcmp(pm, ctx.prompt_json) == 0);
+        const char *wm = sd_st_metadata(f, "workflow");
+        CHECK(wm && strcmp(wm, "{\"a\": 1}") == 0);
+        sd_st_close(f);
+    }
+    /* a second save counts on */
+    CHECK_OK(nt_run(sl, &ctx, in, NULL, &err), &err);
+    snprintf(path, sizeof path, "%s/latents/ComfyUI_00002_.latent", e->output);
+    CHECK(nt_file_exists(path));
+    sd_value_unref(ctx.ui);
+    nt_free_values(in, 2);
+
+    /* LoadLatent from the input folder gives the same samples */
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/saved.latent'", path, e->input);
+    CHECK(system(cmd) == 0);
+    const sd_node_def *ll = def_of("LoadLatent");
+    CHECK(strcmp(ll->inputs[0].file_folder, "input") == 0);
+    sd_value *opts = NULL;
+    CHECK_OK(ll->inputs[0].options_fn(&e->env, &opts, &err), &err);
+    CHECK(opts && sd_value_list_len(opts) == 1);
+    sd_value_unref(opts);
+    sd_value *lin[1] = {sd_value_string("saved.latent")};
+    sd_value *o = run1(e, "LoadLatent", lin, SD_OK);
+    sd_tensor *s = samples_of(o);
+    double ma;
+    long w;
+    CHECK(s && sd_test_allclose(s, x, 0, 0, &ma, &w));
+    sd_value_unref(o);
+    nt_free_values(lin, 1);
+
+    /* a pre-marker file holds 0.18215-scaled latents: multiplied back */
+    sd_st_writer *wr = sd_st_writer_new();
+    CHECK_OK(sd_st_writer_add(wr, "latent_tensor", x, &err), &err);
+    snprintf(path, sizeof path, "%s/old.latent", e->input);
+    CHECK_OK(sd_st_writer_save(wr, path, &err), &err);
+    sd_st_writer_free(wr);
+    lin[0] = sd_value_string("old.latent");
+    o = run1(e, "LoadLatent", lin, SD_OK);
+    s = samples_of(o);
+    if (s && sd_tensor_same_shape(s, x)) {
+        int bad = 0;
+        float mul = (float)(1.0 / 0.18215);
+        for (int64_t i = 0; i < sd_tensor_numel(x); i++)
+            if (sd_tensor_f32(s)[i] != sd_tensor_f32(x)[i] * mul) bad++;
+        CHECK(bad == 0);
+    } else CHECK(!"LoadLatent old format");
+    sd_value_unref(o);
+    nt_free_values(lin, 1);
+    /* a missing file names the input */
+    lin[0] = sd_value_string("missing.latent");
+    o = run1(e, "LoadLatent", lin, SD_ERR_NOT_FOUND);
+    sd_value_unref(o);
+    nt_free_values(lin, 1);
+    sd_tensor_unref(x);
+}
+
+int main(void) {
+    sd_error err = {0};
+    sd_registry_reset();
+    CHECK_OK(sd_registry_add(sd_nodes_latent, &err), &err);
+    nt_env e;
+    nt_env_init(&e, "nodes_latent");
+    test_empty(&e);
+    test_upscale(&e);
+    test_repeat(&e);
+    test_composite(&e);
+    test_noise_mask(&e);
+    test_save_load(&e);
+    sd_env_cleanup(&e.env);
+    sd_registry_reset();
+    return sd_test_finish();
+}
