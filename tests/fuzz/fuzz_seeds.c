@@ -1,0 +1,253 @@
+/* Writes the seed corpora for the fuzz targets:
+ *
+ *   fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]
+ *
+ * OUT_DIR/safetensors: small files from our writer (every dtype, 0-d,
+ *   empty, metadata) and, when TESTDATA_DIR has them, the header of each
+ *   shared .safetensors file with the first bytes of its data.
+ * OUT_DIR/value_io: blobs of LATENT / CONDITIONING / scalar trees.
+ * OUT_DIR/workflow_json: a few API-format workflows written here, plus any
+ *   *.json found directly in each JSON_DIR.
+ *
+ * Missing test data is not an error: the corpus is just smaller. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/safetensors.h"
+#include "core/value_io.h"
+
+static int n_written = 0;
+
+static void mkdir_p(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0777);
+            *p = '/';
+        }
+    }
+    mkdir(tmp, 0777);
+}
+
+static int write_seed(const char *dir, const char *name, const void *data, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "fuzz_seeds: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t w = fwrite(data, 1, n, f);
+    int bad = fclose(f) != 0 || w != n;
+    if (bad) fprintf(stderr, "fuzz_seeds: short write to %s\n", path);
+    n_written++;
+    return bad ? -1 : 0;
+}
+
+/* ---- safetensors --------------------------------------------------------- */
+
+static int st_seeds(const char *out, const char *testdata) {
+    int rc = 0;
+    sd_error err;
+    for (int variant = 0; variant < 3; variant++) {
+        sd_st_writer *w = sd_st_writer_new();
+        for (int d = 0; d < SD_DTYPE_COUNT; d++) {
+            if (variant == 1 && d > 2) break;
+            int64_t shape[3] = {2, variant + 1, 3};
+            sd_tensor *t = sd_tensor_new((sd_dtype)d, variant == 2 ? 1 : 3, shape);
+            uint8_t *p = t->data;
+            for (size_t i = 0; i < t->nbytes; i++) p[i] = (uint8_t)(i * 13 + d);
+            char name[64];
+            snprintf(name, sizeof name, "layer.%d.%s", d, sd_dtype_name((sd_dtype)d));
+            sd_st_writer_add(w, name, t, &err);
+            sd_tensor_unref(t);
+        }
+        sd_tensor *s = sd_tensor_new(SD_F32, 0, NULL);
+        sd_st_writer_add(w, "scalar", s, &err);
+        sd_tensor_unref(s);
+        if (variant != 1) {
+            sd_st_writer_meta(w, "format", "pt", &err);
+            sd_st_writer_meta(w, "note", "seed \"quoted\"", &err);
+        }
+        void *buf;
+        size_t n;
+        if (sd_st_writer_to_memory(w, &buf, &n, &err) == SD_OK) {
+            char name[32];
+            snprintf(name, sizeof name, "writer-%d.safetensors", variant);
+            rc |= write_seed(out, name, buf, n);
+            free(buf);
+        }
+        sd_st_writer_free(w);
+    }
+    /* headers of the shared files, with up to 256 data bytes */
+    const char *sub[] = {"models", "golden"};
+    for (int s = 0; s < 2; s++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", testdata, sub[s]);
+        DIR *d = opendir(dir);
+        if (!d) continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            size_t l = strlen(de->d_name);
+            if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors") != 0) continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            FILE *f = fopen(path, "rb");
+            if (!f) continue;
+            uint8_t len[8];
+            if (fread(len, 1, 8, f) == 8) {
+                uint64_t hl = 0;
+                for (int i = 7; i >= 0; i--) hl = hl << 8 | len[i];
+                if (hl <= 32768) { /* keep seeds small (libFuzzer max_len follows them) */
+                    size_t n = 8 + (size_t)hl + 256;
+                    uint8_t *b = malloc(n);
+                    memcpy(b, len, 8);
+                    size_t got = fread(b + 8, 1, n - 8, f);
+                    char name[512];
+                    snprintf(name, sizeof name, "%s-%s", sub[s], de->d_name);
+                    rc |= write_seed(out, name, b, 8 + got);
+                    free(b);
+                }
+            }
+            fclose(f);
+        }
+        closedir(d);
+    }
+    return rc;
+}
+
+/* ---- value_io ------------------------------------------------------------- */
+
+static sd_value *tensor_val(sd_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    sd_tensor *t = sd_tensor_new4(dt, ndim, d0, d1, d2, d3);
+    uint8_t *p = t->data;
+    for (size_t i = 0; i < t->nbytes; i++) p[i] = (uint8_t)(i * 7);
+    sd_value *v = sd_value_tensor(t);
+    sd_tensor_unref(t);
+    return v;
+}
+
+static int blob_seed(const char *out, const char *name, sd_value *v) {
+    void *b;
+    size_t n;
+    sd_error err;
+    int rc = 0;
+    if (sd_value_serialize(v, &b, &n, &err) == SD_OK) {
+        rc = write_seed(out, name, b, n);
+        free(b);
+    } else {
+        fprintf(stderr, "fuzz_seeds: %s: %s\n", name, err.msg);
+        rc = -1;
+    }
+    sd_value_unref(v);
+    return rc;
+}
+
+static int value_seeds(const char *out) {
+    int rc = 0;
+    sd_value *lat = sd_value_dict();
+    sd_value_dict_set(lat, "samples", tensor_val(SD_F32, 4, 1, 4, 2, 2));
+    sd_value_dict_set(lat, "noise_mask", tensor_val(SD_F32, 3, 1, 2, 2, 0));
+    sd_value *bi = sd_value_list();
+    sd_value_list_append(bi, sd_value_int(0));
+    sd_value_dict_set(lat, "batch_index", bi);
+    rc |= blob_seed(out, "latent", lat);
+
+    sd_value *cond = sd_value_list();
+    sd_value *c = sd_value_dict();
+    sd_value_dict_set(c, "cond", tensor_val(SD_F32, 3, 1, 3, 4, 0));
+    sd_value_dict_set(c, "pooled_output", tensor_val(SD_F16, 2, 1, 4, 0, 0));
+    sd_value_dict_set(c, "strength", sd_value_float(1.0));
+    sd_value_dict_set(c, "set_area_to_bounds", sd_value_bool(0));
+    sd_value_list_append(cond, c);
+    rc |= blob_seed(out, "conditioning", cond);
+
+    sd_value *sc = sd_value_list();
+    sd_value_list_append(sc, sd_value_none());
+    sd_value_list_append(sc, sd_value_int(-42));
+    sd_value_list_append(sc, sd_value_float(0.5));
+    sd_value_list_append(sc, sd_value_bool(1));
+    sd_value_list_append(sc, sd_value_string("euler_ancestral"));
+    sd_value_list_append(sc, tensor_val(SD_I64, 0, 0, 0, 0, 0));
+    sd_value_list_append(sc, tensor_val(SD_U8, 2, 0, 3, 0, 0));
+    sd_value_list_append(sc, sd_value_dict());
+    rc |= blob_seed(out, "scalars", sc);
+    rc |= blob_seed(out, "image", tensor_val(SD_F32, 4, 1, 2, 2, 3));
+    rc |= blob_seed(out, "int", sd_value_int(7));
+    return rc;
+}
+
+/* ---- workflow JSON --------------------------------------------------------- */
+
+static const char *WORKFLOWS[] = {
+    "{\"3\":{\"class_type\":\"KSampler\",\"inputs\":{\"seed\":42,\"steps\":20,\"cfg\":7.5,"
+    "\"sampler_name\":\"euler\",\"scheduler\":\"normal\",\"denoise\":1.0,\"model\":[\"4\",0],"
+    "\"positive\":[\"6\",0],\"negative\":[\"7\",0],\"latent_image\":[\"5\",0]}},"
+    "\"4\":{\"class_type\":\"CheckpointLoaderSimple\",\"inputs\":{\"ckpt_name\":\"tiny-sd1.safetensors\"}},"
+    "\"5\":{\"class_type\":\"EmptyLatentImage\",\"inputs\":{\"width\":64,\"height\":64,\"batch_size\":1}},"
+    "\"6\":{\"class_type\":\"CLIPTextEncode\",\"inputs\":{\"text\":\"a (red:1.2) cat\",\"clip\":[\"4\",1]},"
+    "\"_meta\":{\"title\":\"Positive\"}},"
+    "\"7\":{\"class_type\":\"CLIPTextEncode\",\"inputs\":{\"text\":\"\",\"clip\":[\"4\",1]}},"
+    "\"8\":{\"class_type\":\"VAEDecode\",\"inputs\":{\"samples\":[\"3\",0],\"vae\":[\"4\",2]}},"
+    "\"9\":{\"class_type\":\"SaveImage\",\"inputs\":{\"filename_prefix\":\"out\",\"images\":[\"8\",0]}}}",
+    "{\"prompt\":{\"1\":{\"class_type\":\"LoadImage\",\"inputs\":{\"image\":\"in.png\"}},"
+    "\"2\":{\"class_type\":\"PreviewImage\",\"inputs\":{\"images\":[\"1\",0]}}},\"client_id\":\"x\"}",
+    "{\"a\":{\"class_type\":\"Note\",\"inputs\":{\"list\":[1,2.5,true,null,\"s\"],\"neg\":-1e-3}}}",
+    "{}",
+};
+
+static int json_seeds(const char *out, int argc, char **argv) {
+    int rc = 0;
+    for (size_t i = 0; i < sizeof WORKFLOWS / sizeof WORKFLOWS[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "builtin-%zu.json", i);
+        rc |= write_seed(out, name, WORKFLOWS[i], strlen(WORKFLOWS[i]));
+    }
+    for (int a = 0; a < argc; a++) {
+        DIR *d = opendir(argv[a]);
+        if (!d) continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            size_t l = strlen(de->d_name);
+            if (l < 5 || strcmp(de->d_name + l - 5, ".json") != 0) continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", argv[a], de->d_name);
+            FILE *f = fopen(path, "rb");
+            if (!f) continue;
+            static char buf[1 << 16];
+            size_t n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            char name[512];
+            snprintf(name, sizeof name, "dir%d-%s", a, de->d_name);
+            rc |= write_seed(out, name, buf, n);
+        }
+        closedir(d);
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
+        return 2;
+    }
+    char dir[4096];
+    int rc = 0;
+    snprintf(dir, sizeof dir, "%s/safetensors", argv[1]);
+    mkdir_p(dir);
+    rc |= st_seeds(dir, argv[2]);
+    snprintf(dir, sizeof dir, "%s/value_io", argv[1]);
+    mkdir_p(dir);
+    rc |= value_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/workflow_json", argv[1]);
+    mkdir_p(dir);
+    rc |= json_seeds(dir, argc - 3, argv + 3);
+    printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
+    return rc ? 1 : 0;
+}
