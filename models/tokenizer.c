@@ -360,12 +360,17 @@ sd_status sd_tokenizer_load_files(const char *vocab_json, const char *merges_txt
     {
         double v = cJSON_GetNumberValue(it);
         if (!cJSON_IsNumber(it) || v < 0 || v >= (1 << 24) || v != (int32_t)v) {
+            sd_error_set(err, SD_ERR_FORMAT, "%s: token '%s' has no valid id", vocab_json,
+                         it->string ? it->string : "?");
             cJSON_Delete(root);
-            return sd_error_set(err, SD_ERR_FORMAT, "%s: token '%s' has no valid id", vocab_json,
-                                it->string ? it->string : "?");
+            return SD_ERR_FORMAT;
         }
         if ((int32_t)v > max_id)
             max_id = (int32_t)v;
+    }
+    if (max_id < 0) {
+        cJSON_Delete(root);
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: empty vocabulary", vocab_json);
     }
     t = tok_alloc(max_id + 1);
     if (!t) {
