@@ -492,7 +492,6 @@ static sd_status add_embedding_word(builder *b, const char *word, size_t len, do
     st = get_embedding(b, ename, &idx, err);
     if (st != SD_OK)
         goto done;
-    const char *shown = ename;
     char *stripped = NULL;
     if (idx < 0) {
         size_t s0 = 0, s1 = elen;
@@ -522,8 +521,6 @@ static sd_status add_embedding_word(builder *b, const char *word, size_t len, do
             sprintf(lo, "%s %s", ename + cut, leftover);
             free(leftover);
             leftover = lo;
-            if (idx >= 0)
-                shown = stripped;
         }
     }
     if (idx < 0) {
@@ -539,7 +536,6 @@ static sd_status add_embedding_word(builder *b, const char *word, size_t len, do
             close_group(b);
         }
     }
-    (void)shown;
     free(stripped);
     if (st == SD_OK && leftover[0])
         st = add_text(b, leftover, strlen(leftover), w, err);

@@ -132,14 +132,12 @@ static void test_clean(void)
 
 /* ---- chunking ---------------------------------------------------------------------------- */
 
-static int count_content(const sd_prompt_tokens *t, int chunk, int32_t bos, int32_t eos, int32_t pad)
+/* Positions of a chunk holding prompt tokens (word id != 0). */
+static int count_content(const sd_prompt_tokens *t, int chunk)
 {
     int n = 0;
-    for (int k = 0; k < t->chunk_len; k++) {
-        const sd_prompt_token *x = &t->tokens[(size_t)chunk * t->chunk_len + k];
-        n += x->word != 0;
-        (void)bos, (void)eos, (void)pad;
-    }
+    for (int k = 0; k < t->chunk_len; k++)
+        n += t->tokens[(size_t)chunk * t->chunk_len + k].word != 0;
     return n;
 }
 
@@ -198,14 +196,14 @@ static void test_chunks(const sd_tokenizer *tok)
     /* 75 one-token words fill one chunk exactly; 76 need a second */
     char *s75 = repeat_word("cat", 75), *s76 = repeat_word("cat", 76);
     CHECK_OK(sd_prompt_tokenize(tok, s75, &ol, &t, &e), &e);
-    CHECK(t && t->n_chunks == 1 && count_content(t, 0, bos, eos, eos) == 75);
+    CHECK(t && t->n_chunks == 1 && count_content(t, 0) == 75);
     sd_prompt_tokens_free(t);
     /* the whole text is one segment (76 tokens >= 8), so it is split 75 + 1 */
     CHECK_OK(sd_prompt_tokenize(tok, s76, &ol, &t, &e), &e);
     CHECK(t && t->n_chunks == 2);
     if (t && t->n_chunks == 2) {
         check_layout(t, bos, eos, eos);
-        CHECK(count_content(t, 0, bos, eos, eos) == 75 && count_content(t, 1, bos, eos, eos) == 1);
+        CHECK(count_content(t, 0) == 75 && count_content(t, 1) == 1);
     }
     sd_prompt_tokens_free(t);
 
@@ -218,7 +216,7 @@ static void test_chunks(const sd_tokenizer *tok)
     CHECK(t && t->n_chunks == 2);
     if (t && t->n_chunks == 2) {
         check_layout(t, bos, eos, eos);
-        CHECK(count_content(t, 0, bos, eos, eos) == 70 && count_content(t, 1, bos, eos, eos) == 7);
+        CHECK(count_content(t, 0) == 70 && count_content(t, 1) == 7);
         CHECK(t->tokens[77 + 1].weight == 1.2 && t->tokens[77 + 1].word == 2);
         CHECK(t->tokens[1].word == 1 && sd_prompt_tokens_has_weights(t));
     }
@@ -228,7 +226,7 @@ static void test_chunks(const sd_tokenizer *tok)
     CHECK(t && t->n_chunks == 2);
     if (t && t->n_chunks == 2) {
         check_layout(t, bos, eos, 0);
-        CHECK(count_content(t, 0, bos, eos, 0) == 75 && count_content(t, 1, bos, eos, 0) == 3);
+        CHECK(count_content(t, 0) == 75 && count_content(t, 1) == 3);
         CHECK(t->tokens[71].weight == 1.2 && t->tokens[76].id == eos);
     }
     sd_prompt_tokens_free(t);
