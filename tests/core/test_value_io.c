@@ -30,7 +30,7 @@ static sd_value *sample_tree(void) {
     int64_t ls[4] = {1, 4, 8, 8};
     sd_value *latent = sd_value_dict();
     dict_tensor(latent, "samples", pattern_tensor(SD_F32, 4, ls, 1));
-    int64_t ms[3] = {1, 64, 64};
+    int64_t ms[3] = {1, 16, 16};
     dict_tensor(latent, "noise_mask", pattern_tensor(SD_F32, 3, ms, 2));
     sd_value *bi = sd_value_list();
     sd_value_list_append(bi, sd_value_int(0));
@@ -41,7 +41,7 @@ static sd_value *sample_tree(void) {
     sd_value *cond = sd_value_list();
     for (int i = 0; i < 2; i++) {
         sd_value *c = sd_value_dict();
-        int64_t cs[3] = {1, 77, 16};
+        int64_t cs[3] = {1, 7, 16};
         dict_tensor(c, "cond", pattern_tensor(SD_F32, 3, cs, 10 + i));
         int64_t ps[2] = {1, 16};
         dict_tensor(c, "pooled_output", pattern_tensor(SD_F32, 2, ps, 20 + i));
