@@ -191,7 +191,7 @@ sd_status sd_env_list_files(const sd_env *env, const char *folder,
     if (!rc && comfy_dir(env, folder, dir, sizeof dir)) rc = walk(dir, "", 0, exts, &names);
     sd_value *list = rc ? NULL : sd_value_list();
     if (list) {
-        qsort(names.v, names.n, sizeof *names.v, cmp_str);
+        if (names.n) qsort(names.v, names.n, sizeof *names.v, cmp_str);
         for (size_t i = 0; i < names.n; i++) {
             sd_value *s = sd_value_string(names.v[i]);
             if (sd_value_list_append(list, s) != 0) { /* append released s */
