@@ -565,20 +565,33 @@ sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
                       sd_exec_report *report, sd_graph_problems *problems,
                       sd_error *err) {
     sd_exec_opts none = {0};
+    sd_exec_report local_report;
     if (!opts) opts = &none;
+    if (!report) report = &local_report;
     memset(report, 0, sizeof *report);
     double t0 = now_s();
+    /* Without an environment the defaults apply (./models, ./input, ...). */
+    sd_env default_env;
+    const sd_env *env = opts->env;
+    if (!env) {
+        sd_status rc = sd_env_init(&default_env, err);
+        if (rc) return rc;
+        env = &default_env;
+    }
     sd_graph_problems local = {0};
-    sd_status rc = sd_graph_validate(g, opts->env, problems ? problems : &local, err);
+    sd_status rc = sd_graph_validate(g, env, problems ? problems : &local, err);
     sd_graph_problems_free(&local);
-    if (rc) return rc;
-    run r = {.ex = ex, .g = g, .opts = opts, .env = opts->env, .report = report};
-    rc = plan_graph(&r, err);
-    if (!rc) rc = compute_keys(&r, err);
-    if (!rc) rc = decide(&r, err);
-    if (!rc) rc = add_records(&r, err);
-    if (!rc) rc = execute(&r, err);
-    run_free(&r);
+    if (!rc) {
+        run r = {.ex = ex, .g = g, .opts = opts, .env = env, .report = report};
+        rc = plan_graph(&r, err);
+        if (!rc) rc = compute_keys(&r, err);
+        if (!rc) rc = decide(&r, err);
+        if (!rc) rc = add_records(&r, err);
+        if (!rc) rc = execute(&r, err);
+        run_free(&r);
+    }
     report->seconds = now_s() - t0;
+    if (env == &default_env) sd_env_cleanup(&default_env);
+    if (report == &local_report) sd_exec_report_free(&local_report);
     return rc;
 }
