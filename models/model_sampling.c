@@ -11,6 +11,7 @@
 #endif
 
 #include "models/model_sampling.h"
+#include "models/rng.h" /* sd_torch_expf / sd_torch_logf */
 
 #include <math.h>
 
@@ -36,30 +37,6 @@ static void linspace_f64(double start, double end, int n, double *out)
     for (int i = vec_end; i < n; i++)
         out[i] = i < halfway ? fma(step, (double)i, start)
                              : fma(-step, (double)(n - 1 - i), end);
-}
-
-float sd_torch_expf(float d)
-{
-    /* Sleef xexpf: x = q*ln2 + s with q = rint(x/ln2) and a two-part ln2
-     * (Cody-Waite), a degree-6 polynomial in s, then scaling by 2^q. */
-    if (d != d)
-        return d;
-    if (d < -104.0f)
-        return 0.0f;
-    if (d > 100.0f)
-        return INFINITY;
-    float qf = rintf(d * 1.442695040888963407359924681001892137426645954152985934135449406931f);
-    int q = (int)qf;
-    float s = fmaf(qf, -0.693145751953125f, d);
-    s = fmaf(qf, -1.428606765330187045e-06f, s);
-    float u = 0.000198527617612853646278381f;
-    u = fmaf(u, s, 0.00139304355252534151077271f);
-    u = fmaf(u, s, 0.00833336077630519866943359f);
-    u = fmaf(u, s, 0.0416664853692054748535156f);
-    u = fmaf(u, s, 0.166666671633720397949219f);
-    u = fmaf(u, s, 0.5f);
-    u = 1.0f + fmaf(s * s, u, s);
-    return ldexpf(u, q);
 }
 
 void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
@@ -89,7 +66,7 @@ void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction)
 
 int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
 {
-    float ls = logf(sigma);
+    float ls = sd_torch_logf(sigma);
     int best = 0;
     float best_d = INFINITY;
     for (int k = 0; k < SD_MS_TIMESTEPS; k++) {

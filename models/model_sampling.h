@@ -43,20 +43,15 @@ typedef struct sd_model_sampling {
     float sigma_min, sigma_max;
 } sd_model_sampling;
 
-/* torch's float32 exp on an x86 AVX2 build: Sleef expf_u10 (with FMA),
- * which torch applies to every element of a float tensor, 1-element ones
- * included. Differs from glibc expf by 1 ulp on ~10% of inputs; using it
- * makes sigma(t) and the normal/exponential schedules bit-identical. */
-float sd_torch_expf(float x);
-
 /* SD1.x / SDXL defaults: betas 0.00085 -> 0.012 ("linear" in ComfyUI). */
 void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction);
 /* Same with other linear_start / linear_end (sqrt-spaced betas). */
 void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
                                    double linear_start, double linear_end);
 
-/* ComfyUI timestep(sigma): index of the nearest log_sigma to logf(sigma)
- * (float32 math, first index on ties); returned as a float because that is
+/* ComfyUI timestep(sigma): index of the nearest log_sigma to log(sigma)
+ * (float32 math with torch's log, first index on ties -- and exact float
+ * ties are common at half-integer timesteps, so the log must be torch's); returned as a float because that is
  * what the UNet is fed (BaseModel.apply_model uses t.float()). */
 float sd_ms_timestep(const sd_model_sampling *ms, float sigma);
 int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma);

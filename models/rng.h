@@ -62,6 +62,16 @@ uint32_t sd_rng_next_u32(sd_rng *r);          /* one raw MT19937 output */
 float sd_rng_uniform_float(sd_rng *r);        /* (r & 0xFFFFFF) * 2^-24, 1 draw */
 double sd_rng_uniform_double(sd_rng *r);      /* 53 bits from 2 draws, high first */
 
+/* torch's float32 elementwise exp / log / tan as an x86 AVX2 build computes
+ * them for every element of a float tensor (Sleef's 1-ulp expf/logf/tanf
+ * with FMA), bit for bit; glibc differs by 1 ulp on a few percent of inputs.
+ * Used where ComfyUI applies these ops to float32 tensors (sigma(t),
+ * timestep(sigma), the exponential and kl_optimal schedules). tanf keeps
+ * Sleef's reduction for |x| < 125 only (falls back to double tan beyond). */
+float sd_torch_expf(float x);
+float sd_torch_logf(float x);
+float sd_torch_tanf(float x);
+
 /* ComfyUI comfy.sample.prepare_noise(latent, seed, batch_index): a new F32
  * tensor of `shape` (ndim 1..SD_MAX_DIMS, shape[0] = batch).
  *   batch_index == NULL (or n_batch_index == 0): one torch.randn(shape) call

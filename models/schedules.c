@@ -12,6 +12,7 @@
 #endif
 
 #include "models/schedules.h"
+#include "models/rng.h" /* torch float32 exp / tan */
 
 #include <math.h>
 #include <stdlib.h>
@@ -291,7 +292,7 @@ static int sched_kl_optimal(const sd_model_sampling *ms, int steps, float *out)
         float adj = (float)i / div;
         float a = adj * amin;
         float b = (1.0f - adj) * amax;
-        out[i] = tanf(a + b);
+        out[i] = sd_torch_tanf(a + b);
     }
     out[steps] = 0.0f;
     return steps + 1;

@@ -213,8 +213,32 @@ static void test_prepare_noise(void)
     CHECK(sd_noise_prepare(1, 2, bad, NULL, 0) == NULL);
 }
 
+/* The Sleef reproductions must stay within 1 ulp of the exact function
+ * (Sleef's bound); bit-exactness itself is checked by the schedule goldens. */
+static void test_torch_math(void)
+{
+    long n = 0, bad = 0;
+    for (float x = -20.0f; x < 20.0f; x += 0.000731f, n++) {
+        float e = sd_torch_expf(x), ee = (float)exp((double)x);
+        float l = sd_torch_logf(fabsf(x) + 1e-6f), le = (float)log((double)(fabsf(x) + 1e-6f));
+        bad += fabsf(e - ee) > fabsf(nextafterf(ee, INFINITY) - ee) * 1.01f;
+        bad += fabsf(l - le) > fabsf(nextafterf(le, INFINITY) - le) * 1.01f;
+        if (fabsf(x) < 1.5f) {
+            float t = sd_torch_tanf(x), te = (float)tan((double)x);
+            bad += fabsf(t - te) > fabsf(nextafterf(te, INFINITY) - te) * 1.01f;
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld of %ld values beyond 1 ulp", bad, n);
+    CHECK(sd_torch_expf(0.0f) == 1.0f && sd_torch_logf(1.0f) == 0.0f && sd_torch_tanf(0.0f) == 0.0f);
+    CHECK(sd_torch_expf(-200.0f) == 0.0f && isinf(sd_torch_expf(200.0f)));
+    CHECK(isinf(sd_torch_logf(0.0f)) && sd_torch_logf(0.0f) < 0 && isnan(sd_torch_logf(-1.0f)));
+    CHECK(fabsf(sd_torch_logf(1e-40f) - (float)log(1e-40)) < 1e-5f); /* subnormal input */
+    CHECK(isnan(sd_torch_tanf(NAN)) && isnan(sd_torch_expf(NAN)));
+}
+
 int main(void)
 {
+    test_torch_math();
     test_mt19937_standard();
     test_scalar_cache();
     test_vector_tail();
