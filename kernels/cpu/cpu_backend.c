@@ -3,7 +3,43 @@
 #include "cpu.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* OpenBLAS DYNAMIC_ARCH builds (Debian's) pick their kernels once at load.
+ * OpenBLAS 0.3.21 does not know Sapphire/Emerald Rapids and falls back to
+ * its generic "Prescott" SSE3 kernels, 3-5x slower than the AVX-512 ones on
+ * the same CPU (measured: 8.5 vs 45 GFLOPS, sgemm 768^3, one thread). When
+ * that fallback happened, redo the selection with the coretype the CPU can
+ * run, through OpenBLAS's own OPENBLAS_CORETYPE path. The hooks are weak so
+ * builds without DYNAMIC_ARCH link and simply keep their kernels; a user's
+ * own OPENBLAS_CORETYPE is respected. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+static void fix_openblas_coretype(void) {
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !openblas_get_corename) return;
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *core = openblas_get_corename();
+    if (!core || strcasecmp(core, "prescott") != 0) return;
+    const char *want = NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (!want) return;
+    setenv("OPENBLAS_CORETYPE", want, 0);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void cpu_destroy(sd_backend *be) {
     sd_cpu *c = be->impl;
@@ -79,6 +115,7 @@ sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {
     }
     /* Our pool parallelises around single-threaded GEMMs (see cpu.h). This
      * is process-wide in OpenBLAS, which is what we want: one pool. */
+    pthread_once(&blas_once, fix_openblas_coretype);
     openblas_set_num_threads(1);
     be->vt = &cpu_vtable;
     be->impl = c;

@@ -1,0 +1,336 @@
+/* test_golden_vae.c - the SD KL VAE against ComfyUI goldens.
+ *
+ * Walks manifest.json ($SDFLOW_TESTDATA, default sd_test_testdata_dir()):
+ *  - every case with component "vae": tensors are grouped by the prefix
+ *    before the first '.'; a group whose input is "<g>.latent" is decoded
+ *    (outputs raw, image, latent_model_space, act.<module> taps), one whose
+ *    input is "<g>.image" is encoded (mean, logvar, latent,
+ *    latent_model_space); every expected/intermediate tensor is compared at
+ *    its own tolerance and its worst error printed;
+ *  - every "e2e" case: its documented image = VAEDecode(latent_out).
+ * The model of a case is the manifest "models" entry whose key is one of
+ * the '_'-separated words of the case id. Cases whose golden file is absent
+ * are reported and skipped; with none present the test exits 77.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/vae.h"
+#include "testutil.h"
+
+typedef struct {
+    const char *key;
+    sd_st_file *file;
+    sd_vae *vae;
+    int tiled_checked;
+} model_slot;
+
+typedef struct {
+    sd_st_file *golden;
+    cJSON *tensors, *case_tol;
+    const char *group;
+    int compared;
+} tap_ctx;
+
+static const char *dir;
+static sd_backend *be;
+static model_slot models[8];
+static int n_models;
+
+static void tol_of(cJSON *tensor, cJSON *case_tol, double *atol, double *rtol) {
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(tensor, "tolerance");
+    if (!t) t = case_tol;
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(t, "atol"), *r = cJSON_GetObjectItemCaseSensitive(t, "rtol");
+    *atol = cJSON_IsNumber(a) ? a->valuedouble : 0;
+    *rtol = cJSON_IsNumber(r) ? r->valuedouble : 0;
+}
+
+static void compare(const char *name, const sd_tensor *got, sd_st_file *g, cJSON *tensor,
+                    cJSON *case_tol) {
+    sd_error err;
+    sd_tensor *want = sd_st_tensor_f32(g, name, &err);
+    CHECK_MSG(want != NULL, "golden tensor %s missing from %s", name, sd_st_path(g));
+    if (!want) return;
+    double atol, rtol, worst = 0;
+    long wi = -1;
+    tol_of(tensor, case_tol, &atol, &rtol);
+    int same = got && got->ndim == want->ndim;
+    for (int i = 0; same && i < got->ndim; i++) same = got->shape[i] == want->shape[i];
+    char b1[96], b2[96];
+    CHECK_MSG(same, "%s: got %s, want %s", name, got ? sd_tensor_shape_str(got, b1, sizeof b1) : "NULL",
+              sd_tensor_shape_str(want, b2, sizeof b2));
+    if (same) {
+        int ok = sd_test_allclose(got, want, atol, rtol, &worst, &wi);
+        printf("    %-32s worst |d| %.3g (atol %.3g rtol %.3g)%s\n", name, worst, atol, rtol,
+               ok ? "" : "  FAIL");
+        CHECK_MSG(ok, "%s: worst |d| %.3g at %ld exceeds atol %g rtol %g", name, worst, wi, atol, rtol);
+    }
+    sd_tensor_unref(want);
+}
+
+static void on_tap(void *user, const char *name, const sd_bt *t) {
+    tap_ctx *c = user;
+    const char *rest = strchr(name, '.'); /* "dec.act.decoder.conv_in" -> ".act.decoder.conv_in" */
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", c->group, rest ? rest : "");
+    cJSON *spec = cJSON_GetObjectItemCaseSensitive(c->tensors, full);
+    if (!spec) return;
+    sd_tensor *got = sd_bt_to_host(t);
+    compare(full, got, c->golden, spec, c->case_tol);
+    sd_tensor_unref(got);
+    c->compared++;
+}
+
+/* The model slot for a case id, loading the VAE on first use. */
+static model_slot *model_for(cJSON *manifest, const char *id, float *scale) {
+    cJSON *ms = cJSON_GetObjectItemCaseSensitive(manifest, "models"), *m;
+    cJSON_ArrayForEach(m, ms) {
+        char words[128];
+        snprintf(words, sizeof words, "_%s_", id);
+        char key[64];
+        snprintf(key, sizeof key, "_%s_", m->string);
+        if (!strstr(words, key)) continue;
+        cJSON *cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+        cJSON *sf = cJSON_GetObjectItemCaseSensitive(cfg, "latent_scale_factor");
+        *scale = cJSON_IsNumber(sf) ? (float)sf->valuedouble : 1.0f;
+        for (int i = 0; i < n_models; i++)
+            if (strcmp(models[i].key, m->string) == 0) return &models[i];
+        if (n_models == (int)(sizeof models / sizeof models[0])) return NULL;
+        model_slot *s = &models[n_models++];
+        s->key = m->string;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir,
+                 cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));
+        sd_error err;
+        CHECK_OK(sd_st_open(path, &s->file, &err), &err);
+        if (s->file) CHECK_OK(sd_vae_load(be, s->file, "first_stage_model.", &s->vae, &err), &err);
+        if (s->vae) {
+            const sd_vae_config *c = sd_vae_get_config(s->vae);
+            cJSON *vc = cJSON_GetObjectItemCaseSensitive(cfg, "vae");
+            cJSON *z = cJSON_GetObjectItemCaseSensitive(vc, "z_channels");
+            cJSON *nr = cJSON_GetObjectItemCaseSensitive(vc, "num_res_blocks");
+            cJSON *ch = cJSON_GetObjectItemCaseSensitive(vc, "ch");
+            cJSON *mult = cJSON_GetObjectItemCaseSensitive(vc, "ch_mult");
+            /* detected configuration = the one the manifest states */
+            CHECK(cJSON_IsNumber(z) && c->z_channels == z->valueint);
+            CHECK(cJSON_IsNumber(nr) && c->num_res_blocks == nr->valueint);
+            CHECK(cJSON_IsNumber(ch) && c->ch == ch->valueint);
+            CHECK(cJSON_GetArraySize(mult) == c->n_levels);
+            for (int i = 0; i < c->n_levels && i < cJSON_GetArraySize(mult); i++)
+                CHECK(c->block_out[i] == c->ch * cJSON_GetArrayItem(mult, i)->valueint);
+        }
+        return s;
+    }
+    CHECK_MSG(0, "case %s: no model in the manifest matches", id);
+    return NULL;
+}
+
+static sd_tensor *scaled(const sd_tensor *t, float s) {
+    sd_tensor *o = sd_tensor_clone(t);
+    float *p = o->data;
+    for (int64_t i = 0; i < sd_tensor_numel(o); i++) p[i] *= s;
+    return o;
+}
+
+/* Produced output for suffix, or NULL. */
+typedef struct {
+    const char *suffix;
+    sd_tensor *t;
+} output;
+
+static void run_group(sd_vae *vae, sd_st_file *g, cJSON *tensors, cJSON *case_tol, const char *group,
+                      float scale) {
+    char name[256];
+    output outs[6] = {{0}};
+    int n_out = 0;
+    sd_error err;
+    tap_ctx tc = {g, tensors, case_tol, group, 0};
+    snprintf(name, sizeof name, "%s.latent", group);
+    cJSON *spec = cJSON_GetObjectItemCaseSensitive(tensors, name);
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "role"));
+    if (spec && role && strcmp(role, "input") == 0) { /* decode */
+        sd_tensor *z = sd_st_tensor_f32(g, name, &err), *raw = NULL, *img = NULL;
+        CHECK(z != NULL);
+        if (!z) return;
+        sd_vae_set_tap(vae, on_tap, &tc);
+        CHECK_OK(sd_vae_decode_raw(vae, z, &raw, &err), &err);
+        sd_vae_set_tap(vae, NULL, NULL);
+        CHECK_OK(sd_vae_decode(vae, z, &img, &err), &err);
+        outs[n_out++] = (output){"raw", raw};
+        outs[n_out++] = (output){"image", img};
+        outs[n_out++] = (output){"latent_model_space", scaled(z, scale)};
+        sd_tensor_unref(z);
+    } else {
+        snprintf(name, sizeof name, "%s.image", group);
+        spec = cJSON_GetObjectItemCaseSensitive(tensors, name);
+        role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "role"));
+        if (!spec || !role || strcmp(role, "input") != 0) {
+            printf("    group %s: no latent/image input, not run\n", group);
+            return;
+        }
+        sd_tensor *x = sd_st_tensor_f32(g, name, &err), *mean = NULL, *logvar = NULL;
+        CHECK(x != NULL);
+        if (!x) return;
+        sd_vae_set_tap(vae, on_tap, &tc);
+        CHECK_OK(sd_vae_encode_posterior(vae, x, &mean, &logvar, &err), &err);
+        sd_vae_set_tap(vae, NULL, NULL);
+        sd_tensor *lat = NULL;
+        CHECK_OK(sd_vae_encode(vae, x, &lat, &err), &err);
+        outs[n_out++] = (output){"mean", mean};
+        outs[n_out++] = (output){"logvar", logvar};
+        outs[n_out++] = (output){"latent", lat};
+        outs[n_out++] = (output){"latent_model_space", mean ? scaled(mean, scale) : NULL};
+        sd_tensor_unref(x);
+    }
+    size_t glen = strlen(group);
+    cJSON *t;
+    cJSON_ArrayForEach(t, tensors) {
+        if (strncmp(t->string, group, glen) != 0 || t->string[glen] != '.') continue;
+        const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "role"));
+        if (!r || strcmp(r, "input") == 0) continue;
+        const char *suffix = t->string + glen + 1;
+        if (strncmp(suffix, "act.", 4) == 0) continue; /* compared by the tap */
+        const sd_tensor *got = NULL;
+        int known = 0;
+        for (int i = 0; i < n_out; i++)
+            if (strcmp(outs[i].suffix, suffix) == 0) { got = outs[i].t; known = 1; }
+        if (known) compare(t->string, got, g, t, case_tol);
+        else if (strcmp(r, "expected") == 0) CHECK_MSG(0, "%s: expected tensor not produced", t->string);
+        else printf("    %-32s (intermediate not produced, not compared)\n", t->string);
+    }
+    for (int i = 0; i < n_out; i++) sd_tensor_unref(outs[i].t);
+}
+
+/* Tiling (once per model, on an e2e latent and its decoded image): one
+ * tile covering everything is the plain result up to the rounding of
+ * ComfyUI's 3-pass average; small tiles keep shape and range. */
+static void check_tiled(sd_vae *vae, const sd_tensor *z, const sd_tensor *img) {
+    sd_error err;
+    sd_tensor *tiled = NULL, *lat = NULL, *lat_tiled = NULL;
+    double worst = 0;
+    CHECK_OK(sd_vae_decode_tiled(vae, z, 4096, 64, &tiled, &err), &err);
+    if (tiled) CHECK_MSG(sd_test_allclose(tiled, img, 1e-6, 0, &worst, NULL), "one-tile decode |d| %g", worst);
+    sd_tensor_unref(tiled);
+    tiled = NULL;
+    CHECK_OK(sd_vae_decode_tiled(vae, z, 64, 16, &tiled, &err), &err);
+    if (tiled) {
+        int ok = tiled->ndim == 4;
+        for (int i = 0; ok && i < 4; i++) ok = tiled->shape[i] == img->shape[i];
+        CHECK(ok);
+        double sum = 0;
+        int in_range = 1;
+        const float *p = tiled->data, *q = img->data;
+        for (int64_t i = 0; ok && i < sd_tensor_numel(tiled); i++) {
+            in_range &= p[i] >= 0 && p[i] <= 1;
+            sum += fabs(p[i] - q[i]);
+        }
+        CHECK(in_range);
+        printf("    tiled decode (64 px tiles, overlap 16): mean |d| vs untiled %.4f\n",
+               sum / (double)sd_tensor_numel(tiled));
+    }
+    /* encode: same two checks on the decoded image */
+    CHECK_OK(sd_vae_encode(vae, img, &lat, &err), &err);
+    CHECK_OK(sd_vae_encode_tiled(vae, img, 4096, 64, &lat_tiled, &err), &err);
+    if (lat && lat_tiled)
+        CHECK_MSG(sd_test_allclose(lat_tiled, lat, 1e-5, 1e-6, &worst, NULL), "one-tile encode |d| %g", worst);
+    sd_tensor_unref(lat_tiled);
+    lat_tiled = NULL;
+    CHECK_OK(sd_vae_encode_tiled(vae, img, 64, 16, &lat_tiled, &err), &err);
+    if (lat && lat_tiled) {
+        int ok = lat_tiled->ndim == 4;
+        for (int i = 0; ok && i < 4; i++) ok = lat_tiled->shape[i] == lat->shape[i];
+        CHECK(ok);
+        int finite = 1;
+        for (int64_t i = 0; ok && i < sd_tensor_numel(lat_tiled); i++) finite &= isfinite(((float *)lat_tiled->data)[i]);
+        CHECK(finite);
+    }
+    sd_tensor_unref(tiled);
+    sd_tensor_unref(lat);
+    sd_tensor_unref(lat_tiled);
+}
+
+/* Runs one manifest case; returns 1 when its golden file was present. */
+static int run_case(cJSON *manifest, cJSON *c) {
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+    const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
+    cJSON *tensors = cJSON_GetObjectItemCaseSensitive(c, "tensors");
+    cJSON *case_tol = cJSON_GetObjectItemCaseSensitive(c, "tolerance");
+    if (!id || !comp || !file || !tensors) return 0;
+    int is_vae = strcmp(comp, "vae") == 0;
+    int is_e2e = strcmp(comp, "e2e") == 0 && cJSON_GetObjectItemCaseSensitive(tensors, "latent_out") &&
+                 cJSON_GetObjectItemCaseSensitive(tensors, "image");
+    if (!is_vae && !is_e2e) return 0;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    sd_st_file *g = NULL;
+    sd_error err;
+    if (sd_st_open(path, &g, &err) != SD_OK) {
+        printf("case %s: golden file %s absent, skipped\n", id, path);
+        return 0;
+    }
+    printf("case %s:\n", id);
+    float scale = 1.0f;
+    model_slot *slot = model_for(manifest, id, &scale);
+    sd_vae *vae = slot ? slot->vae : NULL;
+    if (vae && is_vae) {
+        /* groups: distinct prefixes of the tensor names */
+        char seen[16][64];
+        int n_seen = 0;
+        cJSON *t;
+        cJSON_ArrayForEach(t, tensors) {
+            const char *dot = strchr(t->string, '.');
+            if (!dot || dot - t->string >= 64) continue;
+            char grp[64];
+            memcpy(grp, t->string, (size_t)(dot - t->string));
+            grp[dot - t->string] = 0;
+            int dup = 0;
+            for (int i = 0; i < n_seen; i++) dup |= strcmp(seen[i], grp) == 0;
+            if (dup || n_seen == 16) continue;
+            strcpy(seen[n_seen++], grp);
+            run_group(vae, g, tensors, case_tol, grp, scale);
+        }
+    } else if (vae) { /* e2e: image = VAEDecode(latent_out) */
+        sd_tensor *z = sd_st_tensor_f32(g, "latent_out", &err), *img = NULL;
+        CHECK(z != NULL);
+        if (z) CHECK_OK(sd_vae_decode(vae, z, &img, &err), &err);
+        if (img) compare("image", img, g, cJSON_GetObjectItemCaseSensitive(tensors, "image"), case_tol);
+        if (z && img && !slot->tiled_checked) {
+            slot->tiled_checked = 1;
+            check_tiled(vae, z, img);
+        }
+        sd_tensor_unref(z);
+        sd_tensor_unref(img);
+    }
+    sd_st_close(g);
+    return 1;
+}
+
+int main(void) {
+    dir = getenv("SDFLOW_TESTDATA");
+    if (!dir || !*dir) dir = sd_test_testdata_dir();
+    char path[1200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *json = sd_test_read_file(path, NULL);
+    if (!json) sd_test_skip("no manifest at %s", path);
+    cJSON *manifest = cJSON_Parse(json);
+    free(json);
+    CHECK(manifest != NULL);
+    if (!manifest) return sd_test_finish();
+    sd_error err;
+    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    int ran = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) ran += run_case(manifest, c);
+    for (int i = 0; i < n_models; i++) {
+        sd_vae_free(models[i].vae);
+        sd_st_close(models[i].file);
+    }
+    sd_backend_free(be);
+    cJSON_Delete(manifest);
+    if (!ran) sd_test_skip("no VAE golden files present under %s", dir);
+    return sd_test_finish();
+}
