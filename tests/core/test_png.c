@@ -90,8 +90,8 @@ static int write_raw(const char *path, int w, int h, int ctype, int depth, int i
         png_set_text(png, end, &t, 1);
     }
     png_write_end(png, end);
-    png_destroy_write_struct(&png, &info);
     png_destroy_info_struct(png, &end);
+    png_destroy_write_struct(&png, &info);
     free(rows);
     free(buf);
     fclose(f);
