@@ -6,6 +6,7 @@
 #ifndef SDFLOW_CLI_H
 #define SDFLOW_CLI_H
 
+#include <signal.h>
 #include <stdio.h>
 #include "core/error.h"
 #include "core/executor.h"
@@ -32,6 +33,7 @@ typedef struct sd_cli_progress {
     FILE *out;
     int tty, quiet;
     const sd_exec_report *report; /* the run's report: records are counted from it */
+    volatile sig_atomic_t *interrupt; /* a node that fails once this is set was interrupted */
     double node_start;
     int line_open;
 } sd_cli_progress;

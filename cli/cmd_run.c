@@ -291,7 +291,8 @@ int sd_cli_run(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
 
-    sd_cli_progress prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .quiet = o.quiet, .report = &rep};
+    sd_cli_progress prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .quiet = o.quiet, .report = &rep,
+                           .interrupt = &interrupted};
     sd_exec_opts xo = {
         .env = &env,
         .cache = cache_handle ? &cache : NULL,

@@ -38,7 +38,9 @@ void sd_cli_progress_on_node(void *user, const sd_exec_record *rec, int finished
     case SD_NODE_EXECUTED: snprintf(timing, sizeof timing, "%.1fs", rec->seconds); break;
     case SD_NODE_CACHED: what = "cached"; break;
     case SD_NODE_MEMO: what = "cached (memory)"; break;
-    case SD_NODE_FAILED: what = "FAILED"; snprintf(timing, sizeof timing, " after %.1fs", rec->seconds); break;
+    case SD_NODE_FAILED:
+        what = p->interrupt && *p->interrupt ? "interrupted" : "FAILED";
+        snprintf(timing, sizeof timing, " after %.1fs", rec->seconds); break;
     case SD_NODE_SKIPPED: what = "skipped"; break;
     }
     if (p->tty) fprintf(p->out, "\r\033[K");
