@@ -62,4 +62,30 @@ int sd_cfg_is_one(double cfg);
 void sd_cfg_combine(const float *cond, const float *uncond, double scale, float *out,
                     int64_t n);
 
+/* ---- inpainting (comfy.samplers.KSamplerX0Inpaint) ------------------------
+ * Wraps a denoiser for a LATENT with a noise_mask: before each evaluation the
+ * kept region (mask 0) of x is replaced by the re-noised latent,
+ *   x' = x * m + (noise * sigma + latent) * (1 - m),
+ * and after it the prediction is pinned to the latent there,
+ *   out = out * m + latent * (1 - m)       (float32, torch's op order).
+ * The uncond prediction CFG++ samplers get is not blended, as in ComfyUI.
+ * latent: the latent image in model space (after process_latent_in);
+ * noise: the start noise (prepare_noise(seed)); for the "ddim" sampler
+ * ComfyUI uses fresh noise instead: sd_noise_prepare(seed + 1, shape);
+ * mask: the denoise mask already resized and broadcast to x's shape
+ * (1 = regenerate). All three are borrowed and must hold n floats. */
+typedef struct sd_inpaint {
+    sd_denoiser inner;
+    const float *latent, *noise, *mask;
+    int64_t n;
+    sd_tensor *xbuf; /* scratch for x', allocated on first use */
+} sd_inpaint;
+
+void sd_inpaint_init(sd_inpaint *ip, sd_denoiser inner, const float *latent, const float *noise,
+                     const float *mask, int64_t n);
+void sd_inpaint_release(sd_inpaint *ip); /* frees the scratch */
+/* The wrapped denoiser (valid while ip is). SD_ERR_INVALID when x does not
+ * have n elements. */
+sd_denoiser sd_inpaint_denoiser(sd_inpaint *ip);
+
 #endif
