@@ -319,6 +319,16 @@ int sd_cli_run(int argc, char **argv) {
     if (!o.quiet && rc != SD_ERR_VALIDATION)
         fprintf(stderr, "%s: %zu executed, %zu cached, %.1fs\n", rc ? "stopped" : "done", rep.n_executed,
                 rep.n_cached, rep.seconds);
+    /* The files output nodes wrote (or still have from a cached run), on
+     * stdout so that scripts can pick them up. */
+    for (size_t i = 0; i < rep.n; i++) {
+        const sd_value *files = sd_value_dict_get(rep.items[i].ui, "files");
+        for (size_t k = 0; k < sd_value_list_len(files); k++) {
+            const char *f = sd_value_as_string(sd_value_list_get(files, k));
+            if (f) printf("%s\n", f);
+        }
+    }
+    fflush(stdout);
     if (o.report) write_report(o.report, &rep, &probs, rc, &err);
     code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
 

@@ -541,6 +541,7 @@ static sd_status execute(run *r, sd_error *err) {
             store_result(r, p);
         }
         describe_outputs(p, rec);
+        rec->ui = sd_value_ref(sd_value_dict_get(p->entry, "ui"));
         if (r->opts->dump_dir) rc = sd_exec_dump_node(r->opts->dump_dir, p->gn->id, p->def, p->entry, err);
         if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
     }

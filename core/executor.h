@@ -60,6 +60,8 @@ typedef struct sd_exec_record {
     size_t n_outputs;
     char **output_desc;  /* "LATENT samples=[1, 4, 64, 64] F32" per output */
     uint8_t key[SD_KEY_SIZE];
+    sd_value *ui;        /* the node's "ui" result (output nodes), one reference
+                            owned by the report; NULL when none */
 } sd_exec_record;
 
 typedef struct sd_exec_report {
@@ -101,7 +103,7 @@ sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
 
 void sd_exec_report_free(sd_exec_report *r);
 /* Report as JSON: {"nodes": {"<id>": {"class_type", "status", "seconds",
- * "outputs"}}, "executed": n, "cached": n, "seconds": s}. Caller frees. */
+ * "outputs", "ui"?}}, "executed": n, "cached": n, "seconds": s}. Caller frees. */
 char *sd_exec_report_json(const sd_exec_report *r);
 const char *sd_node_status_name(sd_node_status s);
 

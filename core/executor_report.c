@@ -112,9 +112,40 @@ void sd_exec_report_free(sd_exec_report *r) {
         free(rec->class_type);
         for (size_t k = 0; k < rec->n_outputs; k++) free(rec->output_desc[k]);
         free(rec->output_desc);
+        sd_value_unref(rec->ui);
     }
     free(r->items);
     memset(r, 0, sizeof *r);
+}
+
+/* The ui result as JSON; tensors and handles (never expected there) become
+ * their description. */
+static cJSON *ui_json(const sd_value *v) {
+    switch (sd_value_kind_of(v)) {
+    case SD_VAL_NONE: return cJSON_CreateNull();
+    case SD_VAL_INT: return cJSON_CreateNumber((double)sd_value_as_int(v));
+    case SD_VAL_FLOAT: return cJSON_CreateNumber(sd_value_as_float(v));
+    case SD_VAL_BOOL: return cJSON_CreateBool(sd_value_as_bool(v));
+    case SD_VAL_STRING: return cJSON_CreateString(sd_value_as_string(v));
+    case SD_VAL_LIST: {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; a && i < sd_value_list_len(v); i++)
+            cJSON_AddItemToArray(a, ui_json(sd_value_list_get(v, i)));
+        return a;
+    }
+    case SD_VAL_DICT: {
+        cJSON *o = cJSON_CreateObject();
+        for (size_t i = 0; o && i < sd_value_dict_len(v); i++)
+            cJSON_AddItemToObject(o, sd_value_dict_key(v, i), ui_json(sd_value_dict_at(v, i)));
+        return o;
+    }
+    default: {
+        char *d = sd_exec_describe_output("", v);
+        cJSON *s = cJSON_CreateString(d ? d + 1 : "");
+        free(d);
+        return s;
+    }
+    }
 }
 
 char *sd_exec_report_json(const sd_exec_report *r) {
@@ -131,6 +162,7 @@ char *sd_exec_report_json(const sd_exec_report *r) {
         cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
         for (size_t k = 0; outs && k < rec->n_outputs; k++)
             cJSON_AddItemToArray(outs, cJSON_CreateString(rec->output_desc[k] ? rec->output_desc[k] : ""));
+        if (rec->ui) cJSON_AddItemToObject(o, "ui", ui_json(rec->ui));
         char hex[65];
         sd_sha256_hex(rec->key, hex);
         cJSON_AddStringToObject(o, "key", hex);

@@ -70,6 +70,11 @@ n_png=$(ls "$T/output"/sdflow_demo_*.png 2> /dev/null | wc -l)
 grep -q '^\[4/4\] SaveImage #4' "$T/first.err" || fail "first: no progress line in: $(cat "$T/first.err")"
 
 run second
+first_png=$(ls "$T/output"/sdflow_demo_*.png)
+"$SDFLOW_BIN" run "$WF" --cache "$CACHE" --input-dir "$T/input" --output-dir "$T/output" --quiet \
+    > "$T/stdout.txt" 2> /dev/null || fail "stdout run failed"
+[ "$(cat "$T/stdout.txt")" = "$(cd "$(dirname "$first_png")" && pwd)/$(basename "$first_png")" ] ||
+    [ "$(cat "$T/stdout.txt")" = "$first_png" ] || fail "stdout: '$(cat "$T/stdout.txt")', expected $first_png"
 [ "$(sd_test_count "$T/second.json" executed)" = "0" ] || fail "second: expected nothing executed"
 expect second 4 cached
 expect second 1 absent # not even visited: its consumers hit

@@ -286,6 +286,8 @@ static void test_order_and_memo(void) {
     CHECK(rep.n == 5 && rep.n_executed == 5 && rep.n_cached == 0);
     CHECK(!rec_of(&rep, "6"));
     CHECK(read_number("diamond") == (2 + 2) + (2 + 2 + 1));
+    const sd_exec_record *r5 = rec_of(&rep, "5");
+    CHECK(r5 && sd_value_list_len(sd_value_dict_get(r5->ui, "files")) == 1);
     const sd_exec_record *r4 = rec_of(&rep, "4");
     CHECK(r4 && r4->n_outputs == 1 && strstr(r4->output_desc[0], "INT 9"));
     char *json = sd_exec_report_json(&rep);
@@ -294,6 +296,8 @@ static void test_order_and_memo(void) {
     const cJSON *n5 = j ? cJSON_GetObjectItem(cJSON_GetObjectItem(j, "nodes"), "5") : NULL;
     CHECK(n5 && strcmp(cJSON_GetObjectItem(n5, "status")->valuestring, "executed") == 0 &&
           strcmp(cJSON_GetObjectItem(n5, "class_type")->valuestring, "TOut") == 0);
+    const cJSON *ui = n5 ? cJSON_GetObjectItem(n5, "ui") : NULL;
+    CHECK(ui && cJSON_GetArraySize(cJSON_GetObjectItem(ui, "files")) == 1);
     cJSON_Delete(j);
     free(json);
     sd_exec_report_free(&rep);
@@ -302,6 +306,7 @@ static void test_order_and_memo(void) {
     CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err);
     CHECK(rep.n_executed == 0 && call_log[0] == 0);
     CHECK(status_of(&rep, "5") == SD_NODE_MEMO);
+    CHECK(rec_of(&rep, "5") && rec_of(&rep, "5")->ui); /* the cached ui is reported too */
     CHECK(!rec_of(&rep, "1")); /* not even visited: its consumers hit */
     sd_exec_report_free(&rep);
 
