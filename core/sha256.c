@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SD_SHA_NI 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
     0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
@@ -45,12 +51,75 @@ static void compress(uint32_t st[8], const uint8_t *p) {
     st[4] += e; st[5] += f; st[6] += g; st[7] += h;
 }
 
+#ifdef SD_SHA_NI
+/* The Intel SHA extensions keep the state as ABEF/CDGH halves; message
+ * schedule per 4-word group i >= 4:
+ * W = msg2(msg1(M[i-4], M[i-3]) + [M[i-2][1..3], M[i-1][0]], M[i-1]). */
+__attribute__((target("sha,sse4.1,ssse3")))
+static void compress_ni(uint32_t st[8], const uint8_t *p, size_t nblocks) {
+    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+    __m128i tmp = _mm_loadu_si128((const __m128i *)&st[0]);
+    __m128i s1 = _mm_loadu_si128((const __m128i *)&st[4]);
+    tmp = _mm_shuffle_epi32(tmp, 0xB1);       /* CDAB */
+    s1 = _mm_shuffle_epi32(s1, 0x1B);         /* EFGH */
+    __m128i s0 = _mm_alignr_epi8(tmp, s1, 8); /* ABEF */
+    s1 = _mm_blend_epi16(s1, tmp, 0xF0);      /* CDGH */
+    for (; nblocks; nblocks--, p += 64) {
+        __m128i abef = s0, cdgh = s1, m[16];
+        for (int i = 0; i < 16; i++) {
+            if (i < 4) {
+                m[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+            } else {
+                __m128i x = _mm_sha256msg1_epu32(m[i - 4], m[i - 3]);
+                x = _mm_add_epi32(x, _mm_alignr_epi8(m[i - 1], m[i - 2], 4));
+                m[i] = _mm_sha256msg2_epu32(x, m[i - 1]);
+            }
+            __m128i msg = _mm_add_epi32(m[i], _mm_loadu_si128((const __m128i *)&K[4 * i]));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, msg);
+            msg = _mm_shuffle_epi32(msg, 0x0E);
+            s0 = _mm_sha256rnds2_epu32(s0, s1, msg);
+        }
+        s0 = _mm_add_epi32(s0, abef);
+        s1 = _mm_add_epi32(s1, cdgh);
+    }
+    tmp = _mm_shuffle_epi32(s0, 0x1B);   /* FEBA */
+    s1 = _mm_shuffle_epi32(s1, 0xB1);    /* DCHG */
+    s0 = _mm_blend_epi16(tmp, s1, 0xF0); /* DCBA */
+    s1 = _mm_alignr_epi8(s1, tmp, 8);    /* HGFE */
+    _mm_storeu_si128((__m128i *)&st[0], s0);
+    _mm_storeu_si128((__m128i *)&st[4], s1);
+}
+
+static int cpu_has_sha(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    if (!(c & (1u << 9)) || !(c & (1u << 19))) return 0; /* SSSE3, SSE4.1 */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 29) & 1;
+}
+#endif
+
+static void compress_blocks(sd_sha256_ctx *ctx, const uint8_t *p, size_t nblocks) {
+#ifdef SD_SHA_NI
+    if (ctx->accel) {
+        compress_ni(ctx->state, p, nblocks);
+        return;
+    }
+#endif
+    for (; nblocks; nblocks--, p += 64) compress(ctx->state, p);
+}
+
 void sd_sha256_init(sd_sha256_ctx *ctx) {
     static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     memcpy(ctx->state, H0, sizeof H0);
     ctx->nbytes = 0;
     ctx->nbuf = 0;
+#ifdef SD_SHA_NI
+    ctx->accel = cpu_has_sha();
+#else
+    ctx->accel = 0;
+#endif
 }
 
 void sd_sha256_update(sd_sha256_ctx *ctx, const void *data, size_t n) {
@@ -64,10 +133,14 @@ void sd_sha256_update(sd_sha256_ctx *ctx, const void *data, size_t n) {
         p += take;
         n -= take;
         if (ctx->nbuf < 64) return;
-        compress(ctx->state, ctx->buf);
+        compress_blocks(ctx, ctx->buf, 1);
         ctx->nbuf = 0;
     }
-    for (; n >= 64; p += 64, n -= 64) compress(ctx->state, p);
+    if (n >= 64) {
+        compress_blocks(ctx, p, n / 64);
+        p += n / 64 * 64;
+        n %= 64;
+    }
     if (n) {
         memcpy(ctx->buf, p, n);
         ctx->nbuf = n;
@@ -79,12 +152,12 @@ void sd_sha256_final(sd_sha256_ctx *ctx, uint8_t out[32]) {
     ctx->buf[ctx->nbuf++] = 0x80;
     if (ctx->nbuf > 56) {
         memset(ctx->buf + ctx->nbuf, 0, 64 - ctx->nbuf);
-        compress(ctx->state, ctx->buf);
+        compress_blocks(ctx, ctx->buf, 1);
         ctx->nbuf = 0;
     }
     memset(ctx->buf + ctx->nbuf, 0, 56 - ctx->nbuf);
     for (int i = 0; i < 8; i++) ctx->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-    compress(ctx->state, ctx->buf);
+    compress_blocks(ctx, ctx->buf, 1);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(ctx->state[i] >> 24);
         out[4 * i + 1] = (uint8_t)(ctx->state[i] >> 16);

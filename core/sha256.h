@@ -2,7 +2,9 @@
  *
  * Used for cache keys (executor), file content hashes of models and the
  * integrity checksum of cached blobs. No allocation; the context lives on
- * the caller's stack.
+ * the caller's stack. On x86-64 CPUs with the SHA extensions the block
+ * function uses them (about 10x faster; multi-GB checkpoints are hashed),
+ * chosen per context at init; results are identical either way.
  */
 #ifndef SD_SHA256_H
 #define SD_SHA256_H
@@ -16,6 +18,7 @@ typedef struct sd_sha256_ctx {
     uint64_t nbytes;    /* total message length so far */
     uint8_t buf[64];    /* partial block */
     size_t nbuf;        /* bytes used in buf */
+    int accel;          /* set by init: 1 = use the CPU's SHA instructions */
 } sd_sha256_ctx;
 
 void sd_sha256_init(sd_sha256_ctx *ctx);
