@@ -519,7 +519,12 @@ static sd_status upscale_impl(const sd_tensor *x, int64_t width, int64_t height,
             if (!src) return sd_error_set(err, SD_ERR_NOMEM, "upscale: out of memory");
         }
     }
-    sd_status rc = resize_nchw(src ? src : x, width, height, method, channels_last, out, err);
+    /* PyTorch's CPU bilinear picks its channels-last kernel (weights
+     * multiplied first) for channels-last inputs with C > 3 and for any
+     * output with H + W <= 128; a cropped view is not channels-last
+     * contiguous any more. */
+    int cl = (channels_last && !src && x->shape[1] > 3) || (width + height <= 128);
+    sd_status rc = resize_nchw(src ? src : x, width, height, method, cl, out, err);
     sd_tensor_unref(src);
     return rc;
 }
@@ -559,9 +564,7 @@ sd_status sd_imageops_upscale_nhwc(const sd_tensor *x, int64_t width, int64_t he
     sd_tensor *nchw = sd_imageops_nhwc_to_nchw(x);
     if (!nchw) return sd_error_set(err, SD_ERR_NOMEM, "upscale: out of memory");
     sd_tensor *r = NULL;
-    /* channels-last weights only differ for bilinear with more than one
-     * channel (PyTorch picks the channels-last kernel from the strides). */
-    rc = upscale_impl(nchw, width, height, method, crop, x->shape[3] > 1, &r, err);
+    rc = upscale_impl(nchw, width, height, method, crop, 1, &r, err);
     sd_tensor_unref(nchw);
     if (rc) return rc;
     *out = sd_imageops_nchw_to_nhwc(r);

@@ -64,8 +64,11 @@ sd_status sd_imageops_upscale(const sd_tensor *x, int64_t width, int64_t height,
                               sd_tensor **out, sd_error *err);
 
 /* Same for channels-last images x [N, H, W, C] (IMAGE tensors); the result is
- * [N, height, width, C]. Bilinear uses the weight order of PyTorch's
- * channels-last kernel (what ComfyUI hits after image.movedim(-1, 1)). */
+ * [N, height, width, C]. Bilinear follows PyTorch's kernel choice for the
+ * channels-last view ComfyUI passes after image.movedim(-1, 1): the
+ * channels-last kernel (weights multiplied first) when C > 3 or when the
+ * output has H + W <= 128 (the latter also applies to NCHW inputs), the
+ * generic separable one otherwise. */
 sd_status sd_imageops_upscale_nhwc(const sd_tensor *x, int64_t width, int64_t height,
                                    sd_upscale_method method, sd_crop_mode crop,
                                    sd_tensor **out, sd_error *err);
