@@ -96,6 +96,17 @@ void sd_seed_sequence_state(uint64_t entropy, const uint64_t *spawn_key, int n_s
 
 #define BT_POOL 24
 #define BT_MAX_DEPTH 200
+#define BT_CACHE 64                       /* cached child pairs (LRU) */
+#define BT_CACHE_BYTES (64u << 20)        /* ... within this much memory */
+
+/* Cached increments of the two children of node (depth, key): [left, right].
+ * Like torchsde's LRU cache it only saves work: values are deterministic. */
+typedef struct bt_slot {
+    int depth;
+    uint64_t key;
+    uint64_t stamp; /* 0 = empty */
+    float *lr;      /* 2n floats */
+} bt_slot;
 
 struct sd_brownian {
     uint64_t entropy;
@@ -103,6 +114,9 @@ struct sd_brownian {
     int64_t n;
     float *w_root;
     float *noise; /* scratch for one randn draw */
+    bt_slot cache[BT_CACHE];
+    int cache_cap;
+    uint64_t clock;
 };
 
 /* Python round(x, 6): correctly rounded, ties to even on the exact binary
@@ -143,6 +157,10 @@ sd_status sd_brownian_new(uint64_t seed, float sigma_min, float sigma_max, int n
         return sd_error_set(err, SD_ERR_NOMEM, "brownian tree: out of memory");
     b->entropy = seed;
     b->n = n;
+    size_t pair = (size_t)n * 2 * sizeof(float);
+    b->cache_cap = (int)(BT_CACHE_BYTES / pair);
+    if (b->cache_cap > BT_CACHE)
+        b->cache_cap = BT_CACHE;
     double t0 = sigma_min, t1 = sigma_max;
     b->start = round6(t0);
     b->end = round6(t1);
@@ -170,6 +188,8 @@ void sd_brownian_free(sd_brownian *b)
 {
     if (!b)
         return;
+    for (int i = 0; i < BT_CACHE; i++)
+        free(b->cache[i].lr);
     free(b->w_root);
     free(b->noise);
     free(b);
@@ -198,30 +218,55 @@ static sd_status bt_collect(sd_brownian *b, int depth, uint64_t key, double s, d
     if (!(m > s && m < e)) /* cannot split further: interval below the 1e-6 grid */
         return sd_error_set(err, SD_ERR_INTERNAL, "brownian tree: cannot split [%.9g, %.9g]",
                             s, e);
-    /* This node's seeds: SeedSequence(entropy, spawn_key=(key, depth)). */
-    uint64_t sk[2] = {key, (uint64_t)depth};
-    uint32_t seeds[4];
-    sd_seed_sequence_state(b->entropy, sk, 2, BT_POOL, seeds, 4);
-
     float *lw = malloc((size_t)b->n * 2 * sizeof(float));
     if (!lw)
         return sd_error_set(err, SD_ERR_NOMEM, "brownian tree: out of memory");
     float *rw = lw + b->n;
-    sd_status st = bt_randn(b, seeds[0], b->noise, err);
-    if (st != SD_OK) {
-        free(lw);
-        return st;
+    sd_status st = SD_OK;
+    bt_slot *hit = NULL, *lru = NULL;
+    for (int i = 0; i < b->cache_cap; i++) {
+        bt_slot *c = &b->cache[i];
+        if (c->stamp && c->depth == depth && c->key == key) {
+            hit = c;
+            break;
+        }
+        if (!lru || c->stamp < lru->stamp)
+            lru = c;
     }
-    double h_rec = 1.0 / (e - s);
-    double left_diff = m - s, right_diff = e - m;
-    float f_left = (float)left_diff, f_hrec = (float)h_rec;
-    float f_std = (float)sqrt(left_diff * right_diff * h_rec);
-    for (int64_t k = 0; k < b->n; k++) {
-        float mean = f_left * w[k];
-        mean = mean * f_hrec;
-        float t = f_std * b->noise[k];
-        lw[k] = mean + t;
-        rw[k] = w[k] - lw[k];
+    if (hit) {
+        hit->stamp = ++b->clock;
+        memcpy(lw, hit->lr, (size_t)b->n * 2 * sizeof(float));
+    } else {
+        /* This node's seeds: SeedSequence(entropy, spawn_key=(key, depth)). */
+        uint64_t sk[2] = {key, (uint64_t)depth};
+        uint32_t seeds[4];
+        sd_seed_sequence_state(b->entropy, sk, 2, BT_POOL, seeds, 4);
+        st = bt_randn(b, seeds[0], b->noise, err);
+        if (st != SD_OK) {
+            free(lw);
+            return st;
+        }
+        double h_rec = 1.0 / (e - s);
+        double left_diff = m - s, right_diff = e - m;
+        float f_left = (float)left_diff, f_hrec = (float)h_rec;
+        float f_std = (float)sqrt(left_diff * right_diff * h_rec);
+        for (int64_t k = 0; k < b->n; k++) {
+            float mean = f_left * w[k];
+            mean = mean * f_hrec;
+            float t = f_std * b->noise[k];
+            lw[k] = mean + t;
+            rw[k] = w[k] - lw[k];
+        }
+        if (lru) {
+            if (!lru->lr)
+                lru->lr = malloc((size_t)b->n * 2 * sizeof(float));
+            if (lru->lr) { /* no memory for the cache only costs speed */
+                memcpy(lru->lr, lw, (size_t)b->n * 2 * sizeof(float));
+                lru->depth = depth;
+                lru->key = key;
+                lru->stamp = ++b->clock;
+            }
+        }
     }
     if (tb <= m)
         st = bt_collect(b, depth + 1, 2 * key, s, m, lw, ta, tb, acc, first, err);
