@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "env.h"
 #include "node.h"
 
 static char *dup0(const char *s) { return s ? strdup(s) : NULL; }
@@ -301,6 +302,14 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
     sd_graph_problems *p = problems ? problems : &local;
     p->items = NULL;
     p->n = 0;
+    /* Environment-dependent combo lists need an env: the defaults serve. */
+    sd_env default_env;
+    int own_env = 0;
+    if (!env) {
+        if (sd_env_init(&default_env, err)) return err ? err->code : SD_ERR_NOMEM;
+        env = &default_env;
+        own_env = 1;
+    }
     size_t count = sd_graph_count(g);
     int outputs = 0;
     for (size_t i = 0; i < count; i++) {
@@ -322,6 +331,7 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
         free(w.state);
         free(w.stack);
     }
+    if (own_env) sd_env_cleanup(&default_env);
     if (!outputs)
         add_problem(p, NULL, NULL, "prompt_no_outputs",
                     "Prompt has no outputs (the workflow needs at least one output node such as SaveImage)");
