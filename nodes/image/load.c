@@ -44,9 +44,11 @@ static sd_status load_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value 
     sd_status rc = read_input_png(ctx, name, SD_PNG_KEEP, &raw, &info, err);
     if (rc) return rc;
     int64_t h = raw->shape[0], w = raw->shape[1], cs = raw->shape[2];
-    /* Pillow has an 'A' band only for LA and RGBA files; palette and tRNS
-     * transparency do not produce a mask in ComfyUI's LoadImage. */
-    int has_alpha_band = (info.color_type == 4 || info.color_type == 6);
+    /* ComfyUI takes the mask from Pillow's 'A' band (LA and RGBA files) or,
+     * for palette files with tRNS, from convert('RGBA'); gray or RGB files
+     * with a tRNS colour key get no mask. */
+    int has_alpha_band = info.color_type == 4 || info.color_type == 6 ||
+                         (info.color_type == 3 && info.has_alpha);
     sd_tensor *img = sd_tensor_new4(SD_F32, 4, 1, h, w, 3);
     sd_tensor *mask = has_alpha_band ? sd_tensor_new4(SD_F32, 3, 1, h, w, 0)
                                      : sd_tensor_new4(SD_F32, 3, 1, 64, 64, 0);

@@ -4,6 +4,7 @@
  * ImageBatch, interrupts. */
 #include <dirent.h>
 #include <math.h>
+#include <png.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,31 @@ static int count_files(const char *dir, const char *needle) {
     return n;
 }
 
+/* 2x2 palette PNG with tRNS (alpha 0, 85, 170, 255 for indices 0..3),
+ * written with libpng directly since our writer produces no palettes. */
+static int write_palette_png(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    if (setjmp(png_jmpbuf(png))) { fclose(f); return -1; }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, 2, 2, 8, PNG_COLOR_TYPE_PALETTE, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_color pal[4] = {{10, 20, 30}, {40, 50, 60}, {70, 80, 90}, {100, 110, 120}};
+    png_byte alpha[4] = {0, 85, 170, 255};
+    png_set_PLTE(png, info, pal, 4);
+    png_set_tRNS(png, info, alpha, 4, NULL);
+    png_write_info(png, info);
+    png_byte r0[2] = {0, 1}, r1[2] = {2, 3};
+    png_bytep rows[2] = {r0, r1};
+    png_write_image(png, rows);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    return 0;
+}
+
 /* ---- LoadImage / LoadImageMask ----------------------------------------------------- */
 
 static void test_load_image(nt_env *e) {
@@ -185,6 +211,24 @@ static void test_load_image(nt_env *e) {
             for (int c = 0; c < 3; c++)
                 if (sd_tensor_f32(img)[i * 3 + c] != q8(sd_tensor_f32(gray)[i])) bad++;
         CHECK(bad == 0);
+    }
+    nt_free_values(out, 2);
+    sd_value_unref(in[0]);
+
+    /* palette with tRNS: mask from the palette alpha (current ComfyUI) */
+    snprintf(path, sizeof path, "%s/pal.png", e->input);
+    CHECK(write_palette_png(path) == 0);
+    in[0] = sd_value_string("pal.png");
+    CHECK_OK(nt_run(li, &ctx, in, out, &err), &err);
+    img = out[0] ? sd_value_as_tensor(out[0]) : NULL;
+    mask = out[1] ? sd_value_as_tensor(out[1]) : NULL;
+    CHECK(mask && mask->shape[1] == 2 && mask->shape[2] == 2);
+    if (img && mask && mask->shape[1] == 2) {
+        static const float a[4] = {0, 85, 170, 255};
+        for (int i = 0; i < 4; i++) {
+            CHECK(sd_tensor_f32(mask)[i] == 1.0f - a[i] / 255.0f);
+            CHECK(sd_tensor_f32(img)[i * 3] == (float)(10 + 30 * i) / 255.0f);
+        }
     }
     nt_free_values(out, 2);
     sd_value_unref(in[0]);
