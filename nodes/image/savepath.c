@@ -66,10 +66,11 @@ static char *str_replace_all(const char *s, const char *pat, const char *rep) {
 static char *normpath(const char *path) {
     size_t n = strlen(path);
     char *copy = strdup(path);
-    const char **parts = malloc(sizeof *parts * (n / 1 + 1));
+    const char **parts = malloc(sizeof *parts * (n + 1));
     if (!copy || !parts) { free(copy); free(parts); return NULL; }
     size_t np = 0;
-    for (char *tok = strtok(copy, "/"); tok; tok = strtok(NULL, "/")) {
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
         if (strcmp(tok, ".") == 0) continue;
         if (strcmp(tok, "..") == 0 && np > 0 && strcmp(parts[np - 1], "..") != 0) { np--; continue; }
         parts[np++] = tok;
