@@ -254,9 +254,7 @@ int sd_cli_run(int argc, char **argv) {
     sd_exec_report rep = {0};
     sd_graph_problems probs = {0};
     int code = 1;
-    int have_env = 0;
     sd_status rc = setup_env(&env, &o, &err);
-    have_env = rc == SD_OK;
     env.log = cli_log;
     env.log_user = &o.quiet;
     if (!rc) rc = sd_nodes_register_all(&err);
@@ -329,10 +327,11 @@ int sd_cli_run(int argc, char **argv) {
         }
     }
     fflush(stdout);
-    if (o.report) write_report(o.report, &rep, &probs, rc, &err);
     code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
 
 done:
+    /* Written on every outcome, so a script always finds one. */
+    if (o.report) write_report(o.report, &rep, &probs, rc, &err);
     sd_exec_report_free(&rep);
     sd_graph_problems_free(&probs);
     sd_exec_free(ex);
@@ -341,7 +340,7 @@ done:
     sd_graph_free(g);
     free(text);
     free(extra);
-    if (have_env) sd_env_cleanup(&env);
+    sd_env_cleanup(&env); /* safe after a failed init: it leaves the env zeroed */
     free(o.sets);
     return code;
 }
