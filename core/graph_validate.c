@@ -40,8 +40,11 @@ static void add_problem(sd_graph_problems *p, const sd_graph_node *n, const char
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int len = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* Nodes built by a script say where they were defined. */
+    if (n && n->origin && len >= 0 && (size_t)len < sizeof msg)
+        snprintf(msg + len, sizeof msg - (size_t)len, " (defined at %s)", n->origin);
     sd_graph_problem *q = &p->items[p->n++];
     q->node_id = dup0(n ? n->id : NULL);
     q->class_type = dup0(n ? n->class_type : NULL);

@@ -262,6 +262,16 @@ static void test_validate(void) {
     sd_graph_problems_free(&p);
     sd_graph_free(g);
 
+    /* Nodes with an origin (built by a script) say where they were defined. */
+    g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"label\": 5}},"
+              " \"2\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": [\"1\", 1]}}}");
+    sd_graph_node_set_origin(sd_graph_find(g, "1"), "wf.lua:12");
+    sd_error_clear(&err);
+    CHECK(sd_graph_validate(g, &env, &p, &err) == SD_ERR_VALIDATION);
+    CHECK(p.n == 1 && strstr(p.items[0].message, "wf.lua:12"));
+    sd_graph_problems_free(&p);
+    sd_graph_free(g);
+
     /* Integral floats are fine for INT inputs. */
     g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"width\": 64.0, \"label\": \"\"}},"
               " \"2\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": [\"1\", 1]}}}");
