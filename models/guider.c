@@ -2,6 +2,8 @@
 #include <math.h>
 #include <string.h>
 #include "models/guider.h"
+#include "models/model_sampling.h"
+#include "models/rng.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -151,4 +153,86 @@ sd_denoiser sd_inpaint_denoiser(sd_inpaint *ip)
 {
     sd_denoiser d = {inpaint_eval, ip};
     return d;
+}
+
+/* ---- CFGGuider.sample ----------------------------------------------------------- */
+
+static double ms_percent_to_sigma(void *ud, double p)
+{
+    return sd_ms_percent_to_sigma(ud, p);
+}
+
+sd_status sd_guider_sample(sd_guider *g, const sd_model_sampling *ms, const sd_sampler *s,
+                           const float *sigmas, int n_sigmas, const sd_tensor *noise,
+                           const sd_tensor *latent, const sd_tensor *mask,
+                           const sd_sampler_params *params, sd_tensor **out, sd_error *err)
+{
+    *out = NULL;
+    if (!g || !ms || !s || !noise || !params || (n_sigmas > 0 && !sigmas))
+        return sd_error_set(err, SD_ERR_INVALID, "sd_guider_sample: NULL argument");
+    if (noise->dtype != SD_F32)
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s: noise must be F32", s->name);
+    int64_t n = sd_tensor_numel(noise);
+    if ((latent && (latent->dtype != SD_F32 || sd_tensor_numel(latent) != n)) ||
+        (mask && (mask->dtype != SD_F32 || sd_tensor_numel(mask) != n)))
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s: latent/mask do not match the noise "
+                            "shape", s->name);
+    sd_tensor *x = sd_tensor_new(SD_F32, noise->ndim, noise->shape);
+    if (!x)
+        return sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", s->name);
+    if (n_sigmas == 0) { /* CFGGuider.sample: nothing to do */
+        if (latent)
+            memcpy(x->data, latent->data, (size_t)n * sizeof(float));
+        *out = x;
+        return SD_OK;
+    }
+    const float *lat = latent ? (const float *)latent->data : NULL;
+    sd_ms_noise_scaling(ms, sigmas[0], noise->data, lat, sd_ms_is_max_denoise(ms, sigmas[0]),
+                        x->data, (size_t)n);
+
+    sd_sampler_params p = *params;
+    if (!p.percent_to_sigma) {
+        p.percent_to_sigma = ms_percent_to_sigma;
+        p.percent_to_sigma_ud = (void *)ms;
+    }
+    sd_denoiser d = sd_guider_denoiser(g);
+    sd_inpaint ip;
+    memset(&ip, 0, sizeof ip);
+    sd_tensor *zeros = NULL, *rnoise = NULL;
+    sd_status st = SD_OK;
+    if (mask) {
+        if (!lat) {
+            zeros = sd_tensor_new(SD_F32, noise->ndim, noise->shape);
+            if (!zeros) {
+                st = sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", s->name);
+                goto done;
+            }
+            lat = zeros->data;
+        }
+        const float *nz = noise->data;
+        if (strcmp(s->name, "ddim") == 0) {
+            /* inpaint_options {"random": True}: torch.manual_seed(seed + 1) */
+            rnoise = sd_noise_prepare(params->seed + 1, noise->ndim, noise->shape, NULL, 0);
+            if (!rnoise) {
+                st = sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", s->name);
+                goto done;
+            }
+            nz = rnoise->data;
+        }
+        sd_inpaint_init(&ip, d, lat, nz, mask->data, n);
+        d = sd_inpaint_denoiser(&ip);
+    }
+    st = sd_sampler_run(s, &d, sigmas, n_sigmas, x, &p, err);
+    if (st == SD_OK)
+        sd_ms_inverse_noise_scaling(ms, sigmas[n_sigmas - 1], x->data, x->data, (size_t)n);
+done:
+    sd_inpaint_release(&ip);
+    sd_tensor_unref(zeros);
+    sd_tensor_unref(rnoise);
+    if (st != SD_OK) {
+        sd_tensor_unref(x);
+        return st;
+    }
+    *out = x;
+    return SD_OK;
 }

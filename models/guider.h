@@ -88,4 +88,23 @@ void sd_inpaint_release(sd_inpaint *ip); /* frees the scratch */
  * have n elements. */
 sd_denoiser sd_inpaint_denoiser(sd_inpaint *ip);
 
+/* ---- one KSampler run (CFGGuider.sample + KSAMPLER.sample) ----------------
+ * Builds the start latent and runs sampler s on the guided model:
+ *   x = noise_scaling(sigmas[0], noise, latent, max_denoise(sigmas[0]))
+ *   with a mask, the guider is wrapped in sd_inpaint (re-noising with
+ *   `noise`, or for "ddim" with sd_noise_prepare(seed + 1, shape));
+ *   x = sampler(x); out = inverse_noise_scaling(sigmas[n-1], x).
+ * noise: prepare_noise(seed) output, x's shape. latent: the latent image in
+ * model space (already multiplied by the latent scale when not all zeros,
+ * i.e. process_latent_in), or NULL for zeros. mask: NULL or a denoise mask of
+ * x's shape (1 = regenerate). params->percent_to_sigma defaults to ms's.
+ * n_sigmas == 0 returns a copy of the latent (zeros when NULL), as ComfyUI.
+ * *out receives a new tensor in model space (divide by the latent scale for
+ * the LATENT output); the caller unrefs it. */
+struct sd_model_sampling;
+sd_status sd_guider_sample(sd_guider *g, const struct sd_model_sampling *ms, const sd_sampler *s,
+                           const float *sigmas, int n_sigmas, const sd_tensor *noise,
+                           const sd_tensor *latent, const sd_tensor *mask,
+                           const sd_sampler_params *params, sd_tensor **out, sd_error *err);
+
 #endif

@@ -255,6 +255,9 @@ static void check_cfg(const cJSON *cfgcase)
     sd_tensor_unref(unc);
 }
 
+static int g_pipeline_cases;
+static double g_pipeline_worst;
+
 static int is_brownian(const sd_sampler *s) { return s->noise == SD_SAMPLER_NOISE_BROWNIAN; }
 
 static void run_case(analytic *m, const cJSON *cs, const cJSON *model_calls)
@@ -428,6 +431,64 @@ static void check_start(analytic *m, const cJSON *cs)
     sd_tensor_unref(noise);
 }
 
+/* The whole KSampler path (sd_guider_sample): start latent from the stored
+ * prepare_noise output (and the img2img latent * 0.18215), sampler, result. */
+static void check_pipeline(analytic *m, const cJSON *cs)
+{
+    const char *file = cJSON_GetObjectItemCaseSensitive(cs, "file")->valuestring;
+    const char *sname = cJSON_GetObjectItemCaseSensitive(cs, "sampler")->valuestring;
+    const char *id = cJSON_GetObjectItemCaseSensitive(cs, "id")->valuestring;
+    sd_st_file *f = open_file(file);
+    if (!f || !sd_st_find(f, "common/noise"))
+        return;
+    const cJSON *keys = cJSON_GetObjectItemCaseSensitive(cs, "tensor_keys");
+    char prefix[256], key[512];
+    snprintf(prefix, sizeof prefix, "%s", cJSON_GetArrayItem(keys, 0)->valuestring);
+    *strrchr(prefix, '/') = 0;
+    snprintf(key, sizeof key, "%s/sigmas", prefix);
+    sd_tensor *sig = load(f, key);
+    snprintf(key, sizeof key, "%s/x_final", prefix);
+    sd_tensor *xf = load(f, key);
+    sd_tensor *noise = load(f, "common/noise");
+    sd_tensor *lat = NULL;
+    if (sd_st_find(f, "common/latent_image")) {
+        sd_tensor *li = load(f, "common/latent_image");
+        lat = sd_tensor_clone(li);
+        float *lv = lat->data;
+        for (int64_t i = 0; i < sd_tensor_numel(lat); i++)
+            lv[i] = lv[i] * SD_LATENT_SCALE_SD1; /* process_latent_in */
+        sd_tensor_unref(li);
+    }
+    if (!sig || !xf || !noise)
+        return;
+    sd_guider g;
+    sd_guider_init(&g, analytic_model, m, jnum(cs, "cfg"));
+    sd_sampler_params p;
+    sd_sampler_params_init(&p);
+    p.seed = (uint64_t)jnum(cs, "seed");
+    sd_tensor *out = NULL;
+    sd_error err;
+    sd_error_clear(&err);
+    CHECK_OK(sd_guider_sample(&g, &m->ms, sd_sampler_find(sname), (float *)sig->data,
+                              (int)sd_tensor_numel(sig), noise, lat, NULL, &p, &out, &err), &err);
+    if (out) {
+        int adaptive = strcmp(sname, "dpm_adaptive") == 0;
+        double w = 0.0;
+        CHECK_MSG(close_arr((float *)out->data, (float *)xf->data, sd_tensor_numel(xf),
+                            adaptive ? 1e-3 : 2e-4, adaptive ? 0 : 2e-4, &w),
+                  "pipeline %s: %g", id, w);
+        g_pipeline_cases++;
+        if (w > g_pipeline_worst)
+            g_pipeline_worst = w;
+    }
+    sd_guider_release(&g);
+    sd_tensor_unref(out);
+    sd_tensor_unref(sig);
+    sd_tensor_unref(xf);
+    sd_tensor_unref(noise);
+    sd_tensor_unref(lat);
+}
+
 int main(void)
 {
     const char *td = getenv("SDFLOW_TESTDATA");
@@ -497,9 +558,11 @@ int main(void)
     {
         run_case(m, cs, model_calls);
         check_start(m, cs);
+        check_pipeline(m, cs);
         ncase++;
     }
-    printf("%d sampler cases\n", ncase);
+    printf("%d sampler cases; %d also through sd_guider_sample from the stored noise "
+           "(worst %.3g)\n", ncase, g_pipeline_cases, g_pipeline_worst);
     printf("%-32s %6s %6s %12s %10s\n", "sampler", "cases", "failed", "worst_abs", "atol");
     for (int i = 0; i < g_nres; i++)
         printf("%-32s %6d %6d %12.3g %10.1g%s\n", g_res[i].name, g_res[i].cases, g_res[i].failed,

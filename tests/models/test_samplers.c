@@ -7,7 +7,9 @@
 #include "testutil.h"
 #include "models/brownian.h"
 #include "models/guider.h"
+#include "models/model_sampling.h"
 #include "models/sampler.h"
+#include "models/schedules.h"
 
 /* A smooth toy model: x0 = 0.3 * x / sqrt(1 + sigma^2) + 0.1 * cond-dependent offset. */
 typedef struct toy {
@@ -100,6 +102,10 @@ static void test_registry(void)
         CHECK_MSG(s && strcmp(s->name, names[i]) == 0, "%s", names[i]);
         int cfgpp = strstr(names[i], "cfg_pp") != NULL;
         CHECK_MSG(cfgpp == sd_sampler_needs_uncond(s), "%s uncond flag", names[i]);
+        /* the schedules module's copy of the discard rule agrees */
+        CHECK_MSG(sd_sampler_discards_penultimate_sigma(s) ==
+                      (sd_sampler_discards_penultimate(names[i]) != 0),
+                  "%s discard rule", names[i]);
         int sde = strstr(names[i], "dpmpp") && strstr(names[i], "sde");
         CHECK_MSG(sde == (s->noise == SD_SAMPLER_NOISE_BROWNIAN), "%s noise kind", names[i]);
     }
@@ -356,6 +362,66 @@ static void test_inpaint(void)
     sd_tensor_unref(b);
 }
 
+static void test_guider_sample(void)
+{
+    sd_model_sampling *ms = malloc(sizeof *ms);
+    sd_model_sampling_init(ms, SD_PRED_EPS);
+    sd_error err;
+    toy t = {0};
+    sd_guider g;
+    sd_guider_init(&g, toy_model, &t, 6.0);
+    sd_tensor *noise = start_latent(), *lat = start_latent(), *ones = start_latent();
+    sd_tensor *zeros = sd_tensor_new4(SD_F32, 4, 1, 4, 4, 4);
+    for (int i = 0; i < 64; i++) {
+        ((float *)noise->data)[i] = cosf(0.9f * (float)i);
+        ((float *)lat->data)[i] = 0.2f * sinf((float)i);
+        ((float *)ones->data)[i] = 1.0f;
+    }
+    sd_sampler_params p;
+    sd_sampler_params_init(&p);
+    p.seed = 5;
+    sd_tensor *a = NULL, *b = NULL;
+    /* no sigmas: the latent comes back */
+    CHECK_OK(sd_guider_sample(&g, ms, sd_sampler_find("euler"), k_sigmas, 0, noise, lat, NULL, &p,
+                              &a, &err), &err);
+    CHECK(a && memcmp(a->data, lat->data, 64 * sizeof(float)) == 0);
+    sd_tensor_unref(a);
+    /* an all-ones mask changes nothing (sa_solver also exercises percent_to_sigma) */
+    const char *names[3] = {"sa_solver", "ddim", "dpmpp_2m_sde"};
+    for (int k = 0; k < 3; k++) {
+        a = b = NULL;
+        const sd_sampler *s = sd_sampler_find(names[k]);
+        CHECK_OK(sd_guider_sample(&g, ms, s, k_sigmas, N_SIG, noise, lat, NULL, &p, &a, &err), &err);
+        CHECK_OK(sd_guider_sample(&g, ms, s, k_sigmas, N_SIG, noise, lat, ones, &p, &b, &err), &err);
+        CHECK_MSG(a && b && memcmp(a->data, b->data, 64 * sizeof(float)) == 0, "%s mask 1", names[k]);
+        sd_tensor_unref(b);
+        /* an all-zero mask keeps the latent */
+        b = NULL;
+        CHECK_OK(sd_guider_sample(&g, ms, s, k_sigmas, N_SIG, noise, lat, zeros, &p, &b, &err), &err);
+        double w = 0.0;
+        for (int i = 0; b && i < 64; i++)
+            w = fmax(w, fabs(((float *)b->data)[i] - ((float *)lat->data)[i]));
+        CHECK_MSG(b && w < 1e-5, "%s mask 0 drift %g", names[k], w);
+        sd_tensor_unref(a);
+        sd_tensor_unref(b);
+    }
+    a = NULL;
+    CHECK(sd_guider_sample(&g, ms, sd_sampler_find("euler"), k_sigmas, N_SIG, noise, zeros, NULL,
+                           &p, &a, &err) == SD_OK);
+    sd_tensor_unref(a);
+    sd_tensor *small = sd_tensor_new4(SD_F32, 1, 3, 0, 0, 0);
+    a = NULL;
+    CHECK(sd_guider_sample(&g, ms, sd_sampler_find("euler"), k_sigmas, N_SIG, noise, small, NULL,
+                           &p, &a, &err) == SD_ERR_INVALID && a == NULL);
+    sd_tensor_unref(small);
+    sd_guider_release(&g);
+    sd_tensor_unref(noise);
+    sd_tensor_unref(lat);
+    sd_tensor_unref(ones);
+    sd_tensor_unref(zeros);
+    free(ms);
+}
+
 int main(void)
 {
     test_registry();
@@ -363,6 +429,7 @@ int main(void)
     test_errors();
     test_brownian();
     test_inpaint();
+    test_guider_sample();
     test_all_run();
     return sd_test_finish();
 }
