@@ -96,7 +96,8 @@ sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **ou
 char *sd_graph_to_json(const sd_graph *g, int pretty);
 
 /* Apply `--set ID.INPUT=VALUE`: VALUE is parsed as JSON when it parses
- * (numbers, true/false, "strings"), else taken as a plain string. */
+ * (numbers, true/false, "strings"), else taken as a plain string. ID may also
+ * be the title or class_type of exactly one node. */
 sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err);
 
 #endif

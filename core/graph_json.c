@@ -218,6 +218,28 @@ static sd_status set_error(sd_error *err, sd_status code, const char *assignment
     return sd_error_set(err, code, "--set '%s': %s", assignment, why);
 }
 
+/* The node `name` designates: its id, else the one node with that title,
+ * else the one node of that class_type (so `--set KSampler.steps=30` works
+ * on a workflow with a single KSampler). *matches counts the candidates of
+ * the step that found several. */
+static sd_graph_node *find_target(const sd_graph *g, const char *name, int *matches) {
+    sd_graph_node *n = sd_graph_find(g, name);
+    *matches = n ? 1 : 0;
+    if (n) return n;
+    for (int by_class = 0; by_class < 2; by_class++) {
+        sd_graph_node *found = NULL;
+        int count = 0;
+        for (size_t i = 0; i < sd_graph_count(g); i++) {
+            sd_graph_node *c = sd_graph_at(g, i);
+            const char *s = by_class ? c->class_type : c->title;
+            if (s && strcmp(s, name) == 0) { found = c; count++; }
+        }
+        if (count == 1) { *matches = 1; return found; }
+        if (count > 1) { *matches = count; return NULL; }
+    }
+    return NULL;
+}
+
 sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err) {
     const char *eq = strchr(assignment, '=');
     if (!eq) return set_error(err, SD_ERR_INVALID, assignment, "expected ID.INPUT=VALUE");
@@ -234,14 +256,20 @@ sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err)
     }
     *dot = 0;
     const char *id = lhs, *input = dot + 1, *text = eq + 1;
-    sd_graph_node *n = sd_graph_find(g, id);
+    int matches = 0;
+    sd_graph_node *n = find_target(g, id, &matches);
     sd_status rc = SD_OK;
     if (!n) {
-        sd_error_set(err, SD_ERR_NOT_FOUND, "--set '%s': the workflow has no node '%s'", assignment, id);
+        if (matches > 1)
+            sd_error_set(err, SD_ERR_INVALID, "--set '%s': %d nodes are titled or typed '%s'; use the node id",
+                         assignment, matches, id);
+        else
+            sd_error_set(err, SD_ERR_NOT_FOUND, "--set '%s': the workflow has no node '%s'", assignment, id);
         sd_error_at(err, id, NULL, input);
         free(lhs);
-        return SD_ERR_NOT_FOUND;
+        return matches > 1 ? SD_ERR_INVALID : SD_ERR_NOT_FOUND;
     }
+    id = n->id;
     const sd_node_def *def = sd_registry_find(n->class_type);
     const sd_input_def *idef = NULL;
     if (def) {

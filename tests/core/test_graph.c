@@ -196,6 +196,17 @@ static void test_set(void) {
     CHECK(in && in->is_link && in->src_index == 1);
     CHECK_OK(sd_graph_apply_set(g, "7.whatever=1", &err), &err); /* unknown class: no schema check */
 
+    /* By class_type or title when unique. */
+    CHECK_OK(sd_graph_apply_set(g, "TSource.width=320", &err), &err);
+    CHECK(sd_value_as_int(sd_graph_node_input(sd_graph_find(g, "1"), "width")->literal) == 320);
+    sd_graph_node_set_title(sd_graph_find(g, "a.b"), "Refiner");
+    CHECK_OK(sd_graph_apply_set(g, "Refiner.cfg=2.5", &err), &err);
+    CHECK(sd_value_as_float(sd_graph_node_input(sd_graph_find(g, "a.b"), "cfg")->literal) == 2.5);
+    sd_graph_node *extra;
+    CHECK_OK(sd_graph_add_node(g, "8", "TSource", &extra, &err), &err);
+    sd_error_clear(&err);
+    CHECK(sd_graph_apply_set(g, "TSource.width=1", &err) == SD_ERR_INVALID && strstr(err.msg, "2 nodes"));
+
     sd_error_clear(&err);
     CHECK(sd_graph_apply_set(g, "42.width=1", &err) == SD_ERR_NOT_FOUND);
     CHECK(strcmp(err.node_id, "42") == 0);
