@@ -305,7 +305,7 @@ int sd_cli_run(int argc, char **argv) {
     };
     ex = sd_exec_new();
     if (!ex) {
-        sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
         sd_cli_print_error(&err);
         goto done;
     }
