@@ -352,6 +352,7 @@ static void test_inpaint(void)
     for (int i = 0; i < 64; i++)
         w = fmax(w, fabs(((float *)b->data)[i] - latent[i]));
     CHECK_MSG(w < 1e-5, "kept region drifts by %g", w);
+    sd_inpaint_release(&ip);
     /* wrong size is an error */
     sd_inpaint_init(&ip, d, latent, noise, zeros, 32);
     di = sd_inpaint_denoiser(&ip);
