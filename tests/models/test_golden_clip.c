@@ -353,10 +353,8 @@ static void run_prompt_group(const sd_text_encoder *te, sd_st_file *g, cJSON *te
         snprintf(base, sizeof base, "%s.g", group);
         gt = tokens_from(g, base);
     }
-    if (!l && !gt) {
-        printf("    group %s: no token inputs, not run\n", group);
-        return;
-    }
+    CHECK_MSG(l || gt, "group %s: no token inputs this test understands", group);
+    if (!l && !gt) return;
     enc_ctx ctx = {te, l, gt, NULL, NULL, NULL};
     run_variants(g, tensors, case_tol, group, by_tokens, &ctx, "");
 
