@@ -143,7 +143,8 @@ sd_status sd_brownian_new(uint64_t seed, float sigma_min, float sigma_max, int n
                           const int64_t *shape, sd_brownian **out, sd_error *err)
 {
     *out = NULL;
-    if (!(sigma_min > 0.0f) || !(sigma_max > sigma_min) || isinf(sigma_max))
+    /* t0 == t1 is legal (a one-step schedule): every increment is then 0 */
+    if (!(sigma_min > 0.0f) || !(sigma_max >= sigma_min) || isinf(sigma_max))
         return sd_error_set(err, SD_ERR_INVALID, "brownian tree: bad interval [%g, %g]",
                             (double)sigma_min, (double)sigma_max);
     int64_t n = 1;

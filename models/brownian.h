@@ -25,7 +25,7 @@
 
 typedef struct sd_brownian sd_brownian;
 
-/* Tree over [sigma_min, sigma_max] (sigma_min < sigma_max, both > 0) for
+/* Tree over [sigma_min, sigma_max] (0 < sigma_min <= sigma_max) for
  * samples of the given shape. SD_ERR_INVALID on a bad interval or shape,
  * SD_ERR_NOMEM on allocation failure. */
 sd_status sd_brownian_new(uint64_t seed, float sigma_min, float sigma_max, int ndim,

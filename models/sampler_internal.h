@@ -35,6 +35,8 @@ typedef struct sd_sampler_run_ctx {
     int64_t shape[SD_MAX_DIMS];
     sd_tensor *tmp[SMP_MAX_TMP];
     int ntmp;
+    void *mem[8]; /* smp_alloc blocks */
+    int nmem;
     int total_steps;             /* len(sigmas) - 1, for progress */
     sd_tensor *uncond;           /* last uncond prediction (CFG++), else NULL */
 } smp_ctx;
@@ -43,6 +45,9 @@ typedef struct sd_sampler_run_ctx {
  * (err filled). */
 sd_tensor *smp_tmp(smp_ctx *c, sd_error *err);
 static inline float *smp_f(const sd_tensor *t) { return (float *)t->data; }
+/* Zeroed scratch memory owned by the context (freed by sd_sampler_run);
+ * NULL on OOM with err filled. */
+void *smp_alloc(smp_ctx *c, size_t bytes, sd_error *err);
 
 /* One model evaluation: polls cancel, evaluates, and for CFG++ samplers also
  * refreshes c->uncond. */

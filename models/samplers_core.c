@@ -36,6 +36,17 @@ sd_tensor *smp_tmp(smp_ctx *c, sd_error *err)
     return t;
 }
 
+void *smp_alloc(smp_ctx *c, size_t bytes, sd_error *err)
+{
+    void *p = c->nmem < 8 ? calloc(1, bytes ? bytes : 1) : NULL;
+    if (!p) {
+        sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory (%zu bytes)", c->s->name, bytes);
+        return NULL;
+    }
+    c->mem[c->nmem++] = p;
+    return p;
+}
+
 void smp_copy(smp_ctx *c, float *dst, const float *src)
 {
     if (dst != src)
@@ -215,6 +226,8 @@ sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model, const fl
 done:
     for (int i = 0; i < c.ntmp; i++)
         sd_tensor_unref(c.tmp[i]);
+    for (int i = 0; i < c.nmem; i++)
+        free(c.mem[i]);
     sd_rng_free(rng);
     sd_rng_free(c.global_rng);
     sd_brownian_free(bt);

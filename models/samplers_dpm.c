@@ -155,9 +155,10 @@ sd_status smp_dpm_fast(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigm
     float t_start = t_of(sigma_max), t_end = t_of(sigma_min);
     int m = nfe / 3 + 1;
     int npts = m + 1;
-    int orders[256], n_orders = 0;
-    if (m > 250)
-        return sd_error_set(err, SD_ERR_INVALID, "sampler dpm_fast: too many steps");
+    int *orders = smp_alloc(c, (size_t)(m + 2) * sizeof(int), err), n_orders = 0;
+    float *ts = smp_alloc(c, (size_t)(npts + 1) * sizeof(float), err);
+    if (!orders || !ts)
+        return SD_ERR_NOMEM;
     if (nfe % 3 == 0) {
         for (int i = 0; i < m - 2; i++)
             orders[n_orders++] = 3;
@@ -169,7 +170,6 @@ sd_status smp_dpm_fast(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigm
         orders[n_orders++] = nfe % 3;
     }
     /* torch.linspace(t_start, t_end, m + 1) in float32 (both-ends form) */
-    float ts[257];
     float step = (t_end - t_start) / (float)(npts - 1);
     for (int i = 0; i < npts; i++)
         ts[i] = i < npts / 2 ? t_start + step * (float)i : t_end - step * (float)(npts - 1 - i);

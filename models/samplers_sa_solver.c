@@ -93,9 +93,9 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
     }
     const double tau_eta = 1.0;
 
-    double lambdas[1024];
-    if (n_sigmas > 1024)
-        return sd_error_set(err, SD_ERR_INVALID, "sampler sa_solver: more than 1023 steps");
+    double *lambdas = smp_alloc(c, (size_t)n_sigmas * sizeof(double), err);
+    if (!lambdas)
+        return SD_ERR_NOMEM;
     for (int i = 0; i < n_sigmas; i++)
         lambdas[i] = (double)(-logf(sigmas[i])); /* float32 as in torch */
 

@@ -98,9 +98,9 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
     float *oddv = smp_f(old_dd), *nv = smp_f(nz);
     sd_status st;
     /* er_lambda = exp(-half_log_snr) = exp(log(sigma)); 0 for sigma 0 */
-    float er[512];
-    if (n_sigmas > 512)
-        return sd_error_set(err, SD_ERR_INVALID, "sampler er_sde: more than 511 steps");
+    float *er = smp_alloc(c, (size_t)n_sigmas * sizeof(float), err);
+    if (!er)
+        return SD_ERR_NOMEM;
     for (int i = 0; i < n_sigmas; i++)
         er[i] = expf(-(-logf(sigmas[i])));
     for (int i = 0; i < n_sigmas - 1; i++) {

@@ -180,9 +180,9 @@ static sd_status upc_update(upc *u, sd_tensor *x, sd_tensor **mprev, const float
 static sd_status uni_pc(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, int bh2,
                         sd_error *err)
 {
-    float ts[1024];
-    if (n_sigmas > 1024)
-        return sd_error_set(err, SD_ERR_INVALID, "sampler uni_pc: more than 1023 steps");
+    float *ts = smp_alloc(c, (size_t)n_sigmas * sizeof(float), err);
+    if (!ts)
+        return SD_ERR_NOMEM;
     memcpy(ts, sigmas, (size_t)n_sigmas * sizeof(float));
     if (ts[n_sigmas - 1] == 0.0f)
         ts[n_sigmas - 1] = 0.001f;

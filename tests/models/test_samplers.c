@@ -170,6 +170,25 @@ static void test_all_run(void)
         sd_tensor_unref(x);
         sd_tensor_unref(y);
         sd_tensor_unref(z);
+
+        /* short schedules (one and two steps, ending at 0 or not) stay finite */
+        static const float short_s[4][3] = {{3.0f, 0.0f, 0}, {3.0f, 0.5f, 0}, {9.0f, 1.0f, 0.0f},
+                                             {9.0f, 1.0f, 0.2f}};
+        static const int short_n[4] = {2, 2, 3, 3};
+        for (int q = 0; q < 4; q++) {
+            sd_tensor *w = start_latent();
+            sd_guider_init(&g, toy_model, &t, 5.0);
+            sd_denoiser d = sd_guider_denoiser(&g);
+            sd_sampler_params p;
+            sd_sampler_params_init(&p);
+            CHECK_OK(sd_sampler_run(s, &d, short_s[q], short_n[q], w, &p, &err), &err);
+            int fin = 1;
+            for (int k = 0; k < 64; k++)
+                fin &= isfinite(((float *)w->data)[k]) != 0;
+            CHECK_MSG(fin, "%s: non-finite on short schedule %d", names[i], q);
+            sd_guider_release(&g);
+            sd_tensor_unref(w);
+        }
     }
 }
 
