@@ -1,0 +1,97 @@
+/* handles.c - MODEL / CLIP / VAE handle values over open checkpoints. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "loaders.h"
+#include "models/model_paths.h"
+
+static void free_model_ref(void *p) {
+    sd_model_ref *r = p;
+    if (r) sd_checkpoint_unref(r->ckpt);
+    free(r);
+}
+static void free_clip_ref(void *p) {
+    sd_clip_ref *r = p;
+    if (r) sd_checkpoint_unref(r->ckpt);
+    free(r);
+}
+static void free_vae_ref(void *p) {
+    sd_vae_ref *r = p;
+    if (r) sd_checkpoint_unref(r->ckpt);
+    free(r);
+}
+
+const sd_handle_type sd_handle_model = {"MODEL", free_model_ref};
+const sd_handle_type sd_handle_clip = {"CLIP", free_clip_ref};
+const sd_handle_type sd_handle_vae = {"VAE", free_vae_ref};
+
+sd_value *sd_nodes_model_value(sd_checkpoint *c) {
+    sd_model_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->ckpt = sd_checkpoint_ref(c);
+    sd_value *v = sd_value_handle(&sd_handle_model, r);
+    if (!v) free_model_ref(r);
+    return v;
+}
+
+sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip) {
+    sd_clip_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->ckpt = sd_checkpoint_ref(c);
+    r->clip_skip = clip_skip;
+    sd_value *v = sd_value_handle(&sd_handle_clip, r);
+    if (!v) free_clip_ref(r);
+    return v;
+}
+
+sd_value *sd_nodes_vae_value(sd_checkpoint *c) {
+    sd_vae_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->ckpt = sd_checkpoint_ref(c);
+    sd_value *v = sd_value_handle(&sd_handle_vae, r);
+    if (!v) free_vae_ref(r);
+    return v;
+}
+
+static sd_status in_handle(sd_value *const *in, int i, const char *name,
+                           const sd_handle_type *type, void **out, sd_error *err) {
+    *out = in[i] ? sd_value_as_handle(in[i], type) : NULL;
+    if (*out) return SD_OK;
+    const sd_handle_type *got = in[i] ? sd_value_handle_type(in[i]) : NULL;
+    sd_error_set(err, SD_ERR_INVALID, "input '%s' must be a %s, got %s", name, type->type_name,
+                 got ? got->type_name
+                     : in[i] ? sd_value_kind_name(sd_value_kind_of(in[i])) : "nothing");
+    sd_error_at(err, NULL, NULL, name);
+    return SD_ERR_INVALID;
+}
+
+sd_status sd_nodes_in_model(sd_value *const *in, int i, const char *name, sd_model_ref **out,
+                            sd_error *err) {
+    return in_handle(in, i, name, &sd_handle_model, (void **)out, err);
+}
+sd_status sd_nodes_in_clip(sd_value *const *in, int i, const char *name, sd_clip_ref **out,
+                           sd_error *err) {
+    return in_handle(in, i, name, &sd_handle_clip, (void **)out, err);
+}
+sd_status sd_nodes_in_vae(sd_value *const *in, int i, const char *name, sd_vae_ref **out,
+                          sd_error *err) {
+    return in_handle(in, i, name, &sd_handle_vae, (void **)out, err);
+}
+
+sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const char *name,
+                              const char *input, sd_checkpoint **out, sd_error *err) {
+    *out = NULL;
+    const sd_env *env = ctx->env;
+    char *path = NULL;
+    sd_status rc = sd_model_paths_resolve(env, folder, name, &path, err);
+    if (!rc) {
+        sd_checkpoint_opts o;
+        sd_checkpoint_opts_default(&o);
+        o.tokenizer_dir = env->tokenizer_dir;
+        rc = sd_model_store_open((sd_model_store *)env->models, (sd_backend *)env->backend, path,
+                                 &o, out, err);
+    }
+    free(path);
+    if (rc) sd_error_at(err, NULL, NULL, input);
+    return rc;
+}

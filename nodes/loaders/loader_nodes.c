@@ -1,0 +1,114 @@
+/* loader_nodes.c - CheckpointLoaderSimple (alias LoadCheckpoint), VAELoader.
+ *
+ * Running a loader opens and inspects the file (architecture detection, no
+ * weights read); the parts load when a node first uses them. */
+#include "loaders.h"
+#include "models/model_paths.h"
+
+static sd_status list_checkpoints(const sd_env *env, sd_value **out, sd_error *err) {
+    return sd_model_paths_list(env, SD_FOLDER_CHECKPOINTS, out, err);
+}
+static sd_status list_vaes(const sd_env *env, sd_value **out, sd_error *err) {
+    return sd_model_paths_list(env, SD_FOLDER_VAE, out, err);
+}
+
+/* ---- CheckpointLoaderSimple ------------------------------------------------------- */
+
+static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                 sd_error *err) {
+    const char *name = sd_value_as_string(in[0]);
+    sd_checkpoint *c = NULL;
+    sd_status rc = sd_nodes_open_model(ctx, SD_FOLDER_CHECKPOINTS, name, "ckpt_name", &c, err);
+    if (rc) return rc;
+    const sd_ckpt_info *info = sd_checkpoint_info(c);
+    if (!info->has_unet) {
+        sd_error_set(err, SD_ERR_UNSUPPORTED,
+                     "%s is not a checkpoint: no diffusion model (model.diffusion_model.*) in it",
+                     sd_checkpoint_path(c));
+        sd_error_at(err, NULL, NULL, "ckpt_name");
+        sd_checkpoint_unref(c);
+        return SD_ERR_UNSUPPORTED;
+    }
+    if (info->random_weights)
+        sd_node_log(ctx, SD_LOG_WARN,
+                    "%s has RANDOM weights (made by sdflow synth): images will be noise",
+                    name);
+    sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: %s%s, UNet %d channels", name,
+                sd_ckpt_family_name(info->family), info->inpaint ? " inpainting" : "",
+                info->unet.model_channels);
+    out[0] = sd_nodes_model_value(c);
+    out[1] = sd_nodes_clip_value(c, 0);
+    out[2] = sd_nodes_vae_value(c);
+    sd_checkpoint_unref(c);
+    if (!out[0] || !out[1] || !out[2]) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    return SD_OK;
+}
+
+static const sd_input_def ckpt_loader_inputs[] = {
+    {.name = "ckpt_name", .type = SD_T_COMBO, .options_fn = list_checkpoints,
+     .file_folder = SD_FOLDER_CHECKPOINTS},
+    {0}};
+static const sd_output_def ckpt_loader_outputs[] = {
+    {"MODEL", "MODEL"}, {"CLIP", "CLIP"}, {"VAE", "VAE"}, {0}};
+
+const sd_node_def sd_node_CheckpointLoaderSimple = {
+    .version = 1,
+    .class_type = "CheckpointLoaderSimple",
+    .display_name = "Load Checkpoint",
+    .category = "loaders",
+    .description = "Loads a single-file .safetensors checkpoint (SD1.x, SDXL): the diffusion "
+                   "model, its text encoder and its VAE. Weights load when first used.",
+    .inputs = ckpt_loader_inputs,
+    .outputs = ckpt_loader_outputs,
+    .run = ckpt_loader_run,
+};
+
+/* ---- VAELoader ------------------------------------------------------------------------ */
+
+static sd_status vae_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                sd_error *err) {
+    const char *name = sd_value_as_string(in[0]);
+    sd_checkpoint *c = NULL;
+    sd_status rc = sd_nodes_open_model(ctx, SD_FOLDER_VAE, name, "vae_name", &c, err);
+    if (rc) return rc;
+    if (!sd_checkpoint_info(c)->has_vae) {
+        sd_error_set(err, SD_ERR_UNSUPPORTED,
+                     "%s holds no VAE (looked for decoder.conv_in.weight, with or without the "
+                     "first_stage_model. prefix)",
+                     sd_checkpoint_path(c));
+        sd_error_at(err, NULL, NULL, "vae_name");
+        sd_checkpoint_unref(c);
+        return SD_ERR_UNSUPPORTED;
+    }
+    out[0] = sd_nodes_vae_value(c);
+    sd_checkpoint_unref(c);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+static const sd_input_def vae_loader_inputs[] = {
+    {.name = "vae_name", .type = SD_T_COMBO, .options_fn = list_vaes,
+     .file_folder = SD_FOLDER_VAE},
+    {0}};
+static const sd_output_def vae_loader_outputs[] = {{"VAE", "VAE"}, {0}};
+
+const sd_node_def sd_node_VAELoader = {
+    .version = 1,
+    .class_type = "VAELoader",
+    .display_name = "Load VAE",
+    .category = "loaders",
+    .description = "Loads a standalone VAE file (.safetensors, single-file key layout).",
+    .inputs = vae_loader_inputs,
+    .outputs = vae_loader_outputs,
+    .run = vae_loader_run,
+};
+
+/* ---- registration ------------------------------------------------------------------ */
+
+const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple,
+                                               &sd_node_VAELoader, NULL};
+
+sd_status sd_nodes_loaders_register(sd_error *err) {
+    sd_status rc = sd_registry_add(sd_nodes_loaders, err);
+    if (!rc) rc = sd_registry_alias("LoadCheckpoint", "CheckpointLoaderSimple", err);
+    return rc;
+}

@@ -1,0 +1,58 @@
+/* loaders.h - the model loader family (CheckpointLoaderSimple alias
+ * LoadCheckpoint, VAELoader) and the MODEL / CLIP / VAE handles every
+ * model-using node reads.
+ *
+ * A handle value references an open checkpoint (models/checkpoint.h); the
+ * weights load on first use by the node that needs them (KSampler loads the
+ * UNet, CLIPTextEncode the text encoder, VAEDecode the VAE). Checkpoints
+ * come from the model store in env->models (an sd_model_store, shared for
+ * the process) when the front end set one, else they live as long as the
+ * values that reference them.
+ */
+#ifndef SD_NODES_LOADERS_H
+#define SD_NODES_LOADERS_H
+
+#include "core/node.h"
+#include "models/checkpoint.h"
+
+/* Handle payloads. Each owns one checkpoint reference. */
+typedef struct sd_model_ref {
+    sd_checkpoint *ckpt;
+} sd_model_ref;
+
+typedef struct sd_clip_ref {
+    sd_checkpoint *ckpt;
+    int clip_skip; /* CLIPSetLastLayer's stop_at_clip_layer; 0 = not set */
+} sd_clip_ref;
+
+typedef struct sd_vae_ref {
+    sd_checkpoint *ckpt;
+} sd_vae_ref;
+
+extern const sd_handle_type sd_handle_model; /* "MODEL" */
+extern const sd_handle_type sd_handle_clip;  /* "CLIP" */
+extern const sd_handle_type sd_handle_vae;   /* "VAE" */
+
+/* New handle values (one reference for the caller); each takes a new
+ * reference on `c`. NULL when out of memory. */
+sd_value *sd_nodes_model_value(sd_checkpoint *c);
+sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip);
+sd_value *sd_nodes_vae_value(sd_checkpoint *c);
+
+/* Checked accessors for input i (named `name` in errors): borrowed payloads. */
+sd_status sd_nodes_in_model(sd_value *const *in, int i, const char *name, sd_model_ref **out,
+                            sd_error *err);
+sd_status sd_nodes_in_clip(sd_value *const *in, int i, const char *name, sd_clip_ref **out,
+                           sd_error *err);
+sd_status sd_nodes_in_vae(sd_value *const *in, int i, const char *name, sd_vae_ref **out,
+                          sd_error *err);
+
+/* Resolve `name` in a models sub-folder and open it through the env's model
+ * store (new checkpoint reference in *out). Errors name the input. */
+sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const char *name,
+                              const char *input, sd_checkpoint **out, sd_error *err);
+
+/* Registers the family's table and the LoadCheckpoint alias. */
+sd_status sd_nodes_loaders_register(sd_error *err);
+
+#endif

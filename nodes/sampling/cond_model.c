@@ -1,0 +1,302 @@
+/* cond_model.c - the UNet as the CFG guider's model call, with ComfyUI's
+ * conditioning semantics (comfy.samplers.calc_cond_batch /
+ * get_area_and_mult). Float32 arithmetic in torch's order. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampling.h"
+#include "models/unet.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#define MAX_GROUP 8 /* conditioning entries per UNet forward */
+
+typedef struct chunk {
+    int slot;                   /* index into outs */
+    const sd_value *entry;      /* the conditioning dict */
+    sd_tensor *cond, *pooled;   /* borrowed */
+    int64_t ah, aw, ay, ax;     /* region of x, latent units */
+    float *mult;                /* [ah * aw] weights */
+} chunk;
+
+static double dict_float(const sd_value *d, const char *key, double dflt) {
+    sd_value *v = sd_value_dict_get(d, key);
+    if (!v) return dflt;
+    sd_value_kind k = sd_value_kind_of(v);
+    return k == SD_VAL_FLOAT || k == SD_VAL_INT ? sd_value_as_float(v) : dflt;
+}
+
+/* get_area_and_mult: region, weights, or 0 when the entry does not apply. */
+static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_t W, float sigma,
+                             int *use, sd_error *err) {
+    *use = 0;
+    const sd_value *e = c->entry;
+    if (sd_value_dict_get(e, "mask"))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "conditioning masks (ConditioningSetMask) are not supported");
+    sd_value *sp = sd_value_dict_get(e, "start_percent"), *ep = sd_value_dict_get(e, "end_percent");
+    if (sp && sigma > (float)sd_ms_percent_to_sigma(m->ms, sd_value_as_float(sp))) return SD_OK;
+    if (ep && sigma < (float)sd_ms_percent_to_sigma(m->ms, sd_value_as_float(ep))) return SD_OK;
+    c->ah = H;
+    c->aw = W;
+    c->ay = c->ax = 0;
+    int has_area = 0;
+    sd_value *area = sd_value_dict_get(e, "area");
+    if (area && sd_value_kind_of(area) == SD_VAL_LIST && sd_value_list_len(area) == 4) {
+        int64_t a[4];
+        for (int i = 0; i < 4; i++) a[i] = sd_value_as_int(sd_value_list_get(area, i));
+        if (a[2] < 0 || a[3] < 0)
+            return sd_error_set(err, SD_ERR_INVALID, "conditioning area has a negative offset");
+        has_area = 1;
+        c->ay = a[2];
+        c->ax = a[3];
+        c->ah = a[0] < H - a[2] ? a[0] : H - a[2]; /* min(dim - offset, size) */
+        c->aw = a[1] < W - a[3] ? a[1] : W - a[3];
+        if (c->ah <= 0 || c->aw <= 0) return SD_OK; /* nothing of it inside the latent */
+    }
+    float strength = (float)dict_float(e, "strength", 1.0);
+    c->mult = malloc((size_t)(c->ah * c->aw) * sizeof(float));
+    if (!c->mult) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < c->ah * c->aw; i++) c->mult[i] = 1.0f * strength;
+    if (has_area) {
+        /* feather the edges that do not touch the latent border (fuzz 8) */
+        int64_t size[2] = {c->ah, c->aw}, off[2] = {c->ay, c->ax}, full[2] = {H, W};
+        for (int d = 0; d < 2; d++) {
+            int64_t rr = size[d] / 4 < 8 ? size[d] / 4 : 8;
+            for (int side = 0; side < 2; side++) {
+                if (side == 0 ? off[d] == 0 : off[d] + size[d] >= full[d]) continue;
+                for (int64_t t = 0; t < rr; t++) {
+                    float f = (float)((1.0 / (double)rr) * (double)(t + 1));
+                    int64_t line = side == 0 ? t : size[d] - 1 - t;
+                    for (int64_t k = 0; k < size[1 - d]; k++) {
+                        int64_t y = d == 0 ? line : k, x = d == 0 ? k : line;
+                        c->mult[y * c->aw + x] *= f;
+                    }
+                }
+            }
+        }
+    }
+    *use = 1;
+    return SD_OK;
+}
+
+static int compatible(const chunk *a, const chunk *b) {
+    return a->ah == b->ah && a->aw == b->aw && a->cond->shape[1] == b->cond->shape[1] &&
+           a->cond->shape[2] == b->cond->shape[2];
+}
+
+/* SDXL adm vector [1, adm] for an entry (sizes from the entry or the latent). */
+static sd_status entry_adm(const sd_cond_model *m, const chunk *c, sd_tensor **y, sd_error *err) {
+    if (!c->pooled)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "SDXL model: conditioning has no pooled_output (use a CLIPTextEncode "
+                            "of the same checkpoint)");
+    sd_sdxl_size s;
+    s.width = (float)dict_float(c->entry, "width", (double)m->image_w);
+    s.height = (float)dict_float(c->entry, "height", (double)m->image_h);
+    s.crop_w = (float)dict_float(c->entry, "crop_w", 0);
+    s.crop_h = (float)dict_float(c->entry, "crop_h", 0);
+    s.target_width = (float)dict_float(c->entry, "target_width", s.width);
+    s.target_height = (float)dict_float(c->entry, "target_height", s.height);
+    sd_status rc = sd_unet_sdxl_adm(c->pooled, &s, y, err);
+    if (!rc && (*y)->shape[1] != m->cfg->adm_in_channels) {
+        rc = sd_error_set(err, SD_ERR_INVALID, "SDXL adm has %lld values, the UNet wants %d",
+                          (long long)(*y)->shape[1], m->cfg->adm_in_channels);
+        sd_tensor_unref(*y);
+        *y = NULL;
+    }
+    return rc;
+}
+
+/* One UNet forward over g chunks, each on the full batch B. The x0
+ * predictions are accumulated into acc/cnt of each chunk's slot. */
+static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sigma, chunk **g,
+                           int ng, float **acc, float **cnt, sd_error *err) {
+    const int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    const int64_t ah = g[0]->ah, aw = g[0]->aw, L = g[0]->cond->shape[1],
+                  D = g[0]->cond->shape[2];
+    const int64_t cc = m->concat ? m->concat->shape[1] : 0, cin = C + cc;
+    const int64_t plane = ah * aw, N = (int64_t)ng * B;
+    sd_status rc = SD_OK;
+    sd_tensor *xin = sd_tensor_new4(SD_F32, 4, N, cin, ah, aw);
+    sd_tensor *raw = sd_tensor_new4(SD_F32, 4, N, C, ah, aw); /* unscaled crop */
+    int64_t cshape[3] = {N, L, D};
+    sd_tensor *ctx = sd_tensor_new(SD_F32, 3, cshape);
+    sd_tensor *yv = NULL;
+    float *ts = malloc((size_t)N * sizeof(float));
+    sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL;
+    sd_tensor *eps = NULL;
+    if (!xin || !raw || !ctx || !ts) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (m->cfg->adm_in_channels > 0) {
+        yv = sd_tensor_new4(SD_F32, 2, N, m->cfg->adm_in_channels, 0, 0);
+        if (!yv) {
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    const float t = sd_ms_timestep(m->ms, sigma);
+    const float *xv = x->data;
+    float *xi = xin->data, *rv = raw->data, *cv = ctx->data;
+    for (int k = 0; k < ng; k++) {
+        const chunk *c = g[k];
+        sd_tensor *y1 = NULL;
+        if (yv && (rc = entry_adm(m, c, &y1, err))) goto done;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t n = (int64_t)k * B + b;
+            ts[n] = t;
+            memcpy(cv + n * L * D, c->cond->data, (size_t)(L * D) * sizeof(float));
+            if (y1)
+                memcpy((float *)yv->data + n * yv->shape[1], y1->data,
+                       (size_t)yv->shape[1] * sizeof(float));
+            for (int64_t ch = 0; ch < C; ch++)
+                for (int64_t r = 0; r < ah; r++)
+                    memcpy(rv + ((n * C + ch) * ah + r) * aw,
+                           xv + ((b * C + ch) * H + c->ay + r) * W + c->ax,
+                           (size_t)aw * sizeof(float));
+            float *dst = xi + n * cin * plane;
+            sd_ms_calculate_input(m->ms, sigma, rv + n * C * plane, dst, (size_t)(C * plane));
+            for (int64_t ch = 0; ch < cc; ch++) /* c_concat, cropped to the area */
+                for (int64_t r = 0; r < ah; r++)
+                    memcpy(dst + ((C + ch) * ah + r) * aw,
+                           (const float *)m->concat->data +
+                               ((b * cc + ch) * H + c->ay + r) * W + c->ax,
+                           (size_t)aw * sizeof(float));
+        }
+        sd_tensor_unref(y1);
+    }
+    bx = sd_bt_from_host(m->be, xin, SD_F32);
+    bc = sd_bt_from_host(m->be, ctx, SD_F32);
+    if (yv) by = sd_bt_from_host(m->be, yv, SD_F32);
+    if (!bx || !bc || (yv && !by)) {
+        rc = sd_backend_take_error(m->be, err);
+        if (!rc) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = sd_unet_forward(m->unet, bx, ts, bc, by, NULL, &bo, err))) goto done;
+    eps = sd_bt_to_host(bo);
+    if (!eps || sd_tensor_numel(eps) != sd_tensor_numel(raw)) {
+        rc = sd_error_set(err, eps ? SD_ERR_INTERNAL : SD_ERR_NOMEM,
+                          "UNet output has an unexpected size");
+        goto done;
+    }
+    /* denoised = x - eps * sigma on the unscaled crop, then weighted sums */
+    float *ev = eps->data;
+    sd_ms_calculate_denoised(m->ms, sigma, ev, rv, ev, (size_t)sd_tensor_numel(eps));
+    for (int k = 0; k < ng; k++) {
+        const chunk *c = g[k];
+        float *oa = acc[c->slot], *oc = cnt[c->slot];
+        for (int64_t b = 0; b < B; b++) {
+            int64_t n = (int64_t)k * B + b;
+            for (int64_t ch = 0; ch < C; ch++)
+                for (int64_t r = 0; r < ah; r++) {
+                    const float *src = ev + ((n * C + ch) * ah + r) * aw;
+                    const float *mu = c->mult + r * aw;
+                    int64_t o = ((b * C + ch) * H + c->ay + r) * W + c->ax;
+                    for (int64_t q = 0; q < aw; q++) {
+                        float w = src[q] * mu[q];
+                        oa[o + q] = oa[o + q] + w;
+                        oc[o + q] = oc[o + q] + mu[q];
+                    }
+                }
+        }
+    }
+done:
+    sd_bt_free(bx);
+    sd_bt_free(bc);
+    sd_bt_free(by);
+    sd_bt_free(bo);
+    sd_tensor_unref(eps);
+    sd_tensor_unref(xin);
+    sd_tensor_unref(raw);
+    sd_tensor_unref(ctx);
+    sd_tensor_unref(yv);
+    free(ts);
+    return rc;
+}
+
+sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
+                             int n_conds, sd_tensor **outs, sd_error *err) {
+    const sd_cond_model *m = ud;
+    if (x->ndim != 4 || x->dtype != SD_F32)
+        return sd_error_set(err, SD_ERR_INVALID, "sampler latent must be F32 [B, C, H, W]");
+    const int64_t H = x->shape[2], W = x->shape[3], n = sd_tensor_numel(x);
+    size_t total = 0;
+    for (int j = 0; j < n_conds; j++) {
+        if (conds[j] < 0 || conds[j] > 1 || !m->conds[conds[j]])
+            return sd_error_set(err, SD_ERR_INVALID, "no conditioning #%d", conds[j]);
+        total += sd_value_list_len(m->conds[conds[j]]);
+    }
+    chunk *all = calloc(total ? total : 1, sizeof *all);
+    chunk **order = calloc(total ? total : 1, sizeof *order);
+    float **acc = calloc((size_t)n_conds, sizeof *acc), **cnt = calloc((size_t)n_conds, sizeof *cnt);
+    sd_status rc = SD_OK;
+    if (!all || !order || !acc || !cnt) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    size_t nc = 0;
+    for (int j = 0; j < n_conds && !rc; j++) {
+        acc[j] = outs[j]->data;
+        cnt[j] = malloc((size_t)n * sizeof(float));
+        if (!cnt[j]) {
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            acc[j][i] = 0.0f;
+            cnt[j][i] = 1e-37f;
+        }
+        const sd_value *list = m->conds[conds[j]];
+        for (size_t k = 0; k < sd_value_list_len(list) && !rc; k++) {
+            chunk *c = &all[nc];
+            c->slot = j;
+            c->entry = sd_value_list_get(list, k);
+            c->cond = sd_value_dict_tensor(c->entry, "cond");
+            c->pooled = sd_value_dict_tensor(c->entry, "pooled_output");
+            if (!c->cond || c->cond->dtype != SD_F32 || c->cond->ndim != 3 ||
+                c->cond->shape[2] != m->cfg->context_dim) {
+                rc = sd_error_set(err, SD_ERR_INVALID,
+                                  "%s conditioning entry %zu: 'cond' must be F32 [1, L, %d] "
+                                  "(does the text encoder belong to this model?)",
+                                  conds[j] ? "negative" : "positive", k, m->cfg->context_dim);
+                break;
+            }
+            int use = 0;
+            rc = chunk_setup(m, c, H, W, sigma, &use, err);
+            if (use) order[nc++] = c;
+        }
+    }
+    /* group compatible entries, in order, into batched forwards */
+    for (size_t i = 0; i < nc && !rc; i++) {
+        if (!order[i]) continue;
+        chunk *g[MAX_GROUP];
+        int ng = 0;
+        for (size_t k = i; k < nc && ng < MAX_GROUP; k++)
+            if (order[k] && compatible(order[i], order[k])) {
+                g[ng++] = order[k];
+                if (k != i) order[k] = NULL;
+            }
+        order[i] = NULL;
+        rc = run_group(m, x, sigma, g, ng, acc, cnt, err);
+    }
+    for (int j = 0; j < n_conds && !rc; j++) {
+        for (int64_t i = 0; i < n; i++) acc[j][i] = acc[j][i] / cnt[j][i];
+        if (m->tap) m->tap(m->tap_ud, conds[j], sigma, outs[j]);
+    }
+done:
+    for (size_t i = 0; all && i < total; i++) free(all[i].mult);
+    for (int j = 0; cnt && j < n_conds; j++) free(cnt[j]);
+    free(all);
+    free(order);
+    free(acc);
+    free(cnt);
+    return rc;
+}

@@ -1,0 +1,442 @@
+/* ksampler.c - nodes.common_ksampler and the KSampler / KSamplerAdvanced
+ * nodes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampling.h"
+#include "models/guider.h"
+#include "models/imageops.h"
+#include "models/rng.h"
+#include "models/sampler.h"
+#include "models/schedules.h"
+#include "nodes/conditioning/conditioning.h"
+#include "nodes/loaders/loaders.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+void sd_ksample_args_init(sd_ksample_args *a) {
+    memset(a, 0, sizeof *a);
+    a->steps = 20;
+    a->cfg = 8.0;
+    a->sampler_name = "euler";
+    a->scheduler = "simple";
+    a->denoise = 1.0;
+    a->start_step = -1;
+    a->last_step = -1;
+}
+
+/* The input latent with "samples" replaced (takes t; NULL keeps them). */
+static sd_status latent_with(const sd_value *latent, sd_tensor *t, sd_value **out,
+                             sd_error *err) {
+    sd_value *d = sd_value_shallow_copy(latent);
+    sd_value *tv = t ? sd_value_tensor(t) : NULL;
+    sd_tensor_unref(t);
+    if (!d || (t && (!tv || sd_value_dict_set(d, "samples", tv)))) {
+        if (!d) sd_value_unref(tv);
+        sd_value_unref(d);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    *out = d;
+    return SD_OK;
+}
+
+/* comfy.utils.reshape_mask + repeat_to_batch_size: mask [.., h, w] ->
+ * [B, C, H, W] (bilinear, align_corners=False). */
+static sd_status prepare_mask(const sd_tensor *mask, const int64_t *shape, sd_tensor **out,
+                              sd_error *err) {
+    *out = NULL;
+    if (mask->dtype != SD_F32 || mask->ndim < 2)
+        return sd_error_set(err, SD_ERR_INVALID, "noise_mask must be an F32 tensor [.., H, W]");
+    int64_t h = mask->shape[mask->ndim - 2], w = mask->shape[mask->ndim - 1];
+    int64_t mb = sd_tensor_numel(mask) / (h * w);
+    sd_tensor *m4 = sd_tensor_new4(SD_F32, 4, mb, 1, h, w);
+    if (!m4) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    memcpy(m4->data, mask->data, m4->nbytes);
+    sd_tensor *r = NULL;
+    sd_status rc = SD_OK;
+    if (h != shape[2] || w != shape[3])
+        rc = sd_imageops_upscale(m4, shape[3], shape[2], SD_UPSCALE_BILINEAR, SD_CROP_DISABLED,
+                                 &r, err);
+    else
+        r = sd_tensor_ref(m4);
+    sd_tensor_unref(m4);
+    if (rc) return rc;
+    sd_tensor *o = sd_tensor_new(SD_F32, 4, shape);
+    if (!o) {
+        sd_tensor_unref(r);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    const int64_t plane = shape[2] * shape[3];
+    for (int64_t b = 0; b < shape[0]; b++) /* repeat (then cut) to the batch size */
+        for (int64_t c = 0; c < shape[1]; c++)
+            memcpy((float *)o->data + (b * shape[1] + c) * plane,
+                   (const float *)r->data + (b % mb) * plane, (size_t)plane * sizeof(float));
+    sd_tensor_unref(r);
+    *out = o;
+    return SD_OK;
+}
+
+/* BaseModel.concat_cond for 9-channel inpainting UNets: [B, 5, H, W] =
+ * round(mask) | latent image (model space); without a mask, ones | the
+ * latent of a neutral grey image. */
+static sd_tensor *inpaint_concat(const sd_tensor *mask, const sd_tensor *latent_in,
+                                 const int64_t *shape) {
+    static const float blank[4] = {0.8223f, -0.6876f, 0.6364f, 0.1380f};
+    const int64_t B = shape[0], C = shape[1], plane = shape[2] * shape[3];
+    sd_tensor *o = sd_tensor_new4(SD_F32, 4, B, C + 1, shape[2], shape[3]);
+    if (!o) return NULL;
+    float *ov = o->data;
+    for (int64_t b = 0; b < B; b++) {
+        float *dm = ov + b * (C + 1) * plane;
+        for (int64_t i = 0; i < plane; i++)
+            dm[i] = mask ? rintf(((const float *)mask->data)[b * C * plane + i]) : 1.0f;
+        for (int64_t c = 0; c < C; c++) {
+            float *d = dm + (1 + c) * plane;
+            const float *src = (const float *)latent_in->data + (b * C + c) * plane;
+            for (int64_t i = 0; i < plane; i++)
+                d[i] = mask ? src[i] : 1.0f * (c < 4 ? blank[c] : 1.0f);
+        }
+    }
+    return o;
+}
+
+typedef struct run_state {
+    sd_node_ctx *ctx;
+    const sd_ksample_hooks *hooks;
+} run_state;
+
+static void on_progress(void *ud, int step, int total, const sd_tensor *x,
+                        const sd_tensor *denoised) {
+    run_state *s = ud;
+    if (s->hooks && s->hooks->on_step) s->hooks->on_step(s->hooks->ud, step, total, x, denoised);
+    sd_error e;
+    (void)sd_node_progress(s->ctx, step + 1, total, &e); /* interrupts stop via on_cancel */
+}
+
+static int on_cancel(void *ud) {
+    run_state *s = ud;
+    return s->ctx->interrupt && *s->ctx->interrupt;
+}
+
+sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
+                                   sd_error *err) {
+    *out = NULL;
+    sd_tensor *samples = a->latent ? sd_value_dict_tensor(a->latent, "samples") : NULL;
+    if (!samples || samples->dtype != SD_F32 || samples->ndim != 4) {
+        sd_error_set(err, SD_ERR_INVALID, "latent_image must be a LATENT with F32 samples [B, C, H, W]");
+        sd_error_at(err, NULL, NULL, "latent_image");
+        return SD_ERR_INVALID;
+    }
+    const sd_ckpt_info *info = sd_checkpoint_info(a->ckpt);
+    if (!info->has_unet) return sd_error_set(err, SD_ERR_INVALID, "MODEL has no diffusion model");
+    const int64_t *shape = samples->shape;
+    const int64_t n = sd_tensor_numel(samples);
+    if (shape[1] != info->unet.out_channels)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "latent has %lld channels, the model works on %d",
+                            (long long)shape[1], info->unet.out_channels);
+    const sd_sampler *smp = sd_sampler_find(a->sampler_name);
+    if (!smp) {
+        sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);
+        sd_error_at(err, NULL, NULL, "sampler_name");
+        return SD_ERR_INVALID;
+    }
+    if (!a->positive || !a->negative)
+        return sd_error_set(err, SD_ERR_INVALID, "KSampler needs positive and negative conditioning");
+
+    sd_model_sampling *ms = malloc(sizeof *ms);
+    if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_model_sampling_init(ms, info->prediction);
+
+    float *sig = NULL;
+    int nsig = 0, first = 0, nrun = 0, skip = 0;
+    int64_t *bidx = NULL;
+    sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
+              *rnoise = NULL;
+    sd_guider guider;
+    sd_inpaint ip;
+    int have_guider = 0, have_ip = 0;
+    sd_status rc = sd_ksampler_sigmas(ms, a->scheduler, a->sampler_name, a->steps, a->denoise,
+                                      &sig, &nsig, err);
+    if (rc) {
+        sd_error_at(err, NULL, NULL, "scheduler");
+        goto done;
+    }
+    if (nsig > 0)
+        sd_sigmas_step_range(sig, nsig, a->start_step, a->last_step, a->force_full_denoise,
+                             &first, &nrun, &skip);
+    if (nsig == 0 || skip) { /* nothing to sample: ComfyUI returns the latent as it is */
+        rc = latent_with(a->latent, NULL, out, err);
+        goto done;
+    }
+
+    /* noise: prepare_noise(latent, seed, batch_index), or zeros */
+    if (a->disable_noise) {
+        noise = sd_tensor_new(SD_F32, 4, shape);
+    } else {
+        sd_value *bi = sd_value_dict_get(a->latent, "batch_index");
+        size_t nbi = bi && sd_value_kind_of(bi) == SD_VAL_LIST ? sd_value_list_len(bi) : 0;
+        if (nbi) {
+            bidx = malloc(nbi * sizeof *bidx);
+            if (!bidx) {
+                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            for (size_t i = 0; i < nbi; i++) bidx[i] = sd_value_as_int(sd_value_list_get(bi, i));
+        }
+        rc = sd_noise_prepare_ex(a->seed, SD_RNG_PATH_AVX2, 4, shape, bidx, nbi, &noise, err);
+        if (rc) {
+            sd_error_at(err, NULL, NULL, "latent_image");
+            goto done;
+        }
+    }
+    if (!noise) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+
+    sd_unet *unet;
+    if ((rc = sd_checkpoint_unet(a->ckpt, &unet, err))) {
+        sd_error_at(err, NULL, NULL, "model");
+        goto done;
+    }
+
+    /* process_latent_in */
+    latent_in = sd_tensor_new(SD_F32, 4, shape);
+    x = sd_tensor_new(SD_F32, 4, shape);
+    if (!latent_in || !x) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    {
+        const float *sv = samples->data;
+        float *lv = latent_in->data;
+        for (int64_t i = 0; i < n; i++) lv[i] = sv[i] * info->latent_scale;
+    }
+    sd_tensor *nm = sd_value_dict_tensor(a->latent, "noise_mask");
+    if (nm && (rc = prepare_mask(nm, shape, &mask, err))) {
+        sd_error_at(err, NULL, NULL, "latent_image");
+        goto done;
+    }
+    if (info->inpaint && !(concat = inpaint_concat(mask, latent_in, shape))) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+
+    const float *sigmas = sig + first;
+    int max_denoise = sd_ms_is_max_denoise(ms, sigmas[0]);
+    sd_ms_noise_scaling(ms, sigmas[0], noise->data, latent_in->data, max_denoise, x->data,
+                        (size_t)n);
+    if (a->hooks && a->hooks->on_start) a->hooks->on_start(a->hooks->ud, sigmas, nrun, noise, x);
+
+    sd_cond_model cm = {.be = sd_checkpoint_backend(a->ckpt),
+                        .unet = unet,
+                        .cfg = sd_unet_get_config(unet),
+                        .ms = ms,
+                        .conds = {a->positive, a->negative},
+                        .concat = concat,
+                        .image_w = shape[3] * 8,
+                        .image_h = shape[2] * 8,
+                        .tap = a->hooks ? a->hooks->on_model : NULL,
+                        .tap_ud = a->hooks ? a->hooks->ud : NULL};
+    sd_guider_init(&guider, sd_cond_model_eval, &cm, a->cfg);
+    have_guider = 1;
+    sd_denoiser den = sd_guider_denoiser(&guider);
+    if (mask) {
+        /* ddim uses fresh noise from seed + 1 for the kept region */
+        const float *inoise = noise->data;
+        if (strcmp(a->sampler_name, "ddim") == 0) {
+            if (!(rnoise = sd_noise_prepare(a->seed + 1, 4, shape, NULL, 0))) {
+                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            inoise = rnoise->data;
+        }
+        sd_inpaint_init(&ip, den, latent_in->data, inoise, mask->data, n);
+        have_ip = 1;
+        den = sd_inpaint_denoiser(&ip);
+    }
+    run_state st = {ctx, a->hooks};
+    sd_sampler_params p;
+    sd_sampler_params_init(&p);
+    p.seed = a->seed;
+    p.progress = on_progress;
+    p.progress_ud = &st;
+    p.cancel = on_cancel;
+    p.cancel_ud = &st;
+    if ((rc = sd_sampler_run(smp, &den, sigmas, nrun, x, &p, err))) goto done;
+
+    /* inverse_noise_scaling is the identity for eps; process_latent_out */
+    {
+        float *xv = x->data;
+        for (int64_t i = 0; i < n; i++) xv[i] = xv[i] / info->latent_scale;
+    }
+    rc = latent_with(a->latent, sd_tensor_ref(x), out, err);
+
+done:
+    if (have_ip) sd_inpaint_release(&ip);
+    if (have_guider) sd_guider_release(&guider);
+    free(ms);
+    free(sig);
+    free(bidx);
+    sd_tensor_unref(noise);
+    sd_tensor_unref(rnoise);
+    sd_tensor_unref(latent_in);
+    sd_tensor_unref(mask);
+    sd_tensor_unref(concat);
+    sd_tensor_unref(x);
+    return rc;
+}
+
+/* ---- the nodes ------------------------------------------------------------------------ */
+
+static sd_status common_inputs(sd_value *const *in, int i_model, int i_pos, int i_neg,
+                               int i_latent, sd_ksample_args *a, sd_error *err) {
+    sd_model_ref *model;
+    sd_value *pos, *neg;
+    sd_status rc = sd_nodes_in_model(in, i_model, "model", &model, err);
+    if (!rc) rc = sd_nodes_in_conditioning(in, i_pos, "positive", &pos, err);
+    if (!rc) rc = sd_nodes_in_conditioning(in, i_neg, "negative", &neg, err);
+    if (rc) return rc;
+    if (!in[i_latent] || sd_value_kind_of(in[i_latent]) != SD_VAL_DICT) {
+        sd_error_set(err, SD_ERR_INVALID, "latent_image must be a LATENT");
+        sd_error_at(err, NULL, NULL, "latent_image");
+        return SD_ERR_INVALID;
+    }
+    a->ckpt = model->ckpt;
+    a->positive = pos;
+    a->negative = neg;
+    a->latent = in[i_latent];
+    return SD_OK;
+}
+
+static sd_status ksampler_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                              sd_error *err) {
+    sd_ksample_args a;
+    sd_ksample_args_init(&a);
+    sd_status rc = common_inputs(in, 0, 6, 7, 8, &a, err);
+    if (rc) return rc;
+    a.seed = (uint64_t)sd_value_as_int(in[1]);
+    a.steps = (int)sd_value_as_int(in[2]);
+    a.cfg = sd_value_as_float(in[3]);
+    a.sampler_name = sd_value_as_string(in[4]);
+    a.scheduler = sd_value_as_string(in[5]);
+    a.denoise = sd_value_as_float(in[9]);
+    return sd_nodes_common_ksampler(ctx, &a, &out[0], err);
+}
+
+static sd_status ksampler_adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                  sd_error *err) {
+    sd_ksample_args a;
+    sd_ksample_args_init(&a);
+    sd_status rc = common_inputs(in, 0, 7, 8, 9, &a, err);
+    if (rc) return rc;
+    const char *add_noise = sd_value_as_string(in[1]);
+    const char *leftover = sd_value_as_string(in[12]);
+    a.disable_noise = add_noise && strcmp(add_noise, "disable") == 0;
+    a.seed = (uint64_t)sd_value_as_int(in[2]);
+    a.steps = (int)sd_value_as_int(in[3]);
+    a.cfg = sd_value_as_float(in[4]);
+    a.sampler_name = sd_value_as_string(in[5]);
+    a.scheduler = sd_value_as_string(in[6]);
+    a.start_step = (int)sd_value_as_int(in[10]);
+    a.last_step = (int)sd_value_as_int(in[11]);
+    a.force_full_denoise = !(leftover && strcmp(leftover, "enable") == 0);
+    a.denoise = 1.0;
+    return sd_nodes_common_ksampler(ctx, &a, &out[0], err);
+}
+
+/* COMBO lists built from the model layer's registries. */
+static sd_status sampler_names(const sd_env *env, sd_value **out, sd_error *err) {
+    (void)env;
+    sd_value *l = sd_value_list();
+    const char *const *names = sd_sampler_names(NULL);
+    for (size_t i = 0; l && names[i]; i++)
+        if (sd_value_list_append(l, sd_value_string(names[i]))) {
+            sd_value_unref(l);
+            l = NULL;
+        }
+    if (!l) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    *out = l;
+    return SD_OK;
+}
+static sd_status scheduler_names(const sd_env *env, sd_value **out, sd_error *err) {
+    (void)env;
+    sd_value *l = sd_value_list();
+    const char *const *names = sd_schedule_names();
+    for (size_t i = 0; l && names[i]; i++)
+        if (sd_value_list_append(l, sd_value_string(names[i]))) {
+            sd_value_unref(l);
+            l = NULL;
+        }
+    if (!l) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    *out = l;
+    return SD_OK;
+}
+
+#define SEED_MAX 18446744073709551615.0 /* 0xffffffffffffffff */
+
+static const sd_input_def ksampler_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
+    {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1},
+    {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1},
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sampler_names, .def_str = "euler"},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = scheduler_names, .def_str = "simple"},
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "latent_image", .type = "LATENT"},
+    {.name = "denoise", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1},
+    {0}};
+static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
+
+const sd_node_def sd_node_KSampler = {
+    .version = 1,
+    .class_type = "KSampler",
+    .display_name = "KSampler",
+    .category = "sampling",
+    .description = "Denoises a latent with the model, guided by positive and negative "
+                   "conditioning (CFG); denoise < 1 keeps part of the input latent.",
+    .inputs = ksampler_inputs,
+    .outputs = latent_out,
+    .run = ksampler_run,
+};
+
+static const char *const enable_disable[] = {"enable", "disable", NULL};
+static const char *const disable_enable[] = {"disable", "enable", NULL};
+
+static const sd_input_def ksampler_adv_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "add_noise", .type = SD_T_COMBO, .options = enable_disable, .def_str = "enable"},
+    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
+    {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1},
+    {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1},
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sampler_names, .def_str = "euler"},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = scheduler_names, .def_str = "simple"},
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "latent_image", .type = "LATENT"},
+    {.name = "start_at_step", .type = SD_T_INT, .def = 0, .min = 0, .max = 10000, .step = 1, .has_range = 1},
+    {.name = "end_at_step", .type = SD_T_INT, .def = 10000, .min = 0, .max = 10000, .step = 1, .has_range = 1},
+    {.name = "return_with_leftover_noise", .type = SD_T_COMBO, .options = disable_enable, .def_str = "disable"},
+    {0}};
+
+const sd_node_def sd_node_KSamplerAdvanced = {
+    .version = 1,
+    .class_type = "KSamplerAdvanced",
+    .display_name = "KSampler (Advanced)",
+    .category = "sampling",
+    .description = "KSampler with a step range (start_at_step, end_at_step), optional noise "
+                   "and leftover noise, for base + refiner chains.",
+    .inputs = ksampler_adv_inputs,
+    .outputs = latent_out,
+    .run = ksampler_adv_run,
+};
+
+const sd_node_def *const sd_nodes_sampling[] = {&sd_node_KSampler, &sd_node_KSamplerAdvanced,
+                                                NULL};

@@ -1,0 +1,88 @@
+/* sampling.h - KSampler and KSamplerAdvanced, and the pieces behind them:
+ * ComfyUI's common_ksampler (noise, schedule, denoise and step ranges,
+ * latent scaling, inpaint masks) and the conditioning-aware model call the
+ * CFG guider drives (calc_cond_batch: areas, strengths, combined entries,
+ * cond and uncond batched into one UNet forward).
+ */
+#ifndef SD_NODES_SAMPLING_H
+#define SD_NODES_SAMPLING_H
+
+#include "core/node.h"
+#include "models/checkpoint.h"
+#include "models/model_sampling.h"
+
+extern const sd_node_def *const sd_nodes_sampling[];
+
+/* ---- the conditioned model (comfy.samplers.calc_cond_batch) -----------------
+ * For conditioning list k (0 = positive, 1 = negative) every entry is run
+ * on its area of x (the whole latent when it has none), its x0 prediction
+ * weighted by strength times the 8-latent-pixel edge feather of areas that
+ * do not touch the border, summed, and divided by the summed weights (plus
+ * 1e-37, so a lone full-size entry is returned exactly). Entries outside
+ * their start/end_percent window are skipped. Compatible entries (same area
+ * size and token count) go through the UNet as one batch. */
+typedef void (*sd_cond_model_tap_fn)(void *ud, int cond_index, float sigma,
+                                     const sd_tensor *denoised);
+
+typedef struct sd_cond_model {
+    sd_backend *be;
+    sd_unet *unet;
+    const sd_unet_config *cfg;
+    const sd_model_sampling *ms;
+    const sd_value *conds[2]; /* CONDITIONING lists (borrowed) */
+    /* 9-channel inpainting UNets: [B, 5, h, w] = mask | masked-image latent
+     * (model space), appended to the scaled UNet input. NULL otherwise. */
+    const sd_tensor *concat;
+    /* SDXL size conditioning defaults: the full latent size * 8. */
+    int64_t image_w, image_h;
+    sd_cond_model_tap_fn tap; /* observation (tests); may be NULL */
+    void *tap_ud;
+} sd_cond_model;
+
+/* sd_guider_model_fn over an sd_cond_model (ud). */
+sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
+                             int n_conds, sd_tensor **outs, sd_error *err);
+
+/* ---- common_ksampler --------------------------------------------------------- */
+
+/* Observation hooks for tests and debugging (all optional). */
+typedef struct sd_ksample_hooks {
+    /* After the schedule and noise are known: sigmas as sampled, the initial
+     * noise and the start latent x (model space). */
+    void (*on_start)(void *ud, const float *sigmas, int n, const sd_tensor *noise,
+                     const sd_tensor *x);
+    /* Each sampler step: x at its start, the guided prediction. */
+    void (*on_step)(void *ud, int step, int total, const sd_tensor *x,
+                    const sd_tensor *denoised);
+    sd_cond_model_tap_fn on_model; /* per conditioning prediction */
+    void *ud;
+} sd_ksample_hooks;
+
+typedef struct sd_ksample_args {
+    sd_checkpoint *ckpt;     /* the MODEL's checkpoint */
+    uint64_t seed;
+    int steps;
+    double cfg;
+    const char *sampler_name;
+    const char *scheduler;
+    const sd_value *positive, *negative; /* CONDITIONING */
+    const sd_value *latent;              /* LATENT dict */
+    double denoise;
+    int disable_noise;      /* KSamplerAdvanced add_noise = disable */
+    int start_step;         /* -1 = not given */
+    int last_step;          /* -1 = not given */
+    int force_full_denoise; /* return_with_leftover_noise = disable */
+    const sd_ksample_hooks *hooks;
+} sd_ksample_args;
+
+/* Fills the KSampler node defaults (seed 0, 20 steps, cfg 8, euler, normal,
+ * denoise 1, no step range). */
+void sd_ksample_args_init(sd_ksample_args *a);
+
+/* nodes.common_ksampler: *out is a new LATENT (the input dict with
+ * "samples" replaced by the result in VAE space). Reports per-step progress
+ * through ctx and stops with SD_ERR_CANCELLED on interrupt. */
+sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
+                                   sd_error *err);
+
+#endif
