@@ -169,9 +169,16 @@ static void on_progress(void *ud, int step, int total, const sd_tensor *x, const
 
 /* ---- checks ------------------------------------------------------------------------------ */
 
-static void check_probe(analytic *m)
+static void check_probe(analytic *m, const char *probe_desc)
 {
-    sd_st_file *f = open_file("sampler_analytic_probe.safetensors");
+    /* "sampler_analytic_probe.safetensors: probeK/{...}" */
+    char fname[256] = "";
+    if (probe_desc)
+        sscanf(probe_desc, "%255[^:]", fname);
+    CHECK_MSG(fname[0] != 0, "manifest: samplers.analytic.probe_file");
+    if (!fname[0])
+        return;
+    sd_st_file *f = open_file(fname);
     CHECK(f != NULL);
     if (!f)
         return;
@@ -255,6 +262,20 @@ static void check_cfg(const cJSON *cfgcase)
     sd_tensor_unref(unc);
 }
 
+/* Tolerances from the manifest's prose ("... atol 2e-4 + rtol 2e-4 ..."). */
+static double g_atol = NAN, g_rtol = NAN, g_atol_adaptive = NAN;
+
+static double num_after(const char *text, const char *word)
+{
+    const char *p = text ? strstr(text, word) : NULL;
+    if (!p)
+        return NAN;
+    p += strlen(word);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? NAN : v;
+}
+
 static int g_pipeline_cases;
 static double g_pipeline_worst;
 
@@ -321,7 +342,7 @@ static void run_case(analytic *m, const cJSON *cs, const cJSON *model_calls)
     CHECK_OK(sd_sampler_run(s, &d, (float *)sig->data, n_sig, x, &p, &err), &err);
 
     int adaptive = strcmp(sname, "dpm_adaptive") == 0;
-    double atol = adaptive ? 1e-3 : 2e-4, rtol = adaptive ? 0.0 : 2e-4;
+    double atol = adaptive ? g_atol_adaptive : g_atol, rtol = adaptive ? 0.0 : g_rtol;
     result *r = res_for(sname);
     r->tol = atol;
     r->cases++;
@@ -475,7 +496,7 @@ static void check_pipeline(analytic *m, const cJSON *cs)
         int adaptive = strcmp(sname, "dpm_adaptive") == 0;
         double w = 0.0;
         CHECK_MSG(close_arr((float *)out->data, (float *)xf->data, sd_tensor_numel(xf),
-                            adaptive ? 1e-3 : 2e-4, adaptive ? 0 : 2e-4, &w),
+                            adaptive ? g_atol_adaptive : g_atol, adaptive ? 0 : g_rtol, &w),
                   "pipeline %s: %g", id, w);
         g_pipeline_cases++;
         if (w > g_pipeline_worst)
@@ -548,7 +569,16 @@ int main(void)
         CHECK_MSG(s && sd_sampler_discards_penultimate_sigma(s), "%s discards", it->valuestring);
     }
 
-    check_probe(m);
+    const cJSON *tol = cJSON_GetObjectItemCaseSensitive(smp, "tolerance");
+    const cJSON *td_det = cJSON_GetObjectItemCaseSensitive(tol, "deterministic_samplers");
+    const cJSON *td_ad = cJSON_GetObjectItemCaseSensitive(tol, "dpm_adaptive");
+    g_atol = num_after(cJSON_GetStringValue(td_det), "atol ");
+    g_rtol = num_after(cJSON_GetStringValue(td_det), "rtol ");
+    g_atol_adaptive = num_after(cJSON_GetStringValue(td_ad), "atol ");
+    CHECK_MSG(g_atol > 0 && g_rtol > 0 && g_atol_adaptive > 0, "manifest tolerances unreadable");
+    printf("tolerance: atol %g + rtol %g (dpm_adaptive atol %g)\n", g_atol, g_rtol, g_atol_adaptive);
+
+    check_probe(m, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(an, "probe_file")));
     check_cfg(cJSON_GetObjectItemCaseSensitive(smp, "cfg_cases"));
 
     const cJSON *model_calls = cJSON_GetObjectItemCaseSensitive(smp, "model_calls");
