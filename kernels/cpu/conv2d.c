@@ -104,7 +104,7 @@ sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
     if (rows < 1) rows = 1;
     if (rows > j.Ho) rows = j.Ho;
     /* enough tiles to keep every thread busy */
-    if (j.N * ((j.Ho + rows - 1) / rows) < nt * 2 && j.Ho > 1) {
+    if (nt > 1 && j.N * ((j.Ho + rows - 1) / rows) < nt * 2 && j.Ho > 1) {
         int64_t want = (j.Ho * j.N + 2 * nt - 1) / (2 * nt);
         if (want < 1) want = 1;
         if (want < rows) rows = want;

@@ -3,9 +3,12 @@
  * Every kernel entry point has the signature of its sd_backend_i slot (see
  * backend_impl.h): inputs are validated F32 tensors, `out` is allocated and
  * zeroed. Parallel work goes through the backend's one pool; BLAS runs
- * single-threaded inside pool tasks (measured faster than OpenBLAS's own
- * threads on 2 cores for our shapes, and it lets attention and conv run a
- * GEMM per task without nested threading).
+ * single-threaded inside pool tasks. Measured on the 2-core dev machine
+ * (OpenBLAS 0.3.21, SkylakeX kernels) for conv/linear/attention GEMM shapes
+ * (128x65536x1152, 4096x320x320, 256x4096x40, 4096x1280x320): splitting
+ * over our pool and OpenBLAS's own 2 threads are within run-to-run noise
+ * of each other, so we keep one pool: it also lets attention and conv run
+ * one GEMM per task without nested threading.
  */
 #ifndef SD_CPU_H
 #define SD_CPU_H

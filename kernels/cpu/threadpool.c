@@ -6,6 +6,7 @@
 struct sd_pool {
     int n_threads;
     pthread_t *threads;
+    pthread_mutex_t run_mu; /* one job at a time: concurrent callers queue */
     pthread_mutex_t mu;
     pthread_cond_t wake; /* workers wait for a new generation */
     pthread_cond_t done; /* caller waits for workers to leave the job */
@@ -60,6 +61,7 @@ sd_pool *sd_pool_new(int n_threads) {
     sd_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
+    pthread_mutex_init(&p->run_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -95,6 +97,7 @@ void sd_pool_free(sd_pool *p) {
         for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->threads[i], NULL);
         free(p->threads);
     }
+    pthread_mutex_destroy(&p->run_mu);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
@@ -109,6 +112,7 @@ void sd_pool_run(sd_pool *p, int64_t n_tasks, sd_pool_fn fn, void *ctx) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
+    pthread_mutex_lock(&p->run_mu);
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
@@ -122,4 +126,5 @@ void sd_pool_run(sd_pool *p, int64_t n_tasks, sd_pool_fn fn, void *ctx) {
     pthread_mutex_lock(&p->mu);
     while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->run_mu);
 }

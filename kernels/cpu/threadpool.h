@@ -3,8 +3,8 @@
  * A pool of n-1 worker threads plus the calling thread. sd_pool_run() hands
  * out task indices 0..n_tasks-1 dynamically (an atomic counter) and returns
  * when all tasks are done, so kernels write "for each task" bodies and never
- * manage threads. The pool is used from one thread at a time (the backend is
- * not re-entrant); a task must not call sd_pool_run() itself.
+ * manage threads. Concurrent sd_pool_run() calls from different threads are
+ * serialised; a task must not call sd_pool_run() itself (it would deadlock).
  */
 #ifndef SD_CPU_THREADPOOL_H
 #define SD_CPU_THREADPOOL_H

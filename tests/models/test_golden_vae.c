@@ -325,6 +325,15 @@ int main(void) {
     int ran = 0;
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) ran += run_case(manifest, c);
+    /* a wrong prefix is an error naming the missing key */
+    if (n_models > 0 && models[0].file) {
+        sd_vae *none = NULL;
+        CHECK(sd_vae_load(be, models[0].file, "nope.", &none, &err) == SD_ERR_NOT_FOUND && !none);
+        CHECK_MSG(strstr(err.msg, "nope.decoder.conv_in.weight") != NULL, "message: %s", err.msg);
+        sd_tensor *bad = sd_tensor_new4(SD_F32, 4, 1, 3, 8, 8), *out = NULL; /* 3 != latent channels */
+        if (models[0].vae) CHECK(sd_vae_decode(models[0].vae, bad, &out, &err) == SD_ERR_INVALID && !out);
+        sd_tensor_unref(bad);
+    }
     for (int i = 0; i < n_models; i++) {
         sd_vae_free(models[i].vae);
         sd_st_close(models[i].file);
