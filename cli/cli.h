@@ -14,6 +14,8 @@
 int sd_cli_run(int argc, char **argv);
 int sd_cli_nodes(int argc, char **argv);
 int sd_cli_cache(int argc, char **argv);
+int sd_cli_export(int argc, char **argv); /* cli/cmd_lua.c */
+int sd_cli_repl(int argc, char **argv);   /* cli/cmd_lua.c */
 
 /* "error: <formatted err>" on stderr. */
 void sd_cli_print_error(const sd_error *err);
@@ -37,6 +39,23 @@ typedef struct sd_cli_progress {
     double node_start;
     int line_open;
 } sd_cli_progress;
+
+/* Recipes around `sdflow run` (cli/cmd_lua.c, lua/recipe.h). before(): when
+ * the workflow carries a recipe (JSON key or PNG chunk) verify its file
+ * hashes unless --relock; with a recipe, --lock or --relock hash the files,
+ * keep the meta and add it to *extra (PNG chunks). after(): write the recipe
+ * (--lock FILE, or the input recipe with --relock). */
+typedef struct sd_cli_recipe {
+    const char *lock;    /* --lock FILE */
+    int relock;          /* --relock */
+    char *meta;          /* the recipe meta of this run, or NULL */
+    const char *rewrite; /* recipe file to write after a successful run */
+} sd_cli_recipe;
+sd_status sd_cli_recipe_before(sd_cli_recipe *r, const char *workflow, const char *text,
+                               const struct sd_graph *g, const struct sd_env *env,
+                               const sd_cache_i *memo, char **extra, sd_error *err);
+sd_status sd_cli_recipe_after(const sd_cli_recipe *r, const struct sd_graph *g, sd_error *err);
+void sd_cli_recipe_free(sd_cli_recipe *r);
 
 void sd_cli_progress_on_node(void *user, const sd_exec_record *rec, int finished);
 void sd_cli_progress_on_step(void *user, const char *node_id, int64_t value, int64_t max);

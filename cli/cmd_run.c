@@ -14,6 +14,8 @@
 #include "core/graph.h"
 #include "core/png.h"
 #include "kernels/backend.h"
+#include "models/checkpoint.h"
+#include "lua/sdlua.h"
 
 /* The only process-wide mutable state: what the SIGINT handler touches. */
 static volatile sig_atomic_t interrupted;
@@ -99,13 +101,15 @@ static char *extra_pnginfo_of(const char *path, const char *text, int from_png) 
     return s;
 }
 
-static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra, sd_error *err) {
+static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra, int unsafe_lua,
+                               sd_error *err) {
     *g = NULL;
     *text = NULL;
     *extra = NULL;
-    if (ends_with(path, ".lua"))
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "'%s': Lua workflows are not supported yet; use an API-format .json", path);
+    if (ends_with(path, ".lua")) { /* lua/sdlua.h */
+        sd_lua_opts lo = {.allow_unsafe = unsafe_lua};
+        return sd_lua_load_graph(path, &lo, g, err);
+    }
     sd_status rc;
     int png = is_png(path);
     if (png) {
@@ -131,6 +135,8 @@ typedef struct run_opts {
     const char *report, *dump, *cache;
     const char *output_dir, *input_dir, *temp_dir, *models_dir, *comfyui_dir, *tokenizer_dir;
     const char *precision, *device;
+    const char *lock;          /* --lock FILE (recipes: cli/cmd_lua.c) */
+    int relock, unsafe_lua;    /* --relock, --allow-unsafe-lua */
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o) {
@@ -142,12 +148,15 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         {"--output-dir", &o->output_dir}, {"--input-dir", &o->input_dir}, {"--temp-dir", &o->temp_dir},
         {"--models-dir", &o->models_dir}, {"--comfyui-dir", &o->comfyui_dir},
         {"--tokenizer-dir", &o->tokenizer_dir}, {"--precision", &o->precision}, {"--device", &o->device},
+        {"--lock", &o->lock},
     };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         int missing = 0, matched = 0;
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--no-cache")) { o->no_cache = 1; continue; }
+        if (!strcmp(a, "--relock")) { o->relock = 1; continue; }
+        if (!strcmp(a, "--allow-unsafe-lua")) { o->unsafe_lua = 1; continue; }
         if ((v = sd_cli_opt(argc, argv, &i, "--set", &missing))) { o->sets[o->n_sets++] = v; continue; }
         for (size_t k = 0; !missing && k < sizeof valued / sizeof *valued; k++) {
             if ((v = sd_cli_opt(argc, argv, &i, valued[k].name, &missing))) {
@@ -225,13 +234,16 @@ static void write_report(const char *path, const sd_exec_report *rep, const sd_g
     free(text);
 }
 
-static void print_problems(const sd_graph_problems *p) {
+static void print_problems(const sd_graph_problems *p, const sd_graph *g) {
     for (size_t i = 0; i < p->n; i++) {
         const sd_graph_problem *q = &p->items[i];
         if (q->node_id) {
+            const sd_graph_node *n = sd_graph_find(g, q->node_id);
             fprintf(stderr, "error: node %s (%s)", q->node_id, q->class_type ? q->class_type : "?");
             if (q->input) fprintf(stderr, " input '%s'", q->input);
-            fprintf(stderr, ": %s: %s\n", q->kind, q->message);
+            fprintf(stderr, ": %s: %s", q->kind, q->message);
+            if (n && n->origin) fprintf(stderr, " [node made at %s]", n->origin); /* Lua workflows */
+            fputc('\n', stderr);
         } else {
             fprintf(stderr, "error: %s: %s\n", q->kind, q->message);
         }
@@ -248,23 +260,28 @@ int sd_cli_run(int argc, char **argv) {
     sd_graph *g = NULL;
     char *text = NULL, *extra = NULL;
     sd_backend *backend = NULL;
+    sd_model_store *models = NULL;
     sd_cache_i cache = {0};
     sd_sqlite_cache *cache_handle = NULL;
     sd_exec *ex = NULL;
     sd_exec_report rep = {0};
     sd_graph_problems probs = {0};
+    sd_cli_recipe recipe = {.lock = o.lock, .relock = o.relock};
     int code = 1;
     sd_status rc = setup_env(&env, &o, &err);
     env.log = cli_log;
     env.log_user = &o.quiet;
     if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = load_workflow(o.workflow, &g, &text, &extra, &err);
+    if (!rc) rc = load_workflow(o.workflow, &g, &text, &extra, o.unsafe_lua, &err);
     for (int i = 0; !rc && i < o.n_sets; i++) rc = sd_graph_apply_set(g, o.sets[i], &err);
     if (!rc) {
         rc = sd_backend_new(env.device, 0, &backend, &err);
         if (!rc) {
             sd_backend_set_precision(backend, strcmp(env.precision, "bf16") ? SD_PREC_F32 : SD_PREC_BF16);
             env.backend = backend;
+            /* Two loaders of one file share the loaded weights. */
+            if (!(models = sd_model_store_new())) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+            env.models = models;
         }
     }
     if (rc) {
@@ -282,6 +299,13 @@ int sd_cli_run(int argc, char **argv) {
                     sd_error_format(&cerr, buf, sizeof buf));
             cache_handle = NULL;
         }
+    }
+    /* Recipes: verify the hashes a recipe (or PNG) carries, hash for --lock,
+     * and embed them in saved PNGs (cli/cmd_lua.c). */
+    rc = sd_cli_recipe_before(&recipe, o.workflow, text, g, &env, cache_handle ? &cache : NULL, &extra, &err);
+    if (rc) {
+        sd_cli_print_error(&err);
+        goto done;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -311,7 +335,7 @@ int sd_cli_run(int argc, char **argv) {
     }
     rc = sd_exec_run(ex, g, &xo, &rep, &probs, &err);
     if (prog.line_open) fputc('\n', stderr);
-    if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs);
+    if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs, g);
     else if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
     else if (rc) sd_cli_print_error(&err);
     if (!o.quiet && rc != SD_ERR_VALIDATION)
@@ -327,6 +351,7 @@ int sd_cli_run(int argc, char **argv) {
         }
     }
     fflush(stdout);
+    if (!rc && (rc = sd_cli_recipe_after(&recipe, g, &err))) sd_cli_print_error(&err);
     code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
 
 done:
@@ -336,10 +361,12 @@ done:
     sd_graph_problems_free(&probs);
     sd_exec_free(ex);
     sd_cache_close(cache_handle);
+    sd_model_store_free(models); /* before the backend its weights live on */
     sd_backend_free(backend);
     sd_graph_free(g);
     free(text);
     free(extra);
+    sd_cli_recipe_free(&recipe);
     sd_env_cleanup(&env); /* safe after a failed init: it leaves the env zeroed */
     free(o.sets);
     return code;

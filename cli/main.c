@@ -23,6 +23,12 @@ static void usage(FILE *f) {
           "      --output-dir DIR --input-dir DIR --temp-dir DIR\n"
           "      --models-dir DIR --comfyui-dir DIR --tokenizer-dir DIR\n"
           "      --precision f32|bf16   --device cpu|cuda\n"
+          "      (also WORKFLOW.lua or RECIPE.json; docs/lua.md)\n"
+          "      --lock RECIPE.json     after the run, write a recipe (workflow + file hashes)\n"
+          "      --relock               accept changed files and rewrite the recipe being run\n"
+          "      --allow-unsafe-lua     give Lua workflows io, os and require\n"
+          "  export --lua|--json FILE   print a workflow as Lua or as API-format JSON\n"
+          "  repl [WORKFLOW]            interactive Lua prompt on a graph kept in memory\n"
           "  nodes [--json]             list node types (--json: ComfyUI /object_info shape)\n"
           "  cache stats|list|clear     inspect or empty the output cache [--cache PATH]\n"
           "  cache gc --max-size SIZE   shrink the cache to SIZE (e.g. 2G, 500M)\n"
@@ -50,6 +56,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return sd_cli_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "nodes")) return sd_cli_nodes(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return sd_cli_cache(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return sd_cli_export(argc - 2, argv + 2); /* cli/cmd_lua.c */
+    if (!strcmp(cmd, "repl")) return sd_cli_repl(argc - 2, argv + 2);
     fprintf(stderr, "sdflow: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 1;
