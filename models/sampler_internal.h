@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include "models/sampler.h"
+#include "models/rng.h" /* sd_torch_expf / sd_torch_logf */
 
 /* torch semantics need float ops exactly as written: no FMA contraction. */
 #ifdef __clang__

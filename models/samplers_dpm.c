@@ -7,8 +7,8 @@
 
 #define FOR_N for (int64_t k = 0; k < c->n; k++)
 
-static inline float t_of(float sigma) { return -logf(sigma); }
-static inline float sigma_of(float t) { return expf(-t); }
+static inline float t_of(float sigma) { return -sd_torch_logf(sigma); }
+static inline float sigma_of(float t) { return sd_torch_expf(-t); }
 
 typedef struct dpm_bufs {
     sd_tensor *eps, *eps_r1, *eps_r2, *u, *den, *out, *out2;

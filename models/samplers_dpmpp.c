@@ -6,8 +6,8 @@
 
 #define FOR_N for (int64_t k = 0; k < c->n; k++)
 
-static inline float t_fn(float sigma) { return -logf(sigma); }
-static inline float sigma_fn(float t) { return expf(-t); }
+static inline float t_fn(float sigma) { return -sd_torch_logf(sigma); }
+static inline float sigma_fn(float t) { return sd_torch_expf(-t); }
 
 /* ---- DPM-Solver++(2S) ancestral ------------------------------------------ */
 
@@ -146,15 +146,15 @@ sd_status smp_dpmpp_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sig
         float h = lambda_t - lambda_s;
         float lambda_s_1 = lambda_s + (float)r * h;
         float sigma_s_1 = sigma_fn(lambda_s_1);
-        float alpha_s = s * expf(lambda_s);
-        float alpha_s_1 = sigma_s_1 * expf(lambda_s_1);
-        float alpha_t = sn * expf(lambda_t);
+        float alpha_s = s * sd_torch_expf(lambda_s);
+        float alpha_s_1 = sigma_s_1 * sd_torch_expf(lambda_s_1);
+        float alpha_t = sn * sd_torch_expf(lambda_t);
 
         /* step 1 */
         float sd, su;
-        smp_ancestral_step(expf(-lambda_s), expf(-lambda_s_1), eta, &sd, &su);
-        float h_ = -logf(sd) - lambda_s;
-        float a1 = (alpha_s_1 / alpha_s) * expf(-h_);
+        smp_ancestral_step(sd_torch_expf(-lambda_s), sd_torch_expf(-lambda_s_1), eta, &sd, &su);
+        float h_ = -sd_torch_logf(sd) - lambda_s;
+        float a1 = (alpha_s_1 / alpha_s) * sd_torch_expf(-h_);
         float b1 = alpha_s_1 * expm1f(-h_);
         FOR_N {
             float a = a1 * xv[k];
@@ -175,9 +175,9 @@ sd_status smp_dpmpp_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sig
             return st;
 
         /* step 2 */
-        smp_ancestral_step(expf(-lambda_s), expf(-lambda_t), eta, &sd, &su);
-        h_ = -logf(sd) - lambda_s;
-        float a2 = (alpha_t / alpha_s) * expf(-h_);
+        smp_ancestral_step(sd_torch_expf(-lambda_s), sd_torch_expf(-lambda_t), eta, &sd, &su);
+        h_ = -sd_torch_logf(sd) - lambda_s;
+        float a2 = (alpha_t / alpha_s) * sd_torch_expf(-h_);
         float b2 = alpha_t * expm1f(-h_);
         float f1 = (float)(1.0 - fac), f2 = (float)fac;
         FOR_N {
@@ -264,7 +264,7 @@ sd_status smp_dpmpp_2m_cfg_pp(smp_ctx *c, sd_tensor *x, const float *sigmas, int
         smp_progress(c, i, x, den);
         float t = t_fn(s), t_next = t_fn(sn);
         float h = t_next - t;
-        float eh = expf(-h);
+        float eh = sd_torch_expf(-h);
         float neh = -eh;
         if (!have_old || sn == 0.0f) {
             FOR_N {
@@ -342,9 +342,9 @@ static sd_status dpmpp_2m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int
             float lambda_s = t_fn(s), lambda_t = t_fn(sn);
             h = lambda_t - lambda_s;
             float h_eta = h * (float)(eta + 1.0);
-            float alpha_t = sn * expf(lambda_t);
+            float alpha_t = sn * sd_torch_expf(lambda_t);
             float mh = -h;
-            float a = (sn / s) * expf(mh * (float)eta);
+            float a = (sn / s) * sd_torch_expf(mh * (float)eta);
             float em = -expm1f(-h_eta);
             float b = alpha_t * em;
             FOR_N {
@@ -419,9 +419,9 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
             h = lambda_t - lambda_s;
             have_h = 1;
             float h_eta = h * (float)(eta + 1.0);
-            float alpha_t = sn * expf(lambda_t);
+            float alpha_t = sn * sd_torch_expf(lambda_t);
             float mh = -h;
-            float a = (sn / s) * expf(mh * (float)eta);
+            float a = (sn / s) * sd_torch_expf(mh * (float)eta);
             float b = alpha_t * -expm1f(-h_eta);
             FOR_N {
                 float p = a * xv[k];

@@ -81,8 +81,8 @@ static sd_status euler_like(smp_ctx *c, sd_tensor *x, const float *sigmas, int n
                 xv[k] = xv[k] + t;
             }
         } else { /* DPM-Solver-2 */
-            float la = logf(sigma_hat), lb = logf(s_next);
-            float sigma_mid = expf(smp_lerpf(la, lb, 0.5f));
+            float la = sd_torch_logf(sigma_hat), lb = sd_torch_logf(s_next);
+            float sigma_mid = sd_torch_expf(smp_lerpf(la, lb, 0.5f));
             float dt_1 = sigma_mid - sigma_hat;
             float dt_2 = s_next - sigma_hat;
             FOR_N {
@@ -180,7 +180,7 @@ sd_status smp_dpm_2_ancestral(smp_ctx *c, sd_tensor *x, const float *sigmas, int
             }
             continue;
         }
-        float sigma_mid = expf(smp_lerpf(logf(s), logf(sd), 0.5f));
+        float sigma_mid = sd_torch_expf(smp_lerpf(sd_torch_logf(s), sd_torch_logf(sd), 0.5f));
         float dt_1 = sigma_mid - s, dt_2 = sd - s;
         FOR_N {
             float t = dv[k] * dt_1;
@@ -224,8 +224,8 @@ static sd_status euler_anc_cfg_pp(smp_ctx *c, sd_tensor *x, const float *sigmas,
             continue;
         }
         /* alpha = sigma * exp(lambda(sigma)), lambda = -log(sigma) for VP */
-        float alpha_s = s * expf(-logf(s));
-        float alpha_t = sn * expf(-logf(sn));
+        float alpha_s = s * sd_torch_expf(-sd_torch_logf(s));
+        float alpha_t = sn * sd_torch_expf(-sd_torch_logf(sn));
         float sd, su;
         smp_ancestral_step(s / alpha_s, sn / alpha_t, eta, &sd, &su);
         sd = alpha_t * sd;

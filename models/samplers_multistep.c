@@ -261,7 +261,7 @@ static void deis_edm2t(const float *sigmas, int n, float *t, float *beta_0, floa
 {
     const double eps_s = 1e-3;
     float smin = 0.002f, smax = 80.0f;
-    float lmin = logf(smin * smin + 1.0f), lmax = logf(smax * smax + 1.0f);
+    float lmin = sd_torch_logf(smin * smin + 1.0f), lmax = sd_torch_logf(smax * smax + 1.0f);
     float a = lmin / (float)eps_s; /* float32 tensor / python float */
     a = a - lmax;
     float beta_d = 2.0f * a;
@@ -269,7 +269,7 @@ static void deis_edm2t(const float *sigmas, int n, float *t, float *beta_0, floa
     float beta_min = lmax - 0.5f * beta_d;
     for (int i = 0; i < n; i++) {
         float s = sigmas[i];
-        float l = logf(s * s + 1.0f);
+        float l = sd_torch_logf(s * s + 1.0f);
         float v = beta_min * beta_min + 2.0f * beta_d * l;
         t[i] = (sqrtf(v) - beta_min) / beta_d;
     }
@@ -376,7 +376,7 @@ sd_status smp_deis(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, 
 
 /* ---- res_multistep ------------------------------------------------------------- */
 
-static inline float t_fn(float sigma) { return -logf(sigma); }
+static inline float t_fn(float sigma) { return -sd_torch_logf(sigma); }
 
 static sd_status res_multistep(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas,
                                double eta, int cfg_pp, sd_error *err)
@@ -426,7 +426,7 @@ static sd_status res_multistep(smp_ctx *c, sd_tensor *x, const float *sigmas, in
                 b1 = 0.0f;
             if (isnan(b2))
                 b2 = 0.0f;
-            float eh = expf(-h); /* sigma_fn(h) */
+            float eh = sd_torch_expf(-h); /* sigma_fn(h) */
             const float *cur = cfg_pp ? uv : denv;
             FOR_N {
                 float xx = xv[k];

@@ -97,7 +97,7 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
     if (!lambdas)
         return SD_ERR_NOMEM;
     for (int i = 0; i < n_sigmas; i++)
-        lambdas[i] = (double)(-logf(sigmas[i])); /* float32 as in torch */
+        lambdas[i] = (double)(-sd_torch_logf(sigmas[i])); /* float32 as in torch */
 
     sd_tensor *pred[SA_MAX_ORDER + 1], *xp = smp_tmp(c, err), *nz = smp_tmp(c, err);
     sd_tensor *noise = smp_tmp(c, err);
@@ -144,7 +144,7 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         } else {
             double b[SA_MAX_ORDER];
             sa_b_coeffs(s, lambdas + i - c_order + 1, c_order, lambdas[i - 1], lambdas[i], tau_t, b);
-            float a = (s / sigmas[i - 1]) * expf((float)(-(tau_t * tau_t)) * (float)h);
+            float a = (s / sigmas[i - 1]) * sd_torch_expf((float)(-(tau_t * tau_t)) * (float)h);
             int add_noise = tau_t > 0.0 && s_noise_d > 0.0;
             FOR_N {
                 double acc = 0.0;
@@ -170,7 +170,7 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         double b[SA_MAX_ORDER];
         sa_b_coeffs(sn, lambdas + i - p_order + 1, p_order, lambdas[i], lambdas[i + 1], tau_t, b);
         h = (double)((float)lambdas[i + 1] - (float)lambdas[i]);
-        float a = (sn / s) * expf((float)(-(tau_t * tau_t)) * (float)h);
+        float a = (sn / s) * sd_torch_expf((float)(-(tau_t * tau_t)) * (float)h);
         int add_noise = tau_t > 0.0 && s_noise_d > 0.0;
         float amp = 0.0f;
         if (add_noise) {

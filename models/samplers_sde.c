@@ -84,7 +84,7 @@ sd_status smp_lcm(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, s
 
 /* ---- er_sde (VP ER-SDE-Solver-3) ------------------------------------------------ */
 
-static inline float er_scaler(float v) { return v * (expf(powf(v, 0.3f)) + 10.0f); }
+static inline float er_scaler(float v) { return v * (sd_torch_expf(powf(v, 0.3f)) + 10.0f); }
 
 sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, sd_error *err)
 {
@@ -102,7 +102,7 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
     if (!er)
         return SD_ERR_NOMEM;
     for (int i = 0; i < n_sigmas; i++)
-        er[i] = expf(-(-logf(sigmas[i])));
+        er[i] = sd_torch_expf(-(-sd_torch_logf(sigmas[i])));
     for (int i = 0; i < n_sigmas - 1; i++) {
         float s = sigmas[i], sn = sigmas[i + 1];
         if ((st = smp_denoise(c, x, s, den, err)) != SD_OK)
@@ -204,17 +204,17 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
             smp_copy(c, xv, denv);
             continue;
         }
-        float lambda_s = -logf(s), lambda_t = -logf(sn);
+        float lambda_s = -sd_torch_logf(s), lambda_t = -sd_torch_logf(sn);
         float h = lambda_t - lambda_s;
         float h_eta = h * (float)(eta + 1.0);
         float lambda_s_1 = smp_lerpf(lambda_s, lambda_t, fr);
-        float sigma_s_1 = expf(-lambda_s_1);
-        float alpha_s_1 = sigma_s_1 * expf(lambda_s_1);
-        float alpha_t = sn * expf(lambda_t);
+        float sigma_s_1 = sd_torch_expf(-lambda_s_1);
+        float alpha_s_1 = sigma_s_1 * sd_torch_expf(lambda_s_1);
+        float alpha_t = sn * sd_torch_expf(lambda_t);
 
         /* step 1 */
         float mrh = (-fr) * h;
-        float a1 = (sigma_s_1 / s) * expf(mrh * fe);
+        float a1 = (sigma_s_1 / s) * sd_torch_expf(mrh * fe);
         float b1 = alpha_s_1 * ei_phi_1((-fr) * h_eta);
         FOR_N {
             float p = a1 * xv[k];
@@ -238,7 +238,7 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
             return st;
 
         /* step 2 */
-        float a2 = (sn / s) * expf((-h) * fe);
+        float a2 = (sn / s) * sd_torch_expf((-h) * fe);
         if (!phi_2) {
             float e1 = ei_phi_1(-h_eta);
             float w = (float)fac;
@@ -265,7 +265,7 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
         if (inject) {
             float sf = (float)(r - 1.0) * h;
             sf = sf * fe;
-            float esf = expf(sf);
+            float esf = sd_torch_expf(sf);
             float amp = sqrtf(-expm1f(sf * 2.0f));
             if ((st = smp_noise(c, sigma_s_1, sn, nv, err)) != SD_OK)
                 return st;
@@ -322,16 +322,16 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
             smp_copy(c, xv, denv);
             continue;
         }
-        float lambda_s = -logf(s), lambda_t = -logf(sn);
+        float lambda_s = -sd_torch_logf(s), lambda_t = -sd_torch_logf(sn);
         float h = lambda_t - lambda_s;
         float h_eta = h * (float)(eta + 1.0);
         float l1 = smp_lerpf(lambda_s, lambda_t, fr1), l2 = smp_lerpf(lambda_s, lambda_t, fr2);
-        float s1 = expf(-l1), s2 = expf(-l2);
-        float alpha_s_1 = s1 * expf(l1), alpha_s_2 = s2 * expf(l2);
-        float alpha_t = sn * expf(lambda_t);
+        float s1 = sd_torch_expf(-l1), s2 = sd_torch_expf(-l2);
+        float alpha_s_1 = s1 * sd_torch_expf(l1), alpha_s_2 = s2 * sd_torch_expf(l2);
+        float alpha_t = sn * sd_torch_expf(lambda_t);
 
         /* step 1 */
-        float a1 = (s1 / s) * expf(((-fr1) * h) * fe);
+        float a1 = (s1 / s) * sd_torch_expf(((-fr1) * h) * fe);
         float b1 = alpha_s_1 * ei_phi_1((-fr1) * h_eta);
         FOR_N {
             float p = a1 * xv[k];
@@ -357,7 +357,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         /* step 2 */
         float a3_2 = (float)(r_2 / r_1) * ei_phi_2((-fr2) * h_eta);
         float a3_1 = ei_phi_1((-fr2) * h_eta) - a3_2;
-        float a2 = (s2 / s) * expf(((-fr2) * h) * fe);
+        float a2 = (s2 / s) * sd_torch_expf(((-fr2) * h) * fe);
         FOR_N {
             float p = a3_1 * denv[k];
             float q = a3_2 * den2v[k];
@@ -369,7 +369,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         if (inject) {
             float sf = (float)(r_1 - r_2) * h;
             sf = sf * fe;
-            float esf = expf(sf), amp = sqrtf(-expm1f(sf * 2.0f));
+            float esf = sd_torch_expf(sf), amp = sqrtf(-expm1f(sf * 2.0f));
             if ((st = smp_noise(c, s1, s2, nv, err)) != SD_OK)
                 return st;
             FOR_N {
@@ -387,7 +387,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         /* step 3 */
         float b3 = ei_phi_2(-h_eta) / fr2;
         float bb1 = ei_phi_1(-h_eta) - b3;
-        float a3 = (sn / s) * expf((-h) * fe);
+        float a3 = (sn / s) * sd_torch_expf((-h) * fe);
         FOR_N {
             float p = bb1 * denv[k];
             float q = b3 * den3v[k];
@@ -399,7 +399,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         if (inject) {
             float sf = (float)(r_2 - 1.0) * h;
             sf = sf * fe;
-            float esf = expf(sf), amp = sqrtf(-expm1f(sf * 2.0f));
+            float esf = sd_torch_expf(sf), amp = sqrtf(-expm1f(sf * 2.0f));
             if ((st = smp_noise(c, s2, sn, nv, err)) != SD_OK)
                 return st;
             FOR_N {

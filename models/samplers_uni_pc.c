@@ -12,13 +12,13 @@
 #define UPC_MAX_ORDER 3
 
 /* SigmaConvert, float32 */
-static float upc_lmc(float s) { return 0.5f * logf(1.0f / ((s * s) + 1.0f)); }
-static float upc_alpha(float s) { return expf(upc_lmc(s)); }
-static float upc_std(float s) { return sqrtf(1.0f - expf(2.0f * upc_lmc(s))); }
+static float upc_lmc(float s) { return 0.5f * sd_torch_logf(1.0f / ((s * s) + 1.0f)); }
+static float upc_alpha(float s) { return sd_torch_expf(upc_lmc(s)); }
+static float upc_std(float s) { return sqrtf(1.0f - sd_torch_expf(2.0f * upc_lmc(s))); }
 static float upc_lambda(float s)
 {
     float l = upc_lmc(s);
-    float ls = 0.5f * logf(1.0f - expf(2.0f * l));
+    float ls = 0.5f * sd_torch_logf(1.0f - sd_torch_expf(2.0f * l));
     return l - ls;
 }
 
@@ -95,7 +95,7 @@ static sd_status upc_update(upc *u, sd_tensor *x, sd_tensor **mprev, const float
     float lp0 = upc_lambda(tp0), lt = upc_lambda(t);
     const float *m0 = smp_f(mprev[nprev - 1]);
     float sigma_p0 = upc_std(tp0), sigma_t = upc_std(t);
-    float alpha_t = expf(upc_lmc(t));
+    float alpha_t = sd_torch_expf(upc_lmc(t));
     float h = lt - lp0;
     float rks[UPC_MAX_ORDER];
     for (int i = 1; i < order; i++) {
