@@ -18,17 +18,25 @@ sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_e
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
     }
-    if (strcmp(name, "cuda") == 0)
+    int cuda = strcmp(name, "cuda") == 0;
+#ifndef SDFLOW_HAVE_CUDA
+    if (cuda)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "backend 'cuda' is not available in this build (only 'cpu')");
-    if (strcmp(name, "cpu") != 0)
+#endif
+    if (!cuda && strcmp(name, "cpu") != 0)
         return sd_error_set(err, SD_ERR_INVALID, "unknown backend '%s' (expected 'cpu' or 'cuda')",
                             name);
     sd_backend *be = calloc(1, sizeof *be);
     if (!be) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating backend");
     be->n_threads = n_threads;
     sd_error_clear(&be->err);
+#ifdef SDFLOW_HAVE_CUDA
+    sd_status rc = cuda ? sd_cuda_backend_init(be, n_threads, err)
+                        : sd_cpu_backend_init(be, n_threads, err);
+#else
     sd_status rc = sd_cpu_backend_init(be, n_threads, err);
+#endif
     if (rc != SD_OK) {
         free(be);
         return rc;

@@ -74,7 +74,10 @@ struct sd_backend {
 sd_status sd_backend_fail(sd_backend *be, sd_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Backend constructors (one per backend). */
+/* Backend constructors (one per backend): fill be->vt and be->impl. The
+ * CUDA one lives in kernels/cuda and is only called when the build defines
+ * SDFLOW_HAVE_CUDA (cmake/cuda.cmake). */
 sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err);
+sd_status sd_cuda_backend_init(sd_backend *be, int n_threads, sd_error *err);
 
 #endif
