@@ -1,5 +1,6 @@
 /* image.h - the image node family (LoadImage, LoadImageMask, SaveImage,
- * PreviewImage, ImageScale, ImageScaleBy, ImageInvert, ImageBatch) and
+ * PreviewImage, ImageScale, ImageScaleBy, ImageInvert, ImageBatch,
+ * EmptyImage, ImagePadForOutpaint) and
  * helpers shared with the latent family.
  *
  * Tensors: IMAGE = F32 [B, H, W, C] in [0, 1] (channels last), MASK = F32

@@ -1,6 +1,7 @@
 /* latent.h - the latent node family: EmptyLatentImage, LatentUpscale,
  * LatentUpscaleBy, RepeatLatentBatch, LatentComposite, SetLatentNoiseMask,
- * SaveLatent, LoadLatent.
+ * SaveLatent, LoadLatent, LatentFromBatch, LatentBlend, LatentCrop,
+ * LatentFlip, LatentRotate.
  *
  * LATENT = SD_VAL_DICT {"samples": F32 [B, C, H, W] (unscaled VAE space),
  * "noise_mask"?: F32 [B, 1, h, w], "batch_index"?: list of INT}. Nodes that

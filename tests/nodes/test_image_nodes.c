@@ -1,7 +1,7 @@
 /* test_image_nodes.c - the image node family called directly: LoadImage /
  * LoadImageMask conversions and mask inversion, SaveImage naming, counter,
  * subfolders and embedded prompt, PreviewImage, ImageScale(By), ImageInvert,
- * ImageBatch, interrupts. */
+ * ImageBatch, EmptyImage, ImagePadForOutpaint, interrupts. */
 #include <dirent.h>
 #include <math.h>
 #include <png.h>
@@ -519,6 +519,52 @@ static void test_transforms(nt_env *e) {
     sd_tensor_unref(img);
 }
 
+/* ---- EmptyImage / ImagePadForOutpaint -------------------------------------------------- */
+
+static void test_generate(nt_env *e) {
+    sd_error err = {0};
+    sd_value *in[4] = {sd_value_int(3), sd_value_int(2), sd_value_int(2), sd_value_int(0x336699)};
+    sd_node_ctx ctx = nt_ctx(e, "EmptyImage");
+    sd_value *out[2] = {0};
+    CHECK_OK(nt_run(def_of("EmptyImage"), &ctx, in, out, &err), &err);
+    sd_tensor *t = out[0] ? sd_value_as_tensor(out[0]) : NULL;
+    CHECK(t && t->shape[0] == 2 && t->shape[1] == 2 && t->shape[2] == 3 && t->shape[3] == 3);
+    if (t) {
+        const float *d = sd_tensor_f32(t);
+        CHECK(d[0] == (float)(0x33 / 255.0) && d[1] == (float)(0x66 / 255.0) && d[2] == (float)(0x99 / 255.0));
+        CHECK(d[(2 * 2 * 3 - 1) * 3 + 2] == (float)(0x99 / 255.0));
+    }
+    nt_free_values(out, 2);
+    nt_free_values(in, 4);
+
+    /* 6x6 image, 2 px left, 1 px bottom, feathering 2 */
+    sd_tensor *img = sd_tensor_new4(SD_F32, 4, 1, 6, 6, 3);
+    for (int i = 0; i < 108; i++) sd_tensor_f32(img)[i] = 0.2f;
+    sd_value *pin[6] = {nt_tensor_value(sd_tensor_ref(img)), sd_value_int(2), sd_value_int(0),
+                        sd_value_int(0), sd_value_int(1), sd_value_int(2)};
+    ctx = nt_ctx(e, "ImagePadForOutpaint");
+    CHECK_OK(nt_run(def_of("ImagePadForOutpaint"), &ctx, pin, out, &err), &err);
+    sd_tensor *o = out[0] ? sd_value_as_tensor(out[0]) : NULL;
+    sd_tensor *m = out[1] ? sd_value_as_tensor(out[1]) : NULL;
+    CHECK(o && o->shape[1] == 7 && o->shape[2] == 8 && o->shape[3] == 3);
+    CHECK(m && m->ndim == 3 && m->shape[0] == 1 && m->shape[1] == 7 && m->shape[2] == 8);
+    if (o && m && o->shape[1] == 7 && m->shape[2] == 8) {
+        const float *d = sd_tensor_f32(o), *k = sd_tensor_f32(m);
+        CHECK(d[0] == 0.5f && d[(6 * 8 + 7) * 3] == 0.5f); /* padding is grey */
+        CHECK(d[(0 * 8 + 2) * 3] == 0.2f && d[(5 * 8 + 7) * 3 + 2] == 0.2f);
+        CHECK(k[0 * 8 + 0] == 1 && k[0 * 8 + 1] == 1 && k[6 * 8 + 4] == 1); /* padding */
+        /* inside: d = min(6 - i, j) over the padded sides; ((2 - d) / 2)^2 when d < 2 */
+        CHECK(k[0 * 8 + 2] == 1.0f);     /* j = 0 */
+        CHECK(k[0 * 8 + 3] == 0.25f);    /* j = 1 */
+        CHECK(k[5 * 8 + 5] == 0.25f);    /* i = 5: 6 - i = 1 */
+        CHECK(k[3 * 8 + 5] == 0.0f);     /* interior */
+        CHECK(k[4 * 8 + 7] == 0.0f);     /* 6 - i = 2: not feathered */
+    }
+    nt_free_values(out, 2);
+    nt_free_values(pin, 6);
+    sd_tensor_unref(img);
+}
+
 int main(void) {
     sd_error err = {0};
     sd_registry_reset();
@@ -528,6 +574,7 @@ int main(void) {
     test_load_image(&e);
     test_save_image(&e);
     test_transforms(&e);
+    test_generate(&e);
     sd_env_cleanup(&e.env);
     sd_registry_reset();
     return sd_test_finish();

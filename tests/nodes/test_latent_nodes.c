@@ -1,7 +1,8 @@
 /* test_latent_nodes.c - the latent node family called directly: shapes and
  * values of EmptyLatentImage, LatentUpscale(By), RepeatLatentBatch,
- * LatentComposite (with feathering), SetLatentNoiseMask, and the
- * SaveLatent / LoadLatent round trip in ComfyUI's .latent format. */
+ * LatentComposite (with feathering), SetLatentNoiseMask, the SaveLatent /
+ * LoadLatent round trip in ComfyUI's .latent format, and LatentFromBatch,
+ * LatentBlend, LatentCrop, LatentFlip, LatentRotate. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -395,6 +396,99 @@ static void test_save_load(nt_env *e) {
     sd_tensor_unref(x);
 }
 
+static void test_transforms(nt_env *e) {
+    /* LatentFromBatch: items 1..2 of 4, masks tiled from 2, batch_index set */
+    sd_tensor *x = sd_tensor_new4(SD_F32, 4, 4, 2, 2, 2);
+    for (int64_t i = 0; i < sd_tensor_numel(x); i++) sd_tensor_f32(x)[i] = (float)(i / 8); /* item id */
+    sd_value *lat = nt_latent(sd_tensor_ref(x));
+    sd_tensor *nm = sd_tensor_new4(SD_F32, 4, 2, 1, 2, 2);
+    for (int64_t i = 0; i < 8; i++) sd_tensor_f32(nm)[i] = (float)(10 + i / 4);
+    sd_value_dict_set(lat, "noise_mask", nt_tensor_value(nm));
+    sd_value *in[3] = {lat, sd_value_int(1), sd_value_int(2)};
+    sd_value *o = run1(e, "LatentFromBatch", in, SD_OK);
+    sd_tensor *s = samples_of(o);
+    CHECK(shape_is(s, 2, 2, 2, 2));
+    if (s) CHECK(sd_tensor_f32(s)[0] == 1 && sd_tensor_f32(s)[8] == 2);
+    sd_tensor *m = o ? sd_value_dict_tensor(o, "noise_mask") : NULL;
+    CHECK(shape_is(m, 2, 1, 2, 2));
+    if (m) CHECK(sd_tensor_f32(m)[0] == 11 && sd_tensor_f32(m)[4] == 10);
+    sd_value *bi = o ? sd_value_dict_get(o, "batch_index") : NULL;
+    CHECK(bi && sd_value_list_len(bi) == 2 && sd_value_as_int(sd_value_list_get(bi, 0)) == 1 &&
+          sd_value_as_int(sd_value_list_get(bi, 1)) == 2);
+    /* from the result again: batch_index is sliced, not renumbered */
+    sd_value *in2[3] = {o, sd_value_int(1), sd_value_int(5)};
+    sd_value *o2 = run1(e, "LatentFromBatch", in2, SD_OK);
+    bi = o2 ? sd_value_dict_get(o2, "batch_index") : NULL;
+    CHECK(shape_is(samples_of(o2), 1, 2, 2, 2));
+    CHECK(bi && sd_value_list_len(bi) == 1 && sd_value_as_int(sd_value_list_get(bi, 0)) == 2);
+    sd_value_unref(o2);
+    nt_free_values(in2, 3);
+    nt_free_values(in, 3);
+    sd_tensor_unref(x);
+
+    /* LatentBlend */
+    sd_tensor *a = sd_tensor_new4(SD_F32, 4, 1, 1, 2, 2), *b = sd_tensor_new4(SD_F32, 4, 1, 1, 2, 2);
+    for (int i = 0; i < 4; i++) { sd_tensor_f32(a)[i] = 4.0f; sd_tensor_f32(b)[i] = 8.0f; }
+    sd_value *bin[3] = {nt_latent(a), nt_latent(b), sd_value_float(0.25)};
+    o = run1(e, "LatentBlend", bin, SD_OK);
+    s = samples_of(o);
+    if (s) CHECK(sd_tensor_f32(s)[3] == 7.0f); /* 4 * .25 + 8 * .75 */
+    else CHECK(!"LatentBlend output");
+    sd_value_unref(o);
+    sd_value_unref(bin[1]);
+    sd_tensor *big = sd_tensor_new4(SD_F32, 4, 1, 1, 4, 6);
+    bin[1] = nt_latent(big);
+    o = run1(e, "LatentBlend", bin, SD_OK); /* resized to samples1 */
+    CHECK(shape_is(samples_of(o), 1, 1, 2, 2));
+    sd_value_unref(o);
+    nt_free_values(bin, 3);
+
+    /* LatentCrop: (x, y) = (8, 16) px -> (1, 2); 64 px -> 8 latent */
+    x = sd_tensor_new4(SD_F32, 4, 1, 1, 16, 16);
+    for (int i = 0; i < 256; i++) sd_tensor_f32(x)[i] = (float)i;
+    sd_value *cin[5] = {nt_latent(sd_tensor_ref(x)), sd_value_int(64), sd_value_int(64), sd_value_int(8),
+                        sd_value_int(16)};
+    o = run1(e, "LatentCrop", cin, SD_OK);
+    s = samples_of(o);
+    CHECK(shape_is(s, 1, 1, 8, 8));
+    if (s) CHECK(sd_tensor_f32(s)[0] == 2 * 16 + 1 && sd_tensor_f32(s)[63] == 9 * 16 + 8);
+    sd_value_unref(o);
+    sd_value_unref(cin[3]);
+    cin[3] = sd_value_int(120); /* 15 > 16 - 8: clamped to 8 */
+    o = run1(e, "LatentCrop", cin, SD_OK);
+    s = samples_of(o);
+    if (s) CHECK(sd_tensor_f32(s)[0] == 2 * 16 + 8);
+    else CHECK(!"LatentCrop output");
+    sd_value_unref(o);
+    nt_free_values(cin, 5);
+    sd_tensor_unref(x);
+
+    /* LatentFlip / LatentRotate on [[0 1 2] [3 4 5]] */
+    x = sd_tensor_new4(SD_F32, 4, 1, 1, 2, 3);
+    for (int i = 0; i < 6; i++) sd_tensor_f32(x)[i] = (float)i;
+    static const struct { const char *cls, *arg; int h, w; float v[6]; } cases[] = {
+        {"LatentFlip", "x-axis: vertically", 2, 3, {3, 4, 5, 0, 1, 2}},
+        {"LatentFlip", "y-axis: horizontally", 2, 3, {2, 1, 0, 5, 4, 3}},
+        {"LatentRotate", "none", 2, 3, {0, 1, 2, 3, 4, 5}},
+        {"LatentRotate", "90 degrees", 3, 2, {3, 0, 4, 1, 5, 2}},
+        {"LatentRotate", "180 degrees", 2, 3, {5, 4, 3, 2, 1, 0}},
+        {"LatentRotate", "270 degrees", 3, 2, {2, 5, 1, 4, 0, 3}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        sd_value *rin[2] = {nt_latent(sd_tensor_ref(x)), sd_value_string(cases[k].arg)};
+        o = run1(e, cases[k].cls, rin, SD_OK);
+        s = samples_of(o);
+        CHECK_MSG(shape_is(s, 1, 1, cases[k].h, cases[k].w), "%s %s shape", cases[k].cls, cases[k].arg);
+        if (s && s->shape[2] == cases[k].h)
+            for (int i = 0; i < 6; i++)
+                CHECK_MSG(sd_tensor_f32(s)[i] == cases[k].v[i], "%s %s [%d] = %g", cases[k].cls,
+                          cases[k].arg, i, sd_tensor_f32(s)[i]);
+        sd_value_unref(o);
+        nt_free_values(rin, 2);
+    }
+    sd_tensor_unref(x);
+}
+
 int main(void) {
     sd_error err = {0};
     sd_registry_reset();
@@ -407,6 +501,7 @@ int main(void) {
     test_composite(&e);
     test_noise_mask(&e);
     test_save_load(&e);
+    test_transforms(&e);
     sd_env_cleanup(&e.env);
     sd_registry_reset();
     return sd_test_finish();
