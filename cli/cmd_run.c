@@ -234,16 +234,13 @@ static void write_report(const char *path, const sd_exec_report *rep, const sd_g
     free(text);
 }
 
-static void print_problems(const sd_graph_problems *p, const sd_graph *g) {
+static void print_problems(const sd_graph_problems *p) {
     for (size_t i = 0; i < p->n; i++) {
         const sd_graph_problem *q = &p->items[i];
         if (q->node_id) {
-            const sd_graph_node *n = sd_graph_find(g, q->node_id);
             fprintf(stderr, "error: node %s (%s)", q->node_id, q->class_type ? q->class_type : "?");
             if (q->input) fprintf(stderr, " input '%s'", q->input);
-            fprintf(stderr, ": %s: %s", q->kind, q->message);
-            if (n && n->origin) fprintf(stderr, " [node made at %s]", n->origin); /* Lua workflows */
-            fputc('\n', stderr);
+            fprintf(stderr, ": %s: %s\n", q->kind, q->message);
         } else {
             fprintf(stderr, "error: %s: %s\n", q->kind, q->message);
         }
@@ -335,7 +332,7 @@ int sd_cli_run(int argc, char **argv) {
     }
     rc = sd_exec_run(ex, g, &xo, &rep, &probs, &err);
     if (prog.line_open) fputc('\n', stderr);
-    if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs, g);
+    if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs);
     else if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
     else if (rc) sd_cli_print_error(&err);
     if (!o.quiet && rc != SD_ERR_VALIDATION)

@@ -222,13 +222,11 @@ static int l_disconnect(lua_State *L) {
 static void print_problems(repl *r, const sd_graph_problems *p) {
     for (size_t i = 0; i < p->n; i++) {
         const sd_graph_problem *q = &p->items[i];
-        const sd_graph_node *n = q->node_id ? sd_graph_find(r->g, q->node_id) : NULL;
         if (q->node_id) fprintf(r->out, "error: #%s %s", q->node_id, q->class_type ? q->class_type : "?");
         else fputs("error:", r->out);
         if (q->input) fprintf(r->out, " input '%s'", q->input);
-        fprintf(r->out, ": %s", q->message);
-        if (n && n->origin) fprintf(r->out, " (node made at %s)", n->origin);
-        fputc('\n', r->out);
+        /* the message names the origin already (graph_validate.c) */
+        fprintf(r->out, ": %s\n", q->message);
     }
 }
 
@@ -281,8 +279,7 @@ static int l_run(lua_State *L) {
     }
     sd_exec_report_free(&rep);
     sd_graph_problems_free(&probs);
-    lua_pushboolean(L, rc == SD_OK);
-    return 1;
+    return 0; /* the report is printed; a value would be printed again */
 }
 
 static int l_undo(lua_State *L) {
