@@ -17,8 +17,8 @@ if ! printf '%s\n' "$list" | grep -q '^ImageScale '; then
 fi
 json=$("$SDFLOW_BIN" nodes --json | tr -d ' \t\n') || fail "nodes --json failed"
 case "$json" in "{"*"}") ;; *) fail "nodes --json is not an object" ;; esac
-# Every class in the table appears in the JSON with the object_info keys.
-n_table=$(printf '%s\n' "$list" | grep -vc ' alias of ')
+# Every class and alias in the table appears in the JSON with the object_info keys.
+n_table=$(printf '%s\n' "$list" | grep -c .)
 n_json=$(printf '%s' "$json" | grep -o '"output_node":' | wc -l)
 [ "$n_table" -eq "$n_json" ] || fail "nodes: $n_table in the table, $n_json in --json"
 for key in input input_order output output_is_list output_name name display_name description category output_node; do

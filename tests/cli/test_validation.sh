@@ -135,15 +135,11 @@ for k in value_not_in_list invalid_input_type value_bigger_than_max required_inp
 done
 grep -q "4 problems" "$T/many.err" || fail "many: expected '4 problems' in: $(cat "$T/many.err")"
 
-# Parse errors name line and column; .lua is refused clearly.
+# Parse errors name line and column.
 printf '{\n  "1": {"class_type": "SaveImage",\n   "inputs": {,}}}\n' > "$T/syntax.json"
 "$SDFLOW_BIN" run "$T/syntax.json" --no-cache 2> "$T/syntax.err"
 [ $? -eq 1 ] || fail "syntax: exit code"
 grep -q "syntax.json:3:" "$T/syntax.err" || fail "syntax: no line/column in: $(cat "$T/syntax.err")"
-echo 'return {}' > "$T/wf.lua"
-"$SDFLOW_BIN" run "$T/wf.lua" --no-cache 2> "$T/lua.err"
-[ $? -eq 1 ] || fail "lua: exit code"
-grep -q "not supported yet" "$T/lua.err" || fail "lua: message"
 
 # --set errors: unknown node, unknown input.
 cp "$SDFLOW_SOURCE_DIR/workflows/image_invert.json" "$T/good.json"
