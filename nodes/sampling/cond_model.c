@@ -18,6 +18,7 @@
 
 typedef struct chunk {
     int slot;                   /* index into outs */
+    int cond_index;             /* SD_COND_* */
     const sd_value *entry;      /* the conditioning dict */
     sd_tensor *cond, *pooled;   /* borrowed */
     int64_t ah, aw, ay, ax;     /* region of x, latent units */
@@ -149,6 +150,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         const chunk *c = g[k];
         sd_tensor *y1 = NULL;
         if (yv && (rc = entry_adm(m, c, &y1, err))) goto done;
+        if (y1 && m->adm_tap) m->adm_tap(m->tap_ud, c->cond_index, y1);
         for (int64_t b = 0; b < B; b++) {
             int64_t n = (int64_t)k * B + b;
             ts[n] = t;
@@ -258,6 +260,7 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
         for (size_t k = 0; k < sd_value_list_len(list) && !rc; k++) {
             chunk *c = &all[nc];
             c->slot = j;
+            c->cond_index = conds[j];
             c->entry = sd_value_list_get(list, k);
             c->cond = sd_value_dict_tensor(c->entry, "cond");
             c->pooled = sd_value_dict_tensor(c->entry, "pooled_output");

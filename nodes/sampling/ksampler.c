@@ -243,6 +243,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
                         .image_w = shape[3] * 8,
                         .image_h = shape[2] * 8,
                         .tap = a->hooks ? a->hooks->on_model : NULL,
+                        .adm_tap = a->hooks ? a->hooks->on_adm : NULL,
                         .tap_ud = a->hooks ? a->hooks->ud : NULL};
     sd_guider_init(&guider, sd_cond_model_eval, &cm, a->cfg);
     have_guider = 1;

@@ -23,6 +23,9 @@ extern const sd_node_def *const sd_nodes_sampling[];
  * size and token count) go through the UNet as one batch. */
 typedef void (*sd_cond_model_tap_fn)(void *ud, int cond_index, float sigma,
                                      const sd_tensor *denoised);
+/* SDXL: the adm vector y [1, adm] built for an entry of conditioning
+ * cond_index (before it is repeated over the batch). */
+typedef void (*sd_cond_model_adm_tap_fn)(void *ud, int cond_index, const sd_tensor *y);
 
 typedef struct sd_cond_model {
     sd_backend *be;
@@ -36,6 +39,7 @@ typedef struct sd_cond_model {
     /* SDXL size conditioning defaults: the full latent size * 8. */
     int64_t image_w, image_h;
     sd_cond_model_tap_fn tap; /* observation (tests); may be NULL */
+    sd_cond_model_adm_tap_fn adm_tap;
     void *tap_ud;
 } sd_cond_model;
 
@@ -55,6 +59,7 @@ typedef struct sd_ksample_hooks {
     void (*on_step)(void *ud, int step, int total, const sd_tensor *x,
                     const sd_tensor *denoised);
     sd_cond_model_tap_fn on_model; /* per conditioning prediction */
+    sd_cond_model_adm_tap_fn on_adm; /* SDXL adm vectors */
     void *ud;
 } sd_ksample_hooks;
 
