@@ -78,6 +78,9 @@ static inline float smp_lerpf(float a, float b, float w)
     return fabsf(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
 
+/* torch's float32 expm1 on x86 (Sleef expm1f_u10), bit for bit. */
+float smp_expm1f(float a);
+
 /* ModelSamplingDiscrete.percent_to_sigma for the SD1/SDXL schedule. */
 double smp_default_percent_to_sigma(double percent);
 

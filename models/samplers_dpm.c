@@ -34,7 +34,7 @@ static sd_status dpm_stage_r1(smp_ctx *c, dpm_bufs *b, const sd_tensor *x, float
 {
     float r1h = (float)r1 * h;
     float s1 = t + r1h;
-    float a = sigma_of(s1) * expm1f(r1h);
+    float a = sigma_of(s1) * smp_expm1f(r1h);
     const float *xv = smp_f(x), *ev = smp_f(b->eps);
     float *uv = smp_f(b->u);
     FOR_N {
@@ -49,7 +49,7 @@ static void dpm_1_step(smp_ctx *c, dpm_bufs *b, const sd_tensor *x, float t, flo
                        sd_tensor *out)
 {
     float h = t_next - t;
-    float a = sigma_of(t_next) * expm1f(h);
+    float a = sigma_of(t_next) * smp_expm1f(h);
     const float *xv = smp_f(x), *ev = smp_f(b->eps);
     float *ov = smp_f(out);
     FOR_N {
@@ -63,7 +63,7 @@ static void dpm_2_finish(smp_ctx *c, dpm_bufs *b, const sd_tensor *x, float t, f
                          double r1, sd_tensor *out)
 {
     float h = t_next - t;
-    float em = expm1f(h);
+    float em = smp_expm1f(h);
     float stn = sigma_of(t_next);
     float a = stn * em;
     float bb = stn / (float)(2.0 * r1);
@@ -88,7 +88,7 @@ static sd_status dpm_3_finish(smp_ctx *c, dpm_bufs *b, const sd_tensor *x, float
     float r2h = (float)r2 * h;
     float s2 = t + r2h;
     float ss2 = sigma_of(s2);
-    float em2 = expm1f(r2h);
+    float em2 = smp_expm1f(r2h);
     float a = ss2 * em2;
     float bb = ss2 * (float)(r2 / r1);
     bb = bb * (em2 / r2h - 1.0f);
@@ -104,7 +104,7 @@ static sd_status dpm_3_finish(smp_ctx *c, dpm_bufs *b, const sd_tensor *x, float
     sd_status st = dpm_eps(c, b, b->u, s2, b->eps_r2, err);
     if (st != SD_OK)
         return st;
-    float em = expm1f(h);
+    float em = smp_expm1f(h);
     float stn = sigma_of(t_next);
     float a3 = stn * em;
     float b3 = stn / (float)r2;

@@ -51,7 +51,7 @@ static sd_status dpmpp_2s(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_s
             float h = t_next - t;
             float ss = t + 0.5f * h;
             float r1 = sigma_fn(ss) / sigma_fn(t);
-            float e1 = expm1f(-h * 0.5f);
+            float e1 = smp_expm1f(-h * 0.5f);
             if (cfg_pp) {
                 const float *uv = smp_f(c->uncond);
                 FOR_N {
@@ -71,7 +71,7 @@ static sd_status dpmpp_2s(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_s
             if ((st = smp_denoise(c, x2, sigma_fn(ss), den2, err)) != SD_OK)
                 return st;
             float r2 = sigma_fn(t_next) / sigma_fn(t);
-            float e2 = expm1f(-h);
+            float e2 = smp_expm1f(-h);
             if (cfg_pp) {
                 /* the expression is evaluated after the second model call, so
                  * the uncond it sees is the second call's */
@@ -155,7 +155,7 @@ sd_status smp_dpmpp_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sig
         smp_ancestral_step(sd_torch_expf(-lambda_s), sd_torch_expf(-lambda_s_1), eta, &sd, &su);
         float h_ = -sd_torch_logf(sd) - lambda_s;
         float a1 = (alpha_s_1 / alpha_s) * sd_torch_expf(-h_);
-        float b1 = alpha_s_1 * expm1f(-h_);
+        float b1 = alpha_s_1 * smp_expm1f(-h_);
         FOR_N {
             float a = a1 * xv[k];
             float b = b1 * denv[k];
@@ -178,7 +178,7 @@ sd_status smp_dpmpp_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sig
         smp_ancestral_step(sd_torch_expf(-lambda_s), sd_torch_expf(-lambda_t), eta, &sd, &su);
         h_ = -sd_torch_logf(sd) - lambda_s;
         float a2 = (alpha_t / alpha_s) * sd_torch_expf(-h_);
-        float b2 = alpha_t * expm1f(-h_);
+        float b2 = alpha_t * smp_expm1f(-h_);
         float f1 = (float)(1.0 - fac), f2 = (float)fac;
         FOR_N {
             float dd = f1 * denv[k];
@@ -220,7 +220,7 @@ sd_status smp_dpmpp_2m(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigm
         float t = t_fn(s), t_next = t_fn(sn);
         float h = t_next - t;
         float ratio = sigma_fn(t_next) / sigma_fn(t);
-        float e = expm1f(-h);
+        float e = smp_expm1f(-h);
         if (!have_old || sn == 0.0f) {
             FOR_N {
                 float a = ratio * xv[k];
@@ -276,7 +276,7 @@ sd_status smp_dpmpp_2m_cfg_pp(smp_ctx *c, sd_tensor *x, const float *sigmas, int
         } else {
             float h_last = t - t_fn(sigmas[i - 1]);
             float r = h_last / h;
-            float q = expm1f(-h) * (1.0f / (2.0f * r));
+            float q = smp_expm1f(-h) * (1.0f / (2.0f * r));
             FOR_N {
                 float mix = neh * uv[k];
                 float dd = denv[k] - oldv[k];
@@ -304,7 +304,7 @@ static sd_status sde_noise_add(smp_ctx *c, float *xv, float *nv, float s, float 
         return st;
     float m2h = -2.0f * h;
     m2h = m2h * (float)eta;
-    float amp = sqrtf(-expm1f(m2h));
+    float amp = sqrtf(-smp_expm1f(m2h));
     FOR_N {
         float e = nv[k] * sn;
         e = e * amp;
@@ -345,7 +345,7 @@ static sd_status dpmpp_2m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int
             float alpha_t = sn * sd_torch_expf(lambda_t);
             float mh = -h;
             float a = (sn / s) * sd_torch_expf(mh * (float)eta);
-            float em = -expm1f(-h_eta);
+            float em = -smp_expm1f(-h_eta);
             float b = alpha_t * em;
             FOR_N {
                 float p = a * xv[k];
@@ -422,7 +422,7 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
             float alpha_t = sn * sd_torch_expf(lambda_t);
             float mh = -h;
             float a = (sn / s) * sd_torch_expf(mh * (float)eta);
-            float b = alpha_t * -expm1f(-h_eta);
+            float b = alpha_t * -smp_expm1f(-h_eta);
             FOR_N {
                 float p = a * xv[k];
                 float q = b * denv[k];
@@ -430,7 +430,7 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
             }
             if (have_h2) {
                 float r0 = h_1 / h, r1 = h_2 / h;
-                float phi_2 = expm1f(-h_eta) / h_eta + 1.0f;
+                float phi_2 = smp_expm1f(-h_eta) / h_eta + 1.0f;
                 float phi_3 = phi_2 / h_eta - 0.5f;
                 float c2 = alpha_t * phi_2, c3 = alpha_t * phi_3;
                 float r01 = r0 + r1;
@@ -449,7 +449,7 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
                 }
             } else if (have_h1) {
                 float r = h_1 / h;
-                float phi_2 = expm1f(-h_eta) / h_eta + 1.0f;
+                float phi_2 = smp_expm1f(-h_eta) / h_eta + 1.0f;
                 float c2 = alpha_t * phi_2;
                 FOR_N {
                     float d = (denv[k] - d1v[k]) / r;

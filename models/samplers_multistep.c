@@ -418,7 +418,7 @@ static sd_status res_multistep(smp_ctx *c, sd_tensor *x, const float *sigmas, in
             float h = t_next - t;
             float c2 = (t_prev - t_old) / h;
             float mh = -h;
-            float phi1 = expm1f(mh) / mh;
+            float phi1 = smp_expm1f(mh) / mh;
             float phi2 = (phi1 - 1.0f) / mh;
             float b1 = phi1 - phi2 / c2;
             float b2 = phi2 / c2;

@@ -175,7 +175,7 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         float amp = 0.0f;
         if (add_noise) {
             float m = (float)(-2.0 * tau_t * tau_t) * (float)h;
-            amp = sqrtf(-expm1f(m));
+            amp = sqrtf(-smp_expm1f(m));
             if ((st = smp_noise(c, s, sn, nv, err)) != SD_OK)
                 return st;
         }

@@ -178,8 +178,8 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
 
 /* ---- SEEDS-2 / SEEDS-3 / exponential Heun ------------------------------------------ */
 
-static inline float ei_phi_1(float h) { return expm1f(h); }
-static inline float ei_phi_2(float h) { return (expm1f(h) - h) / h; }
+static inline float ei_phi_1(float h) { return smp_expm1f(h); }
+static inline float ei_phi_2(float h) { return (smp_expm1f(h) - h) / h; }
 
 static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, double eta,
                          double s_noise_d, double r, int phi_2, sd_error *err)
@@ -224,7 +224,7 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
         if (inject) {
             float m = (float)(-2.0 * r) * h;
             m = m * fe;
-            float amp = sqrtf(-expm1f(m));
+            float amp = sqrtf(-smp_expm1f(m));
             if ((st = smp_noise(c, s, sigma_s_1, nv, err)) != SD_OK)
                 return st;
             FOR_N {
@@ -266,7 +266,7 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
             float sf = (float)(r - 1.0) * h;
             sf = sf * fe;
             float esf = sd_torch_expf(sf);
-            float amp = sqrtf(-expm1f(sf * 2.0f));
+            float amp = sqrtf(-smp_expm1f(sf * 2.0f));
             if ((st = smp_noise(c, sigma_s_1, sn, nv, err)) != SD_OK)
                 return st;
             FOR_N {
@@ -341,7 +341,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         if (inject) {
             float m = (float)(-2.0 * r_1) * h;
             m = m * fe;
-            float amp = sqrtf(-expm1f(m));
+            float amp = sqrtf(-smp_expm1f(m));
             if ((st = smp_noise(c, s, s1, nv, err)) != SD_OK)
                 return st;
             FOR_N {
@@ -369,7 +369,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         if (inject) {
             float sf = (float)(r_1 - r_2) * h;
             sf = sf * fe;
-            float esf = sd_torch_expf(sf), amp = sqrtf(-expm1f(sf * 2.0f));
+            float esf = sd_torch_expf(sf), amp = sqrtf(-smp_expm1f(sf * 2.0f));
             if ((st = smp_noise(c, s1, s2, nv, err)) != SD_OK)
                 return st;
             FOR_N {
@@ -399,7 +399,7 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         if (inject) {
             float sf = (float)(r_2 - 1.0) * h;
             sf = sf * fe;
-            float esf = sd_torch_expf(sf), amp = sqrtf(-expm1f(sf * 2.0f));
+            float esf = sd_torch_expf(sf), amp = sqrtf(-smp_expm1f(sf * 2.0f));
             if ((st = smp_noise(c, s2, sn, nv, err)) != SD_OK)
                 return st;
             FOR_N {

@@ -108,8 +108,8 @@ static sd_status upc_update(upc *u, sd_tensor *x, sd_tensor **mprev, const float
     }
     rks[order - 1] = 1.0f;
     float hh = -h;
-    float h_phi_1 = expm1f(hh);
-    float B_h = u->bh2 ? expm1f(hh) : hh;
+    float h_phi_1 = smp_expm1f(hh);
+    float B_h = u->bh2 ? smp_expm1f(hh) : hh;
     double hh64 = hh;
     double hpk = expm1(hh64) / hh64 - 1.0;
     double B64 = u->bh2 ? expm1(hh64) : hh64;
