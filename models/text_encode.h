@@ -10,7 +10,8 @@
  *                with 0): both give layer num_layers-2 WITHOUT final LN by
  *                default; cond = concat(l, g) along channels (cut to the
  *                shorter token count); pooled = g's final-LN state at the
- *                first end token times text_projection.
+ *                first end token times text_projection (unprojected when
+ *                the bigG has no text_projection, i.e. an identity one).
  *   SDXL_REFINER bigG only, as the 'g' of SDXL.
  * CLIPSetLastLayer (clip_skip, -1..-24; 0 = not set): each encoder returns
  * the output of layer num_layers+clip_skip, with final LN for SD1 and
