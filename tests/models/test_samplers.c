@@ -10,6 +10,7 @@
 #include "models/model_sampling.h"
 #include "models/sampler.h"
 #include "models/schedules.h"
+#include "models/sampler_internal.h" /* smp_expm1f */
 
 /* A smooth toy model: x0 = 0.3 * x / sqrt(1 + sigma^2) + 0.1 * cond-dependent offset. */
 typedef struct toy {
@@ -442,8 +443,26 @@ static void test_guider_sample(void)
     free(ms);
 }
 
+/* Sleef's expm1f is a 1-ulp function: stay within 1 ulp of the double result. */
+static void test_expm1(void)
+{
+    int bad = 0;
+    for (int i = -40000; i <= 40000; i++) {
+        float a = (float)i * 5e-4f;
+        double ref = expm1((double)a);
+        float got = smp_expm1f(a);
+        double ulp = fabs(ref) > 0 ? fabs(nextafterf((float)ref, INFINITY) - (float)ref) : 1e-45;
+        if (fabs((double)got - ref) > 1.0 * ulp)
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d expm1f values off by more than 1 ulp", bad);
+    CHECK(smp_expm1f(0.0f) == 0.0f && signbit(smp_expm1f(-0.0f)));
+    CHECK(smp_expm1f(-30.0f) == -1.0f && isinf(smp_expm1f(100.0f)) && isnan(smp_expm1f(NAN)));
+}
+
 int main(void)
 {
+    test_expm1();
     test_registry();
     test_cfg_rules();
     test_errors();
