@@ -101,6 +101,25 @@ static sd_status setup_schema(sd_sqlite_cache *c, sd_error *err) {
     return res;
 }
 
+/* Private open flag: read through a "file:...?immutable=1" URI. */
+#define OPEN_IMMUTABLE 0x100u
+
+/* SQLite URI for an immutable read-only open; percent-encodes what URIs
+ * reserve. malloc'd. */
+static char *immutable_uri(const char *path) {
+    size_t n = strlen(path);
+    char *u = malloc(3 * n + 32);
+    if (!u) return NULL;
+    char *o = u;
+    o += sprintf(o, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x21 || *p >= 0x7f) o += sprintf(o, "%%%02X", *p);
+        else *o++ = (char)*p;
+    }
+    strcpy(o, "?immutable=1");
+    return u;
+}
+
 sd_status sd_cache_open_ex(const char *path, unsigned flags, sd_sqlite_cache **out, sd_error *err) {
     *out = NULL;
     if (!path || !*path) return sd_error_set(err, SD_ERR_INVALID, "cache: empty database path");
@@ -112,7 +131,17 @@ sd_status sd_cache_open_ex(const char *path, unsigned flags, sd_sqlite_cache **o
     c->readonly = (flags & SD_CACHE_READONLY) != 0;
     if (!c->readonly && access(path, F_OK) == 0 && access(path, W_OK) != 0) c->readonly = 1;
     int oflags = c->readonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    int rc = sqlite3_open_v2(path, &c->db, oflags, NULL);
+    char *uri = NULL;
+    if (flags & OPEN_IMMUTABLE) {
+        uri = immutable_uri(path);
+        if (!uri) {
+            sd_cache_close(c);
+            return sd_error_set(err, SD_ERR_NOMEM, "cache %s: out of memory", path);
+        }
+        oflags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+    }
+    int rc = sqlite3_open_v2(uri ? uri : path, &c->db, oflags, NULL);
+    free(uri);
     if (rc != SQLITE_OK) {
         sd_status st = c->db ? sd_cache_sql_error(c, err, SD_ERR_IO, "cannot open")
                              : sd_error_set(err, SD_ERR_NOMEM, "cache %s: out of memory", path);
@@ -131,6 +160,26 @@ sd_status sd_cache_open_ex(const char *path, unsigned flags, sd_sqlite_cache **o
         if (rc == SQLITE_ROW) pages = sqlite3_column_int(st, 0);
     }
     sqlite3_finalize(st);
+    if (pages < 0 && !c->readonly) {
+        /* A WAL database in a directory we cannot write fails on its first
+         * read (no -shm can be made); try again read-only. */
+        int ec = sqlite3_errcode(c->db) & 0xff;
+        if (ec == SQLITE_READONLY || ec == SQLITE_CANTOPEN || ec == SQLITE_PERM) {
+            if (access(path, F_OK) == 0) {
+                sd_cache_close(c);
+                return sd_cache_open_ex(path, flags | SD_CACHE_READONLY, out, err);
+            }
+        }
+    }
+    if (pages < 0 && c->readonly && !(flags & OPEN_IMMUTABLE) && (sqlite3_errcode(c->db) & 0xff) == SQLITE_CANTOPEN &&
+        access(path, R_OK) == 0) {
+        /* A WAL database whose directory we cannot write has no -shm for a
+         * reader to map. Open it as immutable: nobody who could change it
+         * can be less privileged than us, and a blob changed under us still
+         * fails its checksum. */
+        sd_cache_close(c);
+        return sd_cache_open_ex(path, flags | OPEN_IMMUTABLE, out, err);
+    }
     if (pages < 0) {
         sd_status code = (rc & 0xff) == SQLITE_NOTADB ? SD_ERR_FORMAT : SD_ERR_IO;
         sd_status s = code == SD_ERR_FORMAT
@@ -151,7 +200,13 @@ sd_status sd_cache_open_ex(const char *path, unsigned flags, sd_sqlite_cache **o
     }
     sd_status s = setup_schema(c, err);
     if (s != SD_OK) {
+        /* A writable-looking file in a read-only directory or file system
+         * only fails once we try to write: serve it read-only instead. */
+        int ec = sqlite3_errcode(c->db) & 0xff;
+        int retry = !c->readonly && s == SD_ERR_IO &&
+                    (ec == SQLITE_READONLY || ec == SQLITE_CANTOPEN || ec == SQLITE_PERM || ec == SQLITE_AUTH);
         sd_cache_close(c);
+        if (retry) return sd_cache_open_ex(path, flags | SD_CACHE_READONLY, out, err);
         return s;
     }
     struct { sqlite3_stmt **st; const char *sql; } prep[] = {
