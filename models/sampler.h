@@ -77,7 +77,10 @@ typedef struct sd_sampler_params {
     uint64_t seed; /* the KSampler seed (extra_args["seed"]) */
 
     /* Options of ComfyUI's sampler functions / SamplerXxx nodes. */
-    double eta;      /* ancestral / SDE strength (default per sampler) */
+    double eta;      /* ancestral / SDE strength (default per sampler; the
+                      * samplers ComfyUI runs with a fixed eta -- euler_cfg_pp,
+                      * res_multistep(_cfg_pp), exp_heun_2_x0, dpm_fast,
+                      * dpm_adaptive -- ignore it) */
     double s_noise;  /* noise multiplier (default 1) */
     double s_churn;  /* euler/heun/dpm_2/heunpp2 churn (default 0) */
     double s_tmin;   /* default 0 */
