@@ -1,0 +1,74 @@
+# The executor with real model nodes on the tiny SD1 checkpoint: loaded
+# models (handles) are never persisted, a loader whose consumers all hit is
+# not run, and a changed seed re-executes exactly what depends on it (the
+# loader included, since KSampler needs the model again).
+set -u
+: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
+DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
+CKPT="$DATA/models/tiny-sd1.safetensors"
+VOCAB="$DATA/../data/clip"
+[ -f "$CKPT" ] || { echo "SKIP: $CKPT not found"; exit 77; }
+[ -d "$VOCAB" ] || { echo "SKIP: tokenizer $VOCAB not found"; exit 77; }
+for c in CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage; do
+    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered yet"; exit 77; }
+done
+
+T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_run_models"
+rm -rf "$T" && mkdir -p "$T/models/checkpoints" "$T/output"
+ln -s "$CKPT" "$T/models/checkpoints/tiny-sd1.safetensors"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+flat() { tr -d ' \t\n' < "$1"; }
+status() {
+    local s
+    s=$(flat "$1" | grep -o "\"$2\":{\"class_type\":\"[^\"]*\",\"status\":\"[a-z]*\"" | sed 's/.*"status":"//; s/"$//')
+    echo "${s:-absent}"
+}
+count() { flat "$1" | grep -o "\"$2\":[0-9]*" | head -1 | cut -d: -f2; }
+
+cat > "$T/t2i.json" <<'J'
+{"4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "tiny-sd1.safetensors"}},
+ "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a photo of a cat", "clip": ["4", 1]}},
+ "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
+ "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+ "3": {"class_type": "KSampler", "inputs": {"seed": 1, "steps": 3, "cfg": 7, "sampler_name": "euler",
+       "scheduler": "normal", "denoise": 1, "model": ["4", 0], "positive": ["6", 0],
+       "negative": ["7", 0], "latent_image": ["5", 0]}},
+ "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "t2i"}}}
+J
+
+run() {
+    local name=$1
+    shift
+    "$SDFLOW_BIN" run "$T/t2i.json" --models-dir "$T/models" --tokenizer-dir "$VOCAB" \
+        --output-dir "$T/output" --cache "$T/cache.db" --report "$T/$name.json" --quiet "$@" \
+        > /dev/null 2> "$T/$name.err" || fail "$name: $(cat "$T/$name.err")"
+}
+
+run first
+[ "$(count "$T/first.json" executed)" = "7" ] || fail "first: expected 7 executed"
+
+run second
+[ "$(count "$T/second.json" executed)" = "0" ] || fail "second: expected nothing executed"
+[ "$(status "$T/second.json" 4)" = "absent" ] || fail "second: the loader was visited"
+
+run seed --set 3.seed=2
+[ "$(count "$T/seed.json" executed)" = "4" ] || fail "seed: expected 4 executed"
+for n in 4 3 8 9; do [ "$(status "$T/seed.json" $n)" = "executed" ] || fail "seed: node $n not executed"; done
+for n in 6 7 5; do [ "$(status "$T/seed.json" $n)" = "cached" ] || fail "seed: node $n not cached"; done
+
+# A prompt change: the text encoder and everything after it, not the latent.
+run prompt --set "6.text=a photo of a dog" --set 3.seed=2
+for n in 4 6 3 8 9; do [ "$(status "$T/prompt.json" $n)" = "executed" ] || fail "prompt: node $n not executed"; done
+for n in 7 5; do [ "$(status "$T/prompt.json" $n)" = "cached" ] || fail "prompt: node $n not cached"; done
+
+# Two loaders of the same file under another id share one cache entry.
+sed 's/"4"/"40"/g' "$T/t2i.json" > "$T/renumbered.json"
+"$SDFLOW_BIN" run "$T/renumbered.json" --models-dir "$T/models" --tokenizer-dir "$VOCAB" \
+    --output-dir "$T/output" --cache "$T/cache.db" --report "$T/renumbered.report.json" --quiet \
+    > /dev/null 2>&1 || fail "renumbered run failed"
+[ "$(count "$T/renumbered.report.json" executed)" = "0" ] || fail "renumbered: expected nothing executed"
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "all model run checks passed"
