@@ -247,17 +247,16 @@ sd_status smp_dpm_adaptive(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         if ((st = dpm_eps(c, &b, x, s, b.eps, err)) != SD_OK)
             return st;
         float ss = sigma_of(s);
-        float *denv = smp_f(b.den); /* reused below for the callback */
+        /* denoised = x - sigma(s) * eps, kept in out2 for the progress callback
+         * (den is overwritten by the stage evaluations) */
         {
             const float *ev = smp_f(b.eps);
+            float *keep = smp_f(b.out2);
             FOR_N {
                 float q = ss * ev[k];
-                denv[k] = xv[k] - q;
+                keep[k] = xv[k] - q;
             }
         }
-        /* keep denoised aside: den is overwritten by the next evaluations */
-        float *keep = smp_f(b.out2);
-        smp_copy(c, keep, denv);
         float h = t - s;
         if ((st = dpm_stage_r1(c, &b, x, s, h, 1.0 / 3.0, err)) != SD_OK)
             return st;

@@ -402,7 +402,6 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
     if (!den || !den1 || !den2 || !nz)
         return SD_ERR_NOMEM;
     float *xv = smp_f(x), *nv = smp_f(nz);
-    int n_hist = 0; /* how many of h_1, h_2 are set */
     float h = 0.0f, h_1 = 0.0f, h_2 = 0.0f;
     int have_h = 0, have_h1 = 0, have_h2 = 0;
     sd_status st;
@@ -470,7 +469,6 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         have_h2 = have_h1;
         h_1 = h;
         have_h1 = have_h;
-        (void)n_hist;
     }
     return SD_OK;
 }
