@@ -186,7 +186,7 @@ static int value_seeds(const char *out) {
 /* ---- workflow JSON --------------------------------------------------------- */
 
 static const char *WORKFLOWS[] = {
-    "{\"3\":{\"class_type\":\"KSampler\",\"inputs\":{\"seed\":42,\"steps\":20,\"cfg\":7.5,"
+    ("{\"3\":{\"class_type\":\"KSampler\",\"inputs\":{\"seed\":42,\"steps\":20,\"cfg\":7.5,"
     "\"sampler_name\":\"euler\",\"scheduler\":\"normal\",\"denoise\":1.0,\"model\":[\"4\",0],"
     "\"positive\":[\"6\",0],\"negative\":[\"7\",0],\"latent_image\":[\"5\",0]}},"
     "\"4\":{\"class_type\":\"CheckpointLoaderSimple\",\"inputs\":{\"ckpt_name\":\"tiny-sd1.safetensors\"}},"
@@ -195,9 +195,9 @@ static const char *WORKFLOWS[] = {
     "\"_meta\":{\"title\":\"Positive\"}},"
     "\"7\":{\"class_type\":\"CLIPTextEncode\",\"inputs\":{\"text\":\"\",\"clip\":[\"4\",1]}},"
     "\"8\":{\"class_type\":\"VAEDecode\",\"inputs\":{\"samples\":[\"3\",0],\"vae\":[\"4\",2]}},"
-    "\"9\":{\"class_type\":\"SaveImage\",\"inputs\":{\"filename_prefix\":\"out\",\"images\":[\"8\",0]}}}",
-    "{\"prompt\":{\"1\":{\"class_type\":\"LoadImage\",\"inputs\":{\"image\":\"in.png\"}},"
-    "\"2\":{\"class_type\":\"PreviewImage\",\"inputs\":{\"images\":[\"1\",0]}}},\"client_id\":\"x\"}",
+    "\"9\":{\"class_type\":\"SaveImage\",\"inputs\":{\"filename_prefix\":\"out\",\"images\":[\"8\",0]}}}"),
+    ("{\"prompt\":{\"1\":{\"class_type\":\"LoadImage\",\"inputs\":{\"image\":\"in.png\"}},"
+    "\"2\":{\"class_type\":\"PreviewImage\",\"inputs\":{\"images\":[\"1\",0]}}},\"client_id\":\"x\"}"),
     "{\"a\":{\"class_type\":\"Note\",\"inputs\":{\"list\":[1,2.5,true,null,\"s\"],\"neg\":-1e-3}}}",
     "{}",
 };
