@@ -1,7 +1,9 @@
 /* export.c - a graph printed as a Lua workflow that rebuilds the same graph.
  *
- * Nodes are written in dependency order (earliest insertion first among the
- * ready ones) so every link can name a Lua variable defined above it; links
+ * The text is canonical: nodes in dependency order, the smallest id first
+ * among the ready ones (numerically when ids are numbers), inputs in schema
+ * order, so two equal graphs print the same text whatever order they were
+ * built in. Every link can then name a Lua variable defined above it; links
  * that cannot (cycles, or a node missing from the graph) are written as
  * link("id", index) and left for validation to report, as in the JSON. */
 #include <stdlib.h>
@@ -74,8 +76,38 @@ static int ready(const exporter *e, const sd_graph_node *n) {
     return 1;
 }
 
+/* Id order: numbers by value, numbers before other ids, others by bytes. */
+static int id_cmp(const char *a, const char *b) {
+    char *ea, *eb;
+    unsigned long long x = strtoull(a, &ea, 10), y = strtoull(b, &eb, 10);
+    int na = *a >= '0' && *a <= '9' && !*ea, nb = *b >= '0' && *b <= '9' && !*eb;
+    if (na && nb && x != y) return x < y ? -1 : 1;
+    if (na != nb) return na ? -1 : 1;
+    return strcmp(a, b);
+}
+
+typedef struct ranked {
+    const sd_graph_input *in;
+    int rank;
+} ranked;
+
+static int ranked_cmp(const void *pa, const void *pb) {
+    const ranked *a = pa, *b = pb;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    return strcmp(a->in->name, b->in->name);
+}
+
 static void emit_node(sd_sbuf *b, exporter *e, size_t i) {
     const sd_graph_node *n = sd_graph_at(e->g, i);
+    const sd_node_def *def = sd_registry_find(n->class_type);
+    ranked *order = calloc(n->n_inputs ? n->n_inputs : 1, sizeof *order);
+    if (!order) { b->oom = 1; e->emitted[i] = 1; return; }
+    for (size_t k = 0; k < n->n_inputs; k++) {
+        int r = def ? sd_node_input_index(def, n->inputs[k].name) : -1;
+        order[k].in = &n->inputs[k];
+        order[k].rank = r < 0 ? 1 << 20 : r;
+    }
+    qsort(order, n->n_inputs, sizeof *order, ranked_cmp);
     if (!e->use_table) sd_sbuf_add(b, "local ");
     add_var(b, e, n->id);
     sd_sbuf_add(b, " = ");
@@ -96,7 +128,7 @@ static void emit_node(sd_sbuf *b, exporter *e, size_t i) {
         sd_sbuf_add(b, ",\n");
     }
     for (size_t k = 0; k < n->n_inputs; k++) {
-        const sd_graph_input *in = &n->inputs[k];
+        const sd_graph_input *in = order[k].in;
         sd_sbuf_add(b, "    ");
         if (sd_lua_is_name(in->name)) {
             sd_sbuf_add(b, in->name);
@@ -111,6 +143,7 @@ static void emit_node(sd_sbuf *b, exporter *e, size_t i) {
         sd_sbuf_add(b, ",\n");
     }
     sd_sbuf_add(b, plain ? "}\n" : "})\n");
+    free(order);
     e->emitted[i] = 1;
 }
 
@@ -134,16 +167,17 @@ char *sd_lua_export(const sd_graph *g, const char *source) {
     if (e.use_table) sd_sbuf_add(&b, "local n = {}\n");
     size_t done = 0;
     while (done < e.n) {
-        size_t before = done;
+        long pick = -1, any = -1;
         for (size_t i = 0; i < e.n; i++) {
-            if (e.emitted[i] || !ready(&e, sd_graph_at(g, i))) continue;
-            emit_node(&b, &e, i);
-            done++;
+            if (e.emitted[i]) continue;
+            const char *id = sd_graph_at(g, i)->id;
+            if (any < 0 || id_cmp(id, sd_graph_at(g, (size_t)any)->id) < 0) any = (long)i;
+            if (ready(&e, sd_graph_at(g, i)) && (pick < 0 || id_cmp(id, sd_graph_at(g, (size_t)pick)->id) < 0))
+                pick = (long)i;
         }
-        if (done == before) { /* a cycle: the earliest remaining node goes first */
-            for (size_t i = 0; i < e.n; i++)
-                if (!e.emitted[i]) { emit_node(&b, &e, i); done++; break; }
-        }
+        /* in a cycle nothing is ready: the smallest remaining id goes first */
+        emit_node(&b, &e, (size_t)(pick >= 0 ? pick : any));
+        done++;
     }
     free(e.emitted);
     return sd_sbuf_take(&b);

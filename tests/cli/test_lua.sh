@@ -1,0 +1,126 @@
+# Lua workflows through the sdflow binary: every JSON example in workflows/
+# has a Lua twin that builds the same graph and runs; export --lua/--json
+# round trips; validation and Lua errors name the file and line; the sandbox
+# refuses os/io unless --allow-unsafe-lua; a for-loop sweep shares its
+# upstream node in one run.
+set -u
+: "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}" "${SDFLOW_SOURCE_DIR:?}"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+for c in LoadImage ImageScale ImageInvert SaveImage; do
+    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered"; exit 77; }
+done
+
+T="$SDFLOW_TEST_TMP/cli_lua"
+rm -rf "$T"
+mkdir -p "$T/input" "$T/models/checkpoints" "$T/out"
+img='iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII='
+printf '%s' "$img" | base64 -d > "$T/input/in.png"
+TD="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-}}"
+CLIPDIR="${SDFLOW_SHARED_DEFAULT:-$TD/..}/data/clip"
+# The examples name the real SD1.5 checkpoint; the tiny one stands in for it.
+have_model=0
+if [ -f "$TD/models/tiny-sd1.safetensors" ] && [ -d "$CLIPDIR" ]; then
+    ln -sf "$TD/models/tiny-sd1.safetensors" "$T/models/checkpoints/v1-5-pruned-emaonly.safetensors"
+    have_model=1
+fi
+# example.png: 64x64, made by sdflow itself from a Lua one-liner
+printf 'SaveImage{images = EmptyImage{width = 64, height = 64, batch_size = 1, color = 8405184}, filename_prefix = "ex"}\n' \
+    > "$T/make_example.lua"
+"$SDFLOW_BIN" run "$T/make_example.lua" --no-cache -q --output-dir "$T/gen" > /dev/null 2> "$T/err" ||
+    fail "making example.png: $(cat "$T/err")"
+cp "$T/gen/ex_00001_.png" "$T/input/example.png" 2> /dev/null || fail "no example.png"
+
+run() {
+    "$SDFLOW_BIN" run "$@" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/out" --temp-dir "$T/temp" \
+        --models-dir "$T/models" --tokenizer-dir "$CLIPDIR"
+}
+
+# --- every example exists in both forms; both build the same graph and run ------------
+n=0
+for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
+    [ -f "$json" ] || continue
+    n=$((n + 1))
+    base=$(basename "$json" .json)
+    lua="${json%.json}.lua"
+    [ -f "$lua" ] || { fail "workflows/$base.json has no Lua twin"; continue; }
+    "$SDFLOW_BIN" export --lua "$json" > "$T/$base.exp.lua" 2> "$T/err" || fail "export --lua $base: $(cat "$T/err")"
+    # the graph from the twin and from the exported Lua print the same Lua
+    "$SDFLOW_BIN" export --lua "$lua" | tail -n +2 > "$T/$base.twin.lua"
+    "$SDFLOW_BIN" export --lua "$T/$base.exp.lua" | tail -n +2 > "$T/$base.exp2.lua"
+    tail -n +2 "$T/$base.exp.lua" > "$T/$base.exp1.lua"
+    cmp -s "$T/$base.exp1.lua" "$T/$base.exp2.lua" || fail "$base: JSON -> Lua -> Lua is not stable"
+    cmp -s "$T/$base.exp1.lua" "$T/$base.twin.lua" || fail "workflows/$base.lua does not build the graph of $base.json"
+    # JSON -> Lua -> JSON -> Lua gives the same Lua again
+    "$SDFLOW_BIN" export --json "$T/$base.exp.lua" > "$T/$base.back.json" || fail "export --json $base"
+    "$SDFLOW_BIN" export --lua "$T/$base.back.json" | tail -n +2 > "$T/$base.exp3.lua"
+    cmp -s "$T/$base.exp1.lua" "$T/$base.exp3.lua" || fail "$base: JSON -> Lua -> JSON changed the graph"
+    if grep -q '"CheckpointLoaderSimple"' "$json" && [ $have_model = 0 ]; then
+        echo "note: not running workflows/$base.lua (no tiny-sd1 checkpoint)"
+        continue
+    fi
+    # small and short: same graph, tiny model, 2 steps, 64x64
+    sets=()
+    grep -q '"KSampler"' "$json" && sets+=(--set KSampler.steps=2)
+    grep -q '"EmptyLatentImage"' "$json" && sets+=(--set EmptyLatentImage.width=64 --set EmptyLatentImage.height=64)
+    run "$lua" "${sets[@]}" > "$T/files" 2> "$T/err" || fail "sdflow run workflows/$base.lua: $(cat "$T/err")"
+    [ -s "$T/files" ] || fail "workflows/$base.lua wrote no file"
+done
+[ $n -gt 0 ] || fail "no JSON workflow in workflows/"
+
+# --- errors point at the Lua file and line -------------------------------------------------
+cat > "$T/bad_value.lua" <<'LUA'
+local img = LoadImage{image = "in.png"}
+-- the next node has a bad width
+local s = ImageScale{image = img.IMAGE, upscale_method = "bilinear", width = "wide", height = 8,
+                     crop = "disabled"}
+SaveImage{images = s, filename_prefix = "x"}
+LUA
+if run "$T/bad_value.lua" 2> "$T/err"; then fail "a string width passed validation"; fi
+grep -q "bad_value.lua:3" "$T/err" || fail "validation error does not name bad_value.lua:3: $(cat "$T/err")"
+grep -q "nothing was run" "$T/err" || fail "validation failure not reported as such: $(cat "$T/err")"
+
+printf 'local img = LoadImage{image = "in.png"}\nSaveImage{images = img.PICTURE}\n' > "$T/bad_output.lua"
+if run "$T/bad_output.lua" 2> "$T/err"; then fail "an unknown output name was accepted"; fi
+grep -q "bad_output.lua:2:.*PICTURE" "$T/err" || fail "unknown output error lacks file:line: $(cat "$T/err")"
+
+printf 'local x = \n\nLoadImage{\n' > "$T/syntax.lua"
+if run "$T/syntax.lua" 2> "$T/err"; then fail "a syntax error was accepted"; fi
+grep -q "syntax.lua:" "$T/err" || fail "syntax error lacks the file name: $(cat "$T/err")"
+if run "$T/missing.lua" 2> "$T/err"; then fail "a missing .lua file was accepted"; fi
+
+# --- sandbox ----------------------------------------------------------------------------------
+printf 'os.execute("touch %s/pwned")\nSaveImage{images = LoadImage{image = "in.png"}.IMAGE}\n' "$T" > "$T/unsafe.lua"
+if run "$T/unsafe.lua" 2> "$T/err"; then fail "os.execute ran in the sandbox"; fi
+[ -e "$T/pwned" ] && fail "os.execute had an effect"
+grep -q "unsafe.lua:1:" "$T/err" || fail "sandbox error lacks file:line: $(cat "$T/err")"
+run "$T/unsafe.lua" --allow-unsafe-lua > /dev/null 2> "$T/err" || fail "--allow-unsafe-lua: $(cat "$T/err")"
+[ -e "$T/pwned" ] || fail "--allow-unsafe-lua did not open os.execute"
+printf 'local f = io.open("%s/leak", "w")\n' "$T" > "$T/io.lua"
+if "$SDFLOW_BIN" export --json "$T/io.lua" > /dev/null 2>&1; then fail "io.open available in the sandbox"; fi
+[ -e "$T/leak" ] && fail "io.open had an effect"
+
+# --- a sweep shares the upstream work ----------------------------------------------------------
+cat > "$T/sweep.lua" <<'LUA'
+local img = LoadImage{image = "in.png"}
+for w = 1, 3 do
+    local s = ImageScale{image = img.IMAGE, upscale_method = "nearest-exact", width = 4 * w, height = 4,
+                         crop = "disabled"}
+    SaveImage{images = ImageInvert{image = s}, filename_prefix = "sweep_" .. w}
+end
+LUA
+"$SDFLOW_BIN" run "$T/sweep.lua" --no-cache --input-dir "$T/input" --output-dir "$T/out" --report "$T/rep.json" \
+    > /dev/null 2> "$T/err" || fail "sweep: $(cat "$T/err")"
+grep -q '"executed":[[:space:]]*10' "$T/rep.json" || fail "sweep did not run 10 nodes (1 loader + 3x3): $(cat "$T/rep.json")"
+for w in 1 2 3; do [ -f "$T/out/sweep_${w}_00001_.png" ] || fail "sweep image $w missing"; done
+# rerun with a cache: everything comes from it
+"$SDFLOW_BIN" run "$T/sweep.lua" --cache "$T/c.db" --input-dir "$T/input" --output-dir "$T/out2" -q > /dev/null 2>&1
+"$SDFLOW_BIN" run "$T/sweep.lua" --cache "$T/c.db" --input-dir "$T/input" --output-dir "$T/out2" --report "$T/rep2.json" \
+    > /dev/null 2> "$T/err" || fail "sweep rerun: $(cat "$T/err")"
+grep -q '"executed":[[:space:]]*0' "$T/rep2.json" || fail "sweep rerun executed nodes again"
+
+# --- usage errors ---------------------------------------------------------------------------------
+if "$SDFLOW_BIN" export "$T/sweep.lua" > /dev/null 2>&1; then fail "export without --lua/--json accepted"; fi
+
+[ $failures -eq 0 ] && echo "lua CLI tests passed" || exit 1
