@@ -100,7 +100,7 @@ static void un_task(void *ctx, int64_t t, int thread) {
     float *y = j->y;
     switch (j->op) {
     case SD_UNARY_SCALE: for (int64_t i = i0; i < i1; i++) y[i] = x[i] * j->s; break;
-    case SD_UNARY_SILU: for (int64_t i = i0; i < i1; i++) y[i] = x[i] / (1.0f + expf(-x[i])); break;
+    case SD_UNARY_SILU: sd_cpu_silu(x + i0, y + i0, i1 - i0); break;
     case SD_UNARY_GELU: for (int64_t i = i0; i < i1; i++) y[i] = gelu(x[i]); break;
     case SD_UNARY_QUICK_GELU:
         for (int64_t i = i0; i < i1; i++) y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));

@@ -13,8 +13,6 @@ typedef struct {
     float eps;
 } norm_job;
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
-
 static void group_task(void *ctx, int64_t t, int thread) {
     const norm_job *j = ctx;
     int64_t g = t % j->groups;
@@ -39,10 +37,8 @@ static void group_task(void *ctx, int64_t t, int thread) {
         float scale = (float)(rstd * ga), shift = (float)be, m = (float)mean;
         const float *xc = x + c * j->S;
         float *yc = y + c * j->S;
-        if (j->silu)
-            for (int64_t i = 0; i < j->S; i++) yc[i] = silu((xc[i] - m) * scale + shift);
-        else
-            for (int64_t i = 0; i < j->S; i++) yc[i] = (xc[i] - m) * scale + shift;
+        for (int64_t i = 0; i < j->S; i++) yc[i] = (xc[i] - m) * scale + shift;
+        if (j->silu) sd_cpu_silu(yc, yc, j->S);
     }
 }
 
@@ -107,24 +103,6 @@ sd_status sd_cpu_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd
 }
 
 /* ---- softmax over the last dim ----------------------------------------------- */
-
-void sd_cpu_softmax_row(float *row, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (row[i] > mx) mx = row[i];
-    if (mx == -INFINITY) { /* fully masked row: PyTorch gives NaN; we give zeros */
-        for (int64_t i = 0; i < n; i++) row[i] = 0.0f;
-        return;
-    }
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float e = expf(row[i] - mx);
-        row[i] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) row[i] *= inv;
-}
 
 static void softmax_task(void *ctx, int64_t t, int thread) {
     const norm_job *j = ctx;

@@ -242,6 +242,30 @@ static void test_layer_norm_softmax(sd_backend *be) {
     }
 }
 
+/* softmax with masked (-inf) entries: those are exactly 0; an all -inf row
+ * is all zeros (PyTorch would give NaN; we document zeros) */
+static void test_softmax_masked(sd_backend *be) {
+    int64_t s[2] = {2, 37};
+    sd_tensor *h = sd_tensor_new(SD_F32, 2, s);
+    float *p = h->data;
+    double ref[74], mx = -1e300, se = 0;
+    for (int i = 0; i < 37; i++) p[i] = i % 3 == 0 ? -INFINITY : (float)(i * 0.25 - 4);
+    for (int i = 0; i < 37; i++) if (p[i] > mx) mx = p[i];
+    for (int i = 0; i < 37; i++) se += i % 3 ? exp(p[i] - mx) : 0;
+    for (int i = 0; i < 37; i++) ref[i] = i % 3 ? exp(p[i] - mx) / se : 0;
+    for (int i = 37; i < 74; i++) { p[i] = -INFINITY; ref[i] = 0; }
+    sd_bt *x = sd_bt_from_host(be, h, SD_F32);
+    sd_bt *y = sd_op_softmax(x);
+    close_to("softmax masked", y, ref, 74, 1e-7, 1e-5);
+    sd_tensor *o = y ? sd_bt_to_host(y) : NULL;
+    int exact = o != NULL;
+    for (int i = 0; o && i < 74; i++) if (ref[i] == 0) exact &= ((float *)o->data)[i] == 0.0f;
+    CHECK(exact);
+    sd_tensor_unref(o);
+    sd_bt_free(y); sd_bt_free(x);
+    sd_tensor_unref(h);
+}
+
 /* ---- attention: atol 2e-6 * sqrt(D) + 1e-5 rel ------------------------------------ */
 
 static void test_attention(sd_backend *be) {
@@ -597,6 +621,7 @@ int main(void) {
         test_conv2d(be);
         test_group_norm(be);
         test_layer_norm_softmax(be);
+        test_softmax_masked(be);
         test_attention(be);
         test_binary(be);
         test_unary(be);
