@@ -1,9 +1,11 @@
 /* brownian.c - torchsde BrownianInterval (halfway tree) + numpy SeedSequence.
  * See brownian.h for what is reproduced and why. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "models/brownian.h"
 #include "models/rng.h"
 
@@ -108,6 +110,20 @@ typedef struct bt_slot {
     float *lr;      /* 2n floats */
 } bt_slot;
 
+/* A node whose split noise a query needs, drawn ahead of the (sequential)
+ * bridge arithmetic so that the draws can run on several threads. */
+typedef struct bt_job {
+    int depth;
+    uint64_t key;
+    uint64_t entropy;
+    int64_t n;
+    float *noise; /* n floats */
+} bt_job;
+
+#define BT_MAX_JOBS 256
+#define BT_PREFETCH_BYTES (128u << 20) /* noise buffers drawn ahead at most */
+#define BT_PAR_MIN_N 4096              /* below this, threads cost more */
+
 struct sd_brownian {
     uint64_t entropy;
     double start, end; /* rounded interval */
@@ -117,6 +133,11 @@ struct sd_brownian {
     bt_slot cache[BT_CACHE];
     int cache_cap;
     uint64_t clock;
+    int threads;        /* worker count for the prefetch, >= 1 */
+    bt_job jobs[BT_MAX_JOBS];
+    int njobs;
+    float *job_mem;     /* noise storage of the jobs */
+    int job_cap;        /* how many job buffers job_mem holds */
 };
 
 /* Python round(x, 6): correctly rounded, ties to even on the exact binary
@@ -158,6 +179,8 @@ sd_status sd_brownian_new(uint64_t seed, float sigma_min, float sigma_max, int n
         return sd_error_set(err, SD_ERR_NOMEM, "brownian tree: out of memory");
     b->entropy = seed;
     b->n = n;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    b->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
     size_t pair = (size_t)n * 2 * sizeof(float);
     b->cache_cap = (int)(BT_CACHE_BYTES / pair);
     if (b->cache_cap > BT_CACHE)
@@ -191,6 +214,7 @@ void sd_brownian_free(sd_brownian *b)
         return;
     for (int i = 0; i < BT_CACHE; i++)
         free(b->cache[i].lr);
+    free(b->job_mem);
     free(b->w_root);
     free(b->noise);
     free(b);
@@ -238,14 +262,23 @@ static sd_status bt_collect(sd_brownian *b, int depth, uint64_t key, double s, d
         hit->stamp = ++b->clock;
         memcpy(lw, hit->lr, (size_t)b->n * 2 * sizeof(float));
     } else {
-        /* This node's seeds: SeedSequence(entropy, spawn_key=(key, depth)). */
-        uint64_t sk[2] = {key, (uint64_t)depth};
-        uint32_t seeds[4];
-        sd_seed_sequence_state(b->entropy, sk, 2, BT_POOL, seeds, 4);
-        st = bt_randn(b, seeds[0], b->noise, err);
-        if (st != SD_OK) {
-            free(lw);
-            return st;
+        const float *noise = NULL;
+        for (int j = 0; j < b->njobs; j++)
+            if (b->jobs[j].depth == depth && b->jobs[j].key == key && b->jobs[j].noise) {
+                noise = b->jobs[j].noise;
+                break;
+            }
+        if (!noise) {
+            /* This node's seeds: SeedSequence(entropy, spawn_key=(key, depth)). */
+            uint64_t sk[2] = {key, (uint64_t)depth};
+            uint32_t seeds[4];
+            sd_seed_sequence_state(b->entropy, sk, 2, BT_POOL, seeds, 4);
+            st = bt_randn(b, seeds[0], b->noise, err);
+            if (st != SD_OK) {
+                free(lw);
+                return st;
+            }
+            noise = b->noise;
         }
         double h_rec = 1.0 / (e - s);
         double left_diff = m - s, right_diff = e - m;
@@ -254,7 +287,7 @@ static sd_status bt_collect(sd_brownian *b, int depth, uint64_t key, double s, d
         for (int64_t k = 0; k < b->n; k++) {
             float mean = f_left * w[k];
             mean = mean * f_hrec;
-            float t = f_std * b->noise[k];
+            float t = f_std * noise[k];
             lw[k] = mean + t;
             rw[k] = w[k] - lw[k];
         }
@@ -280,6 +313,117 @@ static sd_status bt_collect(sd_brownian *b, int depth, uint64_t key, double s, d
     }
     free(lw);
     return st;
+}
+
+static int bt_cached(const sd_brownian *b, int depth, uint64_t key)
+{
+    for (int i = 0; i < b->cache_cap; i++)
+        if (b->cache[i].stamp && b->cache[i].depth == depth && b->cache[i].key == key)
+            return 1;
+    return 0;
+}
+
+/* The nodes bt_collect will split for [ta, tb] and does not have cached. */
+static void bt_plan(sd_brownian *b, int depth, uint64_t key, double s, double e, double ta,
+                    double tb)
+{
+    if ((ta == s && tb == e) || depth >= BT_MAX_DEPTH)
+        return;
+    double m = round6(0.5 * (e + s));
+    if (!(m > s && m < e))
+        return;
+    if (!bt_cached(b, depth, key) && b->njobs < BT_MAX_JOBS) {
+        bt_job *j = &b->jobs[b->njobs++];
+        j->depth = depth;
+        j->key = key;
+        j->entropy = b->entropy;
+        j->n = b->n;
+        j->noise = NULL;
+    }
+    if (tb <= m)
+        bt_plan(b, depth + 1, 2 * key, s, m, ta, tb);
+    else if (ta >= m)
+        bt_plan(b, depth + 1, 2 * key + 1, m, e, ta, tb);
+    else {
+        bt_plan(b, depth + 1, 2 * key, s, m, ta, m);
+        bt_plan(b, depth + 1, 2 * key + 1, m, e, m, tb);
+    }
+}
+
+typedef struct bt_worker {
+    bt_job *jobs;
+    int first, count, stride;
+    int failed;
+} bt_worker;
+
+static void *bt_work(void *arg)
+{
+    bt_worker *w = arg;
+    for (int i = w->first; i < w->count; i += w->stride) {
+        bt_job *j = &w->jobs[i];
+        uint64_t sk[2] = {j->key, (uint64_t)j->depth};
+        uint32_t seeds[4];
+        sd_seed_sequence_state(j->entropy, sk, 2, BT_POOL, seeds, 4);
+        sd_rng *r = sd_rng_new(seeds[0]);
+        if (!r) {
+            w->failed = 1;
+            continue;
+        }
+        sd_rng_randn(r, j->noise, j->n);
+        sd_rng_free(r);
+    }
+    return NULL;
+}
+
+/* Draws the planned nodes' noise on up to b->threads threads. Anything that
+ * cannot be prefetched (memory, thread creation) is left for bt_collect to
+ * draw itself, so failures here only cost speed. */
+static void bt_prefetch(sd_brownian *b)
+{
+    int nj = b->njobs;
+    if (nj < 2 || b->threads < 2 || b->n < BT_PAR_MIN_N)
+        return;
+    int cap = (int)(BT_PREFETCH_BYTES / ((size_t)b->n * sizeof(float)));
+    if (cap < 2)
+        return;
+    if (nj > cap)
+        nj = cap;
+    if (b->job_cap < nj) {
+        float *mem = realloc(b->job_mem, (size_t)nj * (size_t)b->n * sizeof(float));
+        if (!mem)
+            return;
+        b->job_mem = mem;
+        b->job_cap = nj;
+    }
+    for (int i = 0; i < nj; i++)
+        b->jobs[i].noise = b->job_mem + (size_t)i * (size_t)b->n;
+    int nt = b->threads < nj ? b->threads : nj;
+    bt_worker w[16];
+    pthread_t tid[16];
+    int started[16] = {0};
+    for (int t = 0; t < nt; t++)
+        w[t] = (bt_worker){b->jobs, t, nj, nt, 0};
+    for (int t = 1; t < nt; t++)
+        started[t] = pthread_create(&tid[t], NULL, bt_work, &w[t]) == 0;
+    bt_work(&w[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            bt_work(&w[t]); /* no thread: do its share here */
+    }
+    for (int t = 0; t < nt; t++)
+        if (w[t].failed) /* an allocation failed: draw all of them again inline */
+            for (int i = 0; i < nj; i++)
+                b->jobs[i].noise = NULL;
+    for (int i = nj; i < b->njobs; i++)
+        b->jobs[i].noise = NULL;
+}
+
+void sd_brownian_set_threads(sd_brownian *b, int threads)
+{
+    if (b)
+        b->threads = threads < 1 ? 1 : threads > 16 ? 16 : threads;
 }
 
 sd_status sd_brownian_increment(sd_brownian *b, double ta, double tb, float *out, int64_t n,
@@ -309,8 +453,13 @@ sd_status sd_brownian_increment(sd_brownian *b, double ta, double tb, float *out
         memset(out, 0, (size_t)n * sizeof(float));
         return SD_OK;
     }
+    b->njobs = 0;
+    bt_plan(b, 0, 0, b->start, b->end, ta, tb);
+    bt_prefetch(b);
     int first = 1;
-    return bt_collect(b, 0, 0, b->start, b->end, b->w_root, ta, tb, out, &first, err);
+    sd_status st = bt_collect(b, 0, 0, b->start, b->end, b->w_root, ta, tb, out, &first, err);
+    b->njobs = 0;
+    return st;
 }
 
 sd_status sd_brownian_noise(sd_brownian *b, float sigma, float sigma_next, float *out,

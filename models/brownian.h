@@ -42,6 +42,11 @@ sd_status sd_brownian_increment(sd_brownian *b, double ta, double tb, float *out
 sd_status sd_brownian_noise(sd_brownian *b, float sigma, float sigma_next, float *out,
                             int64_t n, sd_error *err);
 
+/* Worker threads used to draw a query's node noise ahead (default: the
+ * online CPUs, at most 16; 1 = everything on the calling thread). The values
+ * do not depend on it. */
+void sd_brownian_set_threads(sd_brownian *b, int threads);
+
 /* numpy.random.SeedSequence(entropy, spawn_key, pool_size).generate_state
  * (uint32 words). entropy is a Python int (split into 32-bit words, low
  * first); spawn_key may be NULL with n_spawn 0. Exposed for tests. */

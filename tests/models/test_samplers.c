@@ -285,12 +285,28 @@ static void test_brownian(void)
     CHECK_MSG(maxd < 1e-4, "additivity %g", maxd);
     CHECK_OK(sd_brownian_increment(b, 0.5, 3.25, w4, n, &err), &err);
     CHECK(memcmp(w1, w4, n * sizeof(float)) == 0);
-    /* the same seed gives the same tree */
+    /* the same seed gives the same tree, with or without worker threads */
     sd_brownian *b2 = NULL;
     CHECK_OK(sd_brownian_new(42, 0.0291675f, 14.614642f, 4, shape, &b2, &err), &err);
     CHECK_OK(sd_brownian_increment(b2, 0.5, 3.25, w4, n, &err), &err);
     CHECK(memcmp(w1, w4, n * sizeof(float)) == 0);
     sd_brownian_free(b2);
+    sd_brownian *bs = NULL, *bp = NULL;
+    CHECK_OK(sd_brownian_new(7, 0.03f, 14.6f, 4, shape, &bs, &err), &err);
+    CHECK_OK(sd_brownian_new(7, 0.03f, 14.6f, 4, shape, &bp, &err), &err);
+    sd_brownian_set_threads(bs, 1);
+    sd_brownian_set_threads(bp, 4);
+    static const double qs[6][2] = {{0.03, 14.6}, {0.7, 0.9}, {0.123456, 0.123457},
+                                    {2.0, 11.0}, {0.05, 0.0500011}, {1.5, 1.7}};
+    int same_par = 1;
+    for (int q = 0; q < 6; q++) {
+        CHECK_OK(sd_brownian_increment(bs, qs[q][0], qs[q][1], w2, n, &err), &err);
+        CHECK_OK(sd_brownian_increment(bp, qs[q][0], qs[q][1], w3, n, &err), &err);
+        same_par &= memcmp(w2, w3, n * sizeof(float)) == 0;
+    }
+    CHECK_MSG(same_par, "threaded prefetch changed Brownian increments");
+    sd_brownian_free(bs);
+    sd_brownian_free(bp);
     /* increments scale like sqrt(dt): unit variance after normalising */
     CHECK_OK(sd_brownian_noise(b, 2.0f, 1.5f, w1, n, &err), &err);
     double m = 0.0, v = 0.0;
