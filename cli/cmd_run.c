@@ -30,7 +30,12 @@ static void on_sigint(int sig) {
 }
 
 static void cli_log(void *user, int level, const char *msg) {
-    int quiet = *(const int *)user;
+    sd_cli_progress *prog = user;
+    int quiet = prog->quiet;
+    if (prog->tty && prog->line_open && (level <= SD_LOG_WARN || !quiet)) {
+        fputs("\r\033[K", stderr); /* the progress line is redrawn after the message */
+        prog->line_open = 0;
+    }
     if (level <= SD_LOG_WARN) fprintf(stderr, "%s: %s\n", level == SD_LOG_ERROR ? "error" : "warning", msg);
     else if (level == SD_LOG_INFO && !quiet) fprintf(stderr, "%s\n", msg);
     else if (level == SD_LOG_DEBUG && getenv("SDFLOW_DEBUG")) fprintf(stderr, "debug: %s\n", msg);
@@ -265,9 +270,11 @@ int sd_cli_run(int argc, char **argv) {
     sd_graph_problems probs = {0};
     sd_cli_recipe recipe = {.lock = o.lock, .relock = o.relock};
     int code = 1;
+    sd_cli_progress prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .quiet = o.quiet, .report = &rep,
+                           .interrupt = &interrupted};
     sd_status rc = setup_env(&env, &o, &err);
     env.log = cli_log;
-    env.log_user = &o.quiet;
+    env.log_user = &prog;
     if (!rc) rc = sd_nodes_register_all(&err);
     if (!rc) rc = load_workflow(o.workflow, &g, &text, &extra, o.unsafe_lua, &err);
     for (int i = 0; !rc && i < o.n_sets; i++) rc = sd_graph_apply_set(g, o.sets[i], &err);
@@ -310,8 +317,6 @@ int sd_cli_run(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
 
-    sd_cli_progress prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .quiet = o.quiet, .report = &rep,
-                           .interrupt = &interrupted};
     sd_exec_opts xo = {
         .env = &env,
         .cache = cache_handle ? &cache : NULL,
