@@ -128,6 +128,11 @@ grep -q '"IMAGE"' "$T/dump/3_0.safetensors" || fail "dumped: 3_0 has no tensor n
 "$SDFLOW_BIN" cache stats --cache "$CACHE" > "$T/stats.txt" || fail "cache stats failed"
 grep -qE 'entries: +[1-9]' "$T/stats.txt" || fail "cache stats: $(cat "$T/stats.txt")"
 "$SDFLOW_BIN" cache list --cache "$CACHE" | grep -q ImageInvert || fail "cache list: no ImageInvert"
+"$SDFLOW_BIN" cache gc --max-size 1G --cache "$CACHE" | grep -q 'removed 0 entries' || fail "cache gc 1G removed entries"
+"$SDFLOW_BIN" cache gc --max-size 0 --cache "$CACHE" > /dev/null || fail "cache gc 0 failed"
+"$SDFLOW_BIN" cache stats --cache "$CACHE" | grep -qE 'entries: +0$' || fail "cache gc 0 left entries"
+"$SDFLOW_BIN" cache gc --max-size lots --cache "$CACHE" 2> /dev/null && fail "cache gc accepted a bad size"
+"$SDFLOW_BIN" cache gc --cache "$CACHE" 2> /dev/null && fail "cache gc without --max-size accepted"
 "$SDFLOW_BIN" cache clear --cache "$CACHE" > /dev/null || fail "cache clear failed"
 run after_clear
 [ "$(sd_test_count "$T/after_clear.json" executed)" -ge 3 ] || fail "after_clear: expected re-execution"
