@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SCORE_BUDGET ((int64_t)2 << 20) /* floats per thread */
 
@@ -57,7 +58,10 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
     j.D = j.HD / heads;
     j.causal = causal;
     if (j.Lq == 0 || j.D == 0) return SD_OK;
-    if (j.Lk == 0) return SD_OK; /* no keys: zeros (out is zeroed) */
+    if (j.Lk == 0) { /* no keys: zeros */
+        memset(j.o, 0, out->nbytes);
+        return SD_OK;
+    }
     j.scale = (float)(1.0 / sqrt((double)j.D));
     int64_t bq = SCORE_BUDGET / j.Lk;
     if (bq > 256) bq = 256;

@@ -120,12 +120,13 @@ static sd_bt *bt_header(sd_backend *be, sd_dtype dtype, int ndim, const int64_t 
     return t;
 }
 
-/* New result tensor; NULL when an error is already set or allocation fails. */
-static sd_bt *bt_alloc(sd_backend *be, sd_dtype dtype, int ndim, const int64_t *shape) {
+/* New tensor (zeroed or not); NULL when an error is already set or
+ * allocation fails. */
+static sd_bt *bt_alloc_z(sd_backend *be, sd_dtype dtype, int ndim, const int64_t *shape, int zero) {
     if (be->err.code != SD_OK) return NULL;
     sd_bt *t = bt_header(be, dtype, ndim, shape);
     if (!t) return NULL;
-    if (be->vt->alloc(be, t) != SD_OK) {
+    if (be->vt->alloc(be, t, zero) != SD_OK) {
         char b[128];
         sd_backend_fail(be, SD_ERR_NOMEM, "out of memory allocating tensor %s (%zu bytes)",
                         SHAPE(t, b), t->nbytes);
@@ -135,9 +136,14 @@ static sd_bt *bt_alloc(sd_backend *be, sd_dtype dtype, int ndim, const int64_t *
     return t;
 }
 
+/* Op results: the op writes every element. */
+static sd_bt *bt_alloc(sd_backend *be, sd_dtype dtype, int ndim, const int64_t *shape) {
+    return bt_alloc_z(be, dtype, ndim, shape, 0);
+}
+
 sd_bt *sd_bt_new(sd_backend *be, sd_dtype dtype, int ndim, const int64_t *shape) {
     if (!be) return NULL;
-    return bt_alloc(be, dtype, ndim, shape);
+    return bt_alloc_z(be, dtype, ndim, shape, 1);
 }
 
 sd_bt *sd_bt_new4(sd_backend *be, sd_dtype dtype, int ndim, int64_t d0, int64_t d1,

@@ -4,8 +4,9 @@
  * shape validation of every sd_op_*, allocation of the result through the
  * vtable, and NULL propagation. A backend (cpu_backend.c now, CUDA later)
  * fills an sd_backend_i whose op entries receive validated inputs (all F32
- * unless stated) and a freshly allocated, zeroed `out` of the right shape,
- * and return SD_OK or a failure code after calling sd_backend_fail().
+ * unless stated) and a freshly allocated `out` of the right shape whose
+ * contents are UNDEFINED (every op writes all of it), and return SD_OK or a
+ * failure code after calling sd_backend_fail().
  */
 #ifndef SD_BACKEND_IMPL_H
 #define SD_BACKEND_IMPL_H
@@ -16,8 +17,10 @@ typedef struct sd_backend_i {
     const char *name;
     void (*destroy)(sd_backend *be); /* frees be->impl */
 
-    /* storage: fill t->data / t->host for t's dtype and shape (zeroed) */
-    sd_status (*alloc)(sd_backend *be, sd_bt *t);
+    /* storage: fill t->data / t->host for t's dtype and shape; zeroed when
+     * `zero`, else uninitialised (op results: skipping the memset saves a
+     * full pass over memory for every large activation) */
+    sd_status (*alloc)(sd_backend *be, sd_bt *t, int zero);
     void (*release)(sd_bt *t);
     /* t's dtype/shape are set; take src's data (sharing when dtypes match) */
     sd_status (*upload)(sd_backend *be, sd_bt *t, sd_tensor *src);

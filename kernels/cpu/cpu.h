@@ -1,9 +1,10 @@
 /* cpu.h - internals of the CPU backend shared by its kernel files.
  *
  * Every kernel entry point has the signature of its sd_backend_i slot (see
- * backend_impl.h): inputs are validated F32 tensors, `out` is allocated and
- * zeroed. Parallel work goes through the backend's one pool; BLAS runs
- * single-threaded inside pool tasks. Measured on the 2-core dev machine
+ * backend_impl.h): inputs are validated F32 tensors, `out` is allocated
+ * with undefined contents (the op writes every element). Parallel work goes
+ * through the backend's one pool; BLAS runs single-threaded inside pool
+ * tasks. Measured on the 2-core dev machine
  * (OpenBLAS 0.3.21, SkylakeX kernels) for conv/linear/attention GEMM shapes
  * (128x65536x1152, 4096x320x320, 256x4096x40, 4096x1280x320): splitting
  * over our pool and OpenBLAS's own 2 threads are within run-to-run noise

@@ -49,8 +49,16 @@ static void cpu_destroy(sd_backend *be) {
     be->impl = NULL;
 }
 
-static sd_status cpu_alloc(sd_backend *be, sd_bt *t) {
-    t->host = sd_tensor_new(t->dtype, t->ndim, t->shape);
+static sd_status cpu_alloc(sd_backend *be, sd_bt *t, int zero) {
+    if (zero) {
+        t->host = sd_tensor_new(t->dtype, t->ndim, t->shape);
+    } else {
+        size_t bytes = (t->nbytes + 63) & ~(size_t)63;
+        void *data = aligned_alloc(64, bytes ? bytes : 64);
+        if (!data) return SD_ERR_NOMEM;
+        t->host = sd_tensor_new_borrowed(t->dtype, t->ndim, t->shape, data, free, data);
+        if (!t->host) free(data);
+    }
     if (!t->host) return SD_ERR_NOMEM;
     t->data = t->host->data;
     return SD_OK;

@@ -7,9 +7,9 @@ void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc) {
     if (M <= 0 || N <= 0) return;
-    if (K <= 0) { /* BLAS would leave C alone only when beta == 1 */
+    if (K <= 0) { /* empty sum: C = beta * C, never reading C when beta is 0 */
         for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : C[i * ldc + j] * beta;
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -17,9 +17,15 @@ static void pad_task(void *ctx, int64_t t, int thread) {
     const plane_job *j = ctx;
     const float *x = j->x + t * j->H * j->W;
     float *y = j->y + t * j->Ho * j->Wo;
-    /* out is zeroed; copy the interior rows */
-    for (int64_t r = 0; r < j->H; r++)
-        memcpy(y + (r + j->top) * j->Wo + j->left, x + r * j->W, (size_t)j->W * sizeof *y);
+    /* zero the border, copy the interior rows */
+    memset(y, 0, (size_t)(j->top * j->Wo) * sizeof *y);
+    for (int64_t r = 0; r < j->H; r++) {
+        float *d = y + (r + j->top) * j->Wo;
+        memset(d, 0, (size_t)j->left * sizeof *y);
+        memcpy(d + j->left, x + r * j->W, (size_t)j->W * sizeof *y);
+        memset(d + j->left + j->W, 0, (size_t)(j->Wo - j->left - j->W) * sizeof *y);
+    }
+    memset(y + (j->top + j->H) * j->Wo, 0, (size_t)((j->Ho - j->top - j->H) * j->Wo) * sizeof *y);
 }
 
 sd_status sd_cpu_pad2d(sd_backend *be, sd_bt *out, const sd_bt *x, int left, int top) {
