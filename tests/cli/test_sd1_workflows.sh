@@ -1,0 +1,149 @@
+# img2img (VAEEncode + KSampler denoise 0.6) and inpainting (VAEEncodeForInpaint;
+# VAEEncode + SetLatentNoiseMask) workflows through `sdflow run` on the tiny
+# SD1 checkpoint of the shared test data, checked for what must hold: output
+# shapes, the mask, the latent region outside the mask unchanged (ComfyUI
+# pins it to the input latent every step), the repainted region changed,
+# runs deterministic, cache on and off identical. Needs the shared data, a
+# tokenizer and python3 (reads the dumps); else exit 77.
+set -u
+: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
+DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
+SHARED="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}"
+TOK="${SDFLOW_TOKENIZER_DIR:-$SHARED/data/clip}"
+MODEL="$DATA/models/tiny-sd1.safetensors"
+[ -f "$MODEL" ] || { echo "SKIP: no $MODEL"; exit 77; }
+[ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
+command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
+
+T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_sd1_workflows"
+rm -rf "$T" && mkdir -p "$T/models/checkpoints" "$T/input"
+ln -s "$MODEL" "$T/models/checkpoints/tiny-sd1.safetensors"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+cat > "$T/tool.py" << 'PY'
+import json, math, os, struct, sys, zlib
+
+def png(path):
+    """64x64 RGBA: transparent (LoadImage mask 1) where x < 32."""
+    w = h = 64
+    rows = b""
+    for y in range(h):
+        row = b"\x00"
+        for x in range(w):
+            r = int(127 + 100 * math.sin(0.2 * x + 0.1 * y))
+            g = int(127 + 100 * math.cos(0.15 * x - 0.12 * y))
+            b = (x * 4 + y * 2) % 256
+            a = 0 if x < 32 else 255
+            row += bytes((r, g, b, a))
+        rows += row
+    def chunk(t, d):
+        c = struct.pack(">I", len(d)) + t + d
+        return c + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
+    data += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    open(path, "wb").write(data)
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        out = {}
+        for name, e in hdr.items():
+            if name == "__metadata__":
+                continue
+            b, end = e["data_offsets"]
+            f.seek(8 + n + b)
+            raw = f.read(end - b)
+            out[name] = (e["shape"], struct.unpack("<%df" % (len(raw) // 4), raw), raw)
+        return out
+
+def tensor(dump, node, name):
+    d = read_st(os.path.join(dump, "%s_0.safetensors" % node))
+    return d[name]
+
+def col_diff(a, b, shape, c0, c1):
+    B, C, H, W = shape
+    m = 0.0
+    for i in range(B * C * H):
+        for x in range(c0, c1):
+            m = max(m, abs(a[i * W + x] - b[i * W + x]))
+    return m
+
+def scale(a, shape, c0, c1):
+    B, C, H, W = shape
+    return max(abs(a[i * W + x]) for i in range(B * C * H) for x in range(c0, c1))
+
+def check(kind, dump):
+    bad = 0
+    def expect(cond, msg):
+        nonlocal bad
+        if not cond:
+            print("FAIL: %s: %s" % (kind, msg)); bad += 1
+    enc_node = "11" if kind == "noise_mask" else "10"
+    out_shape, out, _ = tensor(dump, "3", "samples")
+    in_shape, lat, _ = tensor(dump, enc_node, "samples")
+    expect(out_shape == [1, 4, 8, 8], "KSampler latent shape %s" % out_shape)
+    expect(in_shape == out_shape, "encoded latent shape %s" % in_shape)
+    img_shape = tensor(dump, "8", "IMAGE")[0]
+    expect(img_shape == [1, 64, 64, 3], "decoded image shape %s" % img_shape)
+    if kind == "img2img":
+        d = col_diff(out, lat, out_shape, 0, 8)
+        expect(d > 1e-3, "denoise 0.6 left the latent unchanged")
+    else:
+        mshape, mask, _ = tensor(dump, enc_node, "noise_mask")
+        want = [1, 1, 64, 64]
+        expect(mshape == want, "noise_mask shape %s" % mshape)
+        if kind == "inpaint":  # grown by 6: pixels x < 35 are repainted
+            expect(mask[20 * 64 + 34] == 1.0 and mask[20 * 64 + 35] == 0.0, "grown mask edge")
+        # latent columns 4..7 sample mask pixels >= 35.5: mask 0 -> kept
+        s = scale(lat, in_shape, 4, 8)
+        kept = col_diff(out, lat, out_shape, 4, 8)
+        expect(kept <= 1e-5 * (1 + s), "kept region changed by %g" % kept)
+        changed = col_diff(out, lat, out_shape, 0, 3)
+        expect(changed > 1e-3, "masked region unchanged (%g)" % changed)
+        print("  %s: kept region max|diff| %.3g, repainted %.3g" % (kind, kept, changed))
+    sys.exit(1 if bad else 0)
+
+def same(a, b):
+    fa = sorted(f for f in os.listdir(a) if f.endswith(".safetensors"))
+    fb = sorted(f for f in os.listdir(b) if f.endswith(".safetensors"))
+    if fa != fb:
+        print("FAIL: dump files differ"); sys.exit(1)
+    bad = 0
+    for f in fa:
+        da, db = read_st(os.path.join(a, f)), read_st(os.path.join(b, f))
+        for k in da:
+            if k not in db or da[k][2] != db[k][2] or da[k][0] != db[k][0]:
+                print("FAIL: %s %s differs between %s and %s" % (f, k, a, b)); bad += 1
+    sys.exit(1 if bad else 0)
+
+if __name__ == "__main__":
+    {"png": png, "check": check, "same": same}[sys.argv[1]](*sys.argv[2:])
+PY
+python3 "$T/tool.py" png "$T/input/example.png"
+
+run_wf() { # KIND WORKFLOW
+    local kind=$1 wf=$2 W="$T/$1"
+    mkdir -p "$W"
+    local common=(--models-dir "$T/models" --input-dir "$T/input" --output-dir "$W/out"
+        --tokenizer-dir "$TOK" --quiet --set 4.ckpt_name=tiny-sd1.safetensors --set 3.steps=4)
+    if ! "$SDFLOW_BIN" run "$wf" "${common[@]}" --no-cache --dump "$W/d1" > /dev/null 2> "$W/err"; then
+        fail "$kind: sdflow run failed: $(cat "$W/err")"
+        return
+    fi
+    python3 "$T/tool.py" check "$kind" "$W/d1" || fail "$kind: properties"
+    "$SDFLOW_BIN" run "$wf" "${common[@]}" --no-cache --dump "$W/d2" > /dev/null 2>&1 || fail "$kind: rerun"
+    python3 "$T/tool.py" same "$W/d1" "$W/d2" || fail "$kind: not deterministic"
+    "$SDFLOW_BIN" run "$wf" "${common[@]}" --cache "$W/c.db" --dump "$W/d3" > /dev/null 2>&1 || fail "$kind: cached run"
+    "$SDFLOW_BIN" run "$wf" "${common[@]}" --cache "$W/c.db" --dump "$W/d4" > /dev/null 2>&1 || fail "$kind: cache hit run"
+    python3 "$T/tool.py" same "$W/d1" "$W/d3" || fail "$kind: cache on differs from cache off"
+    python3 "$T/tool.py" same "$W/d1" "$W/d4" || fail "$kind: cached results differ"
+}
+
+run_wf img2img "$SDFLOW_SOURCE_DIR/workflows/img2img_sd15.json"
+run_wf inpaint "$SDFLOW_SOURCE_DIR/workflows/inpaint_sd15.json"
+run_wf noise_mask "$SDFLOW_SOURCE_DIR/tests/workflows/inpaint_noise_mask_sd15.json"
+
+[ "$failures" -eq 0 ] && echo "ok" || echo "$failures failures"
+[ "$failures" -eq 0 ]
