@@ -149,6 +149,16 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
         /* ComfyUI summarizes long lists; so do we. */
         char list[1024] = "";
         size_t off = 0;
+        if (count == 0 && d->file_folder) {
+            /* The #1 user error is a missing model or image: say where we looked. */
+            char dir[1024];
+            sd_env_folder_dir(env, d->file_folder, dir, sizeof dir);
+            add_problem(p, n, d->name, "value_not_in_list", "value '%s' not in list (no files in %s%s%s)%s", s,
+                        dir, env->comfyui_dir ? " or under " : "", env->comfyui_dir ? env->comfyui_dir : "",
+                        fn_error);
+            sd_value_unref(dyn);
+            return;
+        }
         if (count > 20 || count == 0) {
             snprintf(list, sizeof list, "list of length %zu", count);
         } else {
@@ -169,8 +179,11 @@ static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd
     sd_value_kind k = sd_value_kind_of(v);
     const char *t = d->type;
     if (!sd_type_is_literal(t)) {
-        add_problem(p, n, d->name, "invalid_input_type",
-                    "expects a link to a %s output, got the literal %s", t, got);
+        /* A common hand-editing slip: [5, 0] instead of ["5", 0]. */
+        const sd_value *first = sd_value_list_get(v, 0);
+        int numeric_id = sd_value_list_len(v) == 2 && sd_value_kind_of(first) == SD_VAL_INT;
+        add_problem(p, n, d->name, "invalid_input_type", "expects a link to an output of type %s, got %s%s",
+                    t, got, numeric_id ? " (a link is [\"<node id as a string>\", <output index>])" : "");
         return;
     }
     if (strcmp(t, SD_T_COMBO) == 0) { check_combo(p, n, d, v, env); return; }
