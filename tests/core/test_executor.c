@@ -472,6 +472,27 @@ static void test_loader_not_run(void) {
     fc_clear(&fcache);
 }
 
+/* A REPL keeps one sd_exec: a loaded handle stays in the memo, so a changed
+ * consumer reuses it instead of loading again. */
+static void test_memo_keeps_handles(void) {
+    write_file("model.bin", "weights-v1");
+    sd_exec_report rep;
+    sd_error err;
+    sd_exec *ex = sd_exec_new();
+    CHECK_OK(run_json(ex, LOADER, NULL, &rep, &err), &err);
+    CHECK(calls[C_LOAD] == 1);
+    sd_exec_report_free(&rep);
+    sd_graph *g = parse(LOADER);
+    CHECK_OK(sd_graph_apply_set(g, "2.value=9", &err), &err);
+    CHECK_OK(run_graph(ex, g, NULL, &rep, &err), &err);
+    CHECK_MSG(strcmp(call_log, "2,3,4") == 0, "ran %s", call_log);
+    CHECK(status_of(&rep, "1") == SD_NODE_MEMO);
+    CHECK(read_number("loader") == 10 * 100 + 9);
+    sd_exec_report_free(&rep);
+    sd_graph_free(g);
+    sd_exec_free(ex);
+}
+
 static void test_not_idempotent(void) {
     fc_clear(&fcache);
     const char *wf =
@@ -634,6 +655,7 @@ int main(void) {
     test_persistent_cache();
     test_duplicates();
     test_loader_not_run();
+    test_memo_keeps_handles();
     test_not_idempotent();
     test_cancel_and_failure();
     test_dump();
