@@ -160,7 +160,8 @@ static inline int sd_sampler_needs_uncond(const sd_sampler *s)
  * with n_sigmas == 1 x is returned unchanged, as in ComfyUI.
  * Errors: SD_ERR_INVALID (bad arguments, with the sampler name),
  * SD_ERR_CANCELLED, SD_ERR_NOMEM, or whatever the denoiser / noise source
- * returned (its message kept, prefixed with the sampler name). */
+ * returned (its message kept, prefixed with the sampler name). After an error
+ * other than SD_ERR_INVALID, x holds the partly integrated state. */
 sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model,
                          const float *sigmas, int n_sigmas, sd_tensor *x,
                          const sd_sampler_params *params, sd_error *err);
