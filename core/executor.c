@@ -190,6 +190,8 @@ static size_t node_index(const sd_graph *g, const char *id) {
 /* Default or coerced literal for input d (NULL when absent without default). */
 static sd_value *prepare_literal(const sd_input_def *d, const sd_graph_input *in) {
     const char *t = d->type;
+    if (in && !in->is_link && d->optional && sd_value_kind_of(in->literal) == SD_VAL_NONE)
+        in = NULL; /* null for an optional input means "not given" (validation agrees) */
     if (in && !in->is_link) {
         const sd_value *v = in->literal;
         if (strcmp(t, SD_T_INT) == 0 && sd_value_kind_of(v) == SD_VAL_FLOAT)

@@ -227,7 +227,12 @@ static void check_node(sd_graph_problems *p, const sd_graph *g, const sd_graph_n
                 add_problem(p, n, d->name, "required_input_missing", "required input is missing (%s)", d->type);
             continue;
         }
-        if (!in->is_link) { check_literal(p, n, d, in->literal, env); continue; }
+        if (!in->is_link) {
+            /* null for an optional input means "not given". */
+            if (d->optional && sd_value_kind_of(in->literal) == SD_VAL_NONE) continue;
+            check_literal(p, n, d, in->literal, env);
+            continue;
+        }
         const sd_graph_node *src = sd_graph_find(g, in->src_id);
         if (!src) {
             add_problem(p, n, d->name, "bad_linked_input", "links to node '%s', which does not exist", in->src_id);

@@ -225,7 +225,7 @@ static void test_validate(void) {
     /* Good graph: absent literals with defaults are fine, optional link absent. */
     sd_graph *g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"label\": \"x\", \"extra\": 5}},"
                         " \"2\": {\"class_type\": \"TFilter\", \"inputs\": {\"samples\": [\"1\", 0],"
-                        "        \"sampler\": \"ddim\", \"cfg\": 7}},"
+                        "        \"sampler\": \"ddim\", \"cfg\": 7, \"mask\": null}},"
                         " \"3\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": [\"2\", 0]}}}");
     sd_graph_problems p = {0};
     sd_error_clear(&err);
