@@ -124,4 +124,18 @@ sd_status sd_clip_forward(sd_clip *c, const sd_clip_tokens *in, sd_clip_layer la
                           sd_clip_output *out, sd_error *err);
 void sd_clip_output_free(sd_clip_output *o); /* frees the tensors, NULL-safe */
 
+/* ---- parameters by key, views (models/clip_params.c; used by LoRA) --------- */
+
+/* The slot holding the parameter named by its HF key relative to the
+ * encoder's prefix ("text_model.encoder.layers.3.mlp.fc1.weight",
+ * "text_projection.weight"), or NULL when absent. On an OpenCLIP model the
+ * q/k/v projection names reach the fused in_proj tensor: *row0 / *rows give
+ * the rows that belong to the name (*rows = 0: the whole tensor). row0/rows
+ * may be NULL. The slot belongs to c (replace tensors only on a view). */
+sd_bt **sd_clip_param(sd_clip *c, const char *key, int64_t *row0, int64_t *rows);
+
+/* A new encoder sharing every weight of `base` as backend views (no data
+ * copied; tap not inherited). Free with sd_clip_free. */
+sd_status sd_clip_view(const sd_clip *base, sd_clip **out, sd_error *err);
+
 #endif

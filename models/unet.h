@@ -132,4 +132,18 @@ typedef struct sd_sdxl_size {
 sd_status sd_unet_sdxl_adm(const sd_tensor *pooled, const sd_sdxl_size *size,
                            sd_tensor **out, sd_error *err);
 
+/* ---- parameters by key, views (models/unet_params.c; used by LoRA) ---------- */
+
+/* The slot holding the parameter named by its checkpoint key relative to the
+ * UNet prefix ("input_blocks.1.1.proj_in.weight"), or NULL when the model
+ * has no such parameter. The slot belongs to u: a caller replacing the
+ * tensor in it frees the old one (only ever done on a view). */
+sd_bt **sd_unet_param(sd_unet *u, const char *key);
+
+/* A new UNet sharing every weight of `base` (each tensor a backend view, no
+ * data copied; the tap is not inherited). Free with sd_unet_free, which
+ * releases only the views. `base` must outlive the view (the CPU backend's
+ * views keep the storage alive anyway). */
+sd_status sd_unet_view(const sd_unet *base, sd_unet **out, sd_error *err);
+
 #endif
