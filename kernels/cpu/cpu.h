@@ -61,8 +61,11 @@ sd_status sd_cpu_copy(sd_backend *be, sd_bt *out, const sd_bt *x);
 /* In-place softmax of one row (double-accumulated sum). A row that is all
  * -inf becomes zeros. */
 void sd_cpu_softmax_row(float *row, int64_t n);
-/* y = x * sigmoid(x) over n floats (y may equal x). */
-void sd_cpu_silu(const float *x, float *y, int64_t n);
+/* y = x * sigmoid(beta * x) over n floats (SiLU: beta 1, quick_gelu:
+ * 1.702); y may equal x. */
+void sd_cpu_silu(const float *x, float *y, int64_t n, float beta);
+/* y = exact (erf) GELU of x; y may equal x. */
+void sd_cpu_gelu(const float *x, float *y, int64_t n);
 
 /* Splits [0, n) into chunks of about `grain` for pool tasks. */
 static inline int64_t sd_cpu_chunks(int64_t n, int64_t grain) {

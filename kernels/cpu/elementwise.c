@@ -82,8 +82,6 @@ sd_status sd_cpu_add_channel(sd_backend *be, sd_bt *out, const sd_bt *x, const s
 
 /* ---- unary --------------------------------------------------------------------- */
 
-static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); }
-
 typedef struct {
     const float *x;
     float *y;
@@ -100,11 +98,9 @@ static void un_task(void *ctx, int64_t t, int thread) {
     float *y = j->y;
     switch (j->op) {
     case SD_UNARY_SCALE: for (int64_t i = i0; i < i1; i++) y[i] = x[i] * j->s; break;
-    case SD_UNARY_SILU: sd_cpu_silu(x + i0, y + i0, i1 - i0); break;
-    case SD_UNARY_GELU: for (int64_t i = i0; i < i1; i++) y[i] = gelu(x[i]); break;
-    case SD_UNARY_QUICK_GELU:
-        for (int64_t i = i0; i < i1; i++) y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
-        break;
+    case SD_UNARY_SILU: sd_cpu_silu(x + i0, y + i0, i1 - i0, 1.0f); break;
+    case SD_UNARY_GELU: sd_cpu_gelu(x + i0, y + i0, i1 - i0); break;
+    case SD_UNARY_QUICK_GELU: sd_cpu_silu(x + i0, y + i0, i1 - i0, 1.702f); break;
     case SD_UNARY_TANH: for (int64_t i = i0; i < i1; i++) y[i] = tanhf(x[i]); break;
     case SD_UNARY_RELU: for (int64_t i = i0; i < i1; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f; break;
     }
@@ -131,7 +127,8 @@ static void geglu_task(void *ctx, int64_t t, int thread) {
     for (int64_t r = r0; r < r1; r++) {
         const float *a = j->x + r * 2 * j->F, *g = a + j->F;
         float *y = j->y + r * j->F;
-        for (int64_t i = 0; i < j->F; i++) y[i] = a[i] * gelu(g[i]);
+        sd_cpu_gelu(g, y, j->F);
+        for (int64_t i = 0; i < j->F; i++) y[i] *= a[i];
     }
 }
 

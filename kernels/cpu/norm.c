@@ -38,7 +38,7 @@ static void group_task(void *ctx, int64_t t, int thread) {
         const float *xc = x + c * j->S;
         float *yc = y + c * j->S;
         for (int64_t i = 0; i < j->S; i++) yc[i] = (xc[i] - m) * scale + shift;
-        if (j->silu) sd_cpu_silu(yc, yc, j->S);
+        if (j->silu) sd_cpu_silu(yc, yc, j->S, 1.0f);
     }
 }
 

@@ -384,6 +384,26 @@ static void test_unary(sd_backend *be) {
     free(ref);
     sd_bt_free(X);
     free(x);
+    /* extremes (vector and scalar tails both): no NaN/Inf, right limits */
+    static const float ext[19] = {-1e4f, -300.f, -100.f, -88.5f, -87.f, -20.f, -5.f, -1e-3f, -1e-30f, 0.f,
+                                  1e-30f, 1e-3f, 5.f, 20.f, 87.f, 88.5f, 100.f, 300.f, 1e4f};
+    int64_t es[1] = {19};
+    sd_tensor *eh = sd_tensor_new(SD_F32, 1, es);
+    memcpy(eh->data, ext, sizeof ext);
+    sd_bt *E = sd_bt_from_host(be, eh, SD_F32);
+    sd_tensor_unref(eh);
+    double eref[19];
+    for (int op = 0; op < 3; op++) {
+        for (int i = 0; i < 19; i++) {
+            double v = ext[i];
+            eref[i] = op == 0 ? v / (1 + exp(-v)) : op == 1 ? 0.5 * v * (1 + erf(v / sqrt(2.0)))
+                                                   : v / (1 + exp(-1.702 * v));
+        }
+        sd_bt *y = op == 0 ? sd_op_silu(E) : op == 1 ? sd_op_gelu(E) : sd_op_quick_gelu(E);
+        close_to(op == 0 ? "silu extremes" : op == 1 ? "gelu extremes" : "quick_gelu extremes", y, eref, 19, 2e-6, 2e-6);
+        sd_bt_free(y);
+    }
+    sd_bt_free(E);
     /* GEGLU over [..., 2F] with F odd: first half * gelu(second half) */
     int64_t gs[3] = {2, 5, 2 * 33};
     float *gp;
