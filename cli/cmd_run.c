@@ -43,7 +43,8 @@ static void cli_log(void *user, int level, const char *msg) {
 
 static sd_status read_text(const char *path, char **out, sd_error *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    int from_stdin = strcmp(path, "-") == 0; /* `sdflow run -` reads the workflow from stdin */
+    FILE *f = from_stdin ? stdin : fopen(path, "rb");
     if (!f) return sd_error_set(err, errno == ENOENT ? SD_ERR_NOT_FOUND : SD_ERR_IO, "cannot open '%s': %s",
                                 path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
@@ -60,7 +61,7 @@ static sd_status read_text(const char *path, char **out, sd_error *err) {
         if (k == 0) break;
     }
     int bad = ferror(f);
-    fclose(f);
+    if (!from_stdin) fclose(f);
     if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", path);
     if (bad) { free(buf); return sd_error_set(err, SD_ERR_IO, "cannot read '%s'", path); }
     buf[n] = 0;
@@ -116,7 +117,7 @@ static sd_status load_workflow(const char *path, sd_graph **g, char **text, char
         return sd_lua_load_graph(path, &lo, g, err);
     }
     sd_status rc;
-    int png = is_png(path);
+    int png = strcmp(path, "-") != 0 && is_png(path);
     if (png) {
         rc = sd_png_read_text(path, "prompt", text, err);
         if (rc == SD_ERR_NOT_FOUND)
@@ -127,7 +128,7 @@ static sd_status load_workflow(const char *path, sd_graph **g, char **text, char
         rc = read_text(path, text, err);
         if (rc) return rc;
     }
-    rc = sd_graph_from_json(*text, path, g, err);
+    rc = sd_graph_from_json(*text, strcmp(path, "-") ? path : "<stdin>", g, err);
     if (!rc) *extra = extra_pnginfo_of(path, *text, png);
     return rc;
 }

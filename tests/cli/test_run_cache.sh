@@ -103,6 +103,11 @@ png=$(ls "$T/output"/sdflow_demo_*.png | head -1)
     --report "$T/from_png.json" 2> "$T/from_png.err" || fail "from_png: $(cat "$T/from_png.err")"
 [ "$(sd_test_count "$T/from_png.json" executed)" = "0" ] || fail "from_png: expected nothing executed"
 
+# The workflow can come on stdin.
+"$SDFLOW_BIN" run - --cache "$CACHE" --input-dir "$T/input" --output-dir "$T/output" \
+    --report "$T/stdin.json" < "$WF" > /dev/null 2> "$T/stdin.err" || fail "stdin: $(cat "$T/stdin.err")"
+[ "$(sd_test_count "$T/stdin.json" executed)" = "0" ] || fail "stdin: expected nothing executed"
+
 # Two processes on one cache at once.
 run concurrent_a --set 2.width=24 --quiet &
 pa=$!
