@@ -1,0 +1,95 @@
+/* cuda_kernels.h - launchers of our own CUDA kernels (the .cu files).
+ *
+ * Plain C types only, so the C side (cuda_*.c) and nvcc both include it.
+ * Every launcher enqueues on `s` and returns the launch status
+ * (cudaGetLastError()); faults inside a kernel surface at the next
+ * synchronisation. Pointers are device memory; tensors are contiguous
+ * row-major F32 unless said otherwise. The callers validate shapes.
+ */
+#ifndef SD_CUDA_KERNELS_H
+#define SD_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SD_CUDA_DIMS 5 /* = SD_MAX_DIMS (checked in cuda_backend.c) */
+
+/* Shapes and strides passed to kernels by value. */
+typedef struct sd_cuda_dims {
+    int ndim;
+    int64_t shape[SD_CUDA_DIMS];
+    int64_t stride[SD_CUDA_DIMS];
+} sd_cuda_dims;
+
+/* ---- elementwise.cu ---- */
+/* op: enum sd_unary_op (backend_impl.h); s is SCALE's factor. */
+cudaError_t sd_cuda_unary(cudaStream_t s, const float *x, float *y, int64_t n, int op, float sc);
+/* y = a (+|*) b[off(i)], off from b's broadcast strides over a's shape. op 0 add, 1 mul. */
+cudaError_t sd_cuda_binary(cudaStream_t s, const float *a, const float *b, float *y, int64_t n,
+                           sd_cuda_dims bd, int op);
+/* y[p, :] = x[p, :] + b[p] over `planes` planes of `plane` elements. */
+cudaError_t sd_cuda_add_plane(cudaStream_t s, const float *x, const float *b, float *y,
+                              int64_t planes, int64_t plane);
+/* y[n, c, :] += bias[c] (in place) for C channels of `plane` elements. */
+cudaError_t sd_cuda_bias_nchw(cudaStream_t s, float *y, const float *bias, int64_t n, int64_t C,
+                              int64_t plane);
+/* y[r, c] = bias[c]: rows x cols (the GEMM then accumulates onto it). */
+cudaError_t sd_cuda_fill_rows(cudaStream_t s, float *y, const float *bias, int64_t rows,
+                              int64_t cols);
+/* y[r, i] = x[r, i] * gelu(x[r, F + i]). */
+cudaError_t sd_cuda_geglu(cudaStream_t s, const float *x, float *y, int64_t rows, int64_t F);
+/* F32 <-> F16 (bf16 = 0) or BF16 (bf16 = 1), round to nearest even. */
+cudaError_t sd_cuda_f32_to_half(cudaStream_t s, const float *x, void *y, int64_t n, int bf16);
+cudaError_t sd_cuda_half_to_f32(cudaStream_t s, const void *x, float *y, int64_t n, int bf16);
+
+/* ---- norm.cu ---- */
+/* Bytes of device scratch sd_cuda_group_norm needs. */
+size_t sd_cuda_group_norm_scratch(int64_t N, int groups, int64_t count);
+/* GroupNorm of x [N, C, S] (S = product of the spatial dims), statistics in
+ * double (per-block two-pass, merged with Chan's formula); gamma/beta may be
+ * NULL; silu fuses SiLU. scratch: sd_cuda_group_norm_scratch bytes. */
+cudaError_t sd_cuda_group_norm(cudaStream_t s, const float *x, const float *gamma,
+                               const float *beta, float *y, void *scratch, int64_t N, int64_t C,
+                               int64_t S, int groups, float eps, int silu);
+/* LayerNorm over rows of C (statistics in double); gamma/beta may be NULL. */
+cudaError_t sd_cuda_layer_norm(cudaStream_t s, const float *x, const float *gamma,
+                               const float *beta, float *y, int64_t rows, int64_t C, float eps);
+/* Softmax over rows of C; a row of all -inf becomes zeros. */
+cudaError_t sd_cuda_softmax(cudaStream_t s, const float *x, float *y, int64_t rows, int64_t C);
+
+/* ---- attention.cu ---- */
+/* Dynamic shared memory the attention kernel needs for head dim D, or 0
+ * when D is larger than the kernel supports (512). */
+size_t sd_cuda_attention_smem(int64_t D);
+/* o = softmax(q k^T / sqrt(D) [causal mask]) v per head; q [N, Lq, H*D],
+ * k/v [N, Lk, H*D]. Online softmax in F32 over 32-key tiles staged in
+ * shared memory; no score matrix in device memory. max_smem: the device's
+ * opt-in shared memory per block. */
+cudaError_t sd_cuda_attention(cudaStream_t s, const float *q, const float *k, const float *v,
+                              float *o, int64_t N, int64_t Lq, int64_t Lk, int heads, int64_t D,
+                              int causal, size_t max_smem);
+
+/* ---- layout.cu ---- */
+/* out [P, Ho, Wo] (zeroed) <- x [P, H, W] at (top, left). */
+cudaError_t sd_cuda_pad2d(cudaStream_t s, const float *x, float *y, int64_t P, int64_t H,
+                          int64_t W, int64_t Ho, int64_t Wo, int left, int top);
+/* Nearest x2: y [P, 2H, 2W] from x [P, H, W]. */
+cudaError_t sd_cuda_upsample2x(cudaStream_t s, const float *x, float *y, int64_t P, int64_t H,
+                               int64_t W);
+/* y (shape od.shape, contiguous) [i] = x[sum idx_d * od.stride[d]], where
+ * od.stride are x's strides permuted to y's dim order. */
+cudaError_t sd_cuda_permute(cudaStream_t s, const float *x, float *y, int64_t n, sd_cuda_dims od);
+/* y[i, :] = table[ids[i], :]; ids already range-checked; ids64 picks I64 vs I32. */
+cudaError_t sd_cuda_embedding(cudaStream_t s, const float *table, const void *ids, int ids64,
+                              float *y, int64_t n, int64_t C);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
