@@ -74,6 +74,30 @@ static double psnr(const sd_tensor *a, const sd_tensor *b, int64_t rows) {
     return 10.0 * log10(1.0 / (se / (double)n));
 }
 
+/* The same weights renamed to the diffusers AutoencoderTiny layout
+ * ("<part>.layers.<i + shift>.<rest>"), as an in-memory file. */
+static sd_st_file *relayout(sd_st_file *src, const char *part, int shift, void **mem) {
+    sd_error err;
+    sd_st_writer *w = sd_st_writer_new();
+    int ok = w != NULL;
+    for (size_t i = 0; ok && i < sd_st_count(src); i++) {
+        const char *name = sd_st_at(src, i)->name;
+        char *rest;
+        long idx = strtol(name, &rest, 10);
+        char key[256];
+        snprintf(key, sizeof key, "%s.layers.%ld%s", part, idx + shift, rest);
+        sd_tensor *t = sd_st_tensor(src, name, &err);
+        ok = t && sd_st_writer_add(w, key, t, &err) == SD_OK;
+        sd_tensor_unref(t);
+    }
+    size_t size = 0;
+    sd_st_file *f = NULL;
+    if (ok) CHECK_OK(sd_st_writer_to_memory(w, mem, &size, &err), &err);
+    if (ok && *mem) CHECK_OK(sd_st_open_memory(*mem, size, part, &f, &err), &err);
+    sd_st_writer_free(w);
+    return f;
+}
+
 int main(void) {
     const char *shared = getenv("SDFLOW_SHARED");
     if (!shared || !*shared) shared = sd_test_shared_dir();
@@ -105,6 +129,14 @@ int main(void) {
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
     sd_taesd *t = NULL;
     if (fe && fd && fg && be) CHECK_OK(sd_taesd_load(be, fe, "", fd, "", &t, &err), &err);
+    /* diffusers layout of the same weights: same numbers */
+    void *me = NULL, *md = NULL;
+    sd_st_file *fe2 = fe ? relayout(fe, "encoder", 0, &me) : NULL;
+    sd_st_file *fd2 = fd ? relayout(fd, "decoder", -1, &md) : NULL;
+    sd_taesd *t2 = NULL;
+    if (fe2 && fd2 && be) CHECK_OK(sd_taesd_load(be, fe2, "", fd2, "", &t2, &err), &err);
+    sd_st_close(fe2);
+    sd_st_close(fd2);
     sd_st_close(fe); /* the model keeps what it needs */
     sd_st_close(fd);
     if (!t) {
@@ -170,6 +202,19 @@ int main(void) {
         }
         sd_tensor_unref(img);
     }
+    if (t2 && latent_ref && input && decoded_ref) {
+        printf("diffusers key layout:\n");
+        sd_tensor *l2 = NULL, *d2 = NULL;
+        CHECK_OK(sd_taesd_encode(t2, input, &l2, &err), &err);
+        if (l2) compare("latent", l2, latent_ref, tol(root, "latent", "atol"), tol(root, "latent", "rtol"));
+        CHECK_OK(sd_taesd_decode(t2, latent_ref, &d2, &err), &err);
+        if (d2) compare("decoded", d2, decoded_ref, tol(root, "decoded", "atol"), tol(root, "decoded", "rtol"));
+        sd_tensor_unref(l2);
+        sd_tensor_unref(d2);
+    }
+    sd_taesd_free(t2);
+    free(me);
+    free(md);
     /* a wrong-shaped input is an error, not a crash */
     sd_tensor *odd = sd_tensor_new4(SD_F32, 4, 1, 3, 12, 16), *none = NULL;
     CHECK(sd_taesd_encode(t, odd, &none, &err) == SD_ERR_INVALID && none == NULL);
