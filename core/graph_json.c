@@ -6,12 +6,69 @@
  * link survives). Serialization wraps every literal list the same way. */
 #include "graph.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "json_util.h"
 #include "node.h"
+
+/* ---- exact integers -------------------------------------------------------------
+ * cJSON keeps numbers as doubles, which rounds integers beyond 2^53, and a
+ * seed must reach the sampler exactly as written (ComfyUI seeds go far past
+ * 2^53). The numbers in the text appear in the same order as the number items
+ * of a pre-order walk of the tree, so big integers are re-read from their
+ * digits and the item is turned into a cJSON_Raw holding them. */
+
+typedef struct { const char *text; size_t pos; } num_scan;
+
+/* Next number token (start, length) outside strings; 0 at the end. */
+static int next_number(num_scan *sc, const char **start, size_t *len) {
+    const char *t = sc->text;
+    size_t i = sc->pos;
+    while (t[i]) {
+        if (t[i] == '"') {
+            for (i++; t[i] && t[i] != '"'; i++)
+                if (t[i] == '\\' && t[i + 1]) i++;
+            if (t[i]) i++;
+            continue;
+        }
+        if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9')) {
+            size_t b = i;
+            while (t[i] && strchr("0123456789+-.eE", t[i])) i++;
+            *start = t + b;
+            *len = i - b;
+            sc->pos = i;
+            return 1;
+        }
+        i++;
+    }
+    sc->pos = i;
+    return 0;
+}
+
+static void exact_integers(cJSON *item, num_scan *sc) {
+    for (; item; item = item->next) {
+        if (cJSON_IsNumber(item)) {
+            const char *tok;
+            size_t len;
+            if (!next_number(sc, &tok, &len)) return;
+            int integral = len < 32 && !memchr(tok, '.', len) && !memchr(tok, 'e', len) && !memchr(tok, 'E', len);
+            if (integral && fabs(item->valuedouble) >= 9007199254740992.0) { /* 2^53 */
+                char digits[32];
+                memcpy(digits, tok, len);
+                digits[len] = 0;
+                char *copy = strdup(digits);
+                if (copy) {
+                    item->type = cJSON_Raw;
+                    item->valuestring = copy; /* freed by cJSON_Delete */
+                }
+            }
+        }
+        if (item->child) exact_integers(item->child, sc);
+    }
+}
 
 /* ---- JSON -> values ---------------------------------------------------------- */
 
@@ -22,7 +79,18 @@ static sd_value *number_value(double d) {
     return sd_value_float(d);
 }
 
+/* A big integer kept as its digits (exact_integers): INT when it fits in
+ * int64, else the (rounded) FLOAT, which INT inputs then reject. */
+static sd_value *raw_integer(const cJSON *j) {
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(j->valuestring, &end, 10);
+    if (errno == 0 && end && !*end) return sd_value_int((int64_t)v);
+    return sd_value_float(strtod(j->valuestring, NULL));
+}
+
 static sd_value *json_value(const cJSON *j) {
+    if (cJSON_IsRaw(j)) return raw_integer(j);
     if (cJSON_IsBool(j)) return sd_value_bool(cJSON_IsTrue(j));
     if (cJSON_IsNumber(j)) return number_value(j->valuedouble);
     if (cJSON_IsString(j)) return sd_value_string(j->valuestring);
@@ -97,6 +165,8 @@ sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **ou
     cJSON *root;
     sd_status rc = sd_json_parse(text, source, &root, err);
     if (rc) return rc;
+    num_scan sc = {text, 0};
+    exact_integers(root, &sc);
     const cJSON *nodes = root;
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
@@ -292,10 +362,13 @@ sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err)
      * so `--set 6.text=2024` sets the string "2024", not the number. */
     int textual = idef && (strcmp(idef->type, SD_T_STRING) == 0 || strcmp(idef->type, SD_T_COMBO) == 0);
     cJSON *j = NULL;
-    if (sd_json_parse(text, "--set", &j, NULL) == SD_OK && textual && !cJSON_IsString(j) &&
-        !is_link(j)) {
-        cJSON_Delete(j);
-        j = NULL;
+    if (sd_json_parse(text, "--set", &j, NULL) == SD_OK) {
+        num_scan sc = {text, 0};
+        exact_integers(j, &sc);
+        if (textual && !cJSON_IsString(j) && !is_link(j)) {
+            cJSON_Delete(j);
+            j = NULL;
+        }
     }
     if (j) {
         rc = set_input_json(n, input, j, err);

@@ -106,6 +106,30 @@ static void test_parse(void) {
     sd_graph_free(g3);
     sd_graph_free(g);
 
+    /* Integers beyond 2^53 keep every digit (seeds); numbers inside strings
+     * and keys do not confuse the scan. */
+    g = parse("{\"1\": {\"class_type\": \"Unregistered\", \"_meta\": {\"title\": \"x 12 \\\" 3.5\"},"
+              " \"inputs\": {\"a\": 1.5e3, \"9007199254740993\": \"123\", \"seed\": 9007199254740993,"
+              " \"big\": [1, -1234567890123456789], \"huge\": 18446744073709551615, \"f\": 1e300}}}");
+    if (g) {
+        sd_graph_node *n = sd_graph_find(g, "1");
+        CHECK(sd_value_as_int(sd_graph_node_input(n, "seed")->literal) == 9007199254740993LL);
+        CHECK(sd_value_kind_of(sd_graph_node_input(n, "seed")->literal) == SD_VAL_INT);
+        const sd_value *big = sd_graph_node_input(n, "big")->literal;
+        CHECK(sd_value_as_int(sd_value_list_get(big, 1)) == -1234567890123456789LL);
+        CHECK(sd_value_kind_of(sd_graph_node_input(n, "huge")->literal) == SD_VAL_FLOAT);
+        CHECK(sd_value_as_float(sd_graph_node_input(n, "a")->literal) == 1500.0);
+        CHECK(sd_value_as_float(sd_graph_node_input(n, "f")->literal) == 1e300);
+        char *js = sd_graph_to_json(g, 0);
+        CHECK(js && strstr(js, "9007199254740993") && strstr(js, "-1234567890123456789"));
+        free(js);
+        sd_error e2;
+        sd_error_clear(&e2);
+        CHECK_OK(sd_graph_apply_set(g, "1.seed=123456789012345678", &e2), &e2);
+        CHECK(sd_value_as_int(sd_graph_node_input(n, "seed")->literal) == 123456789012345678LL);
+        sd_graph_free(g);
+    }
+
     /* The /prompt body wrapper. */
     g = parse("{\"client_id\": \"abc\", \"prompt\": {\"1\": {\"class_type\": \"TSink\", \"inputs\": {}}}}");
     CHECK(g && sd_graph_count(g) == 1 && sd_graph_find(g, "1"));
