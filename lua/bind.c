@@ -267,8 +267,7 @@ static int construct(lua_State *L, const char *ct, int tidx) {
         int bad = input_from_lua(L, n, names[i].name, -1, msg, sizeof msg);
         lua_pop(L, 1);
         if (bad) {
-            char id[SD_ERR_ID_MAX];
-            snprintf(id, sizeof id, "%s", n->id);
+            const char *id = lua_pushstring(L, n->id); /* outlives the node */
             sd_graph_remove_node(g, id, NULL); /* a half-made node must not stay */
             return luaL_error(L, "%s: %s", ct, msg);
         }

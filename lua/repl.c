@@ -171,8 +171,8 @@ static int l_add(lua_State *L) {
 static int l_remove(lua_State *L) {
     repl *r = repl_of(L);
     sd_graph_node *n = sd_lua_check_node(L, 1);
-    char id[SD_ERR_ID_MAX];
-    snprintf(id, sizeof id, "%s", n->id);
+    /* a copy on the Lua stack: the node's own string goes with the node */
+    const char *id = lua_pushstring(L, n->id);
     int cut = 0;
     /* links into the removed node go too, as in the ComfyUI editor */
     for (size_t i = 0; i < sd_graph_count(r->g); i++) {
@@ -338,9 +338,9 @@ static int l_load(lua_State *L) {
 static int l_clear(lua_State *L) {
     repl *r = repl_of(L);
     while (sd_graph_count(r->g)) {
-        char id[SD_ERR_ID_MAX]; /* the node's own id string goes with it */
-        snprintf(id, sizeof id, "%s", sd_graph_at(r->g, 0)->id);
+        const char *id = lua_pushstring(L, sd_graph_at(r->g, 0)->id); /* outlives the node */
         sd_graph_remove_node(r->g, id, NULL);
+        lua_pop(L, 1);
     }
     return 0;
 }
@@ -382,11 +382,23 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
     }
 }
 
-/* One line of input without its newline (malloc'd), or NULL at end of input. */
+/* Takes a pending Ctrl-C: 1 when there was one. */
+static int interrupted(repl *r) {
+    if (!r->cfg->interrupt || !*r->cfg->interrupt) return 0;
+    *r->cfg->interrupt = 0;
+    return 1;
+}
+
+/* One line of input without its newline (malloc'd), or NULL at end of input.
+ * Ctrl-C while reading gives an empty line. */
 static char *read_line(repl *r, const char *prompt) {
 #ifdef SDFLOW_HAVE_LIBEDIT
     if (r->editing) {
         char *line = readline(prompt);
+        if (!line && interrupted(r)) { /* Ctrl-C at the prompt drops the line, not the session */
+            fputs("^C\n", r->out);
+            return strdup("");
+        }
         if (line && *line) add_history(line);
         return line;
     }
@@ -403,6 +415,12 @@ static char *read_line(repl *r, const char *prompt) {
             buf = b;
         }
         buf[n++] = (char)c;
+    }
+    if (buf && c == EOF && ferror(r->in) && interrupted(r)) {
+        clearerr(r->in);
+        fputc('\n', r->out);
+        buf[0] = 0;
+        return buf;
     }
     if (!buf || (c == EOF && n == 0)) { free(buf); return NULL; }
     buf[n] = 0;

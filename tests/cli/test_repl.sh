@@ -34,7 +34,7 @@ wait_for() {
         sleep 0.1
     done
     fail "timed out waiting for '$1' (x$want)"
-    screen | tail -20
+    screen | grep -v "^sdflow> ^C$" | tail -25
     return 1
 }
 send() { tm send-keys -t repl -l "$1"; tm send-keys -t repl Enter; }
@@ -74,6 +74,22 @@ wait_for 'unknown' 1
 wait_for '^not run: ' 1
 send 'remove(node("5"))'
 wait_for 'removed #5'
+
+# Ctrl-C drops the line being typed, and stops a runaway loop, not the session
+tm send-keys -t repl -l 'half typed'
+tm send-keys -t repl C-c
+wait_for 'half typed^C'
+sleep 0.5 # libedit resets the terminal for the next line: typeahead may be dropped
+send 'while true do end'
+wait_for 'sdflow> while true do end'
+for i in $(seq 1 20); do
+    sleep 0.3
+    tm send-keys -t repl C-c
+    screen | grep -q 'error: interrupted' && break
+done
+wait_for 'error: interrupted'
+send 'print("still", 1)'
+wait_for '^still[[:space:]]*1$'
 
 # undo takes back a whole line
 send 'sc.width = 32'
