@@ -1,0 +1,302 @@
+/* controlnet_nodes.c - ControlNetLoader, ControlNetApply,
+ * ControlNetApplyAdvanced (nodes.py semantics) and the sampler-side reader
+ * of the "control" entries they attach. */
+#include "controlnet_nodes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/safetensors.h"
+#include "models/model_paths.h"
+
+static void free_cn(void *p) { sd_controlnet_free(p); }
+const sd_handle_type sd_handle_control_net = {"CONTROL_NET", free_cn};
+
+sd_controlnet *sd_nodes_control_net_of(const sd_value *v) {
+    return v ? sd_value_as_handle(v, &sd_handle_control_net) : NULL;
+}
+
+/* ---- ControlNetLoader ---------------------------------------------------------- */
+
+static sd_status list_controlnets(const sd_env *env, sd_value **out, sd_error *err) {
+    return sd_model_paths_list(env, SD_FOLDER_CONTROLNET, out, err);
+}
+
+static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    const char *name = sd_value_as_string(in[0]);
+    char *path = NULL;
+    sd_st_file *f = NULL;
+    sd_controlnet *cn = NULL;
+    sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_CONTROLNET, name ? name : "", &path, err);
+    if (!rc && sd_model_path_is_pickle(path))
+        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                          "%s: pickle files are not loaded (use a .safetensors ControlNet)", path);
+    if (!rc && !ctx->env->backend)
+        rc = sd_error_set(err, SD_ERR_INVALID, "no compute backend in the environment");
+    if (!rc) rc = sd_st_open(path, &f, err);
+    if (!rc) rc = sd_controlnet_load((sd_backend *)ctx->env->backend, f, SD_F32, &cn, err);
+    sd_st_close(f);
+    free(path);
+    if (rc) {
+        sd_error_at(err, NULL, NULL, "control_net_name");
+        return rc;
+    }
+    const sd_unet_config *c = sd_controlnet_config(cn);
+    sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s: %s, %d channels, context %d, %d outputs", name,
+                c->kind == SD_UNET_SDXL ? "SDXL" : "SD1", c->model_channels, c->context_dim,
+                sd_controlnet_n_outputs(cn));
+    out[0] = sd_value_handle(&sd_handle_control_net, cn);
+    if (!out[0]) {
+        sd_controlnet_free(cn);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    return SD_OK;
+}
+
+static const sd_input_def loader_inputs[] = {
+    {.name = "control_net_name", .type = SD_T_COMBO, .options_fn = list_controlnets,
+     .file_folder = SD_FOLDER_CONTROLNET},
+    {0}};
+static const sd_output_def loader_outputs[] = {{"CONTROL_NET", "CONTROL_NET"}, {0}};
+
+static const sd_node_def node_loader = {
+    .version = 1,
+    .class_type = "ControlNetLoader",
+    .display_name = "Load ControlNet Model",
+    .category = "loaders",
+    .description = "Loads an SD1/SDXL ControlNet in the original control_model.* layout.",
+    .inputs = loader_inputs,
+    .outputs = loader_outputs,
+    .run = loader_run,
+};
+
+/* ---- applying ----------------------------------------------------------------------- */
+
+/* A new link dict (one reference). */
+static sd_value *make_link(sd_value *cn, sd_value *image, double strength, double start, double end) {
+    sd_value *d = sd_value_dict();
+    if (!d) return NULL;
+    int bad = sd_value_dict_set(d, "control_net", sd_value_ref(cn));
+    bad |= sd_value_dict_set(d, "image", sd_value_ref(image));
+    bad |= sd_value_dict_set(d, "strength", sd_value_float(strength));
+    bad |= sd_value_dict_set(d, "start_percent", sd_value_float(start));
+    bad |= sd_value_dict_set(d, "end_percent", sd_value_float(end));
+    if (bad) {
+        sd_value_unref(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* conditioning with `link` appended to every entry's chain. */
+static sd_status apply(const sd_value *cond, sd_value *link, int to_uncond, const char *input,
+                       sd_value **out, sd_error *err) {
+    *out = NULL;
+    if (sd_value_kind_of(cond) != SD_VAL_LIST) {
+        sd_error_set(err, SD_ERR_INVALID, "input '%s' must be a CONDITIONING list", input);
+        sd_error_at(err, NULL, NULL, input);
+        return SD_ERR_INVALID;
+    }
+    sd_value *res = sd_value_list();
+    if (!res) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < sd_value_list_len(cond); i++) {
+        const sd_value *e = sd_value_list_get(cond, i);
+        if (sd_value_kind_of(e) != SD_VAL_DICT) {
+            sd_value_unref(res);
+            sd_error_set(err, SD_ERR_INVALID, "input '%s': entry %zu is not a dict", input, i);
+            sd_error_at(err, NULL, NULL, input);
+            return SD_ERR_INVALID;
+        }
+        sd_value *d = sd_value_shallow_copy(e);
+        const sd_value *prev = sd_value_dict_get(e, "control");
+        sd_value *chain = prev && sd_value_kind_of(prev) == SD_VAL_LIST ? sd_value_shallow_copy(prev)
+                                                                        : sd_value_list();
+        int bad = !d || !chain;
+        if (!bad) bad = sd_value_list_append(chain, sd_value_ref(link));
+        if (!bad) {
+            bad = sd_value_dict_set(d, "control", chain);
+            chain = NULL;
+        }
+        if (!bad) bad = sd_value_dict_set(d, "control_apply_to_uncond", sd_value_bool(to_uncond));
+        if (!bad) {
+            bad = sd_value_list_append(res, d);
+            d = NULL;
+        }
+        sd_value_unref(chain);
+        sd_value_unref(d);
+        if (bad) {
+            sd_value_unref(res);
+            return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        }
+    }
+    *out = res;
+    return SD_OK;
+}
+
+static sd_status check_inputs(sd_value *cn, sd_value *image, sd_error *err) {
+    if (!sd_nodes_control_net_of(cn)) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'control_net' must be a CONTROL_NET");
+        sd_error_at(err, NULL, NULL, "control_net");
+        return SD_ERR_INVALID;
+    }
+    sd_tensor *t = sd_value_as_tensor(image);
+    int ch = sd_controlnet_hint_channels(sd_nodes_control_net_of(cn));
+    if (!t || t->dtype != SD_F32 || t->ndim != 4 || t->shape[3] != ch) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'image' must be an IMAGE [B, H, W, %d] for this ControlNet",
+                     ch);
+        sd_error_at(err, NULL, NULL, "image");
+        return SD_ERR_INVALID;
+    }
+    return SD_OK;
+}
+
+/* ControlNetApply: conditioning, control_net, image, strength */
+static sd_status apply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    double strength = sd_value_as_float(in[3]);
+    if (strength == 0.0) {
+        out[0] = sd_value_ref(in[0]);
+        return SD_OK;
+    }
+    sd_status rc = check_inputs(in[1], in[2], err);
+    if (rc) return rc;
+    sd_value *link = make_link(in[1], in[2], strength, 0.0, 1.0);
+    if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    rc = apply(in[0], link, 1, "conditioning", &out[0], err);
+    sd_value_unref(link);
+    return rc;
+}
+
+/* ControlNetApplyAdvanced: positive, negative, control_net, image, strength,
+ * start_percent, end_percent[, vae] */
+static sd_status adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    double strength = sd_value_as_float(in[4]);
+    double start = sd_value_as_float(in[5]), end = sd_value_as_float(in[6]);
+    if (strength == 0.0) {
+        out[0] = sd_value_ref(in[0]);
+        out[1] = sd_value_ref(in[1]);
+        return SD_OK;
+    }
+    sd_status rc = check_inputs(in[2], in[3], err);
+    if (rc) return rc;
+    if (start > end) {
+        sd_error_set(err, SD_ERR_INVALID, "start_percent %g is after end_percent %g", start, end);
+        sd_error_at(err, NULL, NULL, "start_percent");
+        return SD_ERR_INVALID;
+    }
+    sd_value *link = make_link(in[2], in[3], strength, start, end);
+    if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    rc = apply(in[0], link, 0, "positive", &out[0], err);
+    if (!rc) rc = apply(in[1], link, 0, "negative", &out[1], err);
+    sd_value_unref(link);
+    return rc;
+}
+
+static const sd_input_def apply_inputs[] = {
+    {.name = "conditioning", .type = "CONDITIONING"},
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "image", .type = "IMAGE"},
+    {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 10.0, .step = 0.01,
+     .has_range = 1},
+    {0}};
+static const sd_output_def apply_outputs[] = {{"CONDITIONING", "CONDITIONING"}, {0}};
+
+static const sd_node_def node_apply = {
+    .version = 1,
+    .class_type = "ControlNetApply",
+    .display_name = "Apply ControlNet (OLD)",
+    .category = "conditioning/controlnet",
+    .description = "Deprecated: attaches a ControlNet with a hint image to the conditioning "
+                   "(also used for the negative prompt).",
+    .inputs = apply_inputs,
+    .outputs = apply_outputs,
+    .run = apply_run,
+};
+
+static const sd_input_def adv_inputs[] = {
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "image", .type = "IMAGE"},
+    {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 10.0, .step = 0.01,
+     .has_range = 1},
+    {.name = "start_percent", .type = SD_T_FLOAT, .def = 0.0, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {.name = "end_percent", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {.name = "vae", .type = "VAE", .optional = 1},
+    {0}};
+static const sd_output_def adv_outputs[] = {{"positive", "CONDITIONING"},
+                                            {"negative", "CONDITIONING"},
+                                            {0}};
+
+static const sd_node_def node_adv = {
+    .version = 1,
+    .class_type = "ControlNetApplyAdvanced",
+    .display_name = "Apply ControlNet",
+    .category = "conditioning/controlnet",
+    .description = "Attaches a ControlNet with a hint image to the positive and negative "
+                   "conditioning, active between start_percent and end_percent of sampling.",
+    .inputs = adv_inputs,
+    .outputs = adv_outputs,
+    .run = adv_run,
+};
+
+/* ---- the sampler side -------------------------------------------------------------- */
+
+sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links, int *n,
+                                 sd_error *err) {
+    *links = NULL;
+    *n = 0;
+    const sd_value *chain = entry ? sd_value_dict_get(entry, "control") : NULL;
+    if (!chain || sd_value_kind_of(chain) == SD_VAL_NONE) return SD_OK;
+    if (sd_value_kind_of(chain) != SD_VAL_LIST)
+        return sd_error_set(err, SD_ERR_INVALID, "conditioning 'control' is not a list");
+    size_t len = sd_value_list_len(chain);
+    if (!len) return SD_OK;
+    sd_control_link *l = calloc(len, sizeof *l);
+    if (!l) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < len; i++) {
+        const sd_value *d = sd_value_list_get(chain, i);
+        sd_controlnet *cn = sd_nodes_control_net_of(sd_value_dict_get(d, "control_net"));
+        sd_tensor *img = sd_value_dict_tensor(d, "image");
+        const sd_value *s = sd_value_dict_get(d, "strength"), *a = sd_value_dict_get(d, "start_percent"),
+                       *b = sd_value_dict_get(d, "end_percent");
+        if (!cn || !img || !s || !a || !b) {
+            free(l);
+            return sd_error_set(err, SD_ERR_INVALID, "conditioning control link %zu is malformed", i);
+        }
+        l[i] = (sd_control_link){cn, img, sd_value_as_float(s), sd_value_as_float(a), sd_value_as_float(b)};
+    }
+    *links = l;
+    *n = (int)len;
+    return SD_OK;
+}
+
+sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *ms,
+                                const sd_unet_config *unet, float sigma, sd_bt *x_in,
+                                const float *timesteps, sd_bt *context, sd_bt *y,
+                                sd_control_residuals *out, sd_error *err) {
+    memset(out, 0, sizeof *out);
+    sd_control_link *links = NULL;
+    int n = 0;
+    sd_status rc = sd_nodes_control_links(entry, &links, &n, err);
+    if (rc || !n) return rc;
+    rc = sd_control_chain_eval(links, n, ms, unet, sigma, x_in, timesteps, context, y, out, err);
+    free(links);
+    return rc;
+}
+
+/* ---- registration ---------------------------------------------------------------- */
+
+extern const sd_node_def sd_node_Canny;
+
+const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_apply, &node_adv, &sd_node_Canny,
+                                                  NULL};
+
+sd_status sd_nodes_controlnet_register(sd_error *err) {
+    sd_status rc = sd_registry_add(sd_nodes_controlnet, err);
+    if (!rc) rc = sd_registry_alias("ControlNet", "ControlNetApplyAdvanced", err);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* controlnet_nodes.h - ControlNetLoader, ControlNetApply,
+ * ControlNetApplyAdvanced (alias ControlNet) and Canny, and how the sampler
+ * reads what they attach to CONDITIONING.
+ *
+ * CONTROL_NET is a handle over a loaded ControlNet (models/controlnet.h).
+ * Applying one adds to every entry of a CONDITIONING (a new dict; the input
+ * is not modified):
+ *   "control"                  SD_VAL_LIST of link dicts in application
+ *                              order (the first applied first, ComfyUI's
+ *                              deepest previous_controlnet):
+ *                              {"control_net": CONTROL_NET, "image": IMAGE,
+ *                               "strength": FLOAT, "start_percent": FLOAT,
+ *                               "end_percent": FLOAT}
+ *   "control_apply_to_uncond"  BOOLEAN: true from the deprecated
+ *                              ControlNetApply (ComfyUI then gives the
+ *                              negative entries without a control the
+ *                              positive's), false from ControlNetApplyAdvanced.
+ * Strength 0 returns the conditioning unchanged, as ComfyUI does.
+ *
+ * The sampler turns an entry's "control" into UNet residuals with
+ * sd_nodes_control_eval for every model call (see docs/lora-controlnet.md).
+ */
+#ifndef SD_NODES_CONTROLNET_H
+#define SD_NODES_CONTROLNET_H
+
+#include "core/node.h"
+#include "models/controlnet.h"
+
+extern const sd_handle_type sd_handle_control_net; /* "CONTROL_NET" */
+extern const sd_node_def *const sd_nodes_controlnet[];
+
+/* The ControlNet of a CONTROL_NET value (borrowed) or NULL. */
+sd_controlnet *sd_nodes_control_net_of(const sd_value *v);
+
+/* The links of a conditioning entry's "control" (NULL/absent = none): *links
+ * is a malloc'd array (free() it) of *n links borrowing from the entry.
+ * SD_ERR_INVALID when the value is malformed. */
+sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links, int *n,
+                                 sd_error *err);
+
+/* Residuals of the entry's control chain for one UNet call
+ * (sd_control_chain_eval; x_in = the scaled UNet input of this entry's
+ * batch). out->active == 0 (and nothing to add) when the entry has no
+ * control or none is active at sigma. */
+sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *ms,
+                                const sd_unet_config *unet, float sigma, sd_bt *x_in,
+                                const float *timesteps, sd_bt *context, sd_bt *y,
+                                sd_control_residuals *out, sd_error *err);
+
+/* Registers the table and the ControlNet alias. */
+sd_status sd_nodes_controlnet_register(sd_error *err);
+
+#endif

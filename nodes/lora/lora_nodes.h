@@ -1,0 +1,55 @@
+/* lora_nodes.h - what LoraLoader / LoraLoaderModelOnly (alias LoRA) need on
+ * the node side: a MODEL's or CLIP's list of applied LoRAs (a "stack") and
+ * the patched views built from it (models/lora.h).
+ *
+ * A stack is immutable once made: LoraLoader makes a new one (the input's
+ * entries + one more), so the MODEL/CLIP it received keep theirs and every
+ * strength or LoRA change is a new stack over the same loaded checkpoint
+ * (nothing reloaded, the base weights never modified). The view a stack
+ * patches is built on first use and kept while the stack lives.
+ *
+ * Integration with the MODEL / CLIP handles (nodes/loaders/loaders.h) is
+ * not done yet: it needs a `sd_lora_stack *loras` field in sd_model_ref /
+ * sd_clip_ref (NULL = no LoRA, released with sd_lora_stack_unref), and
+ * KSampler / CLIPTextEncode taking the UNet / text encoder from
+ * sd_lora_stack_unet / sd_lora_stack_text_encoder when it is set
+ * (docs/lora-controlnet.md). Until then the LoRA nodes are not registered.
+ *
+ * Thread safety: views are built under the stack's mutex.
+ */
+#ifndef SD_NODES_LORA_H
+#define SD_NODES_LORA_H
+
+#include "core/node.h"
+#include "models/checkpoint.h"
+#include "models/lora.h"
+
+typedef struct sd_lora_stack sd_lora_stack;
+
+/* New stack: base's entries (base may be NULL) followed by (plan, strength).
+ * Takes a new reference on plan. */
+sd_status sd_lora_stack_push(const sd_lora_stack *base, sd_lora_plan *plan, double strength,
+                             sd_lora_stack **out, sd_error *err);
+sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s); /* NULL-safe */
+void sd_lora_stack_unref(sd_lora_stack *s);         /* NULL-safe */
+size_t sd_lora_stack_count(const sd_lora_stack *s);
+
+/* The checkpoint's UNet / text encoder with the stack applied (borrowed,
+ * valid while the stack lives). A NULL or empty stack gives the base part.
+ * c must be the checkpoint the stack's plans were made for. */
+sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, sd_error *err);
+sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
+                                     sd_error *err);
+
+/* LoraLoader's work. Opens `lora_name` from the loras folder, matches it
+ * against c's UNet and (with_clip) text encoder, logs a warning naming the
+ * first unmatched keys (count + names), and pushes it on model_in / clip_in.
+ * A LoRA of which nothing matches is SD_ERR_INVALID ("made for another
+ * architecture?"), as is one whose shapes do not fit. Errors name the input
+ * (lora_name). *clip_out stays NULL when !with_clip. */
+sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lora_name,
+                             const sd_lora_stack *model_in, const sd_lora_stack *clip_in,
+                             double strength_model, double strength_clip, int with_clip,
+                             sd_lora_stack **model_out, sd_lora_stack **clip_out, sd_error *err);
+
+#endif
