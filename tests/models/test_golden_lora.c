@@ -9,7 +9,9 @@
  *   clip.cond / clip.pooled / clip.cond_base  text encoder with / without.
  * The set of patched targets must equal settings.all_patched_keys, and the
  * base model must be bit-identical after the views are gone. Every tensor
- * of a case must be checked by the test (no silent skips). */
+ * of a case must be checked by the test (no silent skips).
+ * Also the "e2e" cases with a settings.lora: the whole txt2img pipeline on
+ * the patched models (see e2e_run). */
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
@@ -20,7 +22,13 @@
 
 #include "core/safetensors.h"
 #include "kernels/backend.h"
+#include "models/controlnet.h"
+#include "models/guider.h"
 #include "models/lora.h"
+#include "models/model_sampling.h"
+#include "models/sampler.h"
+#include "models/schedules.h"
+#include "models/vae.h"
 #include "models/text_encode.h"
 #include "models/unet.h"
 
@@ -328,6 +336,258 @@ done:
     sd_st_close(g);
 }
 
+/* ---- end-to-end cases (component "e2e" with this test's setting) ------------
+ * The model-level pipeline the KSampler runs, with the patched models /
+ * control chain: prompt ids -> CLIP (last layer, final LN) -> euler on the
+ * CFG-guided UNet (apply_model: scaled input, discrete timestep, x - eps *
+ * sigma) from the stored noise -> latent / scale -> VAE decode. Every tensor
+ * of the case is compared (intermediates included). */
+
+typedef struct e2e_model {
+    sd_backend *be;
+    sd_unet *unet;
+    const sd_model_sampling *ms;
+    sd_tensor *cond[2];
+    const sd_control_link *link; /* NULL: no control */
+    int calls;
+    sd_tensor *step_cond[16], *step_uncond[16];
+} e2e_model;
+
+static sd_status e2e_eval(void *ud, const sd_tensor *x, float sigma, const int *conds, int n_conds,
+                          sd_tensor **outs, sd_error *err) {
+    e2e_model *m = ud;
+    sd_status rc = SD_OK;
+    for (int j = 0; j < n_conds && !rc; j++) {
+        sd_tensor *xin = sd_tensor_clone(x);
+        sd_ms_calculate_input(m->ms, sigma, sd_tensor_f32(x), sd_tensor_f32(xin), (size_t)sd_tensor_numel(x));
+        int64_t n = x->shape[0];
+        float ts[8];
+        for (int64_t i = 0; i < n && i < 8; i++) ts[i] = sd_ms_timestep(m->ms, sigma);
+        sd_bt *bx = sd_bt_from_host(m->be, xin, SD_F32), *bc = sd_bt_from_host(m->be, m->cond[conds[j]], SD_F32);
+        sd_bt *o = NULL;
+        sd_control_residuals res = {0};
+        if (m->link)
+            rc = sd_control_chain_eval(m->link, 1, m->ms, sd_unet_get_config(m->unet), sigma, bx, ts, bc, NULL,
+                                       &res, err);
+        if (!rc) rc = sd_unet_forward(m->unet, bx, ts, bc, NULL, m->link ? &res.control : NULL, &o, err);
+        if (!rc) {
+            sd_tensor *eps = sd_bt_to_host(o);
+            sd_ms_calculate_denoised(m->ms, sigma, sd_tensor_f32(eps), sd_tensor_f32(x), sd_tensor_f32(outs[j]),
+                                     (size_t)sd_tensor_numel(x));
+            sd_tensor_unref(eps);
+            int step = m->calls;
+            if (step < 16) {
+                sd_tensor **slot = conds[j] == 0 ? &m->step_cond[step] : &m->step_uncond[step];
+                sd_tensor_unref(*slot);
+                *slot = sd_tensor_clone(outs[j]);
+            }
+        }
+        sd_control_residuals_free(&res);
+        sd_bt_free(bx);
+        sd_bt_free(bc);
+        sd_bt_free(o);
+        sd_tensor_unref(xin);
+    }
+    m->calls++;
+    return rc;
+}
+
+typedef struct e2e_steps {
+    sd_tensor *x[16], *denoised[16];
+} e2e_steps;
+
+static void e2e_progress(void *ud, int step, int total, const sd_tensor *x, const sd_tensor *den) {
+    (void)total;
+    e2e_steps *s = ud;
+    if (step < 0 || step >= 16) return;
+    s->x[step] = sd_tensor_clone(x);
+    s->denoised[step] = sd_tensor_clone(den);
+}
+
+/* CLIPTextEncode on SD1 from stored ids: last layer with final LN. */
+static sd_tensor *e2e_encode(const sd_text_encoder *te, sd_tensor *ids) {
+    sd_error err;
+    sd_error_clear(&err);
+    int64_t n = sd_tensor_numel(ids);
+    int32_t *i32 = malloc((size_t)n * sizeof *i32);
+    for (int64_t i = 0; i < n; i++) i32[i] = (int32_t)((const int64_t *)ids->data)[i];
+    sd_clip_tokens tk = {.n = (int)ids->shape[0], .len = (int)ids->shape[1], .ids = i32};
+    sd_clip_output o = {0};
+    CHECK_OK(sd_clip_forward((sd_clip *)sd_text_encoder_clip_l(te), &tk, (sd_clip_layer){-1, 1}, &o, &err), &err);
+    sd_tensor *h = o.hidden ? sd_bt_to_host(o.hidden) : NULL;
+    sd_clip_output_free(&o);
+    free(i32);
+    return h;
+}
+
+/* Runs the case; compare(name, tensor) checks and marks one tensor. */
+static void e2e_run(sd_backend *be, cJSON *c, sd_st_file *g, sd_unet *unet, const sd_text_encoder *te,
+                    sd_vae *vae, float latent_scale, const sd_control_link *link,
+                    void (*cmp)(const char *name, sd_tensor *t), sd_tensor *(*in)(const char *name)) {
+    sd_error err;
+    sd_error_clear(&err);
+    cJSON *settings = cJSON_GetObjectItemCaseSensitive(c, "settings");
+    int steps = cJSON_GetObjectItemCaseSensitive(settings, "steps")->valueint;
+    double cfg = cJSON_GetObjectItemCaseSensitive(settings, "cfg")->valuedouble;
+    const char *sampler = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(settings, "sampler"));
+    const char *scheduler = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(settings, "scheduler"));
+    cJSON *seed = cJSON_GetObjectItemCaseSensitive(settings, "seed");
+    sd_model_sampling ms;
+    sd_model_sampling_init(&ms, SD_PRED_EPS);
+    e2e_model m = {.be = be, .unet = unet, .ms = &ms, .link = link};
+    sd_tensor *pid = in("pos.l.ids"), *nid = in("neg.l.ids"), *noise = in("noise");
+    if (!pid || !nid || !noise || steps > 14) {
+        CHECK_MSG(0, "e2e case lacks ids/noise or has too many steps");
+        goto out;
+    }
+    m.cond[0] = e2e_encode(te, pid);
+    m.cond[1] = e2e_encode(te, nid);
+    cmp("pos.cond", m.cond[0]);
+    cmp("neg.cond", m.cond[1]);
+    float *sig = malloc((size_t)sd_schedule_capacity(steps) * sizeof *sig);
+    int ns = 0;
+    CHECK_OK(sd_schedule_sigmas(&ms, scheduler, steps, sig, &ns, &err), &err);
+    sd_tensor *st = sd_tensor_new4(SD_F32, 1, ns, 0, 0, 0);
+    memcpy(st->data, sig, (size_t)ns * sizeof *sig);
+    cmp("sigmas", st);
+    sd_tensor_unref(st);
+    sd_tensor *xi = sd_tensor_clone(noise);
+    sd_ms_noise_scaling(&ms, sig[0], sd_tensor_f32(noise), NULL, sd_ms_is_max_denoise(&ms, sig[0]),
+                        sd_tensor_f32(xi), (size_t)sd_tensor_numel(xi));
+    cmp("x_init", xi);
+    sd_tensor_unref(xi);
+
+    sd_guider gd;
+    sd_guider_init(&gd, e2e_eval, &m, cfg);
+    sd_sampler_params p;
+    sd_sampler_params_init(&p);
+    p.seed = (uint64_t)(seed ? seed->valuedouble : 0);
+    e2e_steps es = {0};
+    p.progress = e2e_progress;
+    p.progress_ud = &es;
+    const sd_sampler *s = sd_sampler_find(sampler);
+    CHECK_MSG(s != NULL, "unknown sampler %s", sampler);
+    sd_tensor *xo = NULL;
+    if (s) CHECK_OK(sd_guider_sample(&gd, &ms, s, sig, ns, noise, NULL, NULL, &p, &xo, &err), &err);
+    sd_guider_release(&gd);
+    char nm[64];
+    for (int i = 0; i < steps; i++) {
+        snprintf(nm, sizeof nm, "step%d.x", i);
+        cmp(nm, es.x[i]);
+        snprintf(nm, sizeof nm, "step%d.denoised", i);
+        cmp(nm, es.denoised[i]);
+        snprintf(nm, sizeof nm, "step%d.cond_denoised", i);
+        cmp(nm, m.step_cond[i]);
+        snprintf(nm, sizeof nm, "step%d.uncond_denoised", i);
+        cmp(nm, m.step_uncond[i]);
+    }
+    if (xo) {
+        for (int64_t i = 0; i < sd_tensor_numel(xo); i++) sd_tensor_f32(xo)[i] /= latent_scale;
+        cmp("latent_out", xo);
+        sd_tensor *img = NULL;
+        CHECK_OK(sd_vae_decode(vae, xo, &img, &err), &err);
+        cmp("image", img);
+        sd_tensor_unref(img);
+    }
+    sd_tensor_unref(xo);
+    for (int i = 0; i < 16; i++) {
+        sd_tensor_unref(es.x[i]);
+        sd_tensor_unref(es.denoised[i]);
+        sd_tensor_unref(m.step_cond[i]);
+        sd_tensor_unref(m.step_uncond[i]);
+    }
+    free(sig);
+out:
+    sd_tensor_unref(m.cond[0]);
+    sd_tensor_unref(m.cond[1]);
+    sd_tensor_unref(pid);
+    sd_tensor_unref(nid);
+    sd_tensor_unref(noise);
+    (void)g;
+}
+
+/* e2e glue: the current case's tensors */
+static cJSON *e2e_tensors;
+static sd_st_file *e2e_g;
+static int *e2e_used;
+
+static void e2e_cmp(const char *name, sd_tensor *t) {
+    mark(e2e_tensors, e2e_used, name);
+    compare(e2e_tensors, e2e_g, name, t);
+}
+
+static sd_tensor *e2e_in(const char *name) {
+    mark(e2e_tensors, e2e_used, name);
+    return input(e2e_g, name);
+}
+
+static void run_e2e_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c) {
+    sd_error err;
+    sd_error_clear(&err);
+    cJSON *settings = cJSON_GetObjectItemCaseSensitive(c, "settings");
+    cJSON *lo = cJSON_GetObjectItemCaseSensitive(settings, "lora");
+    const char *lf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(lo, "file"));
+    cJSON *sm = cJSON_GetObjectItemCaseSensitive(lo, "strength_model");
+    cJSON *sc = cJSON_GetObjectItemCaseSensitive(lo, "strength_clip");
+    e2e_tensors = cJSON_GetObjectItemCaseSensitive(c, "tensors");
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
+    CHECK_MSG(lf && cJSON_IsNumber(sm) && cJSON_IsNumber(sc) && file && e2e_tensors,
+              "%s: settings.lora needs file and strengths", case_id);
+    if (!lf || !cJSON_IsNumber(sm) || !cJSON_IsNumber(sc) || !file || !e2e_tensors) return;
+    /* an SD1-layout checkpoint (the case has no bigG ids) */
+    sd_st_file *mf = model_with(manifest, dir, SD_TE_PREFIX_SD1 "text_model.embeddings.token_embedding.weight");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    e2e_g = NULL;
+    CHECK_OK(sd_st_open(path, &e2e_g, &err), &err);
+    snprintf(path, sizeof path, "%s/%s", dir, lf);
+    sd_lora *lora = NULL;
+    CHECK_OK(sd_lora_open(path, &lora, &err), &err);
+    float scale = 0.18215f;
+    cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(manifest, "models")) {
+        cJSON *cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+        cJSON *ls = cJSON_GetObjectItemCaseSensitive(cfg, "latent_scale_factor");
+        if (mf && cJSON_IsNumber(ls) && !cJSON_GetObjectItemCaseSensitive(cfg, "clip_g") &&
+            cJSON_GetObjectItemCaseSensitive(cfg, "unet_config"))
+            scale = (float)ls->valuedouble;
+    }
+    sd_unet *u = NULL, *uv = NULL;
+    sd_text_encoder *te = NULL, *tev = NULL;
+    sd_vae *vae = NULL;
+    sd_lora_plan *plan = NULL;
+    e2e_used = calloc((size_t)cJSON_GetArraySize(e2e_tensors), sizeof *e2e_used);
+    if (!mf || !e2e_g || !lora) goto done;
+    CHECK_OK(sd_unet_load(be, mf, NULL, SD_F32, &u, &err), &err);
+    CHECK_OK(sd_text_encoder_load(be, mf, NULL, &te, &err), &err);
+    CHECK_OK(sd_vae_load(be, mf, "first_stage_model.", &vae, &err), &err);
+    if (u && te) CHECK_OK(sd_lora_plan_new(lora, u, te, &plan, &err), &err);
+    if (!plan || !vae) goto done;
+    sd_lora_use um = {plan, sm->valuedouble}, uc = {plan, sc->valuedouble};
+    CHECK_OK(sd_lora_unet_view(u, &um, 1, &uv, &err), &err);
+    CHECK_OK(sd_lora_text_encoder_view(te, &uc, 1, &tev, &err), &err);
+    if (uv && tev) e2e_run(be, c, e2e_g, uv, tev, vae, scale, NULL, e2e_cmp, e2e_in);
+    {
+        int i = 0;
+        cJSON *t;
+        cJSON_ArrayForEach(t, e2e_tensors) {
+            CHECK_MSG(e2e_used[i], "%s: tensor %s is not checked by this test", case_id, t->string);
+            i++;
+        }
+    }
+done:
+    free(e2e_used);
+    sd_unet_free(uv);
+    sd_text_encoder_free(tev);
+    sd_lora_plan_unref(plan);
+    sd_unet_free(u);
+    sd_text_encoder_free(te);
+    sd_vae_free(vae);
+    sd_lora_unref(lora);
+    sd_st_close(mf);
+    sd_st_close(e2e_g);
+}
+
 int main(void) {
     const char *dir = getenv("SDFLOW_TESTDATA");
     if (!dir || !*dir) dir = sd_test_testdata_dir();
@@ -371,6 +631,22 @@ int main(void) {
             case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
             printf("case %s\n", case_id);
             run_case(be, dir, manifest, c);
+        }
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
+            const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
+            cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "settings");
+            if (!comp || strcmp(comp, "e2e") != 0 || !cJSON_GetObjectItemCaseSensitive(st, "lora")) continue;
+            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+            const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
+            snprintf(path, sizeof path, "%s/%s", dir, file ? file : "");
+            FILE *fp = fopen(path, "rb");
+            if (!fp) {
+                printf("case %s: reference file absent, not run\n", case_id);
+                continue;
+            }
+            fclose(fp);
+            printf("case %s\n", case_id);
+            run_e2e_case(be, dir, manifest, c);
         }
         sd_backend_free(be);
     }
