@@ -19,7 +19,7 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
     sd_status rc = sd_nodes_in_clip(in, 1, "clip", &clip, err);
     if (rc) return rc;
     sd_text_encoder *te;
-    if ((rc = sd_checkpoint_text_encoder(clip->ckpt, &te, err))) {
+    if ((rc = sd_nodes_clip_encoder(clip, &te, err))) {
         sd_error_at(err, NULL, NULL, "clip");
         return rc;
     }
@@ -93,7 +93,7 @@ static sd_status clip_set_last_layer_run(sd_node_ctx *ctx, sd_value *const *in, 
         sd_error_at(err, NULL, NULL, "stop_at_clip_layer");
         return SD_ERR_INVALID;
     }
-    out[0] = sd_nodes_clip_value(clip->ckpt, (int)layer);
+    out[0] = sd_nodes_clip_value_lora(clip->ckpt, (int)layer, clip->loras);
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
 

@@ -4,15 +4,22 @@
 
 #include "loaders.h"
 #include "models/model_paths.h"
+#include "nodes/lora/lora_nodes.h"
 
 static void free_model_ref(void *p) {
     sd_model_ref *r = p;
-    if (r) sd_checkpoint_unref(r->ckpt);
+    if (r) {
+        sd_lora_stack_unref(r->loras);
+        sd_checkpoint_unref(r->ckpt);
+    }
     free(r);
 }
 static void free_clip_ref(void *p) {
     sd_clip_ref *r = p;
-    if (r) sd_checkpoint_unref(r->ckpt);
+    if (r) {
+        sd_lora_stack_unref(r->loras);
+        sd_checkpoint_unref(r->ckpt);
+    }
     free(r);
 }
 static void free_vae_ref(void *p) {
@@ -25,20 +32,28 @@ const sd_handle_type sd_handle_model = {"MODEL", free_model_ref};
 const sd_handle_type sd_handle_clip = {"CLIP", free_clip_ref};
 const sd_handle_type sd_handle_vae = {"VAE", free_vae_ref};
 
-sd_value *sd_nodes_model_value(sd_checkpoint *c) {
+sd_value *sd_nodes_model_value(sd_checkpoint *c) { return sd_nodes_model_value_lora(c, NULL); }
+
+sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip) {
+    return sd_nodes_clip_value_lora(c, clip_skip, NULL);
+}
+
+sd_value *sd_nodes_model_value_lora(sd_checkpoint *c, struct sd_lora_stack *loras) {
     sd_model_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->ckpt = sd_checkpoint_ref(c);
+    r->loras = sd_lora_stack_ref(loras);
     sd_value *v = sd_value_handle(&sd_handle_model, r);
     if (!v) free_model_ref(r);
     return v;
 }
 
-sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip) {
+sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras) {
     sd_clip_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->ckpt = sd_checkpoint_ref(c);
     r->clip_skip = clip_skip;
+    r->loras = sd_lora_stack_ref(loras);
     sd_value *v = sd_value_handle(&sd_handle_clip, r);
     if (!v) free_clip_ref(r);
     return v;
@@ -94,4 +109,16 @@ sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const 
     free(path);
     if (rc) sd_error_at(err, NULL, NULL, input);
     return rc;
+}
+
+sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err) {
+    if (m->loras && sd_lora_stack_count(m->loras) > 0)
+        return sd_lora_stack_unet(m->loras, m->ckpt, out, err);
+    return sd_checkpoint_unet(m->ckpt, out, err);
+}
+
+sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err) {
+    if (c->loras && sd_lora_stack_count(c->loras) > 0)
+        return sd_lora_stack_text_encoder(c->loras, c->ckpt, out, err);
+    return sd_checkpoint_text_encoder(c->ckpt, out, err);
 }

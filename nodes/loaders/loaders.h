@@ -15,14 +15,19 @@
 #include "core/node.h"
 #include "models/checkpoint.h"
 
-/* Handle payloads. Each owns one checkpoint reference. */
+struct sd_lora_stack; /* nodes/lora/lora_nodes.h */
+
+/* Handle payloads. Each owns one checkpoint reference and one reference on
+ * its LoRA stack (NULL = no LoRA). */
 typedef struct sd_model_ref {
     sd_checkpoint *ckpt;
+    struct sd_lora_stack *loras;
 } sd_model_ref;
 
 typedef struct sd_clip_ref {
     sd_checkpoint *ckpt;
     int clip_skip; /* CLIPSetLastLayer's stop_at_clip_layer; 0 = not set */
+    struct sd_lora_stack *loras;
 } sd_clip_ref;
 
 typedef struct sd_vae_ref {
@@ -38,6 +43,15 @@ extern const sd_handle_type sd_handle_vae;   /* "VAE" */
 sd_value *sd_nodes_model_value(sd_checkpoint *c);
 sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip);
 sd_value *sd_nodes_vae_value(sd_checkpoint *c);
+/* Same with a LoRA stack (a new reference is taken; NULL = none). */
+sd_value *sd_nodes_model_value_lora(sd_checkpoint *c, struct sd_lora_stack *loras);
+sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras);
+
+/* The networks a MODEL / CLIP stands for: the checkpoint's part, or the
+ * LoRA-patched view of it when the handle has a stack. Borrowed (valid
+ * while the handle lives); loads on first use. */
+sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err);
+sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
 
 /* Checked accessors for input i (named `name` in errors): borrowed payloads. */
 sd_status sd_nodes_in_model(sd_value *const *in, int i, const char *name, sd_model_ref **out,

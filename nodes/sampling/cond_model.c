@@ -7,6 +7,7 @@
 
 #include "sampling.h"
 #include "models/unet.h"
+#include "nodes/controlnet/controlnet_nodes.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -87,6 +88,9 @@ static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_
 }
 
 static int compatible(const chunk *a, const chunk *b) {
+    /* ComfyUI batches entries only when they share the control object */
+    if (sd_value_dict_get(a->entry, "control") != sd_value_dict_get(b->entry, "control"))
+        return 0;
     return a->ah == b->ah && a->aw == b->aw && a->cond->shape[1] == b->cond->shape[1] &&
            a->cond->shape[2] == b->cond->shape[2];
 }
@@ -132,6 +136,8 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     float *ts = malloc((size_t)N * sizeof(float));
     sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL;
     sd_tensor *eps = NULL;
+    sd_control_residuals res;
+    memset(&res, 0, sizeof res);
     if (!xin || !raw || !ctx || !ts) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
@@ -182,7 +188,13 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         if (!rc) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if ((rc = sd_unet_forward(m->unet, bx, ts, bc, by, NULL, &bo, err))) goto done;
+    if (sd_value_dict_get(g[0]->entry, "control")) {
+        if ((rc = sd_nodes_control_eval(g[0]->entry, m->ms, m->cfg, sigma, bx, ts, bc, by, &res,
+                                        err)))
+            goto done;
+    }
+    rc = sd_unet_forward(m->unet, bx, ts, bc, by, res.active ? &res.control : NULL, &bo, err);
+    if (rc) goto done;
     eps = sd_bt_to_host(bo);
     if (!eps || sd_tensor_numel(eps) != sd_tensor_numel(raw)) {
         rc = sd_error_set(err, eps ? SD_ERR_INTERNAL : SD_ERR_NOMEM,
@@ -211,6 +223,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         }
     }
 done:
+    sd_control_residuals_free(&res);
     sd_bt_free(bx);
     sd_bt_free(bc);
     sd_bt_free(by);

@@ -105,6 +105,74 @@ static sd_tensor *inpaint_concat(const sd_tensor *mask, const sd_tensor *latent_
     return o;
 }
 
+/* comfy.samplers.apply_empty_x_to_equal_area for "control": when positive
+ * entries from the deprecated ControlNetApply (control_apply_to_uncond) carry
+ * a control and no negative entry does, the area-less negative entries
+ * without one get those controls. *out is a new list, or NULL when the
+ * negative stays as it is. */
+static sd_status control_to_uncond(const sd_value *pos, const sd_value *neg, sd_value **out,
+                                   sd_error *err) {
+    *out = NULL;
+    size_t np = sd_value_list_len(pos), nn = sd_value_list_len(neg);
+    sd_value **cnets = calloc(np ? np : 1, sizeof *cnets);
+    size_t *other = calloc(nn ? nn : 1, sizeof *other);
+    size_t nc = 0, no = 0;
+    int uncond_has = 0;
+    sd_status rc = SD_OK;
+    if (!cnets || !other) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < np; i++) {
+        sd_value *e = sd_value_list_get(pos, i), *f = sd_value_dict_get(e, "control_apply_to_uncond");
+        sd_value *c = sd_value_dict_get(e, "control");
+        if (!f || !sd_value_as_bool(f) || sd_value_dict_get(e, "area")) continue;
+        if (c && sd_value_kind_of(c) != SD_VAL_NONE) cnets[nc++] = c;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        sd_value *e = sd_value_list_get(neg, i), *c = sd_value_dict_get(e, "control");
+        if (sd_value_dict_get(e, "area")) continue;
+        if (c && sd_value_kind_of(c) != SD_VAL_NONE) uncond_has = 1;
+        else other[no++] = i;
+    }
+    if (uncond_has || nc == 0 || no == 0) goto done;
+    sd_value *list = sd_value_shallow_copy(neg);
+    if (!list) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t x = 0; x < nc; x++) {
+        size_t idx = other[x % no];
+        sd_value *n = sd_value_shallow_copy(sd_value_list_get(list, idx));
+        if (!n || sd_value_dict_set(n, "control", sd_value_ref(cnets[x]))) {
+            sd_value_unref(n);
+            sd_value_unref(list);
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        /* replace entry idx: rebuild the list with n in its place */
+        sd_value *rebuilt = sd_value_list();
+        for (size_t k = 0; rebuilt && k < sd_value_list_len(list); k++)
+            if (sd_value_list_append(rebuilt, k == idx ? sd_value_ref(n)
+                                                      : sd_value_ref(sd_value_list_get(list, k)))) {
+                sd_value_unref(rebuilt);
+                rebuilt = NULL;
+            }
+        sd_value_unref(n);
+        sd_value_unref(list);
+        list = rebuilt;
+        if (!list) {
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    *out = list;
+done:
+    free(cnets);
+    free(other);
+    return rc;
+}
+
 typedef struct run_state {
     sd_node_ctx *ctx;
     const sd_ksample_hooks *hooks;
@@ -158,6 +226,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
     int64_t *bidx = NULL;
     sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
               *rnoise = NULL;
+    sd_value *neg2 = NULL;
     sd_guider guider;
     sd_inpaint ip;
     int have_guider = 0, have_ip = 0;
@@ -201,7 +270,8 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
     }
 
     sd_unet *unet;
-    if ((rc = sd_checkpoint_unet(a->ckpt, &unet, err))) {
+    sd_model_ref mref = {a->ckpt, a->loras};
+    if ((rc = sd_nodes_model_unet(&mref, &unet, err))) {
         sd_error_at(err, NULL, NULL, "model");
         goto done;
     }
@@ -234,11 +304,12 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
                         (size_t)n);
     if (a->hooks && a->hooks->on_start) a->hooks->on_start(a->hooks->ud, sigmas, nrun, noise, x);
 
+    if ((rc = control_to_uncond(a->positive, a->negative, &neg2, err))) goto done;
     sd_cond_model cm = {.be = sd_checkpoint_backend(a->ckpt),
                         .unet = unet,
                         .cfg = sd_unet_get_config(unet),
                         .ms = ms,
-                        .conds = {a->positive, a->negative},
+                        .conds = {a->positive, neg2 ? neg2 : a->negative},
                         .concat = concat,
                         .image_w = shape[3] * 8,
                         .image_h = shape[2] * 8,
@@ -282,6 +353,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
 done:
     if (have_ip) sd_inpaint_release(&ip);
     if (have_guider) sd_guider_release(&guider);
+    sd_value_unref(neg2);
     free(ms);
     free(sig);
     free(bidx);
@@ -310,6 +382,7 @@ static sd_status common_inputs(sd_value *const *in, int i_model, int i_pos, int 
         return SD_ERR_INVALID;
     }
     a->ckpt = model->ckpt;
+    a->loras = model->loras;
     a->positive = pos;
     a->negative = neg;
     a->latent = in[i_latent];

@@ -20,7 +20,10 @@ extern const sd_node_def *const sd_nodes_sampling[];
  * do not touch the border, summed, and divided by the summed weights (plus
  * 1e-37, so a lone full-size entry is returned exactly). Entries outside
  * their start/end_percent window are skipped. Compatible entries (same area
- * size and token count) go through the UNet as one batch. */
+ * size and token count, the same "control" value or none) go through the
+ * UNet as one batch; an entry's ControlNet chain ("control", see
+ * nodes/controlnet/controlnet_nodes.h) is evaluated on that batch and its
+ * residuals added to the UNet's skip connections and middle block. */
 typedef void (*sd_cond_model_tap_fn)(void *ud, int cond_index, float sigma,
                                      const sd_tensor *denoised);
 /* SDXL: the adm vector y [1, adm] built for an entry of conditioning
@@ -63,8 +66,11 @@ typedef struct sd_ksample_hooks {
     void *ud;
 } sd_ksample_hooks;
 
+struct sd_lora_stack;
+
 typedef struct sd_ksample_args {
     sd_checkpoint *ckpt;     /* the MODEL's checkpoint */
+    struct sd_lora_stack *loras; /* the MODEL's LoRA stack, NULL = none */
     uint64_t seed;
     int steps;
     double cfg;

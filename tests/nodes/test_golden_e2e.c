@@ -2,9 +2,11 @@
  * node functions: CheckpointLoaderSimple -> CLIPTextEncode x2 ->
  * EmptyLatentImage -> KSampler -> VAEDecode, compared with ComfyUI.
  *
- * Runs every manifest.json case whose component is "e2e" and whose settings
- * need nothing beyond these nodes (cases with a "lora" or "controlnet"
- * setting belong to those nodes' tests). The checkpoint is the manifest
+ * Runs every manifest.json case whose component is "e2e". A "lora" setting
+ * puts LoraLoader after the checkpoint loader, a "controlnet" setting
+ * ControlNetLoader + the named apply node (hint = the case's
+ * control.hint_image) before the sampler; such a case is skipped (with a
+ * message) while those nodes are not registered. The checkpoint is the manifest
  * model with a second text encoder ("clip_g") exactly when the case has
  * "pos.g.ids" tensors. Every non-input tensor of the case is compared at its
  * own tolerance (intermediates too); one the test cannot produce fails.
@@ -111,6 +113,21 @@ static sd_status run_node(const sd_env *env, const char *type, sd_value *const *
     return rc;
 }
 
+/* Inputs for `type` by name (NULL-terminated name/value pairs); values are
+ * borrowed. Runs the node; SD_ERR_NOT_FOUND when it is not registered. */
+static sd_status run_named(const sd_env *env, const char *type, const char *const *names,
+                           sd_value *const *vals, int n, sd_value **out, sd_error *err) {
+    const sd_node_def *def = sd_registry_find(type);
+    if (!def) return sd_error_set(err, SD_ERR_NOT_FOUND, "node %s not registered", type);
+    sd_value *in[32] = {0};
+    for (int i = 0; i < n; i++) {
+        int k = sd_node_input_index(def, names[i]);
+        if (k < 0) return sd_error_set(err, SD_ERR_INVALID, "%s has no input %s", type, names[i]);
+        in[k] = vals[i];
+    }
+    return run_node(env, type, in, out, err);
+}
+
 static const cJSON *pick_model(const cJSON *models, int want_g) {
     const cJSON *m;
     cJSON_ArrayForEach(m, models) {
@@ -153,6 +170,32 @@ static void run_case(const cJSON *cs, const cJSON *models, const char *data, sd_
              *latent = NULL, *result = NULL, *image = NULL;
     sd_status rc = run_node(env, "CheckpointLoaderSimple", &v_name, ck, &err);
     CHECK_OK(rc, &err);
+    const cJSON *lora = cJSON_GetObjectItemCaseSensitive(settings, "lora");
+    if (!rc && lora) {
+        char lp[4096];
+        snprintf(lp, sizeof lp, "%s/%s", data, setting_str(lora, "file"));
+        const char *names[] = {"model", "clip", "lora_name", "strength_model", "strength_clip"};
+        sd_value *vals[] = {ck[0], ck[1], sd_value_string(lp),
+                            sd_value_float(setting_num(lora, "strength_model")),
+                            sd_value_float(setting_num(lora, "strength_clip"))};
+        sd_value *lo[2] = {0};
+        rc = run_named(env, "LoraLoader", names, vals, 5, lo, &err);
+        for (int i = 2; i < 5; i++) sd_value_unref(vals[i]);
+        if (rc == SD_ERR_NOT_FOUND) {
+            printf("%s: skipped, %s\n", id, err.msg);
+            for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
+            sd_value_unref(v_name);
+            sd_st_close(g);
+            return;
+        }
+        CHECK_OK(rc, &err);
+        if (!rc) {
+            sd_value_unref(ck[0]);
+            sd_value_unref(ck[1]);
+            ck[0] = lo[0];
+            ck[1] = lo[1];
+        }
+    }
     if (!rc) {
         sd_value *in[2] = {sd_value_string(setting_str(settings, "positive")), ck[1]};
         CHECK_OK(rc = run_node(env, "CLIPTextEncode", in, &pos, &err), &err);
@@ -166,6 +209,39 @@ static void run_case(const cJSON *cs, const cJSON *models, const char *data, sd_
         keep(&log, "neg.cond", sd_value_dict_tensor(sd_value_list_get(neg, 0), "cond"));
         keep(&log, "pos.pooled", sd_value_dict_tensor(sd_value_list_get(pos, 0), "pooled_output"));
         keep(&log, "neg.pooled", sd_value_dict_tensor(sd_value_list_get(neg, 0), "pooled_output"));
+        const cJSON *cn = cJSON_GetObjectItemCaseSensitive(settings, "controlnet");
+        if (cn) {
+            char cp[4096];
+            snprintf(cp, sizeof cp, "%s/%s", data, setting_str(cn, "file"));
+            sd_value *name = sd_value_string(cp), *net = NULL, *pn[2] = {0};
+            sd_tensor *hint = sd_st_tensor_f32(g, "control.hint_image", &err);
+            sd_value *hv = hint ? sd_value_tensor(hint) : NULL;
+            sd_tensor_unref(hint);
+            const char *ln[] = {"control_net_name"};
+            rc = run_named(env, "ControlNetLoader", ln, &name, 1, &net, &err);
+            const char *an[] = {"positive", "negative", "control_net", "image",
+                                "strength", "start_percent", "end_percent"};
+            sd_value *av[] = {pos, neg, net, hv, sd_value_float(setting_num(cn, "strength")),
+                              sd_value_float(setting_num(cn, "start_percent")),
+                              sd_value_float(setting_num(cn, "end_percent"))};
+            if (!rc) rc = run_named(env, setting_str(cn, "node"), an, av, 7, pn, &err);
+            for (int i = 4; i < 7; i++) sd_value_unref(av[i]);
+            sd_value_unref(name);
+            sd_value_unref(net);
+            sd_value_unref(hv);
+            if (rc == SD_ERR_NOT_FOUND) {
+                printf("%s: skipped, %s\n", id, err.msg);
+                rc = SD_OK;
+                goto out;
+            }
+            CHECK_OK(rc, &err);
+            if (!rc) {
+                sd_value_unref(pos);
+                sd_value_unref(neg);
+                pos = pn[0];
+                neg = pn[1];
+            }
+        }
         sd_value *in[3] = {sd_value_int((int64_t)setting_num(settings, "width")),
                            sd_value_int((int64_t)setting_num(settings, "height")),
                            sd_value_int(1)};
@@ -176,7 +252,9 @@ static void run_case(const cJSON *cs, const cJSON *models, const char *data, sd_
         sd_ksample_hooks hooks = {on_start, on_step, on_model, on_adm, &log};
         sd_ksample_args a;
         sd_ksample_args_init(&a);
-        a.ckpt = ((sd_model_ref *)sd_value_as_handle(ck[0], &sd_handle_model))->ckpt;
+        sd_model_ref *mr = sd_value_as_handle(ck[0], &sd_handle_model);
+        a.ckpt = mr->ckpt;
+        a.loras = mr->loras;
         a.seed = (uint64_t)setting_num(settings, "seed");
         a.steps = (int)setting_num(settings, "steps");
         a.cfg = setting_num(settings, "cfg");
@@ -230,6 +308,7 @@ static void run_case(const cJSON *cs, const cJSON *models, const char *data, sd_
         sd_tensor_unref(exp);
     }
     printf("%s: %d tensors compared\n", id, compared);
+out:
     for (int i = 0; i < log.n; i++) sd_tensor_unref(log.c[i].t);
     for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
     sd_value_unref(v_name);
@@ -280,13 +359,7 @@ int main(void) {
     cJSON_ArrayForEach(cs, cJSON_GetObjectItemCaseSensitive(man, "cases")) {
         const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cs, "component"));
         if (!comp || strcmp(comp, "e2e") != 0) continue;
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(cs, "settings");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cs, "id"));
-        if (cJSON_GetObjectItemCaseSensitive(s, "lora") ||
-            cJSON_GetObjectItemCaseSensitive(s, "controlnet")) {
-            printf("%s: not a plain txt2img case (LoRA/ControlNet tests cover it)\n", id);
-            continue;
-        }
         char gp[4096];
         snprintf(gp, sizeof gp, "%s/%s", data,
                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cs, "file")));
