@@ -246,6 +246,14 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
     return rc;
 }
 
+void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae) {
+    pthread_mutex_lock(&c->mu);
+    if (unet) *unet = c->unet != NULL;
+    if (text_encoder) *text_encoder = c->te != NULL;
+    if (vae) *vae = c->vae != NULL;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* ---- the store ---------------------------------------------------------------------- */
 
 typedef struct store_entry {

@@ -86,6 +86,10 @@ sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err);
 sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err);
 sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err);
 
+/* Which parts are loaded already (1/0 each; NULL pointers skipped). For
+ * tests and status displays: loading is lazy. */
+void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae);
+
 /* ---- the process-lifetime model store (sd_env.models) ----------------------
  * Maps a file (path, size, mtime, backend, tokenizer dir) to its open
  * checkpoint, so a REPL or a second run reuses loaded weights. A file

@@ -189,13 +189,22 @@ static void test_loaders(sd_env *env, const char *dir) {
     sd_value_unref(name);
 }
 
+static sd_checkpoint *ckpt_of(fixture *f) {
+    return ((sd_model_ref *)sd_value_as_handle(f->model, &sd_handle_model))->ckpt;
+}
+
 static void test_txt2img(fixture *f) {
     sd_error err;
     sd_error_clear(&err);
+    int lu = -1, lt = -1, lv = -1;
+    sd_checkpoint_loaded(ckpt_of(f), &lu, &lt, &lv);
+    CHECK(lu == 0 && lt == 0 && lv == 0); /* opening loads nothing */
     sd_value *lat = empty_latent(f, 64, 64, 2, &err);
     progress_calls = 0;
     sd_value *a = ksample(f, f->pos, f->neg, lat, 1, 3, 1.0, "euler", &err);
     CHECK(progress_calls == 3);
+    sd_checkpoint_loaded(ckpt_of(f), &lu, &lt, &lv);
+    CHECK(lu == 1 && lt == 0 && lv == 0); /* KSampler loads the UNet only */
     sd_value *b = ksample(f, f->pos, f->neg, lat, 1, 3, 1.0, "euler", &err);
     sd_value *c = ksample(f, f->pos, f->neg, lat, 2, 3, 1.0, "euler", &err);
     sd_tensor *ta = samples(a), *tb = samples(b), *tc = samples(c);
@@ -419,6 +428,46 @@ static void test_img2img_inpaint(fixture *f) {
     sd_value_unref(img);
 }
 
+/* VAELoader on a standalone VAE file (the checkpoint's first_stage_model.*
+ * keys without the prefix) decodes exactly as the checkpoint's VAE. */
+static void test_vae_loader(fixture *f, const char *models, const char *ckpt_path) {
+    sd_error err;
+    sd_error_clear(&err);
+    char dir[4096], path[4200], cmd[4300];
+    snprintf(dir, sizeof dir, "%s/vae", models);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/standalone.safetensors", dir);
+    sd_st_file *src = NULL;
+    CHECK_OK(sd_st_open(ckpt_path, &src, &err), &err);
+    if (!src) return;
+    sd_st_writer *w = sd_st_writer_new();
+    const char *pre = "first_stage_model.";
+    for (size_t i = 0; i < sd_st_count(src); i++) {
+        const char *name = sd_st_at(src, i)->name;
+        if (strncmp(name, pre, strlen(pre)) != 0) continue;
+        sd_tensor *t = sd_st_tensor(src, name, &err);
+        sd_st_writer_add(w, name + strlen(pre), t, &err);
+        sd_tensor_unref(t);
+    }
+    CHECK_OK(sd_st_writer_save(w, path, &err), &err);
+    sd_st_writer_free(w);
+    sd_st_close(src);
+    sd_value *name = sd_value_string("standalone.safetensors"), *vae = NULL;
+    CHECK_OK(run_node(f->env, "VAELoader", &name, &vae, &err), &err);
+    sd_value_unref(name);
+    sd_value *lat = empty_latent(f, 64, 64, 1, &err), *a = NULL, *b = NULL;
+    sd_value *in[2] = {lat, f->vae};
+    CHECK_OK(run_node(f->env, "VAEDecode", in, &a, &err), &err);
+    in[1] = vae;
+    if (vae) CHECK_OK(run_node(f->env, "VAEDecode", in, &b, &err), &err);
+    CHECK(a && b && bit_equal(sd_value_as_tensor(a), sd_value_as_tensor(b)));
+    sd_value_unref(a);
+    sd_value_unref(b);
+    sd_value_unref(lat);
+    sd_value_unref(vae);
+}
+
 static int setup(fixture *f, sd_env *env, const char *file) {
     sd_error err;
     sd_error_clear(&err);
@@ -501,6 +550,8 @@ int main(void) {
         sd_value_unref(in[1]);
         test_txt2img(&f);
         test_img2img_inpaint(&f);
+        snprintf(path, sizeof path, "%s/checkpoints/tiny.safetensors", models);
+        test_vae_loader(&f, models, path);
         teardown(&f);
     }
     test_loaders(&env, dir);
