@@ -161,11 +161,11 @@ static void test_validation_origin(void) {
 }
 
 static void test_sandbox(void) {
-    load_str("assert(os.execute == nil and io == nil and require == nil and package == nil)\n"
-             "assert(dofile == nil and loadfile == nil and load == nil and debug == nil)\n"
-             "assert(type(os.time()) == 'number' and string.format('%d', 3) == '3')\n"
-             "LoadImage{image = 'a.png'}\n",
-             SD_OK, NULL);
+    sd_graph_free(load_str("assert(os.execute == nil and io == nil and require == nil and package == nil)\n"
+                           "assert(dofile == nil and loadfile == nil and load == nil and debug == nil)\n"
+                           "assert(type(os.time()) == 'number' and string.format('%d', 3) == '3')\n"
+                           "LoadImage{image = 'a.png'}\n",
+                           SD_OK, NULL));
     load_str("os.execute('true')\nLoadImage{image = 'a.png'}\n", SD_ERR_INVALID, "wf.lua:1:");
     load_str("io.popen('true')\n", SD_ERR_INVALID, "wf.lua:1:");
     sd_lua_opts unsafe = {.allow_unsafe = 1};
