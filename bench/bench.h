@@ -1,0 +1,78 @@
+/* bench.h - sdflow-bench internals: FLOP counts, phases, child processes.
+ *
+ * The benchmark is a program, not a test: nothing here is built into a
+ * library or run by ctest. Each measured phase runs in its own forked child
+ * process so that the peak resident set it reports (VmHWM) is that phase's
+ * own, and the PyTorch reference runs as separate python3 processes on the
+ * same synthesized checkpoint (bench/torch_ref.py).
+ */
+#ifndef SD_BENCH_H
+#define SD_BENCH_H
+
+#include <stdint.h>
+#include "core/error.h"
+#include "models/unet.h"
+#include "models/vae.h"
+#include "models/clip.h"
+
+#define SD_BENCH_MAX_REPEAT 64
+
+/* ---- FLOP counts (bench_flops.c) ------------------------------------------
+ * 2 FLOP per multiply-accumulate of every convolution, linear layer and
+ * attention product (QK^T and PV, full square even when causal); norms,
+ * activations and elementwise ops are not counted. */
+double sd_bench_unet_flops(const sd_unet_config *c, int batch, int lat_h, int lat_w, int ctx_len);
+double sd_bench_vae_decode_flops(const sd_vae_config *c, int batch, int lat_h, int lat_w);
+double sd_bench_clip_flops(const sd_clip_config *c, int batch, int len);
+
+/* ---- what one phase measured ----------------------------------------------- */
+typedef struct sd_bench_result {
+    int ok;            /* 1: measured; 0: failed (msg) or not applicable (na) */
+    int na;            /* not applicable on this backend (e.g. bf16 compute) */
+    int n;             /* repeats measured */
+    double secs[SD_BENCH_MAX_REPEAT];
+    double load_s;     /* model load time in this process */
+    double flops;      /* counted FLOP per repeat (0: not counted) */
+    double extra_s;    /* txt2img: seconds of the sampling loop (median run) */
+    int steps_run;     /* txt2img: sampler steps actually run */
+    long peak_kb;      /* VmHWM of the process that measured */
+    char msg[512];
+} sd_bench_result;
+
+typedef enum sd_bench_phase_kind {
+    SD_BENCH_UNET = 0,
+    SD_BENCH_VAE,
+    SD_BENCH_CLIP,
+    SD_BENCH_TXT2IMG
+} sd_bench_phase_kind;
+
+typedef struct sd_bench_job {
+    sd_bench_phase_kind kind;
+    const char *ckpt;  /* synthesized checkpoint */
+    int threads;       /* <= 0: all cores */
+    int repeat;
+    int batch;         /* UNet */
+    int bf16;          /* UNet: bf16 compute precision */
+    int steps;         /* txt2img: steps actually run */
+    int size;          /* image side in pixels (512) */
+} sd_bench_job;
+
+/* Run the job in this process (bench_phases.c). Never exits. */
+void sd_bench_run_phase(const sd_bench_job *job, sd_bench_result *r);
+
+/* ---- processes (bench_proc.c) ---------------------------------------------- */
+
+/* Fork, run the job in the child, collect its result; r->peak_kb is the
+ * child's peak RSS. */
+void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r);
+
+/* Run `argv` (a python3 torch_ref.py command line) and parse its one-line
+ * result "ok secs... load=S peak_kb=K" / "na msg" / "error msg". */
+void sd_bench_run_torch(char *const *argv, sd_bench_result *r);
+
+/* This process's VmHWM in KiB (ru_maxrss when /proc is unavailable). */
+long sd_bench_peak_kb(void);
+double sd_bench_now(void);
+double sd_bench_median(const double *v, int n);
+
+#endif

@@ -1,0 +1,416 @@
+/* bench_main.c - sdflow-bench: full-size SD1.5 speed and memory, and the same
+ * shapes through PyTorch on the same weights when python3-torch is present.
+ *
+ *   sdflow-bench [--work-dir DIR] [--repeat N] [--quick] [--threads N]
+ *                [--phases unet,vae,clip,txt2img] [--steps N] [--preset sd1]
+ *                [--no-torch] [--python PATH] [--torch-script PATH]
+ *
+ * See bench/README.md for what each row measures and how FLOPs are counted.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "models/synth.h"
+
+#ifndef SDFLOW_SOURCE_DIR
+#define SDFLOW_SOURCE_DIR "."
+#endif
+
+#ifndef SDFLOW_BENCH_BUILD
+#define SDFLOW_BENCH_BUILD "?"
+#endif
+
+#define FULL_STEPS 20
+
+/* Model families the bench can synthesize. SDXL is the next entry: it needs
+ * an sd_synth_sdxl_write (models/synth.h) and SDXL shapes below (latent
+ * 128x128, context 2048, adm y), and torch_ref.py's SDXL UNet. */
+typedef struct bench_preset {
+    const char *name;
+    const char *synth_preset; /* models/synth.h preset */
+    sd_status (*write)(const sd_synth_config *, uint64_t, const char *, sd_error *);
+    int size; /* image side the benchmark runs at */
+} bench_preset;
+
+static const bench_preset presets[] = {
+    {"sd1", "sd1", sd_synth_sd1_write, 512},
+    {"sdxl", "sdxl", NULL, 1024}, /* hook: no SDXL synthesizer yet */
+};
+
+typedef struct opts {
+    const char *work_dir, *phases, *python, *script, *preset;
+    int repeat, quick, threads, steps, no_torch;
+} opts;
+
+static void usage(FILE *o)
+{
+    fprintf(o,
+            "usage: sdflow-bench [options]\n"
+            "  --work-dir DIR      where the synthesized checkpoint is kept (default build/bench-work)\n"
+            "  --repeat N          runs per figure, median reported (default 3)\n"
+            "  --quick             smoke run: 1 repeat, batch 1 only\n"
+            "  --threads N         compute threads, ours and PyTorch's (default: all cores)\n"
+            "  --phases LIST       comma list of unet,vae,clip,txt2img (default all)\n"
+            "  --steps N           txt2img steps actually run; < 20 scales the sampling time\n"
+            "                      to 20 steps and says so (default 20)\n"
+            "  --preset NAME       sd1 (default); sdxl is not available yet\n"
+            "  --no-torch          skip the PyTorch reference\n"
+            "  --python PATH       python3 to run bench/torch_ref.py with (default python3)\n"
+            "  --torch-script PATH torch_ref.py location (default the source tree's)\n");
+}
+
+static int parse_int(const char *s, int lo, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > 1000000) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    *o = (opts){.work_dir = "build/bench-work", .phases = "unet,vae,clip,txt2img",
+                .python = "python3", .script = SDFLOW_SOURCE_DIR "/bench/torch_ref.py",
+                .preset = "sd1", .repeat = 3, .steps = FULL_STEPS};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL(name) (!strcmp(a, name) && next && (i++, 1))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        else if (!strcmp(a, "--quick")) o->quick = 1;
+        else if (!strcmp(a, "--no-torch")) o->no_torch = 1;
+        else if (VAL("--work-dir")) o->work_dir = next;
+        else if (VAL("--phases")) o->phases = next;
+        else if (VAL("--python")) o->python = next;
+        else if (VAL("--torch-script")) o->script = next;
+        else if (VAL("--preset")) o->preset = next;
+        else if (VAL("--repeat")) {
+            if (parse_int(next, 1, &o->repeat) || o->repeat > SD_BENCH_MAX_REPEAT) goto bad;
+        } else if (VAL("--threads")) {
+            if (parse_int(next, 1, &o->threads)) goto bad;
+        } else if (VAL("--steps")) {
+            if (parse_int(next, 1, &o->steps) || o->steps > FULL_STEPS) goto bad;
+        } else {
+            fprintf(stderr, "sdflow-bench: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "sdflow-bench: bad value for %s: %s\n", a, next);
+        return -1;
+#undef VAL
+    }
+    if (o->quick) o->repeat = 1;
+    return 0;
+}
+
+static int has_phase(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        p += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+static int mkdirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+/* Synthesize (or reuse) the checkpoint. Done in a child so the parent stays
+ * small and every forked phase starts from a small resident set. */
+static int ensure_checkpoint(const bench_preset *p, const char *path)
+{
+    sd_error err;
+    sd_st_file *f = NULL;
+    if (access(path, R_OK) == 0 && sd_st_open(path, &f, &err) == SD_OK) {
+        sd_st_close(f);
+        fprintf(stderr, "sdflow-bench: reusing %s\n", path);
+        return 0;
+    }
+    const sd_synth_config *cfg = sd_synth_preset(p->synth_preset);
+    if (!cfg) {
+        fprintf(stderr, "sdflow-bench: no synth preset %s\n", p->synth_preset);
+        return -1;
+    }
+    fprintf(stderr, "sdflow-bench: synthesizing full-size %s checkpoint (random F16 weights) "
+                    "-> %s\n", p->name, path);
+    double t0 = sd_bench_now();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        sd_error_clear(&err);
+        if (p->write(cfg, 1, tmp, &err) || rename(tmp, path)) {
+            char buf[SD_ERR_MSG_MAX + 256];
+            fprintf(stderr, "sdflow-bench: synthesis failed: %s\n",
+                    err.code ? sd_error_format(&err, buf, sizeof buf) : strerror(errno));
+            unlink(tmp);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
+        return -1;
+    fprintf(stderr, "sdflow-bench: synthesized in %.1f s\n", sd_bench_now() - t0);
+    return 0;
+}
+
+/* ---- machine description ----------------------------------------------------- */
+
+static void cpu_info(char *model, size_t mn, char *flags, size_t fn)
+{
+    snprintf(model, mn, "unknown CPU");
+    flags[0] = 0;
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (!fp) return;
+    char line[8192];
+    int have_model = 0, have_flags = 0;
+    while (fgets(line, sizeof line, fp) && !(have_model && have_flags)) {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        if (!have_model && !strncmp(line, "model name", 10)) {
+            snprintf(model, mn, "%s", v);
+            have_model = 1;
+        } else if (!have_flags && !strncmp(line, "flags", 5)) {
+            static const char *want[] = {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
+                                         "amx_tile", "amx_bf16", "amx_int8"};
+            size_t off = 0;
+            for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+                char pat[64];
+                snprintf(pat, sizeof pat, " %s ", want[i]);
+                char padded[8200];
+                snprintf(padded, sizeof padded, " %s ", v);
+                if (strstr(padded, pat) && off < fn)
+                    off += (size_t)snprintf(flags + off, fn - off, "%s%s", off ? " " : "", want[i]);
+            }
+            have_flags = 1;
+        }
+    }
+    fclose(fp);
+}
+
+/* The torch version, or "" when `python -c "import torch"` does not work. */
+static void torch_version(const char *python, char *out, size_t n)
+{
+    out[0] = 0;
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch; print(torch.__version__)' 2>/dev/null",
+             python);
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    if (fgets(out, (int)n, p)) out[strcspn(out, "\n")] = 0;
+    if (pclose(p) != 0) out[0] = 0;
+}
+
+/* ---- rows ------------------------------------------------------------------------ */
+
+typedef struct row {
+    char name[64];
+    sd_bench_job job;
+    sd_bench_result ours, torch;
+    int torch_kind; /* 0: no PyTorch counterpart */
+} row;
+
+static void run_torch(const opts *o, const char *ckpt, const row *rw, sd_bench_result *r)
+{
+    char threads[16], repeat[16], batch[16], size[16];
+    snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(repeat, sizeof repeat, "%d", o->repeat);
+    snprintf(batch, sizeof batch, "%d", rw->job.batch > 0 ? rw->job.batch : 1);
+    snprintf(size, sizeof size, "%d", rw->job.size);
+    const char *phase = rw->job.kind == SD_BENCH_UNET ? "unet"
+                        : rw->job.kind == SD_BENCH_VAE ? "vae" : "clip";
+    char *argv[] = {(char *)o->python, (char *)o->script, "--ckpt", (char *)ckpt,
+                    "--phase", (char *)phase, "--dtype", rw->job.bf16 ? "bf16" : "f32",
+                    "--batch", batch, "--threads", threads, "--repeat", repeat,
+                    "--size", size, NULL};
+    sd_bench_run_torch(argv, r);
+}
+
+static void fmt_secs(char *b, size_t n, const sd_bench_result *r)
+{
+    if (r->ok) snprintf(b, n, "%.3f", sd_bench_median(r->secs, r->n));
+    else snprintf(b, n, r->na ? "n/a" : "failed");
+}
+
+static void fmt_gib(char *b, size_t n, long kb)
+{
+    if (kb > 0) snprintf(b, n, "%.2f GiB", kb / (1024.0 * 1024.0));
+    else snprintf(b, n, "-");
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse_args(argc, argv, &o)) return 2;
+    const bench_preset *preset = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        if (!strcmp(presets[i].name, o.preset)) preset = &presets[i];
+    if (!preset || !preset->write) {
+        fprintf(stderr, "sdflow-bench: preset '%s' is not available (have: sd1)%s\n", o.preset,
+                preset ? "; SDXL needs a synthesizer in models/synth.h first" : "");
+        return 2;
+    }
+    static const char *known[] = {"unet", "vae", "clip", "txt2img"};
+    for (const char *p = o.phases; *p;) {
+        size_t len = strcspn(p, ","), ok = 0;
+        for (size_t i = 0; i < 4; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
+        if (!ok) {
+            fprintf(stderr, "sdflow-bench: unknown phase '%.*s' (unet,vae,clip,txt2img)\n",
+                    (int)len, p);
+            return 2;
+        }
+        p += len + (p[len] == ',');
+    }
+
+    if (mkdirs(o.work_dir)) {
+        fprintf(stderr, "sdflow-bench: cannot create %s: %s\n", o.work_dir, strerror(errno));
+        return 1;
+    }
+    char ckpt[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/%s-random-f16.safetensors", o.work_dir, preset->name);
+    if (ensure_checkpoint(preset, ckpt)) return 1;
+
+    char model[256], flags[256], tv[64] = "";
+    cpu_info(model, sizeof model, flags, sizeof flags);
+    if (!o.no_torch) torch_version(o.python, tv, sizeof tv);
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+    row rows[16];
+    int nr = 0;
+    const int size = preset->size;
+    if (has_phase(o.phases, "unet"))
+        for (int bf = 0; bf < 2; bf++)
+            for (int b = 1; b <= (o.quick ? 1 : 2); b++) {
+                row *r = &rows[nr++];
+                memset(r, 0, sizeof *r);
+                snprintf(r->name, sizeof r->name, "UNet step %s, batch %d%s", bf ? "bf16" : "f32", b,
+                         b == 2 ? " (one CFG step)" : "");
+                r->job = (sd_bench_job){SD_BENCH_UNET, ckpt, o.threads, o.repeat, b, bf, 0, size};
+                r->torch_kind = 1;
+            }
+    if (has_phase(o.phases, "vae")) {
+        row *r = &rows[nr++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "VAE decode %dx%d", size, size);
+        r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, 0, 0, size};
+        r->torch_kind = 1;
+    }
+    if (has_phase(o.phases, "clip")) {
+        row *r = &rows[nr++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "CLIP encode (77 tokens)");
+        r->job = (sd_bench_job){SD_BENCH_CLIP, ckpt, o.threads, o.repeat, 1, 0, 0, size};
+        r->torch_kind = 1;
+    }
+    if (has_phase(o.phases, "txt2img")) {
+        row *r = &rows[nr++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "txt2img %d steps euler/normal cfg 8%s", FULL_STEPS,
+                 o.steps < FULL_STEPS ? " (scaled)" : "");
+        r->job = (sd_bench_job){SD_BENCH_TXT2IMG, ckpt, o.threads, o.repeat, 2, 0, o.steps, size};
+    }
+
+    for (int i = 0; i < nr; i++) {
+        row *r = &rows[i];
+        fprintf(stderr, "sdflow-bench: %s ...\n", r->name);
+        sd_bench_run_forked(&r->job, &r->ours);
+        if (!r->ours.ok && !r->ours.na)
+            fprintf(stderr, "sdflow-bench:   ours failed: %s\n", r->ours.msg);
+        else if (r->ours.ok)
+            fprintf(stderr, "sdflow-bench:   ours %.3f s (load %.1f s)\n",
+                    sd_bench_median(r->ours.secs, r->ours.n), r->ours.load_s);
+        if (r->torch_kind && tv[0]) {
+            run_torch(&o, ckpt, r, &r->torch);
+            if (r->torch.ok)
+                fprintf(stderr, "sdflow-bench:   torch %.3f s (load %.1f s)\n",
+                        sd_bench_median(r->torch.secs, r->torch.n), r->torch.load_s);
+            else
+                fprintf(stderr, "sdflow-bench:   torch %s: %s\n", r->torch.na ? "n/a" : "failed",
+                        r->torch.msg);
+        }
+    }
+
+    /* ---- the table (markdown, so it can be pasted into docs/performance.md) ---- */
+    time_t now = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("\n## sdflow-bench %s, %s\n\n", preset->name, date);
+    printf("- machine: %s, %d cores online, flags: %s\n", model, cores, flags[0] ? flags : "-");
+    printf("- threads: %d; repeats per figure: %d (median)%s; build: %s\n",
+           o.threads > 0 ? o.threads : cores, o.repeat, o.quick ? "; --quick" : "",
+           SDFLOW_BENCH_BUILD);
+    printf("- checkpoint: %s (random weights, F16 on disk, F32 in memory)\n", ckpt);
+    printf("- PyTorch: %s\n\n", tv[0] ? tv : o.no_torch ? "skipped (--no-torch)"
+                                                         : "not available (apt-get install python3-torch)");
+    printf("| phase | seconds (median) | min | GFLOP/s | PyTorch s | ratio (PyTorch/ours) | peak RSS | PyTorch peak RSS | load s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nr; i++) {
+        row *r = &rows[i];
+        char s[32], mn[32] = "-", gf[32] = "-", ts[32] = "-", ratio[32] = "-", pk[32], tpk[32] = "-",
+             ld[32] = "-";
+        fmt_secs(s, sizeof s, &r->ours);
+        double med = r->ours.ok ? sd_bench_median(r->ours.secs, r->ours.n) : 0;
+        if (r->ours.ok && r->job.kind == SD_BENCH_TXT2IMG && r->ours.steps_run < FULL_STEPS) {
+            /* sampling cost is linear in steps: scale that part only */
+            med += r->ours.extra_s * ((double)FULL_STEPS / r->ours.steps_run - 1.0);
+            snprintf(s, sizeof s, "%.1f (ran %d steps: %.1f)", med, r->ours.steps_run,
+                     sd_bench_median(r->ours.secs, r->ours.n));
+        }
+        if (r->ours.ok) {
+            double m = r->ours.secs[0];
+            for (int k = 1; k < r->ours.n; k++) m = r->ours.secs[k] < m ? r->ours.secs[k] : m;
+            snprintf(mn, sizeof mn, "%.3f", m);
+            if (r->ours.flops > 0) snprintf(gf, sizeof gf, "%.1f", r->ours.flops / med * 1e-9);
+            snprintf(ld, sizeof ld, "%.1f", r->ours.load_s);
+        }
+        if (r->ours.ok || r->ours.na) fmt_gib(pk, sizeof pk, r->ours.na ? 0 : r->ours.peak_kb);
+        else snprintf(pk, sizeof pk, "-");
+        if (r->torch_kind && tv[0]) {
+            fmt_secs(ts, sizeof ts, &r->torch);
+            if (r->torch.ok) fmt_gib(tpk, sizeof tpk, r->torch.peak_kb);
+            if (r->torch.ok && r->ours.ok)
+                snprintf(ratio, sizeof ratio, "%.2f", sd_bench_median(r->torch.secs, r->torch.n) / med);
+        }
+        printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r->name, s, mn, gf, ts, ratio, pk,
+               tpk, ld);
+    }
+    int notes = 0;
+    for (int i = 0; i < nr; i++) {
+        const row *r = &rows[i];
+        if (!r->ours.ok && r->ours.msg[0])
+            printf("%s- %s, ours: %s\n", notes++ ? "" : "\n", r->name, r->ours.msg);
+        if (r->torch_kind && tv[0] && !r->torch.ok && r->torch.msg[0])
+            printf("%s- %s, PyTorch: %s\n", notes++ ? "" : "\n", r->name, r->torch.msg);
+    }
+    int failed = 0;
+    for (int i = 0; i < nr; i++) failed |= !rows[i].ours.ok && !rows[i].ours.na;
+    return failed ? 1 : 0;
+}
