@@ -30,6 +30,12 @@ sd_status sd_cuda_check_dnn(sd_backend *be, cudnnStatus_t e, const char *op, con
     return sd_backend_fail(be, code, "cuda %s: %s: cuDNN %s", op, what, cudnnGetErrorString(e));
 }
 
+sd_status sd_cuda_use_device(sd_backend *be) {
+    sd_cuda *c = sd_cuda_of(be);
+    if (c->n_devices < 2) return SD_OK;
+    return sd_cuda_check(be, cudaSetDevice(c->device), "set device", c->device_name);
+}
+
 /* The out-of-memory message names the op, the purpose and the sizes, and
  * what the device had left, so a user can tell a leak from a big image. */
 static void fail_alloc(sd_backend *be, cudaError_t e, size_t n, const char *op, const char *what) {
@@ -61,6 +67,7 @@ static sd_status cu_alloc(sd_backend *be, sd_bt *t, int zero) {
     t->host = NULL;
     t->data = NULL;
     if (t->nbytes == 0) return SD_OK;
+    if (sd_cuda_use_device(be) != SD_OK) return SD_ERR_IO;
     char shape[96];
     int off = snprintf(shape, sizeof shape, "a %s tensor [", sd_dtype_name(t->dtype));
     for (int i = 0; i < t->ndim && off < (int)sizeof shape; i++)
@@ -107,6 +114,7 @@ static sd_status cu_upload(sd_backend *be, sd_bt *t, sd_tensor *src) {
 static sd_tensor *cu_download(const sd_bt *t) {
     sd_backend *be = t->be;
     sd_cuda *c = sd_cuda_of(be);
+    if (sd_cuda_use_device(be) != SD_OK) return NULL;
     sd_tensor *h = sd_tensor_new(t->dtype, t->ndim, t->shape);
     if (!h) return NULL;
     if (t->nbytes &&
@@ -200,6 +208,7 @@ sd_status sd_cuda_backend_init(sd_backend *be, int n_threads, sd_error *err) {
     sd_cuda *c = calloc(1, sizeof *c);
     if (!c) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating the CUDA backend");
     c->device = dev;
+    c->n_devices = count;
     be->impl = c; /* cu_destroy cleans up whatever was created */
     struct cudaDeviceProp prop;
     int smem = 0;

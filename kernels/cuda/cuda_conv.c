@@ -112,19 +112,28 @@ static conv_entry *entry_for(sd_backend *be, const conv_key *k, int64_t Ho, int6
     DNN(cudnnFindConvolutionForwardAlgorithm(c->cudnn, e->xd, e->wd, e->cd, e->yd,
                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
         "cudnnFindConvolutionForwardAlgorithm");
-    int pick = -1;
+    /* fastest first; F32 must stay off the TF32 tensor cores (results
+     * measured with tensor-op math are skipped, and the descriptor keeps
+     * CUDNN_FMA_MATH below: CUDNN_DEFAULT_MATH would permit TF32) */
+    int pick = -1, f32 = dt == CUDNN_DATA_FLOAT;
     for (int i = 0; i < found && pick < 0; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            !(f32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                      perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)))
             pick = i;
     if (pick < 0) {
         sd_backend_fail(be, SD_ERR_UNSUPPORTED,
-                        "cuda conv2d: cuDNN has no deterministic algorithm for x [%lld, %lld, "
+                        "cuda conv2d: cuDNN has no deterministic algorithm%s for x [%lld, %lld, "
                         "%lld, %lld], w [%lld, %lld, %lld, %lld] (%d tried)",
-                        (long long)k->n, (long long)k->c, (long long)k->h, (long long)k->w,
+                        f32 ? " without TF32" : "", (long long)k->n,
+                        (long long)k->c, (long long)k->h, (long long)k->w,
                         (long long)k->o, (long long)k->c, (long long)k->kh, (long long)k->kw,
                         found);
         goto fail;
     }
+    /* 16-bit: run with the math type the measurement used (cuDNN's advice) */
+    if (!f32)
+        DNN(cudnnSetConvolutionMathType(e->cd, perf[pick].mathType), "math type of the algorithm");
     e->algo = perf[pick].algo;
     e->ws = perf[pick].memory;
     e->next = c->convs->head;

@@ -48,6 +48,7 @@ typedef struct sd_cuda_conv_cache sd_cuda_conv_cache;
 typedef struct sd_cuda {
     int device;
     char device_name[320];
+    int n_devices;
     size_t max_smem_optin; /* shared memory per block after opting in */
     cudaStream_t stream;
     cublasHandle_t cublas;
@@ -58,6 +59,11 @@ typedef struct sd_cuda {
 
 static inline sd_cuda *sd_cuda_of(sd_backend *be) { return (sd_cuda *)be->impl; }
 static inline float *sd_cuda_f32(const sd_bt *t) { return (float *)t->data; }
+
+/* Make the backend's device current on the calling thread (a no-op on
+ * one-GPU machines); storage entry points call it, so a backend created on
+ * one thread can be used from another. */
+sd_status sd_cuda_use_device(sd_backend *be);
 
 /* Status checks: SD_OK, or the sticky error "cuda <op>: <what>: <reason>". */
 sd_status sd_cuda_check(sd_backend *be, cudaError_t e, const char *op, const char *what);

@@ -397,6 +397,40 @@ static void test_layout(ctx *c) {
     release(&tab);
 }
 
+/* ---- run to run: the same inputs give the same bytes on the GPU ------------------ */
+
+static int same_bytes(sd_bt *a, sd_bt *b) {
+    sd_tensor *x = sd_bt_to_host(a), *y = sd_bt_to_host(b);
+    int ok = x && y && x->nbytes == y->nbytes && memcmp(x->data, y->data, x->nbytes) == 0;
+    sd_tensor_unref(x);
+    sd_tensor_unref(y);
+    return ok;
+}
+
+static void test_determinism(ctx *c) {
+    sd_backend *g = c->be[1];
+    pair x = rnd(c, 1, 4, 1, 32, 24, 24), w = rnd(c, 0.2f, 4, 48, 32, 3, 3),
+         b = rnd(c, 1, 1, 48, 0, 0, 0), q = rnd(c, 1, 3, 2, 100, 2 * 64, 0),
+         lw = rnd(c, 0.1f, 2, 96, 128, 0, 0);
+    sd_bt *r[2][4];
+    for (int run = 0; run < 2; run++) {
+        r[run][0] = sd_op_conv2d(x.t[1], w.t[1], b.t[1], 1, 1, 1);
+        r[run][1] = sd_op_group_norm(r[run][0], 16, NULL, NULL, 1e-5f, 1);
+        r[run][2] = sd_op_attention(q.t[1], q.t[1], q.t[1], 2, 0);
+        r[run][3] = sd_op_linear(q.t[1], lw.t[1], NULL);
+    }
+    static const char *names[4] = {"conv2d", "group_norm", "attention", "linear"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(r[0][i] && r[1][i] && same_bytes(r[0][i], r[1][i]),
+                  "%s/%s: two runs differ (or failed: %s)", names[i], prec_name(c->prec),
+                  sd_backend_error(g) ? sd_backend_error(g)->msg : "no error");
+        sd_bt_free(r[0][i]);
+        sd_bt_free(r[1][i]);
+    }
+    sd_backend_clear_error(g);
+    release(&x), release(&w), release(&b), release(&q), release(&lw);
+}
+
 /* ---- CUDA-only behaviour: zeroed new tensors, dtype round trips, errors -------------- */
 
 static void test_cuda_specifics(sd_backend *g) {
@@ -468,6 +502,7 @@ int main(void) {
         c.prec = modes[m];
         sd_backend_set_precision(c.be[0], SD_PREC_F32); /* the reference stays F32 */
         sd_backend_set_precision(c.be[1], c.prec);
+        test_determinism(&c);
         for (int round = 0; round < 2; round++) {
             test_linear(&c);
             test_matmul(&c);
