@@ -373,6 +373,52 @@ static const command *commands(void) {
 
 /* ---- reading and evaluating lines ------------------------------------------------------- */
 
+#ifdef SDFLOW_HAVE_LIBEDIT
+/* Tab completion of commands and node types. Builds the whole answer at once
+ * (readline's [0] = common prefix, then the matches) so that no iteration
+ * state has to outlive a call. */
+static char **complete(const char *text, int start, int end) {
+    (void)start;
+    (void)end;
+    rl_attempted_completion_over = 1; /* no file-name fallback */
+    size_t len = strlen(text), cap = 16, n = 1;
+    char **m = calloc(cap, sizeof *m);
+    if (!m) return NULL;
+    static const char *const extra[] = {"Node", "link", "node", "exit", NULL};
+    size_t nreg = sd_registry_count(), nalias = sd_registry_alias_count();
+    const command *cmds = commands();
+    size_t ncmd = 0, nextra = 0;
+    while (cmds[ncmd].name) ncmd++;
+    while (extra[nextra]) nextra++;
+    for (size_t i = 0; i < nreg + nalias + ncmd + nextra; i++) {
+        const char *name = NULL, *target;
+        if (i < nreg) name = sd_registry_at(i)->class_type;
+        else if (i < nreg + nalias) sd_registry_alias_at(i - nreg, &name, &target);
+        else if (i < nreg + nalias + ncmd) name = cmds[i - nreg - nalias].name;
+        else name = extra[i - nreg - nalias - ncmd];
+        if (strncmp(name, text, len)) continue;
+        if (n + 2 > cap) {
+            char **g = realloc(m, (cap *= 2) * sizeof *m);
+            if (!g) break;
+            m = g;
+        }
+        if (!(m[n] = strdup(name))) break;
+        n++;
+    }
+    m[n] = NULL;
+    if (n == 1) { free(m); return NULL; }
+    size_t common = strlen(m[1]);
+    for (size_t i = 2; i < n; i++) {
+        size_t k = 0;
+        while (k < common && m[i][k] == m[1][k]) k++;
+        common = k;
+    }
+    m[0] = strndup(m[1], common);
+    if (!m[0]) { for (size_t i = 1; i < n; i++) free(m[i]); free(m); return NULL; }
+    return m;
+}
+#endif
+
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
     (void)ar;
     repl *r = repl_of(L);
@@ -540,6 +586,7 @@ int sd_repl_main(const sd_repl_config *cfg) {
     r.editing = r.in == stdin && isatty(STDIN_FILENO);
     if (r.editing) {
         using_history();
+        rl_attempted_completion_function = complete;
         if (cfg->history) read_history(cfg->history);
     }
 #endif

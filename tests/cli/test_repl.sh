@@ -1,7 +1,7 @@
 # The REPL through a real terminal (tmux): build a graph, run it, change one
 # input, rerun and check that only the downstream nodes executed; errors keep
 # the session and the graph; undo; line editing (Ctrl-A, history); save/load
-# as JSON and Lua; help and nodes; quit.
+# as JSON and Lua; help and nodes; Tab completion; Ctrl-C; quit.
 set -u
 : "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}"
 command -v tmux > /dev/null || { echo "SKIP: tmux is not installed"; exit 77; }
@@ -107,6 +107,14 @@ wait_for '^edited[[:space:]]*42$'
 tm send-keys -t repl Up
 tm send-keys -t repl Enter
 wait_for '^edited[[:space:]]*42$' 2
+
+# Tab completes node types and commands
+tm send-keys -t repl -l 'print(ImageInv'
+tm send-keys -t repl Tab
+sleep 0.3
+tm send-keys -t repl -l '== nil, "completed")'
+tm send-keys -t repl Enter
+wait_for '^false[[:space:]]*completed$'
 
 # save and load both forms; a reloaded graph hits the in-memory results
 send 'save("g.lua")'
