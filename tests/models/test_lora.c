@@ -345,6 +345,81 @@ static void run(sd_backend *be, const char *dir, sd_unet *u, sd_text_encoder *te
     (void)be;
 }
 
+/* SDXL names on the tiny SDXL checkpoint of the reference data (when
+ * present): lora_te1_ -> CLIP-L, lora_te2_ -> bigG, whose k_proj is the
+ * middle third of the fused in_proj rows. */
+static void run_sdxl(sd_backend *be, const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/tiny-sdxl.safetensors", sd_test_testdata_dir());
+    sd_st_file *f = NULL;
+    if (sd_st_open(path, &f, NULL) != SD_OK) {
+        printf("  (no %s: SDXL names not checked)\n", path);
+        return;
+    }
+    sd_error err;
+    sd_error_clear(&err);
+    sd_text_encoder *te = NULL, *tv = NULL;
+    CHECK_OK(sd_text_encoder_load(be, f, NULL, &te, &err), &err);
+    sd_st_writer *w = sd_st_writer_new();
+    sd_tensor *gu = put(w, "lora_te2_text_model_encoder_layers_1_self_attn_k_proj.lora_up.weight", 2, 192, 4, 0, 0);
+    sd_tensor *gd = put(w, "lora_te2_text_model_encoder_layers_1_self_attn_k_proj.lora_down.weight", 2, 4, 192, 0, 0);
+    sd_tensor *lu = put(w, "lora_te1_text_model_encoder_layers_1_mlp_fc2.lora_up.weight", 2, 128, 4, 0, 0);
+    sd_tensor *ld = put(w, "lora_te1_text_model_encoder_layers_1_mlp_fc2.lora_down.weight", 2, 4, 512, 0, 0);
+    sd_lora *lora = write_lora(w, dir, "sdxl_te.safetensors");
+    sd_lora_plan *plan = NULL;
+    if (te && lora) CHECK_OK(sd_lora_plan_new(lora, NULL, te, &plan, &err), &err);
+    if (plan) {
+        CHECK(sd_lora_plan_count(plan, SD_LORA_CLIP_G) == 1 && sd_lora_plan_count(plan, SD_LORA_CLIP_L) == 1);
+        CHECK(sd_lora_plan_unmatched_count(plan) == 0);
+        sd_lora_use use = {plan, 0.5};
+        CHECK_OK(sd_lora_text_encoder_view(te, &use, 1, &tv, &err), &err);
+    }
+    if (tv) {
+        int64_t r0 = -1, rows = -1;
+        const char *k = "text_model.encoder.layers.1.self_attn.k_proj.weight";
+        sd_bt **bs = sd_clip_param((sd_clip *)sd_text_encoder_clip_g(te), k, &r0, &rows);
+        sd_bt **vs = sd_clip_param((sd_clip *)sd_text_encoder_clip_g(tv), k, NULL, NULL);
+        CHECK(bs && vs && r0 == 192 && rows == 192 && (*bs)->shape[0] == 576);
+        if (bs && vs) {
+            sd_tensor *b = sd_bt_to_host(*bs), *a = sd_bt_to_host(*vs);
+            double *d = mmd(gu, gd);
+            scale(d, 192 * 192, 0.5);
+            double worst = 0, other = 0;
+            for (int64_t i = 0; i < 576 * 192; i++) {
+                double want = sd_tensor_f32(b)[i] + (i >= 192 * 192 && i < 384 * 192 ? d[i - 192 * 192] : 0.0);
+                double e = fabs(sd_tensor_f32(a)[i] - want);
+                if (i >= 192 * 192 && i < 384 * 192) worst = fmax(worst, e);
+                else other = fmax(other, e);
+            }
+            CHECK_MSG(worst < 2e-6 && other == 0.0, "bigG fused k rows: %g, other rows %g", worst, other);
+            free(d);
+            sd_tensor_unref(a);
+            sd_tensor_unref(b);
+        }
+        const char *f2 = "text_model.encoder.layers.1.mlp.fc2.weight";
+        bs = sd_clip_param((sd_clip *)sd_text_encoder_clip_l(te), f2, NULL, NULL);
+        vs = sd_clip_param((sd_clip *)sd_text_encoder_clip_l(tv), f2, NULL, NULL);
+        if (bs && vs) {
+            sd_tensor *b = sd_bt_to_host(*bs), *a = sd_bt_to_host(*vs);
+            double *d = mmd(lu, ld);
+            scale(d, 128 * 512, 0.5);
+            CHECK_MSG(diff_to(a, b, d) < 2e-6, "CLIP-L fc2 via lora_te1_");
+            free(d);
+            sd_tensor_unref(a);
+            sd_tensor_unref(b);
+        }
+    }
+    sd_tensor_unref(gu);
+    sd_tensor_unref(gd);
+    sd_tensor_unref(lu);
+    sd_tensor_unref(ld);
+    sd_text_encoder_free(tv);
+    sd_lora_plan_unref(plan);
+    sd_lora_unref(lora);
+    sd_text_encoder_free(te);
+    sd_st_close(f);
+}
+
 int main(void) {
     const char *dir = sd_test_tmpdir("lora");
     char ckpt[1024];
@@ -366,6 +441,7 @@ int main(void) {
         CHECK_OK(sd_text_encoder_load(be, f, NULL, &te, &err), &err);
     }
     if (u && te) run(be, dir, u, te);
+    if (be) run_sdxl(be, dir);
     sd_unet_free(u);
     sd_text_encoder_free(te);
     sd_st_close(f);
