@@ -35,13 +35,15 @@ sd_status sd_lora_open(const char *path, sd_lora **out, sd_error *err) {
     return SD_OK;
 }
 
+/* Reference counts are atomic: plans and files are shared by the MODEL and
+ * CLIP values of a graph, which the executor may release from any thread. */
 sd_lora *sd_lora_ref(sd_lora *l) {
-    if (l) l->refcount++;
+    if (l) __atomic_add_fetch(&l->refcount, 1, __ATOMIC_ACQ_REL);
     return l;
 }
 
 void sd_lora_unref(sd_lora *l) {
-    if (!l || --l->refcount > 0) return;
+    if (!l || __atomic_sub_fetch(&l->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     if (l->owns_file) sd_st_close(l->f);
     free(l);
 }
@@ -317,12 +319,12 @@ fail:
 }
 
 sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p) {
-    if (p) p->refcount++;
+    if (p) __atomic_add_fetch(&p->refcount, 1, __ATOMIC_ACQ_REL);
     return p;
 }
 
 void sd_lora_plan_unref(sd_lora_plan *p) {
-    if (!p || --p->refcount > 0) return;
+    if (!p || __atomic_sub_fetch(&p->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     free_patches(p->p, p->n);
     free(p->unmatched);
     sd_lora_unref(p->lora);
