@@ -105,6 +105,68 @@ static sd_tensor *inpaint_concat(const sd_tensor *mask, const sd_tensor *latent_
     return o;
 }
 
+/* ---- conditioning pre-processing (comfy.samplers.process_conds) ---------------- */
+
+/* A new list holding the same entries. */
+static sd_value *list_copy(const sd_value *l) {
+    sd_value *o = sd_value_list();
+    for (size_t i = 0; o && i < sd_value_list_len(l); i++)
+        if (sd_value_list_append(o, sd_value_ref(sd_value_list_get(l, i)))) {
+            sd_value_unref(o);
+            o = NULL;
+        }
+    return o;
+}
+
+/* The entry's area (h, w, y, x); 0 when it has none. */
+static int entry_area(const sd_value *e, int64_t a[4]) {
+    sd_value *v = sd_value_dict_get(e, "area");
+    if (!v || sd_value_kind_of(v) != SD_VAL_LIST || sd_value_list_len(v) != 4) return 0;
+    for (int i = 0; i < 4; i++) a[i] = sd_value_as_int(sd_value_list_get(v, i));
+    return 1;
+}
+
+/* comfy.samplers.create_cond_with_same_area_if_none: for an entry c with an
+ * area, the other list gets a copy of c carrying the conditioning of its
+ * smallest entry enclosing that area (an area-less entry counts as
+ * enclosing), unless that entry has exactly c's area. */
+static int same_area_if_none(sd_value *conds, const sd_value *c) {
+    int64_t ca[4], xa[4], sa[4];
+    if (!entry_area(c, ca)) return 0;
+    const sd_value *smallest = NULL;
+    int s_has = 0;
+    for (size_t i = 0; i < sd_value_list_len(conds); i++) {
+        const sd_value *x = sd_value_list_get(conds, i);
+        if (entry_area(x, xa)) {
+            int inside = ca[2] >= xa[2] && ca[3] >= xa[3] && ca[0] + ca[2] <= xa[0] + xa[2] &&
+                         ca[1] + ca[3] <= xa[1] + xa[3];
+            if (!inside) continue;
+            if (!smallest || !s_has || sa[0] * sa[1] > xa[0] * xa[1]) {
+                smallest = x;
+                s_has = 1;
+                memcpy(sa, xa, sizeof sa);
+            }
+        } else if (!smallest) {
+            smallest = x;
+            s_has = 0;
+        }
+    }
+    if (!smallest || (s_has && memcmp(sa, ca, sizeof sa) == 0)) return 0;
+    sd_value *out = sd_value_shallow_copy(c);
+    if (!out) return -1;
+    /* model_conds: the text conditioning and what SDXL's adm is built from */
+    static const char *const keys[] = {"cond", "pooled_output", "width", "height", "crop_w",
+                                       "crop_h", "target_width", "target_height", NULL};
+    for (int k = 0; keys[k]; k++) {
+        sd_value *v = sd_value_dict_get(smallest, keys[k]);
+        if (v && sd_value_dict_set(out, keys[k], sd_value_ref(v))) {
+            sd_value_unref(out);
+            return -1;
+        }
+    }
+    return sd_value_list_append(conds, out);
+}
+
 /* comfy.samplers.apply_empty_x_to_equal_area for "control": when positive
  * entries from the deprecated ControlNetApply (control_apply_to_uncond) carry
  * a control and no negative entry does, the area-less negative entries
@@ -226,7 +288,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
     int64_t *bidx = NULL;
     sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
               *rnoise = NULL;
-    sd_value *neg2 = NULL;
+    sd_value *pos2 = NULL, *neg1 = NULL, *neg2 = NULL;
     sd_guider guider;
     sd_inpaint ip;
     int have_guider = 0, have_ip = 0;
@@ -304,12 +366,32 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
                         (size_t)n);
     if (a->hooks && a->hooks->on_start) a->hooks->on_start(a->hooks->ud, sigmas, nrun, noise, x);
 
-    if ((rc = control_to_uncond(a->positive, a->negative, &neg2, err))) goto done;
+    /* process_conds: opposite entries for areas, then controls for uncond */
+    pos2 = list_copy(a->positive);
+    neg1 = list_copy(a->negative);
+    if (!pos2 || !neg1) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    {
+        size_t np = sd_value_list_len(pos2), nn;
+        int bad = 0;
+        for (size_t i = 0; i < np && !bad; i++)
+            bad = same_area_if_none(neg1, sd_value_list_get(pos2, i)) != 0;
+        nn = sd_value_list_len(neg1);
+        for (size_t i = 0; i < nn && !bad; i++)
+            bad = same_area_if_none(pos2, sd_value_list_get(neg1, i)) != 0;
+        if (bad) {
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    if ((rc = control_to_uncond(pos2, neg1, &neg2, err))) goto done;
     sd_cond_model cm = {.be = sd_checkpoint_backend(a->ckpt),
                         .unet = unet,
                         .cfg = sd_unet_get_config(unet),
                         .ms = ms,
-                        .conds = {a->positive, neg2 ? neg2 : a->negative},
+                        .conds = {pos2, neg2 ? neg2 : neg1},
                         .concat = concat,
                         .image_w = shape[3] * 8,
                         .image_h = shape[2] * 8,
@@ -353,6 +435,8 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
 done:
     if (have_ip) sd_inpaint_release(&ip);
     if (have_guider) sd_guider_release(&guider);
+    sd_value_unref(pos2);
+    sd_value_unref(neg1);
     sd_value_unref(neg2);
     free(ms);
     free(sig);

@@ -50,7 +50,12 @@ typedef struct sd_cond_model {
 sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
                              int n_conds, sd_tensor **outs, sd_error *err);
 
-/* ---- common_ksampler --------------------------------------------------------- */
+/* ---- common_ksampler ---------------------------------------------------------
+ * Before sampling the conditioning lists are completed as process_conds
+ * does: an entry with an area gets an opposite entry of the same area in the
+ * other list (the conditioning of the smallest entry there enclosing it),
+ * and controls from ControlNetApply (control_apply_to_uncond) are copied to
+ * negative entries that have none. */
 
 /* Observation hooks for tests and debugging (all optional). */
 typedef struct sd_ksample_hooks {

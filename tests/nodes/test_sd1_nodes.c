@@ -258,6 +258,25 @@ static void test_txt2img(fixture *f) {
     CHECK(av && sd_value_list_len(av) == 4 && sd_value_as_int(sd_value_list_get(av, 0)) == 8 &&
           sd_value_as_int(sd_value_list_get(av, 2)) == 1 &&
           sd_value_as_int(sd_value_list_get(av, 3)) == 2);
+    /* an area entry alone: the negative gets an opposite entry of the same
+     * area (process_conds), exactly as if the workflow had made it */
+    {
+        sd_value *nin[6] = {f->neg, pin[1], pin[2], pin[3], pin[4], pin[5]}, *narea = NULL,
+                 *nc = NULL;
+        CHECK_OK(run_node(f->env, "ConditioningSetArea", nin, &narea, &err), &err);
+        sd_value *cin[2] = {f->neg, narea};
+        CHECK_OK(run_node(f->env, "ConditioningCombine", cin, &nc, &err), &err);
+        sd_value *auto_ = ksample(f, area, f->neg, lat, 1, 2, 1.0, "euler", &err);
+        sd_value *expl = ksample(f, area, nc, lat, 1, 2, 1.0, "euler", &err);
+        sd_value *plain = ksample(f, f->pos, f->neg, lat, 1, 2, 1.0, "euler", &err);
+        CHECK(auto_ && expl && bit_equal(samples(auto_), samples(expl)));
+        CHECK(auto_ && plain && max_diff(samples(auto_), samples(plain)) > 1e-4);
+        sd_value_unref(auto_);
+        sd_value_unref(expl);
+        sd_value_unref(plain);
+        sd_value_unref(narea);
+        sd_value_unref(nc);
+    }
     in2[0] = f->pos;
     in2[1] = area;
     CHECK_OK(run_node(f->env, "ConditioningCombine", in2, &comb, &err), &err);
