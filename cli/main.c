@@ -32,6 +32,8 @@ static void usage(FILE *f) {
           "  nodes [--json]             list node types (--json: ComfyUI /object_info shape)\n"
           "  cache stats|list|clear     inspect or empty the output cache [--cache PATH]\n"
           "  cache gc --max-size SIZE   shrink the cache to SIZE (e.g. 2G, 500M)\n"
+          "  synth [--preset sd1-tiny|sd1] [--models-dir DIR] [--tokenizer-dir DIR]\n"
+          "                             write a RANDOM-weight checkpoint (and a stand-in vocabulary)\n"
           "  version                    print the version\n"
           "\n"
           "environment: SDFLOW_MODELS_DIR, SDFLOW_TOKENIZER_DIR, SDFLOW_COMFYUI_DIR, SDFLOW_CACHE\n"
@@ -58,6 +60,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "cache")) return sd_cli_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return sd_cli_export(argc - 2, argv + 2); /* cli/cmd_lua.c */
     if (!strcmp(cmd, "repl")) return sd_cli_repl(argc - 2, argv + 2);
+    if (!strcmp(cmd, "synth")) return sd_cli_synth(argc - 2, argv + 2);
     fprintf(stderr, "sdflow: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 1;

@@ -47,4 +47,12 @@ void sd_synth_sd1_keys(const sd_synth_config *cfg, sd_synth_key_fn fn, void *use
 sd_status sd_synth_sd1_write(const sd_synth_config *cfg, uint64_t seed, const char *path,
                              sd_error *err);
 
+/* Write a small synthetic CLIP BPE vocabulary (vocab.json + merges.txt) into
+ * `dir` (created if needed): every byte symbol, a few hundred merges of
+ * common English words, and the special tokens at CLIP's ids (49406, 49407),
+ * so that token ids stay inside a CLIP-L embedding table. It tokenizes any
+ * text, but differently from the real CLIP vocabulary: it exists only so
+ * the demo runs on a machine with no vocabulary at all. */
+sd_status sd_synth_vocab_write(const char *dir, sd_error *err);
+
 #endif
