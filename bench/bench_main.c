@@ -63,7 +63,8 @@ static void usage(FILE *o)
             "                      to 20 steps and says so (default 20)\n"
             "  --preset NAME       sd1 (default); sdxl is not available yet\n"
             "  --no-torch          skip the PyTorch reference\n"
-            "  --python PATH       python3 to run bench/torch_ref.py with (default python3)\n"
+            "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
+            "                      python3, /usr/bin/python3 that can import torch)\n"
             "  --torch-script PATH torch_ref.py location (default the source tree's)\n");
 }
 
@@ -79,7 +80,7 @@ static int parse_int(const char *s, int lo, int *out)
 static int parse_args(int argc, char **argv, opts *o)
 {
     *o = (opts){.work_dir = "build/bench-work", .phases = "unet,vae,clip,txt2img",
-                .python = "python3", .script = SDFLOW_SOURCE_DIR "/bench/torch_ref.py",
+                .python = NULL, .script = SDFLOW_SOURCE_DIR "/bench/torch_ref.py",
                 .preset = "sd1", .repeat = 3, .steps = FULL_STEPS};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -300,7 +301,17 @@ int main(int argc, char **argv)
 
     char model[256], flags[256], tv[64] = "";
     cpu_info(model, sizeof model, flags, sizeof flags);
-    if (!o.no_torch) torch_version(o.python, tv, sizeof tv);
+    if (!o.no_torch) {
+        /* Debian's python3-torch lives in /usr/bin/python3, which a pyenv or
+         * venv python3 earlier on PATH does not see. */
+        const char *cands[] = {"python3", "/usr/bin/python3"};
+        size_t nc = 2;
+        if (o.python) cands[0] = o.python, nc = 1;
+        for (size_t i = 0; i < nc && !tv[0]; i++) {
+            torch_version(cands[i], tv, sizeof tv);
+            if (tv[0]) o.python = cands[i];
+        }
+    }
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
 
     row rows[16];

@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""torch_ref.py - the PyTorch side of sdflow-bench.
+
+Runs one measurement on the same synthesized checkpoint sdflow-bench uses and
+prints one line on stdout:  RESULT ok load=S peak_kb=K secs=a,b,c
+(or "RESULT na <why>" / "RESULT error <why>"); progress goes to stderr.
+
+Debian's python3-torch (1.13) has no diffusers, so the SD1.5 networks are
+written here directly against the LDM single-file key layout
+(model.diffusion_model.*, first_stage_model.*,
+cond_stage_model.transformer.text_model.*), functional style over a dict of
+weights. The architecture is read from the keys (which blocks exist, how many
+transformer blocks), heads are SD1's fixed 8. Attention is computed per
+(batch, head) in query chunks of 1024 rows -- the same arithmetic as
+softmax(QK^T)V, without a 2 GiB score tensor (torch 1.13 has no
+scaled_dot_product_attention).
+
+The safetensors file is read with a small reader (header JSON + numpy views
+of the mapped file); the `safetensors` package is not needed.
+
+Usage: torch_ref.py --ckpt FILE --phase unet|vae|clip [--dtype f32|bf16]
+                    [--batch N] [--threads N] [--repeat N] [--size 512]
+"""
+import argparse
+import json
+import math
+import mmap
+import resource
+import struct
+import sys
+import time
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # the bench checks first; this is for direct runs
+    print(f"RESULT na PyTorch not available ({e}); apt-get install python3-torch")
+    sys.exit(0)
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64, "I32": np.int32}
+
+
+def log(msg):
+    print(f"torch_ref: {msg}", file=sys.stderr, flush=True)
+
+
+def load_safetensors(path, prefix, dtype):
+    """Tensors under `prefix` (prefix stripped), converted to `dtype`."""
+    out = {}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    base = 8 + n
+    for name, info in header.items():
+        if name == "__metadata__" or not name.startswith(prefix):
+            continue
+        a, b = info["data_offsets"]
+        st = info["dtype"]
+        if st == "BF16":
+            raw = np.frombuffer(mm, dtype=np.int16, count=(b - a) // 2, offset=base + a)
+            t = torch.from_numpy(raw.copy()).view(torch.bfloat16)
+        elif st in DTYPES and DTYPES[st] is not None:
+            npd = DTYPES[st]
+            raw = np.frombuffer(mm, dtype=npd, count=(b - a) // np.dtype(npd).itemsize,
+                                offset=base + a)
+            t = torch.from_numpy(raw.copy())
+        else:
+            raise ValueError(f"{name}: unsupported dtype {st}")
+        t = t.reshape(info["shape"])
+        if t.is_floating_point():
+            t = t.to(dtype)
+        out[name[len(prefix):]] = t
+    return out
+
+
+def attention(q, k, v, heads, causal=False, chunk=1024):
+    """q [N, Lq, C], k/v [N, Lk, C] -> [N, Lq, C]; scale 1/sqrt(C/heads)."""
+    n, lq, c = q.shape
+    lk = k.shape[1]
+    d = c // heads
+    q = q.reshape(n, lq, heads, d).permute(0, 2, 1, 3).reshape(n * heads, lq, d)
+    k = k.reshape(n, lk, heads, d).permute(0, 2, 1, 3).reshape(n * heads, lk, d)
+    v = v.reshape(n, lk, heads, d).permute(0, 2, 1, 3).reshape(n * heads, lk, d)
+    scale = 1.0 / math.sqrt(d)
+    out = torch.empty_like(q)
+    kt = k.transpose(1, 2)
+    for s in range(0, lq, chunk):
+        e = min(lq, s + chunk)
+        w = torch.bmm(q[:, s:e], kt) * scale
+        if causal:
+            mask = torch.ones(e - s, lk, dtype=torch.bool).triu(1 + s)
+            w = w.masked_fill(mask, float("-inf"))
+        out[:, s:e] = torch.bmm(w.softmax(dim=-1), v)
+    return out.reshape(n, heads, lq, d).permute(0, 2, 1, 3).reshape(n, lq, c)
+
+
+# ---- SD1 UNet ---------------------------------------------------------------------
+
+def gn(W, p, x, eps=1e-5):
+    return F.group_norm(x, 32, W[p + ".weight"], W[p + ".bias"], eps)
+
+
+def conv(W, p, x, stride=1):
+    w = W[p + ".weight"]
+    return F.conv2d(x, w, W.get(p + ".bias"), stride=stride, padding=w.shape[-1] // 2)
+
+
+def lin(W, p, x):
+    return F.linear(x, W[p + ".weight"], W.get(p + ".bias"))
+
+
+def resblock(W, p, x, emb):
+    h = conv(W, p + ".in_layers.2", F.silu(gn(W, p + ".in_layers.0", x)))
+    h = h + lin(W, p + ".emb_layers.1", F.silu(emb))[:, :, None, None]
+    h = conv(W, p + ".out_layers.3", F.silu(gn(W, p + ".out_layers.0", h)))
+    skip = conv(W, p + ".skip_connection", x) if p + ".skip_connection.weight" in W else x
+    return skip + h
+
+
+def transformer(W, p, x, ctx, heads=8):
+    n, c, hh, ww = x.shape
+    h = conv(W, p + ".proj_in", gn(W, p + ".norm", x, 1e-6))
+    h = h.permute(0, 2, 3, 1).reshape(n, hh * ww, c)
+    d = 0
+    while f"{p}.transformer_blocks.{d}.norm1.weight" in W:
+        b = f"{p}.transformer_blocks.{d}"
+        y = F.layer_norm(h, (c,), W[b + ".norm1.weight"], W[b + ".norm1.bias"])
+        a = attention(lin(W, b + ".attn1.to_q", y), lin(W, b + ".attn1.to_k", y),
+                      lin(W, b + ".attn1.to_v", y), heads)
+        h = h + lin(W, b + ".attn1.to_out.0", a)
+        y = F.layer_norm(h, (c,), W[b + ".norm2.weight"], W[b + ".norm2.bias"])
+        a = attention(lin(W, b + ".attn2.to_q", y), lin(W, b + ".attn2.to_k", ctx),
+                      lin(W, b + ".attn2.to_v", ctx), heads)
+        h = h + lin(W, b + ".attn2.to_out.0", a)
+        y = F.layer_norm(h, (c,), W[b + ".norm3.weight"], W[b + ".norm3.bias"])
+        y, g = lin(W, b + ".ff.net.0.proj", y).chunk(2, dim=-1)
+        h = h + lin(W, b + ".ff.net.2", y * F.gelu(g))
+        d += 1
+    h = h.reshape(n, hh, ww, c).permute(0, 3, 1, 2)
+    return conv(W, p + ".proj_out", h) + x
+
+
+def unet_block(W, p, x, emb, ctx):
+    j = 0
+    while any(k.startswith(f"{p}.{j}.") for k in W):
+        q = f"{p}.{j}"
+        if q + ".op.weight" in W:
+            x = conv(W, q + ".op", x, stride=2)
+        elif q + ".in_layers.0.weight" in W:
+            x = resblock(W, q, x, emb)
+        elif q + ".proj_in.weight" in W:
+            x = transformer(W, q, x, ctx)
+        elif q + ".conv.weight" in W:
+            x = conv(W, q + ".conv", F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        else:
+            x = conv(W, q, x)  # input_blocks.0.0: a bare conv
+        j += 1
+    return x
+
+
+def timestep_embedding(t, dim):
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+    args = t[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+def unet_forward(W, x, t, ctx):
+    mc = W["input_blocks.0.0.weight"].shape[0]
+    emb = timestep_embedding(t, mc).to(x.dtype)
+    emb = lin(W, "time_embed.2", F.silu(lin(W, "time_embed.0", emb)))
+    skips = []
+    i = 0
+    while f"input_blocks.{i}.0.weight" in W or any(k.startswith(f"input_blocks.{i}.") for k in W):
+        x = unet_block(W, f"input_blocks.{i}", x, emb, ctx)
+        skips.append(x)
+        i += 1
+    x = unet_block(W, "middle_block", x, emb, ctx)
+    i = 0
+    while any(k.startswith(f"output_blocks.{i}.") for k in W):
+        x = torch.cat([x, skips.pop()], dim=1)
+        x = unet_block(W, f"output_blocks.{i}", x, emb, ctx)
+        i += 1
+    return conv(W, "out.2", F.silu(gn(W, "out.0", x)))
+
+
+# ---- VAE decoder ---------------------------------------------------------------------
+
+def vae_res(W, p, x):
+    h = conv(W, p + ".conv1", F.silu(gn(W, p + ".norm1", x, 1e-6)))
+    h = conv(W, p + ".conv2", F.silu(gn(W, p + ".norm2", h, 1e-6)))
+    skip = conv(W, p + ".nin_shortcut", x) if p + ".nin_shortcut.weight" in W else x
+    return skip + h
+
+
+def vae_attn(W, p, x):
+    n, c, hh, ww = x.shape
+    h = gn(W, p + ".norm", x, 1e-6)
+    q, k, v = (conv(W, f"{p}.{m}", h).reshape(n, c, hh * ww).transpose(1, 2) for m in "qkv")
+    a = attention(q, k, v, 1).transpose(1, 2).reshape(n, c, hh, ww)
+    return x + conv(W, p + ".proj_out", a)
+
+
+def vae_decode(W, z):
+    x = conv(W, "post_quant_conv", z) if "post_quant_conv.weight" in W else z
+    x = conv(W, "decoder.conv_in", x)
+    x = vae_res(W, "decoder.mid.block_1", x)
+    x = vae_attn(W, "decoder.mid.attn_1", x)
+    x = vae_res(W, "decoder.mid.block_2", x)
+    levels = 1 + max(int(k.split(".")[2]) for k in W if k.startswith("decoder.up."))
+    for i in reversed(range(levels)):
+        j = 0
+        while f"decoder.up.{i}.block.{j}.conv1.weight" in W:
+            x = vae_res(W, f"decoder.up.{i}.block.{j}", x)
+            j += 1
+        if f"decoder.up.{i}.upsample.conv.weight" in W:
+            x = conv(W, f"decoder.up.{i}.upsample.conv",
+                     F.interpolate(x, scale_factor=2.0, mode="nearest"))
+    x = conv(W, "decoder.conv_out", F.silu(gn(W, "decoder.norm_out", x, 1e-6)))
+    return ((x + 1) / 2).clamp(0, 1)
+
+
+# ---- CLIP-L text model ------------------------------------------------------------------
+
+def clip_forward(W, ids):
+    p = "text_model."
+    x = W[p + "embeddings.token_embedding.weight"][ids]
+    x = x + W[p + "embeddings.position_embedding.weight"][: ids.shape[1]][None]
+    c = x.shape[-1]
+    i = 0
+    while f"{p}encoder.layers.{i}.layer_norm1.weight" in W:
+        b = f"{p}encoder.layers.{i}"
+        y = F.layer_norm(x, (c,), W[b + ".layer_norm1.weight"], W[b + ".layer_norm1.bias"])
+        a = attention(lin(W, b + ".self_attn.q_proj", y), lin(W, b + ".self_attn.k_proj", y),
+                      lin(W, b + ".self_attn.v_proj", y), c // 64, causal=True)
+        x = x + lin(W, b + ".self_attn.out_proj", a)
+        y = F.layer_norm(x, (c,), W[b + ".layer_norm2.weight"], W[b + ".layer_norm2.bias"])
+        y = lin(W, b + ".mlp.fc1", y)
+        x = x + lin(W, b + ".mlp.fc2", y * torch.sigmoid(1.702 * y))
+        i += 1
+    return F.layer_norm(x, (c,), W[p + "final_layer_norm.weight"], W[p + "final_layer_norm.bias"])
+
+
+# ---- driver ---------------------------------------------------------------------------
+
+PREFIX = {"unet": "model.diffusion_model.", "vae": "first_stage_model.",
+          "clip": "cond_stage_model.transformer."}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--phase", choices=sorted(PREFIX), required=True)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--size", type=int, default=512)
+    a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    g = torch.Generator().manual_seed(0)
+    lat = a.size // 8
+    try:
+        t0 = time.perf_counter()
+        W = load_safetensors(a.ckpt, PREFIX[a.phase], dt)
+        load_s = time.perf_counter() - t0
+        log(f"{a.phase} {a.dtype}: {len(W)} tensors loaded in {load_s:.1f} s, "
+            f"{torch.get_num_threads()} threads, torch {torch.__version__}")
+        if a.phase == "unet":
+            x = torch.randn(a.batch, 4, lat, lat, generator=g).to(dt)
+            ctx = torch.randn(a.batch, 77, W["input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight"].shape[1],
+                              generator=g).to(dt)
+            t = torch.full((a.batch,), 500.0)
+            fn = lambda: unet_forward(W, x, t, ctx)
+        elif a.phase == "vae":
+            z = torch.randn(a.batch, 4, lat, lat, generator=g).to(dt) / 0.18215
+            fn = lambda: vae_decode(W, z)
+        else:
+            ids = torch.full((a.batch, 77), 49407, dtype=torch.long)
+            ids[:, 0] = 49406
+            ids[:, 1:13] = 1000 + 37 * torch.arange(12)
+            fn = lambda: clip_forward(W, ids)
+        secs = []
+        with torch.inference_mode():
+            for r in range(a.repeat):
+                t0 = time.perf_counter()
+                out = fn()
+                secs.append(time.perf_counter() - t0)
+                log(f"  run {r + 1}: {secs[-1]:.3f} s, out {tuple(out.shape)}")
+                del out
+    except Exception as e:  # an op without a bf16 kernel in this build, ...
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"RESULT error {type(e).__name__}: {msg}")
+        return
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"RESULT ok load={load_s:.3f} peak_kb={peak} secs=" + ",".join(f"{s:.4f}" for s in secs))
+
+
+if __name__ == "__main__":
+    main()
