@@ -1,7 +1,8 @@
 /* conv2d.c - 2-D convolution as im2col + GEMM over tiles of output rows.
  *
- * The im2col buffer of one tile is at most COL_BUDGET floats per thread, so
- * memory stays bounded for any image size; 1x1 stride-1 convs skip im2col
+ * The im2col buffer of one tile is at most max(COL_BUDGET, C*kh*kw*(MIN_COLS
+ * rounded up to whole rows)) floats per thread, so memory stays bounded for
+ * any image size; 1x1 stride-1 convs skip im2col
  * and are a plain GEMM on the image. */
 #include "cpu.h"
 
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #define COL_BUDGET ((int64_t)1 << 20) /* floats (4 MiB) per thread: near L2 */
+#define MIN_COLS 1024
 
 typedef struct {
     const float *x, *w, *b;
@@ -100,7 +102,12 @@ sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
     }
 
     int nt = sd_pool_threads(pool);
+    /* At least MIN_COLS output pixels per GEMM even past the budget: each
+     * tile re-packs the whole weight matrix, which costs ~1/(2 cols) of the
+     * tile's flops in memory traffic. */
     int64_t rows = COL_BUDGET / (ckk * j.Wo > 0 ? ckk * j.Wo : 1);
+    int64_t min_rows = (MIN_COLS + j.Wo - 1) / (j.Wo > 0 ? j.Wo : 1);
+    if (rows < min_rows) rows = min_rows;
     if (rows < 1) rows = 1;
     if (rows > j.Ho) rows = j.Ho;
     /* enough tiles to keep every thread busy */
