@@ -116,8 +116,55 @@ static void perm_task(void *ctx, int64_t t, int thread) {
     }
 }
 
+/* Batched 2-D transpose: in [batch, A, B] -> out [batch, B, A], in square
+ * tiles so both sides stay in cache (NCHW <-> NHWC in the UNet). */
+#define TT 32
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t A, B, ablocks;
+} tr_job;
+
+static void tr_task(void *ctx, int64_t t, int thread) {
+    const tr_job *j = ctx;
+    int64_t b = t / j->ablocks, i0 = (t % j->ablocks) * TT;
+    int64_t i1 = i0 + TT < j->A ? i0 + TT : j->A;
+    const float *x = j->x + b * j->A * j->B;
+    float *y = j->y + b * j->A * j->B;
+    for (int64_t j0 = 0; j0 < j->B; j0 += TT) {
+        int64_t j1 = j0 + TT < j->B ? j0 + TT : j->B;
+        for (int64_t jj = j0; jj < j1; jj++)
+            for (int64_t ii = i0; ii < i1; ii++) y[jj * j->A + ii] = x[ii * j->B + jj];
+    }
+}
+
+/* When perm keeps k leading dims and rotates the rest by s, the permute is
+ * a batched transpose; fills the job and returns 1. */
+static int as_transpose(const sd_bt *x, const int *perm, tr_job *j, int64_t *batch) {
+    int nd = x->ndim, k = 0;
+    while (k < nd && perm[k] == k) k++;
+    int r = nd - k;
+    if (r < 2) return 0;
+    int s = perm[k] - k;
+    if (s <= 0) return 0;
+    for (int i = 0; i < r; i++)
+        if (perm[k + i] != k + (i + s) % r) return 0;
+    *batch = prod(x->shape, 0, k);
+    j->A = prod(x->shape, k, k + s);
+    j->B = prod(x->shape, k + s, nd);
+    return 1;
+}
+
 sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm) {
     if (x->ndim == 0 || sd_bt_numel(x) == 0) return sd_cpu_copy(be, out, x);
+    tr_job tj = {sd_cpu_f32(x), sd_cpu_f32(out), 0, 0, 0};
+    int64_t batch;
+    if (as_transpose(x, perm, &tj, &batch) && tj.A > 1 && tj.B > 1) {
+        tj.ablocks = (tj.A + TT - 1) / TT;
+        sd_pool_run(sd_cpu_pool(be), batch * tj.ablocks, tr_task, &tj);
+        return SD_OK;
+    }
     perm_job j = {sd_cpu_f32(x), sd_cpu_f32(out), x->ndim, {0}, {0}, 0, 0, 0};
     int64_t st[SD_MAX_DIMS], s = 1;
     for (int d = x->ndim - 1; d >= 0; d--) {

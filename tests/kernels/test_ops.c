@@ -449,9 +449,10 @@ static void test_layout(sd_backend *be) {
     close_to("upsample_nearest2x", y, ref, 840, 0, 0);
     sd_bt_free(y);
     free(ref);
-    /* permute NCHW -> NHWC and an arbitrary one */
-    int perms[2][4] = {{0, 2, 3, 1}, {3, 1, 0, 2}};
-    for (int pi = 0; pi < 2; pi++) {
+    /* permute: NCHW <-> NHWC and full rotations (batched-transpose path),
+     * swaps that keep the last dim and an arbitrary one (general path) */
+    int perms[6][4] = {{0, 2, 3, 1}, {0, 3, 1, 2}, {1, 2, 3, 0}, {3, 0, 1, 2}, {0, 2, 1, 3}, {3, 1, 0, 2}};
+    for (int pi = 0; pi < 6; pi++) {
         const int *pm = perms[pi];
         ref = dalloc(210);
         int64_t os[4];
@@ -467,6 +468,24 @@ static void test_layout(sd_backend *be) {
         CHECK(y && y->shape[0] == os[0] && y->shape[3] == os[3]);
         sd_bt_free(y);
         free(ref);
+    }
+    /* transpose tiles: sizes not multiples of the 32x32 tile */
+    {
+        int64_t bs[4] = {2, 37, 33, 5};
+        float *bx;
+        sd_bt *BX = rand_bt(be, 4, bs, &bx, 1);
+        static const int pm[4] = {0, 2, 3, 1};
+        int64_t n = 2 * 37 * 33 * 5;
+        ref = dalloc(n);
+        for (int64_t b = 0; b < 2; b++)
+            for (int64_t c = 0; c < 37; c++)
+                for (int64_t h = 0; h < 33; h++)
+                    for (int64_t w = 0; w < 5; w++)
+                        ref[((b * 33 + h) * 5 + w) * 37 + c] = bx[((b * 37 + c) * 33 + h) * 5 + w];
+        y = sd_op_permute(BX, pm);
+        close_to("permute tiles", y, ref, n, 0, 0);
+        sd_bt_free(y); sd_bt_free(BX);
+        free(ref); free(bx);
     }
     /* slice + concat round trip along every dim */
     for (int d = 0; d < 4; d++) {
