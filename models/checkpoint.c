@@ -75,7 +75,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
     if (has_prefix(f, SD_UNET_PREFIX)) {
         sd_status rc = sd_unet_detect(f, SD_UNET_PREFIX, &info->unet, err);
         if (rc) {
-            sd_error_prefix(err, "%s", path);
+            if (err && !strstr(err->msg, path)) sd_error_prefix(err, "%s", path);
             return rc;
         }
         info->has_unet = 1;
@@ -187,6 +187,13 @@ static void maybe_close_file(sd_checkpoint *c) {
     c->file = NULL;
 }
 
+/* Context for a load error; the path only when the message lacks it. */
+static void prefix_part(const sd_checkpoint *c, sd_error *err, const char *what) {
+    if (!err) return;
+    if (strstr(err->msg, c->path)) sd_error_prefix(err, "loading the %s", what);
+    else sd_error_prefix(err, "loading the %s of %s", what, c->path);
+}
+
 static sd_status missing(const sd_checkpoint *c, const char *what, const char *where,
                          sd_error *err) {
     return sd_error_set(err, SD_ERR_NOT_FOUND, "%s has no %s (no keys under %s)", c->path, what,
@@ -200,7 +207,7 @@ sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err) {
     sd_status rc = SD_OK;
     if (!c->unet) {
         rc = sd_unet_load(c->be, c->file, SD_UNET_PREFIX, c->weight_dtype, &c->unet, err);
-        if (rc) sd_error_prefix(err, "loading the UNet of %s", c->path);
+        if (rc) prefix_part(c, err, "UNet");
         else maybe_close_file(c);
     }
     *out = c->unet;
@@ -223,7 +230,7 @@ sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd
     }
     if (!rc && !c->te) {
         rc = sd_text_encoder_load(c->be, c->file, c->tok, &c->te, err);
-        if (rc) sd_error_prefix(err, "loading the text encoder of %s", c->path);
+        if (rc) prefix_part(c, err, "text encoder");
         else maybe_close_file(c);
     }
     *out = rc ? NULL : c->te;
@@ -238,7 +245,7 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
     sd_status rc = SD_OK;
     if (!c->vae) {
         rc = sd_vae_load(c->be, c->file, c->info.vae_prefix, &c->vae, err);
-        if (rc) sd_error_prefix(err, "loading the VAE of %s", c->path);
+        if (rc) prefix_part(c, err, "VAE");
         else maybe_close_file(c);
     }
     *out = c->vae;
