@@ -67,6 +67,14 @@ void sd_cpu_silu(const float *x, float *y, int64_t n, float beta);
 /* y = exact (erf) GELU of x; y may equal x. */
 void sd_cpu_gelu(const float *x, float *y, int64_t n);
 
+/* Instruction-set paths of the three above (vmath.c): sd_cpu_isa() is the
+ * best one this CPU runs; a path it cannot run must not be requested. */
+enum { SD_ISA_SCALAR = 0, SD_ISA_AVX2, SD_ISA_AVX512 };
+int sd_cpu_isa(void);
+void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa);
+void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa);
+void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa);
+
 /* Splits [0, n) into chunks of about `grain` for pool tasks. */
 static inline int64_t sd_cpu_chunks(int64_t n, int64_t grain) {
     return n <= 0 ? 0 : (n + grain - 1) / grain;
