@@ -3,7 +3,8 @@
 # SD1 checkpoint of the shared test data, checked for what must hold: output
 # shapes, the mask, the latent region outside the mask unchanged (ComfyUI
 # pins it to the input latent every step), the repainted region changed,
-# runs deterministic, cache on and off identical. Needs the shared data, a
+# runs deterministic, cache on and off identical. Also: checkpoints found
+# through --comfyui-dir, and the error without a tokenizer. Needs the shared data, a
 # tokenizer and python3 (reads the dumps); else exit 77.
 set -u
 : "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
@@ -144,6 +145,20 @@ run_wf() { # KIND WORKFLOW
 run_wf img2img "$SDFLOW_SOURCE_DIR/workflows/img2img_sd15.json"
 run_wf inpaint "$SDFLOW_SOURCE_DIR/workflows/inpaint_sd15.json"
 run_wf noise_mask "$SDFLOW_SOURCE_DIR/tests/workflows/inpaint_noise_mask_sd15.json"
+
+# Models found through --comfyui-dir (an installation's models/checkpoints)
+mkdir -p "$T/comfy/models/checkpoints" "$T/empty"
+ln -s "$MODEL" "$T/comfy/models/checkpoints/tiny-sd1.safetensors"
+WF="$SDFLOW_SOURCE_DIR/tests/workflows/e2e_sd1.json"
+"$SDFLOW_BIN" run "$WF" --models-dir "$T/empty" --comfyui-dir "$T/comfy" --tokenizer-dir "$TOK" \
+    --no-cache --quiet --output-dir "$T/comfy_out" > /dev/null 2> "$T/comfy.err" \
+    || fail "--comfyui-dir: $(cat "$T/comfy.err")"
+# Without a tokenizer the text encode fails saying how to configure one
+if env -u SDFLOW_TOKENIZER_DIR "$SDFLOW_BIN" run "$WF" --models-dir "$T/comfy/models" --no-cache \
+    --quiet --output-dir "$T/comfy_out" > /dev/null 2> "$T/notok.err"; then
+    fail "ran without a tokenizer"
+fi
+grep -q "tokenizer-dir" "$T/notok.err" || fail "no hint about --tokenizer-dir: $(cat "$T/notok.err")"
 
 [ "$failures" -eq 0 ] && echo "ok" || echo "$failures failures"
 [ "$failures" -eq 0 ]
