@@ -257,7 +257,7 @@ static void test_text_and_atomic(void) {
     CHECK(raw != NULL);
     if (raw) {
         int has_itxt = 0, text_latin = 0;
-        for (size_t i = 0; i + 8 < size; i++) {
+        for (size_t i = 0; i + 14 <= size; i++) {
             if (memcmp(raw + i, "iTXtworkflow", 12) == 0) has_itxt = 1;
             if (memcmp(raw + i, "tEXtnote\0na\xefve", 14) == 0) text_latin = 1;
         }
