@@ -29,7 +29,7 @@ fi
 if [ "${SDFLOW_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
   echo "== fuzz (libFuzzer, short fixed time)"
   CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSDFLOW_FUZZ=ON -DSDFLOW_CUDA=OFF >/dev/null
-  cmake --build build-fuzz -j"$jobs"
+  cmake --build build-fuzz -j"$jobs" --target fuzz_seeds fuzz_safetensors fuzz_value_io fuzz_workflow_json
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz\.' || status=1
 fi
 exit $status
