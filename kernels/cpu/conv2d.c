@@ -11,6 +11,7 @@
 
 #define COL_BUDGET ((int64_t)1 << 20) /* floats (4 MiB) per thread: near L2 */
 #define MIN_COLS 1024
+#define WHOLE_BUDGET ((int64_t)8 << 20) /* floats: one whole-image im2col */
 
 typedef struct {
     const float *x, *w, *b;
@@ -22,10 +23,12 @@ typedef struct {
     float **col;         /* per-thread buffers */
 } conv_job;
 
-/* col[(c*kh+ky)*kw+kx][(oy-r0)*Wo+ox] = x[c][oy*s-ph+ky][ox*s-pw+kx] (0 outside) */
-static void im2col(const conv_job *j, const float *x, int64_t r0, int64_t r1, float *col) {
+/* col[(c*kh+ky)*kw+kx][(oy-r0)*Wo+ox] = x[c][oy*s-ph+ky][ox*s-pw+kx] (0 outside),
+ * for channels [c0, c1) */
+static void im2col(const conv_job *j, const float *x, int64_t r0, int64_t r1, float *col,
+                   int64_t c0, int64_t c1) {
     int64_t np = (r1 - r0) * j->Wo;
-    for (int64_t c = 0; c < j->C; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         const float *xc = x + c * j->H * j->W;
         for (int64_t ky = 0; ky < j->kh; ky++)
             for (int64_t kx = 0; kx < j->kw; kx++) {
@@ -73,8 +76,21 @@ static void conv_task(void *ctx, int64_t t, int thread) {
         beta = 1.0f;
     }
     const float *x = j->x + n * j->C * j->H * j->W;
-    im2col(j, x, r0, r1, j->col[thread]);
+    im2col(j, x, r0, r1, j->col[thread], 0, j->C);
     sd_cpu_gemm1(0, 0, j->O, np, ckk, 1.0f, j->w, ckk, j->col[thread], np, beta, y, plane);
+}
+
+/* Whole-image im2col of image j->rows (reused as the image index) by
+ * channel chunks of 8. */
+static void im2col_task(void *ctx, int64_t t, int thread) {
+    const conv_job *j = ctx;
+    int64_t c0 = t * 8, c1 = c0 + 8 < j->C ? c0 + 8 : j->C;
+    im2col(j, j->x + j->rows * j->C * j->H * j->W, 0, j->Ho, j->col[0], c0, c1);
+}
+
+static void bias_fill(const conv_job *j, float *y, int64_t plane) {
+    for (int64_t o = 0; o < j->O; o++)
+        for (int64_t p = 0; p < plane; p++) y[o * plane + p] = j->b[o];
 }
 
 sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b,
@@ -102,6 +118,27 @@ sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
     }
 
     int nt = sd_pool_threads(pool);
+    /* Small images (deep UNet levels: 8x8 to 32x32 with up to 1280
+     * channels) take one im2col per image and a GEMM split over the pool by
+     * output channels: row tiles would each re-pack the large weight matrix
+     * for a handful of pixels. */
+    if (nt > 1 && ckk * plane <= WHOLE_BUDGET && plane < (int64_t)MIN_COLS * nt) {
+        float *col = malloc((size_t)(ckk * plane) * sizeof(float));
+        if (!col)
+            return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory for im2col (%zu bytes)",
+                                   (size_t)(ckk * plane) * sizeof(float));
+        j.col = &col;
+        for (int64_t n = 0; n < j.N; n++) {
+            float *y = j.y + n * j.O * plane;
+            j.rows = n;
+            sd_pool_run(pool, (j.C + 7) / 8, im2col_task, &j);
+            if (j.b) bias_fill(&j, y, plane);
+            sd_cpu_gemm(pool, 0, 0, j.O, plane, ckk, 1.0f, j.w, ckk, col, plane, j.b ? 1.0f : 0.0f,
+                        y, plane);
+        }
+        free(col);
+        return SD_OK;
+    }
     /* At least MIN_COLS output pixels per GEMM even past the budget: each
      * tile re-packs the whole weight matrix, which costs ~1/(2 cols) of the
      * tile's flops in memory traffic. */
