@@ -1,9 +1,13 @@
-/* conv2d.c - 2-D convolution as im2col + GEMM over tiles of output rows.
+/* conv2d.c - 2-D convolution as im2col + GEMM.
  *
- * The im2col buffer of one tile is at most max(COL_BUDGET, C*kh*kw*(MIN_COLS
- * rounded up to whole rows)) floats per thread, so memory stays bounded for
- * any image size; 1x1 stride-1 convs skip im2col
- * and are a plain GEMM on the image. */
+ * Three shapes of work, all with bounded scratch memory:
+ *  - 1x1 stride-1 convs are a plain GEMM on the image (no im2col);
+ *  - small images (< MIN_COLS pixels per thread, im2col <= WHOLE_BUDGET
+ *    floats) take one im2col per image and a GEMM split over the pool;
+ *  - larger images go in tiles of output rows, one tile per pool task with
+ *    a per-thread im2col buffer of max(COL_BUDGET, C*kh*kw * MIN_COLS
+ *    rounded up to whole rows) floats.
+ */
 #include "cpu.h"
 
 #include <stdlib.h>
