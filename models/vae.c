@@ -83,7 +83,54 @@ typedef struct {
     sd_weights w;
     sd_error *err;
     int failed;
+    int diffusers; /* keys in the diffusers AutoencoderKL layout */
+    int old_attn;  /* diffusers < 0.17 attention names (query/key/value/proj_attn) */
+    int n_levels;  /* needed to map decoder.up.N (diffusers numbers them reversed) */
 } loader;
+
+/* Rest of a resnet key with the diffusers spelling of the shortcut. */
+static void res_rest(const char *rest, char *out, size_t n) {
+    if (strncmp(rest, "nin_shortcut.", 13) == 0) snprintf(out, n, "conv_shortcut.%s", rest + 13);
+    else snprintf(out, n, "%s", rest);
+}
+
+/* The key of an ldm-layout name in the file's layout (ComfyUI's
+ * diffusers_convert table, applied in the other direction). */
+static void key_in_file(const loader *L, char *name, size_t n) {
+    if (!L->diffusers) return;
+    char part[16], rest[200], r2[220], out[300];
+    int i, j;
+    if (sscanf(name, "%15[a-z].down.%d.block.%d.%199s", part, &i, &j, rest) == 4) {
+        res_rest(rest, r2, sizeof r2);
+        snprintf(out, sizeof out, "%s.down_blocks.%d.resnets.%d.%s", part, i, j, r2);
+    } else if (sscanf(name, "%15[a-z].down.%d.downsample.%199s", part, &i, rest) == 3) {
+        snprintf(out, sizeof out, "%s.down_blocks.%d.downsamplers.0.%s", part, i, rest);
+    } else if (sscanf(name, "%15[a-z].up.%d.block.%d.%199s", part, &i, &j, rest) == 4) {
+        res_rest(rest, r2, sizeof r2);
+        snprintf(out, sizeof out, "%s.up_blocks.%d.resnets.%d.%s", part, L->n_levels - 1 - i, j, r2);
+    } else if (sscanf(name, "%15[a-z].up.%d.upsample.%199s", part, &i, rest) == 3) {
+        snprintf(out, sizeof out, "%s.up_blocks.%d.upsamplers.0.%s", part, L->n_levels - 1 - i, rest);
+    } else if (sscanf(name, "%15[a-z].mid.block_%d.%199s", part, &i, rest) == 3) {
+        res_rest(rest, r2, sizeof r2);
+        snprintf(out, sizeof out, "%s.mid_block.resnets.%d.%s", part, i - 1, r2);
+    } else if (sscanf(name, "%15[a-z].mid.attn_1.%199s", part, rest) == 2) {
+        static const char *from[5] = {"norm.", "q.", "k.", "v.", "proj_out."};
+        static const char *to_new[5] = {"group_norm.", "to_q.", "to_k.", "to_v.", "to_out.0."};
+        static const char *to_old[5] = {"group_norm.", "query.", "key.", "value.", "proj_attn."};
+        snprintf(r2, sizeof r2, "%s", rest);
+        for (int k = 0; k < 5; k++)
+            if (strncmp(rest, from[k], strlen(from[k])) == 0) {
+                snprintf(r2, sizeof r2, "%s%s", (L->old_attn ? to_old : to_new)[k], rest + strlen(from[k]));
+                break;
+            }
+        snprintf(out, sizeof out, "%s.mid_block.attentions.0.%s", part, r2);
+    } else if (sscanf(name, "%15[a-z].norm_out.%199s", part, rest) == 2) {
+        snprintf(out, sizeof out, "%s.conv_norm_out.%s", part, rest);
+    } else {
+        return;
+    }
+    snprintf(name, n, "%s", out);
+}
 
 /* Fetch "<name>" with an exact shape (ndim 1 or 4 given as dims); records the
  * first failure and returns NULL after it. */
@@ -97,6 +144,7 @@ static sd_bt *ld(loader *L, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
+    key_in_file(L, name, sizeof name);
     int64_t s[4] = {d0, d1, d2, d3};
     sd_bt *t = sd_weights_get(&L->w, name, ndim, s, L->err);
     if (!t) L->failed = 1;
@@ -110,6 +158,7 @@ static int64_t dim_of(const loader *L, int d, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
+    key_in_file(L, name, sizeof name);
     int64_t s[SD_MAX_DIMS];
     int nd = sd_weights_shape(&L->w, name, s);
     return nd > d ? s[d] : -1;
@@ -122,6 +171,7 @@ static int exists(const loader *L, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
+    key_in_file(L, name, sizeof name);
     return sd_weights_has(&L->w, name);
 }
 
@@ -147,7 +197,10 @@ static sd_bt *load_proj(loader *L, int64_t C, const char *p, const char *which) 
     char name[256];
     snprintf(name, sizeof name, "%s.%s.weight", p, which);
     int64_t s[SD_MAX_DIMS];
-    int nd = sd_weights_shape(&L->w, name, s);
+    char key[256];
+    snprintf(key, sizeof key, "%s", name);
+    key_in_file(L, key, sizeof key);
+    int nd = sd_weights_shape(&L->w, key, s);
     sd_bt *t = nd == 2 ? ld(L, 2, C, C, 0, 0, "%s", name) : ld(L, 4, C, C, 1, 1, "%s", name);
     if (!t || nd == 2) return t;
     int64_t s2[2] = {C, C};
@@ -184,11 +237,20 @@ static sd_status detect(loader *L, sd_vae_config *c, sd_st_file *f) {
                             sd_weights_key(&L->w, "decoder.conv_in.weight", key, sizeof key));
     }
     c->z_channels = (int)z;
+    /* count levels by the file's own names: the diffusers up index mapping
+     * needs the count first */
+    const char *lvl = L->diffusers ? "decoder.up_blocks.%d.resnets.0.conv1.weight"
+                                   : "decoder.up.%d.block.0.conv1.weight";
     int n = 0;
-    while (n < SD_VAE_MAX_LEVELS && exists(L, "decoder.up.%d.block.0.conv1.weight", n)) n++;
-    if (n == 0 || exists(L, "decoder.up.%d.block.0.conv1.weight", n))
+    char nm[128];
+    for (;; n++) {
+        snprintf(nm, sizeof nm, lvl, n);
+        if (n > SD_VAE_MAX_LEVELS || !sd_weights_has(&L->w, nm)) break;
+    }
+    if (n == 0 || n > SD_VAE_MAX_LEVELS)
         return sd_error_set(L->err, SD_ERR_UNSUPPORTED, "%s: VAE with %d decoder levels", sd_st_path(f), n);
     c->n_levels = n;
+    L->n_levels = n;
     int nb = 0;
     while (nb <= MAX_RES && exists(L, "decoder.up.0.block.%d.conv1.weight", nb)) nb++;
     if (nb < 1 || nb > MAX_RES + 1)
@@ -223,6 +285,8 @@ sd_status sd_vae_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_vae 
     v->be = be;
     loader L = {.err = err};
     sd_weights_init(&L.w, be, f, prefix);
+    L.diffusers = sd_weights_has(&L.w, "decoder.up_blocks.0.resnets.0.conv1.weight");
+    L.old_attn = sd_weights_has(&L.w, "decoder.mid_block.attentions.0.query.weight");
     sd_status rc = detect(&L, &v->cfg, f);
     if (rc != SD_OK) {
         sd_vae_free(v);

@@ -9,7 +9,11 @@
  * conv), decoder.norm_out/conv_out. GroupNorm 32 groups, eps 1e-6; the mid
  * attention is single-head over H*W. The configuration (channels per level,
  * num_res_blocks, z_channels, embed_dim) is read from tensor shapes; quant
- * convs are optional (absent in some VAEs).
+ * convs are optional (absent in some VAEs). Files in the diffusers
+ * AutoencoderKL layout (encoder.down_blocks.N.resnets.M, mid_block.
+ * attentions.0.to_q / query, decoder.up_blocks numbered in reverse, Linear
+ * attention weights) load too, as ComfyUI converts them; error messages
+ * then name the file's own keys.
  *
  * Value conventions follow ComfyUI's VAEDecode / VAEEncode: latents are VAE
  * space (unscaled: what KSampler outputs), images are IMAGE tensors NHWC in

@@ -7,7 +7,9 @@
  *    input is "<g>.image" is encoded (mean, logvar, latent,
  *    latent_model_space); every expected/intermediate tensor is compared at
  *    its own tolerance and its worst error printed;
- *  - every "e2e" case: its documented image = VAEDecode(latent_out).
+ *  - every "e2e" case: its documented image = VAEDecode(latent_out); on the
+ *    first one per model also tiled decode/encode sanity and the diffusers
+ *    key layout (an in-memory renamed copy) giving identical results.
  * The model of a case is the manifest "models" entry whose key is one of
  * the '_'-separated words of the case id. Cases whose golden file is absent
  * are reported and skipped; with none present the test exits 77.
@@ -252,6 +254,107 @@ static void check_tiled(sd_vae *vae, const sd_tensor *z, const sd_tensor *img) {
     sd_tensor_unref(lat_tiled);
 }
 
+/* Replace the first `from` in s (at or after `start`) by `to`. */
+static int replace(char *s, size_t n, size_t start, const char *from, const char *to) {
+    char *p = strstr(s + start, from);
+    if (!p) return 0;
+    char tail[256];
+    snprintf(tail, sizeof tail, "%s", p + strlen(from));
+    snprintf(p, n - (size_t)(p - s), "%s%s", to, tail);
+    return 1;
+}
+
+/* The VAE of `f` (under prefix) renamed to the diffusers AutoencoderKL
+ * layout (ComfyUI's diffusers_convert table read backwards), attention
+ * projections as [C, C] linears, as an in-memory file. */
+static sd_st_file *to_diffusers(sd_st_file *f, const char *prefix, const sd_vae_config *c, void **mem) {
+    sd_error err;
+    sd_st_writer *w = sd_st_writer_new();
+    size_t plen = strlen(prefix);
+    int ok = 1, n = c->n_levels;
+    for (size_t i = 0; ok && i < sd_st_count(f); i++) {
+        const char *name = sd_st_at(f, i)->name;
+        if (strncmp(name, prefix, plen) != 0) continue;
+        char k[256], a[96], b[96];
+        snprintf(k, sizeof k, "%s", name + plen);
+        replace(k, sizeof k, 0, "nin_shortcut", "conv_shortcut");
+        replace(k, sizeof k, 0, "norm_out", "conv_norm_out");
+        replace(k, sizeof k, 0, "mid.attn_1.", "mid_block.attentions.0.");
+        for (int l = 0; l < n; l++) {
+            for (int j = 0; j <= c->num_res_blocks; j++) {
+                snprintf(a, sizeof a, "encoder.down.%d.block.%d.", l, j);
+                snprintf(b, sizeof b, "encoder.down_blocks.%d.resnets.%d.", l, j);
+                replace(k, sizeof k, 0, a, b);
+                snprintf(a, sizeof a, "decoder.up.%d.block.%d.", n - 1 - l, j);
+                snprintf(b, sizeof b, "decoder.up_blocks.%d.resnets.%d.", l, j);
+                replace(k, sizeof k, 0, a, b);
+            }
+            snprintf(a, sizeof a, "down.%d.downsample.", l);
+            snprintf(b, sizeof b, "down_blocks.%d.downsamplers.0.", l);
+            replace(k, sizeof k, 0, a, b);
+            snprintf(a, sizeof a, "up.%d.upsample.", n - 1 - l);
+            snprintf(b, sizeof b, "up_blocks.%d.upsamplers.0.", l);
+            replace(k, sizeof k, 0, a, b);
+        }
+        replace(k, sizeof k, 0, "mid.block_1.", "mid_block.resnets.0.");
+        replace(k, sizeof k, 0, "mid.block_2.", "mid_block.resnets.1.");
+        char *att = strstr(k, "attentions.0.");
+        int proj = 0;
+        if (att) {
+            size_t at = (size_t)(att - k) + strlen("attentions.0.");
+            static const char *from[5] = {"norm.", "q.", "k.", "v.", "proj_out."};
+            static const char *to[5] = {"group_norm.", "to_q.", "to_k.", "to_v.", "to_out.0."};
+            for (int m = 0; m < 5; m++)
+                if (strncmp(k + at, from[m], strlen(from[m])) == 0) {
+                    replace(k, sizeof k, at, from[m], to[m]);
+                    proj = m > 0 && strstr(k, ".weight") != NULL;
+                    break;
+                }
+        }
+        sd_tensor *t = sd_st_tensor(f, name, &err);
+        if (t && proj) { /* [C, C, 1, 1] conv -> [C, C] linear */
+            sd_tensor *r = sd_tensor_reshape(t, 2, t->shape);
+            sd_tensor_unref(t);
+            t = r;
+        }
+        ok = t && sd_st_writer_add(w, k, t, &err) == SD_OK;
+        CHECK_MSG(ok, "relayout %s -> %s", name, k);
+        sd_tensor_unref(t);
+    }
+    size_t size = 0;
+    sd_st_file *out = NULL;
+    if (ok) CHECK_OK(sd_st_writer_to_memory(w, mem, &size, &err), &err);
+    if (ok && *mem) CHECK_OK(sd_st_open_memory(*mem, size, "diffusers-vae", &out, &err), &err);
+    sd_st_writer_free(w);
+    return out;
+}
+
+/* The diffusers key layout decodes and encodes exactly like the ldm one. */
+static void check_diffusers_layout(model_slot *s, const sd_tensor *z, const sd_tensor *img) {
+    void *mem = NULL;
+    sd_st_file *f = to_diffusers(s->file, "first_stage_model.", sd_vae_get_config(s->vae), &mem);
+    sd_vae *v = NULL;
+    sd_error err;
+    if (f) CHECK_OK(sd_vae_load(be, f, "", &v, &err), &err);
+    if (v) {
+        sd_tensor *a = NULL, *b = NULL, *l1 = NULL, *l2 = NULL;
+        double worst = 0;
+        CHECK_OK(sd_vae_decode(v, z, &a, &err), &err);
+        if (a) CHECK_MSG(sd_test_allclose(a, img, 0, 0, &worst, NULL), "diffusers-layout decode |d| %g", worst);
+        CHECK_OK(sd_vae_encode(v, img, &l1, &err), &err);
+        CHECK_OK(sd_vae_encode(s->vae, img, &l2, &err), &err);
+        if (l1 && l2) CHECK_MSG(sd_test_allclose(l1, l2, 0, 0, &worst, NULL), "diffusers-layout encode |d| %g", worst);
+        printf("    diffusers key layout: decode and encode identical\n");
+        sd_tensor_unref(a);
+        sd_tensor_unref(b);
+        sd_tensor_unref(l1);
+        sd_tensor_unref(l2);
+    }
+    sd_vae_free(v);
+    sd_st_close(f);
+    free(mem);
+}
+
 /* Runs one manifest case; returns 1 when its golden file was present. */
 static int run_case(cJSON *manifest, cJSON *c) {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
@@ -301,6 +404,7 @@ static int run_case(cJSON *manifest, cJSON *c) {
         if (z && img && !slot->tiled_checked) {
             slot->tiled_checked = 1;
             check_tiled(vae, z, img);
+            check_diffusers_layout(slot, z, img);
         }
         sd_tensor_unref(z);
         sd_tensor_unref(img);
