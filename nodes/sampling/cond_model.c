@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sampling.h"
+#include "models/guider.h"
 #include "models/unet.h"
 #include "nodes/controlnet/controlnet_nodes.h"
 
@@ -95,12 +96,36 @@ static int compatible(const chunk *a, const chunk *b) {
            a->cond->shape[2] == b->cond->shape[2];
 }
 
-/* SDXL adm vector [1, adm] for an entry (sizes from the entry or the latent). */
+/* SDXL base or refiner adm vector [1, adm] for an entry (sizes from the entry
+ * or the latent). */
 static sd_status entry_adm(const sd_cond_model *m, const chunk *c, sd_tensor **y, sd_error *err) {
     if (!c->pooled)
         return sd_error_set(err, SD_ERR_INVALID,
                             "SDXL model: conditioning has no pooled_output (use a CLIPTextEncode "
                             "of the same checkpoint)");
+    const int64_t n = c->pooled->shape[0], p = c->pooled->shape[1];
+    if (m->cfg->adm_in_channels == p + 5 * 256) {
+        /* SDXL refiner (comfy.model_base.SDXLRefiner.encode_adm): pooled,
+         * emb(height, width, crop_h, crop_w, aesthetic_score); the score
+         * defaults to 6 for positive and 2.5 for negative entries. */
+        float v[5], emb[5 * 256];
+        v[0] = (float)dict_float(c->entry, "height", (double)m->image_h);
+        v[1] = (float)dict_float(c->entry, "width", (double)m->image_w);
+        v[2] = (float)dict_float(c->entry, "crop_h", 0);
+        v[3] = (float)dict_float(c->entry, "crop_w", 0);
+        v[4] = (float)dict_float(c->entry, "aesthetic_score",
+                                 c->cond_index == SD_COND_NEGATIVE ? 2.5 : 6.0);
+        sd_unet_timestep_embedding(v, 5, 256, emb);
+        *y = sd_tensor_new4(SD_F32, 2, n, p + 5 * 256, 0, 0);
+        if (!*y) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        const float *src = sd_tensor_f32(c->pooled);
+        float *dst = sd_tensor_f32(*y);
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(dst + i * (p + 5 * 256), src + i * p, (size_t)p * sizeof(float));
+            memcpy(dst + i * (p + 5 * 256) + p, emb, sizeof emb);
+        }
+        return SD_OK;
+    }
     sd_sdxl_size s;
     s.width = (float)dict_float(c->entry, "width", (double)m->image_w);
     s.height = (float)dict_float(c->entry, "height", (double)m->image_h);

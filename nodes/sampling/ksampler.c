@@ -155,8 +155,10 @@ static int same_area_if_none(sd_value *conds, const sd_value *c) {
     sd_value *out = sd_value_shallow_copy(c);
     if (!out) return -1;
     /* model_conds: the text conditioning and what SDXL's adm is built from */
-    static const char *const keys[] = {"cond", "pooled_output", "width", "height", "crop_w",
-                                       "crop_h", "target_width", "target_height", NULL};
+    static const char *const keys[] = {"cond",          "pooled_output", "width",
+                                       "height",        "crop_w",        "crop_h",
+                                       "target_width",  "target_height", "aesthetic_score",
+                                       NULL};
     for (int k = 0; keys[k]; k++) {
         sd_value *v = sd_value_dict_get(smallest, keys[k]);
         if (v && sd_value_dict_set(out, keys[k], sd_value_ref(v))) {

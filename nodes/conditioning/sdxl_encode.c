@@ -1,0 +1,196 @@
+/* sdxl_encode.c - CLIPTextEncodeSDXL and CLIPTextEncodeSDXLRefiner.
+ *
+ * Both encode like CLIPTextEncode and add the size conditioning to the
+ * entry's dict under ComfyUI's names, which the sampler reads when it builds
+ * the UNet's adm vector y (nodes/sampling/cond_model.c):
+ *   base     width, height, crop_w, crop_h, target_width, target_height
+ *   refiner  width, height, aesthetic_score
+ * Integer sizes are stored as INT values, the aesthetic score as FLOAT.
+ * CLIPTextEncodeSDXL needs an SDXL CLIP (text_g goes to bigG, text_l to
+ * CLIP-L); the refiner node encodes `text` with whatever encoder the CLIP
+ * has, as ComfyUI's does. */
+#include <stdlib.h>
+
+#include "conditioning.h"
+#include "models/model_paths.h"
+#include "models/text_encode.h"
+#include "nodes/loaders/loaders.h"
+
+#define MAX_RESOLUTION 16384
+
+static void warn_to_log(void *ud, const char *msg) {
+    sd_node_log((const sd_node_ctx *)ud, SD_LOG_WARN, "%s", msg);
+}
+
+typedef struct extra {
+    const char *key;
+    sd_value *v; /* owned */
+} extra;
+
+/* [{"cond", "pooled_output", extras...}] into out[0]; consumes cond, pooled
+ * and the extras' values (also on failure). */
+static sd_status make_conditioning(sd_tensor *cond, sd_tensor *pooled, extra *ex, int n,
+                                   sd_value **out, sd_error *err) {
+    sd_value *list = sd_value_list(), *d = sd_value_dict();
+    sd_value *cv = sd_value_tensor(cond), *pv = sd_value_tensor(pooled);
+    sd_tensor_unref(cond);
+    sd_tensor_unref(pooled);
+    int bad = !list || !d || !cv || !pv;
+    if (!bad) {
+        bad |= sd_value_dict_set(d, "cond", cv) != 0;
+        bad |= sd_value_dict_set(d, "pooled_output", pv) != 0;
+        cv = pv = NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        /* sd_value_dict_set takes the value even when it fails */
+        if (!bad && ex[i].v) bad |= sd_value_dict_set(d, ex[i].key, ex[i].v) != 0;
+        else {
+            bad |= !ex[i].v;
+            sd_value_unref(ex[i].v);
+        }
+        ex[i].v = NULL;
+    }
+    if (!bad) {
+        bad |= sd_value_list_append(list, d) != 0;
+        d = NULL;
+    }
+    sd_value_unref(cv);
+    sd_value_unref(pv);
+    sd_value_unref(d);
+    if (bad) {
+        sd_value_unref(list);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    *out = list;
+    return SD_OK;
+}
+
+/* The CLIP input's encoder, with `clip` named in errors. */
+static sd_status get_encoder(sd_value *const *in, int i, sd_clip_ref **clip, sd_text_encoder **te,
+                             sd_error *err) {
+    sd_status rc = sd_nodes_in_clip(in, i, "clip", clip, err);
+    if (!rc && (rc = sd_nodes_clip_encoder(*clip, te, err))) sd_error_at(err, NULL, NULL, "clip");
+    return rc;
+}
+
+/* ---- CLIPTextEncodeSDXL ------------------------------------------------------------- */
+
+/* in: clip, width, height, crop_w, crop_h, target_width, target_height, text_g, text_l */
+static sd_status sdxl_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    sd_clip_ref *clip;
+    sd_text_encoder *te;
+    sd_status rc = get_encoder(in, 0, &clip, &te, err);
+    if (rc) return rc;
+    if (sd_text_encoder_kind(te) != SD_TE_SDXL) {
+        sd_error_set(err, SD_ERR_INVALID,
+                     "CLIPTextEncodeSDXL needs the CLIP of an SDXL base checkpoint (CLIP-L + "
+                     "bigG); this one is %s (use CLIPTextEncode%s)",
+                     sd_te_kind_name(sd_text_encoder_kind(te)),
+                     sd_text_encoder_kind(te) == SD_TE_SDXL_REFINER ? "SDXLRefiner" : "");
+        sd_error_at(err, NULL, NULL, "clip");
+        return SD_ERR_INVALID;
+    }
+    const char *tg = sd_value_as_string(in[7]), *tl = sd_value_as_string(in[8]);
+    char *dirs[4];
+    size_t nd = sd_model_paths_embedding_dirs(ctx->env, dirs, 4);
+    sd_text_encode_opts o = {.embedding_dirs = (const char *const *)dirs,
+                             .n_embedding_dirs = nd,
+                             .warn = warn_to_log,
+                             .warn_ud = ctx};
+    sd_tensor *cond = NULL, *pooled = NULL;
+    rc = sd_text_encode_sdxl(te, tg ? tg : "", tl ? tl : "", clip->clip_skip, &o, &cond, &pooled,
+                             err);
+    sd_model_paths_free_list(dirs, nd);
+    if (rc) {
+        sd_error_at(err, NULL, NULL, "text_g");
+        return rc;
+    }
+    static const char *const keys[] = {"width",  "height",       "crop_w",
+                                       "crop_h", "target_width", "target_height"};
+    extra ex[6];
+    for (int i = 0; i < 6; i++) ex[i] = (extra){keys[i], sd_value_int(sd_value_as_int(in[1 + i]))};
+    return make_conditioning(cond, pooled, ex, 6, &out[0], err);
+}
+
+#define SIZE_INPUT(n, d) \
+    {.name = n, .type = SD_T_INT, .def = d, .min = 0, .max = MAX_RESOLUTION, .step = 1, \
+     .has_range = 1}
+
+static const sd_input_def sdxl_inputs[] = {
+    {.name = "clip", .type = "CLIP"},
+    SIZE_INPUT("width", 1024),
+    SIZE_INPUT("height", 1024),
+    SIZE_INPUT("crop_w", 0),
+    SIZE_INPUT("crop_h", 0),
+    SIZE_INPUT("target_width", 1024),
+    SIZE_INPUT("target_height", 1024),
+    {.name = "text_g", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
+    {.name = "text_l", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
+    {0}};
+static const sd_output_def conditioning_out[] = {{"CONDITIONING", "CONDITIONING"}, {0}};
+
+const sd_node_def sd_node_CLIPTextEncodeSDXL = {
+    .version = 1,
+    .class_type = "CLIPTextEncodeSDXL",
+    .display_name = "CLIPTextEncodeSDXL",
+    .category = "advanced/conditioning",
+    .description = "SDXL text encode: text_g through OpenCLIP bigG, text_l through CLIP-L, with "
+                   "the original size, crop and target size the UNet is conditioned on.",
+    .inputs = sdxl_inputs,
+    .outputs = conditioning_out,
+    .run = sdxl_run,
+};
+
+/* ---- CLIPTextEncodeSDXLRefiner -------------------------------------------------------- */
+
+/* in: ascore, width, height, text, clip */
+static sd_status refiner_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                             sd_error *err) {
+    sd_clip_ref *clip;
+    sd_text_encoder *te;
+    sd_status rc = get_encoder(in, 4, &clip, &te, err);
+    if (rc) return rc;
+    const char *text = sd_value_as_string(in[3]);
+    char *dirs[4];
+    size_t nd = sd_model_paths_embedding_dirs(ctx->env, dirs, 4);
+    sd_text_encode_opts o = {.embedding_dirs = (const char *const *)dirs,
+                             .n_embedding_dirs = nd,
+                             .warn = warn_to_log,
+                             .warn_ud = ctx};
+    sd_tensor *cond = NULL, *pooled = NULL;
+    rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
+    sd_model_paths_free_list(dirs, nd);
+    if (!rc && !pooled) {
+        sd_tensor_unref(cond);
+        rc = sd_error_set(err, SD_ERR_INVALID, "this CLIP gives no pooled output");
+    }
+    if (rc) {
+        sd_error_at(err, NULL, NULL, "text");
+        return rc;
+    }
+    extra ex[3] = {{"aesthetic_score", sd_value_float(sd_value_as_float(in[0]))},
+                   {"width", sd_value_int(sd_value_as_int(in[1]))},
+                   {"height", sd_value_int(sd_value_as_int(in[2]))}};
+    return make_conditioning(cond, pooled, ex, 3, &out[0], err);
+}
+
+static const sd_input_def refiner_inputs[] = {
+    {.name = "ascore", .type = SD_T_FLOAT, .def = 6.0, .min = 0.0, .max = 1000.0, .step = 0.01,
+     .has_range = 1},
+    SIZE_INPUT("width", 1024),
+    SIZE_INPUT("height", 1024),
+    {.name = "text", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
+    {.name = "clip", .type = "CLIP"},
+    {0}};
+
+const sd_node_def sd_node_CLIPTextEncodeSDXLRefiner = {
+    .version = 1,
+    .class_type = "CLIPTextEncodeSDXLRefiner",
+    .display_name = "CLIPTextEncodeSDXLRefiner",
+    .category = "advanced/conditioning",
+    .description = "SDXL refiner text encode with the aesthetic score and image size the "
+                   "refiner UNet is conditioned on.",
+    .inputs = refiner_inputs,
+    .outputs = conditioning_out,
+    .run = refiner_run,
+};
