@@ -2,7 +2,7 @@
  *
  * backend.c owns everything backends share: the sticky error, argument and
  * shape validation of every sd_op_*, allocation of the result through the
- * vtable, and NULL propagation. A backend (cpu_backend.c now, CUDA later)
+ * vtable, and NULL propagation. A backend (cpu_backend.c, kernels/cuda)
  * fills an sd_backend_i whose op entries receive validated inputs (all F32
  * unless stated) and a freshly allocated `out` of the right shape whose
  * contents are UNDEFINED (every op writes all of it), and return SD_OK or a
