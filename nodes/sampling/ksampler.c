@@ -11,6 +11,7 @@
 #include "models/sampler.h"
 #include "models/schedules.h"
 #include "nodes/conditioning/conditioning.h"
+#include "nodes/controlnet/controlnet_nodes.h"
 #include "nodes/loaders/loaders.h"
 
 #ifdef __clang__
@@ -167,6 +168,28 @@ static int same_area_if_none(sd_value *conds, const sd_value *c) {
         }
     }
     return sd_value_list_append(conds, out);
+}
+
+/* A ControlNet made for another model would only fail at the first model
+ * call, deep inside the sampler; check every attached one against the UNet
+ * first so the error names the conditioning input that carries it. */
+static sd_status check_controls(const sd_value *conds, const char *input, sd_unet *unet,
+                                sd_error *err) {
+    for (size_t i = 0; i < sd_value_list_len(conds); i++) {
+        sd_control_link *links = NULL;
+        int n = 0;
+        sd_status rc = sd_nodes_control_links(sd_value_list_get(conds, i), &links, &n, err);
+        for (int k = 0; !rc && k < n; k++) {
+            rc = sd_controlnet_check_fit(links[k].cn, sd_unet_get_config(unet), err);
+            if (rc) sd_error_prefix(err, "ControlNet %d of entry %zu", k + 1, i);
+        }
+        free(links);
+        if (rc) {
+            sd_error_at(err, NULL, NULL, input);
+            return rc;
+        }
+    }
+    return SD_OK;
 }
 
 /* comfy.samplers.apply_empty_x_to_equal_area for "control": when positive
@@ -339,6 +362,9 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
         sd_error_at(err, NULL, NULL, "model");
         goto done;
     }
+    if ((rc = check_controls(a->positive, "positive", unet, err)) ||
+        (rc = check_controls(a->negative, "negative", unet, err)))
+        goto done;
 
     /* process_latent_in */
     latent_in = sd_tensor_new(SD_F32, 4, shape);
