@@ -24,6 +24,13 @@ have_model=0
 if [ -f "$TD/models/tiny-sd1.safetensors" ] && [ -d "$CLIPDIR" ]; then
     ln -sf "$TD/models/tiny-sd1.safetensors" "$T/models/checkpoints/v1-5-pruned-emaonly.safetensors"
     have_model=1
+    # and for the SDXL, LoRA and ControlNet examples
+    mkdir -p "$T/models/loras" "$T/models/controlnet"
+    for f in "tiny-sdxl checkpoints/sd_xl_base_1.0" "tiny-lora-sd1 loras/epiNoiseoffset_v2" \
+        "tiny-controlnet-sd1 controlnet/control_v11p_sd15_canny"; do
+        set -- $f
+        [ -f "$TD/models/$1.safetensors" ] && ln -sf "$TD/models/$1.safetensors" "$T/models/$2.safetensors"
+    done
 fi
 # example.png: 64x64, made by sdflow itself from a Lua one-liner
 printf 'SaveImage{images = EmptyImage{width = 64, height = 64, batch_size = 1, color = 8405184}, filename_prefix = "ex"}\n' \
