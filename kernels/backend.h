@@ -44,6 +44,10 @@ void sd_backend_free(sd_backend *be);
 const char *sd_backend_name(const sd_backend *be);
 void sd_backend_set_precision(sd_backend *be, sd_precision p);
 sd_precision sd_backend_precision(const sd_backend *be);
+/* 1 when ops accept tensors of dtype dt as inputs: F32 always; F16/BF16 on
+ * backends that widen them per op (the CPU), so model loaders can keep
+ * weights in their stored dtype instead of doubling them to F32. */
+int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt);
 /* The first error since the last clear (ops return NULL once it is set). */
 const sd_error *sd_backend_error(const sd_backend *be);
 void sd_backend_clear_error(sd_backend *be);

@@ -55,6 +55,11 @@ const char *sd_backend_name(const sd_backend *be) { return be ? be->vt->name : "
 void sd_backend_set_precision(sd_backend *be, sd_precision p) { if (be) be->precision = p; }
 sd_precision sd_backend_precision(const sd_backend *be) { return be ? be->precision : SD_PREC_F32; }
 
+int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt) {
+    if (!be) return 0;
+    return dt == SD_F32 || ((dt == SD_F16 || dt == SD_BF16) && be->vt->to_f32 != NULL);
+}
+
 const sd_error *sd_backend_error(const sd_backend *be) {
     return be && be->err.code != SD_OK ? &be->err : NULL;
 }
@@ -235,7 +240,8 @@ static sd_backend *op_begin(const char *op, int n, const sd_bt *const *in, unsig
             sd_backend_fail(be, SD_ERR_INVALID, "%s: inputs live on different backends", op);
             return NULL;
         }
-        if (in[i]->dtype != SD_F32) {
+        int half = in[i]->dtype == SD_F16 || in[i]->dtype == SD_BF16;
+        if (in[i]->dtype != SD_F32 && !(half && be->vt->to_f32)) {
             sd_backend_fail(be, SD_ERR_UNSUPPORTED,
                             "%s: input %d is %s; ops take F32 (upload weights with dtype F32)", op,
                             i, sd_dtype_name(in[i]->dtype));
@@ -245,13 +251,50 @@ static sd_backend *op_begin(const char *op, int n, const sd_bt *const *in, unsig
     return be;
 }
 
-static sd_bt *op_finish(sd_backend *be, sd_bt *out, sd_status rc) {
+/* F32 temporaries standing in for an op's F16/BF16 inputs (weights kept in
+ * their stored dtype): made just before the kernel runs, freed right after,
+ * so at most one layer's weights are widened at any time. */
+typedef struct widened {
+    sd_bt *tmp[3];
+} widened;
+
+/* Replaces every F16/BF16 *vars[i] by a widened F32 temporary recorded in
+ * wd. Returns 0 (error set, nothing left allocated) on failure. */
+static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
+    memset(wd, 0, sizeof *wd);
+    for (int i = 0; i < n; i++) {
+        sd_bt *x = *vars[i];
+        if (!x || x->dtype == SD_F32) continue;
+        sd_bt *t = bt_alloc(be, SD_F32, x->ndim, x->shape);
+        if (t && be->vt->to_f32(be, t, x) != SD_OK) {
+            sd_backend_fail(be, SD_ERR_NOMEM, "widening a %s input failed", sd_dtype_name(x->dtype));
+            sd_bt_free(t);
+            t = NULL;
+        }
+        if (!t) {
+            for (int k = 0; k < i; k++) sd_bt_free(wd->tmp[k]);
+            return 0;
+        }
+        wd->tmp[i] = t;
+        *vars[i] = t;
+    }
+    return 1;
+}
+
+static sd_bt *op_finish(sd_backend *be, sd_bt *out, sd_status rc, widened *wd) {
+    for (int i = 0; wd && i < 3; i++) sd_bt_free(wd->tmp[i]);
     if (rc != SD_OK) {
         sd_backend_fail(be, rc, "op failed");
         sd_bt_free(out);
         return NULL;
     }
     return out;
+}
+
+/* widen() failed after out was allocated. */
+static sd_bt *op_drop(sd_bt *out) {
+    sd_bt_free(out);
+    return NULL;
 }
 
 static int bad(sd_backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -283,7 +326,9 @@ sd_bt *sd_op_linear(sd_bt *x, sd_bt *w, sd_bt *b) {
     shape[x->ndim - 1] = w->shape[0];
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->linear(be, out, x, w, b));
+    widened wd;
+    if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &w, &b})) return op_drop(out);
+    return op_finish(be, out, be->vt->linear(be, out, x, w, b), &wd);
 }
 
 sd_bt *sd_op_matmul(sd_bt *a, sd_bt *b, int trans_b, float alpha) {
@@ -307,7 +352,9 @@ sd_bt *sd_op_matmul(sd_bt *a, sd_bt *b, int trans_b, float alpha) {
     int64_t shape[3] = {Ba, M, N};
     sd_bt *out = a->ndim == 3 ? bt_alloc(be, SD_F32, 3, shape) : bt_alloc(be, SD_F32, 2, shape + 1);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->matmul(be, out, a, b, trans_b, alpha));
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&a, &b})) return op_drop(out);
+    return op_finish(be, out, be->vt->matmul(be, out, a, b, trans_b, alpha), &wd);
 }
 
 sd_bt *sd_op_conv2d(sd_bt *x, sd_bt *w, sd_bt *b, int stride, int pad_h, int pad_w) {
@@ -335,7 +382,9 @@ sd_bt *sd_op_conv2d(sd_bt *x, sd_bt *w, sd_bt *b, int stride, int pad_h, int pad
                         (Wp - w->shape[3]) / stride + 1};
     sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->conv2d(be, out, x, w, b, stride, pad_h, pad_w));
+    widened wd;
+    if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &w, &b})) return op_drop(out);
+    return op_finish(be, out, be->vt->conv2d(be, out, x, w, b, stride, pad_h, pad_w), &wd);
 }
 
 sd_bt *sd_op_pad2d(sd_bt *x, int left, int right, int top, int bottom) {
@@ -352,7 +401,9 @@ sd_bt *sd_op_pad2d(sd_bt *x, int left, int right, int top, int bottom) {
                         x->shape[3] + left + right};
     sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->pad2d(be, out, x, left, top));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->pad2d(be, out, x, left, top), &wd);
 }
 
 sd_bt *sd_op_group_norm(sd_bt *x, int groups, sd_bt *gamma, sd_bt *beta, float eps, int silu) {
@@ -370,7 +421,9 @@ sd_bt *sd_op_group_norm(sd_bt *x, int groups, sd_bt *gamma, sd_bt *beta, float e
     }
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->group_norm(be, out, x, groups, gamma, beta, eps, silu));
+    widened wd;
+    if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &gamma, &beta})) return op_drop(out);
+    return op_finish(be, out, be->vt->group_norm(be, out, x, groups, gamma, beta, eps, silu), &wd);
 }
 
 sd_bt *sd_op_layer_norm(sd_bt *x, sd_bt *gamma, sd_bt *beta, float eps) {
@@ -390,7 +443,9 @@ sd_bt *sd_op_layer_norm(sd_bt *x, sd_bt *gamma, sd_bt *beta, float eps) {
     }
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->layer_norm(be, out, x, gamma, beta, eps));
+    widened wd;
+    if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &gamma, &beta})) return op_drop(out);
+    return op_finish(be, out, be->vt->layer_norm(be, out, x, gamma, beta, eps), &wd);
 }
 
 sd_bt *sd_op_attention(sd_bt *q, sd_bt *k, sd_bt *v, int heads, int causal) {
@@ -408,7 +463,9 @@ sd_bt *sd_op_attention(sd_bt *q, sd_bt *k, sd_bt *v, int heads, int causal) {
     }
     sd_bt *out = bt_alloc(be, SD_F32, 3, q->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->attention(be, out, q, k, v, heads, causal));
+    widened wd;
+    if (!widen(be, &wd, 3, (sd_bt **const[]){&q, &k, &v})) return op_drop(out);
+    return op_finish(be, out, be->vt->attention(be, out, q, k, v, heads, causal), &wd);
 }
 
 /* Strides of b broadcast to a's shape: numpy rules (b right-aligned, each dim
@@ -447,7 +504,9 @@ static sd_bt *binary(const char *name, sd_bt *a, sd_bt *b, int op) {
     }
     sd_bt *out = bt_alloc(be, SD_F32, a->ndim, a->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->binary(be, out, a, b, st, op));
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&a, &b})) return op_drop(out);
+    return op_finish(be, out, be->vt->binary(be, out, a, b, st, op), &wd);
 }
 
 sd_bt *sd_op_add(sd_bt *a, sd_bt *b) { return binary("add", a, b, 0); }
@@ -464,7 +523,9 @@ sd_bt *sd_op_add_channel(sd_bt *x, sd_bt *b) {
     }
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->add_channel(be, out, x, b));
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&x, &b})) return op_drop(out);
+    return op_finish(be, out, be->vt->add_channel(be, out, x, b), &wd);
 }
 
 static sd_bt *unary(const char *name, sd_bt *x, int op, float s) {
@@ -473,7 +534,9 @@ static sd_bt *unary(const char *name, sd_bt *x, int op, float s) {
     if (!be) return NULL;
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->unary(be, out, x, op, s));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->unary(be, out, x, op, s), &wd);
 }
 
 sd_bt *sd_op_scale(sd_bt *x, float s) { return unary("scale", x, SD_UNARY_SCALE, s); }
@@ -497,7 +560,9 @@ sd_bt *sd_op_geglu(sd_bt *x) {
     shape[x->ndim - 1] /= 2;
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->geglu(be, out, x));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->geglu(be, out, x), &wd);
 }
 
 sd_bt *sd_op_softmax(sd_bt *x) {
@@ -510,7 +575,9 @@ sd_bt *sd_op_softmax(sd_bt *x) {
     }
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->softmax(be, out, x));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->softmax(be, out, x), &wd);
 }
 
 sd_bt *sd_op_upsample_nearest2x(sd_bt *x) {
@@ -525,7 +592,9 @@ sd_bt *sd_op_upsample_nearest2x(sd_bt *x) {
     int64_t shape[4] = {x->shape[0], x->shape[1], x->shape[2] * 2, x->shape[3] * 2};
     sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->upsample2x(be, out, x));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->upsample2x(be, out, x), &wd);
 }
 
 sd_bt *sd_op_concat(sd_bt *a, sd_bt *b, int dim) {
@@ -544,7 +613,9 @@ sd_bt *sd_op_concat(sd_bt *a, sd_bt *b, int dim) {
     shape[dim] += b->shape[dim];
     sd_bt *out = bt_alloc(be, SD_F32, a->ndim, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->concat(be, out, a, b, dim));
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&a, &b})) return op_drop(out);
+    return op_finish(be, out, be->vt->concat(be, out, a, b, dim), &wd);
 }
 
 sd_bt *sd_op_slice(sd_bt *x, int dim, int64_t start, int64_t end) {
@@ -562,7 +633,9 @@ sd_bt *sd_op_slice(sd_bt *x, int dim, int64_t start, int64_t end) {
     shape[dim] = end - start;
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->slice(be, out, x, dim, start));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->slice(be, out, x, dim, start), &wd);
 }
 
 sd_bt *sd_op_permute(sd_bt *x, const int *perm) {
@@ -581,7 +654,9 @@ sd_bt *sd_op_permute(sd_bt *x, const int *perm) {
     }
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->permute(be, out, x, perm));
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->permute(be, out, x, perm), &wd);
 }
 
 sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
@@ -595,7 +670,9 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
     sd_backend *be = table->be;
     if (be->err.code != SD_OK) return NULL;
     char s1[128], s2[128];
-    if (ids->be != be || table->dtype != SD_F32 || table->ndim != 2 ||
+    int table_ok = table->dtype == SD_F32 ||
+                   ((table->dtype == SD_F16 || table->dtype == SD_BF16) && be->vt->to_f32);
+    if (ids->be != be || !table_ok || table->ndim != 2 ||
         (ids->dtype != SD_I32 && ids->dtype != SD_I64) || ids->ndim < 1 ||
         ids->ndim >= SD_MAX_DIMS) {
         bad(be, "embedding: table %s %s (want F32 [V, C]), ids %s %s (want I32/I64)",
@@ -608,7 +685,7 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
     shape[ids->ndim] = table->shape[1];
     sd_bt *out = bt_alloc(be, SD_F32, ids->ndim + 1, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->embedding(be, out, table, ids));
+    return op_finish(be, out, be->vt->embedding(be, out, table, ids), NULL);
 }
 
 sd_bt *sd_op_copy(sd_bt *x) {
@@ -617,5 +694,5 @@ sd_bt *sd_op_copy(sd_bt *x) {
     if (be->err.code != SD_OK) return NULL;
     sd_bt *out = bt_alloc(be, x->dtype, x->ndim, x->shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->copy(be, out, x));
+    return op_finish(be, out, be->vt->copy(be, out, x), NULL);
 }

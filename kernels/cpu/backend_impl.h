@@ -53,6 +53,14 @@ typedef struct sd_backend_i {
     sd_status (*permute)(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
     sd_status (*embedding)(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
     sd_status (*copy)(sd_backend *be, sd_bt *out, const sd_bt *x);
+
+    /* Optional. out (F32, x's shape) = x widened from F16/BF16. A backend
+     * that sets it accepts F16/BF16 tensors wherever an op takes an input
+     * (weights kept in their stored dtype): backend.c widens each such
+     * input into a temporary just for the op, except the embedding table,
+     * which `embedding` then receives in its stored float dtype (a gather
+     * widens only the rows it reads). NULL: ops take F32 only. */
+    sd_status (*to_f32)(sd_backend *be, sd_bt *out, const sd_bt *x);
 } sd_backend_i;
 
 enum sd_unary_op {

@@ -57,6 +57,11 @@ sd_status sd_cpu_slice(sd_backend *be, sd_bt *out, const sd_bt *x, int dim, int6
 sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
 sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
 sd_status sd_cpu_copy(sd_backend *be, sd_bt *out, const sd_bt *x);
+/* out (F32) = x (F16/BF16/F32/F64) widened, split over the pool (convert.c). */
+sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x);
+/* n elements of dtype dt at src widened to F32 on the calling thread, with
+ * the given instruction-set path (sd_cpu_isa() or lower). */
+void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa);
 
 /* In-place softmax of one row (double-accumulated sum). A row that is all
  * -inf becomes zeros. */

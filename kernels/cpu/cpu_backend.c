@@ -111,6 +111,7 @@ static const sd_backend_i cpu_vtable = {
     .permute = sd_cpu_permute,
     .embedding = sd_cpu_embedding,
     .copy = sd_cpu_copy,
+    .to_f32 = sd_cpu_to_f32,
 };
 
 sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {

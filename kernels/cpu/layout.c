@@ -186,7 +186,9 @@ sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *
 
 sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids) {
     int64_t V = table->shape[0], C = table->shape[1], n = sd_bt_numel(ids);
-    const float *tab = sd_cpu_f32(table);
+    const char *tab = table->data;
+    size_t row = (size_t)C * sd_dtype_size(table->dtype);
+    int isa = sd_cpu_isa();
     float *y = sd_cpu_f32(out);
     for (int64_t i = 0; i < n; i++) {
         int64_t id = ids->dtype == SD_I64 ? ((const int64_t *)ids->data)[i]
@@ -195,7 +197,8 @@ sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const
             return sd_backend_fail(be, SD_ERR_INVALID,
                                    "embedding: id %lld at position %lld outside table of %lld rows",
                                    (long long)id, (long long)i, (long long)V);
-        memcpy(y + i * C, tab + id * C, (size_t)C * sizeof *y);
+        /* an F16/BF16 table (kept as stored) widens only the rows it reads */
+        sd_cpu_widen(table->dtype, tab + (size_t)id * row, y + i * C, C, isa);
     }
     return SD_OK;
 }

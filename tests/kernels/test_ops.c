@@ -616,10 +616,18 @@ static void test_upload(sd_backend *be) {
         sd_bt *k = sd_bt_from_host(be, h, dt); /* kept: shares storage */
         CHECK(k && k->dtype == dt && k->data == h->data);
         close_to("16-bit download", k, ref, 21, 0, 0);
-        /* ops want F32: a 16-bit input is a clear error, not garbage */
-        sd_bt *y = sd_op_relu(k);
+        /* the CPU backend widens a 16-bit input for the op (weights kept as
+         * stored): same result as on the F32 upload */
+        sd_bt *y = sd_op_relu(k), *yf = sd_op_relu(f);
+        CHECK(y && yf && y->dtype == SD_F32 && memcmp(y->data, yf->data, y->nbytes) == 0);
+        sd_bt_free(y); sd_bt_free(yf);
+        /* an integer input is a clear error, not garbage */
+        sd_tensor *ih = sd_tensor_new(SD_I32, 2, s);
+        sd_bt *ib = sd_bt_from_host(be, ih, SD_I32);
+        y = sd_op_relu(ib);
         CHECK(y == NULL && sd_backend_error(be) && sd_backend_error(be)->code == SD_ERR_UNSUPPORTED);
         sd_backend_clear_error(be);
+        sd_bt_free(ib); sd_tensor_unref(ih);
         /* the storage outlives the host reference we drop */
         sd_tensor_unref(h);
         close_to("16-bit after unref", k, ref, 21, 0, 0);

@@ -1,0 +1,78 @@
+/* convert.c - F16/BF16 -> F32 widening of weights kept in their stored dtype.
+ *
+ * Weights stay F16/BF16 in memory (usually the checkpoint's own mmap'd
+ * bytes), halving resident weight memory; an op that reads one gets an F32
+ * copy made here just before it runs and freed just after (backend.c), so
+ * only one layer's weight is ever widened at a time. Widening is exact, so
+ * results equal those of weights uploaded as F32. The F16 path uses the
+ * F16C instruction (8 or 16 halves per instruction) when the CPU has it:
+ * the scalar converter costs ~10x more and would show up in every step.
+ */
+#include "cpu.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define CONVERT_GRAIN ((int64_t)1 << 16) /* elements per pool task */
+
+__attribute__((target("avx512f"))) static void f16_avx512(const uint16_t *s, float *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
+    for (; i < n; i++) d[i] = sd_f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void f16_f16c(const uint16_t *s, float *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    for (; i < n; i++) d[i] = sd_f16_to_f32(s[i]);
+}
+
+static void f16_scalar(const uint16_t *s, float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = sd_f16_to_f32(s[i]);
+}
+
+/* bf16 is the top half of an f32: a shift, which the compiler vectorises. */
+static void bf16_widen(const uint16_t *s, float *d, int64_t n) {
+    uint32_t *u = (uint32_t *)d;
+    for (int64_t i = 0; i < n; i++) u[i] = (uint32_t)s[i] << 16;
+}
+
+void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa) {
+    const uint16_t *s = src;
+    if (dt == SD_BF16) {
+        bf16_widen(s, dst, n);
+    } else if (dt == SD_F16) {
+        /* sd_cpu_isa() says AVX2 for AVX2+FMA; F16C comes with those on every
+         * CPU we know of, but check it rather than assume */
+        if (isa >= SD_ISA_AVX512) f16_avx512(s, dst, n);
+        else if (isa >= SD_ISA_AVX2 && __builtin_cpu_supports("f16c")) f16_f16c(s, dst, n);
+        else f16_scalar(s, dst, n);
+    } else if (dt == SD_F32) {
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    } else {
+        sd_dtype_convert(dst, SD_F32, src, dt, (size_t)n);
+    }
+}
+
+typedef struct {
+    sd_dtype dt;
+    const char *src;
+    float *dst;
+    int64_t n;
+    int isa;
+} widen_job;
+
+static void widen_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const widen_job *j = ctx;
+    int64_t lo = t * CONVERT_GRAIN, hi = lo + CONVERT_GRAIN < j->n ? lo + CONVERT_GRAIN : j->n;
+    sd_cpu_widen(j->dt, j->src + lo * (int64_t)sd_dtype_size(j->dt), j->dst + lo, hi - lo, j->isa);
+}
+
+sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
+    widen_job j = {x->dtype, x->data, sd_cpu_f32(out), sd_bt_numel(x), sd_cpu_isa()};
+    sd_pool_run(sd_cpu_pool(be), sd_cpu_chunks(j.n, CONVERT_GRAIN), widen_task, &j);
+    return SD_OK;
+}
