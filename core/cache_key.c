@@ -75,13 +75,14 @@ static int cmp_named(const void *a, const void *b) {
     return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
-void sd_key_node(const sd_node_def *def, const char *precision, const char *node_id,
-                 const sd_key_input *inputs, uint8_t out[SD_KEY_SIZE]) {
+void sd_key_node(const sd_node_def *def, const char *device, const char *precision,
+                 const char *node_id, const sd_key_input *inputs, uint8_t out[SD_KEY_SIZE]) {
     sd_sha256_ctx h;
     sd_sha256_init(&h);
-    put_str(&h, "sdflow-node-key-1");
+    put_str(&h, "sdflow-node-key-2");
     put_str(&h, def->class_type);
     put_u64(&h, (uint64_t)(int64_t)def->version);
+    put_str(&h, device ? device : "cpu");
     put_str(&h, precision ? precision : "f32");
     int n = sd_node_input_count(def);
     named small[64];

@@ -1,7 +1,8 @@
 /* cache_key.h - the structural cache key of a node (see executor.h).
  *
  * key = SHA-256 over: a schema tag, class_type (canonical, never an alias),
- * node version, precision, then every declared input sorted by name, each as
+ * node version, device ("cpu"/"cuda": kernels differ in rounding, so results
+ * do too), precision, then every declared input sorted by name, each as
  * its name plus a type-tagged canonical encoding:
  *   literal  ints as int64, floats by their exact IEEE bits, bools, strings
  *            with length, lists and dicts recursively (defaults already filled
@@ -31,10 +32,10 @@ typedef struct sd_key_input {
 /* Canonical, type-tagged encoding of a value into the hash. */
 void sd_key_hash_value(sd_sha256_ctx *h, const sd_value *v);
 
-/* Key of one node. `inputs` is aligned with def->inputs; `node_id` is hashed
+/* Key of one node (device and precision NULL = "cpu", "f32"). `inputs` is aligned with def->inputs; `node_id` is hashed
  * only when non-NULL (pass it for NOT_IDEMPOTENT nodes). */
-void sd_key_node(const sd_node_def *def, const char *precision, const char *node_id,
-                 const sd_key_input *inputs, uint8_t out[SD_KEY_SIZE]);
+void sd_key_node(const sd_node_def *def, const char *device, const char *precision,
+                 const char *node_id, const sd_key_input *inputs, uint8_t out[SD_KEY_SIZE]);
 
 /* SHA-256 of a file's bytes, memoized through cache->file_hash_get/put when
  * the cache provides them (keyed by absolute path, size and mtime). */

@@ -279,6 +279,7 @@ static sd_status plan_graph(run *r, sd_error *err) {
 
 static sd_status compute_keys(run *r, sd_error *err) {
     const char *precision = r->env && r->env->precision ? r->env->precision : "f32";
+    const char *device = r->env && r->env->device ? r->env->device : "cpu";
     for (size_t o = 0; o < r->n_order; o++) {
         plan_node *p = &r->nodes[r->order[o]];
         sd_key_input small[32];
@@ -318,7 +319,7 @@ static sd_status compute_keys(run *r, sd_error *err) {
         }
         if (!rc) {
             const char *id = (p->def->flags & SD_NODE_NOT_IDEMPOTENT) ? p->gn->id : NULL;
-            sd_key_node(p->def, precision, id, ins, p->key);
+            sd_key_node(p->def, device, precision, id, ins, p->key);
         }
         if (ins != small) free(ins);
         free(hashes);

@@ -374,6 +374,27 @@ static void test_persistent_cache(void) {
     CHECK_MSG(rep.n_executed == 0, "ran %s", call_log);
     sd_exec_report_free(&rep);
     sd_exec_free(ex);
+
+    /* Another device or precision never reuses these results (kernels round
+     * differently); switching back hits again. */
+    const char *dev0 = env.device, *prec0 = env.precision;
+    const char *variants[][2] = {{"cuda", NULL}, {NULL, "bf16"}};
+    for (int v = 0; v < 2; v++) {
+        if (variants[v][0]) env.device = variants[v][0];
+        if (variants[v][1]) env.precision = variants[v][1];
+        ex = sd_exec_new();
+        CHECK_OK(run_json(ex, DIAMOND, &cache_i, &rep, &err), &err);
+        CHECK_MSG(rep.n_executed == 5, "%s/%s: ran %s", env.device, env.precision, call_log);
+        sd_exec_report_free(&rep);
+        sd_exec_free(ex);
+        env.device = dev0;
+        env.precision = prec0;
+    }
+    ex = sd_exec_new();
+    CHECK_OK(run_json(ex, DIAMOND, &cache_i, &rep, &err), &err);
+    CHECK_MSG(rep.n_executed == 0, "back on cpu/f32: ran %s", call_log);
+    sd_exec_report_free(&rep);
+    sd_exec_free(ex);
     fc_clear(&fcache);
 }
 

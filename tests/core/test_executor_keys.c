@@ -17,7 +17,7 @@ static const sd_node_def def_other = {1, "L", NULL, NULL, NULL, in2, NULL, 0, NU
 static void key_of(const sd_node_def *d, const char *prec, const char *id, sd_value *b, sd_value *a,
                    uint8_t out[SD_KEY_SIZE]) {
     sd_key_input ins[2] = {{SD_KEY_VALUE, b, NULL, 0}, {SD_KEY_VALUE, a, NULL, 0}};
-    sd_key_node(d, prec, id, ins, out);
+    sd_key_node(d, "cpu", prec, id, ins, out);
 }
 
 static void test_keys(void) {
@@ -28,7 +28,7 @@ static void test_keys(void) {
     CHECK(memcmp(k0, k, 32) == 0); /* deterministic */
     /* Inputs are hashed sorted by name, whatever the declaration order. */
     sd_key_input swapped[2] = {{SD_KEY_VALUE, i, NULL, 0}, {SD_KEY_VALUE, f, NULL, 0}};
-    sd_key_node(&def1_swapped, "f32", NULL, swapped, k);
+    sd_key_node(&def1_swapped, "cpu", "f32", NULL, swapped, k);
     CHECK(memcmp(k0, k, 32) == 0);
     key_of(&def2, "f32", NULL, f, i, k);
     CHECK(memcmp(k0, k, 32) != 0); /* node version */
@@ -36,6 +36,12 @@ static void test_keys(void) {
     CHECK(memcmp(k0, k, 32) != 0); /* class_type */
     key_of(&def1, "bf16", NULL, f, i, k);
     CHECK(memcmp(k0, k, 32) != 0); /* precision */
+    /* device: CPU and CUDA kernels round differently, so they never share entries */
+    sd_key_input dev_ins[2] = {{SD_KEY_VALUE, f, NULL, 0}, {SD_KEY_VALUE, i, NULL, 0}};
+    sd_key_node(&def1, "cuda", "f32", NULL, dev_ins, k);
+    CHECK(memcmp(k0, k, 32) != 0);
+    sd_key_node(&def1, NULL, NULL, NULL, dev_ins, k); /* NULL = cpu, f32 */
+    CHECK(memcmp(k0, k, 32) == 0);
     key_of(&def1, "f32", "7", f, i, k);
     CHECK(memcmp(k0, k, 32) != 0); /* node id, for NOT_IDEMPOTENT */
     sd_value *f2 = sd_value_float(1.5000000000000002);
@@ -58,12 +64,12 @@ static void test_keys(void) {
     sd_key_input link[2] = {{SD_KEY_VALUE, f, NULL, 0}, {SD_KEY_LINK, NULL, src, 0}};
     sd_key_input file[2] = {{SD_KEY_VALUE, f, NULL, 0}, {SD_KEY_FILE, NULL, src, 0}};
     sd_key_input absent[2] = {{SD_KEY_VALUE, f, NULL, 0}, {SD_KEY_ABSENT, NULL, NULL, 0}};
-    sd_key_node(&def1, "f32", NULL, link, kl);
-    sd_key_node(&def1, "f32", NULL, file, kf);
-    sd_key_node(&def1, "f32", NULL, absent, kn);
+    sd_key_node(&def1, "cpu", "f32", NULL, link, kl);
+    sd_key_node(&def1, "cpu", "f32", NULL, file, kf);
+    sd_key_node(&def1, "cpu", "f32", NULL, absent, kn);
     CHECK(memcmp(kl, kf, 32) != 0 && memcmp(kl, kn, 32) != 0 && memcmp(kf, kn, 32) != 0);
     link[1].src_index = 1;
-    sd_key_node(&def1, "f32", NULL, link, k);
+    sd_key_node(&def1, "cpu", "f32", NULL, link, k);
     CHECK(memcmp(kl, k, 32) != 0); /* output index */
     /* Nested lists: [1, [2]] differs from [[1], 2]. */
     sd_value *l1 = sd_value_list(), *l1i = sd_value_list();
