@@ -55,4 +55,37 @@ sd_status sd_synth_sd1_write(const sd_synth_config *cfg, uint64_t seed, const ch
  * the demo runs on a machine with no vocabulary at all. */
 sd_status sd_synth_vocab_write(const char *dir, sd_error *err);
 
+/* ---- SDXL base (sgm single-file layout: model.diffusion_model.* with
+ * label_emb and linear proj_in/out, first_stage_model.*, CLIP-L under
+ * conditioner.embedders.0.transformer.text_model.*, OpenCLIP bigG under
+ * conditioner.embedders.1.model.*; models/synth_sdxl.c) ---- */
+typedef struct sd_synth_sdxl_config {
+    const char *name;
+    /* UNet */
+    int model_channels, in_channels, out_channels;
+    int channel_mult[4], n_levels;
+    int num_res_blocks;
+    int transformer_depth[4];     /* per level, input and output blocks; 0 = none */
+    int transformer_depth_middle;
+    int context_dim;              /* clip_l_hidden + clip_g_hidden */
+    int adm_in_channels;          /* clip_g_hidden + 6 * 256 */
+    /* VAE */
+    int vae_ch, vae_ch_mult[4], vae_levels, vae_res_blocks, vae_z;
+    /* text encoders */
+    int clip_l_hidden, clip_l_layers, clip_l_mlp;
+    int clip_g_hidden, clip_g_layers, clip_g_mlp;
+    int clip_vocab, clip_positions;
+} sd_synth_sdxl_config;
+
+/* Presets: "sdxl-tiny" (the shapes of the reference tiny SDXL model),
+ * "sdxl" (sd_xl_base_1.0 full size). NULL if unknown. */
+const sd_synth_sdxl_config *sd_synth_sdxl_preset(const char *name);
+/* Enumerate every key of the SDXL base layout for `cfg`. */
+void sd_synth_sdxl_keys(const sd_synth_sdxl_config *cfg, sd_synth_key_fn fn, void *user);
+/* Write a complete random-weight SDXL checkpoint (F16 weights) to `path`.
+ * The writer holds every tensor until it saves: the full-size preset needs
+ * about 7 GB of memory. */
+sd_status sd_synth_sdxl_write(const sd_synth_sdxl_config *cfg, uint64_t seed, const char *path,
+                              sd_error *err);
+
 #endif
