@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "core/env.h"
 #include "core/graph.h"
+#include "core/json_util.h"
 #include "core/png.h"
 #include "kernels/backend.h"
 #include "models/checkpoint.h"
@@ -90,7 +91,8 @@ static char *extra_pnginfo_of(const char *path, const char *text, int from_png) 
     if (from_png) {
         char *workflow = NULL;
         if (sd_png_read_text(path, "workflow", &workflow, NULL) != SD_OK) return NULL;
-        cJSON *w = cJSON_Parse(workflow);
+        cJSON *w = NULL; /* exact: the UI workflow's widget values hold seeds */
+        if (sd_json_parse_exact(workflow, "workflow", &w, NULL)) w = NULL;
         free(workflow);
         if (!w) return NULL;
         cJSON *o = cJSON_CreateObject();
@@ -99,7 +101,8 @@ static char *extra_pnginfo_of(const char *path, const char *text, int from_png) 
         cJSON_Delete(o);
         return s;
     }
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = NULL;
+    if (sd_json_parse_exact(text, "workflow", &root, NULL)) root = NULL;
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "extra_data");
     const cJSON *info = cJSON_GetObjectItemCaseSensitive(extra, "extra_pnginfo");
     char *s = cJSON_IsObject(info) ? cJSON_PrintUnformatted(info) : NULL;

@@ -14,62 +14,6 @@
 #include "json_util.h"
 #include "node.h"
 
-/* ---- exact integers -------------------------------------------------------------
- * cJSON keeps numbers as doubles, which rounds integers beyond 2^53, and a
- * seed must reach the sampler exactly as written (ComfyUI seeds go far past
- * 2^53). The numbers in the text appear in the same order as the number items
- * of a pre-order walk of the tree, so big integers are re-read from their
- * digits and the item is turned into a cJSON_Raw holding them. */
-
-typedef struct { const char *text; size_t pos; } num_scan;
-
-/* Next number token (start, length) outside strings; 0 at the end. */
-static int next_number(num_scan *sc, const char **start, size_t *len) {
-    const char *t = sc->text;
-    size_t i = sc->pos;
-    while (t[i]) {
-        if (t[i] == '"') {
-            for (i++; t[i] && t[i] != '"'; i++)
-                if (t[i] == '\\' && t[i + 1]) i++;
-            if (t[i]) i++;
-            continue;
-        }
-        if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9')) {
-            size_t b = i;
-            while (t[i] && strchr("0123456789+-.eE", t[i])) i++;
-            *start = t + b;
-            *len = i - b;
-            sc->pos = i;
-            return 1;
-        }
-        i++;
-    }
-    sc->pos = i;
-    return 0;
-}
-
-static void exact_integers(cJSON *item, num_scan *sc) {
-    for (; item; item = item->next) {
-        if (cJSON_IsNumber(item)) {
-            const char *tok;
-            size_t len;
-            if (!next_number(sc, &tok, &len)) return;
-            int integral = len < 32 && !memchr(tok, '.', len) && !memchr(tok, 'e', len) && !memchr(tok, 'E', len);
-            if (integral && fabs(item->valuedouble) >= 9007199254740992.0) { /* 2^53 */
-                char digits[32];
-                memcpy(digits, tok, len);
-                digits[len] = 0;
-                char *copy = strdup(digits);
-                if (copy) {
-                    item->type = cJSON_Raw;
-                    item->valuestring = copy; /* freed by cJSON_Delete */
-                }
-            }
-        }
-        if (item->child) exact_integers(item->child, sc);
-    }
-}
-
 /* ---- JSON -> values ---------------------------------------------------------- */
 
 /* Integral numbers become INT (JSON has one number type; INT inputs accept
@@ -80,24 +24,36 @@ static sd_value *number_value(double d) {
 }
 
 /* A big integer kept as its digits (exact_integers): INT when it fits in
- * int64, else the (rounded) FLOAT, which INT inputs then reject. */
-static sd_value *raw_integer(const cJSON *j) {
+ * int64, or in uint64 for an unsigned input (seeds, json_util.h), else the
+ * (rounded) FLOAT, which INT inputs then reject. */
+static sd_value *raw_integer(const cJSON *j, int u64) {
     errno = 0;
     char *end = NULL;
     long long v = strtoll(j->valuestring, &end, 10);
     if (errno == 0 && end && !*end) return sd_value_int((int64_t)v);
+    uint64_t u;
+    if (u64 && sd_json_parse_u64(j->valuestring, &u) == 0) return sd_value_int((int64_t)u);
     return sd_value_float(strtod(j->valuestring, NULL));
 }
 
-static sd_value *json_value(const cJSON *j) {
-    if (cJSON_IsRaw(j)) return raw_integer(j);
+/* `u64`: j is the whole literal of an unsigned 64-bit INT input. */
+static sd_value *json_value_as(const cJSON *j, int u64) {
+    if (cJSON_IsRaw(j)) {
+        /* A negative number for an unsigned input stays negative (a FLOAT)
+         * so that validation reports it below min instead of wrapping it. */
+        if (u64 && j->valuestring[0] == '-') return sd_value_float(strtod(j->valuestring, NULL));
+        return raw_integer(j, u64);
+    }
     if (cJSON_IsBool(j)) return sd_value_bool(cJSON_IsTrue(j));
-    if (cJSON_IsNumber(j)) return number_value(j->valuedouble);
+    if (cJSON_IsNumber(j)) {
+        if (u64 && j->valuedouble < 0) return sd_value_float(j->valuedouble);
+        return number_value(j->valuedouble);
+    }
     if (cJSON_IsString(j)) return sd_value_string(j->valuestring);
     if (cJSON_IsArray(j)) {
         sd_value *l = sd_value_list();
         for (const cJSON *c = j->child; l && c; c = c->next) {
-            sd_value *item = json_value(c);
+            sd_value *item = json_value_as(c, 0);
             if (!item || sd_value_list_append(l, item)) { sd_value_unref(l); return NULL; }
         }
         return l;
@@ -105,7 +61,7 @@ static sd_value *json_value(const cJSON *j) {
     if (cJSON_IsObject(j)) {
         sd_value *d = sd_value_dict();
         for (const cJSON *c = j->child; d && c; c = c->next) {
-            sd_value *item = json_value(c);
+            sd_value *item = json_value_as(c, 0);
             if (!item || sd_value_dict_set(d, c->string, item)) { sd_value_unref(d); return NULL; }
         }
         return d;
@@ -126,7 +82,7 @@ static sd_status set_input_json(sd_graph_node *n, const char *name, const cJSON 
     if (is_link(j))
         return sd_graph_set_link(n, name, j->child->valuestring, (int)j->child->next->valuedouble, err);
     const cJSON *wrapped = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "__value__") : NULL;
-    sd_value *v = json_value(wrapped ? wrapped : j);
+    sd_value *v = json_value_as(wrapped ? wrapped : j, !wrapped && sd_json_input_is_u64_named(n->class_type, name));
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading input '%s'", name);
     return sd_graph_set_literal(n, name, v, err);
 }
@@ -163,10 +119,8 @@ sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **ou
     *out = NULL;
     if (!source) source = "<workflow>";
     cJSON *root;
-    sd_status rc = sd_json_parse(text, source, &root, err);
+    sd_status rc = sd_json_parse_exact(text, source, &root, err);
     if (rc) return rc;
-    num_scan sc = {text, 0};
-    exact_integers(root, &sc);
     const cJSON *nodes = root;
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
@@ -200,13 +154,14 @@ sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **ou
 
 /* ---- values -> JSON ---------------------------------------------------------- */
 
-static cJSON *value_json(const sd_value *v) {
+/* `u64`: v is the literal of an unsigned 64-bit INT input (json_util.h). */
+static cJSON *value_json(const sd_value *v, int u64) {
     switch (sd_value_kind_of(v)) {
     case SD_VAL_INT: {
         int64_t i = sd_value_as_int(v);
-        if (i > (1LL << 53) || i < -(1LL << 53)) { /* beyond a double: keep every digit */
+        if (i > (1LL << 53) || i < -(1LL << 53) || (u64 && i < 0)) { /* beyond a double: keep every digit */
             char buf[32];
-            snprintf(buf, sizeof buf, "%lld", (long long)i);
+            sd_json_format_int(i, u64, buf);
             return cJSON_CreateRaw(buf);
         }
         return cJSON_CreateNumber((double)i);
@@ -217,7 +172,7 @@ static cJSON *value_json(const sd_value *v) {
     case SD_VAL_LIST: {
         cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; a && i < sd_value_list_len(v); i++) {
-            cJSON *item = value_json(sd_value_list_get(v, i));
+            cJSON *item = value_json(sd_value_list_get(v, i), 0);
             if (!item) { cJSON_Delete(a); return NULL; }
             cJSON_AddItemToArray(a, item);
         }
@@ -226,7 +181,7 @@ static cJSON *value_json(const sd_value *v) {
     case SD_VAL_DICT: {
         cJSON *o = cJSON_CreateObject();
         for (size_t i = 0; o && i < sd_value_dict_len(v); i++) {
-            cJSON *item = value_json(sd_value_dict_at(v, i));
+            cJSON *item = value_json(sd_value_dict_at(v, i), 0);
             if (!item) { cJSON_Delete(o); return NULL; }
             cJSON_AddItemToObject(o, sd_value_dict_key(v, i), item);
         }
@@ -236,7 +191,7 @@ static cJSON *value_json(const sd_value *v) {
     }
 }
 
-static cJSON *input_json(const sd_graph_input *in) {
+static cJSON *input_json(const sd_graph_node *n, const sd_graph_input *in) {
     if (in->is_link) {
         cJSON *a = cJSON_CreateArray();
         if (!a) return NULL;
@@ -244,7 +199,7 @@ static cJSON *input_json(const sd_graph_input *in) {
         cJSON_AddItemToArray(a, cJSON_CreateNumber(in->src_index));
         return a;
     }
-    cJSON *v = value_json(in->literal);
+    cJSON *v = value_json(in->literal, sd_json_input_is_u64_named(n->class_type, in->name));
     if (v && sd_value_kind_of(in->literal) == SD_VAL_LIST) {
         cJSON *w = cJSON_CreateObject();
         if (!w) { cJSON_Delete(v); return NULL; }
@@ -264,7 +219,7 @@ char *sd_graph_to_json(const sd_graph *g, int pretty) {
         cJSON_AddItemToObject(root, n->id, node);
         cJSON_AddItemToObject(node, "inputs", inputs);
         for (size_t k = 0; k < n->n_inputs; k++) {
-            cJSON *v = input_json(&n->inputs[k]);
+            cJSON *v = input_json(n, &n->inputs[k]);
             if (!v) goto fail;
             cJSON_AddItemToObject(inputs, n->inputs[k].name, v);
         }
@@ -362,9 +317,7 @@ sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err)
      * so `--set 6.text=2024` sets the string "2024", not the number. */
     int textual = idef && (strcmp(idef->type, SD_T_STRING) == 0 || strcmp(idef->type, SD_T_COMBO) == 0);
     cJSON *j = NULL;
-    if (sd_json_parse(text, "--set", &j, NULL) == SD_OK) {
-        num_scan sc = {text, 0};
-        exact_integers(j, &sc);
+    if (sd_json_parse_exact(text, "--set", &j, NULL) == SD_OK) {
         if (textual && !cJSON_IsString(j) && !is_link(j)) {
             cJSON_Delete(j);
             j = NULL;

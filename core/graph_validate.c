@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "env.h"
+#include "json_util.h"
 #include "node.h"
 
 static char *dup0(const char *s) { return s ? strdup(s) : NULL; }
@@ -172,6 +173,45 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
     sd_value_unref(dyn);
 }
 
+/* An unsigned 64-bit INT input (seeds, json_util.h): INT values are read as
+ * uint64; what the parsers kept as a FLOAT is negative or past 2^64-1. The
+ * limits are printed with every digit (a double would show 1.84467e+19). */
+static void check_u64(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
+                      const sd_value *v) {
+    char got[256], lim[32];
+    sd_value_kind k = sd_value_kind_of(v);
+    if (k == SD_VAL_INT) {
+        sd_json_format_int(sd_value_as_int(v), 1, got);
+        uint64_t u = (uint64_t)sd_value_as_int(v);
+        if (d->min > 0 && (double)u < d->min) {
+            snprintf(lim, sizeof lim, "%.0f", d->min);
+            add_problem(p, n, d->name, "value_smaller_than_min", "value %s smaller than min of %s", got, lim);
+        } else if (d->max < 18446744073709551615.0 && (double)u > d->max) {
+            snprintf(lim, sizeof lim, "%.0f", d->max);
+            add_problem(p, n, d->name, "value_bigger_than_max", "value %s bigger than max of %s", got, lim);
+        }
+        return;
+    }
+    describe_value(v, got, sizeof got);
+    double x = sd_value_as_float(v);
+    if (k != SD_VAL_FLOAT || !isfinite(x) || x != floor(x)) {
+        add_problem(p, n, d->name, "invalid_input_type", "expects an INT, got %s", got);
+    } else if (x < 0 && x < d->min) {
+        snprintf(lim, sizeof lim, "%.0f", d->min);
+        add_problem(p, n, d->name, "value_smaller_than_min", "value %.0f smaller than min of %s", x, lim);
+    } else if (x > 0 && x < 18446744073709551616.0) {
+        /* only a number that went through a double lands here (1e19, or a
+         * Lua decimal literal past 2^63): its low digits are already lost */
+        add_problem(p, n, d->name, "invalid_input_type",
+                    "expects an INT, got %s, a rounded number: write every digit (in Lua: hex 0x... or a string of digits)",
+                    got);
+    } else if (x > 0) {
+        if (d->max >= 18446744073709551615.0) snprintf(lim, sizeof lim, "18446744073709551615");
+        else snprintf(lim, sizeof lim, "%.0f", d->max);
+        add_problem(p, n, d->name, "value_bigger_than_max", "value %.0f bigger than max of %s", x, lim);
+    }
+}
+
 static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
                           const sd_value *v, const sd_env *env) {
     char got[256];
@@ -196,6 +236,7 @@ static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd
         return;
     }
     int is_int = strcmp(t, SD_T_INT) == 0;
+    if (sd_json_input_is_u64(d)) { check_u64(p, n, d, v); return; }
     if (is_int ? !is_integral(v) : (k != SD_VAL_INT && k != SD_VAL_FLOAT)) {
         add_problem(p, n, d->name, "invalid_input_type", "expects %s, got %s",
                     is_int ? "an INT" : "a FLOAT", got);

@@ -1,6 +1,9 @@
 /* json_util.c - JSON parsing with positions in errors. */
 #include "json_util.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void sd_json_position(const char *text, size_t pos, int *line, int *col) {
@@ -34,5 +37,97 @@ sd_status sd_json_parse(const char *text, const char *source, cJSON **out, sd_er
         return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: invalid JSON near '%s'", source, line, col, near);
     }
     *out = root;
+    return SD_OK;
+}
+
+int sd_json_input_is_u64(const sd_input_def *d) {
+    return d && d->type && strcmp(d->type, SD_T_INT) == 0 && d->has_range && d->max >= 9223372036854775808.0;
+}
+
+int sd_json_input_is_u64_named(const char *class_type, const char *input) {
+    const sd_node_def *def = class_type && input ? sd_registry_find(class_type) : NULL;
+    int k = def ? sd_node_input_index(def, input) : -1;
+    return k >= 0 && sd_json_input_is_u64(&def->inputs[k]);
+}
+
+void sd_json_format_int(int64_t v, int u64, char buf[32]) {
+    if (u64) snprintf(buf, 32, "%llu", (unsigned long long)(uint64_t)v);
+    else snprintf(buf, 32, "%lld", (long long)v);
+}
+
+int sd_json_parse_u64(const char *digits, uint64_t *out) {
+    if (!digits || !*digits) return -1;
+    uint64_t v = 0;
+    for (const char *p = digits; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1; /* overflow */
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- exact integers ----------------------------------------------------------
+ * cJSON keeps numbers as doubles, which rounds integers beyond 2^53, and a
+ * seed must reach the sampler exactly as written (ComfyUI seeds go far past
+ * 2^53). The numbers in the text appear in the same order as the number items
+ * of a pre-order walk of the tree, so big integers are re-read from their
+ * digits and the item is turned into a cJSON_Raw holding them. */
+
+typedef struct { const char *text; size_t pos; } num_scan;
+
+/* Next number token (start, length) outside strings; 0 at the end. */
+static int next_number(num_scan *sc, const char **start, size_t *len) {
+    const char *t = sc->text;
+    size_t i = sc->pos;
+    while (t[i]) {
+        if (t[i] == '"') {
+            for (i++; t[i] && t[i] != '"'; i++)
+                if (t[i] == '\\' && t[i + 1]) i++;
+            if (t[i]) i++;
+            continue;
+        }
+        if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9')) {
+            size_t b = i;
+            while (t[i] && strchr("0123456789+-.eE", t[i])) i++;
+            *start = t + b;
+            *len = i - b;
+            sc->pos = i;
+            return 1;
+        }
+        i++;
+    }
+    sc->pos = i;
+    return 0;
+}
+
+static void exact_integers(cJSON *item, num_scan *sc) {
+    for (; item; item = item->next) {
+        if (cJSON_IsNumber(item)) {
+            const char *tok;
+            size_t len;
+            if (!next_number(sc, &tok, &len)) return;
+            int integral = len < 32 && !memchr(tok, '.', len) && !memchr(tok, 'e', len) && !memchr(tok, 'E', len);
+            if (integral && fabs(item->valuedouble) >= 9007199254740992.0) { /* 2^53 */
+                char digits[32];
+                memcpy(digits, tok, len);
+                digits[len] = 0;
+                char *copy = strdup(digits);
+                if (copy) {
+                    item->type = cJSON_Raw;
+                    item->valuestring = copy; /* freed by cJSON_Delete */
+                }
+            }
+        }
+        if (item->child) exact_integers(item->child, sc);
+    }
+}
+
+sd_status sd_json_parse_exact(const char *text, const char *source, cJSON **out, sd_error *err) {
+    sd_status rc = sd_json_parse(text, source, out, err);
+    if (rc) return rc;
+    num_scan sc = {text, 0};
+    exact_integers(*out, &sc);
     return SD_OK;
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/json_util.h"
 #include "lua_internal.h"
 
 #define NODE_MT "sdflow.node"
@@ -168,7 +169,25 @@ static int input_from_lua(lua_State *L, sd_graph_node *n, const char *name, int 
         if (sd_graph_set_link(n, name, handle_id(L, idx), index, &err)) goto fail;
         return 0;
     }
-    sd_value *v = literal_from_lua(L, idx, 0, msg, cap);
+    /* Unsigned 64-bit INT inputs (seeds up to 0xffffffffffffffff, see
+     * core/json_util.h): Lua integers wrap at 2^63 exactly as the stored bit
+     * pattern does, so 0xffffffffffffffff (== -1 in Lua) is 2^64-1; a string
+     * of decimal digits is read exactly too. A decimal literal past 2^63 has
+     * become a rounded float before we see it: say so instead of guessing. */
+    int u64 = sd_json_input_is_u64_named(n->class_type, name);
+    sd_value *v = NULL;
+    if (u64 && lua_type(L, idx) == LUA_TSTRING) {
+        uint64_t u;
+        if (sd_json_parse_u64(lua_tostring(L, idx), &u) == 0) v = sd_value_int((int64_t)u);
+    } else if (u64 && lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx)) {
+        double d = lua_tonumber(L, idx);
+        if (isfinite(d) && d == floor(d) && fabs(d) >= 9223372036854775808.0) {
+            snprintf(msg, cap, "input '%s': %.0f does not fit Lua's 64-bit integers and was rounded; "
+                     "write it in hex (0x...) or as a string of digits", name, d);
+            return -1;
+        }
+    }
+    if (!v) v = literal_from_lua(L, idx, 0, msg, cap);
     if (!v) {
         char tmp[512];
         snprintf(tmp, sizeof tmp, "input '%s': %s", name, msg);

@@ -8,6 +8,7 @@
  * link("id", index) and left for validation to report, as in the JSON. */
 #include <stdlib.h>
 #include <string.h>
+#include "core/json_util.h"
 #include "lua_internal.h"
 
 /* Lua allows 200 locals per function; bigger graphs go into a table. */
@@ -139,7 +140,7 @@ static void emit_node(sd_sbuf *b, exporter *e, size_t i) {
         }
         sd_sbuf_add(b, " = ");
         if (in->is_link) add_link(b, e, in);
-        else sd_sbuf_lua_value(b, in->literal);
+        else sd_sbuf_lua_input_value(b, in->literal, sd_json_input_is_u64_named(n->class_type, in->name));
         sd_sbuf_add(b, ",\n");
     }
     sd_sbuf_add(b, plain ? "}\n" : "})\n");

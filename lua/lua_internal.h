@@ -28,6 +28,9 @@ void sd_sbuf_lua_string(sd_sbuf *b, const char *s);
 /* A literal value in Lua syntax (integers, floats that read back as floats,
  * booleans, strings, lists as {...}). */
 void sd_sbuf_lua_value(sd_sbuf *b, const sd_value *v);
+/* The literal of input value v; u64: an unsigned 64-bit INT input (seeds,
+ * core/json_util.h), printed as the hex literal Lua reads back exactly. */
+void sd_sbuf_lua_input_value(sd_sbuf *b, const sd_value *v, int u64);
 /* Returns the text (caller frees) or NULL after an allocation failure. */
 char *sd_sbuf_take(sd_sbuf *b);
 

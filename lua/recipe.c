@@ -82,7 +82,8 @@ static void collect_seeds(const sd_graph *g, cJSON *seeds) {
             if (strcmp(in->name, "seed") && strcmp(in->name, "noise_seed")) continue;
             if (!o) o = cJSON_AddObjectToObject(seeds, n->id);
             char digits[32]; /* every digit: seeds go beyond a double's 53 bits */
-            snprintf(digits, sizeof digits, "%lld", (long long)sd_value_as_int(in->literal));
+            sd_json_format_int(sd_value_as_int(in->literal), sd_json_input_is_u64_named(n->class_type, in->name),
+                               digits);
             if (o) cJSON_AddRawToObject(o, in->name, digits);
         }
     }
@@ -129,7 +130,7 @@ static const cJSON *find_entry(const cJSON *files, const cJSON *want) {
 
 sd_status sd_recipe_verify(const sd_graph *g, const sd_env *env, const char *meta, sd_error *err) {
     cJSON *locked = NULL;
-    sd_status rc = sd_json_parse(meta, SD_RECIPE_KEY, &locked, err);
+    sd_status rc = sd_json_parse_exact(meta, SD_RECIPE_KEY, &locked, err);
     if (rc) return rc;
     const cJSON *lfiles = cJSON_GetObjectItemCaseSensitive(locked, "files");
     if (!cJSON_IsObject(locked) || !cJSON_IsArray(lfiles)) {
@@ -179,7 +180,8 @@ sd_status sd_recipe_verify(const sd_graph *g, const sd_env *env, const char *met
 
 sd_status sd_recipe_meta_of_text(const char *text, char **out, sd_error *err) {
     *out = NULL;
-    cJSON *root = cJSON_Parse(text); /* not ours to report: the graph parser does */
+    cJSON *root = NULL; /* a parse error is not ours to report: the graph parser does */
+    if (sd_json_parse_exact(text, SD_RECIPE_KEY, &root, NULL)) root = NULL;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, SD_RECIPE_KEY);
     if (m) {
         if (!cJSON_IsObject(m)) {
@@ -204,8 +206,8 @@ sd_status sd_recipe_write(const char *path, const sd_graph *g, const char *meta,
     char *prompt = sd_graph_to_json(g, 0);
     cJSON *m = NULL, *p = NULL, *root = cJSON_CreateObject();
     sd_status rc = prompt && root ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    if (!rc) rc = sd_json_parse(meta, SD_RECIPE_KEY, &m, err);
-    if (!rc) rc = sd_json_parse(prompt, "prompt", &p, err);
+    if (!rc) rc = sd_json_parse_exact(meta, SD_RECIPE_KEY, &m, err);
+    if (!rc) rc = sd_json_parse_exact(prompt, "prompt", &p, err);
     char *text = NULL;
     if (!rc) {
         cJSON_AddItemToObject(root, SD_RECIPE_KEY, m);
@@ -237,8 +239,10 @@ sd_status sd_recipe_write(const char *path, const sd_graph *g, const char *meta,
 }
 
 char *sd_recipe_merge_pnginfo(const char *extra, const char *meta) {
-    cJSON *root = extra && *extra ? cJSON_Parse(extra) : cJSON_CreateObject();
-    cJSON *m = cJSON_Parse(meta);
+    cJSON *root = NULL, *m = NULL; /* exact: seeds in both keep every digit */
+    if (!(extra && *extra)) root = cJSON_CreateObject();
+    else if (sd_json_parse_exact(extra, "extra_pnginfo", &root, NULL)) root = NULL;
+    if (sd_json_parse_exact(meta, SD_RECIPE_KEY, &m, NULL)) m = NULL;
     if (!cJSON_IsObject(root) || !m) {
         cJSON_Delete(root);
         cJSON_Delete(m);

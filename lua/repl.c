@@ -10,6 +10,7 @@
 #ifdef SDFLOW_HAVE_LIBEDIT
 #include <editline/readline.h>
 #endif
+#include "core/json_util.h"
 #include "lua_internal.h"
 
 #define MAX_UNDO 200
@@ -140,7 +141,7 @@ static void show_node(repl *r, const sd_graph_node *n) {
             else fprintf(o, "    %s <- #%s[%d]%s\n", in->name, in->src_id, in->src_index + 1, s ? "" : " (missing)");
         } else {
             sd_sbuf b = {0};
-            sd_sbuf_lua_value(&b, in->literal);
+            sd_sbuf_lua_input_value(&b, in->literal, sd_json_input_is_u64_named(n->class_type, in->name));
             fprintf(o, "    %s = %s\n", in->name, b.s ? b.s : "?");
             free(b.s);
         }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/json_util.h"
 #include "lua_internal.h"
 
 void sd_sbuf_addn(sd_sbuf *b, const char *s, size_t n) {
@@ -82,6 +83,18 @@ static void add_float(sd_sbuf *b, double d) {
     }
     sd_sbuf_add(b, buf);
     if (!strpbrk(buf, ".eEn")) sd_sbuf_add(b, ".0");
+}
+
+void sd_sbuf_lua_input_value(sd_sbuf *b, const sd_value *v, int u64) {
+    if (u64 && sd_value_kind_of(v) == SD_VAL_INT && sd_value_as_int(v) < 0) {
+        /* a seed past 2^63: the hex literal is the Lua integer with the same
+         * 64 bits (json_util.h); the comment gives the decimal seed */
+        char dec[32];
+        sd_json_format_int(sd_value_as_int(v), 1, dec);
+        sd_sbuf_printf(b, "0x%016llx --[[ %s ]]", (unsigned long long)(uint64_t)sd_value_as_int(v), dec);
+        return;
+    }
+    sd_sbuf_lua_value(b, v);
 }
 
 void sd_sbuf_lua_value(sd_sbuf *b, const sd_value *v) {

@@ -354,7 +354,7 @@ sd_status sd_save_meta_build(const sd_node_ctx *ctx, int prompt_always, sd_save_
         char *val = NULL;
         cJSON *tree = NULL;
         sd_error perr = {0};
-        if (pj && sd_json_parse(pj, "prompt", &tree, &perr) == SD_OK) {
+        if (pj && sd_json_parse_exact(pj, "prompt", &tree, &perr) == SD_OK) {
             val = sd_pyjson_dumps(tree); /* ComfyUI's json.dumps(prompt) spacing */
             cJSON_Delete(tree);
         } else {
@@ -365,7 +365,7 @@ sd_status sd_save_meta_build(const sd_node_ctx *ctx, int prompt_always, sd_save_
     const char *ej = ctx ? ctx->extra_pnginfo_json : NULL;
     if (ej && *ej) {
         cJSON *tree = NULL;
-        sd_status rc = sd_json_parse(ej, "extra_pnginfo", &tree, err);
+        sd_status rc = sd_json_parse_exact(ej, "extra_pnginfo", &tree, err);
         if (rc) { sd_save_meta_free(m); return rc; }
         if (!cJSON_IsObject(tree)) {
             cJSON_Delete(tree);
