@@ -307,6 +307,21 @@ int sd_cli_run(int argc, char **argv) {
                     sd_error_format(&cerr, buf, sizeof buf));
             cache_handle = NULL;
         }
+    } else {
+        /* --no-cache: no output is read or written, but the file-hash memo
+         * of the usual database still spares re-reading multi-GB model files
+         * on every run (keys and recipes need their content hash). A memo
+         * entry is exactly as trustworthy as with the cache on: same path,
+         * size and mtime. If the database cannot be opened, hash silently. */
+        sd_error cerr;
+        sd_error_clear(&cerr);
+        if (sd_cli_cache_open(NULL, &cache_handle, &cerr) == SD_OK) {
+            cache = sd_cache_interface(cache_handle);
+            cache.get = NULL;
+            cache.put = NULL;
+        } else {
+            cache_handle = NULL;
+        }
     }
     /* Recipes: verify the hashes a recipe (or PNG) carries, hash for --lock,
      * and embed them in saved PNGs (cli/cmd_lua.c). */

@@ -148,5 +148,20 @@ echo "not a database" > "$T/bad.db"
     --quiet 2> "$T/badcache.err" || fail "bad cache: run failed: $(cat "$T/badcache.err")"
 grep -q "warning" "$T/badcache.err" || fail "bad cache: no warning"
 
+# --no-cache stores no output, but keeps using the file-hash memo of the usual
+# database (SDFLOW_CACHE here), so big model files are not rehashed per run.
+for i in 1 2; do
+    SDFLOW_CACHE="$T/memo.db" "$SDFLOW_BIN" run "$WF" --no-cache --input-dir "$T/input" --output-dir "$T/output" \
+        --report "$T/nocache$i.json" --quiet 2> "$T/nocache.err" > /dev/null || fail "--no-cache: $(cat "$T/nocache.err")"
+    [ "$(sd_test_count "$T/nocache$i.json" cached)" = "0" ] || fail "--no-cache run $i used cached outputs"
+done
+"$SDFLOW_BIN" cache stats --cache "$T/memo.db" > "$T/memo.txt" 2>&1 || fail "memo stats: $(cat "$T/memo.txt")"
+grep -qE 'entries: +0$' "$T/memo.txt" || fail "--no-cache stored outputs: $(cat "$T/memo.txt")"
+grep -qE 'file hashes: +[1-9]' "$T/memo.txt" || fail "--no-cache did not memoize file hashes: $(cat "$T/memo.txt")"
+# An unusable database under --no-cache is not even worth a warning.
+SDFLOW_CACHE="$T/bad.db" "$SDFLOW_BIN" run "$WF" --no-cache --input-dir "$T/input" --output-dir "$T/output" \
+    --quiet 2> "$T/nocache_bad.err" > /dev/null || fail "--no-cache with a bad db: $(cat "$T/nocache_bad.err")"
+[ -s "$T/nocache_bad.err" ] && fail "--no-cache with a bad db printed: $(cat "$T/nocache_bad.err")"
+
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all run/cache checks passed"
