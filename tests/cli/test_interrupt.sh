@@ -1,0 +1,100 @@
+# Ctrl-C: one SIGINT stops the run inside the long node at its next progress
+# check (not only between nodes), exits 130, writes a report that says
+# "cancelled", and leaves the cache with only complete results (a rerun reuses
+# the finished LoadImage and computes the rest). A second SIGINT exits at once
+# (no report, no final line), and the cache is still usable afterwards.
+set -u
+: "${SDFLOW_BIN:?}"
+for c in LoadImage ImageScale ImageInvert SaveImage; do
+    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered yet"; exit 77; }
+done
+
+T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_interrupt"
+rm -rf "$T" && mkdir -p "$T/input" "$T/output"
+printf '%s' 'iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII=' |
+    base64 -d > "$T/input/in.png"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+flat() { tr -d ' \t\n' < "$1"; }
+status() {
+    local s
+    s=$(flat "$1" | grep -o "\"$2\":{\"class_type\":\"[^\"]*\",\"status\":\"[a-z]*\"" | sed 's/.*"status":"//; s/"$//')
+    echo "${s:-absent}"
+}
+
+# A 4096x4096 bicubic resize takes seconds; the rest is instant.
+cat > "$T/wf.json" <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "in.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "bicubic",
+       "width": 4096, "height": 4096, "crop": "disabled"}},
+ "3": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
+ "5": {"class_type": "ImageScale", "inputs": {"image": ["3", 0], "upscale_method": "area",
+       "width": 64, "height": 64, "crop": "disabled"}},
+ "4": {"class_type": "SaveImage", "inputs": {"images": ["5", 0], "filename_prefix": "int"}}}
+J
+
+# start NAME [args]: runs in the background, pid in $pid
+start() {
+    local name=$1
+    shift
+    "$SDFLOW_BIN" run "$T/wf.json" --cache "$T/cache.db" --input-dir "$T/input" --output-dir "$T/output" \
+        --report "$T/$name.json" "$@" > /dev/null 2> "$T/$name.err" < /dev/null &
+    pid=$!
+}
+# Waits (up to 60 s) until LoadImage is done, i.e. the big ImageScale runs.
+wait_for_scale() {
+    for _ in $(seq 600); do
+        grep -q "LoadImage" "$T/$1.err" 2> /dev/null && return 0
+        kill -0 "$pid" 2> /dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---- one SIGINT: cancelled inside the node, clean exit -------------------------------
+start first
+wait_for_scale first || fail "first: LoadImage never finished: $(cat "$T/first.err")"
+sleep 0.3
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "first: exit code $rc, expected 130: $(cat "$T/first.err")"
+[ "$(flat "$T/first.json" | grep -o '"status":"cancelled"')" != "" ] || fail "first: report does not say cancelled"
+[ "$(status "$T/first.json" 1)" = "executed" ] || fail "first: LoadImage is $(status "$T/first.json" 1)"
+# Stopped inside ImageScale: it never finished, and nothing after it ran.
+[ "$(status "$T/first.json" 2)" != "executed" ] || fail "first: ImageScale ran to the end (interrupt only between nodes?)"
+[ "$(status "$T/first.json" 3)" != "executed" ] || fail "first: ImageInvert ran after the interrupt"
+grep -q "interrupted" "$T/first.err" || fail "first: no 'interrupted' message"
+ls "$T/output"/int_*.png > /dev/null 2>&1 && fail "first: an image was saved"
+"$SDFLOW_BIN" cache list --cache "$T/cache.db" > "$T/list.txt" 2>&1 || fail "cache list after interrupt: $(cat "$T/list.txt")"
+grep -q "LoadImage" "$T/list.txt" || fail "the finished LoadImage was not cached"
+grep -q "ImageScale" "$T/list.txt" && fail "the interrupted ImageScale left a cache entry"
+
+# ---- the rerun reuses only complete results -----------------------------------------------
+"$SDFLOW_BIN" run "$T/wf.json" --cache "$T/cache.db" --input-dir "$T/input" --output-dir "$T/output" \
+    --report "$T/rerun.json" --quiet > /dev/null 2> "$T/rerun.err" < /dev/null || fail "rerun: $(cat "$T/rerun.err")"
+[ "$(status "$T/rerun.json" 1)" = "cached" ] || fail "rerun: LoadImage is $(status "$T/rerun.json" 1)"
+for id in 2 3 5 4; do
+    [ "$(status "$T/rerun.json" $id)" = "executed" ] || fail "rerun: node $id is $(status "$T/rerun.json" $id)"
+done
+ls "$T/output"/int_*.png > /dev/null 2>&1 || fail "rerun: no image saved"
+
+# ---- a second SIGINT leaves at once ------------------------------------------------------
+start second --set 2.width=4000
+wait_for_scale second || fail "second: LoadImage never finished: $(cat "$T/second.err")"
+sleep 0.3
+kill -INT "$pid"
+sleep 0.05
+kill -INT "$pid" 2> /dev/null
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "second: exit code $rc, expected 130"
+# _exit from the signal handler: no report, no "stopped:" summary
+[ -e "$T/second.json" ] && fail "second: the run went on to write its report after the second Ctrl-C"
+grep -q "^stopped:" "$T/second.err" && fail "second: the run finished normally after the second Ctrl-C"
+"$SDFLOW_BIN" run "$T/wf.json" --cache "$T/cache.db" --input-dir "$T/input" --output-dir "$T/output" \
+    --report "$T/after.json" --quiet > /dev/null 2> "$T/after.err" < /dev/null || fail "after a hard exit: $(cat "$T/after.err")"
+[ "$(status "$T/after.json" 4)" = "cached" ] || fail "after a hard exit: the cache lost the finished run"
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "interrupt ok"
