@@ -53,6 +53,38 @@ if [ -f "$out" ]; then
     [ -f "$T/output/inv/x_00002_.png" ] || fail "second run did not write inv/x_00002_.png"
 fi
 
+# A PNG as ComfyUI writes it (PIL: tEXt "prompt" = json.dumps(prompt) and
+# "workflow" = the UI graph, before IDAT; a seed past 2^53 among the widget
+# values) reruns, and the output carries the UI workflow with every digit.
+if command -v python3 > /dev/null; then
+    python3 - "$T/comfy.png" <<'PY'
+import json, struct, sys, zlib
+prompt = {"1": {"inputs": {"image": "in.png", "upload": "image"}, "class_type": "LoadImage",
+                "_meta": {"title": "Load Image"}},
+          "2": {"inputs": {"image": ["1", 0]}, "class_type": "ImageInvert", "_meta": {"title": "Invert Image"}},
+          "3": {"inputs": {"filename_prefix": "comfy", "images": ["2", 0]}, "class_type": "SaveImage",
+                "_meta": {"title": "Save Image"}}}
+workflow = {"last_node_id": 3, "last_link_id": 2, "version": 0.4,
+            "nodes": [{"id": 9, "type": "KSampler", "widgets_values": [18446744073709551615, "fixed"]}],
+            "links": []}
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+raw = b"".join(b"\0" + bytes([200, 100, 50]) * 2 for _ in range(2))
+png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+       + chunk(b"tEXt", b"prompt\0" + json.dumps(prompt).encode("latin-1"))
+       + chunk(b"tEXt", b"workflow\0" + json.dumps(workflow).encode("latin-1"))
+       + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+open(sys.argv[1], "wb").write(png)
+PY
+    run "$T/comfy.png" 2> "$T/err_comfy" || fail "run of a ComfyUI PNG: $(cat "$T/err_comfy")"
+    cout="$T/output/comfy_00001_.png"
+    [ -f "$cout" ] || fail "the ComfyUI PNG's workflow wrote no comfy_00001_.png"
+    if [ -f "$cout" ]; then
+        grep -aq '"class_type": "SaveImage"' "$cout" || fail "ComfyUI PNG rerun: no prompt chunk"
+        grep -aq '18446744073709551615' "$cout" || fail "ComfyUI PNG rerun: the UI workflow lost digits"
+    fi
+fi
+
 # A broken input image is an error that names the file.
 printf 'not a png' > "$T/input/bad.png"
 sed 's/in.png/bad.png/' "$T/wf.json" > "$T/bad.json"
