@@ -126,6 +126,11 @@ int sd_cli_repl(int argc, char **argv) {
             char buf[SD_ERR_MSG_MAX + 512];
             fprintf(stderr, "warning: cache unusable, running without it: %s\n", sd_error_format(&cerr, buf, sizeof buf));
         }
+    } else if (sd_cli_cache_open(NULL, &cache_handle, NULL) == SD_OK) {
+        /* --no-cache: only the file-hash memo, as in `sdflow run` (docs/cli.md) */
+        cache = sd_cache_interface(cache_handle);
+        cache.get = NULL;
+        cache.put = NULL;
     }
     if (!no_history && !history) {
         const char *home = getenv("HOME");
