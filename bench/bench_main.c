@@ -395,13 +395,14 @@ int main(int argc, char **argv)
             snprintf(s, sizeof s, "%.1f (ran %d steps: %.1f)", med, r->ours.steps_run,
                      sd_bench_median(r->ours.secs, r->ours.n));
         }
-        if (r->ours.ok) {
+        int scaled = r->ours.ok && r->job.kind == SD_BENCH_TXT2IMG && r->ours.steps_run < FULL_STEPS;
+        if (r->ours.ok && !scaled) {
             double m = r->ours.secs[0];
             for (int k = 1; k < r->ours.n; k++) m = r->ours.secs[k] < m ? r->ours.secs[k] : m;
             snprintf(mn, sizeof mn, "%.3f", m);
             if (r->ours.flops > 0) snprintf(gf, sizeof gf, "%.1f", r->ours.flops / med * 1e-9);
-            snprintf(ld, sizeof ld, "%.1f", r->ours.load_s);
         }
+        if (r->ours.ok) snprintf(ld, sizeof ld, "%.1f", r->ours.load_s);
         if (r->ours.ok || r->ours.na) fmt_gib(pk, sizeof pk, r->ours.na ? 0 : r->ours.peak_kb);
         else snprintf(pk, sizeof pk, "-");
         if (r->torch_kind && tv[0]) {

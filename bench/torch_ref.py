@@ -25,10 +25,20 @@ import argparse
 import json
 import math
 import mmap
+import os
 import resource
 import struct
 import sys
 import time
+
+# Thread counts must be in the environment before torch loads: Debian's
+# torch calls OpenBLAS (its own pthreads) for linear layers and OpenMP for the
+# rest; both get the bench's --threads so neither oversubscribes the cores.
+if "--threads" in sys.argv[:-1]:
+    _n = sys.argv[sys.argv.index("--threads") + 1]
+    if _n.isdigit() and int(_n) > 0:
+        for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[_v] = _n
 
 try:
     import numpy as np
