@@ -8,12 +8,10 @@
  * (nothing reloaded, the base weights never modified). The view a stack
  * patches is built on first use and kept while the stack lives.
  *
- * Integration with the MODEL / CLIP handles (nodes/loaders/loaders.h) is
- * not done yet: it needs a `sd_lora_stack *loras` field in sd_model_ref /
- * sd_clip_ref (NULL = no LoRA, released with sd_lora_stack_unref), and
- * KSampler / CLIPTextEncode taking the UNet / text encoder from
- * sd_lora_stack_unet / sd_lora_stack_text_encoder when it is set
- * (docs/lora-controlnet.md). Until then the LoRA nodes are not registered.
+ * MODEL / CLIP handles (nodes/loaders/loaders.h) carry a stack in their
+ * `loras` field; KSampler and the text-encode nodes take the patched views
+ * through sd_nodes_model_unet / sd_nodes_clip_encoder. The node table
+ * (LoraLoader, alias LoRA, and LoraLoaderModelOnly) is lora_node_defs.c.
  *
  * Thread safety: views are built under the stack's mutex.
  */
