@@ -55,6 +55,7 @@ typedef struct sd_bench_job {
     int bf16;          /* UNet: bf16 compute precision */
     int steps;         /* txt2img: steps actually run */
     int size;          /* image side in pixels (512) */
+    sd_dtype weights;  /* dtype UNet/CLIP weights are kept in on the backend */
 } sd_bench_job;
 
 /* Run the job in this process (bench_phases.c). Never exits. */

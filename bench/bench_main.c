@@ -30,9 +30,11 @@
 
 #define FULL_STEPS 20
 
-/* Model families the bench can synthesize. SDXL is the next entry: it needs
- * an sd_synth_sdxl_write (models/synth.h) and SDXL shapes below (latent
- * 128x128, context 2048, adm y), and torch_ref.py's SDXL UNet. */
+/* Model families the bench can synthesize. SDXL is the next entry:
+ * models/synth.h now has sd_synth_sdxl_write ("sdxl" preset); what is left is
+ * a writer adapter here, SDXL inputs in bench_phases.c (latent 128x128,
+ * context 2048, adm y from sd_unet_sdxl_adm, both text encoders) and the SDXL
+ * UNet (linear proj_in, label_emb, 64-channel heads) in torch_ref.py. */
 typedef struct bench_preset {
     const char *name;
     const char *synth_preset; /* models/synth.h preset */
@@ -48,6 +50,7 @@ static const bench_preset presets[] = {
 typedef struct opts {
     const char *work_dir, *phases, *python, *script, *preset;
     int repeat, quick, threads, steps, no_torch;
+    sd_dtype weights;
 } opts;
 
 static void usage(FILE *o)
@@ -62,6 +65,8 @@ static void usage(FILE *o)
             "  --steps N           txt2img steps actually run; < 20 scales the sampling time\n"
             "                      to 20 steps and says so (default 20)\n"
             "  --preset NAME       sd1 (default); sdxl is not available yet\n"
+            "  --weights f32|f16   dtype UNet and CLIP weights are kept in (default f32, as\n"
+            "                      sdflow run loads them; f16 needs a backend that takes it)\n"
             "  --no-torch          skip the PyTorch reference\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
             "                      python3, /usr/bin/python3 that can import torch)\n"
@@ -81,7 +86,7 @@ static int parse_args(int argc, char **argv, opts *o)
 {
     *o = (opts){.work_dir = "build/bench-work", .phases = "unet,vae,clip,txt2img",
                 .python = NULL, .script = SDFLOW_SOURCE_DIR "/bench/torch_ref.py",
-                .preset = "sd1", .repeat = 3, .steps = FULL_STEPS};
+                .preset = "sd1", .repeat = 3, .steps = FULL_STEPS, .weights = SD_F32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -94,7 +99,11 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (VAL("--python")) o->python = next;
         else if (VAL("--torch-script")) o->script = next;
         else if (VAL("--preset")) o->preset = next;
-        else if (VAL("--repeat")) {
+        else if (VAL("--weights")) {
+            if (!strcmp(next, "f32")) o->weights = SD_F32;
+            else if (!strcmp(next, "f16")) o->weights = SD_F16;
+            else goto bad;
+        } else if (VAL("--repeat")) {
             if (parse_int(next, 1, &o->repeat) || o->repeat > SD_BENCH_MAX_REPEAT) goto bad;
         } else if (VAL("--threads")) {
             if (parse_int(next, 1, &o->threads)) goto bad;
@@ -324,21 +333,21 @@ int main(int argc, char **argv)
                 memset(r, 0, sizeof *r);
                 snprintf(r->name, sizeof r->name, "UNet step %s, batch %d%s", bf ? "bf16" : "f32", b,
                          b == 2 ? " (one CFG step)" : "");
-                r->job = (sd_bench_job){SD_BENCH_UNET, ckpt, o.threads, o.repeat, b, bf, 0, size};
+                r->job = (sd_bench_job){SD_BENCH_UNET, ckpt, o.threads, o.repeat, b, bf, 0, size, o.weights};
                 r->torch_kind = 1;
             }
     if (has_phase(o.phases, "vae")) {
         row *r = &rows[nr++];
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "VAE decode %dx%d", size, size);
-        r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, 0, 0, size};
+        r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, 0, 0, size, o.weights};
         r->torch_kind = 1;
     }
     if (has_phase(o.phases, "clip")) {
         row *r = &rows[nr++];
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "CLIP encode (77 tokens)");
-        r->job = (sd_bench_job){SD_BENCH_CLIP, ckpt, o.threads, o.repeat, 1, 0, 0, size};
+        r->job = (sd_bench_job){SD_BENCH_CLIP, ckpt, o.threads, o.repeat, 1, 0, 0, size, o.weights};
         r->torch_kind = 1;
     }
     if (has_phase(o.phases, "txt2img")) {
@@ -346,7 +355,7 @@ int main(int argc, char **argv)
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "txt2img %d steps euler/normal cfg 8%s", FULL_STEPS,
                  o.steps < FULL_STEPS ? " (scaled)" : "");
-        r->job = (sd_bench_job){SD_BENCH_TXT2IMG, ckpt, o.threads, o.repeat, 2, 0, o.steps, size};
+        r->job = (sd_bench_job){SD_BENCH_TXT2IMG, ckpt, o.threads, o.repeat, 2, 0, o.steps, size, o.weights};
     }
 
     for (int i = 0; i < nr; i++) {
@@ -378,7 +387,8 @@ int main(int argc, char **argv)
     printf("- threads: %d; repeats per figure: %d (median)%s; build: %s\n",
            o.threads > 0 ? o.threads : cores, o.repeat, o.quick ? "; --quick" : "",
            SDFLOW_BENCH_BUILD);
-    printf("- checkpoint: %s (random weights, F16 on disk, F32 in memory)\n", ckpt);
+    printf("- checkpoint: %s (random weights, F16 on disk; UNet/CLIP weights %s in memory, "
+           "VAE F32)\n", ckpt, o.weights == SD_F16 ? "F16" : "F32");
     printf("- PyTorch: %s\n\n", tv[0] ? tv : o.no_torch ? "skipped (--no-torch)"
                                                          : "not available (apt-get install python3-torch)");
     printf("| phase | seconds (median) | min | GFLOP/s | PyTorch s | ratio (PyTorch/ours) | peak RSS | PyTorch peak RSS | load s |\n");

@@ -130,7 +130,7 @@ static void phase_unet(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
     }
     sd_unet *u = NULL;
     double t0 = sd_bench_now();
-    if (sd_unet_load(be, *f, NULL, SD_F32, &u, &err)) return fail(r, "unet load", &err);
+    if (sd_unet_load(be, *f, NULL, job->weights, &u, &err)) return fail(r, "unet load", &err);
     r->load_s = sd_bench_now() - t0;
     close_file(f);
     const sd_unet_config *cfg = sd_unet_get_config(u);
@@ -195,10 +195,12 @@ static void phase_vae(const sd_bench_job *job, sd_backend *be, sd_st_file **f, s
     sd_vae_free(v);
 }
 
-static sd_status load_clip(sd_backend *be, sd_st_file *f, sd_clip **c, sd_error *err)
+static sd_status load_clip(sd_backend *be, sd_st_file *f, sd_dtype weights, sd_clip **c,
+                           sd_error *err)
 {
     sd_clip_opts o;
     sd_clip_opts_default(&o);
+    o.weight_dtype = weights;
     return sd_clip_load(be, f, SD_TE_PREFIX_SD1, &o, c, err);
 }
 
@@ -223,7 +225,7 @@ static void phase_clip(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
     sd_error_clear(&err);
     sd_clip *c = NULL;
     double t0 = sd_bench_now();
-    if (load_clip(be, *f, &c, &err)) return fail(r, "clip load", &err);
+    if (load_clip(be, *f, job->weights, &c, &err)) return fail(r, "clip load", &err);
     r->load_s = sd_bench_now() - t0;
     close_file(f);
     r->flops = sd_bench_clip_flops(sd_clip_get_config(c), 1, CTX_LEN);
@@ -343,8 +345,8 @@ static void phase_txt2img(const sd_bench_job *job, sd_backend *be, sd_st_file **
     if (!ms) return fail(r, "txt2img", NULL);
     sd_model_sampling_init(ms, SD_PRED_EPS);
     double t0 = sd_bench_now();
-    sd_status rc = load_clip(be, *f, &clip, &err);
-    if (!rc) rc = sd_unet_load(be, *f, NULL, SD_F32, &unet, &err);
+    sd_status rc = load_clip(be, *f, job->weights, &clip, &err);
+    if (!rc) rc = sd_unet_load(be, *f, NULL, job->weights, &unet, &err);
     if (!rc) rc = sd_vae_load(be, *f, VAE_PREFIX, &vae, &err);
     r->load_s = sd_bench_now() - t0;
     close_file(f);
@@ -380,6 +382,9 @@ void sd_bench_run_phase(const sd_bench_job *job, sd_bench_result *r)
     sd_st_file *f = NULL;
     if (sd_backend_new("cpu", job->threads, &be, &err)) {
         fail(r, "backend", &err);
+    } else if (!sd_backend_accepts_dtype(be, job->weights)) {
+        snprintf(r->msg, sizeof r->msg, "the %s backend does not take %s weights",
+                 sd_backend_name(be), sd_dtype_name(job->weights));
     } else if (sd_st_open(job->ckpt, &f, &err)) {
         fail(r, "checkpoint", &err);
     } else {
