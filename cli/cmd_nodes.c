@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "core/json_util.h"
 #include "core/env.h"
 #include "core/node.h"
 
@@ -36,7 +37,10 @@ static cJSON *input_spec(const sd_input_def *d, const sd_env *env) {
             cJSON_AddNumberToObject(opts, "default", d->def);
             if (d->has_range) {
                 cJSON_AddNumberToObject(opts, "min", d->min);
-                cJSON_AddNumberToObject(opts, "max", d->max);
+                if (sd_json_input_is_u64(d))
+                    cJSON_AddRawToObject(opts, "max", "18446744073709551615"); /* a double shows 1.8e19 */
+                else
+                    cJSON_AddNumberToObject(opts, "max", d->max);
             }
             if (d->step > 0) cJSON_AddNumberToObject(opts, "step", d->step);
         } else if (!strcmp(t, SD_T_BOOLEAN)) {

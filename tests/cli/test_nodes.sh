@@ -28,6 +28,11 @@ scale=$(printf '%s' "$json" | sed 's/.*"ImageScale":{"input":{"required":{//; s/
 [ "$scale" != "$json" ] || fail "nodes --json: ImageScale.input.required missing"
 printf '%s' "$scale" | grep -q '"image":\["IMAGE"\]' || fail "ImageScale image spec: $scale"
 printf '%s' "$scale" | grep -q '"width":\["INT",{"default":512,"min":0,"max":16384,"step":1' || fail "ImageScale width spec: $scale"
+# Seeds: ComfyUI's max 0xffffffffffffffff with every digit, not a rounded double.
+if "$SDFLOW_BIN" nodes | grep -q '^KSampler '; then
+    "$SDFLOW_BIN" nodes --json | tr -d ' \t\n' | grep -q '"seed":\["INT",{"default":0,"min":0,"max":18446744073709551615,' ||
+        fail "KSampler seed spec lacks max 18446744073709551615"
+fi
 printf '%s' "$scale" | grep -q '"upscale_method":\[\["nearest-exact",[^]]*\],{"default":"nearest-exact"}' || fail "ImageScale combo spec: $scale"
 printf '%s' "$json" | grep -q '"input_order":{"required":\["image","upscale_method","width","height","crop"\]}' \
     || fail "ImageScale input_order"
