@@ -52,7 +52,8 @@ static void print_input_def(FILE *o, const sd_input_def *d) {
     fprintf(o, "    %-18s %s%s", d->name, d->type, d->optional ? " (optional)" : "");
     if (!strcmp(d->type, SD_T_INT) || !strcmp(d->type, SD_T_FLOAT) || !strcmp(d->type, SD_T_BOOLEAN)) {
         fprintf(o, " = %g", d->def);
-        if (d->has_range) fprintf(o, " [%g .. %g]", d->min, d->max);
+        if (sd_json_input_is_u64(d)) fprintf(o, " [%g .. 18446744073709551615]", d->min); /* seeds */
+        else if (d->has_range) fprintf(o, " [%g .. %g]", d->min, d->max);
     } else if (d->def_str) {
         fprintf(o, " = \"%s\"", d->def_str);
     }
