@@ -34,8 +34,10 @@ int sd_cli_synth(int argc, char **argv) {
     if (!models) models = getenv("SDFLOW_MODELS_DIR");
     if (!models) models = "models";
     const sd_synth_config *cfg = sd_synth_preset(preset);
-    if (!cfg) {
-        fprintf(stderr, "sdflow synth: unknown preset '%s' (sd1-tiny, sd1)\n", preset);
+    const sd_synth_sdxl_config *xl = cfg ? NULL : sd_synth_sdxl_preset(preset);
+    if (!cfg && !xl) {
+        fprintf(stderr, "sdflow synth: unknown preset '%s' (sd1-tiny, sd1, sdxl-tiny, sdxl)\n",
+                preset);
         return 1;
     }
     char dir[4096], path[4200];
@@ -45,7 +47,9 @@ int sd_cli_synth(int argc, char **argv) {
     sd_error err = {0};
     struct stat st;
     if (force || stat(path, &st) != 0) {
-        if (sd_synth_sd1_write(cfg, seed, path, &err)) { sd_cli_print_error(&err); return 1; }
+        sd_status rc = cfg ? sd_synth_sd1_write(cfg, seed, path, &err)
+                           : sd_synth_sdxl_write(xl, seed, path, &err);
+        if (rc) { sd_cli_print_error(&err); return 1; }
         printf("wrote %s\n", path);
     } else {
         printf("kept %s (use --force to rewrite)\n", path);

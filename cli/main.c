@@ -32,7 +32,7 @@ static void usage(FILE *f) {
           "  nodes [--json]             list node types (--json: ComfyUI /object_info shape)\n"
           "  cache stats|list|clear     inspect or empty the output cache [--cache PATH]\n"
           "  cache gc --max-size SIZE   shrink the cache to SIZE (e.g. 2G, 500M)\n"
-          "  synth [--preset sd1-tiny|sd1] [--models-dir DIR] [--tokenizer-dir DIR]\n"
+          "  synth [--preset sd1-tiny|sd1|sdxl-tiny|sdxl] [--models-dir DIR] [--tokenizer-dir DIR]\n"
           "                             write a RANDOM-weight checkpoint (and a stand-in vocabulary)\n"
           "  version                    print the version\n"
           "\n"

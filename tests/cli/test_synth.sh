@@ -12,6 +12,8 @@ out=$("$bin" synth --preset sd1-tiny --models-dir models --tokenizer-dir tok)
 echo "$out" | grep -q RANDOM || fail "synth does not say the weights are random"
 [ -f models/checkpoints/sdflow-random-sd1-tiny.safetensors ] || fail "no checkpoint written"
 [ -f tok/vocab.json ] && [ -f tok/merges.txt ] || fail "no vocabulary written"
+"$bin" synth --preset sdxl-tiny --models-dir models >/dev/null || fail "sdxl-tiny preset"
+[ -f models/checkpoints/sdflow-random-sdxl-tiny.safetensors ] || fail "no SDXL checkpoint written"
 "$bin" synth --preset nope --models-dir models >/dev/null 2>&1 && fail "unknown preset accepted"
 
 "$bin" run "$src/workflows/txt2img_sd15.json" --models-dir models --tokenizer-dir tok \
