@@ -3,7 +3,11 @@
  * Each task takes BQ query rows of one (batch, head) against all keys, with
  * a [BQ, Lk] score buffer per thread: memory is O(threads * BQ * Lk), never
  * the full [Lq, Lk] matrix. Q/K/V heads are read in place through the GEMM
- * leading dimension (H*D), so nothing is transposed or copied. */
+ * leading dimension (H*D), so nothing is transposed or copied. The softmax
+ * is left unnormalised (exp(s - max) and the row sum) and the D-wide output
+ * rows are divided by the sum after P V: one pass over [BQ, D] instead of
+ * [BQ, Lk] (measured: the normalising pass was ~1/3 of the softmax time at
+ * 4096 keys, head dim 40). */
 #include "cpu.h"
 
 #include <math.h>
@@ -19,6 +23,7 @@ typedef struct {
     int heads, causal;
     float scale;
     float **scores;
+    double **sums; /* per-thread [bq] row sums */
 } attn_job;
 
 static void attn_task(void *ctx, int64_t t, int thread) {
@@ -33,14 +38,20 @@ static void attn_task(void *ctx, int64_t t, int thread) {
     float *o = j->o + (n * j->Lq + q0) * j->HD + h * j->D;
     /* S = scale * Q K^T */
     sd_cpu_gemm1(0, 1, rows, j->Lk, j->D, j->scale, q, j->HD, k, j->HD, 0.0f, S, j->Lk);
+    double *sum = j->sums[thread];
     for (int64_t i = 0; i < rows; i++) {
         float *row = S + i * j->Lk;
         if (j->causal)
             for (int64_t c = q0 + i + 1; c < j->Lk; c++) row[c] = -INFINITY;
-        sd_cpu_softmax_row(row, j->Lk);
+        sum[i] = sd_cpu_exp_row(row, j->Lk);
     }
-    /* O = P V */
+    /* O = P V, then each row / its sum (a fully masked row stays zeros) */
     sd_cpu_gemm1(0, 0, rows, j->D, j->Lk, 1.0f, S, j->Lk, v, j->HD, 0.0f, o, j->HD);
+    for (int64_t i = 0; i < rows; i++) {
+        float inv = sum[i] > 0.0 ? (float)(1.0 / sum[i]) : 0.0f;
+        float *oi = o + i * j->HD;
+        for (int64_t d = 0; d < j->D; d++) oi[d] *= inv;
+    }
 }
 
 sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
@@ -73,14 +84,19 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
     int nt = sd_pool_threads(pool);
     size_t bytes = (size_t)(bq * j.Lk) * sizeof(float);
     float **bufs = calloc((size_t)nt, sizeof *bufs);
-    int ok = bufs != NULL;
-    for (int i = 0; ok && i < nt; i++) ok = (bufs[i] = malloc(bytes)) != NULL;
+    double **sums = calloc((size_t)nt, sizeof *sums);
+    int ok = bufs && sums;
+    for (int i = 0; ok && i < nt; i++)
+        ok = (bufs[i] = sd_cpu_alloc(bytes)) && (sums[i] = malloc((size_t)bq * sizeof **sums));
     if (ok) {
         j.scores = bufs;
+        j.sums = sums;
         sd_pool_run(pool, q->shape[0] * heads * j.qblocks, attn_task, &j);
     }
     for (int i = 0; bufs && i < nt; i++) free(bufs[i]);
+    for (int i = 0; sums && i < nt; i++) free(sums[i]);
     free(bufs);
+    free(sums);
     if (!ok)
         return sd_backend_fail(be, SD_ERR_NOMEM, "attention: out of memory for scores (%zu bytes)",
                                bytes);

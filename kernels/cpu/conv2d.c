@@ -127,7 +127,7 @@ sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
      * output channels: row tiles would each re-pack the large weight matrix
      * for a handful of pixels. */
     if (nt > 1 && ckk * plane <= WHOLE_BUDGET && plane < (int64_t)MIN_COLS * nt) {
-        float *col = malloc((size_t)(ckk * plane) * sizeof(float));
+        float *col = sd_cpu_alloc((size_t)(ckk * plane) * sizeof(float));
         if (!col)
             return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory for im2col (%zu bytes)",
                                    (size_t)(ckk * plane) * sizeof(float));
@@ -163,7 +163,7 @@ sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
     size_t bytes = (size_t)(ckk * rows * j.Wo) * sizeof(float);
     float **bufs = calloc((size_t)nt, sizeof *bufs);
     int ok = bufs != NULL;
-    for (int i = 0; ok && i < nt; i++) ok = (bufs[i] = malloc(bytes ? bytes : 1)) != NULL;
+    for (int i = 0; ok && i < nt; i++) ok = (bufs[i] = sd_cpu_alloc(bytes)) != NULL;
     if (ok) {
         j.col = bufs;
         sd_pool_run(pool, j.N * j.tiles_per_n, conv_task, &j);

@@ -24,6 +24,10 @@ typedef struct sd_cpu {
 static inline sd_pool *sd_cpu_pool(sd_backend *be) { return ((sd_cpu *)be->impl)->pool; }
 static inline float *sd_cpu_f32(const sd_bt *t) { return (float *)t->data; }
 
+/* Scratch and result memory: 64-byte aligned, on transparent huge pages from
+ * 2 MiB (cpu_backend.c). Release with free(). */
+void *sd_cpu_alloc(size_t nbytes);
+
 /* Row-major C = alpha * op(A) @ op(B) + beta * C on the calling thread. */
 void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
@@ -66,6 +70,11 @@ void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa);
 /* In-place softmax of one row (double-accumulated sum). A row that is all
  * -inf becomes zeros. */
 void sd_cpu_softmax_row(float *row, int64_t n);
+/* The softmax without its last pass: row[i] = exp(row[i] - max), returning
+ * the (double-accumulated) sum, 0 for an all -inf row (then all zeros).
+ * Attention divides its output rows by the sum instead: D values per row
+ * rather than Lk. */
+double sd_cpu_exp_row(float *row, int64_t n);
 /* y = x * sigmoid(beta * x) over n floats (SiLU: beta 1, quick_gelu:
  * 1.702); y may equal x. */
 void sd_cpu_silu(const float *x, float *y, int64_t n, float beta);
@@ -77,6 +86,7 @@ void sd_cpu_gelu(const float *x, float *y, int64_t n);
 enum { SD_ISA_SCALAR = 0, SD_ISA_AVX2, SD_ISA_AVX512 };
 int sd_cpu_isa(void);
 void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa);
+double sd_cpu_exp_row_isa(float *row, int64_t n, int isa);
 void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa);
 void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa);
 

@@ -21,13 +21,13 @@
 
 /* ---- scalar ---------------------------------------------------------------------- */
 
-static void softmax_scalar(float *row, int64_t n) {
+static double softmax_scalar(float *row, int64_t n, int norm) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++)
         if (row[i] > mx) mx = row[i];
     if (mx == -INFINITY) { /* fully masked row: PyTorch gives NaN; we give zeros */
         for (int64_t i = 0; i < n; i++) row[i] = 0.0f;
-        return;
+        return 0.0;
     }
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -35,8 +35,10 @@ static void softmax_scalar(float *row, int64_t n) {
         row[i] = e;
         sum += e;
     }
+    if (!norm) return sum;
     float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) row[i] *= inv;
+    return sum;
 }
 
 static void silu_scalar(const float *x, float *y, int64_t n, float beta) {
@@ -68,7 +70,7 @@ __attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
-__attribute__((target("avx512f"))) static void softmax_avx512(float *row, int64_t n) {
+__attribute__((target("avx512f"))) static double softmax_avx512(float *row, int64_t n, int norm) {
     __m512 vmx = _mm512_set1_ps(-INFINITY);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(row + i));
@@ -77,7 +79,7 @@ __attribute__((target("avx512f"))) static void softmax_avx512(float *row, int64_
         if (row[i] > mx) mx = row[i];
     if (mx == -INFINITY) {
         for (i = 0; i < n; i++) row[i] = 0.0f;
-        return;
+        return 0.0;
     }
     __m512 m = _mm512_set1_ps(mx);
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
@@ -97,9 +99,11 @@ __attribute__((target("avx512f"))) static void softmax_avx512(float *row, int64_
             _mm512_cvtps_pd(_mm512_castps512_ps256(e)),
             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)))));
     }
+    if (!norm) return sum;
     __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(row + i, _mm512_mul_ps(_mm512_loadu_ps(row + i), inv));
     for (; i < n; i++) row[i] *= (float)(1.0 / sum);
+    return sum;
 }
 
 __attribute__((target("avx512f"))) static void silu_avx512(const float *x, float *y, int64_t n,
@@ -172,7 +176,7 @@ T2 static inline double hsum_pd(__m256d v) {
     return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-T2 static void softmax_avx2(float *row, int64_t n) {
+T2 static double softmax_avx2(float *row, int64_t n, int norm) {
     __m256 vmx = _mm256_set1_ps(-INFINITY);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(row + i));
@@ -185,7 +189,7 @@ T2 static void softmax_avx2(float *row, int64_t n) {
         if (row[i] > mx) mx = row[i];
     if (mx == -INFINITY) {
         for (i = 0; i < n; i++) row[i] = 0.0f;
-        return;
+        return 0.0;
     }
     __m256 m = _mm256_set1_ps(mx);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
@@ -203,9 +207,11 @@ T2 static void softmax_avx2(float *row, int64_t n) {
         row[i] = t[0];
         sum += t[0];
     }
+    if (!norm) return sum;
     __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(row + i, _mm256_mul_ps(_mm256_loadu_ps(row + i), inv));
     for (; i < n; i++) row[i] *= (float)(1.0 / sum);
+    return sum;
 }
 
 T2 static void silu_avx2(const float *x, float *y, int64_t n, float beta) {
@@ -258,13 +264,17 @@ int sd_cpu_isa(void) {
     return SD_ISA_SCALAR;
 }
 
-void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa) {
+static double softmax_isa(float *row, int64_t n, int isa, int norm) {
 #ifdef HAVE_X86
-    if (isa == SD_ISA_AVX512) { softmax_avx512(row, n); return; }
-    if (isa == SD_ISA_AVX2) { softmax_avx2(row, n); return; }
+    if (isa == SD_ISA_AVX512) return softmax_avx512(row, n, norm);
+    if (isa == SD_ISA_AVX2) return softmax_avx2(row, n, norm);
 #endif
-    softmax_scalar(row, n);
+    (void)isa;
+    return softmax_scalar(row, n, norm);
 }
+
+void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa) { softmax_isa(row, n, isa, 1); }
+double sd_cpu_exp_row_isa(float *row, int64_t n, int isa) { return softmax_isa(row, n, isa, 0); }
 
 void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa) {
 #ifdef HAVE_X86
@@ -283,5 +293,6 @@ void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa) {
 }
 
 void sd_cpu_softmax_row(float *row, int64_t n) { sd_cpu_softmax_row_isa(row, n, sd_cpu_isa()); }
+double sd_cpu_exp_row(float *row, int64_t n) { return sd_cpu_exp_row_isa(row, n, sd_cpu_isa()); }
 void sd_cpu_silu(const float *x, float *y, int64_t n, float beta) { sd_cpu_silu_isa(x, y, n, beta, sd_cpu_isa()); }
 void sd_cpu_gelu(const float *x, float *y, int64_t n) { sd_cpu_gelu_isa(x, y, n, sd_cpu_isa()); }

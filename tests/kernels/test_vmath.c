@@ -59,10 +59,22 @@ int main(void) {
             int zeros = 1;
             for (int64_t i = 4; i < n; i += 5) zeros &= y[i] == 0.0f;
             CHECK_MSG(zeros, "softmax isa %d: masked entries not exactly 0", isa);
+            /* unnormalised (attention): exp(s - max) and the sum */
+            for (int64_t i = 0; i < n; i++) y[i] = i % 5 == 4 ? -INFINITY : x[i] * 0.5f;
+            double sum = sd_cpu_exp_row_isa(y, n, isa);
+            CHECK_MSG(fabs(sum - se) <= 1e-5 * se, "exp_row isa %d n %lld: sum %.9g want %.9g", isa,
+                      (long long)n, sum, se);
+            for (int64_t i = 0; i < n; i++) ref[i] = i % 5 == 4 ? 0 : exp((double)(x[i] * 0.5f) - mx);
+            close_rows("exp_row", isa, y, ref, n, 1e-7, 1e-5);
             /* fully masked row */
             for (int64_t i = 0; i < n; i++) y[i] = -INFINITY;
             sd_cpu_softmax_row_isa(y, n, isa);
             int all0 = 1;
+            for (int64_t i = 0; i < n; i++) all0 &= y[i] == 0.0f;
+            CHECK(all0);
+            for (int64_t i = 0; i < n; i++) y[i] = -INFINITY;
+            CHECK(sd_cpu_exp_row_isa(y, n, isa) == 0.0);
+            all0 = 1;
             for (int64_t i = 0; i < n; i++) all0 &= y[i] == 0.0f;
             CHECK(all0);
             free(x);
