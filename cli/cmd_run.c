@@ -333,6 +333,8 @@ int sd_cli_run(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART; /* a read or write in flight must not fail with EINTR: the run
+                                 stops at the next check as cancelled, not as an I/O error */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
 
