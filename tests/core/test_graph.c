@@ -1,4 +1,5 @@
 /* test_graph.c - graph operations, API-format JSON, --set and validation. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/env.h"
@@ -34,7 +35,15 @@ static const sd_node_def t_filter = {1, "TFilter", "Filter", "test", "", filter_
 static const sd_input_def sink_in[] = {{.name = "anything", .type = "*"}, {NULL}};
 static const sd_node_def t_sink = {1, "TSink", "Sink", "test", "", sink_in, NULL, SD_NODE_OUTPUT, noop};
 
-static const sd_node_def *const table[] = {&t_source, &t_filter, &t_sink, NULL};
+/* An output node with a seed as ComfyUI declares it (max 0xffffffffffffffff)
+ * and an ordinary INT. */
+static const sd_input_def seeded_in[] = {
+    {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = 18446744073709551615.0, .step = 1, .has_range = 1},
+    {.name = "count", .type = SD_T_INT, .def = 1, .min = -5, .max = 1e18, .step = 1, .has_range = 1},
+    {NULL}};
+static const sd_node_def t_seeded = {1, "TSeeded", "Seeded", "test", "", seeded_in, NULL, SD_NODE_OUTPUT, noop};
+
+static const sd_node_def *const table[] = {&t_source, &t_filter, &t_sink, &t_seeded, NULL};
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -242,6 +251,45 @@ static void test_set(void) {
     sd_graph_free(g);
 }
 
+/* Seeds up to 2^64-1: kept as the int64 with the same bits (json_util.h),
+ * printed and range-checked as unsigned; negative or past 2^64-1 rejected by
+ * name; an ordinary INT input never wraps. */
+static void test_u64_seed(void) {
+    sd_graph *g = parse("{\"1\": {\"class_type\": \"TSeeded\", \"inputs\": {\"seed\": 18446744073709551615}},"
+                        " \"2\": {\"class_type\": \"TSeeded\", \"inputs\": {\"seed\": 9223372036854775808}}}");
+    if (!g) return;
+    const sd_value *s1 = sd_graph_node_input(sd_graph_find(g, "1"), "seed")->literal;
+    const sd_value *s2 = sd_graph_node_input(sd_graph_find(g, "2"), "seed")->literal;
+    CHECK(sd_value_kind_of(s1) == SD_VAL_INT && (uint64_t)sd_value_as_int(s1) == UINT64_MAX);
+    CHECK(sd_value_kind_of(s2) == SD_VAL_INT && (uint64_t)sd_value_as_int(s2) == (1ull << 63));
+    sd_graph_problems probs = {0};
+    sd_error err;
+    sd_error_clear(&err);
+    CHECK_OK(sd_graph_validate(g, NULL, &probs, &err), &err);
+    sd_graph_problems_free(&probs);
+    char *js = sd_graph_to_json(g, 0);
+    CHECK(js && strstr(js, "\"seed\":18446744073709551615") && strstr(js, "\"seed\":9223372036854775808"));
+    sd_graph *back = js ? parse(js) : NULL;
+    CHECK(back && (uint64_t)sd_value_as_int(sd_graph_node_input(sd_graph_find(back, "1"), "seed")->literal) == UINT64_MAX);
+    sd_graph_free(back);
+    free(js);
+    /* --set keeps every digit too */
+    CHECK_OK(sd_graph_apply_set(g, "2.seed=18446744073709551614", &err), &err);
+    CHECK((uint64_t)sd_value_as_int(sd_graph_node_input(sd_graph_find(g, "2"), "seed")->literal) == UINT64_MAX - 1);
+    /* out of range, negative, and a big value on an ordinary INT input */
+    CHECK_OK(sd_graph_apply_set(g, "1.seed=18446744073709551616", &err), &err);
+    CHECK_OK(sd_graph_apply_set(g, "2.seed=-1", &err), &err);
+    CHECK_OK(sd_graph_apply_set(g, "2.count=9223372036854775808", &err), &err);
+    CHECK(sd_graph_validate(g, NULL, &probs, &err) == SD_ERR_VALIDATION);
+    const sd_graph_problem *q = find_problem(&probs, "value_bigger_than_max", "1", "seed");
+    CHECK(q && strstr(q->message, "18446744073709551616") && strstr(q->message, "max of 18446744073709551615"));
+    CHECK(find_problem(&probs, "value_smaller_than_min", "2", "seed") != NULL);
+    CHECK(find_problem(&probs, "invalid_input_type", "2", "count") != NULL);
+    CHECK(probs.n == 3);
+    sd_graph_problems_free(&probs);
+    sd_graph_free(g);
+}
+
 static void test_validate(void) {
     sd_env env;
     sd_error err;
@@ -325,6 +373,7 @@ int main(void) {
     test_ops();
     test_set();
     test_validate();
+    test_u64_seed();
     sd_registry_reset();
     return sd_test_finish();
 }
