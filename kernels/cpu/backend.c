@@ -265,10 +265,12 @@ static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
     for (int i = 0; i < n; i++) {
         sd_bt *x = *vars[i];
         if (!x || x->dtype == SD_F32) continue;
-        sd_bt *t = bt_alloc(be, SD_F32, x->ndim, x->shape);
+        sd_bt *t = bt_header(be, SD_F32, x->ndim, x->shape);
         if (t && be->vt->to_f32(be, t, x) != SD_OK) {
-            sd_backend_fail(be, SD_ERR_NOMEM, "widening a %s input failed", sd_dtype_name(x->dtype));
-            sd_bt_free(t);
+            char b[128];
+            sd_backend_fail(be, SD_ERR_NOMEM, "out of memory widening a %s input %s to F32",
+                            sd_dtype_name(x->dtype), SHAPE(x, b));
+            free(t); /* no storage attached */
             t = NULL;
         }
         if (!t) {

@@ -54,7 +54,9 @@ typedef struct sd_backend_i {
     sd_status (*embedding)(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
     sd_status (*copy)(sd_backend *be, sd_bt *out, const sd_bt *x);
 
-    /* Optional. out (F32, x's shape) = x widened from F16/BF16. A backend
+    /* Optional. out (F32, x's shape; header only: the backend provides the
+     * storage, and may reuse it once out is released, which backend.c does
+     * right after the op) = x widened from F16/BF16. A backend
      * that sets it accepts F16/BF16 tensors wherever an op takes an input
      * (weights kept in their stored dtype): backend.c widens each such
      * input into a temporary just for the op, except the embedding table,

@@ -11,6 +11,7 @@
 #include "cpu.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CONVERT_GRAIN ((int64_t)1 << 16) /* elements per pool task */
@@ -71,7 +72,40 @@ static void widen_task(void *ctx, int64_t t, int thread) {
     sd_cpu_widen(j->dt, j->src + lo * (int64_t)sd_dtype_size(j->dt), j->dst + lo, hi - lo, j->isa);
 }
 
+/* Below this a fresh allocation is cheap (no mmap). */
+#define REUSE_MIN ((size_t)1 << 20)
+
+static void widen_buf_done(void *owner) {
+    __atomic_store_n(&((sd_cpu *)owner)->widen_busy, 0, __ATOMIC_RELEASE);
+}
+
 sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
+    sd_cpu *c = be->impl;
+    size_t bytes = out->nbytes;
+    void *data = NULL, *owner = NULL;
+    void (*release)(void *) = free;
+    if (bytes >= REUSE_MIN && !__atomic_exchange_n(&c->widen_busy, 1, __ATOMIC_ACQUIRE)) {
+        if (c->widen_cap < bytes) {
+            free(c->widen_buf);
+            c->widen_buf = sd_cpu_alloc(bytes);
+            c->widen_cap = c->widen_buf ? bytes : 0;
+        }
+        if (c->widen_buf) {
+            data = c->widen_buf;
+            owner = c;
+            release = widen_buf_done;
+        } else {
+            widen_buf_done(c);
+        }
+    }
+    if (!data) data = owner = sd_cpu_alloc(bytes ? bytes : 1);
+    if (!data) return SD_ERR_NOMEM;
+    out->host = sd_tensor_new_borrowed(SD_F32, out->ndim, out->shape, data, release, owner);
+    if (!out->host) {
+        release(owner);
+        return SD_ERR_NOMEM;
+    }
+    out->data = data;
     widen_job j = {x->dtype, x->data, sd_cpu_f32(out), sd_bt_numel(x), sd_cpu_isa()};
     sd_pool_run(sd_cpu_pool(be), sd_cpu_chunks(j.n, CONVERT_GRAIN), widen_task, &j);
     return SD_OK;

@@ -19,6 +19,14 @@
 
 typedef struct sd_cpu {
     sd_pool *pool;
+    /* One reusable buffer for widened F16/BF16 weights (convert.c): a
+     * widened weight lives only for its op, so reusing one buffer spares a
+     * fresh mmap, page faults and zeroing per layer (a 1280x1280x3x3 conv:
+     * 59 MB). widen_busy guards it; a second widening at once (the bias
+     * next to its weight) gets ordinary memory. */
+    void *widen_buf;
+    size_t widen_cap;
+    int widen_busy; /* atomic */
 } sd_cpu;
 
 static inline sd_pool *sd_cpu_pool(sd_backend *be) { return ((sd_cpu *)be->impl)->pool; }
@@ -61,7 +69,9 @@ sd_status sd_cpu_slice(sd_backend *be, sd_bt *out, const sd_bt *x, int dim, int6
 sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
 sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
 sd_status sd_cpu_copy(sd_backend *be, sd_bt *out, const sd_bt *x);
-/* out (F32) = x (F16/BF16/F32/F64) widened, split over the pool (convert.c). */
+/* out (F32, shape set, no storage yet) = x (F16/BF16/F32/F64) widened,
+ * split over the pool; storage may be the backend's reusable widen buffer
+ * (convert.c). */
 sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x);
 /* n elements of dtype dt at src widened to F32 on the calling thread, with
  * the given instruction-set path (sd_cpu_isa() or lower). */

@@ -46,6 +46,7 @@ static void cpu_destroy(sd_backend *be) {
     sd_cpu *c = be->impl;
     if (!c) return;
     sd_pool_free(c->pool);
+    free(c->widen_buf);
     free(c);
     be->impl = NULL;
 }

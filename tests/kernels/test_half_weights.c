@@ -150,6 +150,24 @@ static void test_ops(sd_backend *be, sd_dtype dt) {
               sd_backend_error(be) ? sd_backend_error(be)->msg : "");
 }
 
+/* Weights of 1 MiB and more go through the backend's reusable widen buffer:
+ * back-to-back ops, a growing size, and two big inputs widened at once (one
+ * takes the buffer, the other fresh memory). */
+static void test_big(sd_backend *be, sd_dtype dt) {
+    int64_t xs[2] = {5, 640}, w1s[2] = {512, 640}, w2s[2] = {700, 640};
+    sd_bt *x = rand_f32(be, 2, xs);
+    pair w1 = make_pair(be, dt, 2, w1s), w2 = make_pair(be, dt, 2, w2s);
+    for (int rep = 0; rep < 2; rep++) {
+        same("big linear", dt, sd_op_linear(x, w1.half, NULL), sd_op_linear(x, w1.wide, NULL));
+        same("bigger linear", dt, sd_op_linear(x, w2.half, NULL), sd_op_linear(x, w2.wide, NULL));
+    }
+    same("two big inputs", dt, sd_op_matmul(w1.half, w2.half, 1, 1.0f),
+         sd_op_matmul(w1.wide, w2.wide, 1, 1.0f));
+    free_pair(w1);
+    free_pair(w2);
+    sd_bt_free(x);
+}
+
 int main(void) {
     test_widen_paths();
     for (int threads = 1; threads <= 2; threads++) {
@@ -163,6 +181,8 @@ int main(void) {
         CHECK(!sd_backend_accepts_dtype(be, SD_I32));
         test_ops(be, SD_F16);
         test_ops(be, SD_BF16);
+        test_big(be, SD_F16);
+        test_big(be, SD_BF16);
         sd_backend_free(be);
     }
     return sd_test_finish();
