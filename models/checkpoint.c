@@ -3,7 +3,9 @@
 #include "models/checkpoint.h"
 
 #include <libgen.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -194,6 +196,66 @@ static void prefix_part(const sd_checkpoint *c, sd_error *err, const char *what)
     else sd_error_prefix(err, "loading the %s of %s", what, c->path);
 }
 
+/* ---- non-finite weights ---------------------------------------------------------- */
+
+/* 1 when every stored value of the entry is finite (checked on the raw
+ * bits, before any conversion); non-float dtypes count as finite. */
+static int entry_finite(sd_st_file *f, const sd_st_entry *e) {
+    if (e->dtype != SD_F32 && e->dtype != SD_F16 && e->dtype != SD_BF16 && e->dtype != SD_F64)
+        return 1;
+    sd_error ignore;
+    sd_tensor *t = sd_st_tensor(f, e->name, &ignore);
+    if (!t) return 1; /* unreadable: the loader reports that itself */
+    size_t n = (size_t)sd_tensor_numel(t);
+    int ok = 1;
+    if (t->dtype == SD_F32) {
+        const float *p = t->data;
+        for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
+    } else if (t->dtype == SD_F64) {
+        const double *p = t->data;
+        for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
+    } else {
+        const uint16_t *p = t->data;
+        const uint16_t m = t->dtype == SD_F16 ? 0x7c00 : 0x7f80; /* all-ones exponent */
+        for (size_t i = 0; ok && i < n; i++) ok = (p[i] & m) != m;
+    }
+    sd_tensor_unref(t);
+    return ok;
+}
+
+/* A part failed to load because of a NaN/Inf weight (models/weights.h stops
+ * at the first one). Real corrupted checkpoints usually have several bad
+ * layers, and the user needs all of them to judge the file, so scan every
+ * tensor under the part's prefixes and name them all (the first
+ * SHOW_NONFINITE, then a count). Called locked, with the file still open. */
+#define SHOW_NONFINITE 8
+static void name_nonfinite(sd_checkpoint *c, const char *const *prefixes, const char *what,
+                           sd_error *err) {
+    if (!err || !c->file || err->code != SD_ERR_FORMAT || !strstr(err->msg, "NaN or Inf")) return;
+    char list[1400];
+    size_t used = 0, nbad = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < sd_st_count(c->file); i++) {
+        const sd_st_entry *e = sd_st_at(c->file, i);
+        int under = 0;
+        for (int k = 0; prefixes[k] && !under; k++)
+            under = strncmp(e->name, prefixes[k], strlen(prefixes[k])) == 0;
+        if (!under || entry_finite(c->file, e)) continue;
+        if (nbad++ < SHOW_NONFINITE && used < sizeof list) {
+            int w = snprintf(list + used, sizeof list - used, "%s'%s'", used ? ", " : "", e->name);
+            if (w > 0) used += (size_t)w;
+        }
+    }
+    if (nbad < 2) return; /* the message already names the only one */
+    char first[SD_ERR_MSG_MAX];
+    snprintf(first, sizeof first, "%s", err->msg);
+    char more[64] = "";
+    if (nbad > SHOW_NONFINITE)
+        snprintf(more, sizeof more, " and %zu more", nbad - SHOW_NONFINITE);
+    sd_error_set(err, SD_ERR_FORMAT, "%s; %zu tensors of the %s contain NaN or Inf: %s%s", first,
+                 nbad, what, list, more);
+}
+
 static sd_status missing(const sd_checkpoint *c, const char *what, const char *where,
                          sd_error *err) {
     return sd_error_set(err, SD_ERR_NOT_FOUND, "%s has no %s (no keys under %s)", c->path, what,
@@ -207,7 +269,11 @@ sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err) {
     sd_status rc = SD_OK;
     if (!c->unet) {
         rc = sd_unet_load(c->be, c->file, SD_UNET_PREFIX, c->weight_dtype, &c->unet, err);
-        if (rc) prefix_part(c, err, "UNet");
+        if (rc) {
+            static const char *const pre[] = {SD_UNET_PREFIX, NULL};
+            name_nonfinite(c, pre, "UNet", err);
+            prefix_part(c, err, "UNet");
+        }
         else maybe_close_file(c);
     }
     *out = c->unet;
@@ -230,7 +296,11 @@ sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd
     }
     if (!rc && !c->te) {
         rc = sd_text_encoder_load(c->be, c->file, c->tok, &c->te, err);
-        if (rc) prefix_part(c, err, "text encoder");
+        if (rc) {
+            static const char *const pre[] = {"cond_stage_model.", "conditioner.", NULL};
+            name_nonfinite(c, pre, "text encoder", err);
+            prefix_part(c, err, "text encoder");
+        }
         else maybe_close_file(c);
     }
     *out = rc ? NULL : c->te;
@@ -245,7 +315,11 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
     sd_status rc = SD_OK;
     if (!c->vae) {
         rc = sd_vae_load(c->be, c->file, c->info.vae_prefix, &c->vae, err);
-        if (rc) prefix_part(c, err, "VAE");
+        if (rc) {
+            const char *const pre[] = {c->info.vae_prefix ? c->info.vae_prefix : "", NULL};
+            name_nonfinite(c, pre, "VAE", err);
+            prefix_part(c, err, "VAE");
+        }
         else maybe_close_file(c);
     }
     *out = c->vae;

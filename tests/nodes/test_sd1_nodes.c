@@ -491,9 +491,9 @@ static void test_vae_loader(fixture *f, const char *models, const char *ckpt_pat
     sd_value_unref(vae);
 }
 
-/* A copy of the checkpoint without one UNet tensor and with a NaN in the VAE:
- * the loader still opens it (detection does not need them); KSampler and
- * VAEDecode fail naming the tensor. */
+/* A copy of the checkpoint without one UNet tensor and with a NaN and an Inf
+ * in the VAE: the loader still opens it (detection does not need them);
+ * KSampler and VAEDecode fail naming the tensors. */
 static void test_broken_checkpoint(sd_env *env, const char *models, const char *ckpt_path) {
     sd_error err;
     sd_error_clear(&err);
@@ -507,9 +507,10 @@ static void test_broken_checkpoint(sd_env *env, const char *models, const char *
         const char *name = sd_st_at(src, i)->name;
         if (strcmp(name, "model.diffusion_model.input_blocks.1.0.emb_layers.1.bias") == 0) continue;
         sd_tensor *t = sd_st_tensor(src, name, &err);
-        if (strcmp(name, "first_stage_model.decoder.conv_in.bias") == 0) {
+        int in_b = strcmp(name, "first_stage_model.decoder.conv_in.bias") == 0;
+        if (in_b || strcmp(name, "first_stage_model.decoder.conv_out.bias") == 0) {
             sd_tensor *c = sd_tensor_to_dtype(t, SD_F32);
-            sd_tensor_f32(c)[1] = NAN;
+            sd_tensor_f32(c)[1] = in_b ? NAN : INFINITY;
             sd_tensor_unref(t);
             t = c;
         }
@@ -531,6 +532,10 @@ static void test_broken_checkpoint(sd_env *env, const char *models, const char *
     sd_error_clear(&err);
     CHECK(run_node(env, "VAEDecode", in, &img, &err) != SD_OK);
     CHECK_MSG(strstr(err.msg, "decoder.conv_in.bias") && strstr(err.msg, "NaN"), "%s", err.msg);
+    /* every offending tensor is named, not only the first the loader met */
+    CHECK_MSG(strstr(err.msg, "2 tensors of the VAE contain NaN or Inf") &&
+                  strstr(err.msg, "'first_stage_model.decoder.conv_out.bias'"),
+              "%s", err.msg);
     sd_value_unref(r);
     sd_value_unref(lat);
     teardown(&f);
