@@ -38,6 +38,19 @@ wait_for() {
     return 1
 }
 send() { tm send-keys -t repl -l "$1"; tm send-keys -t repl Enter; }
+# type_visible TEXT: types TEXT (no Enter) until it shows on the prompt line.
+# libedit can drop typeahead while it sets the terminal up for a new line, so
+# under load keys sent right after the last output may vanish; retyping is
+# safe because a dropped attempt left nothing on the line.
+type_visible() {
+    local i
+    for i in $(seq 1 20); do
+        tm send-keys -t repl -l "$1"
+        sleep 0.3
+        screen | grep -v '^[[:space:]]*$' | tail -1 | grep -qF "$1" && return 0
+    done
+    fail "'$1' never showed on the prompt line"
+}
 
 wait_for 'sdflow> ' || exit 1
 send 'img = LoadImage{image = "in.png"}'
@@ -76,7 +89,7 @@ send 'remove(node("5"))'
 wait_for 'removed #5'
 
 # Ctrl-C drops the line being typed, and stops a runaway loop, not the session
-tm send-keys -t repl -l 'half typed'
+type_visible 'half typed'
 tm send-keys -t repl C-c
 wait_for 'half typed^C'
 sleep 0.5 # libedit resets the terminal for the next line: typeahead may be dropped
@@ -99,7 +112,7 @@ send 'print("width", sc.width)'
 wait_for '^width[[:space:]]*16$'
 
 # line editing: Ctrl-A moves to the start of the line; Up recalls history
-tm send-keys -t repl -l 'rint("edited", 6 * 7)'
+type_visible 'rint("edited", 6 * 7)'
 tm send-keys -t repl C-a
 tm send-keys -t repl -l 'p'
 tm send-keys -t repl Enter
@@ -109,7 +122,7 @@ tm send-keys -t repl Enter
 wait_for '^edited[[:space:]]*42$' 2
 
 # Tab completes node types and commands
-tm send-keys -t repl -l 'print(ImageInv'
+type_visible 'print(ImageInv'
 tm send-keys -t repl Tab
 sleep 0.3
 tm send-keys -t repl -l '== nil, "completed")'
