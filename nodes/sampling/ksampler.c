@@ -288,13 +288,19 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
         return SD_ERR_INVALID;
     }
     const sd_ckpt_info *info = sd_checkpoint_info(a->ckpt);
-    if (!info->has_unet) return sd_error_set(err, SD_ERR_INVALID, "MODEL has no diffusion model");
+    if (!info->has_unet) {
+        sd_error_set(err, SD_ERR_INVALID, "MODEL has no diffusion model");
+        sd_error_at(err, NULL, NULL, "model");
+        return SD_ERR_INVALID;
+    }
     const int64_t *shape = samples->shape;
     const int64_t n = sd_tensor_numel(samples);
-    if (shape[1] != info->unet.out_channels)
-        return sd_error_set(err, SD_ERR_INVALID,
-                            "latent has %lld channels, the model works on %d",
-                            (long long)shape[1], info->unet.out_channels);
+    if (shape[1] != info->unet.out_channels) {
+        sd_error_set(err, SD_ERR_INVALID, "latent has %lld channels, the model works on %d",
+                     (long long)shape[1], info->unet.out_channels);
+        sd_error_at(err, NULL, NULL, "latent_image");
+        return SD_ERR_INVALID;
+    }
     const sd_sampler *smp = sd_sampler_find(a->sampler_name);
     if (!smp) {
         sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);

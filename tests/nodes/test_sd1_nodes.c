@@ -211,6 +211,21 @@ static void test_txt2img(fixture *f) {
     CHECK(lu == 1 && lt == 0 && lv == 0); /* KSampler loads the UNet only */
     sd_value *b = ksample(f, f->pos, f->neg, lat, 1, 3, 1.0, "euler", &err);
     sd_value *c = ksample(f, f->pos, f->neg, lat, 2, 3, 1.0, "euler", &err);
+    {
+        /* a latent the model cannot take is an error naming latent_image */
+        sd_tensor *t3 = sd_tensor_new4(SD_F32, 4, 1, 3, 8, 8);
+        sd_value *l3 = sd_value_dict();
+        CHECK(t3 && l3 && sd_value_dict_set(l3, "samples", sd_value_tensor(t3)) == 0);
+        sd_tensor_unref(t3);
+        sd_error_clear(&err);
+        sd_value *bad = ksample(f, f->pos, f->neg, l3, 1, 1, 1.0, "euler", &err);
+        CHECK_MSG(!bad && err.code == SD_ERR_INVALID && strcmp(err.input, "latent_image") == 0 &&
+                      strstr(err.msg, "3 channels"),
+                  "input '%s': %s", err.input, err.msg);
+        sd_value_unref(bad);
+        sd_value_unref(l3);
+        sd_error_clear(&err);
+    }
     sd_tensor *ta = samples(a), *tb = samples(b), *tc = samples(c);
     CHECK(ta && ta->shape[0] == 2 && ta->shape[1] == 4 && ta->shape[2] == 8 && ta->shape[3] == 8);
     CHECK(bit_equal(ta, tb));
