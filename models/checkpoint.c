@@ -132,6 +132,12 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
                             path);
     sd_st_file *f = NULL;
     sd_status rc = sd_st_open(path, &f, err);
+    if (rc == SD_ERR_FORMAT && sd_model_file_looks_pickle(path))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: this is a pickle (PyTorch .ckpt) file under a .safetensors "
+                            "name; pickle checkpoints are not loaded (they can run arbitrary "
+                            "code): convert it to real .safetensors",
+                            path);
     if (rc) return rc;
     sd_checkpoint *c = calloc(1, sizeof *c);
     if (!c) {

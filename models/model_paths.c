@@ -25,6 +25,16 @@ int sd_model_path_is_pickle(const char *name) {
     return 0;
 }
 
+int sd_model_file_looks_pickle(const char *path) {
+    unsigned char b[4] = {0};
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) return 0;
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    if (n >= 4 && b[0] == 'P' && b[1] == 'K' && b[2] == 3 && b[3] == 4) return 1;
+    return n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5;
+}
+
 sd_status sd_model_paths_list(const sd_env *env, const char *folder, sd_value **out,
                               sd_error *err) {
     return sd_env_list_files(env, folder, model_exts, out, err);

@@ -36,6 +36,13 @@ const char *const *sd_model_extensions(void);
  * .pkl), which sdflow refuses to load. */
 int sd_model_path_is_pickle(const char *name);
 
+/* After a file failed to open as safetensors: 1 when its first bytes are
+ * those of a PyTorch pickle (a zip archive "PK\3\4", or a raw pickle
+ * 0x80 <protocol 2..5>), i.e. a .ckpt renamed to .safetensors. Only
+ * meaningful on a file the safetensors reader refused (a valid header
+ * length can start with the same bytes). 0 when unreadable. */
+int sd_model_file_looks_pickle(const char *path);
+
 /* The combo values of a model folder: every model file under models_dir/
  * <folder> and <comfyui_dir>/models/<folder>, sorted. *out is a new
  * SD_VAL_LIST of strings (empty when the folders are missing). */

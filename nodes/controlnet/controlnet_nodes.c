@@ -33,7 +33,11 @@ static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
                           "%s: pickle files are not loaded (use a .safetensors ControlNet)", path);
     if (!rc && !ctx->env->backend)
         rc = sd_error_set(err, SD_ERR_INVALID, "no compute backend in the environment");
-    if (!rc) rc = sd_st_open(path, &f, err);
+    if (!rc && (rc = sd_st_open(path, &f, err)) == SD_ERR_FORMAT && sd_model_file_looks_pickle(path))
+        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                          "%s: a pickle (PyTorch) file under a .safetensors name; pickle files "
+                          "are not loaded (use a real .safetensors ControlNet)",
+                          path);
     if (!rc) rc = sd_controlnet_load((sd_backend *)ctx->env->backend, f, SD_F32, &cn, err);
     sd_st_close(f);
     free(path);

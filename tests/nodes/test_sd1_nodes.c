@@ -191,6 +191,17 @@ static void test_loaders(sd_env *env, const char *dir) {
     CHECK(run_node(env, "CheckpointLoaderSimple", &name, out, &err) == SD_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "some.weight") != NULL, "%s", err.msg);
     sd_value_unref(name);
+
+    /* a torch zip pickle renamed to .safetensors: refused as a pickle */
+    snprintf(path, sizeof path, "%s/models/checkpoints/renamed.safetensors", dir);
+    fp = fopen(path, "wb");
+    fputs("PK\x03\x04 archive/data.pkl and friends, padded past a header", fp);
+    fclose(fp);
+    name = sd_value_string("renamed.safetensors");
+    sd_error_clear(&err);
+    CHECK(run_node(env, "CheckpointLoaderSimple", &name, out, &err) == SD_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "pickle") && strcmp(err.input, "ckpt_name") == 0, "%s", err.msg);
+    sd_value_unref(name);
 }
 
 static sd_checkpoint *ckpt_of(fixture *f) {
