@@ -4,7 +4,9 @@
 # shapes, the mask, the latent region outside the mask unchanged (ComfyUI
 # pins it to the input latent every step), the repainted region changed,
 # runs deterministic, cache on and off identical. Also: checkpoints found
-# through --comfyui-dir, and the error without a tokenizer. Needs the shared data, a
+# through --comfyui-dir, SDFLOW_MODELS_DIR / SDFLOW_COMFYUI_DIR /
+# SDFLOW_TOKENIZER_DIR, a tokenizer beside the checkpoint, and the error
+# without a tokenizer. Needs the shared data, a
 # tokenizer and python3 (reads the dumps); else exit 77.
 set -u
 : "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
@@ -159,6 +161,34 @@ if env -u SDFLOW_TOKENIZER_DIR "$SDFLOW_BIN" run "$WF" --models-dir "$T/comfy/mo
     fail "ran without a tokenizer"
 fi
 grep -q "tokenizer-dir" "$T/notok.err" || fail "no hint about --tokenizer-dir: $(cat "$T/notok.err")"
+grep -q "SDFLOW_TOKENIZER_DIR" "$T/notok.err" || fail "no hint about SDFLOW_TOKENIZER_DIR: $(cat "$T/notok.err")"
+
+# The same folders through the environment: SDFLOW_MODELS_DIR, SDFLOW_COMFYUI_DIR,
+# SDFLOW_TOKENIZER_DIR (no flags)
+env_run() { # NAME VAR=VALUE...: run the e2e workflow with only these variables set
+    local name=$1
+    shift
+    env -u SDFLOW_MODELS_DIR -u SDFLOW_COMFYUI_DIR -u SDFLOW_TOKENIZER_DIR "$@" \
+        "$SDFLOW_BIN" run "$WF" --no-cache --quiet --output-dir "$T/comfy_out" > /dev/null 2> "$T/$name.err"
+}
+env_run env_models SDFLOW_MODELS_DIR="$T/comfy/models" SDFLOW_TOKENIZER_DIR="$TOK" ||
+    fail "SDFLOW_MODELS_DIR + SDFLOW_TOKENIZER_DIR: $(cat "$T/env_models.err")"
+env_run env_comfy SDFLOW_MODELS_DIR="$T/empty" SDFLOW_COMFYUI_DIR="$T/comfy" SDFLOW_TOKENIZER_DIR="$TOK" ||
+    fail "SDFLOW_COMFYUI_DIR: $(cat "$T/env_comfy.err")"
+env_run env_nomodel SDFLOW_MODELS_DIR="$T/empty" SDFLOW_TOKENIZER_DIR="$TOK" &&
+    fail "ran with a models directory that lacks the checkpoint"
+grep -q "ckpt_name" "$T/env_nomodel.err" || fail "missing checkpoint error lacks the input: $(cat "$T/env_nomodel.err")"
+# A tokenizer carried beside the checkpoint is used without any configuration
+mkdir -p "$T/own/checkpoints"
+ln -s "$MODEL" "$T/own/checkpoints/tiny-sd1.safetensors"
+if [ -f "$TOK/vocab.json" ] && [ -f "$TOK/merges.txt" ]; then
+    ln -s "$TOK/vocab.json" "$T/own/checkpoints/vocab.json"
+    ln -s "$TOK/merges.txt" "$T/own/checkpoints/merges.txt"
+else
+    ln -s "$TOK/bpe_simple_vocab_16e6.txt.gz" "$T/own/checkpoints/bpe_simple_vocab_16e6.txt.gz"
+fi
+env_run env_owntok SDFLOW_MODELS_DIR="$T/own" ||
+    fail "tokenizer beside the checkpoint not used: $(cat "$T/env_owntok.err")"
 
 [ "$failures" -eq 0 ] && echo "ok" || echo "$failures failures"
 [ "$failures" -eq 0 ]
