@@ -197,23 +197,27 @@ static int accumulate(sd_bt **acc, sd_bt *t, float s) {
     return ok;
 }
 
-/* The hint for x's batch and size: [N, C, 8h, 8w], the image's batch
- * repeated (broadcast_image_to with one batched cond). */
-static sd_bt *batch_hint(sd_backend *be, const sd_tensor *image, int64_t n, int64_t h, int64_t w,
-                         sd_error *err) {
+/* The hint for x's batch and size: [N, C, 8h, 8w] for `batched` chunks of
+ * N / batched latents each (broadcast_image_to): within a chunk item i takes
+ * image i % b (the first per-chunk items when b is larger), and the chunks
+ * repeat that. */
+static sd_bt *batch_hint(sd_backend *be, const sd_tensor *image, int64_t n, int batched,
+                         int64_t h, int64_t w, sd_error *err) {
     sd_tensor *r = NULL;
     if (sd_controlnet_hint(image, w, h, &r, err)) return NULL;
     int64_t b = r->shape[0];
-    if (b != n) {
+    int64_t per = batched > 0 && n % batched == 0 ? n / batched : n;
+    if (b != n || per != n) {
         sd_tensor *rep = sd_tensor_new4(SD_F32, 4, n, r->shape[1], h, w);
         if (!rep) {
             sd_tensor_unref(r);
             sd_error_set(err, SD_ERR_NOMEM, "out of memory preparing the ControlNet hint");
             return NULL;
         }
-        size_t per = r->nbytes / (size_t)b;
+        size_t item = r->nbytes / (size_t)b;
         for (int64_t i = 0; i < n; i++)
-            memcpy((char *)rep->data + (size_t)i * per, (char *)r->data + (size_t)(i % b) * per, per);
+            memcpy((char *)rep->data + (size_t)i * item,
+                   (char *)r->data + (size_t)((i % per) % b) * item, item);
         sd_tensor_unref(r);
         r = rep;
     }
@@ -230,6 +234,15 @@ sd_status sd_control_chain_eval(const sd_control_link *links, int n, const sd_mo
                                 const sd_unet_config *unet, float sigma, sd_bt *x_in,
                                 const float *timesteps, sd_bt *context, sd_bt *y,
                                 sd_control_residuals *out, sd_error *err) {
+    return sd_control_chain_eval_batched(links, n, ms, unet, sigma, x_in, 1, timesteps, context,
+                                         y, out, err);
+}
+
+sd_status sd_control_chain_eval_batched(const sd_control_link *links, int n,
+                                        const sd_model_sampling *ms, const sd_unet_config *unet,
+                                        float sigma, sd_bt *x_in, int batched,
+                                        const float *timesteps, sd_bt *context, sd_bt *y,
+                                        sd_control_residuals *out, sd_error *err) {
     memset(out, 0, sizeof *out);
     sd_status rc = SD_OK;
     int n_out = 0;
@@ -242,8 +255,8 @@ sd_status sd_control_chain_eval(const sd_control_link *links, int n, const sd_mo
         double s_hi = sd_ms_percent_to_sigma(ms, l->start_percent);
         double s_lo = sd_ms_percent_to_sigma(ms, l->end_percent);
         if (sigma > s_hi || sigma < s_lo) continue;
-        sd_bt *hint = batch_hint(l->cn->be, l->image, x_in->shape[0], 8 * x_in->shape[2],
-                                 8 * x_in->shape[3], err);
+        sd_bt *hint = batch_hint(l->cn->be, l->image, x_in->shape[0], batched,
+                                 8 * x_in->shape[2], 8 * x_in->shape[3], err);
         if (!hint) {
             rc = err && err->code ? err->code : SD_ERR_NOMEM;
             goto fail;

@@ -113,4 +113,16 @@ sd_status sd_control_chain_eval(const sd_control_link *links, int n, const sd_mo
                                 const float *timesteps, sd_bt *context, sd_bt *y,
                                 sd_control_residuals *out, sd_error *err);
 
+/* The same for a model call that batches `batched` conditioning chunks
+ * (cond and uncond, or several entries), each of x_in->shape[0] / batched
+ * latents: the hint batch is laid out per chunk as ComfyUI's
+ * broadcast_image_to does (item i of a chunk takes hint[i % hint batch],
+ * a hint batch larger than the chunk is cut to its first items, and every
+ * chunk gets the same hints). sd_control_chain_eval is batched = 1. */
+sd_status sd_control_chain_eval_batched(const sd_control_link *links, int n,
+                                        const sd_model_sampling *ms, const sd_unet_config *unet,
+                                        float sigma, sd_bt *x_in, int batched,
+                                        const float *timesteps, sd_bt *context, sd_bt *y,
+                                        sd_control_residuals *out, sd_error *err);
+
 #endif

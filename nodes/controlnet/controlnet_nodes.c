@@ -279,7 +279,7 @@ sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links,
 }
 
 sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *ms,
-                                const sd_unet_config *unet, float sigma, sd_bt *x_in,
+                                const sd_unet_config *unet, float sigma, sd_bt *x_in, int batched,
                                 const float *timesteps, sd_bt *context, sd_bt *y,
                                 sd_control_residuals *out, sd_error *err) {
     memset(out, 0, sizeof *out);
@@ -287,7 +287,8 @@ sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *
     int n = 0;
     sd_status rc = sd_nodes_control_links(entry, &links, &n, err);
     if (rc || !n) return rc;
-    rc = sd_control_chain_eval(links, n, ms, unet, sigma, x_in, timesteps, context, y, out, err);
+    rc = sd_control_chain_eval_batched(links, n, ms, unet, sigma, x_in, batched, timesteps,
+                                       context, y, out, err);
     free(links);
     return rc;
 }

@@ -39,11 +39,12 @@ sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links,
                                  sd_error *err);
 
 /* Residuals of the entry's control chain for one UNet call
- * (sd_control_chain_eval; x_in = the scaled UNet input of this entry's
- * batch). out->active == 0 (and nothing to add) when the entry has no
- * control or none is active at sigma. */
+ * (sd_control_chain_eval_batched; x_in = the scaled UNet input of the
+ * `batched` conditioning chunks that share this entry's control).
+ * out->active == 0 (and nothing to add) when the entry has no control or
+ * none is active at sigma. */
 sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *ms,
-                                const sd_unet_config *unet, float sigma, sd_bt *x_in,
+                                const sd_unet_config *unet, float sigma, sd_bt *x_in, int batched,
                                 const float *timesteps, sd_bt *context, sd_bt *y,
                                 sd_control_residuals *out, sd_error *err);
 

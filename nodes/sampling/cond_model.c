@@ -214,8 +214,8 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         goto done;
     }
     if (sd_value_dict_get(g[0]->entry, "control")) {
-        if ((rc = sd_nodes_control_eval(g[0]->entry, m->ms, m->cfg, sigma, bx, ts, bc, by, &res,
-                                        err)))
+        if ((rc = sd_nodes_control_eval(g[0]->entry, m->ms, m->cfg, sigma, bx, ng, ts, bc, by,
+                                        &res, err)))
             goto done;
     }
     rc = sd_unet_forward(m->unet, bx, ts, bc, by, res.active ? &res.control : NULL, &bo, err);

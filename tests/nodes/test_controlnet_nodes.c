@@ -239,7 +239,7 @@ int main(void) {
     CHECK_OK(sd_controlnet_forward(cn, bx, &t_lo, bh2, bc, NULL, &r2l, &err), &err);
     sd_control_residuals res;
     /* high sigma: only the first link (the second starts at 50%) */
-    CHECK_OK(sd_nodes_control_eval(e1, &ms, &ucfg, sigma_hi, bx, &t_hi, bc, NULL, &res, &err), &err);
+    CHECK_OK(sd_nodes_control_eval(e1, &ms, &ucfg, sigma_hi, bx, 1, &t_hi, bc, NULL, &res, &err), &err);
     CHECK(res.active == 1 && res.control.n_skip == 12);
     if (res.active == 1 && r1h.middle) {
         CHECK_MSG(max_diff(res.control.middle, r1h.middle, 0.7f) < 1e-6, "middle * strength");
@@ -247,7 +247,7 @@ int main(void) {
     }
     sd_control_residuals_free(&res);
     /* low sigma: both, summed */
-    CHECK_OK(sd_nodes_control_eval(e1, &ms, &ucfg, sigma_lo, bx, &t_lo, bc, NULL, &res, &err), &err);
+    CHECK_OK(sd_nodes_control_eval(e1, &ms, &ucfg, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err), &err);
     CHECK(res.active == 2);
     if (res.active == 2 && r1l.middle && r2l.middle) {
         sd_bt *a = sd_op_scale(r1l.output[3], 0.7f), *b = sd_op_scale(r2l.output[3], 0.3f);
@@ -259,14 +259,14 @@ int main(void) {
     }
     sd_control_residuals_free(&res);
     /* an entry without control: nothing */
-    CHECK_OK(sd_nodes_control_eval(sd_value_list_get(pos, 0), &ms, &ucfg, sigma_lo, bx, &t_lo, bc, NULL, &res, &err),
+    CHECK_OK(sd_nodes_control_eval(sd_value_list_get(pos, 0), &ms, &ucfg, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err),
              &err);
     CHECK(res.active == 0 && res.control.middle == NULL && res.control.n_skip == 0);
     /* a model it does not fit */
     sd_unet_config other = ucfg;
     other.context_dim = 2048;
     sd_error_clear(&err);
-    CHECK(sd_nodes_control_eval(e1, &ms, &other, sigma_lo, bx, &t_lo, bc, NULL, &res, &err) == SD_ERR_INVALID);
+    CHECK(sd_nodes_control_eval(e1, &ms, &other, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err) == SD_ERR_INVALID);
     CHECK_MSG(strstr(err.msg, "does not fit") && strstr(err.msg, "2048"), "%s", err.msg);
     /* a batch of 2 repeats the hint */
     {
@@ -277,13 +277,45 @@ int main(void) {
         memcpy((char *)c2->data + ctxt->nbytes, ctxt->data, ctxt->nbytes);
         sd_bt *bx2 = sd_bt_from_host(be, x2, SD_F32), *bc2 = sd_bt_from_host(be, c2, SD_F32);
         float ts2[2] = {t_hi, t_hi};
-        CHECK_OK(sd_nodes_control_eval(e0, &ms, &ucfg, sigma_hi, bx2, ts2, bc2, NULL, &res, &err), &err);
+        CHECK_OK(sd_nodes_control_eval(e0, &ms, &ucfg, sigma_hi, bx2, 1, ts2, bc2, NULL, &res, &err), &err);
         if (res.active == 1 && r1h.middle) {
             sd_bt *second = sd_op_slice(res.control.middle, 0, 1, 2);
             CHECK_MSG(max_diff(second, r1h.middle, 0.7f) < 1e-5, "batch item 2");
             sd_bt_free(second);
         }
         sd_control_residuals_free(&res);
+        /* a hint batch of 2 (img, img2) on cond + uncond of one latent each
+         * (broadcast_image_to with batched_number 2): each chunk takes the
+         * first hint only; as one chunk of 2 latents, item 2 takes img3 */
+        sd_tensor *img3 = rand_image(64, 64), *h3 = NULL;
+        sd_tensor *pair = sd_tensor_new4(SD_F32, 4, 2, img->shape[1], img->shape[2], img->shape[3]);
+        memcpy(pair->data, img->data, img->nbytes);
+        memcpy((char *)pair->data + img->nbytes, img3->data, img3->nbytes);
+        sd_control_link pl = {.cn = cn, .image = pair, .strength = 1.0, .start_percent = 0.0,
+                              .end_percent = 1.0};
+        CHECK_OK(sd_controlnet_hint(img3, 64, 64, &h3, &err), &err);
+        sd_bt *bh3 = sd_bt_from_host(be, h3, SD_F32);
+        sd_controlnet_result r2h;
+        CHECK_OK(sd_controlnet_forward(cn, bx, &t_hi, bh3, bc, NULL, &r2h, &err), &err);
+        for (int batched = 1; batched <= 2; batched++) {
+            CHECK_OK(sd_control_chain_eval_batched(&pl, 1, &ms, &ucfg, sigma_hi, bx2, batched, ts2,
+                                                   bc2, NULL, &res, &err),
+                     &err);
+            if (res.active == 1 && r1h.middle && r2h.middle) {
+                sd_bt *second = sd_op_slice(res.control.middle, 0, 1, 2);
+                CHECK_MSG(max_diff(second, batched == 2 ? r1h.middle : r2h.middle, 1.0f) < 1e-5,
+                          "hint batch 2, %d chunk(s): item 2", batched);
+                sd_bt_free(second);
+            } else {
+                CHECK(!"hint batch: no residuals");
+            }
+            sd_control_residuals_free(&res);
+        }
+        sd_controlnet_result_free(&r2h);
+        sd_bt_free(bh3);
+        sd_tensor_unref(h3);
+        sd_tensor_unref(img3);
+        sd_tensor_unref(pair);
         sd_bt_free(bx2);
         sd_bt_free(bc2);
         sd_tensor_unref(x2);
