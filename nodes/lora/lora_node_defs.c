@@ -31,15 +31,12 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
         if (with_clip) out[1] = sd_value_ref(in[1]);
         return SD_OK;
     }
-    if (with_clip && clip->ckpt != model->ckpt)
-        sd_node_log(ctx, SD_LOG_WARN,
-                    "LoRA %s: model and clip come from different checkpoints; the LoRA is "
-                    "matched against the model's",
-                    name ? name : "");
+    /* MODEL and CLIP may come from different checkpoints: each side's keys
+     * are matched against its own network */
     sd_lora_stack *ms = NULL, *cs = NULL;
-    rc = sd_nodes_lora_load(ctx, model->ckpt, name ? name : "", model->loras,
-                            with_clip ? clip->loras : NULL, sm, sc, with_clip, &ms,
-                            with_clip ? &cs : NULL, err);
+    rc = sd_nodes_lora_load_pair(ctx, model->ckpt, with_clip ? clip->ckpt : NULL,
+                                 name ? name : "", model->loras, with_clip ? clip->loras : NULL,
+                                 sm, sc, with_clip, &ms, with_clip ? &cs : NULL, err);
     if (rc) return rc;
     out[0] = sd_nodes_model_value_lora(model->ckpt, ms);
     if (with_clip) out[1] = sd_nodes_clip_value_lora(clip->ckpt, clip->clip_skip, cs);

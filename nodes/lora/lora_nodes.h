@@ -50,4 +50,14 @@ sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lor
                              double strength_model, double strength_clip, int with_clip,
                              sd_lora_stack **model_out, sd_lora_stack **clip_out, sd_error *err);
 
+/* The same when MODEL and CLIP come from different checkpoints (two
+ * loaders): UNet keys are matched against c's UNet and text-encoder keys
+ * against clip_c's encoder, as ComfyUI maps each against its own model.
+ * clip_c NULL = c. */
+sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpoint *clip_c,
+                                  const char *lora_name, const sd_lora_stack *model_in,
+                                  const sd_lora_stack *clip_in, double strength_model,
+                                  double strength_clip, int with_clip, sd_lora_stack **model_out,
+                                  sd_lora_stack **clip_out, sd_error *err);
+
 #endif

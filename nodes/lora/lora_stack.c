@@ -113,6 +113,16 @@ sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lor
                              const sd_lora_stack *model_in, const sd_lora_stack *clip_in,
                              double strength_model, double strength_clip, int with_clip,
                              sd_lora_stack **model_out, sd_lora_stack **clip_out, sd_error *err) {
+    return sd_nodes_lora_load_pair(ctx, c, NULL, lora_name, model_in, clip_in, strength_model,
+                                   strength_clip, with_clip, model_out, clip_out, err);
+}
+
+sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpoint *clip_c,
+                                  const char *lora_name, const sd_lora_stack *model_in,
+                                  const sd_lora_stack *clip_in, double strength_model,
+                                  double strength_clip, int with_clip, sd_lora_stack **model_out,
+                                  sd_lora_stack **clip_out, sd_error *err) {
+    if (!clip_c) clip_c = c;
     *model_out = NULL;
     if (clip_out) *clip_out = NULL;
     char *path = NULL;
@@ -131,7 +141,7 @@ sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lor
                           "are not loaded (use a real .safetensors LoRA)",
                           path);
     if (!rc) rc = sd_checkpoint_unet(c, &unet, err);
-    if (!rc && with_clip) rc = sd_checkpoint_text_encoder(c, &te, err);
+    if (!rc && with_clip) rc = sd_checkpoint_text_encoder(clip_c, &te, err);
     if (!rc) rc = sd_lora_plan_new(lora, unet, te, &plan, err);
     if (!rc) {
         size_t nm = sd_lora_plan_count(plan, SD_LORA_UNET),
