@@ -6,6 +6,7 @@
  * 0.6), inpainting (VAEEncodeForInpaint, SetLatentNoiseMask: the kept region
  * is unchanged in latent space), a 9-channel inpainting UNet, tiled VAE. */
 #include <math.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +596,66 @@ static void teardown(fixture *f) {
     sd_value_unref(f->neg);
 }
 
+/* The KSampler / KSamplerAdvanced combos offer exactly ComfyUI's names, in
+ * its order: the manifest's ksampler_names + ddim, uni_pc, uni_pc_bh2
+ * (KSampler.SAMPLERS) and the nine SCHEDULER_NAMES. */
+static void test_ksampler_combos(sd_env *env) {
+    static const char *const schedulers[] = {"simple", "sgm_uniform", "karras", "exponential",
+                                             "ddim_uniform", "beta", "normal",
+                                             "linear_quadratic", "kl_optimal"};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/golden/manifest_math.json",
+             getenv("SDFLOW_TESTDATA") ? getenv("SDFLOW_TESTDATA") : sd_test_testdata_dir());
+    FILE *fp = fopen(path, "rb");
+    cJSON *m = NULL;
+    if (fp) {
+        fseek(fp, 0, SEEK_END);
+        long n = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        char *buf = malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, fp) == (size_t)n) {
+            buf[n] = '\0';
+            m = cJSON_Parse(buf);
+        }
+        free(buf);
+        fclose(fp);
+    }
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(m, "samplers"), "ksampler_names");
+    if (!cJSON_IsArray(names)) {
+        printf("  (no %s: KSampler combo names not checked against it)\n", path);
+        cJSON_Delete(m);
+        return;
+    }
+    const char *types[] = {"KSampler", "KSamplerAdvanced"};
+    for (int t = 0; t < 2; t++) {
+        const sd_node_def *def = sd_registry_find(types[t]);
+        CHECK(def != NULL);
+        if (!def) continue;
+        for (const sd_input_def *in = def->inputs; in->name; in++) {
+            int is_s = strcmp(in->name, "sampler_name") == 0, is_k = strcmp(in->name, "scheduler") == 0;
+            if (!is_s && !is_k) continue;
+            sd_value *list = NULL;
+            sd_error err;
+            CHECK_OK(in->options_fn(env, &list, &err), &err);
+            size_t want = is_s ? (size_t)cJSON_GetArraySize(names) + 3 : 9;
+            CHECK_MSG(list && sd_value_list_len(list) == want, "%s.%s: %zu names", types[t], in->name,
+                      list ? sd_value_list_len(list) : 0);
+            for (size_t i = 0; list && i < sd_value_list_len(list) && i < want; i++) {
+                const char *got = sd_value_as_string(sd_value_list_get(list, i)), *exp;
+                if (is_k) exp = schedulers[i];
+                else if (i < (size_t)cJSON_GetArraySize(names))
+                    exp = cJSON_GetArrayItem(names, (int)i)->valuestring;
+                else exp = (const char *[]){"ddim", "uni_pc", "uni_pc_bh2"}[i - (size_t)cJSON_GetArraySize(names)];
+                CHECK_MSG(got && exp && strcmp(got, exp) == 0, "%s.%s[%zu]: %s, ComfyUI has %s",
+                          types[t], in->name, i, got ? got : "?", exp ? exp : "?");
+            }
+            sd_value_unref(list);
+        }
+    }
+    cJSON_Delete(m);
+}
+
 int main(void) {
     const char *dir = sd_test_tmpdir("nodes_sd1");
     char models[4096], path[4096];
@@ -628,6 +689,7 @@ int main(void) {
     CHECK_OK(sd_nodes_register_all(&err), &err);
     CHECK(sd_registry_find("LoadCheckpoint") == sd_registry_find("CheckpointLoaderSimple"));
     CHECK(sd_registry_find("CLIPEncode") == sd_registry_find("CLIPTextEncode"));
+    test_ksampler_combos(&env);
 
     fixture f;
     if (setup(&f, &env, "tiny.safetensors") == 0) {
