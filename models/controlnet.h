@@ -6,9 +6,11 @@
  * (time_embed, [label_emb], input_blocks, middle_block; detected the way the
  * UNet is, models/unet.h) plus input_hint_block.{0,2,...,14} (8 convs, SiLU
  * between, stride 2 at the 3rd, 5th and 7th), zero_convs.N.0 (one 1x1 conv
- * per input block) and middle_block_out.0 (1x1). Diffusers-layout
- * ControlNets (controlnet_cond_embedding.*), T2I-Adapters and Control-LoRAs
- * are SD_ERR_UNSUPPORTED naming what was found.
+ * per input block) and middle_block_out.0 (1x1). Diffusers-layout files
+ * (controlnet_cond_embedding.*, down_blocks.*, mid_block.*,
+ * controlnet_down_blocks.*, controlnet_mid_block) are renamed to this layout
+ * in memory and loaded the same way. T2I-Adapters and Control-LoRAs are
+ * SD_ERR_UNSUPPORTED naming what was found.
  *
  * Forward: guided_hint = input_hint_block(hint) is added to the output of
  * input_blocks[0] only; output[i] = zero_convs[i](h after input block i);

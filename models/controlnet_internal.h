@@ -21,6 +21,15 @@ struct sd_controlnet {
     sd_bt *mid_w, *mid_b;
     sd_unet_tap_fn tap;
     void *tap_user;
+    /* the renamed in-memory file of a diffusers-layout ControlNet; weights
+     * may borrow from it, so it is freed last */
+    void *renamed;
 };
+
+/* controlnet_diffusers.c: 1 when f is a diffusers-layout ControlNet, and
+ * its tensors renamed to the control_model layout (no prefix) as a
+ * malloc'd safetensors image (*buf, *size). */
+int sd_controlnet_is_diffusers(sd_st_file *f);
+sd_status sd_controlnet_diffusers_to_ldm(sd_st_file *f, void **buf, size_t *size, sd_error *err);
 
 #endif

@@ -334,6 +334,7 @@ void sd_controlnet_free(sd_controlnet *cn) {
     }
     sd_bt_free(cn->mid_w);
     sd_bt_free(cn->mid_b);
+    free(cn->renamed);
     free(cn);
 }
 
@@ -347,11 +348,28 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     if (find(f, SD_CONTROLNET_PREFIX, "input_hint_block.0.weight")) prefix = SD_CONTROLNET_PREFIX;
     else if (find(f, "", "input_hint_block.0.weight")) prefix = "";
     if (!prefix) {
-        if (find(f, "", "controlnet_cond_embedding.conv_in.weight"))
-            return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                "%s: diffusers-layout ControlNet (controlnet_cond_embedding.*) is not "
-                                "supported; use the original control_model.* file",
-                                path);
+        if (sd_controlnet_is_diffusers(f)) {
+            /* rename to the original layout and load that */
+            void *buf = NULL;
+            size_t size = 0;
+            sd_st_file *f2 = NULL;
+            sd_status rc = sd_controlnet_diffusers_to_ldm(f, &buf, &size, err);
+            if (!rc) rc = sd_st_open_memory(buf, size, path, &f2, err);
+            if (!rc && !sd_st_find(f2, "input_hint_block.0.weight"))
+                rc = sd_error_set(err, SD_ERR_FORMAT,
+                                  "%s: diffusers-layout ControlNet without "
+                                  "controlnet_cond_embedding.conv_in",
+                                  path);
+            if (!rc) rc = sd_controlnet_load(be, f2, weight_dtype, out, err);
+            sd_st_close(f2);
+            if (rc) {
+                sd_error_prefix(err, "diffusers-layout ControlNet");
+                free(buf);
+                return rc;
+            }
+            (*out)->renamed = buf;
+            return SD_OK;
+        }
         if (find(f, "", "lora_controlnet"))
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: Control-LoRA files are not supported", path);
         if (find(f, "", "body.0.in_conv.weight") || find(f, "", "conv_in.weight") ||

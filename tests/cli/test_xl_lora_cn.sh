@@ -11,7 +11,8 @@
 #             loading (its text-encoder keys reported as unmatched).
 #   ControlNet Canny from a plain PNG of an unusual size (100x75): the hint is
 #             resized as ComfyUI resizes it (nearest-exact, centre crop) so the
-#             run equals one given the hint pre-resized with ImageScale.
+#             run equals one given the hint pre-resized with ImageScale; the
+#             same ControlNet in the diffusers layout samples identically.
 #   errors    an SD1 LoRA on SDXL, a LoRA matching nothing, an SD1 ControlNet
 #             on SDXL: the run fails naming node, class and input.
 # Needs the shared data, a tokenizer and python3; else exit 77.
@@ -257,6 +258,66 @@ if ok cn "$WF/controlnet_canny_sd15.json" "${SD1[@]}" "${CN[@]}"; then
         '15={"class_type": "ImageScale", "inputs": {"image": ["12", 0], "upscale_method": "nearest-exact", "width": 64, "height": 64, "crop": "center"}}'
     ok cn_scaled "$T/cn_scaled.json" "${SD1[@]}" "${CN[@]}" &&
         tool same "$T/cn/3_0.safetensors" "$T/cn_scaled/3_0.safetensors" samples || fail "hint not resized as ComfyUI does"
+fi
+# the same ControlNet in the diffusers layout (controlnet_cond_embedding.*, down_blocks.*,
+# controlnet_down_blocks.*; converted here from the control_model.* file) gives the same samples
+cat > "$T/to_diffusers.py" << 'PY'
+import json, struct, sys, re
+src, dst = sys.argv[1], sys.argv[2]
+d = open(src, "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+hdr = json.loads(d[8:8 + n]); base = 8 + n
+P = "control_model."
+names = [k for k in hdr if k != "__metadata__"]
+ops = sorted(int(m.group(1)) for k in names for m in [re.match(re.escape(P) + r"input_blocks\.(\d+)\.0\.op\.weight$", k)] if m)
+nrb = ops[0] - 1
+res = {"in_layers.0.": "norm1.", "in_layers.2.": "conv1.", "emb_layers.1.": "time_emb_proj.",
+       "out_layers.0.": "norm2.", "out_layers.3.": "conv2.", "skip_connection.": "conv_shortcut."}
+fixed = {"time_embed.0.": "time_embedding.linear_1.", "time_embed.2.": "time_embedding.linear_2.",
+         "label_emb.0.0.": "add_embedding.linear_1.", "label_emb.0.2.": "add_embedding.linear_2.",
+         "input_blocks.0.0.": "conv_in.", "input_hint_block.0.": "controlnet_cond_embedding.conv_in.",
+         "input_hint_block.14.": "controlnet_cond_embedding.conv_out.", "middle_block_out.0.": "controlnet_mid_block."}
+def resm(rest):
+    for a, b in res.items():
+        if rest.startswith(a): return b + rest[len(a):]
+    raise SystemExit("unmapped resnet member " + rest)
+def conv(k):
+    for a, b in fixed.items():
+        if k.startswith(a): return b + k[len(a):]
+    m = re.match(r"input_hint_block\.(\d+)\.(.*)", k)
+    if m: return "controlnet_cond_embedding.blocks.%d.%s" % ((int(m.group(1)) - 2) // 2, m.group(2))
+    m = re.match(r"zero_convs\.(\d+)\.0\.(.*)", k)
+    if m: return "controlnet_down_blocks.%s.%s" % m.groups()
+    m = re.match(r"input_blocks\.(\d+)\.(\d)\.(.*)", k)
+    if m:
+        i, s, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+        lvl, j = (i - 1) // (nrb + 1), (i - 1) % (nrb + 1)
+        if j == nrb: return "down_blocks.%d.downsamplers.0.conv.%s" % (lvl, rest[len("op."):])
+        if s == 0: return "down_blocks.%d.resnets.%d.%s" % (lvl, j, resm(rest))
+        return "down_blocks.%d.attentions.%d.%s" % (lvl, j, rest)
+    m = re.match(r"middle_block\.(\d)\.(.*)", k)
+    if m:
+        i, rest = int(m.group(1)), m.group(2)
+        if i == 1: return "mid_block.attentions.0." + rest
+        return "mid_block.resnets.%d.%s" % (0 if i == 0 else 1, resm(rest))
+    raise SystemExit("unmapped " + k)
+out = {}; blob = b""
+for k in names:
+    e = hdr[k]; b, end = e["data_offsets"]
+    nk = conv(k[len(P):]) if k.startswith(P) else k
+    out[nk] = {"dtype": e["dtype"], "shape": e["shape"], "data_offsets": [len(blob), len(blob) + end - b]}
+    blob += d[base + b: base + end]
+h = json.dumps(out).encode(); h += b" " * ((8 - len(h) % 8) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(h)) + h + blob)
+print("nrb", nrb, "tensors", len(out))
+PY
+if python3 "$T/to_diffusers.py" "$M/tiny-controlnet-sd1.safetensors" "$T/models/controlnet/cn-diffusers.safetensors" > /dev/null; then
+    ok cn_diffusers "$WF/controlnet_canny_sd15.json" "${SD1[@]}" "${CN[@]}" \
+        --set 13.control_net_name=cn-diffusers.safetensors &&
+        tool same "$T/cn/3_0.safetensors" "$T/cn_diffusers/3_0.safetensors" samples ||
+        fail "diffusers-layout ControlNet differs from the original layout"
+else
+    fail "could not write the diffusers-layout ControlNet"
 fi
 # an SD1 ControlNet on SDXL
 tool edit "$WF/controlnet_canny_sd15.json" "$T/cn_xl.json" '4.ckpt_name="tiny-sdxl.safetensors"' \
