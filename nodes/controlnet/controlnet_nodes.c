@@ -92,9 +92,21 @@ static sd_value *make_link(sd_value *cn, sd_value *image, double strength, doubl
     return d;
 }
 
+/* Chains made by one node run, keyed by the chain they extend (NULL = none):
+ * ComfyUI gives positive and negative entries that had the same previous
+ * ControlNet the same new ControlNet object, which lets the sampler run cond
+ * and uncond as one batch (calc_cond_batch batches entries whose control is
+ * the same object). Borrowed pointers; the chains are owned by the entries. */
+#define CHAIN_MEMO 16
+typedef struct chain_memo {
+    int n;
+    const sd_value *prev[CHAIN_MEMO];
+    sd_value *chain[CHAIN_MEMO];
+} chain_memo;
+
 /* conditioning with `link` appended to every entry's chain. */
 static sd_status apply(const sd_value *cond, sd_value *link, int to_uncond, const char *input,
-                       sd_value **out, sd_error *err) {
+                       chain_memo *memo, sd_value **out, sd_error *err) {
     *out = NULL;
     if (sd_value_kind_of(cond) != SD_VAL_LIST) {
         sd_error_set(err, SD_ERR_INVALID, "input '%s' must be a CONDITIONING list", input);
@@ -113,10 +125,19 @@ static sd_status apply(const sd_value *cond, sd_value *link, int to_uncond, cons
         }
         sd_value *d = sd_value_shallow_copy(e);
         const sd_value *prev = sd_value_dict_get(e, "control");
-        sd_value *chain = prev && sd_value_kind_of(prev) == SD_VAL_LIST ? sd_value_shallow_copy(prev)
-                                                                        : sd_value_list();
-        int bad = !d || !chain;
-        if (!bad) bad = sd_value_list_append(chain, sd_value_ref(link));
+        if (prev && sd_value_kind_of(prev) != SD_VAL_LIST) prev = NULL;
+        sd_value *chain = NULL;
+        for (int m = 0; memo && m < memo->n && !chain; m++)
+            if (memo->prev[m] == prev) chain = sd_value_ref(memo->chain[m]);
+        int bad = !d;
+        if (!bad && !chain) {
+            chain = prev ? sd_value_shallow_copy(prev) : sd_value_list();
+            bad = !chain || sd_value_list_append(chain, sd_value_ref(link));
+            if (!bad && memo && memo->n < CHAIN_MEMO) {
+                memo->prev[memo->n] = prev;
+                memo->chain[memo->n++] = chain;
+            }
+        }
         if (!bad) {
             bad = sd_value_dict_set(d, "control", chain);
             chain = NULL;
@@ -166,7 +187,7 @@ static sd_status apply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
     if (rc) return rc;
     sd_value *link = make_link(in[1], in[2], strength, 0.0, 1.0);
     if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    rc = apply(in[0], link, 1, "conditioning", &out[0], err);
+    rc = apply(in[0], link, 1, "conditioning", NULL, &out[0], err);
     sd_value_unref(link);
     return rc;
 }
@@ -191,8 +212,9 @@ static sd_status adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
     }
     sd_value *link = make_link(in[2], in[3], strength, start, end);
     if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    rc = apply(in[0], link, 0, "positive", &out[0], err);
-    if (!rc) rc = apply(in[1], link, 0, "negative", &out[1], err);
+    chain_memo memo = {0};
+    rc = apply(in[0], link, 0, "positive", &memo, &out[0], err);
+    if (!rc) rc = apply(in[1], link, 0, "negative", &memo, &out[1], err);
     sd_value_unref(link);
     return rc;
 }

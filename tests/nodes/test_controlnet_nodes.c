@@ -198,6 +198,12 @@ int main(void) {
     CHECK(sd_value_dict_tensor(sd_value_list_get(chain, 0), "image") == img &&
           sd_value_dict_tensor(sd_value_list_get(chain, 1), "image") == img2);
     CHECK(sd_value_list_len(sd_value_dict_get(sd_value_list_get(outs[1], 0), "control")) == 1);
+    /* entries that extended the same chain share the new one (ComfyUI's one
+     * ControlNet object per previous one), so the sampler batches cond and
+     * uncond together; both stages, both lists */
+    CHECK(sd_value_dict_get(e0, "control") ==
+          sd_value_dict_get(sd_value_list_get(outs[1], 0), "control"));
+    CHECK(sd_value_dict_get(sd_value_list_get(outs2[0], 0), "control") == chain);
     /* strength 0: the conditioning comes back as it was */
     sd_value *outs0[2] = {0};
     sd_value *ain0[8] = {pos, neg, cnv, iv, s0, p0, p1, NULL};
