@@ -80,11 +80,13 @@ void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa);
 /* In-place softmax of one row (double-accumulated sum). A row that is all
  * -inf becomes zeros. */
 void sd_cpu_softmax_row(float *row, int64_t n);
-/* The softmax without its last pass: row[i] = exp(row[i] - max), returning
- * the (double-accumulated) sum, 0 for an all -inf row (then all zeros).
+/* The softmax without its last pass: row[i] = exp(row[i] - m), returning
+ * the (double-accumulated) sum; m = max(*max, max of the row), and *max is
+ * set to m (online softmax: pass the running max of earlier key blocks,
+ * -INFINITY for none). An all -inf row with *max = -inf gives zeros and 0.
  * Attention divides its output rows by the sum instead: D values per row
  * rather than Lk. */
-double sd_cpu_exp_row(float *row, int64_t n);
+double sd_cpu_exp_row(float *row, int64_t n, float *max);
 /* y = x * sigmoid(beta * x) over n floats (SiLU: beta 1, quick_gelu:
  * 1.702); y may equal x. */
 void sd_cpu_silu(const float *x, float *y, int64_t n, float beta);
@@ -96,7 +98,7 @@ void sd_cpu_gelu(const float *x, float *y, int64_t n);
 enum { SD_ISA_SCALAR = 0, SD_ISA_AVX2, SD_ISA_AVX512 };
 int sd_cpu_isa(void);
 void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa);
-double sd_cpu_exp_row_isa(float *row, int64_t n, int isa);
+double sd_cpu_exp_row_isa(float *row, int64_t n, float *max, int isa);
 void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa);
 void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa);
 

@@ -21,10 +21,14 @@
 
 /* ---- scalar ---------------------------------------------------------------------- */
 
-static double softmax_scalar(float *row, int64_t n, int norm) {
+static double softmax_scalar(float *row, int64_t n, int norm, float *mxio) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++)
         if (row[i] > mx) mx = row[i];
+    if (mxio) { /* attention's running max: exp relative to max(it, row max) */
+        if (*mxio > mx) mx = *mxio;
+        *mxio = mx;
+    }
     if (mx == -INFINITY) { /* fully masked row: PyTorch gives NaN; we give zeros */
         for (int64_t i = 0; i < n; i++) row[i] = 0.0f;
         return 0.0;
@@ -70,13 +74,17 @@ __attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
-__attribute__((target("avx512f"))) static double softmax_avx512(float *row, int64_t n, int norm) {
+__attribute__((target("avx512f"))) static double softmax_avx512(float *row, int64_t n, int norm, float *mxio) {
     __m512 vmx = _mm512_set1_ps(-INFINITY);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(row + i));
     float mx = _mm512_reduce_max_ps(vmx);
     for (; i < n; i++)
         if (row[i] > mx) mx = row[i];
+    if (mxio) { /* attention's running max: exp relative to max(it, row max) */
+        if (*mxio > mx) mx = *mxio;
+        *mxio = mx;
+    }
     if (mx == -INFINITY) {
         for (i = 0; i < n; i++) row[i] = 0.0f;
         return 0.0;
@@ -176,7 +184,7 @@ T2 static inline double hsum_pd(__m256d v) {
     return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-T2 static double softmax_avx2(float *row, int64_t n, int norm) {
+T2 static double softmax_avx2(float *row, int64_t n, int norm, float *mxio) {
     __m256 vmx = _mm256_set1_ps(-INFINITY);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(row + i));
@@ -187,6 +195,10 @@ T2 static double softmax_avx2(float *row, int64_t n, int norm) {
         if (lanes[k] > mx) mx = lanes[k];
     for (; i < n; i++)
         if (row[i] > mx) mx = row[i];
+    if (mxio) { /* attention's running max: exp relative to max(it, row max) */
+        if (*mxio > mx) mx = *mxio;
+        *mxio = mx;
+    }
     if (mx == -INFINITY) {
         for (i = 0; i < n; i++) row[i] = 0.0f;
         return 0.0;
@@ -264,17 +276,19 @@ int sd_cpu_isa(void) {
     return SD_ISA_SCALAR;
 }
 
-static double softmax_isa(float *row, int64_t n, int isa, int norm) {
+static double softmax_isa(float *row, int64_t n, int isa, int norm, float *mxio) {
 #ifdef HAVE_X86
-    if (isa == SD_ISA_AVX512) return softmax_avx512(row, n, norm);
-    if (isa == SD_ISA_AVX2) return softmax_avx2(row, n, norm);
+    if (isa == SD_ISA_AVX512) return softmax_avx512(row, n, norm, mxio);
+    if (isa == SD_ISA_AVX2) return softmax_avx2(row, n, norm, mxio);
 #endif
     (void)isa;
-    return softmax_scalar(row, n, norm);
+    return softmax_scalar(row, n, norm, mxio);
 }
 
-void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa) { softmax_isa(row, n, isa, 1); }
-double sd_cpu_exp_row_isa(float *row, int64_t n, int isa) { return softmax_isa(row, n, isa, 0); }
+void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa) { softmax_isa(row, n, isa, 1, NULL); }
+double sd_cpu_exp_row_isa(float *row, int64_t n, float *max, int isa) {
+    return softmax_isa(row, n, isa, 0, max);
+}
 
 void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa) {
 #ifdef HAVE_X86
@@ -293,6 +307,6 @@ void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa) {
 }
 
 void sd_cpu_softmax_row(float *row, int64_t n) { sd_cpu_softmax_row_isa(row, n, sd_cpu_isa()); }
-double sd_cpu_exp_row(float *row, int64_t n) { return sd_cpu_exp_row_isa(row, n, sd_cpu_isa()); }
+double sd_cpu_exp_row(float *row, int64_t n, float *max) { return sd_cpu_exp_row_isa(row, n, max, sd_cpu_isa()); }
 void sd_cpu_silu(const float *x, float *y, int64_t n, float beta) { sd_cpu_silu_isa(x, y, n, beta, sd_cpu_isa()); }
 void sd_cpu_gelu(const float *x, float *y, int64_t n) { sd_cpu_gelu_isa(x, y, n, sd_cpu_isa()); }

@@ -272,7 +272,9 @@ static void test_attention(sd_backend *be) {
     /* N, Lq, Lk, heads, D, causal */
     int cases[][6] = {{1, 1, 1, 1, 1, 0}, {2, 7, 7, 3, 5, 1}, {1, 77, 77, 2, 64, 1},
                       {2, 33, 17, 2, 8, 0}, {1, 300, 300, 1, 32, 0}, {1, 517, 9001, 1, 8, 0},
-                      {1, 300, 300, 2, 16, 1}};
+                      {1, 300, 300, 2, 16, 1},
+                      /* several key blocks (online softmax), causal, odd sizes */
+                      {1, 1300, 2100, 2, 8, 1}, {2, 1031, 1031, 1, 12, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int N = cases[c][0], Lq = cases[c][1], Lk = cases[c][2], Hh = cases[c][3], D = cases[c][4];
         int causal = cases[c][5], HD = Hh * D;

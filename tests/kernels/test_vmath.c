@@ -61,11 +61,25 @@ int main(void) {
             CHECK_MSG(zeros, "softmax isa %d: masked entries not exactly 0", isa);
             /* unnormalised (attention): exp(s - max) and the sum */
             for (int64_t i = 0; i < n; i++) y[i] = i % 5 == 4 ? -INFINITY : x[i] * 0.5f;
-            double sum = sd_cpu_exp_row_isa(y, n, isa);
+            float emx = -INFINITY;
+            double sum = sd_cpu_exp_row_isa(y, n, &emx, isa);
             CHECK_MSG(fabs(sum - se) <= 1e-5 * se, "exp_row isa %d n %lld: sum %.9g want %.9g", isa,
                       (long long)n, sum, se);
+            CHECK_MSG(emx == (float)mx, "exp_row isa %d: max %g want %g", isa, emx, mx);
             for (int64_t i = 0; i < n; i++) ref[i] = i % 5 == 4 ? 0 : exp((double)(x[i] * 0.5f) - mx);
             close_rows("exp_row", isa, y, ref, n, 1e-7, 1e-5);
+            /* a running max above the row's (online softmax): exp relative to it */
+            for (int64_t i = 0; i < n; i++) y[i] = i % 5 == 4 ? -INFINITY : x[i] * 0.5f;
+            emx = (float)mx + 1.0f;
+            sum = sd_cpu_exp_row_isa(y, n, &emx, isa);
+            double se1 = 0;
+            for (int64_t i = 0; i < n; i++) {
+                ref[i] = i % 5 == 4 ? 0 : exp((double)(x[i] * 0.5f) - ((float)mx + 1.0f));
+                se1 += ref[i];
+            }
+            CHECK_MSG(emx == (float)mx + 1.0f && fabs(sum - se1) <= 1e-5 * se1,
+                      "exp_row floor isa %d: max %g sum %.9g want %.9g", isa, emx, sum, se1);
+            close_rows("exp_row floor", isa, y, ref, n, 1e-7, 1e-5);
             /* fully masked row */
             for (int64_t i = 0; i < n; i++) y[i] = -INFINITY;
             sd_cpu_softmax_row_isa(y, n, isa);
@@ -73,7 +87,8 @@ int main(void) {
             for (int64_t i = 0; i < n; i++) all0 &= y[i] == 0.0f;
             CHECK(all0);
             for (int64_t i = 0; i < n; i++) y[i] = -INFINITY;
-            CHECK(sd_cpu_exp_row_isa(y, n, isa) == 0.0);
+            emx = -INFINITY;
+            CHECK(sd_cpu_exp_row_isa(y, n, &emx, isa) == 0.0);
             all0 = 1;
             for (int64_t i = 0; i < n; i++) all0 &= y[i] == 0.0f;
             CHECK(all0);
