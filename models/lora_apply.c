@@ -323,13 +323,17 @@ static touched *touch(tset *s, sd_bt **slot, sd_error *err) {
     return &s->t[s->n++];
 }
 
-/* Upload every working copy into its slot (in the slot's dtype). */
+/* Upload every working copy into its slot (F32 for half-precision slots). */
 static sd_status commit(tset *s, sd_error *err) {
     sd_status rc = SD_OK;
     for (size_t i = 0; i < s->n; i++) {
         sd_bt *old = *s->t[i].slot;
         if (!rc) {
-            sd_bt *nw = sd_bt_from_host(old->be, s->t[i].acc, old->dtype);
+            /* A patched weight stays in F32, as ComfyUI keeps it on the CPU:
+             * rounding base + delta back to F16 would move results past the
+             * reference tolerance. Only touched weights pay the 2x. */
+            sd_dtype dt = old->dtype == SD_F16 || old->dtype == SD_BF16 ? SD_F32 : old->dtype;
+            sd_bt *nw = sd_bt_from_host(old->be, s->t[i].acc, dt);
             if (!nw) {
                 rc = sd_backend_take_error(old->be, err);
                 if (!rc) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory patching weights");

@@ -79,7 +79,14 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
                      sd_st_path(w->file), key);
         return NULL;
     }
-    sd_bt *b = sd_bt_from_host(w->be, t, w->dtype);
+    /* Keep half-precision weights as stored (mapped, not copied) when the
+     * backend computes with them directly: an F16 SD1.5 checkpoint then costs
+     * its file size in RAM, not twice that. */
+    sd_dtype up = w->dtype;
+    if (up == SD_F32 && (t->dtype == SD_F16 || t->dtype == SD_BF16) &&
+        sd_backend_accepts_dtype(w->be, t->dtype))
+        up = t->dtype;
+    sd_bt *b = sd_bt_from_host(w->be, t, up);
     sd_tensor_unref(t);
     if (!b) sd_backend_take_error(w->be, err);
     return b;

@@ -20,7 +20,8 @@ typedef struct sd_weights {
     sd_backend *be;
     sd_st_file *file;
     char prefix[256];
-    sd_dtype dtype; /* dtype weights are uploaded in (SD_F32 by default) */
+    sd_dtype dtype; /* SD_F32 (default): F32 compute; F16/BF16 weights stay as
+                     * stored when the backend accepts them (sd_backend_accepts_dtype) */
 } sd_weights;
 
 /* Initialise a view (no allocation). */
