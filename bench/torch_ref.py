@@ -20,6 +20,9 @@ of the mapped file); the `safetensors` package is not needed.
 
 Usage: torch_ref.py --ckpt FILE --phase unet|vae|clip [--dtype f32|bf16]
                     [--batch N] [--threads N] [--repeat N] [--size 512]
+       torch_ref.py --check-golden TESTDATA_DIR   (e.g. ../shared/testdata)
+The second form checks these networks against ComfyUI's reference tensors
+for the tiny SD1 model (bench/README.md).
 """
 import argparse
 import json
@@ -259,7 +262,44 @@ PREFIX = {"unet": "model.diffusion_model.", "vae": "first_stage_model.",
           "clip": "cond_stage_model.transformer."}
 
 
+def check_golden(testdata):
+    """Compare these networks with the ComfyUI reference tensors of the tiny
+    SD1 model (the manifest's unet_sd1, vae_sd1, clip_sd1 cases): evidence
+    that the PyTorch side of the benchmark computes the same networks."""
+    f32 = torch.float32
+    model = f"{testdata}/models/tiny-sd1.safetensors"
+    worst = {}
+    with torch.inference_mode():
+        g = load_safetensors(f"{testdata}/golden/unet_sd1.safetensors", "", f32)
+        w = load_safetensors(model, PREFIX["unet"], f32)
+        for c in sorted({k.split(".")[0] for k in g if k.endswith(".out")}):
+            o = unet_forward(w, g[c + ".x"], g[c + ".timesteps"], g[c + ".context"])
+            worst[f"unet {c}"] = (o - g[c + ".out"]).abs().max().item()
+        g = load_safetensors(f"{testdata}/golden/vae_sd1.safetensors", "", f32)
+        w = load_safetensors(model, PREFIX["vae"], f32)
+        o = vae_decode(w, g["dec.latent"]).permute(0, 2, 3, 1)
+        worst["vae decode"] = (o - g["dec.image"]).abs().max().item()
+        g = load_safetensors(f"{testdata}/golden/clip_sd1.safetensors", "", f32)
+        w = load_safetensors(model, PREFIX["clip"], f32)
+        for p in sorted({k.split(".")[0] for k in g if k.endswith(".ids")}):
+            # prompt weights other than 1 are applied by the text encoder
+            # around the transformer, which this benchmark does not time
+            if f"{p}.weights" in g and bool((g[f"{p}.weights"] != 1).any()):
+                continue
+            if tuple(g[p + ".ids"].shape) != (1, 77):  # one chunk only
+                continue
+            o = clip_forward(w, g[p + ".ids"].long())
+            worst[f"clip {p}"] = (o - g[p + ".cond_last"]).abs().max().item()
+    for k, v in worst.items():
+        print(f"{k}: max abs error {v:.3g}")
+    ok = all(v < 1e-4 for v in worst.values()) and worst
+    print("RESULT ok" if ok else "RESULT error golden mismatch")
+    return 0 if ok else 1
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-golden":
+        sys.exit(check_golden(sys.argv[2]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--phase", choices=sorted(PREFIX), required=True)
