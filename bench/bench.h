@@ -36,6 +36,7 @@ typedef struct sd_bench_result {
     double extra_s;    /* txt2img: seconds of the sampling loop (median run) */
     int steps_run;     /* txt2img: sampler steps actually run */
     long peak_kb;      /* VmHWM of the process that measured */
+    int unet_wdtype;   /* dtype the loaded UNet really holds its weights in; -1 unknown */
     char msg[512];
 } sd_bench_result;
 

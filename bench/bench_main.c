@@ -65,8 +65,9 @@ static void usage(FILE *o)
             "  --steps N           txt2img steps actually run; < 20 scales the sampling time\n"
             "                      to 20 steps and says so (default 20)\n"
             "  --preset NAME       sd1 (default); sdxl is not available yet\n"
-            "  --weights f32|f16   dtype UNet and CLIP weights are kept in (default f32, as\n"
-            "                      sdflow run loads them; f16 needs a backend that takes it)\n"
+            "  --weights f32|f16   weight dtype requested from the UNet/CLIP loaders (default\n"
+            "                      f32, as sdflow run asks; loaders may keep F16 as stored\n"
+            "                      when the backend computes with it: the table says)\n"
             "  --no-torch          skip the PyTorch reference\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
             "                      python3, /usr/bin/python3 that can import torch)\n"
@@ -285,7 +286,7 @@ int main(int argc, char **argv)
         if (!strcmp(presets[i].name, o.preset)) preset = &presets[i];
     if (!preset || !preset->write) {
         fprintf(stderr, "sdflow-bench: preset '%s' is not available (have: sd1)%s\n", o.preset,
-                preset ? "; SDXL needs a synthesizer in models/synth.h first" : "");
+                preset ? "; the SDXL phases are not wired yet (bench/README.md)" : "");
         return 2;
     }
     static const char *known[] = {"unet", "vae", "clip", "txt2img"};
@@ -387,8 +388,11 @@ int main(int argc, char **argv)
     printf("- threads: %d; repeats per figure: %d (median)%s; build: %s\n",
            o.threads > 0 ? o.threads : cores, o.repeat, o.quick ? "; --quick" : "",
            SDFLOW_BENCH_BUILD);
-    printf("- checkpoint: %s (random weights, F16 on disk; UNet/CLIP weights %s in memory, "
-           "VAE F32)\n", ckpt, o.weights == SD_F16 ? "F16" : "F32");
+    int held = -1;
+    for (int i = 0; i < nr && held < 0; i++) held = rows[i].ours.unet_wdtype;
+    printf("- checkpoint: %s (random weights, F16 on disk); weights requested %s, UNet weights "
+           "held as %s\n", ckpt, o.weights == SD_F16 ? "F16" : "F32 (the loader's default)",
+           held >= 0 ? sd_dtype_name((sd_dtype)held) : "?");
     printf("- PyTorch: %s\n\n", tv[0] ? tv : o.no_torch ? "skipped (--no-torch)"
                                                          : "not available (apt-get install python3-torch)");
     printf("| phase | seconds (median) | min | GFLOP/s | PyTorch s | ratio (PyTorch/ours) | peak RSS | PyTorch peak RSS | load s |\n");

@@ -109,6 +109,14 @@ static int backend_has_bf16(sd_backend *be, char *why, size_t n)
 
 /* ---- phases ------------------------------------------------------------------ */
 
+/* The loader may keep half-precision weights as stored even when asked for
+ * F32 (when the backend computes with them): report what it did. */
+static int unet_weight_dtype(sd_unet *u)
+{
+    sd_bt **p = sd_unet_param(u, "input_blocks.1.0.in_layers.2.weight");
+    return p && *p ? (int)(*p)->dtype : -1;
+}
+
 /* The models own their (converted) weights once loaded: unmapping the file
  * keeps its pages out of the resident set the phase reports. */
 static void close_file(sd_st_file **f)
@@ -133,6 +141,7 @@ static void phase_unet(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
     if (sd_unet_load(be, *f, NULL, job->weights, &u, &err)) return fail(r, "unet load", &err);
     r->load_s = sd_bench_now() - t0;
     close_file(f);
+    r->unet_wdtype = unet_weight_dtype(u);
     const sd_unet_config *cfg = sd_unet_get_config(u);
     int B = job->batch, lat = job->size / 8;
     r->flops = sd_bench_unet_flops(cfg, B, lat, lat, CTX_LEN);
@@ -355,6 +364,7 @@ static void phase_txt2img(const sd_bench_job *job, sd_backend *be, sd_st_file **
         goto done;
     }
     r->steps_run = job->steps;
+    r->unet_wdtype = unet_weight_dtype(unet);
     double samp[SD_BENCH_MAX_REPEAT];
     for (int i = 0; i < job->repeat; i++) {
         t0 = sd_bench_now();
@@ -376,6 +386,7 @@ done:
 void sd_bench_run_phase(const sd_bench_job *job, sd_bench_result *r)
 {
     memset(r, 0, sizeof *r);
+    r->unet_wdtype = -1;
     sd_error err;
     sd_error_clear(&err);
     sd_backend *be = NULL;

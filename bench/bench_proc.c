@@ -82,6 +82,7 @@ static void describe_exit(int status, char *msg, size_t n)
 void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r)
 {
     memset(r, 0, sizeof *r);
+    r->unet_wdtype = -1;
     int fds[2];
     if (pipe(fds) != 0) {
         snprintf(r->msg, sizeof r->msg, "pipe: %s", strerror(errno));
@@ -117,6 +118,7 @@ void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r)
     while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {}
     if (!got) {
         memset(r, 0, sizeof *r);
+        r->unet_wdtype = -1;
         describe_exit(status, r->msg, sizeof r->msg);
     }
     if (r->peak_kb <= 0) r->peak_kb = ru.ru_maxrss;
