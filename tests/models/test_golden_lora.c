@@ -11,8 +11,9 @@
  * base model must be bit-identical after the views are gone. Every tensor
  * of a case must be checked by the test (no silent skips).
  * Also the "e2e" cases with a settings.lora: the whole txt2img pipeline on
- * the patched models (see e2e_run). */
+ * the patched models (see sd_golden_e2e_run). */
 #include "testutil.h"
+#include "golden.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -337,174 +338,8 @@ done:
 }
 
 /* ---- end-to-end cases (component "e2e" with this test's setting) ------------
- * The model-level pipeline the KSampler runs, with the patched models /
- * control chain: prompt ids -> CLIP (last layer, final LN) -> euler on the
- * CFG-guided UNet (apply_model: scaled input, discrete timestep, x - eps *
- * sigma) from the stored noise -> latent / scale -> VAE decode. Every tensor
- * of the case is compared (intermediates included). */
-
-typedef struct e2e_model {
-    sd_backend *be;
-    sd_unet *unet;
-    const sd_model_sampling *ms;
-    sd_tensor *cond[2];
-    const sd_control_link *link; /* NULL: no control */
-    int calls;
-    sd_tensor *step_cond[16], *step_uncond[16];
-} e2e_model;
-
-static sd_status e2e_eval(void *ud, const sd_tensor *x, float sigma, const int *conds, int n_conds,
-                          sd_tensor **outs, sd_error *err) {
-    e2e_model *m = ud;
-    sd_status rc = SD_OK;
-    for (int j = 0; j < n_conds && !rc; j++) {
-        sd_tensor *xin = sd_tensor_clone(x);
-        sd_ms_calculate_input(m->ms, sigma, sd_tensor_f32(x), sd_tensor_f32(xin), (size_t)sd_tensor_numel(x));
-        int64_t n = x->shape[0];
-        float ts[8];
-        for (int64_t i = 0; i < n && i < 8; i++) ts[i] = sd_ms_timestep(m->ms, sigma);
-        sd_bt *bx = sd_bt_from_host(m->be, xin, SD_F32), *bc = sd_bt_from_host(m->be, m->cond[conds[j]], SD_F32);
-        sd_bt *o = NULL;
-        sd_control_residuals res = {0};
-        if (m->link)
-            rc = sd_control_chain_eval(m->link, 1, m->ms, sd_unet_get_config(m->unet), sigma, bx, ts, bc, NULL,
-                                       &res, err);
-        if (!rc) rc = sd_unet_forward(m->unet, bx, ts, bc, NULL, m->link ? &res.control : NULL, &o, err);
-        if (!rc) {
-            sd_tensor *eps = sd_bt_to_host(o);
-            sd_ms_calculate_denoised(m->ms, sigma, sd_tensor_f32(eps), sd_tensor_f32(x), sd_tensor_f32(outs[j]),
-                                     (size_t)sd_tensor_numel(x));
-            sd_tensor_unref(eps);
-            int step = m->calls;
-            if (step < 16) {
-                sd_tensor **slot = conds[j] == 0 ? &m->step_cond[step] : &m->step_uncond[step];
-                sd_tensor_unref(*slot);
-                *slot = sd_tensor_clone(outs[j]);
-            }
-        }
-        sd_control_residuals_free(&res);
-        sd_bt_free(bx);
-        sd_bt_free(bc);
-        sd_bt_free(o);
-        sd_tensor_unref(xin);
-    }
-    m->calls++;
-    return rc;
-}
-
-typedef struct e2e_steps {
-    sd_tensor *x[16], *denoised[16];
-} e2e_steps;
-
-static void e2e_progress(void *ud, int step, int total, const sd_tensor *x, const sd_tensor *den) {
-    (void)total;
-    e2e_steps *s = ud;
-    if (step < 0 || step >= 16) return;
-    s->x[step] = sd_tensor_clone(x);
-    s->denoised[step] = sd_tensor_clone(den);
-}
-
-/* CLIPTextEncode on SD1 from stored ids: last layer with final LN. */
-static sd_tensor *e2e_encode(const sd_text_encoder *te, sd_tensor *ids) {
-    sd_error err;
-    sd_error_clear(&err);
-    int64_t n = sd_tensor_numel(ids);
-    int32_t *i32 = malloc((size_t)n * sizeof *i32);
-    for (int64_t i = 0; i < n; i++) i32[i] = (int32_t)((const int64_t *)ids->data)[i];
-    sd_clip_tokens tk = {.n = (int)ids->shape[0], .len = (int)ids->shape[1], .ids = i32};
-    sd_clip_output o = {0};
-    CHECK_OK(sd_clip_forward((sd_clip *)sd_text_encoder_clip_l(te), &tk, (sd_clip_layer){-1, 1}, &o, &err), &err);
-    sd_tensor *h = o.hidden ? sd_bt_to_host(o.hidden) : NULL;
-    sd_clip_output_free(&o);
-    free(i32);
-    return h;
-}
-
-/* Runs the case; compare(name, tensor) checks and marks one tensor. */
-static void e2e_run(sd_backend *be, cJSON *c, sd_st_file *g, sd_unet *unet, const sd_text_encoder *te,
-                    sd_vae *vae, float latent_scale, const sd_control_link *link,
-                    void (*cmp)(const char *name, sd_tensor *t), sd_tensor *(*in)(const char *name)) {
-    sd_error err;
-    sd_error_clear(&err);
-    cJSON *settings = cJSON_GetObjectItemCaseSensitive(c, "settings");
-    int steps = cJSON_GetObjectItemCaseSensitive(settings, "steps")->valueint;
-    double cfg = cJSON_GetObjectItemCaseSensitive(settings, "cfg")->valuedouble;
-    const char *sampler = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(settings, "sampler"));
-    const char *scheduler = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(settings, "scheduler"));
-    cJSON *seed = cJSON_GetObjectItemCaseSensitive(settings, "seed");
-    sd_model_sampling ms;
-    sd_model_sampling_init(&ms, SD_PRED_EPS);
-    e2e_model m = {.be = be, .unet = unet, .ms = &ms, .link = link};
-    sd_tensor *pid = in("pos.l.ids"), *nid = in("neg.l.ids"), *noise = in("noise");
-    if (!pid || !nid || !noise || steps > 14) {
-        CHECK_MSG(0, "e2e case lacks ids/noise or has too many steps");
-        goto out;
-    }
-    m.cond[0] = e2e_encode(te, pid);
-    m.cond[1] = e2e_encode(te, nid);
-    cmp("pos.cond", m.cond[0]);
-    cmp("neg.cond", m.cond[1]);
-    float *sig = malloc((size_t)sd_schedule_capacity(steps) * sizeof *sig);
-    int ns = 0;
-    CHECK_OK(sd_schedule_sigmas(&ms, scheduler, steps, sig, &ns, &err), &err);
-    sd_tensor *st = sd_tensor_new4(SD_F32, 1, ns, 0, 0, 0);
-    memcpy(st->data, sig, (size_t)ns * sizeof *sig);
-    cmp("sigmas", st);
-    sd_tensor_unref(st);
-    sd_tensor *xi = sd_tensor_clone(noise);
-    sd_ms_noise_scaling(&ms, sig[0], sd_tensor_f32(noise), NULL, sd_ms_is_max_denoise(&ms, sig[0]),
-                        sd_tensor_f32(xi), (size_t)sd_tensor_numel(xi));
-    cmp("x_init", xi);
-    sd_tensor_unref(xi);
-
-    sd_guider gd;
-    sd_guider_init(&gd, e2e_eval, &m, cfg);
-    sd_sampler_params p;
-    sd_sampler_params_init(&p);
-    p.seed = (uint64_t)(seed ? seed->valuedouble : 0);
-    e2e_steps es = {0};
-    p.progress = e2e_progress;
-    p.progress_ud = &es;
-    const sd_sampler *s = sd_sampler_find(sampler);
-    CHECK_MSG(s != NULL, "unknown sampler %s", sampler);
-    sd_tensor *xo = NULL;
-    if (s) CHECK_OK(sd_guider_sample(&gd, &ms, s, sig, ns, noise, NULL, NULL, &p, &xo, &err), &err);
-    sd_guider_release(&gd);
-    char nm[64];
-    for (int i = 0; i < steps; i++) {
-        snprintf(nm, sizeof nm, "step%d.x", i);
-        cmp(nm, es.x[i]);
-        snprintf(nm, sizeof nm, "step%d.denoised", i);
-        cmp(nm, es.denoised[i]);
-        snprintf(nm, sizeof nm, "step%d.cond_denoised", i);
-        cmp(nm, m.step_cond[i]);
-        snprintf(nm, sizeof nm, "step%d.uncond_denoised", i);
-        cmp(nm, m.step_uncond[i]);
-    }
-    if (xo) {
-        for (int64_t i = 0; i < sd_tensor_numel(xo); i++) sd_tensor_f32(xo)[i] /= latent_scale;
-        cmp("latent_out", xo);
-        sd_tensor *img = NULL;
-        CHECK_OK(sd_vae_decode(vae, xo, &img, &err), &err);
-        cmp("image", img);
-        sd_tensor_unref(img);
-    }
-    sd_tensor_unref(xo);
-    for (int i = 0; i < 16; i++) {
-        sd_tensor_unref(es.x[i]);
-        sd_tensor_unref(es.denoised[i]);
-        sd_tensor_unref(m.step_cond[i]);
-        sd_tensor_unref(m.step_uncond[i]);
-    }
-    free(sig);
-out:
-    sd_tensor_unref(m.cond[0]);
-    sd_tensor_unref(m.cond[1]);
-    sd_tensor_unref(pid);
-    sd_tensor_unref(nid);
-    sd_tensor_unref(noise);
-    (void)g;
-}
+ * The whole txt2img pipeline through sd_golden_e2e_run (golden.c); every
+ * tensor of the case is compared (intermediates included). */
 
 /* e2e glue: the current case's tensors */
 static cJSON *e2e_tensors;
@@ -566,7 +401,7 @@ static void run_e2e_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON
     sd_lora_use um = {plan, sm->valuedouble}, uc = {plan, sc->valuedouble};
     CHECK_OK(sd_lora_unet_view(u, &um, 1, &uv, &err), &err);
     CHECK_OK(sd_lora_text_encoder_view(te, &uc, 1, &tev, &err), &err);
-    if (uv && tev) e2e_run(be, c, e2e_g, uv, tev, vae, scale, NULL, e2e_cmp, e2e_in);
+    if (uv && tev) sd_golden_e2e_run(be, c, uv, tev, vae, scale, NULL, e2e_cmp, e2e_in);
     {
         int i = 0;
         cJSON *t;

@@ -1,0 +1,35 @@
+/* golden.h - helpers shared by the golden tests (tests that compare against
+ * ComfyUI's reference tensors). Linked only into tests whose name has
+ * "golden" (see tests/CMakeLists.txt). Failures are recorded with the
+ * testutil.h CHECK macros, so a helper never hides a mismatch. */
+#ifndef SD_TEST_GOLDEN_H
+#define SD_TEST_GOLDEN_H
+
+#include <cjson/cJSON.h>
+
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "models/controlnet.h"
+#include "models/text_encode.h"
+#include "models/unet.h"
+#include "models/vae.h"
+
+/* Checks (and marks as checked) one reference tensor of the current case. */
+typedef void (*sd_golden_cmp_fn)(const char *name, sd_tensor *t);
+/* Reads (and marks) one reference input of the current case; NULL when it is
+ * missing (the callback has recorded the failure). The caller owns it. */
+typedef sd_tensor *(*sd_golden_in_fn)(const char *name);
+
+/* Runs one "e2e" case (component "e2e"): the model-level pipeline the
+ * KSampler runs, with the given (possibly patched) models and control chain
+ * (link NULL: no control): prompt ids -> CLIP (last layer, final LN) -> euler
+ * on the CFG-guided UNet (apply_model: scaled input, discrete timestep,
+ * x - eps * sigma) from the stored noise -> latent / latent_scale -> VAE
+ * decode. Reads settings.steps/cfg/sampler/scheduler/seed from case c, the
+ * inputs pos.l.ids, neg.l.ids and noise through in(), and passes every
+ * tensor it makes (intermediates included) to cmp(). Borrows everything. */
+void sd_golden_e2e_run(sd_backend *be, cJSON *c, sd_unet *unet, const sd_text_encoder *te, sd_vae *vae,
+                       float latent_scale, const sd_control_link *link, sd_golden_cmp_fn cmp,
+                       sd_golden_in_fn in);
+
+#endif
