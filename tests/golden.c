@@ -12,6 +12,60 @@
 #include "models/schedules.h"
 #include "testutil.h"
 
+/* ---- manifest and cases --------------------------------------------------- */
+
+const char *sd_golden_dir(void) {
+    const char *dir = getenv("SDFLOW_TESTDATA");
+    return dir && *dir ? dir : sd_test_testdata_dir();
+}
+
+cJSON *sd_golden_manifest(const char *dir) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *text = sd_test_read_file(path, NULL);
+    if (!text) sd_test_skip("no reference data (%s)", path);
+    cJSON *manifest = cJSON_Parse(text);
+    free(text);
+    CHECK_MSG(manifest != NULL, "%s: not valid JSON", path);
+    return manifest;
+}
+
+int sd_golden_case_is(const cJSON *c, const char *comp) {
+    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
+    return s && strcmp(s, comp) == 0;
+}
+
+static FILE *open_case_file(const char *dir, const cJSON *c, char *path, size_t size) {
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
+    snprintf(path, size, "%s/%s", dir, file ? file : "");
+    return fopen(path, "rb");
+}
+
+int sd_golden_case_present(const char *dir, const cJSON *c) {
+    char path[1200];
+    FILE *fp = open_case_file(dir, c, path, sizeof path);
+    if (!fp) return 0;
+    fclose(fp);
+    return 1;
+}
+
+int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp) {
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
+        if (!sd_golden_case_is(c, comp)) continue;
+        char path[1200];
+        FILE *fp = open_case_file(dir, c, path, sizeof path);
+        if (!fp) {
+            cJSON_Delete(manifest);
+            sd_test_skip("reference file %s absent", path);
+        }
+        fclose(fp);
+        n++;
+    }
+    return n;
+}
+
 /* ---- end-to-end cases --------------------------------------------------- */
 
 typedef struct e2e_model {

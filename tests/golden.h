@@ -14,6 +14,29 @@
 #include "models/unet.h"
 #include "models/vae.h"
 
+/* ---- manifest and cases --------------------------------------------------- */
+
+/* The reference data folder: $SDFLOW_TESTDATA, else sd_test_testdata_dir(). */
+const char *sd_golden_dir(void);
+
+/* Parses <dir>/manifest.json. Skips the test (exit 77) when the file is
+ * absent; records a failed check and returns NULL when it is not valid JSON.
+ * The caller owns the result (cJSON_Delete). */
+cJSON *sd_golden_manifest(const char *dir);
+
+/* 1 when case c's "component" is comp. */
+int sd_golden_case_is(const cJSON *c, const char *comp);
+
+/* 1 when case c's reference file (<dir>/<c.file>) can be opened. */
+int sd_golden_case_present(const char *dir, const cJSON *c);
+
+/* Counts the cases of component comp; skips the test (exit 77, after
+ * freeing manifest) as soon as one of them lacks its reference file, so a
+ * test never passes on partial data. */
+int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp);
+
+/* ---- end-to-end cases ----------------------------------------------------- */
+
 /* Checks (and marks as checked) one reference tensor of the current case. */
 typedef void (*sd_golden_cmp_fn)(const char *name, sd_tensor *t);
 /* Reads (and marks) one reference input of the current case; NULL when it is

@@ -30,6 +30,7 @@
 
 #include "models/text_encode.h"
 #include "testutil.h"
+#include "golden.h"
 
 #define MAX_OUT 24
 
@@ -501,16 +502,10 @@ static int run_case(cJSON *manifest, cJSON *c, const char *dir) {
 }
 
 int main(void) {
-    const char *dir = getenv("SDFLOW_TESTDATA");
-    if (!dir || !*dir) dir = sd_test_testdata_dir();
-    char path[1200];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no %s", path);
-    cJSON *manifest = cJSON_Parse(text);
-    free(text);
-    CHECK(manifest != NULL);
+    const char *dir = sd_golden_dir();
+    cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
+    char path[1200];
 
     sd_error err;
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
@@ -526,8 +521,7 @@ int main(void) {
     int ran = 0;
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-        const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
-        if (comp && strcmp(comp, "clip") == 0) ran += run_case(manifest, c, dir);
+        if (sd_golden_case_is(c, "clip")) ran += run_case(manifest, c, dir);
     }
     cJSON_Delete(manifest);
     sd_tokenizer_free(tok);

@@ -494,31 +494,11 @@ done:
 }
 
 int main(void) {
-    const char *dir = getenv("SDFLOW_TESTDATA");
-    if (!dir || !*dir) dir = sd_test_testdata_dir();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no reference data (%s)", path);
-    cJSON *manifest = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(manifest != NULL, "%s: not valid JSON", path);
+    const char *dir = sd_golden_dir();
+    cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
     cJSON *c;
-    int n_cases = 0;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-        const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
-        if (!comp || strcmp(comp, "controlnet") != 0) continue;
-        const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
-        snprintf(path, sizeof path, "%s/%s", dir, file ? file : "");
-        FILE *fp = fopen(path, "rb");
-        if (!fp) {
-            cJSON_Delete(manifest);
-            sd_test_skip("reference file %s absent", path);
-        }
-        fclose(fp);
-        n_cases++;
-    }
+    int n_cases = sd_golden_require_cases(manifest, dir, "controlnet");
     if (!n_cases) {
         cJSON_Delete(manifest);
         sd_test_skip("manifest lists no controlnet case");
@@ -529,25 +509,19 @@ int main(void) {
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
     if (be) {
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
-            if (!comp || strcmp(comp, "controlnet") != 0) continue;
+            if (!sd_golden_case_is(c, "controlnet")) continue;
             case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
             printf("case %s\n", case_id);
             run_case(be, dir, manifest, c);
         }
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
             cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "settings");
-            if (!comp || strcmp(comp, "e2e") != 0 || !cJSON_GetObjectItemCaseSensitive(st, "controlnet")) continue;
+            if (!sd_golden_case_is(c, "e2e") || !cJSON_GetObjectItemCaseSensitive(st, "controlnet")) continue;
             case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-            const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
-            snprintf(path, sizeof path, "%s/%s", dir, file ? file : "");
-            FILE *fp = fopen(path, "rb");
-            if (!fp) {
+            if (!sd_golden_case_present(dir, c)) {
                 printf("case %s: reference file absent, not run\n", case_id);
                 continue;
             }
-            fclose(fp);
             printf("case %s\n", case_id);
             run_e2e_case(be, dir, manifest, c);
         }

@@ -12,6 +12,7 @@
  * UNet's control hook (UNet output with control compared), and edited
  * copies of a checkpoint check the detection/loading errors. */
 #include "testutil.h"
+#include "golden.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -586,33 +587,13 @@ static void run_detection_errors(sd_backend *be, const char *dir, cJSON *manifes
 }
 
 int main(void) {
-    const char *dir = getenv("SDFLOW_TESTDATA");
-    if (!dir || !*dir) dir = sd_test_testdata_dir();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no reference data (%s)", path);
-    cJSON *manifest = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(manifest != NULL, "%s: not valid JSON", path);
+    const char *dir = sd_golden_dir();
+    cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
 
     /* Skip (not pass) when the data files of the unet cases are absent. */
     cJSON *c;
-    int n_cases = 0;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-        const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
-        if (!comp || strcmp(comp, "unet") != 0) continue;
-        const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "file"));
-        snprintf(path, sizeof path, "%s/%s", dir, file ? file : "");
-        FILE *fp = fopen(path, "rb");
-        if (!fp) {
-            cJSON_Delete(manifest);
-            sd_test_skip("reference file %s absent", path);
-        }
-        fclose(fp);
-        n_cases++;
-    }
+    int n_cases = sd_golden_require_cases(manifest, dir, "unet");
     CHECK_MSG(n_cases > 0, "manifest lists no unet case");
 
     sd_backend *be = NULL;
@@ -621,15 +602,13 @@ int main(void) {
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
     if (be) {
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
-            if (!comp || strcmp(comp, "unet") != 0) continue;
+            if (!sd_golden_case_is(c, "unet")) continue;
             case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
             printf("case %s\n", case_id);
             run_case(be, dir, manifest, c);
         }
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "component"));
-            if (!comp || strcmp(comp, "controlnet") != 0) continue;
+            if (!sd_golden_case_is(c, "controlnet")) continue;
             case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
             printf("case %s (UNet control hook)\n", case_id);
             run_control_case(be, dir, manifest, c);

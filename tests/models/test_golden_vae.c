@@ -22,6 +22,7 @@
 
 #include "models/vae.h"
 #include "testutil.h"
+#include "golden.h"
 
 typedef struct {
     const char *key;
@@ -414,15 +415,8 @@ static int run_case(cJSON *manifest, cJSON *c) {
 }
 
 int main(void) {
-    dir = getenv("SDFLOW_TESTDATA");
-    if (!dir || !*dir) dir = sd_test_testdata_dir();
-    char path[1200];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *json = sd_test_read_file(path, NULL);
-    if (!json) sd_test_skip("no manifest at %s", path);
-    cJSON *manifest = cJSON_Parse(json);
-    free(json);
-    CHECK(manifest != NULL);
+    dir = sd_golden_dir();
+    cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
     sd_error err;
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);

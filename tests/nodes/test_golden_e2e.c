@@ -28,6 +28,7 @@
 #include "nodes/loaders/loaders.h"
 #include "nodes/sampling/sampling.h"
 #include "testutil.h"
+#include "golden.h"
 
 #define MAX_CAPTURE 128
 
@@ -326,19 +327,13 @@ static int is_dir(const char *p) {
 }
 
 int main(void) {
-    const char *data = getenv("SDFLOW_TESTDATA");
-    if (!data || !*data) data = sd_test_testdata_dir();
-    char path[4096], tokdir[4096];
-    snprintf(path, sizeof path, "%s/manifest.json", data);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no %s", path);
+    const char *data = sd_golden_dir();
+    char tokdir[4096];
     const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
     if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
     else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
     if (!is_dir(tokdir)) sd_test_skip("no tokenizer directory %s", tokdir);
-    cJSON *man = cJSON_Parse(text);
-    free(text);
-    CHECK(man != NULL);
+    cJSON *man = sd_golden_manifest(data);
     if (!man) return sd_test_finish();
 
     sd_error err;
@@ -357,8 +352,7 @@ int main(void) {
     const cJSON *cs;
     int ran = 0;
     cJSON_ArrayForEach(cs, cJSON_GetObjectItemCaseSensitive(man, "cases")) {
-        const char *comp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cs, "component"));
-        if (!comp || strcmp(comp, "e2e") != 0) continue;
+        if (!sd_golden_case_is(cs, "e2e")) continue;
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cs, "id"));
         char gp[4096];
         snprintf(gp, sizeof gp, "%s/%s", data,
