@@ -4,33 +4,14 @@
 #include "models/controlnet_internal.h"
 #include "models/weights.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const sd_st_entry *find(sd_st_file *f, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static const sd_st_entry *find(sd_st_file *f, const char *prefix, const char *fmt, ...) {
-    char name[512];
-    size_t n = (size_t)snprintf(name, sizeof name, "%s", prefix);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name + n, sizeof name - n, fmt, ap);
-    va_end(ap);
-    return sd_st_find(f, name);
-}
-
-static int count_tblocks(sd_st_file *f, const char *prefix, const char *block) {
-    int k = 0;
-    while (find(f, prefix, "%s.transformer_blocks.%d.attn1.to_q.weight", block, k)) k++;
-    return k;
-}
-
 static sd_status note_attn(sd_st_file *f, const char *prefix, const char *block, sd_unet_config *c,
                            int *seen, sd_error *err) {
-    const sd_st_entry *pin = find(f, prefix, "%s.proj_in.weight", block);
-    const sd_st_entry *k = find(f, prefix, "%s.transformer_blocks.0.attn2.to_k.weight", block);
+    const sd_st_entry *pin = sd_unet_find(f, prefix, "%s.proj_in.weight", block);
+    const sd_st_entry *k = sd_unet_find(f, prefix, "%s.transformer_blocks.0.attn2.to_k.weight", block);
     if (!pin || !k || k->ndim != 2)
         return sd_error_set(err, SD_ERR_FORMAT, "%s: transformer '%s%s' lacks proj_in or attn2.to_k",
                             sd_st_path(f), prefix, block);
@@ -50,17 +31,17 @@ static sd_status note_attn(sd_st_file *f, const char *prefix, const char *block,
 static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd_error *err) {
     memset(c, 0, sizeof *c);
     const char *path = sd_st_path(f);
-    const sd_st_entry *e = find(f, prefix, "input_blocks.0.0.weight");
+    const sd_st_entry *e = sd_unet_find(f, prefix, "input_blocks.0.0.weight");
     if (!e || e->ndim != 4)
         return sd_error_set(err, SD_ERR_FORMAT, "%s: '%sinput_blocks.0.0.weight' missing or not a conv",
                             path, prefix);
     c->model_channels = (int)e->shape[0];
     c->in_channels = (int)e->shape[1];
-    if (!(e = find(f, prefix, "time_embed.0.weight")) || e->ndim != 2 || e->shape[1] != c->model_channels)
+    if (!(e = sd_unet_find(f, prefix, "time_embed.0.weight")) || e->ndim != 2 || e->shape[1] != c->model_channels)
         return sd_error_set(err, SD_ERR_FORMAT, "%s: '%stime_embed.0.weight' missing or not [*, %d]", path,
                             prefix, c->model_channels);
     c->time_embed_dim = (int)e->shape[0];
-    if ((e = find(f, prefix, "label_emb.0.0.weight"))) {
+    if ((e = sd_unet_find(f, prefix, "label_emb.0.0.weight"))) {
         if (e->ndim != 2) return sd_error_set(err, SD_ERR_FORMAT, "%s: label_emb is not 2-D", path);
         c->adm_in_channels = (int)e->shape[1];
     }
@@ -70,7 +51,7 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
         if (i >= SD_UNET_MAX_BLOCKS)
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: more than %d input blocks", path,
                                 SD_UNET_MAX_BLOCKS);
-        if (find(f, prefix, "input_blocks.%d.0.op.weight", i)) {
+        if (sd_unet_find(f, prefix, "input_blocks.%d.0.op.weight", i)) {
             if (count == 0)
                 return sd_error_set(err, SD_ERR_FORMAT, "%s: level %d has no res blocks", path, level);
             c->num_res_blocks[level] = count;
@@ -79,8 +60,8 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
             count = 0;
             continue;
         }
-        if (!find(f, prefix, "input_blocks.%d.0.in_layers.0.weight", i)) break;
-        e = find(f, prefix, "input_blocks.%d.0.out_layers.3.weight", i);
+        if (!sd_unet_find(f, prefix, "input_blocks.%d.0.in_layers.0.weight", i)) break;
+        e = sd_unet_find(f, prefix, "input_blocks.%d.0.out_layers.3.weight", i);
         if (!e || e->ndim != 4 || e->shape[0] % c->model_channels)
             return sd_error_set(err, SD_ERR_FORMAT, "%s: '%sinput_blocks.%d.0.out_layers.3.weight' missing or odd",
                                 path, prefix, i);
@@ -91,7 +72,7 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
                                 path, i, level);
         count++;
         snprintf(blk, sizeof blk, "input_blocks.%d.1", i);
-        int depth = count_tblocks(f, prefix, blk);
+        int depth = sd_unet_count_tblocks(f, prefix, blk);
         if (depth > 0) {
             sd_status rc = note_attn(f, prefix, blk, c, &seen, err);
             if (rc) return rc;
@@ -103,12 +84,12 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
     if (count == 0) return sd_error_set(err, SD_ERR_FORMAT, "%s: the last level has no res blocks", path);
     c->num_res_blocks[level] = count;
     c->num_levels = level + 1;
-    if (!find(f, prefix, "middle_block.0.in_layers.0.weight"))
+    if (!sd_unet_find(f, prefix, "middle_block.0.in_layers.0.weight"))
         return sd_error_set(err, SD_ERR_FORMAT, "%s: '%smiddle_block.0.in_layers.0.weight' missing", path,
                             prefix);
     c->transformer_depth_middle = -1;
-    if (find(f, prefix, "middle_block.1.norm.weight")) {
-        c->transformer_depth_middle = count_tblocks(f, prefix, "middle_block.1");
+    if (sd_unet_find(f, prefix, "middle_block.1.norm.weight")) {
+        c->transformer_depth_middle = sd_unet_count_tblocks(f, prefix, "middle_block.1");
         if (c->transformer_depth_middle > 0) {
             sd_status rc = note_attn(f, prefix, "middle_block.1", c, &seen, err);
             if (rc) return rc;
@@ -134,24 +115,7 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
 
 /* ---- binding ----------------------------------------------------------------- */
 
-typedef struct loader {
-    sd_weights w;
-    sd_error *err;
-    int failed;
-} loader;
-
-static sd_bt *get(loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
-                  const char *base, const char *suffix) {
-    if (ld->failed) return NULL;
-    int64_t shape[4] = {d0, d1, d2, d3};
-    char name[512];
-    snprintf(name, sizeof name, "%s%s", base, suffix);
-    sd_bt *t = sd_weights_get(&ld->w, name, ndim, shape, ld->err);
-    if (!t) ld->failed = 1;
-    return t;
-}
-
-static void *zalloc(loader *ld, size_t n) {
+static void *zalloc(unet_loader *ld, size_t n) {
     void *p = calloc(1, n);
     if (!p && !ld->failed) {
         ld->failed = 1;
@@ -160,37 +124,13 @@ static void *zalloc(loader *ld, size_t n) {
     return p;
 }
 
-static unet_res *load_res(loader *ld, const char *base, int cin, int cout, int emb) {
+static unet_res *load_res(unet_loader *ld, const char *base, int cin, int cout, int emb) {
     unet_res *r = zalloc(ld, sizeof *r);
-    if (!r) return NULL;
-    r->cin = cin;
-    r->cout = cout;
-    r->in_norm_w = get(ld, 1, cin, 0, 0, 0, base, ".in_layers.0.weight");
-    r->in_norm_b = get(ld, 1, cin, 0, 0, 0, base, ".in_layers.0.bias");
-    r->in_conv_w = get(ld, 4, cout, cin, 3, 3, base, ".in_layers.2.weight");
-    r->in_conv_b = get(ld, 1, cout, 0, 0, 0, base, ".in_layers.2.bias");
-    r->emb_w = get(ld, 2, cout, emb, 0, 0, base, ".emb_layers.1.weight");
-    r->emb_b = get(ld, 1, cout, 0, 0, 0, base, ".emb_layers.1.bias");
-    r->out_norm_w = get(ld, 1, cout, 0, 0, 0, base, ".out_layers.0.weight");
-    r->out_norm_b = get(ld, 1, cout, 0, 0, 0, base, ".out_layers.0.bias");
-    r->out_conv_w = get(ld, 4, cout, cout, 3, 3, base, ".out_layers.3.weight");
-    r->out_conv_b = get(ld, 1, cout, 0, 0, 0, base, ".out_layers.3.bias");
-    if (cin != cout) {
-        r->skip_w = get(ld, 4, cout, cin, 1, 1, base, ".skip_connection.weight");
-        r->skip_b = get(ld, 1, cout, 0, 0, 0, base, ".skip_connection.bias");
-    }
+    if (r) sd_unet_bind_res(ld, r, base, cin, cout, emb);
     return r;
 }
 
-static void load_attn(loader *ld, unet_attn *a, const char *base, int ch, int kv) {
-    a->q = get(ld, 2, ch, ch, 0, 0, base, ".to_q.weight");
-    a->k = get(ld, 2, ch, kv, 0, 0, base, ".to_k.weight");
-    a->v = get(ld, 2, ch, kv, 0, 0, base, ".to_v.weight");
-    a->out_w = get(ld, 2, ch, ch, 0, 0, base, ".to_out.0.weight");
-    a->out_b = get(ld, 1, ch, 0, 0, 0, base, ".to_out.0.bias");
-}
-
-static unet_st *load_st(loader *ld, const char *base, int ch, int depth, const sd_unet_config *c) {
+static unet_st *load_st(unet_loader *ld, const char *base, int ch, int depth, const sd_unet_config *c) {
     unet_st *s = zalloc(ld, sizeof *s);
     if (!s) return NULL;
     s->ch = ch;
@@ -201,36 +141,17 @@ static unet_st *load_st(loader *ld, const char *base, int ch, int depth, const s
         sd_error_set(ld->err, SD_ERR_FORMAT, "%s: transformer '%s%s' width %d does not split into heads",
                      sd_st_path(ld->w.file), ld->w.prefix, base, ch);
     }
-    s->norm_w = get(ld, 1, ch, 0, 0, 0, base, ".norm.weight");
-    s->norm_b = get(ld, 1, ch, 0, 0, 0, base, ".norm.bias");
+    s->norm_w = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".norm.weight");
+    s->norm_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".norm.bias");
     int nd = s->linear ? 2 : 4;
-    s->proj_in_w = get(ld, nd, ch, ch, 1, 1, base, ".proj_in.weight");
-    s->proj_out_w = get(ld, nd, ch, ch, 1, 1, base, ".proj_out.weight");
-    s->proj_in_b = get(ld, 1, ch, 0, 0, 0, base, ".proj_in.bias");
-    s->proj_out_b = get(ld, 1, ch, 0, 0, 0, base, ".proj_out.bias");
+    s->proj_in_w = sd_unet_get(ld, nd, ch, ch, 1, 1, base, ".proj_in.weight");
+    s->proj_out_w = sd_unet_get(ld, nd, ch, ch, 1, 1, base, ".proj_out.weight");
+    s->proj_in_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".proj_in.bias");
+    s->proj_out_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".proj_out.bias");
     s->blocks = zalloc(ld, sizeof *s->blocks * (size_t)(depth > 0 ? depth : 1));
     if (!s->blocks) return s;
     s->depth = depth;
-    int ff = 4 * ch;
-    for (int k = 0; k < depth; k++) {
-        unet_tblock *b = &s->blocks[k];
-        char tb[300], sub[340];
-        snprintf(tb, sizeof tb, "%s.transformer_blocks.%d", base, k);
-        b->norm1_w = get(ld, 1, ch, 0, 0, 0, tb, ".norm1.weight");
-        b->norm1_b = get(ld, 1, ch, 0, 0, 0, tb, ".norm1.bias");
-        b->norm2_w = get(ld, 1, ch, 0, 0, 0, tb, ".norm2.weight");
-        b->norm2_b = get(ld, 1, ch, 0, 0, 0, tb, ".norm2.bias");
-        b->norm3_w = get(ld, 1, ch, 0, 0, 0, tb, ".norm3.weight");
-        b->norm3_b = get(ld, 1, ch, 0, 0, 0, tb, ".norm3.bias");
-        snprintf(sub, sizeof sub, "%s.attn1", tb);
-        load_attn(ld, &b->attn1, sub, ch, ch);
-        snprintf(sub, sizeof sub, "%s.attn2", tb);
-        load_attn(ld, &b->attn2, sub, ch, c->context_dim);
-        b->ff_in_w = get(ld, 2, 2 * ff, ch, 0, 0, tb, ".ff.net.0.proj.weight");
-        b->ff_in_b = get(ld, 1, 2 * ff, 0, 0, 0, tb, ".ff.net.0.proj.bias");
-        b->ff_out_w = get(ld, 2, ch, ff, 0, 0, tb, ".ff.net.2.weight");
-        b->ff_out_b = get(ld, 1, ch, 0, 0, 0, tb, ".ff.net.2.bias");
-    }
+    sd_unet_bind_tblocks(ld, s->blocks, base, ch, depth, c);
     return s;
 }
 
@@ -242,25 +163,25 @@ static unet_layer *add_layer(unet_block *b, unet_layer_kind kind) {
 
 /* UNetModel.__init__'s encoder walk, plus the zero convs (one per input
  * block, width of that block's output). */
-static void build(loader *ld, sd_controlnet *cn) {
+static void build(unet_loader *ld, sd_controlnet *cn) {
     sd_unet *u = cn->enc;
     const sd_unet_config *c = &u->cfg;
     int mc = c->model_channels, ted = c->time_embed_dim;
     char base[128];
-    u->time_w0 = get(ld, 2, ted, mc, 0, 0, "time_embed.0", ".weight");
-    u->time_b0 = get(ld, 1, ted, 0, 0, 0, "time_embed.0", ".bias");
-    u->time_w2 = get(ld, 2, ted, ted, 0, 0, "time_embed.2", ".weight");
-    u->time_b2 = get(ld, 1, ted, 0, 0, 0, "time_embed.2", ".bias");
+    u->time_w0 = sd_unet_get(ld, 2, ted, mc, 0, 0, "time_embed.0", ".weight");
+    u->time_b0 = sd_unet_get(ld, 1, ted, 0, 0, 0, "time_embed.0", ".bias");
+    u->time_w2 = sd_unet_get(ld, 2, ted, ted, 0, 0, "time_embed.2", ".weight");
+    u->time_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "time_embed.2", ".bias");
     if (c->adm_in_channels > 0) {
-        u->label_w0 = get(ld, 2, ted, c->adm_in_channels, 0, 0, "label_emb.0.0", ".weight");
-        u->label_b0 = get(ld, 1, ted, 0, 0, 0, "label_emb.0.0", ".bias");
-        u->label_w2 = get(ld, 2, ted, ted, 0, 0, "label_emb.0.2", ".weight");
-        u->label_b2 = get(ld, 1, ted, 0, 0, 0, "label_emb.0.2", ".bias");
+        u->label_w0 = sd_unet_get(ld, 2, ted, c->adm_in_channels, 0, 0, "label_emb.0.0", ".weight");
+        u->label_b0 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.0", ".bias");
+        u->label_w2 = sd_unet_get(ld, 2, ted, ted, 0, 0, "label_emb.0.2", ".weight");
+        u->label_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.2", ".bias");
     }
     int chans[SD_UNET_MAX_BLOCKS];
     unet_layer *l = add_layer(&u->in[0], UL_CONV);
-    l->conv_w = get(ld, 4, mc, c->in_channels, 3, 3, "input_blocks.0.0", ".weight");
-    l->conv_b = get(ld, 1, mc, 0, 0, 0, "input_blocks.0.0", ".bias");
+    l->conv_w = sd_unet_get(ld, 4, mc, c->in_channels, 3, 3, "input_blocks.0.0", ".weight");
+    l->conv_b = sd_unet_get(ld, 1, mc, 0, 0, 0, "input_blocks.0.0", ".bias");
     chans[0] = mc;
     u->n_in = 1;
     int ch = mc, res_i = 0;
@@ -281,8 +202,8 @@ static void build(loader *ld, sd_controlnet *cn) {
         if (lev != c->num_levels - 1) {
             snprintf(base, sizeof base, "input_blocks.%d.0.op", u->n_in);
             l = add_layer(&u->in[u->n_in], UL_DOWN);
-            l->conv_w = get(ld, 4, ch, ch, 3, 3, base, ".weight");
-            l->conv_b = get(ld, 1, ch, 0, 0, 0, base, ".bias");
+            l->conv_w = sd_unet_get(ld, 4, ch, ch, 3, 3, base, ".weight");
+            l->conv_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".bias");
             chans[u->n_in++] = ch;
         }
     }
@@ -294,11 +215,11 @@ static void build(loader *ld, sd_controlnet *cn) {
     cn->n_zero = u->n_in;
     for (int i = 0; i < u->n_in; i++) {
         snprintf(base, sizeof base, "zero_convs.%d.0", i);
-        cn->zero_w[i] = get(ld, 4, chans[i], chans[i], 1, 1, base, ".weight");
-        cn->zero_b[i] = get(ld, 1, chans[i], 0, 0, 0, base, ".bias");
+        cn->zero_w[i] = sd_unet_get(ld, 4, chans[i], chans[i], 1, 1, base, ".weight");
+        cn->zero_b[i] = sd_unet_get(ld, 1, chans[i], 0, 0, 0, base, ".bias");
     }
-    cn->mid_w = get(ld, 4, ch, ch, 1, 1, "middle_block_out.0", ".weight");
-    cn->mid_b = get(ld, 1, ch, 0, 0, 0, "middle_block_out.0", ".bias");
+    cn->mid_w = sd_unet_get(ld, 4, ch, ch, 1, 1, "middle_block_out.0", ".weight");
+    cn->mid_b = sd_unet_get(ld, 1, ch, 0, 0, 0, "middle_block_out.0", ".bias");
 
     /* input_hint_block: convs at even indices, the last one to model_channels */
     int cin = cn->hint_ch;
@@ -315,8 +236,8 @@ static void build(loader *ld, sd_controlnet *cn) {
             sd_error_set(ld->err, SD_ERR_FORMAT, "%s: '%s' must map to model_channels %d",
                          sd_st_path(ld->w.file), sd_weights_key(&ld->w, nm, key, sizeof key), mc);
         }
-        cn->hint_w[k] = get(ld, 4, cout, cin, 3, 3, base, ".weight");
-        cn->hint_b[k] = get(ld, 1, cout, 0, 0, 0, base, ".bias");
+        cn->hint_w[k] = sd_unet_get(ld, 4, cout, cin, 3, 3, base, ".weight");
+        cn->hint_b[k] = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".bias");
         cin = cout;
     }
 }
@@ -345,8 +266,8 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     if (!err) err = &local;
     const char *path = sd_st_path(f);
     const char *prefix = NULL;
-    if (find(f, SD_CONTROLNET_PREFIX, "input_hint_block.0.weight")) prefix = SD_CONTROLNET_PREFIX;
-    else if (find(f, "", "input_hint_block.0.weight")) prefix = "";
+    if (sd_unet_find(f, SD_CONTROLNET_PREFIX, "input_hint_block.0.weight")) prefix = SD_CONTROLNET_PREFIX;
+    else if (sd_unet_find(f, "", "input_hint_block.0.weight")) prefix = "";
     if (!prefix) {
         if (sd_controlnet_is_diffusers(f)) {
             /* rename to the original layout and load that */
@@ -370,12 +291,12 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
             (*out)->renamed = buf;
             return SD_OK;
         }
-        if (find(f, "", "lora_controlnet"))
+        if (sd_unet_find(f, "", "lora_controlnet"))
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: Control-LoRA files are not supported", path);
-        if (find(f, "", "body.0.in_conv.weight") || find(f, "", "conv_in.weight") ||
-            find(f, "", "adapter.body.0.resnets.0.block1.weight"))
+        if (sd_unet_find(f, "", "body.0.in_conv.weight") || sd_unet_find(f, "", "conv_in.weight") ||
+            sd_unet_find(f, "", "adapter.body.0.resnets.0.block1.weight"))
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: T2I-Adapters are not supported", path);
-        if (find(f, "model.diffusion_model.", "input_blocks.0.0.weight"))
+        if (sd_unet_find(f, "model.diffusion_model.", "input_blocks.0.0.weight"))
             return sd_error_set(err, SD_ERR_INVALID,
                                 "%s: this is a checkpoint (model.diffusion_model.*), not a ControlNet",
                                 path);
@@ -386,9 +307,9 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     sd_unet_config cfg;
     sd_status rc = detect(f, prefix, &cfg, err);
     if (rc) return rc;
-    const sd_st_entry *h0 = find(f, prefix, "input_hint_block.0.weight");
+    const sd_st_entry *h0 = sd_unet_find(f, prefix, "input_hint_block.0.weight");
     int n_hint = 0;
-    while (n_hint < CN_MAX_HINT && find(f, prefix, "input_hint_block.%d.weight", 2 * n_hint)) n_hint++;
+    while (n_hint < CN_MAX_HINT && sd_unet_find(f, prefix, "input_hint_block.%d.weight", 2 * n_hint)) n_hint++;
     if (!h0 || h0->ndim != 4 || n_hint != 8)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: input_hint_block has %d convs, expected the standard 8", path, n_hint);
@@ -407,7 +328,7 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     cn->hint_ch = (int)h0->shape[1];
     cn->n_hint = n_hint;
     for (int k = 0; k < n_hint; k++) cn->hint_stride[k] = (k == 2 || k == 4 || k == 6) ? 2 : 1;
-    loader ld = {.err = err};
+    unet_loader ld = {.err = err};
     sd_weights_init(&ld.w, be, f, prefix);
     ld.w.dtype = weight_dtype;
     build(&ld, cn);

@@ -1,15 +1,12 @@
 /* unet_config.c - UNet architecture detection from key names and shapes,
  * following ComfyUI's model_detection.detect_unet_config. */
-#include "models/unet.h"
+#include "models/unet_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Entry for prefix + printf(fmt), or NULL. */
-static const sd_st_entry *find(sd_st_file *f, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static const sd_st_entry *find(sd_st_file *f, const char *prefix, const char *fmt, ...) {
+const sd_st_entry *sd_unet_find(sd_st_file *f, const char *prefix, const char *fmt, ...) {
     char name[512];
     size_t n = (size_t)snprintf(name, sizeof name, "%s", prefix);
     va_list ap;
@@ -19,10 +16,9 @@ static const sd_st_entry *find(sd_st_file *f, const char *prefix, const char *fm
     return sd_st_find(f, name);
 }
 
-/* Number of transformer_blocks.K under "<block>.transformer_blocks.". */
-static int count_tblocks(sd_st_file *f, const char *prefix, const char *block) {
+int sd_unet_count_tblocks(sd_st_file *f, const char *prefix, const char *block) {
     int k = 0;
-    while (find(f, prefix, "%s.transformer_blocks.%d.attn1.to_q.weight", block, k)) k++;
+    while (sd_unet_find(f, prefix, "%s.transformer_blocks.%d.attn1.to_q.weight", block, k)) k++;
     return k;
 }
 
@@ -30,8 +26,8 @@ static int count_tblocks(sd_st_file *f, const char *prefix, const char *block) {
  * path); they must agree across the model. */
 static sd_status note_transformer(sd_st_file *f, const char *prefix, const char *block,
                                   sd_unet_config *c, int *seen, sd_error *err) {
-    const sd_st_entry *pin = find(f, prefix, "%s.proj_in.weight", block);
-    const sd_st_entry *k = find(f, prefix, "%s.transformer_blocks.0.attn2.to_k.weight", block);
+    const sd_st_entry *pin = sd_unet_find(f, prefix, "%s.proj_in.weight", block);
+    const sd_st_entry *k = sd_unet_find(f, prefix, "%s.transformer_blocks.0.attn2.to_k.weight", block);
     if (!pin || !k || k->ndim != 2)
         return sd_error_set(err, SD_ERR_FORMAT,
                             "%s: transformer '%s%s' lacks proj_in or attn2.to_k (or to_k is not 2-D)",
@@ -57,7 +53,7 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
     if (!prefix) prefix = "";
     const char *path = sd_st_path(f);
 
-    const sd_st_entry *e = find(f, prefix, "input_blocks.0.0.weight");
+    const sd_st_entry *e = sd_unet_find(f, prefix, "input_blocks.0.0.weight");
     if (!e)
         return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: no UNet under '%s' (missing '%sinput_blocks.0.0.weight')",
                             path, prefix, prefix);
@@ -68,25 +64,25 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
                             path, prefix, e->ndim);
     c->model_channels = (int)e->shape[0];
     c->in_channels = (int)e->shape[1];
-    if (find(f, prefix, "input_blocks.1.0.time_mixer.mix_factor") ||
-        find(f, prefix, "input_blocks.1.0.time_stack.in_layers.0.weight"))
+    if (sd_unet_find(f, prefix, "input_blocks.1.0.time_mixer.mix_factor") ||
+        sd_unet_find(f, prefix, "input_blocks.1.0.time_stack.in_layers.0.weight"))
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: UNet has temporal layers (time_mixer/time_stack: SVD-style video model), not supported",
                             path);
-    if (!(e = find(f, prefix, "out.2.weight")) || e->ndim != 4)
+    if (!(e = sd_unet_find(f, prefix, "out.2.weight")) || e->ndim != 4)
         return sd_error_set(err, SD_ERR_FORMAT, "%s: missing or malformed '%sout.2.weight'", path, prefix);
     c->out_channels = (int)e->shape[0];
-    if (!(e = find(f, prefix, "time_embed.0.weight")) || e->ndim != 2 ||
+    if (!(e = sd_unet_find(f, prefix, "time_embed.0.weight")) || e->ndim != 2 ||
         e->shape[1] != c->model_channels)
         return sd_error_set(err, SD_ERR_FORMAT,
                             "%s: missing '%stime_embed.0.weight' or it is not [*, %d]", path, prefix,
                             c->model_channels);
     c->time_embed_dim = (int)e->shape[0];
-    if ((e = find(f, prefix, "label_emb.0.0.weight"))) {
+    if ((e = sd_unet_find(f, prefix, "label_emb.0.0.weight"))) {
         if (e->ndim != 2)
             return sd_error_set(err, SD_ERR_FORMAT, "%s: '%slabel_emb.0.0.weight' is not 2-D", path, prefix);
         c->adm_in_channels = (int)e->shape[1];
-    } else if (find(f, prefix, "label_emb.weight")) {
+    } else if (sd_unet_find(f, prefix, "label_emb.weight")) {
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: class-label UNet ('%slabel_emb.weight', an embedding table) is not supported",
                             path, prefix);
@@ -99,7 +95,7 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
         if (i >= SD_UNET_MAX_BLOCKS)
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: more than %d input blocks", path,
                                 SD_UNET_MAX_BLOCKS);
-        if (find(f, prefix, "input_blocks.%d.0.op.weight", i)) {
+        if (sd_unet_find(f, prefix, "input_blocks.%d.0.op.weight", i)) {
             c->num_res_blocks[level] = count;
             if (count == 0)
                 return sd_error_set(err, SD_ERR_FORMAT, "%s: level %d of the UNet has no res blocks",
@@ -110,16 +106,16 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
             count = 0;
             continue;
         }
-        if (!find(f, prefix, "input_blocks.%d.0.in_layers.0.weight", i)) {
-            if (find(f, prefix, "input_blocks.%d.0.op.bias", i) ||
-                find(f, prefix, "input_blocks.%d.1.proj_in.weight", i))
+        if (!sd_unet_find(f, prefix, "input_blocks.%d.0.in_layers.0.weight", i)) {
+            if (sd_unet_find(f, prefix, "input_blocks.%d.0.op.bias", i) ||
+                sd_unet_find(f, prefix, "input_blocks.%d.1.proj_in.weight", i))
                 return sd_error_set(err, SD_ERR_FORMAT,
                                     "%s: input block %d is neither a ResBlock nor a Downsample "
                                     "(no '%sinput_blocks.%d.0.in_layers.0.weight' / '.0.op.weight')",
                                     path, i, prefix, i);
             break;
         }
-        e = find(f, prefix, "input_blocks.%d.0.out_layers.3.weight", i);
+        e = sd_unet_find(f, prefix, "input_blocks.%d.0.out_layers.3.weight", i);
         if (!e || e->ndim != 4 || e->shape[0] % c->model_channels)
             return sd_error_set(err, SD_ERR_FORMAT,
                                 "%s: '%sinput_blocks.%d.0.out_layers.3.weight' missing or its width is not "
@@ -133,7 +129,7 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
                                 path, i, (int)e->shape[0], level, c->channel_mult[level] * c->model_channels);
         count++;
         snprintf(blk, sizeof blk, "input_blocks.%d.1", i);
-        int depth = count_tblocks(f, prefix, blk);
+        int depth = sd_unet_count_tblocks(f, prefix, blk);
         if (depth > 0) {
             sd_status rc = note_transformer(f, prefix, blk, c, &seen_attn, err);
             if (rc) return rc;
@@ -149,14 +145,14 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
     int n_input_blocks = i;
 
     /* Middle block: ResBlock [, SpatialTransformer, ResBlock]. */
-    if (!find(f, prefix, "middle_block.0.in_layers.0.weight"))
+    if (!sd_unet_find(f, prefix, "middle_block.0.in_layers.0.weight"))
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: UNet without a middle block ('%smiddle_block.0.in_layers.0.weight' "
                             "missing; distilled variants are not supported)",
                             path, prefix);
     c->transformer_depth_middle = -1;
-    if (find(f, prefix, "middle_block.1.norm.weight")) {
-        c->transformer_depth_middle = count_tblocks(f, prefix, "middle_block.1");
+    if (sd_unet_find(f, prefix, "middle_block.1.norm.weight")) {
+        c->transformer_depth_middle = sd_unet_count_tblocks(f, prefix, "middle_block.1");
         if (c->transformer_depth_middle > 0) {
             sd_status rc = note_transformer(f, prefix, "middle_block.1", c, &seen_attn, err);
             if (rc) return rc;
@@ -166,11 +162,11 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
     /* Output blocks: num_res_blocks + 1 per level, deepest level first. */
     int expect = 0;
     for (int l = 0; l < c->num_levels; l++) expect += c->num_res_blocks[l] + 1;
-    for (i = 0; find(f, prefix, "output_blocks.%d.0.in_layers.0.weight", i); i++) {
+    for (i = 0; sd_unet_find(f, prefix, "output_blocks.%d.0.in_layers.0.weight", i); i++) {
         if (i >= SD_UNET_MAX_BLOCKS)
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: too many output blocks", path);
         snprintf(blk, sizeof blk, "output_blocks.%d.1", i);
-        int depth = count_tblocks(f, prefix, blk);
+        int depth = sd_unet_count_tblocks(f, prefix, blk);
         if (depth > 0) {
             sd_status rc = note_transformer(f, prefix, blk, c, &seen_attn, err);
             if (rc) return rc;

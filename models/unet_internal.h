@@ -4,6 +4,7 @@
 #define SD_UNET_INTERNAL_H
 
 #include "models/unet.h"
+#include "models/weights.h"
 
 /* ResBlock: GroupNorm+SiLU+conv3x3, + emb projection, GroupNorm+SiLU+conv3x3,
  * plus the input (through a 1x1 conv when the width changes). */
@@ -66,5 +67,35 @@ struct sd_unet {
  * are new tensors, NULL on failure (the backend's sticky error is set). */
 sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
 sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context);
+
+/* ---- detection helpers (unet_config.c), shared with the ControlNet ---- */
+
+/* Entry for prefix + printf(fmt), or NULL. */
+const sd_st_entry *sd_unet_find(sd_st_file *f, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Number of transformer_blocks.K under "<block>.transformer_blocks.". */
+int sd_unet_count_tblocks(sd_st_file *f, const char *prefix, const char *block);
+
+/* ---- weight binding (unet_load.c), shared with the ControlNet loader ---- */
+
+/* Loader: the first failure is kept in err and later gets are skipped, so
+ * the build code reads straight through and checks once. */
+typedef struct unet_loader {
+    sd_weights w;
+    sd_error *err;
+    int failed;
+} unet_loader;
+
+/* The weight base + suffix with a shape of ndim (<= 4) dims; NULL (and
+ * ld->failed set) when missing or misshapen, or after an earlier failure. */
+sd_bt *sd_unet_get(unet_loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                   const char *base, const char *suffix);
+/* Binds a ResBlock's weights under base into r (cin -> cout channels, emb_dim
+ * wide embedding; the 1x1 skip conv only when cin != cout). */
+void sd_unet_bind_res(unet_loader *ld, unet_res *r, const char *base, int cin, int cout, int emb_dim);
+/* Binds depth BasicTransformerBlocks "<base>.transformer_blocks.K" of width
+ * ch (cross-attention from c->context_dim) into blocks[0 .. depth). */
+void sd_unet_bind_tblocks(unet_loader *ld, unet_tblock *blocks, const char *base, int ch, int depth,
+                          const sd_unet_config *c);
 
 #endif

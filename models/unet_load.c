@@ -8,17 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Loader: the first failure is kept in err and later gets are skipped, so
- * the build code reads straight through and checks once. */
-typedef struct loader {
-    sd_weights w;
-    sd_error *err;
-    int failed;
-} loader;
-
-/* prefix-relative name = printf(fmt) + suffix; shape of ndim (<= 4) dims. */
-static sd_bt *get(loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
-                  const char *base, const char *suffix) {
+/* prefix-relative name = base + suffix; shape of ndim (<= 4) dims. */
+sd_bt *sd_unet_get(unet_loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                   const char *base, const char *suffix) {
     if (ld->failed) return NULL;
     int64_t shape[4] = {d0, d1, d2, d3};
     char name[512];
@@ -28,13 +20,13 @@ static sd_bt *get(loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2, int6
     return t;
 }
 
-static int has(loader *ld, const char *base, const char *suffix) {
+static int has(unet_loader *ld, const char *base, const char *suffix) {
     char name[512];
     snprintf(name, sizeof name, "%s%s", base, suffix);
     return sd_weights_has(&ld->w, name);
 }
 
-static void *zalloc(loader *ld, size_t n) {
+static void *zalloc(unet_loader *ld, size_t n) {
     void *p = calloc(1, n);
     if (!p && !ld->failed) {
         ld->failed = 1;
@@ -43,25 +35,30 @@ static void *zalloc(loader *ld, size_t n) {
     return p;
 }
 
-static unet_res *load_res(loader *ld, const char *base, int cin, int cout, int emb_dim) {
-    unet_res *r = zalloc(ld, sizeof *r);
-    if (!r) return NULL;
+void sd_unet_bind_res(unet_loader *ld, unet_res *r, const char *base, int cin, int cout, int emb_dim) {
     r->cin = cin;
     r->cout = cout;
-    r->in_norm_w = get(ld, 1, cin, 0, 0, 0, base, ".in_layers.0.weight");
-    r->in_norm_b = get(ld, 1, cin, 0, 0, 0, base, ".in_layers.0.bias");
-    r->in_conv_w = get(ld, 4, cout, cin, 3, 3, base, ".in_layers.2.weight");
-    r->in_conv_b = get(ld, 1, cout, 0, 0, 0, base, ".in_layers.2.bias");
-    r->emb_w = get(ld, 2, cout, emb_dim, 0, 0, base, ".emb_layers.1.weight");
-    r->emb_b = get(ld, 1, cout, 0, 0, 0, base, ".emb_layers.1.bias");
-    r->out_norm_w = get(ld, 1, cout, 0, 0, 0, base, ".out_layers.0.weight");
-    r->out_norm_b = get(ld, 1, cout, 0, 0, 0, base, ".out_layers.0.bias");
-    r->out_conv_w = get(ld, 4, cout, cout, 3, 3, base, ".out_layers.3.weight");
-    r->out_conv_b = get(ld, 1, cout, 0, 0, 0, base, ".out_layers.3.bias");
+    r->in_norm_w = sd_unet_get(ld, 1, cin, 0, 0, 0, base, ".in_layers.0.weight");
+    r->in_norm_b = sd_unet_get(ld, 1, cin, 0, 0, 0, base, ".in_layers.0.bias");
+    r->in_conv_w = sd_unet_get(ld, 4, cout, cin, 3, 3, base, ".in_layers.2.weight");
+    r->in_conv_b = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".in_layers.2.bias");
+    r->emb_w = sd_unet_get(ld, 2, cout, emb_dim, 0, 0, base, ".emb_layers.1.weight");
+    r->emb_b = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".emb_layers.1.bias");
+    r->out_norm_w = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".out_layers.0.weight");
+    r->out_norm_b = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".out_layers.0.bias");
+    r->out_conv_w = sd_unet_get(ld, 4, cout, cout, 3, 3, base, ".out_layers.3.weight");
+    r->out_conv_b = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".out_layers.3.bias");
     if (cin != cout) {
-        r->skip_w = get(ld, 4, cout, cin, 1, 1, base, ".skip_connection.weight");
-        r->skip_b = get(ld, 1, cout, 0, 0, 0, base, ".skip_connection.bias");
-    } else if (!ld->failed && has(ld, base, ".skip_connection.weight")) {
+        r->skip_w = sd_unet_get(ld, 4, cout, cin, 1, 1, base, ".skip_connection.weight");
+        r->skip_b = sd_unet_get(ld, 1, cout, 0, 0, 0, base, ".skip_connection.bias");
+    }
+}
+
+static unet_res *load_res(unet_loader *ld, const char *base, int cin, int cout, int emb_dim) {
+    unet_res *r = zalloc(ld, sizeof *r);
+    if (!r) return NULL;
+    sd_unet_bind_res(ld, r, base, cin, cout, emb_dim);
+    if (cin == cout && !ld->failed && has(ld, base, ".skip_connection.weight")) {
         ld->failed = 1;
         char key[600];
         sd_error_set(ld->err, SD_ERR_FORMAT, "%s: unexpected tensor '%s' (res block keeps %d channels)",
@@ -71,15 +68,39 @@ static unet_res *load_res(loader *ld, const char *base, int cin, int cout, int e
     return r;
 }
 
-static void load_attn(loader *ld, unet_attn *a, const char *base, int ch, int kv_dim) {
-    a->q = get(ld, 2, ch, ch, 0, 0, base, ".to_q.weight");
-    a->k = get(ld, 2, ch, kv_dim, 0, 0, base, ".to_k.weight");
-    a->v = get(ld, 2, ch, kv_dim, 0, 0, base, ".to_v.weight");
-    a->out_w = get(ld, 2, ch, ch, 0, 0, base, ".to_out.0.weight");
-    a->out_b = get(ld, 1, ch, 0, 0, 0, base, ".to_out.0.bias");
+static void load_attn(unet_loader *ld, unet_attn *a, const char *base, int ch, int kv_dim) {
+    a->q = sd_unet_get(ld, 2, ch, ch, 0, 0, base, ".to_q.weight");
+    a->k = sd_unet_get(ld, 2, ch, kv_dim, 0, 0, base, ".to_k.weight");
+    a->v = sd_unet_get(ld, 2, ch, kv_dim, 0, 0, base, ".to_v.weight");
+    a->out_w = sd_unet_get(ld, 2, ch, ch, 0, 0, base, ".to_out.0.weight");
+    a->out_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".to_out.0.bias");
 }
 
-static unet_st *load_st(loader *ld, const char *base, int ch, int depth, const sd_unet_config *c) {
+void sd_unet_bind_tblocks(unet_loader *ld, unet_tblock *blocks, const char *base, int ch, int depth,
+                          const sd_unet_config *c) {
+    int ff = 4 * ch; /* GEGLU inner width (mult 4) */
+    for (int k = 0; k < depth; k++) {
+        unet_tblock *b = &blocks[k];
+        char tb[300], sub[340];
+        snprintf(tb, sizeof tb, "%s.transformer_blocks.%d", base, k);
+        b->norm1_w = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".norm1.weight");
+        b->norm1_b = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".norm1.bias");
+        b->norm2_w = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".norm2.weight");
+        b->norm2_b = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".norm2.bias");
+        b->norm3_w = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".norm3.weight");
+        b->norm3_b = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".norm3.bias");
+        snprintf(sub, sizeof sub, "%s.attn1", tb);
+        load_attn(ld, &b->attn1, sub, ch, ch);
+        snprintf(sub, sizeof sub, "%s.attn2", tb);
+        load_attn(ld, &b->attn2, sub, ch, c->context_dim);
+        b->ff_in_w = sd_unet_get(ld, 2, 2 * ff, ch, 0, 0, tb, ".ff.net.0.proj.weight");
+        b->ff_in_b = sd_unet_get(ld, 1, 2 * ff, 0, 0, 0, tb, ".ff.net.0.proj.bias");
+        b->ff_out_w = sd_unet_get(ld, 2, ch, ff, 0, 0, tb, ".ff.net.2.weight");
+        b->ff_out_b = sd_unet_get(ld, 1, ch, 0, 0, 0, tb, ".ff.net.2.bias");
+    }
+}
+
+static unet_st *load_st(unet_loader *ld, const char *base, int ch, int depth, const sd_unet_config *c) {
     unet_st *s = zalloc(ld, sizeof *s);
     if (!s) return NULL;
     s->ch = ch;
@@ -100,39 +121,20 @@ static unet_st *load_st(loader *ld, const char *base, int ch, int depth, const s
                          sd_st_path(ld->w.file), ld->w.prefix, base, ch, c->num_heads);
         }
     }
-    s->norm_w = get(ld, 1, ch, 0, 0, 0, base, ".norm.weight");
-    s->norm_b = get(ld, 1, ch, 0, 0, 0, base, ".norm.bias");
+    s->norm_w = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".norm.weight");
+    s->norm_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".norm.bias");
     if (s->linear) {
-        s->proj_in_w = get(ld, 2, ch, ch, 0, 0, base, ".proj_in.weight");
-        s->proj_out_w = get(ld, 2, ch, ch, 0, 0, base, ".proj_out.weight");
+        s->proj_in_w = sd_unet_get(ld, 2, ch, ch, 0, 0, base, ".proj_in.weight");
+        s->proj_out_w = sd_unet_get(ld, 2, ch, ch, 0, 0, base, ".proj_out.weight");
     } else {
-        s->proj_in_w = get(ld, 4, ch, ch, 1, 1, base, ".proj_in.weight");
-        s->proj_out_w = get(ld, 4, ch, ch, 1, 1, base, ".proj_out.weight");
+        s->proj_in_w = sd_unet_get(ld, 4, ch, ch, 1, 1, base, ".proj_in.weight");
+        s->proj_out_w = sd_unet_get(ld, 4, ch, ch, 1, 1, base, ".proj_out.weight");
     }
-    s->proj_in_b = get(ld, 1, ch, 0, 0, 0, base, ".proj_in.bias");
-    s->proj_out_b = get(ld, 1, ch, 0, 0, 0, base, ".proj_out.bias");
+    s->proj_in_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".proj_in.bias");
+    s->proj_out_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".proj_out.bias");
     s->blocks = zalloc(ld, sizeof *s->blocks * (size_t)(depth > 0 ? depth : 1));
     if (!s->blocks) return s;
-    int ff = 4 * ch; /* GEGLU inner width (mult 4) */
-    for (int k = 0; k < depth; k++) {
-        unet_tblock *b = &s->blocks[k];
-        char tb[300], sub[340];
-        snprintf(tb, sizeof tb, "%s.transformer_blocks.%d", base, k);
-        b->norm1_w = get(ld, 1, ch, 0, 0, 0, tb, ".norm1.weight");
-        b->norm1_b = get(ld, 1, ch, 0, 0, 0, tb, ".norm1.bias");
-        b->norm2_w = get(ld, 1, ch, 0, 0, 0, tb, ".norm2.weight");
-        b->norm2_b = get(ld, 1, ch, 0, 0, 0, tb, ".norm2.bias");
-        b->norm3_w = get(ld, 1, ch, 0, 0, 0, tb, ".norm3.weight");
-        b->norm3_b = get(ld, 1, ch, 0, 0, 0, tb, ".norm3.bias");
-        snprintf(sub, sizeof sub, "%s.attn1", tb);
-        load_attn(ld, &b->attn1, sub, ch, ch);
-        snprintf(sub, sizeof sub, "%s.attn2", tb);
-        load_attn(ld, &b->attn2, sub, ch, c->context_dim);
-        b->ff_in_w = get(ld, 2, 2 * ff, ch, 0, 0, tb, ".ff.net.0.proj.weight");
-        b->ff_in_b = get(ld, 1, 2 * ff, 0, 0, 0, tb, ".ff.net.0.proj.bias");
-        b->ff_out_w = get(ld, 2, ch, ff, 0, 0, tb, ".ff.net.2.weight");
-        b->ff_out_b = get(ld, 1, ch, 0, 0, 0, tb, ".ff.net.2.bias");
-    }
+    sd_unet_bind_tblocks(ld, s->blocks, base, ch, depth, c);
     return s;
 }
 
@@ -200,26 +202,26 @@ static unet_layer *add_layer(unet_block *b, unet_layer_kind kind) {
 
 /* Mirrors UNetModel.__init__: the same walk over levels decides every
  * block's widths, so a checkpoint that disagrees fails on a named key. */
-static void build(loader *ld, sd_unet *u) {
+static void build(unet_loader *ld, sd_unet *u) {
     const sd_unet_config *c = &u->cfg;
     int mc = c->model_channels, ted = c->time_embed_dim;
     char base[128];
 
-    u->time_w0 = get(ld, 2, ted, mc, 0, 0, "time_embed.0", ".weight");
-    u->time_b0 = get(ld, 1, ted, 0, 0, 0, "time_embed.0", ".bias");
-    u->time_w2 = get(ld, 2, ted, ted, 0, 0, "time_embed.2", ".weight");
-    u->time_b2 = get(ld, 1, ted, 0, 0, 0, "time_embed.2", ".bias");
+    u->time_w0 = sd_unet_get(ld, 2, ted, mc, 0, 0, "time_embed.0", ".weight");
+    u->time_b0 = sd_unet_get(ld, 1, ted, 0, 0, 0, "time_embed.0", ".bias");
+    u->time_w2 = sd_unet_get(ld, 2, ted, ted, 0, 0, "time_embed.2", ".weight");
+    u->time_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "time_embed.2", ".bias");
     if (c->adm_in_channels > 0) {
-        u->label_w0 = get(ld, 2, ted, c->adm_in_channels, 0, 0, "label_emb.0.0", ".weight");
-        u->label_b0 = get(ld, 1, ted, 0, 0, 0, "label_emb.0.0", ".bias");
-        u->label_w2 = get(ld, 2, ted, ted, 0, 0, "label_emb.0.2", ".weight");
-        u->label_b2 = get(ld, 1, ted, 0, 0, 0, "label_emb.0.2", ".bias");
+        u->label_w0 = sd_unet_get(ld, 2, ted, c->adm_in_channels, 0, 0, "label_emb.0.0", ".weight");
+        u->label_b0 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.0", ".bias");
+        u->label_w2 = sd_unet_get(ld, 2, ted, ted, 0, 0, "label_emb.0.2", ".weight");
+        u->label_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.2", ".bias");
     }
 
     int chans[SD_UNET_MAX_BLOCKS], n_chans = 0;
     unet_layer *l = add_layer(&u->in[0], UL_CONV); /* input_blocks.0: conv_in */
-    l->conv_w = get(ld, 4, mc, c->in_channels, 3, 3, "input_blocks.0.0", ".weight");
-    l->conv_b = get(ld, 1, mc, 0, 0, 0, "input_blocks.0.0", ".bias");
+    l->conv_w = sd_unet_get(ld, 4, mc, c->in_channels, 3, 3, "input_blocks.0.0", ".weight");
+    l->conv_b = sd_unet_get(ld, 1, mc, 0, 0, 0, "input_blocks.0.0", ".bias");
     u->n_in = 1;
     chans[n_chans++] = mc;
     int ch = mc, res_i = 0;
@@ -241,8 +243,8 @@ static void build(loader *ld, sd_unet *u) {
         if (lev != c->num_levels - 1) {
             snprintf(base, sizeof base, "input_blocks.%d.0.op", u->n_in);
             l = add_layer(&u->in[u->n_in], UL_DOWN);
-            l->conv_w = get(ld, 4, ch, ch, 3, 3, base, ".weight");
-            l->conv_b = get(ld, 1, ch, 0, 0, 0, base, ".bias");
+            l->conv_w = sd_unet_get(ld, 4, ch, ch, 3, 3, base, ".weight");
+            l->conv_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".bias");
             u->n_in++;
             chans[n_chans++] = ch;
         }
@@ -270,17 +272,17 @@ static void build(loader *ld, sd_unet *u) {
             if (lev > 0 && i == c->num_res_blocks[lev]) {
                 snprintf(base, sizeof base, "output_blocks.%d.%d.conv", u->n_out, b->n);
                 l = add_layer(b, UL_UP);
-                l->conv_w = get(ld, 4, ch, ch, 3, 3, base, ".weight");
-                l->conv_b = get(ld, 1, ch, 0, 0, 0, base, ".bias");
+                l->conv_w = sd_unet_get(ld, 4, ch, ch, 3, 3, base, ".weight");
+                l->conv_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".bias");
             }
             u->n_out++;
         }
     }
 
-    u->out_norm_w = get(ld, 1, ch, 0, 0, 0, "out.0", ".weight");
-    u->out_norm_b = get(ld, 1, ch, 0, 0, 0, "out.0", ".bias");
-    u->out_conv_w = get(ld, 4, c->out_channels, ch, 3, 3, "out.2", ".weight");
-    u->out_conv_b = get(ld, 1, c->out_channels, 0, 0, 0, "out.2", ".bias");
+    u->out_norm_w = sd_unet_get(ld, 1, ch, 0, 0, 0, "out.0", ".weight");
+    u->out_norm_b = sd_unet_get(ld, 1, ch, 0, 0, 0, "out.0", ".bias");
+    u->out_conv_w = sd_unet_get(ld, 4, c->out_channels, ch, 3, 3, "out.2", ".weight");
+    u->out_conv_b = sd_unet_get(ld, 1, c->out_channels, 0, 0, 0, "out.2", ".bias");
 }
 
 sd_status sd_unet_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_dtype weight_dtype,
@@ -311,7 +313,7 @@ sd_status sd_unet_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_dty
     u->cfg = cfg;
     sd_error local;
     sd_error_clear(&local);
-    loader ld = {.err = err ? err : &local};
+    unet_loader ld = {.err = err ? err : &local};
     sd_weights_init(&ld.w, be, f, prefix);
     ld.w.dtype = weight_dtype;
     build(&ld, u);
