@@ -15,80 +15,8 @@
 #include "core/safetensors.h"
 #include "models/imageops.h"
 #include "nodes/latent/latent.h"
+#include "nodes_ctx.h"
 #include "testutil.h"
-
-/* ---- helpers (a hand-built sd_node_ctx over temp dirs) ---- */
-typedef struct nt_env {
-    sd_env env;
-    char input[4096], output[4096], temp[4096];
-} nt_env;
-
-static void nt_env_init(nt_env *e, const char *name) {
-    sd_error err = {0};
-    CHECK_OK(sd_env_init(&e->env, &err), &err);
-    const char *root = sd_test_tmpdir(name);
-    snprintf(e->input, sizeof e->input, "%s/input", root);
-    snprintf(e->output, sizeof e->output, "%s/output", root);
-    snprintf(e->temp, sizeof e->temp, "%s/temp", root);
-    mkdir(e->input, 0777);
-    mkdir(e->output, 0777);
-    CHECK_OK(sd_env_set(&e->env, &e->env.input_dir, e->input, &err), &err);
-    CHECK_OK(sd_env_set(&e->env, &e->env.output_dir, e->output, &err), &err);
-    CHECK_OK(sd_env_set(&e->env, &e->env.temp_dir, e->temp, &err), &err);
-}
-
-static sd_node_ctx nt_ctx(const nt_env *e, const char *class_type) {
-    sd_node_ctx c;
-    memset(&c, 0, sizeof c);
-    c.env = &e->env;
-    c.node_id = "7";
-    c.class_type = class_type;
-    return c;
-}
-
-/* Runs def with inputs (array of n values, borrowed) into out[]; releases
- * the ui the node set unless ui_out is given. */
-static sd_status nt_run(const sd_node_def *def, sd_node_ctx *ctx, sd_value **in,
-                               sd_value **out, sd_error *err) {
-    sd_error_clear(err);
-    return def->run(ctx, in, out, err);
-}
-
-static void nt_free_values(sd_value **v, int n) {
-    for (int i = 0; i < n; i++) { sd_value_unref(v[i]); v[i] = NULL; }
-}
-
-static sd_value *nt_tensor_value(sd_tensor *t) {
-    sd_value *v = sd_value_tensor(t);
-    sd_tensor_unref(t);
-    return v;
-}
-
-static sd_value *nt_latent(sd_tensor *samples) {
-    sd_value *d = sd_value_dict();
-    sd_value_dict_set(d, "samples", nt_tensor_value(samples));
-    return d;
-}
-
-static int nt_file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Fill with a deterministic ramp in [0, 1). */
-static void nt_fill(sd_tensor *t, unsigned seed) {
-    float *d = sd_tensor_f32(t);
-    for (int64_t i = 0, n = sd_tensor_numel(t); i < n; i++)
-        d[i] = (float)(((uint64_t)(i + 1) * 2654435761u + seed) % 1000) / 1000.0f;
-}
-
-
-static const sd_node_def *def_of(const char *name) {
-    const sd_node_def *d = sd_registry_find(name);
-    CHECK_MSG(d != NULL, "%s not registered", name);
-    if (!d) { fprintf(stderr, "cannot continue without %s\n", name); exit(1); }
-    return d;
-}
 
 /* Runs a one-output latent node; returns the output value (owned). */
 static sd_value *run1(nt_env *e, const char *cls, sd_value **in, sd_status want) {

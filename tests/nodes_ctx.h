@@ -1,0 +1,47 @@
+/* nodes_ctx.h - a hand-built sd_node_ctx over temp dirs, for the tests that
+ * call nodes directly (test_image_nodes.c, test_latent_nodes.c). Linked into
+ * the nodes-layer tests (see tests/CMakeLists.txt). Failures are recorded
+ * with the testutil.h CHECK macros. */
+#ifndef SD_TEST_NODES_CTX_H
+#define SD_TEST_NODES_CTX_H
+
+#include "core/env.h"
+#include "core/node.h"
+#include "core/tensor.h"
+#include "core/value.h"
+
+/* An env whose input/output/temp dirs are under a fresh scratch dir. */
+typedef struct nt_env {
+    sd_env env;
+    char input[4096], output[4096], temp[4096];
+} nt_env;
+
+/* Fills e with dirs under sd_test_tmpdir(name) (input and output created). */
+void nt_env_init(nt_env *e, const char *name);
+
+/* A context for node id "7" of class_type over e (borrowed). */
+sd_node_ctx nt_ctx(const nt_env *e, const char *class_type);
+
+/* Runs def with inputs in (borrowed) into out[], err cleared first. */
+sd_status nt_run(const sd_node_def *def, sd_node_ctx *ctx, sd_value **in, sd_value **out, sd_error *err);
+
+/* Unrefs v[0 .. n) and sets them to NULL. */
+void nt_free_values(sd_value **v, int n);
+
+/* A tensor value that takes over the caller's reference to t. */
+sd_value *nt_tensor_value(sd_tensor *t);
+
+/* A LATENT dict {"samples": samples}, taking over the reference. */
+sd_value *nt_latent(sd_tensor *samples);
+
+/* 1 when path is a regular file. */
+int nt_file_exists(const char *path);
+
+/* Fills an F32 tensor with a deterministic ramp in [0, 1). */
+void nt_fill(sd_tensor *t, unsigned seed);
+
+/* The registered node name; a failed check and exit(1) when it is missing,
+ * since the test cannot go on without it. */
+const sd_node_def *def_of(const char *name);
+
+#endif
