@@ -5,10 +5,7 @@
 #include "models/model_paths.h"
 #include "models/text_encode.h"
 #include "nodes/loaders/loaders.h"
-
-static void warn_to_log(void *ud, const char *msg) {
-    sd_node_log((const sd_node_ctx *)ud, SD_LOG_WARN, "%s", msg);
-}
+#include "text_cond.h"
 
 /* ---- CLIPTextEncode --------------------------------------------------------------- */
 
@@ -23,12 +20,9 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
         sd_error_at(err, NULL, NULL, "clip");
         return rc;
     }
-    char *dirs[4];
-    size_t nd = sd_model_paths_embedding_dirs(ctx->env, dirs, 4);
-    sd_text_encode_opts o = {.embedding_dirs = (const char *const *)dirs,
-                             .n_embedding_dirs = nd,
-                             .warn = warn_to_log,
-                             .warn_ud = ctx};
+    char *dirs[SD_NODES_MAX_EMBEDDING_DIRS];
+    sd_text_encode_opts o;
+    size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
     sd_tensor *cond = NULL, *pooled = NULL;
     rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
     sd_model_paths_free_list(dirs, nd);
@@ -36,28 +30,7 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
         sd_error_at(err, NULL, NULL, "text");
         return rc;
     }
-    sd_value *list = sd_value_list(), *d = sd_value_dict();
-    sd_value *cv = sd_value_tensor(cond), *pv = pooled ? sd_value_tensor(pooled) : NULL;
-    sd_tensor_unref(cond);
-    sd_tensor_unref(pooled);
-    int bad = !list || !d || !cv || (pooled && !pv);
-    if (!bad) {
-        bad |= sd_value_dict_set(d, "cond", cv) != 0;
-        cv = NULL;
-        if (pv) bad |= sd_value_dict_set(d, "pooled_output", pv) != 0;
-        pv = NULL;
-        bad |= sd_value_list_append(list, d) != 0;
-        d = NULL;
-    }
-    sd_value_unref(cv);
-    sd_value_unref(pv);
-    sd_value_unref(d);
-    if (bad) {
-        sd_value_unref(list);
-        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    }
-    out[0] = list;
-    return SD_OK;
+    return sd_nodes_text_cond(cond, pooled, NULL, 0, &out[0], err);
 }
 
 static const sd_input_def clip_text_encode_inputs[] = {

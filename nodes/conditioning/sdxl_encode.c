@@ -15,55 +15,9 @@
 #include "models/model_paths.h"
 #include "models/text_encode.h"
 #include "nodes/loaders/loaders.h"
+#include "text_cond.h"
 
 #define MAX_RESOLUTION 16384
-
-static void warn_to_log(void *ud, const char *msg) {
-    sd_node_log((const sd_node_ctx *)ud, SD_LOG_WARN, "%s", msg);
-}
-
-typedef struct extra {
-    const char *key;
-    sd_value *v; /* owned */
-} extra;
-
-/* [{"cond", "pooled_output", extras...}] into out[0]; consumes cond, pooled
- * and the extras' values (also on failure). */
-static sd_status make_conditioning(sd_tensor *cond, sd_tensor *pooled, extra *ex, int n,
-                                   sd_value **out, sd_error *err) {
-    sd_value *list = sd_value_list(), *d = sd_value_dict();
-    sd_value *cv = sd_value_tensor(cond), *pv = sd_value_tensor(pooled);
-    sd_tensor_unref(cond);
-    sd_tensor_unref(pooled);
-    int bad = !list || !d || !cv || !pv;
-    if (!bad) {
-        bad |= sd_value_dict_set(d, "cond", cv) != 0;
-        bad |= sd_value_dict_set(d, "pooled_output", pv) != 0;
-        cv = pv = NULL;
-    }
-    for (int i = 0; i < n; i++) {
-        /* sd_value_dict_set takes the value even when it fails */
-        if (!bad && ex[i].v) bad |= sd_value_dict_set(d, ex[i].key, ex[i].v) != 0;
-        else {
-            bad |= !ex[i].v;
-            sd_value_unref(ex[i].v);
-        }
-        ex[i].v = NULL;
-    }
-    if (!bad) {
-        bad |= sd_value_list_append(list, d) != 0;
-        d = NULL;
-    }
-    sd_value_unref(cv);
-    sd_value_unref(pv);
-    sd_value_unref(d);
-    if (bad) {
-        sd_value_unref(list);
-        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    }
-    *out = list;
-    return SD_OK;
-}
 
 /* The CLIP input's encoder, with `clip` named in errors. */
 static sd_status get_encoder(sd_value *const *in, int i, sd_clip_ref **clip, sd_text_encoder **te,
@@ -91,12 +45,9 @@ static sd_status sdxl_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
         return SD_ERR_INVALID;
     }
     const char *tg = sd_value_as_string(in[7]), *tl = sd_value_as_string(in[8]);
-    char *dirs[4];
-    size_t nd = sd_model_paths_embedding_dirs(ctx->env, dirs, 4);
-    sd_text_encode_opts o = {.embedding_dirs = (const char *const *)dirs,
-                             .n_embedding_dirs = nd,
-                             .warn = warn_to_log,
-                             .warn_ud = ctx};
+    char *dirs[SD_NODES_MAX_EMBEDDING_DIRS];
+    sd_text_encode_opts o;
+    size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
     sd_tensor *cond = NULL, *pooled = NULL;
     rc = sd_text_encode_sdxl(te, tg ? tg : "", tl ? tl : "", clip->clip_skip, &o, &cond, &pooled,
                              err);
@@ -107,9 +58,10 @@ static sd_status sdxl_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
     }
     static const char *const keys[] = {"width",  "height",       "crop_w",
                                        "crop_h", "target_width", "target_height"};
-    extra ex[6];
-    for (int i = 0; i < 6; i++) ex[i] = (extra){keys[i], sd_value_int(sd_value_as_int(in[1 + i]))};
-    return make_conditioning(cond, pooled, ex, 6, &out[0], err);
+    sd_nodes_cond_extra ex[6];
+    for (int i = 0; i < 6; i++)
+        ex[i] = (sd_nodes_cond_extra){keys[i], sd_value_int(sd_value_as_int(in[1 + i]))};
+    return sd_nodes_text_cond(cond, pooled, ex, 6, &out[0], err);
 }
 
 #define SIZE_INPUT(n, d) \
@@ -151,12 +103,9 @@ static sd_status refiner_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
     sd_status rc = get_encoder(in, 4, &clip, &te, err);
     if (rc) return rc;
     const char *text = sd_value_as_string(in[3]);
-    char *dirs[4];
-    size_t nd = sd_model_paths_embedding_dirs(ctx->env, dirs, 4);
-    sd_text_encode_opts o = {.embedding_dirs = (const char *const *)dirs,
-                             .n_embedding_dirs = nd,
-                             .warn = warn_to_log,
-                             .warn_ud = ctx};
+    char *dirs[SD_NODES_MAX_EMBEDDING_DIRS];
+    sd_text_encode_opts o;
+    size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
     sd_tensor *cond = NULL, *pooled = NULL;
     rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
     sd_model_paths_free_list(dirs, nd);
@@ -168,10 +117,10 @@ static sd_status refiner_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
         sd_error_at(err, NULL, NULL, "text");
         return rc;
     }
-    extra ex[3] = {{"aesthetic_score", sd_value_float(sd_value_as_float(in[0]))},
+    sd_nodes_cond_extra ex[3] = {{"aesthetic_score", sd_value_float(sd_value_as_float(in[0]))},
                    {"width", sd_value_int(sd_value_as_int(in[1]))},
                    {"height", sd_value_int(sd_value_as_int(in[2]))}};
-    return make_conditioning(cond, pooled, ex, 3, &out[0], err);
+    return sd_nodes_text_cond(cond, pooled, ex, 3, &out[0], err);
 }
 
 static const sd_input_def refiner_inputs[] = {
