@@ -3,6 +3,7 @@
  * so block numbering (input_blocks.N.M, output_blocks.N.2.conv, ...) comes out
  * exactly as in real files. */
 #include "synth.h"
+#include "models/synth_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -231,27 +232,6 @@ void sd_synth_sd1_keys(const sd_synth_config *cfg, sd_synth_key_fn fn, void *use
 
 /* ---- random fill --------------------------------------------------------------- */
 
-typedef struct {
-    sd_st_writer *w;
-    uint64_t state;
-    sd_status rc;
-    sd_error *err;
-} filler;
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 /* Norm layers are recognised by name, as in the layout: ".norm", "norm1".."norm3",
  * "norm_out", "layer_norm", "in_layers.0", "out_layers.0", "out.0". */
 static int is_norm(const char *name) {
@@ -260,7 +240,7 @@ static int is_norm(const char *name) {
 }
 
 static void fill_one(void *user, const char *name, sd_dtype dtype, int ndim, const int64_t *shape) {
-    filler *f = user;
+    sd_synth_filler *f = user;
     if (f->rc) return;
     sd_tensor *t = sd_tensor_new(dtype, ndim, shape);
     if (!t) { f->rc = sd_error_set(f->err, SD_ERR_NOMEM, "out of memory synthesizing '%s'", name); return; }
@@ -269,18 +249,13 @@ static void fill_one(void *user, const char *name, sd_dtype dtype, int ndim, con
         uint16_t *p = t->data;
         if (is_norm(name)) {
             uint16_t one = sd_f32_to_f16(1.0f);
-            for (size_t i = 0; i < n; i++) p[i] = ends_with(name, ".weight") ? one : 0;
+            for (size_t i = 0; i < n; i++) p[i] = sd_synth_ends_with(name, ".weight") ? one : 0;
         } else {
             double fan_in = 1;
             for (int i = 1; i < ndim; i++) fan_in *= (double)shape[i];
-            double sd = ends_with(name, ".bias") ? 0.02 : 1.0 / sqrt(fan_in);
+            double sd = sd_synth_ends_with(name, ".bias") ? 0.02 : 1.0 / sqrt(fan_in);
             if (strstr(name, "embedding")) sd = 0.02;
-            for (size_t i = 0; i + 1 < n + 1; i += 2) {
-                double u1 = uniform(&f->state), u2 = uniform(&f->state);
-                double r = sqrt(-2.0 * log(u1)) * sd;
-                p[i] = sd_f32_to_f16((float)(r * cos(2 * M_PI * u2)));
-                if (i + 1 < n) p[i + 1] = sd_f32_to_f16((float)(r * sin(2 * M_PI * u2)));
-            }
+            sd_synth_fill_gauss_f16(f, p, n, sd);
         }
     } else if (dtype == SD_F32 && ndim == 1 && shape[0] == 1000) {
         /* scaled_linear betas, the schedule SD1 was trained with */
@@ -299,18 +274,14 @@ static void fill_one(void *user, const char *name, sd_dtype dtype, int ndim, con
         int64_t *p = t->data;
         for (size_t i = 0; i < n; i++) p[i] = (int64_t)i;
     }
-    f->rc = sd_st_writer_add(f->w, name, t, f->err);
-    sd_tensor_unref(t);
+    sd_synth_filler_add(f, name, t);
 }
 
 sd_status sd_synth_sd1_write(const sd_synth_config *cfg, uint64_t seed, const char *path,
                              sd_error *err) {
-    filler f = {sd_st_writer_new(), seed ^ 0x5d5d5d5dull, SD_OK, err};
-    if (!f.w) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_synth_filler f;
+    sd_status rc = sd_synth_filler_open(&f, seed ^ 0x5d5d5d5dull, err);
+    if (rc) return rc;
     sd_synth_sd1_keys(cfg, fill_one, &f);
-    if (!f.rc) f.rc = sd_st_writer_meta(f.w, "sdflow_random_weights", "true", err);
-    if (!f.rc) f.rc = sd_st_writer_meta(f.w, "sdflow_preset", cfg->name, err);
-    if (!f.rc) f.rc = sd_st_writer_save(f.w, path, err);
-    sd_st_writer_free(f.w);
-    return f.rc;
+    return sd_synth_filler_save(&f, cfg->name, path);
 }

@@ -5,6 +5,7 @@
  * OpenCLIP bigG text tower has its own layout (fused in_proj, ln_1/ln_2,
  * mlp.c_fc/c_proj, text_projection, logit_scale). */
 #include "synth.h"
+#include "models/synth_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -220,29 +221,6 @@ void sd_synth_sdxl_keys(const sd_synth_sdxl_config *cfg, sd_synth_key_fn fn, voi
 
 /* ---- random fill --------------------------------------------------------------------------- */
 
-typedef struct {
-    sd_st_writer *w;
-    uint64_t state;
-    sd_status rc;
-    sd_error *err;
-} filler;
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *s) {
-    return ((double)(splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 /* Norm layers by name: GroupNorm/LayerNorm modules ("norm", "ln_"), the
  * UNet's in_layers.0 / out_layers.0 / out.0. They start at weight 1, bias 0. */
 static int is_norm(const char *name) {
@@ -251,7 +229,7 @@ static int is_norm(const char *name) {
 }
 
 static void fill_one(void *user, const char *name, sd_dtype dtype, int ndim, const int64_t *shape) {
-    filler *f = user;
+    sd_synth_filler *f = user;
     if (f->rc) return;
     sd_tensor *t = sd_tensor_new(dtype, ndim, shape);
     if (!t) {
@@ -265,34 +243,24 @@ static void fill_one(void *user, const char *name, sd_dtype dtype, int ndim, con
     } else if (ndim == 0) {
         *(uint16_t *)t->data = sd_f32_to_f16((float)log(1.0 / 0.07)); /* CLIP's logit_scale */
     } else if (is_norm(name)) {
-        uint16_t v = sd_f32_to_f16(ends_with(name, ".weight") ? 1.0f : 0.0f);
+        uint16_t v = sd_f32_to_f16(sd_synth_ends_with(name, ".weight") ? 1.0f : 0.0f);
         uint16_t *p = t->data;
         for (size_t i = 0; i < n; i++) p[i] = v;
     } else {
         double fan_in = 1;
         for (int i = 1; i < ndim; i++) fan_in *= (double)shape[i];
-        double sd = ends_with(name, "bias") ? 0.02 : 1.0 / sqrt(fan_in);
+        double sd = sd_synth_ends_with(name, "bias") ? 0.02 : 1.0 / sqrt(fan_in);
         if (strstr(name, "embedding")) sd = 0.02;
-        uint16_t *p = t->data;
-        for (size_t i = 0; i < n; i += 2) {
-            double u1 = uniform(&f->state), u2 = uniform(&f->state);
-            double r = sqrt(-2.0 * log(u1)) * sd;
-            p[i] = sd_f32_to_f16((float)(r * cos(2 * M_PI * u2)));
-            if (i + 1 < n) p[i + 1] = sd_f32_to_f16((float)(r * sin(2 * M_PI * u2)));
-        }
+        sd_synth_fill_gauss_f16(f, t->data, n, sd);
     }
-    f->rc = sd_st_writer_add(f->w, name, t, f->err);
-    sd_tensor_unref(t);
+    sd_synth_filler_add(f, name, t);
 }
 
 sd_status sd_synth_sdxl_write(const sd_synth_sdxl_config *cfg, uint64_t seed, const char *path,
                               sd_error *err) {
-    filler f = {sd_st_writer_new(), seed ^ 0x5d1e5d1eull, SD_OK, err};
-    if (!f.w) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_synth_filler f;
+    sd_status rc = sd_synth_filler_open(&f, seed ^ 0x5d1e5d1eull, err);
+    if (rc) return rc;
     sd_synth_sdxl_keys(cfg, fill_one, &f);
-    if (!f.rc) f.rc = sd_st_writer_meta(f.w, "sdflow_random_weights", "true", err);
-    if (!f.rc) f.rc = sd_st_writer_meta(f.w, "sdflow_preset", cfg->name, err);
-    if (!f.rc) f.rc = sd_st_writer_save(f.w, path, err);
-    sd_st_writer_free(f.w);
-    return f.rc;
+    return sd_synth_filler_save(&f, cfg->name, path);
 }
