@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
 #include "models/controlnet.h"
@@ -34,6 +35,18 @@ int sd_golden_case_present(const char *dir, const cJSON *c);
  * freeing manifest) as soon as one of them lacks its reference file, so a
  * test never passes on partial data. */
 int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp);
+
+/* Compares actual with reference tensor `name` of the case (read from g as
+ * F32) under the tolerance its manifest entry tensors[name].tolerance gives
+ * (atol, rtol; a missing one is a failure): five checks (tolerance present,
+ * reference present, actual produced, shape, allclose), one printed line.
+ * case_id names the case in messages. Borrows actual. */
+void sd_golden_compare(const char *case_id, cJSON *tensors, sd_st_file *g, const char *name,
+                       sd_tensor *actual);
+
+/* Marks the entry `name` of the case's tensors object as checked (used[i] for
+ * the i-th entry); returns 0 when there is no such entry. */
+int sd_golden_mark(cJSON *tensors, int *used, const char *name);
 
 /* ---- end-to-end cases ----------------------------------------------------- */
 

@@ -43,48 +43,11 @@ static cJSON *tensors;
 static int *used;
 static sd_st_file *gold;
 
-static int mark(const char *name) {
-    int i = 0;
-    cJSON *t;
-    cJSON_ArrayForEach(t, tensors) {
-        if (strcmp(t->string, name) == 0) {
-            used[i] = 1;
-            return 1;
-        }
-        i++;
-    }
-    return 0;
-}
+static int mark(const char *name) { return sd_golden_mark(tensors, used, name); }
 
 static void compare(const char *name, sd_tensor *actual) {
-    sd_error err;
-    sd_error_clear(&err);
     mark(name);
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(tensors, name);
-    cJSON *tol = cJSON_GetObjectItemCaseSensitive(meta, "tolerance");
-    double atol = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(tol, "atol"));
-    double rtol = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(tol, "rtol"));
-    CHECK_MSG(!isnan(atol) && !isnan(rtol), "%s %s: no tolerance in the manifest", case_id, name);
-    sd_tensor *exp = sd_st_tensor_f32(gold, name, &err);
-    CHECK_MSG(exp != NULL, "%s: golden tensor %s missing: %s", case_id, name, err.msg);
-    CHECK_MSG(actual != NULL, "%s %s: not produced", case_id, name);
-    if (exp && actual) {
-        int same = actual->ndim == exp->ndim;
-        for (int i = 0; same && i < exp->ndim; i++) same = actual->shape[i] == exp->shape[i];
-        char b1[96], b2[96];
-        CHECK_MSG(same, "%s %s: shape %s, expected %s", case_id, name,
-                  sd_tensor_shape_str(actual, b1, sizeof b1), sd_tensor_shape_str(exp, b2, sizeof b2));
-        if (same) {
-            double max_abs = 0;
-            long worst = -1;
-            int ok = sd_test_allclose(actual, exp, atol, rtol, &max_abs, &worst);
-            printf("  %-16s %-24s max|err| %.3g (atol %.3g rtol %.3g) %s\n", case_id, name, max_abs, atol,
-                   rtol, ok ? "ok" : "FAIL");
-            CHECK_MSG(ok, "%s %s: max abs error %g at %ld (atol %g, rtol %g)", case_id, name, max_abs,
-                      worst, atol, rtol);
-        }
-    }
-    sd_tensor_unref(exp);
+    sd_golden_compare(case_id, tensors, gold, name, actual);
 }
 
 /* Group input `name` of group pre, else of any group (the reference reused

@@ -35,36 +35,6 @@
 
 static const char *case_id;
 
-static void compare(cJSON *tensors, sd_st_file *g, const char *name, sd_tensor *actual) {
-    sd_error err;
-    sd_error_clear(&err);
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(tensors, name);
-    cJSON *tol = cJSON_GetObjectItemCaseSensitive(meta, "tolerance");
-    double atol = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(tol, "atol"));
-    double rtol = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(tol, "rtol"));
-    CHECK_MSG(!isnan(atol) && !isnan(rtol), "%s %s: no tolerance in the manifest", case_id, name);
-    sd_tensor *exp = sd_st_tensor_f32(g, name, &err);
-    CHECK_MSG(exp != NULL, "%s: golden tensor %s missing: %s", case_id, name, err.msg);
-    CHECK_MSG(actual != NULL, "%s %s: not produced", case_id, name);
-    if (exp && actual) {
-        int same = actual->ndim == exp->ndim;
-        for (int i = 0; same && i < exp->ndim; i++) same = actual->shape[i] == exp->shape[i];
-        char b1[96], b2[96];
-        CHECK_MSG(same, "%s %s: shape %s, expected %s", case_id, name,
-                  sd_tensor_shape_str(actual, b1, sizeof b1), sd_tensor_shape_str(exp, b2, sizeof b2));
-        if (same) {
-            double max_abs = 0;
-            long worst = -1;
-            int ok = sd_test_allclose(actual, exp, atol, rtol, &max_abs, &worst);
-            printf("  %-18s %-84s max|err| %.3g (atol %.3g rtol %.3g) %s\n", case_id, name, max_abs,
-                   atol, rtol, ok ? "ok" : "FAIL");
-            CHECK_MSG(ok, "%s %s: max abs error %g at %ld (atol %g, rtol %g)", case_id, name, max_abs,
-                      worst, atol, rtol);
-        }
-    }
-    sd_tensor_unref(exp);
-}
-
 static sd_tensor *input(sd_st_file *g, const char *name) {
     sd_error err;
     sd_error_clear(&err);
@@ -103,19 +73,6 @@ static const char *part_prefix(sd_lora_part p, const sd_text_encoder *te) {
     if (p == SD_LORA_UNET) return SD_UNET_PREFIX;
     if (p == SD_LORA_CLIP_G) return SD_TE_PREFIX_SDXL_G;
     return sd_text_encoder_kind(te) == SD_TE_SD1 ? SD_TE_PREFIX_SD1 : SD_TE_PREFIX_SDXL_L;
-}
-
-static int mark(cJSON *tensors, int *used, const char *name) {
-    int i = 0;
-    cJSON *t;
-    cJSON_ArrayForEach(t, tensors) {
-        if (strcmp(t->string, name) == 0) {
-            used[i] = 1;
-            return 1;
-        }
-        i++;
-    }
-    return 0;
 }
 
 /* The manifest model that holds checkpoint key `key`. */
@@ -252,25 +209,25 @@ static void run_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c)
         sd_bt *w = param(uv, tev, key);
         CHECK_MSG(w != NULL, "%s: the model has no parameter '%s'", case_id, key);
         sd_tensor *h = w ? sd_bt_to_host(w) : NULL;
-        compare(tensors, g, t->string, h);
-        mark(tensors, used, t->string);
+        sd_golden_compare(case_id, tensors, g, t->string, h);
+        sd_golden_mark(tensors, used, t->string);
         sd_tensor_unref(h);
     }
 
     if (cJSON_GetObjectItemCaseSensitive(tensors, "unet.x")) {
         sd_tensor *x = input(g, "unet.x"), *ts = input(g, "unet.timesteps"), *ctx = input(g, "unet.context");
-        mark(tensors, used, "unet.x");
-        mark(tensors, used, "unet.timesteps");
-        mark(tensors, used, "unet.context");
+        sd_golden_mark(tensors, used, "unet.x");
+        sd_golden_mark(tensors, used, "unet.timesteps");
+        sd_golden_mark(tensors, used, "unet.context");
         if (x && ts && ctx) {
-            if (mark(tensors, used, "unet.out")) {
+            if (sd_golden_mark(tensors, used, "unet.out")) {
                 sd_tensor *o = unet_run(uv, be, x, ts, ctx);
-                compare(tensors, g, "unet.out", o);
+                sd_golden_compare(case_id, tensors, g, "unet.out", o);
                 sd_tensor_unref(o);
             }
-            if (mark(tensors, used, "unet.out_base")) {
+            if (sd_golden_mark(tensors, used, "unet.out_base")) {
                 sd_tensor *o = unet_run(u, be, x, ts, ctx);
-                compare(tensors, g, "unet.out_base", o);
+                sd_golden_compare(case_id, tensors, g, "unet.out_base", o);
                 sd_tensor_unref(o);
             }
         }
@@ -280,16 +237,19 @@ static void run_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c)
     }
     if (cJSON_GetObjectItemCaseSensitive(tensors, "clip.ids")) {
         sd_tensor *ids = input(g, "clip.ids");
-        mark(tensors, used, "clip.ids");
+        sd_golden_mark(tensors, used, "clip.ids");
         if (ids) {
             sd_tensor *cond, *pooled;
             clip_run(tev, ids, &cond, &pooled);
-            if (mark(tensors, used, "clip.cond")) compare(tensors, g, "clip.cond", cond);
-            if (mark(tensors, used, "clip.pooled")) compare(tensors, g, "clip.pooled", pooled);
+            if (sd_golden_mark(tensors, used, "clip.cond"))
+                sd_golden_compare(case_id, tensors, g, "clip.cond", cond);
+            if (sd_golden_mark(tensors, used, "clip.pooled"))
+                sd_golden_compare(case_id, tensors, g, "clip.pooled", pooled);
             sd_tensor_unref(cond);
             sd_tensor_unref(pooled);
             clip_run(te, ids, &cond, &pooled);
-            if (mark(tensors, used, "clip.cond_base")) compare(tensors, g, "clip.cond_base", cond);
+            if (sd_golden_mark(tensors, used, "clip.cond_base"))
+                sd_golden_compare(case_id, tensors, g, "clip.cond_base", cond);
             sd_tensor_unref(cond);
             sd_tensor_unref(pooled);
         }
@@ -347,12 +307,12 @@ static sd_st_file *e2e_g;
 static int *e2e_used;
 
 static void e2e_cmp(const char *name, sd_tensor *t) {
-    mark(e2e_tensors, e2e_used, name);
-    compare(e2e_tensors, e2e_g, name, t);
+    sd_golden_mark(e2e_tensors, e2e_used, name);
+    sd_golden_compare(case_id, e2e_tensors, e2e_g, name, t);
 }
 
 static sd_tensor *e2e_in(const char *name) {
-    mark(e2e_tensors, e2e_used, name);
+    sd_golden_mark(e2e_tensors, e2e_used, name);
     return input(e2e_g, name);
 }
 

@@ -41,39 +41,6 @@ static void on_tap(void *user, const char *name, const sd_bt *t) {
 
 static const char *case_id;
 
-/* Compare actual with golden tensor `name` of the case using its tolerance. */
-static void compare(cJSON *tensors, sd_st_file *g, const char *name, sd_tensor *actual) {
-    sd_error err;
-    sd_error_clear(&err);
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(tensors, name);
-    cJSON *tol = cJSON_GetObjectItemCaseSensitive(meta, "tolerance");
-    double atol = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(tol, "atol"));
-    double rtol = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(tol, "rtol"));
-    CHECK_MSG(!isnan(atol) && !isnan(rtol), "%s %s: no tolerance in the manifest", case_id, name);
-    sd_tensor *exp = sd_st_tensor_f32(g, name, &err);
-    CHECK_MSG(exp != NULL, "%s: golden tensor %s missing: %s", case_id, name, err.msg);
-    CHECK_MSG(actual != NULL, "%s %s: not produced", case_id, name);
-    if (!exp || !actual) {
-        sd_tensor_unref(exp);
-        return;
-    }
-    int same = actual->ndim == exp->ndim;
-    for (int i = 0; same && i < exp->ndim; i++) same = actual->shape[i] == exp->shape[i];
-    char b1[96], b2[96];
-    CHECK_MSG(same, "%s %s: shape %s, expected %s", case_id, name,
-              sd_tensor_shape_str(actual, b1, sizeof b1), sd_tensor_shape_str(exp, b2, sizeof b2));
-    if (same) {
-        double max_abs = 0;
-        long worst = -1;
-        int ok = sd_test_allclose(actual, exp, atol, rtol, &max_abs, &worst);
-        printf("  %-10s %-26s max|err| %.3g (atol %.3g rtol %.3g) %s\n", case_id, name, max_abs, atol,
-               rtol, ok ? "ok" : "FAIL");
-        CHECK_MSG(ok, "%s %s: max abs error %g at %ld (atol %g, rtol %g)", case_id, name, max_abs,
-                  worst, atol, rtol);
-    }
-    sd_tensor_unref(exp);
-}
-
 /* Golden tensor as F32 host tensor, or NULL (with a CHECK failure). */
 static sd_tensor *input(sd_st_file *g, const char *name) {
     sd_error err;
@@ -187,7 +154,7 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
         if (has_tensor(tensors, NAME("timestep"))) {
             sd_tensor *tt = sd_tensor_new4(SD_F32, 1, n, 0, 0, 0);
             memcpy(sd_tensor_f32(tt), ts, (size_t)n * sizeof *ts);
-            compare(tensors, g, NAME("timestep"), tt);
+            sd_golden_compare(case_id, tensors, g, NAME("timestep"), tt);
             USE("timestep");
             sd_tensor_unref(tt);
         }
@@ -197,7 +164,7 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
             sd_ms_calculate_input(ms, sig[i], sd_tensor_f32(x) + i * per, sd_tensor_f32(xin) + i * per,
                                   (size_t)per);
         if (has_tensor(tensors, NAME("x_in"))) {
-            compare(tensors, g, NAME("x_in"), xin);
+            sd_golden_compare(case_id, tensors, g, NAME("x_in"), xin);
             USE("x_in");
         }
     } else {
@@ -230,7 +197,7 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
         if (pooled) CHECK_OK(sd_unet_sdxl_adm(pooled, &size, &y, &err), &err);
         sd_tensor_unref(pooled);
         if (has_tensor(tensors, NAME("y"))) {
-            compare(tensors, g, NAME("y"), y);
+            sd_golden_compare(case_id, tensors, g, NAME("y"), y);
             USE("y");
         }
     }
@@ -262,14 +229,14 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
     for (int i = 0; i < taps.n; i++) {
         char full[128];
         snprintf(full, sizeof full, "%s%s", strcmp(taps.names[i], "t_emb") ? "act." : "", taps.names[i]);
-        compare(tensors, g, NAME(full), taps.got[i]);
+        sd_golden_compare(case_id, tensors, g, NAME(full), taps.got[i]);
         USE(full);
         sd_tensor_unref(taps.got[i]);
     }
 
     if (ms) {
         if (has_tensor(tensors, NAME("eps"))) {
-            compare(tensors, g, NAME("eps"), out);
+            sd_golden_compare(case_id, tensors, g, NAME("eps"), out);
             USE("eps");
         }
         if (out && has_tensor(tensors, NAME("denoised"))) {
@@ -278,12 +245,12 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
             for (int64_t i = 0; i < n; i++)
                 sd_ms_calculate_denoised(ms, sig[i], sd_tensor_f32(out) + i * per, sd_tensor_f32(x) + i * per,
                                          sd_tensor_f32(den) + i * per, (size_t)per);
-            compare(tensors, g, NAME("denoised"), den);
+            sd_golden_compare(case_id, tensors, g, NAME("denoised"), den);
             USE("denoised");
             sd_tensor_unref(den);
         }
     } else if (has_tensor(tensors, NAME("out"))) {
-        compare(tensors, g, NAME("out"), out);
+        sd_golden_compare(case_id, tensors, g, NAME("out"), out);
         USE("out");
     }
     sd_tensor_unref(out);
@@ -431,8 +398,8 @@ static void run_control_group(sd_backend *be, const char *dir, cJSON *manifest, 
     CHECK_OK(sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, NULL, &base, &err), &err);
     CHECK_OK(sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, &control, &ctl, &err), &err);
     sd_tensor *hb = base ? sd_bt_to_host(base) : NULL, *hc = ctl ? sd_bt_to_host(ctl) : NULL;
-    if (has_tensor(tensors, NAME("unet_out_base"))) compare(tensors, g, nm, hb);
-    compare(tensors, g, NAME("unet_out_control"), hc);
+    if (has_tensor(tensors, NAME("unet_out_base"))) sd_golden_compare(case_id, tensors, g, nm, hb);
+    sd_golden_compare(case_id, tensors, g, NAME("unet_out_control"), hc);
     sd_tensor_unref(hb);
     sd_tensor_unref(hc);
 
