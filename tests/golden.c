@@ -67,6 +67,29 @@ int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp) 
     return n;
 }
 
+void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const char *comp,
+                         sd_golden_case_fn fn, const char *e2e_key, sd_golden_case_fn e2e_fn,
+                         const char **case_id) {
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
+        if (!sd_golden_case_is(c, comp)) continue;
+        *case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+        printf("case %s\n", *case_id);
+        fn(be, dir, manifest, c);
+    }
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
+        cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "settings");
+        if (!sd_golden_case_is(c, "e2e") || !cJSON_GetObjectItemCaseSensitive(st, e2e_key)) continue;
+        *case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+        if (!sd_golden_case_present(dir, c)) {
+            printf("case %s: reference file absent, not run\n", *case_id);
+            continue;
+        }
+        printf("case %s\n", *case_id);
+        e2e_fn(be, dir, manifest, c);
+    }
+}
+
 void sd_golden_compare(const char *case_id, cJSON *tensors, sd_st_file *g, const char *name,
                        sd_tensor *actual) {
     sd_error err;

@@ -36,6 +36,18 @@ int sd_golden_case_present(const char *dir, const cJSON *c);
  * test never passes on partial data. */
 int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp);
 
+/* Runs one case of the manifest (dir: the data folder). */
+typedef void (*sd_golden_case_fn)(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c);
+
+/* Runs fn on every case of component comp, then e2e_fn on every "e2e" case
+ * whose settings hold e2e_key and whose reference file is present (an
+ * absent one is reported and not run: the component's own cases were
+ * required by sd_golden_require_cases). Before each, *case_id is set to the
+ * case's id and "case <id>" printed. */
+void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const char *comp,
+                         sd_golden_case_fn fn, const char *e2e_key, sd_golden_case_fn e2e_fn,
+                         const char **case_id);
+
 /* Compares actual with reference tensor `name` of the case (read from g as
  * F32) under the tolerance its manifest entry tensors[name].tolerance gives
  * (atol, rtol; a missing one is a failure): five checks (tolerance present,

@@ -388,7 +388,6 @@ int main(void) {
     cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
 
-    cJSON *c;
     int n_cases = sd_golden_require_cases(manifest, dir, "lora");
     if (n_cases == 0) {
         cJSON_Delete(manifest);
@@ -400,23 +399,7 @@ int main(void) {
     sd_error_clear(&err);
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
     if (be) {
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            if (!sd_golden_case_is(c, "lora")) continue;
-            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-            printf("case %s\n", case_id);
-            run_case(be, dir, manifest, c);
-        }
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "settings");
-            if (!sd_golden_case_is(c, "e2e") || !cJSON_GetObjectItemCaseSensitive(st, "lora")) continue;
-            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-            if (!sd_golden_case_present(dir, c)) {
-                printf("case %s: reference file absent, not run\n", case_id);
-                continue;
-            }
-            printf("case %s\n", case_id);
-            run_e2e_case(be, dir, manifest, c);
-        }
+        sd_golden_run_cases(be, dir, manifest, "lora", run_case, "lora", run_e2e_case, &case_id);
         sd_backend_free(be);
     }
     cJSON_Delete(manifest);
