@@ -81,7 +81,7 @@ int sd_prompt_parse_float(const char *s, size_t len, double *out)
     if (i < n && (c[i] == '+' || c[i] == '-'))
         buf[k++] = (char)c[i++];
     if (ci_equal(c + i, n - i, "inf") || ci_equal(c + i, n - i, "infinity")) {
-        *out = buf[0] == '-' ? -INFINITY : INFINITY;
+        *out = k > 0 && buf[0] == '-' ? -INFINITY : INFINITY;
         ok = 1;
     } else if (ci_equal(c + i, n - i, "nan")) {
         *out = NAN;
