@@ -2,7 +2,7 @@
  * shapes through PyTorch on the same weights when python3-torch is present.
  *
  *   sdflow-bench [--work-dir DIR] [--repeat N] [--quick] [--threads N]
- *                [--phases unet,vae,clip,txt2img] [--steps N] [--preset sd1]
+ *                [--phases unet,vae,clip,txt2img,unet_sdxl] [--steps N] [--preset sd1]
  *                [--no-torch] [--python PATH] [--torch-script PATH]
  *
  * See bench/README.md for what each row measures and how FLOPs are counted.
@@ -30,26 +30,41 @@
 
 #define FULL_STEPS 20
 
-/* Model families the bench can synthesize. SDXL is the next entry:
- * models/synth.h now has sd_synth_sdxl_write ("sdxl" preset); what is left is
- * a writer adapter here, SDXL inputs in bench_phases.c (latent 128x128,
- * context 2048, adm y from sd_unet_sdxl_adm, both text encoders) and the SDXL
- * UNet (linear proj_in, label_emb, 64-channel heads) in torch_ref.py. */
+/* Writers by models/synth.h preset name (seed 1). */
+static sd_status write_sd1(const char *preset, const char *path, sd_error *err)
+{
+    const sd_synth_config *cfg = sd_synth_preset(preset);
+    if (!cfg) return sd_error_set(err, SD_ERR_INVALID, "no synth preset %s", preset);
+    return sd_synth_sd1_write(cfg, 1, path, err);
+}
+
+static sd_status write_sdxl(const char *preset, const char *path, sd_error *err)
+{
+    const sd_synth_sdxl_config *cfg = sd_synth_sdxl_preset(preset);
+    if (!cfg) return sd_error_set(err, SD_ERR_INVALID, "no synth preset %s", preset);
+    return sd_synth_sdxl_write(cfg, 1, path, err);
+}
+
+/* Model families the bench can synthesize. --preset picks the family of the
+ * unet/vae/clip/txt2img phases (sd1 only so far); the unet_sdxl phase always
+ * uses the sdxl entry. The rest of SDXL (both text encoders, txt2img, a
+ * PyTorch SDXL UNet in torch_ref.py) is not wired. */
 typedef struct bench_preset {
     const char *name;
     const char *synth_preset; /* models/synth.h preset */
-    sd_status (*write)(const sd_synth_config *, uint64_t, const char *, sd_error *);
-    int size; /* image side the benchmark runs at */
+    sd_status (*write)(const char *synth_preset, const char *path, sd_error *);
+    int size;        /* image side the benchmark runs at */
+    int full_phases; /* 1: usable as --preset (all four phases wired) */
 } bench_preset;
 
 static const bench_preset presets[] = {
-    {"sd1", "sd1", sd_synth_sd1_write, 512},
-    {"sdxl", "sdxl", NULL, 1024}, /* hook: no SDXL synthesizer yet */
+    {"sd1", "sd1", write_sd1, 512, 1},
+    {"sdxl", "sdxl", write_sdxl, 1024, 0}, /* the unet_sdxl phase only */
 };
 
 typedef struct opts {
     const char *work_dir, *phases, *python, *script, *preset;
-    int repeat, quick, threads, steps, no_torch;
+    int repeat, repeat_set, quick, threads, steps, no_torch;
     sd_dtype weights;
 } opts;
 
@@ -61,10 +76,13 @@ static void usage(FILE *o)
             "  --repeat N          runs per figure, median reported (default 3)\n"
             "  --quick             smoke run: 1 repeat, batch 1 only\n"
             "  --threads N         compute threads, ours and PyTorch's (default: all cores)\n"
-            "  --phases LIST       comma list of unet,vae,clip,txt2img (default all)\n"
+            "  --phases LIST       comma list of unet,vae,clip,txt2img,unet_sdxl (default\n"
+            "                      unet,vae,clip,txt2img; unet_sdxl is the full-size SDXL\n"
+            "                      UNet at 1024x1024, ~5 GB checkpoint, 1 repeat unless\n"
+            "                      --repeat is given)\n"
             "  --steps N           txt2img steps actually run; < 20 scales the sampling time\n"
             "                      to 20 steps and says so (default 20)\n"
-            "  --preset NAME       sd1 (default); sdxl is not available yet\n"
+            "  --preset NAME       sd1 (default; SDXL: --phases unet_sdxl)\n"
             "  --weights f32|f16   weight dtype requested from the UNet/CLIP loaders (default\n"
             "                      f32, as sdflow run asks; loaders may keep F16 as stored\n"
             "                      when the backend computes with it: the table says)\n"
@@ -106,6 +124,7 @@ static int parse_args(int argc, char **argv, opts *o)
             else goto bad;
         } else if (VAL("--repeat")) {
             if (parse_int(next, 1, &o->repeat) || o->repeat > SD_BENCH_MAX_REPEAT) goto bad;
+            o->repeat_set = 1;
         } else if (VAL("--threads")) {
             if (parse_int(next, 1, &o->threads)) goto bad;
         } else if (VAL("--steps")) {
@@ -161,11 +180,6 @@ static int ensure_checkpoint(const bench_preset *p, const char *path)
         fprintf(stderr, "sdflow-bench: reusing %s\n", path);
         return 0;
     }
-    const sd_synth_config *cfg = sd_synth_preset(p->synth_preset);
-    if (!cfg) {
-        fprintf(stderr, "sdflow-bench: no synth preset %s\n", p->synth_preset);
-        return -1;
-    }
     fprintf(stderr, "sdflow-bench: synthesizing full-size %s checkpoint (random F16 weights) "
                     "-> %s\n", p->name, path);
     double t0 = sd_bench_now();
@@ -175,7 +189,7 @@ static int ensure_checkpoint(const bench_preset *p, const char *path)
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
         sd_error_clear(&err);
-        if (p->write(cfg, 1, tmp, &err) || rename(tmp, path)) {
+        if (p->write(p->synth_preset, tmp, &err) || rename(tmp, path)) {
             char buf[SD_ERR_MSG_MAX + 256];
             fprintf(stderr, "sdflow-bench: synthesis failed: %s\n",
                     err.code ? sd_error_format(&err, buf, sizeof buf) : strerror(errno));
@@ -247,6 +261,7 @@ typedef struct row {
     sd_bench_job job;
     sd_bench_result ours, torch;
     int torch_kind; /* 0: no PyTorch counterpart */
+    const char *torch_na; /* PyTorch column "n/a" with this reason */
 } row;
 
 static void run_torch(const opts *o, const char *ckpt, const row *rw, sd_bench_result *r)
@@ -284,30 +299,36 @@ int main(int argc, char **argv)
     const bench_preset *preset = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcmp(presets[i].name, o.preset)) preset = &presets[i];
-    if (!preset || !preset->write) {
+    if (!preset || !preset->full_phases) {
         fprintf(stderr, "sdflow-bench: preset '%s' is not available (have: sd1)%s\n", o.preset,
-                preset ? "; the SDXL phases are not wired yet (bench/README.md)" : "");
+                preset ? "; for SDXL use --phases unet_sdxl (bench/README.md)" : "");
         return 2;
     }
-    static const char *known[] = {"unet", "vae", "clip", "txt2img"};
+    static const char *known[] = {"unet", "vae", "clip", "txt2img", "unet_sdxl"};
     for (const char *p = o.phases; *p;) {
         size_t len = strcspn(p, ","), ok = 0;
-        for (size_t i = 0; i < 4; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
+        for (size_t i = 0; i < 5; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
         if (!ok) {
-            fprintf(stderr, "sdflow-bench: unknown phase '%.*s' (unet,vae,clip,txt2img)\n",
-                    (int)len, p);
+            fprintf(stderr, "sdflow-bench: unknown phase '%.*s' (unet,vae,clip,txt2img,"
+                            "unet_sdxl)\n", (int)len, p);
             return 2;
         }
         p += len + (p[len] == ',');
     }
+    int want_main = has_phase(o.phases, "unet") || has_phase(o.phases, "vae") ||
+                    has_phase(o.phases, "clip") || has_phase(o.phases, "txt2img");
+    int want_xl = has_phase(o.phases, "unet_sdxl");
 
     if (mkdirs(o.work_dir)) {
         fprintf(stderr, "sdflow-bench: cannot create %s: %s\n", o.work_dir, strerror(errno));
         return 1;
     }
-    char ckpt[4096];
+    const bench_preset *xl = &presets[1];
+    char ckpt[4096], ckpt_xl[4096];
     snprintf(ckpt, sizeof ckpt, "%s/%s-random-f16.safetensors", o.work_dir, preset->name);
-    if (ensure_checkpoint(preset, ckpt)) return 1;
+    snprintf(ckpt_xl, sizeof ckpt_xl, "%s/%s-random-f16.safetensors", o.work_dir, xl->name);
+    if (want_main && ensure_checkpoint(preset, ckpt)) return 1;
+    if (want_xl && ensure_checkpoint(xl, ckpt_xl)) return 1;
 
     char model[256], flags[256], tv[64] = "";
     cpu_info(model, sizeof model, flags, sizeof flags);
@@ -358,6 +379,21 @@ int main(int argc, char **argv)
                  o.steps < FULL_STEPS ? " (scaled)" : "");
         r->job = (sd_bench_job){SD_BENCH_TXT2IMG, ckpt, o.threads, o.repeat, 2, 0, o.steps, size, o.weights};
     }
+    /* Full-size SDXL UNet, f32 compute: one evaluation takes minutes on a
+     * small machine, so one repeat unless --repeat says otherwise. Batch 2
+     * (one CFG step) first: it is the figure a sampler step costs. */
+    int xl_repeat = o.repeat_set ? o.repeat : 1;
+    if (want_xl)
+        for (int b = 2; b >= (o.quick ? 2 : 1); b--) {
+            row *r = &rows[nr++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "SDXL UNet step f32 %dx%d, batch %d%s", xl->size,
+                     xl->size, b, b == 2 ? " (one CFG step)" : "");
+            r->job = (sd_bench_job){SD_BENCH_UNET, ckpt_xl, o.threads, xl_repeat, b, 0, 0,
+                                    xl->size, o.weights};
+            r->torch_na = "torch_ref.py has no SDXL UNet (linear proj_in, label_emb, "
+                          "64-channel heads not written)";
+        }
 
     for (int i = 0; i < nr; i++) {
         row *r = &rows[i];
@@ -383,16 +419,19 @@ int main(int argc, char **argv)
     time_t now = time(NULL);
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    printf("\n## sdflow-bench %s, %s\n\n", preset->name, date);
+    printf("\n## sdflow-bench %s, %s\n\n", want_main ? preset->name : xl->name, date);
     printf("- machine: %s, %d cores online, flags: %s\n", model, cores, flags[0] ? flags : "-");
-    printf("- threads: %d; repeats per figure: %d (median)%s; build: %s\n",
-           o.threads > 0 ? o.threads : cores, o.repeat, o.quick ? "; --quick" : "",
-           SDFLOW_BENCH_BUILD);
+    printf("- threads: %d; repeats per figure: %d (median)%s%s; build: %s\n",
+           o.threads > 0 ? o.threads : cores, want_main ? o.repeat : xl_repeat,
+           want_main && want_xl && xl_repeat != o.repeat ? ", SDXL UNet rows 1" : "",
+           o.quick ? "; --quick (SDXL: batch 2 only)" : "", SDFLOW_BENCH_BUILD);
     int held = -1;
     for (int i = 0; i < nr && held < 0; i++) held = rows[i].ours.unet_wdtype;
     printf("- checkpoint: %s (random weights, F16 on disk); weights requested %s, UNet weights "
-           "held as %s\n", ckpt, o.weights == SD_F16 ? "F16" : "F32 (the loader's default)",
+           "held as %s\n", want_main ? ckpt : ckpt_xl,
+           o.weights == SD_F16 ? "F16" : "F32 (the loader's default)",
            held >= 0 ? sd_dtype_name((sd_dtype)held) : "?");
+    if (want_main && want_xl) printf("- SDXL checkpoint: %s\n", ckpt_xl);
     printf("- PyTorch: %s\n\n", tv[0] ? tv : o.no_torch ? "skipped (--no-torch)"
                                                          : "not available (apt-get install python3-torch)");
     printf("| phase | seconds (median) | min | GFLOP/s | PyTorch s | ratio (PyTorch/ours) | peak RSS | PyTorch peak RSS | load s |\n");
@@ -419,6 +458,7 @@ int main(int argc, char **argv)
         if (r->ours.ok) snprintf(ld, sizeof ld, "%.1f", r->ours.load_s);
         if (r->ours.ok || r->ours.na) fmt_gib(pk, sizeof pk, r->ours.na ? 0 : r->ours.peak_kb);
         else snprintf(pk, sizeof pk, "-");
+        if (r->torch_na) snprintf(ts, sizeof ts, "n/a");
         if (r->torch_kind && tv[0]) {
             fmt_secs(ts, sizeof ts, &r->torch);
             if (r->torch.ok) fmt_gib(tpk, sizeof tpk, r->torch.peak_kb);
@@ -433,6 +473,7 @@ int main(int argc, char **argv)
         const row *r = &rows[i];
         if (!r->ours.ok && r->ours.msg[0])
             printf("%s- %s, ours: %s\n", notes++ ? "" : "\n", r->name, r->ours.msg);
+        if (r->torch_na) printf("%s- %s, PyTorch: n/a, %s\n", notes++ ? "" : "\n", r->name, r->torch_na);
         if (r->torch_kind && tv[0] && !r->torch.ok && r->torch.msg[0])
             printf("%s- %s, PyTorch: %s\n", notes++ ? "" : "\n", r->name, r->torch.msg);
     }

@@ -151,16 +151,34 @@ static void phase_unet(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
     sd_tensor *ctx = rand_tensor(3, B, CTX_LEN, cfg->context_dim, 0, 2, 1.0f);
     sd_bt *bx = x ? sd_bt_from_host(be, x, SD_F32) : NULL;
     sd_bt *bc = ctx ? sd_bt_from_host(be, ctx, SD_F32) : NULL;
+    /* SDXL: y = [pooled, size embeddings] as ComfyUI builds it for a
+     * job->size square image; the pooled half is random. */
+    sd_tensor *y = NULL;
+    sd_bt *by = NULL;
+    int y_bad = 0;
+    if (cfg->adm_in_channels > 0) {
+        int pooled_dim = cfg->adm_in_channels - 6 * 256;
+        sd_tensor *pooled = pooled_dim > 0 ? rand_tensor(2, B, pooled_dim, 0, 0, 4, 1.0f) : NULL;
+        float px = (float)job->size;
+        sd_sdxl_size sz = {px, px, 0, 0, px, px};
+        if (!pooled || sd_unet_sdxl_adm(pooled, &sz, &y, &err)) y_bad = 1;
+        else by = sd_bt_from_host(be, y, SD_F32);
+        y_bad |= !by;
+        sd_tensor_unref(pooled);
+    }
     float ts[64];
     for (int i = 0; i < B && i < 64; i++) ts[i] = 500.0f;
-    if (!bx || !bc || B > 64) {
+    if (y_bad) {
+        if (!err.code) sd_error_set(&err, SD_ERR_NOMEM, "adm input y");
+        fail(r, "unet y", &err);
+    } else if (!bx || !bc || B > 64) {
         sd_error_set(&err, SD_ERR_NOMEM, "inputs");
         fail(r, "unet", &err);
     } else {
         for (int i = 0; i < job->repeat; i++) {
             sd_bt *out = NULL;
             t0 = sd_bench_now();
-            if (sd_unet_forward(u, bx, ts, bc, NULL, NULL, &out, &err)) {
+            if (sd_unet_forward(u, bx, ts, bc, by, NULL, &out, &err)) {
                 fail(r, "unet forward", &err);
                 break;
             }
@@ -171,8 +189,10 @@ static void phase_unet(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
     }
     sd_bt_free(bx);
     sd_bt_free(bc);
+    sd_bt_free(by);
     sd_tensor_unref(x);
     sd_tensor_unref(ctx);
+    sd_tensor_unref(y);
     sd_unet_free(u);
 }
 
