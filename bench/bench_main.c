@@ -424,7 +424,8 @@ int main(int argc, char **argv)
     printf("- threads: %d; repeats per figure: %d (median)%s%s; build: %s\n",
            o.threads > 0 ? o.threads : cores, want_main ? o.repeat : xl_repeat,
            want_main && want_xl && xl_repeat != o.repeat ? ", SDXL UNet rows 1" : "",
-           o.quick ? "; --quick (SDXL: batch 2 only)" : "", SDFLOW_BENCH_BUILD);
+           !o.quick ? "" : want_xl ? "; --quick (SDXL: batch 2 only)" : "; --quick",
+           SDFLOW_BENCH_BUILD);
     int held = -1;
     for (int i = 0; i < nr && held < 0; i++) held = rows[i].ours.unet_wdtype;
     printf("- checkpoint: %s (random weights, F16 on disk); weights requested %s, UNet weights "
