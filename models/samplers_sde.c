@@ -181,6 +181,40 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
 static inline float ei_phi_1(float h) { return smp_expm1f(h); }
 static inline float ei_phi_2(float h) { return (smp_expm1f(h) - h) / h; }
 
+/* The first stage shared by the SEEDS solvers: from x at sigma s to the
+ * intermediate sigma s_mid = sigma at lambda_s + r*h, a first-order
+ * exponential-integrator step, plus (when injecting) fresh noise whose
+ * scaled draw is kept in sdv for the later stages to correlate with. */
+static sd_status seeds_first_stage(smp_ctx *c, const float *xv, const float *denv, float *outv,
+                                   float *sdv, float *nv, float s, float s_mid, float alpha_mid,
+                                   double r, float h, float h_eta, float fe, int inject,
+                                   float s_noise, sd_error *err)
+{
+    float fr = (float)r;
+    float a1 = (s_mid / s) * sd_torch_expf(((-fr) * h) * fe);
+    float b1 = alpha_mid * ei_phi_1((-fr) * h_eta);
+    FOR_N {
+        float p = a1 * xv[k];
+        float q = b1 * denv[k];
+        outv[k] = p - q;
+    }
+    if (!inject)
+        return SD_OK;
+    float m = (float)(-2.0 * r) * h;
+    m = m * fe;
+    float amp = sqrtf(-smp_expm1f(m));
+    sd_status st = smp_noise(c, s, s_mid, nv, err);
+    if (st != SD_OK)
+        return st;
+    FOR_N {
+        sdv[k] = amp * nv[k];
+        float e = sdv[k] * s_mid;
+        e = e * s_noise;
+        outv[k] = outv[k] + e;
+    }
+    return SD_OK;
+}
+
 static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, double eta,
                          double s_noise_d, double r, int phi_2, sd_error *err)
 {
@@ -213,27 +247,9 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
         float alpha_t = sn * sd_torch_expf(lambda_t);
 
         /* step 1 */
-        float mrh = (-fr) * h;
-        float a1 = (sigma_s_1 / s) * sd_torch_expf(mrh * fe);
-        float b1 = alpha_s_1 * ei_phi_1((-fr) * h_eta);
-        FOR_N {
-            float p = a1 * xv[k];
-            float q = b1 * denv[k];
-            x2v[k] = p - q;
-        }
-        if (inject) {
-            float m = (float)(-2.0 * r) * h;
-            m = m * fe;
-            float amp = sqrtf(-smp_expm1f(m));
-            if ((st = smp_noise(c, s, sigma_s_1, nv, err)) != SD_OK)
-                return st;
-            FOR_N {
-                sdv[k] = amp * nv[k];
-                float e = sdv[k] * sigma_s_1;
-                e = e * s_noise;
-                x2v[k] = x2v[k] + e;
-            }
-        }
+        if ((st = seeds_first_stage(c, xv, denv, x2v, sdv, nv, s, sigma_s_1, alpha_s_1, r, h,
+                                    h_eta, fe, inject, s_noise, err)) != SD_OK)
+            return st;
         if ((st = smp_denoise(c, x2, sigma_s_1, den2, err)) != SD_OK)
             return st;
 
@@ -331,26 +347,9 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         float alpha_t = sn * sd_torch_expf(lambda_t);
 
         /* step 1 */
-        float a1 = (s1 / s) * sd_torch_expf(((-fr1) * h) * fe);
-        float b1 = alpha_s_1 * ei_phi_1((-fr1) * h_eta);
-        FOR_N {
-            float p = a1 * xv[k];
-            float q = b1 * denv[k];
-            xsv[k] = p - q;
-        }
-        if (inject) {
-            float m = (float)(-2.0 * r_1) * h;
-            m = m * fe;
-            float amp = sqrtf(-smp_expm1f(m));
-            if ((st = smp_noise(c, s, s1, nv, err)) != SD_OK)
-                return st;
-            FOR_N {
-                sdv[k] = amp * nv[k];
-                float e = sdv[k] * s1;
-                e = e * s_noise;
-                xsv[k] = xsv[k] + e;
-            }
-        }
+        if ((st = seeds_first_stage(c, xv, denv, xsv, sdv, nv, s, s1, alpha_s_1, r_1, h, h_eta,
+                                    fe, inject, s_noise, err)) != SD_OK)
+            return st;
         if ((st = smp_denoise(c, xs, s1, den2, err)) != SD_OK)
             return st;
 
