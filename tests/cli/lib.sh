@@ -1,0 +1,29 @@
+# lib.sh - helpers shared by the CLI shell tests (sourced, not a test itself).
+# A 16x16 RGB gradient PNG.
+SD_TEST_PNG_B64='iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAABlklEQVR42hXRURVEIQhFUSMYgQhGMAIRiGCEE8EIRiACEYhABCLMG7/ZrMt1jMEcyGAN9kAHNjgDBnfwBj6IQQ5q0IMxJnMikzXZE53Y5EyY3Mmb+CQmOalJzw8IUxBhCVtQwYQjIFzhCS6EkEIJLR9YzIUs1mIvdGGLs2BxF2/hi1jkoha9PrCZG9mszd7oxjZnw+Zu3sY3sclNbXp/QJmKKEvZiiqmHAXlKk9xJZRUSmn9gDENMZaxDTXMOAbGNZ7hRhhplNH2gcM8yGEd9kEPdjgHDvfwDn6IQx7q0OcD/wK/Sr4jv9hfkG/1N/x/Fx44BCQU9Pc94zIvclmXfdGLXc79j9/Lu/glLnmpS98PPOZDHuuxH/qwx3n/5ffxHv6IRz7q0e8DznTEWc521DHn+D/KdZ7jTjjplNP+gWAGEqxgBxpYcOIf/AYv8CCCDCro+EAyE0lWshNNLDn5P/MmL/Ekkkwq6fxAMQspVrELLaw49S/lFq/wIoosquj6QDMbaVazG22sOf2v8Dav8SaabKrp5geIAnAQC3NfwAAAAABJRU5ErkJggg=='
+
+sd_test_write_png() { printf '%s' "$SD_TEST_PNG_B64" | base64 -d > "$1"; }
+
+# Exit 77 (skipped) unless every named node type is registered.
+sd_test_need_nodes() {
+    local list
+    list=$("$SDFLOW_BIN" nodes) || { echo "sdflow nodes failed"; exit 1; }
+    for c in "$@"; do
+        if ! printf '%s\n' "$list" | grep -q "^$c "; then
+            echo "SKIP: node type $c is not registered yet"
+            exit 77
+        fi
+    done
+}
+
+# The report with all whitespace removed, for grepping fixed key orders.
+sd_test_flat() { tr -d ' \t\n' < "$1"; }
+
+# Status of node $2 in report $1 ("executed", "cached", ... or "absent").
+sd_test_status() {
+    local s
+    s=$(sd_test_flat "$1" | grep -o "\"$2\":{\"class_type\":\"[^\"]*\",\"status\":\"[a-z]*\"" | sed 's/.*"status":"//; s/"$//')
+    echo "${s:-absent}"
+}
+
+sd_test_count() { sd_test_flat "$1" | grep -o "\"$2\":[0-9]*" | head -1 | cut -d: -f2; }
