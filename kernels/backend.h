@@ -44,6 +44,10 @@ void sd_backend_free(sd_backend *be);
 const char *sd_backend_name(const sd_backend *be);
 void sd_backend_set_precision(sd_backend *be, sd_precision p);
 sd_precision sd_backend_precision(const sd_backend *be);
+/* 1 when the backend really computes in precision p (F32: always). The CPU
+ * backend has a bf16 path only when built with oneDNN (SDFLOW_DNNL); without
+ * it, matrix ops run in bf16 mode fail rather than silently compute F32. */
+int sd_backend_supports_precision(const sd_backend *be, sd_precision p);
 /* 1 when ops accept tensors of dtype dt as inputs: F32 always; F16/BF16 on
  * backends that widen them per op (the CPU), so model loaders can keep
  * weights in their stored dtype instead of doubling them to F32. */

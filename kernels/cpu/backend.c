@@ -55,6 +55,12 @@ const char *sd_backend_name(const sd_backend *be) { return be ? be->vt->name : "
 void sd_backend_set_precision(sd_backend *be, sd_precision p) { if (be) be->precision = p; }
 sd_precision sd_backend_precision(const sd_backend *be) { return be ? be->precision : SD_PREC_F32; }
 
+int sd_backend_supports_precision(const sd_backend *be, sd_precision p) {
+    if (!be) return 0;
+    if (p == SD_PREC_F32) return 1;
+    return be->vt->supports_precision ? be->vt->supports_precision(be, p) : 1;
+}
+
 int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt) {
     if (!be) return 0;
     return dt == SD_F32 || ((dt == SD_F16 || dt == SD_BF16) && be->vt->to_f32 != NULL);
@@ -328,6 +334,8 @@ sd_bt *sd_op_linear(sd_bt *x, sd_bt *w, sd_bt *b) {
     shape[x->ndim - 1] = w->shape[0];
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, shape);
     if (!out) return NULL;
+    if (be->precision != SD_PREC_F32 && be->vt->linear_lp)
+        return op_finish(be, out, be->vt->linear_lp(be, out, x, w, b), NULL);
     widened wd;
     if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &w, &b})) return op_drop(out);
     return op_finish(be, out, be->vt->linear(be, out, x, w, b), &wd);
@@ -354,6 +362,8 @@ sd_bt *sd_op_matmul(sd_bt *a, sd_bt *b, int trans_b, float alpha) {
     int64_t shape[3] = {Ba, M, N};
     sd_bt *out = a->ndim == 3 ? bt_alloc(be, SD_F32, 3, shape) : bt_alloc(be, SD_F32, 2, shape + 1);
     if (!out) return NULL;
+    if (be->precision != SD_PREC_F32 && be->vt->matmul_lp)
+        return op_finish(be, out, be->vt->matmul_lp(be, out, a, b, trans_b, alpha), NULL);
     widened wd;
     if (!widen(be, &wd, 2, (sd_bt **const[]){&a, &b})) return op_drop(out);
     return op_finish(be, out, be->vt->matmul(be, out, a, b, trans_b, alpha), &wd);
@@ -384,6 +394,8 @@ sd_bt *sd_op_conv2d(sd_bt *x, sd_bt *w, sd_bt *b, int stride, int pad_h, int pad
                         (Wp - w->shape[3]) / stride + 1};
     sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
     if (!out) return NULL;
+    if (be->precision != SD_PREC_F32 && be->vt->conv2d_lp)
+        return op_finish(be, out, be->vt->conv2d_lp(be, out, x, w, b, stride, pad_h, pad_w), NULL);
     widened wd;
     if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &w, &b})) return op_drop(out);
     return op_finish(be, out, be->vt->conv2d(be, out, x, w, b, stride, pad_h, pad_w), &wd);

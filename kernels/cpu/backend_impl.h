@@ -63,6 +63,23 @@ typedef struct sd_backend_i {
      * which `embedding` then receives in its stored float dtype (a gather
      * widens only the rows it reads). NULL: ops take F32 only. */
     sd_status (*to_f32)(sd_backend *be, sd_bt *out, const sd_bt *x);
+
+    /* Optional. 1 when the backend computes in precision p (F32: always).
+     * NULL: the backend handles every precision mode inside its own kernels
+     * (the CUDA one). */
+    int (*supports_precision)(const sd_backend *be, sd_precision p);
+    /* Optional. The three matrix ops when be->precision is not F32. Unlike
+     * the slots above they receive x/w/a/b in their stored dtype (F32, F16
+     * or BF16: backend.c does not widen them), so F16 weights can be rounded
+     * straight to the compute type; the bias may be F16/BF16 too. They
+     * report "no such path" through sd_backend_fail themselves. NULL: the
+     * F32 slots run with widened inputs whatever the precision. */
+    sd_status (*linear_lp)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                           const sd_bt *b);
+    sd_status (*matmul_lp)(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
+                           int trans_b, float alpha);
+    sd_status (*conv2d_lp)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                           const sd_bt *b, int stride, int pad_h, int pad_w);
 } sd_backend_i;
 
 enum sd_unary_op {

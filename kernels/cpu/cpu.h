@@ -27,6 +27,9 @@ typedef struct sd_cpu {
     void *widen_buf;
     size_t widen_cap;
     int widen_busy; /* atomic */
+    /* The bf16 path's oneDNN engine, stream and reused buffers (dnnl.h),
+     * made on the first bf16 op; NULL until then and in f32-only use. */
+    struct sd_dnnl *dnnl;
 } sd_cpu;
 
 static inline sd_pool *sd_cpu_pool(sd_backend *be) { return ((sd_cpu *)be->impl)->pool; }

@@ -1,6 +1,7 @@
 /* cpu_backend.c - the CPU backend: host tensors as storage, the pool, and
  * the vtable pointing at the kernel files. */
 #include "cpu.h"
+#include "dnnl_bf16.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -46,6 +47,7 @@ static void cpu_destroy(sd_backend *be) {
     sd_cpu *c = be->impl;
     if (!c) return;
     sd_pool_free(c->pool);
+    sd_dnnl_free(c->dnnl);
     free(c->widen_buf);
     free(c);
     be->impl = NULL;
@@ -105,6 +107,36 @@ static sd_status cpu_share(sd_bt *v, sd_bt *src) {
     return SD_OK;
 }
 
+/* Precision dispatch: bf16 goes to oneDNN (dnnl_bf16.h); f16 compute has no
+ * CPU path (no CPU here does f16 arithmetic faster than f32). */
+static int cpu_supports_precision(const sd_backend *be, sd_precision p) {
+    return p == SD_PREC_F32 || (p == SD_PREC_BF16 && sd_dnnl_compiled());
+}
+
+static int cpu_lp_ok(sd_backend *be, const char *op) {
+    if (be->precision == SD_PREC_BF16) return 1;
+    sd_backend_fail(be, SD_ERR_UNSUPPORTED,
+                    "%s: the CPU backend computes in f32 or bf16, not in precision mode %d", op,
+                    (int)be->precision);
+    return 0;
+}
+
+static sd_status cpu_linear_lp(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                               const sd_bt *b) {
+    return cpu_lp_ok(be, "linear") ? sd_dnnl_linear(be, out, x, w, b) : be->err.code;
+}
+
+static sd_status cpu_matmul_lp(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
+                               int trans_b, float alpha) {
+    return cpu_lp_ok(be, "matmul") ? sd_dnnl_matmul(be, out, a, b, trans_b, alpha) : be->err.code;
+}
+
+static sd_status cpu_conv2d_lp(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                               const sd_bt *b, int stride, int pad_h, int pad_w) {
+    return cpu_lp_ok(be, "conv2d") ? sd_dnnl_conv2d(be, out, x, w, b, stride, pad_h, pad_w)
+                                   : be->err.code;
+}
+
 static const sd_backend_i cpu_vtable = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -132,6 +164,10 @@ static const sd_backend_i cpu_vtable = {
     .embedding = sd_cpu_embedding,
     .copy = sd_cpu_copy,
     .to_f32 = sd_cpu_to_f32,
+    .supports_precision = cpu_supports_precision,
+    .linear_lp = cpu_linear_lp,
+    .matmul_lp = cpu_matmul_lp,
+    .conv2d_lp = cpu_conv2d_lp,
 };
 
 sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {

@@ -1,0 +1,370 @@
+/* dnnl_ops.c - bf16 linear, batched matmul and conv2d through oneDNN
+ * (dnnl_bf16.h has the contract: rounding, memory, threads).
+ *
+ * Each op rounds its inputs to bf16 into the backend's reused buffers,
+ * describes the problem to oneDNN (whose primitive cache makes a repeated
+ * shape cheap), and runs it on the calling thread. Convolutions let oneDNN
+ * pick blocked layouts ("any") and reorder into and out of them: its bf16
+ * convolution kernels need them, and a reorder also does the f32 -> bf16
+ * rounding of the activation in the same pass.
+ */
+#include "dnnl_bf16.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SDFLOW_HAVE_DNNL
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+enum { BUF_SRC0, BUF_SRC, BUF_WEI0, BUF_WEI, BUF_DST, BUF_BIAS, N_BUF };
+
+struct sd_dnnl {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    void *buf[N_BUF];
+    size_t cap[N_BUF];
+};
+
+int sd_dnnl_compiled(void) { return 1; }
+
+const char *sd_dnnl_isa_name(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "all";
+    }
+}
+
+void sd_dnnl_free(struct sd_dnnl *d) {
+    if (!d) return;
+    if (d->stream) dnnl_stream_destroy(d->stream);
+    if (d->eng) dnnl_engine_destroy(d->eng);
+    for (int i = 0; i < N_BUF; i++) free(d->buf[i]);
+    free(d);
+}
+
+/* The backend's oneDNN state, made on first use. NULL with the error set. */
+static struct sd_dnnl *state(sd_backend *be, const char *op) {
+    sd_cpu *c = be->impl;
+    if (c->dnnl) return c->dnnl;
+    struct sd_dnnl *d = calloc(1, sizeof *d);
+    if (!d) {
+        sd_backend_fail(be, SD_ERR_NOMEM, "%s (bf16): out of memory for the oneDNN state", op);
+        return NULL;
+    }
+    dnnl_status_t s = dnnl_engine_create(&d->eng, dnnl_cpu, 0);
+    if (s == dnnl_success) s = dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags);
+    if (s != dnnl_success) {
+        sd_backend_fail(be, SD_ERR_INTERNAL, "%s (bf16): cannot create the oneDNN CPU engine: %s",
+                        op, dnnl_status2str(s));
+        sd_dnnl_free(d);
+        return NULL;
+    }
+    c->dnnl = d;
+    return d;
+}
+
+/* Buffer i with at least n bytes (contents undefined); NULL when out of memory. */
+static void *buf(struct sd_dnnl *d, int i, size_t n) {
+    if (d->cap[i] < n) {
+        free(d->buf[i]);
+        d->buf[i] = sd_cpu_alloc(n);
+        d->cap[i] = d->buf[i] ? n : 0;
+    }
+    return d->buf[i];
+}
+
+/* Everything one op creates, destroyed together by op_end(). */
+typedef struct {
+    sd_backend *be;
+    struct sd_dnnl *d;
+    const char *op;
+    dnnl_primitive_attr_t attr;
+    dnnl_primitive_desc_t pd[8]; /* conv: itself and up to three reorders */
+    dnnl_primitive_t prim[8];
+    dnnl_memory_t mem[16];
+    int n_pd, n_prim, n_mem;
+    sd_status rc;
+} op_ctx;
+
+static int op_begin(op_ctx *o, sd_backend *be, const char *op) {
+    memset(o, 0, sizeof *o);
+    o->be = be;
+    o->op = op;
+    o->d = state(be, op);
+    if (!o->d) return 0;
+    /* oneDNN's OpenMP kernels size their work split when a primitive is
+     * created, from the calling thread's OpenMP thread count. */
+    omp_set_num_threads(be->n_threads);
+    return 1;
+}
+
+static sd_status op_end(op_ctx *o) {
+    for (int i = 0; i < o->n_mem; i++) dnnl_memory_destroy(o->mem[i]);
+    for (int i = 0; i < o->n_prim; i++) dnnl_primitive_destroy(o->prim[i]);
+    for (int i = 0; i < o->n_pd; i++) dnnl_primitive_desc_destroy(o->pd[i]);
+    if (o->attr) dnnl_primitive_attr_destroy(o->attr);
+    return o->rc;
+}
+
+/* Records a failure; returns 0 so callers can `return fail(...)`-chain. */
+static int dfail(op_ctx *o, const char *what, dnnl_status_t s) {
+    o->rc = s == dnnl_out_of_memory ? SD_ERR_NOMEM : SD_ERR_INTERNAL;
+    sd_backend_fail(o->be, o->rc, "%s (bf16): oneDNN %s failed: %s", o->op, what,
+                    dnnl_status2str(s));
+    return 0;
+}
+
+static int nomem(op_ctx *o, const char *what, size_t bytes) {
+    o->rc = SD_ERR_NOMEM;
+    sd_backend_fail(o->be, o->rc, "%s (bf16): out of memory for the %s (%zu bytes)", o->op, what,
+                    bytes);
+    return 0;
+}
+
+static dnnl_memory_t mem(op_ctx *o, const dnnl_memory_desc_t *md, void *p) {
+    dnnl_memory_t m = NULL;
+    dnnl_status_t s = dnnl_memory_create(&m, md, o->d->eng, p);
+    if (s != dnnl_success) {
+        dfail(o, "memory creation", s);
+        return NULL;
+    }
+    o->mem[o->n_mem++] = m;
+    return m;
+}
+
+/* Creates and runs the primitive of pd (owned by o) with the given args. */
+static int run(op_ctx *o, dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args,
+               const char *what) {
+    dnnl_primitive_t p = NULL;
+    dnnl_status_t s = dnnl_primitive_create(&p, pd);
+    if (s != dnnl_success) return dfail(o, what, s);
+    o->prim[o->n_prim++] = p;
+    s = dnnl_primitive_execute(p, o->d->stream, nargs, args);
+    if (s == dnnl_success) s = dnnl_stream_wait(o->d->stream);
+    if (s != dnnl_success) return dfail(o, what, s);
+    return 1;
+}
+
+/* dst (layout dmd) = src (layout smd), converting the data type. */
+static int reorder(op_ctx *o, const dnnl_memory_desc_t *smd, void *src,
+                   const dnnl_memory_desc_t *dmd, void *dst) {
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, smd, o->d->eng, dmd, o->d->eng, NULL);
+    if (s != dnnl_success) return dfail(o, "reorder descriptor", s);
+    o->pd[o->n_pd++] = pd;
+    dnnl_memory_t ms = mem(o, smd, src), md = ms ? mem(o, dmd, dst) : NULL;
+    if (!md) return 0;
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+    return run(o, pd, 2, args, "reorder");
+}
+
+/* t rounded to bf16: t's own data when it is BF16, else buffer i. */
+static void *as_bf16(op_ctx *o, const sd_bt *t, int i, const char *what) {
+    if (t->dtype == SD_BF16) return t->data;
+    int64_t n = sd_bt_numel(t);
+    uint16_t *p = buf(o->d, i, (size_t)n * 2);
+    if (!p) {
+        nomem(o, what, (size_t)n * 2);
+        return NULL;
+    }
+    sd_bf16_round(sd_cpu_pool(o->be), t->dtype, t->data, p, n);
+    return p;
+}
+
+/* The bias as F32 (biases are added in f32, as oneDNN allows for bf16). */
+static float *bias_f32(op_ctx *o, const sd_bt *b) {
+    if (b->dtype == SD_F32) return b->data;
+    int64_t n = sd_bt_numel(b);
+    float *p = buf(o->d, BUF_BIAS, (size_t)n * 4);
+    if (!p) {
+        nomem(o, "bias", (size_t)n * 4);
+        return NULL;
+    }
+    sd_cpu_widen(b->dtype, b->data, p, n, sd_cpu_isa());
+    return p;
+}
+
+/* out [B, M, N] = alpha * A [B, M, K] @ W, W [Bw, K, N] (Bw 1 or B) stored
+ * as [Bw, K, N] or, when w_nk, [Bw, N, K]; + bias [N] when given. */
+static sd_status mm(sd_backend *be, const char *op, int64_t B, int64_t Bw, int64_t M, int64_t K,
+                    int64_t N, const sd_bt *a, const sd_bt *w, int w_nk, const sd_bt *bias,
+                    float alpha, float *out) {
+    op_ctx o;
+    if (!op_begin(&o, be, op)) return be->err.code;
+    void *pa = as_bf16(&o, a, BUF_SRC, "bf16 input");
+    void *pw = pa ? as_bf16(&o, w, BUF_WEI, "bf16 weight") : NULL;
+    float *pb = pw && bias ? bias_f32(&o, bias) : NULL;
+    if (!pw || (bias && !pb)) return op_end(&o);
+
+    dnnl_memory_desc_t amd, wmd, bmd, dmd;
+    dnnl_dims_t ad = {B, M, K}, wd = {Bw, K, N}, bd = {1, 1, N}, dd = {B, M, N};
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&amd, 3, ad, dnnl_bf16, dnnl_abc);
+    if (s == dnnl_success)
+        s = dnnl_memory_desc_init_by_tag(&wmd, 3, wd, dnnl_bf16, w_nk ? dnnl_acb : dnnl_abc);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&bmd, 3, bd, dnnl_f32, dnnl_abc);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&dmd, 3, dd, dnnl_f32, dnnl_abc);
+    dnnl_matmul_desc_t desc;
+    if (s == dnnl_success) s = dnnl_matmul_desc_init(&desc, &amd, &wmd, bias ? &bmd : NULL, &dmd);
+    if (s != dnnl_success) return dfail(&o, "matmul description", s), op_end(&o);
+    if (alpha != 1.0f) {
+        s = dnnl_primitive_attr_create(&o.attr);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_output_scales(o.attr, 1, 0, &alpha);
+        if (s != dnnl_success) return dfail(&o, "output scale attribute", s), op_end(&o);
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    s = dnnl_primitive_desc_create(&pd, &desc, o.attr, o.d->eng, NULL);
+    if (s != dnnl_success) return dfail(&o, "matmul primitive descriptor", s), op_end(&o);
+    o.pd[o.n_pd++] = pd;
+    dnnl_memory_t ma = mem(&o, &amd, pa), mw = ma ? mem(&o, &wmd, pw) : NULL;
+    dnnl_memory_t md = mw ? mem(&o, &dmd, out) : NULL;
+    dnnl_memory_t mb = md && bias ? mem(&o, &bmd, pb) : NULL;
+    if (!md || (bias && !mb)) return op_end(&o);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md},
+                               {DNNL_ARG_BIAS, mb}};
+    run(&o, pd, bias ? 4 : 3, args, "matmul");
+    return op_end(&o);
+}
+
+sd_status sd_dnnl_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                         const sd_bt *b) {
+    int64_t K = w->shape[1], N = w->shape[0], M = K ? sd_bt_numel(x) / K : 0;
+    if (M == 0 || N == 0) return SD_OK;
+    if (K == 0) { /* an empty sum: y = b */
+        float *y = out->data;
+        for (int64_t i = 0; i < M; i++) {
+            if (b) sd_cpu_widen(b->dtype, b->data, y + i * N, N, SD_ISA_SCALAR);
+            else memset(y + i * N, 0, (size_t)N * sizeof *y);
+        }
+        return SD_OK;
+    }
+    return mm(be, "linear", 1, 1, M, K, N, x, w, 1, b, 1.0f, out->data);
+}
+
+sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int trans_b,
+                         float alpha) {
+    int64_t B = a->ndim == 3 ? a->shape[0] : 1, Bw = b->ndim == 3 ? b->shape[0] : 1;
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+    int64_t N = trans_b ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    if (B == 0 || M == 0 || N == 0) return SD_OK;
+    if (K == 0) {
+        memset(out->data, 0, out->nbytes);
+        return SD_OK;
+    }
+    return mm(be, "matmul", B, Bw, M, K, N, a, b, trans_b, NULL, alpha, out->data);
+}
+
+sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                         const sd_bt *b, int stride, int pad_h, int pad_w) {
+    if (sd_bt_numel(out) == 0) return SD_OK;
+    op_ctx o;
+    if (!op_begin(&o, be, "conv2d")) return be->err.code;
+    /* Our own rounding only where oneDNN's reorder cannot read the stored
+     * dtype (F16); F32 and BF16 are rounded by the reorder itself. */
+    void *px = x->data, *pw = w->data;
+    dnnl_data_type_t xt = x->dtype == SD_F32 ? dnnl_f32 : dnnl_bf16;
+    dnnl_data_type_t wt = w->dtype == SD_F32 ? dnnl_f32 : dnnl_bf16;
+    if (x->dtype == SD_F16 && !(px = as_bf16(&o, x, BUF_SRC0, "bf16 input"))) return op_end(&o);
+    if (w->dtype == SD_F16 && !(pw = as_bf16(&o, w, BUF_WEI0, "bf16 weight"))) return op_end(&o);
+    float *pb = b ? bias_f32(&o, b) : NULL;
+    if (b && !pb) return op_end(&o);
+
+    dnnl_dims_t xd = {x->shape[0], x->shape[1], x->shape[2], x->shape[3]};
+    dnnl_dims_t wd = {w->shape[0], w->shape[1], w->shape[2], w->shape[3]};
+    dnnl_dims_t od = {out->shape[0], out->shape[1], out->shape[2], out->shape[3]};
+    dnnl_dims_t bd = {w->shape[0]}, st = {stride, stride}, pad = {pad_h, pad_w};
+    /* Right/bottom padding oneDNN needs so that the output size matches
+     * ours (floor division may leave input rows unread). */
+    dnnl_dims_t padr = {(od[2] - 1) * stride + wd[2] - xd[2] - pad_h,
+                        (od[3] - 1) * stride + wd[3] - xd[3] - pad_w};
+    dnnl_memory_desc_t xu, wu, ou, bmd, xa, wa, oa;
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&xu, 4, xd, xt, dnnl_nchw);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&wu, 4, wd, wt, dnnl_oihw);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&ou, 4, od, dnnl_f32, dnnl_nchw);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_a);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_bf16, dnnl_format_tag_any);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_bf16, dnnl_format_tag_any);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&oa, 4, od, dnnl_f32, dnnl_format_tag_any);
+    dnnl_convolution_desc_t desc;
+    if (s == dnnl_success)
+        s = dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference,
+                                               dnnl_convolution_direct, &xa, &wa,
+                                               b ? &bmd : NULL, &oa, st, pad, padr);
+    if (s != dnnl_success) return dfail(&o, "convolution description", s), op_end(&o);
+    dnnl_primitive_desc_t pd = NULL;
+    s = dnnl_primitive_desc_create(&pd, &desc, NULL, o.d->eng, NULL);
+    if (s != dnnl_success) return dfail(&o, "convolution primitive descriptor", s), op_end(&o);
+    o.pd[o.n_pd++] = pd;
+    const dnnl_memory_desc_t *xp = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    const dnnl_memory_desc_t *wp = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *op = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+
+    /* Source and weights into the primitive's layouts (rounding to bf16). */
+    void *xk = px, *wk = pw, *ok = out->data;
+    if (!dnnl_memory_desc_equal(xp, &xu)) {
+        size_t n = dnnl_memory_desc_get_size(xp);
+        if (!(xk = buf(o.d, BUF_SRC, n))) return nomem(&o, "bf16 input", n), op_end(&o);
+        if (!reorder(&o, &xu, px, xp, xk)) return op_end(&o);
+    }
+    if (!dnnl_memory_desc_equal(wp, &wu)) {
+        size_t n = dnnl_memory_desc_get_size(wp);
+        if (!(wk = buf(o.d, BUF_WEI, n))) return nomem(&o, "bf16 weight", n), op_end(&o);
+        if (!reorder(&o, &wu, pw, wp, wk)) return op_end(&o);
+    }
+    int dst_direct = dnnl_memory_desc_equal(op, &ou);
+    if (!dst_direct) {
+        size_t n = dnnl_memory_desc_get_size(op);
+        if (!(ok = buf(o.d, BUF_DST, n))) return nomem(&o, "output", n), op_end(&o);
+    }
+    dnnl_memory_t mx = mem(&o, xp, xk), mw = mx ? mem(&o, wp, wk) : NULL;
+    dnnl_memory_t mo = mw ? mem(&o, op, ok) : NULL;
+    dnnl_memory_t mb = mo && b ? mem(&o, &bmd, pb) : NULL;
+    if (!mo || (b && !mb)) return op_end(&o);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mo},
+                               {DNNL_ARG_BIAS, mb}};
+    if (!run(&o, pd, b ? 4 : 3, args, "convolution")) return op_end(&o);
+    if (!dst_direct) reorder(&o, op, ok, &ou, out->data);
+    return op_end(&o);
+}
+
+#else /* no oneDNN in this build */
+
+int sd_dnnl_compiled(void) { return 0; }
+const char *sd_dnnl_isa_name(void) { return "none"; }
+void sd_dnnl_free(struct sd_dnnl *d) { (void)d; }
+
+static sd_status no_path(sd_backend *be, const char *op) {
+    return sd_backend_fail(be, SD_ERR_UNSUPPORTED,
+                           "%s: this build has no bf16 CPU path (built without oneDNN); install "
+                           "libdnnl-dev and reconfigure with -DSDFLOW_DNNL=ON, or use "
+                           "--precision f32",
+                           op);
+}
+
+sd_status sd_dnnl_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                         const sd_bt *b) {
+    return no_path(be, "linear");
+}
+
+sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int trans_b,
+                         float alpha) {
+    return no_path(be, "matmul");
+}
+
+sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                         const sd_bt *b, int stride, int pad_h, int pad_w) {
+    return no_path(be, "conv2d");
+}
+
+#endif

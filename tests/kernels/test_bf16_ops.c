@@ -1,0 +1,295 @@
+/* test_bf16_ops.c - the CPU backend's bf16 compute path (dnnl_bf16.h).
+ *
+ * With oneDNN: linear, batched matmul and conv2d in bf16 mode are checked
+ * against an f64 reference computed on the bf16-rounded inputs (bias not
+ * rounded), on random odd shapes and F32/F16/BF16 weights. Products of two
+ * bf16 values are exact in f32, so the only error left is f32 accumulation:
+ * |err| <= (K + 4) * 2^-24 * sum|a*b| (K terms, the bias, alpha, the store),
+ * a bound that holds whatever the summation order. Each op is also run in
+ * f32 mode, which must miss that reference by more than the bound somewhere
+ * (the bf16 path really rounds). The rounding kernel is compared bit for bit
+ * with the scalar RNE on edge-case bit patterns.
+ * Without oneDNN: the backend must say it has no bf16 path and an op in bf16
+ * mode must fail with an error that says how to get one.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dnnl_bf16.h"
+#include "testutil.h"
+
+static unsigned seed = 4242;
+static float frand(void) {
+    seed = seed * 1103515245u + 12345u;
+    return ((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static double bf(float f) { /* f rounded to bf16, as a double */
+    uint32_t u = (uint32_t)sd_bf16_from_f32(f) << 16;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+static sd_bt *rand_bt(sd_backend *be, sd_dtype dt, int ndim, const int64_t *shape, float scale) {
+    sd_tensor *f = sd_tensor_new(SD_F32, ndim, shape);
+    float *p = f->data;
+    for (int64_t i = 0; i < sd_tensor_numel(f); i++) p[i] = frand() * scale;
+    sd_bt *b = sd_bt_from_host(be, f, dt);
+    sd_tensor_unref(f);
+    return b;
+}
+
+/* The values a bt holds, as F32 on the host (caller frees). */
+static float *host(const sd_bt *t) {
+    sd_tensor *h = sd_bt_to_host(t);
+    float *p = malloc(h->nbytes);
+    memcpy(p, h->data, h->nbytes);
+    sd_tensor_unref(h);
+    return p;
+}
+
+typedef struct {
+    double *ref, *bound;
+    int64_t n;
+} expect;
+
+/* Checks got (bf16 mode) within the bound and f32 (f32 mode) outside it
+ * somewhere. Frees everything. */
+static void judge(const char *what, expect e, sd_bt *got, sd_bt *f32) {
+    CHECK_MSG(got != NULL, "%s: bf16 op failed", what);
+    CHECK_MSG(f32 != NULL, "%s: f32 op failed", what);
+    if (got && f32 && sd_bt_numel(got) == e.n) {
+        const float *g = got->data, *f = f32->data;
+        double worst = 0, f32_miss = 0;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < e.n; i++) {
+            double err = fabs(g[i] - e.ref[i]), fm = fabs(f[i] - e.ref[i]);
+            if (!(err <= e.bound[i])) bad++;
+            if (e.bound[i] > 0 && err / e.bound[i] > worst) worst = err / e.bound[i];
+            if (fm > e.bound[i] && fm - e.bound[i] > f32_miss) f32_miss = fm - e.bound[i];
+        }
+        printf("%-34s worst err/bound %.3f, f32 op outside bound by up to %.3g\n", what, worst,
+               f32_miss);
+        CHECK_MSG(bad == 0, "%s: %lld of %lld elements outside the f32-accumulation bound", what,
+                  (long long)bad, (long long)e.n);
+        CHECK_MSG(f32_miss > 0, "%s: the f32 op meets the bf16 reference: nothing was rounded",
+                  what);
+    }
+    free(e.ref);
+    free(e.bound);
+    sd_bt_free(got);
+    sd_bt_free(f32);
+}
+
+static expect expect_new(int64_t n) {
+    expect e = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double)), n};
+    return e;
+}
+
+/* Runs op in bf16 and in f32 mode. */
+#define BOTH(be, got, f32, call) do { \
+        sd_backend_set_precision(be, SD_PREC_BF16); got = (call); \
+        sd_backend_set_precision(be, SD_PREC_F32); f32 = (call); \
+        sd_backend_set_precision(be, SD_PREC_BF16); } while (0)
+
+static const double U = 1.0 / (1 << 24); /* f32 unit roundoff */
+
+static void test_linear(sd_backend *be, sd_dtype wdt, int with_bias) {
+    int64_t M0 = 3, M1 = 37, K = 53, N = 29;
+    int64_t xs[3] = {M0, M1, K}, ws[2] = {N, K}, bs[1] = {N};
+    sd_bt *x = rand_bt(be, SD_F32, 3, xs, 2.0f), *w = rand_bt(be, wdt, 2, ws, 1.0f);
+    sd_bt *b = with_bias ? rand_bt(be, wdt, 1, bs, 1.0f) : NULL;
+    float *hx = host(x), *hw = host(w), *hb = b ? host(b) : NULL;
+    expect e = expect_new(M0 * M1 * N);
+    for (int64_t m = 0; m < M0 * M1; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = hb ? hb[n] : 0, a = hb ? fabs(hb[n]) : 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = bf(hx[m * K + k]) * bf(hw[n * K + k]);
+                s += p;
+                a += fabs(p);
+            }
+            e.ref[m * N + n] = s;
+            e.bound[m * N + n] = (K + 4) * U * a;
+        }
+    sd_bt *got, *f32;
+    BOTH(be, got, f32, sd_op_linear(x, w, b));
+    char what[96];
+    snprintf(what, sizeof what, "linear %s w%s", sd_dtype_name(wdt), b ? " +bias" : "");
+    judge(what, e, got, f32);
+    free(hx), free(hw), free(hb);
+    sd_bt_free(x), sd_bt_free(w), sd_bt_free(b);
+}
+
+static void test_matmul(sd_backend *be, int batched_b, int trans_b, float alpha, sd_dtype bdt) {
+    int64_t B = 3, M = 19, K = 45, N = 23;
+    int64_t as[3] = {B, M, K};
+    int64_t Bb = batched_b ? B : 1;
+    int64_t bs3[3] = {Bb, trans_b ? N : K, trans_b ? K : N};
+    sd_bt *a = rand_bt(be, SD_F32, 3, as, 1.5f);
+    sd_bt *b = batched_b ? rand_bt(be, bdt, 3, bs3, 1.0f) : rand_bt(be, bdt, 2, bs3 + 1, 1.0f);
+    float *ha = host(a), *hb = host(b);
+    expect e = expect_new(B * M * N);
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0, ab = 0;
+                const float *bb = hb + (batched_b ? i * K * N : 0);
+                for (int64_t k = 0; k < K; k++) {
+                    double p = bf(ha[(i * M + m) * K + k]) *
+                               bf(trans_b ? bb[n * K + k] : bb[k * N + n]);
+                    s += p;
+                    ab += fabs(p);
+                }
+                e.ref[(i * M + m) * N + n] = alpha * s;
+                e.bound[(i * M + m) * N + n] = (K + 4) * U * fabs(alpha) * ab;
+            }
+    sd_bt *got, *f32;
+    BOTH(be, got, f32, sd_op_matmul(a, b, trans_b, alpha));
+    char what[96];
+    snprintf(what, sizeof what, "matmul %s%s%s alpha %g", sd_dtype_name(bdt),
+             batched_b ? "" : " bcast", trans_b ? " trans_b" : "", alpha);
+    judge(what, e, got, f32);
+    free(ha), free(hb);
+    sd_bt_free(a), sd_bt_free(b);
+}
+
+static void test_conv(sd_backend *be, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                      int64_t kh, int64_t kw, int stride, int ph, int pw, sd_dtype wdt,
+                      int with_bias) {
+    int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, kh, kw}, bs[1] = {O};
+    sd_bt *x = rand_bt(be, SD_F32, 4, xs, 2.0f), *w = rand_bt(be, wdt, 4, ws, 0.5f);
+    sd_bt *b = with_bias ? rand_bt(be, wdt, 1, bs, 1.0f) : NULL;
+    float *hx = host(x), *hw = host(w), *hb = b ? host(b) : NULL;
+    int64_t OH = (H + 2 * ph - kh) / stride + 1, OW = (W + 2 * pw - kw) / stride + 1;
+    expect e = expect_new(N * O * OH * OW);
+    int64_t K = C * kh * kw;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oy = 0; oy < OH; oy++)
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    double s = hb ? hb[o] : 0, a = hb ? fabs(hb[o]) : 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t ky = 0; ky < kh; ky++)
+                            for (int64_t kx = 0; kx < kw; kx++) {
+                                int64_t iy = oy * stride - ph + ky, ix = ox * stride - pw + kx;
+                                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                                double p = bf(hx[((n * C + c) * H + iy) * W + ix]) *
+                                           bf(hw[((o * C + c) * kh + ky) * kw + kx]);
+                                s += p;
+                                a += fabs(p);
+                            }
+                    int64_t i = ((n * O + o) * OH + oy) * OW + ox;
+                    e.ref[i] = s;
+                    e.bound[i] = (K + 4) * U * a;
+                }
+    sd_bt *got, *f32;
+    BOTH(be, got, f32, sd_op_conv2d(x, w, b, stride, ph, pw));
+    char what[96];
+    snprintf(what, sizeof what, "conv %lldx%lld s%d p%d,%d C%lld O%lld %s%s", (long long)kh,
+             (long long)kw, stride, ph, pw, (long long)C, (long long)O, sd_dtype_name(wdt),
+             b ? " +bias" : "");
+    judge(what, e, got, f32);
+    free(hx), free(hw), free(hb);
+    sd_bt_free(x), sd_bt_free(w), sd_bt_free(b);
+}
+
+/* The pooled rounding kernel against the scalar RNE on awkward bit patterns:
+ * ties, NaN, inf, denormals, values that round up into the exponent. */
+static void test_rounding(sd_backend *be) {
+    int64_t n = 4099;
+    uint32_t *f = malloc((size_t)n * 4);
+    uint16_t *h = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+    static const uint32_t edge[] = {0x00000000, 0x80000000, 0x3f808000, 0x3f818000, 0x3f80ffff,
+                                    0x7f7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001,
+                                    0xffbfffff, 0x00000001, 0x007fffff, 0x00008000, 0x3fffffff};
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        f[i] = i < (int64_t)(sizeof edge / sizeof edge[0]) ? edge[i] : seed ^ (seed << 13);
+        h[i] = (uint16_t)(seed >> 9);
+    }
+    sd_cpu *c = be->impl;
+    sd_bf16_round(c->pool, SD_F32, f, got, n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, &f[i], 4);
+        bad += got[i] != sd_bf16_from_f32(v);
+    }
+    CHECK_MSG(bad == 0, "f32 -> bf16 rounding: %d of %lld differ from the scalar RNE", bad,
+              (long long)n);
+    sd_bf16_round(c->pool, SD_F16, h, got, n);
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += got[i] != sd_bf16_from_f32(sd_f16_to_f32(h[i]));
+    CHECK_MSG(bad == 0, "f16 -> bf16 rounding: %d of %lld differ from the scalar RNE", bad,
+              (long long)n);
+    /* a tie rounds to even, NaN stays NaN */
+    CHECK(sd_bf16_from_f32(1.00390625f) == 0x3f80);     /* 1 + 2^-8: tie, down to 1 */
+    CHECK(sd_bf16_from_f32(1.01171875f) == 0x3f82);     /* 1 + 3*2^-8: tie, up */
+    float qnan;
+    uint32_t nb = 0x7f800001;
+    memcpy(&qnan, &nb, 4);
+    CHECK((sd_bf16_from_f32(qnan) & 0x7fff) > 0x7f80);
+    free(f), free(h), free(got);
+}
+
+static void test_no_path(sd_backend *be) {
+    CHECK(!sd_backend_supports_precision(be, SD_PREC_BF16));
+    int64_t xs[2] = {4, 8}, ws[2] = {3, 8};
+    sd_bt *x = rand_bt(be, SD_F32, 2, xs, 1.0f), *w = rand_bt(be, SD_F32, 2, ws, 1.0f);
+    sd_backend_set_precision(be, SD_PREC_BF16);
+    sd_bt *y = sd_op_linear(x, w, NULL);
+    CHECK_MSG(y == NULL, "linear in bf16 mode without oneDNN must fail, not compute f32");
+    const sd_error *e = sd_backend_error(be);
+    CHECK(e && e->code == SD_ERR_UNSUPPORTED);
+    CHECK_MSG(e && strstr(e->msg, "no bf16 CPU path") && strstr(e->msg, "SDFLOW_DNNL"),
+              "error should say how to get a bf16 path: %s", e ? e->msg : "(none)");
+    sd_backend_clear_error(be);
+    sd_bt_free(y), sd_bt_free(x), sd_bt_free(w);
+}
+
+int main(void) {
+    sd_backend *be = NULL;
+    sd_error err;
+    CHECK_OK(sd_backend_new("cpu", 2, &be, &err), &err);
+    if (!be) return sd_test_finish();
+    test_rounding(be);
+    if (!sd_dnnl_compiled()) {
+        printf("built without oneDNN: checking that bf16 mode refuses to run\n");
+        test_no_path(be);
+        sd_backend_free(be);
+        return sd_test_finish();
+    }
+    CHECK(sd_backend_supports_precision(be, SD_PREC_BF16));
+    CHECK(sd_backend_supports_precision(be, SD_PREC_F32));
+    CHECK(!sd_backend_supports_precision(be, SD_PREC_F16));
+    printf("oneDNN ISA: %s\n", sd_dnnl_isa_name());
+    sd_backend_set_precision(be, SD_PREC_BF16);
+    static const sd_dtype wdts[] = {SD_F32, SD_F16, SD_BF16};
+    for (int i = 0; i < 3; i++) {
+        test_linear(be, wdts[i], 1);
+        test_linear(be, wdts[i], 0);
+        test_matmul(be, 1, 0, 1.0f, wdts[i]);
+        test_matmul(be, 1, 1, 0.125f, wdts[i]);
+        test_matmul(be, 0, 1, 1.0f, wdts[i]);
+        test_matmul(be, 0, 0, 0.5f, wdts[i]);
+        test_conv(be, 2, 5, 11, 13, 7, 3, 3, 1, 1, 1, wdts[i], 1);
+    }
+    test_conv(be, 1, 32, 9, 10, 48, 3, 3, 1, 1, 1, SD_F16, 1);
+    test_conv(be, 2, 19, 12, 9, 21, 3, 3, 2, 1, 1, SD_F32, 1);
+    test_conv(be, 1, 20, 7, 8, 36, 1, 1, 1, 0, 0, SD_F16, 1);
+    test_conv(be, 1, 3, 15, 14, 17, 3, 3, 2, 0, 0, SD_F32, 0);
+    test_conv(be, 1, 33, 6, 5, 16, 3, 1, 1, 1, 0, SD_BF16, 1);
+    CHECK(sd_backend_error(be) == NULL);
+    /* f16 compute has no CPU path: it must fail, not compute f32 */
+    int64_t xs[2] = {4, 8}, ws[2] = {3, 8};
+    sd_bt *x = rand_bt(be, SD_F32, 2, xs, 1.0f), *w = rand_bt(be, SD_F32, 2, ws, 1.0f);
+    sd_backend_set_precision(be, SD_PREC_F16);
+    sd_bt *y = sd_op_linear(x, w, NULL);
+    CHECK(y == NULL && sd_backend_error(be) && sd_backend_error(be)->code == SD_ERR_UNSUPPORTED);
+    sd_bt_free(y), sd_bt_free(x), sd_bt_free(w);
+    sd_backend_free(be);
+    return sd_test_finish();
+}
