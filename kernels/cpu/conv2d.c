@@ -9,6 +9,7 @@
  *    rounded up to whole rows) floats.
  */
 #include "cpu.h"
+#include "winograd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 #define COL_BUDGET ((int64_t)1 << 20) /* floats (4 MiB) per thread: near L2 */
 #define MIN_COLS 1024
 #define WHOLE_BUDGET ((int64_t)8 << 20) /* floats: one whole-image im2col */
+/* Winograd crossover (measured, see use_winograd and bench/notes/winograd.md) */
+#define WINO_MIN_CH 32
+#define WINO_MIN_TILES 128 /* 4x4 output tiles over the batch */
 
 typedef struct {
     const float *x, *w, *b;
@@ -97,8 +101,8 @@ static void bias_fill(const conv_job *j, float *y, int64_t plane) {
         for (int64_t p = 0; p < plane; p++) y[o * plane + p] = j->b[o];
 }
 
-sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b,
-                        int stride, int pad_h, int pad_w) {
+sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                               const sd_bt *b, int stride, int pad_h, int pad_w) {
     sd_pool *pool = sd_cpu_pool(be);
     conv_job j = {sd_cpu_f32(x), sd_cpu_f32(w), b ? sd_cpu_f32(b) : NULL, sd_cpu_f32(out),
                   x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2],
@@ -174,4 +178,25 @@ sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
         return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory for im2col (%zu bytes)",
                                bytes);
     return SD_OK;
+}
+
+/* Which 3x3 stride-1 convs take Winograd F(4x4, 3x3) (winograd.c). */
+static int use_winograd(const sd_bt *x, const sd_bt *w, int stride, int pad_h, int pad_w) {
+    int64_t C = x->shape[1], H = x->shape[2], W = x->shape[3], O = w->shape[0];
+    if (w->shape[2] != 3 || w->shape[3] != 3 || stride != 1) return 0;
+    if (pad_h < 0 || pad_h > 2 || pad_w < 0 || pad_w > 2) return 0;
+    if (H * W >= ((int64_t)1 << 30)) return 0; /* gathers index a plane with int32 */
+    int64_t tiles = x->shape[0] * ((H + 2 * pad_h - 2 + 3) / 4) * ((W + 2 * pad_w - 2 + 3) / 4);
+    return C >= WINO_MIN_CH && O >= WINO_MIN_CH && tiles >= WINO_MIN_TILES;
+}
+
+sd_status sd_cpu_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b,
+                        int stride, int pad_h, int pad_w) {
+    if (sd_bt_numel(out) > 0 && use_winograd(x, w, stride, pad_h, pad_w)) {
+        sd_wino_shape s = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], pad_h,
+                           pad_w};
+        return sd_cpu_winograd_conv3x3(be, sd_cpu_f32(x), sd_cpu_f32(w), b ? sd_cpu_f32(b) : NULL,
+                                       sd_cpu_f32(out), &s, sd_cpu_isa());
+    }
+    return sd_cpu_conv2d_im2col(be, out, x, w, b, stride, pad_h, pad_w);
 }

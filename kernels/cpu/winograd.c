@@ -1,0 +1,440 @@
+/* winograd.c - 3x3 stride-1 convolution by Winograd F(4x4, 3x3); see
+ * winograd.h for the contract.
+ *
+ * Transforms (Lavin & Gray 2015, interpolation points 0, 1, -1, 2, -2, inf):
+ *   U = G g G^T (weights, 3x3 -> 6x6), V = B^T d B (6x6 input tile),
+ *   y = A^T (U . V) A (4x4 output tile), the product summed over channels,
+ * which is 36 GEMMs M[xi] [O x T] = U[xi] [O x C] x V[xi] [C x T] for a
+ * block of T tiles.
+ *
+ * Layout: every transform works on 16 lanes at once (wv, a GCC vector of
+ * 16 floats): 16 tiles for the input and output transforms, 16 input
+ * channels for the weight transform. The arithmetic is written once on wv
+ * and compiled per instruction set (default, AVX2, AVX-512) by inlining it
+ * into target-specific wrappers; only the AVX-512 loads (gathers) and
+ * stores (interleaving permutes) use intrinsics. Lane data lives in
+ * V [36][C][tp] and M [36][O][tp], tp = lanes rounded up to 16, so the
+ * tile index is the GEMM's contiguous N dimension.
+ */
+#include "winograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
+
+#define ALWAYS static inline __attribute__((always_inline))
+#define LANES 16
+typedef float wv __attribute__((vector_size(64)));
+
+/* Per-thread scratch budget for V and M of one block, in floats: 36*(C+O)
+ * floats per tile. 2M floats (8 MiB) gives 112 tiles at C = O = 256 and 56
+ * at 512 (see bench/notes/winograd.md for the block-size measurements). */
+#define BLOCK_BUDGET ((int64_t)2 << 20)
+#define MAX_TILES 512 /* per block: bounds the per-block lane tables */
+/* The transformed weights of one pass over the image, in floats: wider
+ * layers go in slices of output channels, each re-transforming the input
+ * (256 MiB of U would be 1280x1280 channels). */
+#define U_BUDGET ((int64_t)16 << 20)
+
+/* ---- the transforms on 16 lanes, written once for every ISA --------------------- */
+
+/* B^T d over p[0], p[s], ..., p[5s], in place. */
+ALWAYS void in_1d(wv *p, int s) {
+    wv d0 = p[0], d1 = p[s], d2 = p[2 * s], d3 = p[3 * s], d4 = p[4 * s], d5 = p[5 * s];
+    wv a = d4 - 4.0f * d2, b = d3 - 4.0f * d1, c = d4 - d2, e = 2.0f * (d3 - d1);
+    p[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    p[s] = a + b;
+    p[2 * s] = a - b;
+    p[3 * s] = c + e;
+    p[4 * s] = c - e;
+    p[5 * s] = 4.0f * d1 - 5.0f * d3 + d5;
+}
+
+/* d[r*6+k] (input row r, column k) -> V = B^T d B, same indexing. */
+ALWAYS void in_2d(wv d[36]) {
+    for (int r = 0; r < 6; r++) in_1d(d + 6 * r, 1);
+    for (int k = 0; k < 6; k++) in_1d(d + k, 6);
+}
+
+/* G g: 3 values at g[0], g[gs], g[2gs] -> 6 at u[0], u[us], ... */
+ALWAYS void w_1d(const wv *g, int gs, wv *u, int us) {
+    wv g0 = g[0], g1 = g[gs], g2 = g[2 * gs];
+    wv s = g0 + g2, t = g0 * (1.0f / 24) + g2 * (1.0f / 6);
+    u[0] = g0 * 0.25f;
+    u[us] = (s + g1) * (-1.0f / 6);
+    u[2 * us] = (s - g1) * (-1.0f / 6);
+    u[3 * us] = t + g1 * (1.0f / 12);
+    u[4 * us] = t - g1 * (1.0f / 12);
+    u[5 * us] = g2;
+}
+
+/* g[ky*3+kx] -> u[r*6+k] = (G g G^T)[r][k]. */
+ALWAYS void w_2d(const wv g[9], wv u[36]) {
+    wv t[18]; /* G g: 6 rows x 3 columns */
+    for (int k = 0; k < 3; k++) w_1d(g + k, 3, t + k, 3);
+    for (int r = 0; r < 6; r++) w_1d(t + 3 * r, 1, u + 6 * r, 1);
+}
+
+/* A^T m: 6 values at m[0], m[ms], ... -> 4 at o[0], o[os], ... */
+ALWAYS void out_1d(const wv *m, int ms, wv *o, int os) {
+    wv s12 = m[ms] + m[2 * ms], d12 = m[ms] - m[2 * ms];
+    wv s34 = m[3 * ms] + m[4 * ms], d34 = m[3 * ms] - m[4 * ms];
+    o[0] = m[0] + s12 + s34;
+    o[os] = d12 + 2.0f * d34;
+    o[2 * os] = s12 + 4.0f * s34;
+    o[3 * os] = d12 + 8.0f * d34 + m[5 * ms];
+}
+
+/* m[r*6+k] -> q[i*4+j] = (A^T m A)[i][j] + bias. */
+ALWAYS void out_2d(const wv m[36], wv q[16], float bias) {
+    wv t[24]; /* A^T m: 4 rows x 6 columns */
+    for (int k = 0; k < 6; k++) out_1d(m + k, 6, t + k, 6);
+    for (int i = 0; i < 4; i++) out_1d(t + 6 * i, 1, q + 4 * i, 1);
+    for (int i = 0; i < 16; i++) q[i] += bias;
+}
+
+/* ---- job ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const float *x, *w, *b;
+    float *y;
+    int64_t N, C, H, W, O, Ho, Wo;
+    int ph, pw, isa;
+    int64_t tw, tiles;   /* tiles per output row, per image */
+    int64_t bt, tp;      /* tiles per block; lanes per block (bt rounded up to 16) */
+    int64_t blocks;      /* blocks per image */
+    int64_t o0, oc;      /* output channels of this pass */
+    float *U;            /* [36][oc][C] for channels o0 .. o0+oc-1 */
+    float **vbuf, **mbuf; /* per thread: V [36][C][tp], M [36][oc][tp] */
+} wjob;
+
+/* Lane tables of one block: where each lane's tile sits. Lanes past the
+ * block's last tile are marked invalid (iy0 = INT32_MIN/2 makes every row
+ * test fail). */
+typedef struct {
+    int32_t iy0[MAX_TILES], ix0[MAX_TILES]; /* input origin of the tile (may be < 0) */
+    int32_t ty[MAX_TILES], tx[MAX_TILES];
+} lanes_t;
+
+static void lanes_fill(const wjob *j, int64_t t0, int64_t T, lanes_t *ln) {
+    for (int64_t l = 0; l < j->tp; l++) {
+        if (l < T) {
+            int64_t t = t0 + l, ty = t / j->tw, tx = t % j->tw;
+            ln->ty[l] = (int32_t)ty;
+            ln->tx[l] = (int32_t)tx;
+            ln->iy0[l] = (int32_t)(4 * ty - j->ph);
+            ln->ix0[l] = (int32_t)(4 * tx - j->pw);
+        } else {
+            ln->ty[l] = ln->tx[l] = -1;
+            ln->iy0[l] = INT32_MIN / 2;
+            ln->ix0[l] = 0;
+        }
+    }
+}
+
+/* ---- weight transform: U[xi][o - o0][c], 16 input channels per step -------------- */
+
+ALWAYS void weights_body(const wjob *j, int64_t o) {
+    int64_t C = j->C;
+    for (int64_t c0 = 0; c0 < C; c0 += LANES) {
+        int n = C - c0 < LANES ? (int)(C - c0) : LANES;
+        wv g[9], u[36];
+        for (int k = 0; k < 9; k++) g[k] = (wv){0};
+        const float *src = j->w + (o * C + c0) * 9;
+        for (int l = 0; l < n; l++)
+            for (int k = 0; k < 9; k++) g[k][l] = src[l * 9 + k];
+        w_2d(g, u);
+        float *dst = j->U + (o - j->o0) * C + c0;
+        for (int xi = 0; xi < 36; xi++) memcpy(dst + xi * j->oc * C, &u[xi], (size_t)n * sizeof(float));
+    }
+}
+
+static void weights_gen(const wjob *j, int64_t o) { weights_body(j, o); }
+#ifdef HAVE_X86
+__attribute__((target("avx2,fma"))) static void weights_avx2(const wjob *j, int64_t o) {
+    weights_body(j, o);
+}
+__attribute__((target("avx512f"))) static void weights_avx512(const wjob *j, int64_t o) {
+    weights_body(j, o);
+}
+#endif
+
+static void weights_task(void *ctx, int64_t t, int thread) {
+    const wjob *j = ctx;
+    int64_t o1 = j->o0 + (t + 1) * 8 < j->o0 + j->oc ? j->o0 + (t + 1) * 8 : j->o0 + j->oc;
+    for (int64_t o = j->o0 + t * 8; o < o1; o++) {
+#ifdef HAVE_X86
+        if (j->isa == SD_ISA_AVX512) { weights_avx512(j, o); continue; }
+        if (j->isa == SD_ISA_AVX2) { weights_avx2(j, o); continue; }
+#endif
+        weights_gen(j, o);
+    }
+}
+
+/* ---- input transform of one block: V[xi][c][lane] ------------------------------------ */
+
+/* Portable loads: one lane at a time, zero outside the image. */
+ALWAYS void input_body(const wjob *j, const float *x, const lanes_t *ln, float *V) {
+    int64_t H = j->H, W = j->W, tp = j->tp;
+    for (int64_t c = 0; c < j->C; c++) {
+        const float *xc = x + c * H * W;
+        for (int64_t g0 = 0; g0 < tp; g0 += LANES) {
+            wv d[36];
+            for (int i = 0; i < 36; i++) d[i] = (wv){0};
+            for (int l = 0; l < LANES; l++) {
+                int64_t iy0 = ln->iy0[g0 + l], ix0 = ln->ix0[g0 + l];
+                for (int r = 0; r < 6; r++) {
+                    int64_t iy = iy0 + r;
+                    if (iy < 0 || iy >= H) continue;
+                    for (int k = 0; k < 6; k++) {
+                        int64_t ix = ix0 + k;
+                        if (ix >= 0 && ix < W) d[r * 6 + k][l] = xc[iy * W + ix];
+                    }
+                }
+            }
+            in_2d(d);
+            for (int xi = 0; xi < 36; xi++) *(wv *)(V + (xi * j->C + c) * tp + g0) = d[xi];
+        }
+    }
+}
+
+static void input_gen(const wjob *j, const float *x, const lanes_t *ln, float *V) {
+    input_body(j, x, ln, V);
+}
+
+#ifdef HAVE_X86
+__attribute__((target("avx2,fma"))) static void input_avx2(const wjob *j, const float *x,
+                                                            const lanes_t *ln, float *V) {
+    input_body(j, x, ln, V);
+}
+
+/* AVX-512: one masked gather per (row, column) of 16 tiles; the masks say
+ * which lanes' row / column lies inside the image (zero padding). */
+__attribute__((target("avx512f"))) static void input_avx512(const wjob *j, const float *x,
+                                                             const lanes_t *ln, float *V) {
+    int64_t H = j->H, W = j->W, tp = j->tp, ng = tp / LANES;
+    __m512i base[MAX_TILES / LANES];
+    __mmask16 rm[MAX_TILES / LANES][6], cm[MAX_TILES / LANES][6];
+    for (int64_t g = 0; g < ng; g++) {
+        const int32_t *iy0 = ln->iy0 + g * LANES, *ix0 = ln->ix0 + g * LANES;
+        int32_t bi[LANES];
+        for (int r = 0; r < 6; r++) rm[g][r] = cm[g][r] = 0;
+        for (int l = 0; l < LANES; l++) {
+            bi[l] = iy0[l] >= -8 ? iy0[l] * (int32_t)W + ix0[l] : 0;
+            for (int r = 0; r < 6; r++) {
+                if (iy0[l] + r >= 0 && iy0[l] + r < H) rm[g][r] |= (__mmask16)(1u << l);
+                if (ix0[l] + r >= 0 && ix0[l] + r < W) cm[g][r] |= (__mmask16)(1u << l);
+            }
+        }
+        base[g] = _mm512_loadu_si512(bi);
+    }
+    for (int64_t c = 0; c < j->C; c++) {
+        const float *xc = x + c * H * W;
+        for (int64_t g = 0; g < ng; g++) {
+            wv d[36];
+            for (int r = 0; r < 6; r++) {
+                __m512i ir = _mm512_add_epi32(base[g], _mm512_set1_epi32((int32_t)(r * W)));
+                for (int k = 0; k < 6; k++) {
+                    __m512i ik = _mm512_add_epi32(ir, _mm512_set1_epi32(k));
+                    d[r * 6 + k] = (wv)_mm512_mask_i32gather_ps(_mm512_setzero_ps(),
+                                                                 rm[g][r] & cm[g][k], ik, xc, 4);
+                }
+            }
+            in_2d(d);
+            for (int xi = 0; xi < 36; xi++)
+                _mm512_store_ps(V + (xi * j->C + c) * tp + g * LANES, (__m512)d[xi]);
+        }
+    }
+}
+#endif
+
+/* ---- output transform of one block: y from M[xi][o][lane] ---------------------------- */
+
+/* One lane's 4x4 tile into y (plane of output channel o), clipped. */
+ALWAYS void store_lane(const wjob *j, const lanes_t *ln, int64_t lane, const wv q[16], int l,
+                       float *yo) {
+    int64_t oy0 = 4 * (int64_t)ln->ty[lane], ox0 = 4 * (int64_t)ln->tx[lane];
+    for (int i = 0; i < 4 && oy0 + i < j->Ho; i++)
+        for (int k = 0; k < 4 && ox0 + k < j->Wo; k++) yo[(oy0 + i) * j->Wo + ox0 + k] = q[i * 4 + k][l];
+}
+
+ALWAYS void output_body(const wjob *j, const float *M, const lanes_t *ln, int64_t T, float *y) {
+    int64_t tp = j->tp, plane = j->Ho * j->Wo;
+    for (int64_t o = 0; o < j->oc; o++) {
+        float bias = j->b ? j->b[j->o0 + o] : 0.0f;
+        float *yo = y + (j->o0 + o) * plane;
+        for (int64_t g0 = 0; g0 < T; g0 += LANES) {
+            wv m[36], q[16];
+            for (int xi = 0; xi < 36; xi++) m[xi] = *(const wv *)(M + (xi * j->oc + o) * tp + g0);
+            out_2d(m, q, bias);
+            for (int l = 0; l < LANES && g0 + l < T; l++) store_lane(j, ln, g0 + l, q, l, yo);
+        }
+    }
+}
+
+static void output_gen(const wjob *j, const float *M, const lanes_t *ln, int64_t T, float *y) {
+    output_body(j, M, ln, T, y);
+}
+
+#ifdef HAVE_X86
+__attribute__((target("avx2,fma"))) static void output_avx2(const wjob *j, const float *M,
+                                                             const lanes_t *ln, int64_t T, float *y) {
+    output_body(j, M, ln, T, y);
+}
+
+/* AVX-512: when a group's valid lanes are consecutive tiles of one tile row
+ * (always so when the row has a multiple of 16 tiles), each output row of
+ * the 16 tiles is 64 consecutive floats: interleave the four column vectors
+ * with permutes and store with a mask for the image's right edge. Other
+ * groups store lane by lane. */
+__attribute__((target("avx512f"))) static void output_avx512(const wjob *j, const float *M,
+                                                              const lanes_t *ln, int64_t T,
+                                                              float *y) {
+    int64_t tp = j->tp, plane = j->Ho * j->Wo, ng = (T + LANES - 1) / LANES;
+    const __m512i lo01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi01 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30,
+                                           15, 31);
+    const __m512i q0 = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+    const __m512i q1 = _mm512_setr_epi32(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30,
+                                         31);
+    int row_ok[MAX_TILES / LANES];
+    __mmask16 smask[MAX_TILES / LANES][4];
+    for (int64_t g = 0; g < ng; g++) {
+        int64_t g0 = g * LANES, nv = T - g0 < LANES ? T - g0 : LANES;
+        int ok = ln->ty[g0 + nv - 1] == ln->ty[g0];
+        row_ok[g] = ok;
+        if (!ok) continue;
+        /* columns 4*tx0 + p, p < 64, valid below both the lane count and Wo */
+        int64_t lim = 4 * nv, room = j->Wo - 4 * (int64_t)ln->tx[g0];
+        if (room < lim) lim = room;
+        for (int v = 0; v < 4; v++) {
+            int64_t n = lim - 16 * v;
+            smask[g][v] = n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+        }
+    }
+    for (int64_t o = 0; o < j->oc; o++) {
+        float bias = j->b ? j->b[j->o0 + o] : 0.0f;
+        float *yo = y + (j->o0 + o) * plane;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t g0 = g * LANES;
+            wv m[36], q[16];
+            for (int xi = 0; xi < 36; xi++) m[xi] = *(const wv *)(M + (xi * j->oc + o) * tp + g0);
+            out_2d(m, q, bias);
+            if (!row_ok[g]) {
+                for (int l = 0; l < LANES && g0 + l < T; l++) store_lane(j, ln, g0 + l, q, l, yo);
+                continue;
+            }
+            int64_t oy0 = 4 * (int64_t)ln->ty[g0];
+            float *dst = yo + 4 * (int64_t)ln->tx[g0];
+            for (int i = 0; i < 4 && oy0 + i < j->Ho; i++) {
+                __m512 k0 = (__m512)q[4 * i], k1 = (__m512)q[4 * i + 1];
+                __m512 k2 = (__m512)q[4 * i + 2], k3 = (__m512)q[4 * i + 3];
+                __m512 plo = _mm512_permutex2var_ps(k0, lo01, k1), phi = _mm512_permutex2var_ps(k0, hi01, k1);
+                __m512 qlo = _mm512_permutex2var_ps(k2, lo01, k3), qhi = _mm512_permutex2var_ps(k2, hi01, k3);
+                float *row = dst + (oy0 + i) * j->Wo;
+                _mm512_mask_storeu_ps(row, smask[g][0], _mm512_permutex2var_ps(plo, q0, qlo));
+                _mm512_mask_storeu_ps(row + 16, smask[g][1], _mm512_permutex2var_ps(plo, q1, qlo));
+                _mm512_mask_storeu_ps(row + 32, smask[g][2], _mm512_permutex2var_ps(phi, q0, qhi));
+                _mm512_mask_storeu_ps(row + 48, smask[g][3], _mm512_permutex2var_ps(phi, q1, qhi));
+            }
+        }
+    }
+}
+#endif
+
+/* ---- one block: input transform, 36 GEMMs, output transform ------------------------- */
+
+static void block_task(void *ctx, int64_t task, int thread) {
+    const wjob *j = ctx;
+    int64_t n = task / j->blocks, t0 = task % j->blocks * j->bt;
+    int64_t T = j->tiles - t0 < j->bt ? j->tiles - t0 : j->bt;
+    const float *x = j->x + n * j->C * j->H * j->W;
+    float *y = j->y + n * j->O * j->Ho * j->Wo;
+    float *V = j->vbuf[thread], *M = j->mbuf[thread];
+    lanes_t ln;
+    lanes_fill(j, t0, T, &ln);
+#ifdef HAVE_X86
+    if (j->isa == SD_ISA_AVX512) input_avx512(j, x, &ln, V);
+    else if (j->isa == SD_ISA_AVX2) input_avx2(j, x, &ln, V);
+    else
+#endif
+        input_gen(j, x, &ln, V);
+    for (int xi = 0; xi < 36; xi++)
+        sd_cpu_gemm1(0, 0, j->oc, T, j->C, 1.0f, j->U + xi * j->oc * j->C, j->C,
+                     V + xi * j->C * j->tp, j->tp, 0.0f, M + xi * j->oc * j->tp, j->tp);
+#ifdef HAVE_X86
+    if (j->isa == SD_ISA_AVX512) output_avx512(j, M, &ln, T, y);
+    else if (j->isa == SD_ISA_AVX2) output_avx2(j, M, &ln, T, y);
+    else
+#endif
+        output_gen(j, M, &ln, T, y);
+}
+
+/* ---- entry ---------------------------------------------------------------------------- */
+
+sd_status sd_cpu_winograd_conv3x3(sd_backend *be, const float *x, const float *w, const float *b,
+                                  float *y, const sd_wino_shape *s, int isa) {
+    sd_pool *pool = sd_cpu_pool(be);
+    int nt = sd_pool_threads(pool);
+    wjob j = {.x = x, .w = w, .b = b, .y = y, .N = s->N, .C = s->C, .H = s->H, .W = s->W,
+              .O = s->O, .ph = s->pad_h, .pw = s->pad_w, .isa = isa};
+    j.Ho = j.H + 2 * j.ph - 2;
+    j.Wo = j.W + 2 * j.pw - 2;
+    if (j.N <= 0 || j.O <= 0 || j.Ho <= 0 || j.Wo <= 0) return SD_OK;
+    j.tw = (j.Wo + 3) / 4;
+    j.tiles = (j.Ho + 3) / 4 * j.tw;
+
+    /* output-channel slices bounded by U_BUDGET, of equal size */
+    int64_t per_o = 36 * (j.C > 0 ? j.C : 1);
+    int64_t slices = (j.O * per_o + U_BUDGET - 1) / U_BUDGET;
+    if (slices < 1) slices = 1;
+    if (slices > j.O) slices = j.O;
+    int64_t oc_max = (j.O + slices - 1) / slices;
+
+    /* tiles per block: the scratch budget, then enough blocks for the pool */
+    int64_t bt = BLOCK_BUDGET / (36 * (j.C + oc_max));
+    if (bt > MAX_TILES) bt = MAX_TILES;
+    if (bt > j.tiles) bt = j.tiles;
+    int64_t want = (j.N * j.tiles + 2 * nt - 1) / (2 * nt);
+    if (nt > 1 && bt > want) bt = want;
+    bt = bt < LANES ? LANES : bt / LANES * LANES;
+    if (bt > MAX_TILES) bt = MAX_TILES;
+    j.bt = bt;
+    j.tp = bt; /* a multiple of 16 */
+    j.blocks = (j.tiles + bt - 1) / bt;
+
+    size_t vbytes = (size_t)(36 * j.C * j.tp) * sizeof(float);
+    size_t mbytes = (size_t)(36 * oc_max * j.tp) * sizeof(float);
+    size_t ubytes = (size_t)(36 * oc_max * (j.C > 0 ? j.C : 1)) * sizeof(float);
+    float **bufs = calloc((size_t)(2 * nt), sizeof *bufs);
+    float *U = sd_cpu_alloc(ubytes);
+    int ok = bufs && U;
+    for (int i = 0; ok && i < nt; i++) {
+        ok = (bufs[i] = sd_cpu_alloc(vbytes)) && (bufs[nt + i] = sd_cpu_alloc(mbytes));
+        /* lanes past a block's last tile are read by the output transform
+         * (and dropped): keep them defined */
+        if (ok) memset(bufs[nt + i], 0, mbytes);
+    }
+    if (ok) {
+        j.U = U;
+        j.vbuf = bufs;
+        j.mbuf = bufs + nt;
+        for (j.o0 = 0; j.o0 < j.O; j.o0 += oc_max) {
+            j.oc = j.O - j.o0 < oc_max ? j.O - j.o0 : oc_max;
+            sd_pool_run(pool, (j.oc + 7) / 8, weights_task, &j);
+            sd_pool_run(pool, j.N * j.blocks, block_task, &j);
+        }
+    }
+    for (int i = 0; bufs && i < 2 * nt; i++) free(bufs[i]);
+    free(bufs);
+    free(U);
+    if (!ok)
+        return sd_backend_fail(be, SD_ERR_NOMEM,
+                               "conv2d (winograd): out of memory for %zu bytes of scratch",
+                               ubytes + (size_t)nt * (vbytes + mbytes));
+    return SD_OK;
+}
