@@ -11,6 +11,8 @@
  *      whose consumers all hit is never visited;
  *   4. execute the misses in order, re-checking the memo first (a duplicated
  *      branch then runs once), storing complete results only.
+ * With opts->release_consumed, step 4 also drops each output value once the
+ * last node of the run that reads it has finished (see plan_release).
  * Nodes that are NOT_IDEMPOTENT, and everything downstream of one, are
  * "volatile": never looked up, never stored.
  */
@@ -84,6 +86,27 @@ static int memo_put(sd_exec *ex, const uint8_t *key, sd_value *entry) {
     return 0;
 }
 
+/* Backward-shift deletion keeps every probe chain unbroken without
+ * tombstones: each later slot of the cluster moves into the hole unless its
+ * home slot lies cyclically in (hole, slot]. */
+static void memo_del(sd_exec *ex, const uint8_t *key) {
+    if (!ex->cap) return;
+    size_t mask = ex->cap - 1, i = slot_of(key, ex->cap);
+    while (ex->slots[i].entry && memcmp(ex->slots[i].key, key, SD_KEY_SIZE) != 0) i = (i + 1) & mask;
+    if (!ex->slots[i].entry) return;
+    sd_value_unref(ex->slots[i].entry);
+    ex->slots[i].entry = NULL;
+    ex->count--;
+    for (size_t j = (i + 1) & mask; ex->slots[j].entry; j = (j + 1) & mask) {
+        size_t h = slot_of(ex->slots[j].key, ex->cap);
+        int stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+        if (stays) continue;
+        ex->slots[i] = ex->slots[j];
+        ex->slots[j].entry = NULL;
+        i = j;
+    }
+}
+
 sd_exec *sd_exec_new(void) { return calloc(1, sizeof(sd_exec)); }
 
 void sd_exec_forget(sd_exec *ex) {
@@ -149,6 +172,12 @@ typedef struct plan_node {
     sd_node_status hit_status;
     sd_value *entry;      /* result: own ref */
     int record;           /* index into the report, or -1 */
+    /* release_consumed only (plan_release): */
+    int group;            /* first node of the run with the same key */
+    int keep;             /* group holds an output node: never dropped */
+    int *last;            /* group leader, per output (one slot when there is none):
+                             order index of its last use */
+    unsigned char *dead;  /* group leader, same slots: dropped already */
 } plan_node;
 
 typedef struct run {
@@ -331,6 +360,7 @@ static sd_status compute_keys(run *r, sd_error *err) {
 /* An entry is usable when it has one value per output and, for a node that
  * wrote files, those files are still there. */
 static int entry_usable(const plan_node *p, const sd_value *entry) {
+    if (sd_value_dict_get(entry, "released")) return 0; /* partly dropped (release_consumed) */
     const sd_value *outs = sd_value_dict_get(entry, "outputs");
     if (sd_value_kind_of(outs) != SD_VAL_LIST || sd_value_list_len(outs) != (size_t)p->n_out) return 0;
     for (int k = 0; k < p->n_out; k++)
@@ -503,6 +533,112 @@ static void store_result(run *r, plan_node *p) {
                  p->def->class_type, cerr.msg);
 }
 
+/* ---- release_consumed ---------------------------------------------------------
+ * Values are dropped per output, not per node: a checkpoint loader's CLIP
+ * goes after the text encodes while its MODEL lives on until the sampler.
+ * Nodes with the same key (a duplicated branch, or a hit of a result this
+ * run also executes) share one memo entry, so liveness is computed per group
+ * of equal keys: an output of the group lives until its last reader in the
+ * run has finished, and at least until the group's last member has taken
+ * its entry from the memo. */
+
+static sd_status plan_release(run *r, sd_error *err) {
+    for (size_t o = 0; o < r->n_order; o++) {
+        size_t i = r->order[o];
+        plan_node *p = &r->nodes[i];
+        p->group = (int)i;
+        if (p->decision == PLAN_NONE) continue;
+        for (size_t q = 0; q < o && !p->is_volatile; q++) {
+            plan_node *m = &r->nodes[r->order[q]];
+            if (m->decision != PLAN_NONE && !m->is_volatile && (size_t)m->group == r->order[q] &&
+                memcmp(m->key, p->key, SD_KEY_SIZE) == 0) {
+                p->group = (int)r->order[q];
+                break;
+            }
+        }
+        plan_node *g = &r->nodes[p->group];
+        int slots = g->n_out ? g->n_out : 1;
+        if (p->group == (int)i) {
+            p->last = malloc((size_t)slots * sizeof *p->last);
+            p->dead = calloc((size_t)slots, 1);
+            if (!p->last || !p->dead) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+        }
+        for (int k = 0; k < slots; k++) g->last[k] = (int)o; /* >= every member's own turn */
+        if (p->is_output) g->keep = 1;
+    }
+    for (size_t o = 0; o < r->n_order; o++) {
+        plan_node *c = &r->nodes[r->order[o]];
+        if (c->decision != PLAN_RUN) continue; /* only a node that runs reads its inputs */
+        for (int k = 0; k < c->n_in; k++) {
+            if (c->src[k] < 0) continue;
+            plan_node *g = &r->nodes[r->nodes[c->src[k]].group];
+            int idx = c->src_index[k];
+            if (g->last && idx >= 0 && idx < g->n_out && g->last[idx] < (int)o) g->last[idx] = (int)o;
+        }
+    }
+    return SD_OK;
+}
+
+/* The entry with the dropped outputs replaced by none and marked, so that
+ * no later lookup takes it for a whole result; NULL when all are dropped
+ * (or out of memory: the caller then keeps the old entry, which is only a
+ * missed saving). */
+static sd_value *entry_without(const sd_value *entry, const unsigned char *dead, int n_out,
+                               int *all_dead) {
+    *all_dead = 1;
+    for (int k = 0; k < n_out; k++) *all_dead &= dead[k];
+    if (*all_dead) return NULL;
+    const sd_value *outs = sd_value_dict_get(entry, "outputs");
+    sd_value *copy = sd_value_shallow_copy(entry), *list = sd_value_list();
+    if (!copy || !list) goto fail;
+    for (int k = 0; k < n_out; k++) {
+        sd_value *v = dead[k] ? sd_value_none() : sd_value_ref(sd_value_list_get(outs, (size_t)k));
+        if (!v || sd_value_list_append(list, v)) goto fail;
+    }
+    if (sd_value_dict_set(copy, "outputs", list)) { list = NULL; goto fail; }
+    if (sd_value_dict_set(copy, "released", sd_value_bool(1))) { list = NULL; goto fail; }
+    return copy;
+fail:
+    sd_value_unref(list);
+    sd_value_unref(copy);
+    return NULL;
+}
+
+static void drop_entry(sd_value **slot, const unsigned char *dead, int n_out) {
+    if (!*slot) return;
+    int all_dead;
+    sd_value *e = entry_without(*slot, dead, n_out, &all_dead);
+    if (!e && !all_dead) return;
+    sd_value_unref(*slot);
+    *slot = e;
+}
+
+/* After the node at order index `o` has finished: drop every output whose
+ * last use that was, from each member of its group and from the memo. */
+static void release_due(run *r, size_t o) {
+    for (size_t q = 0; q <= o; q++) {
+        size_t gi = r->order[q];
+        plan_node *g = &r->nodes[gi];
+        if (!g->last || g->keep || g->group != (int)gi) continue;
+        int any = 0;
+        for (int k = 0; k < (g->n_out ? g->n_out : 1); k++)
+            if (!g->dead[k] && g->last[k] <= (int)o) g->dead[k] = 1, any = 1;
+        if (!any) continue;
+        for (size_t m = q; m <= o; m++) {
+            plan_node *p = &r->nodes[r->order[m]];
+            if (p->group == (int)gi) drop_entry(&p->entry, g->dead, g->n_out);
+        }
+        if (g->is_volatile) continue; /* never stored */
+        sd_value *e = memo_get(r->ex, g->key);
+        if (!e) continue;
+        int all_dead;
+        sd_value *partial = entry_without(e, g->dead, g->n_out, &all_dead);
+        if (all_dead) memo_del(r->ex, g->key);
+        else if (partial) memo_put(r->ex, g->key, partial);
+        sd_value_unref(partial);
+    }
+}
+
 static sd_status execute(run *r, sd_error *err) {
     char *derived = NULL;
     const char *prompt_json = r->opts->prompt_json;
@@ -547,6 +683,7 @@ static sd_status execute(run *r, sd_error *err) {
         rec->ui = sd_value_ref(sd_value_dict_get(p->entry, "ui"));
         if (r->opts->dump_dir) rc = sd_exec_dump_node(r->opts->dump_dir, p->gn->id, p->def, p->entry, err);
         if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
+        if (!rc && r->opts->release_consumed) release_due(r, o);
     }
     free(derived);
     return rc;
@@ -559,6 +696,8 @@ static void run_free(run *r) {
         free(p->lit);
         free(p->src);
         free(p->src_index);
+        free(p->last);
+        free(p->dead);
         sd_value_unref(p->entry);
     }
     free(r->nodes);
@@ -591,6 +730,7 @@ sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
         if (!rc) rc = compute_keys(&r, err);
         if (!rc) rc = decide(&r, err);
         if (!rc) rc = add_records(&r, err);
+        if (!rc && opts->release_consumed) rc = plan_release(&r, err);
         if (!rc) rc = execute(&r, err);
         run_free(&r);
     }

@@ -83,6 +83,13 @@ typedef struct sd_exec_opts {
     const char *dump_dir;              /* --dump DIR, or NULL */
     const char *prompt_json;           /* embedded by SaveImage; NULL = derive */
     const char *extra_pnginfo_json;
+    /* One-shot runs (`sdflow run`): drop each node's output values, from the
+     * run and from the in-process memo, as soon as every node of this run
+     * that reads them has finished (a loaded model then goes before the next
+     * model loads). Output nodes' results are kept; the report, --dump and
+     * the persistent cache are served before anything is dropped. 0 (the
+     * REPL, Lua): everything stays in the memo for reruns. */
+    int release_consumed;
 } sd_exec_opts;
 
 typedef struct sd_exec sd_exec;
