@@ -15,6 +15,71 @@
 #include "models/unet.h"
 #include "models/vae.h"
 
+/* ---- backend and precision -------------------------------------------------
+ *
+ * Every golden test creates its backend with sd_golden_backend(): the
+ * backend named by $SDFLOW_TEST_BACKEND (cpu, the default, or cuda) in the
+ * precision named by $SDFLOW_TEST_PRECISION (f32, the default, or bf16).
+ * ctest registers "<test>.bf16" variants of the model goldens when the build
+ * has a bf16 CPU path (tests/CMakeLists.txt).
+ *
+ * f32 runs use the manifest's tolerances unchanged. bf16 runs add a slack
+ * decided from the format, not from results:
+ *
+ *   |a - e| <= atol + rtol * |e| + T(L) * rms(e),   T(L) = 6 * 2^-8 * sqrt(L)
+ *
+ * - 2^-8: bf16's unit roundoff taken per rounded input (RNE is within 2^-9
+ *   relative; 2^-8 absorbs the cancellation that makes an output smaller than
+ *   the sum of its products). A bf16 matrix op rounds both operands and
+ *   accumulates in f32 (products of bf16 values are exact in f32), so each
+ *   op adds a relative error of that order to its output, measured against
+ *   the output's RMS.
+ * - sqrt(L): L = the number of bf16 matrix ops (linear, conv, matmul) on the
+ *   longest path from the inputs to the tensor; independent rounding errors
+ *   of successive layers add in quadrature (norms keep the gain ~1).
+ * - 6: the largest of up to ~10^8 roughly Gaussian errors stays within 6
+ *   standard deviations.
+ * Tensors the manifest requires exactly (atol = rtol = 0: ids, counts) and
+ * tensors no bf16 op touches (L = 0: inputs, patched weights) get no slack.
+ * L per component, counted on the tiny test models' configs (manifest) and
+ * rounded up: SD_GOLDEN_DEPTH_*.
+ *
+ * End-to-end sampling cases are not compared in bf16: at CFG 7.5 the
+ * guided noise estimate amplifies the UNet's error ~sqrt(2)*7.5 times per
+ * step and the sampler carries it through every step, so the bound above
+ * would exceed the signal itself; the component cases are the bf16 check.
+ */
+#define SD_GOLDEN_DEPTH_CLIP 20       /* 4 layers x (qkv, out, fc1, fc2), + projection */
+#define SD_GOLDEN_DEPTH_UNET 128      /* ~50 convs + ~70 transformer linears, time MLP */
+#define SD_GOLDEN_DEPTH_VAE 40        /* decoder: ~35 convs, mid attention; encoder alike */
+#define SD_GOLDEN_DEPTH_CONTROLNET 64 /* hint encoder (8 convs) + the UNet's encoder half */
+#define SD_GOLDEN_DEPTH_TAESD 40      /* encoder or decoder: ~33 convs */
+
+/* $SDFLOW_TEST_PRECISION: SD_PREC_F32 (unset or "f32") or SD_PREC_BF16
+ * ("bf16"); any other value fails the test (exit 1). */
+sd_precision sd_golden_precision(void);
+/* $SDFLOW_TEST_BACKEND: "cpu" (unset) or "cuda". */
+const char *sd_golden_backend_name(void);
+/* The backend the golden tests run on (all cores), in sd_golden_precision().
+ * Skips the test (exit 77) when the build lacks that backend or precision;
+ * records a failed check and returns NULL on any other error. Sets the
+ * comparison depth to 0. */
+sd_backend *sd_golden_backend(void);
+/* The L of the tensors compared next (see above); ignored in f32 mode. */
+void sd_golden_set_depth(int L);
+/* The slack T(L) in force: 0 in f32 mode or at depth 0. */
+double sd_golden_slack(void);
+/* 1 when end-to-end sampling cases are compared in this precision (f32). */
+int sd_golden_e2e_comparable(void);
+/* sd_test_allclose with the precision's slack (none when atol = rtol = 0);
+ * same outputs. */
+int sd_golden_allclose(const sd_tensor *a, const sd_tensor *e, double atol, double rtol,
+                       double *max_abs, long *worst);
+/* The largest |a - e| / bound of the last sd_golden_allclose (1 = at the
+ * bound; NaN when it could not compare): how much of the tolerance a
+ * tensor used. */
+double sd_golden_used(void);
+
 /* ---- manifest and cases --------------------------------------------------- */
 
 /* The reference data folder: $SDFLOW_TESTDATA, else sd_test_testdata_dir(). */

@@ -282,6 +282,11 @@ int main(void) {
     test_conv(be, 1, 20, 7, 8, 36, 1, 1, 1, 0, 0, SD_F16, 1);
     test_conv(be, 1, 3, 15, 14, 17, 3, 3, 2, 0, 0, SD_F32, 0);
     test_conv(be, 1, 33, 6, 5, 16, 3, 1, 1, 1, 0, SD_BF16, 1);
+    /* first-layer and stride-2 shapes of the tiny autoencoders (an RGB
+     * input, 64 channels, no bias on the downsampling conv) */
+    test_conv(be, 1, 3, 40, 36, 64, 3, 3, 1, 1, 1, SD_F16, 1);
+    test_conv(be, 1, 64, 20, 18, 64, 3, 3, 2, 1, 1, SD_F16, 0);
+    test_conv(be, 1, 64, 10, 9, 64, 3, 3, 1, 1, 1, SD_F16, 1);
     CHECK(sd_backend_error(be) == NULL);
     /* f16 compute has no CPU path: it must fail, not compute f32 */
     int64_t xs[2] = {4, 8}, ws[2] = {3, 8};

@@ -202,6 +202,7 @@ static void run_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c)
         goto done;
     }
 
+    sd_golden_set_depth(0); /* patched weights: host arithmetic, no bf16 op */
     cJSON_ArrayForEach(t, tensors) {
         size_t n = strlen(t->string);
         if (strncmp(t->string, "w.", 2) != 0 || n <= 10) continue;
@@ -219,6 +220,7 @@ static void run_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c)
         sd_golden_mark(tensors, used, "unet.x");
         sd_golden_mark(tensors, used, "unet.timesteps");
         sd_golden_mark(tensors, used, "unet.context");
+        sd_golden_set_depth(SD_GOLDEN_DEPTH_UNET);
         if (x && ts && ctx) {
             if (sd_golden_mark(tensors, used, "unet.out")) {
                 sd_tensor *o = unet_run(uv, be, x, ts, ctx);
@@ -238,6 +240,7 @@ static void run_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c)
     if (cJSON_GetObjectItemCaseSensitive(tensors, "clip.ids")) {
         sd_tensor *ids = input(g, "clip.ids");
         sd_golden_mark(tensors, used, "clip.ids");
+        sd_golden_set_depth(SD_GOLDEN_DEPTH_CLIP);
         if (ids) {
             sd_tensor *cond, *pooled;
             clip_run(tev, ids, &cond, &pooled);
@@ -394,10 +397,7 @@ int main(void) {
         sd_test_skip("manifest lists no lora case");
     }
 
-    sd_backend *be = NULL;
-    sd_error err;
-    sd_error_clear(&err);
-    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    sd_backend *be = sd_golden_backend();
     if (be) {
         sd_golden_run_cases(be, dir, manifest, "lora", run_case, "lora", run_e2e_case, &case_id);
         sd_backend_free(be);

@@ -10,6 +10,7 @@
 
 #include "models/taesd.h"
 #include "testutil.h"
+#include "golden.h"
 
 typedef struct {
     sd_st_file *golden;
@@ -33,8 +34,9 @@ static void compare(const char *name, const sd_tensor *got, const sd_tensor *wan
     for (int i = 0; same_shape && i < got->ndim; i++) same_shape = got->shape[i] == want->shape[i];
     CHECK_MSG(same_shape, "%s: shape mismatch", name);
     if (!same_shape) return;
-    int ok = sd_test_allclose(got, want, atol, rtol, &worst, &wi);
-    printf("  %-12s worst |d| %.3g (atol %.g rtol %.g)%s\n", name, worst, atol, rtol, ok ? "" : "  FAIL");
+    int ok = sd_golden_allclose(got, want, atol, rtol, &worst, &wi);
+    printf("  %-12s worst |d| %.3g (atol %.g rtol %.g slack %.3g*rms; %.2f of bound)%s\n", name, worst,
+           atol, rtol, sd_golden_slack(), sd_golden_used(), ok ? "" : "  FAIL");
     CHECK_MSG(ok, "%s: worst |d| %.3g at %ld exceeds atol %g rtol %g", name, worst, wi, atol, rtol);
 }
 
@@ -125,8 +127,8 @@ int main(void) {
     CHECK_OK(sd_st_open(path, &fd, &err), &err);
     snprintf(path, sizeof path, "%s/%s", dir, goldf);
     CHECK_OK(sd_st_open(path, &fg, &err), &err);
-    sd_backend *be = NULL;
-    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    sd_backend *be = sd_golden_backend();
+    sd_golden_set_depth(SD_GOLDEN_DEPTH_TAESD);
     sd_taesd *t = NULL;
     if (fe && fd && fg && be) CHECK_OK(sd_taesd_load(be, fe, "", fd, "", &t, &err), &err);
     /* diffusers layout of the same weights: same numbers */

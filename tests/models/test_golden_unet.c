@@ -226,6 +226,7 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
     sd_bt_free(by);
     sd_bt_free(bout);
 
+    sd_golden_set_depth(SD_GOLDEN_DEPTH_UNET);
     for (int i = 0; i < taps.n; i++) {
         char full[128];
         snprintf(full, sizeof full, "%s%s", strcmp(taps.names[i], "t_emb") ? "act." : "", taps.names[i]);
@@ -279,6 +280,7 @@ static const char *model_for(cJSON *manifest, cJSON *unet_config) {
 }
 
 static void run_case(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c) {
+    sd_golden_set_depth(0); /* inputs and conditioning: no bf16 op */
     char path[1024];
     sd_error err;
     sd_error_clear(&err);
@@ -398,6 +400,7 @@ static void run_control_group(sd_backend *be, const char *dir, cJSON *manifest, 
     CHECK_OK(sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, NULL, &base, &err), &err);
     CHECK_OK(sd_unet_forward(u, bx, sd_tensor_f32(tt), bc, NULL, &control, &ctl, &err), &err);
     sd_tensor *hb = base ? sd_bt_to_host(base) : NULL, *hc = ctl ? sd_bt_to_host(ctl) : NULL;
+    sd_golden_set_depth(SD_GOLDEN_DEPTH_UNET);
     if (has_tensor(tensors, NAME("unet_out_base"))) sd_golden_compare(case_id, tensors, g, nm, hb);
     sd_golden_compare(case_id, tensors, g, NAME("unet_out_control"), hc);
     sd_tensor_unref(hb);
@@ -563,10 +566,7 @@ int main(void) {
     int n_cases = sd_golden_require_cases(manifest, dir, "unet");
     CHECK_MSG(n_cases > 0, "manifest lists no unet case");
 
-    sd_backend *be = NULL;
-    sd_error err;
-    sd_error_clear(&err);
-    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    sd_backend *be = sd_golden_backend();
     if (be) {
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
             if (!sd_golden_case_is(c, "unet")) continue;
