@@ -185,7 +185,7 @@ static int use_winograd(const sd_bt *x, const sd_bt *w, int stride, int pad_h, i
     int64_t C = x->shape[1], H = x->shape[2], W = x->shape[3], O = w->shape[0];
     if (w->shape[2] != 3 || w->shape[3] != 3 || stride != 1) return 0;
     if (pad_h < 0 || pad_h > 2 || pad_w < 0 || pad_w > 2) return 0;
-    if (H * W >= ((int64_t)1 << 30)) return 0; /* gathers index a plane with int32 */
+    if (x->shape[0] * C * H * W >= ((int64_t)1 << 30)) return 0; /* gathers index x with int32 */
     int64_t tiles = x->shape[0] * ((H + 2 * pad_h - 2 + 3) / 4) * ((W + 2 * pad_w - 2 + 3) / 4);
     return C >= WINO_MIN_CH && O >= WINO_MIN_CH && tiles >= WINO_MIN_TILES;
 }

@@ -30,11 +30,13 @@
 #define LANES 16
 typedef float wv __attribute__((vector_size(64)));
 
-/* Per-thread scratch budget for V and M of one block, in floats: 36*(C+O)
- * floats per tile. 2M floats (8 MiB) gives 112 tiles at C = O = 256 and 56
- * at 512 (see bench/notes/winograd.md for the block-size measurements). */
-#define BLOCK_BUDGET ((int64_t)2 << 20)
-#define MAX_TILES 512 /* per block: bounds the per-block lane tables */
+/* Scratch budget for V and M of one block, in floats: 36*(C+O) floats per
+ * tile. The block is shared by the pool (the three phases each split it),
+ * so U, the largest operand, is streamed once per block rather than once
+ * per thread's block. 8M floats (32 MiB) give 448 tiles at C = O = 256 and
+ * 224 at 512 (bench/notes/winograd.md has the block-size measurements). */
+#define BLOCK_BUDGET ((int64_t)8 << 20)
+#define MAX_TILES 1024 /* per block: bounds the per-block lane tables */
 /* The transformed weights of one pass over the image, in floats: wider
  * layers go in slices of output channels, each re-transforming the input
  * (256 MiB of U would be 1280x1280 channels). */
@@ -99,39 +101,73 @@ ALWAYS void out_2d(const wv m[36], wv q[16], float bias) {
 
 /* ---- job ------------------------------------------------------------------------------ */
 
+#define MAX_GROUPS (MAX_TILES / LANES)
+
+/* Lane tables of the current block, filled once per block (lanes_fill):
+ * where each lane's tile sits, and the masks the AVX-512 loads and stores
+ * use. Lanes past the block's last tile are invalid: iy0 = INT32_MIN/2
+ * fails every row test, n = -1. */
+typedef struct {
+    int32_t n[MAX_TILES], ty[MAX_TILES], tx[MAX_TILES];
+    int32_t iy0[MAX_TILES], ix0[MAX_TILES]; /* input origin of the tile (may be < 0) */
+    int32_t idx[MAX_TILES];                 /* (n*C*H + iy0)*W + ix0: gather base, valid lanes */
+    uint16_t rm[MAX_GROUPS][6], cm[MAX_GROUPS][6]; /* lanes whose row iy0+r / column ix0+k is inside */
+    uint8_t row_ok[MAX_GROUPS]; /* the valid lanes are consecutive tiles of one tile row */
+    uint16_t sm[MAX_GROUPS][4]; /* then: store masks of the group's 64 output columns */
+} lanes_t;
+
 typedef struct {
     const float *x, *w, *b;
     float *y;
     int64_t N, C, H, W, O, Ho, Wo;
     int ph, pw, isa;
     int64_t tw, tiles;   /* tiles per output row, per image */
-    int64_t bt, tp;      /* tiles per block; lanes per block (bt rounded up to 16) */
-    int64_t blocks;      /* blocks per image */
+    int64_t bt;          /* tiles per block (a multiple of 16, <= MAX_TILES) */
     int64_t o0, oc;      /* output channels of this pass */
+    int64_t t0, T, tp;   /* this block: global tiles t0 .. t0+T-1 (over the batch), lanes tp */
+    int64_t cchunk, ochunk; /* channels per task of the input / output phase */
     float *U;            /* [36][oc][C] for channels o0 .. o0+oc-1 */
-    float **vbuf, **mbuf; /* per thread: V [36][C][tp], M [36][oc][tp] */
+    float *V, *M;        /* V [36][C][tp], M [36][oc][tp] (row stride tp) */
+    lanes_t *ln;
 } wjob;
 
-/* Lane tables of one block: where each lane's tile sits. Lanes past the
- * block's last tile are marked invalid (iy0 = INT32_MIN/2 makes every row
- * test fail). */
-typedef struct {
-    int32_t iy0[MAX_TILES], ix0[MAX_TILES]; /* input origin of the tile (may be < 0) */
-    int32_t ty[MAX_TILES], tx[MAX_TILES];
-} lanes_t;
-
-static void lanes_fill(const wjob *j, int64_t t0, int64_t T, lanes_t *ln) {
+static void lanes_fill(const wjob *j, lanes_t *ln) {
+    int64_t T = j->T;
     for (int64_t l = 0; l < j->tp; l++) {
         if (l < T) {
-            int64_t t = t0 + l, ty = t / j->tw, tx = t % j->tw;
+            int64_t t = j->t0 + l, n = t / j->tiles, ti = t % j->tiles;
+            int64_t ty = ti / j->tw, tx = ti % j->tw;
+            ln->n[l] = (int32_t)n;
             ln->ty[l] = (int32_t)ty;
             ln->tx[l] = (int32_t)tx;
             ln->iy0[l] = (int32_t)(4 * ty - j->ph);
             ln->ix0[l] = (int32_t)(4 * tx - j->pw);
+            ln->idx[l] = (int32_t)((n * j->C * j->H + 4 * ty - j->ph) * j->W + 4 * tx - j->pw);
         } else {
-            ln->ty[l] = ln->tx[l] = -1;
+            ln->n[l] = ln->ty[l] = ln->tx[l] = -1;
             ln->iy0[l] = INT32_MIN / 2;
             ln->ix0[l] = 0;
+            ln->idx[l] = 0;
+        }
+    }
+    for (int64_t g = 0; g < j->tp / LANES; g++) {
+        int64_t g0 = g * LANES;
+        for (int r = 0; r < 6; r++) ln->rm[g][r] = ln->cm[g][r] = 0;
+        for (int l = 0; l < LANES; l++)
+            for (int r = 0; r < 6; r++) {
+                int64_t iy = (int64_t)ln->iy0[g0 + l] + r, ix = (int64_t)ln->ix0[g0 + l] + r;
+                if (iy >= 0 && iy < j->H) ln->rm[g][r] |= (uint16_t)(1u << l);
+                if (ix >= 0 && ix < j->W) ln->cm[g][r] |= (uint16_t)(1u << l);
+            }
+        int64_t nv = T - g0 < LANES ? T - g0 : LANES;
+        ln->row_ok[g] = nv > 0 && ln->n[g0 + nv - 1] == ln->n[g0] && ln->ty[g0 + nv - 1] == ln->ty[g0];
+        if (!ln->row_ok[g]) continue;
+        /* columns 4*tx0 + p, p < 64, valid below both the lane count and Wo */
+        int64_t lim = 4 * nv, room = j->Wo - 4 * (int64_t)ln->tx[g0];
+        if (room < lim) lim = room;
+        for (int v = 0; v < 4; v++) {
+            int64_t k = lim - 16 * v;
+            ln->sm[g][v] = k >= 16 ? 0xffff : k <= 0 ? 0 : (uint16_t)((1u << k) - 1);
         }
     }
 }
@@ -175,17 +211,19 @@ static void weights_task(void *ctx, int64_t t, int thread) {
     }
 }
 
-/* ---- input transform of one block: V[xi][c][lane] ------------------------------------ */
+/* ---- input transform of the block: V[xi][c][lane], channels [c0, c1) --------------- */
 
 /* Portable loads: one lane at a time, zero outside the image. */
-ALWAYS void input_body(const wjob *j, const float *x, const lanes_t *ln, float *V) {
+ALWAYS void input_body(const wjob *j, int64_t c0, int64_t c1) {
+    const lanes_t *ln = j->ln;
     int64_t H = j->H, W = j->W, tp = j->tp;
-    for (int64_t c = 0; c < j->C; c++) {
-        const float *xc = x + c * H * W;
+    for (int64_t c = c0; c < c1; c++) {
         for (int64_t g0 = 0; g0 < tp; g0 += LANES) {
             wv d[36];
             for (int i = 0; i < 36; i++) d[i] = (wv){0};
             for (int l = 0; l < LANES; l++) {
+                if (ln->n[g0 + l] < 0) continue;
+                const float *xc = j->x + (ln->n[g0 + l] * j->C + c) * H * W;
                 int64_t iy0 = ln->iy0[g0 + l], ix0 = ln->ix0[g0 + l];
                 for (int r = 0; r < 6; r++) {
                     int64_t iy = iy0 + r;
@@ -197,93 +235,95 @@ ALWAYS void input_body(const wjob *j, const float *x, const lanes_t *ln, float *
                 }
             }
             in_2d(d);
-            for (int xi = 0; xi < 36; xi++) *(wv *)(V + (xi * j->C + c) * tp + g0) = d[xi];
+            for (int xi = 0; xi < 36; xi++) *(wv *)(j->V + (xi * j->C + c) * tp + g0) = d[xi];
         }
     }
 }
 
-static void input_gen(const wjob *j, const float *x, const lanes_t *ln, float *V) {
-    input_body(j, x, ln, V);
-}
+static void input_gen(const wjob *j, int64_t c0, int64_t c1) { input_body(j, c0, c1); }
 
 #ifdef HAVE_X86
-__attribute__((target("avx2,fma"))) static void input_avx2(const wjob *j, const float *x,
-                                                            const lanes_t *ln, float *V) {
-    input_body(j, x, ln, V);
+__attribute__((target("avx2,fma"))) static void input_avx2(const wjob *j, int64_t c0, int64_t c1) {
+    input_body(j, c0, c1);
 }
 
 /* AVX-512: one masked gather per (row, column) of 16 tiles; the masks say
  * which lanes' row / column lies inside the image (zero padding). */
-__attribute__((target("avx512f"))) static void input_avx512(const wjob *j, const float *x,
-                                                             const lanes_t *ln, float *V) {
+__attribute__((target("avx512f"))) static void input_avx512(const wjob *j, int64_t c0, int64_t c1) {
+    const lanes_t *ln = j->ln;
     int64_t H = j->H, W = j->W, tp = j->tp, ng = tp / LANES;
-    __m512i base[MAX_TILES / LANES];
-    __mmask16 rm[MAX_TILES / LANES][6], cm[MAX_TILES / LANES][6];
-    for (int64_t g = 0; g < ng; g++) {
-        const int32_t *iy0 = ln->iy0 + g * LANES, *ix0 = ln->ix0 + g * LANES;
-        int32_t bi[LANES];
-        for (int r = 0; r < 6; r++) rm[g][r] = cm[g][r] = 0;
-        for (int l = 0; l < LANES; l++) {
-            bi[l] = iy0[l] >= -8 ? iy0[l] * (int32_t)W + ix0[l] : 0;
-            for (int r = 0; r < 6; r++) {
-                if (iy0[l] + r >= 0 && iy0[l] + r < H) rm[g][r] |= (__mmask16)(1u << l);
-                if (ix0[l] + r >= 0 && ix0[l] + r < W) cm[g][r] |= (__mmask16)(1u << l);
-            }
-        }
-        base[g] = _mm512_loadu_si512(bi);
-    }
-    for (int64_t c = 0; c < j->C; c++) {
-        const float *xc = x + c * H * W;
+    for (int64_t c = c0; c < c1; c++) {
+        const float *xc = j->x + c * H * W; /* lanes add their image's offset */
         for (int64_t g = 0; g < ng; g++) {
+            __m512i base = _mm512_loadu_si512(ln->idx + g * LANES);
             wv d[36];
             for (int r = 0; r < 6; r++) {
-                __m512i ir = _mm512_add_epi32(base[g], _mm512_set1_epi32((int32_t)(r * W)));
+                __m512i ir = _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)(r * W)));
                 for (int k = 0; k < 6; k++) {
                     __m512i ik = _mm512_add_epi32(ir, _mm512_set1_epi32(k));
-                    d[r * 6 + k] = (wv)_mm512_mask_i32gather_ps(_mm512_setzero_ps(),
-                                                                 rm[g][r] & cm[g][k], ik, xc, 4);
+                    d[r * 6 + k] = (wv)_mm512_mask_i32gather_ps(
+                        _mm512_setzero_ps(), (__mmask16)(ln->rm[g][r] & ln->cm[g][k]), ik, xc, 4);
                 }
             }
             in_2d(d);
             for (int xi = 0; xi < 36; xi++)
-                _mm512_store_ps(V + (xi * j->C + c) * tp + g * LANES, (__m512)d[xi]);
+                _mm512_store_ps(j->V + (xi * j->C + c) * tp + g * LANES, (__m512)d[xi]);
         }
     }
 }
 #endif
 
-/* ---- output transform of one block: y from M[xi][o][lane] ---------------------------- */
+static void input_task(void *ctx, int64_t t, int thread) {
+    const wjob *j = ctx;
+    int64_t c0 = t * j->cchunk, c1 = c0 + j->cchunk < j->C ? c0 + j->cchunk : j->C;
+#ifdef HAVE_X86
+    if (j->isa == SD_ISA_AVX512) { input_avx512(j, c0, c1); return; }
+    if (j->isa == SD_ISA_AVX2) { input_avx2(j, c0, c1); return; }
+#endif
+    input_gen(j, c0, c1);
+}
 
-/* One lane's 4x4 tile into y (plane of output channel o), clipped. */
-ALWAYS void store_lane(const wjob *j, const lanes_t *ln, int64_t lane, const wv q[16], int l,
-                       float *yo) {
+/* ---- the 36 GEMMs: M[xi] = U[xi] V[xi] ----------------------------------------------- */
+
+static void gemm_task(void *ctx, int64_t xi, int thread) {
+    const wjob *j = ctx;
+    float *M = j->M + xi * j->oc * j->tp;
+    sd_cpu_gemm1(0, 0, j->oc, j->T, j->C, 1.0f, j->U + xi * j->oc * j->C, j->C,
+                 j->V + xi * j->C * j->tp, j->tp, 0.0f, M, j->tp);
+    /* lanes past the last tile are transformed (and dropped): keep them defined */
+    if (j->T < j->tp)
+        for (int64_t o = 0; o < j->oc; o++) memset(M + o * j->tp + j->T, 0, (size_t)(j->tp - j->T) * sizeof(float));
+}
+
+/* ---- output transform of the block: y from M, output channels [o0, o1) of the pass -- */
+
+/* One lane's 4x4 tile into y, clipped at the image's edges. */
+ALWAYS void store_lane(const wjob *j, int64_t lane, const wv q[16], int l, int64_t o) {
+    const lanes_t *ln = j->ln;
+    float *yo = j->y + (ln->n[lane] * j->O + j->o0 + o) * j->Ho * j->Wo;
     int64_t oy0 = 4 * (int64_t)ln->ty[lane], ox0 = 4 * (int64_t)ln->tx[lane];
     for (int i = 0; i < 4 && oy0 + i < j->Ho; i++)
         for (int k = 0; k < 4 && ox0 + k < j->Wo; k++) yo[(oy0 + i) * j->Wo + ox0 + k] = q[i * 4 + k][l];
 }
 
-ALWAYS void output_body(const wjob *j, const float *M, const lanes_t *ln, int64_t T, float *y) {
-    int64_t tp = j->tp, plane = j->Ho * j->Wo;
-    for (int64_t o = 0; o < j->oc; o++) {
+ALWAYS void output_body(const wjob *j, int64_t o0, int64_t o1) {
+    int64_t tp = j->tp, T = j->T;
+    for (int64_t o = o0; o < o1; o++) {
         float bias = j->b ? j->b[j->o0 + o] : 0.0f;
-        float *yo = y + (j->o0 + o) * plane;
         for (int64_t g0 = 0; g0 < T; g0 += LANES) {
             wv m[36], q[16];
-            for (int xi = 0; xi < 36; xi++) m[xi] = *(const wv *)(M + (xi * j->oc + o) * tp + g0);
+            for (int xi = 0; xi < 36; xi++) m[xi] = *(const wv *)(j->M + (xi * j->oc + o) * tp + g0);
             out_2d(m, q, bias);
-            for (int l = 0; l < LANES && g0 + l < T; l++) store_lane(j, ln, g0 + l, q, l, yo);
+            for (int l = 0; l < LANES && g0 + l < T; l++) store_lane(j, g0 + l, q, l, o);
         }
     }
 }
 
-static void output_gen(const wjob *j, const float *M, const lanes_t *ln, int64_t T, float *y) {
-    output_body(j, M, ln, T, y);
-}
+static void output_gen(const wjob *j, int64_t o0, int64_t o1) { output_body(j, o0, o1); }
 
 #ifdef HAVE_X86
-__attribute__((target("avx2,fma"))) static void output_avx2(const wjob *j, const float *M,
-                                                             const lanes_t *ln, int64_t T, float *y) {
-    output_body(j, M, ln, T, y);
+__attribute__((target("avx2,fma"))) static void output_avx2(const wjob *j, int64_t o0, int64_t o1) {
+    output_body(j, o0, o1);
 }
 
 /* AVX-512: when a group's valid lanes are consecutive tiles of one tile row
@@ -291,90 +331,61 @@ __attribute__((target("avx2,fma"))) static void output_avx2(const wjob *j, const
  * the 16 tiles is 64 consecutive floats: interleave the four column vectors
  * with permutes and store with a mask for the image's right edge. Other
  * groups store lane by lane. */
-__attribute__((target("avx512f"))) static void output_avx512(const wjob *j, const float *M,
-                                                              const lanes_t *ln, int64_t T,
-                                                              float *y) {
-    int64_t tp = j->tp, plane = j->Ho * j->Wo, ng = (T + LANES - 1) / LANES;
+__attribute__((target("avx512f"))) static void output_avx512(const wjob *j, int64_t o0, int64_t o1) {
+    const lanes_t *ln = j->ln;
+    int64_t tp = j->tp, T = j->T, plane = j->Ho * j->Wo, ng = (T + LANES - 1) / LANES;
     const __m512i lo01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi01 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30,
                                            15, 31);
     const __m512i q0 = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
     const __m512i q1 = _mm512_setr_epi32(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30,
                                          31);
-    int row_ok[MAX_TILES / LANES];
-    __mmask16 smask[MAX_TILES / LANES][4];
-    for (int64_t g = 0; g < ng; g++) {
-        int64_t g0 = g * LANES, nv = T - g0 < LANES ? T - g0 : LANES;
-        int ok = ln->ty[g0 + nv - 1] == ln->ty[g0];
-        row_ok[g] = ok;
-        if (!ok) continue;
-        /* columns 4*tx0 + p, p < 64, valid below both the lane count and Wo */
-        int64_t lim = 4 * nv, room = j->Wo - 4 * (int64_t)ln->tx[g0];
-        if (room < lim) lim = room;
-        for (int v = 0; v < 4; v++) {
-            int64_t n = lim - 16 * v;
-            smask[g][v] = n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-        }
-    }
-    for (int64_t o = 0; o < j->oc; o++) {
+    for (int64_t o = o0; o < o1; o++) {
         float bias = j->b ? j->b[j->o0 + o] : 0.0f;
-        float *yo = y + (j->o0 + o) * plane;
         for (int64_t g = 0; g < ng; g++) {
             int64_t g0 = g * LANES;
             wv m[36], q[16];
-            for (int xi = 0; xi < 36; xi++) m[xi] = *(const wv *)(M + (xi * j->oc + o) * tp + g0);
+            for (int xi = 0; xi < 36; xi++) m[xi] = *(const wv *)(j->M + (xi * j->oc + o) * tp + g0);
             out_2d(m, q, bias);
-            if (!row_ok[g]) {
-                for (int l = 0; l < LANES && g0 + l < T; l++) store_lane(j, ln, g0 + l, q, l, yo);
+            if (!ln->row_ok[g]) {
+                for (int l = 0; l < LANES && g0 + l < T; l++) store_lane(j, g0 + l, q, l, o);
                 continue;
             }
             int64_t oy0 = 4 * (int64_t)ln->ty[g0];
-            float *dst = yo + 4 * (int64_t)ln->tx[g0];
+            float *dst = j->y + (ln->n[g0] * j->O + j->o0 + o) * plane + 4 * (int64_t)ln->tx[g0];
             for (int i = 0; i < 4 && oy0 + i < j->Ho; i++) {
                 __m512 k0 = (__m512)q[4 * i], k1 = (__m512)q[4 * i + 1];
                 __m512 k2 = (__m512)q[4 * i + 2], k3 = (__m512)q[4 * i + 3];
                 __m512 plo = _mm512_permutex2var_ps(k0, lo01, k1), phi = _mm512_permutex2var_ps(k0, hi01, k1);
                 __m512 qlo = _mm512_permutex2var_ps(k2, lo01, k3), qhi = _mm512_permutex2var_ps(k2, hi01, k3);
                 float *row = dst + (oy0 + i) * j->Wo;
-                _mm512_mask_storeu_ps(row, smask[g][0], _mm512_permutex2var_ps(plo, q0, qlo));
-                _mm512_mask_storeu_ps(row + 16, smask[g][1], _mm512_permutex2var_ps(plo, q1, qlo));
-                _mm512_mask_storeu_ps(row + 32, smask[g][2], _mm512_permutex2var_ps(phi, q0, qhi));
-                _mm512_mask_storeu_ps(row + 48, smask[g][3], _mm512_permutex2var_ps(phi, q1, qhi));
+                _mm512_mask_storeu_ps(row, ln->sm[g][0], _mm512_permutex2var_ps(plo, q0, qlo));
+                _mm512_mask_storeu_ps(row + 16, ln->sm[g][1], _mm512_permutex2var_ps(plo, q1, qlo));
+                _mm512_mask_storeu_ps(row + 32, ln->sm[g][2], _mm512_permutex2var_ps(phi, q0, qhi));
+                _mm512_mask_storeu_ps(row + 48, ln->sm[g][3], _mm512_permutex2var_ps(phi, q1, qhi));
             }
         }
     }
 }
 #endif
 
-/* ---- one block: input transform, 36 GEMMs, output transform ------------------------- */
-
-static void block_task(void *ctx, int64_t task, int thread) {
+static void output_task(void *ctx, int64_t t, int thread) {
     const wjob *j = ctx;
-    int64_t n = task / j->blocks, t0 = task % j->blocks * j->bt;
-    int64_t T = j->tiles - t0 < j->bt ? j->tiles - t0 : j->bt;
-    const float *x = j->x + n * j->C * j->H * j->W;
-    float *y = j->y + n * j->O * j->Ho * j->Wo;
-    float *V = j->vbuf[thread], *M = j->mbuf[thread];
-    lanes_t ln;
-    lanes_fill(j, t0, T, &ln);
+    int64_t o0 = t * j->ochunk, o1 = o0 + j->ochunk < j->oc ? o0 + j->ochunk : j->oc;
 #ifdef HAVE_X86
-    if (j->isa == SD_ISA_AVX512) input_avx512(j, x, &ln, V);
-    else if (j->isa == SD_ISA_AVX2) input_avx2(j, x, &ln, V);
-    else
+    if (j->isa == SD_ISA_AVX512) { output_avx512(j, o0, o1); return; }
+    if (j->isa == SD_ISA_AVX2) { output_avx2(j, o0, o1); return; }
 #endif
-        input_gen(j, x, &ln, V);
-    for (int xi = 0; xi < 36; xi++)
-        sd_cpu_gemm1(0, 0, j->oc, T, j->C, 1.0f, j->U + xi * j->oc * j->C, j->C,
-                     V + xi * j->C * j->tp, j->tp, 0.0f, M + xi * j->oc * j->tp, j->tp);
-#ifdef HAVE_X86
-    if (j->isa == SD_ISA_AVX512) output_avx512(j, M, &ln, T, y);
-    else if (j->isa == SD_ISA_AVX2) output_avx2(j, M, &ln, T, y);
-    else
-#endif
-        output_gen(j, M, &ln, T, y);
+    output_gen(j, o0, o1);
 }
 
 /* ---- entry ---------------------------------------------------------------------------- */
+
+/* Channels per task: about 4 tasks per thread, at least 1. */
+static int64_t chunk_of(int64_t n, int nt) {
+    int64_t c = (n + 4 * nt - 1) / (4 * nt);
+    return c < 1 ? 1 : c;
+}
 
 sd_status sd_cpu_winograd_conv3x3(sd_backend *be, const float *x, const float *w, const float *b,
                                   float *y, const sd_wino_shape *s, int isa) {
@@ -387,54 +398,59 @@ sd_status sd_cpu_winograd_conv3x3(sd_backend *be, const float *x, const float *w
     if (j.N <= 0 || j.O <= 0 || j.Ho <= 0 || j.Wo <= 0) return SD_OK;
     j.tw = (j.Wo + 3) / 4;
     j.tiles = (j.Ho + 3) / 4 * j.tw;
+    int64_t C1 = j.C > 0 ? j.C : 1;
 
     /* output-channel slices bounded by U_BUDGET, of equal size */
-    int64_t per_o = 36 * (j.C > 0 ? j.C : 1);
-    int64_t slices = (j.O * per_o + U_BUDGET - 1) / U_BUDGET;
+    int64_t slices = (j.O * 36 * C1 + U_BUDGET - 1) / U_BUDGET;
     if (slices < 1) slices = 1;
     if (slices > j.O) slices = j.O;
     int64_t oc_max = (j.O + slices - 1) / slices;
 
-    /* tiles per block: the scratch budget, then enough blocks for the pool */
-    int64_t bt = BLOCK_BUDGET / (36 * (j.C + oc_max));
+    /* tiles per block (over the whole batch): the scratch budget */
+    int64_t total = j.N * j.tiles;
+    int64_t bt = BLOCK_BUDGET / (36 * (C1 + oc_max));
     if (bt > MAX_TILES) bt = MAX_TILES;
-    if (bt > j.tiles) bt = j.tiles;
-    int64_t want = (j.N * j.tiles + 2 * nt - 1) / (2 * nt);
-    if (nt > 1 && bt > want) bt = want;
-    bt = bt < LANES ? LANES : bt / LANES * LANES;
+    if (bt > total) bt = total;
+    /* equal blocks rather than a full ones and a small rest */
+    int64_t nblocks = (total + bt - 1) / bt;
+    bt = (total + nblocks - 1) / nblocks;
+    bt = (bt + LANES - 1) / LANES * LANES;
     if (bt > MAX_TILES) bt = MAX_TILES;
     j.bt = bt;
-    j.tp = bt; /* a multiple of 16 */
-    j.blocks = (j.tiles + bt - 1) / bt;
+    j.cchunk = chunk_of(j.C, nt);
 
-    size_t vbytes = (size_t)(36 * j.C * j.tp) * sizeof(float);
-    size_t mbytes = (size_t)(36 * oc_max * j.tp) * sizeof(float);
-    size_t ubytes = (size_t)(36 * oc_max * (j.C > 0 ? j.C : 1)) * sizeof(float);
-    float **bufs = calloc((size_t)(2 * nt), sizeof *bufs);
-    float *U = sd_cpu_alloc(ubytes);
-    int ok = bufs && U;
-    for (int i = 0; ok && i < nt; i++) {
-        ok = (bufs[i] = sd_cpu_alloc(vbytes)) && (bufs[nt + i] = sd_cpu_alloc(mbytes));
-        /* lanes past a block's last tile are read by the output transform
-         * (and dropped): keep them defined */
-        if (ok) memset(bufs[nt + i], 0, mbytes);
-    }
+    size_t vbytes = (size_t)(36 * C1 * bt) * sizeof(float);
+    size_t mbytes = (size_t)(36 * oc_max * bt) * sizeof(float);
+    size_t ubytes = (size_t)(36 * oc_max * C1) * sizeof(float);
+    float *U = sd_cpu_alloc(ubytes), *V = sd_cpu_alloc(vbytes), *M = sd_cpu_alloc(mbytes);
+    lanes_t *ln = malloc(sizeof *ln);
+    int ok = U && V && M && ln;
     if (ok) {
         j.U = U;
-        j.vbuf = bufs;
-        j.mbuf = bufs + nt;
+        j.V = V;
+        j.M = M;
+        j.ln = ln;
         for (j.o0 = 0; j.o0 < j.O; j.o0 += oc_max) {
             j.oc = j.O - j.o0 < oc_max ? j.O - j.o0 : oc_max;
+            j.ochunk = chunk_of(j.oc, nt);
             sd_pool_run(pool, (j.oc + 7) / 8, weights_task, &j);
-            sd_pool_run(pool, j.N * j.blocks, block_task, &j);
+            for (j.t0 = 0; j.t0 < total; j.t0 += bt) {
+                j.T = total - j.t0 < bt ? total - j.t0 : bt;
+                j.tp = (j.T + LANES - 1) / LANES * LANES;
+                lanes_fill(&j, ln);
+                sd_pool_run(pool, (j.C + j.cchunk - 1) / j.cchunk, input_task, &j);
+                sd_pool_run(pool, 36, gemm_task, &j);
+                sd_pool_run(pool, (j.oc + j.ochunk - 1) / j.ochunk, output_task, &j);
+            }
         }
     }
-    for (int i = 0; bufs && i < 2 * nt; i++) free(bufs[i]);
-    free(bufs);
     free(U);
+    free(V);
+    free(M);
+    free(ln);
     if (!ok)
         return sd_backend_fail(be, SD_ERR_NOMEM,
                                "conv2d (winograd): out of memory for %zu bytes of scratch",
-                               ubytes + (size_t)nt * (vbytes + mbytes));
+                               ubytes + vbytes + mbytes + sizeof *ln);
     return SD_OK;
 }
