@@ -53,7 +53,7 @@ typedef struct sd_bench_job {
     int threads;       /* <= 0: all cores */
     int repeat;
     int batch;         /* UNet */
-    int bf16;          /* UNet: bf16 compute precision */
+    int bf16;          /* UNet, VAE: bf16 compute precision */
     int steps;         /* txt2img: steps actually run */
     int size;          /* image side in pixels (512) */
     sd_dtype weights;  /* dtype UNet/CLIP weights are kept in on the backend */
@@ -75,6 +75,8 @@ void sd_bench_run_torch(char *const *argv, sd_bench_result *r);
 /* This process's VmHWM in KiB (ru_maxrss when /proc is unavailable). */
 long sd_bench_peak_kb(void);
 double sd_bench_now(void);
+/* --kernels: GFLOP/s table of the UNet's matrix shapes (bench_kernels.c). */
+int sd_bench_kernels(int repeat);
 double sd_bench_median(const double *v, int n);
 
 #endif

@@ -64,7 +64,7 @@ static const bench_preset presets[] = {
 
 typedef struct opts {
     const char *work_dir, *phases, *python, *script, *preset;
-    int repeat, repeat_set, quick, threads, steps, no_torch;
+    int repeat, repeat_set, quick, threads, steps, no_torch, kernels;
     sd_dtype weights;
 } opts;
 
@@ -87,6 +87,9 @@ static void usage(FILE *o)
             "                      f32, as sdflow run asks; loaders may keep F16 as stored\n"
             "                      when the backend computes with it: the table says)\n"
             "  --no-torch          skip the PyTorch reference\n"
+            "  --kernels           only the UNet's linear/conv shapes: GFLOP/s of our f32,\n"
+            "                      our bf16 (oneDNN) and oneDNN's f32 primitive, 1 and 2\n"
+            "                      threads (no checkpoint needed)\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
             "                      python3, /usr/bin/python3 that can import torch)\n"
             "  --torch-script PATH torch_ref.py location (default the source tree's)\n");
@@ -113,6 +116,7 @@ static int parse_args(int argc, char **argv, opts *o)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         else if (!strcmp(a, "--quick")) o->quick = 1;
         else if (!strcmp(a, "--no-torch")) o->no_torch = 1;
+        else if (!strcmp(a, "--kernels")) o->kernels = 1;
         else if (VAL("--work-dir")) o->work_dir = next;
         else if (VAL("--phases")) o->phases = next;
         else if (VAL("--python")) o->python = next;
@@ -296,6 +300,7 @@ int main(int argc, char **argv)
 {
     opts o;
     if (parse_args(argc, argv, &o)) return 2;
+    if (o.kernels) return sd_bench_kernels(o.repeat);
     const bench_preset *preset = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcmp(presets[i].name, o.preset)) preset = &presets[i];
@@ -358,13 +363,14 @@ int main(int argc, char **argv)
                 r->job = (sd_bench_job){SD_BENCH_UNET, ckpt, o.threads, o.repeat, b, bf, 0, size, o.weights};
                 r->torch_kind = 1;
             }
-    if (has_phase(o.phases, "vae")) {
-        row *r = &rows[nr++];
-        memset(r, 0, sizeof *r);
-        snprintf(r->name, sizeof r->name, "VAE decode %dx%d", size, size);
-        r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, 0, 0, size, o.weights};
-        r->torch_kind = 1;
-    }
+    if (has_phase(o.phases, "vae"))
+        for (int bf = 0; bf < 2; bf++) {
+            row *r = &rows[nr++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "VAE decode %dx%d%s", size, size, bf ? " bf16" : "");
+            r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, bf, 0, size, o.weights};
+            r->torch_kind = 1;
+        }
     if (has_phase(o.phases, "clip")) {
         row *r = &rows[nr++];
         memset(r, 0, sizeof *r);

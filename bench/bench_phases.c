@@ -73,6 +73,12 @@ static void prompt_ids(int32_t *ids, int words, int32_t first)
 static int backend_has_bf16(sd_backend *be, char *why, size_t n)
 {
     int have = 0;
+    if (!sd_backend_supports_precision(be, SD_PREC_BF16)) {
+        snprintf(why, n, "the %s backend has no bf16 compute path in this build%s",
+                 sd_backend_name(be),
+                 strcmp(sd_backend_name(be), "cpu") ? "" : " (built without oneDNN: SDFLOW_DNNL)");
+        return 0;
+    }
     sd_tensor *x = rand_tensor(2, 16, 320, 0, 0, 11, 1.0f);
     sd_tensor *w = rand_tensor(2, 320, 320, 0, 0, 12, 0.05f);
     sd_bt *bx = x ? sd_bt_from_host(be, x, SD_F32) : NULL;
@@ -200,11 +206,16 @@ static void phase_vae(const sd_bench_job *job, sd_backend *be, sd_st_file **f, s
 {
     sd_error err;
     sd_error_clear(&err);
+    if (job->bf16 && !backend_has_bf16(be, r->msg, sizeof r->msg)) {
+        r->na = 1;
+        return;
+    }
     sd_vae *v = NULL;
     double t0 = sd_bench_now();
     if (sd_vae_load(be, *f, VAE_PREFIX, &v, &err)) return fail(r, "vae load", &err);
     r->load_s = sd_bench_now() - t0;
     close_file(f);
+    if (job->bf16) sd_backend_set_precision(be, SD_PREC_BF16);
     const sd_vae_config *cfg = sd_vae_get_config(v);
     int lat = job->size / 8;
     r->flops = sd_bench_vae_decode_flops(cfg, 1, lat, lat);

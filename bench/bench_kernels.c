@@ -1,0 +1,210 @@
+/* bench_kernels.c - `sdflow-bench --kernels`: GFLOP/s of the UNet's matrix
+ * shapes (SD1.5, 512x512, batch 2) through each path the CPU backend has:
+ * our f32 ops (OpenBLAS GEMM / conv2d.c), our bf16 ops (oneDNN, inputs
+ * rounded and reordered per call, as a UNet step runs them), and oneDNN's
+ * f32 primitives alone (weights pre-reordered, the f32 ceiling oneDNN
+ * offers). Each figure: median of `repeat` runs after one warm-up, in wall
+ * and CPU seconds (CLOCK_PROCESS_CPUTIME_ID), at 1 and 2 threads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "kernels/backend.h"
+
+#ifdef SDFLOW_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+typedef struct {
+    const char *name;
+    int conv; /* 0: linear M x K -> N; 1: 3x3 (or k x k) conv */
+    int64_t m, k, n;          /* linear */
+    int64_t b, c, h, w, o, kk; /* conv: NCHW, O outputs, kk x kk, stride 1, same padding */
+} shape;
+
+static const shape shapes[] = {
+    {"linear 8192x320 -> 320 (attn proj, 64x64)", 0, 8192, 320, 320},
+    {"linear 8192x320 -> 2560 (GEGLU in, 64x64)", 0, 8192, 320, 2560},
+    {"linear 8192x1280 -> 320 (FF out, 64x64)", 0, 8192, 1280, 320},
+    {"linear 512x1280 -> 1280 (attn proj, 16x16)", 0, 512, 1280, 1280},
+    {"conv3x3 320->320 @64x64 b2", 1, 0, 0, 0, 2, 320, 64, 64, 320, 3},
+    {"conv3x3 640->640 @32x32 b2", 1, 0, 0, 0, 2, 640, 32, 32, 640, 3},
+    {"conv3x3 1280->1280 @16x16 b2", 1, 0, 0, 0, 2, 1280, 16, 16, 1280, 3},
+    {"conv1x1 640->320 @64x64 b2 (skip)", 1, 0, 0, 0, 2, 640, 64, 64, 320, 1},
+};
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double flops_of(const shape *s) {
+    return s->conv ? 2.0 * s->b * s->o * s->h * s->w * s->c * s->kk * s->kk
+                   : 2.0 * s->m * s->k * s->n;
+}
+
+static sd_bt *rand_bt(sd_backend *be, sd_dtype dt, int nd, const int64_t *shape, unsigned seed) {
+    sd_tensor *t = sd_tensor_new(SD_F32, nd, shape);
+    if (!t) return NULL;
+    float *p = t->data;
+    for (int64_t i = 0; i < sd_tensor_numel(t); i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = ((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+    sd_bt *b = sd_bt_from_host(be, t, dt);
+    sd_tensor_unref(t);
+    return b;
+}
+
+typedef struct {
+    double wall, cpu;
+} timing;
+
+/* One op of shape s on be in precision p, weights F16 as the checkpoint
+ * stores them; median of repeat runs. */
+static int time_op(sd_backend *be, const shape *s, sd_precision p, int repeat, timing *t) {
+    sd_bt *x, *w, *b;
+    if (s->conv) {
+        int64_t xs[4] = {s->b, s->c, s->h, s->w}, ws[4] = {s->o, s->c, s->kk, s->kk};
+        x = rand_bt(be, SD_F32, 4, xs, 1), w = rand_bt(be, SD_F16, 4, ws, 2);
+        b = rand_bt(be, SD_F16, 1, &s->o, 3);
+    } else {
+        int64_t xs[2] = {s->m, s->k}, ws[2] = {s->n, s->k};
+        x = rand_bt(be, SD_F32, 2, xs, 1), w = rand_bt(be, SD_F16, 2, ws, 2);
+        b = rand_bt(be, SD_F16, 1, &s->n, 3);
+    }
+    sd_backend_set_precision(be, p);
+    double wall[16], cpu[16];
+    int ok = x && w && b;
+    for (int r = -1; ok && r < repeat; r++) {
+        double w0 = sd_bench_now(), c0 = cpu_now();
+        sd_bt *y = s->conv ? sd_op_conv2d(x, w, b, 1, s->kk / 2, s->kk / 2) : sd_op_linear(x, w, b);
+        double w1 = sd_bench_now(), c1 = cpu_now();
+        ok = y != NULL;
+        sd_bt_free(y);
+        if (r >= 0) wall[r] = w1 - w0, cpu[r] = c1 - c0;
+    }
+    if (!ok && sd_backend_error(be)) fprintf(stderr, "  %s\n", sd_backend_error(be)->msg);
+    sd_backend_clear_error(be);
+    sd_backend_set_precision(be, SD_PREC_F32);
+    sd_bt_free(x), sd_bt_free(w), sd_bt_free(b);
+    if (ok) t->wall = sd_bench_median(wall, repeat), t->cpu = sd_bench_median(cpu, repeat);
+    return ok;
+}
+
+#ifdef SDFLOW_HAVE_DNNL
+/* oneDNN f32 primitive alone: src/weights already in the layouts it picked. */
+static int time_dnnl_f32(const shape *s, int threads, int repeat, timing *t) {
+    omp_set_num_threads(threads);
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) || dnnl_stream_create(&st, eng, dnnl_stream_default_flags))
+        return 0;
+    dnnl_memory_desc_t xd, wd, dd;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t rc;
+    if (s->conv) {
+        dnnl_dims_t x = {s->b, s->c, s->h, s->w}, w = {s->o, s->c, s->kk, s->kk},
+                    d = {s->b, s->o, s->h, s->w}, str = {1, 1}, pad = {s->kk / 2, s->kk / 2};
+        dnnl_memory_desc_init_by_tag(&xd, 4, x, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&wd, 4, w, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&dd, 4, d, dnnl_f32, dnnl_format_tag_any);
+        dnnl_convolution_desc_t cd;
+        rc = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                &xd, &wd, NULL, &dd, str, pad, pad);
+        if (!rc) rc = dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL);
+    } else {
+        dnnl_dims_t x = {s->m, s->k}, w = {s->k, s->n}, d = {s->m, s->n};
+        dnnl_memory_desc_init_by_tag(&xd, 2, x, dnnl_f32, dnnl_ab);
+        dnnl_memory_desc_init_by_tag(&wd, 2, w, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&dd, 2, d, dnnl_f32, dnnl_ab);
+        dnnl_matmul_desc_t md;
+        rc = dnnl_matmul_desc_init(&md, &xd, &wd, NULL, &dd);
+        if (!rc) rc = dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL);
+    }
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t m[3] = {0};
+    dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
+    int ok = !rc && !dnnl_primitive_create(&prim, pd);
+    for (int i = 0; ok && i < 3; i++) {
+        const dnnl_memory_desc_t *d = dnnl_primitive_desc_query_md(pd, q[i], 0);
+        ok = !dnnl_memory_create(&m[i], d, eng, DNNL_MEMORY_ALLOCATE);
+        void *h = NULL;
+        if (ok && !dnnl_memory_get_data_handle(m[i], &h) && h)
+            memset(h, 0, dnnl_memory_desc_get_size(d)); /* values do not matter, timing only */
+    }
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+    double wall[16], cpu[16];
+    for (int r = -1; ok && r < repeat; r++) {
+        double w0 = sd_bench_now(), c0 = cpu_now();
+        ok = !dnnl_primitive_execute(prim, st, 3, args) && !dnnl_stream_wait(st);
+        if (r >= 0) wall[r] = sd_bench_now() - w0, cpu[r] = cpu_now() - c0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    if (prim) dnnl_primitive_destroy(prim);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    dnnl_stream_destroy(st);
+    dnnl_engine_destroy(eng);
+    if (ok) t->wall = sd_bench_median(wall, repeat), t->cpu = sd_bench_median(cpu, repeat);
+    return ok;
+}
+#endif
+
+static void cell(const shape *s, int ok, const timing *t) {
+    if (ok) printf(" %7.1f (%5.1f) |", flops_of(s) / t->wall * 1e-9, flops_of(s) / t->cpu * 1e-9);
+    else printf(" %15s |", "n/a");
+}
+
+int sd_bench_kernels(int repeat) {
+    if (repeat > 16) repeat = 16;
+#ifdef SDFLOW_HAVE_DNNL
+    static const char *isa[] = {"?", "sse41", "?", "avx", "?", "?", "?", "avx2"};
+    dnnl_cpu_isa_t ci = dnnl_get_effective_cpu_isa();
+    const char *isa_name = ci == dnnl_cpu_isa_avx512_core_amx ? "avx512_core_amx"
+                           : ci == dnnl_cpu_isa_avx512_core_bf16 ? "avx512_core_bf16"
+                           : ci == dnnl_cpu_isa_avx512_core_vnni ? "avx512_core_vnni"
+                           : ci == dnnl_cpu_isa_avx512_core ? "avx512_core"
+                           : (unsigned)ci < 8 ? isa[ci] : "other";
+    const dnnl_version_t *v = dnnl_version();
+    printf("oneDNN %d.%d.%d, effective ISA %s (DNNL_VERBOSE=1 names each kernel)\n", v->major,
+           v->minor, v->patch, isa_name);
+#else
+    printf("built without oneDNN: bf16 and oneDNN f32 columns are n/a\n");
+#endif
+    printf("GFLOP/s by wall time (by CPU time in parentheses); weights F16 as stored; median of %d\n\n",
+           repeat);
+    for (int threads = 1; threads <= 2; threads++) {
+        sd_backend *be = NULL;
+        sd_error err;
+        if (sd_backend_new("cpu", threads, &be, &err)) {
+            fprintf(stderr, "sdflow-bench: %s\n", err.msg);
+            return 1;
+        }
+        printf("%d thread%s\n\n| shape | ours f32 | ours bf16 (oneDNN) | oneDNN f32 primitive |\n"
+               "|---|---|---|---|\n", threads, threads > 1 ? "s" : "");
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+            const shape *s = &shapes[i];
+            timing t;
+            printf("| %s |", s->name);
+            fflush(stdout);
+            cell(s, time_op(be, s, SD_PREC_F32, repeat, &t), &t);
+            int bf = sd_backend_supports_precision(be, SD_PREC_BF16);
+            cell(s, bf && time_op(be, s, SD_PREC_BF16, repeat, &t), &t);
+#ifdef SDFLOW_HAVE_DNNL
+            cell(s, time_dnnl_f32(s, threads, repeat, &t), &t);
+#else
+            cell(s, 0, &t);
+#endif
+            printf("\n");
+            fflush(stdout);
+        }
+        printf("\n");
+        sd_backend_free(be);
+    }
+    return 0;
+}
