@@ -287,8 +287,11 @@ int sd_cli_run(int argc, char **argv) {
         if (!rc) {
             sd_backend_set_precision(backend, strcmp(env.precision, "bf16") ? SD_PREC_F32 : SD_PREC_BF16);
             env.backend = backend;
-            /* Two loaders of one file share the loaded weights. */
+            /* Two loaders of one file share the loaded weights. One run
+             * needs no model after its last user: the text encoder is freed
+             * before the UNet runs, the UNet before the VAE decodes. */
             if (!(models = sd_model_store_new())) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+            sd_model_store_free_unused(models, 1);
             env.models = models;
         }
     }
@@ -349,6 +352,7 @@ int sd_cli_run(int argc, char **argv) {
         .dump_dir = o.dump,
         .prompt_json = NULL, /* derived from the graph as edited by --set */
         .extra_pnginfo_json = extra,
+        .release_consumed = 1, /* one shot: values go after their last reader */
     };
     ex = sd_exec_new();
     if (!ex) {

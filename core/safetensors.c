@@ -3,7 +3,11 @@
  * Reader: the whole header is parsed and checked before sd_st_open returns,
  * so later tensor access never needs to re-check bounds. The file struct is
  * refcounted: the caller's handle is one reference and every borrowed tensor
- * holds another, so the mapping lives until the last tensor goes.
+ * holds another, so the mapping lives until the last tensor goes. When a
+ * tensor of a mapped file goes, the whole pages inside its bytes are handed
+ * back (madvise MADV_DONTNEED) even though the mapping stays: a model freed
+ * early (a one-shot run drops the text encoder and the UNet) would otherwise
+ * keep counting in the resident set while the VAE still borrows the file.
  *
  * Writer: layout of the reference library (huggingface/safetensors): data
  * ordered by (dtype size descending, name) so every tensor's offset is a
@@ -72,6 +76,31 @@ static void file_unref(void *p) {
 }
 
 void sd_st_close(sd_st_file *f) { file_unref(f); }
+
+/* What a borrowed tensor holds: its file, and its bytes to hand back. */
+typedef struct st_borrow {
+    sd_st_file *f;
+    const uint8_t *p;
+    size_t n;
+} st_borrow;
+
+/* The mapping is MAP_PRIVATE and PROT_READ, so its pages are never
+ * modified: after MADV_DONTNEED a later read (another tensor over the same
+ * bytes, or this one loaded again) faults the file's content back in from
+ * the page cache. Pages shared with a neighbouring tensor (the partial
+ * pages at both ends) are left alone. A buffer from sd_st_open_memory is
+ * not ours to discard. */
+static void borrow_release(void *owner) {
+    st_borrow *b = owner;
+    if (b->f->mapped) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t lo = ((uintptr_t)b->p + page - 1) & ~(page - 1);
+        uintptr_t hi = ((uintptr_t)b->p + b->n) & ~(page - 1);
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a failure only costs memory */
+    }
+    file_unref(b->f);
+    free(b);
+}
 
 /* ---- header validation ------------------------------------------------------ */
 
@@ -485,12 +514,15 @@ sd_tensor *sd_st_tensor(sd_st_file *f, const char *name, sd_error *err) {
         memcpy(t->data, p, e->nbytes);
         return t;
     }
-    __atomic_add_fetch(&f->refcount, 1, __ATOMIC_RELAXED);
-    sd_tensor *t = sd_tensor_new_borrowed(e->dtype, e->ndim, e->shape, p, file_unref, f);
+    st_borrow *b = malloc(sizeof *b);
+    sd_tensor *t = b ? sd_tensor_new_borrowed(e->dtype, e->ndim, e->shape, p, borrow_release, b) : NULL;
     if (!t) {
-        file_unref(f);
+        free(b);
         sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory", f->path, name);
+        return NULL;
     }
+    __atomic_add_fetch(&f->refcount, 1, __ATOMIC_RELAXED);
+    *b = (st_borrow){f, p, (size_t)e->nbytes};
     return t;
 }
 

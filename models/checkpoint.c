@@ -26,6 +26,8 @@ struct sd_checkpoint {
     sd_text_encoder *te;
     sd_tokenizer *tok;
     sd_vae *vae;
+    int holds[3];     /* per part (SD_CKPT_PART_* bit index): live handle holds */
+    int free_unused;  /* free a part when its last hold goes */
 };
 
 void sd_checkpoint_opts_default(sd_checkpoint_opts *o) {
@@ -195,6 +197,13 @@ static void maybe_close_file(sd_checkpoint *c) {
     c->file = NULL;
 }
 
+/* A part freed early (sd_checkpoint_release) may be asked for again after
+ * the mapping was dropped: map the file again (called locked). */
+static sd_status ensure_file(sd_checkpoint *c, sd_error *err) {
+    if (c->file) return SD_OK;
+    return sd_st_open(c->path, &c->file, err);
+}
+
 /* Context for a load error; the path only when the message lacks it. */
 static void prefix_part(const sd_checkpoint *c, sd_error *err, const char *what) {
     if (!err) return;
@@ -273,7 +282,8 @@ sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err) {
     if (!c->info.has_unet) return missing(c, "diffusion model", SD_UNET_PREFIX, err);
     pthread_mutex_lock(&c->mu);
     sd_status rc = SD_OK;
-    if (!c->unet) {
+    if (!c->unet) rc = ensure_file(c, err);
+    if (!rc && !c->unet) {
         rc = sd_unet_load(c->be, c->file, SD_UNET_PREFIX, c->weight_dtype, &c->unet, err);
         if (rc) {
             static const char *const pre[] = {SD_UNET_PREFIX, NULL};
@@ -300,6 +310,7 @@ sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd
         else rc = sd_tokenizer_resolve(dirname(tmp), c->tokenizer_dir, &c->tok, err);
         free(tmp);
     }
+    if (!rc && !c->te) rc = ensure_file(c, err);
     if (!rc && !c->te) {
         rc = sd_text_encoder_load(c->be, c->file, c->tok, &c->te, err);
         if (rc) {
@@ -319,7 +330,8 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
     if (!c->info.has_vae) return missing(c, "VAE", "first_stage_model.", err);
     pthread_mutex_lock(&c->mu);
     sd_status rc = SD_OK;
-    if (!c->vae) {
+    if (!c->vae) rc = ensure_file(c, err);
+    if (!rc && !c->vae) {
         rc = sd_vae_load(c->be, c->file, c->info.vae_prefix, &c->vae, err);
         if (rc) {
             const char *const pre[] = {c->info.vae_prefix ? c->info.vae_prefix : "", NULL};
@@ -341,6 +353,36 @@ void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *v
     pthread_mutex_unlock(&c->mu);
 }
 
+static int part_index(unsigned bit) {
+    return bit == SD_CKPT_PART_UNET ? 0 : bit == SD_CKPT_PART_TEXT ? 1 : 2;
+}
+
+void sd_checkpoint_hold(sd_checkpoint *c, unsigned parts) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    for (unsigned bit = 1; bit <= SD_CKPT_PART_VAE; bit <<= 1)
+        if (parts & bit) c->holds[part_index(bit)]++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void sd_checkpoint_release(sd_checkpoint *c, unsigned parts) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    for (unsigned bit = 1; bit <= SD_CKPT_PART_VAE; bit <<= 1) {
+        if (!(parts & bit)) continue;
+        int *h = &c->holds[part_index(bit)];
+        if (*h == 0) continue; /* an unbalanced release frees nothing */
+        if (--*h > 0 || !c->free_unused) continue;
+        /* F16 weights are views of the mapping: freeing them also hands
+         * their pages back (core/safetensors.c), although the mapping stays
+         * for the parts still in use. */
+        if (bit == SD_CKPT_PART_UNET) sd_unet_free(c->unet), c->unet = NULL;
+        if (bit == SD_CKPT_PART_TEXT) sd_text_encoder_free(c->te), c->te = NULL;
+        if (bit == SD_CKPT_PART_VAE) sd_vae_free(c->vae), c->vae = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* ---- the store ---------------------------------------------------------------------- */
 
 typedef struct store_entry {
@@ -356,6 +398,7 @@ struct sd_model_store {
     pthread_mutex_t mu;
     store_entry *v;
     size_t n, cap;
+    int free_unused; /* sd_model_store_free_unused */
 };
 
 sd_model_store *sd_model_store_new(void) {
@@ -380,6 +423,19 @@ void sd_model_store_free(sd_model_store *s) {
 }
 
 size_t sd_model_store_count(const sd_model_store *s) { return s ? s->n : 0; }
+
+void sd_model_store_free_unused(sd_model_store *s, int on) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->free_unused = on != 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void set_free_unused(sd_checkpoint *c, int on) {
+    pthread_mutex_lock(&c->mu);
+    c->free_unused = on;
+    pthread_mutex_unlock(&c->mu);
+}
 
 static int str_eq(const char *a, const char *b) {
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
@@ -407,6 +463,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
         if (e->path && e->be == be && e->weight_dtype == opts->weight_dtype && strcmp(e->path, path) == 0 &&
             str_eq(e->tokenizer_dir, opts->tokenizer_dir)) {
             if (e->size == size && e->mtime_ns == mtime) {
+                set_free_unused(e->ckpt, s->free_unused);
                 *out = sd_checkpoint_ref(e->ckpt);
                 pthread_mutex_unlock(&s->mu);
                 return SD_OK;
@@ -421,6 +478,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
         pthread_mutex_unlock(&s->mu);
         return rc;
     }
+    set_free_unused(c, s->free_unused);
     if (!slot) {
         if (s->n == s->cap) {
             size_t cap = s->cap ? s->cap * 2 : 4;

@@ -90,6 +90,16 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err);
  * tests and status displays: loading is lazy. */
 void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae);
 
+/* Part holds: a value that may use a part (a MODEL, CLIP or VAE handle)
+ * holds it for its lifetime. When the last hold on a part is dropped and the
+ * checkpoint frees unused parts (sd_model_store_free_unused), the part is
+ * freed there and then, and loads again if asked for later; otherwise holds
+ * change nothing. Parts obtained without a hold (tests, the benchmark) are
+ * never freed early. */
+enum { SD_CKPT_PART_UNET = 1, SD_CKPT_PART_TEXT = 2, SD_CKPT_PART_VAE = 4 };
+void sd_checkpoint_hold(sd_checkpoint *c, unsigned parts);    /* NULL-safe */
+void sd_checkpoint_release(sd_checkpoint *c, unsigned parts); /* NULL-safe */
+
 /* ---- the process-lifetime model store (sd_env.models) ----------------------
  * Maps a file (path, size, mtime, backend, tokenizer dir) to its open
  * checkpoint, so a REPL or a second run reuses loaded weights. A file
@@ -106,5 +116,10 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
                               sd_error *err);
 /* Number of entries (tests). */
 size_t sd_model_store_count(const sd_model_store *s);
+/* One-shot runs (`sdflow run`): checkpoints opened through the store from
+ * now on free each part when its last hold goes (sd_checkpoint_release), so
+ * the text encoder is gone before the UNet runs and the UNet before the VAE
+ * decodes. Off by default: a REPL keeps loaded parts for reruns. */
+void sd_model_store_free_unused(sd_model_store *s, int on);
 
 #endif

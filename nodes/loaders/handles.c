@@ -1,4 +1,6 @@
-/* handles.c - MODEL / CLIP / VAE handle values over open checkpoints. */
+/* handles.c - MODEL / CLIP / VAE handle values over open checkpoints.
+ * Each handle holds its checkpoint part (sd_checkpoint_hold), so that a
+ * one-shot run frees a part once no value can use it any more. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +11,8 @@
 static void free_model_ref(void *p) {
     sd_model_ref *r = p;
     if (r) {
-        sd_lora_stack_unref(r->loras);
+        sd_lora_stack_unref(r->loras); /* its patched view first: the base outlives it */
+        sd_checkpoint_release(r->ckpt, SD_CKPT_PART_UNET);
         sd_checkpoint_unref(r->ckpt);
     }
     free(r);
@@ -18,13 +21,17 @@ static void free_clip_ref(void *p) {
     sd_clip_ref *r = p;
     if (r) {
         sd_lora_stack_unref(r->loras);
+        sd_checkpoint_release(r->ckpt, SD_CKPT_PART_TEXT);
         sd_checkpoint_unref(r->ckpt);
     }
     free(r);
 }
 static void free_vae_ref(void *p) {
     sd_vae_ref *r = p;
-    if (r) sd_checkpoint_unref(r->ckpt);
+    if (r) {
+        sd_checkpoint_release(r->ckpt, SD_CKPT_PART_VAE);
+        sd_checkpoint_unref(r->ckpt);
+    }
     free(r);
 }
 
@@ -42,6 +49,7 @@ sd_value *sd_nodes_model_value_lora(sd_checkpoint *c, struct sd_lora_stack *lora
     sd_model_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->ckpt = sd_checkpoint_ref(c);
+    sd_checkpoint_hold(c, SD_CKPT_PART_UNET);
     r->loras = sd_lora_stack_ref(loras);
     sd_value *v = sd_value_handle(&sd_handle_model, r);
     if (!v) free_model_ref(r);
@@ -52,6 +60,7 @@ sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lo
     sd_clip_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->ckpt = sd_checkpoint_ref(c);
+    sd_checkpoint_hold(c, SD_CKPT_PART_TEXT);
     r->clip_skip = clip_skip;
     r->loras = sd_lora_stack_ref(loras);
     sd_value *v = sd_value_handle(&sd_handle_clip, r);
@@ -63,6 +72,7 @@ sd_value *sd_nodes_vae_value(sd_checkpoint *c) {
     sd_vae_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->ckpt = sd_checkpoint_ref(c);
+    sd_checkpoint_hold(c, SD_CKPT_PART_VAE);
     sd_value *v = sd_value_handle(&sd_handle_vae, r);
     if (!v) free_vae_ref(r);
     return v;
