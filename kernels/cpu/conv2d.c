@@ -18,7 +18,9 @@
 #define MIN_COLS 1024
 #define WHOLE_BUDGET ((int64_t)8 << 20) /* floats: one whole-image im2col */
 /* Winograd crossover (measured, see use_winograd and bench/notes/winograd.md) */
+#ifndef WINO_MIN_CH /* -DWINO_MIN_CH=1000000 builds an A/B binary without Winograd */
 #define WINO_MIN_CH 32
+#endif
 #define WINO_MIN_TILES 128 /* 4x4 output tiles over the batch */
 
 typedef struct {

@@ -114,6 +114,7 @@ typedef struct {
     uint16_t rm[MAX_GROUPS][6], cm[MAX_GROUPS][6]; /* lanes whose row iy0+r / column ix0+k is inside */
     uint8_t row_ok[MAX_GROUPS]; /* the valid lanes are consecutive tiles of one tile row */
     uint16_t sm[MAX_GROUPS][4]; /* then: store masks of the group's 64 output columns */
+    uint16_t lm[MAX_GROUPS][5]; /* and load masks of its 80 input columns ix0 .. ix0+79 */
 } lanes_t;
 
 typedef struct {
@@ -168,6 +169,13 @@ static void lanes_fill(const wjob *j, lanes_t *ln) {
         for (int v = 0; v < 4; v++) {
             int64_t k = lim - 16 * v;
             ln->sm[g][v] = k >= 16 ? 0xffff : k <= 0 ? 0 : (uint16_t)((1u << k) - 1);
+        }
+        for (int v = 0; v < 5; v++) {
+            ln->lm[g][v] = 0;
+            for (int e = 0; e < 16; e++) {
+                int64_t ix = (int64_t)ln->ix0[g0] + 16 * v + e;
+                if (ix >= 0 && ix < j->W) ln->lm[g][v] |= (uint16_t)(1u << e);
+            }
         }
     }
 }
@@ -247,22 +255,56 @@ __attribute__((target("avx2,fma"))) static void input_avx2(const wjob *j, int64_
     input_body(j, c0, c1);
 }
 
-/* AVX-512: one masked gather per (row, column) of 16 tiles; the masks say
- * which lanes' row / column lies inside the image (zero padding). */
+/* AVX-512. A group whose tiles are consecutive in one tile row reads each
+ * of its 6 input rows as 80 consecutive floats (masked loads: zero padding
+ * outside the image) and splits them into the 6 columns of the 16 tiles
+ * (column k of tile l is float 4l+k) with 10 permutes; that is ~3x cheaper
+ * than 36 gathers. Other groups gather lane by lane with masks. */
 __attribute__((target("avx512f"))) static void input_avx512(const wjob *j, int64_t c0, int64_t c1) {
     const lanes_t *ln = j->ln;
     int64_t H = j->H, W = j->W, tp = j->tp, ng = tp / LANES;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i sh4 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+    const __m512i sh5 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17);
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = j->x + c * H * W; /* lanes add their image's offset */
         for (int64_t g = 0; g < ng; g++) {
-            __m512i base = _mm512_loadu_si512(ln->idx + g * LANES);
             wv d[36];
-            for (int r = 0; r < 6; r++) {
-                __m512i ir = _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)(r * W)));
-                for (int k = 0; k < 6; k++) {
-                    __m512i ik = _mm512_add_epi32(ir, _mm512_set1_epi32(k));
-                    d[r * 6 + k] = (wv)_mm512_mask_i32gather_ps(
-                        _mm512_setzero_ps(), (__mmask16)(ln->rm[g][r] & ln->cm[g][k]), ik, xc, 4);
+            if (ln->row_ok[g]) {
+                int64_t g0 = g * LANES;
+                /* may point before x by up to pad_w floats: those are masked */
+                const float *src = xc + (int64_t)ln->idx[g0];
+                for (int r = 0; r < 6; r++) {
+                    if (!(ln->rm[g][r] & 1)) {
+                        for (int k = 0; k < 6; k++) d[r * 6 + k] = (wv){0};
+                        continue;
+                    }
+                    const float *p = src + r * W;
+                    __m512 v0 = _mm512_maskz_loadu_ps(ln->lm[g][0], p);
+                    __m512 v1 = _mm512_maskz_loadu_ps(ln->lm[g][1], p + 16);
+                    __m512 v2 = _mm512_maskz_loadu_ps(ln->lm[g][2], p + 32);
+                    __m512 v3 = _mm512_maskz_loadu_ps(ln->lm[g][3], p + 48);
+                    __m512 v4 = _mm512_maskz_loadu_ps(ln->lm[g][4], p + 64);
+                    __m512 a0 = _mm512_permutex2var_ps(v0, ev, v1), a1 = _mm512_permutex2var_ps(v0, od, v1);
+                    __m512 b0 = _mm512_permutex2var_ps(v2, ev, v3), b1 = _mm512_permutex2var_ps(v2, od, v3);
+                    __m512 k0 = _mm512_permutex2var_ps(a0, ev, b0), k1 = _mm512_permutex2var_ps(a1, ev, b1);
+                    d[r * 6 + 0] = (wv)k0;
+                    d[r * 6 + 1] = (wv)k1;
+                    d[r * 6 + 2] = (wv)_mm512_permutex2var_ps(a0, od, b0);
+                    d[r * 6 + 3] = (wv)_mm512_permutex2var_ps(a1, od, b1);
+                    d[r * 6 + 4] = (wv)_mm512_permutex2var_ps(k0, sh4, v4);
+                    d[r * 6 + 5] = (wv)_mm512_permutex2var_ps(k1, sh5, v4);
+                }
+            } else {
+                __m512i base = _mm512_loadu_si512(ln->idx + g * LANES);
+                for (int r = 0; r < 6; r++) {
+                    __m512i ir = _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)(r * W)));
+                    for (int k = 0; k < 6; k++) {
+                        __m512i ik = _mm512_add_epi32(ir, _mm512_set1_epi32(k));
+                        d[r * 6 + k] = (wv)_mm512_mask_i32gather_ps(
+                            _mm512_setzero_ps(), (__mmask16)(ln->rm[g][r] & ln->cm[g][k]), ik, xc, 4);
+                    }
                 }
             }
             in_2d(d);
