@@ -21,7 +21,7 @@
 #ifndef WINO_MIN_CH /* -DWINO_MIN_CH=1000000 builds an A/B binary without Winograd */
 #define WINO_MIN_CH 32
 #endif
-#define WINO_MIN_TILES 128 /* 4x4 output tiles over the batch */
+#define WINO_MIN_TILES 64 /* 4x4 output tiles over the batch */
 
 typedef struct {
     const float *x, *w, *b;
@@ -182,7 +182,16 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
     return SD_OK;
 }
 
-/* Which 3x3 stride-1 convs take Winograd F(4x4, 3x3) (winograd.c). */
+/* Which 3x3 stride-1 convs take Winograd F(4x4, 3x3) (winograd.c).
+ * Measured per layer on the 2-core dev VM (CPU-seconds, im2col / Winograd,
+ * 2026-11-21, bench/notes/winograd.md): the VAE decoder's convs at 64..512
+ * px 2.0-3.9x; UNet batch 2 at 64x64 (512 tiles) 2.8-3.1x, 32x32 (128
+ * tiles) 1.8-2.5x, batch 1 at 32x32 (64 tiles) 1.4x; 36 tiles ~1.0x, 32
+ * tiles 1.0-1.15x, 16 tiles 0.65x, 8x8 batch 2 (8 tiles) 0.45x. Below ~64
+ * tiles the per-call weight transform (36/9 x the weights, written and
+ * read back) outweighs the 4x fewer multiplies, so 64 tiles is the
+ * crossover. Few channels make the transforms a large share; 32 is a guess
+ * on the safe side (SD's convs have >= 128 where Winograd applies). */
 static int use_winograd(const sd_bt *x, const sd_bt *w, int stride, int pad_h, int pad_w) {
     int64_t C = x->shape[1], H = x->shape[2], W = x->shape[3], O = w->shape[0];
     if (w->shape[2] != 3 || w->shape[3] != 3 || stride != 1) return 0;

@@ -4,8 +4,8 @@
  * im2col path, on random shapes: odd sizes, images smaller than a tile,
  * partial edge tiles, N = 1..3, padding 0..2, bias or none, channel counts
  * that are not multiples of 16, rows of tiles that are and are not
- * multiples of 16 (the AVX-512 store has two paths), several blocks per
- * image.
+ * multiples of 16 (the AVX-512 loads and stores have two paths), blocks
+ * that split an image, output channels in slices.
  *
  * Error bound (stated per output, computed in double by the test): with
  * u = 2^-24 and P = sum over c of |A^T| ((|G||g_c||G^T|) o (|B^T||d_c||B|)) |A|
@@ -288,6 +288,8 @@ int main(void) {
         {1, 24, 70, 131, 9, 1, 1, 1}, /* 33 tiles per row: groups across rows, several blocks */
         {1, 96, 23, 200, 40, 1, 1, 0}, /* 50 tiles per row, right-edge masks */
         {1, 130, 12, 12, 48, 1, 1, 1}, /* larger C: bound grows with it */
+        {3, 8, 80, 80, 8, 1, 1, 1},  /* 1200 tiles: two blocks, split inside an image's tile row */
+        {1, 700, 6, 6, 700, 1, 1, 1}, /* U of 17.6 M floats: two output-channel slices */
     };
     for (int threads = 1; threads <= 2; threads++) {
         sd_backend *be = NULL;
