@@ -26,6 +26,13 @@ void sd_cli_print_error(const sd_error *err);
  * option is there without a value. */
 const char *sd_cli_opt(int argc, char **argv, int *i, const char *name, int *missing);
 
+/* The backend named by env->device, computing in env->precision ("f32" or
+ * "bf16"). A precision the backend cannot compute is an error here, before
+ * any node runs, rather than a silent f32 run (cli/backend_open.c). */
+struct sd_env;
+struct sd_backend;
+sd_status sd_cli_backend_open(const struct sd_env *env, struct sd_backend **out, sd_error *err);
+
 /* Opens the persistent cache at `path`, or at the default place ($SDFLOW_CACHE,
  * else sd_cache_default_path()) when path is NULL (cli/cmd_cache.c). */
 struct sd_sqlite_cache;

@@ -111,11 +111,8 @@ int sd_cli_repl(int argc, char **argv) {
         if (dirs[k]) rc = sd_env_set(&env, fields[k], dirs[k], &err);
     env.log = repl_log;
     if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = sd_backend_new(env.device, 0, &backend, &err);
-    if (!rc) {
-        sd_backend_set_precision(backend, strcmp(env.precision, "bf16") ? SD_PREC_F32 : SD_PREC_BF16);
-        env.backend = backend;
-    }
+    if (!rc) rc = sd_cli_backend_open(&env, &backend, &err);
+    if (!rc) env.backend = backend;
     if (rc) { sd_cli_print_error(&err); goto done; }
     if (!no_cache) {
         sd_error cerr;

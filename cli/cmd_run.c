@@ -283,9 +283,8 @@ int sd_cli_run(int argc, char **argv) {
     if (!rc) rc = load_workflow(o.workflow, &g, &text, &extra, o.unsafe_lua, &err);
     for (int i = 0; !rc && i < o.n_sets; i++) rc = sd_graph_apply_set(g, o.sets[i], &err);
     if (!rc) {
-        rc = sd_backend_new(env.device, 0, &backend, &err);
+        rc = sd_cli_backend_open(&env, &backend, &err);
         if (!rc) {
-            sd_backend_set_precision(backend, strcmp(env.precision, "bf16") ? SD_PREC_F32 : SD_PREC_BF16);
             env.backend = backend;
             /* Two loaders of one file share the loaded weights. One run
              * needs no model after its last user: the text encoder is freed

@@ -277,8 +277,8 @@ static sd_status latent_composite_run(sd_node_ctx *ctx, sd_value *const *in, sd_
     if (rh < 0) rh = 0;
     if (rw < 0) rw = 0;
     sd_tensor *s = sd_tensor_clone(to);
-    float *mask = rh * rw ? malloc(sizeof *mask * (size_t)(rh * rw)) : NULL;
-    if (!s || (rh * rw && !mask)) {
+    float *mask = rh > 0 && rw > 0 ? malloc(sizeof *mask * (size_t)(rh * rw)) : NULL;
+    if (!s || (rh > 0 && rw > 0 && !mask)) {
         sd_tensor_unref(s);
         free(mask);
         return sd_error_set(err, SD_ERR_NOMEM, "LatentComposite: out of memory");
