@@ -206,6 +206,35 @@ static void check_shape(sd_backend *be, int threads, const shape_t *s) {
     free(x); free(w); free(b); free(y); free(ref); free(P);
 }
 
+/* sd_op_conv2d's dispatch (conv2d.c): a shape above the Winograd threshold
+ * (>= 32 channels, >= 64 tiles) gives exactly the Winograd result (the
+ * computation does not depend on the thread count), one below it exactly
+ * the im2col result. */
+static void check_dispatch(sd_backend *be) {
+    static const shape_t cases[] = {{1, 40, 30, 34, 36, 1, 1, 1}, {1, 8, 30, 34, 36, 1, 1, 1}};
+    for (int ci = 0; ci < 2; ci++) {
+        const shape_t *s = &cases[ci];
+        int Ho = s->H + 2 * s->ph - 2, Wo = s->W + 2 * s->pw - 2;
+        int64_t xs[4] = {s->N, s->C, s->H, s->W}, ws[4] = {s->O, s->C, 3, 3}, bs[1] = {s->O};
+        int64_t ys[4] = {s->N, s->O, Ho, Wo};
+        sd_bt *X = bt_from(be, 4, xs, NULL), *Wt = bt_from(be, 4, ws, NULL), *B = bt_from(be, 1, bs, NULL);
+        sd_bt *Y = bt_from(be, 4, ys, NULL);
+        float *xp = X->data, *wp = Wt->data, *bp = B->data;
+        for (int64_t i = 0; i < sd_bt_numel(X); i++) xp[i] = (float)urand();
+        for (int64_t i = 0; i < sd_bt_numel(Wt); i++) wp[i] = (float)(urand() * 0.1);
+        for (int64_t i = 0; i < s->O; i++) bp[i] = (float)urand();
+        sd_wino_shape ws_ = {s->N, s->C, s->H, s->W, s->O, s->ph, s->pw};
+        if (ci == 0)
+            CHECK(sd_cpu_winograd_conv3x3(be, xp, wp, bp, Y->data, &ws_, sd_cpu_isa()) == SD_OK);
+        else
+            CHECK(sd_cpu_conv2d_im2col(be, Y, X, Wt, B, 1, s->ph, s->pw) == SD_OK);
+        sd_bt *Z = sd_op_conv2d(X, Wt, B, 1, s->ph, s->pw);
+        CHECK_MSG(Z && Z->nbytes == Y->nbytes && memcmp(Z->data, Y->data, Y->nbytes) == 0,
+                  "sd_op_conv2d C%d: not the %s result", s->C, ci == 0 ? "Winograd" : "im2col");
+        sd_bt_free(Z); sd_bt_free(X); sd_bt_free(Wt); sd_bt_free(B); sd_bt_free(Y);
+    }
+}
+
 /* ---- SDFLOW_WINO_BENCH: per-layer timings ----------------------------------------- */
 
 static double now(clockid_t id) {
@@ -297,6 +326,7 @@ int main(void) {
         CHECK_OK(sd_backend_new("cpu", threads, &be, &err), &err);
         if (!be) break;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_shape(be, threads, &shapes[i]);
+        check_dispatch(be);
         CHECK(sd_backend_error(be) == NULL);
         sd_backend_free(be);
     }
