@@ -1,6 +1,8 @@
-/* conv2d.c - 2-D convolution as im2col + GEMM.
+/* conv2d.c - 2-D convolution as im2col + GEMM, and the dispatch of large
+ * 3x3 stride-1 convs to Winograd F(4x4, 3x3) (winograd.c, see
+ * use_winograd for which).
  *
- * Three shapes of work, all with bounded scratch memory:
+ * im2col has three shapes of work, all with bounded scratch memory:
  *  - 1x1 stride-1 convs are a plain GEMM on the image (no im2col);
  *  - small images (< MIN_COLS pixels per thread, im2col <= WHOLE_BUDGET
  *    floats) take one im2col per image and a GEMM split over the pool;

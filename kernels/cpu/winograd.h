@@ -7,14 +7,15 @@
  * elementwise there - 36 GEMMs [O x C] x [C x tiles] through OpenBLAS - and
  * brought back by the output transform. The price is rounding: transformed
  * values are sums of up to 36 scaled terms, so the f32 error per output is
- * about 10x that of direct convolution relative to sum |w||x| (the unit test
- * states and checks the bound).
+ * 6-15x that of the im2col path on the unit test's data (the test states
+ * and checks a bound).
  *
- * Memory stays bounded: the image is never transformed as a whole. Pool
- * tasks take blocks of up to a few hundred tiles of one image, each with its
- * own transformed-input and GEMM-output buffers (36 * (C + O) * tiles floats,
- * a few MiB); only the transformed weights U [36][O][C] (4x the 3x3 weights)
- * are whole, computed once per call.
+ * Memory stays bounded: the image is never transformed as a whole. The
+ * batch's tiles go in blocks of at most 1024 tiles whose transformed input
+ * and GEMM output (36 * (C + O) floats per tile) fit a 32 MiB budget; the
+ * pool splits each block's input transform, GEMMs and output transform.
+ * Only the transformed weights U [36][O][C] (4x the 3x3 weights) are whole,
+ * computed once per call, in slices of output channels past 64 MiB.
  */
 #ifndef SD_CPU_WINOGRAD_H
 #define SD_CPU_WINOGRAD_H
