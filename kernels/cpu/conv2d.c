@@ -186,10 +186,11 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
 
 /* Which 3x3 stride-1 convs take Winograd F(4x4, 3x3) (winograd.c).
  * Measured per layer on the 2-core dev VM (CPU-seconds, im2col / Winograd,
- * 2026-11-21, bench/notes/winograd.md): the VAE decoder's convs at 64..512
- * px 2.0-3.9x; UNet batch 2 at 64x64 (512 tiles) 2.8-3.1x, 32x32 (128
- * tiles) 1.8-2.5x, batch 1 at 32x32 (64 tiles) 1.4x; 36 tiles ~1.0x, 32
- * tiles 1.0-1.15x, 16 tiles 0.65x, 8x8 batch 2 (8 tiles) 0.45x. Below ~64
+ * 2026-11-21, bench/notes/winograd.md): the VAE decoder's convs 1.4-2.3x
+ * at 64 px (256 tiles, 512 channels) and 2.4-3.9x at 128-512 px; UNet
+ * batch 2 at 64x64 (512 tiles) 2.8-3.2x, 32x32 (128 tiles) 1.7-2.5x, batch
+ * 1 at 32x32 (64 tiles) 1.4x; 36 tiles ~0.95x, 32 tiles 1.0-1.2x, 16 tiles
+ * 0.65-0.7x, 8x8 batch 2 (8 tiles) 0.45-0.5x. Below ~64
  * tiles the per-call weight transform (36/9 x the weights, written and
  * read back) outweighs the 4x fewer multiplies, so 64 tiles is the
  * crossover. Few channels make the transforms a large share; 32 is a guess
