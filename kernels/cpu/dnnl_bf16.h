@@ -17,8 +17,11 @@
  *
  * Threads: Debian's oneDNN runs on OpenMP. Primitives are executed on the
  * calling thread with the OpenMP thread count set to the backend's
- * n_threads, while our pool (threadpool.h) sleeps, so the two never run at
- * once.
+ * n_threads (1 for small work), while our pool (threadpool.h) sleeps, and
+ * the OpenMP threads are released after each op that used them, so the two
+ * never run at once. libgomp still spin-waits inside a region's barriers; on
+ * a loaded shared machine OMP_WAIT_POLICY=passive (read when libgomp loads,
+ * so it must be in the environment) halved the bf16 VAE golden test's time.
  *
  * Built without oneDNN (cmake -DSDFLOW_DNNL=OFF or libdnnl-dev absent),
  * sd_dnnl_compiled() is 0 and every sd_dnnl_* op fails with an error saying

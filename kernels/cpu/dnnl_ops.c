@@ -95,6 +95,7 @@ typedef struct {
     dnnl_primitive_t prim[8];
     dnnl_memory_t mem[16];
     int n_pd, n_prim, n_mem;
+    int parallel; /* an OpenMP region with more than one thread ran */
     sd_status rc;
 } op_ctx;
 
@@ -103,14 +104,34 @@ static int op_begin(op_ctx *o, sd_backend *be, const char *op) {
     o->be = be;
     o->op = op;
     o->d = state(be, op);
-    if (!o->d) return 0;
-    /* oneDNN's OpenMP kernels size their work split when a primitive is
-     * created, from the calling thread's OpenMP thread count. */
-    omp_set_num_threads(be->n_threads);
-    return 1;
+    return o->d != NULL;
+}
+
+/* Small work runs on one OpenMP thread: a parallel region wakes the other
+ * thread, which costs microseconds on an idle machine but a scheduler time
+ * slice when another process holds that core (measured on the shared 2-core
+ * VM: ~5 ms for a 8k-element reorder; the bf16 VAE golden test, 15k
+ * primitive runs of mostly tiny tiles, took 86 s CPU). Below these sizes one
+ * thread takes well under a millisecond anyway. */
+#define SMALL_FLOPS 2e7                 /* matmul / conv */
+#define SMALL_BYTES ((size_t)1 << 18)   /* reorder */
+
+static int threads_for(const op_ctx *o, int small) { return small ? 1 : o->be->n_threads; }
+
+/* libgomp's workers spin after each parallel region (GOMP_SPINCOUNT,
+ * ~300k pause loops: milliseconds on this CPU) before they sleep, while our
+ * pool already runs the next op on the same cores: perf showed 70 % of the
+ * bf16 VAE golden test's CPU time in libgomp spin loops. OMP_WAIT_POLICY=
+ * passive would stop it but is read when libgomp loads, before our code
+ * runs; pausing the runtime after each op ends its threads instead (the
+ * next op's region starts them again: tens of microseconds, against ops of
+ * milliseconds). */
+static void release_omp_threads(op_ctx *o) {
+    if (o->parallel) omp_pause_resource_all(omp_pause_soft);
 }
 
 static sd_status op_end(op_ctx *o) {
+    release_omp_threads(o);
     for (int i = 0; i < o->n_mem; i++) dnnl_memory_destroy(o->mem[i]);
     for (int i = 0; i < o->n_prim; i++) dnnl_primitive_destroy(o->prim[i]);
     for (int i = 0; i < o->n_pd; i++) dnnl_primitive_desc_destroy(o->pd[i]);
@@ -144,9 +165,13 @@ static dnnl_memory_t mem(op_ctx *o, const dnnl_memory_desc_t *md, void *p) {
     return m;
 }
 
-/* Creates and runs the primitive of pd (owned by o) with the given args. */
+/* Creates and runs the primitive of pd (owned by o) with the given args on
+ * `threads` OpenMP threads (set before creation too: oneDNN's kernels size
+ * their work split when a primitive is created). */
 static int run(op_ctx *o, dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args,
-               const char *what) {
+               const char *what, int threads) {
+    omp_set_num_threads(threads);
+    o->parallel |= threads > 1;
     dnnl_primitive_t p = NULL;
     dnnl_status_t s = dnnl_primitive_create(&p, pd);
     if (s != dnnl_success) return dfail(o, what, s);
@@ -167,7 +192,8 @@ static int reorder(op_ctx *o, const dnnl_memory_desc_t *smd, void *src,
     dnnl_memory_t ms = mem(o, smd, src), md = ms ? mem(o, dmd, dst) : NULL;
     if (!md) return 0;
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
-    return run(o, pd, 2, args, "reorder");
+    return run(o, pd, 2, args, "reorder",
+               threads_for(o, dnnl_memory_desc_get_size(dmd) < SMALL_BYTES));
 }
 
 /* t rounded to bf16: t's own data when it is BF16, else buffer i. */
@@ -223,6 +249,8 @@ static sd_status mm(sd_backend *be, const char *op, int64_t B, int64_t Bw, int64
         if (s == dnnl_success) s = dnnl_primitive_attr_set_output_scales(o.attr, 1, 0, &alpha);
         if (s != dnnl_success) return dfail(&o, "output scale attribute", s), op_end(&o);
     }
+    int threads = threads_for(&o, 2.0 * B * M * N * K < SMALL_FLOPS);
+    omp_set_num_threads(threads);
     dnnl_primitive_desc_t pd = NULL;
     s = dnnl_primitive_desc_create(&pd, &desc, o.attr, o.d->eng, NULL);
     if (s != dnnl_success) return dfail(&o, "matmul primitive descriptor", s), op_end(&o);
@@ -233,7 +261,7 @@ static sd_status mm(sd_backend *be, const char *op, int64_t B, int64_t Bw, int64
     if (!md || (bias && !mb)) return op_end(&o);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md},
                                {DNNL_ARG_BIAS, mb}};
-    run(&o, pd, bias ? 4 : 3, args, "matmul");
+    run(&o, pd, bias ? 4 : 3, args, "matmul", threads);
     return op_end(&o);
 }
 
@@ -302,6 +330,9 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
                                                dnnl_convolution_direct, &xa, &wa,
                                                b ? &bmd : NULL, &oa, st, pad, padr);
     if (s != dnnl_success) return dfail(&o, "convolution description", s), op_end(&o);
+    double flops = 2.0 * (double)sd_bt_numel(out) * (double)(wd[1] * wd[2] * wd[3]);
+    int threads = threads_for(&o, flops < SMALL_FLOPS);
+    omp_set_num_threads(threads);
     dnnl_primitive_desc_t pd = NULL;
     s = dnnl_primitive_desc_create(&pd, &desc, NULL, o.d->eng, NULL);
     if (s != dnnl_success) return dfail(&o, "convolution primitive descriptor", s), op_end(&o);
@@ -333,7 +364,7 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
     if (!mo || (b && !mb)) return op_end(&o);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mo},
                                {DNNL_ARG_BIAS, mb}};
-    if (!run(&o, pd, b ? 4 : 3, args, "convolution")) return op_end(&o);
+    if (!run(&o, pd, b ? 4 : 3, args, "convolution", threads)) return op_end(&o);
     if (!dst_direct) reorder(&o, op, ok, &ou, out->data);
     return op_end(&o);
 }
