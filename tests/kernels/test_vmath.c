@@ -1,5 +1,6 @@
 /* test_vmath.c - every instruction-set path of the CPU softmax / SiLU /
- * GELU rows that this CPU can run, against double references.
+ * GELU rows and the GroupNorm statistics that this CPU can run, against
+ * double references (long double for the statistics: rtol 1e-13).
  * Tolerances: softmax atol 1e-7 + rtol 1e-5, activations 2e-6 abs + rel. */
 #include <math.h>
 #include <stdlib.h>
@@ -21,8 +22,37 @@ static int close_rows(const char *what, int isa, const float *got, const double 
     return bad == 0;
 }
 
+/* Mean and variance of n floats with a large offset (catches a one-pass
+ * E[x^2] - E[x]^2), every length class around the 8/16/32-lane loops. */
+static void test_group_stats(int best) {
+    static const int64_t sizes[] = {0, 1, 7, 15, 16, 31, 32, 33, 63, 100, 4099, 262147};
+    unsigned seed = 777;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int64_t n = sizes[si];
+        float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+        for (int64_t i = 0; i < n; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            x[i] = 1000.0f + ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f) * 3.0f;
+        }
+        long double s = 0, q = 0;
+        for (int64_t i = 0; i < n; i++) s += x[i];
+        long double m = n ? s / n : 0;
+        for (int64_t i = 0; i < n; i++) q += (x[i] - m) * (x[i] - m);
+        long double v = n ? q / n : 0;
+        for (int isa = SD_ISA_SCALAR; isa <= best; isa++) {
+            double gm = -1, gv = -1;
+            sd_cpu_group_stats_isa(x, n, &gm, &gv, isa);
+            CHECK_MSG(fabsl(gm - m) <= 1e-13L * fabsl(m) && fabsl(gv - v) <= 1e-13L * v + 1e-300L,
+                      "group stats isa %d n %lld: mean %.17g var %.17g, want %.17Lg %.17Lg", isa,
+                      (long long)n, gm, gv, m, v);
+        }
+        free(x);
+    }
+}
+
 int main(void) {
     int best = sd_cpu_isa();
+    test_group_stats(best);
     printf("best isa: %d\n", best);
     static const int64_t sizes[] = {1, 7, 8, 15, 16, 17, 33, 100, 4099};
     unsigned seed = 12345;
