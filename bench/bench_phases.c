@@ -329,19 +329,38 @@ done:
     return rc;
 }
 
-static sd_status txt2img_once(const sd_bench_job *job, sd_backend *be, sd_clip *clip,
-                              sd_unet *unet, sd_vae *vae, const sd_model_sampling *ms,
-                              double *sampling_s, sd_error *err)
+/* One txt2img as a one-shot `sdflow run` does it: each model is loaded
+ * when first needed and freed after its last use (the text encoder before
+ * the UNet loads, the UNet before the VAE), so the phase's peak RSS is the
+ * CLI's. Load times are inside the repetition; *load_s gets their sum. */
+static sd_status txt2img_once(const sd_bench_job *job, sd_backend *be, const sd_model_sampling *ms,
+                              double *sampling_s, double *load_s, int *unet_wdtype, sd_error *err)
 {
     sd_tensor *pos = NULL, *neg = NULL, *noise = NULL, *lat = NULL, *img = NULL;
+    sd_st_file *f = NULL;
+    sd_clip *clip = NULL;
+    sd_unet *unet = NULL;
+    sd_vae *vae = NULL;
     float *sig = NULL;
     int nsig = 0;
     sd_guider g;
     int have_g = 0;
-    sd_status rc = encode(clip, 14, 2000, &pos, err);
+    *load_s = 0;
+    double t0 = sd_bench_now();
+    sd_status rc = sd_st_open(job->ckpt, &f, err);
+    if (!rc) rc = load_clip(be, f, job->weights, &clip, err);
+    *load_s += sd_bench_now() - t0;
+    if (!rc) rc = encode(clip, 14, 2000, &pos, err);
     if (!rc) rc = encode(clip, 3, 3000, &neg, err);
+    sd_clip_free(clip);
+    clip = NULL;
     if (!rc) rc = sd_ksampler_sigmas(ms, "normal", "euler", 20, 1.0, &sig, &nsig, err);
     if (rc) goto done;
+    t0 = sd_bench_now();
+    rc = sd_unet_load(be, f, NULL, job->weights, &unet, err);
+    *load_s += sd_bench_now() - t0;
+    if (rc) goto done;
+    *unet_wdtype = unet_weight_dtype(unet);
     int n_run = job->steps + 1 < nsig ? job->steps + 1 : nsig; /* a prefix of the schedule */
     int64_t shape[4] = {1, 4, job->size / 8, job->size / 8};
     if (!(noise = sd_noise_prepare(156680208700286ull, 4, shape, NULL, 0))) {
@@ -354,16 +373,29 @@ static sd_status txt2img_once(const sd_bench_job *job, sd_backend *be, sd_clip *
     sd_sampler_params p;
     sd_sampler_params_init(&p);
     p.seed = 156680208700286ull;
-    double t0 = sd_bench_now();
+    t0 = sd_bench_now();
     rc = sd_guider_sample(&g, ms, sd_sampler_find("euler"), sig, n_run, noise, NULL, NULL, &p,
                           &lat, err);
     *sampling_s = sd_bench_now() - t0;
+    sd_guider_release(&g);
+    have_g = 0;
+    sd_unet_free(unet);
+    unet = NULL;
+    if (rc) goto done;
+    t0 = sd_bench_now();
+    rc = sd_vae_load(be, f, VAE_PREFIX, &vae, err);
+    *load_s += sd_bench_now() - t0;
+    close_file(&f);
     if (rc) goto done;
     float *lv = lat->data;
     for (int64_t i = 0; i < sd_tensor_numel(lat); i++) lv[i] /= SD_LATENT_SCALE_SD1;
     rc = sd_vae_decode(vae, lat, &img, err);
 done:
     if (have_g) sd_guider_release(&g);
+    sd_clip_free(clip);
+    sd_unet_free(unet);
+    sd_vae_free(vae);
+    if (f) close_file(&f);
     free(sig);
     sd_tensor_unref(pos);
     sd_tensor_unref(neg);
@@ -378,39 +410,25 @@ static void phase_txt2img(const sd_bench_job *job, sd_backend *be, sd_st_file **
 {
     sd_error err;
     sd_error_clear(&err);
-    sd_clip *clip = NULL;
-    sd_unet *unet = NULL;
-    sd_vae *vae = NULL;
+    close_file(f); /* each repetition opens the file, as one `sdflow run` does */
     sd_model_sampling *ms = malloc(sizeof *ms);
     if (!ms) return fail(r, "txt2img", NULL);
     sd_model_sampling_init(ms, SD_PRED_EPS);
-    double t0 = sd_bench_now();
-    sd_status rc = load_clip(be, *f, job->weights, &clip, &err);
-    if (!rc) rc = sd_unet_load(be, *f, NULL, job->weights, &unet, &err);
-    if (!rc) rc = sd_vae_load(be, *f, VAE_PREFIX, &vae, &err);
-    r->load_s = sd_bench_now() - t0;
-    close_file(f);
-    if (rc) {
-        fail(r, "txt2img load", &err);
-        goto done;
-    }
     r->steps_run = job->steps;
-    r->unet_wdtype = unet_weight_dtype(unet);
-    double samp[SD_BENCH_MAX_REPEAT];
+    double samp[SD_BENCH_MAX_REPEAT], loads[SD_BENCH_MAX_REPEAT];
     for (int i = 0; i < job->repeat; i++) {
-        t0 = sd_bench_now();
-        if ((rc = txt2img_once(job, be, clip, unet, vae, ms, &samp[i], &err))) {
+        double t0 = sd_bench_now();
+        if (txt2img_once(job, be, ms, &samp[i], &loads[i], &r->unet_wdtype, &err)) {
             fail(r, "txt2img", &err);
             break;
         }
         r->secs[r->n++] = sd_bench_now() - t0;
     }
     r->ok = r->n == job->repeat;
-    if (r->ok) r->extra_s = sd_bench_median(samp, r->n);
-done:
-    sd_clip_free(clip);
-    sd_unet_free(unet);
-    sd_vae_free(vae);
+    if (r->ok) {
+        r->extra_s = sd_bench_median(samp, r->n);
+        r->load_s = sd_bench_median(loads, r->n);
+    }
     free(ms);
 }
 
