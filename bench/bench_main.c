@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "kernels/backend.h"
 #include "models/synth.h"
 
 #ifndef SDFLOW_SOURCE_DIR
@@ -298,6 +299,7 @@ static void fmt_gib(char *b, size_t n, long kb)
 
 int main(int argc, char **argv)
 {
+    sd_backend_tune_allocator(); /* as the sdflow command does */
     opts o;
     if (parse_args(argc, argv, &o)) return 2;
     if (o.kernels) return sd_bench_kernels(o.repeat);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
+#include "kernels/backend.h"
 
 #ifndef SDFLOW_VERSION
 #define SDFLOW_VERSION "dev"
@@ -42,6 +43,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    sd_backend_tune_allocator();
     if (argc < 2) {
         usage(stderr);
         return 1;

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <limits.h>
+#include <malloc.h>
+#endif
 
 /* ---- backends and the sticky error ---------------------------------------- */
 
@@ -52,6 +56,15 @@ void sd_backend_free(sd_backend *be) {
 }
 
 const char *sd_backend_name(const sd_backend *be) { return be ? be->vt->name : "(null)"; }
+void sd_backend_tune_allocator(void) {
+#ifdef __GLIBC__
+    /* A fixed threshold also stops glibc's dynamic one from moving; blocks
+     * above it (the largest activations) stay mmap'd and are returned. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
+}
+
 void sd_backend_set_precision(sd_backend *be, sd_precision p) { if (be) be->precision = p; }
 sd_precision sd_backend_precision(const sd_backend *be) { return be ? be->precision : SD_PREC_F32; }
 
