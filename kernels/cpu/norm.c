@@ -20,95 +20,46 @@ typedef struct {
  * become ~15 % of it (perf). Lane order changes the rounding of the sums
  * only at the 1e-16 level. */
 
-static void stats_scalar(const float *x, int64_t n, double *mean, double *var) {
-    double a[8] = {0}, s = 0.0;
+#define STAT_LANES 16
+
+/* Written once, compiled per instruction set below: GCC vectorises the
+ * STAT_LANES independent double accumulators (two zmm / four ymm). */
+static inline __attribute__((always_inline)) void stats_body(const float *x, int64_t n,
+                                                             double *mean, double *var) {
+    double a[STAT_LANES] = {0}, s = 0.0;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) a[k] += x[i + k];
+    for (; i + STAT_LANES <= n; i += STAT_LANES)
+        for (int k = 0; k < STAT_LANES; k++) a[k] += x[i + k];
     for (; i < n; i++) s += x[i];
-    for (int k = 0; k < 8; k++) s += a[k];
+    for (int k = 0; k < STAT_LANES; k++) s += a[k];
     double m = n ? s / (double)n : 0.0;
-    double b[8] = {0}, q = 0.0;
-    for (i = 0; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
+    double b[STAT_LANES] = {0}, q = 0.0;
+    for (i = 0; i + STAT_LANES <= n; i += STAT_LANES)
+        for (int k = 0; k < STAT_LANES; k++) {
             double d = x[i + k] - m;
             b[k] += d * d;
         }
     for (; i < n; i++) q += (x[i] - m) * (x[i] - m);
-    for (int k = 0; k < 8; k++) q += b[k];
+    for (int k = 0; k < STAT_LANES; k++) q += b[k];
     *mean = m;
     *var = n ? q / (double)n : 0.0;
+}
+
+static void stats_scalar(const float *x, int64_t n, double *mean, double *var) {
+    stats_body(x, n, mean, var);
 }
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-__attribute__((target("avx2,fma"))) static double hsum256d(__m256d v) {
-    __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
-    lo = _mm_add_pd(lo, hi);
-    return _mm_cvtsd_f64(lo) + _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
-}
-
 __attribute__((target("avx2,fma"))) static void stats_avx2(const float *x, int64_t n, double *mean,
                                                           double *var) {
-    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
-        a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)));
-        a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12)));
-    }
-    double s = hsum256d(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
-    for (int64_t k = i; k < n; k++) s += x[k];
-    double m = n ? s / (double)n : 0.0;
-    __m256d mv = _mm256_set1_pd(m), d;
-    a0 = a1 = a2 = a3 = _mm256_setzero_pd();
-    for (i = 0; i + 16 <= n; i += 16) {
-        d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), mv);
-        a0 = _mm256_fmadd_pd(d, d, a0);
-        d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), mv);
-        a1 = _mm256_fmadd_pd(d, d, a1);
-        d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)), mv);
-        a2 = _mm256_fmadd_pd(d, d, a2);
-        d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 12)), mv);
-        a3 = _mm256_fmadd_pd(d, d, a3);
-    }
-    double q = hsum256d(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
-    for (int64_t k = i; k < n; k++) q += (x[k] - m) * (x[k] - m);
-    *mean = m;
-    *var = n ? q / (double)n : 0.0;
+    stats_body(x, n, mean, var);
 }
 
 __attribute__((target("avx512f"))) static void stats_avx512(const float *x, int64_t n, double *mean,
                                                            double *var) {
-    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8)));
-        a2 = _mm512_add_pd(a2, _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 16)));
-        a3 = _mm512_add_pd(a3, _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 24)));
-    }
-    double s = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
-    for (int64_t k = i; k < n; k++) s += x[k];
-    double m = n ? s / (double)n : 0.0;
-    __m512d mv = _mm512_set1_pd(m), d;
-    a0 = a1 = a2 = a3 = _mm512_setzero_pd();
-    for (i = 0; i + 32 <= n; i += 32) {
-        d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), mv);
-        a0 = _mm512_fmadd_pd(d, d, a0);
-        d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8)), mv);
-        a1 = _mm512_fmadd_pd(d, d, a1);
-        d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i + 16)), mv);
-        a2 = _mm512_fmadd_pd(d, d, a2);
-        d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i + 24)), mv);
-        a3 = _mm512_fmadd_pd(d, d, a3);
-    }
-    double q = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
-    for (int64_t k = i; k < n; k++) q += (x[k] - m) * (x[k] - m);
-    *mean = m;
-    *var = n ? q / (double)n : 0.0;
+    stats_body(x, n, mean, var);
 }
 
 /* y = (x - m) * scale + shift, unfused (no FMA) so every path rounds alike. */
