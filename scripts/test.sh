@@ -13,6 +13,19 @@ status=0
 echo "== build (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
+# Would a fresh machine have every Debian package this build read? (maps each
+# header and library to its package and checks setup.sh installs it or pulls
+# it in through Depends: a green run here must not hide a missing install step)
+shared="${SDFLOW_SHARED:-$(cd .. && pwd)/shared}"
+fresh_deps() {
+  if [ -x "$shared/tools/fresh-deps" ]; then
+    "$shared/tools/fresh-deps" "$1" || status=1
+  else
+    echo "fresh-deps: SKIPPED ($shared/tools/fresh-deps not found)"
+  fi
+}
+echo "== dependency closure (fresh-deps)"
+fresh_deps build
 echo "== tests"
 ctest --test-dir build --output-on-failure -j"$jobs" || status=1
 
@@ -20,6 +33,7 @@ if [ "${SDFLOW_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSDFLOW_SANITIZE=ON -DSDFLOW_CUDA=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
+  fresh_deps build-asan
   echo "== tests under ASan + UBSan"
   # Golden model tests are heavy under ASan; they ran above in the normal build.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -30,6 +44,7 @@ if [ "${SDFLOW_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
   echo "== fuzz (libFuzzer, short fixed time)"
   CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSDFLOW_FUZZ=ON -DSDFLOW_CUDA=OFF >/dev/null
   cmake --build build-fuzz -j"$jobs" --target fuzz_seeds fuzz_safetensors fuzz_value_io fuzz_workflow_json
+  fresh_deps build-fuzz
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz\.' || status=1
 fi
 exit $status
