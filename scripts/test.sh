@@ -43,7 +43,7 @@ fi
 if [ "${SDFLOW_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
   echo "== fuzz (libFuzzer, short fixed time)"
   CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSDFLOW_FUZZ=ON -DSDFLOW_CUDA=OFF >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target fuzz_seeds fuzz_safetensors fuzz_value_io fuzz_workflow_json
+  cmake --build build-fuzz -j"$jobs" --target fuzz_all
   fresh_deps build-fuzz
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz\.' || status=1
 fi
