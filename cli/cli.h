@@ -21,9 +21,114 @@ int sd_cli_synth(int argc, char **argv);  /* cli/cmd_synth.c */
 /* "error: <formatted err>" on stderr. */
 void sd_cli_print_error(const sd_error *err);
 
+/* ---- the shared option parser (cli/opts.c) --------------------------------
+ * Every command describes itself in an sd_cli_command: its own options in a
+ * table, plus the shared option groups it accepts (SD_CLI_G_*), whose values
+ * land in one sd_cli_args. sd_cli_parse() then handles, the same way for
+ * every command:
+ *   --name VALUE, --name=VALUE, an alias ("-o VALUE"), flags, repeatable
+ *   options (SD_CLI_LIST), numbers checked as numbers, values checked
+ *   against `choices`, `--` (everything after it is positional),
+ *   -h/--help (prints the command's help generated from the tables).
+ * Usage errors are printed on stderr as "sdflow CMD: ..." (this is the
+ * front end: printing is its job). A typical command:
+ *
+ *     const char *report = NULL;
+ *     sd_cli_args a;
+ *     const sd_cli_option own[] = {
+ *         {"--report", NULL, SD_CLI_STR, &report, "FILE.json", "write what ran", NULL},
+ *         {0}};
+ *     const sd_cli_command cmd = {"run", "WORKFLOW.json [options]", "Runs ...",
+ *                                 SD_CLI_G_ENV | SD_CLI_G_SET, own, 1, 1};
+ *     int code = sd_cli_parse(&cmd, argc, argv, &a);
+ *     if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
+ *     ... a.pos[0], a.models_dir, sd_cli_env_init(&env, &a, &err) ...
+ *     sd_cli_args_free(&a);
+ */
+typedef enum sd_cli_kind {
+    SD_CLI_FLAG,  /* int *dst: set to 1 */
+    SD_CLI_STR,   /* const char **dst: the value (points into argv; last one wins) */
+    SD_CLI_INT,   /* long long *dst: a whole decimal number */
+    SD_CLI_FLOAT, /* double *dst: a finite number */
+    SD_CLI_LIST   /* sd_cli_list *dst: repeatable, every value in order */
+} sd_cli_kind;
+
+/* Values of a repeatable option. `items` points into argv; the array itself
+ * is malloc'd: release with sd_cli_list_free() (whatever the parse returned). */
+typedef struct sd_cli_list {
+    const char **items;
+    int n;
+} sd_cli_list;
+void sd_cli_list_free(sd_cli_list *l);
+
+typedef struct sd_cli_option {
+    const char *name;    /* "--steps" */
+    const char *alias;   /* another spelling ("-s"), or NULL */
+    sd_cli_kind kind;
+    void *dst;           /* see sd_cli_kind */
+    const char *arg;     /* the value's name in the help ("N"); NULL for flags */
+    const char *help;    /* one line for the help */
+    const char *choices; /* "f32|bf16": the only values allowed, or NULL */
+} sd_cli_option;
+
+/* Shared option groups: their values land in sd_cli_args. */
+enum {
+    SD_CLI_G_ENV = 1u << 0 | 1u << 5, /* SD_CLI_G_MODELS and --input-dir --output-dir
+                                         --temp-dir --precision --device */
+    SD_CLI_G_SET = 1u << 1,      /* --set ID.INPUT=VALUE (repeatable) */
+    SD_CLI_G_CACHE = 1u << 2,    /* --cache PATH, --no-cache */
+    SD_CLI_G_PROGRESS = 1u << 3, /* --quiet/-q, --progress MODE */
+    SD_CLI_G_LUA = 1u << 4,      /* --allow-unsafe-lua */
+    SD_CLI_G_MODELS = 1u << 5    /* --models-dir --comfyui-dir --tokenizer-dir only (part of SD_CLI_G_ENV) */
+};
+
+#define SD_CLI_MAX_POS 8
+
+typedef struct sd_cli_args {
+    /* SD_CLI_G_ENV: NULL when not given (sd_cli_env_init fills defaults) */
+    const char *models_dir, *comfyui_dir, *tokenizer_dir, *input_dir, *output_dir, *temp_dir;
+    const char *precision, *device;
+    sd_cli_list sets;           /* SD_CLI_G_SET */
+    const char *cache;          /* SD_CLI_G_CACHE */
+    int no_cache;
+    int quiet;                  /* SD_CLI_G_PROGRESS */
+    const char *progress;       /* "auto" (NULL), "bar", "plain", "json", "none" */
+    int unsafe_lua;             /* SD_CLI_G_LUA */
+    const char *pos[SD_CLI_MAX_POS]; /* positional arguments, in order */
+    int n_pos;
+} sd_cli_args;
+
+typedef struct sd_cli_command {
+    const char *name;     /* "run" */
+    const char *synopsis; /* what follows the name in the usage line */
+    const char *about;    /* a paragraph for --help (may hold newlines), or NULL */
+    unsigned groups;      /* SD_CLI_G_* accepted */
+    const sd_cli_option *options; /* own options, ended by an entry with name NULL; may be NULL */
+    int min_pos, max_pos; /* positional arguments accepted (max_pos <= SD_CLI_MAX_POS) */
+} sd_cli_command;
+
+#define SD_CLI_CONTINUE (-1)
+/* Zeroes *a, then parses argv (the arguments after the command name).
+ * Returns SD_CLI_CONTINUE when the command should go on; otherwise the exit
+ * code to return at once: 0 after printing the help on stdout, 1 after a
+ * usage error printed on stderr. Call sd_cli_args_free(a) in every case. */
+int sd_cli_parse(const sd_cli_command *cmd, int argc, char **argv, sd_cli_args *a);
+void sd_cli_args_free(sd_cli_args *a);
+/* The help of one command (usage, about, own then shared options). */
+void sd_cli_help(const sd_cli_command *cmd, FILE *f);
+
+/* sd_env_init() (defaults and SDFLOW_* environment variables) with the
+ * SD_CLI_G_ENV options given on top. Clean up with sd_env_cleanup(). */
+struct sd_env;
+sd_status sd_cli_env_init(struct sd_env *env, const sd_cli_args *a, sd_error *err);
+/* Applies every --set to g, in order (sd_graph_apply_set). */
+struct sd_graph;
+sd_status sd_cli_apply_sets(struct sd_graph *g, const sd_cli_args *a, sd_error *err);
+
 /* `--name VALUE` or `--name=VALUE` at argv[*i]: returns VALUE and advances
  * *i past it, NULL when argv[*i] is not that option. Sets *missing when the
- * option is there without a value. */
+ * option is there without a value. (Older, single-option helper; new code
+ * uses sd_cli_parse.) */
 const char *sd_cli_opt(int argc, char **argv, int *i, const char *name, int *missing);
 
 /* The backend named by env->device, computing in env->precision ("f32" or
@@ -37,6 +142,12 @@ sd_status sd_cli_backend_open(const struct sd_env *env, struct sd_backend **out,
  * else sd_cache_default_path()) when path is NULL (cli/cmd_cache.c). */
 struct sd_sqlite_cache;
 sd_status sd_cli_cache_open(const char *path, struct sd_sqlite_cache **out, sd_error *err);
+/* The cache a run uses after the SD_CLI_G_CACHE options (cli/opts.c):
+ * *handle (close with sd_cache_close; NULL when none) and *iface for
+ * sd_exec_opts.cache (use it only when *handle is set). --no-cache keeps
+ * only the file-hash memo of the default database; a cache that cannot be
+ * opened is a warning on stderr and a run without it. */
+void sd_cli_cache_setup(const sd_cli_args *a, struct sd_sqlite_cache **handle, sd_cache_i *iface);
 
 /* Progress display (cli/progress.c). */
 typedef struct sd_cli_progress {

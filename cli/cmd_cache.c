@@ -34,28 +34,33 @@ static void when(int64_t ns, char *buf, size_t n) {
     strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: sdflow cache stats|list|clear [--cache PATH]\n"
-                    "       sdflow cache gc --max-size SIZE [--cache PATH]\n");
-    return 1;
-}
-
 int sd_cli_cache(int argc, char **argv) {
-    if (argc < 1) return usage();
-    const char *sub = argv[0], *path = NULL, *max_size = NULL;
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if ((v = sd_cli_opt(argc, argv, &i, "--cache", &missing))) path = v;
-        else if ((v = sd_cli_opt(argc, argv, &i, "--max-size", &missing))) max_size = v;
-        else {
-            fprintf(stderr, "sdflow cache: %s '%s'\n", missing ? "missing value for" : "unknown argument", argv[i]);
-            return usage();
-        }
-    }
+    const char *path = NULL, *max_size = NULL;
+    const sd_cli_option own[] = {
+        {"--cache", NULL, SD_CLI_STR, &path, "PATH", "the cache database (env SDFLOW_CACHE; default ~/.cache/sdflow/cache.db)",
+         NULL},
+        {"--max-size", NULL, SD_CLI_STR, &max_size, "SIZE", "gc: shrink to SIZE (2G, 500M, 100K or bytes)", NULL},
+        {0}};
+    const sd_cli_command cmd = {
+        "cache", "stats|list|clear|gc [--max-size SIZE] [--cache PATH]",
+        "stats: size and entry count; list: one line per entry (key, class_type, size, last use);\n"
+        "clear: remove every entry; gc --max-size SIZE: drop least recently used entries until\n"
+        "the cache holds at most SIZE.",
+        0, own, 1, 1};
+    sd_cli_args args;
+    int code = sd_cli_parse(&cmd, argc, argv, &args);
+    sd_cli_args_free(&args); /* pos[] points into argv: still valid */
+    if (code != SD_CLI_CONTINUE) return code;
+    const char *sub = args.pos[0];
     int is_gc = !strcmp(sub, "gc");
-    if (strcmp(sub, "stats") && strcmp(sub, "list") && strcmp(sub, "clear") && !is_gc) return usage();
-    if (is_gc != (max_size != NULL)) return usage();
+    if (strcmp(sub, "stats") && strcmp(sub, "list") && strcmp(sub, "clear") && !is_gc) {
+        fprintf(stderr, "sdflow cache: unknown sub-command '%s' (stats, list, clear, gc)\n", sub);
+        return 1;
+    }
+    if (is_gc != (max_size != NULL)) {
+        fprintf(stderr, "sdflow cache: --max-size SIZE goes with gc, and only with gc\n");
+        return 1;
+    }
     sd_error err;
     sd_error_clear(&err);
     int64_t limit = 0;

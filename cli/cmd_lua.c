@@ -26,27 +26,41 @@
 /* ---- sdflow export ------------------------------------------------------------ */
 
 int sd_cli_export(int argc, char **argv) {
-    int to_lua = -1;
-    sd_lua_opts lo = {0};
-    const char *path = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--lua")) to_lua = 1;
-        else if (!strcmp(argv[i], "--json")) to_lua = 0;
-        else if (!strcmp(argv[i], "--allow-unsafe-lua")) lo.allow_unsafe = 1;
-        else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "sdflow export: unknown option '%s'\n", argv[i]); return 1; }
-        else if (path) { fprintf(stderr, "sdflow export: more than one workflow given ('%s')\n", argv[i]); return 1; }
-        else path = argv[i];
-    }
-    if (to_lua < 0 || !path) {
-        fprintf(stderr, "usage: sdflow export --lua|--json WORKFLOW.json|.lua|.png\n");
+    int lua = 0, json = 0;
+    const sd_cli_option own[] = {
+        {"--lua", NULL, SD_CLI_FLAG, &lua, NULL, "print a Lua workflow (docs/lua.md)", NULL},
+        {"--json", NULL, SD_CLI_FLAG, &json, NULL, "print ComfyUI API-format JSON", NULL},
+        {0}};
+    const sd_cli_command cmd = {
+        "export", "--lua|--json WORKFLOW.json|.lua|.png [--set ID.INPUT=VALUE]... [options]",
+        "Prints a workflow (API JSON, Lua, a recipe or a PNG's prompt chunk) as Lua or as API-format\n"
+        "JSON, after the --set edits, so that `sdflow export --json X --set ...` shows what\n"
+        "`sdflow run X --set ...` would run.",
+        SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_LUA, own, 1, 1};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
+    if (lua == json) {
+        fprintf(stderr, "sdflow export: give exactly one of --lua and --json\n");
+        sd_cli_args_free(&a);
         return 1;
     }
+    int to_lua = lua;
+    const char *path = a.pos[0];
+    sd_lua_opts lo = {.allow_unsafe = a.unsafe_lua};
     sd_error err;
     sd_error_clear(&err);
     sd_graph *g = NULL;
-    sd_status rc = sd_nodes_register_all(&err);
+    sd_env env;
+    /* The env is not needed to print, but its options are checked (and a
+     * bad one reported) exactly as `sdflow run` checks them. */
+    sd_status rc = sd_cli_env_init(&env, &a, &err);
+    sd_env_cleanup(&env);
+    if (!rc) rc = sd_nodes_register_all(&err);
     if (!rc) rc = sd_lua_load_any(path, &lo, &g, &err);
-    if (rc) { sd_cli_print_error(&err); return 1; }
+    if (!rc) rc = sd_cli_apply_sets(g, &a, &err);
+    sd_cli_args_free(&a);
+    if (rc) { sd_cli_print_error(&err); sd_graph_free(g); return 1; }
     char *text = to_lua ? sd_lua_export(g, path) : sd_graph_to_json(g, 1);
     sd_graph_free(g);
     if (!text) { fprintf(stderr, "error: out of memory\n"); return 1; }
@@ -75,27 +89,23 @@ static void repl_log(void *user, int level, const char *msg) {
 
 int sd_cli_repl(int argc, char **argv) {
     sd_repl_config cfg = {0};
-    const char *cache_path = NULL, *history = NULL;
-    int no_cache = 0, no_history = 0;
-    const char *dirs[8] = {0};
-    static const char *const dir_opts[8] = {"--output-dir", "--input-dir", "--temp-dir", "--models-dir",
-                                            "--comfyui-dir", "--tokenizer-dir", "--precision", "--device"};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int missing = 0, matched = 0;
-        if (!strcmp(a, "--no-cache")) { no_cache = 1; continue; }
-        if (!strcmp(a, "--no-history")) { no_history = 1; continue; }
-        if (!strcmp(a, "--allow-unsafe-lua")) { cfg.lua.allow_unsafe = 1; continue; }
-        if ((v = sd_cli_opt(argc, argv, &i, "--cache", &missing))) { cache_path = v; continue; }
-        if (!missing && (v = sd_cli_opt(argc, argv, &i, "--history", &missing))) { history = v; continue; }
-        for (int k = 0; !missing && k < 8; k++)
-            if ((v = sd_cli_opt(argc, argv, &i, dir_opts[k], &missing))) { dirs[k] = v; matched = 1; break; }
-        if (missing) { fprintf(stderr, "sdflow repl: option '%s' needs a value\n", a); return 1; }
-        if (matched) continue;
-        if (a[0] == '-' && a[1]) { fprintf(stderr, "sdflow repl: unknown option '%s'\n", a); return 1; }
-        if (cfg.workflow) { fprintf(stderr, "sdflow repl: more than one workflow given ('%s')\n", a); return 1; }
-        cfg.workflow = a;
-    }
+    const char *history = NULL;
+    int no_history = 0;
+    const sd_cli_option own[] = {
+        {"--history", NULL, SD_CLI_STR, &history, "FILE", "line history file (default ~/.sdflow_history)", NULL},
+        {"--no-history", NULL, SD_CLI_FLAG, &no_history, NULL, "keep no history file", NULL},
+        {0}};
+    const sd_cli_command cmd = {
+        "repl", "[WORKFLOW] [options]",
+        "An interactive Lua prompt on one graph kept in memory, with the loaded models: after a change\n"
+        "run() executes only what is downstream of it. help() lists the commands (docs/lua.md).\n"
+        "WORKFLOW (.json, .lua, .png) is loaded first. Without a terminal it reads plain lines.",
+        SD_CLI_G_ENV | SD_CLI_G_CACHE | SD_CLI_G_LUA, own, 0, 1};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
+    cfg.workflow = a.pos[0];
+    cfg.lua.allow_unsafe = a.unsafe_lua;
     sd_error err;
     sd_error_clear(&err);
     sd_env env;
@@ -103,32 +113,14 @@ int sd_cli_repl(int argc, char **argv) {
     sd_sqlite_cache *cache_handle = NULL;
     sd_cache_i cache = {0};
     char *hist_default = NULL;
-    int code = 1;
-    sd_status rc = sd_env_init(&env, &err);
-    const char **fields[8] = {&env.output_dir, &env.input_dir, &env.temp_dir, &env.models_dir,
-                              &env.comfyui_dir, &env.tokenizer_dir, &env.precision, &env.device};
-    for (int k = 0; !rc && k < 8; k++)
-        if (dirs[k]) rc = sd_env_set(&env, fields[k], dirs[k], &err);
+    code = 1;
+    sd_status rc = sd_cli_env_init(&env, &a, &err);
     env.log = repl_log;
     if (!rc) rc = sd_nodes_register_all(&err);
     if (!rc) rc = sd_cli_backend_open(&env, &backend, &err);
     if (!rc) env.backend = backend;
     if (rc) { sd_cli_print_error(&err); goto done; }
-    if (!no_cache) {
-        sd_error cerr;
-        sd_error_clear(&cerr);
-        if (sd_cli_cache_open(cache_path, &cache_handle, &cerr) == SD_OK) {
-            cache = sd_cache_interface(cache_handle);
-        } else {
-            char buf[SD_ERR_MSG_MAX + 512];
-            fprintf(stderr, "warning: cache unusable, running without it: %s\n", sd_error_format(&cerr, buf, sizeof buf));
-        }
-    } else if (sd_cli_cache_open(NULL, &cache_handle, NULL) == SD_OK) {
-        /* --no-cache: only the file-hash memo, as in `sdflow run` (docs/cli.md) */
-        cache = sd_cache_interface(cache_handle);
-        cache.get = NULL;
-        cache.put = NULL;
-    }
+    sd_cli_cache_setup(&a, &cache_handle, &cache);
     if (!no_history && !history) {
         const char *home = getenv("HOME");
         if (home && *home) {
@@ -153,6 +145,7 @@ done:
     sd_backend_free(backend);
     sd_env_cleanup(&env);
     free(hist_default);
+    sd_cli_args_free(&a);
     return code;
 }
 

@@ -112,16 +112,25 @@ static void print_table(void) {
 
 int sd_cli_nodes(int argc, char **argv) {
     int json = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else { fprintf(stderr, "usage: sdflow nodes [--json]\n"); return 1; }
-    }
+    const sd_cli_option own[] = {
+        {"--json", NULL, SD_CLI_FLAG, &json, NULL, "ComfyUI's /object_info JSON (combo lists read the models folder)",
+         NULL},
+        {0}};
+    const sd_cli_command cmd = {"nodes", "[--json] [options]",
+                                "Lists the registered node types: class_type, category, inputs (?optional) and "
+                                "outputs;\naliases at the end.",
+                                SD_CLI_G_ENV, own, 0, 0};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
     sd_error err;
     sd_error_clear(&err);
-    if (sd_nodes_register_all(&err) != SD_OK) { sd_cli_print_error(&err); return 1; }
-    if (!json) { print_table(); return 0; }
+    if (sd_nodes_register_all(&err) != SD_OK) { sd_cli_print_error(&err); sd_cli_args_free(&a); return 1; }
+    if (!json) { print_table(); sd_cli_args_free(&a); return 0; }
     sd_env env;
-    if (sd_env_init(&env, &err) != SD_OK) { sd_cli_print_error(&err); return 1; }
+    sd_status rc = sd_cli_env_init(&env, &a, &err);
+    sd_cli_args_free(&a);
+    if (rc != SD_OK) { sd_cli_print_error(&err); sd_env_cleanup(&env); return 1; }
     cJSON *root = cJSON_CreateObject();
     for (size_t i = 0; i < sd_registry_count(); i++) {
         const sd_node_def *d = sd_registry_at(i);

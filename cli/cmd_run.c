@@ -136,74 +136,11 @@ static sd_status load_workflow(const char *path, sd_graph **g, char **text, char
     return rc;
 }
 
-typedef struct run_opts {
-    const char *workflow;
-    const char **sets;
-    int n_sets;
-    int quiet, no_cache;
-    const char *report, *dump, *cache;
-    const char *output_dir, *input_dir, *temp_dir, *models_dir, *comfyui_dir, *tokenizer_dir;
-    const char *precision, *device;
-    const char *lock;          /* --lock FILE (recipes: cli/cmd_lua.c) */
-    int relock, unsafe_lua;    /* --relock, --allow-unsafe-lua */
-} run_opts;
-
-static int parse_args(int argc, char **argv, run_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->sets = calloc((size_t)argc + 1, sizeof *o->sets);
-    if (!o->sets) return 1;
-    struct { const char *name; const char **dst; } valued[] = {
-        {"--report", &o->report}, {"--dump", &o->dump}, {"--cache", &o->cache},
-        {"--output-dir", &o->output_dir}, {"--input-dir", &o->input_dir}, {"--temp-dir", &o->temp_dir},
-        {"--models-dir", &o->models_dir}, {"--comfyui-dir", &o->comfyui_dir},
-        {"--tokenizer-dir", &o->tokenizer_dir}, {"--precision", &o->precision}, {"--device", &o->device},
-        {"--lock", &o->lock},
-    };
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int missing = 0, matched = 0;
-        if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { o->quiet = 1; continue; }
-        if (!strcmp(a, "--no-cache")) { o->no_cache = 1; continue; }
-        if (!strcmp(a, "--relock")) { o->relock = 1; continue; }
-        if (!strcmp(a, "--allow-unsafe-lua")) { o->unsafe_lua = 1; continue; }
-        if ((v = sd_cli_opt(argc, argv, &i, "--set", &missing))) { o->sets[o->n_sets++] = v; continue; }
-        for (size_t k = 0; !missing && k < sizeof valued / sizeof *valued; k++) {
-            if ((v = sd_cli_opt(argc, argv, &i, valued[k].name, &missing))) {
-                *valued[k].dst = v;
-                matched = 1;
-                break;
-            }
-        }
-        if (missing) { fprintf(stderr, "sdflow run: option '%s' needs a value\n", a); return 1; }
-        if (matched) continue;
-        if (a[0] == '-' && a[1]) { fprintf(stderr, "sdflow run: unknown option '%s'\n", a); return 1; }
-        if (o->workflow) { fprintf(stderr, "sdflow run: more than one workflow given ('%s')\n", a); return 1; }
-        o->workflow = a;
-    }
-    if (!o->workflow) { fprintf(stderr, "usage: sdflow run WORKFLOW.json|PICTURE.png [options] (see sdflow --help)\n"); return 1; }
-    if (o->cache && o->no_cache) { fprintf(stderr, "sdflow run: --cache and --no-cache exclude each other\n"); return 1; }
-    if (o->precision && strcmp(o->precision, "f32") && strcmp(o->precision, "bf16")) {
-        fprintf(stderr, "sdflow run: --precision must be f32 or bf16, not '%s'\n", o->precision);
-        return 1;
-    }
-    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
-        fprintf(stderr, "sdflow run: --device must be cpu or cuda, not '%s'\n", o->device);
-        return 1;
-    }
-    return 0;
-}
-
-static sd_status setup_env(sd_env *env, const run_opts *o, sd_error *err) {
-    sd_status rc = sd_env_init(env, err);
-    struct { const char **field; const char *value; } over[] = {
-        {&env->output_dir, o->output_dir}, {&env->input_dir, o->input_dir}, {&env->temp_dir, o->temp_dir},
-        {&env->models_dir, o->models_dir}, {&env->comfyui_dir, o->comfyui_dir},
-        {&env->tokenizer_dir, o->tokenizer_dir}, {&env->precision, o->precision}, {&env->device, o->device},
-    };
-    for (size_t k = 0; !rc && k < sizeof over / sizeof *over; k++)
-        if (over[k].value) rc = sd_env_set(env, over[k].field, over[k].value, err);
-    return rc;
-}
+static const char run_about[] =
+    "Runs a ComfyUI API-format workflow: a .json file (\"-\" reads stdin), the \"prompt\" chunk of a\n"
+    "PNG saved by ComfyUI or sdflow, a Lua workflow (.lua) or a recipe (.json with file hashes;\n"
+    "docs/lua.md). Only what the output nodes need runs; results come from the cache when their\n"
+    "inputs did not change. The written files are printed on stdout, progress on stderr.";
 
 /* The report, plus the validation problems and the error when there are any. */
 static void write_report(const char *path, const sd_exec_report *rep, const sd_graph_problems *probs,
@@ -258,8 +195,23 @@ static void print_problems(const sd_graph_problems *p) {
 }
 
 int sd_cli_run(int argc, char **argv) {
-    run_opts o;
-    if (parse_args(argc, argv, &o)) { free(o.sets); return 1; }
+    const char *report = NULL, *dump = NULL, *lock = NULL;
+    int relock = 0;
+    const sd_cli_option own[] = {
+        {"--report", NULL, SD_CLI_STR, &report, "FILE.json", "write what ran, what hit the cache and timings", NULL},
+        {"--dump", NULL, SD_CLI_STR, &dump, "DIR", "save every output tensor as DIR/<id>_<n>.safetensors", NULL},
+        {"--lock", NULL, SD_CLI_STR, &lock, "RECIPE.json", "after the run, write a recipe (workflow + file hashes)",
+         NULL},
+        {"--relock", NULL, SD_CLI_FLAG, &relock, NULL, "accept changed files and rewrite the recipe being run", NULL},
+        {0}};
+    const sd_cli_command cmd = {"run", "WORKFLOW.json|PICTURE.png|WORKFLOW.lua|- [options]", run_about,
+                                SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS | SD_CLI_G_LUA,
+                                own, 1, 1};
+    sd_cli_args o;
+    int pc = sd_cli_parse(&cmd, argc, argv, &o);
+    if (pc != SD_CLI_CONTINUE) { sd_cli_args_free(&o); return pc; }
+    const char *workflow = o.pos[0];
+    int quiet = o.quiet || (o.progress && !strcmp(o.progress, "none"));
     sd_error err;
     sd_error_clear(&err);
     sd_env env;
@@ -272,16 +224,23 @@ int sd_cli_run(int argc, char **argv) {
     sd_exec *ex = NULL;
     sd_exec_report rep = {0};
     sd_graph_problems probs = {0};
-    sd_cli_recipe recipe = {.lock = o.lock, .relock = o.relock};
+    sd_cli_recipe recipe = {.lock = lock, .relock = relock};
     int code = 1;
-    sd_cli_progress prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .quiet = o.quiet, .report = &rep,
+    int tty = o.progress && !strcmp(o.progress, "bar") ? 1
+              : o.progress && !strcmp(o.progress, "plain") ? 0 : isatty(STDERR_FILENO);
+    if (o.progress && !strcmp(o.progress, "json")) {
+        fprintf(stderr, "sdflow run: --progress=json is not available yet\n");
+        sd_cli_args_free(&o);
+        return 1;
+    }
+    sd_cli_progress prog = {.out = stderr, .tty = tty, .quiet = quiet, .report = &rep,
                            .interrupt = &interrupted};
-    sd_status rc = setup_env(&env, &o, &err);
+    sd_status rc = sd_cli_env_init(&env, &o, &err);
     env.log = cli_log;
     env.log_user = &prog;
     if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = load_workflow(o.workflow, &g, &text, &extra, o.unsafe_lua, &err);
-    for (int i = 0; !rc && i < o.n_sets; i++) rc = sd_graph_apply_set(g, o.sets[i], &err);
+    if (!rc) rc = load_workflow(workflow, &g, &text, &extra, o.unsafe_lua, &err);
+    if (!rc) rc = sd_cli_apply_sets(g, &o, &err);
     if (!rc) {
         rc = sd_cli_backend_open(&env, &backend, &err);
         if (!rc) {
@@ -298,36 +257,10 @@ int sd_cli_run(int argc, char **argv) {
         sd_cli_print_error(&err);
         goto done;
     }
-    if (!o.no_cache) {
-        sd_error cerr;
-        sd_error_clear(&cerr);
-        if (sd_cli_cache_open(o.cache, &cache_handle, &cerr) == SD_OK) {
-            cache = sd_cache_interface(cache_handle);
-        } else {
-            char buf[SD_ERR_MSG_MAX + 512];
-            fprintf(stderr, "warning: cache unusable, running without it: %s\n",
-                    sd_error_format(&cerr, buf, sizeof buf));
-            cache_handle = NULL;
-        }
-    } else {
-        /* --no-cache: no output is read or written, but the file-hash memo
-         * of the usual database still spares re-reading multi-GB model files
-         * on every run (keys and recipes need their content hash). A memo
-         * entry is exactly as trustworthy as with the cache on: same path,
-         * size and mtime. If the database cannot be opened, hash silently. */
-        sd_error cerr;
-        sd_error_clear(&cerr);
-        if (sd_cli_cache_open(NULL, &cache_handle, &cerr) == SD_OK) {
-            cache = sd_cache_interface(cache_handle);
-            cache.get = NULL;
-            cache.put = NULL;
-        } else {
-            cache_handle = NULL;
-        }
-    }
+    sd_cli_cache_setup(&o, &cache_handle, &cache);
     /* Recipes: verify the hashes a recipe (or PNG) carries, hash for --lock,
      * and embed them in saved PNGs (cli/cmd_lua.c). */
-    rc = sd_cli_recipe_before(&recipe, o.workflow, text, g, &env, cache_handle ? &cache : NULL, &extra, &err);
+    rc = sd_cli_recipe_before(&recipe, workflow, text, g, &env, cache_handle ? &cache : NULL, &extra, &err);
     if (rc) {
         sd_cli_print_error(&err);
         goto done;
@@ -348,7 +281,7 @@ int sd_cli_run(int argc, char **argv) {
         .progress_user = &prog,
         .on_node = sd_cli_progress_on_node,
         .on_node_user = &prog,
-        .dump_dir = o.dump,
+        .dump_dir = dump,
         .prompt_json = NULL, /* derived from the graph as edited by --set */
         .extra_pnginfo_json = extra,
         .release_consumed = 1, /* one shot: values go after their last reader */
@@ -364,7 +297,7 @@ int sd_cli_run(int argc, char **argv) {
     if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs);
     else if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
     else if (rc) sd_cli_print_error(&err);
-    if (!o.quiet && rc != SD_ERR_VALIDATION)
+    if (!quiet && rc != SD_ERR_VALIDATION)
         fprintf(stderr, "%s: %zu executed, %zu cached, %.1fs\n", rc ? "stopped" : "done", rep.n_executed,
                 rep.n_cached, rep.seconds);
     /* The files output nodes wrote (or still have from a cached run), on
@@ -382,7 +315,7 @@ int sd_cli_run(int argc, char **argv) {
 
 done:
     /* Written on every outcome, so a script always finds one. */
-    if (o.report) write_report(o.report, &rep, &probs, rc, &err);
+    if (report) write_report(report, &rep, &probs, rc, &err);
     sd_exec_report_free(&rep);
     sd_graph_problems_free(&probs);
     sd_exec_free(ex);
@@ -394,6 +327,6 @@ done:
     free(extra);
     sd_cli_recipe_free(&recipe);
     sd_env_cleanup(&env); /* safe after a failed init: it leaves the env zeroed */
-    free(o.sets);
+    sd_cli_args_free(&o);
     return code;
 }

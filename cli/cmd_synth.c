@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "core/env.h"
 #include "models/synth.h"
 
 static int mkdirs(const char *path) {
@@ -18,21 +19,36 @@ static int mkdirs(const char *path) {
     return mkdir(tmp, 0777) && errno != EEXIST ? -1 : 0;
 }
 
+static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok);
+
 int sd_cli_synth(int argc, char **argv) {
-    const char *preset = "sd1-tiny", *models = NULL, *tok = NULL, *v;
-    unsigned long long seed = 1;
-    int force = 0, missing = 0;
-    for (int i = 0; i < argc; i++) {
-        if ((v = sd_cli_opt(argc, argv, &i, "--preset", &missing))) preset = v;
-        else if ((v = sd_cli_opt(argc, argv, &i, "--models-dir", &missing))) models = v;
-        else if ((v = sd_cli_opt(argc, argv, &i, "--tokenizer-dir", &missing))) tok = v;
-        else if ((v = sd_cli_opt(argc, argv, &i, "--seed", &missing))) seed = strtoull(v, NULL, 10);
-        else if (!strcmp(argv[i], "--force")) force = 1;
-        else if (!missing) { fprintf(stderr, "sdflow synth: unknown option '%s'\n", argv[i]); return 1; }
-        if (missing) { fprintf(stderr, "sdflow synth: %s needs a value\n", argv[i]); return 1; }
-    }
-    if (!models) models = getenv("SDFLOW_MODELS_DIR");
-    if (!models) models = "models";
+    const char *preset = "sd1-tiny";
+    long long seed = 1;
+    int force = 0;
+    const sd_cli_option own[] = {
+        {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)", "sd1-tiny|sd1|sdxl-tiny|sdxl"},
+        {"--seed", NULL, SD_CLI_INT, &seed, "N", "seed of the random weights (default 1)", NULL},
+        {"--force", NULL, SD_CLI_FLAG, &force, NULL, "rewrite the checkpoint when it exists", NULL},
+        {0}};
+    const sd_cli_command cmd = {
+        "synth", "[--preset NAME] [--models-dir DIR] [--tokenizer-dir DIR]",
+        "Writes MODELS/checkpoints/sdflow-random-NAME.safetensors with RANDOM weights, so that workflows\n"
+        "run on a machine without downloaded models (the pictures are noise). With --tokenizer-dir it\n"
+        "also writes a stand-in CLIP vocabulary there.",
+        SD_CLI_G_MODELS, own, 0, 0};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
+    sd_env env;
+    sd_error err = {0};
+    if (sd_cli_env_init(&env, &a, &err)) { sd_cli_print_error(&err); sd_env_cleanup(&env); sd_cli_args_free(&a); return 1; }
+    code = synth(preset, (unsigned long long)seed, force, env.models_dir, a.tokenizer_dir);
+    sd_env_cleanup(&env);
+    sd_cli_args_free(&a);
+    return code;
+}
+
+static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok) {
     const sd_synth_config *cfg = sd_synth_preset(preset);
     const sd_synth_sdxl_config *xl = cfg ? NULL : sd_synth_sdxl_preset(preset);
     if (!cfg && !xl) {

@@ -11,35 +11,42 @@
 #define SDFLOW_BUILD_OPTIONS ""
 #endif
 
+static int cli_version(int argc, char **argv);
+
+/* Every command, in the order `sdflow --help` lists them. */
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"run", sd_cli_run, "run a workflow (API JSON, a PNG saved by ComfyUI/sdflow, Lua, a recipe)"},
+    {"export", sd_cli_export, "print a workflow as Lua or as API-format JSON"},
+    {"repl", sd_cli_repl, "interactive Lua prompt on a graph kept in memory"},
+    {"nodes", sd_cli_nodes, "list node types (--json: ComfyUI /object_info shape)"},
+    {"cache", sd_cli_cache, "inspect, empty or shrink the output cache"},
+    {"synth", sd_cli_synth, "write a RANDOM-weight checkpoint (and a stand-in vocabulary)"},
+    {"version", cli_version, "print the version and build options"},
+};
+#define N_COMMANDS (sizeof commands / sizeof *commands)
+
 static void usage(FILE *f) {
-    fputs("usage: sdflow <command> [options]\n"
-          "\n"
-          "commands:\n"
-          "  run WORKFLOW.json|PICTURE.png [options]   run a ComfyUI API-format workflow\n"
-          "      --set ID.INPUT=VALUE   change an input before running (repeatable)\n"
-          "      --quiet                no progress output\n"
-          "      --report FILE.json     write what ran, what hit the cache and timings\n"
-          "      --dump DIR             save every output tensor as DIR/<id>_<n>.safetensors\n"
-          "      --cache PATH | --no-cache\n"
-          "      --output-dir DIR --input-dir DIR --temp-dir DIR\n"
-          "      --models-dir DIR --comfyui-dir DIR --tokenizer-dir DIR\n"
-          "      --precision f32|bf16   --device cpu|cuda\n"
-          "      (also WORKFLOW.lua or RECIPE.json; docs/lua.md)\n"
-          "      --lock RECIPE.json     after the run, write a recipe (workflow + file hashes)\n"
-          "      --relock               accept changed files and rewrite the recipe being run\n"
-          "      --allow-unsafe-lua     give Lua workflows io, os and require\n"
-          "  export --lua|--json FILE   print a workflow as Lua or as API-format JSON\n"
-          "  repl [WORKFLOW]            interactive Lua prompt on a graph kept in memory\n"
-          "  nodes [--json]             list node types (--json: ComfyUI /object_info shape)\n"
-          "  cache stats|list|clear     inspect or empty the output cache [--cache PATH]\n"
-          "  cache gc --max-size SIZE   shrink the cache to SIZE (e.g. 2G, 500M)\n"
-          "  synth [--preset sd1-tiny|sd1|sdxl-tiny|sdxl] [--models-dir DIR] [--tokenizer-dir DIR]\n"
-          "                             write a RANDOM-weight checkpoint (and a stand-in vocabulary)\n"
-          "  version                    print the version\n"
-          "\n"
+    fputs("usage: sdflow <command> [options]\n\ncommands:\n", f);
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "sdflow <command> --help (or sdflow help <command>) describes a command and its options.\n"
           "environment: SDFLOW_MODELS_DIR, SDFLOW_TOKENIZER_DIR, SDFLOW_COMFYUI_DIR, SDFLOW_CACHE\n"
           "exit codes: 0 success, 1 failure, 130 interrupted\n",
           f);
+}
+
+static int cli_version(int argc, char **argv) {
+    const sd_cli_command cmd = {"version", "", "Prints the version and the build options.", 0, NULL, 0, 0};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    sd_cli_args_free(&a);
+    if (code != SD_CLI_CONTINUE) return code;
+    printf("sdflow %s (%s)\n", SDFLOW_VERSION, SDFLOW_BUILD_OPTIONS);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -49,20 +56,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || (!strcmp(cmd, "help") && argc == 2)) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("sdflow %s (%s)\n", SDFLOW_VERSION, SDFLOW_BUILD_OPTIONS);
-        return 0;
+    if (!strcmp(cmd, "--version")) return cli_version(0, NULL);
+    if (!strcmp(cmd, "help")) { /* sdflow help CMD = sdflow CMD --help */
+        cmd = argv[2];
+        for (size_t i = 0; i < N_COMMANDS; i++) {
+            char help[] = "--help", *args[] = {help, NULL};
+            if (!strcmp(cmd, commands[i].name)) return commands[i].fn(1, args);
+        }
+    } else {
+        for (size_t i = 0; i < N_COMMANDS; i++)
+            if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 2, argv + 2);
     }
-    if (!strcmp(cmd, "run")) return sd_cli_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "nodes")) return sd_cli_nodes(argc - 2, argv + 2);
-    if (!strcmp(cmd, "cache")) return sd_cli_cache(argc - 2, argv + 2);
-    if (!strcmp(cmd, "export")) return sd_cli_export(argc - 2, argv + 2); /* cli/cmd_lua.c */
-    if (!strcmp(cmd, "repl")) return sd_cli_repl(argc - 2, argv + 2);
-    if (!strcmp(cmd, "synth")) return sd_cli_synth(argc - 2, argv + 2);
     fprintf(stderr, "sdflow: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 1;

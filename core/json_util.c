@@ -16,6 +16,29 @@ void sd_json_position(const char *text, size_t pos, int *line, int *col) {
     *col = c;
 }
 
+/* The offending line quoted with a caret under the column, compiler-style:
+ *     2 |   "inputs": {"image": "x.png",}}
+ *       |                               ^
+ * Long lines are cut to a window around the column. */
+static void quote_line(const char *text, size_t pos, int line, char *buf, size_t n) {
+    size_t start = pos;
+    while (start > 0 && text[start - 1] != '\n') start--;
+    size_t end = pos;
+    while (text[end] && text[end] != '\n') end++;
+    enum { BEFORE = 60, AFTER = 30 };
+    size_t from = pos - start > BEFORE ? pos - BEFORE : start;
+    size_t to = end - pos > AFTER ? pos + AFTER : end;
+    char num[16];
+    int w = snprintf(num, sizeof num, "%d", line);
+    size_t k = (size_t)snprintf(buf, n, "\n  %s | %s", num, from > start ? "..." : "");
+    for (size_t i = from; i < to && k + 2 < n; i++) buf[k++] = text[i] == '\t' ? ' ' : text[i];
+    if (to < end && k + 4 < n) k += (size_t)snprintf(buf + k, n - k, "...");
+    if (k < n) k += (size_t)snprintf(buf + k, n - k, "\n  %*s | %s", w, "", from > start ? "   " : "");
+    for (size_t i = from; i < pos && k + 2 < n; i++) buf[k++] = ' ';
+    if (k + 2 < n) buf[k++] = '^';
+    buf[k < n ? k : n - 1] = 0;
+}
+
 sd_status sd_json_parse(const char *text, const char *source, cJSON **out, sd_error *err) {
     *out = NULL;
     if (!source) source = "<json>";
@@ -24,17 +47,37 @@ sd_status sd_json_parse(const char *text, const char *source, cJSON **out, sd_er
     /* require_null_terminated: trailing garbage after the value is an error too */
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {
+        size_t len = strlen(text);
         size_t pos = end && end >= text ? (size_t)(end - text) : 0;
+        if (pos > len) pos = len;
+        /* After a trailing comma ({"a": 1,}) cJSON stops one past the
+         * closing bracket; point at the comma, the actual mistake. */
+        const char *hint = "";
+        size_t q = pos;
+        while (q > 0 && (text[q - 1] == '}' || text[q - 1] == ']' || text[q - 1] == ' ' || text[q - 1] == '\n' ||
+                         text[q - 1] == '\t' || text[q - 1] == '\r')) {
+            q--;
+            if (text[q] != '}' && text[q] != ']') continue;
+            size_t c = q;
+            while (c > 0 && strchr(" \t\r\n", text[c - 1])) c--;
+            if (c > 0 && text[c - 1] == ',') {
+                pos = c - 1;
+                hint = " (a comma before a closing bracket)";
+            }
+            break;
+        }
         int line, col;
         sd_json_position(text, pos, &line, &col);
-        char near[24];
+        char near[24], quote[256];
         size_t k = 0;
         for (const char *p = text + pos; *p && *p != '\n' && k < sizeof near - 1; p++) near[k++] = *p;
         near[k] = 0;
+        quote_line(text, pos, line, quote, sizeof quote);
         if (!text[pos])
-            return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: invalid JSON (unexpected end of text)",
-                                source, line, col);
-        return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: invalid JSON near '%s'", source, line, col, near);
+            return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: invalid JSON (unexpected end of text)%s", source,
+                                line, col, quote);
+        return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: invalid JSON near '%s'%s%s", source, line, col, near,
+                            hint, quote);
     }
     *out = root;
     return SD_OK;

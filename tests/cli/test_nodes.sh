@@ -6,7 +6,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$SDFLOW_BIN" version | grep -q '^sdflow [0-9]' || fail "version"
-"$SDFLOW_BIN" --help | grep -q 'run WORKFLOW' || fail "--help"
+"$SDFLOW_BIN" --help | grep -q '^  run ' || fail "--help"
 "$SDFLOW_BIN" frobnicate 2> /dev/null && fail "unknown command accepted"
 "$SDFLOW_BIN" nodes --bogus 2> /dev/null && fail "unknown nodes option accepted"
 
