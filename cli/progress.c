@@ -36,8 +36,8 @@ void sd_cli_progress_on_node(void *user, const sd_exec_record *rec, int finished
     char timing[64] = "";
     switch (rec->status) {
     case SD_NODE_EXECUTED: snprintf(timing, sizeof timing, "%.1fs", rec->seconds); break;
-    case SD_NODE_CACHED: what = "cached"; break;
-    case SD_NODE_MEMO: what = "cached (memory)"; break;
+    case SD_NODE_CACHED: what = rec->delivered ? "cached, files written again" : "cached"; break;
+    case SD_NODE_MEMO: what = rec->delivered ? "cached (memory), files written again" : "cached (memory)"; break;
     case SD_NODE_FAILED:
         what = p->interrupt && *p->interrupt ? "interrupted" : "FAILED";
         snprintf(timing, sizeof timing, " after %.1fs", rec->seconds); break;

@@ -170,6 +170,9 @@ typedef struct plan_node {
     uint8_t key[SD_KEY_SIZE];
     int decision;         /* PLAN_* */
     sd_node_status hit_status;
+    int deliver;          /* PLAN_RUN of an output node whose result is cached
+                             but whose files are not this run's: hit_status says
+                             where the result came from */
     sd_value *entry;      /* result: own ref */
     int record;           /* index into the report, or -1 */
     /* release_consumed only (plan_release): */
@@ -357,15 +360,22 @@ static sd_status compute_keys(run *r, sd_error *err) {
     return SD_OK;
 }
 
+enum { ENTRY_BAD = 0, ENTRY_USABLE, ENTRY_DELIVER };
+
 /* An entry is usable when it has one value per output and, for a node that
- * wrote files, those files are still there. */
-static int entry_usable(const plan_node *p, const sd_value *entry) {
-    if (sd_value_dict_get(entry, "released")) return 0; /* partly dropped (release_consumed) */
+ * wrote files, those files are still this run's (sd_exec_ui_files_ok); an
+ * entry that is whole but whose files are not is ENTRY_DELIVER. */
+static int entry_state(const run *r, const plan_node *p, const sd_value *entry) {
+    if (sd_value_dict_get(entry, "released")) return ENTRY_BAD; /* partly dropped (release_consumed) */
     const sd_value *outs = sd_value_dict_get(entry, "outputs");
-    if (sd_value_kind_of(outs) != SD_VAL_LIST || sd_value_list_len(outs) != (size_t)p->n_out) return 0;
+    if (sd_value_kind_of(outs) != SD_VAL_LIST || sd_value_list_len(outs) != (size_t)p->n_out) return ENTRY_BAD;
     for (int k = 0; k < p->n_out; k++)
-        if (!sd_value_list_get(outs, (size_t)k)) return 0;
-    return sd_exec_ui_files_exist(sd_value_dict_get(entry, "ui"));
+        if (!sd_value_list_get(outs, (size_t)k)) return ENTRY_BAD;
+    return sd_exec_ui_files_ok(r->env, sd_value_dict_get(entry, "ui")) ? ENTRY_USABLE : ENTRY_DELIVER;
+}
+
+static int entry_usable(const run *r, const plan_node *p, const sd_value *entry) {
+    return entry_state(r, p, entry) == ENTRY_USABLE;
 }
 
 static void mark_sources(run *r, plan_node *p, int *required) {
@@ -388,22 +398,32 @@ static sd_status decide(run *r, sd_error *err) {
         if (!required[i] && !dump_only) continue;
         if (!p->is_volatile) {
             sd_value *e = memo_get(r->ex, p->key);
-            if (e && entry_usable(p, e)) {
+            int st = e ? entry_state(r, p, e) : ENTRY_BAD;
+            if (st == ENTRY_USABLE) {
                 p->decision = PLAN_HIT;
                 p->hit_status = SD_NODE_MEMO;
                 p->entry = sd_value_ref(e);
                 continue;
+            }
+            if (st == ENTRY_DELIVER) {
+                p->deliver = 1;
+                p->hit_status = SD_NODE_MEMO;
             }
             if (cache && cache->get) {
                 sd_value *v = NULL;
                 sd_error cerr;
                 sd_error_clear(&cerr);
                 sd_status rc = cache->get(cache->self, p->key, &v, &cerr);
-                if (rc == SD_OK && v && entry_usable(p, v)) {
+                st = rc == SD_OK && v ? entry_state(r, p, v) : ENTRY_BAD;
+                if (st == ENTRY_USABLE) {
                     p->decision = PLAN_HIT;
                     p->hit_status = SD_NODE_CACHED;
                     p->entry = v;
                     continue;
+                }
+                if (st == ENTRY_DELIVER) {
+                    p->deliver = 1;
+                    p->hit_status = SD_NODE_CACHED;
                 }
                 if (rc != SD_OK && rc != SD_ERR_NOT_FOUND)
                     logf_env(r->env, SD_LOG_WARN, "cache lookup for node %s (%s) failed, running it: %s",
@@ -656,9 +676,10 @@ static sd_status execute(run *r, sd_error *err) {
         if (p->decision == PLAN_RUN && !p->is_volatile) {
             /* An identical node earlier in this run (a duplicated branch). */
             sd_value *e = memo_get(r->ex, p->key);
-            if (e && entry_usable(p, e)) {
+            if (e && entry_usable(r, p, e)) {
                 p->decision = PLAN_HIT;
                 p->hit_status = SD_NODE_MEMO;
+                p->deliver = 0;
                 p->entry = sd_value_ref(e);
             }
         }
@@ -675,8 +696,15 @@ static sd_status execute(run *r, sd_error *err) {
                 if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
                 break;
             }
-            rec->status = SD_NODE_EXECUTED;
-            r->report->n_executed++;
+            if (p->deliver) {
+                /* The result was cached; only its files were written anew. */
+                rec->status = p->hit_status;
+                rec->delivered = 1;
+                r->report->n_cached++;
+            } else {
+                rec->status = SD_NODE_EXECUTED;
+                r->report->n_executed++;
+            }
             store_result(r, p);
         }
         describe_outputs(p, rec);

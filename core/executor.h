@@ -11,6 +11,14 @@
  * consumer is satisfied from a cache is not even visited, so a loader above
  * cached results is never run.
  *
+ * Output files: a cached result of an output node (SaveImage) counts as a
+ * hit only while the files it records are still this run's: in this run's
+ * output (or temp) folder, regular files, with the SHA-256 they were written
+ * with (sd_exec_ui_files_ok in executor_internal.h). Otherwise the node
+ * "delivers": it runs again on its inputs, which come from the caches, and
+ * writes new files under the next free names; its record says CACHED (or
+ * MEMO) with `delivered` set, and it counts as cached, not executed.
+ *
  * Two caches: an in-process memo (all values, handles included; lives as long
  * as the sd_exec, so a REPL keeps loaded models) and an optional persistent
  * cache for data values reached through sd_cache_i (SQLite, cache/).
@@ -62,6 +70,8 @@ typedef struct sd_exec_record {
     uint8_t key[SD_KEY_SIZE];
     sd_value *ui;        /* the node's "ui" result (output nodes), one reference
                             owned by the report; NULL when none */
+    int delivered;       /* status CACHED/MEMO, but the output node wrote its
+                            files again (see "Output files" above) */
 } sd_exec_record;
 
 typedef struct sd_exec_report {
@@ -110,7 +120,8 @@ sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
 
 void sd_exec_report_free(sd_exec_report *r);
 /* Report as JSON: {"nodes": {"<id>": {"class_type", "status", "seconds",
- * "outputs", "ui"?}}, "executed": n, "cached": n, "seconds": s}. Caller frees. */
+ * "outputs", "ui"?, "delivered"?}}, "executed": n, "cached": n, "seconds": s}.
+ * Caller frees. */
 char *sd_exec_report_json(const sd_exec_report *r);
 const char *sd_node_status_name(sd_node_status s);
 

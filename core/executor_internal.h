@@ -18,7 +18,12 @@ char *sd_exec_describe_output(const char *type, const sd_value *v);
 sd_status sd_exec_dump_node(const char *dir, const char *node_id, const sd_node_def *def,
                             const sd_value *entry, sd_error *err);
 
-/* 1 when every path in ui["files"] exists (or there are none). */
-int sd_exec_ui_files_exist(const sd_value *ui);
+/* 1 when the files an output node recorded in ui["files"] are still this
+ * run's (or there are none): each lies in env's output or temp folder (so a
+ * run with another --output-dir does not count a file elsewhere as its own),
+ * is a regular file (not a link), and its bytes still hash to the recorded
+ * ui["sha256"] (so a file that someone else wrote under that name is not
+ * taken for ours). env may be NULL (no folder check). */
+int sd_exec_ui_files_ok(const sd_env *env, const sd_value *ui);
 
 #endif

@@ -94,12 +94,35 @@ char *sd_exec_describe_output(const char *type, const sd_value *v) {
     return s.buf ? s.buf : strdup("?");
 }
 
-int sd_exec_ui_files_exist(const sd_value *ui) {
+/* Whether `path` lies below the folder `dir` (compared as real paths). */
+static int inside(const char *dir, const char *path) {
+    if (!dir) return 0;
+    char *real = realpath(dir, NULL);
+    if (!real) return 0;
+    size_t n = strlen(real);
+    int ok = strncmp(path, real, n) == 0 && (path[n] == '/' || (n == 1 && real[0] == '/'));
+    free(real);
+    return ok;
+}
+
+int sd_exec_ui_files_ok(const sd_env *env, const sd_value *ui) {
     const sd_value *files = sd_value_dict_get(ui, "files");
-    for (size_t i = 0; i < sd_value_list_len(files); i++) {
+    const sd_value *hashes = sd_value_dict_get(ui, "sha256");
+    size_t n = sd_value_list_len(files);
+    if (n && sd_value_list_len(hashes) != n) return 0; /* written before hashes were kept */
+    for (size_t i = 0; i < n; i++) {
         const char *p = sd_value_as_string(sd_value_list_get(files, i));
+        const char *want = sd_value_as_string(sd_value_list_get(hashes, i));
         struct stat st;
-        if (!p || stat(p, &st) != 0) return 0;
+        if (!p || !want || lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+        if (env && (env->output_dir || env->temp_dir) && !inside(env->output_dir, p) &&
+            !inside(env->temp_dir, p))
+            return 0;
+        uint8_t h[32];
+        char hex[65];
+        if (sd_sha256_file(p, h, NULL) != SD_OK) return 0;
+        sd_sha256_hex(h, hex);
+        if (strcmp(hex, want) != 0) return 0;
     }
     return 1;
 }
@@ -158,6 +181,7 @@ char *sd_exec_report_json(const sd_exec_report *r) {
         if (!o) continue;
         cJSON_AddStringToObject(o, "class_type", rec->class_type);
         cJSON_AddStringToObject(o, "status", sd_node_status_name(rec->status));
+        if (rec->delivered) cJSON_AddTrueToObject(o, "delivered");
         cJSON_AddNumberToObject(o, "seconds", rec->seconds);
         cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
         for (size_t k = 0; outs && k < rec->n_outputs; k++)

@@ -296,8 +296,6 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
 /* ---- writing ------------------------------------------------------------------ */
 
 typedef struct write_state {
-    FILE *f;
-    char *tmp;
     png_structp png;
     png_infop info;
     png_bytep pixels;
@@ -307,11 +305,8 @@ typedef struct write_state {
     size_t nstrs;
 } write_state;
 
-static void write_state_free(write_state *s, int failed) {
+static void write_state_free(write_state *s) {
     if (s->png) png_destroy_write_struct(&s->png, s->info ? &s->info : NULL);
-    if (s->f) fclose(s->f);
-    if (failed && s->tmp) unlink(s->tmp);
-    free(s->tmp);
     free(s->pixels);
     free(s->rows);
     free(s->texts);
@@ -337,8 +332,8 @@ static int valid_key(const char *k) {
     return 1;
 }
 
-sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text *texts,
-                       size_t n_texts, int compress_level, sd_error *err) {
+static sd_status check_write_args(const char *path, const sd_tensor *img, const sd_png_text *texts,
+                                  size_t n_texts, int compress_level, sd_error *err) {
     if (!img || img->dtype != SD_F32 || (img->ndim != 3 && !(img->ndim == 4 && img->shape[0] == 1)))
         return sd_error_set(err, SD_ERR_INVALID, "%s: image to write must be F32 [H, W, C] "
                             "or [1, H, W, C]", path);
@@ -357,31 +352,18 @@ sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text
         if (!texts[i].key || !texts[i].value || !valid_key(texts[i].key))
             return sd_error_set(err, SD_ERR_INVALID, "%s: invalid PNG text key '%s'", path,
                                 texts[i].key ? texts[i].key : "(null)");
+    return SD_OK;
+}
 
+sd_status sd_png_write_stream(FILE *f, const char *path, const sd_tensor *img,
+                              const sd_png_text *texts, size_t n_texts, int compress_level,
+                              sd_error *err) {
+    sd_status rc = check_write_args(path, img, texts, n_texts, compress_level, err);
+    if (rc) return rc;
+    int o = img->ndim - 3;
+    int64_t h = img->shape[o], w = img->shape[o + 1], c = img->shape[o + 2];
     write_state s = {0};
     png_errctx ec = {{0}};
-    /* Temporary file in the destination directory so rename() is atomic. */
-    const char *slash = strrchr(path, '/');
-    size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
-    const char *base = slash ? slash + 1 : path;
-    size_t tl = strlen(path) + 32;
-    s.tmp = malloc(tl);
-    if (!s.tmp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(s.tmp, tl, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
-    int fd = mkstemp(s.tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(s.tmp);
-        return sd_error_set(err, SD_ERR_IO, "%s: cannot create temporary file: %s", path,
-                            strerror(e));
-    }
-    fchmod(fd, 0644);
-    s.f = fdopen(fd, "wb");
-    if (!s.f) {
-        close(fd);
-        write_state_free(&s, 1);
-        return sd_error_set(err, SD_ERR_IO, "%s: fdopen failed", path);
-    }
 
     size_t rowbytes = (size_t)w * (size_t)c;
     s.pixels = malloc(rowbytes * (size_t)h);
@@ -389,7 +371,7 @@ sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text
     s.texts = n_texts ? calloc(n_texts, sizeof *s.texts) : NULL;
     s.strs = n_texts ? calloc(n_texts * 2, sizeof *s.strs) : NULL;
     if (!s.pixels || !s.rows || (n_texts && (!s.texts || !s.strs))) {
-        write_state_free(&s, 1);
+        write_state_free(&s);
         return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
     }
     const float *src = sd_tensor_f32(img);
@@ -403,7 +385,7 @@ sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text
         s.strs[s.nstrs++] = key;
         if (lat) s.strs[s.nstrs++] = lat;
         if (!key) {
-            write_state_free(&s, 1);
+            write_state_free(&s);
             return sd_error_set(err, SD_ERR_INVALID, "%s: text key '%s' is not Latin-1",
                                 path, texts[i].key);
         }
@@ -425,15 +407,15 @@ sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text
     s.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &ec, on_png_error, on_png_warning);
     if (s.png) s.info = png_create_info_struct(s.png);
     if (!s.png || !s.info) {
-        write_state_free(&s, 1);
+        write_state_free(&s);
         return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG writer", path);
     }
     if (setjmp(png_jmpbuf(s.png))) {
-        write_state_free(&s, 1);
+        write_state_free(&s);
         return sd_error_set(err, SD_ERR_IO, "%s: writing PNG failed: %s", path,
                             ec.msg[0] ? ec.msg : "write error");
     }
-    png_init_io(s.png, s.f);
+    png_init_io(s.png, f);
     png_set_compression_level(s.png, compress_level);
     static const int ctypes[5] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA,
                                   PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA};
@@ -443,22 +425,52 @@ sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text
     png_write_info(s.png, s.info);
     png_write_image(s.png, s.rows);
     png_write_end(s.png, NULL);
-
-    FILE *f = s.f;
-    s.f = NULL;
-    int bad = fflush(f) != 0 || ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    if (bad) {
+    write_state_free(&s);
+    if (fflush(f) != 0 || ferror(f)) {
         int e = errno;
-        write_state_free(&s, 1);
         return sd_error_set(err, SD_ERR_IO, "%s: write failed: %s", path, strerror(e));
     }
-    if (rename(s.tmp, path) != 0) {
-        int e = errno;
-        write_state_free(&s, 1);
-        return sd_error_set(err, SD_ERR_IO, "%s: cannot move temporary file into place: %s",
-                            path, strerror(e));
-    }
-    write_state_free(&s, 0);
     return SD_OK;
+}
+
+sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text *texts,
+                       size_t n_texts, int compress_level, sd_error *err) {
+    sd_status rc = check_write_args(path, img, texts, n_texts, compress_level, err);
+    if (rc) return rc;
+    /* Temporary file in the destination directory so rename() is atomic. */
+    const char *slash = strrchr(path, '/');
+    size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
+    const char *base = slash ? slash + 1 : path;
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(tmp, tl, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return sd_error_set(err, SD_ERR_IO, "%s: cannot create temporary file: %s", path,
+                            strerror(e));
+    }
+    fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return sd_error_set(err, SD_ERR_IO, "%s: fdopen failed", path);
+    }
+    rc = sd_png_write_stream(f, path, img, texts, n_texts, compress_level, err);
+    if (fclose(f) != 0 && !rc) {
+        int e = errno;
+        rc = sd_error_set(err, SD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    if (!rc && rename(tmp, path) != 0) {
+        int e = errno;
+        rc = sd_error_set(err, SD_ERR_IO, "%s: cannot move temporary file into place: %s",
+                          path, strerror(e));
+    }
+    if (rc) unlink(tmp);
+    free(tmp);
+    return rc;
 }

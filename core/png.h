@@ -17,6 +17,7 @@
 #define SD_PNG_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "error.h"
 #include "tensor.h"
 
@@ -63,6 +64,13 @@ sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
 sd_status sd_png_write(const char *path, const sd_tensor *img,
                        const sd_png_text *texts, size_t n_texts,
                        int compress_level, sd_error *err);
+
+/* The same encoding into an open stream (nothing else: no temporary, no
+ * rename, the stream is flushed but not closed). `path` only names the file
+ * in errors. Output nodes use this with core/outfile.h. */
+sd_status sd_png_write_stream(FILE *f, const char *path, const sd_tensor *img,
+                              const sd_png_text *texts, size_t n_texts, int compress_level,
+                              sd_error *err);
 
 /* Read the value of the text chunk `key` (tEXt, zTXt or iTXt) of `path`.
  * *out receives a malloc'ed NUL-terminated UTF-8 string the caller frees.

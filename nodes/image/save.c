@@ -1,5 +1,6 @@
 /* save.c - SaveImage and PreviewImage: one PNG per batch item, ComfyUI file
- * naming, the workflow embedded as text chunks, atomic writes. */
+ * naming, the workflow embedded as text chunks, exclusive atomic creation
+ * (core/outfile.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,18 +39,29 @@ static sd_status save_images(sd_node_ctx *ctx, const sd_tensor *images, const ch
     for (size_t i = 0; !rc && i < meta.n; i++) texts[i] = (sd_png_text){meta.keys[i], meta.values[i]};
 
     int64_t shape[3] = {h, w, c};
-    int64_t counter = sp.counter;
     size_t item = (size_t)(h * w * c);
-    for (int64_t b = 0; !rc && b < n; b++, counter++) {
+    if (!rc && sp.stale_removed)
+        sd_node_log(ctx, SD_LOG_WARN, "removed %d unfinished file(s) of killed runs from %s",
+                    sp.stale_removed, sp.folder);
+    for (int64_t b = 0; !rc && b < n; b++) {
         char file[1024], path[8192];
-        sd_savepath_file(&sp, b, counter, "png", file, sizeof file);
-        snprintf(path, sizeof path, "%s/%s", sp.folder, file);
         sd_tensor *one = sd_tensor_new_borrowed(SD_F32, 3, shape, sd_tensor_f32(images) + b * item,
                                                 keep_storage, NULL);
         if (!one) { rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory"); break; }
-        rc = sd_png_write(path, one, texts, meta.n, compress, err);
+        /* Written under a temporary name, then published under the first
+         * free counter: a concurrent run never loses or swaps an image. */
+        sd_outfile of;
+        rc = sd_outfile_create(&sp.dir, &of, err);
+        if (!rc) {
+            sd_savepath_file(&sp, b, sp.counter, "png", file, sizeof file);
+            snprintf(path, sizeof path, "%s/%s", sp.folder, file);
+            rc = sd_png_write_stream(of.f, path, one, texts, meta.n, compress, err);
+        }
+        if (!rc) rc = sd_savepath_publish(&sp, &of, b, "png", file, sizeof file, err);
+        sd_outfile_discard(&of);
         sd_tensor_unref(one);
-        if (!rc) rc = sd_save_ui_add(&ctx->ui, "images", file, sp.subfolder, type, path, err);
+        if (!rc) snprintf(path, sizeof path, "%s/%s", sp.folder, file);
+        if (!rc) rc = sd_save_ui_add(&ctx->ui, "images", file, sp.subfolder, type, path, of.sha256, err);
         if (!rc) rc = sd_node_progress(ctx, b + 1, n, err);
     }
     free(texts);

@@ -3,7 +3,6 @@
 #include "savepath.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 
 #include "core/json_util.h"
+#include "core/sha256.h"
 
 /* ---- growable string ----------------------------------------------------------- */
 
@@ -86,23 +86,6 @@ static char *normpath(const char *path) {
     return sb_finish(&b);
 }
 
-static int mkdir_p(const char *path) {
-    char *tmp = strdup(path);
-    if (!tmp) return -1;
-    int rc = 0;
-    for (char *p = tmp + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(tmp, 0777) != 0 && errno != EEXIST) { rc = -1; break; }
-            *p = c;
-            if (!c) break;
-        }
-    }
-    free(tmp);
-    return rc;
-}
-
 /* Python int() of a counter token: optional spaces and sign, then digits. */
 static int parse_py_int(const char *s, size_t n, int64_t *out) {
     char buf[64];
@@ -152,15 +135,36 @@ static char *substitute_vars(const char *prefix, int64_t width, int64_t height) 
 
 void sd_savepath_free(sd_savepath *sp) {
     if (!sp) return;
+    if (sp->dir.path) sd_outdir_close(&sp->dir);
     free(sp->folder);
     free(sp->filename);
     free(sp->subfolder);
     memset(sp, 0, sizeof *sp);
 }
 
+/* Counter scan state: one past the highest "<filename>_<int>..." there. */
+typedef struct counter_scan {
+    const char *filename;
+    size_t flen;
+    int found;
+    int64_t best;
+} counter_scan;
+
+static void scan_name(void *user, const char *nm) {
+    counter_scan *cs = user;
+    if (strncmp(nm, cs->filename, cs->flen) != 0 || nm[cs->flen] != '_') return;
+    const char *rest = nm + cs->flen + 1;
+    size_t tl = strcspn(rest, "_");
+    int64_t v = 0;
+    if (!parse_py_int(rest, tl, &v)) v = 0;
+    if (!cs->found || v > cs->best) cs->best = v;
+    cs->found = 1;
+}
+
 sd_status sd_savepath_begin(const char *root, const char *prefix, int64_t width,
                             int64_t height, sd_savepath *sp, sd_error *err) {
     memset(sp, 0, sizeof *sp);
+    sp->dir.fd = -1;
     if (!prefix) prefix = "";
     char *sub = substitute_vars(prefix, width, height);
     char *norm = sub ? normpath(sub) : NULL;
@@ -180,46 +184,16 @@ sd_status sd_savepath_begin(const char *root, const char *prefix, int64_t width,
         sd_savepath_free(sp);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
-    size_t fl = strlen(root) + strlen(sp->subfolder) + 2;
-    char *full = malloc(fl);
-    if (!full) { sd_savepath_free(sp); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
-    snprintf(full, fl, "%s%s%s", root, *sp->subfolder ? "/" : "", sp->subfolder);
-    if (mkdir_p(full) != 0) {
-        int e = errno;
-        sd_error_set(err, SD_ERR_IO, "cannot create output folder '%s': %s", full, strerror(e));
-        free(full);
-        sd_savepath_free(sp);
-        return SD_ERR_IO;
-    }
-    sp->folder = realpath(full, NULL);
-    free(full);
-    if (!sp->folder) {
-        int e = errno;
-        sd_savepath_free(sp);
-        return sd_error_set(err, SD_ERR_IO, "cannot resolve output folder under '%s': %s", root,
-                            strerror(e));
-    }
+    sd_status rc = sd_outdir_open(root, sp->subfolder, &sp->dir, err);
+    if (rc) { sd_savepath_free(sp); return rc; }
+    sp->folder = strdup(sp->dir.path);
+    if (!sp->folder) { sd_savepath_free(sp); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
 
-    /* Counter: one past the highest "<filename>_<int>..." already there. */
-    size_t flen = strlen(sp->filename);
-    int found = 0;
-    int64_t best = 0;
-    DIR *d = opendir(sp->folder);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            const char *nm = e->d_name;
-            if (strncmp(nm, sp->filename, flen) != 0 || nm[flen] != '_') continue;
-            const char *rest = nm + flen + 1;
-            size_t tl = strcspn(rest, "_");
-            int64_t v = 0;
-            if (!parse_py_int(rest, tl, &v)) v = 0;
-            if (!found || v > best) best = v;
-            found = 1;
-        }
-        closedir(d);
-    }
-    sp->counter = found ? best + 1 : 1;
+    /* The scan also removes temporaries that killed runs left behind. */
+    counter_scan cs = {sp->filename, strlen(sp->filename), 0, 0};
+    rc = sd_outdir_scan(&sp->dir, scan_name, &cs, &sp->stale_removed, err);
+    if (rc) { sd_savepath_free(sp); return rc; }
+    sp->counter = cs.found ? cs.best + 1 : 1;
     return SD_OK;
 }
 
@@ -231,6 +205,25 @@ const char *sd_savepath_file(const sd_savepath *sp, int64_t batch, int64_t count
     snprintf(buf, n, "%s_%05lld_.%s", name ? name : sp->filename, (long long)counter, ext);
     free(name);
     return buf;
+}
+
+sd_status sd_savepath_publish(sd_savepath *sp, sd_outfile *of, int64_t batch, const char *ext,
+                              char *file, size_t n, sd_error *err) {
+    /* Another run may take a name between our scan and now: try the next
+     * counter, as many times as there can be writers racing. */
+    for (int tries = 0; tries < 100000; tries++) {
+        sd_savepath_file(sp, batch, sp->counter, ext, file, n);
+        int taken = 0;
+        sd_status rc = sd_outfile_publish(of, file, &taken, err);
+        if (rc) {
+            sd_error_prefix(err, "%s", sp->folder);
+            return rc;
+        }
+        sp->counter++;
+        if (!taken) return SD_OK;
+    }
+    return sd_error_set(err, SD_ERR_IO, "%s: no free file name for prefix '%s' after 100000 tries",
+                        sp->folder, sp->filename);
 }
 
 /* ---- Python json.dumps ---------------------------------------------------------- */
@@ -398,20 +391,24 @@ static sd_value *dict_list(sd_value *dict, const char *key) {
 
 sd_status sd_save_ui_add(sd_value **ui, const char *list_key, const char *filename,
                          const char *subfolder, const char *type, const char *abs_path,
-                         sd_error *err) {
+                         const uint8_t sha256[32], sd_error *err) {
     if (!*ui) *ui = sd_value_dict();
     if (!*ui) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     sd_value *list = dict_list(*ui, list_key);
     sd_value *files = dict_list(*ui, "files");
+    sd_value *hashes = dict_list(*ui, "sha256");
     sd_value *rec = sd_value_dict();
-    if (!list || !files || !rec) { sd_value_unref(rec); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
+    if (!list || !files || !hashes || !rec) { sd_value_unref(rec); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
+    char hex[65];
+    sd_sha256_hex(sha256, hex);
     if (sd_value_dict_set(rec, "filename", sd_value_string(filename)) ||
         sd_value_dict_set(rec, "subfolder", sd_value_string(subfolder)) ||
         sd_value_dict_set(rec, "type", sd_value_string(type))) {
         sd_value_unref(rec);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
-    if (sd_value_list_append(list, rec) || sd_value_list_append(files, sd_value_string(abs_path)))
+    if (sd_value_list_append(list, rec) || sd_value_list_append(files, sd_value_string(abs_path)) ||
+        sd_value_list_append(hashes, sd_value_string(hex)))
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     return SD_OK;
 }

@@ -29,8 +29,6 @@ static sd_status save_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     if (rc) { sd_savepath_free(&sp); return rc; }
 
     char file[1024], path[8192];
-    sd_savepath_file(&sp, 0, sp.counter, "latent", file, sizeof file);
-    snprintf(path, sizeof path, "%s/%s", sp.folder, file);
     int64_t zero = 0;
     sd_tensor *marker = sd_tensor_new(SD_F32, 1, &zero);
     sd_st_writer *w = sd_st_writer_new();
@@ -38,8 +36,20 @@ static sd_status save_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     if (!rc) rc = sd_st_writer_add(w, "latent_tensor", x, err);
     if (!rc) rc = sd_st_writer_add(w, "latent_format_version_0", marker, err);
     for (size_t i = 0; !rc && i < meta.n; i++) rc = sd_st_writer_meta(w, meta.keys[i], meta.values[i], err);
-    if (!rc) rc = sd_st_writer_save(w, path, err);
-    if (!rc) rc = sd_save_ui_add(&ctx->ui, "latents", file, sp.subfolder, "output", path, err);
+    /* Exclusive creation, as SaveImage (core/outfile.h). */
+    void *bytes = NULL;
+    size_t size = 0;
+    sd_outfile of;
+    memset(&of, 0, sizeof of);
+    if (!rc) rc = sd_st_writer_to_memory(w, &bytes, &size, err);
+    if (!rc) rc = sd_outfile_create(&sp.dir, &of, err);
+    if (!rc && fwrite(bytes, 1, size, of.f) != size)
+        rc = sd_error_set(err, SD_ERR_IO, "%s: write failed", sp.folder);
+    if (!rc) rc = sd_savepath_publish(&sp, &of, 0, "latent", file, sizeof file, err);
+    sd_outfile_discard(&of);
+    free(bytes);
+    if (!rc) snprintf(path, sizeof path, "%s/%s", sp.folder, file);
+    if (!rc) rc = sd_save_ui_add(&ctx->ui, "latents", file, sp.subfolder, "output", path, of.sha256, err);
     sd_st_writer_free(w);
     sd_tensor_unref(marker);
     sd_save_meta_free(&meta);

@@ -61,12 +61,16 @@ expect edited 1 cached
 for n in 2 3 4; do expect edited $n executed; done
 sd_test_flat "$T/edited.json" | grep -q 'IMAGE\[1,64,40,3\]F32' || fail "edited: ImageScale output not 40 wide"
 
-# The image file is gone: only SaveImage runs again.
+# The image file is gone: SaveImage writes it again from the cached image and
+# says so (status cached, "delivered"); nothing executes.
 rm -f "$T/output"/sdflow_demo_*.png
 run refill
-[ "$(sd_test_count "$T/refill.json" executed)" = "1" ] || fail "refill: expected 1 executed"
-expect refill 4 executed
+[ "$(sd_test_count "$T/refill.json" executed)" = "0" ] || fail "refill: expected 0 executed"
+expect refill 4 cached
 expect refill 3 cached
+sd_test_flat "$T/refill.json" | grep -q '"status":"cached","delivered":true' || fail "refill: node 4 not marked delivered"
+grep -q 'SaveImage #4 cached, files written again' "$T/refill.err" || fail "refill: no 'written again' line: $(cat "$T/refill.err")"
+[ "$(ls "$T/output"/sdflow_demo_*.png 2> /dev/null | wc -l)" -eq 1 ] || fail "refill: expected the PNG written again"
 
 # The saved PNG carries the workflow: running it needs nothing new.
 png=$(ls "$T/output"/sdflow_demo_*.png | head -1)

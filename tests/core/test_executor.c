@@ -4,10 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "core/env.h"
 #include "core/executor.h"
 #include "core/safetensors.h"
+#include "core/sha256.h"
 #include "testutil.h"
 
 /* ---- call counters (test-only global state) -------------------------------- */
@@ -79,9 +81,16 @@ static sd_status run_out(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
     if (!f) return sd_error_set(err, SD_ERR_IO, "cannot write %s", path);
     fprintf(f, "%lld\n", (long long)sd_value_as_int(in[0]));
     fclose(f);
-    sd_value *ui = sd_value_dict(), *files = sd_value_list();
+    uint8_t h[32];
+    char hex[65];
+    sd_status rc = sd_sha256_file(path, h, err);
+    if (rc) return rc;
+    sd_sha256_hex(h, hex);
+    sd_value *ui = sd_value_dict(), *files = sd_value_list(), *hashes = sd_value_list();
     sd_value_list_append(files, sd_value_string(path));
+    sd_value_list_append(hashes, sd_value_string(hex));
     sd_value_dict_set(ui, "files", files);
+    sd_value_dict_set(ui, "sha256", hashes);
     ctx->ui = ui;
     return SD_OK;
 }
@@ -310,14 +319,59 @@ static void test_order_and_memo(void) {
     CHECK(!rec_of(&rep, "1")); /* not even visited: its consumers hit */
     sd_exec_report_free(&rep);
 
-    /* The output's file is gone: only the output node runs again. */
+    /* The output's file is gone: only the output node runs again, on its
+     * cached input, and says its result came from the cache. */
     char path[4096];
     snprintf(path, sizeof path, "%s/diamond.txt", out_dir);
     unlink(path);
     CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err);
     CHECK_MSG(strcmp(call_log, "5") == 0, "ran %s", call_log);
     CHECK(status_of(&rep, "4") == SD_NODE_MEMO && read_number("diamond") == 9);
+    CHECK(status_of(&rep, "5") == SD_NODE_MEMO && rec_of(&rep, "5")->delivered);
+    CHECK(rep.n_executed == 0 && rep.n_cached == 2);
+    char *rj = sd_exec_report_json(&rep);
+    cJSON *rjj = rj ? cJSON_Parse(rj) : NULL;
+    const cJSON *d5 = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(rjj, "nodes"), "5"), "delivered");
+    CHECK(cJSON_IsTrue(d5));
+    cJSON_Delete(rjj);
+    free(rj);
     sd_exec_report_free(&rep);
+
+    /* Someone else's bytes under the recorded name: not taken for ours. */
+    reset_calls();
+    FILE *f = fopen(path, "w");
+    if (f) { fputs("8\n", f); fclose(f); } /* same length, other bytes */
+    CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err);
+    CHECK_MSG(strcmp(call_log, "5") == 0, "ran %s", call_log);
+    CHECK(rec_of(&rep, "5") && rec_of(&rep, "5")->delivered);
+    sd_exec_report_free(&rep);
+    reset_calls();
+    CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err); /* now it is ours again */
+    CHECK_MSG(call_log[0] == 0, "ran %s", call_log);
+    sd_exec_report_free(&rep);
+
+    /* Another output folder: the file in the old one does not count. */
+    char other[4096];
+    snprintf(other, sizeof other, "%s/elsewhere", out_dir);
+    mkdir(other, 0777);
+    CHECK_OK(sd_env_set(&env, &env.output_dir, other, &err), &err);
+    reset_calls();
+    CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err);
+    CHECK(rec_of(&rep, "5") && rec_of(&rep, "5")->delivered);
+    sd_exec_report_free(&rep);
+    CHECK_OK(sd_env_set(&env, &env.output_dir, out_dir, &err), &err);
+
+    /* A link in place of the file is not ours either. */
+    char moved[4200];
+    snprintf(moved, sizeof moved, "%s.moved", path);
+    CHECK(rename(path, moved) == 0 && symlink(moved, path) == 0);
+    reset_calls();
+    CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err);
+    CHECK(rec_of(&rep, "5") && rec_of(&rep, "5")->delivered);
+    sd_exec_report_free(&rep);
+    unlink(path); /* the test node wrote through it */
+    unlink(moved);
+
     sd_exec_forget(ex);
     CHECK_OK(run_json(ex, DIAMOND, NULL, &rep, &err), &err);
     CHECK(rep.n_executed == 5);
