@@ -90,10 +90,15 @@ rm -f "$T"/b/*.png # so the output nodes run again, on top of cached results
 run b "$T/r.json" --cache "$T/c.db" > /dev/null 2> "$T/errc" || fail "recipe run C: $(cat "$T/errc")"
 grep -Eq 'done: [0-9]+ executed, [1-9][0-9]* cached' "$T/errc" || fail "warm-cache run used no cache: $(cat "$T/errc")"
 cmp -s "$T/r.json" "$T/r.orig.json" || fail "a plain recipe run rewrote the recipe"
+# The same recipe into another folder, all of it cached: the images still
+# arrive there, under ComfyUI's names, and the run says they came from the cache.
+run b2 "$T/r.json" --cache "$T/c.db" > /dev/null 2> "$T/errd" || fail "recipe run D: $(cat "$T/errd")"
+grep -Eq 'done: 0 executed, [1-9][0-9]* cached' "$T/errd" || fail "run D into a new folder executed something: $(cat "$T/errd")"
+grep -q 'SaveImage #3 cached, files written again' "$T/errd" || fail "run D does not say the image came from the cache: $(cat "$T/errd")"
 for prefix in inv $([ $t2i = 1 ] && echo t2i); do
     ref="$T/lock/${prefix}_00001_.png"
     [ -f "$ref" ] || { fail "no $prefix PNG from the --lock run"; continue; }
-    for f in "$T/a/${prefix}_00001_.png" "$T/b/${prefix}_00001_.png"; do
+    for f in "$T/a/${prefix}_00001_.png" "$T/b/${prefix}_00001_.png" "$T/b2/${prefix}_00001_.png"; do
         [ -f "$f" ] || { fail "missing $f"; continue; }
         cmp -s "$ref" "$f" || fail "$f differs from the --lock run's PNG"
     done
