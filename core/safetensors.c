@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,11 @@ struct sd_st_file {
     char **other_names;
     const char **other_dtypes; /* static strings */
     size_t n_other;
+    /* Set for files of another container (sd_st_open_source): tensors are
+     * read through src, one at a time under src_mu. */
+    const sd_st_source_i *src;
+    void *src_ctx;
+    pthread_mutex_t src_mu;
 };
 
 /* ---- lifetime ------------------------------------------------------------- */
@@ -66,6 +72,10 @@ static void file_free(sd_st_file *f) {
     free(f->other_names);
     free(f->other_dtypes);
     if (f->mapped && f->base) munmap((void *)f->base, f->size);
+    if (f->src) {
+        f->src->free(f->src_ctx);
+        pthread_mutex_destroy(&f->src_mu);
+    }
     free(f->path);
     free(f);
 }
@@ -449,6 +459,57 @@ sd_status sd_st_open_memory(const void *data, size_t size, const char *name, sd_
     return open_common(f, out, err);
 }
 
+sd_status sd_st_open_source(const char *path, sd_st_entry *entries, size_t n, const sd_st_source_i *src,
+                            void *ctx, sd_st_file **out, sd_error *err) {
+    *out = NULL;
+    sd_st_file *f = file_alloc(path, err);
+    if (!f) {
+        for (size_t i = 0; i < n; i++) free((char *)entries[i].name);
+        free(entries);
+        src->free(ctx);
+        return SD_ERR_NOMEM;
+    }
+    f->entries = entries;
+    f->n = n;
+    f->src = src;
+    f->src_ctx = ctx;
+    pthread_mutex_init(&f->src_mu, NULL);
+    qsort(f->entries, f->n, sizeof *f->entries, cmp_entry_name);
+    for (size_t i = 1; i < f->n; i++) {
+        if (strcmp(f->entries[i - 1].name, f->entries[i].name) == 0) {
+            sd_status st = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' appears twice", f->path,
+                                        f->entries[i].name);
+            file_free(f);
+            return st;
+        }
+    }
+    *out = f;
+    return SD_OK;
+}
+
+/* A tensor of a source-backed file: a copy read by the source. */
+static sd_tensor *source_tensor(sd_st_file *f, const sd_st_entry *e, sd_error *err) {
+    sd_tensor *t = sd_tensor_new(e->dtype, e->ndim, e->shape);
+    if (!t) {
+        sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory", f->path, e->name);
+        return NULL;
+    }
+    if (t->nbytes != e->nbytes) {
+        sd_tensor_unref(t);
+        sd_error_set(err, SD_ERR_INTERNAL, "%s: tensor '%s': entry size does not match its shape", f->path,
+                     e->name);
+        return NULL;
+    }
+    pthread_mutex_lock(&f->src_mu);
+    sd_status rc = t->nbytes ? f->src->read(f->src_ctx, e, t->data, err) : SD_OK;
+    pthread_mutex_unlock(&f->src_mu);
+    if (rc) {
+        sd_tensor_unref(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* ---- queries ---------------------------------------------------------------- */
 
 const char *sd_st_path(const sd_st_file *f) { return f->path; }
@@ -501,6 +562,7 @@ sd_tensor *sd_st_tensor(sd_st_file *f, const char *name, sd_error *err) {
         sd_error_set(err, SD_ERR_NOT_FOUND, "%s: no tensor named '%s'", f->path, name);
         return NULL;
     }
+    if (f->src) return source_tensor(f, e, err);
     void *p = (void *)(f->base + e->offset);
     size_t es = sd_dtype_size(e->dtype);
     /* Files from writers that do not align data would give misaligned

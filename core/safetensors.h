@@ -52,6 +52,27 @@ sd_tensor *sd_st_tensor(sd_st_file *f, const char *name, sd_error *err);
 /* Same, converted to F32 (a copy unless already F32). */
 sd_tensor *sd_st_tensor_f32(sd_st_file *f, const char *name, sd_error *err);
 
+/* ---- other containers ------------------------------------------------------ */
+
+/* A file whose tensors are not laid out as safetensors (a PyTorch zip
+ * checkpoint, core/torch_ckpt.h) is presented through the same sd_st_file,
+ * so that every loader takes either. Its entries' `offset` is whatever the
+ * source uses to find the bytes (its own index, in the order the source
+ * lists them), and sd_st_tensor asks the source for a copy:
+ * read() fills dst with e->nbytes bytes, row-major contiguous, and is called
+ * under the file's lock (one read at a time). */
+typedef struct sd_st_source_i {
+    sd_status (*read)(void *ctx, const sd_st_entry *e, void *dst, sd_error *err);
+    void (*free)(void *ctx);
+} sd_st_source_i;
+
+/* Takes ownership of entries (an array of n, names malloc'd) and of ctx,
+ * also on failure. Entry names must be unique (SD_ERR_FORMAT naming the
+ * first repeated one). Metadata: none. */
+sd_status sd_st_open_source(const char *path, sd_st_entry *entries, size_t n,
+                            const sd_st_source_i *src, void *ctx, sd_st_file **out,
+                            sd_error *err);
+
 /* ---- writing --------------------------------------------------------------- */
 
 typedef struct sd_st_writer sd_st_writer;

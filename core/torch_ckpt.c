@@ -1,0 +1,435 @@
+/* torch_ckpt.c - torch zip checkpoints through libzip and the restricted
+ * unpickler, presented as an sd_st_file (see torch_ckpt.h). */
+#include "torch_ckpt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zip.h>
+
+#include "pickle.h"
+
+/* data.pkl of a real SDXL checkpoint is ~300 KB; anything near this is not a
+ * weights file. */
+#define TC_MAX_PKL ((zip_uint64_t)256 << 20)
+/* Nested dicts flattened into dotted keys. */
+#define TC_MAX_DEPTH 16
+
+/* Where one tensor's bytes are. */
+typedef struct tc_tensor {
+    zip_uint64_t zindex; /* storage entry */
+    uint64_t start;      /* byte offset of the tensor's first element in the entry */
+    uint64_t span;       /* bytes from start to past its last element */
+    int contiguous;
+    int ndim;
+    int64_t shape[SD_MAX_DIMS], stride[SD_MAX_DIMS];
+    size_t esize;
+} tc_tensor;
+
+typedef struct tc_ctx {
+    zip_t *za;
+    char *path;
+    tc_tensor *t;
+    size_t n, cap;
+} tc_ctx;
+
+/* Everything open_archive needs while building the entry list. */
+typedef struct tc_build {
+    tc_ctx *c;
+    const char *path;
+    const char *prefix; /* archive directory, "archive" typically */
+    sd_st_entry *entries;
+    size_t n, cap;
+    sd_error *err;
+} tc_build;
+
+static void ctx_free(void *p) {
+    tc_ctx *c = p;
+    if (!c) return;
+    if (c->za) zip_discard(c->za); /* read-only: nothing to write back */
+    free(c->t);
+    free(c->path);
+    free(c);
+}
+
+static sd_status zip_fail(sd_error *err, const char *path, const char *what, zip_error_t *ze) {
+    return sd_error_set(err, SD_ERR_FORMAT, "%s: %s: %s", path, what, zip_error_strerror(ze));
+}
+
+/* Reads a whole entry (at most max bytes) into a malloc'd buffer. */
+static sd_status read_entry(zip_t *za, zip_uint64_t idx, zip_uint64_t max, const char *path, const char *name,
+                            uint8_t **out, size_t *len, sd_error *err) {
+    *out = NULL;
+    zip_stat_t st;
+    if (zip_stat_index(za, idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+        return zip_fail(err, path, name, zip_get_error(za));
+    if (st.size > max)
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: %s is %llu bytes (over the %llu MiB limit)", path, name,
+                            (unsigned long long)st.size, (unsigned long long)(max >> 20));
+    uint8_t *buf = malloc(st.size ? st.size : 1);
+    if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "%s: %s: out of memory", path, name);
+    zip_file_t *zf = zip_fopen_index(za, idx, 0);
+    if (!zf) {
+        free(buf);
+        return zip_fail(err, path, name, zip_get_error(za));
+    }
+    zip_int64_t got = st.size ? zip_fread(zf, buf, st.size) : 0;
+    sd_status rc = SD_OK;
+    if (got < 0 || (zip_uint64_t)got != st.size)
+        rc = got < 0 ? zip_fail(err, path, name, zip_file_get_error(zf))
+                     : sd_error_set(err, SD_ERR_FORMAT, "%s: %s: short read (truncated archive?)", path, name);
+    zip_fclose(zf);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = (size_t)st.size;
+    return SD_OK;
+}
+
+/* ---- reading a tensor ----------------------------------------------------------- */
+
+/* Skips n bytes of an entry that cannot seek (compressed). */
+static int skip_bytes(zip_file_t *zf, uint64_t n) {
+    uint8_t tmp[16384];
+    while (n) {
+        zip_uint64_t k = n < sizeof tmp ? n : sizeof tmp;
+        if (zip_fread(zf, tmp, k) != (zip_int64_t)k) return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Copies a strided view (src: the bytes from the first element) into dst in
+ * row-major order. */
+static void gather(const tc_tensor *t, const uint8_t *src, uint8_t *dst) {
+    int64_t idx[SD_MAX_DIMS] = {0};
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) numel *= t->shape[i];
+    for (int64_t k = 0; k < numel; k++) {
+        int64_t off = 0;
+        for (int i = 0; i < t->ndim; i++) off += idx[i] * t->stride[i];
+        memcpy(dst + (size_t)k * t->esize, src + (size_t)off * t->esize, t->esize);
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (++idx[i] < t->shape[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
+static sd_status tc_read(void *p, const sd_st_entry *e, void *dst, sd_error *err) {
+    tc_ctx *c = p;
+    const tc_tensor *t = &c->t[e->offset];
+    uint8_t *buf = t->contiguous ? dst : malloc(t->span);
+    if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory", c->path, e->name);
+    sd_status rc = SD_OK;
+    zip_file_t *zf = zip_fopen_index(c->za, t->zindex, 0);
+    if (!zf) {
+        rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': %s", c->path, e->name,
+                          zip_error_strerror(zip_get_error(c->za)));
+    } else {
+        /* zip_fseek works on stored entries (what torch writes); a
+         * recompressed archive is read through. */
+        if (t->start && zip_fseek(zf, (zip_int64_t)t->start, SEEK_SET) != 0 && skip_bytes(zf, t->start) != 0)
+            rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': cannot reach its offset in the storage",
+                              c->path, e->name);
+        zip_int64_t got = rc ? 0 : zip_fread(zf, buf, t->span);
+        if (!rc && (got < 0 || (uint64_t)got != t->span))
+            rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': short read from its storage (%s)", c->path,
+                              e->name, got < 0 ? zip_error_strerror(zip_file_get_error(zf)) : "truncated");
+        zip_fclose(zf);
+    }
+    if (!rc && !t->contiguous) gather(t, buf, dst);
+    if (!t->contiguous) free(buf);
+    return rc;
+}
+
+static const sd_st_source_i tc_source = {tc_read, ctx_free};
+
+/* ---- building the entry list ------------------------------------------------------ */
+
+/* Checks a tensor against its storage and records it under `name`. */
+static sd_status add_tensor(tc_build *b, const char *name, const sd_pk_obj *o) {
+    const sd_pk_obj *s = o->u.tensor.storage;
+    sd_dtype dt = s->u.storage.dtype;
+    size_t es = sd_dtype_size(dt);
+    int nd = o->u.tensor.ndim;
+    if (nd > SD_MAX_DIMS)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most %d supported)",
+                            b->path, name, nd, SD_MAX_DIMS);
+    /* storage size vs. its zip entry */
+    char ename[1024];
+    if ((size_t)snprintf(ename, sizeof ename, "%s/data/%s", b->prefix, s->u.storage.key) >= sizeof ename)
+        return sd_error_set(b->err, SD_ERR_FORMAT, "%s: tensor '%s': storage key too long", b->path, name);
+    zip_int64_t zi = zip_name_locate(b->c->za, ename, ZIP_FL_ENC_RAW);
+    if (zi < 0)
+        return sd_error_set(b->err, SD_ERR_FORMAT, "%s: tensor '%s': its storage '%s' is missing from the archive",
+                            b->path, name, ename);
+    zip_stat_t st;
+    if (zip_stat_index(b->c->za, (zip_uint64_t)zi, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+        return zip_fail(b->err, b->path, ename, zip_get_error(b->c->za));
+    if (st.valid & ZIP_STAT_ENCRYPTION_METHOD && st.encryption_method != ZIP_EM_NONE)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: %s is encrypted", b->path, ename);
+    uint64_t snumel = (uint64_t)s->u.storage.numel, sbytes;
+    if (__builtin_mul_overflow(snumel, (uint64_t)es, &sbytes) || sbytes > st.size)
+        return sd_error_set(b->err, SD_ERR_FORMAT,
+                            "%s: tensor '%s': storage '%s' declares %llu %s elements but its archive entry "
+                            "holds %llu bytes",
+                            b->path, name, s->u.storage.key, (unsigned long long)snumel, sd_dtype_name(dt),
+                            (unsigned long long)st.size);
+    /* shape and strides vs. the storage */
+    tc_tensor t = {.zindex = (zip_uint64_t)zi, .ndim = nd, .esize = es, .contiguous = 1};
+    uint64_t numel = 1, last = (uint64_t)o->u.tensor.offset, expect = 1;
+    int ovf = 0;
+    for (int i = nd - 1; i >= 0; i--) {
+        uint64_t d = (uint64_t)o->u.tensor.shape[i], str = (uint64_t)o->u.tensor.stride[i], step;
+        t.shape[i] = o->u.tensor.shape[i];
+        t.stride[i] = o->u.tensor.stride[i];
+        ovf |= __builtin_mul_overflow(numel, d, &numel);
+        if (d > 1 && str != expect) t.contiguous = 0;
+        ovf |= __builtin_mul_overflow(expect, d, &expect);
+        if (d > 0) {
+            ovf |= __builtin_mul_overflow(d - 1, str, &step);
+            ovf |= __builtin_add_overflow(last, step, &last);
+        }
+    }
+    uint64_t nbytes;
+    ovf |= __builtin_mul_overflow(numel, (uint64_t)es, &nbytes);
+    if (ovf || (numel && last >= snumel)) {
+        char sh[160];
+        int k = 0;
+        sh[0] = 0;
+        for (int i = 0; i < nd && k < (int)sizeof sh - 48; i++)
+            k += snprintf(sh + k, sizeof sh - k, "%s%lld:%lld", i ? ", " : "", (long long)t.shape[i],
+                          (long long)t.stride[i]);
+        return sd_error_set(b->err, SD_ERR_FORMAT,
+                            "%s: tensor '%s': size:stride [%s] at offset %lld reaches past its storage '%s' of "
+                            "%llu elements",
+                            b->path, name, sh, (long long)o->u.tensor.offset, s->u.storage.key,
+                            (unsigned long long)snumel);
+    }
+    if (numel == 0) t.contiguous = 1; /* nothing to read */
+    t.start = (uint64_t)o->u.tensor.offset * es;
+    t.span = numel ? (last - (uint64_t)o->u.tensor.offset + 1) * es : 0;
+    if (t.contiguous) t.span = nbytes;
+
+    /* record */
+    tc_ctx *c = b->c;
+    if (c->n == c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 64;
+        tc_tensor *nt = realloc(c->t, nc * sizeof *nt);
+        sd_st_entry *ne = realloc(b->entries, nc * sizeof *ne);
+        if (nt) c->t = nt;
+        if (ne) b->entries = ne;
+        if (!nt || !ne) return sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
+        c->cap = b->cap = nc;
+    }
+    sd_st_entry *e = &b->entries[b->n];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(name);
+    if (!e->name) return sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
+    e->dtype = dt;
+    e->ndim = nd;
+    memcpy(e->shape, t.shape, sizeof e->shape);
+    e->offset = c->n;
+    e->nbytes = nbytes;
+    c->t[c->n++] = t;
+    b->n++;
+    return SD_OK;
+}
+
+/* Adds every tensor of dict d (keys joined with '.' under `prefix`). */
+static sd_status walk(tc_build *b, const sd_pk_obj *d, const char *prefix, int depth) {
+    if (depth > TC_MAX_DEPTH)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: dicts nested deeper than %d levels (at '%s')", b->path,
+                            TC_MAX_DEPTH, prefix);
+    for (size_t i = 0; i + 1 < d->u.seq.n; i += 2) {
+        const sd_pk_obj *k = d->u.seq.items[i], *v = d->u.seq.items[i + 1];
+        if (v->kind != SD_PK_TENSOR && v->kind != SD_PK_DICT) continue;
+        if (k->kind != SD_PK_STR || strlen(k->u.str.s) != k->u.str.len) continue; /* not a weight name */
+        size_t pl = strlen(prefix), need = pl + 1 + k->u.str.len + 1;
+        char *name = malloc(need);
+        if (!name) return sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
+        snprintf(name, need, "%s%s%s", prefix, pl ? "." : "", k->u.str.s);
+        sd_status rc = v->kind == SD_PK_TENSOR ? add_tensor(b, name, v) : walk(b, v, name, depth + 1);
+        free(name);
+        if (rc) return rc;
+    }
+    return SD_OK;
+}
+
+/* The archive directory: the one top-level folder holding data.pkl. */
+static sd_status find_prefix(zip_t *za, const char *path, char **prefix, zip_uint64_t *pkl, sd_error *err) {
+    *prefix = NULL;
+    zip_int64_t n = zip_get_num_entries(za, 0);
+    for (zip_int64_t i = 0; i < n; i++) {
+        const char *nm = zip_get_name(za, (zip_uint64_t)i, ZIP_FL_ENC_RAW);
+        if (!nm) continue;
+        const char *slash = strchr(nm, '/');
+        if (!slash || slash == nm || strcmp(slash, "/data.pkl") != 0) continue;
+        if (*prefix) {
+            free(*prefix);
+            *prefix = NULL;
+            return sd_error_set(err, SD_ERR_FORMAT, "%s: more than one data.pkl in the archive", path);
+        }
+        *prefix = strndup(nm, (size_t)(slash - nm));
+        if (!*prefix) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+        *pkl = (zip_uint64_t)i;
+    }
+    if (!*prefix)
+        return sd_error_set(err, SD_ERR_FORMAT,
+                            "%s: a zip archive without <archive>/data.pkl, so not a PyTorch checkpoint", path);
+    return SD_OK;
+}
+
+static sd_status check_byteorder(tc_build *b) {
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s/byteorder", b->prefix);
+    zip_int64_t i = zip_name_locate(b->c->za, nm, ZIP_FL_ENC_RAW);
+    if (i < 0) return SD_OK; /* written since torch 1.13; before that always little */
+    uint8_t *buf;
+    size_t len;
+    sd_status rc = read_entry(b->c->za, (zip_uint64_t)i, 64, b->path, nm, &buf, &len, b->err);
+    if (rc) return rc;
+    int little = len == 6 && memcmp(buf, "little", 6) == 0;
+    free(buf);
+    if (!little)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: big-endian checkpoint (%s is not \"little\")", b->path,
+                            nm);
+    return SD_OK;
+}
+
+/* Takes ownership of za. */
+static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_error *err) {
+    tc_ctx *c = calloc(1, sizeof *c);
+    if (c) c->path = strdup(path);
+    if (!c || !c->path) {
+        if (c) free(c);
+        zip_discard(za);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    }
+    c->za = za;
+    tc_build b = {.c = c, .path = path, .err = err};
+    char *prefix = NULL;
+    uint8_t *pkl = NULL;
+    size_t pkl_len = 0;
+    sd_pickle *pk = NULL;
+    const sd_pk_obj *root = NULL;
+    zip_uint64_t pkl_idx = 0;
+    sd_status rc = find_prefix(za, path, &prefix, &pkl_idx, err);
+    b.prefix = prefix;
+    if (!rc) rc = check_byteorder(&b);
+    char what[1024];
+    snprintf(what, sizeof what, "%s: %s/data.pkl", path, prefix ? prefix : "");
+    if (!rc) rc = read_entry(za, pkl_idx, TC_MAX_PKL, path, what + strlen(path) + 2, &pkl, &pkl_len, err);
+    if (!rc) rc = sd_pickle_load(pkl, pkl_len, what, &pk, &root, NULL, err);
+    if (!rc) {
+        const sd_pk_obj *sd = sd_pickle_dict_get(root, "state_dict");
+        if (sd && sd->kind == SD_PK_DICT) root = sd;
+        if (root->kind != SD_PK_DICT)
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: the checkpoint holds a %s, not a dict of tensors", path,
+                              sd_pickle_kind_name(root->kind));
+        else rc = walk(&b, root, "", 0);
+    }
+    sd_pickle_free(pk);
+    free(pkl);
+    free(prefix);
+    if (rc) {
+        for (size_t i = 0; i < b.n; i++) free((char *)b.entries[i].name);
+        free(b.entries);
+        ctx_free(c);
+        return rc;
+    }
+    return sd_st_open_source(path, b.entries, b.n, &tc_source, c, out, err);
+}
+
+/* ---- public ------------------------------------------------------------------------- */
+
+int sd_torch_sniff(const void *head, size_t n) {
+    const uint8_t *b = head;
+    if (n >= 4 && b[0] == 'P' && b[1] == 'K' && b[2] == 3 && b[3] == 4) return 1;
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return 2;
+    return 0;
+}
+
+static sd_status refuse_legacy(const char *path, sd_error *err) {
+    return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                        "%s: a bare pickle stream (PyTorch's legacy pre-1.6 format) is not supported; re-save "
+                        "it with a current torch.save or convert it to .safetensors",
+                        path);
+}
+
+sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
+                               sd_error *err) {
+    *out = NULL;
+    if (!name) name = "<memory>";
+    if (sd_torch_sniff(data, size) == 2) return refuse_legacy(name, err);
+    zip_error_t ze;
+    zip_error_init(&ze);
+    static const char nothing[1];
+    zip_source_t *src = zip_source_buffer_create(size ? data : nothing, size, 0, &ze);
+    if (!src) {
+        sd_status rc = zip_fail(err, name, "not a zip archive", &ze);
+        zip_error_fini(&ze);
+        return rc;
+    }
+    zip_t *za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
+    if (!za) {
+        zip_source_free(src);
+        sd_status rc = zip_fail(err, name, "not a readable zip archive (truncated?)", &ze);
+        zip_error_fini(&ze);
+        return rc;
+    }
+    zip_error_fini(&ze);
+    return open_archive(za, name, out, err);
+}
+
+sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        int e = errno;
+        return sd_error_set(err, e == ENOENT ? SD_ERR_NOT_FOUND : SD_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(e));
+    }
+    uint8_t head[4];
+    size_t n = fread(head, 1, sizeof head, fp);
+    fclose(fp);
+    if (sd_torch_sniff(head, n) == 2) return refuse_legacy(path, err);
+    int zerr = 0;
+    zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
+    if (!za) {
+        zip_error_t ze;
+        zip_error_init_with_code(&ze, zerr);
+        sd_status rc = zip_fail(err, path, "not a readable zip archive (truncated?)", &ze);
+        zip_error_fini(&ze);
+        return rc;
+    }
+    return open_archive(za, path, out, err);
+}
+
+sd_status sd_torch_open_any(const char *path, sd_st_file **out, sd_error *err) {
+    *out = NULL;
+    uint8_t head[4] = {0};
+    FILE *fp = fopen(path, "rb");
+    size_t n = 0;
+    if (fp) {
+        n = fread(head, 1, sizeof head, fp);
+        fclose(fp);
+    }
+    /* A safetensors header length never starts with these bytes in practice
+     * ("PK\3\4" would be a 2 GB+ header, 0x80 0x02.. a 512+ byte one whose
+     * JSON then fails): still, a file that is not a torch checkpoint after
+     * all is tried as safetensors, with that error. */
+    if (sd_torch_sniff(head, n)) {
+        sd_status rc = sd_torch_open(path, out, err);
+        if (rc != SD_ERR_FORMAT || sd_torch_sniff(head, n) != 1) return rc;
+        sd_error e2;
+        sd_error_clear(&e2);
+        if (sd_st_open(path, out, &e2) == SD_OK) return SD_OK;
+        return rc;
+    }
+    return sd_st_open(path, out, err);
+}

@@ -1,0 +1,52 @@
+/* torch_ckpt.h - PyTorch checkpoints (.ckpt .pt .pth .bin) read weights-only.
+ *
+ * torch.save (PyTorch >= 1.6) writes a zip archive (read here with libzip):
+ *   <archive>/data.pkl      the pickled object (core/pickle.h reads it without
+ *                           running anything)
+ *   <archive>/data/<key>    one entry per storage, raw little-endian elements
+ *   <archive>/byteorder     "little" (absent in older files: little assumed)
+ *   <archive>/version, .data/version, ...   ignored
+ * The pickle's tensors become the entries of an sd_st_file (core/safetensors.h),
+ * so every model loader takes a .ckpt exactly as it takes a .safetensors:
+ *   - when the top object is a dict with a dict under "state_dict" (Lightning
+ *     checkpoints), that dict is used, as ComfyUI's load_torch_file does;
+ *   - tensors at the top level keep their key; tensors in nested dicts get
+ *     dotted keys ("string_to_param.*" in a textual-inversion .pt);
+ *   - other values (step counters, names, lists, None) are skipped.
+ *
+ * Checked at open, before any tensor is read: every storage's declared size
+ * (numel x element size) fits its zip entry; every tensor's shape, strides
+ * and offset stay inside its storage; at most SD_MAX_DIMS dimensions; no two
+ * tensors with the same key. Tensors are read on demand (a copy, through
+ * libzip, also for compressed entries). Non-contiguous tensors (a transposed
+ * or sliced view saved as it was) are materialised: the copy is row-major
+ * with the tensor's logical shape, as .contiguous() would give.
+ *
+ * The legacy pre-1.6 format (a bare pickle stream starting with torch's magic
+ * number) is refused with SD_ERR_UNSUPPORTED naming it.
+ */
+#ifndef SD_TORCH_CKPT_H
+#define SD_TORCH_CKPT_H
+
+#include <stddef.h>
+#include "safetensors.h"
+
+/* Open a torch zip checkpoint. Errors name the file and, where it applies,
+ * the tensor key, storage or pickle opcode (SD_ERR_FORMAT for a damaged or
+ * inconsistent file, SD_ERR_UNSUPPORTED for content refused on purpose). */
+sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err);
+/* Same on a buffer, which must outlive the returned file. */
+sd_status sd_torch_open_memory(const void *data, size_t size, const char *name,
+                               sd_st_file **out, sd_error *err);
+
+/* What the first bytes of a file are: 1 a zip archive ("PK\3\4"), 2 a bare
+ * pickle (0x80 <protocol>, torch's legacy format), 0 neither. */
+int sd_torch_sniff(const void *head, size_t n);
+
+/* Open a weights file of either format, chosen by its first bytes (not its
+ * name): torch checkpoints through sd_torch_open, anything else through
+ * sd_st_open. Safetensors stays the preferred format; this is what loaders
+ * that accept .ckpt/.pt/.pth/.bin call. */
+sd_status sd_torch_open_any(const char *path, sd_st_file **out, sd_error *err);
+
+#endif

