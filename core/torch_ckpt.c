@@ -13,6 +13,7 @@
 /* data.pkl of a real SDXL checkpoint is ~300 KB; anything near this is not a
  * weights file. */
 #define TC_MAX_PKL ((zip_uint64_t)256 << 20)
+#define TC_NOT_ZIP "not a readable zip archive (a truncated or damaged PyTorch checkpoint?)"
 /* Nested dicts flattened into dotted keys. */
 #define TC_MAX_DEPTH 16
 
@@ -378,7 +379,7 @@ sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, 
     zip_t *za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
     if (!za) {
         zip_source_free(src);
-        sd_status rc = zip_fail(err, name, "not a readable zip archive (truncated?)", &ze);
+        sd_status rc = zip_fail(err, name, TC_NOT_ZIP, &ze);
         zip_error_fini(&ze);
         return rc;
     }
@@ -403,7 +404,7 @@ sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
     if (!za) {
         zip_error_t ze;
         zip_error_init_with_code(&ze, zerr);
-        sd_status rc = zip_fail(err, path, "not a readable zip archive (truncated?)", &ze);
+        sd_status rc = zip_fail(err, path, TC_NOT_ZIP, &ze);
         zip_error_fini(&ze);
         return rc;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/torch_ckpt.h"
 #include "models/model_paths.h"
 #include "models/tokenizer.h"
 
@@ -127,19 +128,9 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
         opts = &dflt;
     }
     if (!be) return sd_error_set(err, SD_ERR_INVALID, "%s: no compute backend", path);
-    if (sd_model_path_is_pickle(path))
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: pickle checkpoints (.ckpt/.pt/.pth/.bin/.pkl) are not loaded "
-                            "(they can run arbitrary code); convert it to .safetensors",
-                            path);
+    /* .ckpt/.pt/.pth: the weights-only reader, chosen by content */
     sd_st_file *f = NULL;
-    sd_status rc = sd_st_open(path, &f, err);
-    if (rc == SD_ERR_FORMAT && sd_model_file_looks_pickle(path))
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: this is a pickle (PyTorch .ckpt) file under a .safetensors "
-                            "name; pickle checkpoints are not loaded (they can run arbitrary "
-                            "code): convert it to real .safetensors",
-                            path);
+    sd_status rc = sd_torch_open_any(path, &f, err);
     if (rc) return rc;
     sd_checkpoint *c = calloc(1, sizeof *c);
     if (!c) {

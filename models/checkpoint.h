@@ -12,8 +12,10 @@
  *   UNet  model.diffusion_model.*   (models/unet.h detection: SD1 or SDXL)
  *   VAE   first_stage_model.*       ("" for a standalone VAE file)
  *   text  cond_stage_model.transformer.* (SD1) or conditioner.embedders.*
- * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. Pickle
- * files (.ckpt, .pt, ...) are refused before anything is read. SD2.x
+ * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
+ * is a .safetensors or a PyTorch zip checkpoint (.ckpt, .pt, .pth), told
+ * apart by its first bytes; the latter is read weights-only, through
+ * core/torch_ckpt.h, with Lightning's "state_dict" unwrapped. SD2.x
  * (OpenCLIP cond_stage_model.model.*), v-prediction files and unknown layouts
  * are SD_ERR_UNSUPPORTED naming what was found. NaN/Inf weights are reported
  * by tensor name when the part is loaded (models/weights.h).
@@ -63,8 +65,8 @@ typedef struct sd_checkpoint sd_checkpoint;
 
 /* Open and detect. *out holds one reference (sd_checkpoint_unref). The
  * backend is borrowed and must outlive the checkpoint. Errors:
- * SD_ERR_UNSUPPORTED (pickle file, SD2.x, v-prediction, diffusers layout,
- * no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
+ * SD_ERR_UNSUPPORTED (a pickle the weights-only reader refuses, SD2.x,
+ * v-prediction, diffusers layout, no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
  * opening the file; messages name the file. */
 sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,
                              sd_checkpoint **out, sd_error *err);

@@ -1,6 +1,7 @@
 /* lora_plan.c - opening LoRA files and matching their tensors against a
  * model (comfy.lora.load_lora over the key map of lora_keys.c). */
 #include "models/lora_internal.h"
+#include "core/torch_ckpt.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ sd_status sd_lora_from_file(sd_st_file *f, sd_lora **out, sd_error *err) {
 sd_status sd_lora_open(const char *path, sd_lora **out, sd_error *err) {
     *out = NULL;
     sd_st_file *f = NULL;
-    sd_status rc = sd_st_open(path, &f, err);
+    sd_status rc = sd_torch_open_any(path, &f, err); /* .safetensors or a torch .pt */
     if (rc) return rc;
     rc = sd_lora_from_file(f, out, err);
     if (rc) {

@@ -4,36 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 
 static const char *const model_exts[] = {".ckpt", ".pt", ".pt2", ".bin", ".pth",
                                          ".safetensors", ".pkl", ".sft", NULL};
-static const char *const pickle_exts[] = {".ckpt", ".pt", ".pt2", ".bin", ".pth", ".pkl", NULL};
 
 const char *const *sd_model_extensions(void) { return model_exts; }
-
-static int ends_with_ci(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
-int sd_model_path_is_pickle(const char *name) {
-    if (!name) return 0;
-    for (int i = 0; pickle_exts[i]; i++)
-        if (ends_with_ci(name, pickle_exts[i])) return 1;
-    return 0;
-}
-
-int sd_model_file_looks_pickle(const char *path) {
-    unsigned char b[4] = {0};
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) return 0;
-    size_t n = fread(b, 1, sizeof b, f);
-    fclose(f);
-    if (n >= 4 && b[0] == 'P' && b[1] == 'K' && b[2] == 3 && b[3] == 4) return 1;
-    return n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5;
-}
 
 sd_status sd_model_paths_list(const sd_env *env, const char *folder, sd_value **out,
                               sd_error *err) {

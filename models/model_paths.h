@@ -27,21 +27,11 @@
 #define SD_FOLDER_EMBEDDINGS "embeddings"
 
 /* Extensions ComfyUI lists for model folders (supported_pt_extensions):
- * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Pickle formats are listed
- * so that a user who picks one gets a clear refusal rather than a missing
- * entry. NULL-terminated. */
+ * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Torch zip checkpoints
+ * (.ckpt .pt .pth .bin) are read weights-only (core/torch_ckpt.h); the other
+ * formats are listed so that a user who picks one gets a clear refusal
+ * rather than a missing entry. NULL-terminated. */
 const char *const *sd_model_extensions(void);
-
-/* 1 when the file name has a pickle extension (.ckpt .pt .pt2 .bin .pth
- * .pkl), which sdflow refuses to load. */
-int sd_model_path_is_pickle(const char *name);
-
-/* After a file failed to open as safetensors: 1 when its first bytes are
- * those of a PyTorch pickle (a zip archive "PK\3\4", or a raw pickle
- * 0x80 <protocol 2..5>), i.e. a .ckpt renamed to .safetensors. Only
- * meaningful on a file the safetensors reader refused (a valid header
- * length can start with the same bytes). 0 when unreadable. */
-int sd_model_file_looks_pickle(const char *path);
 
 /* The combo values of a model folder: every model file under models_dir/
  * <folder> and <comfyui_dir>/models/<folder>, sorted. *out is a new

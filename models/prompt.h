@@ -21,10 +21,11 @@
  *     end token and padding. The empty prompt gives one chunk [start, end,
  *     pad...].
  *
- * Embedding files: only .safetensors are read (a .pt/.bin match is an
- * SD_ERR_UNSUPPORTED error, since ComfyUI would use it and silently skipping
- * would change the image). The tensor is chosen as ComfyUI does: the key
- * named by embedding_key ("clip_l"/"clip_g"), else "bundle_emb.*.string_to_param.*"
+ * Embedding files: .safetensors, and .pt/.bin read weights-only
+ * (core/torch_ckpt.h; a pickle that reader refuses is an error, not a skip,
+ * since ComfyUI might read it and silently skipping would change the image).
+ * The tensor is chosen as ComfyUI does: in a .pt/.bin the first tensor of
+ * its 'string_to_param' dict, else the key named by embedding_key ("clip_l"/"clip_g"), else "bundle_emb.*.string_to_param.*"
  * keys, else "bundle_emb.*.<embedding_key>" keys, else the first tensor in
  * file order; [dim] is one row, [rows, dim] is rows rows. The tokenizer does
  * not check dim against the encoder: ComfyUI's encoder drops vectors whose

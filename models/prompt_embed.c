@@ -2,6 +2,7 @@
  * comfy.sd1_clip.load_embed does it, for .safetensors files. */
 #include "models/prompt_embed.h"
 #include "core/safetensors.h"
+#include "core/torch_ckpt.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -138,7 +139,7 @@ static int walk(dirlist *l, const char *dir, int depth)
 
 /* ComfyUI's choice of tensor inside the file: *res = new [rows, dim] F32,
  * or NULL (with a warning) when the file holds nothing usable. */
-static sd_status pick_tensor(sd_st_file *f, const char *key, const char *path,
+static sd_status pick_tensor(sd_st_file *f, const char *key, const char *path, int pickle,
                              const sd_prompt_opts *o, sd_tensor **res, sd_error *err)
 {
     sd_status st = SD_OK;
@@ -161,7 +162,16 @@ static sd_status pick_tensor(sd_st_file *f, const char *key, const char *path,
         }
         by_off[j] = e;
     }
-    if (key && sd_st_find(f, key)) {
+    /* A torch file (A1111's format, keys flattened by core/torch_ckpt.h):
+     * ComfyUI takes the first value of its 'string_to_param' dict before
+     * looking at the key. Entries of such a file are in pickle order. */
+    if (pickle)
+        for (size_t i = 0; i < n && ns == 0; i++)
+            if (strncmp(by_off[i]->name, "string_to_param.", 16) == 0)
+                sel[ns++] = by_off[i];
+    if (ns) {
+        /* chosen above */
+    } else if (key && sd_st_find(f, key)) {
         sel[ns++] = sd_st_find(f, key);
     } else {
         char suffix[256];
@@ -272,21 +282,25 @@ sd_status sd_prompt_embed_load(const sd_prompt_opts *o, const char *name, char *
     }
     if (!found)
         goto done;
-    if (!has_suffix_ci(found, ".safetensors")) {
-        st = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                          "embedding '%s' is %s: only .safetensors embeddings can be read "
-                          "(convert the pickle file to safetensors)",
-                          name, found);
-        goto done;
-    }
+    /* ComfyUI picks the reader by extension: safetensors for .safetensors,
+     * torch.load(weights_only=True) for anything else. */
+    int pickle = !has_suffix_ci(found, ".safetensors");
     sd_st_file *f = NULL;
     sd_error e2;
     sd_error_clear(&e2);
-    if (sd_st_open(found, &f, &e2) != SD_OK) {
+    if (pickle) {
+        /* A .pt/.bin the weights-only reader refuses is an error, not a
+         * skip: ComfyUI may well read it, and silently dropping the
+         * embedding would change the image. */
+        if ((st = sd_torch_open(found, &f, err)) != SD_OK) {
+            sd_error_prefix(err, "embedding '%s'", name);
+            goto done;
+        }
+    } else if (sd_st_open(found, &f, &e2) != SD_OK) {
         warnf(o, "error loading embedding %s, skipping it: %s", found, e2.msg);
         goto done;
     }
-    st = pick_tensor(f, o->embedding_key, found, o, vectors, err);
+    st = pick_tensor(f, o->embedding_key, found, pickle, o, vectors, err);
     sd_st_close(f);
     if (*vectors) {
         *path = found;

@@ -13,7 +13,8 @@
  * *path (malloc'd) names the file and *vectors is a new [rows, dim] F32
  * tensor; both owned by the caller. When nothing usable is found *vectors
  * is NULL and SD_OK is returned (an unreadable file is reported through
- * o->warn). Errors: SD_ERR_UNSUPPORTED for a pickle (.pt/.bin) file,
+ * o->warn). Errors: a .pt/.bin the weights-only reader refuses
+ * (SD_ERR_UNSUPPORTED / SD_ERR_FORMAT naming the embedding and file),
  * SD_ERR_NOMEM. */
 sd_status sd_prompt_embed_load(const sd_prompt_opts *o, const char *name, char **path,
                                sd_tensor **vectors, sd_error *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/safetensors.h"
+#include "core/torch_ckpt.h"
 #include "models/model_paths.h"
 
 static void free_cn(void *p) { sd_controlnet_free(p); }
@@ -28,16 +29,10 @@ static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     sd_st_file *f = NULL;
     sd_controlnet *cn = NULL;
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_CONTROLNET, name ? name : "", &path, err);
-    if (!rc && sd_model_path_is_pickle(path))
-        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                          "%s: pickle files are not loaded (use a .safetensors ControlNet)", path);
     if (!rc && !ctx->env->backend)
         rc = sd_error_set(err, SD_ERR_INVALID, "no compute backend in the environment");
-    if (!rc && (rc = sd_st_open(path, &f, err)) == SD_ERR_FORMAT && sd_model_file_looks_pickle(path))
-        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                          "%s: a pickle (PyTorch) file under a .safetensors name; pickle files "
-                          "are not loaded (use a real .safetensors ControlNet)",
-                          path);
+    /* .safetensors, or a torch .pth read weights-only */
+    if (!rc) rc = sd_torch_open_any(path, &f, err);
     if (!rc) rc = sd_controlnet_load((sd_backend *)ctx->env->backend, f, SD_F32, &cn, err);
     sd_st_close(f);
     free(path);

@@ -131,15 +131,7 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
     sd_unet *unet = NULL;
     sd_text_encoder *te = NULL;
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_LORAS, lora_name, &path, err);
-    if (!rc && sd_model_path_is_pickle(path))
-        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                          "%s: pickle files are not loaded (use a .safetensors LoRA)", path);
-    if (!rc && (rc = sd_lora_open(path, &lora, err)) == SD_ERR_FORMAT &&
-        sd_model_file_looks_pickle(path))
-        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                          "%s: a pickle (PyTorch) file under a .safetensors name; pickle files "
-                          "are not loaded (use a real .safetensors LoRA)",
-                          path);
+    if (!rc) rc = sd_lora_open(path, &lora, err);
     if (!rc) rc = sd_checkpoint_unet(c, &unet, err);
     if (!rc && with_clip) rc = sd_checkpoint_text_encoder(clip_c, &te, err);
     if (!rc) rc = sd_lora_plan_new(lora, unet, te, &plan, err);

@@ -237,15 +237,15 @@ tool edit "$WF/lora_sd15.json" "$T/lora_nothing.json" '4.ckpt_name="tiny-sd1.saf
     '10.lora_name="nothing.safetensors"' 5.width=64 5.height=64 3.steps=1
 fails_with lora_nothing "$T/lora_nothing.json" "node 10 (LoraLoader) input 'lora_name'" \
     "2 LoRA keys matched nothing: lora_unet_no_such_block.lora_down.weight"
-# a torch pickle renamed to .safetensors is refused as a pickle, for LoRAs and ControlNets
+# a damaged torch zip renamed to .safetensors is read by content and refused as such, for LoRAs and ControlNets
 printf 'PK\003\004 archive/data.pkl, not a safetensors header at all' > "$T/models/loras/renamed.safetensors"
 cp "$T/models/loras/renamed.safetensors" "$T/models/controlnet/renamed.safetensors"
 tool edit "$WF/lora_sd15.json" "$T/lora_pickle.json" '4.ckpt_name="tiny-sd1.safetensors"' \
     '10.lora_name="renamed.safetensors"' 5.width=64 5.height=64 3.steps=1
-fails_with lora_pickle "$T/lora_pickle.json" "node 10 (LoraLoader) input 'lora_name'" "pickle"
+fails_with lora_pickle "$T/lora_pickle.json" "node 10 (LoraLoader) input 'lora_name'" "PyTorch checkpoint"
 tool edit "$WF/controlnet_canny_sd15.json" "$T/cn_pickle.json" '4.ckpt_name="tiny-sd1.safetensors"' \
     '11.image="plain.png"' '13.control_net_name="renamed.safetensors"' 5.width=64 5.height=64 3.steps=1
-fails_with cn_pickle "$T/cn_pickle.json" "node 13 (ControlNetLoader) input 'control_net_name'" "pickle"
+fails_with cn_pickle "$T/cn_pickle.json" "node 13 (ControlNetLoader) input 'control_net_name'" "PyTorch checkpoint"
 
 # ---- ControlNet with Canny from a plain 100x75 PNG ----------------------------------------------------
 CN=(--set 11.image=plain.png --set 13.control_net_name=tiny-controlnet-sd1.safetensors)

@@ -420,9 +420,44 @@ static void test_embeddings(const sd_tokenizer *tok)
     CHECK(t && n_embed_slots(t) == 0 && w.n == before + 2);
     sd_prompt_tokens_free(t);
 
-    /* pickles cannot be read: an error naming the file, not a silent skip */
-    CHECK(sd_prompt_tokenize(tok, "embedding:pickled", &o, &t, &e) == SD_ERR_UNSUPPORTED && !t);
-    CHECK(strstr(e.msg, "pickled.pt") != NULL);
+    /* a .pt the weights-only reader refuses: an error naming the file, not a silent skip */
+    CHECK(sd_prompt_tokenize(tok, "embedding:pickled", &o, &t, &e) != SD_OK && !t);
+    CHECK_MSG(strstr(e.msg, "pickled.pt") && strstr(e.msg, "embedding 'pickled'"), "%s", e.msg);
+
+    /* an A1111 textual inversion .pt (tests/data/torch, written like torch.save):
+     * the rows of its string_to_param['*'], [2, 8] of i/16 */
+    const char *srcdir = getenv("SDFLOW_SOURCE_DIR");
+    char src[4096];
+    snprintf(src, sizeof src, "%s/tests/data/torch/embedding.pt", srcdir ? srcdir : "..");
+    size_t n_pt = 0;
+    char *pt = sd_test_read_file(src, &n_pt);
+    CHECK_MSG(pt != NULL, "%s missing", src);
+    if (pt) {
+        snprintf(p, sizeof p, "%s/ti.pt", dir);
+        FILE *fo = fopen(p, "wb");
+        fwrite(pt, 1, n_pt, fo);
+        fclose(fo);
+        free(pt);
+        CHECK_OK(sd_prompt_tokenize(tok, "embedding:ti cat", &o, &t, &e), &e);
+        if (t) {
+            int64_t dim = 0;
+            const float *v0 = sd_prompt_token_vector(t, &t->tokens[1], &dim);
+            const float *v1 = sd_prompt_token_vector(t, &t->tokens[2], NULL);
+            CHECK(n_embed_slots(t) == 2 && v0 && v1 && dim == 8);
+            CHECK(v0 && v1 && v0[1] == 1.0f / 16 && v1[0] == 8.0f / 16 && v1[7] == 15.0f / 16);
+        }
+        sd_prompt_tokens_free(t);
+        /* a malicious one is refused by name */
+        snprintf(src, sizeof src, "%s/tests/data/torch/bad-reduce.pt", srcdir ? srcdir : "..");
+        pt = sd_test_read_file(src, &n_pt);
+        snprintf(p, sizeof p, "%s/evil.bin", dir);
+        fo = fopen(p, "wb");
+        if (pt) fwrite(pt, 1, n_pt, fo);
+        fclose(fo);
+        free(pt);
+        CHECK(sd_prompt_tokenize(tok, "embedding:evil", &o, &t, &e) == SD_ERR_UNSUPPORTED && !t);
+        CHECK_MSG(strstr(e.msg, "posix.system") && strstr(e.msg, "evil.bin"), "%s", e.msg);
+    }
 
     /* no embedding directories: the text is tokenized literally */
     sd_prompt_opts plain;

@@ -165,11 +165,11 @@ static void test_loaders(sd_env *env, const char *dir) {
     fclose(fp);
     name = sd_value_string("old.ckpt");
     sd_error_clear(&err);
-    CHECK(run_node(env, "LoadCheckpoint", &name, out, &err) == SD_ERR_UNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "pickle") && strstr(err.msg, ".safetensors"), "%s", err.msg);
+    CHECK(run_node(env, "LoadCheckpoint", &name, out, &err) == SD_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "old.ckpt") && strstr(err.msg, "PyTorch checkpoint"), "%s", err.msg);
     sd_value_unref(name);
 
-    /* the combo lists the folder, pickle files included (refused when run) */
+    /* the combo lists the folder, pickle files included */
     const sd_node_def *def = sd_registry_find("CheckpointLoaderSimple");
     sd_value *list = NULL;
     CHECK_OK(def->inputs[0].options_fn(env, &list, &err), &err);
@@ -193,15 +193,15 @@ static void test_loaders(sd_env *env, const char *dir) {
     CHECK_MSG(strstr(err.msg, "some.weight") != NULL, "%s", err.msg);
     sd_value_unref(name);
 
-    /* a torch zip pickle renamed to .safetensors: refused as a pickle */
+    /* a damaged torch zip renamed to .safetensors: read (by content) as a torch file */
     snprintf(path, sizeof path, "%s/models/checkpoints/renamed.safetensors", dir);
     fp = fopen(path, "wb");
     fputs("PK\x03\x04 archive/data.pkl and friends, padded past a header", fp);
     fclose(fp);
     name = sd_value_string("renamed.safetensors");
     sd_error_clear(&err);
-    CHECK(run_node(env, "CheckpointLoaderSimple", &name, out, &err) == SD_ERR_UNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "pickle") && strcmp(err.input, "ckpt_name") == 0, "%s", err.msg);
+    CHECK(run_node(env, "CheckpointLoaderSimple", &name, out, &err) == SD_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "PyTorch checkpoint") && strcmp(err.input, "ckpt_name") == 0, "%s", err.msg);
     sd_value_unref(name);
 }
 
