@@ -88,6 +88,7 @@ typedef struct sd_cli_args {
     /* SD_CLI_G_ENV: NULL when not given (sd_cli_env_init fills defaults) */
     const char *models_dir, *comfyui_dir, *tokenizer_dir, *input_dir, *output_dir, *temp_dir;
     const char *precision, *device;
+    const char *max_image_pixels; /* decimal, "0" = no limit */
     sd_cli_list sets;           /* SD_CLI_G_SET */
     const char *cache;          /* SD_CLI_G_CACHE */
     int no_cache;

@@ -40,6 +40,9 @@ static const shared_opt shared[] = {
      NULL},
     {G_IO, "--temp-dir", NULL, SD_CLI_STR, OFF(temp_dir), "DIR",
      "PreviewImage folder (default $TMPDIR/sdflow)", NULL},
+    {G_IO, "--max-image-pixels", NULL, SD_CLI_STR, OFF(max_image_pixels), "N",
+     "LoadImage refuses images with more pixels (env SDFLOW_MAX_IMAGE_PIXELS; default 178956970, "
+     "as ComfyUI; 0 = no limit)", NULL},
     {G_IO, "--precision", NULL, SD_CLI_STR, OFF(precision), "f32|bf16",
      "compute precision (default f32; bf16 needs oneDNN on the CPU)", "f32|bf16"},
     {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda", "compute device (default cpu)",
@@ -258,6 +261,10 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
     };
     for (size_t k = 0; !rc && k < sizeof over / sizeof *over; k++)
         if (over[k].value) rc = sd_env_set(env, over[k].field, over[k].value, err);
+    if (!rc && a->max_image_pixels) {
+        rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);
+        if (rc) sd_error_prefix(err, "--max-image-pixels");
+    }
     return rc;
 }
 

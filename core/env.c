@@ -2,11 +2,14 @@
 #include "env.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+
+#include "png.h" /* SD_PNG_MAX_PIXELS_DEFAULT */
 
 static sd_status set_str(const char **field, const char *value, sd_error *err) {
     char *copy = NULL;
@@ -44,8 +47,22 @@ sd_status sd_env_init(sd_env *env, sd_error *err) {
     if (!rc) rc = set_str(&env->tokenizer_dir, getenv_nonempty("SDFLOW_TOKENIZER_DIR"), err);
     if (!rc) rc = set_str(&env->precision, "f32", err);
     if (!rc) rc = set_str(&env->device, "cpu", err);
+    env->max_image_pixels = SD_PNG_MAX_PIXELS_DEFAULT;
+    const char *maxpx = getenv_nonempty("SDFLOW_MAX_IMAGE_PIXELS");
+    if (!rc && maxpx) rc = sd_env_set_max_pixels(env, maxpx, err);
     if (rc) sd_env_cleanup(env);
     return rc;
+}
+
+sd_status sd_env_set_max_pixels(sd_env *env, const char *value, sd_error *err) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (errno || end == value || *end || value[0] == '-')
+        return sd_error_set(err, SD_ERR_INVALID, "maximum image size '%s' is not a whole number of "
+                            "pixels (0 = no limit)", value);
+    env->max_image_pixels = v;
+    return SD_OK;
 }
 
 void sd_env_cleanup(sd_env *env) {

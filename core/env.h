@@ -18,9 +18,14 @@
 #include "node.h"
 #include "value.h"
 
-/* Zero *env and fill the defaults (reads the environment variables above).
- * Returns SD_ERR_NOMEM only. */
+/* Zero *env and fill the defaults (reads the environment variables above,
+ * and SDFLOW_MAX_IMAGE_PIXELS for max_image_pixels, default
+ * SD_PNG_MAX_PIXELS_DEFAULT). SD_ERR_NOMEM, or SD_ERR_INVALID for a bad
+ * SDFLOW_MAX_IMAGE_PIXELS. */
 sd_status sd_env_init(sd_env *env, sd_error *err);
+/* max_image_pixels from a decimal string ("0" = no limit); SD_ERR_INVALID
+ * names the value when it is not a whole number. */
+sd_status sd_env_set_max_pixels(sd_env *env, const char *value, sd_error *err);
 /* Free the strings the env owns and zero it. */
 void sd_env_cleanup(sd_env *env);
 /* Replace one string field (e.g. &env->models_dir) with a copy of `value`

@@ -19,14 +19,54 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Text chunks larger than this are refused (a workflow JSON is far smaller). */
-#define SD_PNG_TEXT_MAX (64u << 20)
+/* ---- libpng error plumbing and memory limits -------------------------------- */
 
-/* ---- libpng error plumbing ------------------------------------------------ */
-
+/* Error text and the memory libpng holds. libpng sizes a chunk's buffer from
+ * the length the file declares and (on read) treats "chunk data is too
+ * large" as a warning, so a 48-byte file declaring a 2 GB tEXt chunk made it
+ * allocate 2 GB. All of libpng's allocations go through png_mem_alloc below,
+ * which refuses any one of more than SD_PNG_CHUNK_MAX bytes and more than
+ * SD_PNG_MEM_MAX bytes in all (text chunks accumulate in the info struct;
+ * zTXt/iTXt inflate). Pixel buffers are ours, bounded by the pixel limit. */
 typedef struct png_errctx {
     char msg[256];
+    const char *path;
+    size_t live;  /* bytes libpng holds now */
+    int limit_hit;
 } png_errctx;
+
+/* A header before each block records its size for png_mem_free. */
+typedef union mem_hdr { size_t size; max_align_t align; } mem_hdr;
+
+static png_voidp png_mem_alloc(png_structp png, png_alloc_size_t size) {
+    png_errctx *ec = (png_errctx *)png_get_mem_ptr(png);
+    if (ec && (size > SD_PNG_CHUNK_MAX || ec->live + size > SD_PNG_MEM_MAX)) {
+        ec->limit_hit = 1;
+        char buf[200];
+        if (size > SD_PNG_CHUNK_MAX)
+            snprintf(buf, sizeof buf, "a chunk needs %zu bytes, more than the limit of %u "
+                     "(SD_PNG_CHUNK_MAX)", (size_t)size, (unsigned)SD_PNG_CHUNK_MAX);
+        else
+            snprintf(buf, sizeof buf, "the chunks need more than the limit of %u bytes in all "
+                     "(SD_PNG_MEM_MAX)", (unsigned)SD_PNG_MEM_MAX);
+        png_error(png, buf); /* longjmps to the reader's setjmp: fail now, not after 2 GB */
+    }
+    mem_hdr *h = malloc(sizeof *h + size);
+    if (!h) return NULL;
+    h->size = size;
+    if (ec) ec->live += size;
+    return h + 1;
+}
+
+static void png_mem_free(png_structp png, png_voidp p) {
+    if (!p) return;
+    mem_hdr *h = (mem_hdr *)p - 1;
+    png_errctx *ec = (png_errctx *)png_get_mem_ptr(png);
+    if (ec && ec->live >= h->size) ec->live -= h->size;
+    free(h);
+}
+
+static png_structp new_reader(png_errctx *ec);
 
 static void on_png_error(png_structp png, png_const_charp msg) {
     png_errctx *ec = (png_errctx *)png_get_error_ptr(png);
@@ -36,6 +76,38 @@ static void on_png_error(png_structp png, png_const_charp msg) {
 
 static void on_png_warning(png_structp png, png_const_charp msg) {
     (void)png; (void)msg; /* warnings (bad ancillary chunk CRC, ...) are not errors */
+}
+
+static png_structp new_reader(png_errctx *ec) {
+    png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, ec, on_png_error,
+                                               on_png_warning, ec, png_mem_alloc, png_mem_free);
+    if (png) {
+        png_set_chunk_malloc_max(png, SD_PNG_CHUNK_MAX);
+        png_set_chunk_cache_max(png, 1000); /* ancillary chunks kept (libpng's default) */
+    }
+    return png;
+}
+
+/* The error of a failed read: a limit, when one was hit, else libpng's. */
+static sd_status read_failed(const png_errctx *ec, const char *path, sd_error *err) {
+    if (ec->limit_hit)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: PNG refused: %s", path, ec->msg);
+    return sd_error_set(err, SD_ERR_FORMAT, "%s: invalid or truncated PNG: %s", path,
+                        ec->msg[0] ? ec->msg : "read error");
+}
+
+/* Refuse an image with more than max_pixels pixels (0 = no limit) before
+ * anything is decoded. */
+static sd_status check_pixels(const char *path, png_uint_32 w, png_uint_32 h, uint64_t max_pixels,
+                              sd_error *err) {
+    uint64_t n = (uint64_t)w * h;
+    if (max_pixels && n > max_pixels)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: image of %ux%u = %llu pixels is larger than "
+                            "the limit of %llu pixels (SDFLOW_MAX_IMAGE_PIXELS or --max-image-pixels; "
+                            "0 means no limit): refused as a possible decompression bomb", path,
+                            (unsigned)w, (unsigned)h, (unsigned long long)n,
+                            (unsigned long long)max_pixels);
+    return SD_OK;
 }
 
 static sd_status open_for_read(const char *path, FILE **out, sd_error *err) {
@@ -88,14 +160,19 @@ static void put_pixel(float *dst, int cd, const float *src, int cs) {
 
 sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
                       sd_png_info *info_out, sd_error *err) {
+    return sd_png_read_limited(path, layout, SD_PNG_MAX_PIXELS_DEFAULT, out, info_out, err);
+}
+
+sd_status sd_png_read_limited(const char *path, sd_png_layout layout, uint64_t max_pixels,
+                              sd_tensor **out, sd_png_info *info_out, sd_error *err) {
     *out = NULL;
     /* Heap state: fields set after setjmp stay valid across the longjmp. */
     read_state *sp = calloc(1, sizeof *sp);
     if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-    png_errctx ec = {{0}};
+    png_errctx ec = {{0}}; /* outlives sp: libpng frees through it */
     sd_status rc = open_for_read(path, &sp->f, err);
     if (rc) { free(sp); return rc; }
-    sp->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ec, on_png_error, on_png_warning);
+    sp->png = new_reader(&ec);
     if (sp->png) sp->info = png_create_info_struct(sp->png);
     if (!sp->png || !sp->info) {
         read_state_free(sp);
@@ -103,17 +180,20 @@ sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
     }
     if (setjmp(png_jmpbuf(sp->png))) {
         read_state_free(sp);
-        return sd_error_set(err, SD_ERR_FORMAT, "%s: invalid or truncated PNG: %s", path,
-                            ec.msg[0] ? ec.msg : "read error");
+        return read_failed(&ec, path, err);
     }
     png_init_io(sp->png, sp->f);
     png_set_sig_bytes(sp->png, 8);
-    png_set_chunk_malloc_max(sp->png, SD_PNG_TEXT_MAX);
     png_read_info(sp->png, sp->info);
 
     png_uint_32 w = 0, h = 0;
     int depth = 0, ctype = 0, interlace = 0;
     png_get_IHDR(sp->png, sp->info, &w, &h, &depth, &ctype, &interlace, NULL, NULL);
+    rc = check_pixels(path, w, h, max_pixels, err);
+    if (rc) {
+        read_state_free(sp);
+        return rc;
+    }
     int has_trns = png_get_valid(sp->png, sp->info, PNG_INFO_tRNS) != 0;
     sd_png_info pi = {(int)w, (int)h, depth, ctype,
                       (ctype & PNG_COLOR_MASK_ALPHA) != 0 || has_trns};
@@ -251,7 +331,7 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
     png_errctx ec = {{0}};
     sd_status rc = open_for_read(path, &sp->f, err);
     if (rc) { free(sp); return rc; }
-    sp->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ec, on_png_error, on_png_warning);
+    sp->png = new_reader(&ec);
     if (sp->png) sp->info = png_create_info_struct(sp->png);
     if (!sp->png || !sp->info) {
         text_state_free(sp);
@@ -259,17 +339,22 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
     }
     if (setjmp(png_jmpbuf(sp->png))) {
         text_state_free(sp);
-        return sd_error_set(err, SD_ERR_FORMAT, "%s: invalid or truncated PNG: %s", path,
-                            ec.msg[0] ? ec.msg : "read error");
+        return read_failed(&ec, path, err);
     }
     png_init_io(sp->png, sp->f);
     png_set_sig_bytes(sp->png, 8);
-    png_set_chunk_malloc_max(sp->png, SD_PNG_TEXT_MAX);
     png_read_info(sp->png, sp->info);
     const png_text *t = find_text(sp->png, sp->info, key);
     if (!t) {
         /* Text may also follow the image data: decode rows (discarding them)
-         * to reach the chunks after IDAT. */
+         * to reach the chunks after IDAT, within the same pixel limit as
+         * sd_png_read (decoding is time even when the rows are dropped). */
+        rc = check_pixels(path, png_get_image_width(sp->png, sp->info),
+                          png_get_image_height(sp->png, sp->info), SD_PNG_MAX_PIXELS_DEFAULT, err);
+        if (rc) {
+            text_state_free(sp);
+            return rc;
+        }
         int passes = png_set_interlace_handling(sp->png);
         png_read_update_info(sp->png, sp->info);
         png_uint_32 h = png_get_image_height(sp->png, sp->info);

@@ -17,6 +17,7 @@
 #define SD_PNG_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include "error.h"
 #include "tensor.h"
@@ -44,12 +45,31 @@ typedef struct sd_png_text {
                           representable, else as iTXt */
 } sd_png_text;
 
+/* Limits against decompression bombs (a small file that declares a huge
+ * image or huge metadata):
+ *  - an image of more than max_pixels pixels is refused before any pixel is
+ *    decoded. The default is Pillow's (so ComfyUI's) DecompressionBombError
+ *    threshold, 2 * MAX_IMAGE_PIXELS = 178956970; the env's
+ *    max_image_pixels (SDFLOW_MAX_IMAGE_PIXELS, --max-image-pixels) sets it
+ *    for LoadImage; 0 means no limit.
+ *  - libpng may hold no single block over SD_PNG_CHUNK_MAX bytes (a text or
+ *    other ancillary chunk, compressed text after inflating) and no more than
+ *    SD_PNG_MEM_MAX bytes in all; beyond that the read fails at once.
+ * Both failures are SD_ERR_UNSUPPORTED with the file and the limit named. */
+#define SD_PNG_MAX_PIXELS_DEFAULT 178956970ULL
+#define SD_PNG_CHUNK_MAX (64u << 20)
+#define SD_PNG_MEM_MAX (256u << 20)
+
 /* Read `path` into a new F32 tensor [H, W, C] with values in [0, 1].
  * *out receives one reference owned by the caller. info may be NULL.
  * SD_ERR_NOT_FOUND/SD_ERR_IO when the file cannot be opened,
- * SD_ERR_FORMAT when it is not a valid (or is a truncated) PNG. */
+ * SD_ERR_FORMAT when it is not a valid (or is a truncated) PNG,
+ * SD_ERR_UNSUPPORTED beyond a limit (SD_PNG_MAX_PIXELS_DEFAULT pixels). */
 sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
                       sd_png_info *info, sd_error *err);
+/* The same with another pixel limit (0 = none). */
+sd_status sd_png_read_limited(const char *path, sd_png_layout layout, uint64_t max_pixels,
+                              sd_tensor **out, sd_png_info *info, sd_error *err);
 
 /* Write `img` (F32 [H, W, C], C in {1, 2, 3, 4}; a leading batch dimension of 1
  * is also accepted) as an 8-bit PNG. Samples are clamped to [0, 1] and
@@ -74,7 +94,9 @@ sd_status sd_png_write_stream(FILE *f, const char *path, const sd_tensor *img,
 
 /* Read the value of the text chunk `key` (tEXt, zTXt or iTXt) of `path`.
  * *out receives a malloc'ed NUL-terminated UTF-8 string the caller frees.
- * SD_ERR_NOT_FOUND when the file has no such chunk (*out = NULL). */
+ * SD_ERR_NOT_FOUND when the file has no such chunk (*out = NULL). The
+ * chunk limits above apply; the pixel limit too when the text follows the
+ * image data (the rows are decoded to reach it). */
 sd_status sd_png_read_text(const char *path, const char *key, char **out,
                            sd_error *err);
 

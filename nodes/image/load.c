@@ -28,7 +28,7 @@ static sd_status read_input_png(const sd_node_ctx *ctx, const char *name, sd_png
     char *path = NULL;
     sd_status rc = sd_env_resolve(ctx->env, "input", name, &path, err);
     if (rc) { sd_error_at(err, NULL, NULL, "image"); return rc; }
-    rc = sd_png_read(path, layout, img, info, err);
+    rc = sd_png_read_limited(path, layout, ctx->env->max_image_pixels, img, info, err);
     free(path);
     if (rc) sd_error_at(err, NULL, NULL, "image");
     return rc;

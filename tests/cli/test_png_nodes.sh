@@ -40,7 +40,7 @@ run "$T/wf.json" 2> "$T/err1" || fail "run: $(cat "$T/err1")"
 out="$T/output/inv/x_00001_.png"
 [ -f "$out" ] || fail "SaveImage did not write inv/x_00001_.png"
 ls "$T/temp"/ComfyUI_temp_?????_00001_.png > /dev/null 2>&1 || fail "PreviewImage did not write into the temp dir"
-[ -z "$(find "$T/output" "$T/temp" -name '*.tmp*')" ] || fail "temporary files left behind"
+[ -z "$(find "$T/output" "$T/temp" -name '*.tmp*' -o -name '.sdflow-tmp-*')" ] || fail "temporary files left behind"
 # tEXt "prompt" with Python json.dumps separators
 if [ -f "$out" ]; then
     grep -aq '"class_type": "ImageInvert"' "$out" || fail "prompt chunk missing or not in json.dumps form"
@@ -92,6 +92,23 @@ if run "$T/bad.json" 2> "$T/err3"; then
     fail "corrupt input PNG accepted"
 else
     grep -q 'bad.png' "$T/err3" || fail "error does not name the file: $(cat "$T/err3")"
+fi
+
+# The decoding limit (decompression bombs): in.png has 3x2 = 6 pixels.
+if run "$T/wf.json" --max-image-pixels 5 2> "$T/err4"; then
+    fail "an image over --max-image-pixels was loaded"
+else
+    grep -q "LoadImage" "$T/err4" && grep -q "in.png" "$T/err4" && grep -q "limit of 5 pixels" "$T/err4" ||
+        fail "the limit error does not name the node, file and limit: $(cat "$T/err4")"
+fi
+run "$T/wf.json" --max-image-pixels 6 2> "$T/err5" || fail "an image at the limit was refused: $(cat "$T/err5")"
+if SDFLOW_MAX_IMAGE_PIXELS=5 run "$T/wf.json" 2> "$T/err6"; then
+    fail "SDFLOW_MAX_IMAGE_PIXELS was not applied"
+fi
+if SDFLOW_MAX_IMAGE_PIXELS=lots run "$T/wf.json" 2> "$T/err7"; then
+    fail "a bad SDFLOW_MAX_IMAGE_PIXELS was accepted"
+else
+    grep -q "lots" "$T/err7" || fail "the error does not quote the bad value: $(cat "$T/err7")"
 fi
 
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi

@@ -342,11 +342,125 @@ static void test_corrupt(void) {
     free(raw);
 }
 
+/* ---- decompression bombs --------------------------------------------------------
+ * Crafted files are built here byte by byte (no binary blobs): a PNG is the
+ * signature and chunks of {length, type, data, CRC-32 of type and data}. */
+
+static uint32_t crc_png(const unsigned char *p, size_t n) {
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+    }
+    return c ^ 0xffffffffu;
+}
+
+static size_t put_u32(unsigned char *b, uint32_t v) {
+    b[0] = (unsigned char)(v >> 24); b[1] = (unsigned char)(v >> 16);
+    b[2] = (unsigned char)(v >> 8); b[3] = (unsigned char)v;
+    return 4;
+}
+
+/* One whole chunk at b; returns its size. */
+static size_t put_chunk(unsigned char *b, const char *type, const unsigned char *data, uint32_t n) {
+    size_t o = put_u32(b, n);
+    memcpy(b + o, type, 4);
+    if (n) memcpy(b + o + 4, data, n);
+    o += 4 + n;
+    return o + put_u32(b + o, crc_png(b + 4, 4 + (size_t)n));
+}
+
+static size_t put_ihdr(unsigned char *b, uint32_t w, uint32_t h, int depth, int ctype) {
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
+    unsigned char d[13];
+    put_u32(d, w);
+    put_u32(d + 4, h);
+    d[8] = (unsigned char)depth; d[9] = (unsigned char)ctype; d[10] = d[11] = d[12] = 0;
+    memcpy(b, sig, 8);
+    return 8 + put_chunk(b + 8, "IHDR", d, 13);
+}
+
+static void write_bytes(const char *path, const unsigned char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+static void test_bombs(void) {
+    sd_error err;
+    sd_tensor *t = NULL;
+    unsigned char b[256];
+
+    /* A gray 16384x16384 image (268 million pixels, a 1 GB float tensor)
+     * declared by a file of a few dozen bytes: refused before decoding. */
+    size_t n = put_ihdr(b, 16384, 16384, 8, PNG_COLOR_TYPE_GRAY);
+    static const unsigned char idat[] = {0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01};
+    n += put_chunk(b + n, "IDAT", idat, sizeof idat);
+    n += put_chunk(b + n, "IEND", NULL, 0);
+    const char *big = path_of("big.png");
+    write_bytes(big, b, n);
+    sd_error_clear(&err);
+    sd_status rc = sd_png_read(big, SD_PNG_KEEP, &t, NULL, &err);
+    CHECK_MSG(rc == SD_ERR_UNSUPPORTED && !t, "rc %d: %s", rc, err.msg);
+    CHECK_MSG(strstr(err.msg, big) && strstr(err.msg, "16384x16384") && strstr(err.msg, "178956970"),
+              "%s", err.msg);
+    /* Reading its text needs no pixel when the text comes first... */
+    char *v = NULL;
+    rc = sd_png_read_text(big, "prompt", &v, &err);
+    CHECK_MSG(rc == SD_ERR_UNSUPPORTED && !v, "rc %d: %s", rc, err.msg); /* ...here it would follow */
+
+    /* The limit is a parameter: exactly at it passes, one below refuses, 0 is none. */
+    sd_tensor *img = sd_tensor_new4(SD_F32, 3, 64, 64, 3, 1);
+    const char *small = path_of("limit.png");
+    CHECK_OK(sd_png_write(small, img, NULL, 0, 1, &err), &err);
+    sd_tensor_unref(img);
+    rc = sd_png_read_limited(small, SD_PNG_KEEP, 4095, &t, NULL, &err);
+    CHECK_MSG(rc == SD_ERR_UNSUPPORTED && strstr(err.msg, "4095") && strstr(err.msg, small), "%s", err.msg);
+    CHECK_OK(sd_png_read_limited(small, SD_PNG_KEEP, 4096, &t, NULL, &err), &err);
+    sd_tensor_unref(t);
+    t = NULL;
+    CHECK_OK(sd_png_read_limited(small, SD_PNG_KEEP, 0, &t, NULL, &err), &err);
+    sd_tensor_unref(t);
+    t = NULL;
+
+    /* 48 bytes: a tEXt chunk declaring 0x7fffffff bytes. libpng used to
+     * allocate the 2 GB before noticing the file ends; now the chunk limit
+     * refuses it at once. */
+    n = put_ihdr(b, 1, 1, 8, PNG_COLOR_TYPE_GRAY);
+    n += put_u32(b + n, 0x7fffffffu);
+    memcpy(b + n, "tEXtprompt", 11); /* with the keyword's NUL */
+    n += 11;
+    CHECK_MSG(n == 48, "crafted file is %zu bytes", n);
+    const char *text = path_of("text_bomb.png");
+    write_bytes(text, b, n);
+    sd_error_clear(&err);
+    rc = sd_png_read_text(text, "prompt", &v, &err);
+    CHECK_MSG(rc == SD_ERR_UNSUPPORTED && !v, "rc %d: %s", rc, err.msg);
+    CHECK_MSG(strstr(err.msg, text) && strstr(err.msg, "limit of 67108864"),
+              "%s", err.msg);
+    sd_error_clear(&err);
+    rc = sd_png_read(text, SD_PNG_RGB, &t, NULL, &err);
+    CHECK_MSG(rc == SD_ERR_UNSUPPORTED && !t && strstr(err.msg, "limit"), "rc %d: %s", rc, err.msg);
+
+    /* A text chunk below the limit still reads. */
+    static const char kv[] = "prompt\0{\"1\": {}}";
+    n = put_ihdr(b, 1, 1, 8, PNG_COLOR_TYPE_GRAY);
+    n += put_chunk(b + n, "tEXt", (const unsigned char *)kv, sizeof kv - 1);
+    n += put_chunk(b + n, "IDAT", idat, sizeof idat);
+    n += put_chunk(b + n, "IEND", NULL, 0);
+    const char *fine = path_of("text_fine.png");
+    write_bytes(fine, b, n);
+    CHECK_OK(sd_png_read_text(fine, "prompt", &v, &err), &err);
+    CHECK(v && strcmp(v, "{\"1\": {}}") == 0);
+    free(v);
+}
+
 int main(void) {
     dir = sd_test_tmpdir("core_png");
     test_formats();
     test_write_round_trip();
     test_text_and_atomic();
     test_corrupt();
+    test_bombs();
     return sd_test_finish();
 }
