@@ -77,7 +77,7 @@ enum {
                                          --temp-dir --precision --device */
     SD_CLI_G_SET = 1u << 1,      /* --set ID.INPUT=VALUE (repeatable) */
     SD_CLI_G_CACHE = 1u << 2,    /* --cache PATH, --no-cache */
-    SD_CLI_G_PROGRESS = 1u << 3, /* --quiet/-q, --progress MODE */
+    SD_CLI_G_PROGRESS = 1u << 3, /* --quiet/-q, --progress MODE, --preview PATH.png */
     SD_CLI_G_LUA = 1u << 4,      /* --allow-unsafe-lua */
     SD_CLI_G_MODELS = 1u << 5    /* --models-dir --comfyui-dir --tokenizer-dir only (part of SD_CLI_G_ENV) */
 };
@@ -94,6 +94,7 @@ typedef struct sd_cli_args {
     int no_cache;
     int quiet;                  /* SD_CLI_G_PROGRESS */
     const char *progress;       /* "auto" (NULL), "bar", "plain", "json", "none" */
+    const char *preview;        /* --preview PATH.png */
     int unsafe_lua;             /* SD_CLI_G_LUA */
     const char *pos[SD_CLI_MAX_POS]; /* positional arguments, in order */
     int n_pos;
@@ -150,15 +151,50 @@ sd_status sd_cli_cache_open(const char *path, struct sd_sqlite_cache **out, sd_e
  * opened is a warning on stderr and a run without it. */
 void sd_cli_cache_setup(const sd_cli_args *a, struct sd_sqlite_cache **handle, sd_cache_i *iface);
 
-/* Progress display (cli/progress.c). */
+/* ---- progress (cli/progress.c) and previews (cli/preview.c) ----------------
+ * A consumer of the executor's events (core/executor.h): give
+ * sd_cli_progress_event as sd_exec_opts.on_event with the sd_cli_progress
+ * as its user pointer. */
+typedef struct sd_cli_preview sd_cli_preview;
+
+enum { SD_CLI_PROGRESS_NONE, SD_CLI_PROGRESS_BAR, SD_CLI_PROGRESS_PLAIN, SD_CLI_PROGRESS_JSON };
+
 typedef struct sd_cli_progress {
-    FILE *out;
-    int tty, quiet;
-    const sd_exec_report *report; /* the run's report: records are counted from it */
+    int mode;                         /* SD_CLI_PROGRESS_* */
+    FILE *out;                        /* where lines go (json: stdout) */
     volatile sig_atomic_t *interrupt; /* a node that fails once this is set was interrupted */
-    double node_start;
-    int line_open;
+    double interval;                  /* plain: least seconds between step lines of a node
+                                         (SDFLOW_PROGRESS_INTERVAL, default 1; 0 = every step) */
+    sd_cli_preview *preview;          /* --preview, or NULL (not owned) */
+    const char *preview_path;
+    double preview_interval;          /* least seconds between two previews (the last step is
+                                         always written) */
+    int n_previews;                   /* pictures written */
+    /* state */
+    double node_start, first_step_t, last_line_t, last_preview_t;
+    int64_t first_step;
+    int line_open, preview_failed, preview_written;
 } sd_cli_progress;
+
+/* Zeroes *p and picks the mode from --quiet/--progress: auto is a bar when
+ * `fd` is a terminal and plain lines otherwise; bar and plain lines go to
+ * fd's stream (stderr or stdout), json to stdout. */
+void sd_cli_progress_init(sd_cli_progress *p, const sd_cli_args *a, int fd);
+/* sd_exec_event_fn. */
+void sd_cli_progress_event(void *user, const sd_exec_event *ev);
+/* Clears an open bar line before something else is printed on its stream. */
+void sd_cli_progress_break(sd_cli_progress *p);
+
+/* A preview writer for PATH (.png). env (not copied) gives the models folder
+ * (vae_approx/ TAESD decoders) and the backend. NULL when out of memory. */
+sd_cli_preview *sd_cli_preview_new(const char *path, const struct sd_env *env);
+void sd_cli_preview_free(sd_cli_preview *pv);
+/* Writes the first image of `latent` (the sampler's, executor.h NODE_PREVIEW)
+ * to the path, atomically. */
+sd_status sd_cli_preview_write(sd_cli_preview *pv, const sd_tensor *latent, const char *latent_format,
+                               sd_error *err);
+/* "taesd" or "latent2rgb": how the last picture was made (NULL before one). */
+const char *sd_cli_preview_method(const sd_cli_preview *pv);
 
 /* Recipes around `sdflow run` (cli/cmd_lua.c, lua/recipe.h). before(): when
  * the workflow carries a recipe (JSON key or PNG chunk) verify its file
@@ -177,7 +213,5 @@ sd_status sd_cli_recipe_before(sd_cli_recipe *r, const char *workflow, const cha
 sd_status sd_cli_recipe_after(const sd_cli_recipe *r, const struct sd_graph *g, sd_error *err);
 void sd_cli_recipe_free(sd_cli_recipe *r);
 
-void sd_cli_progress_on_node(void *user, const sd_exec_record *rec, int finished);
-void sd_cli_progress_on_step(void *user, const char *node_id, int64_t value, int64_t max);
 
 #endif

@@ -100,7 +100,7 @@ int sd_cli_repl(int argc, char **argv) {
         "An interactive Lua prompt on one graph kept in memory, with the loaded models: after a change\n"
         "run() executes only what is downstream of it. help() lists the commands (docs/lua.md).\n"
         "WORKFLOW (.json, .lua, .png) is loaded first. Without a terminal it reads plain lines.",
-        SD_CLI_G_ENV | SD_CLI_G_CACHE | SD_CLI_G_LUA, own, 0, 1};
+        SD_CLI_G_ENV | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS | SD_CLI_G_LUA, own, 0, 1};
     sd_cli_args a;
     int code = sd_cli_parse(&cmd, argc, argv, &a);
     if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
@@ -113,6 +113,7 @@ int sd_cli_repl(int argc, char **argv) {
     sd_sqlite_cache *cache_handle = NULL;
     sd_cache_i cache = {0};
     char *hist_default = NULL;
+    sd_cli_preview *preview = NULL;
     code = 1;
     sd_status rc = sd_cli_env_init(&env, &a, &err);
     env.log = repl_log;
@@ -121,6 +122,22 @@ int sd_cli_repl(int argc, char **argv) {
     if (!rc) env.backend = backend;
     if (rc) { sd_cli_print_error(&err); goto done; }
     sd_cli_cache_setup(&a, &cache_handle, &cache);
+    /* run() shows its progress with the session's output (stdout), as a bar
+     * on a terminal; the "executed:/done:" summary is the REPL's own. */
+    sd_cli_progress prog;
+    sd_cli_progress_init(&prog, &a, STDOUT_FILENO);
+    prog.interrupt = &repl_interrupted;
+    if (a.preview) {
+        if (!(preview = sd_cli_preview_new(a.preview, &env))) {
+            fprintf(stderr, "error: out of memory\n");
+            goto done;
+        }
+        prog.preview = preview;
+        prog.preview_path = a.preview;
+    }
+    cfg.on_event = sd_cli_progress_event;
+    cfg.on_event_user = &prog;
+    cfg.previews = preview != NULL;
     if (!no_history && !history) {
         const char *home = getenv("HOME");
         if (home && *home) {
@@ -142,6 +159,7 @@ int sd_cli_repl(int argc, char **argv) {
     code = sd_repl_main(&cfg);
 done:
     sd_cache_close(cache_handle);
+    sd_cli_preview_free(preview);
     sd_backend_free(backend);
     sd_env_cleanup(&env);
     free(hist_default);

@@ -32,11 +32,9 @@ static void on_sigint(int sig) {
 
 static void cli_log(void *user, int level, const char *msg) {
     sd_cli_progress *prog = user;
-    int quiet = prog->quiet;
-    if (prog->tty && prog->line_open && (level <= SD_LOG_WARN || !quiet)) {
-        fputs("\r\033[K", stderr); /* the progress line is redrawn after the message */
-        prog->line_open = 0;
-    }
+    int quiet = prog->mode == SD_CLI_PROGRESS_NONE || prog->mode == SD_CLI_PROGRESS_JSON;
+    if (prog->out == stderr && (level <= SD_LOG_WARN || (level == SD_LOG_INFO && !quiet)))
+        sd_cli_progress_break(prog); /* the progress line is redrawn after the message */
     if (level <= SD_LOG_WARN) fprintf(stderr, "%s: %s\n", level == SD_LOG_ERROR ? "error" : "warning", msg);
     else if (level == SD_LOG_INFO && !quiet) fprintf(stderr, "%s\n", msg);
     else if (level == SD_LOG_DEBUG && getenv("SDFLOW_DEBUG")) fprintf(stderr, "debug: %s\n", msg);
@@ -211,7 +209,6 @@ int sd_cli_run(int argc, char **argv) {
     int pc = sd_cli_parse(&cmd, argc, argv, &o);
     if (pc != SD_CLI_CONTINUE) { sd_cli_args_free(&o); return pc; }
     const char *workflow = o.pos[0];
-    int quiet = o.quiet || (o.progress && !strcmp(o.progress, "none"));
     sd_error err;
     sd_error_clear(&err);
     sd_env env;
@@ -226,15 +223,12 @@ int sd_cli_run(int argc, char **argv) {
     sd_graph_problems probs = {0};
     sd_cli_recipe recipe = {.lock = lock, .relock = relock};
     int code = 1;
-    int tty = o.progress && !strcmp(o.progress, "bar") ? 1
-              : o.progress && !strcmp(o.progress, "plain") ? 0 : isatty(STDERR_FILENO);
-    if (o.progress && !strcmp(o.progress, "json")) {
-        fprintf(stderr, "sdflow run: --progress=json is not available yet\n");
-        sd_cli_args_free(&o);
-        return 1;
-    }
-    sd_cli_progress prog = {.out = stderr, .tty = tty, .quiet = quiet, .report = &rep,
-                           .interrupt = &interrupted};
+    sd_cli_progress prog;
+    sd_cli_progress_init(&prog, &o, STDERR_FILENO);
+    prog.interrupt = &interrupted;
+    /* the summary line goes with the human progress forms */
+    int summary = prog.mode == SD_CLI_PROGRESS_BAR || prog.mode == SD_CLI_PROGRESS_PLAIN;
+    sd_cli_preview *preview = NULL;
     sd_status rc = sd_cli_env_init(&env, &o, &err);
     env.log = cli_log;
     env.log_user = &prog;
@@ -252,6 +246,11 @@ int sd_cli_run(int argc, char **argv) {
             sd_model_store_free_unused(models, 1);
             env.models = models;
         }
+    }
+    if (!rc && o.preview) {
+        if (!(preview = sd_cli_preview_new(o.preview, &env))) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        prog.preview = preview;
+        prog.preview_path = o.preview;
     }
     if (rc) {
         sd_cli_print_error(&err);
@@ -277,10 +276,9 @@ int sd_cli_run(int argc, char **argv) {
         .env = &env,
         .cache = cache_handle ? &cache : NULL,
         .interrupt = &interrupted,
-        .progress = sd_cli_progress_on_step,
-        .progress_user = &prog,
-        .on_node = sd_cli_progress_on_node,
-        .on_node_user = &prog,
+        .on_event = sd_cli_progress_event,
+        .on_event_user = &prog,
+        .previews = preview != NULL,
         .dump_dir = dump,
         .prompt_json = NULL, /* derived from the graph as edited by --set */
         .extra_pnginfo_json = extra,
@@ -297,12 +295,12 @@ int sd_cli_run(int argc, char **argv) {
     if (rc == SD_ERR_VALIDATION && probs.n) print_problems(&probs);
     else if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
     else if (rc) sd_cli_print_error(&err);
-    if (!quiet && rc != SD_ERR_VALIDATION)
+    if (summary && rc != SD_ERR_VALIDATION)
         fprintf(stderr, "%s: %zu executed, %zu cached, %.1fs\n", rc ? "stopped" : "done", rep.n_executed,
                 rep.n_cached, rep.seconds);
     /* The files output nodes wrote (or still have from a cached run), on
      * stdout so that scripts can pick them up. */
-    for (size_t i = 0; i < rep.n; i++) {
+    for (size_t i = 0; prog.mode != SD_CLI_PROGRESS_JSON && i < rep.n; i++) {
         const sd_value *files = sd_value_dict_get(rep.items[i].ui, "files");
         for (size_t k = 0; k < sd_value_list_len(files); k++) {
             const char *f = sd_value_as_string(sd_value_list_get(files, k));
@@ -321,6 +319,7 @@ done:
     sd_exec_free(ex);
     sd_cache_close(cache_handle);
     sd_model_store_free(models); /* before the backend its weights live on */
+    sd_cli_preview_free(preview); /* its TAESD lives on the backend too */
     sd_backend_free(backend);
     sd_graph_free(g);
     free(text);

@@ -56,6 +56,8 @@ static const shared_opt shared[] = {
     {SD_CLI_G_PROGRESS, "--progress", NULL, SD_CLI_STR, OFF(progress), "MODE",
      "auto (bar on a terminal, else plain lines), bar, plain, json (one JSON event per line), none",
      "auto|bar|plain|json|none"},
+    {SD_CLI_G_PROGRESS, "--preview", NULL, SD_CLI_STR, OFF(preview), "PATH.png",
+     "rewrite a small picture of the sampler's current latent while it runs", NULL},
     {SD_CLI_G_LUA, "--allow-unsafe-lua", NULL, SD_CLI_FLAG, OFF(unsafe_lua), NULL,
      "give Lua workflows io, os and require (trusted files only)", NULL},
 };

@@ -481,6 +481,43 @@ static sd_value *make_entry(sd_value **out, int n_out, sd_value *ui) {
 }
 
 /* Runs node p's function; on success p->entry holds the result. */
+/* ---- events (executor.h) ---------------------------------------------------------- */
+
+static void emit_node(const run *r, sd_exec_event *ev, const sd_exec_record *rec) {
+    if (!r->opts->on_event) return;
+    ev->node_id = rec->node_id;
+    ev->class_type = rec->class_type;
+    ev->record = rec;
+    ev->index = (size_t)(rec - r->report->items) + 1;
+    ev->count = r->report->n;
+    r->opts->on_event(r->opts->on_event_user, ev);
+}
+
+/* What a running node's progress and preview calls are routed through, so
+ * that they become events carrying the node's place in the run. */
+typedef struct node_obs {
+    const run *r;
+    const sd_exec_record *rec;
+    double t0;
+} node_obs;
+
+static void obs_progress(void *user, const char *node_id, int64_t value, int64_t max) {
+    node_obs *o = user;
+    const sd_exec_opts *opts = o->r->opts;
+    if (opts->progress) opts->progress(opts->progress_user, node_id, value, max);
+    sd_exec_event ev = {.kind = SD_EXEC_NODE_STEP, .step = value, .steps = max, .seconds = now_s() - o->t0};
+    emit_node(o->r, &ev, o->rec);
+}
+
+static void obs_preview(void *user, const char *node_id, int64_t step, int64_t steps, const sd_tensor *latent,
+                        const char *latent_format) {
+    (void)node_id;
+    node_obs *o = user;
+    sd_exec_event ev = {.kind = SD_EXEC_NODE_PREVIEW, .step = step, .steps = steps,
+                        .seconds = now_s() - o->t0, .latent = latent, .latent_format = latent_format};
+    emit_node(o->r, &ev, o->rec);
+}
+
 static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_error *err) {
     sd_value *small_in[32], *small_out[16];
     size_t n_in = p->n_in ? (size_t)p->n_in : 1, n_out = p->n_out ? (size_t)p->n_out : 1;
@@ -512,6 +549,15 @@ static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_erro
         .progress_user = r->opts->progress_user,
         .ui = NULL,
     };
+    node_obs obs = {r, &r->report->items[p->record], now_s()};
+    if (r->opts->on_event) {
+        ctx.progress = obs_progress;
+        ctx.progress_user = &obs;
+        if (r->opts->previews) {
+            ctx.preview = obs_preview;
+            ctx.preview_user = &obs;
+        }
+    }
     sd_error nerr;
     sd_error_clear(&nerr);
     sd_status rc = p->def->run(&ctx, in, out, &nerr);
@@ -684,6 +730,10 @@ static sd_status execute(run *r, sd_error *err) {
             }
         }
         if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 0);
+        if (p->decision != PLAN_HIT) {
+            sd_exec_event ev = {.kind = SD_EXEC_NODE_START};
+            emit_node(r, &ev, rec);
+        }
         double t0 = now_s();
         if (p->decision == PLAN_HIT) {
             rec->status = p->hit_status;
@@ -694,6 +744,8 @@ static sd_status execute(run *r, sd_error *err) {
             if (rc) {
                 rec->status = SD_NODE_FAILED;
                 if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
+                sd_exec_event ev = {.kind = SD_EXEC_NODE_ERROR, .seconds = rec->seconds, .status = rc, .error = err};
+                emit_node(r, &ev, rec);
                 break;
             }
             if (p->deliver) {
@@ -711,6 +763,9 @@ static sd_status execute(run *r, sd_error *err) {
         rec->ui = sd_value_ref(sd_value_dict_get(p->entry, "ui"));
         if (r->opts->dump_dir) rc = sd_exec_dump_node(r->opts->dump_dir, p->gn->id, p->def, p->entry, err);
         if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
+        sd_exec_event ev = {.kind = p->decision == PLAN_HIT ? SD_EXEC_NODE_CACHED : SD_EXEC_NODE_DONE,
+                            .seconds = rec->seconds};
+        emit_node(r, &ev, rec);
         if (!rc && r->opts->release_consumed) release_due(r, o);
     }
     free(derived);
@@ -759,10 +814,20 @@ sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
         if (!rc) rc = decide(&r, err);
         if (!rc) rc = add_records(&r, err);
         if (!rc && opts->release_consumed) rc = plan_release(&r, err);
+        if (!rc && opts->on_event) {
+            sd_exec_event ev = {.kind = SD_EXEC_RUN_START, .count = report->n};
+            opts->on_event(opts->on_event_user, &ev);
+        }
         if (!rc) rc = execute(&r, err);
         run_free(&r);
     }
     report->seconds = now_s() - t0;
+    if (opts->on_event) {
+        sd_exec_event ev = {.kind = SD_EXEC_RUN_DONE, .count = report->n, .seconds = report->seconds,
+                            .status = rc, .error = rc ? err : NULL, .n_executed = report->n_executed,
+                            .n_cached = report->n_cached};
+        opts->on_event(opts->on_event_user, &ev);
+    }
     if (env == &default_env) sd_env_cleanup(&default_env);
     if (report == &local_report) sd_exec_report_free(&local_report);
     return rc;

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include "graph.h"
 #include "node.h"
+#include "tensor.h"
 
 #define SD_KEY_SIZE 32
 
@@ -81,6 +82,59 @@ typedef struct sd_exec_report {
     double seconds;
 } sd_exec_report;
 
+/* ---- events: what a front end observes of a run --------------------------
+ * One callback (sd_exec_opts.on_event) sees the whole run, in this order:
+ *   RUN_START                                  once, after planning
+ *   per node the run visits, in execution order, either
+ *     NODE_CACHED                              result from a cache (record->status
+ *                                              says SD_NODE_CACHED or SD_NODE_MEMO)
+ *   or
+ *     NODE_START, (NODE_STEP | NODE_PREVIEW)*, then NODE_DONE or NODE_ERROR
+ *   RUN_DONE                                   once, always last, whatever happened
+ *                                              (also after a validation failure,
+ *                                              with no RUN_START before it)
+ * Events come on the thread that called sd_exec_run(), synchronously: a slow
+ * callback slows the run. Everything an event points to is valid only during
+ * the call. The CLI (cli/progress.c), the REPL and a server consume the same
+ * events; the older `progress` and `on_node` callbacks below still work. */
+typedef enum sd_exec_event_kind {
+    SD_EXEC_RUN_START = 0,
+    SD_EXEC_NODE_START,   /* the node is about to execute */
+    SD_EXEC_NODE_STEP,    /* progress inside the node: step of steps (1-based) */
+    SD_EXEC_NODE_PREVIEW, /* a sampler's current denoised latent (only when
+                             sd_exec_opts.previews is set) */
+    SD_EXEC_NODE_DONE,    /* the node executed; seconds = its time. An output node
+                             that only delivered a cached result's files again
+                             (record->delivered) counts as cached in RUN_DONE */
+    SD_EXEC_NODE_CACHED,  /* the node's result came from a cache */
+    SD_EXEC_NODE_ERROR,   /* the node failed or was interrupted: status, error */
+    SD_EXEC_RUN_DONE      /* status, error (when not SD_OK), seconds = whole run */
+} sd_exec_event_kind;
+
+typedef struct sd_exec_event {
+    sd_exec_event_kind kind;
+    const char *node_id;       /* NODE_*: the node; NULL for RUN_* */
+    const char *class_type;    /* NODE_* */
+    size_t index;              /* NODE_*: 1-based position among the nodes this run visits */
+    size_t count;              /* how many nodes this run visits (0 before planning) */
+    int64_t step, steps;       /* NODE_STEP, NODE_PREVIEW */
+    double seconds;            /* NODE_DONE/ERROR: the node's time; RUN_DONE: the run's;
+                                  NODE_STEP/PREVIEW: since the node started */
+    const sd_exec_record *record; /* NODE_*: its report record; NULL for RUN_* */
+    /* NODE_PREVIEW: the sampler's denoised estimate in the model's latent space
+     * (as the sampler sees it: scaled by the VAE's scale factor), F32
+     * [N, C, h, w] in host memory, and the latent format it belongs to:
+     * "sd1" or "sdxl" (ComfyUI's latent_formats), NULL when unknown. */
+    const sd_tensor *latent;
+    const char *latent_format;
+    sd_status status;          /* NODE_ERROR, RUN_DONE */
+    const sd_error *error;     /* NODE_ERROR; RUN_DONE when status != SD_OK (NULL after a
+                                  validation failure: see the problems list) */
+    size_t n_executed, n_cached; /* RUN_DONE */
+} sd_exec_event;
+
+typedef void (*sd_exec_event_fn)(void *user, const sd_exec_event *ev);
+
 typedef struct sd_exec_opts {
     const sd_env *env;
     const sd_cache_i *cache;           /* NULL = no persistent cache */
@@ -100,6 +154,12 @@ typedef struct sd_exec_opts {
      * the persistent cache are served before anything is dropped. 0 (the
      * REPL, Lua): everything stays in the memo for reruns. */
     int release_consumed;
+    /* Events (see above); NULL = none. */
+    sd_exec_event_fn on_event;
+    void *on_event_user;
+    /* Non-zero: samplers hand their denoised latent to on_event as
+     * NODE_PREVIEW after each step (costs a callback per step, no copy). */
+    int previews;
 } sd_exec_opts;
 
 typedef struct sd_exec sd_exec;

@@ -83,6 +83,10 @@ typedef struct sd_node_def {
 typedef void (*sd_progress_fn)(void *user, const char *node_id, int64_t value,
                                int64_t max);
 typedef void (*sd_log_fn)(void *user, int level, const char *msg);
+/* A sampler's denoised latent after `step` of `steps` (see sd_node_preview). */
+struct sd_tensor;
+typedef void (*sd_preview_fn)(void *user, const char *node_id, int64_t step, int64_t steps,
+                              const struct sd_tensor *latent, const char *latent_format);
 enum { SD_LOG_ERROR = 0, SD_LOG_WARN = 1, SD_LOG_INFO = 2, SD_LOG_DEBUG = 3 };
 
 /* Process-wide settings a node may read. Owned by the front end; nodes only
@@ -118,11 +122,21 @@ struct sd_node_ctx {
      * "files": ["/abs/path.png", ...]}. The executor owns it afterwards, caches
      * it, and re-executes a cached output node when one of "files" is gone. */
     sd_value *ui;
+    /* Latent previews (NULL when the front end wants none): a sampler hands
+     * its current denoised estimate through sd_node_preview(). */
+    sd_preview_fn preview;
+    void *preview_user;
 };
 
 /* Report progress inside a long node. Returns SD_ERR_CANCELLED (with err
  * filled) when the user interrupted, so loops can `if (rc) return rc;`. */
 sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_error *err);
+/* Hand the current denoised latent (F32 [N, C, h, w], host memory, in the
+ * model's scaled latent space) to the front end, when it asked for previews
+ * (ctx->preview set; otherwise nothing happens). latent_format: "sd1",
+ * "sdxl" or NULL. The tensor is only read during the call. */
+void sd_node_preview(sd_node_ctx *ctx, int64_t step, int64_t steps, const struct sd_tensor *latent,
+                     const char *latent_format);
 /* Log through the environment's callback (no output when none is set). */
 void sd_node_log(const sd_node_ctx *ctx, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

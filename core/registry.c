@@ -122,6 +122,11 @@ sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_erro
     return SD_OK;
 }
 
+void sd_node_preview(sd_node_ctx *ctx, int64_t step, int64_t steps, const struct sd_tensor *latent,
+                     const char *latent_format) {
+    if (ctx->preview) ctx->preview(ctx->preview_user, ctx->node_id, step, steps, latent, latent_format);
+}
+
 void sd_node_log(const sd_node_ctx *ctx, int level, const char *fmt, ...) {
     if (!ctx || !ctx->env || !ctx->env->log) return;
     char buf[2048];

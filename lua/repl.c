@@ -248,7 +248,8 @@ static int l_run(lua_State *L) {
     repl *r = repl_of(L);
     const sd_repl_config *c = r->cfg;
     if (c->interrupt) *c->interrupt = 0;
-    sd_exec_opts xo = {.env = c->env, .cache = c->cache, .interrupt = c->interrupt};
+    sd_exec_opts xo = {.env = c->env, .cache = c->cache, .interrupt = c->interrupt,
+                       .on_event = c->on_event, .on_event_user = c->on_event_user, .previews = c->previews};
     sd_exec_report rep = {0};
     sd_graph_problems probs = {0};
     sd_error err;

@@ -28,6 +28,10 @@ typedef struct sd_repl_config {
     sd_lua_opts lua;                   /* sandbox settings */
     const char *history;               /* history file (line editing only), or NULL */
     FILE *in, *out;                    /* NULL = stdin / stdout */
+    /* Progress of run(): the executor's events (core/executor.h), or NULL. */
+    sd_exec_event_fn on_event;
+    void *on_event_user;
+    int previews;                      /* sd_exec_opts.previews */
 } sd_repl_config;
 
 /* Run the session until quit() or end of input. Returns the process exit

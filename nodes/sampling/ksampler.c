@@ -263,6 +263,7 @@ done:
 typedef struct run_state {
     sd_node_ctx *ctx;
     const sd_ksample_hooks *hooks;
+    const char *latent_format; /* for previews: "sd1", "sdxl" */
 } run_state;
 
 static void on_progress(void *ud, int step, int total, const sd_tensor *x,
@@ -270,6 +271,8 @@ static void on_progress(void *ud, int step, int total, const sd_tensor *x,
     run_state *s = ud;
     if (s->hooks && s->hooks->on_step) s->hooks->on_step(s->hooks->ud, step, total, x, denoised);
     sd_error e;
+    /* the preview first, so a front end shows the step's picture with its count */
+    if (denoised) sd_node_preview(s->ctx, step + 1, total, denoised, s->latent_format);
     (void)sd_node_progress(s->ctx, step + 1, total, &e); /* interrupts stop via on_cancel */
 }
 
@@ -449,7 +452,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
         have_ip = 1;
         den = sd_inpaint_denoiser(&ip);
     }
-    run_state st = {ctx, a->hooks};
+    run_state st = {ctx, a->hooks, info->family == SD_CKPT_SDXL ? "sdxl" : info->family == SD_CKPT_SD1 ? "sd1" : NULL};
     sd_sampler_params p;
     sd_sampler_params_init(&p);
     p.seed = a->seed;

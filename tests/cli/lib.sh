@@ -27,3 +27,16 @@ sd_test_status() {
 }
 
 sd_test_count() { sd_test_flat "$1" | grep -o "\"$2\":[0-9]*" | head -1 | cut -d: -f2; }
+
+# A random-weight SD1 checkpoint and stand-in vocabulary under $1 (models/,
+# tok/), the txt2img workflow made small (64x64, 3 steps) as $1/tiny.json,
+# and the arguments that run it: sd_test_tiny_sd1 DIR; then
+# "$SDFLOW_BIN" run "${SD_TINY_ARGS[@]}" ... (works for repl too).
+sd_test_tiny_sd1() {
+    "$SDFLOW_BIN" synth --preset sd1-tiny --models-dir "$1/models" --tokenizer-dir "$1/tok" > /dev/null ||
+        { echo "sdflow synth failed"; exit 1; }
+    "$SDFLOW_BIN" export --json "$SDFLOW_SOURCE_DIR/workflows/txt2img_sd15.json" \
+        --set 4.ckpt_name=sdflow-random-sd1-tiny.safetensors --set 5.width=64 --set 5.height=64 \
+        --set 3.steps=3 > "$1/tiny.json" || { echo "sdflow export failed"; exit 1; }
+    SD_TINY_ARGS=("$1/tiny.json" --models-dir "$1/models" --tokenizer-dir "$1/tok")
+}
