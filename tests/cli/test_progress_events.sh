@@ -103,6 +103,11 @@ run --cache "$T/c.db" --progress=json > "$T/ev2.json" 2> /dev/null || fail "cach
 check_json "$T/ev2.json" success > "$T/ev2.seen" 2> "$T/ev2.check" || fail "cached json: $(cat "$T/ev2.check")"
 grep -q 'node_done\|node_start' "$T/ev2.json" && fail "cached json: a node executed"
 grep -q ' cached $' "$T/ev2.seen" || fail "cached json: no cached event: $(cat "$T/ev2.json")"
+# ... into another folder: SaveImage writes its files again (delivered), counted as cached
+run --cache "$T/c.db" --output-dir "$T/out2" --progress=json > "$T/ev5.json" 2> /dev/null || fail "delivered json run"
+check_json "$T/ev5.json" success > /dev/null 2> "$T/ev5.check" || fail "delivered json: $(cat "$T/ev5.check")"
+grep -q '"event":"node_done","node":"9".*"delivered":true,"from":"cache","files":\["[^"]*/out2/' "$T/ev5.json" ||
+    fail "delivered json: no delivered SaveImage: $(cat "$T/ev5.json")"
 # a node that fails: error event naming it, then done with status error
 printf 'not a png' > "$T/in/bad.png"
 printf '{"1": {"class_type": "LoadImage", "inputs": {"image": "bad.png"}},
