@@ -11,9 +11,9 @@
 
 #include <stdint.h>
 #include "core/error.h"
-#include "models/unet.h"
-#include "models/vae.h"
-#include "models/clip.h"
+#include "models/unet/unet.h"
+#include "models/vae/vae.h"
+#include "models/text/clip.h"
 
 #define SD_BENCH_MAX_REPEAT 64
 

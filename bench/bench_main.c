@@ -19,7 +19,7 @@
 
 #include "bench/bench.h"
 #include "kernels/backend.h"
-#include "models/synth.h"
+#include "models/synth/synth.h"
 
 #ifndef SDFLOW_SOURCE_DIR
 #define SDFLOW_SOURCE_DIR "."
@@ -31,7 +31,7 @@
 
 #define FULL_STEPS 20
 
-/* Writers by models/synth.h preset name (seed 1). */
+/* Writers by models/synth/synth.h preset name (seed 1). */
 static sd_status write_sd1(const char *preset, const char *path, sd_error *err)
 {
     const sd_synth_config *cfg = sd_synth_preset(preset);
@@ -52,7 +52,7 @@ static sd_status write_sdxl(const char *preset, const char *path, sd_error *err)
  * PyTorch SDXL UNet in torch_ref.py) is not wired. */
 typedef struct bench_preset {
     const char *name;
-    const char *synth_preset; /* models/synth.h preset */
+    const char *synth_preset; /* models/synth/synth.h preset */
     sd_status (*write)(const char *synth_preset, const char *path, sd_error *);
     int size;        /* image side the benchmark runs at */
     int full_phases; /* 1: usable as --preset (all four phases wired) */

@@ -15,12 +15,12 @@
 
 #include "bench/bench.h"
 #include "core/safetensors.h"
-#include "models/guider.h"
-#include "models/model_sampling.h"
-#include "models/rng.h"
-#include "models/sampler.h"
-#include "models/schedules.h"
-#include "models/text_encode.h"
+#include "models/sampling/guider.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/rng.h"
+#include "models/sampling/sampler.h"
+#include "models/sampling/schedules.h"
+#include "models/text/text_encode.h"
 
 #define CTX_LEN 77
 #define VAE_PREFIX "first_stage_model."

@@ -15,7 +15,7 @@
 #include "core/json_util.h"
 #include "core/png.h"
 #include "kernels/backend.h"
-#include "models/checkpoint.h"
+#include "models/checkpoint/checkpoint.h"
 #include "lua/sdlua.h"
 
 /* The only process-wide mutable state: what the SIGINT handler touches. */

@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "core/env.h"
-#include "models/synth.h"
+#include "models/synth/synth.h"
 
 static int mkdirs(const char *path) {
     char tmp[4096];

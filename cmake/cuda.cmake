@@ -1,10 +1,11 @@
 # Optional CUDA backend (kernels/cuda). AUTO builds it when nvcc, cuBLAS and
 # cuDNN are all found; ON makes their absence an error; OFF skips it.
 #
-# sd_cuda implements the sd_backend_i vtable declared in kernels/cpu and
-# calls back into sd_kernels (sd_backend_fail, sd_bt_numel), while
-# sd_kernels calls sd_cuda_backend_init: the two static libraries depend on
-# each other. Both directions are declared, so CMake repeats the pair on
+# sd_cuda implements the sd_backend_i vtable declared in
+# kernels/backend_impl.h and calls back into the dispatch in sd_kernels
+# (sd_backend_fail, sd_bt_numel), while the registry there
+# (kernels/backends.c) names sd_cuda_backend_init: the two static libraries
+# depend on each other. Both directions are declared, so CMake repeats the pair on
 # every link line that needs it (its rule for static library cycles).
 set(SDFLOW_CUDA_ENABLED OFF)
 if(NOT SDFLOW_CUDA STREQUAL "OFF")

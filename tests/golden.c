@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/clip.h"
-#include "models/guider.h"
-#include "models/model_sampling.h"
-#include "models/sampler.h"
-#include "models/schedules.h"
+#include "models/text/clip.h"
+#include "models/sampling/guider.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/sampler.h"
+#include "models/sampling/schedules.h"
 #include "testutil.h"
 
 /* ---- backend and precision -------------------------------------------------- */

@@ -10,10 +10,10 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
-#include "models/controlnet.h"
-#include "models/text_encode.h"
-#include "models/unet.h"
-#include "models/vae.h"
+#include "models/controlnet/controlnet.h"
+#include "models/text/text_encode.h"
+#include "models/unet/unet.h"
+#include "models/vae/vae.h"
 
 /* ---- backend and precision -------------------------------------------------
  *

@@ -14,7 +14,7 @@
 #ifndef SD_CPU_H
 #define SD_CPU_H
 
-#include "backend_impl.h"
+#include "kernels/backend_impl.h"
 #include "threadpool.h"
 
 typedef struct sd_cpu {

@@ -18,7 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include "kernels/cpu/backend_impl.h"
+#include "kernels/backend_impl.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 /* ---- caching allocator (cuda_alloc.c) ---------------------------------- */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 
 #include "conditioning.h"
-#include "models/model_paths.h"
-#include "models/text_encode.h"
+#include "models/checkpoint/model_paths.h"
+#include "models/text/text_encode.h"
 #include "nodes/loaders/loaders.h"
 #include "text_cond.h"
 

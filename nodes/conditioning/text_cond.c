@@ -1,7 +1,7 @@
 /* text_cond.c - shared by the text-encode nodes; see text_cond.h. */
 #include "text_cond.h"
 
-#include "models/model_paths.h"
+#include "models/checkpoint/model_paths.h"
 
 static void warn_to_log(void *ud, const char *msg) {
     sd_node_log((const sd_node_ctx *)ud, SD_LOG_WARN, "%s", msg);

@@ -6,7 +6,7 @@
 #define SD_NODES_TEXT_COND_H
 
 #include "core/node.h"
-#include "models/text_encode.h"
+#include "models/text/text_encode.h"
 
 #define SD_NODES_MAX_EMBEDDING_DIRS 4
 

@@ -1,6 +1,6 @@
 /* canny_node.c - ComfyUI's Canny node (comfy_extras/nodes_canny.py). */
 #include "controlnet_nodes.h"
-#include "models/canny.h"
+#include "models/image/canny.h"
 
 static sd_status canny_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;

@@ -8,7 +8,7 @@
 
 #include "core/safetensors.h"
 #include "core/torch_ckpt.h"
-#include "models/model_paths.h"
+#include "models/checkpoint/model_paths.h"
 
 static void free_cn(void *p) { sd_controlnet_free(p); }
 const sd_handle_type sd_handle_control_net = {"CONTROL_NET", free_cn};

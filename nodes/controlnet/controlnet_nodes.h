@@ -2,7 +2,7 @@
  * ControlNetApplyAdvanced (alias ControlNet) and Canny, and how the sampler
  * reads what they attach to CONDITIONING.
  *
- * CONTROL_NET is a handle over a loaded ControlNet (models/controlnet.h).
+ * CONTROL_NET is a handle over a loaded ControlNet (models/controlnet/controlnet.h).
  * Applying one adds to every entry of a CONDITIONING (a new dict; the input
  * is not modified):
  *   "control"                  SD_VAL_LIST of link dicts in application
@@ -24,7 +24,7 @@
 #define SD_NODES_CONTROLNET_H
 
 #include "core/node.h"
-#include "models/controlnet.h"
+#include "models/controlnet/controlnet.h"
 
 extern const sd_handle_type sd_handle_control_net; /* "CONTROL_NET" */
 extern const sd_node_def *const sd_nodes_controlnet[];

@@ -11,7 +11,7 @@
 #define SD_NODES_IMAGE_H
 
 #include "core/node.h"
-#include "models/imageops.h"
+#include "models/image/imageops.h"
 
 /* NULL-terminated table registered by nodes/nodes.c. */
 extern const sd_node_def *const sd_nodes_image[];

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "loaders.h"
-#include "models/model_paths.h"
+#include "models/checkpoint/model_paths.h"
 #include "nodes/lora/lora_nodes.h"
 
 static void free_model_ref(void *p) {

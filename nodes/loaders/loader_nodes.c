@@ -3,7 +3,7 @@
  * Running a loader opens and inspects the file (architecture detection, no
  * weights read); the parts load when a node first uses them. */
 #include "loaders.h"
-#include "models/model_paths.h"
+#include "models/checkpoint/model_paths.h"
 
 static sd_status list_checkpoints(const sd_env *env, sd_value **out, sd_error *err) {
     return sd_model_paths_list(env, SD_FOLDER_CHECKPOINTS, out, err);

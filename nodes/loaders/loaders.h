@@ -2,7 +2,7 @@
  * LoadCheckpoint, VAELoader) and the MODEL / CLIP / VAE handles every
  * model-using node reads.
  *
- * A handle value references an open checkpoint (models/checkpoint.h); the
+ * A handle value references an open checkpoint (models/checkpoint/checkpoint.h); the
  * weights load on first use by the node that needs them (KSampler loads the
  * UNet, CLIPTextEncode the text encoder, VAEDecode the VAE). Checkpoints
  * come from the model store in env->models (an sd_model_store, shared for
@@ -13,7 +13,7 @@
 #define SD_NODES_LOADERS_H
 
 #include "core/node.h"
-#include "models/checkpoint.h"
+#include "models/checkpoint/checkpoint.h"
 
 struct sd_lora_stack; /* nodes/lora/lora_nodes.h */
 

@@ -4,7 +4,7 @@
  * stacks; the inputs keep theirs, so changing a strength never reloads the
  * checkpoint. */
 #include "lora_nodes.h"
-#include "models/model_paths.h"
+#include "models/checkpoint/model_paths.h"
 #include "nodes/loaders/loaders.h"
 
 static sd_status list_loras(const sd_env *env, sd_value **out, sd_error *err) {

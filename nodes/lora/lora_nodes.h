@@ -1,6 +1,6 @@
 /* lora_nodes.h - what LoraLoader / LoraLoaderModelOnly (alias LoRA) need on
  * the node side: a MODEL's or CLIP's list of applied LoRAs (a "stack") and
- * the patched views built from it (models/lora.h).
+ * the patched views built from it (models/lora/lora.h).
  *
  * A stack is immutable once made: LoraLoader makes a new one (the input's
  * entries + one more), so the MODEL/CLIP it received keep theirs and every
@@ -19,8 +19,8 @@
 #define SD_NODES_LORA_H
 
 #include "core/node.h"
-#include "models/checkpoint.h"
-#include "models/lora.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/lora/lora.h"
 
 typedef struct sd_lora_stack sd_lora_stack;
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model_paths.h"
+#include "models/checkpoint/model_paths.h"
 
 struct sd_lora_stack {
     int refcount;

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "sampling.h"
-#include "models/guider.h"
-#include "models/unet.h"
+#include "models/sampling/guider.h"
+#include "models/unet/unet.h"
 #include "nodes/controlnet/controlnet_nodes.h"
 
 #ifdef __clang__

@@ -5,11 +5,11 @@
 #include <string.h>
 
 #include "sampling.h"
-#include "models/guider.h"
-#include "models/imageops.h"
-#include "models/rng.h"
-#include "models/sampler.h"
-#include "models/schedules.h"
+#include "models/sampling/guider.h"
+#include "models/image/imageops.h"
+#include "models/sampling/rng.h"
+#include "models/sampling/sampler.h"
+#include "models/sampling/schedules.h"
 #include "nodes/conditioning/conditioning.h"
 #include "nodes/controlnet/controlnet_nodes.h"
 #include "nodes/loaders/loaders.h"

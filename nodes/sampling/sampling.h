@@ -8,8 +8,8 @@
 #define SD_NODES_SAMPLING_H
 
 #include "core/node.h"
-#include "models/checkpoint.h"
-#include "models/model_sampling.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/sampling/model_sampling.h"
 
 extern const sd_node_def *const sd_nodes_sampling[];
 

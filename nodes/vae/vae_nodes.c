@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "vae_nodes.h"
-#include "models/imageops.h"
-#include "models/vae.h"
+#include "models/image/imageops.h"
+#include "models/vae/vae.h"
 #include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/canny.h"
+#include "models/image/canny.h"
 
 /* Image [B, H, W, 3] from f(b, y, x). */
 static sd_tensor *image(int64_t B, int64_t H, int64_t W, float (*f)(int64_t, int64_t, int64_t)) {

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "models/checkpoint.h"
-#include "models/synth.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/synth/synth.h"
 #include "testutil.h"
 
 static void loaded(sd_checkpoint *c, int *u, int *t, int *v) { sd_checkpoint_loaded(c, u, t, v); }

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text_encode.h"
+#include "models/text/text_encode.h"
 #include "testutil.h"
 #include "golden.h"
 

@@ -23,15 +23,15 @@
 
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "models/controlnet.h"
-#include "models/guider.h"
-#include "models/lora.h"
-#include "models/model_sampling.h"
-#include "models/sampler.h"
-#include "models/schedules.h"
-#include "models/vae.h"
-#include "models/text_encode.h"
-#include "models/unet.h"
+#include "models/controlnet/controlnet.h"
+#include "models/sampling/guider.h"
+#include "models/lora/lora.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/sampler.h"
+#include "models/sampling/schedules.h"
+#include "models/vae/vae.h"
+#include "models/text/text_encode.h"
+#include "models/unet/unet.h"
 
 static const char *case_id;
 

@@ -11,7 +11,7 @@
  * does not know, so this test reads the (simple) safetensors layout itself.
  */
 #include "testutil.h"
-#include "models/rng.h"
+#include "models/sampling/rng.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>

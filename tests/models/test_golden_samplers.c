@@ -3,7 +3,7 @@
  * The references (golden/manifest_math.json "samplers") were produced by
  * ComfyUI's own sampling code with the UNet replaced by an analytic function
  * F. This test rebuilds the same denoiser (EPS wrapper from
- * models/model_sampling.h, CFG from models/guider.h) and, for every case the
+ * models/sampling/model_sampling.h, CFG from models/sampling/guider.h) and, for every case the
  * manifest lists, runs the sampler from the stored x_start over the stored
  * sigmas and compares x_final, x_out_latent and the trajectories at the
  * manifest's tolerance, plus the guider / UNet call counts. It also checks
@@ -19,10 +19,10 @@
 #include <cjson/cJSON.h>
 #include "testutil.h"
 #include "core/safetensors.h"
-#include "models/guider.h"
-#include "models/model_sampling.h"
-#include "models/rng.h"
-#include "models/sampler.h"
+#include "models/sampling/guider.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/rng.h"
+#include "models/sampling/sampler.h"
 
 /* ---- the analytic model ------------------------------------------------------ */
 

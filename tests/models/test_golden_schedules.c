@@ -14,8 +14,8 @@
  */
 #include "testutil.h"
 #include "core/safetensors.h"
-#include "models/model_sampling.h"
-#include "models/schedules.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/schedules.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

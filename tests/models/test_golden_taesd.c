@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/taesd.h"
+#include "models/vae/taesd.h"
 #include "testutil.h"
 #include "golden.h"
 

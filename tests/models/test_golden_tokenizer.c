@@ -10,8 +10,8 @@
  * (F32 tensors, as the manifest's tolerance says). */
 #include "testutil.h"
 #include "core/safetensors.h"
-#include "models/prompt.h"
-#include "models/tokenizer.h"
+#include "models/text/prompt.h"
+#include "models/text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

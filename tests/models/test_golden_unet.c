@@ -22,8 +22,8 @@
 
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "models/model_sampling.h"
-#include "models/unet.h"
+#include "models/sampling/model_sampling.h"
+#include "models/unet/unet.h"
 
 #define MAX_TAPS 16
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/vae.h"
+#include "models/vae/vae.h"
 #include "testutil.h"
 #include "golden.h"
 

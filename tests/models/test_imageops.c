@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/imageops.h"
+#include "models/image/imageops.h"
 #include "testutil.h"
 
 static sd_tensor *make(int64_t n, int64_t c, int64_t h, int64_t w, const float *vals) {

@@ -14,10 +14,10 @@
 
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "models/lora.h"
-#include "models/synth.h"
-#include "models/text_encode.h"
-#include "models/unet.h"
+#include "models/lora/lora.h"
+#include "models/synth/synth.h"
+#include "models/text/text_encode.h"
+#include "models/unet/unet.h"
 
 static uint64_t rng_state = 12345;
 static float rnd(void) {

@@ -4,7 +4,7 @@
  * prepare_noise batch_index rules and argument errors.
  */
 #include "testutil.h"
-#include "models/rng.h"
+#include "models/sampling/rng.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
-#include "models/brownian.h"
-#include "models/guider.h"
-#include "models/model_sampling.h"
-#include "models/sampler.h"
-#include "models/schedules.h"
-#include "models/sampler_internal.h" /* smp_expm1f */
+#include "models/sampling/brownian.h"
+#include "models/sampling/guider.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/sampler.h"
+#include "models/sampling/schedules.h"
+#include "models/sampling/sampler_internal.h" /* smp_expm1f */
 
 /* A smooth toy model: x0 = 0.3 * x / sqrt(1 + sigma^2) + 0.1 * cond-dependent offset. */
 typedef struct toy {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/synth.h"
+#include "models/synth/synth.h"
 #include "testutil.h"
 
 typedef struct { const sd_st_file *ref; int n, missing; } cmp_ctx;

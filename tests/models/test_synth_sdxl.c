@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "models/checkpoint.h"
-#include "models/synth.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/synth/synth.h"
 #include "testutil.h"
 
 typedef struct {

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text_encode.h"
+#include "models/text/text_encode.h"
 #include "testutil.h"
 
 #define VOCAB 49408

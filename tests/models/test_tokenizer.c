@@ -1,11 +1,11 @@
 /* Unit tests: the weight parser and Python float(), text clean-up, chunk
  * layout (8-token rule, long prompts, padding), embeddings (lookup rules,
  * tensor choice, errors) and tokenizer loading/resolution. Expected values
- * follow ComfyUI's tokenize_with_weights as documented in models/prompt.h. */
+ * follow ComfyUI's tokenize_with_weights as documented in models/text/prompt.h. */
 #include "testutil.h"
 #include "core/safetensors.h"
-#include "models/prompt.h"
-#include "models/tokenizer.h"
+#include "models/text/prompt.h"
+#include "models/text/tokenizer.h"
 
 #include <math.h>
 #include <pthread.h>

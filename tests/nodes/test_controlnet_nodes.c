@@ -15,9 +15,9 @@
 #include "core/node.h"
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "models/canny.h"
-#include "models/controlnet.h"
-#include "models/synth.h"
+#include "models/image/canny.h"
+#include "models/controlnet/controlnet.h"
+#include "models/synth/synth.h"
 #include "nodes/controlnet/controlnet_nodes.h"
 #include "testutil.h"
 

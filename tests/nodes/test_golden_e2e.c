@@ -24,7 +24,7 @@
 #include "core/node.h"
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "models/checkpoint.h"
+#include "models/checkpoint/checkpoint.h"
 #include "nodes/loaders/loaders.h"
 #include "nodes/sampling/sampling.h"
 #include "testutil.h"

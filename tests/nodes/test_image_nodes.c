@@ -14,7 +14,7 @@
 #include "core/env.h"
 #include "core/node.h"
 #include "core/png.h"
-#include "models/imageops.h"
+#include "models/image/imageops.h"
 #include "nodes/image/image.h"
 #include "nodes_ctx.h"
 #include "testutil.h"

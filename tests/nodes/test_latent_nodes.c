@@ -13,7 +13,7 @@
 #include "core/env.h"
 #include "core/node.h"
 #include "core/safetensors.h"
-#include "models/imageops.h"
+#include "models/image/imageops.h"
 #include "nodes/latent/latent.h"
 #include "nodes_ctx.h"
 #include "testutil.h"

@@ -13,8 +13,8 @@
 #include "core/env.h"
 #include "core/safetensors.h"
 #include "kernels/backend.h"
-#include "models/checkpoint.h"
-#include "models/synth.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/synth/synth.h"
 #include "nodes/lora/lora_nodes.h"
 #include "testutil.h"
 

@@ -4,15 +4,15 @@
  * starts, the UNet when VAEDecode starts, the VAE when SaveImage starts;
  * the image is byte-identical to a run that keeps everything, and that run
  * still has every part loaded at the end. Random-weight checkpoint
- * synthesized in the real layout (models/synth.h): no shared data needed. */
+ * synthesized in the real layout (models/synth/synth.h): no shared data needed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/env.h"
 #include "core/executor.h"
-#include "models/checkpoint.h"
-#include "models/synth.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/synth/synth.h"
 #include "testutil.h"
 
 typedef struct watch {

@@ -1,5 +1,5 @@
 /* test_sd1_nodes.c - the SD1 pipeline nodes on random-weight checkpoints
- * synthesized in the real key layout (models/synth.h), so the test needs no
+ * synthesized in the real key layout (models/synth/synth.h), so the test needs no
  * shared data: loader errors and the model store, KSampler determinism,
  * batches, progress and Ctrl-C, ConditioningCombine / SetArea / ZeroOut
  * identities, KSamplerAdvanced step splits, img2img (VAEEncode + denoise
@@ -13,9 +13,9 @@
 
 #include "core/env.h"
 #include "core/node.h"
-#include "models/checkpoint.h"
-#include "models/rng.h"
-#include "models/synth.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/sampling/rng.h"
+#include "models/synth/synth.h"
 #include "nodes/loaders/loaders.h"
 #include "nodes/vae/vae_nodes.h"
 #include "testutil.h"

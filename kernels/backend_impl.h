@@ -1,0 +1,123 @@
+/* backend_impl.h - what a backend implements (internal to kernels/).
+ *
+ * kernels/backend.c owns everything backends share: the sticky error, argument and
+ * shape validation of every sd_op_*, allocation of the result through the
+ * vtable, and NULL propagation. A backend (cpu_backend.c, kernels/cuda)
+ * fills an sd_backend_i whose op entries receive validated inputs (all F32
+ * unless stated) and a freshly allocated `out` of the right shape whose
+ * contents are UNDEFINED (every op writes all of it), and return SD_OK or a
+ * failure code after calling sd_backend_fail().
+ */
+#ifndef SD_BACKEND_IMPL_H
+#define SD_BACKEND_IMPL_H
+
+#include "kernels/backend.h"
+
+typedef struct sd_backend_i {
+    const char *name;
+    void (*destroy)(sd_backend *be); /* frees be->impl */
+
+    /* storage: fill t->data / t->host for t's dtype and shape; zeroed when
+     * `zero`, else uninitialised (op results: skipping the memset saves a
+     * full pass over memory for every large activation) */
+    sd_status (*alloc)(sd_backend *be, sd_bt *t, int zero);
+    void (*release)(sd_bt *t);
+    /* t's dtype/shape are set; take src's data (sharing when dtypes match) */
+    sd_status (*upload)(sd_backend *be, sd_bt *t, sd_tensor *src);
+    sd_tensor *(*download)(const sd_bt *t);
+    /* v's dtype/shape are set; make it share src's storage */
+    sd_status (*share)(sd_bt *v, sd_bt *src);
+
+    sd_status (*linear)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b);
+    sd_status (*matmul)(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int trans_b,
+                        float alpha);
+    sd_status (*conv2d)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b,
+                        int stride, int pad_h, int pad_w);
+    sd_status (*pad2d)(sd_backend *be, sd_bt *out, const sd_bt *x, int left, int top);
+    sd_status (*group_norm)(sd_backend *be, sd_bt *out, const sd_bt *x, int groups,
+                            const sd_bt *gamma, const sd_bt *beta, float eps, int silu);
+    sd_status (*layer_norm)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                            const sd_bt *beta, float eps);
+    sd_status (*attention)(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                           const sd_bt *v, int heads, int causal);
+    /* b broadcast to a's shape via strides (0 for broadcast dims), ndim = a's */
+    sd_status (*binary)(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
+                        const int64_t *b_strides, int op /* 0 add, 1 mul */);
+    sd_status (*add_channel)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *b);
+    sd_status (*unary)(sd_backend *be, sd_bt *out, const sd_bt *x, int op, float s);
+    sd_status (*geglu)(sd_backend *be, sd_bt *out, const sd_bt *x);
+    sd_status (*softmax)(sd_backend *be, sd_bt *out, const sd_bt *x);
+    sd_status (*upsample2x)(sd_backend *be, sd_bt *out, const sd_bt *x);
+    sd_status (*concat)(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int dim);
+    sd_status (*slice)(sd_backend *be, sd_bt *out, const sd_bt *x, int dim, int64_t start);
+    sd_status (*permute)(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
+    sd_status (*embedding)(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
+    sd_status (*copy)(sd_backend *be, sd_bt *out, const sd_bt *x);
+
+    /* Optional. out (F32, x's shape; header only: the backend provides the
+     * storage, and may reuse it once out is released, which backend.c does
+     * right after the op) = x widened from F16/BF16. A backend
+     * that sets it accepts F16/BF16 tensors wherever an op takes an input
+     * (weights kept in their stored dtype): backend.c widens each such
+     * input into a temporary just for the op, except the embedding table,
+     * which `embedding` then receives in its stored float dtype (a gather
+     * widens only the rows it reads). NULL: ops take F32 only. */
+    sd_status (*to_f32)(sd_backend *be, sd_bt *out, const sd_bt *x);
+
+    /* Optional. 1 when the backend computes in precision p (F32: always).
+     * NULL: the backend handles every precision mode inside its own kernels
+     * (the CUDA one). */
+    int (*supports_precision)(const sd_backend *be, sd_precision p);
+    /* Optional. The three matrix ops when be->precision is not F32. Unlike
+     * the slots above they receive x/w/a/b in their stored dtype (F32, F16
+     * or BF16: backend.c does not widen them), so F16 weights can be rounded
+     * straight to the compute type; the bias may be F16/BF16 too. They
+     * report "no such path" through sd_backend_fail themselves. NULL: the
+     * F32 slots run with widened inputs whatever the precision. */
+    sd_status (*linear_lp)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                           const sd_bt *b);
+    sd_status (*matmul_lp)(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
+                           int trans_b, float alpha);
+    sd_status (*conv2d_lp)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
+                           const sd_bt *b, int stride, int pad_h, int pad_w);
+} sd_backend_i;
+
+enum sd_unary_op {
+    SD_UNARY_SCALE = 0,
+    SD_UNARY_SILU,
+    SD_UNARY_GELU,
+    SD_UNARY_QUICK_GELU,
+    SD_UNARY_TANH,
+    SD_UNARY_RELU
+};
+
+struct sd_backend {
+    const sd_backend_i *vt;
+    void *impl;
+    int n_threads;
+    sd_precision precision;
+    sd_error err; /* sticky: err.code != SD_OK once something failed */
+};
+
+/* Set the sticky error unless one is already set (the first error is the
+ * one worth reporting). Returns the code. */
+sd_status sd_backend_fail(sd_backend *be, sd_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Backend constructors (one per backend folder, kernels/cpu and
+ * kernels/cuda): fill be->vt and be->impl. Each backend defines only its own;
+ * kernels/backends.c lists the ones this build has (the CUDA one when the
+ * build defines SDFLOW_HAVE_CUDA, cmake/cuda.cmake). */
+sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err);
+sd_status sd_cuda_backend_init(sd_backend *be, int n_threads, sd_error *err);
+
+/* The backends compiled into this build, by the name sd_backend_new takes. */
+typedef struct sd_backend_entry {
+    const char *name;
+    sd_status (*init)(sd_backend *be, int n_threads, sd_error *err);
+} sd_backend_entry;
+
+/* The entry named `name`, or NULL when this build has no such backend. */
+const sd_backend_entry *sd_backend_find(const char *name);
+
+#endif

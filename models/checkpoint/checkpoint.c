@@ -1,0 +1,500 @@
+/* checkpoint.c - single-file checkpoint detection, lazy part loading and
+ * the model store. */
+#include "models/checkpoint/checkpoint.h"
+
+#include <libgen.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/torch_ckpt.h"
+#include "models/checkpoint/model_paths.h"
+#include "models/text/tokenizer.h"
+
+struct sd_checkpoint {
+    int refcount;
+    pthread_mutex_t mu;
+    char *path;
+    char *tokenizer_dir;
+    sd_dtype weight_dtype;
+    sd_backend *be;
+    sd_st_file *file; /* dropped once every present part is loaded */
+    sd_ckpt_info info;
+    sd_unet *unet;
+    sd_text_encoder *te;
+    sd_tokenizer *tok;
+    sd_vae *vae;
+    int holds[3];     /* per part (SD_CKPT_PART_* bit index): live handle holds */
+    int free_unused;  /* free a part when its last hold goes */
+};
+
+void sd_checkpoint_opts_default(sd_checkpoint_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->weight_dtype = SD_F32;
+}
+
+const char *sd_ckpt_family_name(sd_ckpt_family f) {
+    switch (f) {
+    case SD_CKPT_SD1: return "sd1";
+    case SD_CKPT_SDXL: return "sdxl";
+    default: return "none";
+    }
+}
+
+/* ---- detection ------------------------------------------------------------------ */
+
+static int has_prefix(const sd_st_file *f, const char *prefix) {
+    size_t n = strlen(prefix), cnt = sd_st_count(f);
+    /* entries are sorted by name: binary search for the first >= prefix */
+    size_t lo = 0, hi = cnt;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(sd_st_at(f, mid)->name, prefix) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < cnt && strncmp(sd_st_at(f, lo)->name, prefix, n) == 0;
+}
+
+static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
+    const char *path = sd_st_path(f);
+    memset(info, 0, sizeof *info);
+    info->prediction = SD_PRED_EPS;
+    info->latent_scale = SD_LATENT_SCALE_SD1;
+    const char *rw = sd_st_metadata(f, "sdflow_random_weights");
+    info->random_weights = rw && strcmp(rw, "true") == 0;
+
+    if (has_prefix(f, "cond_stage_model.model."))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: OpenCLIP text encoder under cond_stage_model.model. "
+                            "(a Stable Diffusion 2.x checkpoint); SD2.x is not supported",
+                            path);
+    if (sd_st_find(f, "v_pred") || sd_st_find(f, "edm_vpred.sigma_max"))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: v-prediction checkpoint (key 'v_pred'/'edm_vpred'); only "
+                            "eps-prediction models are supported",
+                            path);
+
+    if (has_prefix(f, SD_UNET_PREFIX)) {
+        sd_status rc = sd_unet_detect(f, SD_UNET_PREFIX, &info->unet, err);
+        if (rc) {
+            if (err && !strstr(err->msg, path)) sd_error_prefix(err, "%s", path);
+            return rc;
+        }
+        info->has_unet = 1;
+        info->family = info->unet.kind == SD_UNET_SDXL ? SD_CKPT_SDXL : SD_CKPT_SD1;
+        if (info->family == SD_CKPT_SDXL) info->latent_scale = SD_LATENT_SCALE_SDXL;
+        info->inpaint = info->unet.in_channels == 9;
+        if (info->unet.in_channels != 4 && info->unet.in_channels != 9)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "%s: UNet with %d input channels (4 = regular, 9 = inpainting "
+                                "are supported; 8 is InstructPix2Pix)",
+                                path, info->unet.in_channels);
+    }
+    if (sd_st_find(f, "first_stage_model.decoder.conv_in.weight")) {
+        info->has_vae = 1;
+        info->vae_prefix = "first_stage_model.";
+    } else if (sd_st_find(f, "decoder.conv_in.weight")) {
+        info->has_vae = 1;
+        info->vae_prefix = "";
+    } else if (has_prefix(f, "decoder.up_blocks.") || has_prefix(f, "first_stage_model.decoder.up_blocks.")) {
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: diffusers-layout VAE (decoder.up_blocks.*); convert it to the "
+                            "single-file layout (decoder.up.N.block.M)",
+                            path);
+    }
+    info->has_text_encoder = has_prefix(f, "cond_stage_model.transformer.") ||
+                             has_prefix(f, "conditioner.embedders.");
+    if (!info->has_unet && !info->has_vae && !info->has_text_encoder)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: no Stable Diffusion part found (no keys under "
+                            "model.diffusion_model., first_stage_model., cond_stage_model. or "
+                            "conditioner.; %zu tensors, first '%s')",
+                            path, sd_st_count(f),
+                            sd_st_count(f) ? sd_st_at(f, 0)->name : "");
+    return SD_OK;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------- */
+
+sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,
+                             sd_checkpoint **out, sd_error *err) {
+    *out = NULL;
+    sd_checkpoint_opts dflt;
+    if (!opts) {
+        sd_checkpoint_opts_default(&dflt);
+        opts = &dflt;
+    }
+    if (!be) return sd_error_set(err, SD_ERR_INVALID, "%s: no compute backend", path);
+    /* .ckpt/.pt/.pth: the weights-only reader, chosen by content */
+    sd_st_file *f = NULL;
+    sd_status rc = sd_torch_open_any(path, &f, err);
+    if (rc) return rc;
+    sd_checkpoint *c = calloc(1, sizeof *c);
+    if (!c) {
+        sd_st_close(f);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    c->refcount = 1;
+    pthread_mutex_init(&c->mu, NULL);
+    c->be = be;
+    c->file = f;
+    c->weight_dtype = opts->weight_dtype;
+    c->path = strdup(path);
+    c->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
+    if (!c->path || (opts->tokenizer_dir && !c->tokenizer_dir)) {
+        sd_checkpoint_unref(c);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    if ((rc = detect(f, &c->info, err))) {
+        sd_checkpoint_unref(c);
+        return rc;
+    }
+    *out = c;
+    return SD_OK;
+}
+
+sd_checkpoint *sd_checkpoint_ref(sd_checkpoint *c) {
+    if (c) __atomic_add_fetch(&c->refcount, 1, __ATOMIC_SEQ_CST);
+    return c;
+}
+
+void sd_checkpoint_unref(sd_checkpoint *c) {
+    if (!c || __atomic_sub_fetch(&c->refcount, 1, __ATOMIC_SEQ_CST) > 0) return;
+    sd_unet_free(c->unet);
+    sd_text_encoder_free(c->te);
+    sd_tokenizer_free(c->tok);
+    sd_vae_free(c->vae);
+    sd_st_close(c->file);
+    pthread_mutex_destroy(&c->mu);
+    free(c->path);
+    free(c->tokenizer_dir);
+    free(c);
+}
+
+const sd_ckpt_info *sd_checkpoint_info(const sd_checkpoint *c) { return &c->info; }
+const char *sd_checkpoint_path(const sd_checkpoint *c) { return c->path; }
+sd_backend *sd_checkpoint_backend(const sd_checkpoint *c) { return c->be; }
+
+/* Drop the mapping once nothing is left to load from it (called locked). */
+static void maybe_close_file(sd_checkpoint *c) {
+    if (!c->file) return;
+    if (c->info.has_unet && !c->unet) return;
+    if (c->info.has_text_encoder && !c->te) return;
+    if (c->info.has_vae && !c->vae) return;
+    sd_st_close(c->file);
+    c->file = NULL;
+}
+
+/* A part freed early (sd_checkpoint_release) may be asked for again after
+ * the mapping was dropped: map the file again (called locked). */
+static sd_status ensure_file(sd_checkpoint *c, sd_error *err) {
+    if (c->file) return SD_OK;
+    return sd_st_open(c->path, &c->file, err);
+}
+
+/* Context for a load error; the path only when the message lacks it. */
+static void prefix_part(const sd_checkpoint *c, sd_error *err, const char *what) {
+    if (!err) return;
+    if (strstr(err->msg, c->path)) sd_error_prefix(err, "loading the %s", what);
+    else sd_error_prefix(err, "loading the %s of %s", what, c->path);
+}
+
+/* ---- non-finite weights ---------------------------------------------------------- */
+
+/* 1 when every stored value of the entry is finite (checked on the raw
+ * bits, before any conversion); non-float dtypes count as finite. */
+static int entry_finite(sd_st_file *f, const sd_st_entry *e) {
+    if (e->dtype != SD_F32 && e->dtype != SD_F16 && e->dtype != SD_BF16 && e->dtype != SD_F64)
+        return 1;
+    sd_error ignore;
+    sd_tensor *t = sd_st_tensor(f, e->name, &ignore);
+    if (!t) return 1; /* unreadable: the loader reports that itself */
+    size_t n = (size_t)sd_tensor_numel(t);
+    int ok = 1;
+    if (t->dtype == SD_F32) {
+        const float *p = t->data;
+        for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
+    } else if (t->dtype == SD_F64) {
+        const double *p = t->data;
+        for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
+    } else {
+        const uint16_t *p = t->data;
+        const uint16_t m = t->dtype == SD_F16 ? 0x7c00 : 0x7f80; /* all-ones exponent */
+        for (size_t i = 0; ok && i < n; i++) ok = (p[i] & m) != m;
+    }
+    sd_tensor_unref(t);
+    return ok;
+}
+
+/* A part failed to load because of a NaN/Inf weight (models/checkpoint/weights.h stops
+ * at the first one). Real corrupted checkpoints usually have several bad
+ * layers, and the user needs all of them to judge the file, so scan every
+ * tensor under the part's prefixes and name them all (the first
+ * SHOW_NONFINITE, then a count). Called locked, with the file still open. */
+#define SHOW_NONFINITE 8
+static void name_nonfinite(sd_checkpoint *c, const char *const *prefixes, const char *what,
+                           sd_error *err) {
+    if (!err || !c->file || err->code != SD_ERR_FORMAT || !strstr(err->msg, "NaN or Inf")) return;
+    char list[1400];
+    size_t used = 0, nbad = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < sd_st_count(c->file); i++) {
+        const sd_st_entry *e = sd_st_at(c->file, i);
+        int under = 0;
+        for (int k = 0; prefixes[k] && !under; k++)
+            under = strncmp(e->name, prefixes[k], strlen(prefixes[k])) == 0;
+        if (!under || entry_finite(c->file, e)) continue;
+        if (nbad++ < SHOW_NONFINITE && used < sizeof list) {
+            int w = snprintf(list + used, sizeof list - used, "%s'%s'", used ? ", " : "", e->name);
+            if (w > 0) used += (size_t)w;
+        }
+    }
+    if (nbad < 2) return; /* the message already names the only one */
+    char first[SD_ERR_MSG_MAX];
+    snprintf(first, sizeof first, "%s", err->msg);
+    char more[64] = "";
+    if (nbad > SHOW_NONFINITE)
+        snprintf(more, sizeof more, " and %zu more", nbad - SHOW_NONFINITE);
+    sd_error_set(err, SD_ERR_FORMAT, "%s; %zu tensors of the %s contain NaN or Inf: %s%s", first,
+                 nbad, what, list, more);
+}
+
+static sd_status missing(const sd_checkpoint *c, const char *what, const char *where,
+                         sd_error *err) {
+    return sd_error_set(err, SD_ERR_NOT_FOUND, "%s has no %s (no keys under %s)", c->path, what,
+                        where);
+}
+
+sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err) {
+    *out = NULL;
+    if (!c->info.has_unet) return missing(c, "diffusion model", SD_UNET_PREFIX, err);
+    pthread_mutex_lock(&c->mu);
+    sd_status rc = SD_OK;
+    if (!c->unet) rc = ensure_file(c, err);
+    if (!rc && !c->unet) {
+        rc = sd_unet_load(c->be, c->file, SD_UNET_PREFIX, c->weight_dtype, &c->unet, err);
+        if (rc) {
+            static const char *const pre[] = {SD_UNET_PREFIX, NULL};
+            name_nonfinite(c, pre, "UNet", err);
+            prefix_part(c, err, "UNet");
+        }
+        else maybe_close_file(c);
+    }
+    *out = c->unet;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    if (!c->info.has_text_encoder)
+        return missing(c, "text encoder", "cond_stage_model. or conditioner.", err);
+    pthread_mutex_lock(&c->mu);
+    sd_status rc = SD_OK;
+    if (!c->tok) {
+        /* a tokenizer beside the model wins, as with ComfyUI's bundled one */
+        char *tmp = strdup(c->path);
+        if (!tmp) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        else rc = sd_tokenizer_resolve(dirname(tmp), c->tokenizer_dir, &c->tok, err);
+        free(tmp);
+    }
+    if (!rc && !c->te) rc = ensure_file(c, err);
+    if (!rc && !c->te) {
+        rc = sd_text_encoder_load(c->be, c->file, c->tok, &c->te, err);
+        if (rc) {
+            static const char *const pre[] = {"cond_stage_model.", "conditioner.", NULL};
+            name_nonfinite(c, pre, "text encoder", err);
+            prefix_part(c, err, "text encoder");
+        }
+        else maybe_close_file(c);
+    }
+    *out = rc ? NULL : c->te;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
+    *out = NULL;
+    if (!c->info.has_vae) return missing(c, "VAE", "first_stage_model.", err);
+    pthread_mutex_lock(&c->mu);
+    sd_status rc = SD_OK;
+    if (!c->vae) rc = ensure_file(c, err);
+    if (!rc && !c->vae) {
+        rc = sd_vae_load(c->be, c->file, c->info.vae_prefix, &c->vae, err);
+        if (rc) {
+            const char *const pre[] = {c->info.vae_prefix ? c->info.vae_prefix : "", NULL};
+            name_nonfinite(c, pre, "VAE", err);
+            prefix_part(c, err, "VAE");
+        }
+        else maybe_close_file(c);
+    }
+    *out = c->vae;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae) {
+    pthread_mutex_lock(&c->mu);
+    if (unet) *unet = c->unet != NULL;
+    if (text_encoder) *text_encoder = c->te != NULL;
+    if (vae) *vae = c->vae != NULL;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int part_index(unsigned bit) {
+    return bit == SD_CKPT_PART_UNET ? 0 : bit == SD_CKPT_PART_TEXT ? 1 : 2;
+}
+
+void sd_checkpoint_hold(sd_checkpoint *c, unsigned parts) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    for (unsigned bit = 1; bit <= SD_CKPT_PART_VAE; bit <<= 1)
+        if (parts & bit) c->holds[part_index(bit)]++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void sd_checkpoint_release(sd_checkpoint *c, unsigned parts) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    for (unsigned bit = 1; bit <= SD_CKPT_PART_VAE; bit <<= 1) {
+        if (!(parts & bit)) continue;
+        int *h = &c->holds[part_index(bit)];
+        if (*h == 0) continue; /* an unbalanced release frees nothing */
+        if (--*h > 0 || !c->free_unused) continue;
+        /* F16 weights are views of the mapping: freeing them also hands
+         * their pages back (core/safetensors.c), although the mapping stays
+         * for the parts still in use. */
+        if (bit == SD_CKPT_PART_UNET) sd_unet_free(c->unet), c->unet = NULL;
+        if (bit == SD_CKPT_PART_TEXT) sd_text_encoder_free(c->te), c->te = NULL;
+        if (bit == SD_CKPT_PART_VAE) sd_vae_free(c->vae), c->vae = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- the store ---------------------------------------------------------------------- */
+
+typedef struct store_entry {
+    char *path;
+    char *tokenizer_dir;
+    sd_backend *be;
+    sd_dtype weight_dtype;
+    long long size, mtime_ns;
+    sd_checkpoint *ckpt;
+} store_entry;
+
+struct sd_model_store {
+    pthread_mutex_t mu;
+    store_entry *v;
+    size_t n, cap;
+    int free_unused; /* sd_model_store_free_unused */
+};
+
+sd_model_store *sd_model_store_new(void) {
+    sd_model_store *s = calloc(1, sizeof *s);
+    if (s) pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+static void entry_clear(store_entry *e) {
+    sd_checkpoint_unref(e->ckpt);
+    free(e->path);
+    free(e->tokenizer_dir);
+    memset(e, 0, sizeof *e);
+}
+
+void sd_model_store_free(sd_model_store *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++) entry_clear(&s->v[i]);
+    free(s->v);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+size_t sd_model_store_count(const sd_model_store *s) { return s ? s->n : 0; }
+
+void sd_model_store_free_unused(sd_model_store *s, int on) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->free_unused = on != 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void set_free_unused(sd_checkpoint *c, int on) {
+    pthread_mutex_lock(&c->mu);
+    c->free_unused = on;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int str_eq(const char *a, const char *b) {
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *path,
+                              const sd_checkpoint_opts *opts, sd_checkpoint **out,
+                              sd_error *err) {
+    *out = NULL;
+    sd_checkpoint_opts dflt;
+    if (!opts) {
+        sd_checkpoint_opts_default(&dflt);
+        opts = &dflt;
+    }
+    if (!s) return sd_checkpoint_open(be, path, opts, out, err);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return sd_error_set(err, SD_ERR_NOT_FOUND, "model file '%s' not found", path);
+    long long size = (long long)st.st_size;
+    long long mtime = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    pthread_mutex_lock(&s->mu);
+    store_entry *slot = NULL;
+    for (size_t i = 0; i < s->n; i++) {
+        store_entry *e = &s->v[i];
+        if (e->path && e->be == be && e->weight_dtype == opts->weight_dtype && strcmp(e->path, path) == 0 &&
+            str_eq(e->tokenizer_dir, opts->tokenizer_dir)) {
+            if (e->size == size && e->mtime_ns == mtime) {
+                set_free_unused(e->ckpt, s->free_unused);
+                *out = sd_checkpoint_ref(e->ckpt);
+                pthread_mutex_unlock(&s->mu);
+                return SD_OK;
+            }
+            slot = e; /* the file changed on disk: reopen into this entry */
+            break;
+        }
+    }
+    sd_checkpoint *c = NULL;
+    sd_status rc = sd_checkpoint_open(be, path, opts, &c, err);
+    if (rc) {
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    set_free_unused(c, s->free_unused);
+    if (!slot) {
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 4;
+            store_entry *v = realloc(s->v, cap * sizeof *v);
+            if (!v) {
+                pthread_mutex_unlock(&s->mu);
+                *out = c; /* still usable, just not remembered */
+                return SD_OK;
+            }
+            s->v = v;
+            s->cap = cap;
+        }
+        slot = &s->v[s->n++];
+        memset(slot, 0, sizeof *slot);
+    } else {
+        entry_clear(slot);
+    }
+    slot->path = strdup(path);
+    slot->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
+    slot->be = be;
+    slot->weight_dtype = opts->weight_dtype;
+    slot->size = size;
+    slot->mtime_ns = mtime;
+    slot->ckpt = sd_checkpoint_ref(c);
+    pthread_mutex_unlock(&s->mu);
+    *out = c;
+    return SD_OK;
+}

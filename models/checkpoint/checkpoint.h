@@ -1,0 +1,127 @@
+/* checkpoint.h - single-file Stable Diffusion checkpoints: detection, lazy
+ * loading of the UNet, text encoder and VAE, and the process-lifetime store
+ * of loaded models.
+ *
+ * A checkpoint is opened (memory-mapped, header validated, architecture
+ * detected from key names and shapes) without loading any weight. Each part
+ * is loaded on first request, so a workflow whose text encodes come from
+ * the cache never loads the text encoder. Once every present part is loaded
+ * the file mapping is dropped: weights are held once, in the backend's dtype.
+ *
+ * Layouts (the keys real SD1.x / SDXL files use):
+ *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1 or SDXL)
+ *   VAE   first_stage_model.*       ("" for a standalone VAE file)
+ *   text  cond_stage_model.transformer.* (SD1) or conditioner.embedders.*
+ * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
+ * is a .safetensors or a PyTorch zip checkpoint (.ckpt, .pt, .pth), told
+ * apart by its first bytes; the latter is read weights-only, through
+ * core/torch_ckpt.h, with Lightning's "state_dict" unwrapped. SD2.x
+ * (OpenCLIP cond_stage_model.model.*), v-prediction files and unknown layouts
+ * are SD_ERR_UNSUPPORTED naming what was found. NaN/Inf weights are reported
+ * by tensor name when the part is loaded (models/checkpoint/weights.h).
+ *
+ * Thread safety: a checkpoint may be shared between threads; lazy loads are
+ * serialised by a mutex. The parts returned are borrowed from the checkpoint
+ * and live as long as it; running them uses the backend's sticky error, so
+ * one backend runs one model at a time.
+ */
+#ifndef SD_CHECKPOINT_H
+#define SD_CHECKPOINT_H
+
+#include "core/error.h"
+#include "kernels/backend.h"
+#include "models/sampling/model_sampling.h"
+#include "models/text/text_encode.h"
+#include "models/unet/unet.h"
+#include "models/vae/vae.h"
+
+typedef enum sd_ckpt_family {
+    SD_CKPT_NONE = 0, /* no UNet (a standalone VAE or text-encoder file) */
+    SD_CKPT_SD1 = 1,
+    SD_CKPT_SDXL = 2
+} sd_ckpt_family;
+
+typedef struct sd_ckpt_info {
+    sd_ckpt_family family;
+    int has_unet, has_text_encoder, has_vae;
+    sd_unet_config unet;     /* valid when has_unet */
+    const char *vae_prefix;  /* "first_stage_model." or "" */
+    float latent_scale;      /* 0.18215 SD1, 0.13025 SDXL (SD1's for a bare VAE) */
+    sd_prediction prediction;
+    int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
+    int random_weights;      /* metadata "sdflow_random_weights" == "true" */
+} sd_ckpt_info;
+
+typedef struct sd_checkpoint_opts {
+    /* --tokenizer-dir; NULL = only SDFLOW_TOKENIZER_DIR and the checkpoint's
+     * own directory (models/text/tokenizer.h resolution order). Copied. */
+    const char *tokenizer_dir;
+    sd_dtype weight_dtype; /* dtype of weights on the backend: SD_F32 on the CPU */
+} sd_checkpoint_opts;
+
+void sd_checkpoint_opts_default(sd_checkpoint_opts *o);
+
+typedef struct sd_checkpoint sd_checkpoint;
+
+/* Open and detect. *out holds one reference (sd_checkpoint_unref). The
+ * backend is borrowed and must outlive the checkpoint. Errors:
+ * SD_ERR_UNSUPPORTED (a pickle the weights-only reader refuses, SD2.x,
+ * v-prediction, diffusers layout, no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
+ * opening the file; messages name the file. */
+sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,
+                             sd_checkpoint **out, sd_error *err);
+sd_checkpoint *sd_checkpoint_ref(sd_checkpoint *c); /* NULL-safe, returns c */
+void sd_checkpoint_unref(sd_checkpoint *c);         /* NULL-safe */
+
+const sd_ckpt_info *sd_checkpoint_info(const sd_checkpoint *c);
+const char *sd_checkpoint_path(const sd_checkpoint *c);
+sd_backend *sd_checkpoint_backend(const sd_checkpoint *c);
+/* "sd1", "sdxl" or "none". */
+const char *sd_ckpt_family_name(sd_ckpt_family f);
+
+/* The parts, loaded on first call (borrowed; NULL never returned on SD_OK).
+ * SD_ERR_NOT_FOUND when the file has no such part; load errors name the
+ * file and tensor. A failed load is retried on the next call. The text
+ * encoder also needs a tokenizer (resolved then; SD_ERR_NOT_FOUND says how to
+ * configure one). */
+sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err);
+sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err);
+sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err);
+
+/* Which parts are loaded already (1/0 each; NULL pointers skipped). For
+ * tests and status displays: loading is lazy. */
+void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae);
+
+/* Part holds: a value that may use a part (a MODEL, CLIP or VAE handle)
+ * holds it for its lifetime. When the last hold on a part is dropped and the
+ * checkpoint frees unused parts (sd_model_store_free_unused), the part is
+ * freed there and then, and loads again if asked for later; otherwise holds
+ * change nothing. Parts obtained without a hold (tests, the benchmark) are
+ * never freed early. */
+enum { SD_CKPT_PART_UNET = 1, SD_CKPT_PART_TEXT = 2, SD_CKPT_PART_VAE = 4 };
+void sd_checkpoint_hold(sd_checkpoint *c, unsigned parts);    /* NULL-safe */
+void sd_checkpoint_release(sd_checkpoint *c, unsigned parts); /* NULL-safe */
+
+/* ---- the process-lifetime model store (sd_env.models) ----------------------
+ * Maps a file (path, size, mtime, backend, tokenizer dir) to its open
+ * checkpoint, so a REPL or a second run reuses loaded weights. A file
+ * replaced on disk opens afresh. The store holds one reference per entry;
+ * free it before the backend. */
+typedef struct sd_model_store sd_model_store;
+
+sd_model_store *sd_model_store_new(void); /* NULL when out of memory */
+void sd_model_store_free(sd_model_store *s); /* NULL-safe */
+/* Open through the store (s may be NULL: a plain sd_checkpoint_open). *out
+ * receives a new reference. */
+sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *path,
+                              const sd_checkpoint_opts *opts, sd_checkpoint **out,
+                              sd_error *err);
+/* Number of entries (tests). */
+size_t sd_model_store_count(const sd_model_store *s);
+/* One-shot runs (`sdflow run`): checkpoints opened through the store from
+ * now on free each part when its last hold goes (sd_checkpoint_release), so
+ * the text encoder is gone before the UNet runs and the UNet before the VAE
+ * decodes. Off by default: a REPL keeps loaded parts for reruns. */
+void sd_model_store_free_unused(sd_model_store *s, int on);
+
+#endif

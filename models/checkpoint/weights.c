@@ -1,0 +1,103 @@
+#include "models/checkpoint/weights.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void sd_weights_init(sd_weights *w, sd_backend *be, sd_st_file *f, const char *prefix) {
+    memset(w, 0, sizeof *w);
+    w->be = be;
+    w->file = f;
+    w->dtype = SD_F32;
+    snprintf(w->prefix, sizeof w->prefix, "%s", prefix ? prefix : "");
+}
+
+const char *sd_weights_key(const sd_weights *w, const char *name, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s", w->prefix, name);
+    return buf;
+}
+
+int sd_weights_has(const sd_weights *w, const char *name) {
+    char key[512];
+    return sd_st_find(w->file, sd_weights_key(w, name, key, sizeof key)) != NULL;
+}
+
+int sd_weights_shape(const sd_weights *w, const char *name, int64_t shape[SD_MAX_DIMS]) {
+    char key[512];
+    const sd_st_entry *e = sd_st_find(w->file, sd_weights_key(w, name, key, sizeof key));
+    if (!e) return -1;
+    for (int i = 0; i < e->ndim; i++) shape[i] = e->shape[i];
+    return e->ndim;
+}
+
+static void shape_str(int ndim, const int64_t *s, char *buf, size_t n) {
+    size_t off = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, i ? ", %lld" : "%lld", (long long)s[i]);
+    if (off < n) snprintf(buf + off, n - off, "]");
+}
+
+/* Finite check on the stored bytes, before any conversion. */
+static int all_finite(const sd_tensor *t) {
+    size_t n = (size_t)sd_tensor_numel(t);
+    switch (t->dtype) {
+    case SD_F32: { const float *p = t->data; for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0; return 1; }
+    case SD_F16: { const uint16_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7c00) == 0x7c00) return 0; return 1; }
+    case SD_BF16: { const uint16_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7f80) == 0x7f80) return 0; return 1; }
+    case SD_F64: { const double *p = t->data; for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0; return 1; }
+    default: return 1;
+    }
+}
+
+sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int64_t *shape,
+                      sd_error *err) {
+    char key[512];
+    sd_weights_key(w, name, key, sizeof key);
+    const sd_st_entry *e = sd_st_find(w->file, key);
+    if (!e) {
+        sd_error_set(err, SD_ERR_NOT_FOUND, "%s: missing tensor '%s'", sd_st_path(w->file), key);
+        return NULL;
+    }
+    if (shape) {
+        int same = e->ndim == ndim;
+        for (int i = 0; same && i < ndim; i++) same = e->shape[i] == shape[i];
+        if (!same) {
+            char want[128], got[128];
+            shape_str(ndim, shape, want, sizeof want);
+            shape_str(e->ndim, e->shape, got, sizeof got);
+            sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s",
+                         sd_st_path(w->file), key, got, want);
+            return NULL;
+        }
+    }
+    sd_tensor *t = sd_st_tensor(w->file, key, err);
+    if (!t) return NULL;
+    if (!all_finite(t)) {
+        sd_tensor_unref(t);
+        sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' contains NaN or Inf (corrupted checkpoint)",
+                     sd_st_path(w->file), key);
+        return NULL;
+    }
+    /* Keep half-precision weights as stored (mapped, not copied) when the
+     * backend computes with them directly: an F16 SD1.5 checkpoint then costs
+     * its file size in RAM, not twice that. */
+    sd_dtype up = w->dtype;
+    if (up == SD_F32 && (t->dtype == SD_F16 || t->dtype == SD_BF16) &&
+        sd_backend_accepts_dtype(w->be, t->dtype))
+        up = t->dtype;
+    sd_bt *b = sd_bt_from_host(w->be, t, up);
+    sd_tensor_unref(t);
+    if (!b) sd_backend_take_error(w->be, err);
+    return b;
+}
+
+sd_bt *sd_weights_getf(const sd_weights *w, sd_error *err, int ndim, const int64_t *shape,
+                       const char *fmt, ...) {
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return sd_weights_get(w, name, ndim, shape, err);
+}

@@ -1,0 +1,111 @@
+/* lora.h - LoRA / LyCORIS weight patches applied the way ComfyUI's
+ * LoraLoader applies them (comfy.lora + comfy.weight_adapter), without
+ * copying the model.
+ *
+ * Three steps, each its own object:
+ *   sd_lora       an opened LoRA file (memory-mapped safetensors; nothing is
+ *                 decoded until a patch is computed).
+ *   sd_lora_plan  the file matched against a model's parts: for every LoRA
+ *                 module name the target parameter (ComfyUI's
+ *                 model_lora_keys_unet / model_lora_keys_clip key maps) and
+ *                 the adapter found there, plus every LoRA tensor that
+ *                 matched nothing (reported, never silently dropped).
+ *   views         sd_lora_unet_view / sd_lora_text_encoder_view build a new
+ *                 model whose weights are backend views of the base model's
+ *                 (models/unet/unet.h sd_unet_view, clip.h sd_clip_view), with
+ *                 only the touched tensors replaced by patched copies.
+ *                 Several (plan, strength) pairs stack in order; the base
+ *                 model is never modified, so changing a strength or
+ *                 dropping a LoRA is building another view.
+ *
+ * Names understood (module name x, then the adapter suffixes below):
+ *   UNet   lora_unet_<diffusers path, '.'->'_'>, lora_unet_<ldm path>,
+ *          lycoris_<diffusers path>, diffusion_model.<ldm path>,
+ *          [unet.]<diffusers path> with attention projections spelled
+ *          ".processor.to_q" / ".processor.to_out" (ComfyUI maps only that
+ *          spelling: plain PEFT "unet.<...>.attn1.to_q" stays unmatched).
+ *   CLIP   lora_te_ / lora_te1_ / lora_te2_ text_model_encoder_layers_N_<mod>,
+ *          text_encoder[_2].text_model.encoder.layers.N.<mod>,
+ *          text_encoders.clip_{l,g}.transformer.<hf key>; lora_te_ is CLIP-L
+ *          on SD1 and the bigG on an SDXL refiner (ComfyUI's choice).
+ *   Adapters: LoRA (x.lora_up/lora_down [+ lora_mid, LoCon], _lora.up/down,
+ *          .lora_B/.lora_A, .lora.up/down, .lora_linear_layer.up/down,
+ *          .lora_B/A.default), LoHa (hada_w1_a/b, hada_w2_a/b [, hada_t1/t2]),
+ *          LoKr (lokr_w1 | lokr_w1_a/b, lokr_w2 | lokr_w2_a/b [, lokr_t2]),
+ *          full diffs (.diff, .diff_b, .w_norm, .b_norm); x.alpha scales by
+ *          alpha / rank (rank = rows of the down matrix); no alpha = 1.
+ *   Not supported (SD_ERR_UNSUPPORTED naming the key): DoRA (.dora_scale),
+ *          GLoRA/OFT/BOFT, .set_weight.
+ * Math (float32, as ComfyUI on an upcast weight):
+ *   W' = W + (strength * alpha/rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape)
+ *
+ * Ownership: sd_lora and sd_lora_plan are reference counted (a plan keeps
+ * its sd_lora alive). Views own their patched tensors and are freed with
+ * sd_unet_free / sd_text_encoder_free; the base model must outlive them.
+ */
+#ifndef SD_LORA_H
+#define SD_LORA_H
+
+#include <stddef.h>
+
+#include "core/safetensors.h"
+#include "models/text/text_encode.h"
+#include "models/unet/unet.h"
+
+typedef struct sd_lora sd_lora;
+
+/* Open a LoRA file. Errors: the safetensors reader's (naming the file),
+ * SD_ERR_FORMAT when the file holds no tensor. *out has one reference. */
+sd_status sd_lora_open(const char *path, sd_lora **out, sd_error *err);
+/* Same over an already open file (takes no ownership of f; f must stay open
+ * while the sd_lora lives). */
+sd_status sd_lora_from_file(sd_st_file *f, sd_lora **out, sd_error *err);
+sd_lora *sd_lora_ref(sd_lora *l); /* NULL-safe */
+void sd_lora_unref(sd_lora *l);   /* NULL-safe */
+const char *sd_lora_path(const sd_lora *l);
+
+/* Which model part a patch targets. */
+typedef enum sd_lora_part { SD_LORA_UNET = 0, SD_LORA_CLIP_L = 1, SD_LORA_CLIP_G = 2 } sd_lora_part;
+
+typedef struct sd_lora_plan sd_lora_plan;
+
+/* Match `lora` against the parts it may patch: unet and/or te (either may be
+ * NULL: LoraLoaderModelOnly passes no text encoder, whose LoRA tensors then
+ * count as unmatched). Shapes are checked here: a patch whose size differs
+ * from its target is SD_ERR_INVALID naming the LoRA key, the target and both
+ * shapes (a LoRA made for another architecture). A LoRA of which nothing
+ * matches is not an error here; callers decide (see sd_lora_plan_count). */
+sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *te,
+                           sd_lora_plan **out, sd_error *err);
+sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p); /* NULL-safe */
+void sd_lora_plan_unref(sd_lora_plan *p);        /* NULL-safe */
+
+/* Number of target parameters patched in a part. */
+size_t sd_lora_plan_count(const sd_lora_plan *p, sd_lora_part part);
+/* Target key of patch i of a part (relative to the part's prefix:
+ * "input_blocks.1.1.proj_in.weight", "text_model.encoder.layers.0.mlp.fc1.weight"). */
+const char *sd_lora_plan_target(const sd_lora_plan *p, sd_lora_part part, size_t i);
+/* LoRA tensors that matched no target, in file (name) order. */
+size_t sd_lora_plan_unmatched_count(const sd_lora_plan *p);
+const char *sd_lora_plan_unmatched(const sd_lora_plan *p, size_t i);
+/* "N LoRA keys matched nothing: a, b, c, ..." (at most `show` names) into
+ * buf; returns buf ("" when every key matched). */
+const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char *buf, size_t n);
+
+/* One LoRA applied with a strength. */
+typedef struct sd_lora_use {
+    const sd_lora_plan *plan;
+    double strength;
+} sd_lora_use;
+
+/* A view of base with the UNet patches of uses[0..n) applied in order.
+ * Uses with strength 0 are skipped. Errors: SD_ERR_NOMEM, the adapter
+ * errors (SD_ERR_FORMAT for a malformed adapter, naming the LoRA key). */
+sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
+                            sd_error *err);
+/* The same for a text encoder: a new encoder over views of base's CLIP
+ * models sharing its tokenizer. */
+sd_status sd_lora_text_encoder_view(const sd_text_encoder *base, const sd_lora_use *uses, int n,
+                                    sd_text_encoder **out, sd_error *err);
+
+#endif

@@ -1,0 +1,355 @@
+/* lora_keys.c - the LoRA-name -> parameter map, built as ComfyUI's
+ * comfy.lora.model_lora_keys_unet / model_lora_keys_clip build it, with the
+ * diffusers <-> ldm UNet names of comfy.utils.unet_to_diffusers. */
+#include "models/lora/lora_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kbuf {
+    lora_key *k;
+    size_t n, cap;
+    int oom;
+} kbuf;
+
+static void add(kbuf *b, const char *name, sd_lora_part part, const char *target) {
+    if (b->oom) return;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 1024;
+        lora_key *k = realloc(b->k, cap * sizeof *k);
+        if (!k) {
+            b->oom = 1;
+            return;
+        }
+        b->k = k;
+        b->cap = cap;
+    }
+    char *n = strdup(name), *t = strdup(target);
+    if (!n || !t) {
+        free(n);
+        free(t);
+        b->oom = 1;
+        return;
+    }
+    b->k[b->n++] = (lora_key){n, part, t};
+}
+
+static void dots_to_underscores(char *s) {
+    for (; *s; s++)
+        if (*s == '.') *s = '_';
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* ---- UNet ------------------------------------------------------------------ */
+
+static const char *const res_map[][2] = {
+    {"in_layers.0", "norm1"},         {"in_layers.2", "conv1"},  {"emb_layers.1", "time_emb_proj"},
+    {"out_layers.0", "norm2"},        {"out_layers.3", "conv2"}, {"skip_connection", "conv_shortcut"},
+};
+static const char *const attn_params[] = {"proj_in", "proj_out", "norm"};
+static const char *const tblock_weights[] = {
+    "norm1", "norm2", "norm3", "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+    "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0", "ff.net.0.proj", "ff.net.2",
+};
+static const char *const basic_map[][2] = {
+    {"label_emb.0.0", "class_embedding.linear_1"}, {"label_emb.0.2", "class_embedding.linear_2"},
+    {"label_emb.0.0", "add_embedding.linear_1"},   {"label_emb.0.2", "add_embedding.linear_2"},
+    {"input_blocks.0.0", "conv_in"},               {"out.0", "conv_norm_out"},
+    {"out.2", "conv_out"},                         {"time_embed.0", "time_embedding.linear_1"},
+    {"time_embed.2", "time_embedding.linear_2"},
+};
+
+/* Every diffusers module -> ldm module pair (without .weight/.bias). */
+typedef struct dpair {
+    char d[200], l[200];
+} dpair;
+
+typedef struct dlist {
+    dpair *p;
+    size_t n, cap;
+    int oom;
+} dlist;
+
+static void dadd(dlist *L, const char *d, const char *l) {
+    if (L->oom) return;
+    if (L->n == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : 512;
+        dpair *p = realloc(L->p, cap * sizeof *p);
+        if (!p) {
+            L->oom = 1;
+            return;
+        }
+        L->p = p;
+        L->cap = cap;
+    }
+    snprintf(L->p[L->n].d, sizeof L->p[L->n].d, "%s", d);
+    snprintf(L->p[L->n].l, sizeof L->p[L->n].l, "%s", l);
+    L->n++;
+}
+
+static void add_resnet(dlist *L, const char *d, const char *l) {
+    char a[200], b[200];
+    for (size_t i = 0; i < sizeof res_map / sizeof *res_map; i++) {
+        snprintf(a, sizeof a, "%s.%s", d, res_map[i][1]);
+        snprintf(b, sizeof b, "%s.%s", l, res_map[i][0]);
+        dadd(L, a, b);
+    }
+}
+
+static void add_transformer(dlist *L, const char *d, const char *l, int depth) {
+    char a[200], b[200];
+    for (size_t i = 0; i < sizeof attn_params / sizeof *attn_params; i++) {
+        snprintf(a, sizeof a, "%s.%s", d, attn_params[i]);
+        snprintf(b, sizeof b, "%s.%s", l, attn_params[i]);
+        dadd(L, a, b);
+    }
+    for (int t = 0; t < depth; t++)
+        for (size_t i = 0; i < sizeof tblock_weights / sizeof *tblock_weights; i++) {
+            snprintf(a, sizeof a, "%s.transformer_blocks.%d.%s", d, t, tblock_weights[i]);
+            snprintf(b, sizeof b, "%s.transformer_blocks.%d.%s", l, t, tblock_weights[i]);
+            dadd(L, a, b);
+        }
+}
+
+/* comfy.utils.unet_to_diffusers, module level. */
+static void unet_to_diffusers(const sd_unet_config *c, dlist *L) {
+    char d[200], l[200];
+    int td = 0;
+    for (int x = 0; x < c->num_levels; x++) {
+        int n = 1 + (c->num_res_blocks[x] + 1) * x;
+        for (int i = 0; i < c->num_res_blocks[x]; i++) {
+            snprintf(d, sizeof d, "down_blocks.%d.resnets.%d", x, i);
+            snprintf(l, sizeof l, "input_blocks.%d.0", n);
+            add_resnet(L, d, l);
+            int depth = td < c->n_input_res ? c->transformer_depth[td] : 0;
+            td++;
+            if (depth > 0) {
+                snprintf(d, sizeof d, "down_blocks.%d.attentions.%d", x, i);
+                snprintf(l, sizeof l, "input_blocks.%d.1", n);
+                add_transformer(L, d, l, depth);
+            }
+            n++;
+        }
+        snprintf(d, sizeof d, "down_blocks.%d.downsamplers.0.conv", x);
+        snprintf(l, sizeof l, "input_blocks.%d.0.op", n);
+        dadd(L, d, l);
+    }
+    if (c->transformer_depth_middle >= 0)
+        add_transformer(L, "mid_block.attentions.0", "middle_block.1", c->transformer_depth_middle);
+    add_resnet(L, "mid_block.resnets.0", "middle_block.0");
+    add_resnet(L, "mid_block.resnets.1", "middle_block.2");
+
+    /* transformer_depth_output is popped from its end */
+    int pop = c->n_output_blocks;
+    for (int x = 0; x < c->num_levels; x++) {
+        int nrb = c->num_res_blocks[c->num_levels - 1 - x];
+        int n = (nrb + 1) * x, len = nrb + 1;
+        for (int i = 0; i < len; i++) {
+            int cc = 0;
+            snprintf(d, sizeof d, "up_blocks.%d.resnets.%d", x, i);
+            snprintf(l, sizeof l, "output_blocks.%d.0", n);
+            add_resnet(L, d, l);
+            cc++;
+            int depth = pop > 0 ? c->transformer_depth_output[--pop] : 0;
+            if (depth > 0) {
+                cc++;
+                snprintf(d, sizeof d, "up_blocks.%d.attentions.%d", x, i);
+                snprintf(l, sizeof l, "output_blocks.%d.1", n);
+                add_transformer(L, d, l, depth);
+            }
+            if (i == len - 1) {
+                snprintf(d, sizeof d, "up_blocks.%d.upsamplers.0.conv", x);
+                snprintf(l, sizeof l, "output_blocks.%d.%d.conv", n, cc);
+                dadd(L, d, l);
+            }
+            n++;
+        }
+    }
+    for (size_t i = 0; i < sizeof basic_map / sizeof *basic_map; i++)
+        dadd(L, basic_map[i][1], basic_map[i][0]);
+}
+
+static void unet_keys(sd_unet *u, kbuf *b) {
+    dlist L = {0};
+    unet_to_diffusers(sd_unet_get_config(u), &L);
+    if (L.oom) {
+        b->oom = 1;
+        free(L.p);
+        return;
+    }
+    char name[300], tgt[260];
+    /* state-dict keys first (model_lora_keys_unet's first loop): every ldm
+     * module that exists, named from its ldm path */
+    for (size_t i = 0; i < L.n; i++) {
+        int dup = 0; /* label_emb appears twice in the basic map */
+        for (size_t j = 0; j < i && !dup; j++) dup = strcmp(L.p[j].l, L.p[i].l) == 0;
+        if (dup) continue;
+        snprintf(tgt, sizeof tgt, "%s.weight", L.p[i].l);
+        if (sd_unet_param(u, tgt)) {
+            snprintf(name, sizeof name, "lora_unet_%s", L.p[i].l);
+            dots_to_underscores(name + 10);
+            add(b, name, SD_LORA_UNET, tgt);
+            snprintf(name, sizeof name, "diffusion_model.%s", L.p[i].l);
+            add(b, name, SD_LORA_UNET, tgt);
+        }
+        snprintf(tgt, sizeof tgt, "%s.bias", L.p[i].l);
+        if (sd_unet_param(u, tgt)) {
+            snprintf(name, sizeof name, "diffusion_model.%s", tgt);
+            add(b, name, SD_LORA_UNET, tgt);
+        }
+    }
+    /* diffusers names */
+    for (size_t i = 0; i < L.n; i++) {
+        snprintf(tgt, sizeof tgt, "%s.weight", L.p[i].l);
+        if (!sd_unet_param(u, tgt)) continue;
+        snprintf(name, sizeof name, "lora_unet_%s", L.p[i].d);
+        dots_to_underscores(name + 10);
+        add(b, name, SD_LORA_UNET, tgt);
+        snprintf(name, sizeof name, "lycoris_%s", L.p[i].d);
+        dots_to_underscores(name + 8);
+        add(b, name, SD_LORA_UNET, tgt);
+        static const char *const pre[] = {"", "unet."};
+        for (int p = 0; p < 2; p++) {
+            /* k.replace(".to_", ".processor.to_"), then ".to_out.0" -> ".to_out" */
+            char dk[300];
+            const char *hit = strstr(L.p[i].d, ".to_");
+            if (hit)
+                snprintf(dk, sizeof dk, "%s%.*s.processor%s", pre[p], (int)(hit - L.p[i].d), L.p[i].d,
+                         hit);
+            else
+                snprintf(dk, sizeof dk, "%s%s", pre[p], L.p[i].d);
+            if (ends_with(dk, ".to_out.0")) dk[strlen(dk) - 2] = '\0';
+            add(b, dk, SD_LORA_UNET, tgt);
+        }
+    }
+    free(L.p);
+}
+
+/* ---- CLIP ------------------------------------------------------------------ */
+
+static const char *const clip_map[][2] = {
+    {"mlp.fc1", "mlp_fc1"},
+    {"mlp.fc2", "mlp_fc2"},
+    {"self_attn.k_proj", "self_attn_k_proj"},
+    {"self_attn.q_proj", "self_attn_q_proj"},
+    {"self_attn.v_proj", "self_attn_v_proj"},
+    {"self_attn.out_proj", "self_attn_out_proj"},
+};
+
+static void clip_keys(sd_clip *c, sd_lora_part part, int has_l, kbuf *b) {
+    const char *tag = part == SD_LORA_CLIP_L ? "clip_l" : "clip_g";
+    int layers = sd_clip_get_config(c)->layers;
+    char name[300], tgt[260];
+    for (int i = 0; i < layers; i++) {
+        static const char *const more[] = {"layer_norm1", "layer_norm2"};
+        for (size_t m = 0; m < 2; m++) { /* generic names of the other weights */
+            snprintf(tgt, sizeof tgt, "text_model.encoder.layers.%d.%s.weight", i, more[m]);
+            snprintf(name, sizeof name, "text_encoders.%s.transformer.text_model.encoder.layers.%d.%s",
+                     tag, i, more[m]);
+            if (sd_clip_param(c, tgt, NULL, NULL)) add(b, name, part, tgt);
+        }
+        for (size_t m = 0; m < sizeof clip_map / sizeof *clip_map; m++) {
+            snprintf(tgt, sizeof tgt, "text_model.encoder.layers.%d.%s.weight", i, clip_map[m][0]);
+            if (!sd_clip_param(c, tgt, NULL, NULL)) continue;
+            snprintf(name, sizeof name, "text_encoders.%s.transformer.text_model.encoder.layers.%d.%s",
+                     tag, i, clip_map[m][0]);
+            add(b, name, part, tgt);
+            if (part == SD_LORA_CLIP_L || !has_l) {
+                /* SD1 CLIP-L, or the bigG of a refiner: lora_te_ */
+                snprintf(name, sizeof name, "lora_te_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+                add(b, name, part, tgt);
+                snprintf(name, sizeof name, "text_encoder.text_model.encoder.layers.%d.%s", i,
+                         clip_map[m][0]);
+                add(b, name, part, tgt);
+            }
+            if (part == SD_LORA_CLIP_L) {
+                snprintf(name, sizeof name, "lora_te1_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+                add(b, name, part, tgt);
+            } else if (has_l) {
+                snprintf(name, sizeof name, "lora_te2_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+                add(b, name, part, tgt);
+                snprintf(name, sizeof name, "text_encoder_2.text_model.encoder.layers.%d.%s", i,
+                         clip_map[m][0]);
+                add(b, name, part, tgt);
+            } else {
+                snprintf(name, sizeof name, "lora_prior_te_text_model_encoder_layers_%d_%s", i,
+                         clip_map[m][1]);
+                add(b, name, part, tgt);
+            }
+        }
+    }
+    if (sd_clip_param(c, "text_projection.weight", NULL, NULL)) {
+        if (part == SD_LORA_CLIP_L) {
+            add(b, "lora_te1_text_projection", part, "text_projection.weight");
+        } else {
+            add(b, "text_encoder.text_projection", part, "text_projection.weight");
+            add(b, "lora_te2_text_projection", part, "text_projection.weight");
+            add(b, "lora_prior_te_text_projection", part, "text_projection.weight");
+        }
+    }
+}
+
+/* ---- map --------------------------------------------------------------------- */
+
+typedef struct ord {
+    lora_key k;
+    size_t i;
+} ord;
+
+static int by_name_then_order(const void *a, const void *b) {
+    const ord *x = a, *y = b;
+    int c = strcmp(x->k.name, y->k.name);
+    if (c) return c;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+void sd_lora_keymap_free(lora_key *k, size_t n) {
+    for (size_t i = 0; k && i < n; i++) {
+        free(k[i].name);
+        free(k[i].target);
+    }
+    free(k);
+}
+
+sd_status sd_lora_keymap_build(sd_unet *unet, const sd_text_encoder *te, lora_key **out,
+                               size_t *n, sd_error *err) {
+    *out = NULL;
+    *n = 0;
+    kbuf b = {0};
+    if (unet) unet_keys(unet, &b);
+    if (te) {
+        sd_clip *l = (sd_clip *)sd_text_encoder_clip_l(te), *g = (sd_clip *)sd_text_encoder_clip_g(te);
+        if (l) clip_keys(l, SD_LORA_CLIP_L, 1, &b);
+        if (g) clip_keys(g, SD_LORA_CLIP_G, l != NULL, &b);
+    }
+    if (b.oom) {
+        sd_lora_keymap_free(b.k, b.n);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory building the LoRA key map");
+    }
+    /* dict semantics: one entry per name, the last insertion wins */
+    ord *o = malloc((b.n ? b.n : 1) * sizeof *o);
+    if (!o) {
+        sd_lora_keymap_free(b.k, b.n);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory building the LoRA key map");
+    }
+    for (size_t i = 0; i < b.n; i++) o[i] = (ord){b.k[i], i};
+    qsort(o, b.n, sizeof *o, by_name_then_order);
+    size_t m = 0;
+    for (size_t i = 0; i < b.n; i++) {
+        if (i + 1 < b.n && strcmp(o[i].k.name, o[i + 1].k.name) == 0) {
+            free(o[i].k.name);
+            free(o[i].k.target);
+            continue;
+        }
+        b.k[m++] = o[i].k;
+    }
+    free(o);
+    *out = b.k;
+    *n = m;
+    return SD_OK;
+}

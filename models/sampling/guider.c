@@ -1,0 +1,238 @@
+/* guider.c - CFG combination (comfy.samplers.sampling_function / cfg_function). */
+#include <math.h>
+#include <string.h>
+#include "models/sampling/guider.h"
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/rng.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+void sd_guider_init(sd_guider *g, sd_guider_model_fn model, void *model_ud, double cfg)
+{
+    memset(g, 0, sizeof *g);
+    g->model = model;
+    g->model_ud = model_ud;
+    g->cfg = cfg;
+}
+
+void sd_guider_release(sd_guider *g)
+{
+    if (!g)
+        return;
+    sd_tensor_unref(g->cond_buf);
+    sd_tensor_unref(g->uncond_buf);
+    g->cond_buf = g->uncond_buf = NULL;
+}
+
+int sd_cfg_is_one(double cfg)
+{
+    /* math.isclose(a, b) with rel_tol=1e-9, abs_tol=0 */
+    double diff = fabs(cfg - 1.0);
+    double tol = 1e-9 * fmax(fabs(cfg), 1.0);
+    return diff <= tol;
+}
+
+void sd_cfg_combine(const float *cond, const float *uncond, double scale, float *out, int64_t n)
+{
+    float s = (float)scale; /* torch casts the Python float to the tensor dtype */
+    for (int64_t i = 0; i < n; i++) {
+        float t = cond[i] - uncond[i];
+        float u = t * s;
+        out[i] = uncond[i] + u;
+    }
+}
+
+/* scratch tensor of x's shape, reallocated when the shape changes */
+static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x)
+{
+    if (*slot && sd_tensor_same_shape(*slot, x))
+        return *slot;
+    sd_tensor_unref(*slot);
+    *slot = sd_tensor_new(SD_F32, x->ndim, x->shape);
+    return *slot;
+}
+
+static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tensor *denoised,
+                             sd_tensor *uncond_denoised, sd_error *err)
+{
+    sd_guider *g = ud;
+    if (!g->model)
+        return sd_error_set(err, SD_ERR_INVALID, "guider: no model");
+    g->guider_calls++;
+    int64_t n = sd_tensor_numel(x);
+    if (sd_cfg_is_one(g->cfg) && !uncond_denoised) {
+        /* cfg1 optimisation: uncond treated as zeros, 0 + (cond - 0) * 1 == cond */
+        int conds[1] = {SD_COND_POSITIVE};
+        sd_tensor *outs[1] = {denoised};
+        g->model_calls++;
+        return g->model(g->model_ud, x, sigma, conds, 1, outs, err);
+    }
+    sd_tensor *cb = denoised;
+    sd_tensor *ub = uncond_denoised ? uncond_denoised : scratch(&g->uncond_buf, x);
+    if (!ub)
+        return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    int conds[2] = {SD_COND_POSITIVE, SD_COND_NEGATIVE};
+    sd_tensor *outs[2] = {cb, ub};
+    g->model_calls += 2;
+    sd_status st = g->model(g->model_ud, x, sigma, conds, 2, outs, err);
+    if (st != SD_OK)
+        return st;
+    float *dv = (float *)denoised->data;
+    sd_cfg_combine(dv, (const float *)ub->data, g->cfg, dv, n);
+    return SD_OK;
+}
+
+sd_denoiser sd_guider_denoiser(sd_guider *g)
+{
+    sd_denoiser d = {guider_eval, g};
+    return d;
+}
+
+/* ---- KSamplerX0Inpaint ------------------------------------------------------ */
+
+void sd_inpaint_init(sd_inpaint *ip, sd_denoiser inner, const float *latent, const float *noise,
+                     const float *mask, int64_t n)
+{
+    memset(ip, 0, sizeof *ip);
+    ip->inner = inner;
+    ip->latent = latent;
+    ip->noise = noise;
+    ip->mask = mask;
+    ip->n = n;
+}
+
+void sd_inpaint_release(sd_inpaint *ip)
+{
+    if (!ip)
+        return;
+    sd_tensor_unref(ip->xbuf);
+    ip->xbuf = NULL;
+}
+
+static sd_status inpaint_eval(void *ud, const sd_tensor *x, float sigma, sd_tensor *denoised,
+                              sd_tensor *uncond_denoised, sd_error *err)
+{
+    sd_inpaint *ip = ud;
+    int64_t n = sd_tensor_numel(x);
+    if (n != ip->n)
+        return sd_error_set(err, SD_ERR_INVALID, "inpaint: latent has %lld values, mask/latent %lld",
+                            (long long)n, (long long)ip->n);
+    sd_tensor *xb = scratch(&ip->xbuf, x);
+    if (!xb)
+        return sd_error_set(err, SD_ERR_NOMEM, "inpaint: out of memory");
+    const float *xv = x->data;
+    float *bv = xb->data;
+    for (int64_t i = 0; i < n; i++) {
+        float m = ip->mask[i];
+        float lm = 1.0f - m;
+        float sc = ip->noise[i] * sigma; /* noise_scaling(sigma, noise, latent) */
+        sc = sc + ip->latent[i];
+        float a = xv[i] * m;
+        float b = sc * lm;
+        bv[i] = a + b;
+    }
+    sd_status st = ip->inner.eval(ip->inner.ud, xb, sigma, denoised, uncond_denoised, err);
+    if (st != SD_OK)
+        return st;
+    float *dv = denoised->data;
+    for (int64_t i = 0; i < n; i++) {
+        float m = ip->mask[i];
+        float lm = 1.0f - m;
+        float a = dv[i] * m;
+        float b = ip->latent[i] * lm;
+        dv[i] = a + b;
+    }
+    return SD_OK;
+}
+
+sd_denoiser sd_inpaint_denoiser(sd_inpaint *ip)
+{
+    sd_denoiser d = {inpaint_eval, ip};
+    return d;
+}
+
+/* ---- CFGGuider.sample ----------------------------------------------------------- */
+
+static double ms_percent_to_sigma(void *ud, double p)
+{
+    return sd_ms_percent_to_sigma(ud, p);
+}
+
+sd_status sd_guider_sample(sd_guider *g, const sd_model_sampling *ms, const sd_sampler *s,
+                           const float *sigmas, int n_sigmas, const sd_tensor *noise,
+                           const sd_tensor *latent, const sd_tensor *mask,
+                           const sd_sampler_params *params, sd_tensor **out, sd_error *err)
+{
+    *out = NULL;
+    if (!g || !ms || !s || !noise || !params || (n_sigmas > 0 && !sigmas))
+        return sd_error_set(err, SD_ERR_INVALID, "sd_guider_sample: NULL argument");
+    if (noise->dtype != SD_F32)
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s: noise must be F32", s->name);
+    int64_t n = sd_tensor_numel(noise);
+    if ((latent && (latent->dtype != SD_F32 || sd_tensor_numel(latent) != n)) ||
+        (mask && (mask->dtype != SD_F32 || sd_tensor_numel(mask) != n)))
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s: latent/mask do not match the noise "
+                            "shape", s->name);
+    sd_tensor *x = sd_tensor_new(SD_F32, noise->ndim, noise->shape);
+    if (!x)
+        return sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", s->name);
+    if (n_sigmas == 0) { /* CFGGuider.sample: nothing to do */
+        if (latent)
+            memcpy(x->data, latent->data, (size_t)n * sizeof(float));
+        *out = x;
+        return SD_OK;
+    }
+    const float *lat = latent ? (const float *)latent->data : NULL;
+    sd_ms_noise_scaling(ms, sigmas[0], noise->data, lat, sd_ms_is_max_denoise(ms, sigmas[0]),
+                        x->data, (size_t)n);
+
+    sd_sampler_params p = *params;
+    if (!p.percent_to_sigma) {
+        p.percent_to_sigma = ms_percent_to_sigma;
+        p.percent_to_sigma_ud = (void *)ms;
+    }
+    sd_denoiser d = sd_guider_denoiser(g);
+    sd_inpaint ip;
+    memset(&ip, 0, sizeof ip);
+    sd_tensor *zeros = NULL, *rnoise = NULL;
+    sd_status st = SD_OK;
+    if (mask) {
+        if (!lat) {
+            zeros = sd_tensor_new(SD_F32, noise->ndim, noise->shape);
+            if (!zeros) {
+                st = sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", s->name);
+                goto done;
+            }
+            lat = zeros->data;
+        }
+        const float *nz = noise->data;
+        if (strcmp(s->name, "ddim") == 0) {
+            /* inpaint_options {"random": True}: torch.manual_seed(seed + 1) */
+            rnoise = sd_noise_prepare(params->seed + 1, noise->ndim, noise->shape, NULL, 0);
+            if (!rnoise) {
+                st = sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", s->name);
+                goto done;
+            }
+            nz = rnoise->data;
+        }
+        sd_inpaint_init(&ip, d, lat, nz, mask->data, n);
+        d = sd_inpaint_denoiser(&ip);
+    }
+    st = sd_sampler_run(s, &d, sigmas, n_sigmas, x, &p, err);
+    if (st == SD_OK)
+        sd_ms_inverse_noise_scaling(ms, sigmas[n_sigmas - 1], x->data, x->data, (size_t)n);
+done:
+    sd_inpaint_release(&ip);
+    sd_tensor_unref(zeros);
+    sd_tensor_unref(rnoise);
+    if (st != SD_OK) {
+        sd_tensor_unref(x);
+        return st;
+    }
+    *out = x;
+    return SD_OK;
+}

@@ -1,0 +1,110 @@
+/* guider.h - classifier-free guidance as ComfyUI's CFGGuider computes it.
+ *
+ * The guider turns a per-conditioning model call -- BaseModel.apply_model:
+ * (x, sigma, conditioning) -> x0 prediction, with calculate_input /
+ * calculate_denoised inside -- into the sd_denoiser a sampler drives
+ * (models/sampling/sampler.h), following comfy.samplers.sampling_function:
+ *   - conds are [positive, negative] (index 0 and 1);
+ *   - cfg == 1.0 (math.isclose) evaluates only the positive cond and returns
+ *     it unchanged, unless the sampler needs the unconditional prediction
+ *     (CFG++: disable_cfg1_optimization);
+ *   - otherwise out = uncond + (cond - uncond) * (float)cfg in float32,
+ *     three separately rounded operations, never fused.
+ * A KSampler node plugs the UNet in as the model call; tests plug in an
+ * analytic function.
+ *
+ * Ownership: the guider borrows the model callback and its user data; it
+ * owns nothing, so it can live on the caller's stack for one sampling run.
+ */
+#ifndef SD_GUIDER_H
+#define SD_GUIDER_H
+
+#include <stdint.h>
+#include "core/error.h"
+#include "core/tensor.h"
+#include "models/sampling/sampler.h"
+
+enum { SD_COND_POSITIVE = 0, SD_COND_NEGATIVE = 1 };
+
+/* Evaluates the model on x at `sigma` for each of the n_conds conditionings
+ * conds[j] (SD_COND_*), writing the x0 prediction for conds[j] into outs[j]
+ * (preallocated, x's shape). Getting several conds in one call lets a UNet
+ * batch them as ComfyUI's calc_cond_batch does. */
+typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigma,
+                                        const int *conds, int n_conds, sd_tensor **outs,
+                                        sd_error *err);
+
+typedef struct sd_guider {
+    sd_guider_model_fn model;
+    void *model_ud;
+    double cfg;
+    /* Counters for observability and tests: sampler calls (guider
+     * evaluations) and model evaluations (one per conditioning). */
+    int64_t guider_calls;
+    int64_t model_calls;
+    /* scratch for the cond/uncond predictions, allocated on first use */
+    sd_tensor *cond_buf, *uncond_buf;
+} sd_guider;
+
+/* Initialises g (counters zero, no scratch yet). */
+void sd_guider_init(sd_guider *g, sd_guider_model_fn model, void *model_ud, double cfg);
+/* Frees the scratch tensors (the guider itself belongs to the caller). */
+void sd_guider_release(sd_guider *g);
+
+/* The sd_denoiser view of g (valid while g is). */
+sd_denoiser sd_guider_denoiser(sd_guider *g);
+
+/* math.isclose(cfg, 1.0): relative tolerance 1e-9. */
+int sd_cfg_is_one(double cfg);
+
+/* out[i] = uncond[i] + (cond[i] - uncond[i]) * (float)scale, float32 with
+ * each operation rounded (comfy.samplers.cfg_function). out may alias. */
+void sd_cfg_combine(const float *cond, const float *uncond, double scale, float *out,
+                    int64_t n);
+
+/* ---- inpainting (comfy.samplers.KSamplerX0Inpaint) ------------------------
+ * Wraps a denoiser for a LATENT with a noise_mask: before each evaluation the
+ * kept region (mask 0) of x is replaced by the re-noised latent,
+ *   x' = x * m + (noise * sigma + latent) * (1 - m),
+ * and after it the prediction is pinned to the latent there,
+ *   out = out * m + latent * (1 - m)       (float32, torch's op order).
+ * The uncond prediction CFG++ samplers get is not blended, as in ComfyUI.
+ * latent: the latent image in model space (after process_latent_in);
+ * noise: the start noise (prepare_noise(seed)); for the "ddim" sampler
+ * ComfyUI uses fresh noise instead: sd_noise_prepare(seed + 1, shape);
+ * mask: the denoise mask already resized and broadcast to x's shape
+ * (1 = regenerate). All three are borrowed and must hold n floats. */
+typedef struct sd_inpaint {
+    sd_denoiser inner;
+    const float *latent, *noise, *mask;
+    int64_t n;
+    sd_tensor *xbuf; /* scratch for x', allocated on first use */
+} sd_inpaint;
+
+void sd_inpaint_init(sd_inpaint *ip, sd_denoiser inner, const float *latent, const float *noise,
+                     const float *mask, int64_t n);
+void sd_inpaint_release(sd_inpaint *ip); /* frees the scratch */
+/* The wrapped denoiser (valid while ip is). SD_ERR_INVALID when x does not
+ * have n elements. */
+sd_denoiser sd_inpaint_denoiser(sd_inpaint *ip);
+
+/* ---- one KSampler run (CFGGuider.sample + KSAMPLER.sample) ----------------
+ * Builds the start latent and runs sampler s on the guided model:
+ *   x = noise_scaling(sigmas[0], noise, latent, max_denoise(sigmas[0]))
+ *   with a mask, the guider is wrapped in sd_inpaint (re-noising with
+ *   `noise`, or for "ddim" with sd_noise_prepare(seed + 1, shape));
+ *   x = sampler(x); out = inverse_noise_scaling(sigmas[n-1], x).
+ * noise: prepare_noise(seed) output, x's shape. latent: the latent image in
+ * model space (already multiplied by the latent scale when not all zeros,
+ * i.e. process_latent_in), or NULL for zeros. mask: NULL or a denoise mask of
+ * x's shape (1 = regenerate). params->percent_to_sigma defaults to ms's.
+ * n_sigmas == 0 returns a copy of the latent (zeros when NULL), as ComfyUI.
+ * *out receives a new tensor in model space (divide by the latent scale for
+ * the LATENT output); the caller unrefs it. */
+struct sd_model_sampling;
+sd_status sd_guider_sample(sd_guider *g, const struct sd_model_sampling *ms, const sd_sampler *s,
+                           const float *sigmas, int n_sigmas, const sd_tensor *noise,
+                           const sd_tensor *latent, const sd_tensor *mask,
+                           const sd_sampler_params *params, sd_tensor **out, sd_error *err);
+
+#endif

@@ -1,0 +1,168 @@
+/* model_sampling.c - ComfyUI ModelSamplingDiscrete with torch's rounding.
+ *
+ * Each torch op rounds to its dtype; the only fused multiply-adds are the
+ * ones torch's own linspace kernel gets from GCC, which we call explicitly.
+ * Contraction is off for the rest of the file.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "models/sampling/model_sampling.h"
+#include "models/sampling/rng.h" /* sd_torch_expf / sd_torch_logf */
+
+#include <math.h>
+
+/* torch.linspace(start, end, n, dtype=float64) on an AVX2 CPU: the scalar
+ * rule is fma(step, i, start) below n/2 and fma(-step, n-1-i, end) above;
+ * the vectorized loop covers the first floor(n/8)*8 elements in groups of
+ * 4 (two 4-double vectors per iteration) as base + j*step. */
+static void linspace_f64(double start, double end, int n, double *out)
+{
+    if (n == 1) {
+        out[0] = start;
+        return;
+    }
+    double step = (end - start) / (double)(n - 1);
+    int halfway = n / 2;
+    int vec_end = (n / 8) * 8;
+    for (int k = 0; k < vec_end; k += 4) {
+        double base = k < halfway ? fma(step, (double)k, start)
+                                  : fma(-step, (double)(n - 1 - k), end);
+        for (int j = 0; j < 4; j++)
+            out[k + j] = base + (double)j * step;
+    }
+    for (int i = vec_end; i < n; i++)
+        out[i] = i < halfway ? fma(step, (double)i, start)
+                             : fma(-step, (double)(n - 1 - i), end);
+}
+
+void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
+                                   double linear_start, double linear_end)
+{
+    ms->prediction = prediction;
+    ms->sigma_data = 1.0f;
+    linspace_f64(sqrt(linear_start), sqrt(linear_end), SD_MS_TIMESTEPS, ms->betas);
+    double ac = 1.0;
+    for (int i = 0; i < SD_MS_TIMESTEPS; i++) {
+        double b = ms->betas[i] * ms->betas[i];
+        ms->betas[i] = b;
+        ac = ac * (1.0 - b);
+        ms->alphas_cumprod[i] = ac;
+        double s = sqrt((1.0 - ac) / ac);
+        ms->sigmas[i] = (float)s;
+        ms->log_sigmas[i] = (float)log(s);
+    }
+    ms->sigma_min = ms->sigmas[0];
+    ms->sigma_max = ms->sigmas[SD_MS_TIMESTEPS - 1];
+}
+
+void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction)
+{
+    sd_model_sampling_init_linear(ms, prediction, 0.00085, 0.012);
+}
+
+int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
+{
+    float ls = sd_torch_logf(sigma);
+    int best = 0;
+    float best_d = INFINITY;
+    for (int k = 0; k < SD_MS_TIMESTEPS; k++) {
+        float d = fabsf(ls - ms->log_sigmas[k]);
+        if (d < best_d) { /* strict: first index wins ties, as argmin */
+            best_d = d;
+            best = k;
+        }
+    }
+    return best;
+}
+
+float sd_ms_timestep(const sd_model_sampling *ms, float sigma)
+{
+    return (float)sd_ms_timestep_index(ms, sigma);
+}
+
+float sd_ms_sigma(const sd_model_sampling *ms, float t)
+{
+    if (t != t)
+        return NAN;
+    float tc = t < 0.0f ? 0.0f : t > (float)(SD_MS_TIMESTEPS - 1) ? (float)(SD_MS_TIMESTEPS - 1) : t;
+    int lo = (int)floorf(tc);
+    int hi = (int)ceilf(tc);
+    float w = tc - truncf(tc);
+    float ls = (1.0f - w) * ms->log_sigmas[lo] + w * ms->log_sigmas[hi];
+    return sd_torch_expf(ls);
+}
+
+double sd_ms_percent_to_sigma(const sd_model_sampling *ms, double percent)
+{
+    if (percent <= 0.0)
+        return 999999999.9;
+    if (percent >= 1.0)
+        return 0.0;
+    percent = 1.0 - percent;
+    return (double)sd_ms_sigma(ms, (float)(percent * 999.0));
+}
+
+int sd_ms_is_max_denoise(const sd_model_sampling *ms, float sigma0)
+{
+    double a = ms->sigma_max, b = sigma0;
+    double tol = 1e-5 * fmax(fabs(a), fabs(b));
+    return fabs(a - b) <= tol || b > a;
+}
+
+void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
+                           const float *x, float *out, size_t n)
+{
+    float sd2 = (float)((double)ms->sigma_data * ms->sigma_data);
+    float s = sqrtf(sigma * sigma + sd2);
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] / s;
+}
+
+void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
+                              const float *model_out, const float *x,
+                              float *denoised, size_t n)
+{
+    if (ms->prediction == SD_PRED_EPS) {
+        for (size_t i = 0; i < n; i++) {
+            float e = model_out[i] * sigma;
+            denoised[i] = x[i] - e;
+        }
+        return;
+    }
+    /* v: model_input * sd^2 / (sigma^2 + sd^2)
+     *    - model_output * sigma * sd / (sigma^2 + sd^2)^0.5 */
+    float sd = ms->sigma_data;
+    float sd2 = (float)((double)sd * sd);
+    float den = sigma * sigma + sd2;
+    float root = sqrtf(den);
+    for (size_t i = 0; i < n; i++) {
+        float a = x[i] * sd2;
+        a = a / den;
+        float b = model_out[i] * sigma;
+        b = b * sd;
+        b = b / root;
+        denoised[i] = a - b;
+    }
+}
+
+void sd_ms_noise_scaling(const sd_model_sampling *ms, float sigma, const float *noise,
+                         const float *latent, int max_denoise, float *out, size_t n)
+{
+    float s = max_denoise ? sqrtf(1.0f + sigma * sigma) : sigma;
+    for (size_t i = 0; i < n; i++) {
+        float v = noise[i] * s;
+        out[i] = v + (latent ? latent[i] : 0.0f); /* += zeros, as ComfyUI */
+    }
+}
+
+void sd_ms_inverse_noise_scaling(const sd_model_sampling *ms, float sigma,
+                                 const float *x, float *out, size_t n)
+{
+    if (out != x)
+        for (size_t i = 0; i < n; i++)
+            out[i] = x[i];
+}

@@ -1,0 +1,169 @@
+/* sampler.h - every ComfyUI KSampler sampler, driven by a denoiser callback.
+ *
+ * A sampler integrates the probability-flow ODE / reverse SDE of a
+ * k-diffusion style model from sigmas[0] down to sigmas[n-1]. It knows
+ * nothing about UNets or prompts: it calls an sd_denoiser that maps
+ * (x, sigma) to the CFG-combined x0 prediction ("denoised"), exactly what
+ * ComfyUI's KSamplerX0Inpaint(CFGGuider) hands to the k-diffusion functions.
+ * models/sampling/guider.h builds such a denoiser from a per-conditioning model call.
+ *
+ * Numerics follow ComfyUI on CPU torch: tensor arithmetic is float32, one
+ * rounding per torch op and in torch's evaluation order (no FMA contraction),
+ * scalar sigma math is float32 where torch does it on 0-d float32 tensors and
+ * double where ComfyUI uses Python floats (lms, deis, sa_solver and uni_pc
+ * coefficients). Only VP models (EPS / V-prediction; SD1.x, SD2.x, SDXL) are
+ * supported: the flow-matching (CONST) branches of ComfyUI are not ported.
+ *
+ * Noise: ComfyUI's default noise sampler is a fresh CPU torch generator seeded
+ * with seed+1 that draws torch.randn(x.shape) per call; the SDE samplers
+ * (dpmpp_sde*, dpmpp_2m_sde*, dpmpp_3m_sde*) use torchsde's Brownian tree
+ * seeded with `seed` (models/sampling/brownian.h). Both are created by
+ * sd_sampler_run from params->seed unless params->noise overrides them.
+ *
+ * Ownership: the caller owns x (modified in place) and everything in the
+ * params; sd_sampler_run allocates only temporaries it frees before return.
+ */
+#ifndef SD_SAMPLER_H
+#define SD_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/error.h"
+#include "core/tensor.h"
+
+/* ---- what a sampler calls ------------------------------------------------ */
+
+/* Evaluates the guided model at noise level `sigma` on x (F32 [B, ...]).
+ * Writes the CFG-combined x0 prediction into `denoised` (preallocated, same
+ * shape as x). When `uncond_denoised` is not NULL it must also receive the
+ * unconditional x0 prediction, and the cfg == 1 shortcut must not be taken:
+ * the CFG++ samplers pass it (ComfyUI's sampler_post_cfg_function with
+ * disable_cfg1_optimization). Returns SD_OK or an error filled into err. */
+typedef struct sd_denoiser {
+    sd_status (*eval)(void *ud, const sd_tensor *x, float sigma,
+                      sd_tensor *denoised, sd_tensor *uncond_denoised,
+                      sd_error *err);
+    void *ud;
+} sd_denoiser;
+
+/* A noise source: fills out[0..n) with the step noise for sigma -> sigma_next
+ * (unit variance per element). Used to override the sampler's default. */
+typedef struct sd_noise_source {
+    sd_status (*sample)(void *ud, float sigma, float sigma_next, float *out,
+                        int64_t n, sd_error *err);
+    void *ud;
+} sd_noise_source;
+
+/* Called where ComfyUI calls the sampler callback: step i of total_steps,
+ * x = the state the step starts from, denoised = that step's first model
+ * prediction. The tensors are only valid during the call. */
+typedef void (*sd_sampler_progress_fn)(void *ud, int step, int total_steps,
+                                       const sd_tensor *x,
+                                       const sd_tensor *denoised);
+/* Polled before every model evaluation; nonzero stops the run with
+ * SD_ERR_CANCELLED. */
+typedef int (*sd_sampler_cancel_fn)(void *ud);
+
+/* Unset (NAN) double options mean "this sampler's ComfyUI default". */
+#define SD_SAMPLER_DEFAULT (__builtin_nan(""))
+
+typedef enum sd_sde_solver {
+    SD_SDE_SOLVER_DEFAULT = 0, /* the sampler's own (midpoint for dpmpp_2m_sde) */
+    SD_SDE_SOLVER_MIDPOINT,
+    SD_SDE_SOLVER_HEUN
+} sd_sde_solver;
+
+typedef struct sd_sampler_params {
+    uint64_t seed; /* the KSampler seed (extra_args["seed"]) */
+
+    /* Options of ComfyUI's sampler functions / SamplerXxx nodes. */
+    double eta;      /* ancestral / SDE strength (default per sampler; the
+                      * samplers ComfyUI runs with a fixed eta -- euler_cfg_pp,
+                      * res_multistep(_cfg_pp), exp_heun_2_x0, dpm_fast,
+                      * dpm_adaptive -- ignore it) */
+    double s_noise;  /* noise multiplier (default 1) */
+    double s_churn;  /* euler/heun/dpm_2/heunpp2 churn (default 0) */
+    double s_tmin;   /* default 0 */
+    double s_tmax;   /* default +inf */
+    double r;        /* dpmpp_sde / seeds_2 midpoint ratio (default 0.5) */
+    double ge_gamma; /* gradient_estimation gamma (default 2) */
+    int lms_order;   /* default 4 (0 = default) */
+    sd_sde_solver sde_solver; /* dpmpp_2m_sde* solver_type */
+
+    /* Overrides the sampler's noise (default generator / Brownian tree);
+     * NULL = ComfyUI's. Lets tests force zero noise. */
+    const sd_noise_source *noise;
+
+    /* ModelSampling.percent_to_sigma of the model (sa_solver's stochastic
+     * interval 0.2..0.8). NULL means the SD1/SDXL discrete schedule
+     * (scaled_linear 0.00085..0.012, 1000 steps) computed here. */
+    double (*percent_to_sigma)(void *ud, double percent);
+    void *percent_to_sigma_ud;
+
+    sd_sampler_progress_fn progress;
+    void *progress_ud;
+    sd_sampler_cancel_fn cancel;
+    void *cancel_ud;
+} sd_sampler_params;
+
+/* Fills p with ComfyUI's defaults (seed 0, all options "default"). */
+void sd_sampler_params_init(sd_sampler_params *p);
+
+/* ---- the registry --------------------------------------------------------- */
+
+/* KSampler computes steps+1 sigmas and drops the penultimate one
+ * (dpm_2, dpm_2_ancestral, uni_pc, uni_pc_bh2). */
+#define SD_SAMPLER_DISCARD_PENULTIMATE_SIGMA 0x1u
+/* Needs the unconditional prediction each call (CFG++ samplers): the guider
+ * must not skip the uncond pass at cfg == 1 (disable_cfg1_optimization). */
+#define SD_SAMPLER_NEEDS_UNCOND 0x2u
+/* In comfy.samplers.KSAMPLER_NAMES (k-diffusion functions); ddim, uni_pc and
+ * uni_pc_bh2 are only in SAMPLER_NAMES. */
+#define SD_SAMPLER_KDIFFUSION 0x4u
+
+typedef enum sd_sampler_noise_kind {
+    SD_SAMPLER_NOISE_NONE = 0,  /* deterministic */
+    SD_SAMPLER_NOISE_DEFAULT,   /* torch generator seeded seed+1 */
+    SD_SAMPLER_NOISE_BROWNIAN   /* torchsde Brownian tree seeded seed */
+} sd_sampler_noise_kind;
+
+struct sd_sampler_run_ctx; /* private, see models/sampling/sampler_internal.h */
+
+typedef struct sd_sampler {
+    const char *name;  /* exact ComfyUI sampler_name */
+    unsigned flags;    /* SD_SAMPLER_* */
+    sd_sampler_noise_kind noise;
+    /* Integrates x in place over sigmas[0..n_sigmas). */
+    sd_status (*run)(struct sd_sampler_run_ctx *c, sd_tensor *x,
+                     const float *sigmas, int n_sigmas, sd_error *err);
+} sd_sampler;
+
+/* Lookup by exact ComfyUI name; NULL when unknown. */
+const sd_sampler *sd_sampler_find(const char *name);
+/* NULL-terminated list of all names in comfy.samplers.SAMPLER_NAMES order;
+ * *count (may be NULL) receives the number of names. */
+const char *const *sd_sampler_names(size_t *count);
+
+static inline int sd_sampler_discards_penultimate_sigma(const sd_sampler *s)
+{
+    return (s->flags & SD_SAMPLER_DISCARD_PENULTIMATE_SIGMA) != 0;
+}
+static inline int sd_sampler_needs_uncond(const sd_sampler *s)
+{
+    return (s->flags & SD_SAMPLER_NEEDS_UNCOND) != 0;
+}
+
+/* Runs sampler s: x (F32, contiguous, [B, ...]) holds the start latent
+ * already scaled by noise_scaling (KSAMPLER.sample) and receives the result
+ * (model space; inverse_noise_scaling is the identity for VP models).
+ * sigmas: n_sigmas >= 1 float32 values, descending, usually ending in 0;
+ * with n_sigmas == 1 x is returned unchanged, as in ComfyUI.
+ * Errors: SD_ERR_INVALID (bad arguments, with the sampler name),
+ * SD_ERR_CANCELLED, SD_ERR_NOMEM, or whatever the denoiser / noise source
+ * returned (its message kept, prefixed with the sampler name). After an error
+ * other than SD_ERR_INVALID, x holds the partly integrated state. */
+sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model,
+                         const float *sigmas, int n_sigmas, sd_tensor *x,
+                         const sd_sampler_params *params, sd_error *err);
+
+#endif

@@ -1,0 +1,77 @@
+/* schedules.h - ComfyUI's sigma schedulers and KSampler's step/denoise rules.
+ *
+ * Every scheduler of comfy.samplers.SCHEDULER_HANDLERS, by its exact name:
+ *   simple, sgm_uniform, karras, exponential, ddim_uniform, beta, normal,
+ *   linear_quadratic, kl_optimal
+ * computed with ComfyUI's float32/float64 choices (see docs/sampling.md,
+ * "Schedules"). All schedules are descending and end with 0.0.
+ *
+ * Lengths: usually steps + 1, but not always -- ddim_uniform can return more
+ * (steps=30 gives 32 values), beta fewer (duplicate timesteps are dropped).
+ * Callers size the output with sd_schedule_capacity(steps) and read the true
+ * length from *n_out.
+ */
+#ifndef SD_SCHEDULES_H
+#define SD_SCHEDULES_H
+
+#include "core/error.h"
+#include "models/sampling/model_sampling.h"
+
+/* NULL-terminated list of scheduler names, in ComfyUI's widget order. */
+const char *const *sd_schedule_names(void);
+/* 1 when `name` is one of sd_schedule_names(). */
+int sd_schedule_known(const char *name);
+
+/* Number of floats sd_schedule_sigmas may write for `steps` (>= steps + 1). */
+int sd_schedule_capacity(int steps);
+
+/* comfy.samplers.calculate_sigmas(model_sampling, scheduler, steps).
+ * Writes *n_out values to out (capacity sd_schedule_capacity(steps)).
+ * Errors: unknown scheduler or steps < 1 -> SD_ERR_INVALID (message names the
+ * scheduler and lists the valid ones). kl_optimal with steps == 1 gives
+ * [NaN, 0] exactly as ComfyUI does (it divides by steps - 1). */
+sd_status sd_schedule_sigmas(const sd_model_sampling *ms, const char *scheduler,
+                             int steps, float *out, int *n_out, sd_error *err);
+
+/* 1 for the samplers ComfyUI builds steps+1 sigmas for and then drops the
+ * penultimate one (KSampler.DISCARD_PENULTIMATE_SIGMA_SAMPLERS: dpm_2,
+ * dpm_2_ancestral, uni_pc, uni_pc_bh2). */
+int sd_sampler_discards_penultimate(const char *sampler);
+
+/* KSampler node sigmas (KSampler.set_steps + calculate_sigmas):
+ *   denoise > 0.9999 -> the full schedule for `steps`;
+ *   denoise <= 0     -> empty (*n_out = 0; KSampler returns the latent as is);
+ *   else             -> schedule for int(steps / denoise) steps, last steps+1.
+ * The discard-penultimate rule for `sampler` is applied before the slice.
+ * `sampler` may be NULL (no discard). *out is malloc'd (caller frees; NULL
+ * when *n_out == 0). */
+sd_status sd_ksampler_sigmas(const sd_model_sampling *ms, const char *scheduler,
+                             const char *sampler, int steps, double denoise,
+                             float **out, int *n_out, sd_error *err);
+
+/* BasicScheduler node (comfy_extras): like sd_ksampler_sigmas without the
+ * sampler rule, with its own threshold: denoise < 1.0 -> int(steps/denoise)
+ * steps, keep the last steps+1; denoise <= 0 -> empty. *out malloc'd. */
+sd_status sd_basic_scheduler_sigmas(const sd_model_sampling *ms, const char *scheduler,
+                                    int steps, double denoise, float **out,
+                                    int *n_out, sd_error *err);
+
+/* KSampler.sample's start/last step rules (KSamplerAdvanced: start_at_step,
+ * end_at_step, force_full_denoise = return_with_leftover_noise == "disable"),
+ * applied to sigmas[0..n) in place. A negative step means "not given".
+ *   1. last_step given and < n-1: keep sigmas[0..last_step]; when
+ *      force_full_denoise the new last sigma becomes 0.
+ *   2. start_step given: if < (length now) - 1, drop the first start_step;
+ *      otherwise nothing is sampled and ComfyUI returns the input latent
+ *      unchanged (zeros when there is none): *skip = 1.
+ * On return the schedule to use is sigmas[*first .. *first + *n_out). */
+void sd_sigmas_step_range(float *sigmas, int n, int start_step, int last_step,
+                          int force_full_denoise, int *first, int *n_out, int *skip);
+
+/* scipy.stats.beta.ppf(p, a, b): inverse of the regularized incomplete beta
+ * function, in double (exposed for the beta scheduler and its tests). */
+double sd_beta_ppf(double p, double a, double b);
+/* Regularized incomplete beta I_x(a, b). */
+double sd_beta_cdf(double x, double a, double b);
+
+#endif

@@ -1,0 +1,452 @@
+/* text_encode.c - ComfyUI's CLIPTextEncode pipeline on top of the CLIP
+ * transformers: per-encoder chunk batches, the empty-prompt weighting,
+ * textual-inversion splicing, SDXL's channel concatenation. */
+#include "models/text/text_encode.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How one transformer is used within a family. */
+typedef struct te_role {
+    sd_clip *clip;
+    int default_layer; /* 0 = "last" (final-LN last layer), else hidden index < 0 */
+    int ln_hidden;     /* final LN on a selected hidden layer */
+    int32_t pad;       /* pad token of the tokenizer for this encoder */
+    int projected;     /* pooled output is text_projection'd */
+    int is_g;          /* tokenized as 'g' (pad 0, embedding key clip_g) */
+} te_role;
+
+struct sd_text_encoder {
+    sd_te_kind kind;
+    te_role l, g; /* clip == NULL when absent */
+    const sd_tokenizer *tok;
+};
+
+sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
+                              const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    int ok = (kind == SD_TE_SD1 && clip_l && !clip_g) || (kind == SD_TE_SDXL && clip_l && clip_g) ||
+             (kind == SD_TE_SDXL_REFINER && !clip_l && clip_g);
+    sd_text_encoder *te = ok ? calloc(1, sizeof *te) : NULL;
+    if (!te) {
+        sd_clip_free(clip_l);
+        sd_clip_free(clip_g);
+        if (!ok)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "text encoder %s needs %s (got clip_l %s, clip_g %s)",
+                                sd_te_kind_name(kind),
+                                kind == SD_TE_SD1 ? "CLIP-L only"
+                                : kind == SD_TE_SDXL ? "CLIP-L and bigG" : "bigG only",
+                                clip_l ? "yes" : "no", clip_g ? "yes" : "no");
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    te->kind = kind;
+    te->tok = tok;
+    te->l = (te_role){clip_l, kind == SD_TE_SD1 ? 0 : -2, kind == SD_TE_SD1, SD_CLIP_EOS, 0, 0};
+    te->g = (te_role){clip_g, -2, 0, 0, 1, 1};
+    *out = te;
+    return SD_OK;
+}
+
+static int has_key(sd_st_file *f, const char *prefix, const char *name) {
+    char key[300];
+    snprintf(key, sizeof key, "%s%s", prefix, name);
+    return sd_st_find(f, key) != NULL;
+}
+
+/* Any key starting with prefix. */
+static int has_prefix(sd_st_file *f, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < sd_st_count(f); i++)
+        if (strncmp(sd_st_at(f, i)->name, prefix, n) == 0) return 1;
+    return 0;
+}
+
+sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
+                               sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    sd_clip *l = NULL, *g = NULL;
+    sd_status rc;
+    if (has_prefix(f, "conditioner.embedders.1.")) {
+        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SDXL_L, NULL, &l, err)) != SD_OK) return rc;
+        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SDXL_G, NULL, &g, err)) != SD_OK) {
+            sd_clip_free(l);
+            return rc;
+        }
+        return sd_text_encoder_new(SD_TE_SDXL, l, g, tok, out, err);
+    }
+    if (has_prefix(f, SD_TE_PREFIX_REFINER_G)) {
+        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_REFINER_G, NULL, &g, err)) != SD_OK) return rc;
+        return sd_text_encoder_new(SD_TE_SDXL_REFINER, NULL, g, tok, out, err);
+    }
+    if (has_prefix(f, SD_TE_PREFIX_SD1)) {
+        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SD1, NULL, &l, err)) != SD_OK) return rc;
+        return sd_text_encoder_new(SD_TE_SD1, l, NULL, tok, out, err);
+    }
+    if (has_key(f, "cond_stage_model.model.", "token_embedding.weight"))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: OpenCLIP text encoder under cond_stage_model.model. (SD2.x) is "
+                            "not supported",
+                            sd_st_path(f));
+    return sd_error_set(err, SD_ERR_NOT_FOUND,
+                        "%s: no text encoder found (looked for %s, %s + %s, %s)", sd_st_path(f),
+                        SD_TE_PREFIX_SD1, SD_TE_PREFIX_SDXL_L, SD_TE_PREFIX_SDXL_G,
+                        SD_TE_PREFIX_REFINER_G);
+}
+
+void sd_text_encoder_free(sd_text_encoder *te) {
+    if (!te) return;
+    sd_clip_free(te->l.clip);
+    sd_clip_free(te->g.clip);
+    free(te);
+}
+
+sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te) { return te->kind; }
+
+const char *sd_te_kind_name(sd_te_kind kind) {
+    switch (kind) {
+    case SD_TE_SD1: return "sd1";
+    case SD_TE_SDXL: return "sdxl";
+    case SD_TE_SDXL_REFINER: return "sdxl_refiner";
+    }
+    return "unknown";
+}
+
+const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te) { return te->l.clip; }
+const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te) { return te->g.clip; }
+void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok) { te->tok = tok; }
+const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te) { return te->tok; }
+
+int sd_text_encoder_cond_dim(const sd_text_encoder *te) {
+    int d = 0;
+    if (te->l.clip) d += sd_clip_get_config(te->l.clip)->hidden;
+    if (te->g.clip) d += sd_clip_get_config(te->g.clip)->hidden;
+    return d;
+}
+
+int sd_text_encoder_pooled_dim(const sd_text_encoder *te) {
+    const te_role *r = te->g.clip ? &te->g : &te->l;
+    const sd_clip_config *c = sd_clip_get_config(r->clip);
+    return r->projected && c->proj_dim ? c->proj_dim : c->hidden;
+}
+
+/* ---- one encoder ------------------------------------------------------------ */
+
+/* CLIPSetLastLayer -> the layer this encoder returns. */
+static sd_clip_layer pick_layer(const te_role *r, int clip_skip) {
+    int layers = sd_clip_get_config(r->clip)->layers;
+    int idx = clip_skip ? clip_skip : r->default_layer;
+    if (idx == 0 || -idx > layers) return (sd_clip_layer){-1, 1}; /* "last" */
+    return (sd_clip_layer){idx, r->ln_hidden};
+}
+
+static void warnf(const sd_text_encode_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void warnf(const sd_text_encode_opts *o, const char *fmt, ...) {
+    if (!o || !o->warn) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    o->warn(o->warn_ud, msg);
+}
+
+/* Slots of the batch: every chunk of t, then (when weighted) the empty
+ * prompt. Embedding vectors of the wrong width are dropped, the chunk's
+ * remaining slots move left and pads fill its end. ids/vecs have
+ * n_seq * len entries. */
+static void build_slots(const te_role *r, const sd_prompt_tokens *t, int with_empty,
+                        int32_t *ids, const float **vecs, int *any_vec,
+                        const sd_text_encode_opts *o) {
+    int len = t->chunk_len, W = sd_clip_get_config(r->clip)->hidden;
+    *any_vec = 0;
+    for (int c = 0; c < t->n_chunks; c++) {
+        int m = 0;
+        for (int j = 0; j < len; j++) {
+            const sd_prompt_token *tk = &t->tokens[(size_t)c * len + j];
+            size_t at = (size_t)c * len + m;
+            if (tk->embed >= 0) {
+                int64_t dim = 0;
+                const float *v = sd_prompt_token_vector(t, tk, &dim);
+                if (!v || dim != W) {
+                    warnf(o, "embedding '%s' row %d has width %lld, the text encoder %d: ignored",
+                          t->embeds[tk->embed].name, tk->row, (long long)dim, W);
+                    continue;
+                }
+                ids[at] = 0;
+                vecs[at] = v;
+                *any_vec = 1;
+            } else {
+                ids[at] = tk->id;
+                vecs[at] = NULL;
+            }
+            m++;
+        }
+        for (; m < len; m++) {
+            ids[(size_t)c * len + m] = r->pad;
+            vecs[(size_t)c * len + m] = NULL;
+        }
+    }
+    if (with_empty) {
+        size_t at = (size_t)t->n_chunks * len;
+        for (int j = 0; j < len; j++) {
+            ids[at + j] = j == 0 ? SD_CLIP_BOS : j == 1 ? SD_CLIP_EOS : r->pad;
+            vecs[at + j] = NULL;
+        }
+    }
+}
+
+/* Host tensor [k, len, 1] from the token weights: (float)w, or the 0/1
+ * masks of tokens whose weight is (keep = 1) or is not (keep = 0) 1.0. */
+typedef enum { W_VALUE, W_KEEP, W_CHANGE } wkind;
+static sd_tensor *weight_tensor(const sd_prompt_tokens *t, wkind kind) {
+    sd_tensor *w = sd_tensor_new4(SD_F32, 3, t->n_chunks, t->chunk_len, 1, 0);
+    if (!w) return NULL;
+    float *p = w->data;
+    for (int64_t i = 0; i < (int64_t)t->n_chunks * t->chunk_len; i++) {
+        double v = t->tokens[i].weight;
+        p[i] = kind == W_VALUE ? (float)v : (kind == W_KEEP) == (v == 1.0) ? 1.0f : 0.0f;
+    }
+    return w;
+}
+
+/* z [k, len, W] (borrowed) weighted against e [1, len, W]:
+ * z * keep + ((z - e) * w + e) * change. Exact where w == 1. *oom is set
+ * when a host tensor could not be allocated. */
+static sd_bt *apply_weights(sd_backend *be, const sd_prompt_tokens *t, sd_bt *z, sd_bt *e,
+                            int *oom) {
+    sd_tensor *hw = weight_tensor(t, W_VALUE), *hk = weight_tensor(t, W_KEEP),
+              *hc = weight_tensor(t, W_CHANGE);
+    sd_bt *w = hw ? sd_bt_from_host(be, hw, SD_F32) : NULL;
+    sd_bt *keep = hk ? sd_bt_from_host(be, hk, SD_F32) : NULL;
+    sd_bt *change = hc ? sd_bt_from_host(be, hc, SD_F32) : NULL;
+    sd_tensor_unref(hw);
+    sd_tensor_unref(hk);
+    sd_tensor_unref(hc);
+    if (!hw || !hk || !hc) *oom = 1;
+    sd_bt *neg = NULL, *d = NULL, *a = NULL, *out = NULL;
+    if (w && keep && change && (neg = sd_op_scale(e, -1.0f)) && (d = sd_op_add(z, neg))) {
+        sd_bt *dw = sd_op_mul(d, w);
+        sd_bt *r = dw ? sd_op_add(dw, e) : NULL;
+        sd_bt *rc = r ? sd_op_mul(r, change) : NULL;
+        a = rc ? sd_op_mul(z, keep) : NULL;
+        if (a) out = sd_op_add(a, rc);
+        sd_bt_free(dw);
+        sd_bt_free(r);
+        sd_bt_free(rc);
+    }
+    sd_bt_free(w);
+    sd_bt_free(keep);
+    sd_bt_free(change);
+    sd_bt_free(neg);
+    sd_bt_free(d);
+    sd_bt_free(a);
+    return out;
+}
+
+/* One encoder over all chunks of t: *cond [1, len*k, W] and *pooled [1, P]
+ * (backend tensors owned by the caller). */
+static sd_status encode_role(const te_role *r, const sd_prompt_tokens *t, int clip_skip,
+                             const sd_text_encode_opts *o, sd_bt **cond, sd_bt **pooled,
+                             sd_error *err) {
+    *cond = *pooled = NULL;
+    const sd_clip_config *cfg = sd_clip_get_config(r->clip);
+    sd_backend *be = sd_clip_backend(r->clip);
+    if (t->n_chunks < 1 || t->chunk_len != cfg->positions)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "text encoder: %d chunks of %d tokens (want >= 1 chunk of %d)",
+                            t->n_chunks, t->chunk_len, cfg->positions);
+    int k = t->n_chunks, weighted = sd_prompt_tokens_has_weights(t), n = k + weighted;
+    size_t slots = (size_t)n * t->chunk_len;
+    int32_t *ids = malloc(slots * sizeof *ids);
+    const float **vecs = malloc(slots * sizeof *vecs);
+    if (!ids || !vecs) {
+        free(ids);
+        free(vecs);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory for %zu token slots", slots);
+    }
+    int any_vec = 0;
+    build_slots(r, t, weighted, ids, vecs, &any_vec, o);
+    sd_clip_tokens in = {n, t->chunk_len, ids, any_vec ? (const float *const *)vecs : NULL};
+    sd_clip_output out;
+    sd_status rc = sd_clip_forward(r->clip, &in, pick_layer(r, clip_skip), &out, err);
+    free(ids);
+    free(vecs);
+    if (rc != SD_OK) return rc;
+
+    sd_backend_clear_error(be);
+    sd_bt *src_pool = r->projected && out.projected ? out.projected : out.pooled;
+    sd_bt *z = NULL, *e = NULL;
+    int oom = 0;
+    *pooled = sd_op_slice(src_pool, 0, 0, 1); /* the first chunk's */
+    if (weighted) {
+        z = sd_op_slice(out.hidden, 0, 0, k);
+        e = z ? sd_op_slice(out.hidden, 0, k, k + 1) : NULL;
+        if (e) {
+            sd_bt *wz = apply_weights(be, t, z, e, &oom);
+            sd_bt_free(z);
+            z = wz;
+        }
+    } else {
+        z = out.hidden;
+        out.hidden = NULL;
+    }
+    if (z) {
+        /* chunks are consecutive rows: [k, len, W] is [1, k*len, W] */
+        int64_t shape[3] = {1, (int64_t)k * t->chunk_len, cfg->hidden};
+        sd_bt *v = sd_bt_view(z, 3, shape);
+        *cond = v ? sd_op_copy(v) : NULL;
+        sd_bt_free(v);
+    }
+    sd_bt_free(z);
+    sd_bt_free(e);
+    sd_clip_output_free(&out);
+    rc = sd_backend_take_error(be, err);
+    sd_backend_clear_error(be);
+    if (rc == SD_OK && oom) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory for token weights");
+    if (rc == SD_OK && (!*cond || !*pooled))
+        rc = sd_error_set(err, SD_ERR_INTERNAL, "text encoder: no output");
+    if (rc != SD_OK) {
+        sd_bt_free(*cond);
+        sd_bt_free(*pooled);
+        *cond = *pooled = NULL;
+    }
+    return rc;
+}
+
+/* Download and free a backend tensor. */
+static sd_tensor *to_host(sd_bt *t) {
+    sd_tensor *h = t ? sd_bt_to_host(t) : NULL;
+    sd_bt_free(t);
+    return h;
+}
+
+sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,
+                                const sd_prompt_tokens *g, int clip_skip,
+                                const sd_text_encode_opts *opts, sd_tensor **cond,
+                                sd_tensor **pooled, sd_error *err) {
+    *cond = *pooled = NULL;
+    if (clip_skip > 0)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "clip skip %d: CLIPSetLastLayer takes -1 or lower (0 = not set)",
+                            clip_skip);
+    if (!te->l.clip != !l || !te->g.clip != !g)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "%s text encoder: tokens for %s%s%s expected",
+                            sd_te_kind_name(te->kind), te->l.clip ? "'l'" : "",
+                            te->l.clip && te->g.clip ? " and " : "", te->g.clip ? "'g'" : "");
+    sd_bt *zl = NULL, *pl = NULL, *zg = NULL, *pg = NULL, *z = NULL;
+    sd_status rc = SD_OK;
+    if (l) rc = encode_role(&te->l, l, clip_skip, opts, &zl, &pl, err);
+    if (rc == SD_OK && g) rc = encode_role(&te->g, g, clip_skip, opts, &zg, &pg, err);
+    if (rc != SD_OK) goto done;
+    if (zl && zg) {
+        /* SDXL: cut both to the shorter token count, l's channels first */
+        sd_backend *be = sd_clip_backend(te->l.clip);
+        int64_t cut = zl->shape[1] < zg->shape[1] ? zl->shape[1] : zg->shape[1];
+        sd_bt *a = sd_op_slice(zl, 1, 0, cut), *b = a ? sd_op_slice(zg, 1, 0, cut) : NULL;
+        z = b ? sd_op_concat(a, b, 2) : NULL;
+        sd_bt_free(a);
+        sd_bt_free(b);
+        rc = sd_backend_take_error(be, err);
+        sd_backend_clear_error(be);
+        if (rc != SD_OK) goto done;
+        *pooled = to_host(pg);
+        pg = NULL;
+    } else if (zl) {
+        z = zl;
+        zl = NULL;
+        *pooled = to_host(pl);
+        pl = NULL;
+    } else {
+        z = zg;
+        zg = NULL;
+        *pooled = to_host(pg);
+        pg = NULL;
+    }
+    *cond = to_host(z);
+    z = NULL;
+    if (!*cond || !*pooled) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory downloading conditioning");
+done:
+    sd_bt_free(zl);
+    sd_bt_free(pl);
+    sd_bt_free(zg);
+    sd_bt_free(pg);
+    sd_bt_free(z);
+    if (rc != SD_OK) {
+        sd_tensor_unref(*cond);
+        sd_tensor_unref(*pooled);
+        *cond = *pooled = NULL;
+    }
+    return rc;
+}
+
+/* ---- from text ---------------------------------------------------------------- */
+
+static void prompt_opts(const te_role *r, const sd_text_encode_opts *o, sd_prompt_opts *po) {
+    if (r->is_g) sd_prompt_opts_clip_g(po);
+    else sd_prompt_opts_clip_l(po);
+    if (o) {
+        po->embedding_dirs = o->embedding_dirs;
+        po->n_embedding_dirs = o->n_embedding_dirs;
+        po->warn = o->warn;
+        po->warn_ud = o->warn_ud;
+    }
+}
+
+static sd_status tokenize(const sd_text_encoder *te, const te_role *r, const char *text,
+                          const sd_text_encode_opts *o, sd_prompt_tokens **t, sd_error *err) {
+    *t = NULL;
+    if (!r->clip) return SD_OK;
+    sd_prompt_opts po;
+    prompt_opts(r, o, &po);
+    po.max_length = sd_clip_get_config(r->clip)->positions;
+    return sd_prompt_tokenize(te->tok, text ? text : "", &po, t, err);
+}
+
+static sd_status encode_texts(const sd_text_encoder *te, const char *text_l, const char *text_g,
+                              int pad_equal, int clip_skip, const sd_text_encode_opts *o,
+                              sd_tensor **cond, sd_tensor **pooled, sd_error *err) {
+    *cond = *pooled = NULL;
+    if (!te->tok)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "text encoder has no tokenizer (configure --tokenizer-dir or %s)",
+                            SD_TOKENIZER_DIR_ENV);
+    sd_prompt_tokens *l = NULL, *g = NULL;
+    sd_status rc = tokenize(te, &te->l, text_l, o, &l, err);
+    if (rc == SD_OK) rc = tokenize(te, &te->g, text_g, o, &g, err);
+    if (rc == SD_OK && pad_equal && l && g && l->n_chunks != g->n_chunks) {
+        sd_prompt_opts po;
+        if (l->n_chunks < g->n_chunks) {
+            prompt_opts(&te->l, o, &po);
+            rc = sd_prompt_tokens_pad_chunks(te->tok, &po, l, g->n_chunks, err);
+        } else {
+            prompt_opts(&te->g, o, &po);
+            rc = sd_prompt_tokens_pad_chunks(te->tok, &po, g, l->n_chunks, err);
+        }
+    }
+    if (rc == SD_OK) rc = sd_text_encode_tokens(te, l, g, clip_skip, o, cond, pooled, err);
+    sd_prompt_tokens_free(l);
+    sd_prompt_tokens_free(g);
+    return rc;
+}
+
+sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_skip,
+                         const sd_text_encode_opts *opts, sd_tensor **cond, sd_tensor **pooled,
+                         sd_error *err) {
+    return encode_texts(te, text, text, 0, clip_skip, opts, cond, pooled, err);
+}
+
+sd_status sd_text_encode_sdxl(const sd_text_encoder *te, const char *text_g, const char *text_l,
+                              int clip_skip, const sd_text_encode_opts *opts, sd_tensor **cond,
+                              sd_tensor **pooled, sd_error *err) {
+    *cond = *pooled = NULL;
+    if (te->kind != SD_TE_SDXL)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "CLIPTextEncodeSDXL needs an SDXL text encoder, this one is %s",
+                            sd_te_kind_name(te->kind));
+    return encode_texts(te, text_l, text_g, 1, clip_skip, opts, cond, pooled, err);
+}

@@ -1,0 +1,114 @@
+/* text_encode.h - prompt text -> CONDITIONING tensors, with ComfyUI's
+ * semantics (CLIPTextEncode, CLIPSetLastLayer, CLIPTextEncodeSDXL).
+ *
+ * A text encoder is one or two CLIP transformers (models/text/clip.h) with the
+ * role each plays in a model family:
+ *   SD1          CLIP-L: hidden state of the last layer WITH final LN by
+ *                default; pooled = final-LN state at the first end token,
+ *                unprojected.
+ *   SDXL         CLIP-L ('l', pads with 49407) and OpenCLIP bigG ('g', pads
+ *                with 0): both give layer num_layers-2 WITHOUT final LN by
+ *                default; cond = concat(l, g) along channels (cut to the
+ *                shorter token count); pooled = g's final-LN state at the
+ *                first end token times text_projection (unprojected when
+ *                the bigG has no text_projection, i.e. an identity one).
+ *   SDXL_REFINER bigG only, as the 'g' of SDXL.
+ * CLIPSetLastLayer (clip_skip, -1..-24; 0 = not set): each encoder returns
+ * the output of layer num_layers+clip_skip, with final LN for SD1 and
+ * without for SDXL; a clip_skip deeper than an encoder's layer count selects
+ * that encoder's final-LN last layer (ComfyUI's "last"). Pooled outputs
+ * always come from the final-LN last layer.
+ *
+ * Per encoder, as ComfyUI's ClipTokenWeightEncoder: each 77-token chunk is
+ * encoded separately and the chunks are concatenated on the token axis
+ * (cond [1, 77*k, D]); pooled comes from the first chunk. When any weight of
+ * the prompt differs from 1.0 the empty prompt ([start, end, pad...]) is
+ * encoded in the same batch and every token with weight w != 1 becomes
+ * (z - z_empty) * w + z_empty (float32, w rounded to float). Textual
+ * inversion vectors replace token embeddings at their slots; a vector whose
+ * width differs from the encoder's is dropped with a warning, the rest of
+ * the chunk moves left and pad tokens fill its end (ComfyUI's behaviour).
+ *
+ * Ownership: the encoder owns its sd_clip models; the tokenizer is borrowed
+ * and must outlive the encoder (it may be NULL and set later; text entry
+ * points then fail with SD_ERR_INVALID). Outputs are new host tensors owned
+ * by the caller. Not thread-safe per backend (see clip.h).
+ */
+#ifndef SD_TEXT_ENCODE_H
+#define SD_TEXT_ENCODE_H
+
+#include "core/safetensors.h"
+#include "models/text/clip.h"
+#include "models/text/prompt.h"
+#include "models/text/tokenizer.h"
+
+typedef enum sd_te_kind { SD_TE_SD1 = 1, SD_TE_SDXL = 2, SD_TE_SDXL_REFINER = 3 } sd_te_kind;
+
+typedef struct sd_text_encoder sd_text_encoder;
+
+/* Single-file checkpoint key prefixes. */
+#define SD_TE_PREFIX_SD1 "cond_stage_model.transformer."
+#define SD_TE_PREFIX_SDXL_L "conditioner.embedders.0.transformer."
+#define SD_TE_PREFIX_SDXL_G "conditioner.embedders.1.model."
+#define SD_TE_PREFIX_REFINER_G "conditioner.embedders.0.model."
+
+/* Assemble an encoder from loaded models. Takes ownership of clip_l and
+ * clip_g (also on failure). SD1 needs clip_l only, SDXL both, SDXL_REFINER
+ * clip_g only. Errors: SD_ERR_INVALID (wrong parts for the kind),
+ * SD_ERR_NOMEM. */
+sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
+                              const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err);
+
+/* Detect the family from a single-file checkpoint's text-encoder keys
+ * (SDXL: conditioner.embedders.0.transformer + .1.model; refiner:
+ * conditioner.embedders.0.model; SD1: cond_stage_model.transformer) and load
+ * it. Errors: SD_ERR_NOT_FOUND (no text encoder), SD_ERR_UNSUPPORTED (an
+ * OpenCLIP cond_stage_model.model, i.e. SD2.x), sd_clip_load's errors. */
+sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
+                               sd_text_encoder **out, sd_error *err);
+void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
+
+sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
+const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner" */
+const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te); /* NULL when absent */
+const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te);
+void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok);
+const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te);
+/* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner) and of pooled. */
+int sd_text_encoder_cond_dim(const sd_text_encoder *te);
+int sd_text_encoder_pooled_dim(const sd_text_encoder *te);
+
+typedef struct sd_text_encode_opts {
+    /* Textual-inversion directories (see prompt.h); NULL/0 = "embedding:"
+     * is plain text. Borrowed for the call. */
+    const char *const *embedding_dirs;
+    size_t n_embedding_dirs;
+    sd_prompt_warn_fn warn; /* missing/ignored embeddings; may be NULL */
+    void *warn_ud;
+} sd_text_encode_opts;
+
+/* CLIPTextEncode: tokenize `text` for every encoder of the model and encode.
+ * opts may be NULL. *cond = [1, 77*k, cond_dim], *pooled = [1, pooled_dim]
+ * (F32, host). Errors: SD_ERR_INVALID (clip_skip > 0, no tokenizer), the
+ * tokenizer's and the model's errors. */
+sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_skip,
+                         const sd_text_encode_opts *opts, sd_tensor **cond, sd_tensor **pooled,
+                         sd_error *err);
+
+/* CLIPTextEncodeSDXL's text part: text_g for bigG, text_l for CLIP-L, the
+ * shorter one padded with empty chunks to the other's chunk count. Needs an
+ * SDXL encoder (SD_ERR_INVALID otherwise). */
+sd_status sd_text_encode_sdxl(const sd_text_encoder *te, const char *text_g, const char *text_l,
+                              int clip_skip, const sd_text_encode_opts *opts, sd_tensor **cond,
+                              sd_tensor **pooled, sd_error *err);
+
+/* Encode already tokenized prompts (the tokens carry weights and embedding
+ * vectors): l for CLIP-L (NULL for the refiner), g for bigG (NULL for SD1).
+ * Only opts->warn is used. Chunks must be 77 slots long (the model's
+ * position count). */
+sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,
+                                const sd_prompt_tokens *g, int clip_skip,
+                                const sd_text_encode_opts *opts, sd_tensor **cond,
+                                sd_tensor **pooled, sd_error *err);
+
+#endif

@@ -1,0 +1,149 @@
+/* unet.h - the Stable Diffusion UNet (SD1.x and SDXL), as ComfyUI's
+ * openaimodel.UNetModel computes it.
+ *
+ * The architecture is not given by the caller: sd_unet_detect() reads it from
+ * key names and tensor shapes the way ComfyUI's model detection does
+ * (model_channels from input_blocks.0.0.weight, channel_mult from res-block
+ * widths, transformer depths by counting transformer_blocks.K, context_dim
+ * from attn2.to_k, linear vs conv proj_in, adm_in_channels from
+ * label_emb.0.0.weight). Two layouts are accepted:
+ *   SD1  - conv proj_in, no label_emb: a FIXED 8 heads at every level;
+ *   SDXL - linear proj_in + label_emb:  64-channel heads (heads = ch / 64).
+ * Anything else (SD2.x, unCLIP, video UNets, ...) is SD_ERR_UNSUPPORTED with
+ * a message saying what was found. Missing or wrongly shaped tensors are
+ * reported by full key name (see models/checkpoint/weights.h).
+ *
+ * Compute goes through kernels/backend.h only, so the model runs on any
+ * backend. Ownership: sd_unet_load() returns a model owning its weights
+ * (free with sd_unet_free); the safetensors file may be closed afterwards.
+ * sd_unet_forward() never takes ownership of its inputs and returns a new
+ * tensor owned by the caller.
+ */
+#ifndef SD_UNET_H
+#define SD_UNET_H
+
+#include "core/safetensors.h"
+#include "kernels/backend.h"
+
+#define SD_UNET_MAX_LEVELS 8
+#define SD_UNET_MAX_BLOCKS 40 /* input (or output) blocks */
+
+typedef enum sd_unet_kind { SD_UNET_SD1 = 1, SD_UNET_SDXL = 2 } sd_unet_kind;
+
+/* The detected architecture, in ComfyUI's unet_config terms. */
+typedef struct sd_unet_config {
+    sd_unet_kind kind;
+    int in_channels;    /* 4; 9 inpaint; 8 pix2pix */
+    int out_channels;
+    int model_channels;
+    int time_embed_dim; /* 4 * model_channels */
+    int num_levels;
+    int channel_mult[SD_UNET_MAX_LEVELS];
+    int num_res_blocks[SD_UNET_MAX_LEVELS];
+    /* Transformer depth after each input res block, in block order (ComfyUI's
+     * transformer_depth), and after each output res block in ComfyUI's
+     * transformer_depth_output order, which it pops from the end: entry i
+     * belongs to output block n_output_blocks - 1 - i. */
+    int n_input_res;
+    int transformer_depth[SD_UNET_MAX_BLOCKS];
+    int n_output_blocks;
+    int transformer_depth_output[SD_UNET_MAX_BLOCKS];
+    int transformer_depth_middle; /* -1: the middle block is one ResBlock */
+    int context_dim;              /* 0 when there is no attention at all */
+    int adm_in_channels;          /* 0 when there is no label_emb */
+    int use_linear_in_transformer;
+    int num_heads;         /* fixed head count, or -1 */
+    int num_head_channels; /* fixed head width, or -1 */
+} sd_unet_config;
+
+typedef struct sd_unet sd_unet;
+
+/* Key prefix of the UNet inside a single-file checkpoint. */
+#define SD_UNET_PREFIX "model.diffusion_model."
+
+/* Detect the architecture from the tensors under `prefix` in f.
+ * SD_ERR_NOT_FOUND when there is no UNet under the prefix,
+ * SD_ERR_UNSUPPORTED for layouts we do not run, SD_ERR_FORMAT for
+ * inconsistent shapes. */
+sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *cfg,
+                         sd_error *err);
+
+/* Detect and load. prefix NULL tries SD_UNET_PREFIX, then "" (a bare UNet
+ * file). weight_dtype is the dtype weights are kept in on the backend:
+ * SD_F32 (what the CPU backend's ops take today), or SD_F16/SD_BF16 to halve
+ * memory on a backend whose ops read half-precision weights. */
+sd_status sd_unet_load(sd_backend *be, sd_st_file *f, const char *prefix,
+                       sd_dtype weight_dtype, sd_unet **out, sd_error *err);
+void sd_unet_free(sd_unet *u); /* NULL-safe */
+const sd_unet_config *sd_unet_get_config(const sd_unet *u);
+
+/* ControlNet / T2I-Adapter residuals, as ComfyUI's apply_control adds them.
+ * Every pointer may be NULL (nothing added there); shapes must match the
+ * tensors they are added to. Not owned by the UNet.
+ *   input[i]  added to the output of input block i (T2I-Adapter style);
+ *   middle    added to the middle-block output;
+ *   skip[i]   added to the skip connection saved after input block i, when
+ *             the output blocks pop it (ControlNet: zero_convs[i] output).
+ * Scaling by strength is the caller's job. */
+typedef struct sd_unet_control {
+    int n_input;
+    sd_bt *const *input;
+    sd_bt *middle;
+    int n_skip;
+    sd_bt *const *skip;
+} sd_unet_control;
+
+/* Observation hook: called with every named activation during forward
+ * ("t_emb", "time_embed", "label_emb", "input_blocks.3", "input_blocks.1.1",
+ * "middle_block", "output_blocks.5", "output_blocks.last", "out"). The
+ * tensor is borrowed for the duration of the call. For debugging and golden
+ * tests; NULL disables it. */
+typedef void (*sd_unet_tap_fn)(void *user, const char *name, const sd_bt *t);
+void sd_unet_set_tap(sd_unet *u, sd_unet_tap_fn fn, void *user);
+
+/* One UNet evaluation (raw model output: eps for SD1/SDXL).
+ *   x          [N, in_channels, H, W]
+ *   timesteps  N floats on the host (ComfyUI passes fractional values through)
+ *   context    [N, L, context_dim], any L (77 * k tokens)
+ *   y          [N, adm_in_channels] for SDXL, NULL for SD1
+ *   control    NULL or residuals (see above)
+ * *out = [N, out_channels, H, W]. Errors: SD_ERR_INVALID for shapes that do
+ * not fit the model, or the backend's error. */
+sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *context,
+                          sd_bt *y, const sd_unet_control *control, sd_bt **out,
+                          sd_error *err);
+
+/* ---- host-side helpers (scalars, not activations) ---------------------------- */
+
+/* ComfyUI timestep_embedding (max_period 10000, cos half first then sin),
+ * computed in float32 as PyTorch does: out[i*dim + j] for n values. */
+void sd_unet_timestep_embedding(const float *t, int n, int dim, float *out);
+
+/* SDXL size conditioning (ComfyUI SDXL.encode_adm). */
+typedef struct sd_sdxl_size {
+    float width, height;
+    float crop_w, crop_h;
+    float target_width, target_height;
+} sd_sdxl_size;
+
+/* y = [pooled, emb(height), emb(width), emb(crop_h), emb(crop_w),
+ *      emb(target_height), emb(target_width)] with 256-dim embeddings
+ * (height before width). pooled: [N, P] F32 -> new [N, P + 1536] tensor. */
+sd_status sd_unet_sdxl_adm(const sd_tensor *pooled, const sd_sdxl_size *size,
+                           sd_tensor **out, sd_error *err);
+
+/* ---- parameters by key, views (models/unet/unet_params.c; used by LoRA) ---------- */
+
+/* The slot holding the parameter named by its checkpoint key relative to the
+ * UNet prefix ("input_blocks.1.1.proj_in.weight"), or NULL when the model
+ * has no such parameter. The slot belongs to u: a caller replacing the
+ * tensor in it frees the old one (only ever done on a view). */
+sd_bt **sd_unet_param(sd_unet *u, const char *key);
+
+/* A new UNet sharing every weight of `base` (each tensor a backend view, no
+ * data copied; the tap is not inherited). Free with sd_unet_free, which
+ * releases only the views. `base` must outlive the view (the CPU backend's
+ * views keep the storage alive anyway). */
+sd_status sd_unet_view(const sd_unet *base, sd_unet **out, sd_error *err);
+
+#endif

@@ -1,0 +1,101 @@
+/* unet_internal.h - the UNet's module structs, shared by the unet_*.c files.
+ * Not a public contract: use models/unet/unet.h. */
+#ifndef SD_UNET_INTERNAL_H
+#define SD_UNET_INTERNAL_H
+
+#include "models/unet/unet.h"
+#include "models/checkpoint/weights.h"
+
+/* ResBlock: GroupNorm+SiLU+conv3x3, + emb projection, GroupNorm+SiLU+conv3x3,
+ * plus the input (through a 1x1 conv when the width changes). */
+typedef struct unet_res {
+    int cin, cout;
+    sd_bt *in_norm_w, *in_norm_b, *in_conv_w, *in_conv_b;
+    sd_bt *emb_w, *emb_b;
+    sd_bt *out_norm_w, *out_norm_b, *out_conv_w, *out_conv_b;
+    sd_bt *skip_w, *skip_b; /* NULL when cin == cout */
+} unet_res;
+
+typedef struct unet_attn {
+    sd_bt *q, *k, *v, *out_w, *out_b; /* q/k/v have no bias */
+} unet_attn;
+
+typedef struct unet_tblock {
+    sd_bt *norm1_w, *norm1_b, *norm2_w, *norm2_b, *norm3_w, *norm3_b;
+    unet_attn attn1, attn2;
+    sd_bt *ff_in_w, *ff_in_b, *ff_out_w, *ff_out_b; /* GEGLU proj, output Linear */
+} unet_tblock;
+
+/* SpatialTransformer: GroupNorm(eps 1e-6), proj_in, blocks, proj_out, + x. */
+typedef struct unet_st {
+    int ch, heads, depth, linear;
+    sd_bt *norm_w, *norm_b, *proj_in_w, *proj_in_b, *proj_out_w, *proj_out_b;
+    unet_tblock *blocks;
+} unet_st;
+
+/* UL_CONV: conv_in (3x3, stride 1); UL_DOWN: 3x3 stride 2; UL_UP: nearest x2 + 3x3. */
+typedef enum unet_layer_kind { UL_RES = 1, UL_ST, UL_CONV, UL_DOWN, UL_UP } unet_layer_kind;
+
+typedef struct unet_layer {
+    unet_layer_kind kind;
+    unet_res *res;
+    unet_st *st;
+    sd_bt *conv_w, *conv_b; /* UL_CONV / UL_DOWN / UL_UP */
+} unet_layer;
+
+/* One TimestepEmbedSequential: at most ResBlock, SpatialTransformer, resample. */
+typedef struct unet_block {
+    int n;
+    unet_layer layers[3];
+} unet_block;
+
+struct sd_unet {
+    sd_backend *be;
+    sd_unet_config cfg;
+    sd_bt *time_w0, *time_b0, *time_w2, *time_b2;
+    sd_bt *label_w0, *label_b0, *label_w2, *label_b2; /* SDXL */
+    int n_in, n_out;
+    unet_block in[SD_UNET_MAX_BLOCKS];
+    unet_block middle;
+    unet_block out[SD_UNET_MAX_BLOCKS];
+    sd_bt *out_norm_w, *out_norm_b, *out_conv_w, *out_conv_b;
+    sd_unet_tap_fn tap;
+    void *tap_user;
+};
+
+/* Forward of single layers (unet_blocks.c). Inputs are borrowed; results
+ * are new tensors, NULL on failure (the backend's sticky error is set). */
+sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
+sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context);
+
+/* ---- detection helpers (unet_config.c), shared with the ControlNet ---- */
+
+/* Entry for prefix + printf(fmt), or NULL. */
+const sd_st_entry *sd_unet_find(sd_st_file *f, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Number of transformer_blocks.K under "<block>.transformer_blocks.". */
+int sd_unet_count_tblocks(sd_st_file *f, const char *prefix, const char *block);
+
+/* ---- weight binding (unet_load.c), shared with the ControlNet loader ---- */
+
+/* Loader: the first failure is kept in err and later gets are skipped, so
+ * the build code reads straight through and checks once. */
+typedef struct unet_loader {
+    sd_weights w;
+    sd_error *err;
+    int failed;
+} unet_loader;
+
+/* The weight base + suffix with a shape of ndim (<= 4) dims; NULL (and
+ * ld->failed set) when missing or misshapen, or after an earlier failure. */
+sd_bt *sd_unet_get(unet_loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                   const char *base, const char *suffix);
+/* Binds a ResBlock's weights under base into r (cin -> cout channels, emb_dim
+ * wide embedding; the 1x1 skip conv only when cin != cout). */
+void sd_unet_bind_res(unet_loader *ld, unet_res *r, const char *base, int cin, int cout, int emb_dim);
+/* Binds depth BasicTransformerBlocks "<base>.transformer_blocks.K" of width
+ * ch (cross-attention from c->context_dim) into blocks[0 .. depth). */
+void sd_unet_bind_tblocks(unet_loader *ld, unet_tblock *blocks, const char *base, int ch, int depth,
+                          const sd_unet_config *c);
+
+#endif
