@@ -17,7 +17,7 @@
 #include "core/env.h"
 #include "core/png.h"
 #include "core/safetensors.h"
-#include "models/taesd.h"
+#include "models/vae/taesd.h"
 
 /* comfy/latent_formats.py: latent_rgb_factors (rows: latent channels,
  * columns: R, G, B) and latent_rgb_factors_bias. */
