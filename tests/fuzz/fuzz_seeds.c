@@ -8,15 +8,19 @@
  * OUT_DIR/value_io: blobs of LATENT / CONDITIONING / scalar trees.
  * OUT_DIR/workflow_json: a few API-format workflows written here, plus any
  *   *.json found directly in each JSON_DIR.
+ * OUT_DIR/png: PNGs from our writer (gray, RGB, RGBA, with text chunks) and
+ *   crafted ones: a huge declared size, a huge declared tEXt chunk.
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/png.h"
 #include "core/safetensors.h"
 #include "core/value_io.h"
 
@@ -232,6 +236,82 @@ static int json_seeds(const char *out, int argc, char **argv) {
     return rc;
 }
 
+/* ---- png ------------------------------------------------------------------ */
+
+static uint32_t crc_png(const unsigned char *p, size_t n) {
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+    }
+    return c ^ 0xffffffffu;
+}
+
+static size_t put_u32(unsigned char *b, uint32_t v) {
+    b[0] = (unsigned char)(v >> 24); b[1] = (unsigned char)(v >> 16);
+    b[2] = (unsigned char)(v >> 8); b[3] = (unsigned char)v;
+    return 4;
+}
+
+static size_t put_chunk(unsigned char *b, const char *type, const void *data, uint32_t n) {
+    size_t o = put_u32(b, n);
+    memcpy(b + o, type, 4);
+    if (n) memcpy(b + o + 4, data, n);
+    o += 4 + n;
+    return o + put_u32(b + o, crc_png(b + 4, 4 + (size_t)n));
+}
+
+static size_t put_ihdr(unsigned char *b, uint32_t w, uint32_t h, int depth, int ctype) {
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
+    unsigned char d[13] = {0};
+    put_u32(d, w);
+    put_u32(d + 4, h);
+    d[8] = (unsigned char)depth;
+    d[9] = (unsigned char)ctype;
+    memcpy(b, sig, 8);
+    return 8 + put_chunk(b + 8, "IHDR", d, 13);
+}
+
+static int png_seeds(const char *out) {
+    int rc = 0;
+    sd_error err;
+    static const int channels[4] = {1, 2, 3, 4};
+    for (int k = 0; k < 4; k++) {
+        sd_tensor *t = sd_tensor_new4(SD_F32, 3, 5 + k, 7, channels[k], 0);
+        if (!t) return -1;
+        float *p = sd_tensor_f32(t);
+        for (int64_t i = 0; i < (int64_t)(t->nbytes / sizeof(float)); i++) p[i] = (float)((i * 37) % 256) / 255.0f;
+        sd_png_text texts[2] = {{"prompt", "{\"1\": {\"class_type\": \"EmptyImage\"}}"},
+                                {"workflow", "caf\xc3\xa9 \xe2\x9c\x93"}}; /* iTXt */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/writer_c%d.png", out, channels[k]);
+        if (sd_png_write(path, t, k & 1 ? texts : NULL, k & 1 ? 2 : 0, k * 3, &err) != SD_OK) {
+            fprintf(stderr, "fuzz_seeds: %s\n", err.msg);
+            rc = -1;
+        } else {
+            n_written++;
+        }
+        sd_tensor_unref(t);
+    }
+    unsigned char b[256];
+    static const unsigned char idat[] = {0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01};
+    size_t n = put_ihdr(b, 16384, 16384, 8, 0);
+    n += put_chunk(b + n, "IDAT", idat, sizeof idat);
+    n += put_chunk(b + n, "IEND", NULL, 0);
+    rc |= write_seed(out, "huge_size.png", b, n);
+    n = put_ihdr(b, 1, 1, 8, 0);
+    n += put_u32(b + n, 0x7fffffffu);
+    memcpy(b + n, "tEXtprompt", 11);
+    rc |= write_seed(out, "huge_text.png", b, n + 11);
+    static const char kv[] = "prompt\0{}";
+    n = put_ihdr(b, 1, 1, 8, 0);
+    n += put_chunk(b + n, "tEXt", kv, sizeof kv - 1);
+    n += put_chunk(b + n, "IDAT", idat, sizeof idat);
+    n += put_chunk(b + n, "IEND", NULL, 0);
+    rc |= write_seed(out, "text_first.png", b, n);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -248,6 +328,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/workflow_json", argv[1]);
     mkdir_p(dir);
     rc |= json_seeds(dir, argc - 3, argv + 3);
+    snprintf(dir, sizeof dir, "%s/png", argv[1]);
+    mkdir_p(dir);
+    rc |= png_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }
