@@ -26,6 +26,7 @@
 #include "cache_key.h"
 #include "env.h"
 #include "executor_internal.h"
+#include "hashmap.h"
 
 /* ---- the in-process memo: key -> entry, open addressing ------------------- */
 
@@ -181,6 +182,7 @@ typedef struct plan_node {
     int *last;            /* group leader, per output (one slot when there is none):
                              order index of its last use */
     unsigned char *dead;  /* group leader, same slots: dropped already */
+    int next_member;      /* next node of the same group in run order, or -1 */
 } plan_node;
 
 typedef struct run {
@@ -193,6 +195,10 @@ typedef struct run {
     size_t *order;   /* topological order of needed nodes */
     size_t n_order;
     sd_exec_report *report;
+    /* release_consumed only: (leader, order index) pairs bucketed by the
+     * order index at which one of the leader's outputs is used last, and how
+     * far release_due has gone through them. */
+    size_t *due, *due_start, due_done;
 } run;
 
 static double now_s(void) {
@@ -211,12 +217,6 @@ static void logf_env(const sd_env *env, int level, const char *fmt, ...) {
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     env->log(env->log_user, level, buf);
-}
-
-static size_t node_index(const sd_graph *g, const char *id) {
-    for (size_t i = 0; i < sd_graph_count(g); i++)
-        if (strcmp(sd_graph_at(g, i)->id, id) == 0) return i;
-    return (size_t)-1;
 }
 
 /* Default or coerced literal for input d (NULL when absent without default). */
@@ -241,12 +241,106 @@ static sd_value *prepare_literal(const sd_input_def *d, const sd_graph_input *in
     return NULL;
 }
 
-static void mark_needed(run *r, size_t i) {
-    plan_node *p = &r->nodes[i];
-    if (p->needed) return;
-    p->needed = 1;
-    for (int k = 0; k < p->n_in; k++)
-        if (p->src[k] >= 0) mark_needed(r, (size_t)p->src[k]);
+/* Marks the ancestors of output nodes. An explicit stack (each node is
+ * pushed once, when it becomes needed): a chain of 100,000 nodes must not
+ * overflow the C stack. */
+static sd_status mark_needed(run *r, sd_error *err) {
+    size_t *stack = malloc((r->n ? r->n : 1) * sizeof *stack), top = 0;
+    if (!stack) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+    for (size_t i = 0; i < r->n; i++) {
+        if (!r->nodes[i].is_output || r->nodes[i].needed) continue;
+        r->nodes[i].needed = 1;
+        stack[top++] = i;
+        while (top) {
+            plan_node *p = &r->nodes[stack[--top]];
+            for (int k = 0; k < p->n_in; k++) {
+                if (p->src[k] < 0 || r->nodes[p->src[k]].needed) continue;
+                r->nodes[p->src[k]].needed = 1;
+                stack[top++] = (size_t)p->src[k];
+            }
+        }
+    }
+    free(stack);
+    return SD_OK;
+}
+
+/* ---- a binary min-heap of node indices (Kahn's ready set) ---- */
+
+static void heap_push(size_t *h, size_t *n, size_t v) {
+    size_t i = (*n)++;
+    while (i && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static size_t heap_pop(size_t *h, size_t *n) {
+    size_t top = h[0], v = h[--*n], i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = v;
+    return top;
+}
+
+/* Kahn's algorithm over needed nodes; among the ready ones the smallest
+ * insertion index goes first, so the order is stable (the same as picking
+ * the first ready node in workflow order each time), in O((n + links) log n). */
+static sd_status topo_order(run *r, sd_error *err) {
+    size_t n = r->n, n_links = 0, n_needed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!r->nodes[i].needed) continue;
+        n_needed++;
+        for (int k = 0; k < r->nodes[i].n_in; k++) n_links += r->nodes[i].src[k] >= 0;
+    }
+    size_t *indeg = calloc(n ? n : 1, sizeof *indeg), *start = calloc(n + 1, sizeof *start);
+    size_t *consumers = malloc((n_links ? n_links : 1) * sizeof *consumers);
+    size_t *heap = malloc((n ? n : 1) * sizeof *heap), n_heap = 0;
+    sd_status rc = SD_OK;
+    if (!indeg || !start || !consumers || !heap) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+        goto done;
+    }
+    /* consumers of node s: consumers[start[s] .. start[s+1]) (one per link) */
+    for (size_t i = 0; i < n; i++) {
+        if (!r->nodes[i].needed) continue;
+        for (int k = 0; k < r->nodes[i].n_in; k++) {
+            int s = r->nodes[i].src[k];
+            if (s < 0) continue;
+            indeg[i]++;
+            start[s + 1]++;
+        }
+    }
+    for (size_t i = 0; i < n; i++) start[i + 1] += start[i];
+    /* the heap's array is free until the first push: it serves as the fill cursors */
+    memcpy(heap, start, n * sizeof *heap);
+    for (size_t i = 0; i < n; i++) {
+        if (!r->nodes[i].needed) continue;
+        for (int k = 0; k < r->nodes[i].n_in; k++)
+            if (r->nodes[i].src[k] >= 0) consumers[heap[r->nodes[i].src[k]]++] = i;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (r->nodes[i].needed && indeg[i] == 0) heap_push(heap, &n_heap, i);
+    while (n_heap) {
+        size_t pick = heap_pop(heap, &n_heap);
+        r->order[r->n_order++] = pick;
+        for (size_t c = start[pick]; c < start[pick + 1]; c++)
+            if (--indeg[consumers[c]] == 0) heap_push(heap, &n_heap, consumers[c]);
+    }
+    if (r->n_order < n_needed) /* validation rejects cycles; be safe anyway */
+        rc = sd_error_set(err, SD_ERR_INTERNAL, "dependency cycle in a validated graph");
+done:
+    free(indeg);
+    free(start);
+    free(consumers);
+    free(heap);
+    return rc;
 }
 
 static sd_status plan_graph(run *r, sd_error *err) {
@@ -273,40 +367,15 @@ static sd_status plan_graph(run *r, sd_error *err) {
             p->src[k] = -1;
             p->src_index[k] = 0;
             if (in && in->is_link) {
-                p->src[k] = (int)node_index(r->g, in->src_id);
+                p->src[k] = (int)sd_graph_index_of(r->g, in->src_id); /* (size_t)-1 -> -1 */
                 p->src_index[k] = in->src_index;
             } else {
                 p->lit[k] = prepare_literal(&p->def->inputs[k], in);
             }
         }
     }
-    for (size_t i = 0; i < r->n; i++)
-        if (r->nodes[i].is_output) mark_needed(r, i);
-    /* Kahn's algorithm over needed nodes; the smallest insertion index goes
-     * first so the order is stable. Graphs are small: O(n^2) is fine. */
-    int *placed = calloc(r->n ? r->n : 1, sizeof *placed);
-    if (!placed) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
-    size_t n_needed = 0;
-    for (size_t i = 0; i < r->n; i++) n_needed += r->nodes[i].needed;
-    while (r->n_order < n_needed) {
-        size_t pick = (size_t)-1;
-        for (size_t i = 0; i < r->n && pick == (size_t)-1; i++) {
-            plan_node *p = &r->nodes[i];
-            if (!p->needed || placed[i]) continue;
-            int ready = 1;
-            for (int k = 0; k < p->n_in && ready; k++)
-                if (p->src[k] >= 0 && !placed[p->src[k]]) ready = 0;
-            if (ready) pick = i;
-        }
-        if (pick == (size_t)-1) { /* validation rejects cycles; be safe anyway */
-            free(placed);
-            return sd_error_set(err, SD_ERR_INTERNAL, "dependency cycle in a validated graph");
-        }
-        placed[pick] = 1;
-        r->order[r->n_order++] = pick;
-    }
-    free(placed);
-    return SD_OK;
+    sd_status rc = mark_needed(r, err);
+    return rc ? rc : topo_order(r, err);
 }
 
 static sd_status compute_keys(run *r, sd_error *err) {
@@ -609,29 +678,49 @@ static void store_result(run *r, plan_node *p) {
  * its entry from the memo. */
 
 static sd_status plan_release(run *r, sd_error *err) {
+    /* key -> leader: the first node of the run with that key (keys are
+     * borrowed from r->nodes, which does not move) */
+    sd_hashmap *leaders = sd_hashmap_new();
+    if (!leaders) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+    int *tail = NULL; /* per leader: its last member so far */
+    if (r->n && !(tail = malloc(r->n * sizeof *tail))) {
+        sd_hashmap_free(leaders);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+    }
     for (size_t o = 0; o < r->n_order; o++) {
-        size_t i = r->order[o];
+        size_t i = r->order[o], lead;
         plan_node *p = &r->nodes[i];
         p->group = (int)i;
+        p->next_member = -1;
         if (p->decision == PLAN_NONE) continue;
-        for (size_t q = 0; q < o && !p->is_volatile; q++) {
-            plan_node *m = &r->nodes[r->order[q]];
-            if (m->decision != PLAN_NONE && !m->is_volatile && (size_t)m->group == r->order[q] &&
-                memcmp(m->key, p->key, SD_KEY_SIZE) == 0) {
-                p->group = (int)r->order[q];
-                break;
+        if (!p->is_volatile) {
+            if (sd_hashmap_get(leaders, p->key, SD_KEY_SIZE, &lead)) {
+                p->group = (int)lead;
+                r->nodes[tail[lead]].next_member = (int)i;
+                tail[lead] = (int)i;
+            } else if (sd_hashmap_put(leaders, p->key, SD_KEY_SIZE, i)) {
+                free(tail);
+                sd_hashmap_free(leaders);
+                return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
             }
         }
         plan_node *g = &r->nodes[p->group];
         int slots = g->n_out ? g->n_out : 1;
         if (p->group == (int)i) {
+            tail[i] = (int)i;
             p->last = malloc((size_t)slots * sizeof *p->last);
             p->dead = calloc((size_t)slots, 1);
-            if (!p->last || !p->dead) return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+            if (!p->last || !p->dead) {
+                free(tail);
+                sd_hashmap_free(leaders);
+                return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+            }
         }
         for (int k = 0; k < slots; k++) g->last[k] = (int)o; /* >= every member's own turn */
         if (p->is_output) g->keep = 1;
     }
+    free(tail);
+    sd_hashmap_free(leaders);
     for (size_t o = 0; o < r->n_order; o++) {
         plan_node *c = &r->nodes[r->order[o]];
         if (c->decision != PLAN_RUN) continue; /* only a node that runs reads its inputs */
@@ -642,6 +731,36 @@ static sd_status plan_release(run *r, sd_error *err) {
             if (g->last && idx >= 0 && idx < g->n_out && g->last[idx] < (int)o) g->last[idx] = (int)o;
         }
     }
+    /* Bucket every (leader, output) by its last use, so that release_due
+     * visits only what is due instead of every earlier node each time. */
+    size_t n_due = 0;
+    for (size_t o = 0; o < r->n_order; o++) {
+        plan_node *g = &r->nodes[r->order[o]];
+        if (g->last && g->group == (int)r->order[o]) n_due += g->n_out ? (size_t)g->n_out : 1;
+    }
+    r->due_start = calloc(r->n_order + 1, sizeof *r->due_start);
+    r->due = malloc((n_due ? n_due : 1) * sizeof *r->due);
+    size_t *fill = malloc((r->n_order ? r->n_order : 1) * sizeof *fill);
+    if (!r->due_start || !r->due || !fill) {
+        free(fill);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory planning the run");
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t o = 0; o < r->n_order; o++) {
+            size_t gi = r->order[o];
+            plan_node *g = &r->nodes[gi];
+            if (!g->last || g->group != (int)gi) continue;
+            for (int k = 0; k < (g->n_out ? g->n_out : 1); k++) {
+                if (pass == 0) r->due_start[g->last[k] + 1]++;
+                else r->due[fill[g->last[k]]++] = gi;
+            }
+        }
+        if (pass == 0) {
+            for (size_t o = 0; o < r->n_order; o++) r->due_start[o + 1] += r->due_start[o];
+            memcpy(fill, r->due_start, r->n_order * sizeof *fill);
+        }
+    }
+    free(fill);
     return SD_OK;
 }
 
@@ -679,36 +798,40 @@ static void drop_entry(sd_value **slot, const unsigned char *dead, int n_out) {
     *slot = e;
 }
 
-/* After the node at order index `o` has finished: drop every output whose
- * last use that was, from each member of its group and from the memo. */
+/* Drops the outputs of group leader gi whose last use is at or before order
+ * index o, from each member of the group and from the memo. Every member's
+ * turn is at or before the last use, so all members have their entry by now. */
+static void release_group(run *r, size_t gi, size_t o) {
+    plan_node *g = &r->nodes[gi];
+    if (g->keep) return;
+    int any = 0;
+    for (int k = 0; k < (g->n_out ? g->n_out : 1); k++)
+        if (!g->dead[k] && g->last[k] <= (int)o) g->dead[k] = 1, any = 1;
+    if (!any) return;
+    for (int m = (int)gi; m >= 0; m = r->nodes[m].next_member)
+        drop_entry(&r->nodes[m].entry, g->dead, g->n_out);
+    if (g->is_volatile) return; /* never stored */
+    sd_value *e = memo_get(r->ex, g->key);
+    if (!e) return;
+    int all_dead;
+    sd_value *partial = entry_without(e, g->dead, g->n_out, &all_dead);
+    if (all_dead) memo_del(r->ex, g->key);
+    else if (partial) memo_put(r->ex, g->key, partial);
+    sd_value_unref(partial);
+}
+
+/* After the node at order index `o` has finished: release what was last used
+ * at o, or at an earlier index this was not called for (nodes that are not
+ * visited do not call it). Each bucket is visited once: O(n) per run. */
 static void release_due(run *r, size_t o) {
-    for (size_t q = 0; q <= o; q++) {
-        size_t gi = r->order[q];
-        plan_node *g = &r->nodes[gi];
-        if (!g->last || g->keep || g->group != (int)gi) continue;
-        int any = 0;
-        for (int k = 0; k < (g->n_out ? g->n_out : 1); k++)
-            if (!g->dead[k] && g->last[k] <= (int)o) g->dead[k] = 1, any = 1;
-        if (!any) continue;
-        for (size_t m = q; m <= o; m++) {
-            plan_node *p = &r->nodes[r->order[m]];
-            if (p->group == (int)gi) drop_entry(&p->entry, g->dead, g->n_out);
-        }
-        if (g->is_volatile) continue; /* never stored */
-        sd_value *e = memo_get(r->ex, g->key);
-        if (!e) continue;
-        int all_dead;
-        sd_value *partial = entry_without(e, g->dead, g->n_out, &all_dead);
-        if (all_dead) memo_del(r->ex, g->key);
-        else if (partial) memo_put(r->ex, g->key, partial);
-        sd_value_unref(partial);
-    }
+    for (; r->due_done <= o && r->due_done < r->n_order; r->due_done++)
+        for (size_t d = r->due_start[r->due_done]; d < r->due_start[r->due_done + 1]; d++)
+            release_group(r, r->due[d], o);
 }
 
 static sd_status execute(run *r, sd_error *err) {
     char *derived = NULL;
     const char *prompt_json = r->opts->prompt_json;
-    if (!prompt_json) prompt_json = derived = sd_graph_to_json(r->g, 0);
     sd_status rc = SD_OK;
     for (size_t o = 0; o < r->n_order && !rc; o++) {
         plan_node *p = &r->nodes[r->order[o]];
@@ -739,6 +862,9 @@ static sd_status execute(run *r, sd_error *err) {
             rec->status = p->hit_status;
             r->report->n_cached++;
         } else {
+            /* derived when a node first runs: a run served from the caches
+             * does not serialize a large graph for nothing */
+            if (!prompt_json) prompt_json = derived = sd_graph_to_json(r->g, 0);
             rc = run_node(r, p, prompt_json, err);
             rec->seconds = now_s() - t0;
             if (rc) {
@@ -785,6 +911,8 @@ static void run_free(run *r) {
     }
     free(r->nodes);
     free(r->order);
+    free(r->due);
+    free(r->due_start);
 }
 
 sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,

@@ -45,6 +45,9 @@ sd_status sd_graph_add_node(sd_graph *g, const char *id, const char *class_type,
                             sd_graph_node **out, sd_error *err);
 sd_status sd_graph_remove_node(sd_graph *g, const char *id, sd_error *err);
 sd_graph_node *sd_graph_find(const sd_graph *g, const char *id);
+/* Position of node `id` in insertion order (what sd_graph_at takes), or
+ * (size_t)-1 when there is none. Expected O(1), as sd_graph_find. */
+size_t sd_graph_index_of(const sd_graph *g, const char *id);
 size_t sd_graph_count(const sd_graph *g);
 sd_graph_node *sd_graph_at(const sd_graph *g, size_t i); /* insertion order */
 
@@ -58,8 +61,9 @@ sd_graph_input *sd_graph_node_input(const sd_graph_node *n, const char *name);
 void sd_graph_node_set_origin(sd_graph_node *n, const char *origin);
 void sd_graph_node_set_title(sd_graph_node *n, const char *title);
 
-/* An unused id (smallest integer string not taken). Caller frees. */
-char *sd_graph_new_id(const sd_graph *g);
+/* An unused id (smallest integer string not taken). Caller frees; NULL when
+ * out of memory. Amortized O(1): the graph remembers where free ids start. */
+char *sd_graph_new_id(sd_graph *g);
 
 /* ---- validation ------------------------------------------------------------ */
 

@@ -35,9 +35,11 @@ static void add_problem(sd_graph_problems *p, const sd_graph_node *n, const char
 
 static void add_problem(sd_graph_problems *p, const sd_graph_node *n, const char *input,
                         const char *kind, const char *fmt, ...) {
-    sd_graph_problem *items = realloc(p->items, (p->n + 1) * sizeof *items);
-    if (!items) return; /* out of memory: the problems found so far still fail the run */
-    p->items = items;
+    if ((p->n & (p->n - 1)) == 0) { /* n is 0 or a power of two: double, so n problems cost O(n) */
+        sd_graph_problem *items = realloc(p->items, (p->n ? 2 * p->n : 1) * sizeof *items);
+        if (!items) return; /* out of memory: the problems found so far still fail the run */
+        p->items = items;
+    }
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -296,27 +298,32 @@ static void check_node(sd_graph_problems *p, const sd_graph *g, const sd_graph_n
     }
 }
 
-/* ---- cycles ------------------------------------------------------------------ */
+/* ---- cycles ------------------------------------------------------------------
+ * A depth-first walk with an explicit stack: a generated chain of 100,000
+ * nodes must not overflow the C stack, and node ids are found through the
+ * graph's id map, so the walk is linear in nodes + links. */
+
+/* Reports beyond this many cycles add nothing but time: each report costs the
+ * length of its cycle, and a hostile graph can have as many cycles as links. */
+#define MAX_CYCLE_REPORTS 32
 
 typedef struct {
     const sd_graph *g;
-    int *state; /* 0 new, 1 on the DFS stack, 2 done */
-    size_t *stack;
+    int *state;     /* 0 new, 1 on the DFS stack, 2 done */
+    size_t *stack;  /* node indices on the current path */
+    size_t *next;   /* per stack level: the next input of that node to follow */
+    size_t *pos;    /* per node on the path: its level in stack */
     size_t depth;
+    int cycles;
     sd_graph_problems *p;
 } cycle_walk;
-
-static size_t index_of(const sd_graph *g, const char *id) {
-    for (size_t i = 0; i < sd_graph_count(g); i++)
-        if (strcmp(sd_graph_at(g, i)->id, id) == 0) return i;
-    return (size_t)-1;
-}
 
 /* The cycle is stack[to_pos..depth-1], each node linking to the next and the
  * last back to the first. It is reported on its earliest node in workflow
  * order, naming the input that links into the cycle, so the report does not
  * depend on where the walk started. */
 static void report_cycle(cycle_walk *w, size_t to_pos) {
+    if (w->cycles++ >= MAX_CYCLE_REPORTS) return;
     size_t len = w->depth - to_pos, first = 0;
     for (size_t k = 1; k < len; k++)
         if (w->stack[to_pos + k] < w->stack[to_pos + first]) first = k;
@@ -335,25 +342,32 @@ static void report_cycle(cycle_walk *w, size_t to_pos) {
     add_problem(w->p, n, input, "dependency_cycle", "dependency cycle through nodes %s", path);
 }
 
-/* Edges go from a node to the nodes its inputs link to. */
-static void dfs(cycle_walk *w, size_t i) {
+static void push(cycle_walk *w, size_t i) {
     w->state[i] = 1;
+    w->pos[i] = w->depth;
+    w->next[w->depth] = 0;
     w->stack[w->depth++] = i;
-    const sd_graph_node *n = sd_graph_at(w->g, i);
-    for (size_t k = 0; k < n->n_inputs; k++) {
-        if (!n->inputs[k].is_link) continue;
-        size_t j = index_of(w->g, n->inputs[k].src_id);
-        if (j == (size_t)-1) continue;
-        if (w->state[j] == 1) {
-            size_t pos = 0;
-            while (w->stack[pos] != j) pos++;
-            report_cycle(w, pos);
-        } else if (w->state[j] == 0) {
-            dfs(w, j);
+}
+
+/* Edges go from a node to the nodes its inputs link to. */
+static void dfs(cycle_walk *w, size_t root) {
+    push(w, root);
+    while (w->depth) {
+        size_t i = w->stack[w->depth - 1];
+        const sd_graph_node *n = sd_graph_at(w->g, i);
+        size_t *k = &w->next[w->depth - 1];
+        if (*k == n->n_inputs) {
+            w->state[i] = 2;
+            w->depth--;
+            continue;
         }
+        const sd_graph_input *in = &n->inputs[(*k)++];
+        if (!in->is_link) continue;
+        size_t j = sd_graph_index_of(w->g, in->src_id);
+        if (j == (size_t)-1) continue;
+        if (w->state[j] == 1) report_cycle(w, w->pos[j]);
+        else if (w->state[j] == 0) push(w, j);
     }
-    w->depth--;
-    w->state[i] = 2;
 }
 
 /* ---- entry point ------------------------------------------------------------- */
@@ -386,12 +400,18 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
         check_node(p, g, n, def, env);
     }
     if (count) {
-        cycle_walk w = {g, calloc(count, sizeof(int)), calloc(count, sizeof(size_t)), 0, p};
-        if (w.state && w.stack)
+        cycle_walk w = {.g = g, .state = calloc(count, sizeof(int)), .stack = calloc(count, sizeof(size_t)),
+                        .next = calloc(count, sizeof(size_t)), .pos = calloc(count, sizeof(size_t)), .p = p};
+        if (w.state && w.stack && w.next && w.pos) {
             for (size_t i = 0; i < count; i++)
                 if (!w.state[i]) dfs(&w, i);
+        } else {
+            add_problem(p, NULL, NULL, "internal_error", "out of memory checking the workflow for cycles");
+        }
         free(w.state);
         free(w.stack);
+        free(w.next);
+        free(w.pos);
     }
     if (own_env) sd_env_cleanup(&default_env);
     if (!outputs)

@@ -97,6 +97,19 @@ static int cpu_has_sha(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return (b >> 29) & 1;
 }
+
+/* CPUID traps to the hypervisor in a VM (tens of microseconds): asked once
+ * per process, not per hash, or keying a 100,000-node workflow takes
+ * seconds. Two threads racing here store the same answer. */
+static int cpu_has_sha_cached(void) {
+    static int known = -1;
+    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = cpu_has_sha();
+        __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
 #endif
 
 static void compress_blocks(sd_sha256_ctx *ctx, const uint8_t *p, size_t nblocks) {
@@ -116,7 +129,7 @@ void sd_sha256_init(sd_sha256_ctx *ctx) {
     ctx->nbytes = 0;
     ctx->nbuf = 0;
 #ifdef SD_SHA_NI
-    ctx->accel = cpu_has_sha();
+    ctx->accel = cpu_has_sha_cached();
 #else
     ctx->accel = 0;
 #endif

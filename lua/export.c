@@ -22,9 +22,8 @@ typedef struct exporter {
 } exporter;
 
 static long node_pos(const exporter *e, const char *id) {
-    for (size_t i = 0; i < e->n; i++)
-        if (!strcmp(sd_graph_at(e->g, i)->id, id)) return (long)i;
-    return -1;
+    size_t i = sd_graph_index_of(e->g, id);
+    return i == (size_t)-1 ? -1 : (long)i;
 }
 
 static int simple_id(const char *id) {
