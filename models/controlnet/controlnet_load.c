@@ -115,103 +115,15 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
 
 /* ---- binding ----------------------------------------------------------------- */
 
-static void *zalloc(unet_loader *ld, size_t n) {
-    void *p = calloc(1, n);
-    if (!p && !ld->failed) {
-        ld->failed = 1;
-        sd_error_set(ld->err, SD_ERR_NOMEM, "out of memory building the ControlNet");
-    }
-    return p;
-}
-
-static unet_res *load_res(unet_loader *ld, const char *base, int cin, int cout, int emb) {
-    unet_res *r = zalloc(ld, sizeof *r);
-    if (r) sd_unet_bind_res(ld, r, base, cin, cout, emb);
-    return r;
-}
-
-static unet_st *load_st(unet_loader *ld, const char *base, int ch, int depth, const sd_unet_config *c) {
-    unet_st *s = zalloc(ld, sizeof *s);
-    if (!s) return NULL;
-    s->ch = ch;
-    s->linear = c->use_linear_in_transformer;
-    s->heads = c->num_head_channels > 0 ? ch / c->num_head_channels : c->num_heads;
-    if ((c->num_head_channels > 0 ? ch % c->num_head_channels : ch % c->num_heads) && !ld->failed) {
-        ld->failed = 1;
-        sd_error_set(ld->err, SD_ERR_FORMAT, "%s: transformer '%s%s' width %d does not split into heads",
-                     sd_st_path(ld->w.file), ld->w.prefix, base, ch);
-    }
-    s->norm_w = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".norm.weight");
-    s->norm_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".norm.bias");
-    int nd = s->linear ? 2 : 4;
-    s->proj_in_w = sd_unet_get(ld, nd, ch, ch, 1, 1, base, ".proj_in.weight");
-    s->proj_out_w = sd_unet_get(ld, nd, ch, ch, 1, 1, base, ".proj_out.weight");
-    s->proj_in_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".proj_in.bias");
-    s->proj_out_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".proj_out.bias");
-    s->blocks = zalloc(ld, sizeof *s->blocks * (size_t)(depth > 0 ? depth : 1));
-    if (!s->blocks) return s;
-    s->depth = depth;
-    sd_unet_bind_tblocks(ld, s->blocks, base, ch, depth, c);
-    return s;
-}
-
-static unet_layer *add_layer(unet_block *b, unet_layer_kind kind) {
-    unet_layer *l = &b->layers[b->n++];
-    l->kind = kind;
-    return l;
-}
-
-/* UNetModel.__init__'s encoder walk, plus the zero convs (one per input
- * block, width of that block's output). */
+/* The UNet's encoder walk (sd_unet_bind_encoder), plus the zero convs (one
+ * per input block, width of that block's output) and the hint block. */
 static void build(unet_loader *ld, sd_controlnet *cn) {
     sd_unet *u = cn->enc;
     const sd_unet_config *c = &u->cfg;
-    int mc = c->model_channels, ted = c->time_embed_dim;
+    int mc = c->model_channels;
     char base[128];
-    u->time_w0 = sd_unet_get(ld, 2, ted, mc, 0, 0, "time_embed.0", ".weight");
-    u->time_b0 = sd_unet_get(ld, 1, ted, 0, 0, 0, "time_embed.0", ".bias");
-    u->time_w2 = sd_unet_get(ld, 2, ted, ted, 0, 0, "time_embed.2", ".weight");
-    u->time_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "time_embed.2", ".bias");
-    if (c->adm_in_channels > 0) {
-        u->label_w0 = sd_unet_get(ld, 2, ted, c->adm_in_channels, 0, 0, "label_emb.0.0", ".weight");
-        u->label_b0 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.0", ".bias");
-        u->label_w2 = sd_unet_get(ld, 2, ted, ted, 0, 0, "label_emb.0.2", ".weight");
-        u->label_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.2", ".bias");
-    }
     int chans[SD_UNET_MAX_BLOCKS];
-    unet_layer *l = add_layer(&u->in[0], UL_CONV);
-    l->conv_w = sd_unet_get(ld, 4, mc, c->in_channels, 3, 3, "input_blocks.0.0", ".weight");
-    l->conv_b = sd_unet_get(ld, 1, mc, 0, 0, 0, "input_blocks.0.0", ".bias");
-    chans[0] = mc;
-    u->n_in = 1;
-    int ch = mc, res_i = 0;
-    for (int lev = 0; lev < c->num_levels; lev++) {
-        for (int r = 0; r < c->num_res_blocks[lev]; r++) {
-            unet_block *b = &u->in[u->n_in];
-            snprintf(base, sizeof base, "input_blocks.%d.0", u->n_in);
-            int out = c->channel_mult[lev] * mc;
-            add_layer(b, UL_RES)->res = load_res(ld, base, ch, out, ted);
-            ch = out;
-            int depth = c->transformer_depth[res_i++];
-            if (depth > 0) {
-                snprintf(base, sizeof base, "input_blocks.%d.1", u->n_in);
-                add_layer(b, UL_ST)->st = load_st(ld, base, ch, depth, c);
-            }
-            chans[u->n_in++] = ch;
-        }
-        if (lev != c->num_levels - 1) {
-            snprintf(base, sizeof base, "input_blocks.%d.0.op", u->n_in);
-            l = add_layer(&u->in[u->n_in], UL_DOWN);
-            l->conv_w = sd_unet_get(ld, 4, ch, ch, 3, 3, base, ".weight");
-            l->conv_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".bias");
-            chans[u->n_in++] = ch;
-        }
-    }
-    add_layer(&u->middle, UL_RES)->res = load_res(ld, "middle_block.0", ch, ch, ted);
-    if (c->transformer_depth_middle >= 0) {
-        add_layer(&u->middle, UL_ST)->st = load_st(ld, "middle_block.1", ch, c->transformer_depth_middle, c);
-        add_layer(&u->middle, UL_RES)->res = load_res(ld, "middle_block.2", ch, ch, ted);
-    }
+    int ch = sd_unet_bind_encoder(ld, u, chans);
     cn->n_zero = u->n_in;
     for (int i = 0; i < u->n_in; i++) {
         snprintf(base, sizeof base, "zero_convs.%d.0", i);
@@ -328,7 +240,7 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     cn->hint_ch = (int)h0->shape[1];
     cn->n_hint = n_hint;
     for (int k = 0; k < n_hint; k++) cn->hint_stride[k] = (k == 2 || k == 4 || k == 6) ? 2 : 1;
-    unet_loader ld = {.err = err};
+    unet_loader ld = {.err = err, .what = "ControlNet"};
     sd_weights_init(&ld.w, be, f, prefix);
     ld.w.dtype = weight_dtype;
     build(&ld, cn);

@@ -84,6 +84,7 @@ typedef struct unet_loader {
     sd_weights w;
     sd_error *err;
     int failed;
+    const char *what; /* "UNet", "ControlNet": names the model in messages */
 } unet_loader;
 
 /* The weight base + suffix with a shape of ndim (<= 4) dims; NULL (and
@@ -93,6 +94,12 @@ sd_bt *sd_unet_get(unet_loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2
 /* Binds a ResBlock's weights under base into r (cin -> cout channels, emb_dim
  * wide embedding; the 1x1 skip conv only when cin != cout). */
 void sd_unet_bind_res(unet_loader *ld, unet_res *r, const char *base, int cin, int cout, int emb_dim);
+/* UNetModel.__init__'s encoder walk, shared by the UNet and the ControlNet
+ * loaders: time (and label) embeddings, input blocks and the middle block,
+ * bound into u from u->cfg. chans[i] receives the width of input block i's
+ * output (u->n_in entries: the UNet's skips, the ControlNet's zero convs);
+ * returns the width after the middle block. */
+int sd_unet_bind_encoder(unet_loader *ld, sd_unet *u, int chans[SD_UNET_MAX_BLOCKS]);
 /* Binds depth BasicTransformerBlocks "<base>.transformer_blocks.K" of width
  * ch (cross-attention from c->context_dim) into blocks[0 .. depth). */
 void sd_unet_bind_tblocks(unet_loader *ld, unet_tblock *blocks, const char *base, int ch, int depth,

@@ -30,7 +30,8 @@ static void *zalloc(unet_loader *ld, size_t n) {
     void *p = calloc(1, n);
     if (!p && !ld->failed) {
         ld->failed = 1;
-        sd_error_set(ld->err, SD_ERR_NOMEM, "out of memory building the UNet");
+        sd_error_set(ld->err, SD_ERR_NOMEM, "out of memory building the %s",
+                     ld->what ? ld->what : "UNet");
     }
     return p;
 }
@@ -200,9 +201,7 @@ static unet_layer *add_layer(unet_block *b, unet_layer_kind kind) {
     return l;
 }
 
-/* Mirrors UNetModel.__init__: the same walk over levels decides every
- * block's widths, so a checkpoint that disagrees fails on a named key. */
-static void build(unet_loader *ld, sd_unet *u) {
+int sd_unet_bind_encoder(unet_loader *ld, sd_unet *u, int chans[SD_UNET_MAX_BLOCKS]) {
     const sd_unet_config *c = &u->cfg;
     int mc = c->model_channels, ted = c->time_embed_dim;
     char base[128];
@@ -218,12 +217,11 @@ static void build(unet_loader *ld, sd_unet *u) {
         u->label_b2 = sd_unet_get(ld, 1, ted, 0, 0, 0, "label_emb.0.2", ".bias");
     }
 
-    int chans[SD_UNET_MAX_BLOCKS], n_chans = 0;
     unet_layer *l = add_layer(&u->in[0], UL_CONV); /* input_blocks.0: conv_in */
     l->conv_w = sd_unet_get(ld, 4, mc, c->in_channels, 3, 3, "input_blocks.0.0", ".weight");
     l->conv_b = sd_unet_get(ld, 1, mc, 0, 0, 0, "input_blocks.0.0", ".bias");
+    chans[0] = mc;
     u->n_in = 1;
-    chans[n_chans++] = mc;
     int ch = mc, res_i = 0;
     for (int lev = 0; lev < c->num_levels; lev++) {
         for (int r = 0; r < c->num_res_blocks[lev]; r++) {
@@ -237,16 +235,14 @@ static void build(unet_loader *ld, sd_unet *u) {
                 snprintf(base, sizeof base, "input_blocks.%d.1", u->n_in);
                 add_layer(b, UL_ST)->st = load_st(ld, base, ch, depth, c);
             }
-            u->n_in++;
-            chans[n_chans++] = ch;
+            chans[u->n_in++] = ch;
         }
         if (lev != c->num_levels - 1) {
             snprintf(base, sizeof base, "input_blocks.%d.0.op", u->n_in);
             l = add_layer(&u->in[u->n_in], UL_DOWN);
             l->conv_w = sd_unet_get(ld, 4, ch, ch, 3, 3, base, ".weight");
             l->conv_b = sd_unet_get(ld, 1, ch, 0, 0, 0, base, ".bias");
-            u->n_in++;
-            chans[n_chans++] = ch;
+            chans[u->n_in++] = ch;
         }
     }
 
@@ -255,6 +251,19 @@ static void build(unet_loader *ld, sd_unet *u) {
         add_layer(&u->middle, UL_ST)->st = load_st(ld, "middle_block.1", ch, c->transformer_depth_middle, c);
         add_layer(&u->middle, UL_RES)->res = load_res(ld, "middle_block.2", ch, ch, ted);
     }
+    return ch;
+}
+
+/* Mirrors UNetModel.__init__: the same walk over levels decides every
+ * block's widths, so a checkpoint that disagrees fails on a named key. */
+static void build(unet_loader *ld, sd_unet *u) {
+    const sd_unet_config *c = &u->cfg;
+    int mc = c->model_channels, ted = c->time_embed_dim;
+    char base[128];
+    unet_layer *l;
+    int chans[SD_UNET_MAX_BLOCKS];
+    int ch = sd_unet_bind_encoder(ld, u, chans);
+    int n_chans = u->n_in;
 
     for (int lev = c->num_levels - 1; lev >= 0; lev--) {
         for (int i = 0; i <= c->num_res_blocks[lev]; i++) {
