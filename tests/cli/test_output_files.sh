@@ -2,7 +2,8 @@
 # SaveImage):
 #  - 8 concurrent runs into one folder with one prefix, 20 times: every run's
 #    image is there under its own name, holding its own picture; nothing is
-#    lost or overwritten and no temporary is left;
+#    lost or overwritten and no temporary is left; with a shared cache, each
+#    rerun's hit names that run's own image;
 #  - a run killed with -9 leaves temporaries that the next run removes;
 #  - a subfolder of the output folder that is a symbolic link is refused and
 #    nothing is written through it; links at candidate names are not followed;
@@ -62,6 +63,27 @@ for trial in $(seq 1 "$TRIALS"); do
     ls -a "$out" | grep -q '^\.sdflow-tmp-' && fail "trial $trial: temporaries left: $(ls -a "$out")"
 done
 echo "race: $TRIALS trials of $N concurrent runs, $lost with a lost image"
+
+# Once more with one shared cache: afterwards each rerun is a cache hit that
+# names the run's own image, never one that another run wrote.
+out="$T/race_cached"
+pids=""
+for i in $(seq 1 $N); do
+    "$SDFLOW_BIN" run "$T/race.json" --cache "$T/race.db" --quiet --output-dir "$out" \
+        --set "1.color=$i" > "$T/race.$i.out" 2> "$T/race.$i.err" &
+    pids="$pids $!"
+done
+for p in $pids; do wait "$p" || fail "shared-cache race: a run failed"; done
+for i in $(seq 1 $N); do
+    "$SDFLOW_BIN" run "$T/race.json" --cache "$T/race.db" --quiet --output-dir "$out" \
+        --set "1.color=$i" --report "$T/rerun.json" > "$T/rerun.out" 2> "$T/rerun.err" ||
+        fail "shared-cache rerun $i: $(cat "$T/rerun.err")"
+    [ "$(cat "$T/rerun.out")" = "$(cat "$T/race.$i.out")" ] ||
+        fail "shared-cache rerun $i printed $(cat "$T/rerun.out"), its run wrote $(cat "$T/race.$i.out")"
+    grep -aq "\"color\": $i[,}]" "$(cat "$T/rerun.out")" || fail "shared-cache rerun $i: another run's image"
+    [ "$(sd_test_count "$T/rerun.json" executed)" = 0 ] || fail "shared-cache rerun $i executed something"
+done
+[ "$(ls "$out" | wc -l)" -eq $N ] || fail "shared-cache reruns wrote files: $(ls "$out")"
 
 # --- kill -9 leftovers ----------------------------------------------------------------
 out="$T/killed"
