@@ -474,7 +474,7 @@ sd_status sd_st_open_source(const char *path, sd_st_entry *entries, size_t n, co
     f->src = src;
     f->src_ctx = ctx;
     pthread_mutex_init(&f->src_mu, NULL);
-    qsort(f->entries, f->n, sizeof *f->entries, cmp_entry_name);
+    if (f->n) qsort(f->entries, f->n, sizeof *f->entries, cmp_entry_name); /* entries may be NULL when n is 0 */
     for (size_t i = 1; i < f->n; i++) {
         if (strcmp(f->entries[i - 1].name, f->entries[i].name) == 0) {
             sd_status st = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' appears twice", f->path,

@@ -257,6 +257,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/tests/data/torch", src ? src : "..");
     compare_pair("mixed.ckpt", "mixed.safetensors");
     compare_pair("embedding.pt", "embedding.safetensors");
+    compare_pair("empty.pt", "empty.safetensors");
     char real[4300];
     snprintf(real, sizeof real, "%s/real-torch.pt", dir);
     FILE *fr = fopen(real, "rb");

@@ -10,6 +10,9 @@
  *   *.json found directly in each JSON_DIR.
  * OUT_DIR/png: PNGs from our writer (gray, RGB, RGBA, with text chunks) and
  *   crafted ones: a huge declared size, a huge declared tEXt chunk.
+ * OUT_DIR/torch_ckpt: a zip checkpoint written here with libzip, plus the
+ *   small .pt/.ckpt files of JSON_DIR/torch (tests/data/torch).
+ * OUT_DIR/pickle: pickles written here, plus the data.pkl of those files.
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -19,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <zip.h>
 
 #include "core/png.h"
 #include "core/safetensors.h"
@@ -312,6 +317,107 @@ static int png_seeds(const char *out) {
     return rc;
 }
 
+/* ---- pickle / torch_ckpt --------------------------------------------------------- */
+
+/* {'state_dict': OrderedDict(a=tensor(FloatStorage '0', [2])), 'x': 1} as
+ * torch.save pickles it (protocol 2). */
+static const char TENSOR_PKL[] =
+    "\x80\x02\x7d\x71\x00\x28\x58\x0a\x00\x00\x00\x73\x74\x61\x74\x65\x5f\x64\x69\x63\x74\x71\x01\x63"
+    "\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f\x6e\x73\x0a\x4f\x72\x64\x65\x72\x65\x64\x44\x69\x63\x74\x0a"
+    "\x71\x02\x29\x52\x71\x03\x58\x01\x00\x00\x00\x61\x71\x04\x63\x74\x6f\x72\x63\x68\x2e\x5f\x75\x74"
+    "\x69\x6c\x73\x0a\x5f\x72\x65\x62\x75\x69\x6c\x64\x5f\x74\x65\x6e\x73\x6f\x72\x5f\x76\x32\x0a\x71"
+    "\x05\x28\x28\x58\x07\x00\x00\x00\x73\x74\x6f\x72\x61\x67\x65\x71\x06\x63\x74\x6f\x72\x63\x68\x0a"
+    "\x46\x6c\x6f\x61\x74\x53\x74\x6f\x72\x61\x67\x65\x0a\x71\x07\x58\x01\x00\x00\x00\x30\x71\x08\x58"
+    "\x03\x00\x00\x00\x63\x70\x75\x71\x09\x4b\x02\x74\x71\x0a\x51\x4b\x00\x4b\x02\x85\x71\x0b\x4b\x01"
+    "\x85\x71\x0c\x89\x68\x02\x29\x52\x71\x0d\x74\x71\x0e\x52\x71\x0f\x73\x58\x01\x00\x00\x00\x78\x71"
+    "\x10\x4b\x01\x75\x2e";
+
+/* Plain containers, every int width, floats, bytes, memo, MARK forms. */
+static const char PLAIN_PKL[] =
+    "\x80\x02}q\x00(X\x01\x00\x00\x00" "a]q\x01(K\x01M\x02\x01J\xff\xff\xff\xff"
+    "\x8a\x01\xff\x88\x89NG?\xf0\x00\x00\x00\x00\x00\x00" "eX\x01\x00\x00\x00" "b(C\x02hi\x8c\x01sU\x01t"
+    "\x85\x86th\x01" "2\x94" "0Nu.";
+
+static int zip_seed(const char *path, const char *pkl, size_t n, const void *st, size_t st_n) {
+    int ze = 0;
+    zip_t *za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &ze);
+    if (!za) return -1;
+    zip_source_t *s1 = zip_source_buffer(za, pkl, n, 0);
+    zip_source_t *s2 = zip_source_buffer(za, st, st_n, 0);
+    zip_source_t *s3 = zip_source_buffer(za, "little", 6, 0);
+    int bad = !s1 || zip_file_add(za, "archive/data.pkl", s1, 0) < 0 ||
+              !s2 || zip_file_add(za, "archive/data/0", s2, 0) < 0 ||
+              !s3 || zip_file_add(za, "archive/byteorder", s3, 0) < 0;
+    for (zip_int64_t i = 0; !bad && i < 3; i++) /* stored, as torch writes */
+        bad = zip_set_file_compression(za, (zip_uint64_t)i, ZIP_CM_STORE, 0) != 0;
+    if (bad) {
+        zip_discard(za);
+        return -1;
+    }
+    n_written++;
+    return zip_close(za) == 0 ? 0 : -1;
+}
+
+/* data.pkl of a torch zip file, when it has one. */
+static int pkl_of(const char *out, const char *path, const char *name) {
+    int ze = 0;
+    zip_t *za = zip_open(path, ZIP_RDONLY, &ze);
+    if (!za) return 0;
+    int rc = 0;
+    for (zip_int64_t i = 0; i < zip_get_num_entries(za, 0); i++) {
+        const char *nm = zip_get_name(za, (zip_uint64_t)i, 0);
+        zip_stat_t st;
+        size_t l = nm ? strlen(nm) : 0;
+        if (l < 9 || strcmp(nm + l - 9, "/data.pkl") != 0 || zip_stat_index(za, (zip_uint64_t)i, 0, &st) != 0 ||
+            st.size > 65536)
+            continue;
+        uint8_t *b = malloc(st.size + 1);
+        zip_file_t *zf = zip_fopen_index(za, (zip_uint64_t)i, 0);
+        if (b && zf && zip_fread(zf, b, st.size) == (zip_int64_t)st.size) rc |= write_seed(out, name, b, st.size);
+        if (zf) zip_fclose(zf);
+        free(b);
+    }
+    zip_discard(za);
+    return rc;
+}
+
+static int torch_seeds(const char *pk_out, const char *zip_out, int argc, char **argv) {
+    int rc = 0;
+    rc |= write_seed(pk_out, "tensor.pkl", TENSOR_PKL, sizeof TENSOR_PKL - 1);
+    rc |= write_seed(pk_out, "plain.pkl", PLAIN_PKL, sizeof PLAIN_PKL - 1);
+    char path[4096];
+    static const float two[2] = {1.5f, -2.0f};
+    snprintf(path, sizeof path, "%s/builtin.ckpt", zip_out);
+    rc |= zip_seed(path, TENSOR_PKL, sizeof TENSOR_PKL - 1, two, sizeof two);
+    for (int a = 0; a < argc; a++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/torch", argv[a]);
+        DIR *d = opendir(dir);
+        if (!d) continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            size_t l = strlen(de->d_name);
+            if (!(l > 3 && strcmp(de->d_name + l - 3, ".pt") == 0) &&
+                !(l > 5 && strcmp(de->d_name + l - 5, ".ckpt") == 0))
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            FILE *f = fopen(path, "rb");
+            if (!f) continue;
+            static uint8_t buf[16384]; /* small seeds only: libFuzzer's max_len follows them */
+            size_t n = fread(buf, 1, sizeof buf, f);
+            int small = n < sizeof buf || fgetc(f) == EOF;
+            fclose(f);
+            if (!small) continue;
+            rc |= write_seed(zip_out, de->d_name, buf, n);
+            char name[600];
+            snprintf(name, sizeof name, "%s.pkl", de->d_name);
+            rc |= pkl_of(pk_out, path, name);
+        }
+        closedir(d);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -331,6 +437,12 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/png", argv[1]);
     mkdir_p(dir);
     rc |= png_seeds(dir);
+    char pk[4096];
+    snprintf(pk, sizeof pk, "%s/pickle", argv[1]);
+    mkdir_p(pk);
+    snprintf(dir, sizeof dir, "%s/torch_ckpt", argv[1]);
+    mkdir_p(dir);
+    rc |= torch_seeds(pk, dir, argc - 3, argv + 3);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }

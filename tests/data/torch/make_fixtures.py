@@ -84,6 +84,10 @@ def good():
           "sd_checkpoint": None, "sd_checkpoint_name": None}
     ts.save(ti, os.path.join(OUT, "embedding.pt"))
     expect_st(os.path.join(OUT, "embedding.safetensors"), {"string_to_param.*": emb})
+
+    # no tensors at all
+    ts.save({"step": 1, "name": "nothing"}, os.path.join(OUT, "empty.pt"))
+    expect_st(os.path.join(OUT, "empty.safetensors"), {})
     return sd, ti
 
 
