@@ -12,6 +12,7 @@
 #include "core/executor.h"
 
 int sd_cli_run(int argc, char **argv);
+int sd_cli_generate(int argc, char **argv); /* cli/cmd_generate.c */
 int sd_cli_nodes(int argc, char **argv);
 int sd_cli_cache(int argc, char **argv);
 int sd_cli_export(int argc, char **argv); /* cli/cmd_lua.c */
@@ -150,6 +151,25 @@ sd_status sd_cli_cache_open(const char *path, struct sd_sqlite_cache **out, sd_e
  * only the file-hash memo of the default database; a cache that cannot be
  * opened is a warning on stderr and a run without it. */
 void sd_cli_cache_setup(const sd_cli_args *a, struct sd_sqlite_cache **handle, sd_cache_i *iface);
+
+/* ---- one run, as `sdflow run` does it (cli/cmd_run.c) ---------------------
+ * Loads the workflow (a file, or API JSON in memory), applies --set, opens
+ * backend and cache, runs with progress, prints problems/errors and the
+ * summary, writes the report; returns the exit code (0, 1, 130). */
+struct sd_value;
+typedef struct sd_cli_run_job {
+    const char *workflow;   /* file (.json/.png/.lua/recipe, "-" = stdin), or NULL: */
+    const char *json;       /* API-format workflow text, used when workflow is NULL */
+    const char *json_name;  /* what errors call that text */
+    const char *report, *dump, *lock; /* --report, --dump, --lock (files only) */
+    int relock;
+    const char *output_dir; /* overrides a->output_dir, or NULL */
+    const char *input_dir;  /* overrides a->input_dir, or NULL */
+    int quiet_files;        /* do not print the written files on stdout */
+    struct sd_value **files; /* optional out: a new SD_VAL_LIST of the written files
+                                (strings), NULL on failure before the run */
+} sd_cli_run_job;
+int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job);
 
 /* ---- progress (cli/progress.c) and previews (cli/preview.c) ----------------
  * A consumer of the executor's events (core/executor.h): give

@@ -208,7 +208,16 @@ int sd_cli_run(int argc, char **argv) {
     sd_cli_args o;
     int pc = sd_cli_parse(&cmd, argc, argv, &o);
     if (pc != SD_CLI_CONTINUE) { sd_cli_args_free(&o); return pc; }
-    const char *workflow = o.pos[0];
+    sd_cli_run_job job = {.workflow = o.pos[0], .report = report, .dump = dump, .lock = lock, .relock = relock};
+    int code = sd_cli_run_job_exec(&o, &job);
+    sd_cli_args_free(&o);
+    return code;
+}
+
+int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
+    const sd_cli_args o = *a; /* a shallow copy: the lists stay the caller's */
+    const char *workflow = job->workflow, *report = job->report, *dump = job->dump;
+    if (job->files) *job->files = NULL;
     sd_error err;
     sd_error_clear(&err);
     sd_env env;
@@ -221,7 +230,7 @@ int sd_cli_run(int argc, char **argv) {
     sd_exec *ex = NULL;
     sd_exec_report rep = {0};
     sd_graph_problems probs = {0};
-    sd_cli_recipe recipe = {.lock = lock, .relock = relock};
+    sd_cli_recipe recipe = {.lock = job->lock, .relock = job->relock};
     int code = 1;
     sd_cli_progress prog;
     sd_cli_progress_init(&prog, &o, STDERR_FILENO);
@@ -232,8 +241,15 @@ int sd_cli_run(int argc, char **argv) {
     sd_status rc = sd_cli_env_init(&env, &o, &err);
     env.log = cli_log;
     env.log_user = &prog;
-    if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = load_workflow(workflow, &g, &text, &extra, o.unsafe_lua, &err);
+    if (!rc && !sd_registry_count()) rc = sd_nodes_register_all(&err); /* generate registered them */
+    if (!rc && job->output_dir) rc = sd_env_set(&env, &env.output_dir, job->output_dir, &err);
+    if (!rc && job->input_dir) rc = sd_env_set(&env, &env.input_dir, job->input_dir, &err);
+    if (!rc && workflow) {
+        rc = load_workflow(workflow, &g, &text, &extra, o.unsafe_lua, &err);
+    } else if (!rc) {
+        if (!(text = strdup(job->json))) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        else rc = sd_graph_from_json(text, job->json_name ? job->json_name : "<workflow>", &g, &err);
+    }
     if (!rc) rc = sd_cli_apply_sets(g, &o, &err);
     if (!rc) {
         rc = sd_cli_backend_open(&env, &backend, &err);
@@ -259,7 +275,8 @@ int sd_cli_run(int argc, char **argv) {
     sd_cli_cache_setup(&o, &cache_handle, &cache);
     /* Recipes: verify the hashes a recipe (or PNG) carries, hash for --lock,
      * and embed them in saved PNGs (cli/cmd_lua.c). */
-    rc = sd_cli_recipe_before(&recipe, workflow, text, g, &env, cache_handle ? &cache : NULL, &extra, &err);
+    if (workflow)
+        rc = sd_cli_recipe_before(&recipe, workflow, text, g, &env, cache_handle ? &cache : NULL, &extra, &err);
     if (rc) {
         sd_cli_print_error(&err);
         goto done;
@@ -300,15 +317,24 @@ int sd_cli_run(int argc, char **argv) {
                 rep.n_cached, rep.seconds);
     /* The files output nodes wrote (or still have from a cached run), on
      * stdout so that scripts can pick them up. */
-    for (size_t i = 0; prog.mode != SD_CLI_PROGRESS_JSON && i < rep.n; i++) {
+    sd_value *written = job->files ? sd_value_list() : NULL;
+    for (size_t i = 0; i < rep.n; i++) {
         const sd_value *files = sd_value_dict_get(rep.items[i].ui, "files");
         for (size_t k = 0; k < sd_value_list_len(files); k++) {
-            const char *f = sd_value_as_string(sd_value_list_get(files, k));
-            if (f) printf("%s\n", f);
+            const sd_value *f = sd_value_list_get(files, k);
+            const char *path = sd_value_as_string(f);
+            if (!path) continue;
+            if (prog.mode != SD_CLI_PROGRESS_JSON && !job->quiet_files) printf("%s\n", path);
+            if (written && sd_value_list_append(written, sd_value_ref((sd_value *)f))) {
+                sd_value_unref(written);
+                written = NULL;
+                if (!rc) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+            }
         }
     }
+    if (job->files) *job->files = written;
     fflush(stdout);
-    if (!rc && (rc = sd_cli_recipe_after(&recipe, g, &err))) sd_cli_print_error(&err);
+    if (!rc && workflow && (rc = sd_cli_recipe_after(&recipe, g, &err))) sd_cli_print_error(&err);
     code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
 
 done:
@@ -326,6 +352,5 @@ done:
     free(extra);
     sd_cli_recipe_free(&recipe);
     sd_env_cleanup(&env); /* safe after a failed init: it leaves the env zeroed */
-    sd_cli_args_free(&o);
     return code;
 }

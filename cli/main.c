@@ -20,6 +20,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"run", sd_cli_run, "run a workflow (API JSON, a PNG saved by ComfyUI/sdflow, Lua, a recipe)"},
+    {"generate", sd_cli_generate, "one picture from a prompt (-m MODEL -p PROMPT), no graph needed"},
     {"export", sd_cli_export, "print a workflow as Lua or as API-format JSON"},
     {"repl", sd_cli_repl, "interactive Lua prompt on a graph kept in memory"},
     {"nodes", sd_cli_nodes, "list node types (--json: ComfyUI /object_info shape)"},

@@ -1,0 +1,404 @@
+/* cmd_generate.c - `sdflow generate`: one picture from a prompt, for people
+ * who do not write graphs. The options become the ComfyUI API graph a user
+ * would build by hand (ComfyUI's default txt2img graph, with LoadImage +
+ * VAEEncode for img2img, a mask for inpainting, a LoraLoader chain), which
+ * then runs exactly as `sdflow run` runs a file: same executor, cache,
+ * progress and report. --print-workflow prints that graph instead.
+ *
+ * -o OUT.png: SaveImage names its files itself (prefix + counter), so the
+ * run saves into a fresh private folder beside OUT and the one picture is
+ * then renamed onto OUT (atomic on one file system; an existing OUT is
+ * replaced). Models are names in the models folder, as in any graph;
+ * -i/--mask are paths, named relative to the input folder in the graph. A cached rerun still gets its file: the executor writes a cached
+ * output node's files again when they are not in this run's folder. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "cli.h"
+#include "core/env.h"
+#include "core/json_util.h"
+#include "core/node.h"
+#include "core/value.h"
+
+typedef struct gen_opts {
+    const char *model, *prompt, *negative, *init, *mask, *output, *seed, *sampler, *scheduler;
+    long long width, height, steps;
+    double cfg, strength;
+    int strength_given, print_workflow;
+    sd_cli_list loras;
+} gen_opts;
+
+/* ---- the graph ----------------------------------------------------------------- */
+
+static cJSON *add_node(cJSON *root, const char *id, const char *class_type) {
+    cJSON *node = cJSON_AddObjectToObject(root, id);
+    cJSON *inputs = cJSON_AddObjectToObject(node, "inputs");
+    cJSON_AddStringToObject(node, "class_type", class_type);
+    /* the title ComfyUI gives a new node: its display name */
+    const sd_node_def *def = sd_registry_find(class_type);
+    cJSON *meta = cJSON_AddObjectToObject(node, "_meta");
+    cJSON_AddStringToObject(meta, "title", def && def->display_name ? def->display_name : class_type);
+    return inputs;
+}
+
+static void add_link(cJSON *inputs, const char *name, const char *id, int index) {
+    cJSON *l = cJSON_AddArrayToObject(inputs, name);
+    cJSON_AddItemToArray(l, cJSON_CreateString(id));
+    cJSON_AddItemToArray(l, cJSON_CreateNumber(index));
+}
+
+/* "NAME:WEIGHT" or "NAME" (weight 1). The weight is what follows the last
+ * colon when that parses as a number, so names may hold colons. */
+static int split_lora(const char *spec, char *name, size_t n, double *weight) {
+    const char *colon = strrchr(spec, ':');
+    *weight = 1.0;
+    size_t len = strlen(spec);
+    if (colon) {
+        char *end = NULL;
+        double w = strtod(colon + 1, &end);
+        if (colon[1] && end && !*end) {
+            *weight = w;
+            len = (size_t)(colon - spec);
+        }
+    }
+    if (len == 0 || len >= n) return -1;
+    memcpy(name, spec, len);
+    name[len] = 0;
+    return 0;
+}
+
+/* A file named on the command line: its absolute path (LoadImage and the
+ * loaders take absolute names as they are). */
+static sd_status abs_file(const char *path, const char *what, char **out, sd_error *err) {
+    char buf[PATH_MAX];
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || !realpath(path, buf))
+        return sd_error_set(err, SD_ERR_NOT_FOUND, "%s '%s': %s", what, path,
+                            errno ? strerror(errno) : "not a regular file");
+    if (!(*out = strdup(buf))) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    return SD_OK;
+}
+
+/* LoadImage names are relative to the input folder (validation lists its
+ * files, as ComfyUI does). `base` is that folder (absolute); the name of
+ * `path` under it, or NULL when the file is elsewhere. */
+static const char *under(const char *path, const char *base) {
+    size_t n = strlen(base);
+    if (strncmp(path, base, n) != 0) return NULL;
+    if (n > 0 && base[n - 1] == '/') return path + n;
+    return path[n] == '/' ? path + n + 1 : NULL;
+}
+
+/* The input folder generate runs with and the names of -i and --mask in it:
+ * --input-dir (default ./input) when both files are inside it, else the
+ * folder of the -i picture (which must then hold the mask too). */
+static sd_status place_inputs(const gen_opts *g, const char *input_dir, char **dir_out, char **init_name,
+                              char **mask_name, sd_error *err) {
+    *dir_out = *init_name = *mask_name = NULL;
+    if (!g->init) return SD_OK;
+    char *init = NULL, *mask = NULL, base[PATH_MAX];
+    sd_status rc = abs_file(g->init, "init image", &init, err);
+    if (!rc && g->mask) rc = abs_file(g->mask, "mask", &mask, err);
+    if (rc) goto done;
+    const char *in = realpath(input_dir, base) ? under(init, base) : NULL;
+    const char *mk = mask && in ? under(mask, base) : NULL;
+    if (!in || (mask && !mk)) { /* the picture's own folder */
+        char *slash = strrchr(init, '/');
+        size_t len = slash == init ? 1 : (size_t)(slash - init);
+        memcpy(base, init, len);
+        base[len] = 0;
+        in = under(init, base);
+        mk = mask ? under(mask, base) : NULL;
+        if (mask && !mk) {
+            rc = sd_error_set(err, SD_ERR_INVALID,
+                              "--mask '%s' is neither under --input-dir nor in the folder of -i '%s': put them "
+                              "in one folder", g->mask, g->init);
+            goto done;
+        }
+        if (!(*dir_out = strdup(base))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    if (!rc && !(*init_name = strdup(in))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (!rc && mk && !(*mask_name = strdup(mk))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+done:
+    free(init);
+    free(mask);
+    return rc;
+}
+
+static sd_status build_graph(const gen_opts *g, const char *init, const char *mask, char **json, sd_error *err) {
+    *json = NULL;
+    uint64_t seed = 0;
+    if (g->seed && sd_json_parse_u64(g->seed, &seed))
+        return sd_error_set(err, SD_ERR_INVALID, "--seed must be a whole number from 0 to 2^64-1, not '%s'", g->seed);
+    char seed_digits[32];
+    snprintf(seed_digits, sizeof seed_digits, "%llu", (unsigned long long)seed);
+    sd_status rc = SD_OK;
+    cJSON *root = cJSON_CreateObject();
+    if (!rc && !root) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    /* where MODEL and CLIP come from: the checkpoint, then each LoRA in turn */
+    char model_src[16] = "4", lora_ids[64][16];
+    int n_loras = 0;
+    for (int i = 0; !rc && i < g->loras.n; i++) {
+        char name[1024];
+        double w;
+        if (i >= 64) { rc = sd_error_set(err, SD_ERR_INVALID, "--lora: at most 64"); break; }
+        if (split_lora(g->loras.items[i], name, sizeof name, &w)) {
+            rc = sd_error_set(err, SD_ERR_INVALID, "--lora '%s': expected NAME or NAME:WEIGHT", g->loras.items[i]);
+            break;
+        }
+        snprintf(lora_ids[n_loras++], sizeof lora_ids[0], "%d", 20 + i);
+    }
+    double denoise = g->strength_given ? g->strength : g->mask ? 1.0 : g->init ? 0.75 : 1.0;
+    const char *latent_src = g->init ? "10" : "5";
+    if (!rc) {
+        cJSON *in;
+        if (init) {
+            in = add_node(root, "1", "LoadImage");
+            cJSON_AddStringToObject(in, "image", init);
+        }
+        if (mask) {
+            in = add_node(root, "2", "LoadImageMask");
+            cJSON_AddStringToObject(in, "image", mask);
+            cJSON_AddStringToObject(in, "channel", "red"); /* white = repaint */
+        }
+        const char *clip_src = n_loras ? lora_ids[n_loras - 1] : "4";
+        if (n_loras) snprintf(model_src, sizeof model_src, "%s", lora_ids[n_loras - 1]);
+        in = add_node(root, "3", "KSampler");
+        cJSON_AddRawToObject(in, "seed", seed_digits);
+        cJSON_AddNumberToObject(in, "steps", (double)g->steps);
+        cJSON_AddNumberToObject(in, "cfg", g->cfg);
+        cJSON_AddStringToObject(in, "sampler_name", g->sampler);
+        cJSON_AddStringToObject(in, "scheduler", g->scheduler);
+        cJSON_AddNumberToObject(in, "denoise", denoise);
+        add_link(in, "model", model_src, 0);
+        add_link(in, "positive", "6", 0);
+        add_link(in, "negative", "7", 0);
+        /* a partial-strength inpaint keeps the picture under the mask as a
+         * start (SetLatentNoiseMask); a full one blanks it (VAEEncodeForInpaint) */
+        int soft_mask = mask && denoise < 1.0;
+        add_link(in, "latent_image", soft_mask ? "11" : latent_src, 0);
+        in = add_node(root, "4", "CheckpointLoaderSimple");
+        cJSON_AddStringToObject(in, "ckpt_name", g->model);
+        if (!init) {
+            in = add_node(root, "5", "EmptyLatentImage");
+            cJSON_AddNumberToObject(in, "width", (double)g->width);
+            cJSON_AddNumberToObject(in, "height", (double)g->height);
+            cJSON_AddNumberToObject(in, "batch_size", 1);
+        }
+        in = add_node(root, "6", "CLIPTextEncode");
+        cJSON_AddStringToObject(in, "text", g->prompt);
+        add_link(in, "clip", clip_src, 1);
+        in = add_node(root, "7", "CLIPTextEncode");
+        cJSON_AddStringToObject(in, "text", g->negative);
+        add_link(in, "clip", clip_src, 1);
+        in = add_node(root, "8", "VAEDecode");
+        add_link(in, "samples", "3", 0);
+        add_link(in, "vae", "4", 2);
+        in = add_node(root, "9", "SaveImage");
+        cJSON_AddStringToObject(in, "filename_prefix", "sdflow");
+        add_link(in, "images", "8", 0);
+        if (init && mask && !soft_mask) {
+            in = add_node(root, "10", "VAEEncodeForInpaint");
+            add_link(in, "pixels", "1", 0);
+            add_link(in, "vae", "4", 2);
+            add_link(in, "mask", "2", 0);
+            cJSON_AddNumberToObject(in, "grow_mask_by", 6);
+        } else if (init) {
+            in = add_node(root, "10", "VAEEncode");
+            add_link(in, "pixels", "1", 0);
+            add_link(in, "vae", "4", 2);
+        }
+        if (soft_mask) {
+            in = add_node(root, "11", "SetLatentNoiseMask");
+            add_link(in, "samples", "10", 0);
+            add_link(in, "mask", "2", 0);
+        }
+        for (int i = 0; i < n_loras; i++) {
+            char name[1024];
+            double w;
+            split_lora(g->loras.items[i], name, sizeof name, &w);
+            in = add_node(root, lora_ids[i], "LoraLoader");
+            cJSON_AddStringToObject(in, "lora_name", name);
+            cJSON_AddNumberToObject(in, "strength_model", w);
+            cJSON_AddNumberToObject(in, "strength_clip", w);
+            add_link(in, "model", i ? lora_ids[i - 1] : "4", 0);
+            add_link(in, "clip", i ? lora_ids[i - 1] : "4", 1);
+        }
+    }
+    if (!rc && !(*json = cJSON_PrintUnformatted(root))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- -o: a private folder beside OUT, then a rename ---------------------------------- */
+
+static char *private_dir_beside(const char *out) {
+    const char *slash = strrchr(out, '/');
+    size_t dlen = slash ? (size_t)(slash - out) : 1;
+    const char *dir = slash ? out : ".";
+    if (slash == out) dlen = 1; /* "/x.png" */
+    size_t n = dlen + 32;
+    char *tmpl = malloc(n);
+    if (!tmpl) return NULL;
+    snprintf(tmpl, n, "%.*s/.sdflow-generate-XXXXXX", (int)dlen, dir);
+    if (!mkdtemp(tmpl)) {
+        free(tmpl);
+        return NULL;
+    }
+    return tmpl;
+}
+
+/* Removes what the run left in the private folder (only files we wrote), then the folder. */
+static void remove_private_dir(const char *dir, const sd_value *files) {
+    for (size_t k = 0; k < sd_value_list_len(files); k++) {
+        const char *f = sd_value_as_string(sd_value_list_get(files, k));
+        if (f && strncmp(f, dir, strlen(dir)) == 0) unlink(f);
+    }
+    if (rmdir(dir) != 0 && errno != ENOENT)
+        fprintf(stderr, "warning: could not remove the folder %s: %s\n", dir, strerror(errno));
+}
+
+/* ---- the command ------------------------------------------------------------------- */
+
+static const char gen_about[] =
+    "Makes one picture from a prompt: the options become ComfyUI's default graph (txt2img;\n"
+    "with -i LoadImage + VAEEncode and denoise = --strength; with --mask an inpainting graph;\n"
+    "each --lora a LoraLoader), which runs like `sdflow run` (same cache, progress and report\n"
+    "options). --print-workflow prints that graph (API JSON) instead: `sdflow run` of that file\n"
+    "makes the same picture. Models are names inside the models folder (checkpoints/, loras/);\n"
+    "-i and --mask are files: named relative to --input-dir when inside it, else the folder of\n"
+    "-i becomes the input folder.";
+
+int sd_cli_generate(int argc, char **argv) {
+    gen_opts g = {.negative = "", .sampler = "euler", .scheduler = "normal", .width = 512, .height = 512,
+                  .steps = 20, .cfg = 8.0, .strength = 0.75};
+    const char *report = NULL, *dump = NULL, *strength = NULL;
+    const sd_cli_option own[] = {
+        {"--model", "-m", SD_CLI_STR, &g.model, "NAME", "checkpoint: a name in MODELS/checkpoints/",
+         NULL},
+        {"--prompt", "-p", SD_CLI_STR, &g.prompt, "TEXT", "what to draw", NULL},
+        {"--negative", "-n", SD_CLI_STR, &g.negative, "TEXT", "what not to draw (default empty)", NULL},
+        {"--width", "-W", SD_CLI_INT, &g.width, "N", "picture width (default 512; txt2img only)", NULL},
+        {"--height", "-H", SD_CLI_INT, &g.height, "N", "picture height (default 512; txt2img only)", NULL},
+        {"--steps", NULL, SD_CLI_INT, &g.steps, "N", "sampling steps (default 20)", NULL},
+        {"--cfg", NULL, SD_CLI_FLOAT, &g.cfg, "SCALE", "classifier-free guidance scale (default 8.0)", NULL},
+        {"--seed", NULL, SD_CLI_STR, &g.seed, "N", "noise seed, 0 to 2^64-1 (default 0)", NULL},
+        {"--sampler", NULL, SD_CLI_STR, &g.sampler, "NAME", "KSampler sampler_name (default euler)", NULL},
+        {"--scheduler", NULL, SD_CLI_STR, &g.scheduler, "NAME", "KSampler scheduler (default normal)", NULL},
+        {"--init-img", "-i", SD_CLI_STR, &g.init, "INIT.png", "img2img: start from this picture (its size)", NULL},
+        {"--strength", NULL, SD_CLI_STR, &strength, "X",
+         "how much of -i to repaint, 0..1 (default 0.75; 1 with --mask)", NULL},
+        {"--mask", NULL, SD_CLI_STR, &g.mask, "MASK.png",
+         "inpaint (needs -i): white = repaint (red channel); strength < 1 keeps the picture as a start", NULL},
+        {"--lora", NULL, SD_CLI_LIST, &g.loras, "NAME[:WEIGHT]", "apply a LoRA (repeatable; weight default 1)", NULL},
+        {"--output", "-o", SD_CLI_STR, &g.output, "OUT.png",
+         "write the picture exactly there (default: --output-dir/sdflow_NNNNN_.png)", NULL},
+        {"--print-workflow", NULL, SD_CLI_FLAG, &g.print_workflow, NULL, "print the graph as API JSON, run nothing",
+         NULL},
+        {"--report", NULL, SD_CLI_STR, &report, "FILE.json", "write what ran, what hit the cache and timings", NULL},
+        {"--dump", NULL, SD_CLI_STR, &dump, "DIR", "save every output tensor as DIR/<id>_<n>.safetensors", NULL},
+        {0}};
+    const sd_cli_command cmd = {"generate", "-m MODEL -p PROMPT [options] [-o OUT.png]", gen_about,
+                                SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS, own, 0, 0};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) goto out;
+    code = 1;
+    if (!g.model || !g.prompt) {
+        fprintf(stderr, "sdflow generate: -m MODEL and -p PROMPT are required (sdflow generate --help)\n");
+        goto out;
+    }
+    if (strength) {
+        char *end = NULL;
+        g.strength = strtod(strength, &end);
+        if (!*strength || *end || !(g.strength >= 0.0 && g.strength <= 1.0)) {
+            fprintf(stderr, "sdflow generate: --strength must be a number from 0 to 1, not '%s'\n", strength);
+            goto out;
+        }
+        g.strength_given = 1;
+        if (!g.init) {
+            fprintf(stderr, "sdflow generate: --strength goes with -i INIT.png\n");
+            goto out;
+        }
+    }
+    sd_error err;
+    sd_error_clear(&err);
+    if (g.mask && !g.init) {
+        fprintf(stderr, "sdflow generate: --mask needs the picture it applies to (-i INIT.png)\n");
+        goto out;
+    }
+    char *json = NULL, *input_dir = NULL, *init = NULL, *mask = NULL;
+    sd_status rc = sd_nodes_register_all(&err);
+    if (!rc) {
+        sd_env env; /* only for the input folder the options and environment name */
+        rc = sd_cli_env_init(&env, &a, &err);
+        if (!rc) rc = place_inputs(&g, env.input_dir, &input_dir, &init, &mask, &err);
+        sd_env_cleanup(&env);
+    }
+    if (!rc) rc = build_graph(&g, init, mask, &json, &err);
+    free(init);
+    free(mask);
+    if (rc) {
+        sd_cli_print_error(&err);
+        free(input_dir);
+        goto out;
+    }
+    if (g.print_workflow) {
+        if (input_dir) /* where the names in the graph are */
+            fprintf(stderr, "note: run it with --input-dir %s\n", input_dir);
+        free(input_dir);
+        /* through the graph, so the text is what `sdflow export --json` prints */
+        sd_graph *gr = NULL;
+        rc = sd_graph_from_json(json, "<generate>", &gr, &err);
+        if (!rc) rc = sd_cli_apply_sets(gr, &a, &err);
+        char *text = rc ? NULL : sd_graph_to_json(gr, 1);
+        if (!rc && !text) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        if (rc) sd_cli_print_error(&err);
+        else printf("%s\n", text);
+        free(text);
+        sd_graph_free(gr);
+        free(json);
+        code = rc ? 1 : fflush(stdout) == 0 ? 0 : 1;
+        goto out;
+    }
+    char *dir = NULL;
+    if (g.output && !(dir = private_dir_beside(g.output))) {
+        fprintf(stderr, "error: cannot create a folder beside '%s': %s\n", g.output, strerror(errno));
+        free(json);
+        free(input_dir);
+        goto out;
+    }
+    sd_value *files = NULL;
+    sd_cli_run_job job = {.json = json, .json_name = "<generate>", .report = report, .dump = dump,
+                          .output_dir = dir, .input_dir = input_dir, .quiet_files = g.output != NULL,
+                          .files = &files};
+    code = sd_cli_run_job_exec(&a, &job);
+    free(json);
+    free(input_dir);
+    if (dir) {
+        size_t n = sd_value_list_len(files);
+        const char *made = n == 1 ? sd_value_as_string(sd_value_list_get(files, 0)) : NULL;
+        if (code == 0 && !made) {
+            fprintf(stderr, "error: the run wrote %zu files, -o takes exactly one\n", n);
+            code = 1;
+        } else if (code == 0 && rename(made, g.output) != 0) {
+            fprintf(stderr, "error: cannot move %s to %s: %s\n", made, g.output, strerror(errno));
+            code = 1;
+        } else if (code == 0 && !(a.progress && !strcmp(a.progress, "json"))) {
+            printf("%s\n", g.output);
+            fflush(stdout);
+        }
+        remove_private_dir(dir, files);
+        free(dir);
+    }
+    sd_value_unref(files);
+out:
+    sd_cli_list_free(&g.loras);
+    sd_cli_args_free(&a);
+    return code;
+}
