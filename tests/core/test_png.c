@@ -442,6 +442,52 @@ static void test_bombs(void) {
     rc = sd_png_read(text, SD_PNG_RGB, &t, NULL, &err);
     CHECK_MSG(rc == SD_ERR_UNSUPPORTED && !t && strstr(err.msg, "limit"), "rc %d: %s", rc, err.msg);
 
+    /* Compressed text: five zTXt chunks of 60 MiB each once inflated (a
+     * 1.4 MB file, written by libpng). Each is under the
+     * chunk limit, but libpng keeps every one: past SD_PNG_MEM_MAX in all,
+     * the read is refused. */
+    {
+        size_t plain = 60u << 20;
+        char *text_z = malloc(plain + 1);
+        const char *many = path_of("ztxt_bomb.png");
+        FILE *f = fopen(many, "wb");
+        png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+        png_infop info = png_create_info_struct(png);
+        CHECK(text_z && f && png && info);
+        if (text_z && f && png && info && !setjmp(png_jmpbuf(png))) {
+            memset(text_z, 'a', plain);
+            text_z[plain] = 0;
+            png_text t[5];
+            char keys[5][8];
+            memset(t, 0, sizeof t);
+            for (int k = 0; k < 5; k++) {
+                snprintf(keys[k], sizeof keys[k], "key%d", k);
+                t[k].compression = PNG_TEXT_COMPRESSION_zTXt;
+                t[k].key = keys[k];
+                t[k].text = text_z;
+                t[k].text_length = plain;
+            }
+            png_init_io(png, f);
+            png_set_text_compression_level(png, 1);
+            png_set_IHDR(png, info, 1, 1, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+                         PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+            png_set_text(png, info, t, 5);
+            png_write_info(png, info);
+            png_byte row[1] = {0};
+            png_write_row(png, row);
+            png_write_end(png, NULL);
+        }
+        if (png) png_destroy_write_struct(&png, &info);
+        if (f) fclose(f);
+        free(text_z);
+        struct stat st;
+        CHECK(stat(many, &st) == 0 && st.st_size < (4 << 20)); /* 1.4 MB */
+        sd_error_clear(&err);
+        rc = sd_png_read_text(many, "prompt", &v, &err);
+        CHECK_MSG(rc == SD_ERR_UNSUPPORTED && !v && strstr(err.msg, many) && strstr(err.msg, "in all"),
+                  "rc %d: %s", rc, err.msg);
+    }
+
     /* A text chunk below the limit still reads. */
     static const char kv[] = "prompt\0{\"1\": {}}";
     n = put_ihdr(b, 1, 1, 8, PNG_COLOR_TYPE_GRAY);
