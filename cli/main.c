@@ -26,6 +26,7 @@ static const struct {
     {"nodes", sd_cli_nodes, "list node types (--json: ComfyUI /object_info shape)"},
     {"cache", sd_cli_cache, "inspect, empty or shrink the output cache"},
     {"synth", sd_cli_synth, "write a RANDOM-weight checkpoint (and a stand-in vocabulary)"},
+    {"serve", sd_cli_serve, "ComfyUI's HTTP/WebSocket API and a page (docs/server.md)"},
     {"version", cli_version, "print the version and build options"},
 };
 #define N_COMMANDS (sizeof commands / sizeof *commands)

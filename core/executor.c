@@ -33,6 +33,7 @@
 typedef struct memo_slot {
     uint8_t key[SD_KEY_SIZE];
     sd_value *entry; /* NULL = empty slot */
+    uint64_t used;   /* ex->tick when last stored or found (sd_exec_drop_lru) */
 } memo_slot;
 
 typedef struct file_memo {
@@ -46,6 +47,7 @@ struct sd_exec {
     size_t cap, count;
     file_memo *files;
     size_t n_files;
+    uint64_t tick;   /* bumped on every memo store and hit */
 };
 
 static size_t slot_of(const uint8_t *key, size_t cap) {
@@ -54,11 +56,14 @@ static size_t slot_of(const uint8_t *key, size_t cap) {
     return (size_t)(h & (cap - 1));
 }
 
-static sd_value *memo_get(const sd_exec *ex, const uint8_t *key) {
+static sd_value *memo_get(sd_exec *ex, const uint8_t *key) {
     if (!ex->cap) return NULL;
     for (size_t i = slot_of(key, ex->cap);; i = (i + 1) & (ex->cap - 1)) {
         if (!ex->slots[i].entry) return NULL;
-        if (memcmp(ex->slots[i].key, key, SD_KEY_SIZE) == 0) return ex->slots[i].entry;
+        if (memcmp(ex->slots[i].key, key, SD_KEY_SIZE) == 0) {
+            ex->slots[i].used = ++ex->tick;
+            return ex->slots[i].entry;
+        }
     }
 }
 
@@ -84,6 +89,7 @@ static int memo_put(sd_exec *ex, const uint8_t *key, sd_value *entry) {
     else ex->count++;
     memcpy(ex->slots[i].key, key, SD_KEY_SIZE);
     ex->slots[i].entry = sd_value_ref(entry);
+    ex->slots[i].used = ++ex->tick;
     return 0;
 }
 
@@ -116,6 +122,19 @@ void sd_exec_forget(sd_exec *ex) {
     free(ex->slots);
     ex->slots = NULL;
     ex->cap = ex->count = 0;
+}
+
+size_t sd_exec_memo_count(const sd_exec *ex) { return ex ? ex->count : 0; }
+
+int sd_exec_drop_lru(sd_exec *ex) {
+    if (!ex || !ex->count) return 0;
+    size_t oldest = ex->cap;
+    for (size_t i = 0; i < ex->cap; i++)
+        if (ex->slots[i].entry && (oldest == ex->cap || ex->slots[i].used < ex->slots[oldest].used)) oldest = i;
+    uint8_t key[SD_KEY_SIZE];
+    memcpy(key, ex->slots[oldest].key, SD_KEY_SIZE);
+    memo_del(ex, key);
+    return 1;
 }
 
 void sd_exec_free(sd_exec *ex) {
@@ -520,6 +539,7 @@ static sd_status add_records(run *r, sd_error *err) {
         rec->node_id = strdup(p->gn->id);
         rec->class_type = strdup(p->def->class_type);
         rec->status = SD_NODE_SKIPPED;
+        rec->planned = p->decision == PLAN_HIT ? p->hit_status : SD_NODE_EXECUTED;
         memcpy(rec->key, p->key, SD_KEY_SIZE);
         if (!rec->node_id || !rec->class_type) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         p->record = (int)r->report->n++;
@@ -946,6 +966,7 @@ sd_status sd_exec_run(sd_exec *ex, const sd_graph *g, const sd_exec_opts *opts,
             sd_exec_event ev = {.kind = SD_EXEC_RUN_START, .count = report->n};
             opts->on_event(opts->on_event_user, &ev);
         }
+        if (!rc && opts->on_plan) opts->on_plan(opts->on_plan_user, report);
         if (!rc) rc = execute(&r, err);
         run_free(&r);
     }

@@ -65,6 +65,8 @@ typedef struct sd_exec_record {
     char *node_id;
     char *class_type;
     sd_node_status status;
+    sd_node_status planned; /* decided before anything ran: SD_NODE_EXECUTED (to
+                               run), SD_NODE_CACHED or SD_NODE_MEMO (a hit) */
     double seconds;
     size_t n_outputs;
     char **output_desc;  /* "LATENT samples=[1, 4, 64, 64] F32" per output */
@@ -144,6 +146,11 @@ typedef struct sd_exec_opts {
     /* Called before/after each node (CLI prints its line here). */
     void (*on_node)(void *user, const sd_exec_record *rec, int finished);
     void *on_node_user;
+    /* Called once after planning, before the first node: every record is
+     * there with `planned` set (servers announce the cache hits up front, as
+     * ComfyUI's execution_cached does). May be NULL. */
+    void (*on_plan)(void *user, const sd_exec_report *planned);
+    void *on_plan_user;
     const char *dump_dir;              /* --dump DIR, or NULL */
     const char *prompt_json;           /* embedded by SaveImage; NULL = derive */
     const char *extra_pnginfo_json;
@@ -168,6 +175,11 @@ sd_exec *sd_exec_new(void);
 void sd_exec_free(sd_exec *ex);
 /* Drop the in-process memo (loaded models go with it). */
 void sd_exec_forget(sd_exec *ex);
+/* Entries in the memo, and dropping the least recently stored or found one
+ * (returns 0 when the memo is empty). A long-lived front end (the server)
+ * calls this between runs to keep within a memory budget. */
+size_t sd_exec_memo_count(const sd_exec *ex);
+int sd_exec_drop_lru(sd_exec *ex);
 
 /* Validate (sd_graph_validate) then run. On validation failure returns
  * SD_ERR_VALIDATION with problems filled and nothing executed. On a node

@@ -1,0 +1,153 @@
+/* cmd_serve.c - `sdflow serve`: the options, the environment and the
+ * backend, then server/server.h does the rest (docs/server.md). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+#ifdef SDFLOW_HAVE_SERVER
+#include "cache/cache.h"
+#include "core/env.h"
+#include "kernels/backend.h"
+#include "models/checkpoint.h"
+#include "server/server.h"
+
+#ifndef SDFLOW_VERSION
+#define SDFLOW_VERSION "dev"
+#endif
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int size_opt(const char *what, const char *v, size_t *out) {
+    if (!v) return 0;
+    sd_error err;
+    sd_error_clear(&err);
+    int64_t n = 0;
+    if (sd_cache_parse_size(v, &n, &err) || n <= 0) {
+        fprintf(stderr, "sdflow serve: %s: '%s' is not a size (e.g. 16M, 2G)\n", what, v);
+        return 1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
+static int count_opt(const char *what, long long v, size_t *out) {
+    if (v < 0) return 0; /* not given */
+    if (v == 0) {
+        fprintf(stderr, "sdflow serve: %s must be at least 1\n", what);
+        return 1;
+    }
+    *out = (size_t)v;
+    return 0;
+}
+
+int sd_cli_serve(int argc, char **argv) {
+    sd_server_opts so;
+    memset(&so, 0, sizeof so);
+    const char *max_body = NULL, *max_upload = NULL, *budget = NULL;
+    long long port = 8188, history = -1, max_queue = -1;
+    const sd_cli_option own[] = {
+        {"--listen", NULL, SD_CLI_STR, &so.listen, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
+        {"--port", NULL, SD_CLI_INT, &port, "N", "port (default 8188; 0 = any free port, named in the log)", NULL},
+        {"--token", NULL, SD_CLI_STR, &so.token, "TOKEN",
+         "require 'Authorization: Bearer TOKEN' (default $SDFLOW_SERVER_TOKEN)", NULL},
+        {"--insecure", NULL, SD_CLI_FLAG, &so.insecure, NULL, "allow a non-local --listen without a token", NULL},
+        {"--max-body", NULL, SD_CLI_STR, &max_body, "SIZE", "largest JSON request (default 16M)", NULL},
+        {"--max-upload", NULL, SD_CLI_STR, &max_upload, "SIZE", "largest upload (default 64M)", NULL},
+        {"--history", NULL, SD_CLI_INT, &history, "N", "prompts kept in /history (default 1000)", NULL},
+        {"--max-queue", NULL, SD_CLI_INT, &max_queue, "N", "pending prompts accepted (default 1000)", NULL},
+        {"--memory-budget", NULL, SD_CLI_STR, &budget, "SIZE",
+         "resident memory above which results and models are released between prompts, least recently used "
+         "first (default 4G)", NULL},
+        {"--www", NULL, SD_CLI_STR, &so.www_dir, "DIR", "serve DIR/index.html at / instead of the built-in page",
+         NULL},
+        {0}};
+    const sd_cli_command cmd = {
+        "serve", "[options]",
+        "Serves ComfyUI's HTTP and WebSocket API (POST /prompt, /queue, /history, /view, /upload/image,\n"
+        "/object_info, /ws, ...) and a page at /. Prompts run one at a time; models stay loaded between\n"
+        "prompts. Listens on 127.0.0.1 unless told otherwise (docs/server.md).",
+        SD_CLI_G_ENV | SD_CLI_G_CACHE, own, 0, 0};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
+    if (port < 0 || port > 65535) {
+        fprintf(stderr, "sdflow serve: --port must be 0-65535\n");
+        sd_cli_args_free(&a);
+        return 1;
+    }
+    so.port = (int)port;
+    if (!so.token && getenv("SDFLOW_SERVER_TOKEN") && *getenv("SDFLOW_SERVER_TOKEN")) so.token = getenv("SDFLOW_SERVER_TOKEN");
+    if (size_opt("--max-body", max_body, &so.max_body) || size_opt("--max-upload", max_upload, &so.max_upload) ||
+        size_opt("--memory-budget", budget, &so.memo_budget) || count_opt("--history", history, &so.max_history) ||
+        count_opt("--max-queue", max_queue, &so.max_queue)) {
+        sd_cli_args_free(&a);
+        return 1;
+    }
+
+    sd_error err;
+    sd_error_clear(&err);
+    sd_env env;
+    sd_backend *backend = NULL;
+    sd_model_store *models = NULL;
+    sd_sqlite_cache *cache_handle = NULL;
+    sd_cache_i cache = {0};
+    code = 1;
+    sd_status rc = sd_cli_env_init(&env, &a, &err);
+    if (!rc) rc = sd_nodes_register_all(&err);
+    if (!rc) rc = sd_cli_backend_open(&env, &backend, &err);
+    if (!rc) {
+        env.backend = backend;
+        /* A model part goes when the last result holding it is released
+         * (the server releases results over its memory budget). */
+        if (!(models = sd_model_store_new())) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        sd_model_store_free_unused(models, 1);
+        env.models = models;
+    }
+    if (rc) {
+        sd_cli_print_error(&err);
+        goto done;
+    }
+    sd_cli_cache_setup(&a, &cache_handle, &cache);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-reply is not a reason to die */
+
+    so.env = &env;
+    so.cache = cache_handle ? &cache : NULL;
+    so.argv = (const char *const *)argv;
+    so.version = "sdflow " SDFLOW_VERSION;
+    so.stop = &stop_requested;
+    rc = sd_server_run(&so, &err);
+    if (rc) sd_cli_print_error(&err);
+    code = rc ? 1 : 0;
+done:
+    sd_cache_close(cache_handle);
+    sd_model_store_free(models);
+    sd_backend_free(backend);
+    sd_env_cleanup(&env);
+    sd_cli_args_free(&a);
+    return code;
+}
+
+#else
+
+int sd_cli_serve(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "sdflow serve: this build has no server (libcivetweb-dev was not found at build time; "
+                    "scripts/setup.sh installs it)\n");
+    return 1;
+}
+
+#endif

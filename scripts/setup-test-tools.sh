@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the tools only the tests need, called by scripts/setup.sh:
+# Node.js and npm (Debian's, when the machine has none), Debian's chromium
+# (the server page test drives it headless), and the npm packages pinned in
+# tests/server/package-lock.json (a ComfyUI API client, `ws`, playwright-core),
+# installed with `npm ci` into tests/server/node_modules. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=""
+command -v node > /dev/null || missing="$missing nodejs"
+command -v npm > /dev/null || missing="$missing npm"
+command -v chromium > /dev/null || missing="$missing chromium"
+if [ -n "$missing" ]; then
+  echo "setup-test-tools: installing$missing"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+lock=tests/server/package-lock.json
+stamp=tests/server/node_modules/.package-lock.json
+if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ]; then
+  echo "setup-test-tools: npm ci in tests/server"
+  (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
+else
+  echo "setup-test-tools: npm packages present"
+fi

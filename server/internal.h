@@ -1,0 +1,142 @@
+/* internal.h - the pieces of the server shared between its files (not a
+ * public contract; server.h is).
+ *
+ * Threads: civetweb runs each request (and each WebSocket connection) on one
+ * of its worker threads; the prompt worker (queue.c) is ours. `mu` guards
+ * the queue, the history and the flags; `ws_mu` guards the WebSocket client
+ * list and is held while writing to a client, so a connection is never
+ * written after its close handler has removed it; `log_mu` serializes log
+ * lines. Lock order: mu before ws_mu (the worker never holds mu while
+ * sending).
+ */
+#ifndef SD_SERVER_INTERNAL_H
+#define SD_SERVER_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include "core/graph.h"
+#include "server.h"
+
+struct mg_connection;
+struct mg_context;
+
+typedef struct srv_job {
+    char id[64];          /* prompt_id */
+    double number;        /* queue order: lower first, ties by arrival */
+    uint64_t seq;         /* arrival */
+    cJSON *prompt;        /* the API graph as sent */
+    cJSON *extra_data;    /* as sent, with client_id added */
+    cJSON *outputs;       /* ids of the output nodes (outputs_to_execute) */
+    char *client_id;      /* NULL: execution messages go to nobody (ComfyUI) */
+    sd_graph *graph;
+} srv_job;
+
+typedef struct srv_hist {
+    char id[64];
+    cJSON *entry;         /* {prompt, outputs, status, meta} */
+} srv_hist;
+
+typedef struct srv_ws {
+    struct mg_connection *conn;
+    char sid[64];
+    double window_start;  /* flood control: messages counted per second */
+    unsigned window_msgs;
+} srv_ws;
+
+typedef struct srv {
+    const sd_server_opts *o;
+    sd_env *env;
+    struct mg_context *mg;
+    size_t max_body, max_upload, max_history, max_queue, max_ws;
+    size_t memo_budget;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job **pending;
+    size_t n_pending;
+    srv_job *running;
+    uint64_t seq;
+    double next_number;
+    srv_hist *hist;        /* oldest first */
+    size_t n_hist;
+    int flag_unload, flag_free, quit;
+    volatile sig_atomic_t interrupt; /* the running prompt's */
+    pthread_t worker;
+    int worker_started;
+
+    pthread_mutex_t ws_mu;
+    srv_ws **ws;
+    size_t n_ws;
+
+    pthread_mutex_t log_mu;
+    FILE *log;
+} srv;
+
+/* ---- http.c: replies and request bodies ---------------------------------- */
+/* Sends `body` with status and content type; extra = more header lines
+ * ("Name: value\r\n" each) or NULL. Returns the status (civetweb's handler
+ * return value convention: non-zero = handled). */
+int srv_reply(struct mg_connection *c, int status, const char *ctype, const void *body, size_t n,
+              const char *extra);
+/* JSON reply; takes ownership of j (NULL = out of memory: 500). */
+int srv_reply_json(struct mg_connection *c, int status, cJSON *j);
+/* {"error": {"type", "message", "details": "", "extra_info": {}}} */
+int srv_reply_error(struct mg_connection *c, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The request body, NUL-terminated, at most `limit` bytes. Returns 0 and
+ * *out (malloc'd) on success; otherwise it has replied already (413, 400)
+ * and returns that status. */
+int srv_read_body(srv *s, struct mg_connection *c, size_t limit, char **out, size_t *n);
+/* The body parsed as a JSON object ({} when empty, if allow_empty). Replies
+ * and returns the status on failure, 0 on success. */
+int srv_read_json(srv *s, struct mg_connection *c, int allow_empty, cJSON **out);
+/* A query-string variable, decoded; NULL when absent. Caller frees. */
+char *srv_query(struct mg_connection *c, const char *name);
+/* The bearer token rule (http.c): 1 when no token is set or the request
+ * carries it (Authorization: Bearer, or ?token= for browsers' WebSockets). */
+int srv_authorized(srv *s, struct mg_connection *c);
+void srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double srv_now(void);            /* monotonic seconds */
+long long srv_time_ms(void);     /* wall clock, ms since the epoch */
+void srv_uuid4(char out[37]);
+
+/* ---- routes.c ---------------------------------------------------------- */
+int srv_route(srv *s, struct mg_connection *c, const char *method, const char *path);
+
+/* ---- files.c: /view and /upload/image ----------------------------------- */
+int srv_view(srv *s, struct mg_connection *c);
+int srv_upload_image(srv *s, struct mg_connection *c);
+/* The directory of a ComfyUI folder type ("input", "output", "temp"), or
+ * NULL for anything else. */
+const char *srv_type_dir(srv *s, const char *type);
+
+/* ---- queue.c ------------------------------------------------------------ */
+int srv_queue_start(srv *s, sd_error *err);
+void srv_queue_stop(srv *s);
+int srv_post_prompt(srv *s, struct mg_connection *c);
+int srv_get_queue(srv *s, struct mg_connection *c);
+int srv_post_queue(srv *s, struct mg_connection *c);
+int srv_get_history(srv *s, struct mg_connection *c, const char *id);
+int srv_post_history(srv *s, struct mg_connection *c);
+int srv_post_interrupt(srv *s, struct mg_connection *c);
+int srv_post_free(srv *s, struct mg_connection *c);
+/* {"exec_info": {"queue_remaining": n}} */
+cJSON *srv_queue_info(srv *s);
+
+/* ---- ws.c ---------------------------------------------------------------- */
+void srv_ws_register(srv *s);
+/* Sends {"type": event, "data": data} to the clients with that sid, or to
+ * every client when sid is NULL. Takes ownership of data. */
+void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data);
+/* A binary frame (4-byte big-endian event type, then payload). */
+void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *payload, size_t n);
+void srv_ws_broadcast_status(srv *s);
+void srv_ws_close_all(srv *s);
+
+/* ---- page.c (generated from server/www/index.html) ------------------------ */
+extern const unsigned char srv_page_html[];
+extern const size_t srv_page_html_len;
+
+#endif

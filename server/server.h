@@ -1,0 +1,59 @@
+/* server.h - `sdflow serve`: ComfyUI's HTTP and WebSocket API over the
+ * executor (docs/server.md).
+ *
+ * HTTP and WebSocket framing, multipart parsing and the listening sockets
+ * are civetweb's (Debian libcivetweb-dev); this module routes requests,
+ * keeps the prompt queue and the history, and runs one prompt at a time on
+ * a worker thread with one sd_exec whose in-process memo (loaded models
+ * included) lives from prompt to prompt.
+ *
+ * Ownership: the caller owns everything the options point to (the env with
+ * its backend and model store, the cache) and keeps it alive until
+ * sd_server_run returns. The server replaces env->models only through
+ * POST /free {"unload_models": true}, between prompts, with a new store it
+ * hands back in env->models (the caller frees whatever is there at the end).
+ */
+#ifndef SD_SERVER_H
+#define SD_SERVER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/node.h"
+
+typedef struct sd_server_opts {
+    const char *listen;       /* address to bind; "127.0.0.1" when NULL */
+    int port;                 /* 0 = any free port (the CLI's default is 8188) */
+    const char *token;        /* Bearer token every request must carry, or NULL */
+    int insecure;             /* allow a non-local listen address without a token */
+    size_t max_body;          /* JSON request bodies (bytes); 0 = 16 MiB */
+    size_t max_upload;        /* one multipart upload (bytes); 0 = 64 MiB */
+    size_t max_history;       /* history entries kept (oldest dropped); 0 = 1000 */
+    size_t max_queue;         /* pending prompts accepted; 0 = 1000 */
+    size_t max_ws_clients;    /* WebSocket connections at once; 0 = 32 */
+    size_t memo_budget;       /* bytes of tensors the memo keeps between prompts;
+                                 0 = 4 GiB (least recently used released first) */
+    const char *www_dir;      /* serve the page from here; NULL = the built-in page */
+    sd_env *env;              /* directories, backend, model store (see above) */
+    const sd_cache_i *cache;  /* persistent cache, or NULL */
+    const char *const *argv;  /* reported by /system_stats (NULL-terminated) */
+    const char *version;      /* reported as comfyui_version, e.g. "sdflow 0.1.0" */
+    FILE *log;                /* one line per request and per prompt; NULL = stderr */
+    volatile sig_atomic_t *stop; /* the server returns once this becomes non-zero */
+    /* Called once the socket listens, with the port bound (tests, scripts). */
+    void (*on_listen)(void *user, int port);
+    void *on_listen_user;
+} sd_server_opts;
+
+/* Checks the options (a non-local address needs a token or `insecure`),
+ * starts listening, serves until *opts->stop, then stops accepting, cancels
+ * the running prompt and returns. SD_ERR_INVALID for refused options,
+ * SD_ERR_IO when the address cannot be bound. */
+sd_status sd_server_run(const sd_server_opts *opts, sd_error *err);
+
+/* 1 when `addr` is a loopback address (127.0.0.0/8, ::1, "localhost"). */
+int sd_server_addr_is_local(const char *addr);
+
+#endif

@@ -1,0 +1,162 @@
+/* ws.c - the /ws endpoint: ComfyUI's {"type", "data"} messages and binary
+ * preview frames (internal.h). Framing, masking and ping/pong are
+ * civetweb's.
+ *
+ * A client names itself with ?clientId= (else it gets a fresh id, which the
+ * first status message reports as "sid"); execution messages of a prompt go
+ * to the clients whose id is the prompt's client_id. What a client sends is
+ * read and ignored (ComfyUI's feature_flags), but a client that sends more
+ * than 64 KiB in one message or more than 200 messages in a second is
+ * disconnected, so a flood cannot keep a worker thread busy. */
+#include <civetweb.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+enum { WS_MAX_MESSAGE = 64 * 1024, WS_MAX_PER_SECOND = 200 };
+
+static int ws_connect(const struct mg_connection *cc, void *cbdata) {
+    srv *s = cbdata;
+    struct mg_connection *c = (struct mg_connection *)cc;
+    if (s->o->token) {
+        /* same rule as HTTP requests: header or ?token= (browsers cannot set
+         * headers on a WebSocket) */
+        if (!srv_authorized(s, c)) return 1; /* non-zero: refused */
+    }
+    srv_ws *w = calloc(1, sizeof *w);
+    if (!w) return 1;
+    char *id = srv_query(c, "clientId");
+    if (id && *id && strlen(id) < sizeof w->sid) {
+        snprintf(w->sid, sizeof w->sid, "%s", id);
+    } else {
+        char u[37];
+        srv_uuid4(u);
+        size_t k = 0; /* ComfyUI's generated ids are uuid4().hex */
+        for (const char *p = u; *p; p++) if (*p != '-') w->sid[k++] = *p;
+        w->sid[k] = 0;
+    }
+    free(id);
+    w->conn = c;
+    pthread_mutex_lock(&s->ws_mu);
+    int full = s->n_ws >= s->max_ws;
+    srv_ws **list = full ? NULL : realloc(s->ws, (s->n_ws + 1) * sizeof *s->ws);
+    if (list) {
+        s->ws = list;
+        s->ws[s->n_ws++] = w;
+        mg_set_user_connection_data(c, w);
+    }
+    pthread_mutex_unlock(&s->ws_mu);
+    if (!list) {
+        srv_log(s, "ws: refused a connection (%s)", full ? "too many clients" : "out of memory");
+        free(w);
+        return 1;
+    }
+    return 0;
+}
+
+static void ws_ready(struct mg_connection *c, void *cbdata) {
+    srv *s = cbdata;
+    srv_ws *w = mg_get_user_connection_data(c);
+    if (!w) return;
+    cJSON *data = cJSON_CreateObject();
+    cJSON_AddItemToObject(data, "status", srv_queue_info(s));
+    cJSON_AddStringToObject(data, "sid", w->sid);
+    cJSON *msg = cJSON_CreateObject();
+    cJSON_AddStringToObject(msg, "type", "status");
+    cJSON_AddItemToObject(msg, "data", data);
+    char *text = cJSON_PrintUnformatted(msg);
+    cJSON_Delete(msg);
+    if (!text) return;
+    pthread_mutex_lock(&s->ws_mu);
+    mg_websocket_write(c, MG_WEBSOCKET_OPCODE_TEXT, text, strlen(text));
+    pthread_mutex_unlock(&s->ws_mu);
+    free(text);
+}
+
+static int ws_data(struct mg_connection *c, int bits, char *data, size_t len, void *cbdata) {
+    srv *s = cbdata;
+    (void)data;
+    srv_ws *w = mg_get_user_connection_data(c);
+    int opcode = bits & 0x0f;
+    if (opcode == MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE) return 0;
+    if (opcode == MG_WEBSOCKET_OPCODE_PING || opcode == MG_WEBSOCKET_OPCODE_PONG) return 1;
+    if (!w) return 0;
+    double now = srv_now();
+    if (now - w->window_start >= 1.0) {
+        w->window_start = now;
+        w->window_msgs = 0;
+    }
+    if (len > WS_MAX_MESSAGE || ++w->window_msgs > WS_MAX_PER_SECOND) {
+        srv_log(s, "ws: client %s disconnected (%s)", w->sid, len > WS_MAX_MESSAGE ? "message too large" : "flood");
+        pthread_mutex_lock(&s->ws_mu);
+        mg_websocket_write(c, MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE, "\x03\xf0", 2); /* 1008 policy violation */
+        pthread_mutex_unlock(&s->ws_mu);
+        return 0;
+    }
+    return 1;
+}
+
+static void ws_close(const struct mg_connection *cc, void *cbdata) {
+    srv *s = cbdata;
+    struct mg_connection *c = (struct mg_connection *)cc;
+    srv_ws *w = mg_get_user_connection_data(c);
+    if (!w) return;
+    pthread_mutex_lock(&s->ws_mu);
+    for (size_t i = 0; i < s->n_ws; i++) {
+        if (s->ws[i] != w) continue;
+        s->ws[i] = s->ws[--s->n_ws];
+        break;
+    }
+    mg_set_user_connection_data(c, NULL);
+    pthread_mutex_unlock(&s->ws_mu);
+    free(w);
+}
+
+void srv_ws_register(srv *s) {
+    mg_set_websocket_handler(s->mg, "/ws", ws_connect, ws_ready, ws_data, ws_close, s);
+    mg_set_websocket_handler(s->mg, "/api/ws", ws_connect, ws_ready, ws_data, ws_close, s);
+}
+
+static void send_raw(srv *s, const char *sid, int opcode, const char *buf, size_t n) {
+    pthread_mutex_lock(&s->ws_mu);
+    for (size_t i = 0; i < s->n_ws; i++)
+        if (!sid || !strcmp(s->ws[i]->sid, sid)) mg_websocket_write(s->ws[i]->conn, opcode, buf, n);
+    pthread_mutex_unlock(&s->ws_mu);
+}
+
+void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data) {
+    cJSON *msg = cJSON_CreateObject();
+    if (!msg) { cJSON_Delete(data); return; }
+    cJSON_AddStringToObject(msg, "type", event);
+    cJSON_AddItemToObject(msg, "data", data ? data : cJSON_CreateObject());
+    char *text = cJSON_PrintUnformatted(msg);
+    cJSON_Delete(msg);
+    if (!text) return;
+    send_raw(s, sid, MG_WEBSOCKET_OPCODE_TEXT, text, strlen(text));
+    free(text);
+}
+
+void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *payload, size_t n) {
+    char *buf = malloc(n + 4);
+    if (!buf) return;
+    buf[0] = (char)(event >> 24);
+    buf[1] = (char)(event >> 16);
+    buf[2] = (char)(event >> 8);
+    buf[3] = (char)event;
+    memcpy(buf + 4, payload, n);
+    send_raw(s, sid, MG_WEBSOCKET_OPCODE_BINARY, buf, n + 4);
+    free(buf);
+}
+
+void srv_ws_broadcast_status(srv *s) {
+    cJSON *data = cJSON_CreateObject();
+    cJSON_AddItemToObject(data, "status", srv_queue_info(s));
+    srv_ws_send(s, NULL, "status", data);
+}
+
+void srv_ws_close_all(srv *s) {
+    pthread_mutex_lock(&s->ws_mu);
+    for (size_t i = 0; i < s->n_ws; i++)
+        mg_websocket_write(s->ws[i]->conn, MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE, "\x03\xe9", 2); /* 1001 going away */
+    pthread_mutex_unlock(&s->ws_mu);
+}

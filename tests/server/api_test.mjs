@@ -1,0 +1,194 @@
+// api_test.mjs - `sdflow serve` driven by a real ComfyUI client
+// (@stable-canvas/comfyui-client over `ws`): every example workflow queued,
+// its WebSocket progress followed, its images fetched through /view and
+// compared byte for byte with `sdflow run`'s for the same workflow; then a
+// cached rerun, a validation failure (ComfyUI's error shape), a queued and a
+// running prompt cancelled by id, and the read-only endpoints.
+// usage: node api_test.mjs BIN SRC WORKDIR MODELS_JSON
+import { Client } from '@stable-canvas/comfyui-client';
+import WebSocket from 'ws';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ok, done, until, startServer, tweak, sleep } from './lib.mjs';
+
+const [bin, src, dir, modelsJson] = process.argv.slice(2);
+const setup = JSON.parse(fs.readFileSync(modelsJson, 'utf8'));
+const dirs = ['--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir,
+              '--input-dir', path.join(dir, 'input'), '--temp-dir', path.join(dir, 'temp')];
+const server = await startServer(bin, [...dirs, '--output-dir', path.join(dir, 'out'),
+                                        '--cache', path.join(dir, 'cache.db')], path.join(dir, 'server.log'));
+const base = `http://127.0.0.1:${server.port}`;
+const client = new Client({ api_host: `127.0.0.1:${server.port}`, clientId: 'sdflow-api-test', WebSocket, fetch });
+const events = []; // every JSON message this client got: {type, data}
+for (const t of ['status', 'execution_start', 'execution_cached', 'executing', 'progress', 'executed',
+                 'execution_success', 'execution_error', 'execution_interrupted'])
+  client.on(t, (data) => events.push({ type: t, data }));
+const of = (type, pid) => events.filter((e) => e.type === type && (!pid || (e.data && e.data.prompt_id === pid)));
+const keys = (o) => Object.keys(o || {}).sort().join(',');
+
+try {
+  ok(await client.connect(), 'client connects (GET /system_stats + /ws)');
+  await until(() => of('status').length > 0, 'the first status message');
+  ok(typeof of('status')[0].data?.exec_info?.queue_remaining === 'number', 'status {exec_info: {queue_remaining}}');
+
+  // ---- upload the input picture (multipart, overwrite, subfolder, duplicates)
+  const png = fs.readFileSync(setup.input_png);
+  const upload = async (name, bytes, fields = {}) => {
+    const fd = new FormData();
+    fd.append('image', new Blob([bytes], { type: 'image/png' }), name);
+    for (const [k, v] of Object.entries(fields)) fd.append(k, v);
+    const r = await fetch(`${base}/upload/image`, { method: 'POST', body: fd });
+    return { status: r.status, body: await r.json() };
+  };
+  let u = await upload('example.png', png, { overwrite: 'true' });
+  ok(u.status === 200 && u.body.name === 'example.png' && u.body.type === 'input' && u.body.subfolder === '',
+     `upload answers {name, subfolder, type}: ${JSON.stringify(u)}`);
+  ok(Buffer.compare(fs.readFileSync(path.join(dir, 'input', 'example.png')), png) === 0, 'uploaded bytes land in the input folder');
+  u = await upload('example.png', png);
+  ok(u.status === 200 && u.body.name === 'example.png', 'same bytes again without overwrite: the existing file is reused');
+  u = await upload('example.png', Buffer.concat([png, Buffer.from('x')]));
+  ok(u.status === 200 && u.body.name === 'example (1).png', `different bytes without overwrite: "example (1).png", got ${u.body.name}`);
+  u = await upload('sub.png', png, { subfolder: 'a/b' });
+  ok(u.status === 200 && u.body.subfolder === 'a/b' && fs.existsSync(path.join(dir, 'input', 'a', 'b', 'sub.png')), 'upload into a subfolder');
+  let r = await fetch(`${base}/view?filename=sub.png&subfolder=a/b&type=input`);
+  ok(r.status === 200 && Buffer.compare(Buffer.from(await r.arrayBuffer()), png) === 0, '/view of an input in a subfolder');
+
+  // ---- every example workflow through the client, compared with `sdflow run`
+  const names = fs.readdirSync(path.join(src, 'workflows')).filter((f) => f.endsWith('.json')).sort();
+  const skipped = [];
+  for (const f of names) {
+    const name = f.replace(/\.json$/, '');
+    if ((name.startsWith('lora') && !setup.lora) || (name.startsWith('controlnet') && !setup.controlnet)) {
+      skipped.push(name);
+      continue;
+    }
+    const wf = tweak(name, JSON.parse(fs.readFileSync(path.join(src, 'workflows', f), 'utf8')), setup, 'example.png');
+    const wfPath = path.join(dir, `wf_${name}.json`);
+    fs.writeFileSync(wfPath, JSON.stringify(wf));
+    const progress = [];
+    let result;
+    try {
+      result = await client.enqueue(wf, { progress: (p) => progress.push(p), timeout_ms: 120000 });
+    } catch (e) {
+      ok(false, `${name}: the client's enqueue failed: ${e.message}`);
+      continue;
+    }
+    const pid = result.prompt_id;
+    await until(() => of('execution_success', pid).length > 0, `${name}: execution_success`);
+    ok(of('execution_start', pid).length === 1 && typeof of('execution_start', pid)[0].data.timestamp === 'number',
+       `${name}: execution_start {prompt_id, timestamp}`);
+    ok(of('execution_cached', pid).length === 1 && Array.isArray(of('execution_cached', pid)[0].data.nodes),
+       `${name}: execution_cached {nodes, prompt_id}`);
+    const executing = of('executing', pid);
+    ok(executing.length >= 2 && executing.at(-1).data.node === null && typeof executing[0].data.node === 'string',
+       `${name}: executing per node, then node=null`);
+    const hasSampler = Object.values(wf).some((n) => n.class_type === 'KSampler');
+    if (hasSampler)
+      ok(progress.length >= 2 && progress.every((p) => keys(p) === 'max,node,prompt_id,value') && progress.at(-1).value === progress.at(-1).max,
+         `${name}: progress {value, max, prompt_id, node} up to max (${JSON.stringify(progress.at(-1))})`);
+    const executed = of('executed', pid);
+    ok(executed.length === 1 && keys(executed[0].data) === 'display_node,node,output,prompt_id' && executed[0].data.output.images.length === 1,
+       `${name}: executed {node, display_node, output: {images}, prompt_id}`);
+    ok(result.images.length === 1 && result.images[0].type === 'url', `${name}: the client resolves one image URL`);
+    const served = Buffer.from(await (await fetch(result.images[0].data)).arrayBuffer());
+    // the same workflow through `sdflow run`, in its own output folder, no cache
+    const runOut = path.join(dir, `run_${name}`);
+    const run = spawnSync(bin, ['run', wfPath, ...dirs, '--output-dir', runOut, '--no-cache', '--quiet'], { encoding: 'utf8' });
+    if (!ok(run.status === 0, `${name}: sdflow run failed: ${run.stderr}`)) continue;
+    const file = run.stdout.trim().split('\n')[0];
+    ok(served.length > 100 && Buffer.compare(served, fs.readFileSync(file)) === 0,
+       `${name}: /view bytes (${served.length}) equal sdflow run's ${file}`);
+    console.log(`ok: ${name} (${progress.length} progress events, ${served.length} bytes)`);
+  }
+  if (skipped.length) console.log(`note: not run without the shared test data: ${skipped.join(', ')}`);
+
+  // ---- the same prompt again: every node a cache hit, executed re-sent
+  const wf = JSON.parse(fs.readFileSync(path.join(dir, 'wf_txt2img_sd15.json'), 'utf8'));
+  const again = await client.enqueue(wf, { timeout_ms: 60000 });
+  await until(() => of('execution_success', again.prompt_id).length > 0, 'rerun: execution_success');
+  const cached = of('execution_cached', again.prompt_id)[0].data.nodes;
+  ok(cached.includes('9') && of('executing', again.prompt_id).length === 1,
+     `rerun: execution_cached lists the SaveImage and nothing executes (${JSON.stringify(cached)})`);
+  ok(of('executed', again.prompt_id).length === 1, 'rerun: executed re-sent for the cached output node');
+
+  // ---- validation failure: ComfyUI's error body with every problem
+  const bad = JSON.parse(JSON.stringify(wf));
+  bad['4'].inputs.ckpt_name = 'no-such-model.safetensors';
+  delete bad['6'].inputs.clip;
+  bad['3'].inputs.steps = -5;
+  r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: bad, client_id: 'sdflow-api-test' }) });
+  const vb = await r.json();
+  ok(r.status === 400 && vb.error?.type === 'prompt_outputs_failed_validation' && typeof vb.error.message === 'string',
+     `validation failure: 400 with error.type prompt_outputs_failed_validation (${r.status} ${JSON.stringify(vb.error)})`);
+  const ne = vb.node_errors || {};
+  ok(ne['4']?.errors?.[0]?.type === 'value_not_in_list' && ne['4'].errors[0].extra_info.input_name === 'ckpt_name' &&
+     ne['4'].class_type === 'CheckpointLoaderSimple' && ne['4'].dependent_outputs.includes('9'),
+     `node_errors[4]: value_not_in_list on ckpt_name, dependent_outputs [9]: ${JSON.stringify(ne['4'])}`);
+  ok(ne['6']?.errors?.some((e) => e.type === 'required_input_missing' && e.extra_info.input_name === 'clip'),
+     'node_errors[6]: required_input_missing on clip');
+  ok(ne['3']?.errors?.some((e) => e.type === 'value_smaller_than_min'), 'node_errors[3]: value_smaller_than_min on steps');
+  let threw = null;
+  try { await client.queuePrompt(0, { prompt: bad }); } catch (e) { threw = e; }
+  ok(threw !== null, 'the client rejects a prompt that fails validation');
+
+  // ---- cancel: a queued prompt by /queue delete, the running one by /interrupt {prompt_id}
+  const long = (seed) => { const w = JSON.parse(JSON.stringify(wf)); w['3'].inputs.steps = 10000; w['3'].inputs.seed = seed; return w; };
+  const a = await client.queuePrompt(0, { prompt: long(11) });
+  const b = await client.queuePrompt(0, { prompt: long(12) });
+  await until(() => of('progress', a.prompt_id).length > 0, 'the long prompt samples');
+  const q = await (await fetch(`${base}/queue`)).json();
+  ok(q.queue_running.length === 1 && q.queue_running[0][1] === a.prompt_id && q.queue_pending.length === 1 &&
+     q.queue_pending[0][1] === b.prompt_id && q.queue_pending[0].length === 5,
+     `GET /queue: [number, prompt_id, prompt, extra_data, outputs] running A, pending B`);
+  await client.deleteItem('queue', b.prompt_id);
+  await client.interrupt(a.prompt_id);
+  await until(() => of('execution_interrupted', a.prompt_id).length > 0, 'execution_interrupted');
+  const ei = of('execution_interrupted', a.prompt_id)[0].data;
+  ok(keys(ei) === 'executed,node_id,node_type,prompt_id,timestamp' && ei.node_id === '3' && ei.node_type === 'KSampler',
+     `execution_interrupted {prompt_id, node_id, node_type, executed}: ${JSON.stringify(ei)}`);
+  await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_running.length === 0, 'the queue to empty');
+  const ha = (await (await fetch(`${base}/history/${a.prompt_id}`)).json())[a.prompt_id];
+  ok(ha && ha.status.status_str === 'error' && ha.status.completed === false &&
+     ha.status.messages.some((m) => m[0] === 'execution_interrupted'), 'history of the interrupted prompt: status error');
+  ok(keys(await (await fetch(`${base}/history/${b.prompt_id}`)).json()) === '', 'the deleted prompt never ran');
+  ok(of('execution_start', b.prompt_id).length === 0, 'no execution_start for the deleted prompt');
+
+  // ---- history
+  const h = await (await fetch(`${base}/history`)).json();
+  const hs = h[again.prompt_id];
+  ok(hs && hs.status.status_str === 'success' && hs.outputs['9'].images[0].filename && hs.prompt[1] === again.prompt_id &&
+     hs.meta['9'].node_id === '9', 'history entry {prompt, outputs, status, meta}');
+  ok(Object.keys(await (await fetch(`${base}/history?max_items=1`)).json()).length === 1, '/history?max_items=1');
+  await client.deleteItem('history', again.prompt_id);
+  ok(keys(await (await fetch(`${base}/history/${again.prompt_id}`)).json()) === '', 'POST /history delete');
+  const hist = await client.getHistory();
+  ok(Array.isArray(hist.History) && hist.History.length > 0, 'the client reads /history');
+
+  // ---- read-only endpoints
+  const info = await client.getNodeDefs();
+  ok(info.KSampler && info.KSampler.input.required.seed && info.SaveImage.output_node === true, '/object_info');
+  const one = await (await fetch(`${base}/object_info/KSampler`)).json();
+  ok(keys(one) === 'KSampler' && keys(await (await fetch(`${base}/object_info/NoSuchNode`)).json()) === '', '/object_info/{class}');
+  ok(Array.isArray(await client.getEmbeddings()), '/embeddings');
+  ok((await (await fetch(`${base}/models/checkpoints`)).json()).includes(setup.sd1), '/models/checkpoints');
+  ok((await (await fetch(`${base}/models/no_such_folder`)).status) === 404, '/models/{unknown} is 404');
+  const st = await client.getSystemStats();
+  ok(st.system && typeof st.system.ram_total === 'number' && st.devices.length === 1, '/system_stats');
+  ok((await (await fetch(`${base}/api/prompt`)).json()).exec_info.queue_remaining === 0, '/api/... routes');
+  await client.free({ unload_models: true, free_memory: true });
+  const c2 = await client.queuePrompt(0, { prompt: long(13) }); // after /free: the model loads again
+  await until(() => of('progress', c2.prompt_id).length > 0, 'a prompt after /free samples');
+  await client.interrupt();
+  await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_running.length === 0, 'the queue to empty after /free');
+  ok(/models and cached results released/.test(server.log()), '/free releases models between prompts');
+} catch (e) {
+  ok(false, `unexpected: ${e.stack}`);
+} finally {
+  client.close();
+  const code = await server.stop();
+  ok(code === 0, `the server stops cleanly on SIGTERM (exit ${code})`);
+  const log = server.log();
+  ok(/"POST \/prompt[^"]*" 200 /.test(log) && /"POST \/prompt[^"]*" 400 /.test(log), 'requests are logged with their status');
+}
+done();

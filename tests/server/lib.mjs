@@ -1,0 +1,71 @@
+// lib.mjs - helpers shared by the server tests (node, ES modules).
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+
+let passed = 0, failed = 0;
+export function ok(cond, what) {
+  if (cond) { passed++; return true; }
+  failed++;
+  console.log(`FAIL: ${what}`);
+  return false;
+}
+export function done() {
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Resolves when pred() is true, polling; rejects after timeout_ms.
+export async function until(pred, what, timeout_ms = 60000) {
+  const t0 = Date.now();
+  while (!(await pred())) {
+    if (Date.now() - t0 > timeout_ms) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+// Starts `sdflow serve --port 0 ...args`, resolves with {port, proc, log()}
+// once it listens. stop() sends SIGTERM and resolves with the exit code.
+export function startServer(bin, args, logPath) {
+  return new Promise((resolve, reject) => {
+    const out = fs.openSync(logPath, 'w');
+    const proc = spawn(bin, ['serve', '--port', '0', ...args], { stdio: ['ignore', out, out] });
+    const t0 = Date.now();
+    const poll = setInterval(() => {
+      const text = fs.readFileSync(logPath, 'utf8');
+      const m = text.match(/listening on http:\/\/[^:]+:(\d+)\//);
+      if (m) {
+        clearInterval(poll);
+        resolve({
+          port: Number(m[1]),
+          proc,
+          log: () => fs.readFileSync(logPath, 'utf8'),
+          stop: () => new Promise((res) => {
+            if (proc.exitCode !== null) return res(proc.exitCode);
+            proc.once('exit', (code, sig) => res(code ?? sig));
+            proc.kill('SIGTERM');
+          }),
+        });
+      } else if (proc.exitCode !== null || Date.now() - t0 > 30000) {
+        clearInterval(poll);
+        reject(new Error(`server did not start: ${text}`));
+      }
+    }, 50);
+  });
+}
+
+// Every workflow of workflows/*.json, made small for the tiny models.
+// models: {sd1, sdxl, lora?, controlnet?}; image: the uploaded input name.
+export function tweak(name, wf, models, image) {
+  for (const [id, n] of Object.entries(wf)) {
+    const i = n.inputs;
+    if (n.class_type === 'CheckpointLoaderSimple') i.ckpt_name = name.includes('sdxl') ? models.sdxl : models.sd1;
+    if (n.class_type === 'EmptyLatentImage') Object.assign(i, name.includes('sdxl') ? { width: 128, height: 96 } : { width: 64, height: 64 });
+    if (n.class_type === 'CLIPTextEncodeSDXL') Object.assign(i, { width: 128, height: 96, target_width: 128, target_height: 96 });
+    if (n.class_type === 'KSampler' || n.class_type === 'KSamplerAdvanced') i.steps = 2;
+    if (n.class_type === 'LoadImage') i.image = image;
+    if (n.class_type === 'LoraLoader') i.lora_name = models.lora;
+    if (n.class_type === 'ControlNetLoader') i.control_net_name = models.controlnet;
+  }
+  return wf;
+}

@@ -1,0 +1,33 @@
+# setup.sh - sourced by the server tests (tests/cli/test_server*.sh): finds
+# node and the npm packages that scripts/setup-test-tools.sh installs, makes
+# the models, and writes $T/models.json for the node scripts. Exit 77 only
+# when a tool is missing, with the command that installs it.
+: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
+SRV="$SDFLOW_SOURCE_DIR/tests/server"
+command -v node > /dev/null || { echo "SKIP: node is not installed (bash scripts/setup.sh installs it)"; exit 77; }
+[ -d "$SRV/node_modules/@stable-canvas/comfyui-client" ] && [ -d "$SRV/node_modules/ws" ] ||
+    { echo "SKIP: tests/server/node_modules missing (bash scripts/setup-test-tools.sh installs them)"; exit 77; }
+"$SDFLOW_BIN" serve --help > /dev/null 2>&1 || { echo "FAIL: this sdflow has no server (libcivetweb-dev missing at build time)"; exit 1; }
+
+# The models: the shared test data when it is there (every workflow runs,
+# LoRA and ControlNet included), else random ones from `sdflow synth`.
+sd_server_models() { # DIR
+    local d=$1 data="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
+    local shared="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}" tok
+    mkdir -p "$d/models/checkpoints" "$d/models/loras" "$d/models/controlnet" "$d/input"
+    tok="${SDFLOW_TOKENIZER_DIR:-$shared/data/clip}"
+    sd_test_write_png "$d/example.png"
+    if [ -f "$data/models/tiny-sd1.safetensors" ] && [ -f "$data/models/tiny-sdxl.safetensors" ] && [ -d "$tok" ]; then
+        ln -s "$data/models/tiny-sd1.safetensors" "$d/models/checkpoints/tiny-sd1.safetensors"
+        ln -s "$data/models/tiny-sdxl.safetensors" "$d/models/checkpoints/tiny-sdxl.safetensors"
+        ln -s "$data/models/tiny-lora-sd1.safetensors" "$d/models/loras/tiny-lora-sd1.safetensors"
+        ln -s "$data/models/tiny-controlnet-sd1.safetensors" "$d/models/controlnet/tiny-controlnet-sd1.safetensors"
+        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "tiny-sd1.safetensors", "sdxl": "tiny-sdxl.safetensors", "lora": "tiny-lora-sd1.safetensors", "controlnet": "tiny-controlnet-sd1.safetensors", "input_png": "%s"}\n' \
+            "$d/models" "$tok" "$d/example.png" > "$d/models.json"
+    else
+        "$SDFLOW_BIN" synth --preset sd1-tiny --models-dir "$d/models" --tokenizer-dir "$d/tok" > /dev/null &&
+        "$SDFLOW_BIN" synth --preset sdxl-tiny --models-dir "$d/models" > /dev/null || { echo "FAIL: sdflow synth"; exit 1; }
+        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "sdflow-random-sd1-tiny.safetensors", "sdxl": "sdflow-random-sdxl-tiny.safetensors", "input_png": "%s"}\n' \
+            "$d/models" "$d/tok" "$d/example.png" > "$d/models.json"
+    fi
+}
