@@ -231,6 +231,9 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
     }
     const cJSON *num = cJSON_GetObjectItemCaseSensitive(body, "number");
     const cJSON *front = cJSON_GetObjectItemCaseSensitive(body, "front");
+    char id[sizeof j->id];
+    double number = 0;
+    size_t n_nodes = 0;
     pthread_mutex_lock(&s->mu);
     int full = s->n_pending >= s->max_queue, dup = 0;
     for (size_t i = 0; i < s->n_pending && !dup; i++) dup = !strcmp(s->pending[i]->id, j->id);
@@ -245,6 +248,10 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
             s->next_number += 1;
         }
         j->seq = s->seq++;
+        /* the worker may take the job (and free it) as soon as mu is released */
+        snprintf(id, sizeof id, "%s", j->id);
+        number = j->number;
+        n_nodes = sd_graph_count(j->graph);
         s->pending = list;
         s->pending[s->n_pending++] = j;
         pthread_cond_signal(&s->cv);
@@ -257,10 +264,10 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
         return srv_reply_error(c, full ? 503 : 500, full ? "queue_full" : "out_of_memory",
                                full ? "the queue holds %zu prompts already" : "out of memory", s->max_queue);
     }
-    srv_log(s, "prompt %s queued (number %g, %zu nodes)", j->id, j->number, sd_graph_count(j->graph));
+    srv_log(s, "prompt %s queued (number %g, %zu nodes)", id, number, n_nodes);
     cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "prompt_id", j->id);
-    cJSON_AddNumberToObject(r, "number", j->number);
+    cJSON_AddStringToObject(r, "prompt_id", id);
+    cJSON_AddNumberToObject(r, "number", number);
     cJSON_AddObjectToObject(r, "node_errors");
     srv_ws_broadcast_status(s);
     return srv_reply_json(c, 200, r);

@@ -105,7 +105,9 @@ try {
 
   // ---- the same prompt again: every node a cache hit, executed re-sent
   const wf = JSON.parse(fs.readFileSync(path.join(dir, 'wf_txt2img_sd15.json'), 'utf8'));
-  const again = await client.enqueue(wf, { timeout_ms: 60000 });
+  // (every node is a hit, so the prompt may finish before the POST's reply
+  // arrives: the events are collected from the start, not awaited per prompt)
+  const again = await client.queuePrompt(0, { prompt: wf });
   await until(() => of('execution_success', again.prompt_id).length > 0, 'rerun: execution_success');
   const cached = of('execution_cached', again.prompt_id)[0].data.nodes;
   ok(cached.includes('9') && of('executing', again.prompt_id).length === 1,
