@@ -10,7 +10,7 @@
 #include "cache/cache.h"
 #include "core/env.h"
 #include "kernels/backend.h"
-#include "models/checkpoint.h"
+#include "models/checkpoint/checkpoint.h"
 #include "server/server.h"
 
 #ifndef SDFLOW_VERSION
