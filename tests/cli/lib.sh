@@ -40,3 +40,42 @@ sd_test_tiny_sd1() {
         --set 3.steps=3 > "$1/tiny.json" || { echo "sdflow export failed"; exit 1; }
     SD_TINY_ARGS=("$1/tiny.json" --models-dir "$1/models" --tokenizer-dir "$1/tok")
 }
+
+# ---- the preamble every CLI test shares --------------------------------------
+# sd_test_begin NAME [NODE_TYPE...]
+#   Checks the variables ctest sets (tests/CMakeLists.txt: sd_test_env), skips
+#   (exit 77) unless every named node type is registered, and sets:
+#     T       a fresh scratch folder, $SDFLOW_TEST_TMP/NAME
+#     DATA    the reference data: SDFLOW_TESTDATA, else the build's default
+#             (../shared/testdata beside the checkout)
+#     SHARED  SDFLOW_SHARED, else the build's default (../shared)
+#     TOK     the real CLIP vocabulary: SDFLOW_TOKENIZER_DIR, else $SHARED/data/clip
+#     failures=0, and fail MSG, which counts a failure and goes on
+#   A test ends with sd_test_end MSG (exit 1 when anything failed).
+sd_test_begin() {
+    : "${SDFLOW_BIN:?set by ctest}" "${SDFLOW_SOURCE_DIR:?set by ctest}"
+    local name=$1
+    shift
+    [ $# -eq 0 ] || sd_test_need_nodes "$@"
+    T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/$name"
+    rm -rf "$T" && mkdir -p "$T" || { echo "cannot make $T"; exit 1; }
+    DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
+    SHARED="${SDFLOW_SHARED:-${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}}"
+    TOK="${SDFLOW_TOKENIZER_DIR:-$SHARED/data/clip}"
+    failures=0
+}
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# sd_test_end MSG: "MSG" when nothing failed, else the count and exit 1.
+sd_test_end() {
+    if [ "${failures:-0}" -ne 0 ]; then
+        echo "$failures failure(s)"
+        exit 1
+    fi
+    echo "$1"
+}
+
+# Exit 77 (skipped) unless the file or folder exists / the command is installed.
+sd_test_need_path() { [ -e "$1" ] || { echo "SKIP: ${2:-$1} is missing"; exit 77; }; }
+sd_test_need_cmd() { command -v "$1" > /dev/null || { echo "SKIP: $1 is not installed"; exit 77; }; }

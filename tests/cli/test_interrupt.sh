@@ -4,17 +4,12 @@
 # the finished LoadImage and computes the rest). A second SIGINT exits at once
 # (no report, no final line), and the cache is still usable afterwards.
 set -u
-: "${SDFLOW_BIN:?}"
-for c in LoadImage ImageScale ImageInvert SaveImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered yet"; exit 77; }
-done
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_interrupt LoadImage ImageScale ImageInvert SaveImage
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_interrupt"
-rm -rf "$T" && mkdir -p "$T/input" "$T/output"
+mkdir -p "$T/input" "$T/output"
 printf '%s' 'iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII=' |
     base64 -d > "$T/input/in.png"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 flat() { tr -d ' \t\n' < "$1"; }
 status() {
     local s
@@ -96,5 +91,4 @@ grep -q "^stopped:" "$T/second.err" && fail "second: the run finished normally a
     --report "$T/after.json" --quiet > /dev/null 2> "$T/after.err" < /dev/null || fail "after a hard exit: $(cat "$T/after.err")"
 [ "$(status "$T/after.json" 4)" = "cached" ] || fail "after a hard exit: the cache lost the finished run"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "interrupt ok"
+sd_test_end "interrupt ok"

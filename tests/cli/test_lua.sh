@@ -4,32 +4,24 @@
 # refuses os/io unless --allow-unsafe-lua; a for-loop sweep shares its
 # upstream node in one run.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}" "${SDFLOW_SOURCE_DIR:?}"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_lua LoadImage ImageScale ImageInvert SaveImage
 
-for c in LoadImage ImageScale ImageInvert SaveImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered"; exit 77; }
-done
 
-T="$SDFLOW_TEST_TMP/cli_lua"
-rm -rf "$T"
 mkdir -p "$T/input" "$T/models/checkpoints" "$T/out"
 img='iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII='
 printf '%s' "$img" | base64 -d > "$T/input/in.png"
-TD="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-}}"
-CLIPDIR="${SDFLOW_SHARED_DEFAULT:-$TD/..}/data/clip"
 # The examples name the real SD1.5 checkpoint; the tiny one stands in for it.
 have_model=0
-if [ -f "$TD/models/tiny-sd1.safetensors" ] && [ -d "$CLIPDIR" ]; then
-    ln -sf "$TD/models/tiny-sd1.safetensors" "$T/models/checkpoints/v1-5-pruned-emaonly.safetensors"
+if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
+    ln -sf "$DATA/models/tiny-sd1.safetensors" "$T/models/checkpoints/v1-5-pruned-emaonly.safetensors"
     have_model=1
     # and for the SDXL, LoRA and ControlNet examples
     mkdir -p "$T/models/loras" "$T/models/controlnet"
     for f in "tiny-sdxl checkpoints/sd_xl_base_1.0" "tiny-lora-sd1 loras/epiNoiseoffset_v2" \
         "tiny-controlnet-sd1 controlnet/control_v11p_sd15_canny"; do
         set -- $f
-        [ -f "$TD/models/$1.safetensors" ] && ln -sf "$TD/models/$1.safetensors" "$T/models/$2.safetensors"
+        [ -f "$DATA/models/$1.safetensors" ] && ln -sf "$DATA/models/$1.safetensors" "$T/models/$2.safetensors"
     done
 fi
 # example.png: 64x64, made by sdflow itself from a Lua one-liner
@@ -41,7 +33,7 @@ cp "$T/gen/ex_00001_.png" "$T/input/example.png" 2> /dev/null || fail "no exampl
 
 run() {
     "$SDFLOW_BIN" run "$@" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/out" --temp-dir "$T/temp" \
-        --models-dir "$T/models" --tokenizer-dir "$CLIPDIR"
+        --models-dir "$T/models" --tokenizer-dir "$TOK"
 }
 
 # --- every example exists in both forms; both build the same graph and run ------------
@@ -130,4 +122,4 @@ grep -q '"executed":[[:space:]]*0' "$T/rep2.json" || fail "sweep rerun executed 
 # --- usage errors ---------------------------------------------------------------------------------
 if "$SDFLOW_BIN" export "$T/sweep.lua" > /dev/null 2>&1; then fail "export without --lua/--json accepted"; fi
 
-[ $failures -eq 0 ] && echo "lua CLI tests passed" || exit 1
+sd_test_end "lua CLI tests passed"

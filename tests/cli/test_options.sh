@@ -4,11 +4,8 @@
 # nodes take --set / --models-dir / SDFLOW_MODELS_DIR as run does; a JSON
 # syntax error quotes the text with its line and column.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}"
-T="$SDFLOW_TEST_TMP/cli_options"
-rm -rf "$T" && mkdir -p "$T"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_options
 
 "$SDFLOW_BIN" --help > "$T/help" || fail "sdflow --help exited non-zero"
 cmds=$(sed -n '/^commands:/,/^$/p' "$T/help" | awk 'NR > 1 && NF { print $1 }')
@@ -90,5 +87,4 @@ printf '{"1": {"class_type": "X", "inputs": {},}}' > "$T/comma.json"
 "$SDFLOW_BIN" export --json "$T/comma.json" 2>&1 | grep -q 'comma.json:1:39: invalid JSON.*comma before a closing' ||
     fail "trailing comma: $("$SDFLOW_BIN" export --json "$T/comma.json" 2>&1)"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "options ok"
+sd_test_end "options ok"

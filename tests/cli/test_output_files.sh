@@ -10,16 +10,11 @@
 #  - a rerun whose SaveImage is a cache hit delivers its image into a new
 #    --output-dir (ComfyUI counter naming) and says it came from the cache.
 set -u
-: "${SDFLOW_BIN:?}"
-
 . "$(dirname "$0")/lib.sh"
+sd_test_begin cli_output_files EmptyImage SaveImage
 
-sd_test_need_nodes EmptyImage SaveImage
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_output_files"
-rm -rf "$T" && mkdir -p "$T"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
 
 # wf PREFIX SIZE BATCH: a workflow saving a SIZExSIZE image of colour 1 (set per run)
 wf() {
@@ -164,5 +159,4 @@ run_to out2 fourth
 [ -f "$T/out2/again_00002_.png" ] || fail "fourth: the replaced file was taken for the cached one"
 [ "$(cat "$T/out2/again_00001_.png")" = "not a png" ] || fail "fourth: overwrote a file"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "all output file checks passed"
+sd_test_end "all output file checks passed"

@@ -4,19 +4,10 @@
 # workflow is written again, no temporary file is left behind, and a saved
 # PNG runs again as a workflow with the counter continuing.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_png_nodes LoadImage ImageInvert SaveImage PreviewImage
 
-for c in LoadImage ImageInvert SaveImage PreviewImage; do
-    if ! "$SDFLOW_BIN" nodes | grep -q "^$c "; then
-        echo "SKIP: node type $c is not registered yet"
-        exit 77
-    fi
-done
 
-T="$SDFLOW_TEST_TMP/cli_png_nodes"
-rm -rf "$T"
 mkdir -p "$T/input" "$T/output" "$T/temp"
 # 3x2 RGBA, the middle column transparent
 printf '%s' 'iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII=' \
@@ -111,5 +102,4 @@ else
     grep -q "lots" "$T/err7" || fail "the error does not quote the bad value: $(cat "$T/err7")"
 fi
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "all png node checks passed"
+sd_test_end "all png node checks passed"

@@ -5,21 +5,14 @@
 # a bf16 run; an unknown precision is refused. Needs the tiny SD1 checkpoint
 # and a tokenizer; else exit 77.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-. "$SDFLOW_SOURCE_DIR/tests/cli/lib.sh"
-DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
-SHARED="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}"
-TOK="${SDFLOW_TOKENIZER_DIR:-$SHARED/data/clip}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_precision CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 MODEL="$DATA/models/tiny-sd1.safetensors"
 [ -f "$MODEL" ] || { echo "SKIP: no $MODEL"; exit 77; }
 [ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
-sd_test_need_nodes CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_precision"
-rm -rf "$T" && mkdir -p "$T/models/checkpoints"
+mkdir -p "$T/models/checkpoints"
 ln -s "$MODEL" "$T/models/checkpoints/tiny-sd1.safetensors"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 sed -e 's/v1-5-pruned-emaonly.safetensors/tiny-sd1.safetensors/' -e 's/"width": 512, "height": 512/"width": 64, "height": 64/' \
     -e 's/"steps": 20/"steps": 3/' "$SDFLOW_SOURCE_DIR/workflows/txt2img_sd15.json" > "$T/wf.json"
@@ -57,4 +50,4 @@ else
     [ -f "$T/bf16.json" ] && [ "$(sd_test_status "$T/bf16.json" 3)" != absent ] && fail "bf16 without oneDNN: nodes ran"
 fi
 
-[ $failures -eq 0 ] && echo "OK" || exit 1
+sd_test_end "OK"

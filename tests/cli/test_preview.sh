@@ -3,14 +3,9 @@
 # the last step, announced as "preview" JSON events; a bad path is a warning,
 # not a failed run; the REPL takes --preview too.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}" "${SDFLOW_TEST_TMP:?}"
-. "$SDFLOW_SOURCE_DIR/tests/cli/lib.sh"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_preview CheckpointLoaderSimple KSampler VAEDecode SaveImage
 command -v python3 > /dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
-sd_test_need_nodes CheckpointLoaderSimple KSampler VAEDecode SaveImage
-T="$SDFLOW_TEST_TMP/cli_preview"
-rm -rf "$T" && mkdir -p "$T"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 sd_test_tiny_sd1 "$T"
 
 # PNG signature, IHDR size and colour type, and a full decode by sdflow itself
@@ -65,5 +60,4 @@ printf 'run()\n' | "$SDFLOW_BIN" repl "${SD_TINY_ARGS[@]}" --no-cache --no-histo
     --preview "$T/repl.png" > "$T/repl.out" 2>&1 || fail "repl --preview: $(cat "$T/repl.out")"
 [ "$(png_size "$T/repl.png" 2>&1)" = "8x8" ] || fail "repl preview: $(png_size "$T/repl.png" 2>&1)"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "preview ok"
+sd_test_end "preview ok"

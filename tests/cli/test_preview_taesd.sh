@@ -6,17 +6,11 @@
 # SD1 TAESD layout, ARCHITECTURE.md section 5). A decoder file that does not
 # load is a warning and no preview, not a silent latent2rgb.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}" "${SDFLOW_TEST_TMP:?}"
-. "$SDFLOW_SOURCE_DIR/tests/cli/lib.sh"
-SHARED="${SDFLOW_SHARED:-${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_preview_taesd CheckpointLoaderSimple KSampler VAEDecode SaveImage
 TAEF2="$SHARED/data/taesd/taef2_decoder.safetensors"
 [ -f "$TAEF2" ] || { echo "SKIP: $TAEF2 is missing"; exit 77; }
 command -v python3 > /dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
-sd_test_need_nodes CheckpointLoaderSimple KSampler VAEDecode SaveImage
-T="$SDFLOW_TEST_TMP/cli_preview_taesd"
-rm -rf "$T" && mkdir -p "$T"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 sd_test_tiny_sd1 "$T"
 mkdir -p "$T/models/vae_approx"
 
@@ -75,5 +69,4 @@ printf 'garbage' > "$T/models/vae_approx/taesd_decoder.safetensors"
 grep -q 'warning: no more previews: .*taesd_decoder.safetensors' "$T/err" || fail "broken decoder: $(cat "$T/err")"
 [ -e "$T/p3.png" ] && fail "a broken decoder still gave a (latent2rgb) preview"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "taesd preview ok"
+sd_test_end "taesd preview ok"

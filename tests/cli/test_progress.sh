@@ -3,17 +3,12 @@
 # plain finished lines without escape codes when stderr is not a terminal;
 # nothing on stderr with --quiet (the written files still go to stdout).
 set -u
-: "${SDFLOW_BIN:?}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_progress LoadImage ImageScale PreviewImage
 command -v script > /dev/null || { echo "SKIP: script(1) is not installed"; exit 77; }
-for c in LoadImage ImageScale PreviewImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered yet"; exit 77; }
-done
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_progress"
-rm -rf "$T" && mkdir -p "$T/input"
+mkdir -p "$T/input"
 printf '%s' 'iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII=' |
     base64 -d > "$T/input/in.png"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # 1024x1024 RGB: resized one channel plane at a time, so 3 progress steps
 cat > "$T/wf.json" <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "in.png"}},
@@ -47,5 +42,4 @@ grep -aq 'ComfyUI_temp_' "$T/quiet.out" || fail "--quiet: the written file is no
 "$SDFLOW_BIN" $args --quiet > /dev/null 2> "$T/quiet.err" < /dev/null || fail "quiet plain run"
 [ -s "$T/quiet.err" ] && fail "--quiet printed on stderr: $(cat "$T/quiet.err")"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "progress ok"
+sd_test_end "progress ok"

@@ -4,15 +4,11 @@
 #   a terminal (tmux): the redrawn bar with rate and ETA, then finished lines;
 #   the REPL's run(): the same bar on a terminal, plain lines in a pipe.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}" "${SDFLOW_TEST_TMP:?}"
-. "$SDFLOW_SOURCE_DIR/tests/cli/lib.sh"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_progress_events CheckpointLoaderSimple KSampler VAEDecode SaveImage LoadImage PreviewImage
 command -v python3 > /dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
 command -v tmux > /dev/null || { echo "SKIP: tmux is not installed"; exit 77; }
-sd_test_need_nodes CheckpointLoaderSimple KSampler VAEDecode SaveImage LoadImage PreviewImage
-T="$SDFLOW_TEST_TMP/cli_progress_events"
-rm -rf "$T" && mkdir -p "$T/in"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+mkdir -p "$T/in"
 sd_test_tiny_sd1 "$T"
 run() { "$SDFLOW_BIN" run "${SD_TINY_ARGS[@]}" --output-dir "$T/out" "$@"; }
 
@@ -157,5 +153,4 @@ printf 'run()\n' | (cd "$T" && SDFLOW_PROGRESS_INTERVAL=0 "$SDFLOW_BIN" repl "${
 grep -Eq '^\[5/7\] KSampler #3 step 3/3 ' "$T/repl.out" || fail "piped repl: no step lines: $(cat "$T/repl.out")"
 grep -q '^done: 7 executed' "$T/repl.out" || fail "piped repl: no summary"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "progress events ok"
+sd_test_end "progress events ok"

@@ -6,28 +6,20 @@
 # anything runs; --relock accepts the change. The txt2img part uses the tiny
 # SD1 checkpoint and is skipped (said so) when it or its nodes are missing.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_recipe LoadImage ImageInvert SaveImage
 
-for c in LoadImage ImageInvert SaveImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered"; exit 77; }
-done
 
-T="$SDFLOW_TEST_TMP/cli_recipe"
-rm -rf "$T"
 mkdir -p "$T/input" "$T/models/checkpoints"
 printf '%s' 'iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII=' \
     | base64 -d > "$T/input/in.png"
 
-TD="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-}}"
-MODEL="$TD/models/tiny-sd1.safetensors"
-CLIPDIR="${SDFLOW_SHARED_DEFAULT:-$TD/..}/data/clip"
+MODEL="$DATA/models/tiny-sd1.safetensors"
 t2i=1
 for c in CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode; do
     "$SDFLOW_BIN" nodes | grep -q "^$c " || t2i=0
 done
-[ -f "$MODEL" ] && [ -d "$CLIPDIR" ] || t2i=0
+[ -f "$MODEL" ] && [ -d "$TOK" ] || t2i=0
 if [ $t2i = 1 ]; then
     cp "$MODEL" "$T/models/checkpoints/tiny.safetensors"
     cat > "$T/wf.json" <<'JSON'
@@ -61,7 +53,7 @@ run() { # run OUTDIR ARGS...
     local out="$1"
     shift
     mkdir -p "$T/$out"
-    "$SDFLOW_BIN" run "$@" --input-dir "$T/input" --models-dir "$T/models" --tokenizer-dir "$CLIPDIR" \
+    "$SDFLOW_BIN" run "$@" --input-dir "$T/input" --models-dir "$T/models" --tokenizer-dir "$TOK" \
         --output-dir "$T/$out" --temp-dir "$T/temp"
 }
 
@@ -133,4 +125,4 @@ grep -q "$(sha256sum "$T/input/in.png" | cut -d' ' -f1)" "$T/r.json" || fail "--
 run again "$T/r.json" --no-cache > /dev/null 2> "$T/err" || fail "run after --relock: $(cat "$T/err")"
 if run x "$T/wf.json" --relock --no-cache > /dev/null 2> "$T/err"; then fail "--relock on a plain workflow accepted"; fi
 
-[ $failures -eq 0 ] && echo "recipe tests passed" || exit 1
+sd_test_end "recipe tests passed"

@@ -3,16 +3,10 @@
 # the session and the graph; undo; line editing (Ctrl-A, history); save/load
 # as JSON and Lua; help and nodes; Tab completion; Ctrl-C; quit.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_TEST_TMP:?}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_repl LoadImage ImageScale ImageInvert SaveImage
 command -v tmux > /dev/null || { echo "SKIP: tmux is not installed"; exit 77; }
-for c in LoadImage ImageScale ImageInvert SaveImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered"; exit 77; }
-done
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-T="$SDFLOW_TEST_TMP/cli_repl"
-rm -rf "$T"
 mkdir -p "$T/input" "$T/out"
 printf '%s' 'iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAYAAACddGYaAAAAHUlEQVR4nGNgYDjxP4DhBMMCIM3AUAHkVAA5QBoAiIwL9aAmuykAAAAASUVORK5CYII=' \
     | base64 -d > "$T/input/in.png"
@@ -173,4 +167,4 @@ if (cd "$T" && "$SDFLOW_BIN" repl missing.json --no-history < /dev/null > /dev/n
     fail "repl with a missing workflow succeeded"
 fi
 
-[ $failures -eq 0 ] && echo "repl tests passed" || exit 1
+sd_test_end "repl tests passed"

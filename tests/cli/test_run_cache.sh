@@ -3,19 +3,15 @@
 # output file re-executes only SaveImage, a saved PNG reruns from its prompt
 # chunk, and two concurrent processes share one cache.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-
 . "$(dirname "$0")/lib.sh"
+sd_test_begin cli_run_cache LoadImage ImageScale ImageInvert SaveImage
 
-sd_test_need_nodes LoadImage ImageScale ImageInvert SaveImage
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_run_cache"
-rm -rf "$T" && mkdir -p "$T/input" "$T/output"
+
+mkdir -p "$T/input" "$T/output"
 sd_test_write_png "$T/input/example.png"
 WF="$SDFLOW_SOURCE_DIR/workflows/image_invert.json"
 CACHE="$T/cache.db"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # run NAME [extra args...]: runs the demo, report in $T/NAME.json
 run() {
@@ -138,5 +134,4 @@ SDFLOW_CACHE="$T/bad.db" "$SDFLOW_BIN" run "$WF" --no-cache --input-dir "$T/inpu
     --quiet 2> "$T/nocache_bad.err" > /dev/null || fail "--no-cache with a bad db: $(cat "$T/nocache_bad.err")"
 [ -s "$T/nocache_bad.err" ] && fail "--no-cache with a bad db printed: $(cat "$T/nocache_bad.err")"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "all run/cache checks passed"
+sd_test_end "all run/cache checks passed"

@@ -3,21 +3,15 @@
 # not run, and a changed seed re-executes exactly what depends on it (the
 # loader included, since KSampler needs the model again).
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_run_models CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 CKPT="$DATA/models/tiny-sd1.safetensors"
 VOCAB="$DATA/../data/clip"
 [ -f "$CKPT" ] || { echo "SKIP: $CKPT not found"; exit 77; }
 [ -d "$VOCAB" ] || { echo "SKIP: tokenizer $VOCAB not found"; exit 77; }
-for c in CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered yet"; exit 77; }
-done
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_run_models"
-rm -rf "$T" && mkdir -p "$T/models/checkpoints" "$T/output"
+mkdir -p "$T/models/checkpoints" "$T/output"
 ln -s "$CKPT" "$T/models/checkpoints/tiny-sd1.safetensors"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 flat() { tr -d ' \t\n' < "$1"; }
 status() {
     local s
@@ -70,5 +64,4 @@ sed 's/"4"/"40"/g' "$T/t2i.json" > "$T/renumbered.json"
     > /dev/null 2>&1 || fail "renumbered run failed"
 [ "$(count "$T/renumbered.report.json" executed)" = "0" ] || fail "renumbered: expected nothing executed"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "all model run checks passed"
+sd_test_end "all model run checks passed"

@@ -8,18 +8,12 @@
 # tokenizer SDFLOW_TOKENIZER_DIR (default ../shared/data/clip); missing data
 # or python3 (used to read safetensors): exit 77.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
-SHARED="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}"
-TOK="${SDFLOW_TOKENIZER_DIR:-$SHARED/data/clip}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_sd1_golden_e2e
 [ -f "$DATA/manifest.json" ] || { echo "SKIP: no $DATA/manifest.json"; exit 77; }
 [ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
 command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_sd1_golden_e2e"
-rm -rf "$T" && mkdir -p "$T"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 cat > "$T/check.py" << 'PY'
 import json, os, struct, sys

@@ -9,20 +9,15 @@
 # without a tokenizer. Needs the shared data, a
 # tokenizer and python3 (reads the dumps); else exit 77.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
-SHARED="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}"
-TOK="${SDFLOW_TOKENIZER_DIR:-$SHARED/data/clip}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_sd1_workflows
 MODEL="$DATA/models/tiny-sd1.safetensors"
 [ -f "$MODEL" ] || { echo "SKIP: no $MODEL"; exit 77; }
 [ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
 command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_sd1_workflows"
-rm -rf "$T" && mkdir -p "$T/models/checkpoints" "$T/input"
+mkdir -p "$T/models/checkpoints" "$T/input"
 ln -s "$MODEL" "$T/models/checkpoints/tiny-sd1.safetensors"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 cat > "$T/tool.py" << 'PY'
 import json, math, os, struct, sys, zlib

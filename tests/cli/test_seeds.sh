@@ -5,21 +5,15 @@
 # the noise of 2^32-1 and 2^63 that of 0, while 2^64-2 differs. Out-of-range
 # and negative seeds are validation errors naming the node and input.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_seeds CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 CKPT="$DATA/models/tiny-sd1.safetensors"
 VOCAB="$DATA/../data/clip"
 [ -f "$CKPT" ] || { echo "SKIP: $CKPT not found"; exit 77; }
 [ -d "$VOCAB" ] || { echo "SKIP: tokenizer $VOCAB not found"; exit 77; }
-for c in CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage; do
-    "$SDFLOW_BIN" nodes | grep -q "^$c " || { echo "SKIP: node type $c is not registered yet"; exit 77; }
-done
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_seeds"
-rm -rf "$T" && mkdir -p "$T/models/checkpoints" "$T/output"
+mkdir -p "$T/models/checkpoints" "$T/output"
 ln -s "$CKPT" "$T/models/checkpoints/tiny-sd1.safetensors"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 MAX=18446744073709551615
 
 cat > "$T/wf.json" <<J
@@ -92,5 +86,4 @@ run neg "$T/wf.json" --set 3.seed=-1
 [ $? -eq 1 ] || fail "seed -1 must fail validation (ComfyUI's min is 0)"
 grep -q "input 'seed': value_smaller_than_min" "$T/neg.err" || fail "seed -1: $(cat "$T/neg.err")"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "seeds ok"
+sd_test_end "seeds ok"

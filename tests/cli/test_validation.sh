@@ -1,16 +1,12 @@
 # One bad workflow per validation error kind: exit code 1, nothing ran, and
 # the message names the node id, class_type and input.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
 . "$(dirname "$0")/lib.sh"
+sd_test_begin cli_validation LoadImage ImageScale ImageInvert SaveImage
 
-sd_test_need_nodes LoadImage ImageScale ImageInvert SaveImage
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_validation"
-rm -rf "$T" && mkdir -p "$T/input" "$T/output"
+mkdir -p "$T/input" "$T/output"
 sd_test_write_png "$T/input/pic.png"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # run_bad NAME KIND NODE_ID CLASS_TYPE INPUT (INPUT "-" when none): workflow on stdin
 run_bad() {
@@ -125,5 +121,4 @@ cp "$SDFLOW_SOURCE_DIR/workflows/image_invert.json" "$T/good.json"
 [ $? -eq 0 ] || fail "good workflow failed: $(cat "$T/good.err")"
 ls "$T/output"/sdflow_demo_*.png > /dev/null 2>&1 || fail "good workflow wrote no image"
 
-if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
-echo "all validation checks passed"
+sd_test_end "all validation checks passed"

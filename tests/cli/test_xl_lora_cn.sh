@@ -17,10 +17,8 @@
 #             on SDXL: the run fails naming node, class and input.
 # Needs the shared data, a tokenizer and python3; else exit 77.
 set -u
-: "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
-DATA="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
-SHARED="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}"
-TOK="${SDFLOW_TOKENIZER_DIR:-$SHARED/data/clip}"
+. "$(dirname "$0")/lib.sh"
+sd_test_begin cli_xl_lora_cn
 M="$DATA/models"
 for f in tiny-sdxl tiny-sd1 tiny-lora-sd1 tiny-lora-sd1-diffusers tiny-controlnet-sd1; do
     [ -f "$M/$f.safetensors" ] || { echo "SKIP: no $M/$f.safetensors"; exit 77; }
@@ -28,16 +26,13 @@ done
 [ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
 command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_xl_lora_cn"
-rm -rf "$T" && mkdir -p "$T/models/checkpoints" "$T/models/loras" "$T/models/controlnet" "$T/input"
+mkdir -p "$T/models/checkpoints" "$T/models/loras" "$T/models/controlnet" "$T/input"
 ln -s "$M/tiny-sdxl.safetensors" "$T/models/checkpoints/tiny-sdxl.safetensors"
 ln -s "$M/tiny-sd1.safetensors" "$T/models/checkpoints/tiny-sd1.safetensors"
 ln -s "$M/tiny-lora-sd1.safetensors" "$T/models/loras/tiny-lora-sd1.safetensors"
 ln -s "$M/tiny-lora-sd1-diffusers.safetensors" "$T/models/loras/tiny-lora-sd1-diffusers.safetensors"
 ln -s "$M/tiny-controlnet-sd1.safetensors" "$T/models/controlnet/tiny-controlnet-sd1.safetensors"
 WF="$SDFLOW_SOURCE_DIR/workflows"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 cat > "$T/tool.py" << 'PY'
 import json, math, struct, sys, zlib
