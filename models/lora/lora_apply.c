@@ -3,6 +3,8 @@
  * patches upcast weights. */
 #include "models/lora/lora_internal.h"
 
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,81 +19,213 @@ static int64_t rest(const sd_st_entry *e) { /* numel of dims 1.. */
     return n;
 }
 
-static int64_t dim(const sd_st_entry *e, int i) { return e && i < e->ndim ? e->shape[i] : 1; }
+/* ---- validation ---------------------------------------------------------------
+ *
+ * A LoRA file is untrusted input. Every factor's shape is checked here
+ * against exactly the arithmetic delta() below does with it, so that delta()
+ * only ever indexes within what was validated: each tensor has every
+ * dimension > 0 (a rank-0 factor is a division by zero), every inner
+ * dimension of a product agrees, every produced size fits in int64. The
+ * size the adapter produces is then compared with its target by the caller
+ * (plan time and again before the arithmetic). */
 
-static sd_status bad(sd_lora *l, const lora_patch *p, const char *what, sd_error *err) {
+/* The error for tensor `key` of patch p. */
+static sd_status bad(sd_lora *l, const lora_patch *p, const char *key, sd_error *err,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static sd_status bad(sd_lora *l, const lora_patch *p, const char *key, sd_error *err,
+                     const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     return sd_error_set(err, SD_ERR_FORMAT, "%s: LoRA tensor '%s' (target '%s'): %s",
-                        sd_lora_path(l), p->t[0] ? p->t[0] : "?", p->target, what);
+                        sd_lora_path(l), key ? key : "?", p->target, what);
 }
 
-/* Rank the alpha is divided by, or 0 when the adapter applies alpha as 1. */
-static int64_t alpha_rank(sd_lora *l, const lora_patch *p) {
-    switch (p->kind) {
-    case LK_LORA: return dim(ent(l, p->t[1]), 0);
-    case LK_LOHA: return dim(ent(l, p->t[1]), 0);
-    case LK_LOKR: {
-        int64_t d = 0;
-        if (!p->t[0]) d = dim(ent(l, p->t[3]), 0);
-        if (!p->t[1]) d = dim(ent(l, p->t[5]), 0);
-        return d;
-    }
-    default: return 0;
-    }
+static void shape_str(const sd_st_entry *e, char *buf, size_t n) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < e->ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, i ? ", %lld" : "%lld", (long long)e->shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-/* LoHa/LoKr factor shape: a@b -> [a0, b1], or Tucker t: [a1, b1, t2, t3]. */
-static int64_t factor_numel(const sd_st_entry *a, const sd_st_entry *b, const sd_st_entry *t,
-                            int64_t *rows) {
-    if (t) {
-        *rows = dim(a, 1);
-        return dim(a, 1) * dim(b, 1) * dim(t, 2) * dim(t, 3);
-    }
-    *rows = dim(a, 0);
-    return dim(a, 0) * rest(b);
-}
-
-int64_t sd_lora_patch_numel(sd_lora *l, const lora_patch *p, sd_error *err) {
-    const sd_st_entry *e[LORA_MAX_T];
-    for (int i = 0; i < LORA_MAX_T; i++) e[i] = ent(l, p->t[i]);
+/* a * b, or -1 when it does not fit (both >= 0). */
+static int64_t mul(int64_t a, int64_t b) {
     int64_t r;
+    return a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
+/* Tensor `i` of p: present, ndim within [lo, hi], every dimension > 0. */
+static const sd_st_entry *need(sd_lora *l, const lora_patch *p, int i, int lo, int hi,
+                               sd_error *err) {
+    const sd_st_entry *e = ent(l, p->t[i]);
+    if (!e) {
+        bad(l, p, p->t[i], err, "tensor missing from the file");
+        return NULL;
+    }
+    char s[96];
+    shape_str(e, s, sizeof s);
+    if (e->ndim < lo || e->ndim > hi) {
+        if (lo == hi) bad(l, p, e->name, err, "shape %s, expected %d dimensions", s, lo);
+        else bad(l, p, e->name, err, "shape %s, expected %d to %d dimensions", s, lo, hi);
+        return NULL;
+    }
+    for (int d = 0; d < e->ndim; d++)
+        if (e->shape[d] <= 0) {
+            bad(l, p, e->name, err, "shape %s has an empty dimension (rank 0?)", s);
+            return NULL;
+        }
+    return e;
+}
+
+/* The factor a @ b (2-D, a[1] == b[0]) or the Tucker form
+ * einsum('i j k l, j r, i p -> p r k l', t, b, a) (t 4-D, a [i, p], b [j, r]):
+ * its shape into shape[0..*nd). Returns 0, or the error. */
+static sd_status factor_shape(sd_lora *l, const lora_patch *p, int ia, int ib, int it,
+                              int64_t shape[4], int *nd, sd_error *err) {
+    const sd_st_entry *a = need(l, p, ia, 2, 2, err), *b = a ? need(l, p, ib, 2, 2, err) : NULL;
+    if (!b) return err->code;
+    char sa[96], sb[96];
+    shape_str(a, sa, sizeof sa);
+    shape_str(b, sb, sizeof sb);
+    if (it >= 0 && p->t[it]) {
+        const sd_st_entry *t = need(l, p, it, 4, 4, err);
+        if (!t) return err->code;
+        char st[96];
+        shape_str(t, st, sizeof st);
+        if (a->shape[0] != t->shape[0] || b->shape[0] != t->shape[1])
+            return bad(l, p, t->name, err,
+                       "Tucker core %s does not fit its factors '%s' %s and '%s' %s "
+                       "(needs [%lld, %lld, kh, kw])",
+                       st, a->name, sa, b->name, sb, (long long)a->shape[0], (long long)b->shape[0]);
+        shape[0] = a->shape[1], shape[1] = b->shape[1], shape[2] = t->shape[2], shape[3] = t->shape[3];
+        *nd = 4;
+    } else {
+        if (a->shape[1] != b->shape[0])
+            return bad(l, p, b->name, err, "shape %s does not multiply with '%s' %s (rank %lld vs %lld)",
+                       sb, a->name, sa, (long long)a->shape[1], (long long)b->shape[0]);
+        shape[0] = a->shape[0], shape[1] = b->shape[1];
+        *nd = 2;
+    }
+    return SD_OK;
+}
+
+static int64_t shape_numel(const int64_t *s, int nd) {
+    int64_t n = 1;
+    for (int i = 0; i < nd && n >= 0; i++) n = mul(n, s[i]);
+    return n;
+}
+
+int64_t sd_lora_patch_check(sd_lora *l, const lora_patch *p, int64_t *rank, sd_error *err) {
+    sd_error local;
+    if (!err) err = &local;
+    int64_t n = -1, r = 0;
     switch (p->kind) {
     case LK_LORA: {
-        const sd_st_entry *up = e[0], *down = e[1], *mid = e[2];
-        if (up->ndim < 2 || down->ndim < 2) return bad(l, p, "up/down must be at least 2-D", err), -1;
-        if (rest(up) != down->shape[0])
-            return bad(l, p, "up's columns differ from down's rows (rank)", err), -1;
-        if (mid) {
-            if (mid->ndim != 4 || mid->shape[0] != down->shape[0] || mid->shape[1] != down->shape[0])
-                return bad(l, p, "lora_mid is not [rank, rank, kh, kw]", err), -1;
-            return up->shape[0] * down->shape[1] * mid->shape[2] * mid->shape[3];
+        /* diff = up.flatten(1) @ down'.flatten(1), down' = down or the
+         * LoCon product with mid; alpha / rank, rank = down.shape[0]. */
+        const sd_st_entry *up = need(l, p, 0, 2, 4, err), *down = up ? need(l, p, 1, 2, 4, err) : NULL;
+        if (!down) return -1;
+        r = down->shape[0];
+        char su[96], sdn[96];
+        shape_str(up, su, sizeof su);
+        shape_str(down, sdn, sizeof sdn);
+        if (rest(up) != r)
+            return bad(l, p, up->name, err, "shape %s does not multiply with '%s' %s (rank %lld vs %lld)",
+                       su, down->name, sdn, (long long)rest(up), (long long)r), -1;
+        if (p->t[2]) {
+            /* down'[j, i, y, x] = sum_k down[k, i] * mid[j, k, y, x] */
+            const sd_st_entry *mid = need(l, p, 2, 4, 4, err);
+            if (!mid) return -1;
+            char sm[96];
+            shape_str(mid, sm, sizeof sm);
+            if (mid->shape[0] != r || mid->shape[1] != r)
+                return bad(l, p, mid->name, err, "shape %s is not [rank, rank, kh, kw] with rank %lld of '%s'",
+                           sm, (long long)r, down->name), -1;
+            if (rest(down) != down->shape[1])
+                return bad(l, p, down->name, err, "shape %s must be [rank, in(, 1, 1)] with a lora_mid", sdn), -1;
+            n = mul(mul(mul(up->shape[0], down->shape[1]), mid->shape[2]), mid->shape[3]);
+        } else {
+            n = mul(up->shape[0], rest(down));
         }
-        return up->shape[0] * rest(down);
+        break;
     }
     case LK_LOHA: {
-        int64_t r1, r2;
-        if (e[0]->ndim != 2 || e[1]->ndim != 2 || e[2]->ndim != 2 || e[3]->ndim != 2)
-            return bad(l, p, "hada_w* must be 2-D", err), -1;
-        if ((e[4] == NULL) != (e[5] == NULL)) return bad(l, p, "hada_t1/t2 must come together", err), -1;
-        int64_t n1 = factor_numel(e[0], e[1], e[4], &r1), n2 = factor_numel(e[2], e[3], e[5], &r2);
-        if (n1 != n2) return bad(l, p, "the two Hadamard factors differ in size", err), -1;
-        return n1;
+        /* (w1a @ w1b) * (w2a @ w2b), or the Tucker forms; alpha / w1b.shape[0] */
+        int64_t s1[4], s2[4];
+        int n1 = 0, n2 = 0;
+        if ((p->t[4] == NULL) != (p->t[5] == NULL))
+            return bad(l, p, p->t[4] ? p->t[4] : p->t[5], err, "hada_t1 and hada_t2 must come together"), -1;
+        if (factor_shape(l, p, 0, 1, 4, s1, &n1, err) || factor_shape(l, p, 2, 3, 5, s2, &n2, err))
+            return -1;
+        int same = n1 == n2;
+        for (int i = 0; same && i < n1; i++) same = s1[i] == s2[i];
+        if (!same)
+            return bad(l, p, p->t[2], err, "the two Hadamard factors differ in shape "
+                       "(w1: %lld x %lld..., w2: %lld x %lld...)", (long long)s1[0], (long long)s1[1],
+                       (long long)s2[0], (long long)s2[1]), -1;
+        r = ent(l, p->t[1])->shape[0];
+        n = shape_numel(s1, n1);
+        break;
     }
     case LK_LOKR: {
-        int64_t a = e[0] ? e[0]->shape[0] : dim(e[2], 0), b = e[0] ? rest(e[0]) : rest(e[3]);
-        int64_t n2 = e[1] ? e[1]->shape[0] * rest(e[1]) : factor_numel(e[4], e[5], e[6], &r);
-        return a * b * n2;
+        /* kron(w1 [a, b], w2 [c, d(, kh, kw)]); w1 = w1_a @ w1_b when not
+         * stored; w2 = w2_a @ w2_b or its Tucker form with t2. alpha / the
+         * rank of the last factored matrix (ComfyUI's `dim`). */
+        int64_t s1[4], s2[4];
+        int n1 = 2, n2 = 2;
+        if (p->t[0]) {
+            const sd_st_entry *w1 = need(l, p, 0, 2, 2, err);
+            if (!w1) return -1;
+            s1[0] = w1->shape[0], s1[1] = w1->shape[1];
+        } else {
+            if (factor_shape(l, p, 2, 3, -1, s1, &n1, err)) return -1;
+            r = ent(l, p->t[3])->shape[0];
+        }
+        if (p->t[1]) {
+            const sd_st_entry *w2 = need(l, p, 1, 2, 4, err);
+            if (!w2) return -1;
+            if (w2->ndim == 3) return bad(l, p, w2->name, err, "must be 2-D or 4-D"), -1;
+            n2 = w2->ndim;
+            for (int i = 0; i < n2; i++) s2[i] = w2->shape[i];
+            if (p->t[6]) return bad(l, p, p->t[6], err, "lokr_t2 without lokr_w2_a/_b"), -1;
+        } else {
+            if (factor_shape(l, p, 4, 5, 6, s2, &n2, err)) return -1;
+            r = ent(l, p->t[5])->shape[0];
+        }
+        n = mul(shape_numel(s1, n1), shape_numel(s2, n2));
+        break;
     }
     case LK_DIFF: {
-        int64_t n = 1;
-        for (int i = 0; i < e[0]->ndim; i++) n *= e[0]->shape[i];
-        return n;
+        const sd_st_entry *d = need(l, p, 0, 1, SD_MAX_DIMS, err);
+        if (!d) return -1;
+        n = 1;
+        for (int i = 0; i < d->ndim && n >= 0; i++) n = mul(n, d->shape[i]);
+        break;
     }
+    default: return bad(l, p, p->t[0], err, "unknown adapter kind"), -1;
     }
-    return bad(l, p, "unknown adapter", err), -1;
+    if (n < 0) return bad(l, p, p->t[0], err, "the patch it describes is too large"), -1;
+    if (rank) *rank = r;
+    return n;
 }
 
+/* A factor as F32, refused when it holds NaN or Inf (as checkpoint weights
+ * are, models/checkpoint/weights.h): one bad value would silently turn the
+ * whole patched weight, and so the image, into NaN. */
 static sd_tensor *load(sd_lora *l, const char *name, sd_error *err) {
-    return sd_st_tensor_f32(l->f, name, err);
+    sd_tensor *t = sd_st_tensor_f32(l->f, name, err);
+    if (!t) return NULL;
+    const float *v = sd_tensor_f32(t);
+    for (int64_t i = 0, n = sd_tensor_numel(t); i < n; i++)
+        if (!isfinite(v[i])) {
+            sd_tensor_unref(t);
+            sd_error_set(err, SD_ERR_FORMAT, "%s: LoRA tensor '%s' contains NaN or Inf (corrupted LoRA)",
+                         sd_lora_path(l), name);
+            return NULL;
+        }
+    return t;
 }
 
 /* out[M, N] = a[M, K] @ b[K, N] (row-major), accumulated in k order. */
@@ -270,7 +404,7 @@ sd_status sd_lora_patch_add(sd_lora *l, const lora_patch *p, float *w, int64_t n
     sd_error local;
     if (!err) err = &local;
     sd_error_clear(err);
-    int64_t have = sd_lora_patch_numel(l, p, err);
+    int64_t rank = 0, have = sd_lora_patch_check(l, p, &rank, err);
     if (have < 0) return err->code;
     if (have != n)
         return sd_error_set(err, SD_ERR_INVALID, "%s: LoRA patch '%s' has %lld values, target '%s' %lld",
@@ -278,7 +412,6 @@ sd_status sd_lora_patch_add(sd_lora *l, const lora_patch *p, float *w, int64_t n
     float *d = delta(l, p, n, err);
     if (!d) return err->code ? err->code : SD_ERR_NOMEM;
     double alpha = 1.0;
-    int64_t rank = alpha_rank(l, p);
     if (p->has_alpha && rank > 0) alpha = p->alpha / (double)rank;
     /* weight += ((strength * alpha) * diff) in float32 */
     float s = (float)(strength * alpha);

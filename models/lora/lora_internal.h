@@ -57,7 +57,11 @@ struct sd_lora_plan {
  * numel). SD_ERR_INVALID when the adapter's size differs from n. */
 sd_status sd_lora_patch_add(sd_lora *l, const lora_patch *p, float *w, int64_t n,
                             double strength, sd_error *err);
-/* numel the adapter produces (validation), or -1 with err set. */
-int64_t sd_lora_patch_numel(sd_lora *l, const lora_patch *p, sd_error *err);
+/* Validates every tensor of the adapter against the shapes the patch
+ * arithmetic uses (ranks > 0, inner dimensions, Tucker cores, Kronecker
+ * factors) and returns the number of values it produces, or -1 with err set
+ * (SD_ERR_FORMAT naming the file and the tensor). *rank (may be NULL) gets
+ * the divisor of alpha, 0 when alpha applies as is. */
+int64_t sd_lora_patch_check(sd_lora *l, const lora_patch *p, int64_t *rank, sd_error *err);
 
 #endif

@@ -123,7 +123,8 @@ static void free_patches(lora_patch *p, size_t n) {
 
 /* The numel and shape (for messages) of the target slot of a patch. */
 static int target_numel(sd_unet *unet, const sd_text_encoder *te, sd_lora_part part,
-                        const char *key, int64_t *numel, char *shape, size_t n) {
+                        const char *key, int64_t *numel, int *ndim, int64_t *dims, char *shape,
+                        size_t n) {
     sd_bt **slot = NULL;
     int64_t row0 = 0, rows = 0;
     if (part == SD_LORA_UNET) {
@@ -142,6 +143,8 @@ static int target_numel(sd_unet *unet, const sd_text_encoder *te, sd_lora_part p
         d0 = rows;
     }
     *numel = ne;
+    *ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) dims[i] = i ? t->shape[i] : d0;
     size_t o = (size_t)snprintf(shape, n, "[%lld", (long long)d0);
     for (int i = 1; i < t->ndim && o < n; i++)
         o += (size_t)snprintf(shape + o, n - o, ", %lld", (long long)t->shape[i]);
@@ -158,9 +161,10 @@ static const char *part_name(sd_lora_part p) {
 static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *target,
                            lora_kind kind, const char *const *t, int has_alpha, double alpha,
                            sd_unet *unet, const sd_text_encoder *te, sd_error *err) {
-    int64_t want = 0;
+    int64_t want = 0, dims[SD_MAX_DIMS];
+    int ndim = 0;
     char shape[128];
-    if (!target_numel(unet, te, k->part, target, &want, shape, sizeof shape))
+    if (!target_numel(unet, te, k->part, target, &want, &ndim, dims, shape, sizeof shape))
         return sd_error_set(err, SD_ERR_INVALID, "%s: LoRA key '%s' targets %s '%s', which this model lacks",
                             sd_lora_path(l), k->name, part_name(k->part), target);
     lora_patch *p = push(b);
@@ -177,12 +181,21 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
     p->has_alpha = has_alpha;
     p->alpha = alpha;
     p->src = k->name;
-    int64_t got = sd_lora_patch_numel(l, p, err);
+    int64_t got = sd_lora_patch_check(l, p, NULL, err);
     if (got < 0) {
         p->src = NULL;
         return err ? err->code : SD_ERR_FORMAT;
     }
-    if (got != want)
+    /* A full difference is added element by element, so its shape must be
+     * the target's (ComfyUI skips a mismatching one with a warning); the
+     * factored kinds are reshaped to the target, so their size must match. */
+    int same = 1;
+    if (kind == LK_DIFF) {
+        const sd_st_entry *e = sd_st_find(l->f, t[0]);
+        same = e && e->ndim == ndim;
+        for (int i = 0; same && i < ndim; i++) same = e->shape[i] == dims[i];
+    }
+    if (got != want || !same)
         return sd_error_set(err, SD_ERR_INVALID,
                             "%s: LoRA '%s' does not fit this model: its patch has %lld values, "
                             "%s '%s' is %s (a LoRA for another architecture?)",
@@ -200,9 +213,11 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, sd
     if (an) {
         sd_tensor *a = sd_st_tensor_f32(f, an, err);
         if (!a) return err ? err->code : SD_ERR_FORMAT;
-        if (sd_tensor_numel(a) != 1) {
+        if (sd_tensor_numel(a) != 1 || !isfinite(sd_tensor_f32(a)[0])) {
+            int scalar = sd_tensor_numel(a) == 1;
             sd_tensor_unref(a);
-            return sd_error_set(err, SD_ERR_FORMAT, "%s: '%s' is not a scalar", sd_st_path(f), an);
+            return sd_error_set(err, SD_ERR_FORMAT, "%s: LoRA tensor '%s' %s", sd_st_path(f), an,
+                                scalar ? "contains NaN or Inf (corrupted LoRA)" : "is not a scalar");
         }
         alpha = sd_tensor_f32(a)[0];
         has_alpha = 1;
