@@ -1,11 +1,13 @@
 /* handles.c - MODEL / CLIP / VAE handle values over open checkpoints.
  * Each handle holds its checkpoint part (sd_checkpoint_hold), so that a
  * one-shot run frees a part once no value can use it any more. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "loaders.h"
 #include "models/checkpoint/model_paths.h"
+#include "models/text/tokenizer.h"
 #include "nodes/lora/lora_nodes.h"
 
 static void free_model_ref(void *p) {
@@ -113,6 +115,13 @@ sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const 
         sd_checkpoint_opts o;
         sd_checkpoint_opts_default(&o);
         o.tokenizer_dir = env->tokenizer_dir;
+        /* A ComfyUI installation ships the CLIP vocabulary in
+         * comfy/sd1_tokenizer: --comfyui-dir alone is enough for a picture. */
+        char comfy_tok[4200];
+        if (!o.tokenizer_dir && env->comfyui_dir) {
+            snprintf(comfy_tok, sizeof comfy_tok, "%s/comfy/sd1_tokenizer", env->comfyui_dir);
+            if (sd_tokenizer_dir_has_files(comfy_tok)) o.tokenizer_dir = comfy_tok;
+        }
         rc = sd_model_store_open((sd_model_store *)env->models, (sd_backend *)env->backend, path,
                                  &o, out, err);
     }

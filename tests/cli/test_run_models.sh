@@ -6,7 +6,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_run_models CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 CKPT="$DATA/models/tiny-sd1.safetensors"
-VOCAB="$DATA/../data/clip"
+VOCAB="$TOK"
 [ -f "$CKPT" ] || { echo "SKIP: $CKPT not found"; exit 77; }
 [ -d "$VOCAB" ] || { echo "SKIP: tokenizer $VOCAB not found"; exit 77; }
 
@@ -63,5 +63,21 @@ sed 's/"4"/"40"/g' "$T/t2i.json" > "$T/renumbered.json"
     --output-dir "$T/output" --cache "$T/cache.db" --report "$T/renumbered.report.json" --quiet \
     > /dev/null 2>&1 || fail "renumbered run failed"
 [ "$(count "$T/renumbered.report.json" executed)" = "0" ] || fail "renumbered: expected nothing executed"
+
+# --comfyui-dir alone: models from DIR/models and the CLIP vocabulary from
+# ComfyUI's bundled DIR/comfy/sd1_tokenizer (no --tokenizer-dir, no env).
+mkdir -p "$T/comfy/models/checkpoints" "$T/comfy/comfy/sd1_tokenizer" "$T/comfy-out"
+ln -s "$CKPT" "$T/comfy/models/checkpoints/tiny-sd1.safetensors"
+cp "$VOCAB/vocab.json" "$VOCAB/merges.txt" "$T/comfy/comfy/sd1_tokenizer/"
+env -u SDFLOW_TOKENIZER_DIR -u SDFLOW_MODELS_DIR "$SDFLOW_BIN" run "$T/t2i.json" \
+    --comfyui-dir "$T/comfy" --output-dir "$T/comfy-out" --no-cache --quiet > /dev/null 2> "$T/comfy.err" ||
+    fail "--comfyui-dir without --tokenizer-dir: $(cat "$T/comfy.err")"
+ls "$T/comfy-out"/t2i_*.png > /dev/null 2>&1 || fail "--comfyui-dir run wrote no image"
+rm "$T/comfy/comfy/sd1_tokenizer/vocab.json"
+if env -u SDFLOW_TOKENIZER_DIR "$SDFLOW_BIN" run "$T/t2i.json" --comfyui-dir "$T/comfy" \
+    --output-dir "$T/comfy-out" --no-cache --quiet > /dev/null 2> "$T/comfy2.err"; then
+    fail "a run without any vocabulary succeeded"
+fi
+grep -q "tokenizer" "$T/comfy2.err" || fail "no vocabulary: the error does not say so: $(cat "$T/comfy2.err")"
 
 sd_test_end "all model run checks passed"
