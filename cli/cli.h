@@ -214,6 +214,10 @@ void sd_cli_preview_free(sd_cli_preview *pv);
  * to the path, atomically. */
 sd_status sd_cli_preview_write(sd_cli_preview *pv, const sd_tensor *latent, const char *latent_format,
                                sd_error *err);
+/* The same picture as PNG bytes written to `f` (`sdflow serve` sends them as
+ * WebSocket preview frames); the writer's path is not used. */
+sd_status sd_cli_preview_encode(sd_cli_preview *pv, const sd_tensor *latent, const char *latent_format, FILE *f,
+                                sd_error *err);
 /* "taesd" or "latent2rgb": how the last picture was made (NULL before one). */
 const char *sd_cli_preview_method(const sd_cli_preview *pv);
 

@@ -24,6 +24,12 @@ static void on_stop(int sig) {
     stop_requested = 1;
 }
 
+/* Previews for the server: the same pictures as `sdflow run --preview`
+ * (TAESD when its decoder is in models/vae_approx, else latent2rgb). */
+static sd_status serve_preview(void *user, const sd_tensor *latent, const char *format, FILE *f, sd_error *err) {
+    return sd_cli_preview_encode(user, latent, format, f, err);
+}
+
 static int size_opt(const char *what, const char *v, size_t *out) {
     if (!v) return 0;
     sd_error err;
@@ -52,6 +58,8 @@ int sd_cli_serve(int argc, char **argv) {
     memset(&so, 0, sizeof so);
     const char *max_body = NULL, *max_upload = NULL, *budget = NULL;
     long long port = 8188, history = -1, max_queue = -1;
+    int no_previews = 0;
+    double preview_interval = 0.5;
     const sd_cli_option own[] = {
         {"--listen", NULL, SD_CLI_STR, &so.listen, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
         {"--port", NULL, SD_CLI_INT, &port, "N", "port (default 8188; 0 = any free port, named in the log)", NULL},
@@ -67,6 +75,9 @@ int sd_cli_serve(int argc, char **argv) {
          "first (default 4G)", NULL},
         {"--www", NULL, SD_CLI_STR, &so.www_dir, "DIR", "serve DIR/index.html at / instead of the built-in page",
          NULL},
+        {"--no-previews", NULL, SD_CLI_FLAG, &no_previews, NULL, "send no latent previews over the WebSocket", NULL},
+        {"--preview-interval", NULL, SD_CLI_FLOAT, &preview_interval, "SECONDS",
+         "least time between two previews of a node (default 0.5; the last step always goes)", NULL},
         {0}};
     const sd_cli_command cmd = {
         "serve", "[options]",
@@ -83,6 +94,11 @@ int sd_cli_serve(int argc, char **argv) {
         return 1;
     }
     so.port = (int)port;
+    if (preview_interval < 0) {
+        fprintf(stderr, "sdflow serve: --preview-interval must not be negative\n");
+        sd_cli_args_free(&a);
+        return 1;
+    }
     if (!so.token && getenv("SDFLOW_SERVER_TOKEN") && *getenv("SDFLOW_SERVER_TOKEN")) so.token = getenv("SDFLOW_SERVER_TOKEN");
     if (size_opt("--max-body", max_body, &so.max_body) || size_opt("--max-upload", max_upload, &so.max_upload) ||
         size_opt("--memory-budget", budget, &so.memo_budget) || count_opt("--history", history, &so.max_history) ||
@@ -98,6 +114,7 @@ int sd_cli_serve(int argc, char **argv) {
     sd_model_store *models = NULL;
     sd_sqlite_cache *cache_handle = NULL;
     sd_cache_i cache = {0};
+    sd_cli_preview *preview = NULL;
     code = 1;
     sd_status rc = sd_cli_env_init(&env, &a, &err);
     if (!rc) rc = sd_nodes_register_all(&err);
@@ -115,6 +132,11 @@ int sd_cli_serve(int argc, char **argv) {
         goto done;
     }
     sd_cli_cache_setup(&a, &cache_handle, &cache);
+    if (!no_previews && !(preview = sd_cli_preview_new("-", &env))) {
+        sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        sd_cli_print_error(&err);
+        goto done;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
@@ -128,10 +150,14 @@ int sd_cli_serve(int argc, char **argv) {
     so.argv = (const char *const *)argv;
     so.version = "sdflow " SDFLOW_VERSION;
     so.stop = &stop_requested;
+    so.preview = preview ? serve_preview : NULL;
+    so.preview_user = preview;
+    so.preview_interval = preview_interval;
     rc = sd_server_run(&so, &err);
     if (rc) sd_cli_print_error(&err);
     code = rc ? 1 : 0;
 done:
+    sd_cli_preview_free(preview); /* before the backend its TAESD decoder lives on */
     sd_cache_close(cache_handle);
     sd_model_store_free(models);
     sd_backend_free(backend);

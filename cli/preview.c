@@ -115,7 +115,9 @@ static sd_tensor *latent2rgb(const sd_tensor *latent, int xl) {
 
 static void borrowed_keep(void *owner) { (void)owner; } /* the sampler owns the bytes */
 
-sd_status sd_cli_preview_write(sd_cli_preview *pv, const sd_tensor *latent, const char *format, sd_error *err) {
+/* The picture of the first image of `latent`, new reference in *out. */
+static sd_status preview_image(sd_cli_preview *pv, const sd_tensor *latent, const char *format, sd_tensor **out,
+                               sd_error *err) {
     if (!format || (strcmp(format, "sd1") && strcmp(format, "sdxl")))
         return sd_error_set(err, SD_ERR_UNSUPPORTED, "no preview for latents of format '%s' (sd1 and sdxl have one)",
                             format ? format : "unknown");
@@ -139,7 +141,25 @@ sd_status sd_cli_preview_write(sd_cli_preview *pv, const sd_tensor *latent, cons
         if (!(img = latent2rgb(latent, xl))) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         pv->method = "latent2rgb";
     }
+    *out = img;
+    return SD_OK;
+}
+
+sd_status sd_cli_preview_write(sd_cli_preview *pv, const sd_tensor *latent, const char *format, sd_error *err) {
+    sd_tensor *img = NULL;
+    sd_status rc = preview_image(pv, latent, format, &img, err);
+    if (rc) return rc;
     rc = sd_png_write(pv->path, img, NULL, 0, 1, err);
+    sd_tensor_unref(img);
+    return rc;
+}
+
+sd_status sd_cli_preview_encode(sd_cli_preview *pv, const sd_tensor *latent, const char *format, FILE *f,
+                                sd_error *err) {
+    sd_tensor *img = NULL;
+    sd_status rc = preview_image(pv, latent, format, &img, err);
+    if (rc) return rc;
+    rc = sd_png_write_stream(f, "preview", img, NULL, 0, 1, err);
     sd_tensor_unref(img);
     return rc;
 }

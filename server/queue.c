@@ -9,6 +9,7 @@
  * Messages follow ComfyUI's execution.py: execution messages go to the
  * prompt's client_id only (nobody without one), progress to that client or
  * to everyone, the queue status to everyone. */
+#define _GNU_SOURCE /* open_memstream */
 #include <civetweb.h>
 #include <malloc.h>
 #include <math.h>
@@ -416,6 +417,8 @@ int srv_post_history(srv *s, struct mg_connection *c) {
 typedef struct run_ctx {
     srv *s;
     srv_job *j;
+    double last_preview;  /* srv_now() of the last preview frame */
+    int preview_failed;   /* logged once per prompt */
     cJSON *messages;  /* history status.messages: [[event, data], ...] */
     cJSON *outputs;   /* node id -> ui */
     cJSON *meta;
@@ -516,6 +519,34 @@ static void on_progress(void *user, const char *node_id, int64_t value, int64_t 
     srv_ws_send(r->s, r->j->client_id, "progress", d); /* NULL client: everyone, as ComfyUI */
 }
 
+/* NODE_PREVIEW: ComfyUI's binary frame, event 1 (PREVIEW_IMAGE), then a
+ * 4-byte big-endian image type (2 = PNG), then the image. */
+static void on_event(void *user, const sd_exec_event *ev) {
+    run_ctx *r = user;
+    srv *s = r->s;
+    if (ev->kind != SD_EXEC_NODE_PREVIEW || !s->o->preview || r->preview_failed) return;
+    double now = srv_now();
+    if (ev->step < ev->steps && r->last_preview > 0 && now - r->last_preview < s->o->preview_interval) return;
+    r->last_preview = now;
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return;
+    static const unsigned char png_type[4] = {0, 0, 0, 2};
+    fwrite(png_type, 1, 4, f);
+    sd_error err;
+    sd_error_clear(&err);
+    sd_status rc = s->o->preview(s->o->preview_user, ev->latent, ev->latent_format, f, &err);
+    fclose(f);
+    if (rc) {
+        r->preview_failed = 1;
+        srv_log(s, "warning: prompt %s: no previews: %s", r->j->id, err.msg);
+    } else {
+        srv_ws_send_binary(s, r->j->client_id, 1, buf, n); /* NULL client: everyone, as ComfyUI */
+    }
+    free(buf);
+}
+
 static void on_log(void *user, int level, const char *msg) {
     srv *s = user;
     if (level <= SD_LOG_INFO) srv_log(s, "%s: %s", level == SD_LOG_ERROR ? "error" : level == SD_LOG_WARN ? "warning" : "info", msg);
@@ -540,7 +571,10 @@ static void run_job(srv *s, sd_exec *ex, srv_job *j) {
     emit(&r, "execution_start", d, 1);
 
     const cJSON *info = cJSON_GetObjectItemCaseSensitive(j->extra_data, "extra_pnginfo");
-    char *extra = cJSON_IsObject(info) ? cJSON_PrintUnformatted(info) : NULL;
+    /* an empty object adds no PNG chunk: the bytes stay those of `sdflow run` */
+    char *extra = cJSON_IsObject(info) && info->child ? cJSON_PrintUnformatted(info) : NULL;
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(j->extra_data, "preview_method");
+    int no_previews = cJSON_IsString(pm) && !strcmp(pm->valuestring, "none"); /* ComfyUI's per-prompt switch */
     sd_exec_opts xo = {
         .env = s->env,
         .cache = s->o->cache,
@@ -551,6 +585,9 @@ static void run_job(srv *s, sd_exec *ex, srv_job *j) {
         .on_node_user = &r,
         .on_plan = on_plan,
         .on_plan_user = &r,
+        .on_event = on_event,
+        .on_event_user = &r,
+        .previews = s->o->preview && !no_previews,
         .prompt_json = NULL, /* derived from the graph, exactly as `sdflow run` embeds it */
         .extra_pnginfo_json = extra,
         .release_consumed = 0, /* everything stays in the memo for the next prompt */

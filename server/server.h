@@ -23,6 +23,8 @@
 #include "core/executor.h"
 #include "core/node.h"
 
+struct sd_tensor;
+
 typedef struct sd_server_opts {
     const char *listen;       /* address to bind; "127.0.0.1" when NULL */
     int port;                 /* 0 = any free port (the CLI's default is 8188) */
@@ -42,6 +44,15 @@ typedef struct sd_server_opts {
     const char *version;      /* reported as comfyui_version, e.g. "sdflow 0.1.0" */
     FILE *log;                /* one line per request and per prompt; NULL = stderr */
     volatile sig_atomic_t *stop; /* the server returns once this becomes non-zero */
+    /* Latent previews: encodes a sampler's denoised latent (executor.h
+     * NODE_PREVIEW: F32 [N, 4, h, w], format "sd1"/"sdxl") as a PNG into f;
+     * sent as ComfyUI's binary preview frames. NULL = no previews. Called on
+     * the worker thread only. */
+    sd_status (*preview)(void *user, const struct sd_tensor *latent, const char *latent_format, FILE *f,
+                         sd_error *err);
+    void *preview_user;
+    double preview_interval;  /* least seconds between two frames of a node (the
+                                 last step always goes); 0 = every step */
     /* Called once the socket listens, with the port bound (tests, scripts). */
     void (*on_listen)(void *user, int port);
     void *on_listen_user;

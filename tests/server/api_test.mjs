@@ -24,6 +24,8 @@ const events = []; // every JSON message this client got: {type, data}
 for (const t of ['status', 'execution_start', 'execution_cached', 'executing', 'progress', 'executed',
                  'execution_success', 'execution_error', 'execution_interrupted'])
   client.on(t, (data) => events.push({ type: t, data }));
+let client_previews = 0;
+client.on('b_preview', (blob) => { if (blob && blob.type === 'image/png' && blob.size > 8) client_previews++; });
 const of = (type, pid) => events.filter((e) => e.type === type && (!pid || (e.data && e.data.prompt_id === pid)));
 const keys = (o) => Object.keys(o || {}).sort().join(',');
 
@@ -90,8 +92,11 @@ try {
     const executed = of('executed', pid);
     ok(executed.length === 1 && keys(executed[0].data) === 'display_node,node,output,prompt_id' && executed[0].data.output.images.length === 1,
        `${name}: executed {node, display_node, output: {images}, prompt_id}`);
-    ok(result.images.length === 1 && result.images[0].type === 'url', `${name}: the client resolves one image URL`);
-    const served = Buffer.from(await (await fetch(result.images[0].data)).arrayBuffer());
+    // (the client also collects the preview frames it saw, as type "buff")
+    const urls = result.images.filter((im) => im.type === 'url');
+    ok(urls.length === 1, `${name}: the client resolves one image URL`);
+    if (hasSampler) ok(result.images.some((im) => im.type === 'buff' && im.mime === 'image/png'), `${name}: preview frames reached the client`);
+    const served = Buffer.from(await (await fetch(urls[0].data)).arrayBuffer());
     // the same workflow through `sdflow run`, in its own output folder, no cache
     const runOut = path.join(dir, `run_${name}`);
     const run = spawnSync(bin, ['run', wfPath, ...dirs, '--output-dir', runOut, '--no-cache', '--quiet'], { encoding: 'utf8' });
@@ -113,6 +118,26 @@ try {
   ok(cached.includes('9') && of('executing', again.prompt_id).length === 1,
      `rerun: execution_cached lists the SaveImage and nothing executes (${JSON.stringify(cached)})`);
   ok(of('executed', again.prompt_id).length === 1, 'rerun: executed re-sent for the cached output node');
+
+  // ---- a raw WebSocket: binary preview frames as ComfyUI sends them
+  const raw = new WebSocket(`ws://127.0.0.1:${server.port}/ws?clientId=raw-observer`);
+  const frames = [], texts = [];
+  raw.on('message', (data, isBinary) => (isBinary ? frames : texts).push(isBinary ? Buffer.from(data) : JSON.parse(data.toString())));
+  await new Promise((res, rej) => { raw.once('open', res); raw.once('error', rej); });
+  await until(() => texts.length > 0, 'the raw socket\'s first status');
+  ok(texts[0].type === 'status' && texts[0].data.sid === 'raw-observer', 'status names the sid');
+  const pw = JSON.parse(JSON.stringify(wf));
+  pw['3'].inputs.seed = 4242;
+  pw['3'].inputs.steps = 3;
+  r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: pw, client_id: 'raw-observer' }) });
+  const rp = await r.json();
+  await until(() => texts.some((m) => m.type === 'execution_success' && m.data.prompt_id === rp.prompt_id), 'raw: execution_success');
+  ok(frames.length >= 1 && frames.every((f) => f.readUInt32BE(0) === 1 && f.readUInt32BE(4) === 2 &&
+     f.subarray(8, 12).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47]))),
+     `preview frames: BE 1 (PREVIEW_IMAGE), BE 2 (PNG), PNG bytes (${frames.length} frames)`);
+  ok(!events.some((e) => e.data && e.data.prompt_id === rp.prompt_id), 'another client\'s prompt sends this client nothing');
+  ok(client_previews > 0, `the client decoded preview frames as b_preview (${client_previews})`);
+  raw.close();
 
   // ---- validation failure: ComfyUI's error body with every problem
   const bad = JSON.parse(JSON.stringify(wf));
