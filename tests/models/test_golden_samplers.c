@@ -178,6 +178,13 @@ static void check_probe(analytic *m, const char *probe_desc)
     CHECK_MSG(fname[0] != 0, "manifest: samplers.analytic.probe_file");
     if (!fname[0])
         return;
+    /* the CFG scale of cfg_out, as the description names it ("... with cfg=7.5") */
+    const char *cfg_at = strstr(probe_desc, "cfg=");
+    double cfg_scale = 0.0;
+    CHECK_MSG(cfg_at && sscanf(cfg_at + 4, "%lf", &cfg_scale) == 1,
+              "manifest: samplers.analytic.probe_file names no cfg=<scale>: %s", probe_desc);
+    if (!cfg_at)
+        return;
     sd_st_file *f = open_file(fname);
     CHECK(f != NULL);
     if (!f)
@@ -210,10 +217,10 @@ static void check_probe(analytic *m, const char *probe_desc)
         sd_tensor *te = load(f, key);
         CHECK_MSG(sd_ms_timestep(&m->ms, sigma) == ((float *)te->data)[0], "probe %d timestep", p);
         sd_tensor_unref(te);
-        /* CFG at 7.5 on the reference predictions must be bit exact */
+        /* CFG at the manifest's scale on the reference predictions must be bit exact */
         snprintf(key, sizeof key, "probe%d/cfg_out", p);
         sd_tensor *co = load(f, key);
-        sd_cfg_combine(buf, ub, 7.5, buf, n);
+        sd_cfg_combine(buf, ub, cfg_scale, buf, n);
         double w = 0.0;
         CHECK_MSG(close_arr(buf, (float *)co->data, n, 1e-6, 1e-6, &w), "probe %d cfg_out %g", p, w);
         sd_tensor_unref(co);
