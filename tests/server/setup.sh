@@ -22,12 +22,12 @@ sd_server_models() { # DIR
         ln -s "$data/models/tiny-sdxl.safetensors" "$d/models/checkpoints/tiny-sdxl.safetensors"
         ln -s "$data/models/tiny-lora-sd1.safetensors" "$d/models/loras/tiny-lora-sd1.safetensors"
         ln -s "$data/models/tiny-controlnet-sd1.safetensors" "$d/models/controlnet/tiny-controlnet-sd1.safetensors"
-        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "tiny-sd1.safetensors", "sdxl": "tiny-sdxl.safetensors", "lora": "tiny-lora-sd1.safetensors", "controlnet": "tiny-controlnet-sd1.safetensors", "input_png": "%s"}\n' \
-            "$d/models" "$tok" "$d/example.png" > "$d/models.json"
+        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "tiny-sd1.safetensors", "sdxl": "tiny-sdxl.safetensors", "lora": "tiny-lora-sd1.safetensors", "controlnet": "tiny-controlnet-sd1.safetensors", "input_png": "%s", "src": "%s"}\n' \
+            "$d/models" "$tok" "$d/example.png" "$SDFLOW_SOURCE_DIR" > "$d/models.json"
     else
         "$SDFLOW_BIN" synth --preset sd1-tiny --models-dir "$d/models" --tokenizer-dir "$d/tok" > /dev/null &&
         "$SDFLOW_BIN" synth --preset sdxl-tiny --models-dir "$d/models" > /dev/null || { echo "FAIL: sdflow synth"; exit 1; }
-        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "sdflow-random-sd1-tiny.safetensors", "sdxl": "sdflow-random-sdxl-tiny.safetensors", "input_png": "%s"}\n' \
-            "$d/models" "$d/tok" "$d/example.png" > "$d/models.json"
+        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "sdflow-random-sd1-tiny.safetensors", "sdxl": "sdflow-random-sdxl-tiny.safetensors", "input_png": "%s", "src": "%s"}\n' \
+            "$d/models" "$d/tok" "$d/example.png" "$SDFLOW_SOURCE_DIR" > "$d/models.json"
     fi
 }
