@@ -14,6 +14,7 @@
 #include "core/graph.h"
 #include "core/json_util.h"
 #include "core/png.h"
+#include "core/text.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "lua/sdlua.h"
@@ -35,9 +36,11 @@ static void cli_log(void *user, int level, const char *msg) {
     int quiet = prog->mode == SD_CLI_PROGRESS_NONE || prog->mode == SD_CLI_PROGRESS_JSON;
     if (prog->out == stderr && (level <= SD_LOG_WARN || (level == SD_LOG_INFO && !quiet)))
         sd_cli_progress_break(prog); /* the progress line is redrawn after the message */
-    if (level <= SD_LOG_WARN) fprintf(stderr, "%s: %s\n", level == SD_LOG_ERROR ? "error" : "warning", msg);
-    else if (level == SD_LOG_INFO && !quiet) fprintf(stderr, "%s\n", msg);
-    else if (level == SD_LOG_DEBUG && getenv("SDFLOW_DEBUG")) fprintf(stderr, "debug: %s\n", msg);
+    char safe[8192]; /* messages name nodes and files of the workflow: no raw control sequences */
+    sd_text_escape(msg, 1, safe, sizeof safe);
+    if (level <= SD_LOG_WARN) fprintf(stderr, "%s: %s\n", level == SD_LOG_ERROR ? "error" : "warning", safe);
+    else if (level == SD_LOG_INFO && !quiet) fprintf(stderr, "%s\n", safe);
+    else if (level == SD_LOG_DEBUG && getenv("SDFLOW_DEBUG")) fprintf(stderr, "debug: %s\n", safe);
 }
 
 static sd_status read_text(const char *path, char **out, sd_error *err) {
@@ -64,6 +67,12 @@ static sd_status read_text(const char *path, char **out, sd_error *err) {
     if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", path);
     if (bad) { free(buf); return sd_error_set(err, SD_ERR_IO, "cannot read '%s'", path); }
     buf[n] = 0;
+    const char *nul = memchr(buf, 0, n); /* C would read the text as ending there */
+    if (nul) {
+        size_t at = (size_t)(nul - buf);
+        free(buf);
+        return sd_error_set(err, SD_ERR_FORMAT, "'%s' holds a NUL byte at byte %zu: a workflow is text", path, at);
+    }
     *out = buf;
     return SD_OK;
 }
@@ -178,15 +187,20 @@ static void write_report(const char *path, const sd_exec_report *rep, const sd_g
     free(text);
 }
 
+/* Ids, class types, input names and messages come from the workflow: each
+ * is escaped (core/text.h) so that none can drive the terminal. */
 static void print_problems(const sd_graph_problems *p) {
+    char id[512], ct[512], in[512], msg[8192];
     for (size_t i = 0; i < p->n; i++) {
         const sd_graph_problem *q = &p->items[i];
+        sd_text_escape(q->message, 0, msg, sizeof msg);
         if (q->node_id) {
-            fprintf(stderr, "error: node %s (%s)", q->node_id, q->class_type ? q->class_type : "?");
-            if (q->input) fprintf(stderr, " input '%s'", q->input);
-            fprintf(stderr, ": %s: %s\n", q->kind, q->message);
+            fprintf(stderr, "error: node %s (%s)", sd_text_escape(q->node_id, 0, id, sizeof id),
+                    q->class_type ? sd_text_escape(q->class_type, 0, ct, sizeof ct) : "?");
+            if (q->input) fprintf(stderr, " input '%s'", sd_text_escape(q->input, 0, in, sizeof in));
+            fprintf(stderr, ": %s: %s\n", q->kind, msg);
         } else {
-            fprintf(stderr, "error: %s: %s\n", q->kind, q->message);
+            fprintf(stderr, "error: %s: %s\n", q->kind, msg);
         }
     }
     fprintf(stderr, "workflow failed validation: %zu problem%s, nothing was run\n", p->n, p->n == 1 ? "" : "s");

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/text.h"
 #include "cli.h"
 
 static double now_s(void) {
@@ -44,8 +45,11 @@ void sd_cli_progress_break(sd_cli_progress *p) {
     p->line_open = 0;
 }
 
+/* Ids and class types come from the workflow: escaped (core/text.h). */
 static void head(const sd_exec_event *ev, char *buf, size_t n) {
-    snprintf(buf, n, "[%zu/%zu] %s #%s", ev->index, ev->count, ev->class_type, ev->node_id);
+    char ct[512], id[512];
+    snprintf(buf, n, "[%zu/%zu] %s #%s", ev->index, ev->count, sd_text_escape(ev->class_type, 0, ct, sizeof ct),
+             sd_text_escape(ev->node_id, 0, id, sizeof id));
 }
 
 static void fmt_duration(double s, char *buf, size_t n) {

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "text.h"
 
 void sd_error_clear(sd_error *err) {
     if (!err) return;
@@ -42,22 +43,30 @@ void sd_error_prefix(sd_error *err, const char *fmt, ...) {
     snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
 }
 
+/* Names and messages can carry text from a workflow (ids, class types, file
+ * names, prompts): they are escaped here, where every error line is made
+ * (core/text.h), so that no control sequence reaches a terminal. Newlines
+ * and tabs of the message are kept. */
 const char *sd_error_format(const sd_error *err, char *buf, size_t n) {
     if (!buf || n == 0) return buf;
     if (!err) { snprintf(buf, n, "(no error)"); return buf; }
+    char id[SD_ERR_ID_MAX * 4], ct[SD_ERR_ID_MAX * 4], in[SD_ERR_ID_MAX * 4];
+    sd_text_escape(err->node_id, 0, id, sizeof id);
+    sd_text_escape(err->class_type, 0, ct, sizeof ct);
+    sd_text_escape(err->input, 0, in, sizeof in);
     size_t off = 0;
     buf[0] = 0;
     if (err->node_id[0]) {
-        off += (size_t)snprintf(buf + off, n - off, "node %s", err->node_id);
+        off += (size_t)snprintf(buf + off, n - off, "node %s", id);
         if (off < n && err->class_type[0])
-            off += (size_t)snprintf(buf + off, n - off, " (%s)", err->class_type);
+            off += (size_t)snprintf(buf + off, n - off, " (%s)", ct);
         if (off < n && err->input[0])
-            off += (size_t)snprintf(buf + off, n - off, " input '%s'", err->input);
+            off += (size_t)snprintf(buf + off, n - off, " input '%s'", in);
         if (off < n) off += (size_t)snprintf(buf + off, n - off, ": ");
     } else if (err->input[0]) {
-        off += (size_t)snprintf(buf + off, n - off, "input '%s': ", err->input);
+        off += (size_t)snprintf(buf + off, n - off, "input '%s': ", in);
     }
-    if (off < n) snprintf(buf + off, n - off, "%s", err->msg[0] ? err->msg : sd_status_name(err->code));
+    if (off < n) sd_text_escape(err->msg[0] ? err->msg : sd_status_name(err->code), 1, buf + off, n - off);
     return buf;
 }
 

@@ -114,10 +114,60 @@ static sd_status add_json_node(sd_graph *g, const char *id, const cJSON *obj, co
     return SD_OK;
 }
 
+/* ---- strings a workflow may not hold ------------------------------------------ */
+
+/* A NUL or bytes that are not UTF-8 in a string of the workflow (json_util.h),
+ * refused naming the node, the input and the byte offset. The tree cJSON
+ * makes of the text (cut strings and all) tells whether the path starts
+ * with the /prompt wrapper and whether its first key is a node. */
+static sd_status refuse_bad_string(const char *text, const char *source, const sd_json_bad_string *b,
+                                   sd_error *err) {
+    int line, col;
+    sd_json_position(text, b->text_offset, &line, &col);
+    cJSON *raw = cJSON_Parse(text);
+    const cJSON *nodes = raw;
+    int off = 0;
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(raw, "prompt");
+    if (b->depth >= 2 && !strcmp(b->path[0], "prompt") && cJSON_IsObject(prompt) &&
+        !cJSON_GetObjectItemCaseSensitive(prompt, "class_type")) {
+        nodes = prompt;
+        off = 1;
+    }
+    const cJSON *node = b->depth > off && off < SD_JSON_PATH_MAX
+        ? cJSON_GetObjectItemCaseSensitive(nodes, b->path[off]) : NULL;
+    int is_node = cJSON_IsObject(node) && (cJSON_GetObjectItemCaseSensitive(node, "class_type") ||
+                                          cJSON_GetObjectItemCaseSensitive(node, "inputs"));
+    const cJSON *ct = is_node ? cJSON_GetObjectItemCaseSensitive(node, "class_type") : NULL;
+    char what[SD_ERR_ID_MAX + 64], path[512];
+    const char *input = NULL;
+    if (b->in_key && b->depth == off + 1) {
+        snprintf(what, sizeof what, "the node id");
+        is_node = 1;
+    } else if (is_node && b->depth > off + 2 && !strcmp(b->path[off + 1], "inputs")) {
+        input = b->path[off + 2];
+        snprintf(what, sizeof what, b->in_key && b->depth == off + 3 ? "the input name" : "the value");
+    } else if (is_node && b->depth > off + 1) {
+        snprintf(what, sizeof what, "the %s", b->in_key ? "key" : "string");
+        if (!b->in_key && !strcmp(b->path[off + 1], "class_type")) snprintf(what, sizeof what, "the class_type");
+    } else {
+        snprintf(what, sizeof what, "the %s at %s", b->in_key ? "key" : "string", sd_json_bad_path(b, path, sizeof path));
+    }
+    sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: %s holds %s at byte %zu%s", source, line, col, what,
+                 sd_text_problem_describe(b->problem), b->string_offset,
+                 b->problem == SD_TEXT_NUL ? " (refused: it would cut the string there)"
+                                           : " (refused: it could not be saved back unchanged)");
+    if (is_node)
+        sd_error_at(err, b->path[off], cJSON_IsString(ct) ? ct->valuestring : NULL, input);
+    cJSON_Delete(raw);
+    return SD_ERR_FORMAT;
+}
+
 sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **out,
                              sd_error *err) {
     *out = NULL;
     if (!source) source = "<workflow>";
+    sd_json_bad_string bad;
+    if (text && sd_json_find_bad_string(text, &bad)) return refuse_bad_string(text, source, &bad, err);
     cJSON *root;
     sd_status rc = sd_json_parse_exact(text, source, &root, err);
     if (rc) return rc;
@@ -316,6 +366,19 @@ sd_status sd_graph_apply_set(sd_graph *g, const char *assignment, sd_error *err)
     /* A text input keeps the text as typed unless it is a quoted JSON string,
      * so `--set 6.text=2024` sets the string "2024", not the number. */
     int textual = idef && (strcmp(idef->type, SD_T_STRING) == 0 || strcmp(idef->type, SD_T_COMBO) == 0);
+    /* Refused as in a workflow file: not UTF-8 as typed, or a "\u0000" in
+     * JSON text (which must not fall back to the text taken literally). */
+    size_t at = 0;
+    sd_text_problem problem = sd_text_check(text, strlen(text), &at);
+    sd_json_bad_string bad;
+    if (!problem && sd_json_find_bad_string(text, &bad)) problem = bad.problem, at = bad.string_offset;
+    if (problem) {
+        sd_error_set(err, SD_ERR_INVALID, "--set: the value holds %s at byte %zu (refused)",
+                     sd_text_problem_describe(problem), at);
+        sd_error_at(err, id, n->class_type, input);
+        free(lhs);
+        return SD_ERR_INVALID;
+    }
     cJSON *j = NULL;
     if (sd_json_parse_exact(text, "--set", &j, NULL) == SD_OK) {
         if (textual && !cJSON_IsString(j) && !is_link(j)) {

@@ -79,6 +79,18 @@ sd_status sd_json_parse(const char *text, const char *source, cJSON **out, sd_er
         return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: invalid JSON near '%s'%s%s", source, line, col, near,
                             hint, quote);
     }
+    sd_json_bad_string bad;
+    if (sd_json_find_bad_string(text, &bad)) {
+        cJSON_Delete(root);
+        int line, col;
+        sd_json_position(text, bad.text_offset, &line, &col);
+        char path[512];
+        return sd_error_set(err, SD_ERR_FORMAT, "%s:%d:%d: the %s at %s holds %s at byte %zu%s", source, line, col,
+                            bad.in_key ? "key" : "string", sd_json_bad_path(&bad, path, sizeof path),
+                            sd_text_problem_describe(bad.problem), bad.string_offset,
+                            bad.problem == SD_TEXT_NUL ? " (refused: it would cut the string there)"
+                                                       : " (refused: it could not be written back unchanged)");
+    }
     *out = root;
     return SD_OK;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include "error.h"
 #include "node.h"
+#include "text.h"
 
 /* Parse `text` (NUL-terminated). On success *out owns the tree (cJSON_Delete).
  * On failure returns SD_ERR_FORMAT with "<source>:<line>:<col>: ..." in err. */
@@ -41,5 +42,30 @@ int sd_json_input_is_u64_named(const char *class_type, const char *input);
 void sd_json_format_int(int64_t v, int u64, char buf[32]);
 /* Strict decimal digits (no sign, no space) up to 2^64-1: 0 on success. */
 int sd_json_parse_u64(const char *digits, uint64_t *out);
+
+/* ---- strings that cannot pass (core/json_check.c) ----------------------------
+ * cJSON decodes "\u0000" into a NUL byte that silently ends the string where
+ * C reads it ("water\u0000mark" becomes "water"), and keeps bytes that are not
+ * UTF-8, which cannot be written back into JSON unchanged. sd_json_parse
+ * refuses both, naming where; sd_graph_from_json says which node and input. */
+#define SD_JSON_PATH_MAX 4
+
+typedef struct sd_json_bad_string {
+    sd_text_problem problem;
+    size_t text_offset;   /* of the offending byte or escape in the JSON text */
+    size_t string_offset; /* byte offset in the decoded string */
+    int in_key;           /* the string is an object key (the last path entry) */
+    int depth;            /* entries of the path to the string; the first
+                             SD_JSON_PATH_MAX are kept */
+    char path[SD_JSON_PATH_MAX][SD_ERR_ID_MAX]; /* decoded keys ("6", "inputs",
+                             "text") or array positions ("[2]"), truncated */
+} sd_json_bad_string;
+
+/* 1 and *bad when a string (value or key) of `text` holds a NUL or bytes that
+ * are not UTF-8, else 0. Only strings are looked at: run it on text cJSON
+ * accepts (it does not crash on any other). */
+int sd_json_find_bad_string(const char *text, sd_json_bad_string *bad);
+/* "/6/inputs/text" (escaped for printing) into buf. */
+const char *sd_json_bad_path(const sd_json_bad_string *bad, char *buf, size_t n);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/json_util.h"
+#include "core/text.h"
 #include "lua_internal.h"
 
 #define NODE_MT "sdflow.node"
@@ -32,6 +33,31 @@ const char *sd_lua_where(lua_State *L, char *buf, size_t n) {
         }
     }
     return buf;
+}
+
+/* ---- strings that may enter the graph --------------------------------------------
+ * Lua strings may hold any bytes; a NUL would silently cut an id, a name or
+ * a prompt where C reads it, and bytes that are not UTF-8 cannot be saved
+ * back into a workflow unchanged (core/text.h). */
+
+/* 0, or -1 with msg = "<what> holds ... at byte N (refused...)". */
+static int check_text(const char *s, size_t len, const char *what, char *msg, size_t cap) {
+    size_t at = 0;
+    sd_text_problem p = sd_text_check(s, len, &at);
+    if (!p) return 0;
+    snprintf(msg, cap, "%s holds %s at byte %zu (refused: %s)", what, sd_text_problem_describe(p), at,
+             p == SD_TEXT_NUL ? "it would cut the string there" : "it could not be saved back unchanged");
+    return -1;
+}
+
+/* The string at idx, raising a Lua error naming `what` when it may not
+ * enter the graph. */
+static const char *check_graph_string(lua_State *L, int idx, const char *what) {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    char msg[256];
+    if (s && check_text(s, len, what, msg, sizeof msg)) luaL_error(L, "%s", msg);
+    return s;
 }
 
 /* ---- handles ------------------------------------------------------------------- */
@@ -62,7 +88,7 @@ static const char *handle_id(lua_State *L, int idx) {
 const char *sd_lua_check_node_id(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     if (luaL_testudata(L, idx, NODE_MT) || luaL_testudata(L, idx, OUTPUT_MT)) return handle_id(L, idx);
-    if (lua_type(L, idx) == LUA_TSTRING) return lua_tostring(L, idx);
+    if (lua_type(L, idx) == LUA_TSTRING) return check_graph_string(L, idx, "the node id");
     if (lua_isinteger(L, idx)) return lua_tostring(L, idx); /* converts in place: fine for ids */
     luaL_error(L, "expected a node (handle or id), got %s", luaL_typename(L, idx));
     return NULL;
@@ -94,7 +120,7 @@ static sd_value *literal_from_lua(lua_State *L, int idx, int depth, char *msg, s
     case LUA_TSTRING: {
         size_t len;
         const char *s = lua_tolstring(L, idx, &len);
-        if (strlen(s) != len) { snprintf(msg, cap, "strings with NUL bytes cannot be input values"); return NULL; }
+        if (check_text(s, len, "the string", msg, cap)) return NULL;
         return sd_value_string(s);
     }
     case LUA_TTABLE: {
@@ -234,6 +260,10 @@ static int construct(lua_State *L, const char *ct, int tidx) {
         while (lua_next(L, tidx)) {
             if (lua_type(L, -2) != LUA_TSTRING)
                 return luaL_error(L, "%s: inputs are given by name (name = value), not by position", ct);
+            size_t klen;
+            const char *key = lua_tolstring(L, -2, &klen);
+            char msg[256];
+            if (check_text(key, klen, "an input name", msg, sizeof msg)) return luaL_error(L, "%s: %s", ct, msg);
             count++;
             lua_pop(L, 1);
         }
@@ -250,7 +280,7 @@ static int construct(lua_State *L, const char *ct, int tidx) {
                     return luaL_error(L, "%s: _id must be a string or an integer", ct);
             } else if (!strcmp(key, "_title")) {
                 if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "%s: _title must be a string", ct);
-                title = lua_tostring(L, -1); /* kept alive by the table */
+                title = check_graph_string(L, -1, "_title"); /* kept alive by the table */
             } else {
                 int r = def ? sd_node_input_index(def, key) : -1;
                 names[k].name = key;
@@ -265,7 +295,7 @@ static int construct(lua_State *L, const char *ct, int tidx) {
             lua_pop(L, 1);
             lua_pushfstring(L, "%I", v);
         }
-        want_id = lua_tostring(L, -1);
+        want_id = check_graph_string(L, -1, "_id");
     }
     qsort(names, k, sizeof *names, cmp_named);
 
@@ -288,7 +318,7 @@ static int construct(lua_State *L, const char *ct, int tidx) {
         if (bad) {
             const char *id = lua_pushstring(L, n->id); /* outlives the node */
             sd_graph_remove_node(g, id, NULL); /* a half-made node must not stay */
-            return luaL_error(L, "%s: %s", ct, msg);
+            return luaL_error(L, "node %s (%s): %s", id, ct, msg);
         }
     }
     sd_lua_push_node(L, n->id);
@@ -302,7 +332,8 @@ static int l_construct(lua_State *L) {
 /* Node(class_type, inputs): any class, also one the registry does not know
  * (validation then reports it at this line). */
 static int l_node_generic(lua_State *L) {
-    const char *ct = luaL_checkstring(L, 1);
+    luaL_checkstring(L, 1);
+    const char *ct = check_graph_string(L, 1, "the class_type");
     return construct(L, ct, 2);
 }
 
@@ -379,9 +410,11 @@ static int node_index(lua_State *L) {
 
 static int node_newindex(lua_State *L) {
     sd_graph_node *n = sd_lua_check_node(L, 1);
-    const char *key = luaL_checkstring(L, 2);
+    luaL_checkstring(L, 2);
+    const char *key = check_graph_string(L, 2, "an input name");
     if (!strcmp(key, "_title")) {
-        sd_graph_node_set_title(n, lua_isnil(L, 3) ? NULL : luaL_checkstring(L, 3));
+        if (!lua_isnil(L, 3)) luaL_checkstring(L, 3);
+        sd_graph_node_set_title(n, lua_isnil(L, 3) ? NULL : check_graph_string(L, 3, "_title"));
         return 0;
     }
     sd_lua_set_input(L, n, key, 3);

@@ -115,7 +115,12 @@ sd_status sd_lua_load_any(const char *path, const sd_lua_opts *opts, sd_graph **
         if (rc == SD_ERR_NOT_FOUND)
             return sd_error_set(err, SD_ERR_NOT_FOUND, "'%s' has no 'prompt' text chunk", path);
     } else {
-        rc = sd_lua_read_file(path, &text, NULL, err);
+        size_t len = 0;
+        rc = sd_lua_read_file(path, &text, &len, err);
+        const char *nul = rc ? NULL : memchr(text, 0, len); /* C would read the text as ending there */
+        if (nul)
+            rc = sd_error_set(err, SD_ERR_FORMAT, "'%s' holds a NUL byte at byte %zu: a workflow is text", path,
+                              (size_t)(nul - text));
     }
     if (!rc) rc = sd_graph_from_json(text, path, out, err);
     free(text);

@@ -221,14 +221,18 @@ static int l_disconnect(lua_State *L) {
     return 0;
 }
 
+/* Names and messages come from the graph: escaped (core/text.h). */
 static void print_problems(repl *r, const sd_graph_problems *p) {
+    char id[512], ct[512], in[512], msg[8192];
     for (size_t i = 0; i < p->n; i++) {
         const sd_graph_problem *q = &p->items[i];
-        if (q->node_id) fprintf(r->out, "error: #%s %s", q->node_id, q->class_type ? q->class_type : "?");
+        if (q->node_id)
+            fprintf(r->out, "error: #%s %s", sd_text_escape(q->node_id, 0, id, sizeof id),
+                    q->class_type ? sd_text_escape(q->class_type, 0, ct, sizeof ct) : "?");
         else fputs("error:", r->out);
-        if (q->input) fprintf(r->out, " input '%s'", q->input);
+        if (q->input) fprintf(r->out, " input '%s'", sd_text_escape(q->input, 0, in, sizeof in));
         /* the message names the origin already (graph_validate.c) */
-        fprintf(r->out, ": %s\n", q->message);
+        fprintf(r->out, ": %s\n", sd_text_escape(q->message, 0, msg, sizeof msg));
     }
 }
 
