@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/text.h"
@@ -229,7 +230,14 @@ void sd_cli_progress_event(void *user, const sd_exec_event *ev) {
         int64_t filled = ev->step * WIDTH / ev->steps;
         for (int i = 0; i < WIDTH; i++) cells[i] = i < filled ? '#' : '.';
         cells[WIDTH] = 0;
-        fprintf(p->out, "\r\033[K%s [%s] %lld/%lld%s", h, cells, (long long)ev->step, (long long)ev->steps, rate);
+        char line[1024];
+        snprintf(line, sizeof line, "%s [%s] %lld/%lld%s", h, cells, (long long)ev->step, (long long)ev->steps, rate);
+        /* a line wider than the terminal wraps, and \r then redraws only
+         * its last part: keep it one column short of the width */
+        struct winsize ws;
+        if (ioctl(fileno(p->out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && strlen(line) >= ws.ws_col)
+            line[ws.ws_col - 1] = 0;
+        fprintf(p->out, "\r\033[K%s", line);
         p->line_open = 1;
         break;
     }
