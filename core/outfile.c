@@ -114,6 +114,22 @@ fail:
     return err ? err->code : SD_ERR_IO;
 }
 
+sd_status sd_outdir_open_existing(const char *path, sd_outdir *d, sd_error *err) {
+    d->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->fd < 0) {
+        int e = errno;
+        d->path = NULL;
+        return sd_error_set(err, SD_ERR_IO, "cannot open folder '%s': %s", path, strerror(e));
+    }
+    d->path = strdup(path);
+    if (!d->path) {
+        close(d->fd);
+        d->fd = -1;
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    return SD_OK;
+}
+
 /* ---- temporary names ---------------------------------------------------------------- */
 
 /* Start time of process `pid` in clock ticks since boot (field 22 of
@@ -319,6 +335,30 @@ sd_status sd_outfile_publish(sd_outfile *of, const char *name, int *taken, sd_er
     if (linked) unlinkat(of->dirfd, of->tmp, 0);
     of->tmp[0] = 0;
     fsync(of->dirfd); /* the new name survives a crash; failure here loses nothing written */
+    FILE *f = of->f;
+    of->f = NULL;
+    if (fclose(f) != 0) {
+        int e = errno;
+        return sd_error_set(err, SD_ERR_IO, "closing '%s' failed: %s", name, strerror(e));
+    }
+    return SD_OK;
+}
+
+sd_status sd_outfile_replace(sd_outfile *of, const char *name, sd_error *err) {
+    if (!of->f || !of->tmp[0])
+        return sd_error_set(err, SD_ERR_INTERNAL, "replacing with a file that is not open");
+    if (!name[0] || strchr(name, '/'))
+        return sd_error_set(err, SD_ERR_INVALID, "bad output file name '%s'", name);
+    if (!of->synced) {
+        sd_status rc = sync_and_hash(of, err);
+        if (rc) return rc;
+    }
+    if (renameat(of->dirfd, of->tmp, of->dirfd, name) != 0) {
+        int e = errno;
+        return sd_error_set(err, SD_ERR_IO, "cannot move the new file onto '%s': %s", name, strerror(e));
+    }
+    of->tmp[0] = 0;
+    fsync(of->dirfd);
     FILE *f = of->f;
     of->f = NULL;
     if (fclose(f) != 0) {

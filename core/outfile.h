@@ -39,6 +39,10 @@ typedef struct sd_outdir {
  * folder; SD_ERR_IO when a folder cannot be created or opened. */
 sd_status sd_outdir_open(const char *root, const char *subfolder, sd_outdir *d, sd_error *err);
 void sd_outdir_close(sd_outdir *d);
+/* Open an existing folder as it is named (links followed, nothing created),
+ * for files that replace a fixed path (sd_outfile_replace). SD_ERR_IO when it
+ * cannot be opened. */
+sd_status sd_outdir_open_existing(const char *path, sd_outdir *d, sd_error *err);
 
 /* Calls fn(user, name) for every entry of the folder except "." and "..",
  * after removing stale temporaries (see above; those are not visited).
@@ -71,6 +75,11 @@ sd_status sd_outfile_create(const sd_outdir *d, sd_outfile *of, sd_error *err);
  * fsync'd and of->f closed. On error the temporary stays for
  * sd_outfile_discard. */
 sd_status sd_outfile_publish(sd_outfile *of, const char *name, int *taken, sd_error *err);
+
+/* Flush, fsync and hash as above, then rename the file onto `name`,
+ * replacing what is there (a link at `name` is replaced, not followed). For
+ * a path the user names to be rewritten (a preview), not for output nodes. */
+sd_status sd_outfile_replace(sd_outfile *of, const char *name, sd_error *err);
 
 /* Close and remove the temporary file if it is still there. Safe to call
  * after a successful publish (then it does nothing) or on a zeroed struct. */

@@ -6,6 +6,7 @@
  * local variable that the longjmp could clobber).
  */
 #include "png.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -522,40 +523,31 @@ sd_status sd_png_write(const char *path, const sd_tensor *img, const sd_png_text
                        size_t n_texts, int compress_level, sd_error *err) {
     sd_status rc = check_write_args(path, img, texts, n_texts, compress_level, err);
     if (rc) return rc;
-    /* Temporary file in the destination directory so rename() is atomic. */
+    /* A temporary file in the destination folder (named after our pid, so
+     * that one a killed writer left is removed by the next write there),
+     * then rename() onto the path: readers never see half a file. */
     const char *slash = strrchr(path, '/');
-    size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
     const char *base = slash ? slash + 1 : path;
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, tl, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return sd_error_set(err, SD_ERR_IO, "%s: cannot create temporary file: %s", path,
-                            strerror(e));
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    sd_outdir d;
+    rc = sd_outdir_open_existing(dir, &d, err);
+    free(dir);
+    if (rc) {
+        sd_error_prefix(err, "%s", path);
+        return rc;
     }
-    fchmod(fd, 0644);
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return sd_error_set(err, SD_ERR_IO, "%s: fdopen failed", path);
+    rc = sd_outdir_scan(&d, NULL, NULL, NULL, err);
+    sd_outfile of;
+    memset(&of, 0, sizeof of);
+    if (!rc) rc = sd_outfile_create(&d, &of, err);
+    if (!rc) rc = sd_png_write_stream(of.f, path, img, texts, n_texts, compress_level, err);
+    else sd_error_prefix(err, "%s", path);
+    if (!rc) {
+        rc = sd_outfile_replace(&of, base, err);
+        if (rc) sd_error_prefix(err, "%s", path);
     }
-    rc = sd_png_write_stream(f, path, img, texts, n_texts, compress_level, err);
-    if (fclose(f) != 0 && !rc) {
-        int e = errno;
-        rc = sd_error_set(err, SD_ERR_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    if (!rc && rename(tmp, path) != 0) {
-        int e = errno;
-        rc = sd_error_set(err, SD_ERR_IO, "%s: cannot move temporary file into place: %s",
-                          path, strerror(e));
-    }
-    if (rc) unlink(tmp);
-    free(tmp);
+    sd_outfile_discard(&of);
+    sd_outdir_close(&d);
     return rc;
 }

@@ -78,9 +78,12 @@ sd_status sd_png_read_limited(const char *path, sd_png_layout layout, uint64_t m
  * texts: n_texts key/value chunks written before the image data (may be NULL
  * when n_texts == 0). compress_level: 0..9 (zlib level; ComfyUI uses 4 for
  * SaveImage and 1 for PreviewImage).
- * Atomic: the data goes to a temporary file in the same directory, which is
- * renamed over `path` only when complete; on failure no temporary file is
- * left behind and `path` is untouched. */
+ * Atomic: the data goes to a temporary file in the same directory
+ * (core/outfile.h naming), which is fsync'd and renamed over `path` only when
+ * complete; on failure no temporary file is left behind and `path` is
+ * untouched; temporaries that killed writers left in that directory are
+ * removed. Replaces `path` (for a path the user named, such as a preview);
+ * output nodes create files exclusively instead (nodes/image/savepath.h). */
 sd_status sd_png_write(const char *path, const sd_tensor *img,
                        const sd_png_text *texts, size_t n_texts,
                        int compress_level, sd_error *err);
