@@ -5,8 +5,10 @@
 # (python3 standard library only), gives exactly the run of its .safetensors:
 # the same image bytes, and the same dumped tensors when loaded under its own
 # .ckpt name. When the shared test data is there, the same for a Kohya LoRA
-# as .pt. A malicious .ckpt is refused before any node runs, naming the global.
+# as .pt and a ControlNet as .pth. A malicious .ckpt is refused, naming the
+# global and the node, and nothing is written.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 bin=${SDFLOW_BIN:?}; src=${SDFLOW_SOURCE_DIR:?}
 td=${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$src/../shared/testdata}}
 t=${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_ckpt
@@ -65,8 +67,23 @@ if [ -f "$td/models/tiny-lora-sd1.safetensors" ] && [ -f "$td/models/tiny-sd1.sa
         cmp -s "$f" "ldump-pt/$(basename "$f")" || fail "LoRA output $(basename "$f") differs between .safetensors and .pt"
     done
     ok
+    # a ControlNet as .pth (control_model.* keys, as lllyasviel's files)
+    mkdir -p lm/controlnet in
+    sd_test_write_png in/hint.png
+    cp "$td/models/tiny-controlnet-sd1.safetensors" lm/controlnet/c.safetensors
+    conv "$td/models/tiny-controlnet-sd1.safetensors" lm/controlnet/c.pth
+    for ext in safetensors pth; do
+        "$bin" run "$src/workflows/controlnet_canny_sd15.json" --models-dir lm --tokenizer-dir "$td/../data/clip" \
+            --input-dir in --output-dir "cout-$ext" --no-cache --quiet --dump "cdump-$ext" \
+            --set 4.ckpt_name=tiny-sd1.safetensors --set 13.control_net_name="c.$ext" --set 11.image=hint.png \
+            --set 5.width=64 --set 5.height=64 --set 3.steps=1 2>"cn-$ext.err" >/dev/null ||
+            { cat "cn-$ext.err"; fail "ControlNet .$ext run failed"; }
+    done
+    cmp -s cdump-safetensors/3_0.safetensors cdump-pth/3_0.safetensors ||
+        fail "ControlNet .pth gives different samples from its .safetensors"
+    ok
 else
-    echo "note: shared test data absent, LoRA .pt part not run"
+    echo "note: shared test data absent, LoRA .pt and ControlNet .pth parts not run"
 fi
 
 # a malicious checkpoint: refused, naming the global and the node, nothing run
