@@ -1,0 +1,91 @@
+// page_test.mjs - the page at / in headless Chromium (Debian's, driven by
+// playwright-core): a workflow pasted and queued shows live progress, the
+// latent preview and then the finished image in the gallery; a JSON typo and
+// a workflow that fails validation show their errors; the queue lists a
+// running prompt that the page's own button interrupts. Checks are on the
+// DOM and on a screenshot's structure (a PNG of the viewport's size), never
+// on pixels. usage: node page_test.mjs BIN WORKDIR MODELS_JSON CHROMIUM
+import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ok, done, until, startServer } from './lib.mjs';
+
+const [bin, dir, modelsJson, browserPath] = process.argv.slice(2);
+const setup = JSON.parse(fs.readFileSync(modelsJson, 'utf8'));
+const server = await startServer(bin, ['--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir,
+  '--input-dir', path.join(dir, 'input'), '--output-dir', path.join(dir, 'out'), '--temp-dir', path.join(dir, 'temp'),
+  '--no-cache', '--preview-interval', '0'], path.join(dir, 'server.log'));
+const base = `http://127.0.0.1:${server.port}`;
+const browser = await chromium.launch({
+  executablePath: browserPath, headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+         '--disable-sync', '--no-first-run'],
+});
+const wf = JSON.parse(fs.readFileSync(path.join(setup.src, 'workflows', 'txt2img_sd15.json'), 'utf8'));
+wf['4'].inputs.ckpt_name = setup.sd1;
+Object.assign(wf['5'].inputs, { width: 64, height: 64 });
+wf['3'].inputs.steps = 4;
+try {
+  const page = await browser.newPage({ viewport: { width: 1000, height: 800 } });
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  await page.goto(`${base}/`);
+  await page.waitForSelector('#status[data-state="connected"]', { timeout: 20000 });
+  ok(true, 'the page connects its WebSocket');
+  for (const id of ['workflow', 'submit', 'queue-running', 'queue-pending', 'progress', 'preview', 'gallery'])
+    ok(await page.$(`#${id}`) !== null, `the page has #${id}`);
+
+  // ---- a workflow through the page
+  await page.fill('#workflow', JSON.stringify(wf, null, 1));
+  await page.click('#submit');
+  await page.waitForSelector('#result[data-prompt-id]', { timeout: 20000 });
+  const pid = await page.getAttribute('#result', 'data-prompt-id');
+  ok(/^[0-9a-f-]{36}$/.test(pid), `the page shows the prompt id (${pid})`);
+  await page.waitForSelector('#last-outcome[data-outcome="success"]', { timeout: 60000 });
+  const prog = await page.$eval('#progress', (p) => ({ value: p.value, max: p.max, events: Number(p.dataset.events) }));
+  // (4 sampler steps, then other long nodes may report their own progress)
+  ok(prog.events >= 4 && prog.value === prog.max && prog.max >= 1, `the progress bar followed the run to its end (${JSON.stringify(prog)})`);
+  const prev = await page.$eval('#preview', (i) => ({ frames: Number(i.dataset.frames), src: i.src, w: i.naturalWidth }));
+  ok(prev.frames >= 1 && prev.src.startsWith('blob:') && prev.w > 0, `the latent preview was shown (${JSON.stringify(prev)})`);
+  await page.waitForFunction((p) => [...document.querySelectorAll('#gallery img')].some((i) => i.dataset.promptId === p && i.complete && i.naturalWidth > 0),
+                             pid, { timeout: 20000 });
+  const img = await page.$eval(`#gallery img[data-prompt-id="${pid}"]`, (i) => ({ w: i.naturalWidth, h: i.naturalHeight, src: i.getAttribute('src') }));
+  ok(img.w === 64 && img.h === 64 && img.src.startsWith('/view?'), `the finished image is in the gallery, loaded through /view (${JSON.stringify(img)})`);
+  const shot = await page.screenshot();
+  ok(shot.subarray(1, 4).toString() === 'PNG' && shot.readUInt32BE(16) === 1000 && shot.readUInt32BE(20) === 800,
+     'a screenshot of the page is a 1000x800 PNG');
+
+  // ---- errors
+  await page.fill('#workflow', '{"3": {');
+  await page.click('#submit');
+  await page.waitForSelector('#errors[data-kind="json"]');
+  ok((await page.textContent('#errors')).startsWith('not JSON'), 'a JSON typo is reported on the page');
+  const bad = JSON.parse(JSON.stringify(wf));
+  bad['4'].inputs.ckpt_name = 'no-such.safetensors';
+  await page.fill('#workflow', JSON.stringify(bad));
+  await page.click('#submit');
+  await page.waitForSelector('#errors[data-kind="server"]');
+  const et = await page.textContent('#errors');
+  ok(/Prompt outputs failed validation/.test(et) && /node 4 \(CheckpointLoaderSimple\): Value not in list/.test(et),
+     `a validation failure lists the node's problem: ${et}`);
+
+  // ---- the queue, and interrupting from the page
+  const long = JSON.parse(JSON.stringify(wf));
+  long['3'].inputs.steps = 10000;
+  await page.fill('#workflow', JSON.stringify(long));
+  await page.click('#submit');
+  await page.waitForSelector('#queue-running li[data-prompt-id] button', { timeout: 20000 });
+  await page.waitForFunction(() => Number(document.getElementById('progress').dataset.events) > 4, null, { timeout: 20000 });
+  await page.click('#queue-running li[data-prompt-id] button');
+  await page.waitForSelector('#last-outcome[data-outcome="interrupted"]', { timeout: 20000 });
+  ok(true, 'the page lists the running prompt and its button interrupts it');
+  await page.waitForFunction(() => document.querySelectorAll('#queue-running li').length === 0, null, { timeout: 20000 });
+  ok(true, 'the running list empties');
+  ok(pageErrors.length === 0, `no JavaScript errors on the page (${pageErrors.join('; ')})`);
+} catch (e) {
+  ok(false, `unexpected: ${e.stack}`);
+} finally {
+  await browser.close();
+  ok((await server.stop()) === 0, 'the server stops cleanly');
+}
+done();
