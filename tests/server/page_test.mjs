@@ -72,12 +72,18 @@ try {
   // ---- the queue, and interrupting from the page
   const long = JSON.parse(JSON.stringify(wf));
   long['3'].inputs.steps = 10000;
+  const before = await page.$eval('#progress', (p) => Number(p.dataset.events));
   await page.fill('#workflow', JSON.stringify(long));
   await page.click('#submit');
   await page.waitForSelector('#queue-running li[data-prompt-id] button', { timeout: 20000 });
-  await page.waitForFunction(() => Number(document.getElementById('progress').dataset.events) > 4, null, { timeout: 20000 });
-  await page.click('#queue-running li[data-prompt-id] button');
-  await page.waitForSelector('#last-outcome[data-outcome="interrupted"]', { timeout: 20000 });
+  await page.waitForFunction((n) => Number(document.getElementById('progress').dataset.events) > n + 1, before, { timeout: 20000 });
+  // the list is redrawn on every status message: find and click the button
+  // inside the page, in one step, and again until the outcome shows
+  await until(async () => {
+    await page.evaluate(() => document.querySelector('#queue-running li[data-prompt-id] button')?.click());
+    return (await page.$('#last-outcome[data-outcome="interrupted"]')) !== null ||
+           (await page.waitForSelector('#last-outcome[data-outcome="interrupted"]', { timeout: 2000 }).catch(() => null)) !== null;
+  }, 'the interrupted outcome', 20000);
   ok(true, 'the page lists the running prompt and its button interrupts it');
   await page.waitForFunction(() => document.querySelectorAll('#queue-running li').length === 0, null, { timeout: 20000 });
   ok(true, 'the running list empties');
