@@ -91,6 +91,7 @@ typedef struct sd_cli_args {
     const char *models_dir, *comfyui_dir, *tokenizer_dir, *input_dir, *output_dir, *temp_dir;
     const char *precision, *device;
     const char *max_image_pixels; /* decimal, "0" = no limit */
+    const char *max_memory;       /* "16G", bytes, "0" = no limit */
     sd_cli_list sets;           /* SD_CLI_G_SET */
     const char *cache;          /* SD_CLI_G_CACHE */
     int no_cache;

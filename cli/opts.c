@@ -43,6 +43,9 @@ static const shared_opt shared[] = {
     {G_IO, "--max-image-pixels", NULL, SD_CLI_STR, OFF(max_image_pixels), "N",
      "LoadImage refuses images with more pixels (env SDFLOW_MAX_IMAGE_PIXELS; default 178956970, "
      "as ComfyUI; 0 = no limit)", NULL},
+    {G_IO, "--max-memory", NULL, SD_CLI_STR, OFF(max_memory), "BYTES",
+     "refuse a node whose estimated allocation (latent, image, VAE activations) is larger, e.g. 8G "
+     "(env SDFLOW_MAX_MEMORY; default physical RAM; 0 = no limit)", NULL},
     {G_IO, "--precision", NULL, SD_CLI_STR, OFF(precision), "f32|bf16",
      "compute precision (default f32; bf16 needs oneDNN on the CPU)", "f32|bf16"},
     {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda", "compute device (default cpu)",
@@ -266,6 +269,10 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
     if (!rc && a->max_image_pixels) {
         rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);
         if (rc) sd_error_prefix(err, "--max-image-pixels");
+    }
+    if (!rc && a->max_memory) {
+        rc = sd_env_set_max_memory(env, a->max_memory, err);
+        if (rc) sd_error_prefix(err, "--max-memory");
     }
     return rc;
 }

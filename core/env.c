@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "membudget.h"
 #include "png.h" /* SD_PNG_MAX_PIXELS_DEFAULT */
 
 static sd_status set_str(const char **field, const char *value, sd_error *err) {
@@ -50,6 +51,10 @@ sd_status sd_env_init(sd_env *env, sd_error *err) {
     env->max_image_pixels = SD_PNG_MAX_PIXELS_DEFAULT;
     const char *maxpx = getenv_nonempty("SDFLOW_MAX_IMAGE_PIXELS");
     if (!rc && maxpx) rc = sd_env_set_max_pixels(env, maxpx, err);
+    env->max_memory = sd_mem_physical();
+    const char *maxmem = getenv_nonempty("SDFLOW_MAX_MEMORY");
+    if (!rc && maxmem && (rc = sd_env_set_max_memory(env, maxmem, err)))
+        sd_error_prefix(err, "SDFLOW_MAX_MEMORY");
     if (rc) sd_env_cleanup(env);
     return rc;
 }
@@ -63,6 +68,13 @@ sd_status sd_env_set_max_pixels(sd_env *env, const char *value, sd_error *err) {
                             "pixels (0 = no limit)", value);
     env->max_image_pixels = v;
     return SD_OK;
+}
+
+sd_status sd_env_set_max_memory(sd_env *env, const char *value, sd_error *err) {
+    uint64_t v;
+    sd_status rc = sd_mem_parse(value, &v, err);
+    if (!rc) env->max_memory = v;
+    return rc;
 }
 
 void sd_env_cleanup(sd_env *env) {

@@ -26,6 +26,10 @@ sd_status sd_env_init(sd_env *env, sd_error *err);
 /* max_image_pixels from a decimal string ("0" = no limit); SD_ERR_INVALID
  * names the value when it is not a whole number. */
 sd_status sd_env_set_max_pixels(sd_env *env, const char *value, sd_error *err);
+/* max_memory (core/membudget.h) from "16G", "512MiB", bytes ("0" = no
+ * limit); SD_ERR_INVALID names the value otherwise. sd_env_init sets the
+ * default (physical RAM) and reads SDFLOW_MAX_MEMORY. */
+sd_status sd_env_set_max_memory(sd_env *env, const char *value, sd_error *err);
 /* Free the strings the env owns and zero it. */
 void sd_env_cleanup(sd_env *env);
 /* Replace one string field (e.g. &env->models_dir) with a copy of `value`

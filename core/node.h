@@ -101,6 +101,7 @@ struct sd_env {
     const char *precision;     /* "f32" | "bf16" (enters cache keys) */
     const char *device;        /* "cpu" | "cuda" */
     uint64_t max_image_pixels; /* LoadImage refuses larger images (core/png.h); 0 = no limit */
+    uint64_t max_memory;       /* bytes one allocation estimate may need (core/membudget.h); 0 = no limit */
     void *models;              /* process-lifetime store of loaded models (nodes/) */
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;

@@ -1,5 +1,8 @@
 /* generate.c - EmptyImage and ImagePadForOutpaint. */
+#include <stdio.h>
 #include <string.h>
+
+#include "core/membudget.h"
 
 #include "image.h"
 
@@ -7,12 +10,18 @@
 
 static sd_status empty_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                  sd_error *err) {
-    (void)ctx;
     int64_t w = sd_value_as_int(in[0]), h = sd_value_as_int(in[1]), b = sd_value_as_int(in[2]);
     int64_t color = sd_value_as_int(in[3]);
     if (w < 1 || h < 1 || b < 1)
         return sd_error_set(err, SD_ERR_INVALID, "EmptyImage: bad size %lldx%lld x %lld",
                             (long long)w, (long long)h, (long long)b);
+    int64_t shape[4] = {b, h, w, 3};
+    char what[128];
+    snprintf(what, sizeof what, "the image [%lld, %lld, %lld, 3] float32", (long long)b, (long long)h,
+             (long long)w);
+    sd_status rc = sd_mem_check(ctx, b > 1 ? "batch_size" : w >= h ? "width" : "height",
+                                sd_mem_tensor_bytes(4, shape, sizeof(float)), what, err);
+    if (rc) return rc;
     sd_tensor *t = sd_tensor_new4(SD_F32, 4, b, h, w, 3);
     if (!t) return sd_error_set(err, SD_ERR_NOMEM, "EmptyImage: out of memory");
     /* torch.full(..., ((color >> k) & 0xFF) / 0xFF): a Python float stored as F32 */
@@ -50,7 +59,6 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static sd_status pad_outpaint_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                   sd_error *err) {
-    (void)ctx;
     sd_tensor *img;
     sd_status rc = sd_nodes_in_tensor(in, 0, "image", 4, &img, err);
     if (rc) return rc;
@@ -61,6 +69,19 @@ static sd_status pad_outpaint_run(sd_node_ctx *ctx, sd_value *const *in, sd_valu
         return sd_error_set(err, SD_ERR_INVALID, "ImagePadForOutpaint: negative padding");
     int64_t b = img->shape[0], h = img->shape[1], w = img->shape[2], c = img->shape[3];
     int64_t nh = h + top + bottom, nw = w + left + right;
+    {
+        /* the padded image and its mask; the input named is the largest padding */
+        int64_t shape[4] = {b, nh, nw, c + 1}; /* + 1: the [nh, nw] mask, per image at most */
+        static const char *const names[] = {"left", "top", "right", "bottom"};
+        int64_t pads[] = {left, top, right, bottom};
+        int big = 0;
+        for (int i = 1; i < 4; i++) if (pads[i] > pads[big]) big = i;
+        char what[160];
+        snprintf(what, sizeof what, "the padded image [%lld, %lld, %lld, %lld] float32 and its mask",
+                 (long long)b, (long long)nh, (long long)nw, (long long)c);
+        rc = sd_mem_check(ctx, names[big], sd_mem_tensor_bytes(4, shape, sizeof(float)), what, err);
+        if (rc) return rc;
+    }
     sd_tensor *o = sd_tensor_new4(SD_F32, 4, b, nh, nw, c);
     /* ComfyUI returns a 2-D [H, W] mask; we keep MASK's [B, H, W] form with B = 1. */
     sd_tensor *m = sd_tensor_new4(SD_F32, 3, 1, nh, nw, 0);

@@ -21,10 +21,13 @@ extern const sd_node_def *const sd_nodes_image[];
 
 /* common_upscale over a batch, one item at a time so that progress is
  * reported and an interrupt stops between items. x is NCHW (nhwc = 0) or
- * NHWC (nhwc = 1); *out has the same layout. */
+ * NHWC (nhwc = 1); *out has the same layout. The result's size is checked
+ * against the memory budget first (core/membudget.h), an error naming
+ * size_input (the input that set width/height) when it does not fit. */
 sd_status sd_nodes_upscale_batched(sd_node_ctx *ctx, const sd_tensor *x, int nhwc,
                                    int64_t width, int64_t height, sd_upscale_method method,
-                                   sd_crop_mode crop, sd_tensor **out, sd_error *err);
+                                   sd_crop_mode crop, const char *size_input, sd_tensor **out,
+                                   sd_error *err);
 
 /* Python round() (half to even) of a double, as ComfyUI uses for sizes. */
 int64_t sd_nodes_py_round(double v);

@@ -49,7 +49,8 @@ static sd_status image_scale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
         if (height < 1) height = 1;
     }
     sd_tensor *res = NULL;
-    rc = sd_nodes_upscale_batched(ctx, img, 1, width, height, m, crop, &res, err);
+    rc = sd_nodes_upscale_batched(ctx, img, 1, width, height, m, crop,
+                                  width >= height ? "width" : "height", &res, err);
     if (rc) return rc;
     return set_tensor_out(&out[0], res, err);
 }
@@ -93,7 +94,7 @@ static sd_status image_scale_by_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
         return SD_ERR_INVALID;
     }
     sd_tensor *res = NULL;
-    rc = sd_nodes_upscale_batched(ctx, img, 1, width, height, m, SD_CROP_DISABLED, &res, err);
+    rc = sd_nodes_upscale_batched(ctx, img, 1, width, height, m, SD_CROP_DISABLED, "scale_by", &res, err);
     if (rc) return rc;
     return set_tensor_out(&out[0], res, err);
 }
@@ -158,7 +159,7 @@ static sd_status image_batch_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
         sd_tensor_unref(b2);
         b2 = NULL;
         rc = sd_nodes_upscale_batched(ctx, b, 1, a->shape[2], a->shape[1], SD_UPSCALE_BILINEAR,
-                                      SD_CROP_CENTER, &b2, err);
+                                      SD_CROP_CENTER, "image2", &b2, err);
         if (rc) return rc;
     }
     if (b2->shape[3] != a->shape[3]) {

@@ -1,6 +1,9 @@
 /* util.c - helpers shared by the image and latent node families. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "core/membudget.h"
 
 #include "image.h"
 
@@ -78,11 +81,23 @@ static sd_status upscale_part(const sd_tensor *x, int nhwc, int64_t b, int64_t c
 
 sd_status sd_nodes_upscale_batched(sd_node_ctx *ctx, const sd_tensor *x, int nhwc,
                                    int64_t width, int64_t height, sd_upscale_method method,
-                                   sd_crop_mode crop, sd_tensor **out, sd_error *err) {
+                                   sd_crop_mode crop, const char *size_input, sd_tensor **out,
+                                   sd_error *err) {
     *out = NULL;
     if (!x || x->ndim != 4 || x->dtype != SD_F32)
         return sd_error_set(err, SD_ERR_INVALID, "upscale: expected a 4-D F32 tensor");
     int64_t n = x->shape[0], c = nhwc ? x->shape[3] : x->shape[1];
+    {
+        /* the result, plus one resized item (or channel) at a time */
+        int64_t shape[4] = {n, c, height, width};
+        uint64_t bytes = sd_mem_tensor_bytes(4, shape, sizeof(float)), one = n > 0 ? bytes / (uint64_t)n : 0;
+        char what[160];
+        snprintf(what, sizeof what, "the resized %s [%lld, %lld, %lld, %lld] float32",
+                 nhwc ? "image" : "latent", (long long)n, (long long)(nhwc ? height : c),
+                 (long long)(nhwc ? width : height), (long long)(nhwc ? c : width));
+        sd_status rc = sd_mem_check(ctx, size_input, bytes == UINT64_MAX ? bytes : bytes + one, what, err);
+        if (rc) return rc;
+    }
     int split = split_channels(ctx, nhwc, c, width, height, method);
     int64_t parts = split ? c : 1;
     sd_tensor *res = NULL;

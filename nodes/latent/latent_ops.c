@@ -1,8 +1,10 @@
 /* latent_ops.c - EmptyLatentImage, LatentUpscale, LatentUpscaleBy,
  * RepeatLatentBatch, LatentComposite, SetLatentNoiseMask. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/membudget.h"
 #include "latent.h"
 #include "nodes/image/image.h"
 
@@ -36,11 +38,17 @@ static sd_status bad_input(sd_error *err, const char *input, const char *fmt, co
 
 static sd_status empty_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                   sd_error *err) {
-    (void)ctx;
     int64_t w = sd_value_as_int(in[0]), h = sd_value_as_int(in[1]), b = sd_value_as_int(in[2]);
     if (w / 8 < 1 || h / 8 < 1 || b < 1)
         return sd_error_set(err, SD_ERR_INVALID, "EmptyLatentImage: bad size %lldx%lld x %lld",
                             (long long)w, (long long)h, (long long)b);
+    int64_t shape[4] = {b, 4, h / 8, w / 8};
+    char what[128];
+    snprintf(what, sizeof what, "the latent [%lld, 4, %lld, %lld] float32", (long long)b,
+             (long long)(h / 8), (long long)(w / 8));
+    sd_status rc = sd_mem_check(ctx, b > 1 ? "batch_size" : w >= h ? "width" : "height",
+                                sd_mem_tensor_bytes(4, shape, sizeof(float)), what, err);
+    if (rc) return rc;
     sd_tensor *t = sd_tensor_new4(SD_F32, 4, b, 4, h / 8, w / 8);
     if (!t) return sd_error_set(err, SD_ERR_NOMEM, "EmptyLatentImage: out of memory");
     return latent_replace(NULL, "samples", t, &out[0], err);
@@ -98,7 +106,8 @@ static sd_status latent_upscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
         height = max64(64, height);
     }
     sd_tensor *res = NULL;
-    rc = sd_nodes_upscale_batched(ctx, x, 0, width / 8, height / 8, m, crop, &res, err);
+    rc = sd_nodes_upscale_batched(ctx, x, 0, width / 8, height / 8, m, crop,
+                                  width >= height ? "width" : "height", &res, err);
     if (rc) return rc;
     return latent_replace(in[0], "samples", res, &out[0], err);
 }
@@ -139,7 +148,7 @@ static sd_status latent_upscale_by_run(sd_node_ctx *ctx, sd_value *const *in, sd
         return SD_ERR_INVALID;
     }
     sd_tensor *res = NULL;
-    rc = sd_nodes_upscale_batched(ctx, x, 0, width, height, m, SD_CROP_DISABLED, &res, err);
+    rc = sd_nodes_upscale_batched(ctx, x, 0, width, height, m, SD_CROP_DISABLED, "scale_by", &res, err);
     if (rc) return rc;
     return latent_replace(in[0], "samples", res, &out[0], err);
 }

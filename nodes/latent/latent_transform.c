@@ -142,7 +142,7 @@ static sd_status blend_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
         sd_tensor_unref(b2);
         b2 = NULL;
         rc = sd_nodes_upscale_batched(ctx, b, 0, a->shape[3], a->shape[2], SD_UPSCALE_BICUBIC,
-                                      SD_CROP_CENTER, &b2, err);
+                                      SD_CROP_CENTER, "samples2", &b2, err);
         if (rc) return rc;
     }
     if (b2->shape[1] != a->shape[1] || (b2->shape[0] != a->shape[0] && b2->shape[0] != 1)) {

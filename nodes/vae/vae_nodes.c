@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vae_nodes.h"
+#include "core/membudget.h"
 #include "models/image/imageops.h"
 #include "models/vae/vae.h"
 #include "nodes/image/image.h"
@@ -106,6 +107,27 @@ static double decode_budget(void) {
 #define FALLBACK_TILE 512
 #define FALLBACK_OVERLAP 128
 
+/* What a tiled decode of lat cannot avoid: the image [B, 8h, 8w, 3] and
+ * the buffers its passes are blended and averaged in (about four image
+ * sizes in all), plus one tile's activations. Checked against the memory
+ * budget (core/membudget.h) before anything is decoded. */
+static sd_status check_tiled_decode(sd_node_ctx *ctx, const sd_vae_config *c, const sd_tensor *lat,
+                                    int tile, const char *input, sd_error *err) {
+    int64_t shape[4] = {lat->shape[0], lat->shape[2] * 8, lat->shape[3] * 8, 3};
+    uint64_t img = sd_mem_tensor_bytes(4, shape, sizeof(float));
+    sd_tensor t = *lat; /* a latent of one tile, for decode_bytes */
+    t.shape[2] = t.shape[2] < tile / 8 ? t.shape[2] : tile / 8;
+    t.shape[3] = t.shape[3] < tile / 8 ? t.shape[3] : tile / 8;
+    double act = decode_bytes(c, &t);
+    uint64_t need = img == UINT64_MAX || img > UINT64_MAX / 8 ? UINT64_MAX : 4 * img + (uint64_t)act;
+    char what[192];
+    snprintf(what, sizeof what, "decoding the latent [%lld, %lld, %lld, %lld] (the image [%lld, %lld, "
+             "%lld, 3] float32, its blending buffers and one %d px tile)", (long long)lat->shape[0],
+             (long long)lat->shape[1], (long long)lat->shape[2], (long long)lat->shape[3],
+             (long long)shape[0], (long long)shape[1], (long long)shape[2], tile);
+    return sd_mem_check(ctx, input, need, what, err);
+}
+
 static sd_status decode_common(sd_node_ctx *ctx, sd_value *const *in, int tiled, sd_value **out,
                                sd_error *err) {
     sd_tensor *lat, *img = NULL;
@@ -120,13 +142,21 @@ static sd_status decode_common(sd_node_ctx *ctx, sd_value *const *in, int tiled,
         return SD_ERR_INVALID;
     }
     if (tiled) {
+        if ((rc = check_tiled_decode(ctx, sd_vae_get_config(vae), lat, (int)sd_value_as_int(in[2]),
+                                     "samples", err)))
+            return rc;
         rc = sd_vae_decode_tiled(vae, lat, (int)sd_value_as_int(in[2]), (int)sd_value_as_int(in[3]),
                                  &img, err);
     } else {
         /* As ComfyUI's VAEDecode: decode whole when it fits, else in tiles
          * (ComfyUI estimates up front and also retries tiled after an OOM). */
         double need = decode_bytes(sd_vae_get_config(vae), lat), have = decode_budget();
+        uint64_t limit = ctx && ctx->env ? ctx->env->max_memory : 0;
+        if (limit && (have < 0 || (double)limit < have)) have = (double)limit; /* --max-memory */
         int fits = have < 0 || need <= have;
+        if (!fits && (rc = check_tiled_decode(ctx, sd_vae_get_config(vae), lat, FALLBACK_TILE,
+                                              "samples", err)))
+            return rc;
         if (fits) rc = sd_vae_decode(vae, lat, &img, err);
         if (!fits || rc == SD_ERR_NOMEM) {
             sd_node_log(ctx, SD_LOG_WARN,
@@ -193,12 +223,48 @@ const sd_node_def sd_node_VAEDecodeTiled = {
 
 /* ---- VAEEncode / VAEEncodeTiled -------------------------------------------------------------- */
 
-static sd_status encode_common(sd_value *const *in, int tiled, sd_value **out, sd_error *err) {
+/* Activation bytes of encoding an image [B, H, W, C]: about four live
+ * tensors of the widest level, as decode_bytes (the encoder runs the levels
+ * the other way, narrowest channels at full resolution). */
+static double encode_bytes(const sd_vae_config *c, int64_t b, int64_t h, int64_t w) {
+    double pixels = (double)h * (double)w, widest = 0;
+    for (int i = 0; i < c->n_levels; i++) {
+        double x = (double)c->block_out[i] * pixels / (double)(1u << (2 * i));
+        if (x > widest) widest = x;
+    }
+    return 4.0 * widest * sizeof(float) * (double)b;
+}
+
+/* The encode's estimate (whole image, or one tile of `tile` px plus the
+ * latent and its blending buffers) against the memory budget. */
+static sd_status check_encode(sd_node_ctx *ctx, const sd_vae_config *c, const sd_tensor *img, int tile,
+                              sd_error *err) {
+    int64_t b = img->shape[0], h = img->shape[1], w = img->shape[2];
+    double need;
+    if (tile > 0) {
+        int64_t shape[4] = {b, c->embed_dim, h / 8 + 1, w / 8 + 1};
+        uint64_t lat = sd_mem_tensor_bytes(4, shape, sizeof(float));
+        need = encode_bytes(c, b, h < tile ? h : tile, w < tile ? w : tile) + 4.0 * (double)lat;
+    } else {
+        need = encode_bytes(c, b, h, w);
+    }
+    char what[192];
+    snprintf(what, sizeof what, "encoding the image [%lld, %lld, %lld, %lld]%s", (long long)b,
+             (long long)h, (long long)w, (long long)img->shape[3],
+             tile > 0 ? " in tiles" : " whole (VAEEncodeTiled needs less)");
+    return sd_mem_check(ctx, "pixels", need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, what, err);
+}
+
+static sd_status encode_common(sd_node_ctx *ctx, sd_value *const *in, int tiled, sd_value **out,
+                               sd_error *err) {
     sd_tensor *img, *lat = NULL;
     sd_vae *vae;
     sd_status rc = image_input(in, 0, "pixels", &img, err);
     if (!rc) rc = get_vae(in, 1, &vae, err);
     if (rc) return rc;
+    if (img->ndim == 4 &&
+        (rc = check_encode(ctx, sd_vae_get_config(vae), img, tiled ? (int)sd_value_as_int(in[2]) : 0, err)))
+        return rc;
     if (tiled)
         rc = sd_vae_encode_tiled(vae, img, (int)sd_value_as_int(in[2]), (int)sd_value_as_int(in[3]),
                                  &lat, err);
@@ -210,13 +276,11 @@ static sd_status encode_common(sd_value *const *in, int tiled, sd_value **out, s
 
 static sd_status vae_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                 sd_error *err) {
-    (void)ctx;
-    return encode_common(in, 0, &out[0], err);
+    return encode_common(ctx, in, 0, &out[0], err);
 }
 static sd_status vae_encode_tiled_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                       sd_error *err) {
-    (void)ctx;
-    return encode_common(in, 1, &out[0], err);
+    return encode_common(ctx, in, 1, &out[0], err);
 }
 
 static const sd_input_def vae_encode_inputs[] = {

@@ -516,11 +516,11 @@ static void test_split_resize(nt_env *e) {
             sd_crop_mode crop = layouts[l].crop ? SD_CROP_CENTER : SD_CROP_DISABLED;
             sd_tensor *whole = NULL, *split = NULL;
             sd_error err = {0};
-            CHECK_OK(sd_nodes_upscale_batched(NULL, x, nhwc, 2048, 512, method, crop, &whole, &err), &err);
+            CHECK_OK(sd_nodes_upscale_batched(NULL, x, nhwc, 2048, 512, method, crop, "width", &whole, &err), &err);
             sd_node_ctx ctx = nt_ctx(e, "ImageScale");
             ctx.progress = count_progress;
             progress_calls = 0;
-            CHECK_OK(sd_nodes_upscale_batched(&ctx, x, nhwc, 2048, 512, method, crop, &split, &err), &err);
+            CHECK_OK(sd_nodes_upscale_batched(&ctx, x, nhwc, 2048, 512, method, crop, "width", &split, &err), &err);
             int planes = method == SD_UPSCALE_BISLERP || (nhwc && c > 3 && method == SD_UPSCALE_BILINEAR) ? 1 : c;
             CHECK_MSG(progress_calls == n * planes, "%s layout %zu: %d progress calls", methods[m], l, progress_calls);
             CHECK_MSG(whole && split && whole->nbytes == split->nbytes &&
