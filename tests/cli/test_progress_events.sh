@@ -28,6 +28,14 @@ run --no-cache > /dev/null 2> "$T/plain1.err" < /dev/null || fail "plain run, de
 [ "$(grep -Ec '^\[[1-7]/7\] [A-Za-z]+ #[0-9]+ [0-9.]+s$' "$T/plain1.err")" -eq 7 ] ||
     fail "pipe: not 7 finished lines: $(cat "$T/plain1.err")"
 
+# the mode can be forced either way: a bar into a pipe, nothing with none
+run --no-cache --progress=bar > /dev/null 2> "$T/bar.err" < /dev/null || fail "--progress=bar run"
+grep -aq $'\r\033\[K\[5/7\] KSampler #3 \[' "$T/bar.err" || fail "--progress=bar: no bar in a pipe"
+run --no-cache --progress=none > /dev/null 2> "$T/none.err" < /dev/null || fail "--progress=none run"
+grep -q '\[[1-7]/7\]\|done:' "$T/none.err" && fail "--progress=none printed progress: $(cat "$T/none.err")"
+run --quiet --progress=json > /dev/null 2> "$T/err" && fail "--quiet with --progress=json accepted"
+grep -q 'exclude each other' "$T/err" || fail "--quiet --progress=json: $(cat "$T/err")"
+
 # ---- --progress=json ----
 check_json() { # FILE EXPECTED-STATUS: the event grammar of core/executor.h
     python3 - "$1" "$2" << 'PY'
