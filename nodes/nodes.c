@@ -9,6 +9,7 @@ sd_status sd_nodes_register_all(sd_error *err) {
     { extern sd_status sd_nodes_loaders_register(sd_error *); sd_status rc = sd_nodes_loaders_register(err); if (rc) return rc; }
     { extern sd_status sd_nodes_conditioning_register(sd_error *); sd_status rc = sd_nodes_conditioning_register(err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_sampling[]; sd_status rc = sd_registry_add(sd_nodes_sampling, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_custom_sampling[]; sd_status rc = sd_registry_add(sd_nodes_custom_sampling, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_vae[]; sd_status rc = sd_registry_add(sd_nodes_vae, err); if (rc) return rc; }
     { extern sd_status sd_nodes_controlnet_register(sd_error *); sd_status rc = sd_nodes_controlnet_register(err); if (rc) return rc; }
     { extern sd_status sd_nodes_lora_register(sd_error *); sd_status rc = sd_nodes_lora_register(err); if (rc) return rc; }

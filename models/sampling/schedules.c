@@ -211,9 +211,9 @@ static int sched_normal(const sd_model_sampling *ms, int steps, int sgm, float *
     return n;
 }
 
-static int sched_beta(const sd_model_sampling *ms, int steps, float *out)
+int sd_sigmas_beta(const sd_model_sampling *ms, int steps, double alpha, double beta,
+                   float *out)
 {
-    const double alpha = 0.6, beta = 0.6;
     const double total = SD_MS_TIMESTEPS - 1;
     double step = 1.0 / steps; /* numpy.linspace(0, 1, steps, endpoint=False) */
     double last_t = -1.0;
@@ -221,6 +221,8 @@ static int sched_beta(const sd_model_sampling *ms, int steps, float *out)
     for (int i = 0; i < steps; i++) {
         double ts = 1.0 - (double)i * step;
         double t = rint(sd_beta_ppf(ts, alpha, beta) * total);
+        if (t != t) /* alpha or beta 0: scipy gives NaN, and int(nan) raises */
+            return -1;
         if (t != last_t)
             out[n++] = ms->sigmas[(int)t];
         last_t = t;
@@ -229,31 +231,82 @@ static int sched_beta(const sd_model_sampling *ms, int steps, float *out)
     return n;
 }
 
-static int sched_karras(const sd_model_sampling *ms, int steps, float *out)
+static int sched_beta(const sd_model_sampling *ms, int steps, float *out)
 {
-    const double rho = 7.0;
-    double min_inv = pow((double)ms->sigma_min, 1.0 / rho);
-    double max_inv = pow((double)ms->sigma_max, 1.0 / rho);
+    return sd_sigmas_beta(ms, steps, 0.6, 0.6, out);
+}
+
+/* torch.pow(float32 tensor, python float) on CPU: the exponents ATen
+ * special-cases (copy, fill, sqrt, rsqrt, reciprocal, square, cube) and
+ * otherwise std::pow(float, double) rounded to float. */
+static float torch_pow_scalar(float base, double e)
+{
+    if (e == 0.0)
+        return 1.0f;
+    if (e == 1.0)
+        return base;
+    if (e == 0.5)
+        return sqrtf(base);
+    if (e == -0.5)
+        return 1.0f / sqrtf(base);
+    if (e == -1.0)
+        return 1.0f / base;
+    if (e == 2.0)
+        return base * base;
+    if (e == 3.0)
+        return base * base * base;
+    if (e == -2.0)
+        return 1.0f / (base * base);
+    return (float)pow((double)base, e);
+}
+
+int sd_sigmas_karras(int n, double sigma_min, double sigma_max, double rho, float *out)
+{
+    double min_inv = pow(sigma_min, 1.0 / rho);
+    double max_inv = pow(sigma_max, 1.0 / rho);
     float diff = (float)(min_inv - max_inv); /* python float, cast by torch */
     float maxf = (float)max_inv;
-    linspace_f32(0.0f, 1.0f, steps, out);
-    for (int i = 0; i < steps; i++) {
+    linspace_f32(0.0f, 1.0f, n, out);
+    for (int i = 0; i < n; i++) {
         float v = out[i] * diff;
         v = maxf + v;
-        out[i] = (float)pow((double)v, rho);
+        out[i] = torch_pow_scalar(v, rho);
     }
-    out[steps] = 0.0f;
-    return steps + 1;
+    out[n] = 0.0f;
+    return n + 1;
+}
+
+int sd_sigmas_exponential(int n, double sigma_min, double sigma_max, float *out)
+{
+    linspace_f32((float)log(sigma_max), (float)log(sigma_min), n, out);
+    for (int i = 0; i < n; i++)
+        out[i] = sd_torch_expf(out[i]);
+    out[n] = 0.0f;
+    return n + 1;
+}
+
+int sd_sigmas_polyexponential(int n, double sigma_min, double sigma_max, double rho,
+                              float *out)
+{
+    float span = (float)(log(sigma_max) - log(sigma_min));
+    float lmin = (float)log(sigma_min);
+    linspace_f32(1.0f, 0.0f, n, out);
+    for (int i = 0; i < n; i++) {
+        float v = torch_pow_scalar(out[i], rho) * span;
+        out[i] = sd_torch_expf(v + lmin);
+    }
+    out[n] = 0.0f;
+    return n + 1;
+}
+
+static int sched_karras(const sd_model_sampling *ms, int steps, float *out)
+{
+    return sd_sigmas_karras(steps, (double)ms->sigma_min, (double)ms->sigma_max, 7.0, out);
 }
 
 static int sched_exponential(const sd_model_sampling *ms, int steps, float *out)
 {
-    linspace_f32((float)log((double)ms->sigma_max), (float)log((double)ms->sigma_min),
-                 steps, out);
-    for (int i = 0; i < steps; i++)
-        out[i] = sd_torch_expf(out[i]);
-    out[steps] = 0.0f;
-    return steps + 1;
+    return sd_sigmas_exponential(steps, (double)ms->sigma_min, (double)ms->sigma_max, out);
 }
 
 static int sched_linear_quadratic(const sd_model_sampling *ms, int steps, float *out)
@@ -467,4 +520,103 @@ void sd_sigmas_step_range(float *sigmas, int n, int start_step, int last_step,
         }
     }
     *n_out = n;
+}
+
+/* ---- schedules of the custom-sampling nodes ------------------------------------ */
+
+int sd_sigmas_sd_turbo(const sd_model_sampling *ms, int steps, double denoise, float *out)
+{
+    /* timesteps 999, 899, ..., 99 from start_step = 10 - int(10 * denoise) */
+    int start = 10 - (int)(10.0 * denoise), n = 0;
+    if (start < 0)
+        start = 0;
+    for (int i = start; i < 10 && i < start + steps; i++)
+        out[n++] = sd_ms_sigma(ms, (float)(999 - 100 * i));
+    out[n++] = 0.0f;
+    return n;
+}
+
+/* NVIDIA's Align Your Steps noise levels, as ComfyUI ships them (11 values,
+ * i.e. 10 steps, descending). */
+static const double ays_sd1[11] = {14.6146412293, 6.4745760956, 3.8636745985, 2.6946151520,
+                                   1.8841921177,  1.3943805092, 0.9642583904, 0.6523686016,
+                                   0.3977456272,  0.1515232662, 0.0291671582};
+static const double ays_sdxl[11] = {14.6146412293, 6.3184485287, 3.7681790315, 2.1811480769,
+                                    1.3405244945,  0.8620721141, 0.5550693289, 0.3798540708,
+                                    0.2332364134,  0.1114188177, 0.0291671582};
+static const double ays_svd[11] = {700.00, 54.5,  15.886, 7.977, 4.248, 1.789,
+                                   0.981,  0.403, 0.173,  0.034, 0.002};
+
+const double *sd_ays_table(const char *model_type)
+{
+    if (!model_type)
+        return NULL;
+    if (strcmp(model_type, "SD1") == 0)
+        return ays_sd1;
+    if (strcmp(model_type, "SDXL") == 0)
+        return ays_sdxl;
+    if (strcmp(model_type, "SVD") == 0)
+        return ays_svd;
+    return NULL;
+}
+
+/* numpy.linspace(0, 1, n)[i]: i * (1 / (n - 1)), the last exactly 1. */
+static double np_linspace01(int i, int n)
+{
+    if (n == 1)
+        return 0.0;
+    if (i == n - 1)
+        return 1.0;
+    double step = 1.0 / (double)(n - 1);
+    return (double)i * step + 0.0;
+}
+
+int sd_sigmas_ays(const char *model_type, int steps, double denoise, float *out)
+{
+    const double *t = sd_ays_table(model_type);
+    if (!t || steps < 1)
+        return -1;
+    int total = steps;
+    if (denoise < 1.0) {
+        if (denoise <= 0.0)
+            return 0;
+        total = (int)nearbyint((double)steps * denoise); /* python round: half to even */
+    }
+    int num = steps + 1;
+    double *s = malloc((size_t)num * sizeof *s);
+    if (!s)
+        return -2;
+    if (num == 11) {
+        memcpy(s, t, sizeof ays_sd1);
+    } else {
+        /* loglinear_interp: np.interp over the reversed log table, exp, reversed */
+        double ys[11];
+        for (int k = 0; k < 11; k++)
+            ys[k] = log(t[10 - k]);
+        for (int i = 0; i < num; i++) {
+            double x = np_linspace01(i, num), y;
+            if (x >= 1.0) {
+                y = ys[10];
+            } else {
+                int j = 0;
+                while (j < 9 && np_linspace01(j + 1, 11) <= x) /* x < 1: j <= 9 */
+                    j++;
+                double xj = np_linspace01(j, 11);
+                if (xj == x) {
+                    y = ys[j];
+                } else {
+                    double slope = (ys[j + 1] - ys[j]) / (np_linspace01(j + 1, 11) - xj);
+                    y = slope * (x - xj) + ys[j];
+                }
+            }
+            s[num - 1 - i] = exp(y);
+        }
+    }
+    /* sigmas[-(total + 1):], last = 0 */
+    int keep = total + 1 < num ? total + 1 : num;
+    for (int i = 0; i < keep; i++)
+        out[i] = (float)s[num - keep + i];
+    out[keep - 1] = 0.0f;
+    free(s);
+    return keep;
 }

@@ -74,4 +74,35 @@ double sd_beta_ppf(double p, double a, double b);
 /* Regularized incomplete beta I_x(a, b). */
 double sd_beta_cdf(double x, double a, double b);
 
+/* ---- the schedules of ComfyUI's custom-sampling nodes ----------------------------
+ * Each writes into out (room for n + 1 / steps + 1 floats) and returns the
+ * number of values, descending and ending with 0. */
+
+/* k_diffusion get_sigmas_karras(n, sigma_min, sigma_max, rho) (KarrasScheduler):
+ * float32 ramp = linspace(0, 1, n), roots in double used as float32 scalars,
+ * (max^(1/rho) + ramp*(min^(1/rho) - max^(1/rho)))^rho; n + 1 values. */
+int sd_sigmas_karras(int n, double sigma_min, double sigma_max, double rho, float *out);
+/* get_sigmas_exponential: exp(float32 linspace(log max, log min, n)); n + 1 values. */
+int sd_sigmas_exponential(int n, double sigma_min, double sigma_max, float *out);
+/* get_sigmas_polyexponential: exp(linspace(1, 0, n)^rho * (log max - log min)
+ * + log min) in float32; n + 1 values. */
+int sd_sigmas_polyexponential(int n, double sigma_min, double sigma_max, double rho,
+                              float *out);
+/* comfy.samplers.beta_scheduler(ms, steps, alpha, beta) (the "beta" scheduler
+ * is alpha = beta = 0.6). At most steps + 1 values (duplicate timesteps are
+ * dropped); -1 when the beta quantile is undefined (alpha or beta <= 0). */
+int sd_sigmas_beta(const sd_model_sampling *ms, int steps, double alpha, double beta,
+                   float *out);
+/* SDTurboScheduler: sigma(t) for t = 999, 899, ..., 99 starting at index
+ * 10 - int(10 * denoise), at most `steps` of them, then 0 (at most 11 values). */
+int sd_sigmas_sd_turbo(const sd_model_sampling *ms, int steps, double denoise, float *out);
+/* AlignYourStepsScheduler: the model type's 11-value table ("SD1", "SDXL",
+ * "SVD"; NULL otherwise), log-linearly interpolated (numpy.interp in double)
+ * to steps + 1 values when steps != 10; denoise < 1 keeps the last
+ * round(steps * denoise) + 1; the last value becomes 0; float32.
+ * Returns the count (0 for denoise <= 0), -1 for an unknown type or steps < 1,
+ * -2 when out of memory. */
+const double *sd_ays_table(const char *model_type);
+int sd_sigmas_ays(const char *model_type, int steps, double denoise, float *out);
+
 #endif

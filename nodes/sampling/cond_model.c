@@ -107,14 +107,15 @@ static sd_status entry_adm(const sd_cond_model *m, const chunk *c, sd_tensor **y
     if (m->cfg->adm_in_channels == p + 5 * 256) {
         /* SDXL refiner (comfy.model_base.SDXLRefiner.encode_adm): pooled,
          * emb(height, width, crop_h, crop_w, aesthetic_score); the score
-         * defaults to 6 for positive and 2.5 for negative entries. */
+         * defaults to 6 for positive and 2.5 for negative entries
+         * (DualCFGGuider marks its middle conditioning negative too). */
         float v[5], emb[5 * 256];
         v[0] = (float)dict_float(c->entry, "height", (double)m->image_h);
         v[1] = (float)dict_float(c->entry, "width", (double)m->image_w);
         v[2] = (float)dict_float(c->entry, "crop_h", 0);
         v[3] = (float)dict_float(c->entry, "crop_w", 0);
         v[4] = (float)dict_float(c->entry, "aesthetic_score",
-                                 c->cond_index == SD_COND_NEGATIVE ? 2.5 : 6.0);
+                                 c->cond_index != SD_COND_POSITIVE ? 2.5 : 6.0);
         sd_unet_timestep_embedding(v, 5, 256, emb);
         *y = sd_tensor_new4(SD_F32, 2, n, p + 5 * 256, 0, 0);
         if (!*y) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -270,7 +271,7 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
     const int64_t H = x->shape[2], W = x->shape[3], n = sd_tensor_numel(x);
     size_t total = 0;
     for (int j = 0; j < n_conds; j++) {
-        if (conds[j] < 0 || conds[j] > 1 || !m->conds[conds[j]])
+        if (conds[j] < 0 || conds[j] > 2 || !m->conds[conds[j]])
             return sd_error_set(err, SD_ERR_INVALID, "no conditioning #%d", conds[j]);
         total += sd_value_list_len(m->conds[conds[j]]);
     }
@@ -307,7 +308,10 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                 rc = sd_error_set(err, SD_ERR_INVALID,
                                   "%s conditioning entry %zu: 'cond' must be F32 [1, L, %d] "
                                   "(does the text encoder belong to this model?)",
-                                  conds[j] ? "negative" : "positive", k, m->cfg->context_dim);
+                                  conds[j] == SD_COND_MIDDLE ? "middle"
+                                  : conds[j]                 ? "negative"
+                                                             : "positive",
+                                  k, m->cfg->context_dim);
                 break;
             }
             int use = 0;

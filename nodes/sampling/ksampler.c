@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampling.h"
+#include "custom.h"
 #include "models/sampling/guider.h"
 #include "models/image/imageops.h"
 #include "models/sampling/rng.h"
@@ -264,12 +264,17 @@ typedef struct run_state {
     sd_node_ctx *ctx;
     const sd_ksample_hooks *hooks;
     const char *latent_format; /* for previews: "sd1", "sdxl" */
+    sd_tensor *x0;             /* last callback's denoised (NULL = not wanted) */
+    int have_x0;
 } run_state;
+
+static void keep_x0(run_state *s, const sd_tensor *den);
 
 static void on_progress(void *ud, int step, int total, const sd_tensor *x,
                         const sd_tensor *denoised) {
     run_state *s = ud;
     if (s->hooks && s->hooks->on_step) s->hooks->on_step(s->hooks->ud, step, total, x, denoised);
+    keep_x0(s, denoised);
     sd_error e;
     /* the preview first, so a front end shows the step's picture with its count */
     if (denoised) sd_node_preview(s->ctx, step + 1, total, denoised, s->latent_format);
@@ -281,31 +286,39 @@ static int on_cancel(void *ud) {
     return s->ctx->interrupt && *s->ctx->interrupt;
 }
 
-sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
-                                   sd_error *err) {
-    *out = NULL;
-    sd_tensor *samples = a->latent ? sd_value_dict_tensor(a->latent, "samples") : NULL;
+/* The model's checkpoint facts every sampling entry checks first. */
+static sd_status check_model_latent(sd_checkpoint *ckpt, const sd_value *latent,
+                                    const char *model_input, sd_tensor **samples_out,
+                                    sd_error *err) {
+    sd_tensor *samples = latent ? sd_value_dict_tensor(latent, "samples") : NULL;
     if (!samples || samples->dtype != SD_F32 || samples->ndim != 4) {
         sd_error_set(err, SD_ERR_INVALID, "latent_image must be a LATENT with F32 samples [B, C, H, W]");
         sd_error_at(err, NULL, NULL, "latent_image");
         return SD_ERR_INVALID;
     }
-    const sd_ckpt_info *info = sd_checkpoint_info(a->ckpt);
+    const sd_ckpt_info *info = sd_checkpoint_info(ckpt);
     if (!info->has_unet) {
         sd_error_set(err, SD_ERR_INVALID, "MODEL has no diffusion model");
-        sd_error_at(err, NULL, NULL, "model");
+        sd_error_at(err, NULL, NULL, model_input);
         return SD_ERR_INVALID;
     }
-    const int64_t *shape = samples->shape;
-    const int64_t n = sd_tensor_numel(samples);
-    if (shape[1] != info->unet.out_channels) {
+    if (samples->shape[1] != info->unet.out_channels) {
         sd_error_set(err, SD_ERR_INVALID, "latent has %lld channels, the model works on %d",
-                     (long long)shape[1], info->unet.out_channels);
+                     (long long)samples->shape[1], info->unet.out_channels);
         sd_error_at(err, NULL, NULL, "latent_image");
         return SD_ERR_INVALID;
     }
-    const sd_sampler *smp = sd_sampler_find(a->sampler_name);
-    if (!smp) {
+    *samples_out = samples;
+    return SD_OK;
+}
+
+sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
+                                   sd_error *err) {
+    *out = NULL;
+    sd_tensor *samples;
+    sd_status rc = check_model_latent(a->ckpt, a->latent, "model", &samples, err);
+    if (rc) return rc;
+    if (!sd_sampler_find(a->sampler_name)) {
         sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);
         sd_error_at(err, NULL, NULL, "sampler_name");
         return SD_ERR_INVALID;
@@ -315,33 +328,132 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
 
     sd_model_sampling *ms = malloc(sizeof *ms);
     if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    sd_model_sampling_init(ms, info->prediction);
-
+    sd_model_sampling_init(ms, sd_checkpoint_info(a->ckpt)->prediction);
     float *sig = NULL;
     int nsig = 0, first = 0, nrun = 0, skip = 0;
-    int64_t *bidx = NULL;
-    sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
-              *rnoise = NULL;
-    sd_value *pos2 = NULL, *neg1 = NULL, *neg2 = NULL;
-    sd_guider guider;
-    sd_inpaint ip;
-    int have_guider = 0, have_ip = 0;
-    sd_status rc = sd_ksampler_sigmas(ms, a->scheduler, a->sampler_name, a->steps, a->denoise,
-                                      &sig, &nsig, err);
+    rc = sd_ksampler_sigmas(ms, a->scheduler, a->sampler_name, a->steps, a->denoise, &sig, &nsig,
+                            err);
+    free(ms);
     if (rc) {
         sd_error_at(err, NULL, NULL, "scheduler");
-        goto done;
+        return rc;
     }
     if (nsig > 0)
         sd_sigmas_step_range(sig, nsig, a->start_step, a->last_step, a->force_full_denoise,
                              &first, &nrun, &skip);
     if (nsig == 0 || skip) { /* nothing to sample: ComfyUI returns the latent as it is */
+        free(sig);
+        return latent_with(a->latent, NULL, out, err);
+    }
+    sd_sample_args s;
+    sd_sample_args_init(&s);
+    s.guide.kind = SD_GUIDE_CFG;
+    s.guide.ckpt = a->ckpt;
+    s.guide.loras = a->loras;
+    s.guide.positive = a->positive;
+    s.guide.negative = a->negative;
+    s.guide.cfg = a->cfg;
+    s.sampler_name = a->sampler_name;
+    s.sigmas = sig + first;
+    s.n_sigmas = nrun;
+    s.add_noise = !a->disable_noise;
+    s.seed = a->seed;
+    s.latent = a->latent;
+    s.hooks = a->hooks;
+    rc = sd_nodes_sample(ctx, &s, out, NULL, err);
+    free(sig);
+    return rc;
+}
+
+void sd_nodes_model_sampling_init(const sd_model_ref *m, sd_model_sampling *ms) {
+    sd_model_sampling_init(ms, sd_checkpoint_info(m->ckpt)->prediction);
+}
+
+void sd_sample_args_init(sd_sample_args *a) {
+    memset(a, 0, sizeof *a);
+    a->guide.cfg = 1.0;
+    a->guide.cfg2 = 1.0;
+    a->add_noise = 1;
+    sd_sampler_params_init(&a->options);
+}
+
+/* x0 of the last sampler callback (ComfyUI's x0_output), for denoised_output. */
+static void keep_x0(run_state *s, const sd_tensor *den) {
+    if (!s->x0 || !den || den->nbytes != s->x0->nbytes) return;
+    memcpy(s->x0->data, den->data, den->nbytes);
+    s->have_x0 = 1;
+}
+
+/* comfy.samplers.process_conds for the lists in use: every entry with an
+ * area gets an opposite entry in each other list (lists in ComfyUI's dict
+ * order, each walked to its current end, so entries added by an earlier
+ * list are seen), then ControlNetApply's controls go to the other lists. */
+static sd_status complete_conds(sd_value **lists, int n, sd_error *err) {
+    for (int k = 0; k < n; k++) {
+        if (!lists[k]) continue;
+        size_t len = sd_value_list_len(lists[k]);
+        for (size_t i = 0; i < len; i++)
+            for (int kk = 0; kk < n; kk++)
+                if (kk != k && lists[kk] &&
+                    same_area_if_none(lists[kk], sd_value_list_get(lists[k], i)) != 0)
+                    return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 1; k < n; k++) {
+        if (!lists[k] || !lists[0]) continue;
+        sd_value *repl = NULL;
+        sd_status rc = control_to_uncond(lists[0], lists[k], &repl, err);
+        if (rc) return rc;
+        if (repl) {
+            sd_value_unref(lists[k]);
+            lists[k] = repl;
+        }
+    }
+    return SD_OK;
+}
+
+sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **out,
+                          sd_value **out_denoised, sd_error *err) {
+    *out = NULL;
+    if (out_denoised) *out_denoised = NULL;
+    const sd_guide *g = &a->guide;
+    sd_tensor *samples;
+    sd_status rc = check_model_latent(g->ckpt, a->latent, "model", &samples, err);
+    if (rc) return rc;
+    const sd_ckpt_info *info = sd_checkpoint_info(g->ckpt);
+    const int64_t *shape = samples->shape;
+    const int64_t n = sd_tensor_numel(samples);
+    const sd_sampler *smp = sd_sampler_find(a->sampler_name);
+    if (!smp) {
+        sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);
+        sd_error_at(err, NULL, NULL, "sampler");
+        return SD_ERR_INVALID;
+    }
+    if (!g->positive || (g->kind != SD_GUIDE_BASIC && !g->negative) ||
+        (g->kind == SD_GUIDE_DUAL_CFG && !g->middle))
+        return sd_error_set(err, SD_ERR_INVALID, "the guider lacks a conditioning");
+    if (a->n_sigmas < 0 || (a->n_sigmas > 0 && !a->sigmas))
+        return sd_error_set(err, SD_ERR_INVALID, "bad sigmas");
+    if (a->n_sigmas == 0) { /* CFGGuider.sample returns the latent as it is */
         rc = latent_with(a->latent, NULL, out, err);
-        goto done;
+        if (!rc && out_denoised) *out_denoised = sd_value_ref(*out);
+        return rc;
     }
 
+    sd_model_sampling *ms = malloc(sizeof *ms);
+    if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_model_sampling_init(ms, info->prediction);
+
+    int64_t *bidx = NULL;
+    sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
+              *rnoise = NULL, *x0 = NULL;
+    sd_value *lists[3] = {NULL, NULL, NULL};
+    sd_guider guider;
+    sd_guide_state gs;
+    sd_inpaint ip;
+    int have_guider = 0, have_gs = 0, have_ip = 0;
+
     /* noise: prepare_noise(latent, seed, batch_index), or zeros */
-    if (a->disable_noise) {
+    if (!a->add_noise) {
         noise = sd_tensor_new(SD_F32, 4, shape);
     } else {
         sd_value *bi = sd_value_dict_get(a->latent, "batch_index");
@@ -366,14 +478,16 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
     }
 
     sd_unet *unet;
-    sd_model_ref mref = {a->ckpt, a->loras};
+    sd_model_ref mref = {g->ckpt, g->loras};
     if ((rc = sd_nodes_model_unet(&mref, &unet, err))) {
         sd_error_at(err, NULL, NULL, "model");
         goto done;
     }
-    if ((rc = check_controls(a->positive, "positive", unet, err)) ||
-        (rc = check_controls(a->negative, "negative", unet, err)))
-        goto done;
+    static const char *const cond_names[3] = {"positive", "negative", "middle"};
+    const sd_value *given[3] = {g->positive, g->kind == SD_GUIDE_BASIC ? NULL : g->negative,
+                                g->kind == SD_GUIDE_DUAL_CFG ? g->middle : NULL};
+    for (int k = 0; k < 3; k++)
+        if (given[k] && (rc = check_controls(given[k], cond_names[k], unet, err))) goto done;
 
     /* process_latent_in */
     latent_in = sd_tensor_new(SD_F32, 4, shape);
@@ -397,47 +511,56 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
         goto done;
     }
 
-    const float *sigmas = sig + first;
+    const float *sigmas = a->sigmas;
     int max_denoise = sd_ms_is_max_denoise(ms, sigmas[0]);
     sd_ms_noise_scaling(ms, sigmas[0], noise->data, latent_in->data, max_denoise, x->data,
                         (size_t)n);
-    if (a->hooks && a->hooks->on_start) a->hooks->on_start(a->hooks->ud, sigmas, nrun, noise, x);
+    if (a->hooks && a->hooks->on_start)
+        a->hooks->on_start(a->hooks->ud, sigmas, a->n_sigmas, noise, x);
 
-    /* process_conds: opposite entries for areas, then controls for uncond */
-    pos2 = list_copy(a->positive);
-    neg1 = list_copy(a->negative);
-    if (!pos2 || !neg1) {
-        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-        goto done;
-    }
+    /* process_conds over the guider's lists: ComfyUI's dict order is
+     * positive, negative (CFGGuider) or positive, middle, negative (DualCFG) */
     {
-        size_t np = sd_value_list_len(pos2), nn;
-        int bad = 0;
-        for (size_t i = 0; i < np && !bad; i++)
-            bad = same_area_if_none(neg1, sd_value_list_get(pos2, i)) != 0;
-        nn = sd_value_list_len(neg1);
-        for (size_t i = 0; i < nn && !bad; i++)
-            bad = same_area_if_none(pos2, sd_value_list_get(neg1, i)) != 0;
-        if (bad) {
-            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-            goto done;
+        int order[3] = {0, 1, 2}, nl = 0;
+        if (g->kind == SD_GUIDE_DUAL_CFG) order[1] = 2, order[2] = 1;
+        sd_value *ordered[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < 3; k++) {
+            if (!given[order[k]]) continue;
+            if (!(lists[order[k]] = list_copy(given[order[k]]))) {
+                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+                goto done;
+            }
         }
+        for (int k = 0; k < 3; k++)
+            if (lists[order[k]]) ordered[nl++] = lists[order[k]];
+        rc = complete_conds(ordered, nl, err);
+        /* complete_conds may have replaced lists: map them back */
+        nl = 0;
+        for (int k = 0; k < 3; k++)
+            if (lists[order[k]]) lists[order[k]] = ordered[nl++];
+        if (rc) goto done;
     }
-    if ((rc = control_to_uncond(pos2, neg1, &neg2, err))) goto done;
-    sd_cond_model cm = {.be = sd_checkpoint_backend(a->ckpt),
+    sd_cond_model cm = {.be = sd_checkpoint_backend(g->ckpt),
                         .unet = unet,
                         .cfg = sd_unet_get_config(unet),
                         .ms = ms,
-                        .conds = {pos2, neg2 ? neg2 : neg1},
+                        .conds = {lists[0], lists[1], lists[2]},
                         .concat = concat,
                         .image_w = shape[3] * 8,
                         .image_h = shape[2] * 8,
                         .tap = a->hooks ? a->hooks->on_model : NULL,
                         .adm_tap = a->hooks ? a->hooks->on_adm : NULL,
                         .tap_ud = a->hooks ? a->hooks->ud : NULL};
-    sd_guider_init(&guider, sd_cond_model_eval, &cm, a->cfg);
-    have_guider = 1;
-    sd_denoiser den = sd_guider_denoiser(&guider);
+    sd_denoiser den;
+    if (g->kind == SD_GUIDE_CFG) {
+        sd_guider_init(&guider, sd_cond_model_eval, &cm, g->cfg);
+        have_guider = 1;
+        den = sd_guider_denoiser(&guider);
+    } else {
+        sd_guide_state_init(&gs, g, &cm);
+        have_gs = 1;
+        den = sd_guide_state_denoiser(&gs);
+    }
     if (mask) {
         /* ddim uses fresh noise from seed + 1 for the kept region */
         const float *inoise = noise->data;
@@ -452,15 +575,22 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
         have_ip = 1;
         den = sd_inpaint_denoiser(&ip);
     }
-    run_state st = {ctx, a->hooks, info->family == SD_CKPT_SDXL ? "sdxl" : info->family == SD_CKPT_SD1 ? "sd1" : NULL};
-    sd_sampler_params p;
-    sd_sampler_params_init(&p);
+    if (out_denoised && !(x0 = sd_tensor_new(SD_F32, 4, shape))) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    run_state st = {ctx, a->hooks,
+                    info->family == SD_CKPT_SDXL  ? "sdxl"
+                    : info->family == SD_CKPT_SD1 ? "sd1"
+                                                  : NULL,
+                    x0, 0};
+    sd_sampler_params p = a->options;
     p.seed = a->seed;
     p.progress = on_progress;
     p.progress_ud = &st;
     p.cancel = on_cancel;
     p.cancel_ud = &st;
-    if ((rc = sd_sampler_run(smp, &den, sigmas, nrun, x, &p, err))) goto done;
+    if ((rc = sd_sampler_run(smp, &den, sigmas, a->n_sigmas, x, &p, err))) goto done;
 
     /* inverse_noise_scaling is the identity for eps; process_latent_out */
     {
@@ -468,15 +598,26 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
         for (int64_t i = 0; i < n; i++) xv[i] = xv[i] / info->latent_scale;
     }
     rc = latent_with(a->latent, sd_tensor_ref(x), out, err);
+    if (!rc && out_denoised) {
+        if (st.have_x0) {
+            float *dv = x0->data;
+            for (int64_t i = 0; i < n; i++) dv[i] = dv[i] / info->latent_scale;
+            rc = latent_with(a->latent, sd_tensor_ref(x0), out_denoised, err);
+        } else { /* no step ran: ComfyUI hands out the same latent twice */
+            *out_denoised = sd_value_ref(*out);
+        }
+        if (rc) {
+            sd_value_unref(*out);
+            *out = NULL;
+        }
+    }
 
 done:
     if (have_ip) sd_inpaint_release(&ip);
     if (have_guider) sd_guider_release(&guider);
-    sd_value_unref(pos2);
-    sd_value_unref(neg1);
-    sd_value_unref(neg2);
+    if (have_gs) sd_guide_state_release(&gs);
+    for (int k = 0; k < 3; k++) sd_value_unref(lists[k]);
     free(ms);
-    free(sig);
     free(bidx);
     sd_tensor_unref(noise);
     sd_tensor_unref(rnoise);
@@ -484,6 +625,7 @@ done:
     sd_tensor_unref(mask);
     sd_tensor_unref(concat);
     sd_tensor_unref(x);
+    sd_tensor_unref(x0);
     return rc;
 }
 
@@ -547,7 +689,7 @@ static sd_status ksampler_adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_valu
 }
 
 /* COMBO lists built from the model layer's registries. */
-static sd_status sampler_names(const sd_env *env, sd_value **out, sd_error *err) {
+sd_status sd_nodes_sampler_names(const sd_env *env, sd_value **out, sd_error *err) {
     (void)env;
     sd_value *l = sd_value_list();
     const char *const *names = sd_sampler_names(NULL);
@@ -560,7 +702,7 @@ static sd_status sampler_names(const sd_env *env, sd_value **out, sd_error *err)
     *out = l;
     return SD_OK;
 }
-static sd_status scheduler_names(const sd_env *env, sd_value **out, sd_error *err) {
+sd_status sd_nodes_scheduler_names(const sd_env *env, sd_value **out, sd_error *err) {
     (void)env;
     sd_value *l = sd_value_list();
     const char *const *names = sd_schedule_names();
@@ -581,8 +723,8 @@ static const sd_input_def ksampler_inputs[] = {
     {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
     {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1},
     {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1},
-    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sampler_names, .def_str = "euler"},
-    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = scheduler_names, .def_str = "simple"},
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler"},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple"},
     {.name = "positive", .type = "CONDITIONING"},
     {.name = "negative", .type = "CONDITIONING"},
     {.name = "latent_image", .type = "LATENT"},
@@ -611,8 +753,8 @@ static const sd_input_def ksampler_adv_inputs[] = {
     {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
     {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1},
     {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1},
-    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sampler_names, .def_str = "euler"},
-    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = scheduler_names, .def_str = "simple"},
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler"},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple"},
     {.name = "positive", .type = "CONDITIONING"},
     {.name = "negative", .type = "CONDITIONING"},
     {.name = "latent_image", .type = "LATENT"},

@@ -10,8 +10,11 @@
 #include "core/node.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/sampling/model_sampling.h"
+#include "models/sampling/sampler.h"
 
 extern const sd_node_def *const sd_nodes_sampling[];
+/* The custom-sampling family (nodes/sampling/custom_*.c). */
+extern const sd_node_def *const sd_nodes_custom_sampling[];
 
 /* ---- the conditioned model (comfy.samplers.calc_cond_batch) -----------------
  * For conditioning list k (0 = positive, 1 = negative) every entry is run
@@ -24,6 +27,7 @@ extern const sd_node_def *const sd_nodes_sampling[];
  * UNet as one batch; an entry's ControlNet chain ("control", see
  * nodes/controlnet/controlnet_nodes.h) is evaluated on that batch and its
  * residuals added to the UNet's skip connections and middle block. */
+#define SD_COND_MIDDLE 2 /* beside SD_COND_POSITIVE / SD_COND_NEGATIVE (guider.h) */
 typedef void (*sd_cond_model_tap_fn)(void *ud, int cond_index, float sigma,
                                      const sd_tensor *denoised);
 /* SDXL: the adm vector y [1, adm] built for an entry of conditioning
@@ -35,7 +39,9 @@ typedef struct sd_cond_model {
     sd_unet *unet;
     const sd_unet_config *cfg;
     const sd_model_sampling *ms;
-    const sd_value *conds[2]; /* CONDITIONING lists (borrowed) */
+    /* CONDITIONING lists (borrowed), by SD_COND_* index: positive,
+     * negative, and DualCFGGuider's middle (cond2); NULL = not in use */
+    const sd_value *conds[3];
     /* 9-channel inpainting UNets: [B, 5, h, w] = mask | masked-image latent
      * (model space), appended to the scaled UNet input. NULL otherwise. */
     const sd_tensor *concat;
@@ -100,5 +106,67 @@ void sd_ksample_args_init(sd_ksample_args *a);
  * through ctx and stops with SD_ERR_CANCELLED on interrupt. */
 sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
                                    sd_error *err);
+
+/* ---- one sampling run (comfy.samplers.CFGGuider.sample and its kin) --------------
+ * What KSampler, SamplerCustom and SamplerCustomAdvanced share: the noise
+ * (prepare_noise(seed, batch_index) or zeros), process_latent_in, the
+ * inpaint mask and 9-channel concat, noise_scaling at sigmas[0],
+ * process_conds over the guider's conditioning lists, the guided denoiser
+ * (KSamplerX0Inpaint around it when the latent has a noise_mask; "ddim"
+ * re-noises with seed + 1), the sampler, process_latent_out. */
+
+typedef enum sd_guide_kind {
+    SD_GUIDE_CFG = 0, /* CFGGuider (KSampler): positive, negative, cfg */
+    SD_GUIDE_BASIC,   /* BasicGuider: positive only, cfg 1 */
+    SD_GUIDE_DUAL_CFG /* DualCFGGuider: positive (cond1), middle (cond2), negative */
+} sd_guide_kind;
+
+/* A guider: the MODEL and what drives it. Borrowed pointers. */
+typedef struct sd_guide {
+    sd_guide_kind kind;
+    sd_checkpoint *ckpt;
+    struct sd_lora_stack *loras;
+    const sd_value *positive, *negative, *middle;
+    double cfg;  /* CFG: cfg; DUAL_CFG: cfg_conds (cond1 against cond2) */
+    double cfg2; /* DUAL_CFG: cfg_cond2_negative */
+    int nested;  /* DUAL_CFG: style "nested" */
+} sd_guide;
+
+typedef struct sd_sample_args {
+    sd_guide guide;
+    const char *sampler_name;    /* a sd_sampler_find() name */
+    sd_sampler_params options;   /* eta, s_noise, r, lms_order, sde_solver (rest ignored) */
+    const float *sigmas;         /* n_sigmas values, used as given */
+    int n_sigmas;
+    int add_noise;               /* 0: zero noise (DisableNoise, add_noise off) */
+    uint64_t seed;               /* noise seed; also seeds the sampler's own noise */
+    const sd_value *latent;      /* LATENT dict */
+    const sd_ksample_hooks *hooks;
+} sd_sample_args;
+
+/* CFG guider without conditioning, sampler options at their defaults,
+ * add_noise on, seed 0. */
+void sd_sample_args_init(sd_sample_args *a);
+
+/* Runs the sampler. *out: a new LATENT (the input dict, "samples" replaced).
+ * out_denoised (may be NULL): a new LATENT with the denoised estimate of
+ * the last sampler callback (ComfyUI's x0_output, process_latent_out), or
+ * another reference to *out when no step ran. n_sigmas == 0 returns the
+ * input latent unchanged, as ComfyUI. Progress, previews and interrupts go
+ * through ctx; errors name the input concerned. */
+sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **out,
+                          sd_value **out_denoised, sd_error *err);
+
+/* The BasicGuider / DualCFGGuider denoisers (nodes/sampling/guide.c), as
+ * Guider_Basic and Guider_DualCFG.predict_noise compute them in float32. */
+typedef struct sd_guide_state {
+    const sd_guide *g;
+    sd_cond_model *cm;
+    sd_tensor *buf[2]; /* scratch for two predictions, allocated on first use */
+} sd_guide_state;
+
+void sd_guide_state_init(sd_guide_state *s, const sd_guide *g, sd_cond_model *cm);
+void sd_guide_state_release(sd_guide_state *s);
+sd_denoiser sd_guide_state_denoiser(sd_guide_state *s);
 
 #endif

@@ -1,0 +1,116 @@
+/* guide.c - the BasicGuider and DualCFGGuider denoisers
+ * (comfy_extras/nodes_custom_sampler.py Guider_Basic, Guider_DualCFG),
+ * float32 with one rounding per torch op, in torch's order. CFGGuider
+ * itself is models/sampling/guider.h. */
+#include <string.h>
+
+#include "sampling.h"
+#include "models/sampling/guider.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+void sd_guide_state_init(sd_guide_state *s, const sd_guide *g, sd_cond_model *cm) {
+    memset(s, 0, sizeof *s);
+    s->g = g;
+    s->cm = cm;
+}
+
+void sd_guide_state_release(sd_guide_state *s) {
+    for (int i = 0; i < 2; i++) {
+        sd_tensor_unref(s->buf[i]);
+        s->buf[i] = NULL;
+    }
+}
+
+static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x) {
+    if (*slot && sd_tensor_same_shape(*slot, x)) return *slot;
+    sd_tensor_unref(*slot);
+    *slot = sd_tensor_new(SD_F32, x->ndim, x->shape);
+    return *slot;
+}
+
+/* Guider_Basic: sampling_function with no negative. calc_cond_batch gives
+ * zeros for the missing uncond, so the result is cfg_function(cond, 0, 1)
+ * and CFG++ samplers see a zero uncond. */
+static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
+                            sd_tensor *denoised, sd_tensor *uncond_denoised, sd_error *err) {
+    int c = SD_COND_POSITIVE;
+    sd_status rc = sd_cond_model_eval(s->cm, x, sigma, &c, 1, &denoised, err);
+    if (rc) return rc;
+    int64_t n = sd_tensor_numel(x);
+    sd_tensor *zeros = uncond_denoised ? uncond_denoised : scratch(&s->buf[0], x);
+    if (!zeros) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    memset(zeros->data, 0, zeros->nbytes);
+    float *dv = denoised->data;
+    sd_cfg_combine(dv, zeros->data, 1.0, dv, n);
+    return SD_OK;
+}
+
+/* Guider_DualCFG.predict_noise. calc_cond_batch order: negative, middle,
+ * positive; out = cfg_function(middle, negative, cfg2) + (pos - middle) * cfg1
+ * (regular), or neg + cfg2 * (cfg_function(pos, middle, cfg1) - neg) (nested).
+ * The regular style skips the negative when cfg2 is 1 and then the middle
+ * too when cfg1 is 1 (zeros instead), unless the sampler needs the uncond. */
+static sd_status dual_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
+                           sd_tensor *denoised, sd_tensor *uncond_denoised, sd_error *err) {
+    const sd_guide *g = s->g;
+    int64_t n = sd_tensor_numel(x);
+    sd_tensor *neg = scratch(&s->buf[0], x), *mid = scratch(&s->buf[1], x), *pos = denoised;
+    if (!neg || !mid) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    int use_neg = 1, use_mid = 1;
+    if (!g->nested && !uncond_denoised && sd_cfg_is_one(g->cfg2)) {
+        use_neg = 0;
+        use_mid = !sd_cfg_is_one(g->cfg);
+    }
+    int conds[3], nc = 0;
+    sd_tensor *outs[3];
+    if (use_neg) conds[nc] = SD_COND_NEGATIVE, outs[nc++] = neg;
+    else memset(neg->data, 0, neg->nbytes);
+    if (use_mid) conds[nc] = SD_COND_MIDDLE, outs[nc++] = mid;
+    else memset(mid->data, 0, mid->nbytes);
+    conds[nc] = SD_COND_POSITIVE, outs[nc++] = pos;
+    sd_status rc = sd_cond_model_eval(s->cm, x, sigma, conds, nc, outs, err);
+    if (rc) return rc;
+    const float *nv = neg->data, *mv = mid->data;
+    float *dv = denoised->data; /* holds the positive prediction */
+    const float c1 = (float)g->cfg, c2 = (float)g->cfg2;
+    if (g->nested) {
+        for (int64_t i = 0; i < n; i++) {
+            float t = dv[i] - mv[i];
+            t = t * c1;
+            float text = mv[i] + t; /* cfg_function(pos, middle, cfg1) */
+            float u = text - nv[i];
+            u = c2 * u;
+            dv[i] = nv[i] + u;
+        }
+        if (uncond_denoised) memcpy(uncond_denoised->data, mv, (size_t)n * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float t = mv[i] - nv[i];
+            t = t * c2;
+            float r = nv[i] + t; /* cfg_function(middle, negative, cfg2) */
+            float u = dv[i] - mv[i];
+            u = u * c1;
+            dv[i] = r + u;
+        }
+        if (uncond_denoised) memcpy(uncond_denoised->data, nv, (size_t)n * sizeof(float));
+    }
+    return SD_OK;
+}
+
+static sd_status guide_eval(void *ud, const sd_tensor *x, float sigma, sd_tensor *denoised,
+                            sd_tensor *uncond_denoised, sd_error *err) {
+    sd_guide_state *s = ud;
+    if (s->g->kind == SD_GUIDE_BASIC) return basic_eval(s, x, sigma, denoised, uncond_denoised, err);
+    if (s->g->kind == SD_GUIDE_DUAL_CFG) return dual_eval(s, x, sigma, denoised, uncond_denoised, err);
+    return sd_error_set(err, SD_ERR_INVALID, "guider: CFG guiders use models/sampling/guider.h");
+}
+
+sd_denoiser sd_guide_state_denoiser(sd_guide_state *s) {
+    sd_denoiser d = {guide_eval, s};
+    return d;
+}
