@@ -62,6 +62,7 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
     # small and short: same graph, tiny model, 2 steps, 64x64
     sets=()
     grep -q '"KSampler"' "$json" && sets+=(--set KSampler.steps=2)
+    grep -q '"BasicScheduler"' "$json" && sets+=(--set BasicScheduler.steps=2)
     grep -q '"EmptyLatentImage"' "$json" && sets+=(--set EmptyLatentImage.width=64 --set EmptyLatentImage.height=64)
     run "$lua" "${sets[@]}" > "$T/files" 2> "$T/err" || fail "sdflow run workflows/$base.lua: $(cat "$T/err")"
     [ -s "$T/files" ] || fail "workflows/$base.lua wrote no file"

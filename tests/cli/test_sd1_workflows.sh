@@ -143,6 +143,40 @@ run_wf img2img "$SDFLOW_SOURCE_DIR/workflows/img2img_sd15.json"
 run_wf inpaint "$SDFLOW_SOURCE_DIR/workflows/inpaint_sd15.json"
 run_wf noise_mask "$SDFLOW_SOURCE_DIR/tests/workflows/inpaint_noise_mask_sd15.json"
 
+# SamplerCustomAdvanced (RandomNoise + CFGGuider + KSamplerSelect + BasicScheduler)
+# gives KSampler's latent bit for bit; its outputs are cached like KSampler's
+C="$T/custom"
+small=(--models-dir "$T/models" --output-dir "$C/out" --tokenizer-dir "$TOK" --quiet
+    --set 4.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64)
+if "$SDFLOW_BIN" run "$SDFLOW_SOURCE_DIR/workflows/txt2img_sd15.json" "${small[@]}" --set 3.steps=4 \
+    --no-cache --dump "$C/ks" > /dev/null 2> "$C.err" &&
+    "$SDFLOW_BIN" run "$SDFLOW_SOURCE_DIR/workflows/txt2img_custom_sd15.json" "${small[@]}" --set 13.steps=4 \
+        --no-cache --dump "$C/adv" > /dev/null 2>> "$C.err"; then
+    python3 - "$C" << 'PY' || fail "custom sampling: SamplerCustomAdvanced differs from KSampler"
+import sys
+sys.path.insert(0, sys.argv[1] + "/..")
+from tool import read_st
+d = sys.argv[1]
+a, b = read_st(d + "/ks/3_0.safetensors"), read_st(d + "/adv/3_0.safetensors")
+ia, ib = read_st(d + "/ks/8_0.safetensors"), read_st(d + "/adv/8_0.safetensors")
+ok = a["samples"][2] == b["samples"][2] and a["samples"][0] == b["samples"][0] == [1, 4, 8, 8]
+ok = ok and ia["IMAGE"][2] == ib["IMAGE"][2]
+print("  custom sampling: KSampler and SamplerCustomAdvanced latents %s" % ("identical" if ok else "DIFFER"))
+sys.exit(0 if ok else 1)
+PY
+    for i in 1 2; do
+        "$SDFLOW_BIN" run "$SDFLOW_SOURCE_DIR/workflows/txt2img_custom_sd15.json" "${small[@]}" --set 13.steps=4 \
+            --cache "$C/c.db" --dump "$C/cached$i" > /dev/null 2>> "$C.err" || fail "custom sampling: cached run $i"
+    done
+    python3 "$T/tool.py" same "$C/adv" "$C/cached1" || fail "custom sampling: cache on differs from cache off"
+    # all hits: the GUIDER (it holds the MODEL, so it is never stored) is not
+    # needed and not rebuilt; the sampler's two latents come from the cache
+    mkdir -p "$C/adv_no_guider" && cp "$C"/adv/*.safetensors "$C/adv_no_guider/" && rm "$C/adv_no_guider/11_0.safetensors"
+    python3 "$T/tool.py" same "$C/adv_no_guider" "$C/cached2" || fail "custom sampling: cached results differ"
+else
+    fail "custom sampling runs: $(cat "$C.err")"
+fi
+
 # Models found through --comfyui-dir (an installation's models/checkpoints)
 mkdir -p "$T/comfy/models/checkpoints" "$T/empty"
 ln -s "$MODEL" "$T/comfy/models/checkpoints/tiny-sd1.safetensors"
