@@ -10,6 +10,7 @@
  */
 #include "cpu.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,19 @@ static void bf16_widen(const uint16_t *s, float *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) u[i] = (uint32_t)s[i] << 16;
 }
 
+/* CPUID's F16C bit, read directly: clang before 15 does not know the
+ * "f16c" name of __builtin_cpu_supports (the fuzz build uses clang). */
+static int has_f16c(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa) {
     const uint16_t *s = src;
     if (dt == SD_BF16) {
@@ -48,7 +62,7 @@ void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa) 
         /* sd_cpu_isa() says AVX2 for AVX2+FMA; F16C comes with those on every
          * CPU we know of, but check it rather than assume */
         if (isa >= SD_ISA_AVX512) f16_avx512(s, dst, n);
-        else if (isa >= SD_ISA_AVX2 && __builtin_cpu_supports("f16c")) f16_f16c(s, dst, n);
+        else if (isa >= SD_ISA_AVX2 && has_f16c()) f16_f16c(s, dst, n);
         else f16_scalar(s, dst, n);
     } else if (dt == SD_F32) {
         memcpy(dst, src, (size_t)n * sizeof *dst);

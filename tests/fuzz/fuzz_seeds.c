@@ -13,6 +13,9 @@
  * OUT_DIR/torch_ckpt: a zip checkpoint written here with libzip, plus the
  *   small .pt/.ckpt files of JSON_DIR/torch (tests/data/torch).
  * OUT_DIR/pickle: pickles written here, plus the data.pkl of those files.
+ * OUT_DIR/lora: valid LoRA files of every kind for fuzz_lora's tiny SD1
+ *   model (Kohya LoRA, LoCon, LoHa, LoHa Tucker, LoKr plain/factored/Tucker,
+ *   diffusers/PEFT names, full diffs), F32 and F16.
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -418,6 +421,84 @@ static int torch_seeds(const char *pk_out, const char *zip_out, int argc, char *
     return rc;
 }
 
+/* ---- LoRA ------------------------------------------------------------------ */
+
+/* Module names of the tiny SD1 model (models/synth sd1-tiny). */
+#define SQ "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q" /* [32, 32] */
+#define SC "lora_unet_down_blocks_0_resnets_0_conv1"                              /* [32, 32, 3, 3] */
+#define SF "diffusion_model.input_blocks.1.1.transformer_blocks.0.ff.net.2"     /* [32, 128] */
+#define SO "diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_out.0"
+#define ST "lora_te_text_model_encoder_layers_0_self_attn_q_proj"                /* [128, 128] */
+
+typedef struct lt {
+    const char *name;
+    int ndim;
+    int64_t d[4];
+} lt;
+
+typedef struct lseed {
+    const char *file;
+    lt t[8];
+} lseed;
+
+static const lseed LORA_SEEDS[] = {
+    {"kohya", {{SQ ".lora_up.weight", 2, {32, 4}}, {SQ ".lora_down.weight", 2, {4, 32}},
+               {SQ ".alpha", 0, {0}}, {ST ".lora_up.weight", 2, {128, 2}},
+               {ST ".lora_down.weight", 2, {2, 128}}}},
+    {"locon", {{SC ".lora_up.weight", 4, {32, 2, 1, 1}}, {SC ".lora_down.weight", 4, {2, 32, 1, 1}},
+               {SC ".lora_mid.weight", 4, {2, 2, 3, 3}}, {SC ".alpha", 0, {0}}}},
+    {"locon_conv", {{SC ".lora_up.weight", 4, {32, 2, 1, 1}}, {SC ".lora_down.weight", 4, {2, 32, 3, 3}}}},
+    {"loha", {{SQ ".hada_w1_a", 2, {32, 2}}, {SQ ".hada_w1_b", 2, {2, 32}}, {SQ ".hada_w2_a", 2, {32, 2}},
+              {SQ ".hada_w2_b", 2, {2, 32}}, {SQ ".alpha", 0, {0}}}},
+    {"loha_tucker", {{SC ".hada_w1_a", 2, {2, 32}}, {SC ".hada_w1_b", 2, {2, 32}},
+                     {SC ".hada_w2_a", 2, {2, 32}}, {SC ".hada_w2_b", 2, {2, 32}},
+                     {SC ".hada_t1", 4, {2, 2, 3, 3}}, {SC ".hada_t2", 4, {2, 2, 3, 3}}}},
+    {"lokr", {{SF ".lokr_w1", 2, {4, 8}}, {SF ".lokr_w2", 2, {8, 16}}}},
+    {"lokr_factored", {{SF ".lokr_w1_a", 2, {4, 2}}, {SF ".lokr_w1_b", 2, {2, 8}},
+                       {SF ".lokr_w2_a", 2, {8, 2}}, {SF ".lokr_w2_b", 2, {2, 16}}, {SF ".alpha", 0, {0}}}},
+    {"lokr_tucker", {{SC ".lokr_w1", 2, {4, 4}}, {SC ".lokr_w2_a", 2, {2, 8}}, {SC ".lokr_w2_b", 2, {2, 8}},
+                     {SC ".lokr_t2", 4, {2, 2, 3, 3}}, {SC ".alpha", 0, {0}}}},
+    {"diffusers", {{"unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.processor.to_out.lora_A.weight", 2, {4, 32}},
+                   {"unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.processor.to_out.lora_B.weight", 2, {32, 4}},
+                   {"text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.down.weight", 2, {4, 128}},
+                   {"text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.up.weight", 2, {128, 4}}}},
+    {"diff", {{SO ".diff", 2, {32, 32}}, {SO ".diff_b", 1, {32}}}},
+};
+
+static int lora_seeds(const char *out) {
+    int rc = 0;
+    sd_error err;
+    uint32_t x = 1;
+    for (size_t i = 0; i < sizeof LORA_SEEDS / sizeof *LORA_SEEDS; i++)
+        for (int half = 0; half < 2; half++) {
+            const lseed *ls = &LORA_SEEDS[i];
+            sd_st_writer *w = sd_st_writer_new();
+            for (int j = 0; j < 8 && ls->t[j].name; j++) {
+                sd_tensor *t = sd_tensor_new(SD_F32, ls->t[j].ndim, ls->t[j].d);
+                for (int64_t k = 0; k < sd_tensor_numel(t); k++) {
+                    x = x * 1664525u + 1013904223u;
+                    sd_tensor_f32(t)[k] = ls->t[j].ndim ? (float)(x >> 8) / 16777216.0f - 0.5f : 2.0f;
+                }
+                sd_tensor *c = half ? sd_tensor_to_dtype(t, SD_F16) : sd_tensor_ref(t);
+                if (!c || sd_st_writer_add(w, ls->t[j].name, c, &err)) rc = -1;
+                sd_tensor_unref(c);
+                sd_tensor_unref(t);
+            }
+            void *buf = NULL;
+            size_t n = 0;
+            if (sd_st_writer_to_memory(w, &buf, &n, &err) == SD_OK) {
+                char name[64];
+                snprintf(name, sizeof name, "%s%s.safetensors", ls->file, half ? "-f16" : "");
+                rc |= write_seed(out, name, buf, n);
+            } else {
+                rc = -1;
+            }
+            free(buf);
+            sd_st_writer_free(w);
+        }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -443,6 +524,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/torch_ckpt", argv[1]);
     mkdir_p(dir);
     rc |= torch_seeds(pk, dir, argc - 3, argv + 3);
+    snprintf(dir, sizeof dir, "%s/lora", argv[1]);
+    mkdir_p(dir);
+    rc |= lora_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }
