@@ -153,6 +153,11 @@ grep -q 'SaveImage #2 cached, files written again' "$T/second.err" || fail "seco
 run_to out2 third
 [ "$(ls "$T/out2" | wc -l)" -eq 1 ] || fail "third: wrote again into out2: $(ls "$T/out2")"
 sd_test_flat "$T/third.json" | grep -q '"delivered"' && fail "third: delivered again"
+# The saved PNG run again into a third folder (its embedded workflow).
+"$SDFLOW_BIN" run "$T/out1/again_00001_.png" --cache "$C" --output-dir "$T/out3" --report "$T/png.json" \
+    > "$T/png.out" 2> "$T/png.err" || fail "png rerun: $(cat "$T/png.err")"
+[ -f "$T/out3/again_00001_.png" ] || fail "png rerun into out3 wrote nothing there"
+sd_test_flat "$T/png.json" | grep -q '"status":"cached","delivered":true' || fail "png rerun: not delivered from the cache"
 # Someone replaces the file: the cache does not take it for the run's own.
 printf 'not a png' > "$T/out2/again_00001_.png"
 run_to out2 fourth
