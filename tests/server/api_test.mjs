@@ -86,7 +86,7 @@ try {
     const executing = of('executing', pid);
     ok(executing.length >= 2 && executing.at(-1).data.node === null && typeof executing[0].data.node === 'string',
        `${name}: executing per node, then node=null`);
-    const hasSampler = Object.values(wf).some((n) => n.class_type === 'KSampler');
+    const hasSampler = Object.values(wf).some((n) => ['KSampler', 'SamplerCustomAdvanced'].includes(n.class_type));
     // (checked on this test's own listener: the client's per-prompt one is
     // attached only once the POST has answered, and a fast prompt may be past
     // its first steps by then)

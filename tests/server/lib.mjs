@@ -62,7 +62,7 @@ export function tweak(name, wf, models, image) {
     if (n.class_type === 'CheckpointLoaderSimple') i.ckpt_name = name.includes('sdxl') ? models.sdxl : models.sd1;
     if (n.class_type === 'EmptyLatentImage') Object.assign(i, name.includes('sdxl') ? { width: 128, height: 96 } : { width: 64, height: 64 });
     if (n.class_type === 'CLIPTextEncodeSDXL') Object.assign(i, { width: 128, height: 96, target_width: 128, target_height: 96 });
-    if (n.class_type === 'KSampler' || n.class_type === 'KSamplerAdvanced') i.steps = 2;
+    if (['KSampler', 'KSamplerAdvanced', 'BasicScheduler'].includes(n.class_type)) i.steps = 2;
     if (n.class_type === 'LoadImage') i.image = image;
     if (n.class_type === 'LoraLoader') i.lora_name = models.lora;
     if (n.class_type === 'ControlNetLoader') i.control_net_name = models.controlnet;
