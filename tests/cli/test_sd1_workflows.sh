@@ -144,14 +144,16 @@ run_wf inpaint "$SDFLOW_SOURCE_DIR/workflows/inpaint_sd15.json"
 run_wf noise_mask "$SDFLOW_SOURCE_DIR/tests/workflows/inpaint_noise_mask_sd15.json"
 
 # SamplerCustomAdvanced (RandomNoise + CFGGuider + KSamplerSelect + BasicScheduler)
-# gives KSampler's latent bit for bit; its outputs are cached like KSampler's
+# gives KSampler's latent bit for bit (with a seed past 2^63, to carry all 64
+# bits through RandomNoise); its outputs are cached like KSampler's
 C="$T/custom"
 small=(--models-dir "$T/models" --output-dir "$C/out" --tokenizer-dir "$TOK" --quiet
     --set 4.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64)
 if "$SDFLOW_BIN" run "$SDFLOW_SOURCE_DIR/workflows/txt2img_sd15.json" "${small[@]}" --set 3.steps=4 \
+    --set 3.seed=18446744073709551615 \
     --no-cache --dump "$C/ks" > /dev/null 2> "$C.err" &&
     "$SDFLOW_BIN" run "$SDFLOW_SOURCE_DIR/workflows/txt2img_custom_sd15.json" "${small[@]}" --set 13.steps=4 \
-        --no-cache --dump "$C/adv" > /dev/null 2>> "$C.err"; then
+        --set 10.noise_seed=18446744073709551615 --no-cache --dump "$C/adv" > /dev/null 2>> "$C.err"; then
     python3 - "$C" << 'PY' || fail "custom sampling: SamplerCustomAdvanced differs from KSampler"
 import sys
 sys.path.insert(0, sys.argv[1] + "/..")
@@ -166,7 +168,7 @@ sys.exit(0 if ok else 1)
 PY
     for i in 1 2; do
         "$SDFLOW_BIN" run "$SDFLOW_SOURCE_DIR/workflows/txt2img_custom_sd15.json" "${small[@]}" --set 13.steps=4 \
-            --cache "$C/c.db" --dump "$C/cached$i" > /dev/null 2>> "$C.err" || fail "custom sampling: cached run $i"
+            --set 10.noise_seed=18446744073709551615 --cache "$C/c.db" --dump "$C/cached$i" > /dev/null 2>> "$C.err" || fail "custom sampling: cached run $i"
     done
     python3 "$T/tool.py" same "$C/adv" "$C/cached1" || fail "custom sampling: cache on differs from cache off"
     # all hits: the GUIDER (it holds the MODEL, so it is never stored) is not
