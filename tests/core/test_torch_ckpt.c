@@ -256,6 +256,8 @@ int main(void) {
     const char *src = getenv("SDFLOW_SOURCE_DIR");
     snprintf(dir, sizeof dir, "%s/tests/data/torch", src ? src : "..");
     compare_pair("mixed.ckpt", "mixed.safetensors");
+    compare_pair("mixed-p4.pt", "mixed.safetensors");
+    compare_pair("mixed-p5.pt", "mixed.safetensors");
     compare_pair("embedding.pt", "embedding.safetensors");
     compare_pair("empty.pt", "empty.safetensors");
     char real[4300];

@@ -77,6 +77,10 @@ def good():
     ts.save({"state_dict": sd, "global_step": 123, "epoch": 4, "note": "lightning-like"},
             os.path.join(OUT, "mixed.ckpt"), archive="mixed")
     expect_st(os.path.join(OUT, "mixed.safetensors"), sd)
+    # the same with torch.save(..., pickle_protocol=4 / 5): FRAME, MEMOIZE,
+    # STACK_GLOBAL, SHORT_BINUNICODE
+    for proto in (4, 5):
+        ts.save(sd, os.path.join(OUT, "mixed-p%d.pt" % proto), protocol=proto)
 
     # A1111 textual inversion: nested dicts, tensors under string_to_param
     emb = ts.Tensor(ts.Storage("F32", raw("F32", [float(i) / 16 for i in range(2 * 8)])), [2, 8], parameter=True)
@@ -156,9 +160,11 @@ def bad():
 def check_torch():
     import torch  # python3-torch
     print("torch", torch.__version__)
-    for name in ["mixed.ckpt", "embedding.pt"]:
-        obj = torch.load(os.path.join(OUT, name), weights_only=True)
-        exp, _ = ts.read_safetensors(os.path.join(OUT, name.rsplit(".", 1)[0] + ".safetensors"))
+    for name in ["mixed.ckpt", "mixed-p4.pt", "mixed-p5.pt", "embedding.pt"]:
+        # torch 1.13's weights-only unpickler has no FRAME (protocol 4+): our
+        # own files are loaded with the full unpickler there
+        obj = torch.load(os.path.join(OUT, name), weights_only="-p" not in name)
+        exp, _ = ts.read_safetensors(os.path.join(OUT, name.rsplit(".", 1)[0].split("-p")[0] + ".safetensors"))
         sd = obj.get("state_dict", obj)
         flat = {}
 

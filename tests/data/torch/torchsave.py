@@ -118,8 +118,8 @@ def tensor(dtype, shape, data, **kw):
 # ---- writing ----------------------------------------------------------------------
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, f, keys):
-        super().__init__(f, protocol=2)
+    def __init__(self, f, keys, protocol=2):
+        super().__init__(f, protocol=protocol)
         self.keys = keys  # id(storage) -> (key, storage), in first-use order
 
     def persistent_id(self, obj):
@@ -129,12 +129,13 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-def dumps(obj):
-    """The data.pkl bytes and the storages {key: Storage} it refers to."""
+def dumps(obj, protocol=2):
+    """The data.pkl bytes and the storages {key: Storage} it refers to
+    (torch.save's pickle_protocol, 2 by default)."""
     import io
     _stand_ins()
     buf, keys = io.BytesIO(), {}
-    _Pickler(buf, keys).dump(obj)
+    _Pickler(buf, keys, protocol).dump(obj)
     return buf.getvalue(), {k: s for k, s in keys.values()}
 
 
@@ -156,8 +157,8 @@ def write_zip(path, pkl, storages, archive="archive", align=64):
         add("version", b"3\n")
 
 
-def save(obj, path, archive="archive"):
-    pkl, storages = dumps(obj)
+def save(obj, path, archive="archive", protocol=2):
+    pkl, storages = dumps(obj, protocol)
     write_zip(path, pkl, storages, archive)
 
 
