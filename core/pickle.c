@@ -108,6 +108,9 @@ static sd_status seq_push(pk_vm *vm, sd_pk_obj *c, sd_pk_obj *item) {
     return SD_OK;
 }
 
+size_t sd_pickle_count(const sd_pickle *p) { return p ? p->n_objs : 0; }
+const sd_pk_obj *sd_pickle_at(const sd_pickle *p, size_t i) { return p && i < p->n_objs ? p->objs[i] : NULL; }
+
 const char *sd_pickle_kind_name(sd_pk_kind k) {
     static const char *const names[] = {"None", "bool", "int", "float", "str", "bytes", "tuple",
                                         "list", "dict", "global", "storage", "tensor"};
@@ -399,7 +402,8 @@ static sd_status apply(pk_vm *vm, const sd_pk_obj *fn, const sd_pk_obj *args, sd
     return apply_global(vm, id, args, out);
 }
 
-/* BINPERSID: ('storage', <Storage type>, key, location, numel). */
+/* BINPERSID: ('storage', <Storage type>, key, location, numel), and in the
+ * legacy format a sixth element, view_metadata, which must be None. */
 static sd_status persistent(pk_vm *vm, const sd_pk_obj *pid, sd_pk_obj **out) {
     if (pid->kind != SD_PK_TUPLE || pid->u.seq.n < 5)
         return fail(vm, SD_ERR_UNSUPPORTED, "persistent id is a %s, not a ('storage', ...) tuple",
@@ -407,9 +411,8 @@ static sd_status persistent(pk_vm *vm, const sd_pk_obj *pid, sd_pk_obj **out) {
     sd_pk_obj **a = pid->u.seq.items;
     if (a[0]->kind != SD_PK_STR || strcmp(a[0]->u.str.s, "storage") != 0)
         return fail(vm, SD_ERR_UNSUPPORTED, "%s", "persistent id is not a 'storage' record");
-    if (pid->u.seq.n != 5)
-        return fail(vm, SD_ERR_UNSUPPORTED, "%s",
-                    "storage record with view metadata (the legacy pre-1.6 torch format)");
+    if (pid->u.seq.n > 6 || (pid->u.seq.n == 6 && a[5]->kind != SD_PK_NONE))
+        return fail(vm, SD_ERR_UNSUPPORTED, "%s", "storage record with view metadata (a storage view)");
     if (a[1]->kind != SD_PK_GLOBAL || a[1]->u.global.id != SD_PKG_STORAGE_TYPE)
         return fail(vm, SD_ERR_FORMAT, "%s", "storage record without a torch.*Storage type");
     if (a[2]->kind != SD_PK_STR || a[2]->u.str.len == 0 || strlen(a[2]->u.str.s) != a[2]->u.str.len)

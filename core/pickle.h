@@ -16,7 +16,8 @@
  *   Char, Byte, Bool)                 -> storage dtypes in persistent ids
  *
  * and torch's persistent id ('storage', <Storage type>, key, location,
- * numel). Any other global (named in the error, e.g. "posix.system"), a REDUCE
+ * numel[, view_metadata]) — the legacy format's sixth element must be None
+ * (storage views are refused). Any other global (named in the error, e.g. "posix.system"), a REDUCE
  * of anything but the functions above, BUILD on anything but a dict or a
  * tensor, INST/OBJ/NEWOBJ/EXT*, sets, out-of-band buffers and protocol-0
  * text opcodes are refused with SD_ERR_UNSUPPORTED.
@@ -116,6 +117,11 @@ typedef struct sd_pickle sd_pickle;
 sd_status sd_pickle_load(const void *data, size_t size, const char *what, sd_pickle **out,
                          const sd_pk_obj **root, size_t *used, sd_error *err);
 void sd_pickle_free(sd_pickle *p); /* NULL-safe */
+
+/* Every object of the load, in creation order (e.g. to find all storages
+ * a stream declares, referenced or not). */
+size_t sd_pickle_count(const sd_pickle *p);
+const sd_pk_obj *sd_pickle_at(const sd_pickle *p, size_t i);
 
 /* Value of key `key` (a STR) in dict d, or NULL. Linear. */
 const sd_pk_obj *sd_pickle_dict_get(const sd_pk_obj *d, const char *key);

@@ -1,11 +1,16 @@
-/* torch_ckpt.c - torch zip checkpoints through libzip and the restricted
- * unpickler, presented as an sd_st_file (see torch_ckpt.h). */
+/* torch_ckpt.c - torch checkpoints through the restricted unpickler,
+ * presented as an sd_st_file (see torch_ckpt.h): zip archives through
+ * libzip, the legacy stream format from a mapping of the file. */
 #include "torch_ckpt.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <fcntl.h>
 #include <zip.h>
 
 #include "pickle.h"
@@ -19,7 +24,7 @@
 
 /* Where one tensor's bytes are. */
 typedef struct tc_tensor {
-    zip_uint64_t zindex; /* storage entry */
+    uint64_t where;      /* zip: the storage's entry index; legacy: its byte offset in the file */
     uint64_t start;      /* byte offset of the tensor's first element in the entry */
     uint64_t span;       /* bytes from start to past its last element */
     int contiguous;
@@ -29,17 +34,28 @@ typedef struct tc_tensor {
 } tc_tensor;
 
 typedef struct tc_ctx {
-    zip_t *za;
+    zip_t *za;           /* zip format */
+    const uint8_t *base; /* legacy format: the whole file */
+    size_t size;
+    int mapped;          /* munmap(base) on free */
     char *path;
     tc_tensor *t;
     size_t n, cap;
 } tc_ctx;
 
-/* Everything open_archive needs while building the entry list. */
+/* A storage of the legacy format: its bytes in the file. */
+typedef struct lg_storage {
+    const char *key;
+    uint64_t off, bytes;
+} lg_storage;
+
+/* Everything open_archive / open_legacy need while building the entry list. */
 typedef struct tc_build {
     tc_ctx *c;
     const char *path;
-    const char *prefix; /* archive directory, "archive" typically */
+    const char *prefix; /* zip: archive directory, "archive" typically */
+    lg_storage *lg;     /* legacy: storages sorted by key */
+    size_t n_lg;
     sd_st_entry *entries;
     size_t n, cap;
     sd_error *err;
@@ -49,6 +65,7 @@ static void ctx_free(void *p) {
     tc_ctx *c = p;
     if (!c) return;
     if (c->za) zip_discard(c->za); /* read-only: nothing to write back */
+    if (c->mapped) munmap((void *)c->base, c->size);
     free(c->t);
     free(c->path);
     free(c);
@@ -123,10 +140,16 @@ static void gather(const tc_tensor *t, const uint8_t *src, uint8_t *dst) {
 static sd_status tc_read(void *p, const sd_st_entry *e, void *dst, sd_error *err) {
     tc_ctx *c = p;
     const tc_tensor *t = &c->t[e->offset];
+    if (c->base) { /* legacy: bounds were checked at open */
+        const uint8_t *src = c->base + t->where + t->start;
+        if (t->contiguous) memcpy(dst, src, t->span);
+        else gather(t, src, dst);
+        return SD_OK;
+    }
     uint8_t *buf = t->contiguous ? dst : malloc(t->span);
     if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory", c->path, e->name);
     sd_status rc = SD_OK;
-    zip_file_t *zf = zip_fopen_index(c->za, t->zindex, 0);
+    zip_file_t *zf = zip_fopen_index(c->za, t->where, 0);
     if (!zf) {
         rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': %s", c->path, e->name,
                           zip_error_strerror(zip_get_error(c->za)));
@@ -151,18 +174,24 @@ static const sd_st_source_i tc_source = {tc_read, ctx_free};
 
 /* ---- building the entry list ------------------------------------------------------ */
 
-/* Checks a tensor against its storage and records it under `name`. */
-static sd_status add_tensor(tc_build *b, const char *name, const sd_pk_obj *o) {
-    const sd_pk_obj *s = o->u.tensor.storage;
-    sd_dtype dt = s->u.storage.dtype;
-    size_t es = sd_dtype_size(dt);
-    int nd = o->u.tensor.ndim;
-    if (nd > SD_MAX_DIMS)
-        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most %d supported)",
-                            b->path, name, nd, SD_MAX_DIMS);
-    /* storage size vs. its zip entry */
+static int cmp_lg(const void *a, const void *b) {
+    return strcmp(((const lg_storage *)a)->key, ((const lg_storage *)b)->key);
+}
+
+/* Where storage `key` is and how many bytes it really has. */
+static sd_status locate_storage(tc_build *b, const char *name, const char *key, uint64_t *where,
+                                uint64_t *avail) {
+    if (b->lg) {
+        lg_storage k = {.key = key}, *hit = b->n_lg ? bsearch(&k, b->lg, b->n_lg, sizeof k, cmp_lg) : NULL;
+        if (!hit)
+            return sd_error_set(b->err, SD_ERR_FORMAT, "%s: tensor '%s': its storage '%s' is missing from the file",
+                                b->path, name, key);
+        *where = hit->off;
+        *avail = hit->bytes;
+        return SD_OK;
+    }
     char ename[1024];
-    if ((size_t)snprintf(ename, sizeof ename, "%s/data/%s", b->prefix, s->u.storage.key) >= sizeof ename)
+    if ((size_t)snprintf(ename, sizeof ename, "%s/data/%s", b->prefix, key) >= sizeof ename)
         return sd_error_set(b->err, SD_ERR_FORMAT, "%s: tensor '%s': storage key too long", b->path, name);
     zip_int64_t zi = zip_name_locate(b->c->za, ename, ZIP_FL_ENC_RAW);
     if (zi < 0)
@@ -173,15 +202,33 @@ static sd_status add_tensor(tc_build *b, const char *name, const sd_pk_obj *o) {
         return zip_fail(b->err, b->path, ename, zip_get_error(b->c->za));
     if (st.valid & ZIP_STAT_ENCRYPTION_METHOD && st.encryption_method != ZIP_EM_NONE)
         return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: %s is encrypted", b->path, ename);
+    *where = (uint64_t)zi;
+    *avail = st.size;
+    return SD_OK;
+}
+
+/* Checks a tensor against its storage and records it under `name`. */
+static sd_status add_tensor(tc_build *b, const char *name, const sd_pk_obj *o) {
+    const sd_pk_obj *s = o->u.tensor.storage;
+    sd_dtype dt = s->u.storage.dtype;
+    size_t es = sd_dtype_size(dt);
+    int nd = o->u.tensor.ndim;
+    if (nd > SD_MAX_DIMS)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most %d supported)",
+                            b->path, name, nd, SD_MAX_DIMS);
+    /* storage size vs. the bytes the file has for it */
+    uint64_t where = 0, avail = 0;
+    sd_status rc = locate_storage(b, name, s->u.storage.key, &where, &avail);
+    if (rc) return rc;
     uint64_t snumel = (uint64_t)s->u.storage.numel, sbytes;
-    if (__builtin_mul_overflow(snumel, (uint64_t)es, &sbytes) || sbytes > st.size)
+    if (__builtin_mul_overflow(snumel, (uint64_t)es, &sbytes) || sbytes > avail)
         return sd_error_set(b->err, SD_ERR_FORMAT,
-                            "%s: tensor '%s': storage '%s' declares %llu %s elements but its archive entry "
-                            "holds %llu bytes",
+                            "%s: tensor '%s': storage '%s' declares %llu %s elements but the file "
+                            "holds %llu bytes for it",
                             b->path, name, s->u.storage.key, (unsigned long long)snumel, sd_dtype_name(dt),
-                            (unsigned long long)st.size);
+                            (unsigned long long)avail);
     /* shape and strides vs. the storage */
-    tc_tensor t = {.zindex = (zip_uint64_t)zi, .ndim = nd, .esize = es, .contiguous = 1};
+    tc_tensor t = {.where = where, .ndim = nd, .esize = es, .contiguous = 1};
     uint64_t numel = 1, last = (uint64_t)o->u.tensor.offset, expect = 1;
     int ovf = 0;
     for (int i = nd - 1; i >= 0; i--) {
@@ -302,6 +349,28 @@ static sd_status check_byteorder(tc_build *b) {
     return SD_OK;
 }
 
+/* The dict to present (Lightning's state_dict when there is one), walked. */
+static sd_status walk_root(tc_build *b, const sd_pk_obj *root) {
+    const sd_pk_obj *sd = sd_pickle_dict_get(root, "state_dict");
+    if (sd && sd->kind == SD_PK_DICT) root = sd;
+    if (root->kind != SD_PK_DICT)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: the checkpoint holds a %s, not a dict of tensors",
+                            b->path, sd_pickle_kind_name(root->kind));
+    return walk(b, root, "", 0);
+}
+
+/* Hands the entries and the context to an sd_st_file, or frees them on
+ * error (rc). */
+static sd_status finish(tc_build *b, sd_status rc, sd_st_file **out) {
+    if (rc) {
+        for (size_t i = 0; i < b->n; i++) free((char *)b->entries[i].name);
+        free(b->entries);
+        ctx_free(b->c);
+        return rc;
+    }
+    return sd_st_open_source(b->path, b->entries, b->n, &tc_source, b->c, out, b->err);
+}
+
 /* Takes ownership of za. */
 static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_error *err) {
     tc_ctx *c = calloc(1, sizeof *c);
@@ -326,24 +395,134 @@ static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_
     snprintf(what, sizeof what, "%s: %s/data.pkl", path, prefix ? prefix : "");
     if (!rc) rc = read_entry(za, pkl_idx, TC_MAX_PKL, path, what + strlen(path) + 2, &pkl, &pkl_len, err);
     if (!rc) rc = sd_pickle_load(pkl, pkl_len, what, &pk, &root, NULL, err);
-    if (!rc) {
-        const sd_pk_obj *sd = sd_pickle_dict_get(root, "state_dict");
-        if (sd && sd->kind == SD_PK_DICT) root = sd;
-        if (root->kind != SD_PK_DICT)
-            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: the checkpoint holds a %s, not a dict of tensors", path,
-                              sd_pickle_kind_name(root->kind));
-        else rc = walk(&b, root, "", 0);
-    }
+    if (!rc) rc = walk_root(&b, root);
     sd_pickle_free(pk);
     free(pkl);
     free(prefix);
-    if (rc) {
-        for (size_t i = 0; i < b.n; i++) free((char *)b.entries[i].name);
-        free(b.entries);
-        ctx_free(c);
-        return rc;
+    return finish(&b, rc, out);
+}
+
+/* ---- the legacy format ------------------------------------------------------------ */
+
+/* torch.save(..., _use_new_zipfile_serialization=False) and torch < 1.6:
+ * five pickles back to back, then the raw storages:
+ *   magic number 0x1950a86a20f9469cfc6c, protocol version 1001,
+ *   sys_info {'protocol_version', 'little_endian', 'type_sizes'},
+ *   the object (persistent ids of 6 elements),
+ *   the list of storage keys,
+ *   per key, in that order: int64 element count, then the elements. */
+static const uint8_t LEGACY_MAGIC[15] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                          0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
+
+static int cmp_storage_obj(const void *a, const void *b) {
+    return strcmp((*(const sd_pk_obj *const *)a)->u.storage.key, (*(const sd_pk_obj *const *)b)->u.storage.key);
+}
+
+/* Locates every storage listed in `keys` in the bytes after the pickles
+ * (from *pos), using the declarations of the object pickle. */
+static sd_status legacy_storages(tc_build *b, const sd_pickle *obj, const sd_pk_obj *keys, size_t *pos) {
+    const uint8_t *base = b->c->base;
+    size_t size = b->c->size;
+    if (keys->kind != SD_PK_LIST)
+        return sd_error_set(b->err, SD_ERR_FORMAT, "%s: legacy format: the storage key list is a %s", b->path,
+                            sd_pickle_kind_name(keys->kind));
+    /* the declared storages, sorted by key */
+    size_t n = 0, cnt = sd_pickle_count(obj);
+    const sd_pk_obj **decl = malloc((cnt ? cnt : 1) * sizeof *decl);
+    b->lg = calloc(keys->u.seq.n + 1, sizeof *b->lg);
+    if (!decl || !b->lg) {
+        free(decl);
+        return sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
     }
-    return sd_st_open_source(path, b.entries, b.n, &tc_source, c, out, err);
+    for (size_t i = 0; i < cnt; i++)
+        if (sd_pickle_at(obj, i)->kind == SD_PK_STORAGE) decl[n++] = sd_pickle_at(obj, i);
+    if (n) qsort(decl, n, sizeof *decl, cmp_storage_obj);
+    sd_status rc = SD_OK;
+    for (size_t i = 0; i < keys->u.seq.n && !rc; i++) {
+        const sd_pk_obj *k = keys->u.seq.items[i];
+        if (k->kind != SD_PK_STR) {
+            rc = sd_error_set(b->err, SD_ERR_FORMAT, "%s: legacy format: storage key %zu is a %s", b->path, i,
+                              sd_pickle_kind_name(k->kind));
+            break;
+        }
+        sd_pk_obj probe = {.kind = SD_PK_STORAGE, .u.storage.key = k->u.str.s};
+        const sd_pk_obj *pp = &probe, **hit = n ? bsearch(&pp, decl, n, sizeof *decl, cmp_storage_obj) : NULL;
+        if (!hit) {
+            rc = sd_error_set(b->err, SD_ERR_FORMAT, "%s: legacy format: storage '%s' is listed but never declared",
+                              b->path, k->u.str.s);
+            break;
+        }
+        uint64_t numel = 0, bytes;
+        if (size - *pos < 8) {
+            rc = sd_error_set(b->err, SD_ERR_FORMAT, "%s: legacy format: truncated at storage '%s'", b->path,
+                              k->u.str.s);
+            break;
+        }
+        for (int j = 7; j >= 0; j--) numel = numel << 8 | base[*pos + (size_t)j];
+        *pos += 8;
+        size_t es = sd_dtype_size((*hit)->u.storage.dtype);
+        if (numel != (uint64_t)(*hit)->u.storage.numel || __builtin_mul_overflow(numel, (uint64_t)es, &bytes) ||
+            bytes > size - *pos) {
+            rc = sd_error_set(b->err, SD_ERR_FORMAT,
+                              "%s: legacy format: storage '%s' has %llu elements in the file, %lld declared, "
+                              "%zu bytes left",
+                              b->path, k->u.str.s, (unsigned long long)numel, (long long)(*hit)->u.storage.numel,
+                              size - *pos);
+            break;
+        }
+        b->lg[b->n_lg++] = (lg_storage){k->u.str.s, *pos, bytes};
+        *pos += (size_t)bytes;
+    }
+    free(decl);
+    if (!rc && b->n_lg) qsort(b->lg, b->n_lg, sizeof *b->lg, cmp_lg);
+    return rc;
+}
+
+/* Takes ownership of the mapping when `mapped`. */
+static sd_status open_legacy(const uint8_t *base, size_t size, int mapped, const char *path, sd_st_file **out,
+                             sd_error *err) {
+    tc_ctx *c = calloc(1, sizeof *c);
+    if (c) c->path = strdup(path);
+    if (!c || !c->path) {
+        free(c);
+        if (mapped) munmap((void *)base, size);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    }
+    c->base = base;
+    c->size = size;
+    c->mapped = mapped;
+    tc_build b = {.c = c, .path = path, .err = err};
+    if (size < sizeof LEGACY_MAGIC || memcmp(base, LEGACY_MAGIC, sizeof LEGACY_MAGIC) != 0)
+        return finish(&b, sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                       "%s: a bare pickle stream without PyTorch's magic number, so not a "
+                                       "torch checkpoint",
+                                       path),
+                      out);
+    sd_pickle *pk[4] = {0};
+    const sd_pk_obj *o[4] = {0};
+    static const char *const part[4] = {"protocol version", "sys_info", "object", "storage keys"};
+    size_t pos = sizeof LEGACY_MAGIC, used = 0;
+    sd_status rc = SD_OK;
+    for (int i = 0; i < 4 && !rc; i++) {
+        char what[1024];
+        snprintf(what, sizeof what, "%s: legacy %s pickle", path, part[i]);
+        rc = sd_pickle_load(base + pos, size - pos, what, &pk[i], &o[i], &used, err);
+        pos += used;
+    }
+    if (!rc && (o[0]->kind != SD_PK_INT || o[0]->u.i != 1001))
+        rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: legacy format protocol version is not 1001", path);
+    if (!rc) {
+        const sd_pk_obj *le = sd_pickle_dict_get(o[1], "little_endian");
+        if (o[1]->kind != SD_PK_DICT || (le && !(le->kind == SD_PK_BOOL && le->u.b)))
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: big-endian (or unreadable sys_info) legacy checkpoint",
+                              path);
+    }
+    if (!rc) rc = legacy_storages(&b, pk[2], o[3], &pos);
+    if (!rc) rc = walk_root(&b, o[2]);
+    for (int i = 0; i < 4; i++) sd_pickle_free(pk[i]);
+    free(b.lg);
+    b.lg = NULL;
+    return finish(&b, rc, out);
 }
 
 /* ---- public ------------------------------------------------------------------------- */
@@ -355,18 +534,11 @@ int sd_torch_sniff(const void *head, size_t n) {
     return 0;
 }
 
-static sd_status refuse_legacy(const char *path, sd_error *err) {
-    return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                        "%s: a bare pickle stream (PyTorch's legacy pre-1.6 format) is not supported; re-save "
-                        "it with a current torch.save or convert it to .safetensors",
-                        path);
-}
-
 sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
                                sd_error *err) {
     *out = NULL;
     if (!name) name = "<memory>";
-    if (sd_torch_sniff(data, size) == 2) return refuse_legacy(name, err);
+    if (sd_torch_sniff(data, size) == 2) return open_legacy(data, size, 0, name, out, err);
     zip_error_t ze;
     zip_error_init(&ze);
     static const char nothing[1];
@@ -389,16 +561,25 @@ sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, 
 
 sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         int e = errno;
         return sd_error_set(err, e == ENOENT ? SD_ERR_NOT_FOUND : SD_ERR_IO, "%s: cannot open: %s", path,
                             strerror(e));
     }
     uint8_t head[4];
-    size_t n = fread(head, 1, sizeof head, fp);
-    fclose(fp);
-    if (sd_torch_sniff(head, n) == 2) return refuse_legacy(path, err);
+    ssize_t n = read(fd, head, sizeof head);
+    struct stat sb;
+    if (n > 0 && sd_torch_sniff(head, (size_t)n) == 2) {
+        /* legacy: the storages lie in the stream itself; map it */
+        void *m = fstat(fd, &sb) == 0 && sb.st_size > 0
+                      ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        int e = errno;
+        close(fd);
+        if (m == MAP_FAILED) return sd_error_set(err, SD_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+        return open_legacy(m, (size_t)sb.st_size, 1, path, out, err);
+    }
+    close(fd);
     int zerr = 0;
     zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
     if (!za) {

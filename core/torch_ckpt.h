@@ -22,8 +22,13 @@
  * or sliced view saved as it was) are materialised: the copy is row-major
  * with the tensor's logical shape, as .contiguous() would give.
  *
- * The legacy pre-1.6 format (a bare pickle stream starting with torch's magic
- * number) is refused with SD_ERR_UNSUPPORTED naming it.
+ * The legacy format (torch < 1.6, or _use_new_zipfile_serialization=False):
+ * a stream of pickles (magic number, protocol 1001, sys_info, the object,
+ * the storage keys) followed by each storage as an int64 element count and
+ * its bytes. The file is memory-mapped; every listed storage must be
+ * declared in the object pickle with that element count and fit the file.
+ * Big-endian files and storage views (view_metadata) are refused; a bare
+ * pickle without torch's magic number is refused as not a checkpoint.
  */
 #ifndef SD_TORCH_CKPT_H
 #define SD_TORCH_CKPT_H
@@ -31,7 +36,7 @@
 #include <stddef.h>
 #include "safetensors.h"
 
-/* Open a torch zip checkpoint. Errors name the file and, where it applies,
+/* Open a torch checkpoint (zip or legacy). Errors name the file and, where it applies,
  * the tensor key, storage or pickle opcode (SD_ERR_FORMAT for a damaged or
  * inconsistent file, SD_ERR_UNSUPPORTED for content refused on purpose). */
 sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err);

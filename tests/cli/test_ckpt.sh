@@ -2,7 +2,8 @@
 # PyTorch checkpoints (.ckpt/.pt) through the weights-only reader, end to end:
 # a random sd1-tiny checkpoint from `sdflow synth`, converted to torch.save's
 # zip format (Lightning's {"state_dict": ...}) by tests/data/torch/torchsave.py
-# (python3 standard library only), gives exactly the run of its .safetensors:
+# (python3 standard library only; also in the legacy pre-1.6 stream format),
+# gives exactly the run of its .safetensors:
 # the same image bytes, and the same dumped tensors when loaded under its own
 # .ckpt name. When the shared test data is there, the same for a Kohya LoRA
 # as .pt and a ControlNet as .pth. A malicious .ckpt is refused, naming the
@@ -20,8 +21,9 @@ conv() { python3 "$src/tests/data/torch/torchsave.py" to-ckpt "$@" || fail "conv
 
 "$bin" synth --preset sd1-tiny --models-dir st --tokenizer-dir tok >/dev/null
 st_file=st/checkpoints/sdflow-random-sd1-tiny.safetensors
-mkdir -p pt/checkpoints both/checkpoints
+mkdir -p pt/checkpoints both/checkpoints lg/checkpoints
 conv "$st_file" pt/checkpoints/model.ckpt --lightning
+conv "$st_file" lg/checkpoints/model.ckpt --lightning --legacy
 cp "$st_file" st/checkpoints/model.ckpt # safetensors bytes under the same name: told apart by content
 cp "$st_file" both/checkpoints/tiny.safetensors
 cp pt/checkpoints/model.ckpt both/checkpoints/tiny.ckpt
@@ -37,8 +39,11 @@ run() { # NAME MODELS_DIR CKPT_NAME [extra args]: a 64x64 two-step txt2img
 }
 run st st model.ckpt
 run pt pt model.ckpt
-a=$(ls out-st/*.png | head -1); b=$(ls out-pt/*.png | head -1)
+run lg lg model.ckpt
+a=$(ls out-st/*.png | head -1); b=$(ls out-pt/*.png | head -1); c=$(ls out-lg/*.png | head -1)
 cmp -s "$a" "$b" || fail "the .ckpt gives a different image from its .safetensors"
+ok
+cmp -s "$a" "$c" || fail "the legacy-format .ckpt gives a different image from its .safetensors"
 ok
 run dst both tiny.safetensors --dump dump-st
 run dpt both tiny.ckpt --dump dump-pt

@@ -224,6 +224,22 @@ static void truncations(void) {
         tried++;
     }
     CHECK_MSG(refused == tried, "%d of %d truncated archives accepted", tried - refused, tried);
+    /* every prefix of a legacy-format file */
+    snprintf(a, sizeof a, "%s/mixed-legacy.pt", dir);
+    size_t lsize = 0;
+    char *lblob = sd_test_read_file(a, &lsize);
+    CHECK(lblob != NULL);
+    for (size_t cut = 0; lblob && cut < lsize; cut++) {
+        uint8_t *b = malloc(cut ? cut : 1);
+        memcpy(b, lblob, cut);
+        sd_st_file *f = NULL;
+        sd_error err;
+        CHECK_MSG(sd_torch_open_memory(b, cut, "cut.pt", &f, &err) != SD_OK && !f, "legacy cut at %zu accepted",
+                  cut);
+        sd_st_close(f);
+        free(b);
+    }
+    free(lblob);
     /* the pickle itself */
     zip_error_t ze;
     zip_error_init(&ze);
@@ -258,6 +274,7 @@ int main(void) {
     compare_pair("mixed.ckpt", "mixed.safetensors");
     compare_pair("mixed-p4.pt", "mixed.safetensors");
     compare_pair("mixed-p5.pt", "mixed.safetensors");
+    compare_pair("mixed-legacy.pt", "mixed.safetensors");
     compare_pair("embedding.pt", "embedding.safetensors");
     compare_pair("empty.pt", "empty.safetensors");
     char real[4300];
@@ -266,6 +283,7 @@ int main(void) {
     if (fr) { /* written by torch.save itself (make_fixtures.py --check-torch) */
         fclose(fr);
         compare_pair("real-torch.pt", "real-torch.safetensors");
+        compare_pair("real-legacy.pt", "real-torch.safetensors"); /* _use_new_zipfile_serialization=False */
     }
     bad_files();
     machine_limits();

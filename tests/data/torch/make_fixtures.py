@@ -81,6 +81,9 @@ def good():
     # STACK_GLOBAL, SHORT_BINUNICODE
     for proto in (4, 5):
         ts.save(sd, os.path.join(OUT, "mixed-p%d.pt" % proto), protocol=proto)
+    # the legacy (pre-1.6) stream format
+    global LEGACY_FIRST
+    LEGACY_FIRST = ts.save_legacy({"state_dict": sd, "global_step": 123}, os.path.join(OUT, "mixed-legacy.pt"))
 
     # A1111 textual inversion: nested dicts, tensors under string_to_param
     emb = ts.Tensor(ts.Storage("F32", raw("F32", [float(i) / 16 for i in range(2 * 8)])), [2, 8], parameter=True)
@@ -145,11 +148,29 @@ def bad():
         f.write("zip archive\n")
     # truncated pickle inside a valid archive
     bad_zip("bad-short-pickle.pt", ts.dumps({"w": t})[0][:40], st, "truncated")
-    # legacy (pre-1.6) format: torch's magic number pickle first
+    # legacy (pre-1.6) format: cut after the protocol version, and cut inside
+    # the last storage's bytes
     with open(os.path.join(OUT, "bad-legacy.pt"), "wb") as f:
         f.write(pickle.dumps(0x1950a86a20f9469cfc6c, protocol=2) + pickle.dumps(1001, protocol=2))
     with open(os.path.join(OUT, "bad-legacy.expect"), "w") as f:
-        f.write("legacy\n")
+        f.write("legacy sys_info pickle: truncated\n")
+    with open(os.path.join(OUT, "mixed-legacy.pt"), "rb") as f:
+        blob = f.read()
+    with open(os.path.join(OUT, "bad-legacy-cut.pt"), "wb") as f:
+        f.write(blob[:-3])
+    with open(os.path.join(OUT, "bad-legacy-cut.expect"), "w") as f:
+        f.write("legacy format: truncated at storage\n")
+    # the first storage's element count one more than declared
+    count = struct.unpack_from("<q", blob, LEGACY_FIRST)[0]
+    with open(os.path.join(OUT, "bad-legacy-count.pt"), "wb") as f:
+        f.write(blob[:LEGACY_FIRST] + struct.pack("<q", count + 1) + blob[LEGACY_FIRST + 8:])
+    with open(os.path.join(OUT, "bad-legacy-count.expect"), "w") as f:
+        f.write("%d elements in the file, %d declared\n" % (count + 1, count))
+    # a bare pickle that is no torch file
+    with open(os.path.join(OUT, "bad-bare.pt"), "wb") as f:
+        f.write(pickle.dumps({"w": 1}, protocol=2))
+    with open(os.path.join(OUT, "bad-bare.expect"), "w") as f:
+        f.write("without PyTorch's magic number\n")
     # a zip without data.pkl
     with zipfile.ZipFile(os.path.join(OUT, "bad-nopkl.pt"), "w") as z:
         z.writestr(zipfile.ZipInfo("archive/other.txt", date_time=(1980, 1, 1, 0, 0, 0)), "x")
@@ -160,11 +181,14 @@ def bad():
 def check_torch():
     import torch  # python3-torch
     print("torch", torch.__version__)
-    for name in ["mixed.ckpt", "mixed-p4.pt", "mixed-p5.pt", "embedding.pt"]:
+    for name in ["mixed.ckpt", "mixed-p4.pt", "mixed-p5.pt", "mixed-legacy.pt", "embedding.pt"]:
         # torch 1.13's weights-only unpickler has no FRAME (protocol 4+): our
         # own files are loaded with the full unpickler there
         obj = torch.load(os.path.join(OUT, name), weights_only="-p" not in name)
-        exp, _ = ts.read_safetensors(os.path.join(OUT, name.rsplit(".", 1)[0].split("-p")[0] + ".safetensors"))
+        if "legacy" in name:
+            assert torch.serialization._is_zipfile(open(os.path.join(OUT, name), "rb")) is False
+        stem = name.rsplit(".", 1)[0].replace("-legacy", "").split("-p")[0]
+        exp, _ = ts.read_safetensors(os.path.join(OUT, stem + ".safetensors"))
         sd = obj.get("state_dict", obj)
         flat = {}
 
@@ -202,6 +226,8 @@ def check_torch():
         ("p", torch.nn.Parameter(torch.randn(2, 2, generator=g))),
     ])
     torch.save({"state_dict": real, "global_step": 5}, os.path.join(OUT, "real-torch.pt"))
+    torch.save({"state_dict": real, "global_step": 5}, os.path.join(OUT, "real-legacy.pt"),
+               _use_new_zipfile_serialization=False)
     ts.write_safetensors(os.path.join(OUT, "real-torch.safetensors"),
                          {k: ({torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                                torch.int64: "I64"}[v.dtype], list(v.shape),

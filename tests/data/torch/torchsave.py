@@ -15,9 +15,10 @@ inside a zip archive <archive>/data.pkl, <archive>/byteorder ("little"),
 make_fixtures.py checks the result against real torch when it is installed.
 
 Command line (used by tests/cli/test_ckpt.sh):
-    torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning]
+    torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning] [--legacy]
 converts a safetensors file into a .ckpt with the same tensors (wrapped in
-{'state_dict': ..., 'global_step': 0} with --lightning, as Lightning saves).
+{'state_dict': ..., 'global_step': 0} with --lightning, as Lightning saves;
+in the pre-1.6 stream format with --legacy).
 """
 import collections
 import json
@@ -118,14 +119,16 @@ def tensor(dtype, shape, data, **kw):
 # ---- writing ----------------------------------------------------------------------
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, f, keys, protocol=2):
+    def __init__(self, f, keys, protocol=2, legacy=False):
         super().__init__(f, protocol=protocol)
         self.keys = keys  # id(storage) -> (key, storage), in first-use order
+        self.legacy = legacy
 
     def persistent_id(self, obj):
         if isinstance(obj, Storage):
             key = self.keys.setdefault(id(obj), (str(len(self.keys)), obj))[0]
-            return ("storage", _stand_ins()[obj.dtype], key, "cpu", obj.numel)
+            pid = ("storage", _stand_ins()[obj.dtype], key, "cpu", obj.numel)
+            return pid + (None,) if self.legacy else pid  # legacy: view_metadata
         return None
 
 
@@ -155,6 +158,28 @@ def write_zip(path, pkl, storages, archive="archive", align=64):
         for key in sorted(storages, key=int):
             add("data/" + key, storages[key].data)
         add("version", b"3\n")
+
+
+def save_legacy(obj, path):
+    """torch.save(..., _use_new_zipfile_serialization=False): magic number,
+    protocol 1001, sys_info, the object, the storage keys, then per storage
+    an int64 element count and its bytes."""
+    import io
+    _stand_ins()
+    buf, keys = io.BytesIO(), {}
+    for head in (0x1950a86a20f9469cfc6c, 1001,
+                 {"protocol_version": 1001, "little_endian": True,
+                  "type_sizes": {"short": 2, "int": 4, "long": 4}}):
+        pickle.dump(head, buf, protocol=2)
+    _Pickler(buf, keys, 2, legacy=True).dump(obj)
+    order = sorted(keys.values(), key=lambda ks: ks[0])
+    pickle.dump([k for k, _ in order], buf, protocol=2)
+    first = buf.tell()
+    for _, s in order:
+        buf.write(struct.pack("<q", s.numel) + s.data)
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return first  # offset of the first storage's element count
 
 
 def save(obj, path, archive="archive", protocol=2):
@@ -190,14 +215,18 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + data)
 
 
-def st_to_ckpt(src, dst, lightning=False):
+def st_to_ckpt(src, dst, lightning=False, legacy=False):
     tensors, _ = read_safetensors(src)
     sd = collections.OrderedDict((k, tensor(dt, shape, raw)) for k, (dt, shape, raw) in tensors.items())
-    save({"state_dict": sd, "global_step": 0} if lightning else sd, dst)
+    obj = {"state_dict": sd, "global_step": 0} if lightning else sd
+    if legacy:
+        save_legacy(obj, dst)
+    else:
+        save(obj, dst)
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "to-ckpt":
-        st_to_ckpt(sys.argv[2], sys.argv[3], "--lightning" in sys.argv[4:])
+        st_to_ckpt(sys.argv[2], sys.argv[3], "--lightning" in sys.argv[4:], "--legacy" in sys.argv[4:])
     else:
-        sys.exit("usage: torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning]")
+        sys.exit("usage: torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning] [--legacy]")
