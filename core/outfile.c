@@ -77,41 +77,43 @@ sd_status sd_outdir_open(const char *root, const char *subfolder, sd_outdir *d, 
     snprintf(d->path, pl, "%s%s%s", real, *subfolder ? "/" : "", subfolder);
     free(real);
     /* Below the root, one component at a time, never through a link. */
+    sd_status rc = SD_OK;
     char *save = NULL;
-    for (char *c = strtok_r(sub, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    for (char *c = strtok_r(sub, "/", &save); c && !rc; c = strtok_r(NULL, "/", &save)) {
         if (mkdirat(fd, c, 0777) != 0 && errno != EEXIST) {
             int e = errno;
-            sd_error_set(err, SD_ERR_IO, "cannot create output folder '%s' (at '%s'): %s", d->path, c,
-                         strerror(e));
-            goto fail;
+            rc = sd_error_set(err, SD_ERR_IO, "cannot create output folder '%s' (at '%s'): %s",
+                              d->path, c, strerror(e));
+            break;
         }
         int nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0) {
             int e = errno;
             struct stat st;
             if (fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-                sd_error_set(err, SD_ERR_INVALID, "output folder '%s': '%s' is a symbolic link; "
-                             "sdflow does not write through links inside the output folder",
-                             d->path, c);
+                rc = sd_error_set(err, SD_ERR_INVALID, "output folder '%s': '%s' is a symbolic link; "
+                                  "sdflow does not write through links inside the output folder",
+                                  d->path, c);
             else if (e == ENOTDIR || e == ELOOP)
-                sd_error_set(err, SD_ERR_INVALID, "output folder '%s': '%s' is not a folder", d->path, c);
+                rc = sd_error_set(err, SD_ERR_INVALID, "output folder '%s': '%s' is not a folder",
+                                  d->path, c);
             else
-                sd_error_set(err, SD_ERR_IO, "cannot open output folder '%s' (at '%s'): %s", d->path,
-                             c, strerror(e));
-            goto fail;
+                rc = sd_error_set(err, SD_ERR_IO, "cannot open output folder '%s' (at '%s'): %s",
+                                  d->path, c, strerror(e));
+            break;
         }
         close(fd);
         fd = nfd;
     }
     free(sub);
+    if (rc) {
+        close(fd);
+        free(d->path);
+        d->path = NULL;
+        return rc;
+    }
     d->fd = fd;
     return SD_OK;
-fail:
-    free(sub);
-    close(fd);
-    free(d->path);
-    d->path = NULL;
-    return err ? err->code : SD_ERR_IO;
 }
 
 sd_status sd_outdir_open_existing(const char *path, sd_outdir *d, sd_error *err) {
@@ -233,7 +235,7 @@ sd_status sd_outdir_scan(sd_outdir *d, void (*fn)(void *user, const char *name),
 sd_status sd_outfile_create(const sd_outdir *d, sd_outfile *of, sd_error *err) {
     memset(of, 0, sizeof *of);
     of->dirfd = d->fd;
-    static long long my_start = -2;
+    static long long my_start = -2; /* computed once; a race computes the same value */
     if (my_start == -2) {
         long long s = proc_start((long)getpid());
         my_start = s > 0 ? s : 0;

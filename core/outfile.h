@@ -18,7 +18,8 @@
  * Temporaries are named ".sdflow-tmp-<pid>-<start>-<random>-<host>", where
  * <start> is the process start time (from /proc, 0 where unknown) so that a
  * reused pid is not mistaken for the writer. sd_outdir_scan removes the
- * temporaries of this host whose process is gone (a run killed with -9).
+ * temporaries of this host (by host name) whose process is gone (a run
+ * killed with -9); those of other hosts sharing the folder are left alone.
  */
 #ifndef SD_OUTFILE_H
 #define SD_OUTFILE_H
