@@ -80,7 +80,7 @@ enum {
     SD_CLI_G_SET = 1u << 1,      /* --set ID.INPUT=VALUE (repeatable) */
     SD_CLI_G_CACHE = 1u << 2,    /* --cache PATH, --no-cache */
     SD_CLI_G_PROGRESS = 1u << 3, /* --quiet/-q, --progress MODE, --preview PATH.png */
-    SD_CLI_G_LUA = 1u << 4,      /* --allow-unsafe-lua */
+    SD_CLI_G_LUA = 1u << 4,      /* --allow-unsafe-lua --lua-max-instructions --lua-timeout */
     SD_CLI_G_MODELS = 1u << 5    /* --models-dir --comfyui-dir --tokenizer-dir only (part of SD_CLI_G_ENV) */
 };
 
@@ -99,6 +99,7 @@ typedef struct sd_cli_args {
     const char *progress;       /* "auto" (NULL), "bar", "plain", "json", "none" */
     const char *preview;        /* --preview PATH.png */
     int unsafe_lua;             /* SD_CLI_G_LUA */
+    const char *lua_max_instructions, *lua_timeout; /* NULL when not given (sd_cli_lua_opts) */
     const char *pos[SD_CLI_MAX_POS]; /* positional arguments, in order */
     int n_pos;
 } sd_cli_args;
@@ -126,6 +127,13 @@ void sd_cli_help(const sd_cli_command *cmd, FILE *f);
  * SD_CLI_G_ENV options given on top. Clean up with sd_env_cleanup(). */
 struct sd_env;
 sd_status sd_cli_env_init(struct sd_env *env, const sd_cli_args *a, sd_error *err);
+/* The Lua workflow settings of the SD_CLI_G_LUA options, falling back to
+ * SDFLOW_LUA_MAX_INSTRUCTIONS / SDFLOW_LUA_TIMEOUT, with `interrupt` (the
+ * Ctrl-C flag, may be NULL) stopping a script. A bad number is
+ * SD_ERR_INVALID naming the option or variable. */
+struct sd_lua_opts;
+sd_status sd_cli_lua_opts(const sd_cli_args *a, volatile sig_atomic_t *interrupt, struct sd_lua_opts *lo,
+                          sd_error *err);
 /* Applies every --set to g, in order (sd_graph_apply_set). */
 struct sd_graph;
 sd_status sd_cli_apply_sets(struct sd_graph *g, const sd_cli_args *a, sd_error *err);

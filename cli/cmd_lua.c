@@ -47,14 +47,15 @@ int sd_cli_export(int argc, char **argv) {
     }
     int to_lua = lua;
     const char *path = a.pos[0];
-    sd_lua_opts lo = {.allow_unsafe = a.unsafe_lua};
+    sd_lua_opts lo;
     sd_error err;
     sd_error_clear(&err);
     sd_graph *g = NULL;
     sd_env env;
     /* The env is not needed to print, but its options are checked (and a
      * bad one reported) exactly as `sdflow run` checks them. */
-    sd_status rc = sd_cli_env_init(&env, &a, &err);
+    sd_status rc = sd_cli_lua_opts(&a, NULL, &lo, &err); /* Ctrl-C: the default action ends export */
+    if (!rc) rc = sd_cli_env_init(&env, &a, &err);
     sd_env_cleanup(&env);
     if (!rc) rc = sd_nodes_register_all(&err);
     if (!rc) rc = sd_lua_load_any(path, &lo, &g, &err);
@@ -105,9 +106,14 @@ int sd_cli_repl(int argc, char **argv) {
     int code = sd_cli_parse(&cmd, argc, argv, &a);
     if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
     cfg.workflow = a.pos[0];
-    cfg.lua.allow_unsafe = a.unsafe_lua;
     sd_error err;
     sd_error_clear(&err);
+    /* a .lua file loaded by the session stops on Ctrl-C and at its budget */
+    if (sd_cli_lua_opts(&a, &repl_interrupted, &cfg.lua, &err)) {
+        sd_cli_print_error(&err);
+        sd_cli_args_free(&a);
+        return 1;
+    }
     sd_env env;
     sd_backend *backend = NULL;
     sd_sqlite_cache *cache_handle = NULL;

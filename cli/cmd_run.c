@@ -2,6 +2,7 @@
  * PNG), apply --set, validate, run with progress, write the report. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,16 +20,68 @@
 #include "models/checkpoint/checkpoint.h"
 #include "lua/sdlua.h"
 
-/* The only process-wide mutable state: what the SIGINT handler touches. */
+/* ---- Ctrl-C -------------------------------------------------------------------
+ * The only process-wide mutable state: what the SIGINT handler touches. The
+ * first Ctrl-C sets the flag (the Lua budget hook, the executor and the
+ * nodes' progress checks stop there), the second exits at once.
+ *
+ * The handler runs on a thread of its own that sleeps in sigsuspend(); every
+ * other thread blocks SIGINT. Two races made a second Ctrl-C look like the
+ * first on a loaded machine:
+ *  - a signal is delivered only when the thread it was given to runs; a
+ *    busy main thread (or worker) can wait tens of milliseconds for a CPU,
+ *    and a second SIGINT sent meanwhile merges with the pending first one
+ *    (standard signals do not queue). A sleeping thread is woken as the
+ *    signal arrives, so the first is taken before a second can merge with it.
+ *  - the handler could run on two threads at once (one per signal), each
+ *    reading the flag as 0; the flag is now swapped atomically, and only the
+ *    one thread takes SIGINT anyway. */
 static volatile sig_atomic_t interrupted;
 
 static void on_sigint(int sig) {
     (void)sig;
-    if (interrupted) _exit(130); /* second Ctrl-C: leave now */
-    interrupted = 1;
+    if (__atomic_exchange_n(&interrupted, 1, __ATOMIC_SEQ_CST)) _exit(130); /* second Ctrl-C: leave now */
     static const char msg[] = "\ninterrupting after the current step (Ctrl-C again to quit now)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
+}
+
+static void *sigint_thread(void *arg) {
+    (void)arg;
+    sigset_t none;
+    sigemptyset(&none);
+    for (;;) sigsuspend(&none); /* SIGINT is unblocked only while this thread waits here */
+    return NULL;
+}
+
+static pthread_once_t sigint_once = PTHREAD_ONCE_INIT;
+
+/* Installs the handler before any other work (loading a workflow, a Lua
+ * script, hashing models), so Ctrl-C works in every phase: a shell starts
+ * background commands with SIGINT ignored, and before this the handler came
+ * only after the workflow was loaded. Threads created later (the compute
+ * pool) inherit the blocked mask. */
+static void sigint_setup(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART; /* should the handler run on a busy thread: no EINTR there */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    pthread_t t;
+    pthread_attr_t attr;
+    int ok = pthread_attr_init(&attr) == 0;
+    if (ok) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 64 * 1024);
+        ok = pthread_create(&t, &attr, sigint_thread, NULL) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!ok) pthread_sigmask(SIG_SETMASK, &old, NULL); /* no thread: the handler runs where it lands */
 }
 
 static void cli_log(void *user, int level, const char *msg) {
@@ -117,14 +170,15 @@ static char *extra_pnginfo_of(const char *path, const char *text, int from_png) 
     return s;
 }
 
-static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra, int unsafe_lua,
-                               sd_error *err) {
+static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra,
+                               const sd_cli_args *o, sd_error *err) {
     *g = NULL;
     *text = NULL;
     *extra = NULL;
-    if (ends_with(path, ".lua")) { /* lua/sdlua.h */
-        sd_lua_opts lo = {.allow_unsafe = unsafe_lua};
-        return sd_lua_load_graph(path, &lo, g, err);
+    if (ends_with(path, ".lua")) { /* lua/sdlua.h: stops on Ctrl-C and at its budget */
+        sd_lua_opts lo;
+        sd_status rc = sd_cli_lua_opts(o, &interrupted, &lo, err);
+        return rc ? rc : sd_lua_load_graph(path, &lo, g, err);
     }
     sd_status rc;
     int png = strcmp(path, "-") != 0 && is_png(path);
@@ -252,6 +306,7 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
     /* the summary line goes with the human progress forms */
     int summary = prog.mode == SD_CLI_PROGRESS_BAR || prog.mode == SD_CLI_PROGRESS_PLAIN;
     sd_cli_preview *preview = NULL;
+    pthread_once(&sigint_once, sigint_setup);
     sd_status rc = sd_cli_env_init(&env, &o, &err);
     env.log = cli_log;
     env.log_user = &prog;
@@ -259,7 +314,7 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
     if (!rc && job->output_dir) rc = sd_env_set(&env, &env.output_dir, job->output_dir, &err);
     if (!rc && job->input_dir) rc = sd_env_set(&env, &env.input_dir, job->input_dir, &err);
     if (!rc && workflow) {
-        rc = load_workflow(workflow, &g, &text, &extra, o.unsafe_lua, &err);
+        rc = load_workflow(workflow, &g, &text, &extra, &o, &err);
     } else if (!rc) {
         if (!(text = strdup(job->json))) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
         else rc = sd_graph_from_json(text, job->json_name ? job->json_name : "<workflow>", &g, &err);
@@ -282,8 +337,13 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
         prog.preview = preview;
         prog.preview_path = o.preview;
     }
+    /* A Ctrl-C during the steps before the run (a Lua script, loading,
+     * hashing for a recipe) stops there: each step that cannot notice it
+     * itself is followed by a check. */
+    if (!rc && interrupted) rc = sd_error_set(&err, SD_ERR_CANCELLED, "interrupted before the run started");
     if (rc) {
-        sd_cli_print_error(&err);
+        if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
+        else sd_cli_print_error(&err);
         goto done;
     }
     sd_cli_cache_setup(&o, &cache_handle, &cache);
@@ -291,17 +351,12 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
      * and embed them in saved PNGs (cli/cmd_lua.c). */
     if (workflow)
         rc = sd_cli_recipe_before(&recipe, workflow, text, g, &env, cache_handle ? &cache : NULL, &extra, &err);
+    if (!rc && interrupted) rc = sd_error_set(&err, SD_ERR_CANCELLED, "interrupted before the run started");
     if (rc) {
-        sd_cli_print_error(&err);
+        if (rc == SD_ERR_CANCELLED) fprintf(stderr, "interrupted\n");
+        else sd_cli_print_error(&err);
         goto done;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESTART; /* a read or write in flight must not fail with EINTR: the run
-                                 stops at the next check as cancelled, not as an I/O error */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
 
     sd_exec_opts xo = {
         .env = &env,
@@ -349,9 +404,9 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
     if (job->files) *job->files = written;
     fflush(stdout);
     if (!rc && workflow && (rc = sd_cli_recipe_after(&recipe, g, &err))) sd_cli_print_error(&err);
-    code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
 
 done:
+    code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
     /* Written on every outcome, so a script always finds one. */
     if (report) write_report(report, &rep, &probs, rc, &err);
     sd_exec_report_free(&rep);

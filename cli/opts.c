@@ -2,6 +2,7 @@
  * help, and the helpers that turn the shared options into an env, --set
  * edits and a cache. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "cli.h"
 #include "core/env.h"
 #include "core/graph.h"
+#include "lua/sdlua.h"
 
 /* ---- the shared groups ---------------------------------------------------------
  * Declared once with offsets into sd_cli_args, so every command that takes a
@@ -63,6 +65,11 @@ static const shared_opt shared[] = {
      "rewrite a small picture of the sampler's current latent while it runs", NULL},
     {SD_CLI_G_LUA, "--allow-unsafe-lua", NULL, SD_CLI_FLAG, OFF(unsafe_lua), NULL,
      "give Lua workflows io, os and require (trusted files only)", NULL},
+    {SD_CLI_G_LUA, "--lua-max-instructions", NULL, SD_CLI_STR, OFF(lua_max_instructions), "N",
+     "stop a Lua workflow script after N Lua instructions (env SDFLOW_LUA_MAX_INSTRUCTIONS; "
+     "default 1000000000; 0 = no limit)", NULL},
+    {SD_CLI_G_LUA, "--lua-timeout", NULL, SD_CLI_STR, OFF(lua_timeout), "SECONDS",
+     "stop a Lua workflow script after this wall time (env SDFLOW_LUA_TIMEOUT; default 0 = no limit)", NULL},
 };
 #undef OFF
 #undef G_IO
@@ -275,6 +282,36 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
         if (rc) sd_error_prefix(err, "--max-memory");
     }
     return rc;
+}
+
+sd_status sd_cli_lua_opts(const sd_cli_args *a, volatile sig_atomic_t *interrupt, sd_lua_opts *lo,
+                          sd_error *err) {
+    memset(lo, 0, sizeof *lo);
+    lo->allow_unsafe = a->unsafe_lua;
+    lo->interrupt = interrupt;
+    const char *v = a->lua_max_instructions, *name = "--lua-max-instructions";
+    if (!v && (v = getenv("SDFLOW_LUA_MAX_INSTRUCTIONS")) && !*v) v = NULL;
+    if (v && !a->lua_max_instructions) name = "SDFLOW_LUA_MAX_INSTRUCTIONS";
+    if (v) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (!*v || *end || errno || *v == '-')
+            return sd_error_set(err, SD_ERR_INVALID, "%s: '%s' is not a whole number of instructions", name, v);
+        lo->max_instructions = n == 0 ? ULLONG_MAX : n; /* 0 = no limit */
+    }
+    v = a->lua_timeout, name = "--lua-timeout";
+    if (!v && (v = getenv("SDFLOW_LUA_TIMEOUT")) && !*v) v = NULL;
+    if (v && !a->lua_timeout) name = "SDFLOW_LUA_TIMEOUT";
+    if (v) {
+        char *end = NULL;
+        errno = 0;
+        double t = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(t) || t < 0)
+            return sd_error_set(err, SD_ERR_INVALID, "%s: '%s' is not a number of seconds", name, v);
+        lo->max_seconds = t;
+    }
+    return SD_OK;
 }
 
 sd_status sd_cli_apply_sets(sd_graph *g, const sd_cli_args *a, sd_error *err) {

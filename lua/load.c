@@ -59,6 +59,7 @@ static sd_status run_chunk(const char *text, size_t len, const char *chunkname, 
                               lua_tostring(vm->L, -1) ? lua_tostring(vm->L, -1) : "cannot load");
             lua_pop(vm->L, 1);
         } else {
+            sd_lua_vm_budget(vm, opts, chunkname);
             rc = sd_lua_vm_pcall(vm, 0, 0, err);
         }
     }

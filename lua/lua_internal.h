@@ -42,6 +42,13 @@ int sd_lua_is_name(const char *s);
 typedef struct sd_lua_vm {
     lua_State *L;
     size_t used, limit;  /* heap bytes in use / allowed (our allocator) */
+    /* run budget (sd_lua_vm_budget): */
+    unsigned long long max_instructions, executed;
+    double deadline;     /* CLOCK_MONOTONIC seconds, 0 = none */
+    double max_seconds;
+    volatile sig_atomic_t *interrupt;
+    const char *chunkname; /* names the script in budget errors; not owned */
+    int stop;            /* why the budget stopped the script (VM_STOP_*), sticky */
     sd_graph *graph;     /* where node constructors add nodes; not owned */
     void *user;          /* front end data (the REPL) */
 } sd_lua_vm;
@@ -52,6 +59,14 @@ typedef struct sd_lua_vm {
 sd_status sd_lua_vm_new(const sd_lua_opts *opts, sd_lua_vm **out, sd_error *err);
 void sd_lua_vm_free(sd_lua_vm *vm);
 sd_lua_vm *sd_lua_vm_of(lua_State *L);
+
+enum { VM_STOP_NONE = 0, VM_STOP_INTERRUPT, VM_STOP_INSTRUCTIONS, VM_STOP_TIME };
+
+/* Arms the run budget of opts (sd_lua_opts) for the code run from now on;
+ * chunkname names the script in the error. A stopped script's error is
+ * raised again at every instruction, so a pcall inside the script cannot
+ * swallow it. */
+void sd_lua_vm_budget(sd_lua_vm *vm, const sd_lua_opts *opts, const char *chunkname);
 
 /* Run a chunk already compiled at the top of the stack with a traceback-free
  * message handler; on error fills err (SD_ERR_INVALID, or SD_ERR_NOMEM) with

@@ -22,13 +22,25 @@
 #ifndef SD_SDLUA_H
 #define SD_SDLUA_H
 
+#include <signal.h>
 #include <stddef.h>
 #include "core/error.h"
 #include "core/graph.h"
 
+/* Run budget of a workflow script (sd_lua_load_graph and friends; the REPL's
+ * own input lines are stopped by Ctrl-C instead): a script that runs past
+ * max_instructions Lua VM instructions or max_seconds of wall time fails with
+ * an error naming the script and the line it was at, and so does one whose
+ * *interrupt flag gets set (Ctrl-C), as SD_ERR_CANCELLED. The checks run
+ * every few thousand instructions, so the cost is negligible. */
+#define SD_LUA_DEFAULT_MAX_INSTRUCTIONS 1000000000ULL /* about 10 s of plain Lua */
+
 typedef struct sd_lua_opts {
     int allow_unsafe;   /* open the full standard library (io, os, package, debug) */
     size_t mem_limit;   /* bytes the Lua heap may use; 0 = 1 GiB */
+    unsigned long long max_instructions; /* 0 = SD_LUA_DEFAULT_MAX_INSTRUCTIONS; ULLONG_MAX = no limit */
+    double max_seconds; /* wall time; 0 = no limit */
+    volatile sig_atomic_t *interrupt; /* set on Ctrl-C (NULL = none): the script stops */
 } sd_lua_opts;
 
 /* Run the Lua workflow file `path` and return the graph it built (*out, owned

@@ -1,8 +1,11 @@
 /* vm.c - a Lua state with our allocator, a heap limit and the sandboxed
  * standard library (see sdlua.h). */
+#include <limits.h>
 #include <lualib.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "lua_internal.h"
 
 #define DEFAULT_LIMIT ((size_t)1 << 30)
@@ -64,13 +67,67 @@ static int open_libs(lua_State *L) {
     return 0;
 }
 
+/* ---- the run budget -------------------------------------------------------- */
+
+#define HOOK_EVERY 10000 /* instructions between checks */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+    sd_lua_vm *vm = sd_lua_vm_of(L);
+    if (!vm->stop) {
+        vm->executed += HOOK_EVERY;
+        if (vm->interrupt && *vm->interrupt) vm->stop = VM_STOP_INTERRUPT;
+        else if (vm->max_instructions && vm->executed > vm->max_instructions) vm->stop = VM_STOP_INSTRUCTIONS;
+        else if (vm->deadline > 0 && now_s() > vm->deadline) vm->stop = VM_STOP_TIME;
+        if (!vm->stop) return;
+        /* from now on at every instruction: a pcall in the script may catch
+         * the error once, but the next instruction outside raises it again */
+        lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+    }
+    int line = lua_getinfo(L, "l", ar) && ar->currentline > 0 ? ar->currentline : 0;
+    char where[64] = "";
+    if (line) snprintf(where, sizeof where, ":%d", line);
+    const char *name = vm->chunkname ? vm->chunkname : "the Lua workflow";
+    switch (vm->stop) {
+    case VM_STOP_INTERRUPT: lua_pushfstring(L, "%s%s: interrupted", name, where); break;
+    case VM_STOP_INSTRUCTIONS:
+        lua_pushfstring(L, "%s%s: the script ran past its budget of %I Lua instructions (endless loop?); "
+                        "raise it with --lua-max-instructions or SDFLOW_LUA_MAX_INSTRUCTIONS (0 = no limit)",
+                        name, where, (lua_Integer)vm->max_instructions);
+        break;
+    default:
+        lua_pushfstring(L, "%s%s: the script ran longer than its budget of %f s (endless loop?); "
+                        "raise it with --lua-timeout or SDFLOW_LUA_TIMEOUT (0 = no limit)",
+                        name, where, (lua_Number)vm->max_seconds);
+        break;
+    }
+    lua_error(L);
+}
+
+void sd_lua_vm_budget(sd_lua_vm *vm, const sd_lua_opts *opts, const char *chunkname) {
+    unsigned long long max = opts ? opts->max_instructions : 0;
+    vm->max_instructions = max == 0 ? SD_LUA_DEFAULT_MAX_INSTRUCTIONS : max == ULLONG_MAX ? 0 : max;
+    vm->max_seconds = opts && opts->max_seconds > 0 ? opts->max_seconds : 0;
+    vm->deadline = vm->max_seconds > 0 ? now_s() + vm->max_seconds : 0;
+    vm->interrupt = opts ? opts->interrupt : NULL;
+    vm->chunkname = chunkname;
+    vm->executed = 0;
+    vm->stop = VM_STOP_NONE;
+    lua_sethook(vm->L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+}
+
 sd_status sd_lua_vm_pcall(sd_lua_vm *vm, int nargs, int nres, sd_error *err) {
     lua_State *L = vm->L;
     int rc = lua_pcall(L, nargs, nres, 0);
     if (rc == LUA_OK) return SD_OK;
     const char *msg = lua_tostring(L, -1);
     if (!msg) msg = luaL_typename(L, -1);
-    sd_status code = rc == LUA_ERRMEM ? SD_ERR_NOMEM : SD_ERR_INVALID;
+    sd_status code = rc == LUA_ERRMEM ? SD_ERR_NOMEM : vm->stop == VM_STOP_INTERRUPT ? SD_ERR_CANCELLED : SD_ERR_INVALID;
     sd_error_set(err, code, "%s", rc == LUA_ERRMEM ? "Lua ran out of memory (heap limit reached)" : msg);
     lua_pop(L, 1);
     return code;
