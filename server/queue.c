@@ -452,7 +452,9 @@ static cJSON *value_json(const sd_value *v) {
         cJSON *o = cJSON_CreateObject();
         for (size_t i = 0; i < sd_value_dict_len(v); i++) {
             const char *k = sd_value_dict_key(v, i);
-            if (!strcmp(k, "files")) continue; /* absolute paths stay on the server */
+            /* absolute paths stay on the server; the hashes are the cache's
+             * (core/executor.h "Output files"), not part of ComfyUI's outputs */
+            if (!strcmp(k, "files") || !strcmp(k, "sha256")) continue;
             cJSON_AddItemToObject(o, k, value_json(sd_value_dict_at(v, i)));
         }
         return o;
