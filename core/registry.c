@@ -2,6 +2,7 @@
  * A sorted array with binary search is enough for a few hundred node types
  * and keeps iteration order stable for `sdflow nodes`. */
 #include "node.h"
+#include "safetensors.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -119,7 +120,8 @@ sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_erro
     if (ctx->progress) ctx->progress(ctx->progress_user, ctx->node_id, value, max);
     if (ctx->interrupt && *ctx->interrupt)
         return sd_error_set(err, SD_ERR_CANCELLED, "interrupted at %lld/%lld", (long long)value, (long long)max);
-    return SD_OK;
+    /* a model file changed under the run: stop at this step, not at the end */
+    return sd_st_check_all(err);
 }
 
 void sd_node_preview(sd_node_ctx *ctx, int64_t step, int64_t steps, const struct sd_tensor *latent,

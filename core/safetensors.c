@@ -17,6 +17,7 @@
  * byte-identical to the original when that came from the reference library.
  */
 #include "safetensors.h"
+#include "mapguard.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -39,6 +40,13 @@ struct sd_st_file {
     const uint8_t *base; /* whole file */
     size_t size;
     int mapped;          /* munmap(base) on free */
+    /* A mapped file stays open (fd) so that its inode can be checked for a
+     * change against what it was when mapped (sd_st_check), and its
+     * mapping is registered with the SIGBUS guard (mapguard.h). */
+    int fd;
+    int guard;                 /* mapguard slot, -1 = none */
+    struct stat st;            /* at open */
+    struct sd_st_file *next, *prev; /* the list of mapped files (sd_st_check_all) */
     sd_st_entry *entries; /* sorted by name */
     size_t n;
     char **meta_keys, **meta_vals;
@@ -58,6 +66,28 @@ struct sd_st_file {
 
 /* ---- lifetime ------------------------------------------------------------- */
 
+/* Every open mapped file, for sd_st_check_all. */
+static pthread_mutex_t files_mu = PTHREAD_MUTEX_INITIALIZER;
+static sd_st_file *files;
+
+static void enlist(sd_st_file *f) {
+    pthread_mutex_lock(&files_mu);
+    f->prev = NULL;
+    f->next = files;
+    if (files) files->prev = f;
+    files = f;
+    pthread_mutex_unlock(&files_mu);
+}
+
+static void unlist(sd_st_file *f) {
+    pthread_mutex_lock(&files_mu);
+    if (f->prev) f->prev->next = f->next;
+    else if (files == f) files = f->next;
+    if (f->next) f->next->prev = f->prev;
+    f->next = f->prev = NULL;
+    pthread_mutex_unlock(&files_mu);
+}
+
 static void file_free(sd_st_file *f) {
     if (!f) return;
     for (size_t i = 0; i < f->n; i++) free((char *)f->entries[i].name);
@@ -71,7 +101,12 @@ static void file_free(sd_st_file *f) {
     for (size_t i = 0; i < f->n_other; i++) free(f->other_names[i]);
     free(f->other_names);
     free(f->other_dtypes);
-    if (f->mapped && f->base) munmap((void *)f->base, f->size);
+    if (f->mapped && f->base) {
+        unlist(f);
+        sd_mapguard_remove(f->guard);
+        munmap((void *)f->base, f->size);
+    }
+    if (f->mapped && f->fd >= 0) close(f->fd);
     if (f->src) {
         f->src->free(f->src_ctx);
         pthread_mutex_destroy(&f->src_mu);
@@ -430,6 +465,8 @@ sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
         return SD_ERR_NOMEM;
     }
     f->size = (size_t)sb.st_size;
+    f->fd = -1;
+    f->guard = -1;
     if (f->size >= 8) {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -440,11 +477,15 @@ sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
         }
         f->base = m;
         f->mapped = 1;
+        f->fd = fd; /* kept for sd_st_check */
+        f->st = sb;
+        f->guard = sd_mapguard_add(m, f->size);
+        enlist(f);
     } else {
         static const uint8_t nothing[8];
         f->base = nothing; /* parse_header rejects it on size alone */
+        close(fd);
     }
-    close(fd); /* the mapping stays valid */
     return open_common(f, out, err);
 }
 
@@ -905,4 +946,36 @@ out:
     free(hb.p);
     free(order);
     return st;
+}
+
+/* ---- change detection ---------------------------------------------------------- */
+
+sd_status sd_st_check(sd_st_file *f, sd_error *err) {
+    if (!f || !f->mapped) return SD_OK;
+    struct stat now;
+    int faulted = sd_mapguard_faulted(f->guard);
+    int st_ok = fstat(f->fd, &now) == 0;
+    if (!faulted && st_ok && now.st_size == f->st.st_size &&
+        now.st_mtim.tv_sec == f->st.st_mtim.tv_sec && now.st_mtim.tv_nsec == f->st.st_mtim.tv_nsec)
+        return SD_OK;
+    char what[160];
+    if (!st_ok) snprintf(what, sizeof what, "cannot be checked any more: %s", strerror(errno));
+    else if (now.st_size != f->st.st_size)
+        snprintf(what, sizeof what, "was %s to %lld bytes (was %lld)",
+                 now.st_size < f->st.st_size ? "truncated" : "resized", (long long)now.st_size,
+                 (long long)f->st.st_size);
+    else if (faulted) snprintf(what, sizeof what, "was truncated (and its size restored)");
+    else snprintf(what, sizeof what, "was modified (its modification time changed)");
+    return sd_error_set(err, SD_ERR_IO,
+                        "%s: the file %s while in use%s; its tensors can no longer be trusted "
+                        "(replace model files by renaming a new file over them; run again to reload it)",
+                        f->path, what, faulted ? " (a read past its new end was stopped)" : "");
+}
+
+sd_status sd_st_check_all(sd_error *err) {
+    sd_status rc = SD_OK;
+    pthread_mutex_lock(&files_mu);
+    for (sd_st_file *f = files; f && !rc; f = f->next) rc = sd_st_check(f, err);
+    pthread_mutex_unlock(&files_mu);
+    return rc;
 }

@@ -52,6 +52,24 @@ sd_tensor *sd_st_tensor(sd_st_file *f, const char *name, sd_error *err);
 /* Same, converted to F32 (a copy unless already F32). */
 sd_tensor *sd_st_tensor_f32(sd_st_file *f, const char *name, sd_error *err);
 
+/* ---- files that change under a run ------------------------------------------
+ *
+ * A file from sd_st_open stays mapped, so pages are read from it long after
+ * opening. If it is truncated or rewritten in place while open, reading it
+ * would give a signal (SIGBUS past the new end) or silently mixed contents.
+ * Instead (core/mapguard.h): a read past the new end reads zeros and marks
+ * the file, and these checks turn any change into an error naming the file:
+ * the size or modification time of the open inode differs from what it was
+ * at open, or a read was stopped. A file replaced by renaming a new one over
+ * its name is not a change (the open inode is untouched).
+ * In-memory and source-backed files never change: SD_OK. */
+
+/* SD_ERR_IO naming the file when it changed since it was opened. */
+sd_status sd_st_check(sd_st_file *f, sd_error *err);
+/* The same over every open mapped file (the executor calls it after each
+ * node and at each progress step): the first changed file's error. */
+sd_status sd_st_check_all(sd_error *err);
+
 /* ---- other containers ------------------------------------------------------ */
 
 /* A file whose tensors are not laid out as safetensors (a PyTorch zip

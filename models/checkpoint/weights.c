@@ -89,6 +89,13 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
     sd_bt *b = sd_bt_from_host(w->be, t, up);
     sd_tensor_unref(t);
     if (!b) sd_backend_take_error(w->be, err);
+    /* After the bytes were read (finite check, conversion, upload): a file
+     * truncated or rewritten meanwhile gave zeros or mixed bytes, not a
+     * signal (core/mapguard.h); refuse what was read. */
+    if (b && sd_st_check(w->file, err)) {
+        sd_bt_free(b);
+        return NULL;
+    }
     return b;
 }
 

@@ -517,6 +517,7 @@ static sd_status apply_part(void *m, lookup_fn lookup, sd_lora_part part, const 
             float *w = sd_tensor_f32(t->acc) + row0 * per;
             int64_t cnt = rows > 0 ? rows * per : sd_tensor_numel(t->acc);
             sd_status rc = sd_lora_patch_add(pl->lora, p, w, cnt, uses[u].strength, err);
+            if (!rc) rc = sd_st_check(pl->lora->f, err); /* the LoRA changed while read */
             if (rc) {
                 drop(&s);
                 return rc;
