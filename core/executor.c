@@ -898,8 +898,15 @@ static sd_status execute(run *r, sd_error *err) {
                 emit_node(r, &ev, rec);
                 break;
             }
+            /* The result was cached and only its files were written anew,
+             * as long as what they were written from was cached too (an
+             * input the cache had dropped was computed again just now). */
+            for (int k = 0; p->deliver && k < p->n_in; k++) {
+                const plan_node *s = p->src[k] >= 0 ? &r->nodes[p->src[k]] : NULL;
+                if (s && s->record >= 0 && r->report->items[s->record].status == SD_NODE_EXECUTED)
+                    p->deliver = 0;
+            }
             if (p->deliver) {
-                /* The result was cached; only its files were written anew. */
                 rec->status = p->hit_status;
                 rec->delivered = 1;
                 r->report->n_cached++;

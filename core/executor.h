@@ -17,7 +17,8 @@
  * with (sd_exec_ui_files_ok in executor_internal.h). Otherwise the node
  * "delivers": it runs again on its inputs, which come from the caches, and
  * writes new files under the next free names; its record says CACHED (or
- * MEMO) with `delivered` set, and it counts as cached, not executed.
+ * MEMO) with `delivered` set, and it counts as cached, not executed, unless
+ * one of its inputs had to be executed in this run (then it is EXECUTED).
  *
  * Two caches: an in-process memo (all values, handles included; lives as long
  * as the sd_exec, so a REPL keeps loaded models) and an optional persistent

@@ -172,6 +172,7 @@ static const sd_node_def *const table[] = {&n_const, &n_add, &n_load, &n_use, &n
 typedef struct fake_cache {
     uint8_t keys[256][SD_KEY_SIZE];
     sd_value *values[256];
+    char classes[256][16];
     int n, gets, puts, file_gets, file_puts;
 } fake_cache;
 
@@ -190,8 +191,21 @@ static sd_status fc_put(void *self, const uint8_t key[SD_KEY_SIZE], const char *
     if (!sd_value_is_data(v)) return sd_error_set(err, SD_ERR_INVALID, "handle in cache");
     if (c->n == 256) return sd_error_set(err, SD_ERR_NOMEM, "full");
     memcpy(c->keys[c->n], key, SD_KEY_SIZE);
+    snprintf(c->classes[c->n], sizeof c->classes[0], "%s", class_type);
     c->values[c->n++] = sd_value_ref((sd_value *)v);
     return SD_OK;
+}
+
+/* Evict every entry of one class_type (as gc would). */
+static void fc_drop(fake_cache *c, const char *class_type) {
+    int j = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!strcmp(c->classes[i], class_type)) { sd_value_unref(c->values[i]); continue; }
+        memmove(c->keys[j], c->keys[i], SD_KEY_SIZE);
+        memmove(c->classes[j], c->classes[i], sizeof c->classes[0]);
+        c->values[j++] = c->values[i];
+    }
+    c->n = j;
 }
 
 static struct { char path[4096]; int64_t size, mtime; uint8_t hash[SD_KEY_SIZE]; } fc_files[16];
@@ -394,6 +408,21 @@ static void test_persistent_cache(void) {
     CHECK_OK(run_json(ex, DIAMOND, &cache_i, &rep, &err), &err);
     CHECK_MSG(rep.n_executed == 0 && call_log[0] == 0, "ran %s", call_log);
     CHECK(status_of(&rep, "5") == SD_NODE_CACHED && rep.n == 1);
+    sd_exec_report_free(&rep);
+    sd_exec_free(ex);
+
+    /* The output file is gone and so are the sums it came from (evicted):
+     * the sums run again, and the output node, written from them, counts as
+     * executed, not as delivered from the cache. */
+    char out_path[4096];
+    snprintf(out_path, sizeof out_path, "%s/diamond.txt", out_dir);
+    unlink(out_path);
+    fc_drop(&fcache, "TAdd");
+    ex = sd_exec_new();
+    CHECK_OK(run_json(ex, DIAMOND, &cache_i, &rep, &err), &err);
+    CHECK_MSG(strcmp(call_log, "2,3,4,5") == 0, "ran %s", call_log);
+    CHECK(status_of(&rep, "5") == SD_NODE_EXECUTED && !rec_of(&rep, "5")->delivered);
+    CHECK(status_of(&rep, "1") == SD_NODE_CACHED && read_number("diamond") == 9);
     sd_exec_report_free(&rep);
     sd_exec_free(ex);
 
