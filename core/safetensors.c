@@ -46,6 +46,8 @@ struct sd_st_file {
     int fd;
     int guard;                 /* mapguard slot, -1 = none */
     struct stat st;            /* at open */
+    struct stat seen;          /* as last reported by sd_st_check_all (files_mu) */
+    int seen_faulted;
     struct sd_st_file *next, *prev; /* the list of mapped files (sd_st_check_all) */
     sd_st_entry *entries; /* sorted by name */
     size_t n;
@@ -478,7 +480,7 @@ sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
         f->base = m;
         f->mapped = 1;
         f->fd = fd; /* kept for sd_st_check */
-        f->st = sb;
+        f->st = f->seen = sb;
         f->guard = sd_mapguard_add(m, f->size);
         enlist(f);
     } else {
@@ -950,32 +952,54 @@ out:
 
 /* ---- change detection ---------------------------------------------------------- */
 
-sd_status sd_st_check(sd_st_file *f, sd_error *err) {
-    if (!f || !f->mapped) return SD_OK;
-    struct stat now;
-    int faulted = sd_mapguard_faulted(f->guard);
-    int st_ok = fstat(f->fd, &now) == 0;
-    if (!faulted && st_ok && now.st_size == f->st.st_size &&
-        now.st_mtim.tv_sec == f->st.st_mtim.tv_sec && now.st_mtim.tv_nsec == f->st.st_mtim.tv_nsec)
+/* The file against a reference state (its stat and whether a read had been
+ * stopped): SD_OK when unchanged, else the error; *now and *faulted get
+ * the current state. */
+static sd_status check_against(sd_st_file *f, const struct stat *ref, int ref_faulted, struct stat *now,
+                               int *faulted, sd_error *err) {
+    *faulted = sd_mapguard_faulted(f->guard);
+    int st_ok = fstat(f->fd, now) == 0;
+    if (*faulted == ref_faulted && st_ok && now->st_size == ref->st_size &&
+        now->st_mtim.tv_sec == ref->st_mtim.tv_sec && now->st_mtim.tv_nsec == ref->st_mtim.tv_nsec)
         return SD_OK;
     char what[160];
     if (!st_ok) snprintf(what, sizeof what, "cannot be checked any more: %s", strerror(errno));
-    else if (now.st_size != f->st.st_size)
+    else if (now->st_size != f->st.st_size)
         snprintf(what, sizeof what, "was %s to %lld bytes (was %lld)",
-                 now.st_size < f->st.st_size ? "truncated" : "resized", (long long)now.st_size,
+                 now->st_size < f->st.st_size ? "truncated" : "resized", (long long)now->st_size,
                  (long long)f->st.st_size);
-    else if (faulted) snprintf(what, sizeof what, "was truncated (and its size restored)");
+    else if (*faulted) snprintf(what, sizeof what, "was truncated (and its size restored)");
     else snprintf(what, sizeof what, "was modified (its modification time changed)");
+    if (!st_ok) *now = *ref;
     return sd_error_set(err, SD_ERR_IO,
                         "%s: the file %s while in use%s; its tensors can no longer be trusted "
                         "(replace model files by renaming a new file over them; run again to reload it)",
-                        f->path, what, faulted ? " (a read past its new end was stopped)" : "");
+                        f->path, what, *faulted ? " (a read past its new end was stopped)" : "");
 }
 
+sd_status sd_st_check(sd_st_file *f, sd_error *err) {
+    if (!f || !f->mapped) return SD_OK;
+    struct stat now;
+    int faulted;
+    return check_against(f, &f->st, 0, &now, &faulted, err);
+}
+
+/* Each change is reported once here (the node running when it is found
+ * fails): a REPL or server may keep an old model of a changed file in its
+ * memo, unused, and must not fail every later node for it. Binding from the
+ * file (sd_st_check) keeps failing. */
 sd_status sd_st_check_all(sd_error *err) {
     sd_status rc = SD_OK;
     pthread_mutex_lock(&files_mu);
-    for (sd_st_file *f = files; f && !rc; f = f->next) rc = sd_st_check(f, err);
+    for (sd_st_file *f = files; f && !rc; f = f->next) {
+        struct stat now;
+        int faulted;
+        rc = check_against(f, &f->seen, f->seen_faulted, &now, &faulted, err);
+        if (rc) {
+            f->seen = now;
+            f->seen_faulted = faulted;
+        }
+    }
     pthread_mutex_unlock(&files_mu);
     return rc;
 }

@@ -67,7 +67,10 @@ sd_tensor *sd_st_tensor_f32(sd_st_file *f, const char *name, sd_error *err);
 /* SD_ERR_IO naming the file when it changed since it was opened. */
 sd_status sd_st_check(sd_st_file *f, sd_error *err);
 /* The same over every open mapped file (the executor calls it after each
- * node and at each progress step): the first changed file's error. */
+ * node and at each progress step): the first changed file's error. Each
+ * change is reported once (a later change of the same file again), so an
+ * unused old model of a changed file kept in a REPL's memo does not fail
+ * every later node; sd_st_check on the file keeps failing. */
 sd_status sd_st_check_all(sd_error *err);
 
 /* ---- other containers ------------------------------------------------------ */

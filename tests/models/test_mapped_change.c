@@ -5,7 +5,7 @@
  * Through the loader path (sd_weights_get over sd_st_open): a tensor bound
  * before the truncation reads zeros afterwards instead of faulting, the
  * next tensor bound is refused naming the file, and sd_st_check /
- * sd_st_check_all report it. A file modified in place (same size, new
+ * sd_st_check_all report it (the latter once per change). A file modified in place (same size, new
  * mtime) is reported too; a file replaced by rename is not (the open inode
  * is intact). A SIGBUS outside every model mapping still ends the process
  * (checked in a child). */
@@ -88,6 +88,13 @@ static void truncated(sd_backend *be, const char *dir) {
     sd_error_clear(&err);
     CHECK(sd_st_check_all(&err) == SD_ERR_IO && strstr(err.msg, path));
     printf("  %s\n", err.msg + strlen(dir) + 1);
+    /* reported once by the per-node check, always by the file's own */
+    CHECK_OK(sd_st_check_all(&err), &err);
+    CHECK(sd_st_check(f, &err) == SD_ERR_IO);
+    /* a further change is reported again */
+    CHECK(truncate(path, 4096) == 0);
+    sd_error_clear(&err);
+    CHECK(sd_st_check_all(&err) == SD_ERR_IO && strstr(err.msg, "4096 bytes"));
     sd_bt_free(a);
     sd_st_close(f);
     /* once closed, nothing is reported any more */
