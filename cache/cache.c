@@ -171,12 +171,16 @@ sd_status sd_cache_open_ex(const char *path, unsigned flags, sd_sqlite_cache **o
             }
         }
     }
-    if (pages < 0 && c->readonly && !(flags & OPEN_IMMUTABLE) && (sqlite3_errcode(c->db) & 0xff) == SQLITE_CANTOPEN &&
+    int ec0 = sqlite3_errcode(c->db) & 0xff;
+    if (pages < 0 && c->readonly && !(flags & OPEN_IMMUTABLE) && (ec0 == SQLITE_CANTOPEN || ec0 == SQLITE_READONLY) &&
         access(path, R_OK) == 0) {
         /* A WAL database whose directory we cannot write has no -shm for a
-         * reader to map. Open it as immutable: nobody who could change it
-         * can be less privileged than us, and a blob changed under us still
-         * fails its checksum. */
+         * reader to map: SQLite says CANTOPEN, or READONLY_DIRECTORY when
+         * the directory's mode (not an immutable attribute) forbids it,
+         * which is the common case of a user reading a shared cache. Open
+         * it as immutable: nobody who could change it can be less
+         * privileged than us, and a blob changed under us still fails its
+         * checksum. */
         sd_cache_close(c);
         return sd_cache_open_ex(path, flags | OPEN_IMMUTABLE, out, err);
     }

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "core/env.h"
 #include "core/graph.h"
+#include "core/text.h"
 #include "lua/sdlua.h"
 
 /* ---- the shared groups ---------------------------------------------------------
@@ -330,6 +331,15 @@ void sd_cli_cache_setup(const sd_cli_args *a, sd_sqlite_cache **handle, sd_cache
     if (!a->no_cache) {
         if (sd_cli_cache_open(a->cache, handle, &cerr) == SD_OK) {
             *iface = sd_cache_interface(*handle);
+            if (sd_cache_is_readonly(*handle)) {
+                /* docs/cache.md: hits are served, nothing is written; say so
+                 * once instead of a failed put per node */
+                iface->put = NULL;
+                iface->file_hash_put = NULL;
+                char path[4096];
+                fprintf(stderr, "note: cache %s is read-only here: cached results are used, new ones are not stored\n",
+                        sd_text_escape(sd_cache_path(*handle), 0, path, sizeof path));
+            }
             return;
         }
         char buf[SD_ERR_MSG_MAX + 512];
