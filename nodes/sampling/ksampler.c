@@ -1,10 +1,12 @@
 /* ksampler.c - nodes.common_ksampler and the KSampler / KSamplerAdvanced
  * nodes. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "custom.h"
+#include "core/membudget.h"
 #include "models/sampling/guider.h"
 #include "models/image/imageops.h"
 #include "models/sampling/rng.h"
@@ -286,8 +288,28 @@ static int on_cancel(void *ud) {
     return s->ctx->interrupt && *s->ctx->interrupt;
 }
 
-/* The model's checkpoint facts every sampling entry checks first. */
-static sd_status check_model_latent(sd_checkpoint *ckpt, const sd_value *latent,
+/* Bytes one UNet forward needs for a batch of b latents of h x w, from the
+ * detected config (nothing loaded): the skip activations every input block
+ * keeps for the output blocks, plus the widest level's working set (a
+ * transformer block's q/k/v/out and GEGLU feed-forward, about 16 x its
+ * channels per position; attention itself is computed in key blocks, never
+ * as an [L, L] matrix, kernels/cpu/attention.c). A lower bound, counted in
+ * float32: it is there to refuse what cannot fit, not to plan memory. */
+static double unet_bytes(const sd_unet_config *c, int64_t b, int64_t h, int64_t w) {
+    double hw = (double)h * (double)w, skips = c->model_channels * hw, widest = 0;
+    for (int l = 0; l < c->num_levels; l++) {
+        double at = hw / (double)(1ull << (2 * l)), ch = (double)c->model_channels * c->channel_mult[l];
+        skips += c->num_res_blocks[l] * ch * at;
+        if (l + 1 < c->num_levels) skips += ch * at / 4.0; /* the downsample's output */
+        if (16.0 * ch * at > widest) widest = 16.0 * ch * at;
+    }
+    return (skips + widest) * sizeof(float) * (double)b;
+}
+
+/* The model's checkpoint facts every sampling entry checks first, and the
+ * UNet's activations against the memory budget (core/membudget.h): cond
+ * and uncond run as one batch, so 2 x the latent batch. */
+static sd_status check_model_latent(sd_node_ctx *ctx, sd_checkpoint *ckpt, const sd_value *latent,
                                     const char *model_input, sd_tensor **samples_out,
                                     sd_error *err) {
     sd_tensor *samples = latent ? sd_value_dict_tensor(latent, "samples") : NULL;
@@ -308,6 +330,13 @@ static sd_status check_model_latent(sd_checkpoint *ckpt, const sd_value *latent,
         sd_error_at(err, NULL, NULL, "latent_image");
         return SD_ERR_INVALID;
     }
+    double need = unet_bytes(&info->unet, 2 * samples->shape[0], samples->shape[2], samples->shape[3]);
+    char what[160];
+    snprintf(what, sizeof what, "the UNet's activations for the latent [%lld, %lld, %lld, %lld] "
+             "(cond and uncond together)", (long long)samples->shape[0], (long long)samples->shape[1],
+             (long long)samples->shape[2], (long long)samples->shape[3]);
+    sd_status rc = sd_mem_check(ctx, "latent_image", need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, what, err);
+    if (rc) return rc;
     *samples_out = samples;
     return SD_OK;
 }
@@ -316,7 +345,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
                                    sd_error *err) {
     *out = NULL;
     sd_tensor *samples;
-    sd_status rc = check_model_latent(a->ckpt, a->latent, "model", &samples, err);
+    sd_status rc = check_model_latent(ctx, a->ckpt, a->latent, "model", &samples, err);
     if (rc) return rc;
     if (!sd_sampler_find(a->sampler_name)) {
         sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);
@@ -417,7 +446,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
     if (out_denoised) *out_denoised = NULL;
     const sd_guide *g = &a->guide;
     sd_tensor *samples;
-    sd_status rc = check_model_latent(g->ckpt, a->latent, "model", &samples, err);
+    sd_status rc = check_model_latent(ctx, g->ckpt, a->latent, "model", &samples, err);
     if (rc) return rc;
     const sd_ckpt_info *info = sd_checkpoint_info(g->ckpt);
     const int64_t *shape = samples->shape;

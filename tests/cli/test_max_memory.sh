@@ -71,6 +71,37 @@ else
         fail "latent scale: node or input not named: $(cat "$T/err")"
 fi
 
+# model nodes, on a random tiny checkpoint: KSampler estimates the UNet's
+# activations for its latent (cond + uncond), VAEEncode the encoder's
+src=${SDFLOW_SOURCE_DIR:?}
+if "$SDFLOW_BIN" synth --preset sd1-tiny --models-dir "$T/models" --tokenizer-dir "$T/tok" > /dev/null 2>&1; then
+    mrun() { run "$@" --models-dir "$T/models" --tokenizer-dir "$T/tok"; }
+    if mrun "$src/workflows/txt2img_sd15.json" --max-memory 64M --set 4.ckpt_name=sdflow-random-sd1-tiny.safetensors \
+        --set 5.width=1024 --set 5.height=1024 --set 5.batch_size=4 --set 3.steps=1 2> "$T/err"; then
+        fail "KSampler on a 1024^2 x 4 latent ran under 64M"
+    else
+        grep -q "node 3 (KSampler) input 'latent_image'" "$T/err" && grep -q "UNet's activations" "$T/err" ||
+            fail "KSampler: node, input or what not named: $(cat "$T/err")"
+    fi
+    mrun "$src/workflows/txt2img_sd15.json" --max-memory 64M --set 4.ckpt_name=sdflow-random-sd1-tiny.safetensors \
+        --set 5.width=64 --set 5.height=64 --set 3.steps=1 2> "$T/err" ||
+        fail "a 64x64 txt2img under 64M: $(cat "$T/err")"
+    cat > "$T/enc.json" <<'JSON'
+{"1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "sdflow-random-sd1-tiny.safetensors"}},
+ "2": {"class_type": "EmptyImage", "inputs": {"width": 1024, "height": 1024, "batch_size": 1, "color": 0}},
+ "3": {"class_type": "VAEEncode", "inputs": {"pixels": ["2", 0], "vae": ["1", 2]}},
+ "4": {"class_type": "SaveLatent", "inputs": {"samples": ["3", 0], "filename_prefix": "e"}}}
+JSON
+    if mrun "$T/enc.json" --max-memory 64M 2> "$T/err"; then
+        fail "VAEEncode of 1024^2 ran under 64M"
+    else
+        grep -q "node 3 (VAEEncode) input 'pixels'" "$T/err" && grep -q "VAEEncodeTiled" "$T/err" ||
+            fail "VAEEncode: node, input or hint not named: $(cat "$T/err")"
+    fi
+else
+    fail "sdflow synth failed"
+fi
+
 # bad values are refused naming the option
 run "$T/latent.json" --max-memory lots 2> "$T/err" && fail "--max-memory lots accepted"
 grep -q -- "--max-memory" "$T/err" && grep -q "lots" "$T/err" || fail "bad --max-memory: $(cat "$T/err")"
