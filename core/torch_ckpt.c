@@ -594,20 +594,24 @@ sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
 
 sd_status sd_torch_open_any(const char *path, sd_st_file **out, sd_error *err) {
     *out = NULL;
-    uint8_t head[4] = {0};
+    uint8_t head[sizeof LEGACY_MAGIC] = {0};
     FILE *fp = fopen(path, "rb");
     size_t n = 0;
     if (fp) {
         n = fread(head, 1, sizeof head, fp);
         fclose(fp);
     }
-    /* A safetensors header length never starts with these bytes in practice
-     * ("PK\3\4" would be a 2 GB+ header, 0x80 0x02.. a 512+ byte one whose
-     * JSON then fails): still, a file that is not a torch checkpoint after
-     * all is tried as safetensors, with that error. */
-    if (sd_torch_sniff(head, n)) {
+    /* The first 8 bytes of a safetensors file are its header length, which
+     * can start 0x80 0x02..0x05 (a header of 640..1535 bytes, common for
+     * small files): so only torch's whole legacy magic number selects the
+     * legacy reader. "PK\3\4" would be a header over 2 GB; still, a file
+     * that is no readable zip after all is tried as safetensors, and the
+     * torch error is reported when that fails too. */
+    if (n == sizeof LEGACY_MAGIC && memcmp(head, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0)
+        return sd_torch_open(path, out, err);
+    if (sd_torch_sniff(head, n) == 1) {
         sd_status rc = sd_torch_open(path, out, err);
-        if (rc != SD_ERR_FORMAT || sd_torch_sniff(head, n) != 1) return rc;
+        if (rc != SD_ERR_FORMAT) return rc;
         sd_error e2;
         sd_error_clear(&e2);
         if (sd_st_open(path, out, &e2) == SD_OK) return SD_OK;

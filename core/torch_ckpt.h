@@ -49,8 +49,9 @@ sd_status sd_torch_open_memory(const void *data, size_t size, const char *name,
 int sd_torch_sniff(const void *head, size_t n);
 
 /* Open a weights file of either format, chosen by its first bytes (not its
- * name): torch checkpoints through sd_torch_open, anything else through
- * sd_st_open. Safetensors stays the preferred format; this is what loaders
+ * name): a zip archive or torch's legacy magic number through sd_torch_open,
+ * anything else (a bare 0x80 byte may start a safetensors header length)
+ * through sd_st_open. Safetensors stays the preferred format; this is what loaders
  * that accept .ckpt/.pt/.pth/.bin call. */
 sd_status sd_torch_open_any(const char *path, sd_st_file **out, sd_error *err);
 

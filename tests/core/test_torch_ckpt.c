@@ -268,6 +268,31 @@ static void truncations(void) {
     free(blob);
 }
 
+/* A safetensors file whose header length is 0x280 (640) starts with the
+ * bytes 0x80 0x02 of a pickle: sd_torch_open_any must still read it as
+ * safetensors. */
+static void safetensors_like_pickle(void) {
+    const char *dir2 = sd_test_tmpdir("torch_ckpt_sniff");
+    char path[4200], hdr[641];
+    snprintf(path, sizeof path, "%s/small.safetensors", dir2);
+    int k = snprintf(hdr, sizeof hdr, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}");
+    memset(hdr + k, ' ', 640 - (size_t)k);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    static const uint8_t len[8] = {0x80, 0x02, 0, 0, 0, 0, 0, 0};
+    static const float data[2] = {1.5f, -2.0f};
+    fwrite(len, 1, 8, f);
+    fwrite(hdr, 1, 640, f);
+    fwrite(data, 1, sizeof data, f);
+    fclose(f);
+    sd_st_file *st = NULL;
+    sd_error err;
+    CHECK_OK(sd_torch_open_any(path, &st, &err), &err);
+    CHECK(st && sd_st_count(st) == 1 && sd_st_find(st, "w"));
+    sd_st_close(st);
+}
+
 int main(void) {
     const char *src = getenv("SDFLOW_SOURCE_DIR");
     snprintf(dir, sizeof dir, "%s/tests/data/torch", src ? src : "..");
@@ -286,6 +311,7 @@ int main(void) {
         compare_pair("real-legacy.pt", "real-torch.safetensors"); /* _use_new_zipfile_serialization=False */
     }
     bad_files();
+    safetensors_like_pickle();
     machine_limits();
     truncations();
     return sd_test_finish();
