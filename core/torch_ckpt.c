@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <zip.h>
 
+#include "mapguard.h"
 #include "pickle.h"
 
 /* data.pkl of a real SDXL checkpoint is ~300 KB; anything near this is not a
@@ -38,6 +39,7 @@ typedef struct tc_ctx {
     const uint8_t *base; /* legacy format: the whole file */
     size_t size;
     int mapped;          /* munmap(base) on free */
+    int guard;           /* mapguard slot of the mapping (-1 none) */
     char *path;
     tc_tensor *t;
     size_t n, cap;
@@ -65,7 +67,10 @@ static void ctx_free(void *p) {
     tc_ctx *c = p;
     if (!c) return;
     if (c->za) zip_discard(c->za); /* read-only: nothing to write back */
-    if (c->mapped) munmap((void *)c->base, c->size);
+    if (c->mapped) {
+        sd_mapguard_remove(c->guard);
+        munmap((void *)c->base, c->size);
+    }
     free(c->t);
     free(c->path);
     free(c);
@@ -144,6 +149,10 @@ static sd_status tc_read(void *p, const sd_st_entry *e, void *dst, sd_error *err
         const uint8_t *src = c->base + t->where + t->start;
         if (t->contiguous) memcpy(dst, src, t->span);
         else gather(t, src, dst);
+        /* a file truncated under us reads zeros (mapguard.h), never SIGBUS */
+        if (c->mapped && sd_mapguard_faulted(c->guard))
+            return sd_error_set(err, SD_ERR_IO, "%s: tensor '%s': the file was truncated while in use", c->path,
+                                e->name);
         return SD_OK;
     }
     uint8_t *buf = t->contiguous ? dst : malloc(t->span);
@@ -491,6 +500,7 @@ static sd_status open_legacy(const uint8_t *base, size_t size, int mapped, const
     c->base = base;
     c->size = size;
     c->mapped = mapped;
+    c->guard = mapped ? sd_mapguard_add(base, size) : -1;
     tc_build b = {.c = c, .path = path, .err = err};
     if (size < sizeof LEGACY_MAGIC || memcmp(base, LEGACY_MAGIC, sizeof LEGACY_MAGIC) != 0)
         return finish(&b, sd_error_set(err, SD_ERR_UNSUPPORTED,
