@@ -93,7 +93,9 @@ void sd_graph_problems_free(sd_graph_problems *p);
 
 /* Parse API-format JSON text. Unknown top-level keys and _meta other than
  * title are ignored. A top-level {"prompt": {...}} wrapper (the /prompt body)
- * is accepted too. `source` names the text in errors (file name). */
+ * is accepted too, and so is a UI-format workflow ("nodes" and "links"),
+ * converted with the registry's schemas (workflow_ui.h). `source` names the
+ * text in errors (file name). */
 sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **out,
                              sd_error *err);
 /* Serialize to API-format JSON (malloc'd string, caller frees). */

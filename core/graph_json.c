@@ -3,7 +3,8 @@
  * Input values: a 2-element list ["<id>", <integral number>] is a link; any
  * other list is a literal; {"__value__": [...]} is the frontend's wrapping of
  * a list widget value and is unwrapped (so a literal list that looks like a
- * link survives). Serialization wraps every literal list the same way. */
+ * link survives). Serialization wraps every literal list the same way.
+ * A UI-format file ("nodes" and "links") is converted first (workflow_ui.h). */
 #include "graph.h"
 
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include "json_util.h"
 #include "node.h"
+#include "workflow_ui.h"
 
 /* ---- JSON -> values ---------------------------------------------------------- */
 
@@ -179,12 +181,13 @@ sd_status sd_graph_from_json(const char *text, const char *source, sd_graph **ou
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (cJSON_IsObject(prompt) && !cJSON_GetObjectItemCaseSensitive(prompt, "class_type"))
         nodes = prompt; /* the /prompt request body */
-    if (nodes == root && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(root, "nodes")) &&
-        cJSON_GetObjectItemCaseSensitive(root, "links")) {
+    if (nodes == root && sd_workflow_ui_detect(root)) {
+        /* ComfyUI's "Save" format: converted as the frontend would (workflow_ui.h) */
+        cJSON *api = NULL;
+        rc = sd_workflow_ui_to_api(root, source, &api, err);
         cJSON_Delete(root);
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: this is a UI-format workflow (with \"nodes\" and \"links\"); "
-                            "export it from ComfyUI with \"Save (API format)\"", source);
+        if (rc) return rc;
+        nodes = root = api;
     }
     sd_graph *g = sd_graph_new();
     if (!g) { cJSON_Delete(root); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }

@@ -46,6 +46,10 @@ typedef struct sd_input_def {
      * trusting its name. `file_folder` is the models sub-folder ("checkpoints")
      * or "input" for the input directory. */
     const char *file_folder;
+    /* ComfyUI's image_upload: the frontend shows an upload button after the
+     * node's required widgets (LoadImage), which UI-format files save as
+     * one more entry of widgets_values (core/workflow_ui.h). */
+    int image_upload;
 } sd_input_def;
 
 typedef struct sd_output_def {

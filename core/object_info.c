@@ -44,7 +44,7 @@ static cJSON *input_spec(const sd_input_def *d, const sd_env *env) {
             if (d->multiline) cJSON_AddBoolToObject(opts, "multiline", 1);
         }
     }
-    if (d->file_folder && strcmp(d->file_folder, "input") == 0) cJSON_AddBoolToObject(opts, "image_upload", 1);
+    if (d->image_upload) cJSON_AddBoolToObject(opts, "image_upload", 1);
     if (cJSON_GetArraySize(opts) > 0) cJSON_AddItemToArray(spec, opts);
     else cJSON_Delete(opts);
     return spec;

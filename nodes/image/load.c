@@ -76,7 +76,8 @@ static sd_status load_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value 
 }
 
 static const sd_input_def load_image_inputs[] = {
-    {.name = "image", .type = SD_T_COMBO, .options_fn = list_input_images, .file_folder = "input"},
+    {.name = "image", .type = SD_T_COMBO, .options_fn = list_input_images, .file_folder = "input",
+     .image_upload = 1},
     {0}};
 static const sd_output_def load_image_outputs[] = {{"IMAGE", "IMAGE"}, {"MASK", "MASK"}, {0}};
 
@@ -133,7 +134,8 @@ static sd_status load_image_mask_run(sd_node_ctx *ctx, sd_value *const *in, sd_v
 }
 
 static const sd_input_def load_image_mask_inputs[] = {
-    {.name = "image", .type = SD_T_COMBO, .options_fn = list_input_images, .file_folder = "input"},
+    {.name = "image", .type = SD_T_COMBO, .options_fn = list_input_images, .file_folder = "input",
+     .image_upload = 1},
     {.name = "channel", .type = SD_T_COMBO, .options = mask_channels, .def_str = "alpha"},
     {0}};
 static const sd_output_def load_image_mask_outputs[] = {{"MASK", "MASK"}, {0}};
