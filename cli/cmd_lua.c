@@ -32,8 +32,8 @@ int sd_cli_export(int argc, char **argv) {
         {"--json", NULL, SD_CLI_FLAG, &json, NULL, "print ComfyUI API-format JSON", NULL},
         {0}};
     const sd_cli_command cmd = {
-        "export", "--lua|--json WORKFLOW.json|.lua|.png [--set ID.INPUT=VALUE]... [options]",
-        "Prints a workflow (API JSON, Lua, a recipe or a PNG's prompt chunk) as Lua or as API-format\n"
+        "export", "--lua|--json WORKFLOW.json|.lua|.png|.webp [--set ID.INPUT=VALUE]... [options]",
+        "Prints a workflow (API or UI JSON, Lua, a recipe or a PNG/WebP's workflow) as Lua or as API-format\n"
         "JSON, after the --set edits, so that `sdflow export --json X --set ...` shows what\n"
         "`sdflow run X --set ...` would run.",
         SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_LUA, own, 1, 1};

@@ -1,5 +1,6 @@
-/* cmd_run.c - `sdflow run`: load a workflow (JSON, or the prompt chunk of a
- * PNG), apply --set, validate, run with progress, write the report. */
+/* cmd_run.c - `sdflow run`: load a workflow (API or UI JSON, or the one a
+ * PNG/WebP carries), apply --set, validate, run with progress, write the
+ * report. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
@@ -14,8 +15,8 @@
 #include "core/env.h"
 #include "core/graph.h"
 #include "core/json_util.h"
-#include "core/png.h"
 #include "core/text.h"
+#include "core/workflow_file.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "lua/sdlua.h"
@@ -96,73 +97,26 @@ static void cli_log(void *user, int level, const char *msg) {
     else if (level == SD_LOG_DEBUG && getenv("SDFLOW_DEBUG")) fprintf(stderr, "debug: %s\n", safe);
 }
 
-static sd_status read_text(const char *path, char **out, sd_error *err) {
-    *out = NULL;
-    int from_stdin = strcmp(path, "-") == 0; /* `sdflow run -` reads the workflow from stdin */
-    FILE *f = from_stdin ? stdin : fopen(path, "rb");
-    if (!f) return sd_error_set(err, errno == ENOENT ? SD_ERR_NOT_FOUND : SD_ERR_IO, "cannot open '%s': %s",
-                                path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *b = realloc(buf, cap * 2);
-            if (!b) { free(buf); buf = NULL; break; }
-            buf = b;
-            cap *= 2;
-        }
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        n += k;
-        if (k == 0) break;
-    }
-    int bad = ferror(f);
-    if (!from_stdin) fclose(f);
-    if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", path);
-    if (bad) { free(buf); return sd_error_set(err, SD_ERR_IO, "cannot read '%s'", path); }
-    buf[n] = 0;
-    const char *nul = memchr(buf, 0, n); /* C would read the text as ending there */
-    if (nul) {
-        size_t at = (size_t)(nul - buf);
-        free(buf);
-        return sd_error_set(err, SD_ERR_FORMAT, "'%s' holds a NUL byte at byte %zu: a workflow is text", path, at);
-    }
-    *out = buf;
-    return SD_OK;
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcasecmp(s + a - b, suffix) == 0;
 }
 
-static int is_png(const char *path) {
-    if (ends_with(path, ".png")) return 1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    unsigned char sig[8] = {0};
-    size_t n = fread(sig, 1, 8, f);
-    fclose(f);
-    return n == 8 && !memcmp(sig, "\x89PNG\r\n\x1a\n", 8);
-}
-
-/* Extra PNG text chunks to carry along, as ComfyUI does: the UI workflow of
- * a PNG, or extra_data.extra_pnginfo of a /prompt request body. */
-static char *extra_pnginfo_of(const char *path, const char *text, int from_png) {
-    if (from_png) {
-        char *workflow = NULL;
-        if (sd_png_read_text(path, "workflow", &workflow, NULL) != SD_OK) return NULL;
-        cJSON *w = NULL; /* exact: the UI workflow's widget values hold seeds */
-        if (sd_json_parse_exact(workflow, "workflow", &w, NULL)) w = NULL;
-        free(workflow);
-        if (!w) return NULL;
+/* Extra PNG text chunks to carry along, as ComfyUI does: the UI workflow
+ * (of a picture, or the UI-format file itself), or extra_data.extra_pnginfo
+ * of a /prompt request body. */
+static char *extra_pnginfo_of(const sd_workflow_file *wf) {
+    cJSON *root = NULL; /* exact: the UI workflow's widget values hold seeds */
+    if (wf->ui_workflow) {
+        if (sd_json_parse_exact(wf->ui_workflow, "workflow", &root, NULL)) return NULL;
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "workflow", w);
+        if (!o) { cJSON_Delete(root); return NULL; }
+        cJSON_AddItemToObject(o, "workflow", root);
         char *s = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         return s;
     }
-    cJSON *root = NULL;
-    if (sd_json_parse_exact(text, "workflow", &root, NULL)) root = NULL;
+    if (sd_json_parse_exact(wf->text, "workflow", &root, NULL)) root = NULL;
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "extra_data");
     const cJSON *info = cJSON_GetObjectItemCaseSensitive(extra, "extra_pnginfo");
     char *s = cJSON_IsObject(info) ? cJSON_PrintUnformatted(info) : NULL;
@@ -170,6 +124,8 @@ static char *extra_pnginfo_of(const char *path, const char *text, int from_png) 
     return s;
 }
 
+/* JSON (API or UI form), a picture's embedded workflow (core/workflow_file.h)
+ * or a Lua script. */
 static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra,
                                const sd_cli_args *o, sd_error *err) {
     *g = NULL;
@@ -180,27 +136,21 @@ static sd_status load_workflow(const char *path, sd_graph **g, char **text, char
         sd_status rc = sd_cli_lua_opts(o, &interrupted, &lo, err);
         return rc ? rc : sd_lua_load_graph(path, &lo, g, err);
     }
-    sd_status rc;
-    int png = strcmp(path, "-") != 0 && is_png(path);
-    if (png) {
-        rc = sd_png_read_text(path, "prompt", text, err);
-        if (rc == SD_ERR_NOT_FOUND)
-            return sd_error_set(err, SD_ERR_NOT_FOUND,
-                                "'%s' has no 'prompt' text chunk (not saved by ComfyUI/sdflow SaveImage?)", path);
-        if (rc) return rc;
-    } else {
-        rc = read_text(path, text, err);
-        if (rc) return rc;
-    }
-    rc = sd_graph_from_json(*text, strcmp(path, "-") ? path : "<stdin>", g, err);
-    if (!rc) *extra = extra_pnginfo_of(path, *text, png);
+    sd_workflow_file wf;
+    sd_status rc = sd_workflow_file_read(path, &wf, err);
+    if (rc) return rc;
+    rc = sd_graph_from_json(wf.text, strcmp(path, "-") ? path : "<stdin>", g, err);
+    if (!rc) *extra = extra_pnginfo_of(&wf);
+    *text = wf.text;
+    wf.text = NULL;
+    sd_workflow_file_free(&wf);
     return rc;
 }
 
 static const char run_about[] =
-    "Runs a ComfyUI API-format workflow: a .json file (\"-\" reads stdin), the \"prompt\" chunk of a\n"
-    "PNG saved by ComfyUI or sdflow, a Lua workflow (.lua) or a recipe (.json with file hashes;\n"
-    "docs/lua.md). Only what the output nodes need runs; results come from the cache when their\n"
+    "Runs a ComfyUI workflow: a .json file in the API or the UI (\"Save\") format (\"-\" reads stdin),\n"
+    "the workflow of a PNG or WebP saved by ComfyUI or sdflow (its \"prompt\", else its \"workflow\"),\n"
+    "a Lua workflow (.lua) or a recipe (.json with file hashes; docs/lua.md). Only what the output nodes need runs; results come from the cache when their\n"
     "inputs did not change. The written files are printed on stdout, progress on stderr.";
 
 /* The report, plus the validation problems and the error when there are any. */
@@ -270,7 +220,7 @@ int sd_cli_run(int argc, char **argv) {
          NULL},
         {"--relock", NULL, SD_CLI_FLAG, &relock, NULL, "accept changed files and rewrite the recipe being run", NULL},
         {0}};
-    const sd_cli_command cmd = {"run", "WORKFLOW.json|PICTURE.png|WORKFLOW.lua|- [options]", run_about,
+    const sd_cli_command cmd = {"run", "WORKFLOW.json|PICTURE.png|PICTURE.webp|WORKFLOW.lua|- [options]", run_about,
                                 SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS | SD_CLI_G_LUA,
                                 own, 1, 1};
     sd_cli_args o;

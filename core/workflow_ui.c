@@ -801,7 +801,7 @@ sd_status sd_workflow_ui_to_api(const cJSON *root, const char *source, cJSON **a
     rc = emit_level(&c, &top);
     if (!rc) rc = drop_dangling(&c);
     if (rc) goto done;
-    qsort(c.out, c.n_out, sizeof *c.out, cmp_emitted);
+    if (c.n_out) qsort(c.out, c.n_out, sizeof *c.out, cmp_emitted);
     cJSON *o = cJSON_CreateObject();
     if (!o) { rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory"); goto done; }
     for (size_t i = 0; i < c.n_out; i++) {

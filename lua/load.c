@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "core/png.h"
+#include "core/workflow_file.h"
 #include "lua_internal.h"
 
 sd_status sd_lua_read_file(const char *path, char **out, size_t *len, sd_error *err) {
@@ -97,33 +97,13 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcasecmp(s + a - b, suffix) == 0;
 }
 
-static int has_png_signature(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    unsigned char sig[8] = {0};
-    size_t n = fread(sig, 1, 8, f);
-    fclose(f);
-    return n == 8 && !memcmp(sig, "\x89PNG\r\n\x1a\n", 8);
-}
-
 sd_status sd_lua_load_any(const char *path, const sd_lua_opts *opts, sd_graph **out, sd_error *err) {
     *out = NULL;
     if (ends_with(path, ".lua")) return sd_lua_load_graph(path, opts, out, err);
-    char *text = NULL;
-    sd_status rc;
-    if (has_png_signature(path)) {
-        rc = sd_png_read_text(path, "prompt", &text, err);
-        if (rc == SD_ERR_NOT_FOUND)
-            return sd_error_set(err, SD_ERR_NOT_FOUND, "'%s' has no 'prompt' text chunk", path);
-    } else {
-        size_t len = 0;
-        rc = sd_lua_read_file(path, &text, &len, err);
-        const char *nul = rc ? NULL : memchr(text, 0, len); /* C would read the text as ending there */
-        if (nul)
-            rc = sd_error_set(err, SD_ERR_FORMAT, "'%s' holds a NUL byte at byte %zu: a workflow is text", path,
-                              (size_t)(nul - text));
-    }
-    if (!rc) rc = sd_graph_from_json(text, path, out, err);
-    free(text);
+    /* JSON in either form, or a picture's embedded workflow */
+    sd_workflow_file wf;
+    sd_status rc = sd_workflow_file_read(path, &wf, err);
+    if (!rc) rc = sd_graph_from_json(wf.text, path, out, err);
+    sd_workflow_file_free(&wf);
     return rc;
 }

@@ -16,6 +16,9 @@
  * OUT_DIR/lora: valid LoRA files of every kind for fuzz_lora's tiny SD1
  *   model (Kohya LoRA, LoCon, LoHa, LoHa Tucker, LoKr plain/factored/Tucker,
  *   diffusers/PEFT names, full diffs), F32 and F16.
+ * OUT_DIR/workflow_ui: UI-format workflows written here (reroute, primitive,
+ *   bypass, subgraph), plus any *.json in each JSON_DIR/ui.
+ * OUT_DIR/workflow_exif: WebP and JPEG pictures with ComfyUI's EXIF entries.
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -214,6 +217,8 @@ static const char *WORKFLOWS[] = {
     "{}",
 };
 
+static int copy_json_dir(const char *out, int a, const char *dirname);
+
 static int json_seeds(const char *out, int argc, char **argv) {
     int rc = 0;
     for (size_t i = 0; i < sizeof WORKFLOWS / sizeof WORKFLOWS[0]; i++) {
@@ -221,26 +226,104 @@ static int json_seeds(const char *out, int argc, char **argv) {
         snprintf(name, sizeof name, "builtin-%zu.json", i);
         rc |= write_seed(out, name, WORKFLOWS[i], strlen(WORKFLOWS[i]));
     }
-    for (int a = 0; a < argc; a++) {
-        DIR *d = opendir(argv[a]);
-        if (!d) continue;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            size_t l = strlen(de->d_name);
-            if (l < 5 || strcmp(de->d_name + l - 5, ".json") != 0) continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", argv[a], de->d_name);
-            FILE *f = fopen(path, "rb");
-            if (!f) continue;
-            static char buf[1 << 16];
-            size_t n = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            char name[512];
-            snprintf(name, sizeof name, "dir%d-%s", a, de->d_name);
-            rc |= write_seed(out, name, buf, n);
-        }
-        closedir(d);
+    for (int a = 0; a < argc; a++) rc |= copy_json_dir(out, a, argv[a]);
+    return rc;
+}
+
+/* ---- UI-format workflows and pictures with EXIF ------------------------------ */
+
+static const char *UI_WORKFLOWS[] = {
+    ("{\"nodes\":[{\"id\":4,\"type\":\"CheckpointLoaderSimple\",\"mode\":0,\"outputs\":[{\"name\":\"MODEL\","
+     "\"type\":\"MODEL\",\"links\":[1]}],\"widgets_values\":[\"a.safetensors\"]},{\"id\":2,\"type\":\"Reroute\","
+     "\"mode\":0,\"inputs\":[{\"name\":\"\",\"type\":\"*\",\"link\":1}],\"outputs\":[{\"name\":\"\",\"type\":"
+     "\"MODEL\",\"links\":[2]}]},{\"id\":5,\"type\":\"PrimitiveNode\",\"mode\":0,\"outputs\":[{\"name\":\"INT\","
+     "\"type\":\"INT\",\"links\":[3],\"widget\":{\"name\":\"seed\"}}],\"widgets_values\":[7,\"fixed\"]},"
+     "{\"id\":6,\"type\":\"KSampler\",\"mode\":4,\"inputs\":[{\"name\":\"model\",\"type\":\"MODEL\",\"link\":2},"
+     "{\"name\":\"seed\",\"type\":\"INT\",\"widget\":{\"name\":\"seed\"},\"link\":3}],\"outputs\":[{\"name\":"
+     "\"LATENT\",\"type\":\"LATENT\",\"links\":[4]}],\"widgets_values\":[1,\"randomize\",20,8,\"euler\",\"normal\",1]},"
+     "{\"id\":7,\"type\":\"VAEDecode\",\"mode\":2,\"inputs\":[{\"name\":\"samples\",\"type\":\"LATENT\","
+     "\"link\":4}]}],\"links\":[[1,4,0,2,0,\"MODEL\"],[2,2,0,6,0,\"MODEL\"],[3,5,0,6,1,\"INT\"],"
+     "[4,6,0,7,0,\"LATENT\"]],\"groups\":[],\"version\":0.4}"),
+    ("{\"nodes\":[{\"id\":1,\"type\":\"sub-1\",\"mode\":0,\"inputs\":[{\"name\":\"w\",\"type\":\"INT\","
+     "\"widget\":{\"name\":\"w\"},\"link\":null}],\"outputs\":[{\"name\":\"LATENT\",\"type\":\"LATENT\","
+     "\"links\":[1]}],\"widgets_values\":[64]},{\"id\":2,\"type\":\"VAEDecode\",\"mode\":0,\"inputs\":"
+     "[{\"name\":\"samples\",\"type\":\"LATENT\",\"link\":1}]}],\"links\":[{\"id\":1,\"origin_id\":1,"
+     "\"origin_slot\":0,\"target_id\":2,\"target_slot\":0,\"type\":\"LATENT\"}],\"version\":1,\"definitions\":"
+     "{\"subgraphs\":[{\"id\":\"sub-1\",\"inputs\":[{\"name\":\"w\",\"linkIds\":[5]}],\"outputs\":[{\"name\":"
+     "\"LATENT\",\"linkIds\":[6]}],\"nodes\":[{\"id\":3,\"type\":\"EmptyLatentImage\",\"mode\":0,\"inputs\":"
+     "[{\"name\":\"width\",\"type\":\"INT\",\"widget\":{\"name\":\"width\"},\"link\":5}],\"widgets_values\":"
+     "[32,32,1]}],\"links\":[{\"id\":5,\"origin_id\":-10,\"origin_slot\":0,\"target_id\":3,\"target_slot\":0},"
+     "{\"id\":6,\"origin_id\":3,\"origin_slot\":0,\"target_id\":-20,\"target_slot\":0}]}]}}"),
+};
+
+static int ui_seeds(const char *out, int argc, char **argv) {
+    int rc = 0;
+    for (size_t i = 0; i < sizeof UI_WORKFLOWS / sizeof UI_WORKFLOWS[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "builtin-ui-%zu.json", i);
+        rc |= write_seed(out, name, UI_WORKFLOWS[i], strlen(UI_WORKFLOWS[i]));
     }
+    for (int a = 0; a < argc; a++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/ui", argv[a]);
+        rc |= copy_json_dir(out, a, dir);
+    }
+    return rc;
+}
+
+/* A little-endian TIFF whose IFD0 holds "prompt:{}" and "workflow:{}", inside
+ * a WebP EXIF chunk and a JPEG APP1 segment. */
+static int exif_seeds(const char *out) {
+    static const char *texts[] = {"prompt:{\"1\":{}}", "workflow:{\"nodes\":[],\"links\":[]}"};
+    unsigned char tiff[256] = {'I', 'I', 42, 0, 8, 0, 0, 0, 2, 0};
+    size_t data = 8 + 2 + 24 + 4;
+    for (int i = 0; i < 2; i++) {
+        unsigned char *e = tiff + 10 + 12 * i;
+        size_t len = strlen(texts[i]) + 1;
+        e[0] = (unsigned char)(0x10 - i), e[1] = 0x01, e[2] = 2;
+        e[4] = (unsigned char)len;
+        e[8] = (unsigned char)data;
+        memcpy(tiff + data, texts[i], len);
+        data += len;
+    }
+    unsigned char webp[512] = "RIFF\0\0\0\0WEBPEXIF";
+    size_t n = 20;
+    webp[16] = (unsigned char)(data + 6);
+    memcpy(webp + n, "Exif\0\0", 6);
+    memcpy(webp + n + 6, tiff, data);
+    n += 6 + data;
+    if (n & 1) webp[n++] = 0;
+    webp[4] = (unsigned char)(n - 8);
+    int rc = write_seed(out, "exif.webp", webp, n);
+    unsigned char jpg[512] = {0xFF, 0xD8, 0xFF, 0xE1};
+    jpg[4] = (unsigned char)((data + 8) >> 8), jpg[5] = (unsigned char)(data + 8);
+    memcpy(jpg + 6, "Exif\0\0", 6);
+    memcpy(jpg + 12, tiff, data);
+    jpg[12 + data] = 0xFF, jpg[13 + data] = 0xD9;
+    rc |= write_seed(out, "exif.jpg", jpg, 14 + data);
+    return rc;
+}
+
+static int copy_json_dir(const char *out, int a, const char *dirname) {
+    int rc = 0;
+    DIR *d = opendir(dirname);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 5, ".json") != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dirname, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        char name[512];
+        snprintf(name, sizeof name, "dir%d-%s", a, de->d_name);
+        rc |= write_seed(out, name, buf, n);
+    }
+    closedir(d);
     return rc;
 }
 
@@ -527,6 +610,12 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/lora", argv[1]);
     mkdir_p(dir);
     rc |= lora_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/workflow_ui", argv[1]);
+    mkdir_p(dir);
+    rc |= ui_seeds(dir, argc - 3, argv + 3);
+    snprintf(dir, sizeof dir, "%s/workflow_exif", argv[1]);
+    mkdir_p(dir);
+    rc |= exif_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }
