@@ -173,5 +173,9 @@ int sd_node_input_count(const sd_node_def *def);
 int sd_node_output_count(const sd_node_def *def);
 /* 1 when the type is a literal (INT/FLOAT/STRING/BOOLEAN/COMBO). */
 int sd_type_is_literal(const char *type);
+/* 1 when ComfyUI's editor shows a control_after_generate widget after this
+ * input (its rule: an INT named seed or noise_seed, which ComfyUI's core
+ * nodes also declare with control_after_generate: true). */
+int sd_input_has_control_after_generate(const sd_input_def *d);
 
 #endif

@@ -37,6 +37,7 @@ static cJSON *input_spec(const sd_input_def *d, const sd_env *env) {
                     cJSON_AddNumberToObject(opts, "max", d->max);
             }
             if (d->step > 0) cJSON_AddNumberToObject(opts, "step", d->step);
+            if (sd_input_has_control_after_generate(d)) cJSON_AddBoolToObject(opts, "control_after_generate", 1);
         } else if (!strcmp(t, SD_T_BOOLEAN)) {
             cJSON_AddBoolToObject(opts, "default", d->def != 0);
         } else if (!strcmp(t, SD_T_STRING)) {

@@ -116,6 +116,10 @@ int sd_type_is_literal(const char *type) {
            strcmp(type, SD_T_COMBO) == 0;
 }
 
+int sd_input_has_control_after_generate(const sd_input_def *d) {
+    return !strcmp(d->type, SD_T_INT) && (!strcmp(d->name, "seed") || !strcmp(d->name, "noise_seed"));
+}
+
 sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_error *err) {
     if (ctx->progress) ctx->progress(ctx->progress_user, ctx->node_id, value, max);
     if (ctx->interrupt && *ctx->interrupt)

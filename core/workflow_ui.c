@@ -510,10 +510,6 @@ static sd_status resolve_output(conv *c, const uinst *in, const unode *n, int sl
 enum { W_INPUT, W_CONTROL, W_UPLOAD };
 typedef struct widget { const sd_input_def *d; int kind; } widget;
 
-static int is_seed(const sd_input_def *d) {
-    return !strcmp(d->type, SD_T_INT) && (!strcmp(d->name, "seed") || !strcmp(d->name, "noise_seed"));
-}
-
 /* The frontend's widgets of a node type, in order (see workflow_ui.h). */
 static int node_widgets(const sd_node_def *def, widget *w) {
     int k = 0;
@@ -523,7 +519,7 @@ static int node_widgets(const sd_node_def *def, widget *w) {
             const sd_input_def *d = &def->inputs[i];
             if ((d->optional != 0) != pass || !sd_type_is_literal(d->type)) continue;
             w[k++] = (widget){d, W_INPUT};
-            if (is_seed(d)) w[k++] = (widget){d, W_CONTROL};
+            if (sd_input_has_control_after_generate(d)) w[k++] = (widget){d, W_CONTROL};
             if (d->image_upload) upload = 1;
         }
         if (upload) w[k++] = (widget){NULL, W_UPLOAD};
