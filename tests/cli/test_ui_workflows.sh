@@ -132,6 +132,8 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
     SD1=(--set 4.ckpt_name=tiny-sd1.safetensors --set 3.steps=2)
     both txt2img_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64
     both img2img_sd15 "${SD1[@]}"
+    [ -f "$WF/txt2img_custom_sd15.json" ] && both txt2img_custom_sd15 --set 4.ckpt_name=tiny-sd1.safetensors \
+        --set 13.steps=2 --set 5.width=64 --set 5.height=64
     both inpaint_sd15 "${SD1[@]}"
     [ -f "$M/tiny-lora-sd1.safetensors" ] &&
         both lora_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 --set 10.lora_name=tiny-lora-sd1.safetensors
