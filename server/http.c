@@ -349,6 +349,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     memset(&cb, 0, sizeof cb);
     cb.log_access = on_log_access;
     cb.log_message = on_log_message;
+    (void)srv_thread_stack_floor(); /* see thread_stack.c */
     mg_init_library(0);
     s.mg = mg_start(&cb, &s, options);
     if (!s.mg) {

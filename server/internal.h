@@ -139,4 +139,9 @@ void srv_ws_close_all(srv *s);
 extern const unsigned char srv_page_html[];
 extern const size_t srv_page_html_len;
 
+/* The least stack civetweb's threads get (thread_stack.c: why it must be
+ * raised). Referencing it keeps that file's pthread_attr_setstacksize in the
+ * executable. */
+size_t srv_thread_stack_floor(void);
+
 #endif
