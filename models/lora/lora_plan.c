@@ -152,6 +152,25 @@ static int target_numel(sd_unet *unet, const sd_text_encoder *te, sd_lora_part p
     return 1;
 }
 
+/* 1 when every stored value of tensor `name` is finite (on the stored bits,
+ * no conversion; a borrowed view of the mapping), 0 when not, -1 with err
+ * set when it cannot be read. */
+static int stored_finite(sd_lora *l, const char *name, sd_error *err) {
+    sd_tensor *t = sd_st_tensor(l->f, name, err);
+    if (!t) return -1;
+    size_t n = (size_t)sd_tensor_numel(t);
+    int ok = 1;
+    switch (t->dtype) {
+    case SD_F32: { const float *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]); break; }
+    case SD_F64: { const double *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]); break; }
+    case SD_F16: { const uint16_t *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = (p[i] & 0x7c00) != 0x7c00; break; }
+    case SD_BF16: { const uint16_t *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = (p[i] & 0x7f80) != 0x7f80; break; }
+    default: break;
+    }
+    sd_tensor_unref(t);
+    return ok;
+}
+
 static const char *part_name(sd_lora_part p) {
     return p == SD_LORA_UNET ? "UNet" : p == SD_LORA_CLIP_L ? "CLIP-L" : "CLIP-G";
 }
@@ -194,6 +213,15 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
         const sd_st_entry *e = sd_st_find(l->f, t[0]);
         same = e && e->ndim == ndim;
         for (int i = 0; same && i < ndim; i++) same = e->shape[i] == dims[i];
+    }
+    /* NaN/Inf refused here, by LoraLoader, rather than when a sampler
+     * first builds the patched view (lora_apply.c checks again) */
+    for (int i = 0; got == want && same && i < LORA_MAX_T; i++) {
+        int fin = p->t[i] ? stored_finite(l, p->t[i], err) : 1;
+        if (fin < 0) return err ? err->code : SD_ERR_FORMAT;
+        if (!fin)
+            return sd_error_set(err, SD_ERR_FORMAT, "%s: LoRA tensor '%s' contains NaN or Inf (corrupted LoRA)",
+                                sd_lora_path(l), p->t[i]);
     }
     if (got != want || !same)
         return sd_error_set(err, SD_ERR_INVALID,
