@@ -192,7 +192,7 @@ static void maybe_close_file(sd_checkpoint *c) {
  * the mapping was dropped: map the file again (called locked). */
 static sd_status ensure_file(sd_checkpoint *c, sd_error *err) {
     if (c->file) return SD_OK;
-    return sd_st_open(c->path, &c->file, err);
+    return sd_torch_open_any(c->path, &c->file, err); /* the format is the file's, as at open */
 }
 
 /* Context for a load error; the path only when the message lacks it. */

@@ -1,7 +1,9 @@
 /* test_checkpoint_release.c - part holds: with the store's free_unused set,
  * a checkpoint part is freed when its last hold goes and loads again when
  * asked for (the file mapped again if it had been dropped); without it, or
- * while another hold remains, nothing is freed. */
+ * while another hold remains, nothing is freed. The same for the checkpoint
+ * as a torch .ckpt (converted by tests/data/torch/torchsave.py), which must
+ * be opened again through the torch reader. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,11 +103,20 @@ int main(void) {
     CHECK_OK(sd_synth_vocab_write(dir, &err), &err); /* the text encoder's tokenizer, beside it */
     sd_backend *be = NULL;
     CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    char ckpt[4200], cmd[12800];
+    snprintf(ckpt, sizeof ckpt, "%s/tiny.ckpt", dir);
+    const char *src = getenv("SDFLOW_SOURCE_DIR");
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/data/torch/torchsave.py' to-ckpt '%s' '%s' --lightning",
+             src ? src : "..", path, ckpt);
+    int conv = system(cmd);
+    CHECK_MSG(conv == 0, "%s failed (%d)", cmd, conv);
     if (be) {
         test_free_unused(be, path);
         test_kept(be, path);
+        if (conv == 0) test_free_unused(be, ckpt);
     }
     sd_backend_free(be);
     remove(path);
+    remove(ckpt);
     return sd_test_finish();
 }
