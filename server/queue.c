@@ -288,7 +288,7 @@ int srv_get_queue(srv *s, struct mg_connection *c) {
     cJSON *pending = cJSON_AddArrayToObject(r, "queue_pending");
     pthread_mutex_lock(&s->mu);
     if (s->running) cJSON_AddItemToArray(running, job_entry(s->running));
-    qsort(s->pending, s->n_pending, sizeof *s->pending, by_number);
+    if (s->n_pending > 1) qsort(s->pending, s->n_pending, sizeof *s->pending, by_number); /* (never qsort(NULL, 0)) */
     for (size_t i = 0; i < s->n_pending; i++) cJSON_AddItemToArray(pending, job_entry(s->pending[i]));
     pthread_mutex_unlock(&s->mu);
     return srv_reply_json(c, 200, r);
