@@ -25,12 +25,13 @@ const wf = JSON.parse(fs.readFileSync(path.join(setup.src, 'workflows', 'txt2img
 wf['4'].inputs.ckpt_name = setup.sd1;
 Object.assign(wf['5'].inputs, { width: 64, height: 64 });
 wf['3'].inputs.steps = 4;
+let step = 'start';
 try {
   const page = await browser.newPage({ viewport: { width: 1000, height: 800 } });
   const pageErrors = [];
   page.on('pageerror', (e) => pageErrors.push(e.message));
   await page.goto(`${base}/`);
-  await page.waitForSelector('#status[data-state="connected"]', { timeout: 20000 });
+  step = 'connect'; await page.waitForSelector('#status[data-state="connected"]', { timeout: 60000 });
   ok(true, 'the page connects its WebSocket');
   for (const id of ['workflow', 'submit', 'queue-running', 'queue-pending', 'progress', 'preview', 'gallery'])
     ok(await page.$(`#${id}`) !== null, `the page has #${id}`);
@@ -38,17 +39,17 @@ try {
   // ---- a workflow through the page
   await page.fill('#workflow', JSON.stringify(wf, null, 1));
   await page.click('#submit');
-  await page.waitForSelector('#result[data-prompt-id]', { timeout: 20000 });
+  step = 'queued'; await page.waitForSelector('#result[data-prompt-id]', { timeout: 60000 });
   const pid = await page.getAttribute('#result', 'data-prompt-id');
   ok(/^[0-9a-f-]{36}$/.test(pid), `the page shows the prompt id (${pid})`);
-  await page.waitForSelector('#last-outcome[data-outcome="success"]', { timeout: 60000 });
+  step = 'success'; await page.waitForSelector('#last-outcome[data-outcome="success"]', { timeout: 60000 });
   const prog = await page.$eval('#progress', (p) => ({ value: p.value, max: p.max, events: Number(p.dataset.events) }));
   // (4 sampler steps, then other long nodes may report their own progress)
   ok(prog.events >= 4 && prog.value === prog.max && prog.max >= 1, `the progress bar followed the run to its end (${JSON.stringify(prog)})`);
   const prev = await page.$eval('#preview', (i) => ({ frames: Number(i.dataset.frames), src: i.src, w: i.naturalWidth }));
   ok(prev.frames >= 1 && prev.src.startsWith('blob:') && prev.w > 0, `the latent preview was shown (${JSON.stringify(prev)})`);
-  await page.waitForFunction((p) => [...document.querySelectorAll('#gallery img')].some((i) => i.dataset.promptId === p && i.complete && i.naturalWidth > 0),
-                             pid, { timeout: 20000 });
+  step = 'gallery'; await page.waitForFunction((p) => [...document.querySelectorAll('#gallery img')].some((i) => i.dataset.promptId === p && i.complete && i.naturalWidth > 0),
+                             pid, { timeout: 60000 });
   const img = await page.$eval(`#gallery img[data-prompt-id="${pid}"]`, (i) => ({ w: i.naturalWidth, h: i.naturalHeight, src: i.getAttribute('src') }));
   ok(img.w === 64 && img.h === 64 && img.src.startsWith('/view?'), `the finished image is in the gallery, loaded through /view (${JSON.stringify(img)})`);
   const shot = await page.screenshot();
@@ -58,13 +59,13 @@ try {
   // ---- errors
   await page.fill('#workflow', '{"3": {');
   await page.click('#submit');
-  await page.waitForSelector('#errors[data-kind="json"]');
+  step = 'json error'; await page.waitForSelector('#errors[data-kind="json"]');
   ok((await page.textContent('#errors')).startsWith('not JSON'), 'a JSON typo is reported on the page');
   const bad = JSON.parse(JSON.stringify(wf));
   bad['4'].inputs.ckpt_name = 'no-such.safetensors';
   await page.fill('#workflow', JSON.stringify(bad));
   await page.click('#submit');
-  await page.waitForSelector('#errors[data-kind="server"]');
+  step = 'server error'; await page.waitForSelector('#errors[data-kind="server"]');
   const et = await page.textContent('#errors');
   ok(/Prompt outputs failed validation/.test(et) && /node 4 \(CheckpointLoaderSimple\): Value not in list/.test(et),
      `a validation failure lists the node's problem: ${et}`);
@@ -75,21 +76,21 @@ try {
   const before = await page.$eval('#progress', (p) => Number(p.dataset.events));
   await page.fill('#workflow', JSON.stringify(long));
   await page.click('#submit');
-  await page.waitForSelector('#queue-running li[data-prompt-id] button', { timeout: 20000 });
-  await page.waitForFunction((n) => Number(document.getElementById('progress').dataset.events) > n + 1, before, { timeout: 20000 });
+  step = 'running list'; await page.waitForSelector('#queue-running li[data-prompt-id] button', { timeout: 60000 });
+  step = 'long prompt progress'; await page.waitForFunction((n) => Number(document.getElementById('progress').dataset.events) > n + 1, before, { timeout: 60000 });
   // the list is redrawn on every status message: find and click the button
   // inside the page, in one step, and again until the outcome shows
-  await until(async () => {
+  step = 'interrupt'; await until(async () => {
     await page.evaluate(() => document.querySelector('#queue-running li[data-prompt-id] button')?.click());
     return (await page.$('#last-outcome[data-outcome="interrupted"]')) !== null ||
            (await page.waitForSelector('#last-outcome[data-outcome="interrupted"]', { timeout: 2000 }).catch(() => null)) !== null;
-  }, 'the interrupted outcome', 20000);
+  }, 'the interrupted outcome', 60000);
   ok(true, 'the page lists the running prompt and its button interrupts it');
-  await page.waitForFunction(() => document.querySelectorAll('#queue-running li').length === 0, null, { timeout: 20000 });
+  step = 'running list empties'; await page.waitForFunction(() => document.querySelectorAll('#queue-running li').length === 0, null, { timeout: 60000 });
   ok(true, 'the running list empties');
   ok(pageErrors.length === 0, `no JavaScript errors on the page (${pageErrors.join('; ')})`);
 } catch (e) {
-  ok(false, `unexpected: ${e.stack}`);
+  ok(false, `unexpected at step '${step}': ${e.stack}`);
 } finally {
   await browser.close();
   ok((await server.stop()) === 0, 'the server stops cleanly');
