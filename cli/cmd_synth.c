@@ -26,7 +26,7 @@ int sd_cli_synth(int argc, char **argv) {
     long long seed = 1;
     int force = 0;
     const sd_cli_option own[] = {
-        {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)", "sd1-tiny|sd1|sdxl-tiny|sdxl"},
+        {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)", "sd1-tiny|sd1|sdxl-tiny|sdxl|sd2-tiny|sd2-tiny-eps|sd2"},
         {"--seed", NULL, SD_CLI_INT, &seed, "N", "seed of the random weights (default 1)", NULL},
         {"--force", NULL, SD_CLI_FLAG, &force, NULL, "rewrite the checkpoint when it exists", NULL},
         {0}};
@@ -51,8 +51,11 @@ int sd_cli_synth(int argc, char **argv) {
 static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok) {
     const sd_synth_config *cfg = sd_synth_preset(preset);
     const sd_synth_sdxl_config *xl = cfg ? NULL : sd_synth_sdxl_preset(preset);
-    if (!cfg && !xl) {
-        fprintf(stderr, "sdflow synth: unknown preset '%s' (sd1-tiny, sd1, sdxl-tiny, sdxl)\n",
+    const sd_synth_sd2_config *v2 = cfg || xl ? NULL : sd_synth_sd2_preset(preset);
+    if (!cfg && !xl && !v2) {
+        fprintf(stderr,
+                "sdflow synth: unknown preset '%s' (sd1-tiny, sd1, sdxl-tiny, sdxl, sd2-tiny, "
+                "sd2-tiny-eps, sd2)\n",
                 preset);
         return 1;
     }
@@ -63,8 +66,9 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
     sd_error err = {0};
     struct stat st;
     if (force || stat(path, &st) != 0) {
-        sd_status rc = cfg ? sd_synth_sd1_write(cfg, seed, path, &err)
-                           : sd_synth_sdxl_write(xl, seed, path, &err);
+        sd_status rc = cfg  ? sd_synth_sd1_write(cfg, seed, path, &err)
+                       : xl ? sd_synth_sdxl_write(xl, seed, path, &err)
+                            : sd_synth_sd2_write(v2, seed, path, &err);
         if (rc) { sd_cli_print_error(&err); return 1; }
         printf("wrote %s\n", path);
     } else {

@@ -40,6 +40,7 @@ const char *sd_ckpt_family_name(sd_ckpt_family f) {
     switch (f) {
     case SD_CKPT_SD1: return "sd1";
     case SD_CKPT_SDXL: return "sdxl";
+    case SD_CKPT_SD2: return "sd2";
     default: return "none";
     }
 }
@@ -58,6 +59,35 @@ static int has_prefix(const sd_st_file *f, const char *prefix) {
     return lo < cnt && strncmp(sd_st_at(f, lo)->name, prefix, n) == 0;
 }
 
+/* ComfyUI's supported_models.SD20.model_type: a 4-channel SD2 UNet is
+ * V_PREDICTION (the 768-v models) when the population std (unbiased=False)
+ * of output_blocks.11.1.transformer_blocks.0.norm1.bias exceeds 0.09, else
+ * EPS (SD2-base). Inpainting (9-channel) SD2 models are always EPS. The
+ * file stores no prediction type; this bias is what tells them apart. */
+#define SD2_VPRED_KEY SD_UNET_PREFIX "output_blocks.11.1.transformer_blocks.0.norm1.bias"
+#define SD2_VPRED_STD 0.09
+
+static sd_status sd2_prediction(sd_st_file *f, int in_channels, sd_prediction *out, sd_error *err) {
+    *out = SD_PRED_EPS;
+    if (in_channels != 4 || !sd_st_find(f, SD2_VPRED_KEY)) return SD_OK;
+    sd_tensor *t = sd_st_tensor(f, SD2_VPRED_KEY, err);
+    sd_tensor *t32 = t ? sd_tensor_to_dtype(t, SD_F32) : NULL;
+    sd_tensor_unref(t);
+    if (!t32) {
+        if (t) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", SD2_VPRED_KEY);
+        return err ? err->code : SD_ERR_FORMAT;
+    }
+    size_t n = (size_t)sd_tensor_numel(t32);
+    const float *p = t32->data;
+    double sum = 0.0, sq = 0.0;
+    for (size_t i = 0; i < n; i++) sum += p[i];
+    double mean = n ? sum / (double)n : 0.0;
+    for (size_t i = 0; i < n; i++) sq += ((double)p[i] - mean) * ((double)p[i] - mean);
+    sd_tensor_unref(t32);
+    if (n && sqrt(sq / (double)n) > SD2_VPRED_STD) *out = SD_PRED_V;
+    return SD_OK;
+}
+
 static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
     const char *path = sd_st_path(f);
     memset(info, 0, sizeof *info);
@@ -66,11 +96,6 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
     const char *rw = sd_st_metadata(f, "sdflow_random_weights");
     info->random_weights = rw && strcmp(rw, "true") == 0;
 
-    if (has_prefix(f, "cond_stage_model.model."))
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: OpenCLIP text encoder under cond_stage_model.model. "
-                            "(a Stable Diffusion 2.x checkpoint); SD2.x is not supported",
-                            path);
     if (sd_st_find(f, "v_pred") || sd_st_find(f, "edm_vpred.sigma_max"))
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: v-prediction checkpoint (key 'v_pred'/'edm_vpred'); only "
@@ -84,8 +109,14 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
             return rc;
         }
         info->has_unet = 1;
-        info->family = info->unet.kind == SD_UNET_SDXL ? SD_CKPT_SDXL : SD_CKPT_SD1;
+        info->family = info->unet.kind == SD_UNET_SDXL  ? SD_CKPT_SDXL
+                       : info->unet.kind == SD_UNET_SD2 ? SD_CKPT_SD2
+                                                        : SD_CKPT_SD1;
         if (info->family == SD_CKPT_SDXL) info->latent_scale = SD_LATENT_SCALE_SDXL;
+        if (info->family == SD_CKPT_SD2) {
+            sd_status prc = sd2_prediction(f, info->unet.in_channels, &info->prediction, err);
+            if (prc) return prc;
+        }
         info->inpaint = info->unet.in_channels == 9;
         if (info->unet.in_channels != 4 && info->unet.in_channels != 9)
             return sd_error_set(err, SD_ERR_UNSUPPORTED,
@@ -106,6 +137,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
                             path);
     }
     info->has_text_encoder = has_prefix(f, "cond_stage_model.transformer.") ||
+                             has_prefix(f, "cond_stage_model.model.") ||
                              has_prefix(f, "conditioner.embedders.");
     if (!info->has_unet && !info->has_vae && !info->has_text_encoder)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,

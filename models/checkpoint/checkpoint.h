@@ -9,9 +9,10 @@
  * the file mapping is dropped: weights are held once, in the backend's dtype.
  *
  * Layouts (the keys real SD1.x / SDXL files use):
- *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1 or SDXL)
+ *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1, SD2 or SDXL)
  *   VAE   first_stage_model.*       ("" for a standalone VAE file)
- *   text  cond_stage_model.transformer.* (SD1) or conditioner.embedders.*
+ *   text  cond_stage_model.transformer.* (SD1), cond_stage_model.model.*
+ *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.*
  * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
  * is a .safetensors or a PyTorch zip checkpoint (.ckpt, .pt, .pth), told
  * apart by its first bytes; the latter is read weights-only, through
@@ -38,7 +39,8 @@
 typedef enum sd_ckpt_family {
     SD_CKPT_NONE = 0, /* no UNet (a standalone VAE or text-encoder file) */
     SD_CKPT_SD1 = 1,
-    SD_CKPT_SDXL = 2
+    SD_CKPT_SDXL = 2,
+    SD_CKPT_SD2 = 3   /* SD2.x: OpenCLIP-H text encoder, linear proj_in, eps or v */
 } sd_ckpt_family;
 
 typedef struct sd_ckpt_info {
@@ -46,7 +48,7 @@ typedef struct sd_ckpt_info {
     int has_unet, has_text_encoder, has_vae;
     sd_unet_config unet;     /* valid when has_unet */
     const char *vae_prefix;  /* "first_stage_model." or "" */
-    float latent_scale;      /* 0.18215 SD1, 0.13025 SDXL (SD1's for a bare VAE) */
+    float latent_scale;      /* 0.18215 SD1/SD2, 0.13025 SDXL (SD1's for a bare VAE) */
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
     int random_weights;      /* metadata "sdflow_random_weights" == "true" */
@@ -65,8 +67,8 @@ typedef struct sd_checkpoint sd_checkpoint;
 
 /* Open and detect. *out holds one reference (sd_checkpoint_unref). The
  * backend is borrowed and must outlive the checkpoint. Errors:
- * SD_ERR_UNSUPPORTED (a pickle the weights-only reader refuses, SD2.x,
- * v-prediction, diffusers layout, no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
+ * SD_ERR_UNSUPPORTED (a pickle the weights-only reader refuses, SDXL
+ * v-prediction keys, diffusers layout, no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
  * opening the file; messages name the file. */
 sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,
                              sd_checkpoint **out, sd_error *err);
@@ -76,7 +78,7 @@ void sd_checkpoint_unref(sd_checkpoint *c);         /* NULL-safe */
 const sd_ckpt_info *sd_checkpoint_info(const sd_checkpoint *c);
 const char *sd_checkpoint_path(const sd_checkpoint *c);
 sd_backend *sd_checkpoint_backend(const sd_checkpoint *c);
-/* "sd1", "sdxl" or "none". */
+/* "sd1", "sd2", "sdxl" or "none". */
 const char *sd_ckpt_family_name(sd_ckpt_family f);
 
 /* The parts, loaded on first call (borrowed; NULL never returned on SD_OK).

@@ -88,4 +88,36 @@ void sd_synth_sdxl_keys(const sd_synth_sdxl_config *cfg, sd_synth_key_fn fn, voi
 sd_status sd_synth_sdxl_write(const sd_synth_sdxl_config *cfg, uint64_t seed, const char *path,
                               sd_error *err);
 
+/* ---- SD2.x (LDM single-file layout: model.diffusion_model.* with linear
+ * proj_in/out and no label_emb, first_stage_model.*, OpenCLIP ViT-H under
+ * cond_stage_model.model.*; models/synth/synth_sd2.c) ---- */
+typedef struct sd_synth_sd2_config {
+    const char *name;
+    /* UNet (context_dim = clip_hidden) */
+    int model_channels, in_channels, out_channels;
+    int channel_mult[4], n_levels;
+    int num_res_blocks;
+    int transformer_depth[4]; /* per level; 0 = none */
+    int transformer_depth_middle;
+    /* VAE */
+    int vae_ch, vae_ch_mult[4], vae_levels, vae_res_blocks, vae_z;
+    /* OpenCLIP ViT-H text tower */
+    int clip_hidden, clip_layers, clip_mlp, clip_vocab, clip_positions;
+    /* 1: a 768-v model as ComfyUI detects one: the population std of
+     * output_blocks.11.1.transformer_blocks.0.norm1.bias is 0.2 (> 0.09);
+     * 0: that bias is 0 like every other norm bias (SD2-base, eps). */
+    int v_prediction;
+} sd_synth_sd2_config;
+
+/* Presets: "sd2-tiny" (v-prediction), "sd2-tiny-eps" (the same shapes,
+ * eps), "sd2" (SD2.1 768-v full size). NULL if unknown. The tiny UNet has
+ * 4 levels and attention at level 0 (64 channels: one 64-wide head) so that
+ * output_blocks.11.1, the block the v-prediction guess reads, exists. */
+const sd_synth_sd2_config *sd_synth_sd2_preset(const char *name);
+/* Enumerate every key of the SD2 layout for `cfg`. */
+void sd_synth_sd2_keys(const sd_synth_sd2_config *cfg, sd_synth_key_fn fn, void *user);
+/* Write a complete random-weight SD2 checkpoint (F16 weights) to `path`. */
+sd_status sd_synth_sd2_write(const sd_synth_sd2_config *cfg, uint64_t seed, const char *path,
+                             sd_error *err);
+
 #endif

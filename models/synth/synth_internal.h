@@ -1,5 +1,5 @@
-/* synth_internal.h - the random fill shared by the SD1 and SDXL synthetic
- * checkpoint writers (synth.c, synth_sdxl.c). Not a public contract: use
+/* synth_internal.h - the random fill shared by the SD1, SDXL and SD2
+ * synthetic checkpoint writers (synth.c, synth_sdxl.c, synth_sd2.c). Not a public contract: use
  * models/synth/synth.h. */
 #ifndef SD_SYNTH_INTERNAL_H
 #define SD_SYNTH_INTERNAL_H
@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/safetensors.h"
+#include "models/synth/synth.h"
 
 /* A writer being filled: the first error is kept in rc (err filled) and
  * later tensors are skipped. */
@@ -34,5 +35,21 @@ void sd_synth_fill_gauss_f16(sd_synth_filler *f, uint16_t *p, size_t n, double s
 
 /* 1 when s ends with suf. */
 int sd_synth_ends_with(const char *s, const char *suf);
+
+/* ---- shared by the SDXL and SD2 writers (synth_sdxl.c) ---- */
+
+/* The linear-proj UNet walk (use_linear_in_transformer) of cfg's UNet
+ * fields under prefix; label_emb only when adm_in_channels > 0. */
+void sd_synth_linear_unet_keys(const sd_synth_sdxl_config *cfg, const char *prefix,
+                               sd_synth_key_fn fn, void *user);
+/* An OpenCLIP text tower (fused in_proj, ln_1/ln_2, mlp.c_fc/c_proj,
+ * ln_final, text_projection [hidden, hidden], logit_scale) under prefix. */
+void sd_synth_openclip_keys(int hidden, int layers, int mlp, int vocab, int positions,
+                            const char *prefix, sd_synth_key_fn fn, void *user);
+/* An sd_synth_key_fn filling one tensor into the sd_synth_filler `user`:
+ * norms weight 1 / bias 0, logit_scale log(1/0.07), embeddings and biases
+ * N(0, 0.02^2), other weights N(0, 1/fan_in). */
+void sd_synth_fill_key(void *user, const char *name, sd_dtype dtype, int ndim,
+                       const int64_t *shape);
 
 #endif

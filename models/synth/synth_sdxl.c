@@ -3,7 +3,8 @@
  * transformer depth, linear proj_in/out, label_emb; the VAE and the CLIP-L
  * keys are the SD1 ones (sd_synth_sd1_keys, re-prefixed for CLIP-L), the
  * OpenCLIP bigG text tower has its own layout (fused in_proj, ln_1/ln_2,
- * mlp.c_fc/c_proj, text_projection, logit_scale). */
+ * mlp.c_fc/c_proj, text_projection, logit_scale). The linear-proj UNet walk,
+ * the OpenCLIP tower and the fill are shared with SD2 (synth_internal.h). */
 #include "models/synth/synth.h"
 #include "models/synth/synth_internal.h"
 
@@ -111,8 +112,10 @@ static void unet(const sd_synth_sdxl_config *c, sink *s) {
     char b[256];
     linear(s, "time_embed.0", emb, mc, 1);
     linear(s, "time_embed.2", emb, emb, 1);
-    linear(s, "label_emb.0.0", emb, c->adm_in_channels, 1);
-    linear(s, "label_emb.0.2", emb, emb, 1);
+    if (c->adm_in_channels > 0) { /* SDXL; SD2's walk (synth_sd2.c) has none */
+        linear(s, "label_emb.0.0", emb, c->adm_in_channels, 1);
+        linear(s, "label_emb.0.2", emb, emb, 1);
+    }
     emit4(s, mc, c->in_channels, 3, "input_blocks.0.0");
     int chans[64], nch = 0, ch = mc, blk = 1;
     chans[nch++] = ch;
@@ -157,19 +160,18 @@ static void unet(const sd_synth_sdxl_config *c, sink *s) {
 
 /* ---- OpenCLIP bigG text tower -------------------------------------------------------- */
 
-static void clip_g(const sd_synth_sdxl_config *c, sink *s) {
+static void openclip(sink *s, int h, int layers, int mlp_w, int vocab, int positions) {
     char b[256];
-    int h = c->clip_g_hidden;
-    emit(s, SD_F16, 2, c->clip_vocab, h, "token_embedding.weight");
-    emit(s, SD_F16, 2, c->clip_positions, h, "positional_embedding");
-    for (int l = 0; l < c->clip_g_layers; l++) {
+    emit(s, SD_F16, 2, vocab, h, "token_embedding.weight");
+    emit(s, SD_F16, 2, positions, h, "positional_embedding");
+    for (int l = 0; l < layers; l++) {
         emit(s, SD_F16, 2, 3 * h, h, "transformer.resblocks.%d.attn.in_proj_weight", l);
         emit(s, SD_F16, 1, 3 * h, 0, "transformer.resblocks.%d.attn.in_proj_bias", l);
         snprintf(b, sizeof b, "transformer.resblocks.%d.attn.out_proj", l), linear(s, b, h, h, 1);
         snprintf(b, sizeof b, "transformer.resblocks.%d.ln_1", l), norm(s, b, h);
         snprintf(b, sizeof b, "transformer.resblocks.%d.ln_2", l), norm(s, b, h);
-        snprintf(b, sizeof b, "transformer.resblocks.%d.mlp.c_fc", l), linear(s, b, c->clip_g_mlp, h, 1);
-        snprintf(b, sizeof b, "transformer.resblocks.%d.mlp.c_proj", l), linear(s, b, h, c->clip_g_mlp, 1);
+        snprintf(b, sizeof b, "transformer.resblocks.%d.mlp.c_fc", l), linear(s, b, mlp_w, h, 1);
+        snprintf(b, sizeof b, "transformer.resblocks.%d.mlp.c_proj", l), linear(s, b, h, mlp_w, 1);
     }
     norm(s, "ln_final", h);
     emit(s, SD_F16, 2, h, h, "text_projection");
@@ -216,7 +218,20 @@ void sd_synth_sdxl_keys(const sd_synth_sdxl_config *cfg, sd_synth_key_fn fn, voi
     sd1_filter f = {fn, user};
     sd_synth_sd1_keys(&sd1, keep_vae_and_clip_l, &f);
     s.prefix = "conditioner.embedders.1.model.";
-    clip_g(cfg, &s);
+    openclip(&s, cfg->clip_g_hidden, cfg->clip_g_layers, cfg->clip_g_mlp, cfg->clip_vocab,
+             cfg->clip_positions);
+}
+
+void sd_synth_linear_unet_keys(const sd_synth_sdxl_config *cfg, const char *prefix,
+                               sd_synth_key_fn fn, void *user) {
+    sink s = {fn, user, prefix};
+    unet(cfg, &s);
+}
+
+void sd_synth_openclip_keys(int hidden, int layers, int mlp, int vocab, int positions,
+                            const char *prefix, sd_synth_key_fn fn, void *user) {
+    sink s = {fn, user, prefix};
+    openclip(&s, hidden, layers, mlp, vocab, positions);
 }
 
 /* ---- random fill --------------------------------------------------------------------------- */
@@ -228,7 +243,7 @@ static int is_norm(const char *name) {
            strstr(name, "out_layers.0.") || strstr(name, "diffusion_model.out.0.");
 }
 
-static void fill_one(void *user, const char *name, sd_dtype dtype, int ndim, const int64_t *shape) {
+void sd_synth_fill_key(void *user, const char *name, sd_dtype dtype, int ndim, const int64_t *shape) {
     sd_synth_filler *f = user;
     if (f->rc) return;
     sd_tensor *t = sd_tensor_new(dtype, ndim, shape);
@@ -261,6 +276,6 @@ sd_status sd_synth_sdxl_write(const sd_synth_sdxl_config *cfg, uint64_t seed, co
     sd_synth_filler f;
     sd_status rc = sd_synth_filler_open(&f, seed ^ 0x5d1e5d1eull, err);
     if (rc) return rc;
-    sd_synth_sdxl_keys(cfg, fill_one, &f);
+    sd_synth_sdxl_keys(cfg, sd_synth_fill_key, &f);
     return sd_synth_filler_save(&f, cfg->name, path);
 }

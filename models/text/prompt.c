@@ -31,6 +31,12 @@ void sd_prompt_opts_clip_g(sd_prompt_opts *o)
     o->embedding_key = "clip_g";
 }
 
+void sd_prompt_opts_clip_h(sd_prompt_opts *o)
+{
+    sd_prompt_opts_clip_g(o);
+    o->embedding_key = "clip_h";
+}
+
 /* ---- Python float() ---------------------------------------------------------- */
 
 /* digitpart: digit ('_'? digit)*; returns chars consumed (0 = none). */

@@ -52,7 +52,7 @@ typedef struct sd_prompt_opts {
      * "embedding:" is then ordinary text. Borrowed for the call. */
     const char *const *embedding_dirs;
     size_t n_embedding_dirs;
-    const char *embedding_key; /* "clip_l" or "clip_g" */
+    const char *embedding_key; /* "clip_l", "clip_g" or "clip_h" */
     int disable_weights;       /* 1: no (...) parsing, every token weight 1.0 */
     sd_prompt_warn_fn warn;    /* may be NULL */
     void *warn_ud;
@@ -60,6 +60,8 @@ typedef struct sd_prompt_opts {
 
 /* Defaults for CLIP-L (SD1, SDXL 'l'): 77, pad with end, key clip_l. */
 void sd_prompt_opts_clip_l(sd_prompt_opts *o);
+/* SD2's OpenCLIP-H (sd2_clip.py SD2ClipHTokenizer): 77, pad 0, key clip_h. */
+void sd_prompt_opts_clip_h(sd_prompt_opts *o);
 /* Defaults for OpenCLIP bigG (SDXL 'g'): 77, pad with 0, key clip_g. */
 void sd_prompt_opts_clip_g(sd_prompt_opts *o);
 

@@ -15,12 +15,13 @@ typedef struct te_role {
     int ln_hidden;     /* final LN on a selected hidden layer */
     int32_t pad;       /* pad token of the tokenizer for this encoder */
     int projected;     /* pooled output is text_projection'd */
-    int is_g;          /* tokenized as 'g' (pad 0, embedding key clip_g) */
+    char name;         /* tokenized as 'l' (pad with end, key clip_l), 'g' or 'h'
+                        * (pad 0, embedding key clip_g / clip_h) */
 } te_role;
 
 struct sd_text_encoder {
     sd_te_kind kind;
-    te_role l, g; /* clip == NULL when absent */
+    te_role l, g; /* CLIP-L and the OpenCLIP tower (bigG, or H for SD2); clip == NULL when absent */
     const sd_tokenizer *tok;
 };
 
@@ -28,7 +29,7 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
     int ok = (kind == SD_TE_SD1 && clip_l && !clip_g) || (kind == SD_TE_SDXL && clip_l && clip_g) ||
-             (kind == SD_TE_SDXL_REFINER && !clip_l && clip_g);
+             ((kind == SD_TE_SDXL_REFINER || kind == SD_TE_SD2) && !clip_l && clip_g);
     sd_text_encoder *te = ok ? calloc(1, sizeof *te) : NULL;
     if (!te) {
         sd_clip_free(clip_l);
@@ -37,15 +38,22 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
             return sd_error_set(err, SD_ERR_INVALID,
                                 "text encoder %s needs %s (got clip_l %s, clip_g %s)",
                                 sd_te_kind_name(kind),
-                                kind == SD_TE_SD1 ? "CLIP-L only"
-                                : kind == SD_TE_SDXL ? "CLIP-L and bigG" : "bigG only",
+                                kind == SD_TE_SD1    ? "CLIP-L only"
+                                : kind == SD_TE_SDXL ? "CLIP-L and bigG"
+                                : kind == SD_TE_SD2  ? "OpenCLIP-H only"
+                                                     : "bigG only",
                                 clip_l ? "yes" : "no", clip_g ? "yes" : "no");
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
     te->kind = kind;
     te->tok = tok;
-    te->l = (te_role){clip_l, kind == SD_TE_SD1 ? 0 : -2, kind == SD_TE_SD1, SD_CLIP_EOS, 0, 0};
-    te->g = (te_role){clip_g, -2, 0, 0, 1, 1};
+    te->l = (te_role){clip_l, kind == SD_TE_SD1 ? 0 : -2, kind == SD_TE_SD1, SD_CLIP_EOS, 0, 'l'};
+    /* SDXL's bigG: penultimate layer without final LN (sdxl_clip.py);
+     * SD2's ViT-H: "penultimate" with SDClipModel's default
+     * layer_norm_hidden_state=True (sd2_clip.py); both pad with 0 and
+     * return the projected pooled output */
+    if (kind == SD_TE_SD2) te->g = (te_role){clip_g, -2, 1, 0, 1, 'h'};
+    else te->g = (te_role){clip_g, -2, 0, 0, 1, 'g'};
     *out = te;
     return SD_OK;
 }
@@ -85,15 +93,14 @@ sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer
         if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SD1, NULL, &l, err)) != SD_OK) return rc;
         return sd_text_encoder_new(SD_TE_SD1, l, NULL, tok, out, err);
     }
-    if (has_key(f, "cond_stage_model.model.", "token_embedding.weight"))
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: OpenCLIP text encoder under cond_stage_model.model. (SD2.x) is "
-                            "not supported",
-                            sd_st_path(f));
+    if (has_key(f, SD_TE_PREFIX_SD2, "token_embedding.weight")) {
+        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SD2, NULL, &g, err)) != SD_OK) return rc;
+        return sd_text_encoder_new(SD_TE_SD2, NULL, g, tok, out, err);
+    }
     return sd_error_set(err, SD_ERR_NOT_FOUND,
-                        "%s: no text encoder found (looked for %s, %s + %s, %s)", sd_st_path(f),
+                        "%s: no text encoder found (looked for %s, %s + %s, %s, %s)", sd_st_path(f),
                         SD_TE_PREFIX_SD1, SD_TE_PREFIX_SDXL_L, SD_TE_PREFIX_SDXL_G,
-                        SD_TE_PREFIX_REFINER_G);
+                        SD_TE_PREFIX_REFINER_G, SD_TE_PREFIX_SD2);
 }
 
 void sd_text_encoder_free(sd_text_encoder *te) {
@@ -110,6 +117,7 @@ const char *sd_te_kind_name(sd_te_kind kind) {
     case SD_TE_SD1: return "sd1";
     case SD_TE_SDXL: return "sdxl";
     case SD_TE_SDXL_REFINER: return "sdxl_refiner";
+    case SD_TE_SD2: return "sd2";
     }
     return "unknown";
 }
@@ -387,7 +395,8 @@ done:
 /* ---- from text ---------------------------------------------------------------- */
 
 static void prompt_opts(const te_role *r, const sd_text_encode_opts *o, sd_prompt_opts *po) {
-    if (r->is_g) sd_prompt_opts_clip_g(po);
+    if (r->name == 'h') sd_prompt_opts_clip_h(po);
+    else if (r->name == 'g') sd_prompt_opts_clip_g(po);
     else sd_prompt_opts_clip_l(po);
     if (o) {
         po->embedding_dirs = o->embedding_dirs;

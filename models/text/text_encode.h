@@ -13,8 +13,13 @@
  *                first end token times text_projection (unprojected when
  *                the bigG has no text_projection, i.e. an identity one).
  *   SDXL_REFINER bigG only, as the 'g' of SDXL.
+ *   SD2          OpenCLIP ViT-H ('h', pads with 0, embedding key clip_h;
+ *                held in the 'g' slot): layer num_layers-2 WITH final LN by
+ *                default (ComfyUI's sd2_clip.py "penultimate" on
+ *                SDClipModel's layer_norm_hidden_state=True); pooled = final-LN
+ *                state at the first end token times text_projection.
  * CLIPSetLastLayer (clip_skip, -1..-24; 0 = not set): each encoder returns
- * the output of layer num_layers+clip_skip, with final LN for SD1 and
+ * the output of layer num_layers+clip_skip, with final LN for SD1 and SD2 and
  * without for SDXL; a clip_skip deeper than an encoder's layer count selects
  * that encoder's final-LN last layer (ComfyUI's "last"). Pooled outputs
  * always come from the final-LN last layer.
@@ -42,7 +47,12 @@
 #include "models/text/prompt.h"
 #include "models/text/tokenizer.h"
 
-typedef enum sd_te_kind { SD_TE_SD1 = 1, SD_TE_SDXL = 2, SD_TE_SDXL_REFINER = 3 } sd_te_kind;
+typedef enum sd_te_kind {
+    SD_TE_SD1 = 1,
+    SD_TE_SDXL = 2,
+    SD_TE_SDXL_REFINER = 3,
+    SD_TE_SD2 = 4
+} sd_te_kind;
 
 typedef struct sd_text_encoder sd_text_encoder;
 
@@ -51,30 +61,31 @@ typedef struct sd_text_encoder sd_text_encoder;
 #define SD_TE_PREFIX_SDXL_L "conditioner.embedders.0.transformer."
 #define SD_TE_PREFIX_SDXL_G "conditioner.embedders.1.model."
 #define SD_TE_PREFIX_REFINER_G "conditioner.embedders.0.model."
+#define SD_TE_PREFIX_SD2 "cond_stage_model.model."
 
 /* Assemble an encoder from loaded models. Takes ownership of clip_l and
  * clip_g (also on failure). SD1 needs clip_l only, SDXL both, SDXL_REFINER
- * clip_g only. Errors: SD_ERR_INVALID (wrong parts for the kind),
+ * clip_g only, SD2 its OpenCLIP-H as clip_g only. Errors: SD_ERR_INVALID (wrong parts for the kind),
  * SD_ERR_NOMEM. */
 sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err);
 
 /* Detect the family from a single-file checkpoint's text-encoder keys
  * (SDXL: conditioner.embedders.0.transformer + .1.model; refiner:
- * conditioner.embedders.0.model; SD1: cond_stage_model.transformer) and load
- * it. Errors: SD_ERR_NOT_FOUND (no text encoder), SD_ERR_UNSUPPORTED (an
- * OpenCLIP cond_stage_model.model, i.e. SD2.x), sd_clip_load's errors. */
+ * conditioner.embedders.0.model; SD1: cond_stage_model.transformer; SD2:
+ * cond_stage_model.model) and load it. Errors: SD_ERR_NOT_FOUND (no text
+ * encoder), sd_clip_load's errors. */
 sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
                                sd_text_encoder **out, sd_error *err);
 void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
 
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
-const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner" */
+const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner", "sd2" */
 const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te); /* NULL when absent */
 const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te);
 void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok);
 const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te);
-/* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner) and of pooled. */
+/* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner, 1024 SD2) and of pooled. */
 int sd_text_encoder_cond_dim(const sd_text_encoder *te);
 int sd_text_encoder_pooled_dim(const sd_text_encoder *te);
 
@@ -103,7 +114,8 @@ sd_status sd_text_encode_sdxl(const sd_text_encoder *te, const char *text_g, con
                               sd_tensor **pooled, sd_error *err);
 
 /* Encode already tokenized prompts (the tokens carry weights and embedding
- * vectors): l for CLIP-L (NULL for the refiner), g for bigG (NULL for SD1).
+ * vectors): l for CLIP-L (NULL for the refiner and SD2), g for bigG or
+ * SD2's ViT-H (NULL for SD1).
  * Only opts->warn is used. Chunks must be 77 slots long (the model's
  * position count). */
 sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,

@@ -1,4 +1,4 @@
-/* unet.h - the Stable Diffusion UNet (SD1.x and SDXL), as ComfyUI's
+/* unet.h - the Stable Diffusion UNet (SD1.x, SD2.x and SDXL), as ComfyUI's
  * openaimodel.UNetModel computes it.
  *
  * The architecture is not given by the caller: sd_unet_detect() reads it from
@@ -6,10 +6,12 @@
  * (model_channels from input_blocks.0.0.weight, channel_mult from res-block
  * widths, transformer depths by counting transformer_blocks.K, context_dim
  * from attn2.to_k, linear vs conv proj_in, adm_in_channels from
- * label_emb.0.0.weight). Two layouts are accepted:
+ * label_emb.0.0.weight). Three layouts are accepted (ComfyUI's SD15, SD20
+ * and SDXL model configs):
  *   SD1  - conv proj_in, no label_emb: a FIXED 8 heads at every level;
+ *   SD2  - linear proj_in, no label_emb: 64-channel heads (heads = ch / 64);
  *   SDXL - linear proj_in + label_emb:  64-channel heads (heads = ch / 64).
- * Anything else (SD2.x, unCLIP, video UNets, ...) is SD_ERR_UNSUPPORTED with
+ * Anything else (unCLIP, video UNets, ...) is SD_ERR_UNSUPPORTED with
  * a message saying what was found. Missing or wrongly shaped tensors are
  * reported by full key name (see models/checkpoint/weights.h).
  *
@@ -28,7 +30,7 @@
 #define SD_UNET_MAX_LEVELS 8
 #define SD_UNET_MAX_BLOCKS 40 /* input (or output) blocks */
 
-typedef enum sd_unet_kind { SD_UNET_SD1 = 1, SD_UNET_SDXL = 2 } sd_unet_kind;
+typedef enum sd_unet_kind { SD_UNET_SD1 = 1, SD_UNET_SDXL = 2, SD_UNET_SD2 = 3 } sd_unet_kind;
 
 /* The detected architecture, in ComfyUI's unet_config terms. */
 typedef struct sd_unet_config {

@@ -190,17 +190,17 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
         c->kind = SD_UNET_SD1;
         c->num_heads = 8;
         c->num_head_channels = -1;
-    } else if (c->use_linear_in_transformer && c->adm_in_channels > 0) {
-        c->kind = SD_UNET_SDXL;
+    } else if (c->use_linear_in_transformer) {
+        /* SD2.x (no label_emb) and SDXL: head width 64 (SD20 / SDXL unet_extra_config) */
+        c->kind = c->adm_in_channels > 0 ? SD_UNET_SDXL : SD_UNET_SD2;
         c->num_heads = -1;
         c->num_head_channels = 64;
     } else {
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: unsupported UNet layout: %s proj_in, adm_in_channels %d, context_dim %d "
-                            "(looks like %s; only SD1.x and SDXL UNets are supported)",
-                            path, c->use_linear_in_transformer ? "linear" : "conv", c->adm_in_channels,
-                            c->context_dim,
-                            c->use_linear_in_transformer ? "SD2.x" : "a conv-proj UNet with label_emb");
+                            "%s: unsupported UNet layout: conv proj_in with adm_in_channels %d, "
+                            "context_dim %d (a class-conditioned conv-proj UNet; only SD1.x, SD2.x "
+                            "and SDXL UNets are supported)",
+                            path, c->adm_in_channels, c->context_dim);
     }
     return SD_OK;
 }

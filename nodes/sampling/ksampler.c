@@ -609,9 +609,10 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
         goto done;
     }
     run_state st = {ctx, a->hooks,
-                    info->family == SD_CKPT_SDXL  ? "sdxl"
-                    : info->family == SD_CKPT_SD1 ? "sd1"
-                                                  : NULL,
+                    info->family == SD_CKPT_SDXL ? "sdxl"
+                    : info->family == SD_CKPT_SD1 || info->family == SD_CKPT_SD2
+                        ? "sd1" /* SD2 uses SD1's latent format (latent_formats.SD15) */
+                        : NULL,
                     x0, 0};
     sd_sampler_params p = a->options;
     p.seed = a->seed;

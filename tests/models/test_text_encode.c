@@ -2,7 +2,7 @@
  * small random checkpoints built here (no reference data needed):
  *   - layout detection (HF with/without "text_model.", OpenCLIP), config
  *     from shapes, activation choice, load errors naming the key (missing,
- *     wrong shape, NaN), SD2 refused, family detection;
+ *     wrong shape, NaN), family detection (SD2's OpenCLIP-H included);
  *   - embeddings = token row + position row for positions 0..n-1 whatever
  *     position_ids say; pooled at the first end token (else the last slot);
  *     text_projection orientation in both layouts;
@@ -338,11 +338,15 @@ static void test_detection_and_errors(void) {
     CHECK_MSG(strstr(err.msg, k.reshape) != NULL, "shape error: %s", err.msg);
     ckpt_close(&k, f);
 
-    /* SD2's OpenCLIP tower is refused; a refiner's bigG alone is found */
+    /* SD2's OpenCLIP tower alone is an SD2 encoder; a refiner's bigG alone is found */
     k = ckpt_new();
     add_openclip(&k, "cond_stage_model.model.", 64, 1, 96, 64);
     f = finish(&k, "sd2.safetensors");
-    CHECK(sd_text_encoder_load(be, f, NULL, &te, &err) == SD_ERR_UNSUPPORTED && !te);
+    CHECK_OK(sd_text_encoder_load(be, f, NULL, &te, &err), &err);
+    CHECK(te && sd_text_encoder_kind(te) == SD_TE_SD2 && !sd_text_encoder_clip_l(te) &&
+          sd_text_encoder_cond_dim(te) == 64 && sd_text_encoder_pooled_dim(te) == 64);
+    sd_text_encoder_free(te);
+    te = NULL;
     ckpt_close(&k, f);
     k = ckpt_new();
     add_openclip(&k, SD_TE_PREFIX_REFINER_G, 128, 2, 160, 48);

@@ -1,0 +1,256 @@
+/* SD2.x checkpoints on the synthesized tiny SD2 models (sd2-tiny: a 768-v
+ * style v-prediction file, sd2-tiny-eps: SD2-base style):
+ *   - detection: family sd2 (linear proj_in, no label_emb, OpenCLIP under
+ *     cond_stage_model.model.), prediction by ComfyUI's guess (population std
+ *     of output_blocks.11.1.transformer_blocks.0.norm1.bias > 0.09), checked
+ *     on both presets and on that bias rewritten just above / below 0.09;
+ *     the SD1 and SDXL tiny presets stay sd1 / sdxl, eps;
+ *   - the text encoder: kind sd2, 'h' tokens padded with 0, cond = the
+ *     penultimate layer WITH final LN (sd2_clip.py), pooled projected;
+ *   - a UNet evaluation on that conditioning is finite and shaped;
+ *   - V_PREDICTION calculate_denoised against its closed form in double.
+ * No reference numbers: structure and consistency only. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "kernels/backend.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/synth/synth.h"
+#include "models/text/prompt.h"
+#include "testutil.h"
+
+#define VPRED_BIAS "model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias"
+
+static const char *tmp;
+
+static void synth_sd2(const char *preset, char *path, size_t n) {
+    snprintf(path, n, "%s/%s.safetensors", tmp, preset);
+    sd_error err = {0};
+    CHECK_OK(sd_synth_sd2_write(sd_synth_sd2_preset(preset), 1, path, &err), &err);
+}
+
+static sd_checkpoint *open_ckpt(sd_backend *be, const char *path, const char *tok_dir) {
+    sd_checkpoint_opts o;
+    sd_checkpoint_opts_default(&o);
+    o.tokenizer_dir = tok_dir;
+    sd_error err = {0};
+    sd_checkpoint *c = NULL;
+    CHECK_OK(sd_checkpoint_open(be, path, &o, &c, &err), &err);
+    return c;
+}
+
+static void expect_family(sd_backend *be, const char *path, sd_ckpt_family fam, sd_prediction pred) {
+    sd_checkpoint *c = open_ckpt(be, path, NULL);
+    if (!c) return;
+    const sd_ckpt_info *i = sd_checkpoint_info(c);
+    CHECK_MSG(i->family == fam && i->prediction == pred,
+              "%s: family %s prediction %d, want %s %d", path, sd_ckpt_family_name(i->family),
+              (int)i->prediction, sd_ckpt_family_name(fam), (int)pred);
+    sd_checkpoint_unref(c);
+}
+
+/* A copy of src with the v-prediction bias set to alternating +-a
+ * (population std a, up to F16 rounding). */
+static void with_bias(const char *src, const char *dst, float a) {
+    sd_error err = {0};
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_st_open(src, &f, &err), &err);
+    if (!f) return;
+    sd_st_writer *w = sd_st_writer_new();
+    for (size_t i = 0; w && i < sd_st_count(f); i++) {
+        const char *name = sd_st_at(f, i)->name;
+        sd_tensor *t = sd_st_tensor(f, name, &err);
+        if (!t) break;
+        if (strcmp(name, VPRED_BIAS) == 0) {
+            sd_tensor *c = sd_tensor_to_dtype(t, SD_F16);
+            uint16_t *p = c->data;
+            for (int64_t k = 0; k < sd_tensor_numel(c); k++) p[k] = sd_f32_to_f16(k % 2 ? -a : a);
+            sd_tensor_unref(t);
+            t = c;
+        }
+        CHECK_OK(sd_st_writer_add(w, name, t, &err), &err);
+        sd_tensor_unref(t);
+    }
+    CHECK_OK(sd_st_writer_save(w, dst, &err), &err);
+    sd_st_writer_free(w);
+    sd_st_close(f);
+}
+
+static int all_finite(const sd_tensor *t) {
+    const float *p = t->data;
+    for (int64_t i = 0; i < sd_tensor_numel(t); i++)
+        if (!isfinite(p[i])) return 0;
+    return 1;
+}
+
+static void check_detection(sd_backend *be, const char *v_path, const char *eps_path) {
+    sd_checkpoint *c = open_ckpt(be, v_path, NULL);
+    if (c) {
+        const sd_ckpt_info *i = sd_checkpoint_info(c);
+        CHECK(i->family == SD_CKPT_SD2 && strcmp(sd_ckpt_family_name(i->family), "sd2") == 0);
+        CHECK(i->prediction == SD_PRED_V && i->has_unet && i->has_vae && i->has_text_encoder);
+        CHECK(i->latent_scale == SD_LATENT_SCALE_SD1 && !i->inpaint);
+        CHECK(i->unet.kind == SD_UNET_SD2 && i->unet.use_linear_in_transformer &&
+              i->unet.num_heads == -1 && i->unet.num_head_channels == 64 &&
+              i->unet.adm_in_channels == 0 && i->unet.context_dim == 128);
+        sd_checkpoint_unref(c);
+    }
+    expect_family(be, eps_path, SD_CKPT_SD2, SD_PRED_EPS);
+
+    /* the threshold itself: 0.095 is v, 0.085 is eps */
+    char p[4200];
+    snprintf(p, sizeof p, "%s/bias-095.safetensors", tmp);
+    with_bias(eps_path, p, 0.095f);
+    expect_family(be, p, SD_CKPT_SD2, SD_PRED_V);
+    snprintf(p, sizeof p, "%s/bias-085.safetensors", tmp);
+    with_bias(v_path, p, 0.085f);
+    expect_family(be, p, SD_CKPT_SD2, SD_PRED_EPS);
+
+    /* the other families are not SD2 */
+    sd_error err = {0};
+    snprintf(p, sizeof p, "%s/sd1.safetensors", tmp);
+    CHECK_OK(sd_synth_sd1_write(sd_synth_preset("sd1-tiny"), 1, p, &err), &err);
+    expect_family(be, p, SD_CKPT_SD1, SD_PRED_EPS);
+    snprintf(p, sizeof p, "%s/sdxl.safetensors", tmp);
+    CHECK_OK(sd_synth_sdxl_write(sd_synth_sdxl_preset("sdxl-tiny"), 1, p, &err), &err);
+    expect_family(be, p, SD_CKPT_SDXL, SD_PRED_EPS);
+}
+
+/* The text encoder and one UNet evaluation on its output. */
+static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
+    sd_checkpoint *c = open_ckpt(be, v_path, tok_dir);
+    if (!c) return;
+    sd_error err = {0};
+    sd_text_encoder *te = NULL;
+    CHECK_OK(sd_checkpoint_text_encoder(c, &te, &err), &err);
+    if (!te) {
+        sd_checkpoint_unref(c);
+        return;
+    }
+    CHECK(sd_text_encoder_kind(te) == SD_TE_SD2 && !sd_text_encoder_clip_l(te));
+    CHECK(strcmp(sd_te_kind_name(SD_TE_SD2), "sd2") == 0);
+    CHECK(sd_text_encoder_cond_dim(te) == 128 && sd_text_encoder_pooled_dim(te) == 128);
+    const sd_clip_config *cc = sd_clip_get_config(sd_text_encoder_clip_g(te));
+    CHECK(cc->layout == SD_CLIP_LAYOUT_OPENCLIP && cc->layers == 4 && cc->act == SD_CLIP_ACT_GELU &&
+          cc->proj_dim == 128);
+
+    const char *text = "a photo of a cat";
+    sd_tensor *cond = NULL, *pooled = NULL;
+    CHECK_OK(sd_text_encode(te, text, 0, NULL, &cond, &pooled, &err), &err);
+    CHECK(cond && cond->ndim == 3 && cond->shape[0] == 1 && cond->shape[1] == 77 &&
+          cond->shape[2] == 128 && all_finite(cond));
+    CHECK(pooled && pooled->ndim == 2 && pooled->shape[1] == 128 && all_finite(pooled));
+
+    /* the same tokens through the transformer directly: the default layer is
+     * the penultimate with final LN; pads are 0 */
+    sd_prompt_opts po;
+    sd_prompt_opts_clip_h(&po);
+    CHECK(po.pad_token == 0 && strcmp(po.embedding_key, "clip_h") == 0);
+    sd_prompt_tokens *t = NULL;
+    CHECK_OK(sd_prompt_tokenize(sd_text_encoder_tokenizer(te), text, &po, &t, &err), &err);
+    if (t && cond) {
+        int32_t ids[77];
+        for (int j = 0; j < 77; j++) ids[j] = t->tokens[j].id;
+        CHECK(ids[0] == SD_CLIP_BOS && ids[76] == 0);
+        sd_clip *clip = (sd_clip *)sd_text_encoder_clip_g(te);
+        sd_clip_tokens in = {1, 77, ids, NULL};
+        sd_clip_output o1 = {0}, o2 = {0};
+        CHECK_OK(sd_clip_forward(clip, &in, (sd_clip_layer){-2, 1}, &o1, &err), &err);
+        CHECK_OK(sd_clip_forward(clip, &in, (sd_clip_layer){-2, 0}, &o2, &err), &err);
+        sd_tensor *h1 = o1.hidden ? sd_bt_to_host(o1.hidden) : NULL;
+        sd_tensor *h2 = o2.hidden ? sd_bt_to_host(o2.hidden) : NULL;
+        sd_tensor *pr = o1.projected ? sd_bt_to_host(o1.projected) : NULL;
+        CHECK(h1 && h2 && pr);
+        if (h1 && h2 && pr && pooled) {
+            CHECK_MSG(memcmp(h1->data, cond->data, cond->nbytes) == 0,
+                      "cond is not the penultimate layer with final LN");
+            CHECK(memcmp(h2->data, cond->data, cond->nbytes) != 0);
+            CHECK_MSG(memcmp(pr->data, pooled->data, pooled->nbytes) == 0,
+                      "pooled is not the projected final-LN state");
+        }
+        sd_tensor_unref(h1);
+        sd_tensor_unref(h2);
+        sd_tensor_unref(pr);
+        sd_clip_output_free(&o1);
+        sd_clip_output_free(&o2);
+    }
+    sd_prompt_tokens_free(t);
+
+    sd_unet *u = NULL;
+    CHECK_OK(sd_checkpoint_unet(c, &u, &err), &err);
+    if (u && cond) {
+        int64_t xs[4] = {1, 4, 8, 8};
+        sd_tensor *hx = sd_tensor_new(SD_F32, 4, xs);
+        float *px = hx->data;
+        for (int64_t i = 0; i < sd_tensor_numel(hx); i++) px[i] = (float)sin((double)i * 0.37);
+        sd_bt *x = sd_bt_from_host(be, hx, SD_F32);
+        sd_bt *ctx = sd_bt_from_host(be, cond, SD_F32);
+        float ts = 999.0f;
+        sd_bt *out = NULL;
+        CHECK_OK(sd_unet_forward(u, x, &ts, ctx, NULL, NULL, &out, &err), &err);
+        sd_tensor *ho = out ? sd_bt_to_host(out) : NULL;
+        CHECK(ho && ho->ndim == 4 && ho->shape[1] == 4 && ho->shape[2] == 8 && all_finite(ho));
+        sd_tensor_unref(ho);
+        sd_bt_free(out);
+        sd_bt_free(x);
+        sd_bt_free(ctx);
+        sd_tensor_unref(hx);
+    }
+    sd_tensor_unref(cond);
+    sd_tensor_unref(pooled);
+    sd_checkpoint_unref(c);
+}
+
+/* calculate_denoised for V_PREDICTION (sigma_data 1) against
+ * x / (s^2 + 1) - v * s / sqrt(s^2 + 1) in double. */
+static void check_vpred_formula(void) {
+    static sd_model_sampling ms;
+    sd_model_sampling_init(&ms, SD_PRED_V);
+    const float sigmas[] = {ms.sigma_max, 7.5f, 1.0f, 0.25f, ms.sigma_min};
+    float x[16], v[16], d[16];
+    for (int i = 0; i < 16; i++) {
+        x[i] = (float)(i - 7) * 0.731f;
+        v[i] = (float)cos(i * 1.3) * 1.7f;
+    }
+    for (size_t k = 0; k < sizeof sigmas / sizeof *sigmas; k++) {
+        double s = sigmas[k];
+        sd_ms_calculate_denoised(&ms, sigmas[k], v, x, d, 16);
+        for (int i = 0; i < 16; i++) {
+            double want = x[i] / (s * s + 1.0) - v[i] * s / sqrt(s * s + 1.0);
+            CHECK_MSG(fabs(d[i] - want) <= 1e-5 * (1.0 + fabs(want)),
+                      "sigma %g: denoised %g, closed form %g", s, d[i], want);
+        }
+        /* at sigma -> 0 the v model's x0 is x; large sigma: -v scaled */
+    }
+    /* denoised may alias its inputs */
+    float y[16];
+    memcpy(y, x, sizeof y);
+    sd_ms_calculate_denoised(&ms, 2.0f, v, y, y, 16);
+    sd_ms_calculate_denoised(&ms, 2.0f, v, x, d, 16);
+    CHECK(memcmp(y, d, sizeof d) == 0);
+}
+
+int main(void) {
+    tmp = sd_test_tmpdir("sd2");
+    sd_error err = {0};
+    CHECK(sd_synth_sd2_preset("sd2-tiny") && sd_synth_sd2_preset("sd2-tiny-eps") &&
+          sd_synth_sd2_preset("sd2") && !sd_synth_sd2_preset("sd2-nope"));
+    char v_path[4200], eps_path[4200], tok[4200];
+    synth_sd2("sd2-tiny", v_path, sizeof v_path);
+    synth_sd2("sd2-tiny-eps", eps_path, sizeof eps_path);
+    snprintf(tok, sizeof tok, "%s/tok", tmp);
+    CHECK_OK(sd_synth_vocab_write(tok, &err), &err);
+
+    sd_backend *be = NULL;
+    CHECK_OK(sd_backend_new("cpu", 1, &be, &err), &err);
+    if (be) {
+        check_detection(be, v_path, eps_path);
+        check_run(be, v_path, tok);
+        sd_backend_free(be);
+    }
+    check_vpred_formula();
+    return sd_test_finish();
+}
