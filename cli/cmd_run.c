@@ -137,7 +137,7 @@ static sd_status load_workflow(const char *path, sd_graph **g, char **text, char
         return rc ? rc : sd_lua_load_graph(path, &lo, g, err);
     }
     sd_workflow_file wf;
-    sd_status rc = sd_workflow_file_read(path, &wf, err);
+    sd_status rc = sd_workflow_file_read_ex(path, &interrupted, &wf, err); /* stdin: Ctrl-C stops the wait */
     if (rc) return rc;
     rc = sd_graph_from_json(wf.text, strcmp(path, "-") ? path : "<stdin>", g, err);
     if (!rc) *extra = extra_pnginfo_of(&wf);

@@ -3,10 +3,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "json_util.h"
 #include "png.h"
 #include "workflow_ui.h"
@@ -132,7 +134,27 @@ static const char *binary_kind(const unsigned char *d, size_t n) {
     return NULL;
 }
 
-static sd_status read_all(FILE *f, const char *path, unsigned char **out, size_t *len, sd_error *err) {
+/* Up to cap bytes of the pipe or terminal fd: 0 at its end, -1 on an error,
+ * -2 once *interrupt is set. Waits in poll() and looks at the flag in
+ * between, so a writer that never delivers cannot keep Ctrl-C waiting. */
+static ssize_t read_interruptible(int fd, unsigned char *buf, size_t cap, volatile sig_atomic_t *interrupt) {
+    for (;;) {
+        if (*interrupt) return -2;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, 100);
+        if (r < 0 && errno != EINTR) return -1;
+        if (r <= 0) continue;
+        ssize_t k = read(fd, buf, cap);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        return k;
+    }
+}
+
+/* With `interrupt` (standard input only: nothing has read from its FILE
+ * buffer), the reads go around stdio through read_interruptible. */
+static sd_status read_all(FILE *f, const char *path, volatile sig_atomic_t *interrupt, unsigned char **out,
+                          size_t *len, sd_error *err) {
+    int bad = 0;
     size_t cap = 1 << 16, n = 0;
     unsigned char *buf = malloc(cap);
     while (buf) {
@@ -147,12 +169,23 @@ static sd_status read_all(FILE *f, const char *path, unsigned char **out, size_t
             buf = b;
             cap *= 2;
         }
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        size_t k;
+        if (interrupt) {
+            ssize_t r = read_interruptible(fileno(f), buf + n, cap - n - 1, interrupt);
+            if (r == -2) {
+                free(buf);
+                return sd_error_set(err, SD_ERR_CANCELLED, "interrupted while reading '%s'", path);
+            }
+            if (r < 0) { bad = 1; break; }
+            k = (size_t)r;
+        } else {
+            k = fread(buf + n, 1, cap - n - 1, f);
+        }
         n += k;
         if (k == 0) break;
     }
     if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", path);
-    if (ferror(f)) { free(buf); return sd_error_set(err, SD_ERR_IO, "cannot read '%s'", path); }
+    if (bad || ferror(f)) { free(buf); return sd_error_set(err, SD_ERR_IO, "cannot read '%s'", path); }
     buf[n] = 0;
     *out = buf;
     *len = n;
@@ -220,6 +253,11 @@ void sd_workflow_file_free(sd_workflow_file *f) {
 }
 
 sd_status sd_workflow_file_read(const char *path, sd_workflow_file *out, sd_error *err) {
+    return sd_workflow_file_read_ex(path, NULL, out, err);
+}
+
+sd_status sd_workflow_file_read_ex(const char *path, volatile sig_atomic_t *interrupt, sd_workflow_file *out,
+                                   sd_error *err) {
     memset(out, 0, sizeof *out);
     int from_stdin = !strcmp(path, "-");
     FILE *f = from_stdin ? stdin : fopen(path, "rb");
@@ -244,7 +282,7 @@ sd_status sd_workflow_file_read(const char *path, sd_workflow_file *out, sd_erro
     }
     unsigned char *d = NULL;
     size_t n = 0;
-    sd_status rc = read_all(f, from_stdin ? "<stdin>" : path, &d, &n, err);
+    sd_status rc = read_all(f, from_stdin ? "<stdin>" : path, from_stdin ? interrupt : NULL, &d, &n, err);
     if (!from_stdin) fclose(f);
     if (rc) return rc;
     const char *name = from_stdin ? "<stdin>" : path;

@@ -15,6 +15,7 @@
 #ifndef SD_WORKFLOW_FILE_H
 #define SD_WORKFLOW_FILE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include "error.h"
 
@@ -31,6 +32,11 @@ typedef struct sd_workflow_file {
  * picture without an embedded workflow; SD_ERR_FORMAT for a file that is not
  * a workflow (message says what it is) or a malformed picture. */
 sd_status sd_workflow_file_read(const char *path, sd_workflow_file *out, sd_error *err);
+/* The same; while standard input is read, a set *interrupt (Ctrl-C; may be
+ * NULL) ends the wait at once with SD_ERR_CANCELLED, even when the writer
+ * never delivers. */
+sd_status sd_workflow_file_read_ex(const char *path, volatile sig_atomic_t *interrupt, sd_workflow_file *out,
+                                   sd_error *err);
 void sd_workflow_file_free(sd_workflow_file *f);
 
 /* The text after "<key>:" of the first IFD0 text entry of TIFF (EXIF) data

@@ -2,7 +2,7 @@
 # budget (--lua-max-instructions, SDFLOW_LUA_MAX_INSTRUCTIONS), by its
 # wall-time budget (--lua-timeout, SDFLOW_LUA_TIMEOUT), with an error naming
 # the script and line, and by Ctrl-C while it builds the graph (exit 130, a
-# report that says cancelled). Before, all three ran forever (SIGINT was not
+# report that says cancelled) or while `sdflow run -` waits for its input. Before, all three ran forever (SIGINT was not
 # even handled until the graph was built); `timeout` turns that into a failure.
 set -u
 : "${SDFLOW_BIN:?}"
@@ -56,6 +56,37 @@ rc=$?
 grep -q "^interrupted" "$T/ctrlc.err" || fail "ctrl-c: no 'interrupted' line: $(cat "$T/ctrlc.err")"
 tr -d ' \t\n' < "$T/ctrlc.json" 2> /dev/null | grep -q '"status":"cancelled"' ||
     fail "ctrl-c: the report does not say cancelled: $(cat "$T/ctrlc.json" 2> /dev/null)"
+
+# ---- Ctrl-C while the workflow is read from a pipe that never delivers ----------------
+# (`sdflow run -`): the first Ctrl-C stops the read. The signal is sent once
+# the process waits on the pipe (its wchan), i.e. after the handler is set.
+mkfifo "$T/in.fifo"
+exec 3<> "$T/in.fifo" # a writer that never writes: the reader does not see an end
+"$SDFLOW_BIN" run - --no-cache > /dev/null 2> "$T/stdin.err" < "$T/in.fifo" &
+pid=$!
+waiting=0
+for _ in $(seq 300); do
+    grep -qE "poll|pipe" "/proc/$pid/wchan" 2> /dev/null && { waiting=1; break; }
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.1
+done
+if [ "$waiting" -eq 1 ]; then
+    kill -INT "$pid"
+    for _ in $(seq 300); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2> /dev/null; then
+        fail "stdin: still reading 30 s after Ctrl-C"
+        kill -9 "$pid"
+    fi
+    wait "$pid"
+    rc=$?
+    [ "$rc" -eq 130 ] || fail "stdin: exit code $rc, expected 130: $(cat "$T/stdin.err")"
+    grep -q "^interrupted" "$T/stdin.err" || fail "stdin: no 'interrupted' line: $(cat "$T/stdin.err")"
+else
+    echo "note: cannot tell when sdflow waits on stdin (/proc/PID/wchan); stdin case not run"
+    kill -9 "$pid" 2> /dev/null
+    wait "$pid" 2> /dev/null
+fi
+exec 3>&-
 
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "lua budget ok"
