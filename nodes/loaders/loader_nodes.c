@@ -96,7 +96,8 @@ const sd_node_def sd_node_VAELoader = {
     .class_type = "VAELoader",
     .display_name = "Load VAE",
     .category = "loaders",
-    .description = "Loads a standalone VAE file (.safetensors, single-file key layout).",
+    .description = "Loads a standalone VAE file (.safetensors, or a .ckpt/.pt read weights-only; "
+                   "single-file key layout).",
     .inputs = vae_loader_inputs,
     .outputs = vae_loader_outputs,
     .run = vae_loader_run,

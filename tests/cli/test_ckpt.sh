@@ -5,7 +5,8 @@
 # (python3 standard library only; also in the legacy pre-1.6 stream format),
 # gives exactly the run of its .safetensors:
 # the same image bytes, and the same dumped tensors when loaded under its own
-# .ckpt name. When the shared test data is there, the same for a Kohya LoRA
+# .ckpt name; a standalone VAE as .pt decodes the same. When the shared test
+# data is there, the same for a Kohya LoRA
 # as .pt and a ControlNet as .pth. A malicious .ckpt is refused, naming the
 # global and the node, and nothing is written.
 set -euo pipefail
@@ -53,6 +54,22 @@ for f in dump-st/*.safetensors; do
     n=$((n + 1))
 done
 [ "$n" -ge 3 ] || fail "only $n dumped outputs"
+ok
+
+# a standalone VAE as .pt (VAELoader): the same image as the checkpoint's own VAE
+mkdir -p both/vae
+conv "$st_file" both/vae/v.pt --lightning --strip first_stage_model.
+python3 - "$src/workflows/txt2img_sd15.json" vae.json <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+g["10"] = {"class_type": "VAELoader", "inputs": {"vae_name": "v.pt"}}
+g["8"]["inputs"]["vae"] = ["10", 0]
+json.dump(g, open(sys.argv[2], "w"))
+PY
+"$bin" run vae.json --models-dir both --tokenizer-dir tok --output-dir out-vae --no-cache --quiet \
+    --set 4.ckpt_name=tiny.safetensors --set 5.width=64 --set 5.height=64 --set 3.steps=2 --dump dump-vae \
+    2>vae.err >/dev/null || { cat vae.err; fail "VAELoader with a .pt failed"; }
+cmp -s dump-st/8_0.safetensors dump-vae/8_0.safetensors || fail "the VAE from a .pt decodes differently"
 ok
 
 # a LoRA as .pt (shared test data)

@@ -15,10 +15,11 @@ inside a zip archive <archive>/data.pkl, <archive>/byteorder ("little"),
 make_fixtures.py checks the result against real torch when it is installed.
 
 Command line (used by tests/cli/test_ckpt.sh):
-    torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning] [--legacy]
+    torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning] [--legacy] [--strip PREFIX]
 converts a safetensors file into a .ckpt with the same tensors (wrapped in
 {'state_dict': ..., 'global_step': 0} with --lightning, as Lightning saves;
-in the pre-1.6 stream format with --legacy).
+in the pre-1.6 stream format with --legacy; only the keys under PREFIX,
+without it, with --strip, e.g. a standalone VAE from first_stage_model.).
 """
 import collections
 import json
@@ -215,8 +216,10 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + data)
 
 
-def st_to_ckpt(src, dst, lightning=False, legacy=False):
+def st_to_ckpt(src, dst, lightning=False, legacy=False, strip=None):
     tensors, _ = read_safetensors(src)
+    if strip:  # only the keys under this prefix, without it (a standalone part)
+        tensors = {k[len(strip):]: v for k, v in tensors.items() if k.startswith(strip)}
     sd = collections.OrderedDict((k, tensor(dt, shape, raw)) for k, (dt, shape, raw) in tensors.items())
     obj = {"state_dict": sd, "global_step": 0} if lightning else sd
     if legacy:
@@ -227,6 +230,8 @@ def st_to_ckpt(src, dst, lightning=False, legacy=False):
 
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "to-ckpt":
-        st_to_ckpt(sys.argv[2], sys.argv[3], "--lightning" in sys.argv[4:], "--legacy" in sys.argv[4:])
+        opts = sys.argv[4:]
+        strip = opts[opts.index("--strip") + 1] if "--strip" in opts else None
+        st_to_ckpt(sys.argv[2], sys.argv[3], "--lightning" in opts, "--legacy" in opts, strip)
     else:
         sys.exit("usage: torchsave.py to-ckpt IN.safetensors OUT.ckpt [--lightning] [--legacy]")
