@@ -26,6 +26,7 @@
 #include "env.h"
 #include "json_util.h"
 #include "node.h"
+#include "node_suggest.h"
 
 static char *dup0(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -392,8 +393,11 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
         const sd_graph_node *n = sd_graph_at(g, i);
         const sd_node_def *def = sd_registry_find(n->class_type);
         if (!def) {
+            char hint[512];
+            sd_node_suggest(n->class_type, hint, sizeof hint);
             add_problem(p, n, NULL, "invalid_prompt",
-                        "Cannot execute because node %s does not exist (unknown class_type)", n->class_type);
+                        "Cannot execute because node %s does not exist (unknown class_type)%s%s", n->class_type,
+                        hint[0] ? "; " : "", hint);
             continue;
         }
         if (def->flags & SD_NODE_OUTPUT) outputs++;
