@@ -566,6 +566,9 @@ sd_bt *sd_op_gelu(sd_bt *x) { return unary("gelu", x, SD_UNARY_GELU, 0); }
 sd_bt *sd_op_quick_gelu(sd_bt *x) { return unary("quick_gelu", x, SD_UNARY_QUICK_GELU, 0); }
 sd_bt *sd_op_tanh(sd_bt *x) { return unary("tanh", x, SD_UNARY_TANH, 0); }
 sd_bt *sd_op_relu(sd_bt *x) { return unary("relu", x, SD_UNARY_RELU, 0); }
+sd_bt *sd_op_leaky_relu(sd_bt *x, float slope) {
+    return unary("leaky_relu", x, SD_UNARY_LEAKY_RELU, slope);
+}
 
 sd_bt *sd_op_geglu(sd_bt *x) {
     const sd_bt *in[1] = {x};
@@ -716,4 +719,81 @@ sd_bt *sd_op_copy(sd_bt *x) {
     sd_bt *out = bt_alloc(be, x->dtype, x->ndim, x->shape);
     if (!out) return NULL;
     return op_finish(be, out, be->vt->copy(be, out, x), NULL);
+}
+
+/* ---- ops of the image-to-image models ------------------------------------------ */
+
+/* These slots came after the first backends; one that lacks a slot says so
+ * instead of crashing. */
+static int has_slot(sd_backend *be, int present, const char *op) {
+    if (present) return 1;
+    sd_backend_fail(be, SD_ERR_UNSUPPORTED, "%s: not implemented by the %s backend", op,
+                    be->vt->name);
+    return 0;
+}
+
+sd_bt *sd_op_prelu(sd_bt *x, sd_bt *w) {
+    const sd_bt *in[2] = {x, w};
+    sd_backend *be = op_begin("prelu", 2, in, 0);
+    if (!be) return NULL;
+    char s1[128], s2[128];
+    if (x->ndim < 2 || (sd_bt_numel(w) != x->shape[1] && sd_bt_numel(w) != 1)) {
+        bad(be, "prelu: x %s, w %s (want x [N, C, ...] and w [C] or [1])", SHAPE(x, s1),
+            SHAPE(w, s2));
+        return NULL;
+    }
+    if (!has_slot(be, be->vt->prelu != NULL, "prelu")) return NULL;
+    sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
+    if (!out) return NULL;
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&x, &w})) return op_drop(out);
+    return op_finish(be, out, be->vt->prelu(be, out, x, w), &wd);
+}
+
+static sd_bt *pixel_shuffle(const char *name, sd_bt *x, int r, int inverse) {
+    const sd_bt *in[1] = {x};
+    sd_backend *be = op_begin(name, 1, in, 0);
+    if (!be) return NULL;
+    char s1[128];
+    int64_t rr = (int64_t)r * r;
+    if (x->ndim != 4 || r < 1 ||
+        (!inverse && x->shape[1] % rr != 0) ||
+        (inverse && (x->shape[2] % r != 0 || x->shape[3] % r != 0))) {
+        bad(be, "%s: x %s is not NCHW with %s divisible by %d", name, SHAPE(x, s1),
+            inverse ? "H and W" : "C by r*r, r =", r);
+        return NULL;
+    }
+    int64_t shape[4] = {x->shape[0], x->shape[1] / rr, x->shape[2] * r, x->shape[3] * r};
+    if (inverse) {
+        shape[1] = x->shape[1] * rr;
+        shape[2] = x->shape[2] / r;
+        shape[3] = x->shape[3] / r;
+    }
+    if (!has_slot(be, be->vt->pixel_shuffle != NULL, name)) return NULL;
+    sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
+    if (!out) return NULL;
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->pixel_shuffle(be, out, x, r, inverse), &wd);
+}
+
+sd_bt *sd_op_pixel_shuffle(sd_bt *x, int r) { return pixel_shuffle("pixel_shuffle", x, r, 0); }
+sd_bt *sd_op_pixel_unshuffle(sd_bt *x, int r) { return pixel_shuffle("pixel_unshuffle", x, r, 1); }
+
+sd_bt *sd_op_upsample_nearest(sd_bt *x, int factor) {
+    const sd_bt *in[1] = {x};
+    sd_backend *be = op_begin("upsample_nearest", 1, in, 0);
+    if (!be) return NULL;
+    char s1[128];
+    if (x->ndim != 4 || factor < 1) {
+        bad(be, "upsample_nearest: x %s is not NCHW or factor %d < 1", SHAPE(x, s1), factor);
+        return NULL;
+    }
+    int64_t shape[4] = {x->shape[0], x->shape[1], x->shape[2] * factor, x->shape[3] * factor};
+    if (!has_slot(be, be->vt->upsample_nearest != NULL, "upsample_nearest")) return NULL;
+    sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
+    if (!out) return NULL;
+    widened wd;
+    if (!widen(be, &wd, 1, (sd_bt **const[]){&x})) return op_drop(out);
+    return op_finish(be, out, be->vt->upsample_nearest(be, out, x, factor), &wd);
 }

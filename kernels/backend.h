@@ -134,4 +134,23 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids);
 /* Copy of x (same backend). */
 sd_bt *sd_op_copy(sd_bt *x);
 
+/* ---- ops of the image-to-image models (models/upscale) ---------------------- */
+
+/* LeakyReLU: x >= 0 ? x : slope * x (torch.nn.LeakyReLU). */
+sd_bt *sd_op_leaky_relu(sd_bt *x, float slope);
+/* PReLU with one slope per channel: x >= 0 ? x : w[c] * x for x [N, C, ...]
+ * and w [C], or one slope for every channel when w has one element
+ * (torch.nn.PReLU(num_parameters)). */
+sd_bt *sd_op_prelu(sd_bt *x, sd_bt *w);
+/* torch.nn.PixelShuffle(r): [N, C*r*r, H, W] -> [N, C, H*r, W*r], where
+ * y[n, c, h*r + i, w*r + j] = x[n, c*r*r + i*r + j, h, w]. */
+sd_bt *sd_op_pixel_shuffle(sd_bt *x, int r);
+/* Its inverse, torch.pixel_unshuffle: [N, C, H*r, W*r] -> [N, C*r*r, H, W]
+ * (H and W must be multiples of r). */
+sd_bt *sd_op_pixel_unshuffle(sd_bt *x, int r);
+/* Nearest-neighbour upsampling of NCHW by an integer factor >= 1
+ * (F.interpolate(scale_factor=factor, mode="nearest"): y[.., h, w] =
+ * x[.., h / factor, w / factor]). */
+sd_bt *sd_op_upsample_nearest(sd_bt *x, int factor);
+
 #endif

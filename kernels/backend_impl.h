@@ -53,6 +53,11 @@ typedef struct sd_backend_i {
     sd_status (*permute)(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
     sd_status (*embedding)(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
     sd_status (*copy)(sd_backend *be, sd_bt *out, const sd_bt *x);
+    /* w: [C] (per channel) or [1] (shared slope) */
+    sd_status (*prelu)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w);
+    /* inverse 0: PixelShuffle (x [N, C*r*r, H, W]); 1: pixel_unshuffle */
+    sd_status (*pixel_shuffle)(sd_backend *be, sd_bt *out, const sd_bt *x, int r, int inverse);
+    sd_status (*upsample_nearest)(sd_backend *be, sd_bt *out, const sd_bt *x, int factor);
 
     /* Optional. out (F32, x's shape; header only: the backend provides the
      * storage, and may reuse it once out is released, which backend.c does
@@ -88,7 +93,8 @@ enum sd_unary_op {
     SD_UNARY_GELU,
     SD_UNARY_QUICK_GELU,
     SD_UNARY_TANH,
-    SD_UNARY_RELU
+    SD_UNARY_RELU,
+    SD_UNARY_LEAKY_RELU /* s = negative slope */
 };
 
 struct sd_backend {

@@ -72,6 +72,10 @@ sd_status sd_cpu_slice(sd_backend *be, sd_bt *out, const sd_bt *x, int dim, int6
 sd_status sd_cpu_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const int *perm);
 sd_status sd_cpu_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
 sd_status sd_cpu_copy(sd_backend *be, sd_bt *out, const sd_bt *x);
+/* pixel.c */
+sd_status sd_cpu_prelu(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w);
+sd_status sd_cpu_pixel_shuffle(sd_backend *be, sd_bt *out, const sd_bt *x, int r, int inverse);
+sd_status sd_cpu_upsample_nearest(sd_backend *be, sd_bt *out, const sd_bt *x, int factor);
 /* out (F32, shape set, no storage yet) = x (F16/BF16/F32/F64) widened,
  * split over the pool; storage may be the backend's reusable widen buffer
  * (convert.c). */

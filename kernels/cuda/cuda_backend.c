@@ -182,6 +182,9 @@ static const sd_backend_i cuda_vtable = {
     .permute = sd_cuda_op_permute,
     .embedding = sd_cuda_op_embedding,
     .copy = sd_cuda_op_copy,
+    .prelu = sd_cuda_op_prelu,
+    .pixel_shuffle = sd_cuda_op_pixel_shuffle,
+    .upsample_nearest = sd_cuda_op_upsample_nearest,
 };
 
 /* Device: SDFLOW_CUDA_DEVICE=<index> when set, else device 0. n_threads is

@@ -108,4 +108,11 @@ sd_status sd_cuda_op_permute(sd_backend *be, sd_bt *out, const sd_bt *x, const i
 sd_status sd_cuda_op_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, const sd_bt *ids);
 sd_status sd_cuda_op_copy(sd_backend *be, sd_bt *out, const sd_bt *x);
 
+/* ---- cuda_pixel.c: the ops of the image-to-image models ------------------------ */
+
+sd_status sd_cuda_op_prelu(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w);
+sd_status sd_cuda_op_pixel_shuffle(sd_backend *be, sd_bt *out, const sd_bt *x, int r,
+                                   int inverse);
+sd_status sd_cuda_op_upsample_nearest(sd_backend *be, sd_bt *out, const sd_bt *x, int factor);
+
 #endif

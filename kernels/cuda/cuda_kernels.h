@@ -88,6 +88,20 @@ cudaError_t sd_cuda_permute(cudaStream_t s, const float *x, float *y, int64_t n,
 cudaError_t sd_cuda_embedding(cudaStream_t s, const float *table, const void *ids, int ids64,
                               float *y, int64_t n, int64_t C);
 
+/* ---- pixel.cu ---- */
+/* y = x >= 0 ? x : w[c] * x over P = N*C planes of `plane` elements, c =
+ * plane index % C; shared != 0: w[0] for every channel. */
+cudaError_t sd_cuda_prelu(cudaStream_t s, const float *x, const float *w, float *y, int64_t P,
+                          int64_t C, int64_t plane, int shared);
+/* PixelShuffle(r) (inverse 0) or pixel_unshuffle(r) (inverse 1) between
+ * small [NC*r*r, h, w] and big [NC, h*r, w*r] (x is small when inverse is
+ * 0, big when 1); NC = N * C of the big side. */
+cudaError_t sd_cuda_pixel_shuffle(cudaStream_t s, const float *x, float *y, int64_t NC,
+                                  int64_t h, int64_t w, int r, int inverse);
+/* Nearest upsampling: y [P, H*f, W*f] from x [P, H, W]. */
+cudaError_t sd_cuda_upsample_nearest(cudaStream_t s, const float *x, float *y, int64_t P,
+                                     int64_t H, int64_t W, int f);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,7 @@
 #include "cuda_common.cuh"
 
 /* enum sd_unary_op in backend_impl.h (not includable from C++ here) */
-enum { U_SCALE = 0, U_SILU, U_GELU, U_QUICK_GELU, U_TANH, U_RELU };
+enum { U_SCALE = 0, U_SILU, U_GELU, U_QUICK_GELU, U_TANH, U_RELU, U_LEAKY_RELU };
 
 __global__ void unary_k(const float *x, float *y, int64_t n, int op, float sc) {
     SD_GRID_STRIDE(i, n) {
@@ -18,6 +18,7 @@ __global__ void unary_k(const float *x, float *y, int64_t n, int op, float sc) {
         case U_QUICK_GELU: v = v / (1.0f + expf(-1.702f * v)); break;
         case U_TANH: v = tanhf(v); break;
         case U_RELU: v = v > 0.0f ? v : 0.0f; break;
+        case U_LEAKY_RELU: v = v >= 0.0f ? v : v * sc; break;
         }
         y[i] = v;
     }

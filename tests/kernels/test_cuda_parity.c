@@ -397,6 +397,35 @@ static void test_layout(ctx *c) {
     release(&tab);
 }
 
+/* The image-model ops (models/upscale): activations and data movement. */
+static void test_pixel(ctx *c) {
+    int64_t N = dim(c, 1, 2), C = dim(c, 1, 9), H = dim(c, 1, 17), W = dim(c, 1, 19);
+    pair x = rnd(c, 4, 4, N, C, H, W), r;
+    BOTH(r, sd_op_leaky_relu(S(x), 0.2f));
+    compare(c, "leaky_relu", "0.2", r, TOL_EXACT);
+    pair w = rnd(c, 1, 1, C, 0, 0, 0), w1 = rnd(c, 1, 1, 1, 0, 0, 0);
+    BOTH(r, sd_op_prelu(S(x), S(w)));
+    compare(c, "prelu", "[C]", r, TOL_EXACT);
+    BOTH(r, sd_op_prelu(S(x), S(w1)));
+    compare(c, "prelu", "[1]", r, TOL_EXACT);
+    release(&w), release(&w1);
+    for (int f = 1; f <= 4; f++) {
+        BOTH(r, sd_op_upsample_nearest(S(x), f));
+        compare(c, "upsample_nearest", "factor 1..4", r, TOL_EXACT);
+    }
+    release(&x);
+    for (int rr = 2; rr <= 4; rr++) {
+        int64_t Cs = dim(c, 1, 4);
+        pair sm = rnd(c, 1, 4, N, Cs * rr * rr, H, W), b;
+        BOTH(r, sd_op_pixel_shuffle(S(sm), rr));
+        compare(c, "pixel_shuffle", "r 2..4", r, TOL_EXACT);
+        b = rnd(c, 1, 4, N, Cs, H * rr, W * rr);
+        BOTH(r, sd_op_pixel_unshuffle(S(b), rr));
+        compare(c, "pixel_unshuffle", "r 2..4", r, TOL_EXACT);
+        release(&sm), release(&b);
+    }
+}
+
 /* ---- run to run: the same inputs give the same bytes on the GPU ------------------ */
 
 static int same_bytes(sd_bt *a, sd_bt *b) {
@@ -511,6 +540,7 @@ int main(void) {
             test_attention(&c);
             test_elementwise(&c);
             test_layout(&c);
+            test_pixel(&c);
         }
     }
     printf("%-24s %6s %12s %12s\n", "op/precision", "runs", "worst", "tolerance");
