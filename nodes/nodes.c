@@ -13,5 +13,6 @@ sd_status sd_nodes_register_all(sd_error *err) {
     { extern const sd_node_def *const sd_nodes_vae[]; sd_status rc = sd_registry_add(sd_nodes_vae, err); if (rc) return rc; }
     { extern sd_status sd_nodes_controlnet_register(sd_error *); sd_status rc = sd_nodes_controlnet_register(err); if (rc) return rc; }
     { extern sd_status sd_nodes_lora_register(sd_error *); sd_status rc = sd_nodes_lora_register(err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_upscale[]; sd_status rc = sd_registry_add(sd_nodes_upscale, err); if (rc) return rc; }
     return SD_OK;
 }

@@ -25,6 +25,7 @@
 #define SD_FOLDER_VAE "vae"
 #define SD_FOLDER_CONTROLNET "controlnet"
 #define SD_FOLDER_EMBEDDINGS "embeddings"
+#define SD_FOLDER_UPSCALE_MODELS "upscale_models"
 
 /* Extensions ComfyUI lists for model folders (supported_pt_extensions):
  * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Torch zip checkpoints
