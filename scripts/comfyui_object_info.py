@@ -125,8 +125,8 @@ class V3Input:
 def v3_io():
     io = types.SimpleNamespace()
     for kind in ("Int", "Float", "String", "Boolean", "Image", "Mask", "Latent", "Clip", "Conditioning",
-                 "Model", "Vae", "Combo"):
-        tname = {"Clip": "CLIP", "Vae": "VAE"}.get(kind, kind.upper())
+                 "Model", "Vae", "Combo", "UpscaleModel"):
+        tname = {"Clip": "CLIP", "Vae": "VAE", "UpscaleModel": "UPSCALE_MODEL"}.get(kind, kind.upper())
         ns = types.SimpleNamespace()
         ns.Input = (lambda t: lambda name, **o: V3Input(t, name, **o))(tname)
         ns.Output = (lambda t: lambda display_name=None, **o: (t, display_name))(tname)
@@ -168,7 +168,8 @@ def v3_nodes(comfy_dir, files):
             for fn in cls.body:
                 if isinstance(fn, ast.FunctionDef) and fn.name == "define_schema":
                     ret = next(s for s in ast.walk(fn) if isinstance(s, ast.Return))
-                    env = {"io": io, "nodes": types.SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION)}
+                    env = {"io": io, "nodes": types.SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION),
+                           "folder_paths": types.SimpleNamespace(get_filename_list=lambda f: [FILES])}
                     schema = eval(compile(ast.Expression(ret.value), f, "eval"), env)
                     out[schema["node_id"]] = v3_entry(schema)
     return out
@@ -187,7 +188,8 @@ def main(argv):
     sys.path.insert(0, comfy_dir)
     import nodes
     MAX_RESOLUTION = nodes.MAX_RESOLUTION
-    v3 = v3_nodes(comfy_dir, ["comfy_extras/nodes_canny.py", "comfy_extras/nodes_clip_sdxl.py"])
+    v3 = v3_nodes(comfy_dir, ["comfy_extras/nodes_canny.py", "comfy_extras/nodes_clip_sdxl.py",
+                              "comfy_extras/nodes_upscale_model.py"])
     result = {}
     for name, info in sorted(ours.items()):
         if "alias_of" in info:
