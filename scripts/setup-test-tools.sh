@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the tools only the tests need, called by scripts/setup.sh:
+# Installs the tools only the tests need, called by scripts/test.sh:
 # Node.js and npm (Debian's, when the machine has none), Debian's chromium
 # (the server page test drives it headless), and the npm packages pinned in
 # tests/server/package-lock.json (a ComfyUI API client, `ws`, playwright-core),

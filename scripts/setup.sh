@@ -18,5 +18,5 @@ if [ -n "$missing" ]; then
 else
   echo "setup: all dependencies present"
 fi
-# Tools only the tests use (node packages, chromium): scripts/setup-test-tools.sh.
-bash "$(dirname "$0")/setup-test-tools.sh"
+# Tools only the tests use (node packages, chromium) are not needed to build
+# or run sdflow: scripts/test.sh installs them with scripts/setup-test-tools.sh.

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup-test-tools.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
 
