@@ -56,7 +56,7 @@ static int count_opt(const char *what, long long v, size_t *out) {
 int sd_cli_serve(int argc, char **argv) {
     sd_server_opts so;
     memset(&so, 0, sizeof so);
-    const char *max_body = NULL, *max_upload = NULL, *budget = NULL;
+    const char *max_body = NULL, *max_upload = NULL, *budget = NULL, *ws_queued = NULL;
     long long port = 8188, history = -1, max_queue = -1;
     int no_previews = 0;
     double preview_interval = 0.5;
@@ -68,6 +68,8 @@ int sd_cli_serve(int argc, char **argv) {
         {"--insecure", NULL, SD_CLI_FLAG, &so.insecure, NULL, "allow a non-local --listen without a token", NULL},
         {"--max-body", NULL, SD_CLI_STR, &max_body, "SIZE", "largest JSON request (default 16M)", NULL},
         {"--max-upload", NULL, SD_CLI_STR, &max_upload, "SIZE", "largest upload (default 64M)", NULL},
+        {"--ws-max-queued", NULL, SD_CLI_STR, &ws_queued, "SIZE",
+         "messages waiting for one WebSocket client before it is dropped as not reading (default 8M)", NULL},
         {"--history", NULL, SD_CLI_INT, &history, "N", "prompts kept in /history (default 1000)", NULL},
         {"--max-queue", NULL, SD_CLI_INT, &max_queue, "N", "pending prompts accepted (default 1000)", NULL},
         {"--memory-budget", NULL, SD_CLI_STR, &budget, "SIZE",
@@ -101,7 +103,7 @@ int sd_cli_serve(int argc, char **argv) {
     }
     if (!so.token && getenv("SDFLOW_SERVER_TOKEN") && *getenv("SDFLOW_SERVER_TOKEN")) so.token = getenv("SDFLOW_SERVER_TOKEN");
     if (size_opt("--max-body", max_body, &so.max_body) || size_opt("--max-upload", max_upload, &so.max_upload) ||
-        size_opt("--memory-budget", budget, &so.memo_budget) || count_opt("--history", history, &so.max_history) ||
+        size_opt("--memory-budget", budget, &so.memo_budget) || size_opt("--ws-max-queued", ws_queued, &so.max_ws_queued) || count_opt("--history", history, &so.max_history) ||
         count_opt("--max-queue", max_queue, &so.max_queue)) {
         sd_cli_args_free(&a);
         return 1;

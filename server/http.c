@@ -320,10 +320,12 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     s.max_history = o->max_history ? o->max_history : 1000;
     s.max_queue = o->max_queue ? o->max_queue : 1000;
     s.max_ws = o->max_ws_clients ? o->max_ws_clients : 32;
+    s.max_ws_queued = o->max_ws_queued ? o->max_ws_queued : (size_t)8 << 20;
     s.memo_budget = o->memo_budget ? o->memo_budget : (size_t)4 << 30;
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
     pthread_mutex_init(&s.ws_mu, NULL);
+    pthread_cond_init(&s.ws_cv, NULL);
     pthread_mutex_init(&s.log_mu, NULL);
 
     sd_status rc = SD_OK;
@@ -374,8 +376,8 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     pthread_mutex_lock(&s.mu);
     s.interrupt = 1; /* the running prompt stops at its next check */
     pthread_mutex_unlock(&s.mu);
-    srv_ws_close_all(&s);
-    mg_stop(s.mg);
+    srv_ws_stop(&s);
+    mg_stop(s.mg); /* closes every connection (their close handlers run here) */
     srv_queue_stop(&s);
 out:
     free_job_list(&s);
@@ -383,6 +385,7 @@ out:
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.ws_mu);
+    pthread_cond_destroy(&s.ws_cv);
     pthread_mutex_destroy(&s.log_mu);
     return rc;
 }

@@ -2,12 +2,13 @@
  * public contract; server.h is).
  *
  * Threads: civetweb runs each request (and each WebSocket connection) on one
- * of its worker threads; the prompt worker (queue.c) is ours. `mu` guards
- * the queue, the history and the flags; `ws_mu` guards the WebSocket client
- * list and is held while writing to a client, so a connection is never
- * written after its close handler has removed it; `log_mu` serializes log
- * lines. Lock order: mu before ws_mu (the worker never holds mu while
- * sending).
+ * of its worker threads; the prompt worker (queue.c) and the WebSocket
+ * sender (ws.c) are ours. `mu` guards the queue, the history and the flags;
+ * `ws_mu` guards the WebSocket client list and each client's frame queue
+ * (a close handler waits until the sender is no longer writing to its
+ * connection); `log_mu` serializes log lines. Lock order: mu before ws_mu.
+ * Nobody but the sender writes to a WebSocket, so a client that does not
+ * read can delay other clients' frames but never the prompt worker.
  */
 #ifndef SD_SERVER_INTERNAL_H
 #define SD_SERVER_INTERNAL_H
@@ -38,18 +39,29 @@ typedef struct srv_hist {
     cJSON *entry;         /* {prompt, outputs, status, meta} */
 } srv_hist;
 
+typedef struct srv_ws_frame {
+    struct srv_ws_frame *next;
+    int opcode;
+    size_t n;
+    char data[];
+} srv_ws_frame;
+
 typedef struct srv_ws {
     struct mg_connection *conn;
     char sid[64];
     double window_start;  /* flood control: messages counted per second */
     unsigned window_msgs;
+    srv_ws_frame *head, *tail; /* frames waiting for the sender thread */
+    size_t queued;        /* their bytes */
+    int writing;          /* the sender is writing to conn right now */
+    int dropped;          /* too slow or broken: nothing more is sent */
 } srv_ws;
 
 typedef struct srv {
     const sd_server_opts *o;
     sd_env *env;
     struct mg_context *mg;
-    size_t max_body, max_upload, max_history, max_queue, max_ws;
+    size_t max_body, max_upload, max_history, max_queue, max_ws, max_ws_queued;
     size_t memo_budget;
 
     pthread_mutex_t mu;
@@ -67,8 +79,11 @@ typedef struct srv {
     int worker_started;
 
     pthread_mutex_t ws_mu;
+    pthread_cond_t ws_cv;  /* frames queued, or a write finished */
     srv_ws **ws;
     size_t n_ws;
+    pthread_t ws_sender;
+    int ws_sender_started, ws_quit;
 
     pthread_mutex_t log_mu;
     FILE *log;
@@ -126,14 +141,15 @@ int srv_post_free(srv *s, struct mg_connection *c);
 cJSON *srv_queue_info(srv *s);
 
 /* ---- ws.c ---------------------------------------------------------------- */
+/* Sets the handlers and starts the sender thread; srv_ws_stop ends it. */
 void srv_ws_register(srv *s);
+void srv_ws_stop(srv *s);
 /* Sends {"type": event, "data": data} to the clients with that sid, or to
  * every client when sid is NULL. Takes ownership of data. */
 void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data);
 /* A binary frame (4-byte big-endian event type, then payload). */
 void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *payload, size_t n);
 void srv_ws_broadcast_status(srv *s);
-void srv_ws_close_all(srv *s);
 
 /* ---- page.c (generated from server/www/index.html) ------------------------ */
 extern const unsigned char srv_page_html[];

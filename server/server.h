@@ -35,6 +35,8 @@ typedef struct sd_server_opts {
     size_t max_history;       /* history entries kept (oldest dropped); 0 = 1000 */
     size_t max_queue;         /* pending prompts accepted; 0 = 1000 */
     size_t max_ws_clients;    /* WebSocket connections at once; 0 = 32 */
+    size_t max_ws_queued;     /* bytes waiting for one WebSocket client before it is
+                                 dropped as not reading; 0 = 8 MiB */
     size_t memo_budget;       /* bytes of tensors the memo keeps between prompts;
                                  0 = 4 GiB (least recently used released first) */
     const char *www_dir;      /* serve the page from here; NULL = the built-in page */

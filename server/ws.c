@@ -7,13 +7,89 @@
  * to the clients whose id is the prompt's client_id. What a client sends is
  * read and ignored (ComfyUI's feature_flags), but a client that sends more
  * than 64 KiB in one message or more than 200 messages in a second is
- * disconnected, so a flood cannot keep a worker thread busy. */
+ * disconnected, so a flood cannot keep a worker thread busy.
+ *
+ * Sending: frames are queued per client and written by one sender thread,
+ * so the prompt worker never waits for a socket. A client whose queue grows
+ * past --ws-max-queued (8 MiB; it does not read) or whose write fails is dropped: nothing
+ * more is queued for it, and civetweb closes the connection when its
+ * timeouts expire. */
 #include <civetweb.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
 
 enum { WS_MAX_MESSAGE = 64 * 1024, WS_MAX_PER_SECOND = 200 };
+
+static void free_frames(srv_ws *w) {
+    while (w->head) {
+        srv_ws_frame *f = w->head;
+        w->head = f->next;
+        free(f);
+    }
+    w->tail = NULL;
+    w->queued = 0;
+}
+
+/* Queues a copy of the frame for w. Caller holds ws_mu. Returns 0 when the
+ * client was dropped now (its queue is over the limit). */
+static int enqueue_locked(srv *s, srv_ws *w, int opcode, const char *buf, size_t n) {
+    if (w->dropped) return 1;
+    if (w->queued + n > s->max_ws_queued) {
+        w->dropped = 1;
+        free_frames(w);
+        return 0;
+    }
+    srv_ws_frame *f = malloc(sizeof *f + n);
+    if (!f) return 1; /* this frame is lost; the client stays */
+    f->next = NULL;
+    f->opcode = opcode;
+    f->n = n;
+    memcpy(f->data, buf, n);
+    if (w->tail) w->tail->next = f;
+    else w->head = f;
+    w->tail = f;
+    w->queued += n;
+    pthread_cond_broadcast(&s->ws_cv);
+    return 1;
+}
+
+static void *sender_main(void *arg) {
+    srv *s = arg;
+    size_t next = 0; /* round robin, so one slow client does not starve the others' turn */
+    pthread_mutex_lock(&s->ws_mu);
+    while (!s->ws_quit) {
+        srv_ws *w = NULL;
+        for (size_t k = 0; k < s->n_ws && !w; k++) {
+            srv_ws *c = s->ws[(next + k) % s->n_ws];
+            if (c->head && !c->dropped) { w = c; next = (next + k + 1) % s->n_ws; }
+        }
+        if (!w) {
+            pthread_cond_wait(&s->ws_cv, &s->ws_mu);
+            continue;
+        }
+        srv_ws_frame *f = w->head;
+        w->head = f->next;
+        if (!w->head) w->tail = NULL;
+        w->queued -= f->n;
+        w->writing = 1;
+        pthread_mutex_unlock(&s->ws_mu);
+        int rc = mg_websocket_write(w->conn, f->opcode, f->data, f->n);
+        free(f);
+        pthread_mutex_lock(&s->ws_mu);
+        w->writing = 0;
+        if (rc <= 0 && !w->dropped) {
+            w->dropped = 1;
+            free_frames(w);
+            pthread_mutex_unlock(&s->ws_mu);
+            srv_log(s, "ws: client %s dropped (a write failed)", w->sid);
+            pthread_mutex_lock(&s->ws_mu);
+        }
+        pthread_cond_broadcast(&s->ws_cv); /* a close handler may wait for this write */
+    }
+    pthread_mutex_unlock(&s->ws_mu);
+    return NULL;
+}
 
 static int ws_connect(const struct mg_connection *cc, void *cbdata) {
     srv *s = cbdata;
@@ -68,7 +144,7 @@ static void ws_ready(struct mg_connection *c, void *cbdata) {
     cJSON_Delete(msg);
     if (!text) return;
     pthread_mutex_lock(&s->ws_mu);
-    mg_websocket_write(c, MG_WEBSOCKET_OPCODE_TEXT, text, strlen(text));
+    enqueue_locked(s, w, MG_WEBSOCKET_OPCODE_TEXT, text, strlen(text));
     pthread_mutex_unlock(&s->ws_mu);
     free(text);
 }
@@ -88,9 +164,8 @@ static int ws_data(struct mg_connection *c, int bits, char *data, size_t len, vo
     }
     if (len > WS_MAX_MESSAGE || ++w->window_msgs > WS_MAX_PER_SECOND) {
         srv_log(s, "ws: client %s disconnected (%s)", w->sid, len > WS_MAX_MESSAGE ? "message too large" : "flood");
-        pthread_mutex_lock(&s->ws_mu);
+        /* (civetweb serializes writes to one connection) */
         mg_websocket_write(c, MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE, "\x03\xf0", 2); /* 1008 policy violation */
-        pthread_mutex_unlock(&s->ws_mu);
         return 0;
     }
     return 1;
@@ -102,26 +177,47 @@ static void ws_close(const struct mg_connection *cc, void *cbdata) {
     srv_ws *w = mg_get_user_connection_data(c);
     if (!w) return;
     pthread_mutex_lock(&s->ws_mu);
+    while (w->writing) pthread_cond_wait(&s->ws_cv, &s->ws_mu); /* the connection goes after this returns */
     for (size_t i = 0; i < s->n_ws; i++) {
         if (s->ws[i] != w) continue;
         s->ws[i] = s->ws[--s->n_ws];
         break;
     }
+    free_frames(w);
     mg_set_user_connection_data(c, NULL);
     pthread_mutex_unlock(&s->ws_mu);
     free(w);
 }
 
 void srv_ws_register(srv *s) {
+    s->ws_quit = 0;
+    s->ws_sender_started = pthread_create(&s->ws_sender, NULL, sender_main, s) == 0;
+    if (!s->ws_sender_started) srv_log(s, "error: cannot start the WebSocket sender: no WebSocket messages");
     mg_set_websocket_handler(s->mg, "/ws", ws_connect, ws_ready, ws_data, ws_close, s);
     mg_set_websocket_handler(s->mg, "/api/ws", ws_connect, ws_ready, ws_data, ws_close, s);
 }
 
+void srv_ws_stop(srv *s) {
+    if (!s->ws_sender_started) return;
+    pthread_mutex_lock(&s->ws_mu);
+    s->ws_quit = 1;
+    pthread_cond_broadcast(&s->ws_cv);
+    pthread_mutex_unlock(&s->ws_mu);
+    pthread_join(s->ws_sender, NULL);
+    s->ws_sender_started = 0;
+}
+
 static void send_raw(srv *s, const char *sid, int opcode, const char *buf, size_t n) {
+    char dropped[8][64];
+    int n_dropped = 0;
     pthread_mutex_lock(&s->ws_mu);
     for (size_t i = 0; i < s->n_ws; i++)
-        if (!sid || !strcmp(s->ws[i]->sid, sid)) mg_websocket_write(s->ws[i]->conn, opcode, buf, n);
+        if ((!sid || !strcmp(s->ws[i]->sid, sid)) && !enqueue_locked(s, s->ws[i], opcode, buf, n) && n_dropped < 8)
+            snprintf(dropped[n_dropped++], sizeof dropped[0], "%s", s->ws[i]->sid);
     pthread_mutex_unlock(&s->ws_mu);
+    for (int k = 0; k < n_dropped; k++)
+        srv_log(s, "ws: client %s dropped (over %zu bytes of messages waiting: it does not read)", dropped[k],
+                s->max_ws_queued);
 }
 
 void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data) {
@@ -152,11 +248,4 @@ void srv_ws_broadcast_status(srv *s) {
     cJSON *data = cJSON_CreateObject();
     cJSON_AddItemToObject(data, "status", srv_queue_info(s));
     srv_ws_send(s, NULL, "status", data);
-}
-
-void srv_ws_close_all(srv *s) {
-    pthread_mutex_lock(&s->ws_mu);
-    for (size_t i = 0; i < s->n_ws; i++)
-        mg_websocket_write(s->ws[i]->conn, MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE, "\x03\xe9", 2); /* 1001 going away */
-    pthread_mutex_unlock(&s->ws_mu);
 }

@@ -9,7 +9,7 @@ import WebSocket from 'ws';
 import net from 'node:net';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { ok, done, until, startServer, sleep } from './lib.mjs';
 
 const [bin, dir, modelsJson] = process.argv.slice(2);
@@ -22,7 +22,7 @@ fs.symlinkSync(path.join(dir, 'outside'), path.join(dir, 'out', 'linkdir'));
 fs.symlinkSync(path.join(dir, 'outside'), path.join(dir, 'input', 'linkdir'));
 const common = ['--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir, '--input-dir', path.join(dir, 'input'),
                 '--output-dir', path.join(dir, 'out'), '--temp-dir', path.join(dir, 'temp'), '--no-cache'];
-const server = await startServer(bin, [...common, '--max-body', '64K', '--max-upload', '256K', '--history', '3', '--max-queue', '2'],
+const server = await startServer(bin, [...common, '--max-body', '64K', '--max-upload', '256K', '--history', '3', '--max-queue', '2', '--ws-max-queued', '16K'],
                                  path.join(dir, 'server.log'));
 const base = `http://127.0.0.1:${server.port}`;
 const alive = async (what) => {
@@ -144,6 +144,28 @@ try {
   ok(first.type === 'status', 'a well-behaved WebSocket client is still served');
   fine.close();
   await alive('a WebSocket flood');
+
+  // ---- a WebSocket client that never reads must not stall the prompts
+  const slow = spawn('python3', [path.join(path.dirname(new URL(import.meta.url).pathname), 'slow_reader.py'), String(server.port), 'slow']);
+  await new Promise((res, rej) => { slow.stdout.once('data', res); slow.once('exit', (c) => rej(new Error(`slow reader exited ${c}`))); });
+  // every prompt of that client sends it ~0.7 KB of messages; fully cached
+  // image prompts finish in milliseconds, so a few hundred soon fill the
+  // socket buffers (~200 KB on loopback) and then its queue (16K here)
+  const inv0 = JSON.parse(fs.readFileSync(path.join(setup.src, 'workflows', 'image_invert.json'), 'utf8'));
+  fs.copyFileSync(setup.input_png, path.join(dir, 'input', 'example.png'));
+  let last = null, sent = 0;
+  const dropped = () => /ws: client slow dropped \(over 16384 bytes/.test(server.log());
+  while (!dropped() && sent < 3000) {
+    const r = await post('/prompt', JSON.stringify({ prompt: inv0, client_id: 'slow' }));
+    if (r.status === 503) { await sleep(5); continue; } // --max-queue 2
+    last = (await r.json()).prompt_id;
+    sent++;
+  }
+  ok(dropped(), `a client that never reads is dropped once its queue is over --ws-max-queued (${sent} prompts)`);
+  await until(async () => (await (await fetch(`${base}/history/${last}`)).json())[last], 'the last prompt to finish');
+  ok(true, 'prompts of a client that never reads keep completing');
+  slow.kill('SIGKILL');
+  await alive('a client that never reads');
 
   // ---- full queue and bounded history
   const wf = JSON.parse(fs.readFileSync(path.join(setup.src, 'workflows', 'txt2img_sd15.json'), 'utf8'));
