@@ -1,7 +1,7 @@
 /* upscale_tiled.c - ImageUpscaleWithModel's image path: comfy.utils.
  * tiled_scale over the model's forward with ComfyUI's out-of-memory tile
  * back-off (comfy_extras/nodes_upscale_model.py). */
-#include "models/upscale/upscale.h"
+#include "models/upscale/upscale_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -33,24 +33,38 @@ static sd_tensor *crop_nchw(const sd_tensor *img, int64_t n, int64_t C, int64_t 
 /* Python's round() of a non-negative value (half to even). */
 static int64_t pyround(double v) { return (int64_t)nearbyint(v); }
 
+static sd_status plain_forward(void *user, sd_upscale *m, const sd_tensor *x, sd_tensor **y,
+                               sd_error *err) {
+    (void)user;
+    return sd_upscale_forward(m, x, y, err);
+}
+
+/* What one tiling pass needs besides the image and the tile. */
+typedef struct {
+    sd_upscale_forward_fn fwd;
+    void *fwd_user;
+    sd_upscale_progress_fn progress;
+    void *user;
+    int64_t done, total;
+} pass;
+
 /* One image through comfy.utils.tiled_scale_multidim: acc/div hold the
  * feathered sums ([C, OH, OW]); dst gets acc / div (or the single tile). */
 static sd_status tiled_one(sd_upscale *m, const sd_tensor *img, int64_t n, int tile, int overlap,
-                           float *dst, float *acc, float *div, sd_upscale_progress_fn progress,
-                           void *user, int64_t *done, int64_t total, sd_error *err) {
+                           float *dst, float *acc, float *div, pass *ps, sd_error *err) {
     const sd_upscale_config *cfg = sd_upscale_get_config(m);
     int64_t H = img->shape[1], W = img->shape[2], C = cfg->in_ch, OC = cfg->out_ch;
     int64_t up = cfg->scale, OH = H * up, OW = W * up, plane = OH * OW;
     if (H <= tile && W <= tile) { /* the whole image fits one tile */
         sd_tensor *in = crop_nchw(img, n, C, 0, H, 0, W), *o = NULL;
-        sd_status rc = in ? sd_upscale_forward(m, in, &o, err)
+        sd_status rc = in ? ps->fwd(ps->fwd_user, m, in, &o, err)
                           : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         sd_tensor_unref(in);
         if (rc) return rc;
         memcpy(dst, o->data, (size_t)(OC * plane) * sizeof(float));
         sd_tensor_unref(o);
-        ++*done;
-        return progress ? progress(user, *done, total, err) : SD_OK;
+        ps->done++;
+        return ps->progress ? ps->progress(ps->user, ps->done, ps->total, err) : SD_OK;
     }
     memset(acc, 0, (size_t)(OC * plane) * sizeof(float));
     memset(div, 0, (size_t)(OC * plane) * sizeof(float));
@@ -62,7 +76,7 @@ static sd_status tiled_one(sd_upscale *m, const sd_tensor *img, int64_t n, int t
         for (int64_t px = 0; px < xend; px += W > tile ? step : 1) {
             int64_t h = tile < H - py ? tile : H - py, w = tile < W - px ? tile : W - px;
             sd_tensor *in = crop_nchw(img, n, C, py, h, px, w), *o = NULL;
-            sd_status rc = in ? sd_upscale_forward(m, in, &o, err)
+            sd_status rc = in ? ps->fwd(ps->fwd_user, m, in, &o, err)
                               : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
             sd_tensor_unref(in);
             if (rc) return rc;
@@ -98,8 +112,9 @@ static sd_status tiled_one(sd_upscale *m, const sd_tensor *img, int64_t n, int t
                     }
             free(my);
             sd_tensor_unref(o);
-            ++*done;
-            if (progress && (rc = progress(user, *done, total, err)) != SD_OK) return rc;
+            ps->done++;
+            if (ps->progress && (rc = ps->progress(ps->user, ps->done, ps->total, err)) != SD_OK)
+                return rc;
         }
     for (int64_t i = 0; i < OC * plane; i++) dst[i] = acc[i] / div[i];
     return SD_OK;
@@ -107,8 +122,7 @@ static sd_status tiled_one(sd_upscale *m, const sd_tensor *img, int64_t n, int t
 
 /* The whole batch at one tile size into NCHW `res`. */
 static sd_status tiled_all(sd_upscale *m, const sd_tensor *image, int tile, int overlap,
-                           sd_tensor *res, sd_upscale_progress_fn progress, void *user,
-                           sd_error *err) {
+                           sd_tensor *res, pass *ps, sd_error *err) {
     int64_t N = image->shape[0], H = image->shape[1], W = image->shape[2];
     int64_t per = res->shape[1] * res->shape[2] * res->shape[3];
     float *acc = malloc((size_t)per * sizeof(float)), *div = malloc((size_t)per * sizeof(float));
@@ -117,11 +131,11 @@ static sd_status tiled_all(sd_upscale *m, const sd_tensor *image, int tile, int 
         free(div);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory (tile blending buffers)");
     }
-    int64_t done = 0, total = N * sd_upscale_tile_count(W, H, tile, overlap);
+    ps->done = 0;
+    ps->total = N * sd_upscale_tile_count(W, H, tile, overlap);
     sd_status rc = SD_OK;
     for (int64_t n = 0; n < N && rc == SD_OK; n++)
-        rc = tiled_one(m, image, n, tile, overlap, sd_tensor_f32(res) + n * per, acc, div,
-                       progress, user, &done, total, err);
+        rc = tiled_one(m, image, n, tile, overlap, sd_tensor_f32(res) + n * per, acc, div, ps, err);
     free(acc);
     free(div);
     return rc;
@@ -130,7 +144,16 @@ static sd_status tiled_all(sd_upscale *m, const sd_tensor *image, int tile, int 
 sd_status sd_upscale_image(sd_upscale *m, const sd_tensor *image, int tile, int overlap,
                            int min_tile, sd_upscale_progress_fn progress, void *user,
                            sd_tensor **out, int *tile_used, sd_error *err) {
+    return sd_upscale_image_with(m, image, tile, overlap, min_tile, plain_forward, NULL, progress,
+                                 user, out, tile_used, err);
+}
+
+sd_status sd_upscale_image_with(sd_upscale *m, const sd_tensor *image, int tile, int overlap,
+                                int min_tile, sd_upscale_forward_fn fwd, void *fwd_user,
+                                sd_upscale_progress_fn progress, void *user, sd_tensor **out,
+                                int *tile_used, sd_error *err) {
     *out = NULL;
+    pass ps = {fwd, fwd_user, progress, user, 0, 0};
     const sd_upscale_config *cfg = sd_upscale_get_config(m);
     if (image->dtype != SD_F32 || image->ndim != 4 || image->shape[3] < cfg->in_ch ||
         image->shape[1] < 1 || image->shape[2] < 1)
@@ -146,7 +169,7 @@ sd_status sd_upscale_image(sd_upscale *m, const sd_tensor *image, int tile, int 
     if (!res) return sd_error_set(err, SD_ERR_NOMEM, "out of memory (upscaled image)");
     sd_status rc;
     for (;;) {
-        rc = tiled_all(m, image, tile, overlap, res, progress, user, err);
+        rc = tiled_all(m, image, tile, overlap, res, &ps, err);
         /* ComfyUI: on OOM, tile //= 2 and redo everything; below 128 re-raise */
         if (rc != SD_ERR_NOMEM || tile / 2 < min_tile || tile / 2 <= overlap) break;
         tile /= 2;

@@ -3,13 +3,15 @@
  * (unknown keys, ESRGAN+, a Compact file with a broken body), a basicsr
  * "params_ema." prefixed copy giving the same output as the plain file,
  * comfy.utils.get_tiled_scale_steps' tile counts, tiled output of an image
- * that fits one tile equal to the single forward, the [0, 1] clamp, and bad
- * arguments. Uses the committed tiny models in tests/data/upscale. */
+ * that fits one tile equal to the single forward, the [0, 1] clamp, bad
+ * arguments, the out-of-memory back-off (a forward that fails above a tile
+ * size: the tile halves until it fits, or the error comes back below the
+ * minimum) and progress / cancellation per tile. Uses the committed tiny models in tests/data/upscale. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/upscale/upscale.h"
+#include "models/upscale/upscale_internal.h"
 #include "testutil.h"
 
 static char dir[4096];
@@ -144,6 +146,78 @@ static void prefixed(void) {
     sd_st_close(src);
 }
 
+/* A forward that runs out of memory when the tile is larger than *limit. */
+typedef struct {
+    int limit, calls, fails;
+} oom_ctx;
+
+static sd_status oom_forward(void *user, sd_upscale *m, const sd_tensor *x, sd_tensor **y,
+                             sd_error *err) {
+    oom_ctx *c = user;
+    c->calls++;
+    if (x->shape[2] > c->limit || x->shape[3] > c->limit) {
+        c->fails++;
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory (test: tile %lldx%lld > %d)",
+                            (long long)x->shape[3], (long long)x->shape[2], c->limit);
+    }
+    return sd_upscale_forward(m, x, y, err);
+}
+
+typedef struct {
+    int64_t last, total, calls, stop_at;
+} prog_ctx;
+
+static sd_status prog(void *user, int64_t done, int64_t total, sd_error *err) {
+    prog_ctx *p = user;
+    p->calls++;
+    p->last = done;
+    p->total = total;
+    if (p->stop_at && done == p->stop_at) return sd_error_set(err, SD_ERR_CANCELLED, "stopped");
+    return SD_OK;
+}
+
+static void backoff(void) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/compact_2x.safetensors", dir);
+    sd_error err;
+    sd_upscale *m = NULL;
+    CHECK_OK(sd_upscale_load_file(be, path, &m, &err), &err);
+    if (!m) return;
+    sd_tensor *img = sd_tensor_new4(SD_F32, 4, 2, 36, 40, 3);
+    for (int64_t i = 0; i < sd_tensor_numel(img); i++)
+        sd_tensor_f32(img)[i] = (float)((i * 53) % 97) / 96.0f;
+    /* 64 (one tile: 40x36 > 20) and 32 fail, 16 fits */
+    oom_ctx c = {20, 0, 0};
+    prog_ctx p = {0};
+    sd_tensor *got = NULL, *want = NULL;
+    int used = 0;
+    CHECK_OK(sd_upscale_image_with(m, img, 64, 4, 8, oom_forward, &c, prog, &p, &got, &used, &err),
+             &err);
+    CHECK_MSG(used == 16, "tile used %d, want 16", used);
+    CHECK(c.fails == 2);
+    /* the last pass's progress: every tile of both images */
+    CHECK(p.total == 2 * sd_upscale_tile_count(40, 36, 16, 4) && p.last == p.total);
+    CHECK_OK(sd_upscale_image(m, img, 16, 4, 16, NULL, NULL, &want, NULL, &err), &err);
+    CHECK(got && want && memcmp(got->data, want->data, want->nbytes) == 0);
+    sd_tensor_unref(got);
+    got = NULL;
+    /* minimum 32: 64 and 32 fail, 16 is below the minimum -> the error */
+    oom_ctx c2 = {20, 0, 0};
+    used = 0;
+    sd_status rc = sd_upscale_image_with(m, img, 64, 4, 32, oom_forward, &c2, NULL, NULL, &got,
+                                         &used, &err);
+    CHECK_MSG(rc == SD_ERR_NOMEM && got == NULL && strstr(err.msg, "out of memory"), "rc %d: %s",
+              (int)rc, err.msg);
+    CHECK(c2.fails == 2 && used == 0);
+    /* cancelled from the progress callback at the third tile */
+    prog_ctx p3 = {0, 0, 0, 3};
+    rc = sd_upscale_image(m, img, 16, 4, 16, prog, &p3, &got, NULL, &err);
+    CHECK(rc == SD_ERR_CANCELLED && got == NULL && p3.calls == 3);
+    sd_tensor_unref(want);
+    sd_tensor_unref(img);
+    sd_upscale_free(m);
+}
+
 static void tile_counts(void) {
     /* rows = 1 if h <= tile else ceil((h - overlap) / (tile - overlap)), cols alike */
     CHECK(sd_upscale_tile_count(512, 512, 512, 32) == 1);
@@ -162,6 +236,7 @@ int main(void) {
     refusals();
     prefixed();
     tile_counts();
+    backoff();
     sd_backend_free(be);
     return sd_test_finish();
 }
