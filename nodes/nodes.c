@@ -14,5 +14,7 @@ sd_status sd_nodes_register_all(sd_error *err) {
     { extern sd_status sd_nodes_controlnet_register(sd_error *); sd_status rc = sd_nodes_controlnet_register(err); if (rc) return rc; }
     { extern sd_status sd_nodes_lora_register(sd_error *); sd_status rc = sd_nodes_lora_register(err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_upscale[]; sd_status rc = sd_registry_add(sd_nodes_upscale, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_model_patch[]; sd_status rc = sd_registry_add(sd_nodes_model_patch, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_model_merge[]; sd_status rc = sd_registry_add(sd_nodes_model_merge, err); if (rc) return rc; }
     return SD_OK;
 }

@@ -92,14 +92,40 @@ const char *sd_lora_plan_unmatched(const sd_lora_plan *p, size_t i);
  * buf; returns buf ("" when every key matched). */
 const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char *buf, size_t n);
 
-/* One LoRA applied with a strength. */
+/* One patch of a stack: a LoRA applied with a strength, or a model merge.
+ *
+ * A merge (plan NULL, merge_unet / merge_te set) is ComfyUI's
+ * add_patches(model2.get_key_patches(), strength, strength_model): every
+ * parameter of the view that the other model has under the same key with
+ * the same shape becomes, in float32,
+ *     W = W * strength_model  (skipped when strength_model == 1)
+ *     W = W + strength * W2
+ * where W is the weight as the earlier uses left it and W2 the other
+ * model's weight as ITS patches left it (pass the other model's own view).
+ * Parameters the other model lacks or has in another shape stay as they are
+ * (ComfyUI: "WEIGHT NOT MERGED"; see sd_lora_merge_unmatched). merge_unet
+ * serves unet views, merge_te text-encoder views (CLIP-L with CLIP-L,
+ * bigG with bigG). A merge with strength 0 and strength_model 1 is skipped. */
 typedef struct sd_lora_use {
     const sd_lora_plan *plan;
     double strength;
+    const sd_unet *merge_unet;
+    const sd_text_encoder *merge_te;
+    double strength_model;
 } sd_lora_use;
 
+/* Parameters of `a` that `b` holds under the same key but in another shape
+ * (a merge of b into a leaves them alone): the count, and "k1, k2, ..." (at
+ * most `show` names) into buf. Either pair (unets, or text encoders) may be
+ * given; the other pair NULL. */
+size_t sd_lora_merge_unmatched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
+                               const sd_text_encoder *tb, int show, char *buf, size_t n);
+/* Parameters of `a` that `b` has with the same key and shape. */
+size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
+                             const sd_text_encoder *tb);
+
 /* A view of base with the UNet patches of uses[0..n) applied in order.
- * Uses with strength 0 are skipped. Errors: SD_ERR_NOMEM, the adapter
+ * LoRA uses with strength 0 are skipped. Errors: SD_ERR_NOMEM, the adapter
  * errors (SD_ERR_FORMAT for a malformed adapter, naming the LoRA key). */
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
                             sd_error *err);

@@ -491,13 +491,83 @@ static void drop(tset *s) {
 /* Applies the patches of `part` from every use into the slots `lookup`
  * finds in model m. */
 typedef sd_bt **(*lookup_fn)(void *m, const char *key, int64_t *row0, int64_t *rows);
+/* Walks every parameter of a model (sd_unet_param_each / sd_clip_param_each). */
+typedef void (*each_fn)(void *m, void (*fn)(void *ud, const char *key, sd_bt **slot), void *ud);
 
-static sd_status apply_part(void *m, lookup_fn lookup, sd_lora_part part, const sd_lora_use *uses,
-                            int n, sd_error *err) {
+static int same_shape(const sd_bt *a, const sd_bt *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+/* ---- merges ------------------------------------------------------------------- */
+
+typedef struct merge_walk {
+    tset *s;
+    void *src;
+    lookup_fn lookup;
+    float strength, strength_model;
+    int scale; /* strength_model != 1 */
+    sd_error *err;
+    sd_status rc;
+} merge_walk;
+
+static void merge_one(void *ud, const char *key, sd_bt **slot) {
+    merge_walk *w = ud;
+    if (w->rc) return;
+    int64_t r0 = 0, rows = 0;
+    sd_bt **src = w->lookup(w->src, key, &r0, &rows);
+    if (!src || !*src || rows || !same_shape(*slot, *src)) return; /* not merged */
+    touched *t = touch(w->s, slot, w->err);
+    if (!t) {
+        w->rc = w->err && w->err->code ? w->err->code : SD_ERR_NOMEM;
+        return;
+    }
+    sd_tensor *o = sd_bt_to_host(*src);
+    if (!o) {
+        w->rc = sd_backend_take_error((*src)->be, w->err);
+        if (!w->rc) w->rc = sd_error_set(w->err, SD_ERR_NOMEM, "out of memory merging weights");
+        return;
+    }
+    float *wv = sd_tensor_f32(t->acc);
+    const float *ov = sd_tensor_f32(o);
+    int64_t n = sd_tensor_numel(t->acc);
+    /* weight *= strength_model; weight += strength * w2 (float32, torch's order) */
+    if (w->scale)
+        for (int64_t i = 0; i < n; i++) wv[i] = wv[i] * w->strength_model;
+    for (int64_t i = 0; i < n; i++) {
+        float d = w->strength * ov[i];
+        wv[i] = wv[i] + d;
+    }
+    sd_tensor_unref(o);
+}
+
+static sd_status apply_merge(void *m, each_fn each, void *src, lookup_fn lookup, tset *s,
+                             const sd_lora_use *u, sd_error *err) {
+    merge_walk w = {s,   src, lookup, (float)u->strength, (float)u->strength_model,
+                    u->strength_model != 1.0, err, SD_OK};
+    each(m, merge_one, &w);
+    return w.rc;
+}
+
+static sd_status apply_part(void *m, lookup_fn lookup, each_fn each, sd_lora_part part,
+                            const sd_lora_use *uses, int n, void *const *merge_src,
+                            sd_error *err) {
     tset s = {0};
     for (int u = 0; u < n; u++) {
         const sd_lora_plan *pl = uses[u].plan;
-        if (!pl || uses[u].strength == 0.0) continue;
+        if (!pl) {
+            if (!merge_src[u] || (uses[u].strength == 0.0 && uses[u].strength_model == 1.0))
+                continue;
+            sd_status rc = apply_merge(m, each, merge_src[u], lookup, &s, &uses[u], err);
+            if (rc) {
+                drop(&s);
+                return rc;
+            }
+            continue;
+        }
+        if (uses[u].strength == 0.0) continue;
         for (size_t i = 0; i < pl->n; i++) {
             const lora_patch *p = &pl->p[i];
             if (p->part != part) continue;
@@ -536,13 +606,102 @@ static sd_bt **clip_lookup(void *m, const char *key, int64_t *row0, int64_t *row
     return sd_clip_param(m, key, row0, rows);
 }
 
+static void unet_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
+    sd_unet_param_each(m, fn, ud);
+}
+
+static void clip_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
+    sd_clip_param_each(m, fn, ud);
+}
+
+/* The merge sources of uses for one part (NULL where a use is a LoRA or
+ * its model lacks the part); calloc'd, the caller frees. */
+static void **merge_sources(const sd_lora_use *uses, int n, sd_lora_part part) {
+    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src);
+    for (int i = 0; src && i < n; i++) {
+        if (uses[i].plan) continue;
+        if (part == SD_LORA_UNET) src[i] = (void *)uses[i].merge_unet;
+        else if (uses[i].merge_te)
+            src[i] = (void *)(part == SD_LORA_CLIP_L ? sd_text_encoder_clip_l(uses[i].merge_te)
+                                                     : sd_text_encoder_clip_g(uses[i].merge_te));
+    }
+    return src;
+}
+
+/* ---- merge diagnostics -------------------------------------------------------- */
+
+typedef struct cmp_walk {
+    void *b;
+    lookup_fn lookup;
+    size_t matched, mismatched;
+    int show;
+    char *buf;
+    size_t n, used;
+} cmp_walk;
+
+static void cmp_one(void *ud, const char *key, sd_bt **slot) {
+    cmp_walk *w = ud;
+    int64_t r0 = 0, rows = 0;
+    sd_bt **o = w->lookup(w->b, key, &r0, &rows);
+    if (!o || !*o || rows) return;
+    if (same_shape(*slot, *o)) {
+        w->matched++;
+        return;
+    }
+    if (w->buf && w->n && (int)w->mismatched < w->show && w->used < w->n) {
+        int k = snprintf(w->buf + w->used, w->n - w->used, "%s%s", w->mismatched ? ", " : "", key);
+        if (k > 0) w->used += (size_t)k;
+        if (w->used >= w->n) w->used = w->n - 1;
+    }
+    w->mismatched++;
+}
+
+static void compare(sd_unet *a, sd_unet *b, const sd_text_encoder *ta, const sd_text_encoder *tb,
+                    cmp_walk *w) {
+    if (a && b) {
+        w->b = b;
+        w->lookup = unet_lookup;
+        sd_unet_param_each(a, cmp_one, w);
+    }
+    if (ta && tb) {
+        const sd_clip *pa[2] = {sd_text_encoder_clip_l(ta), sd_text_encoder_clip_g(ta)};
+        const sd_clip *pb[2] = {sd_text_encoder_clip_l(tb), sd_text_encoder_clip_g(tb)};
+        for (int i = 0; i < 2; i++) {
+            if (!pa[i] || !pb[i]) continue;
+            w->b = (void *)pb[i];
+            w->lookup = clip_lookup;
+            sd_clip_param_each((sd_clip *)pa[i], cmp_one, w);
+        }
+    }
+}
+
+size_t sd_lora_merge_unmatched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
+                               const sd_text_encoder *tb, int show, char *buf, size_t n) {
+    cmp_walk w = {0};
+    w.show = show;
+    w.buf = buf;
+    w.n = n;
+    if (buf && n) buf[0] = '\0';
+    compare(a, b, ta, tb, &w);
+    return w.mismatched;
+}
+
+size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
+                             const sd_text_encoder *tb) {
+    cmp_walk w = {0};
+    compare(a, b, ta, tb, &w);
+    return w.matched;
+}
+
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
                             sd_error *err) {
     *out = NULL;
     sd_unet *v = NULL;
+    void **src = merge_sources(uses, n, SD_LORA_UNET);
+    if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     sd_status rc = sd_unet_view(base, &v, err);
-    if (rc) return rc;
-    rc = apply_part(v, unet_lookup, SD_LORA_UNET, uses, n, err);
+    if (!rc) rc = apply_part(v, unet_lookup, unet_each, SD_LORA_UNET, uses, n, src, err);
+    free(src);
     if (rc) {
         sd_unet_free(v);
         return rc;
@@ -556,11 +715,14 @@ sd_status sd_lora_text_encoder_view(const sd_text_encoder *base, const sd_lora_u
     *out = NULL;
     const sd_clip *bl = sd_text_encoder_clip_l(base), *bg = sd_text_encoder_clip_g(base);
     sd_clip *l = NULL, *g = NULL;
-    sd_status rc = SD_OK;
-    if (bl) rc = sd_clip_view(bl, &l, err);
+    void **sl = merge_sources(uses, n, SD_LORA_CLIP_L), **sg = merge_sources(uses, n, SD_LORA_CLIP_G);
+    sd_status rc = sl && sg ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (!rc && bl) rc = sd_clip_view(bl, &l, err);
     if (!rc && bg) rc = sd_clip_view(bg, &g, err);
-    if (!rc && l) rc = apply_part(l, clip_lookup, SD_LORA_CLIP_L, uses, n, err);
-    if (!rc && g) rc = apply_part(g, clip_lookup, SD_LORA_CLIP_G, uses, n, err);
+    if (!rc && l) rc = apply_part(l, clip_lookup, clip_each, SD_LORA_CLIP_L, uses, n, sl, err);
+    if (!rc && g) rc = apply_part(g, clip_lookup, clip_each, SD_LORA_CLIP_G, uses, n, sg, err);
+    free(sl);
+    free(sg);
     if (rc) {
         sd_clip_free(l);
         sd_clip_free(g);

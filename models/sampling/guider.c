@@ -46,6 +46,85 @@ void sd_cfg_combine(const float *cond, const float *uncond, double scale, float 
     }
 }
 
+/* One RescaleCFG element: the v-space cond/uncond at x (args "cond" = x -
+ * cond_pred as cfg_function passes them) and their CFG combination. */
+typedef struct rescale_k {
+    float s, d1, r, scale;
+} rescale_k;
+
+static inline void rescale_cu(const rescale_k *k, float x, float cp, float up, float *c, float *xc)
+{
+    float xs = x / k->d1;
+    float ca = x - cp, ua = x - up;
+    float cv = xs - (x - ca);
+    cv = cv * k->r;
+    cv = cv / k->s;
+    float uv = xs - (x - ua);
+    uv = uv * k->r;
+    uv = uv / k->s;
+    float d = cv - uv;
+    d = d * k->scale;
+    *c = cv;
+    *xc = uv + d;
+}
+
+/* unbiased std of n values given their sum-pass mean, in double */
+static double std_of(double m2, int64_t n)
+{
+    return n > 1 ? sqrt(m2 / (double)(n - 1)) : NAN;
+}
+
+void sd_cfg_function(const sd_cfg_hook *hook, const float *cond, const float *uncond, double scale,
+                     const float *x, float sigma, int64_t batch, int64_t per, float *out)
+{
+    if (!hook || !hook->rescale) {
+        sd_cfg_combine(cond, uncond, scale, out, batch * per);
+        return;
+    }
+    rescale_k k;
+    k.s = sigma;
+    float s2 = sigma * sigma;
+    k.d1 = s2 + 1.0f;
+    k.r = sqrtf(k.d1);
+    k.scale = (float)scale;
+    const float m = (float)hook->multiplier, m1 = (float)(1.0 - hook->multiplier);
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t o = b * per;
+        /* two passes for the two standard deviations, a third for the output
+         * (the elements are recomputed rather than stored) */
+        double sc = 0.0, sx = 0.0;
+        for (int64_t i = 0; i < per; i++) {
+            float c, xc;
+            rescale_cu(&k, x[o + i], cond[o + i], uncond[o + i], &c, &xc);
+            sc += c;
+            sx += xc;
+        }
+        double mc = sc / (double)per, mx = sx / (double)per, qc = 0.0, qx = 0.0;
+        for (int64_t i = 0; i < per; i++) {
+            float c, xc;
+            rescale_cu(&k, x[o + i], cond[o + i], uncond[o + i], &c, &xc);
+            qc += (c - mc) * (c - mc);
+            qx += (xc - mx) * (xc - mx);
+        }
+        float ro_pos = (float)std_of(qc, per), ro_cfg = (float)std_of(qx, per);
+        float ratio = ro_pos / ro_cfg;
+        for (int64_t i = 0; i < per; i++) {
+            float c, xc, xv = x[o + i];
+            rescale_cu(&k, xv, cond[o + i], uncond[o + i], &c, &xc);
+            float xr = xc * ratio;
+            float a = m * xr;
+            float bb = m1 * xc;
+            float xf = a + bb;
+            float xs = xv / k.d1;
+            float t = xf * k.s;
+            t = t / k.r;
+            float ret = xs - t;
+            ret = xv - ret;  /* what rescale_cfg returns */
+            out[o + i] = xv - ret; /* cfg_result = x - sampler_cfg_function(args) */
+        }
+    }
+}
+
 /* scratch tensor of x's shape, reallocated when the shape changes */
 static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x)
 {
@@ -64,12 +143,23 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         return sd_error_set(err, SD_ERR_INVALID, "guider: no model");
     g->guider_calls++;
     int64_t n = sd_tensor_numel(x);
+    int64_t batch = x->ndim > 0 && x->shape[0] > 0 ? x->shape[0] : 1;
     if (sd_cfg_is_one(g->cfg) && !uncond_denoised) {
         /* cfg1 optimisation: uncond treated as zeros, 0 + (cond - 0) * 1 == cond */
         int conds[1] = {SD_COND_POSITIVE};
         sd_tensor *outs[1] = {denoised};
         g->model_calls++;
-        return g->model(g->model_ud, x, sigma, conds, 1, outs, err);
+        sd_status st = g->model(g->model_ud, x, sigma, conds, 1, outs, err);
+        if (st != SD_OK || !g->hook.rescale)
+            return st;
+        /* a cfg function still sees the (zero) uncond prediction */
+        sd_tensor *zb = scratch(&g->uncond_buf, x);
+        if (!zb)
+            return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+        memset(zb->data, 0, zb->nbytes);
+        float *dv = (float *)denoised->data;
+        sd_cfg_function(&g->hook, dv, zb->data, g->cfg, x->data, sigma, batch, n / batch, dv);
+        return SD_OK;
     }
     sd_tensor *cb = denoised;
     sd_tensor *ub = uncond_denoised ? uncond_denoised : scratch(&g->uncond_buf, x);
@@ -82,7 +172,8 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
     if (st != SD_OK)
         return st;
     float *dv = (float *)denoised->data;
-    sd_cfg_combine(dv, (const float *)ub->data, g->cfg, dv, n);
+    sd_cfg_function(&g->hook, dv, (const float *)ub->data, g->cfg, x->data, sigma, batch,
+                    n / batch, dv);
     return SD_OK;
 }
 

@@ -34,10 +34,35 @@ typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigm
                                         const int *conds, int n_conds, sd_tensor **outs,
                                         sd_error *err);
 
+/* ComfyUI's model_options["sampler_cfg_function"] as the one MODEL patch
+ * that sets it here does: RescaleCFG (comfy_extras/nodes_model_advanced.py).
+ * Zeroed = none, the plain CFG formula. */
+typedef struct sd_cfg_hook {
+    int rescale;       /* RescaleCFG applied */
+    double multiplier; /* its multiplier */
+} sd_cfg_hook;
+
+/* comfy.samplers.cfg_function for one batch: cond, uncond are x0
+ * predictions, x the sampler's x (the model input before calculate_input),
+ * all [batch, per] floats. Without a hook: sd_cfg_combine. With RescaleCFG,
+ * in float32 with torch's op order, s = sigma, r = sqrt(s*s + 1):
+ *   xs = x / (s*s + 1); c = (xs - (x - (x - cond))) * r / s, u likewise
+ *   x_cfg = u + scale * (c - u)
+ *   x_final = m * x_cfg * (std(c) / std(x_cfg)) + (1 - m) * x_cfg
+ *             (std unbiased over each batch item, accumulated in double)
+ *   out = x - (x - (xs - x_final * s / r))
+ * out may alias cond or uncond. */
+void sd_cfg_function(const sd_cfg_hook *hook, const float *cond, const float *uncond, double scale,
+                     const float *x, float sigma, int64_t batch, int64_t per, float *out);
+
 typedef struct sd_guider {
     sd_guider_model_fn model;
     void *model_ud;
     double cfg;
+    /* the MODEL's cfg function patch; set after sd_guider_init. With one,
+     * cfg 1 still calls it with a zero uncond prediction, as ComfyUI's
+     * cfg1 optimisation only drops the uncond model call. */
+    sd_cfg_hook hook;
     /* Counters for observability and tests: sampler calls (guider
      * evaluations) and model evaluations (one per conditioning). */
     int64_t guider_calls;

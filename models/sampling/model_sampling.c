@@ -14,6 +14,8 @@
 #include "models/sampling/rng.h" /* sd_torch_expf / sd_torch_logf */
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* torch.linspace(start, end, n, dtype=float64) on an AVX2 CPU: the scalar
  * rule is fma(step, i, start) below n/2 and fma(-step, n-1-i, end) above;
@@ -39,29 +41,101 @@ static void linspace_f64(double start, double end, int n, double *out)
                              : fma(-step, (double)(n - 1 - i), end);
 }
 
-void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
-                                   double linear_start, double linear_end)
+/* comfy.model_sampling.rescale_zero_terminal_snr_sigmas on the float64
+ * sigmas, each torch op rounded in float64. */
+static void rescale_zsnr(double *sig, int n)
+{
+    double *a = malloc((size_t)n * sizeof *a);
+    if (!a)
+        return; /* (never for 1000 doubles; the caller's schedule stays plain) */
+    for (int i = 0; i < n; i++) {
+        double ac = 1.0 / (sig[i] * sig[i] + 1.0);
+        a[i] = sqrt(ac);
+    }
+    double a0 = a[0], aT = a[n - 1];
+    double scale = a0 / (a0 - aT);
+    for (int i = 0; i < n; i++) {
+        double v = a[i] - aT;
+        v = v * scale;
+        a[i] = v * v;
+    }
+    a[n - 1] = 4.8973451890853435e-08;
+    for (int i = 0; i < n; i++)
+        sig[i] = sqrt((1.0 - a[i]) / a[i]);
+    free(a);
+}
+
+static void init_schedule(sd_model_sampling *ms, sd_prediction prediction, int zsnr,
+                          double linear_start, double linear_end)
 {
     ms->prediction = prediction;
+    ms->zsnr = zsnr != 0;
     ms->sigma_data = 1.0f;
+    ms->n = SD_MS_TIMESTEPS;
+    ms->skip = 1;
     linspace_f64(sqrt(linear_start), sqrt(linear_end), SD_MS_TIMESTEPS, ms->betas);
+    double sig[SD_MS_TIMESTEPS];
     double ac = 1.0;
     for (int i = 0; i < SD_MS_TIMESTEPS; i++) {
         double b = ms->betas[i] * ms->betas[i];
         ms->betas[i] = b;
         ac = ac * (1.0 - b);
         ms->alphas_cumprod[i] = ac;
-        double s = sqrt((1.0 - ac) / ac);
-        ms->sigmas[i] = (float)s;
-        ms->log_sigmas[i] = (float)log(s);
+        sig[i] = sqrt((1.0 - ac) / ac);
+    }
+    if (ms->zsnr)
+        rescale_zsnr(sig, SD_MS_TIMESTEPS);
+    for (int i = 0; i < SD_MS_TIMESTEPS; i++) {
+        ms->sigmas[i] = (float)sig[i];
+        ms->log_sigmas[i] = (float)log(sig[i]);
+    }
+    if (prediction == SD_PRED_LCM) {
+        /* ModelSamplingDiscreteDistilled: every 20th float32 sigma from the
+         * top, their logs now taken in float32 (set_sigmas on a float tensor) */
+        const int orig = 50, skip = SD_MS_TIMESTEPS / orig;
+        float sub[50];
+        for (int x = 0; x < orig; x++)
+            sub[orig - 1 - x] = ms->sigmas[SD_MS_TIMESTEPS - 1 - x * skip];
+        for (int i = 0; i < orig; i++) {
+            ms->sigmas[i] = sub[i];
+            ms->log_sigmas[i] = sd_torch_logf(sub[i]);
+        }
+        ms->n = orig;
+        ms->skip = skip;
     }
     ms->sigma_min = ms->sigmas[0];
-    ms->sigma_max = ms->sigmas[SD_MS_TIMESTEPS - 1];
+    ms->sigma_max = ms->sigmas[ms->n - 1];
+}
+
+void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
+                                   double linear_start, double linear_end)
+{
+    init_schedule(ms, prediction, 0, linear_start, linear_end);
 }
 
 void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction)
 {
-    sd_model_sampling_init_linear(ms, prediction, 0.00085, 0.012);
+    init_schedule(ms, prediction, 0, 0.00085, 0.012);
+}
+
+void sd_model_sampling_init_ex(sd_model_sampling *ms, sd_prediction prediction, int zsnr)
+{
+    init_schedule(ms, prediction, zsnr, 0.00085, 0.012);
+}
+
+static const char *const pred_names[] = {"eps", "v_prediction", "lcm", "x0", "img_to_img"};
+
+const char *sd_prediction_name(sd_prediction p)
+{
+    return (unsigned)p < sizeof pred_names / sizeof *pred_names ? pred_names[p] : "?";
+}
+
+int sd_prediction_parse(const char *name)
+{
+    for (int i = 0; name && i < (int)(sizeof pred_names / sizeof *pred_names); i++)
+        if (strcmp(name, pred_names[i]) == 0)
+            return i;
+    return -1;
 }
 
 int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
@@ -69,7 +143,7 @@ int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
     float ls = sd_torch_logf(sigma);
     int best = 0;
     float best_d = INFINITY;
-    for (int k = 0; k < SD_MS_TIMESTEPS; k++) {
+    for (int k = 0; k < ms->n; k++) {
         float d = fabsf(ls - ms->log_sigmas[k]);
         if (d < best_d) { /* strict: first index wins ties, as argmin */
             best_d = d;
@@ -81,14 +155,20 @@ int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
 
 float sd_ms_timestep(const sd_model_sampling *ms, float sigma)
 {
-    return (float)sd_ms_timestep_index(ms, sigma);
+    int i = sd_ms_timestep_index(ms, sigma);
+    return (float)(ms->skip > 1 ? i * ms->skip + (ms->skip - 1) : i);
 }
 
 float sd_ms_sigma(const sd_model_sampling *ms, float t)
 {
     if (t != t)
         return NAN;
-    float tc = t < 0.0f ? 0.0f : t > (float)(SD_MS_TIMESTEPS - 1) ? (float)(SD_MS_TIMESTEPS - 1) : t;
+    if (ms->skip > 1) { /* distilled: ((t - (skip - 1)) / skip), float32 */
+        t = t - (float)(ms->skip - 1);
+        t = t / (float)ms->skip;
+    }
+    float top = (float)(ms->n - 1);
+    float tc = t < 0.0f ? 0.0f : t > top ? top : t;
     int lo = (int)floorf(tc);
     int hi = (int)ceilf(tc);
     float w = tc - truncf(tc);
@@ -116,6 +196,11 @@ int sd_ms_is_max_denoise(const sd_model_sampling *ms, float sigma0)
 void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
                            const float *x, float *out, size_t n)
 {
+    if (ms->prediction == SD_PRED_IMG_TO_IMG) {
+        if (out != x)
+            memcpy(out, x, n * sizeof *out);
+        return;
+    }
     float sd2 = (float)((double)ms->sigma_data * ms->sigma_data);
     float s = sqrtf(sigma * sigma + sd2);
     for (size_t i = 0; i < n; i++)
@@ -130,6 +215,27 @@ void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
         for (size_t i = 0; i < n; i++) {
             float e = model_out[i] * sigma;
             denoised[i] = x[i] - e;
+        }
+        return;
+    }
+    if (ms->prediction == SD_PRED_X0 || ms->prediction == SD_PRED_IMG_TO_IMG) {
+        if (denoised != model_out)
+            memmove(denoised, model_out, n * sizeof *denoised);
+        return;
+    }
+    if (ms->prediction == SD_PRED_LCM) {
+        /* T = timestep * 10.0 (a long times a Python float: float32);
+         * c_skip = 0.25 / (T^2 + 0.25) is reciprocal() * 0.25 in torch */
+        float T = sd_ms_timestep(ms, sigma) * 10.0f;
+        float den = T * T + 0.25f;
+        float c_skip = (1.0f / den) * 0.25f;
+        float c_out = T / sqrtf(den);
+        for (size_t i = 0; i < n; i++) {
+            float e = model_out[i] * sigma;
+            float x0 = x[i] - e;
+            float a = c_out * x0;
+            float b = c_skip * x[i];
+            denoised[i] = a + b;
         }
         return;
     }

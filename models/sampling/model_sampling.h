@@ -30,17 +30,28 @@
 
 typedef enum sd_prediction {
     SD_PRED_EPS = 0, /* model predicts the noise (SD1.x, SDXL) */
-    SD_PRED_V = 1    /* v-prediction (SD2.x 768-v) */
+    SD_PRED_V = 1,   /* v-prediction (SD2.x 768-v) */
+    /* The other ModelSamplingDiscrete "sampling" kinds (comfy_extras
+     * nodes_model_advanced.py), only ever set by that node: */
+    SD_PRED_LCM = 2,       /* LCM boundary-condition scalings on a 50-step
+                            * distilled schedule (ModelSamplingDiscreteDistilled) */
+    SD_PRED_X0 = 3,        /* the model output is the denoised latent */
+    SD_PRED_IMG_TO_IMG = 4 /* X0 whose input is not scaled (calculate_input = identity) */
 } sd_prediction;
 
 typedef struct sd_model_sampling {
     sd_prediction prediction;
+    int zsnr;                            /* sigmas rescaled to zero terminal SNR */
     float sigma_data;                    /* 1.0 for the discrete models */
     double betas[SD_MS_TIMESTEPS];       /* float64, as ComfyUI builds them */
-    double alphas_cumprod[SD_MS_TIMESTEPS];
+    double alphas_cumprod[SD_MS_TIMESTEPS]; /* of the betas (zsnr leaves them) */
+    /* n sigmas: SD_MS_TIMESTEPS, or 50 on the distilled (LCM) schedule,
+     * where sigmas[i] is the full schedule's sigmas[999 - (49 - i) * 20] and
+     * a sigma's timestep is index * skip + skip - 1 (skip = 1000 / 50). */
+    int n, skip;
     float sigmas[SD_MS_TIMESTEPS];       /* ascending: sigmas[0] is the smallest */
     float log_sigmas[SD_MS_TIMESTEPS];
-    float sigma_min, sigma_max;
+    float sigma_min, sigma_max;          /* sigmas[0], sigmas[n - 1] */
 } sd_model_sampling;
 
 /* SD1.x / SDXL defaults: betas 0.00085 -> 0.012 ("linear" in ComfyUI). */
@@ -48,16 +59,31 @@ void sd_model_sampling_init(sd_model_sampling *ms, sd_prediction prediction);
 /* Same with other linear_start / linear_end (sqrt-spaced betas). */
 void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction prediction,
                                    double linear_start, double linear_end);
+/* ModelSamplingDiscrete's patch: the default betas, `prediction` (SD_PRED_LCM
+ * takes the distilled 50-sigma schedule), and with zsnr the float64 sigmas
+ * rescaled as comfy.model_sampling.rescale_zero_terminal_snr_sigmas does
+ * (alphas_cumprod recomputed as 1 / (sigma^2 + 1), sqrt shifted to end at 0
+ * and scaled back to its first value, the last alpha set to
+ * 4.8973451890853435e-08) before they are rounded to float32. */
+void sd_model_sampling_init_ex(sd_model_sampling *ms, sd_prediction prediction, int zsnr);
+
+/* "eps", "v_prediction", "lcm", "x0", "img_to_img" (ModelSamplingDiscrete's
+ * sampling names) <-> sd_prediction. Parse returns -1 for an unknown name. */
+const char *sd_prediction_name(sd_prediction p);
+int sd_prediction_parse(const char *name);
 
 /* ComfyUI timestep(sigma): index of the nearest log_sigma to log(sigma)
  * (float32 math with torch's log, first index on ties -- and exact float
  * ties are common at half-integer timesteps, so the log must be torch's); returned as a float because that is
- * what the UNet is fed (BaseModel.apply_model uses t.float()). */
+ * what the UNet is fed (BaseModel.apply_model uses t.float()). On the
+ * distilled schedule: index * skip + skip - 1. sd_ms_timestep_index is the
+ * plain index into sigmas[]. */
 float sd_ms_timestep(const sd_model_sampling *ms, float sigma);
 int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma);
 
-/* ComfyUI sigma(t): t clamped to [0, 999], log-linear interpolation between
- * log_sigmas[floor t] and log_sigmas[ceil t], exp, float32. */
+/* ComfyUI sigma(t): t clamped to [0, n - 1] (distilled: (t - (skip - 1)) /
+ * skip first), log-linear interpolation between log_sigmas[floor t] and
+ * log_sigmas[ceil t], exp, float32. */
 float sd_ms_sigma(const sd_model_sampling *ms, float t);
 
 /* ComfyUI percent_to_sigma: p <= 0 -> 999999999.9, p >= 1 -> 0, else
@@ -68,13 +94,17 @@ double sd_ms_percent_to_sigma(const sd_model_sampling *ms, double percent);
  * which case the start latent is noise * sqrt(1 + sigma^2) (txt2img). */
 int sd_ms_is_max_denoise(const sd_model_sampling *ms, float sigma0);
 
-/* out[i] = x[i] / sqrt(sigma^2 + sigma_data^2)  (the UNet input). out may be x. */
+/* out[i] = x[i] / sqrt(sigma^2 + sigma_data^2)  (the UNet input; img_to_img:
+ * x unchanged). out may be x. */
 void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
                            const float *x, float *out, size_t n);
 
 /* Denoised estimate from the model output at `sigma`:
  *   eps: x - out * sigma
  *   v:   x * sd^2 / (sigma^2 + sd^2) - out * sigma * sd / sqrt(sigma^2 + sd^2)
+ *   lcm: c_out * (x - out * sigma) + c_skip * x with T = timestep(sigma) * 10,
+ *        c_skip = 0.25 / (T^2 + 0.25), c_out = T / sqrt(T^2 + 0.25)
+ *   x0, img_to_img: out
  * `denoised` may alias x or model_out. */
 void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
                               const float *model_out, const float *x,

@@ -154,9 +154,10 @@ double sd_beta_ppf(double p, double a, double b)
 
 static int sched_simple(const sd_model_sampling *ms, int steps, float *out)
 {
-    double ss = (double)SD_MS_TIMESTEPS / steps;
+    /* len(sigmas): 1000, or 50 on the distilled (LCM) schedule */
+    double ss = (double)ms->n / steps;
     for (int x = 0; x < steps; x++)
-        out[x] = ms->sigmas[SD_MS_TIMESTEPS - 1 - (int)(x * ss)];
+        out[x] = ms->sigmas[ms->n - 1 - (int)(x * ss)];
     out[steps] = 0.0f;
     return steps + 1;
 }
@@ -168,10 +169,10 @@ static int sched_ddim(const sd_model_sampling *ms, int steps, float *out)
         steps += 1; /* no leading zero then (never for SD) */
     else
         out[n++] = 0.0f;
-    int ss = SD_MS_TIMESTEPS / steps;
+    int ss = ms->n / steps;
     if (ss < 1)
         ss = 1;
-    for (; x < SD_MS_TIMESTEPS; x += ss)
+    for (; x < ms->n; x += ss)
         out[n++] = ms->sigmas[x];
     for (int i = 0, j = n - 1; i < j; i++, j--) { /* reverse */
         float t = out[i];
@@ -214,7 +215,7 @@ static int sched_normal(const sd_model_sampling *ms, int steps, int sgm, float *
 int sd_sigmas_beta(const sd_model_sampling *ms, int steps, double alpha, double beta,
                    float *out)
 {
-    const double total = SD_MS_TIMESTEPS - 1;
+    const double total = ms->n - 1;
     double step = 1.0 / steps; /* numpy.linspace(0, 1, steps, endpoint=False) */
     double last_t = -1.0;
     int n = 0;

@@ -130,9 +130,17 @@ void sd_clip_output_free(sd_clip_output *o); /* frees the tensors, NULL-safe */
  * encoder's prefix ("text_model.encoder.layers.3.mlp.fc1.weight",
  * "text_projection.weight"), or NULL when absent. On an OpenCLIP model the
  * q/k/v projection names reach the fused in_proj tensor: *row0 / *rows give
- * the rows that belong to the name (*rows = 0: the whole tensor). row0/rows
+ * the rows that belong to the name (*rows = 0: the whole tensor), and
+ * "...self_attn.in_proj.weight/bias" the whole fused tensor. row0/rows
  * may be NULL. The slot belongs to c (replace tensors only on a view). */
 sd_bt **sd_clip_param(sd_clip *c, const char *key, int64_t *row0, int64_t *rows);
+
+/* Calls fn(ud, key, slot) for every parameter c holds, each tensor once,
+ * keyed so that sd_clip_param finds it again as a whole tensor: HF names,
+ * except an OpenCLIP model's fused "...self_attn.in_proj.weight/bias" and
+ * matmul-form "text_projection" (key valid during the call only). */
+typedef void (*sd_clip_param_fn)(void *ud, const char *key, sd_bt **slot);
+void sd_clip_param_each(sd_clip *c, sd_clip_param_fn fn, void *ud);
 
 /* A new encoder sharing every weight of `base` as backend views (no data
  * copied; tap not inherited). Free with sd_clip_free. */

@@ -9,6 +9,7 @@
  * v): the slot is the fused tensor and *row0, *rows say which rows. */
 #include "models/text/clip_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,8 +46,10 @@ sd_bt **sd_clip_param(sd_clip *c, const char *key, int64_t *row0, int64_t *rows)
     const char *s, *k = key;
     if (!c || !key) return NULL;
     if ((s = eat(k, "text_projection"))) {
-        /* only the HF Linear form is reachable by this name */
-        slot = c->proj_is_linear && strcmp(s, "weight") == 0 ? &c->proj : NULL;
+        /* "text_projection.weight": the HF Linear form; bare
+         * "text_projection": OpenCLIP's matmul form (for merges) */
+        if (c->proj_is_linear) slot = strcmp(s, "weight") == 0 ? &c->proj : NULL;
+        else slot = *s == '\0' ? &c->proj : NULL;
         goto done;
     }
     if ((s = eat(k, "text_model"))) k = s;
@@ -67,6 +70,7 @@ sd_bt **sd_clip_param(sd_clip *c, const char *key, int64_t *row0, int64_t *rows)
         else if ((t = eat(s, "self_attn.k_proj"))) slot = qkv(c, l, 1, t, &r0, &rn);
         else if ((t = eat(s, "self_attn.v_proj"))) slot = qkv(c, l, 2, t, &r0, &rn);
         else if ((t = eat(s, "self_attn.out_proj"))) slot = wb(&l->o_w, &l->o_b, t);
+        else if (l->qkv_w && (t = eat(s, "self_attn.in_proj"))) slot = wb(&l->qkv_w, &l->qkv_b, t);
         else if ((t = eat(s, "layer_norm1"))) slot = wb(&l->ln1_w, &l->ln1_b, t);
         else if ((t = eat(s, "layer_norm2"))) slot = wb(&l->ln2_w, &l->ln2_b, t);
         else if ((t = eat(s, "mlp.fc1"))) slot = wb(&l->fc1_w, &l->fc1_b, t);
@@ -116,4 +120,36 @@ sd_status sd_clip_view(const sd_clip *base, sd_clip **out, sd_error *err) {
     }
     *out = c;
     return SD_OK;
+}
+
+/* ---- enumeration ---------------------------------------------------------------- */
+
+static void visit(sd_clip_param_fn fn, void *ud, const char *key, sd_bt **slot) {
+    if (*slot) fn(ud, key, slot);
+}
+
+void sd_clip_param_each(sd_clip *c, sd_clip_param_fn fn, void *ud) {
+    if (!c || !fn) return;
+    char k[160];
+    visit(fn, ud, "text_model.embeddings.token_embedding.weight", &c->tok_emb);
+    visit(fn, ud, "text_model.embeddings.position_embedding.weight", &c->pos_emb);
+    for (int i = 0; i < c->cfg.layers; i++) {
+        clip_layer_w *l = &c->layer[i];
+        static const char *const mods[] = {"layer_norm1", "self_attn.q_proj", "self_attn.k_proj",
+                                           "self_attn.v_proj", "self_attn.in_proj",
+                                           "self_attn.out_proj", "layer_norm2", "mlp.fc1",
+                                           "mlp.fc2"};
+        sd_bt **slots[][2] = {{&l->ln1_w, &l->ln1_b}, {&l->q_w, &l->q_b},     {&l->k_w, &l->k_b},
+                              {&l->v_w, &l->v_b},     {&l->qkv_w, &l->qkv_b}, {&l->o_w, &l->o_b},
+                              {&l->ln2_w, &l->ln2_b}, {&l->fc1_w, &l->fc1_b}, {&l->fc2_w, &l->fc2_b}};
+        for (size_t m = 0; m < sizeof mods / sizeof *mods; m++) {
+            snprintf(k, sizeof k, "text_model.encoder.layers.%d.%s.weight", i, mods[m]);
+            visit(fn, ud, k, slots[m][0]);
+            snprintf(k, sizeof k, "text_model.encoder.layers.%d.%s.bias", i, mods[m]);
+            visit(fn, ud, k, slots[m][1]);
+        }
+    }
+    visit(fn, ud, "text_model.final_layer_norm.weight", &c->final_w);
+    visit(fn, ud, "text_model.final_layer_norm.bias", &c->final_b);
+    visit(fn, ud, c->proj_is_linear ? "text_projection.weight" : "text_projection", &c->proj);
 }

@@ -142,6 +142,13 @@ sd_status sd_unet_sdxl_adm(const sd_tensor *pooled, const sd_sdxl_size *size,
  * tensor in it frees the old one (only ever done on a view). */
 sd_bt **sd_unet_param(sd_unet *u, const char *key);
 
+/* Calls fn(ud, key, slot) for every parameter u holds, keyed as
+ * sd_unet_param reaches it (the checkpoint key relative to the UNet prefix;
+ * `key` is valid during the call only). Model merging walks one UNet's
+ * parameters and finds each in the other by key. */
+typedef void (*sd_unet_param_fn)(void *ud, const char *key, sd_bt **slot);
+void sd_unet_param_each(sd_unet *u, sd_unet_param_fn fn, void *ud);
+
 /* A new UNet sharing every weight of `base` (each tensor a backend view, no
  * data copied; the tap is not inherited). Free with sd_unet_free, which
  * releases only the views. `base` must outlive the view (the CPU backend's

@@ -5,6 +5,7 @@
  * so a key reaches exactly the tensor loaded from it. */
 #include "models/unet/unet_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,4 +216,100 @@ sd_status sd_unet_view(const sd_unet *base, sd_unet **out, sd_error *err) {
     }
     *out = u;
     return SD_OK;
+}
+
+/* ---- enumeration ---------------------------------------------------------------- */
+
+typedef struct walker {
+    sd_unet_param_fn fn;
+    void *ud;
+    char key[256];
+} walker;
+
+/* Visit slot under "<prefix>.<name>" when it holds a tensor. */
+static void visit(walker *w, const char *prefix, const char *name, sd_bt **slot) {
+    if (!*slot) return;
+    snprintf(w->key, sizeof w->key, "%s.%s", prefix, name);
+    w->fn(w->ud, w->key, slot);
+}
+
+static void visit_wb(walker *w, const char *prefix, const char *mod, sd_bt **wt, sd_bt **b) {
+    char p[200];
+    snprintf(p, sizeof p, "%s.%s", prefix, mod);
+    visit(w, p, "weight", wt);
+    visit(w, p, "bias", b);
+}
+
+static void walk_st(walker *w, const char *p, unet_st *st) {
+    visit_wb(w, p, "norm", &st->norm_w, &st->norm_b);
+    visit_wb(w, p, "proj_in", &st->proj_in_w, &st->proj_in_b);
+    visit_wb(w, p, "proj_out", &st->proj_out_w, &st->proj_out_b);
+    for (int i = 0; i < st->depth; i++) {
+        unet_tblock *b = &st->blocks[i];
+        char q[200];
+        snprintf(q, sizeof q, "%s.transformer_blocks.%d", p, i);
+        visit_wb(w, q, "norm1", &b->norm1_w, &b->norm1_b);
+        visit_wb(w, q, "norm2", &b->norm2_w, &b->norm2_b);
+        visit_wb(w, q, "norm3", &b->norm3_w, &b->norm3_b);
+        unet_attn *a[2] = {&b->attn1, &b->attn2};
+        for (int k = 0; k < 2; k++) {
+            char r[220];
+            snprintf(r, sizeof r, "%s.attn%d", q, k + 1);
+            visit(w, r, "to_q.weight", &a[k]->q);
+            visit(w, r, "to_k.weight", &a[k]->k);
+            visit(w, r, "to_v.weight", &a[k]->v);
+            visit_wb(w, r, "to_out.0", &a[k]->out_w, &a[k]->out_b);
+        }
+        visit_wb(w, q, "ff.net.0.proj", &b->ff_in_w, &b->ff_in_b);
+        visit_wb(w, q, "ff.net.2", &b->ff_out_w, &b->ff_out_b);
+    }
+}
+
+static void walk_block(walker *w, const char *name, unet_block *b) {
+    for (int i = 0; i < b->n; i++) {
+        unet_layer *l = &b->layers[i];
+        char p[160];
+        snprintf(p, sizeof p, "%s.%d", name, i);
+        switch (l->kind) {
+        case UL_RES: {
+            unet_res *r = l->res;
+            visit_wb(w, p, "in_layers.0", &r->in_norm_w, &r->in_norm_b);
+            visit_wb(w, p, "in_layers.2", &r->in_conv_w, &r->in_conv_b);
+            visit_wb(w, p, "emb_layers.1", &r->emb_w, &r->emb_b);
+            visit_wb(w, p, "out_layers.0", &r->out_norm_w, &r->out_norm_b);
+            visit_wb(w, p, "out_layers.3", &r->out_conv_w, &r->out_conv_b);
+            visit_wb(w, p, "skip_connection", &r->skip_w, &r->skip_b);
+            break;
+        }
+        case UL_ST: walk_st(w, p, l->st); break;
+        case UL_CONV:
+            visit(w, p, "weight", &l->conv_w);
+            visit(w, p, "bias", &l->conv_b);
+            break;
+        case UL_DOWN: visit_wb(w, p, "op", &l->conv_w, &l->conv_b); break;
+        case UL_UP: visit_wb(w, p, "conv", &l->conv_w, &l->conv_b); break;
+        }
+    }
+}
+
+void sd_unet_param_each(sd_unet *u, sd_unet_param_fn fn, void *ud) {
+    if (!u || !fn) return;
+    walker w = {fn, ud, {0}};
+    visit_wb(&w, "time_embed", "0", &u->time_w0, &u->time_b0);
+    visit_wb(&w, "time_embed", "2", &u->time_w2, &u->time_b2);
+    visit_wb(&w, "label_emb.0", "0", &u->label_w0, &u->label_b0);
+    visit_wb(&w, "label_emb.0", "2", &u->label_w2, &u->label_b2);
+    for (int i = 0; i < u->n_in; i++) {
+        char n[64];
+        snprintf(n, sizeof n, "input_blocks.%d", i);
+        walk_block(&w, n, &u->in[i]);
+    }
+    walk_block(&w, "middle_block", &u->middle);
+    for (int i = 0; i < u->n_out; i++) {
+        char n[64];
+        snprintf(n, sizeof n, "output_blocks.%d", i);
+        walk_block(&w, n, &u->out[i]);
+    }
+    visit_wb(&w, "out", "0", &u->out_norm_w, &u->out_norm_b);
+    visit_wb(&w, "out", "2", &u->out_conv_w, &u->out_conv_b);
 }

@@ -48,11 +48,17 @@ sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip) {
 }
 
 sd_value *sd_nodes_model_value_lora(sd_checkpoint *c, struct sd_lora_stack *loras) {
+    return sd_nodes_model_value_patched(c, loras, NULL);
+}
+
+sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *loras,
+                                       const sd_model_patches *p) {
     sd_model_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->ckpt = sd_checkpoint_ref(c);
     sd_checkpoint_hold(c, SD_CKPT_PART_UNET);
     r->loras = sd_lora_stack_ref(loras);
+    if (p) r->patches = *p;
     sd_value *v = sd_value_handle(&sd_handle_model, r);
     if (!v) free_model_ref(r);
     return v;
@@ -140,4 +146,10 @@ sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_
     if (c->loras && sd_lora_stack_count(c->loras) > 0)
         return sd_lora_stack_text_encoder(c->loras, c->ckpt, out, err);
     return sd_checkpoint_text_encoder(c->ckpt, out, err);
+}
+
+void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
+                                sd_model_sampling *ms) {
+    if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
+    else sd_model_sampling_init(ms, sd_checkpoint_info(c)->prediction);
 }

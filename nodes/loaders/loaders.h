@@ -14,14 +14,28 @@
 
 #include "core/node.h"
 #include "models/checkpoint/checkpoint.h"
+#include "models/sampling/guider.h"
+#include "models/sampling/model_sampling.h"
 
 struct sd_lora_stack; /* nodes/lora/lora_nodes.h */
 
+/* What ModelSamplingDiscrete and RescaleCFG put on a MODEL: ComfyUI's
+ * "model_sampling" object patch and its sampler_cfg_function. Plain data,
+ * copied into every MODEL made from one that has it (LoRA loaders; a merge
+ * keeps model1's, as ComfyUI's model1.clone() does). All zero = none. */
+typedef struct sd_model_patches {
+    int sampling_set;       /* ModelSamplingDiscrete applied: */
+    sd_prediction sampling; /*   its sampling kind */
+    int zsnr;               /*   and zsnr */
+    sd_cfg_hook cfg;        /* RescaleCFG */
+} sd_model_patches;
+
 /* Handle payloads. Each owns one checkpoint reference and one reference on
- * its LoRA stack (NULL = no LoRA). */
+ * its patch stack (LoRAs and merges, nodes/lora/lora_nodes.h; NULL = none). */
 typedef struct sd_model_ref {
     sd_checkpoint *ckpt;
     struct sd_lora_stack *loras;
+    sd_model_patches patches;
 } sd_model_ref;
 
 typedef struct sd_clip_ref {
@@ -45,6 +59,14 @@ sd_value *sd_nodes_clip_value(sd_checkpoint *c, int clip_skip);
 sd_value *sd_nodes_vae_value(sd_checkpoint *c);
 /* Same with a LoRA stack (a new reference is taken; NULL = none). */
 sd_value *sd_nodes_model_value_lora(sd_checkpoint *c, struct sd_lora_stack *loras);
+/* Same with model patches (copied; NULL = none). */
+sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *loras,
+                                       const sd_model_patches *p);
+
+/* The MODEL's sampling schedule: the checkpoint's prediction type, or what
+ * ModelSamplingDiscrete set (p may be NULL). */
+void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
+                                sd_model_sampling *ms);
 sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras);
 
 /* The networks a MODEL / CLIP stands for: the checkpoint's part, or the

@@ -38,7 +38,7 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                  name ? name : "", model->loras, with_clip ? clip->loras : NULL,
                                  sm, sc, with_clip, &ms, with_clip ? &cs : NULL, err);
     if (rc) return rc;
-    out[0] = sd_nodes_model_value_lora(model->ckpt, ms);
+    out[0] = sd_nodes_model_value_patched(model->ckpt, ms, &model->patches);
     if (with_clip) out[1] = sd_nodes_clip_value_lora(clip->ckpt, clip->clip_skip, cs);
     sd_lora_stack_unref(ms);
     sd_lora_stack_unref(cs);

@@ -1,6 +1,7 @@
-/* lora_nodes.h - what LoraLoader / LoraLoaderModelOnly (alias LoRA) need on
- * the node side: a MODEL's or CLIP's list of applied LoRAs (a "stack") and
- * the patched views built from it (models/lora/lora.h).
+/* lora_nodes.h - what LoraLoader / LoraLoaderModelOnly (alias LoRA) and the
+ * model-merging nodes (nodes/model) need on the node side: a MODEL's or
+ * CLIP's list of applied weight patches (a "stack": LoRAs and merges, in
+ * order) and the patched views built from it (models/lora/lora.h).
  *
  * A stack is immutable once made: LoraLoader makes a new one (the input's
  * entries + one more), so the MODEL/CLIP it received keep theirs and every
@@ -28,6 +29,13 @@ typedef struct sd_lora_stack sd_lora_stack;
  * Takes a new reference on plan. */
 sd_status sd_lora_stack_push(const sd_lora_stack *base, sd_lora_plan *plan, double strength,
                              sd_lora_stack **out, sd_error *err);
+/* New stack: base's entries followed by a merge with `other` (a MODEL or
+ * CLIP handle value, referenced until the stack goes): ComfyUI's
+ * add_patches(other.get_key_patches(), strength_patch, strength_model).
+ * The other model's weights are taken as its own stack patched them. */
+sd_status sd_lora_stack_push_merge(const sd_lora_stack *base, sd_value *other,
+                                   double strength_patch, double strength_model,
+                                   sd_lora_stack **out, sd_error *err);
 sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s); /* NULL-safe */
 void sd_lora_stack_unref(sd_lora_stack *s);         /* NULL-safe */
 size_t sd_lora_stack_count(const sd_lora_stack *s);

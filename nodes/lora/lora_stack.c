@@ -1,4 +1,5 @@
-/* lora_stack.c - LoRA stacks of MODEL/CLIP values and their cached views. */
+/* lora_stack.c - patch stacks (LoRAs and merges) of MODEL/CLIP values and
+ * their cached views. */
 #include "lora_nodes.h"
 
 #include <pthread.h>
@@ -6,41 +7,66 @@
 #include <string.h>
 
 #include "models/checkpoint/model_paths.h"
+#include "nodes/loaders/loaders.h"
+
+/* One entry: a LoRA plan, or a merge with the other MODEL / CLIP value. */
+typedef struct stack_entry {
+    sd_lora_plan *plan;
+    sd_value *merge; /* a MODEL or CLIP handle value (one reference) */
+    double strength, strength_model;
+} stack_entry;
 
 struct sd_lora_stack {
     int refcount;
     pthread_mutex_t lock;
     size_t n;
-    sd_lora_plan **plan;
-    double *strength;
+    stack_entry *e;
     sd_unet *unet;          /* built on first use */
     sd_text_encoder *te;
 };
 
-sd_status sd_lora_stack_push(const sd_lora_stack *base, sd_lora_plan *plan, double strength,
-                             sd_lora_stack **out, sd_error *err) {
+/* A new stack: base's entries and room for one more (filled by the caller). */
+static sd_status grow(const sd_lora_stack *base, sd_lora_stack **out, sd_error *err) {
     *out = NULL;
     size_t n = (base ? base->n : 0) + 1;
     sd_lora_stack *s = calloc(1, sizeof *s);
-    if (s) {
-        s->plan = calloc(n, sizeof *s->plan);
-        s->strength = calloc(n, sizeof *s->strength);
-    }
-    if (!s || !s->plan || !s->strength) {
-        if (s) free(s->plan), free(s->strength);
+    if (s) s->e = calloc(n, sizeof *s->e);
+    if (!s || !s->e) {
         free(s);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
     s->refcount = 1;
     pthread_mutex_init(&s->lock, NULL);
     for (size_t i = 0; base && i < base->n; i++) {
-        s->plan[i] = sd_lora_plan_ref(base->plan[i]);
-        s->strength[i] = base->strength[i];
+        s->e[i] = base->e[i];
+        sd_lora_plan_ref(s->e[i].plan);
+        sd_value_ref(s->e[i].merge);
     }
-    s->plan[n - 1] = sd_lora_plan_ref(plan);
-    s->strength[n - 1] = strength;
     s->n = n;
     *out = s;
+    return SD_OK;
+}
+
+sd_status sd_lora_stack_push(const sd_lora_stack *base, sd_lora_plan *plan, double strength,
+                             sd_lora_stack **out, sd_error *err) {
+    sd_status rc = grow(base, out, err);
+    if (rc) return rc;
+    stack_entry *e = &(*out)->e[(*out)->n - 1];
+    e->plan = sd_lora_plan_ref(plan);
+    e->strength = strength;
+    e->strength_model = 1.0;
+    return SD_OK;
+}
+
+sd_status sd_lora_stack_push_merge(const sd_lora_stack *base, sd_value *other,
+                                   double strength_patch, double strength_model,
+                                   sd_lora_stack **out, sd_error *err) {
+    sd_status rc = grow(base, out, err);
+    if (rc) return rc;
+    stack_entry *e = &(*out)->e[(*out)->n - 1];
+    e->merge = sd_value_ref(other);
+    e->strength = strength_patch;
+    e->strength_model = strength_model;
     return SD_OK;
 }
 
@@ -51,21 +77,42 @@ sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s) {
 
 void sd_lora_stack_unref(sd_lora_stack *s) {
     if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
-    for (size_t i = 0; i < s->n; i++) sd_lora_plan_unref(s->plan[i]);
-    free(s->plan);
-    free(s->strength);
+    /* the views first: they may share tensors with the merged models */
     sd_unet_free(s->unet);
     sd_text_encoder_free(s->te);
+    for (size_t i = 0; i < s->n; i++) {
+        sd_lora_plan_unref(s->e[i].plan);
+        sd_value_unref(s->e[i].merge);
+    }
+    free(s->e);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
 size_t sd_lora_stack_count(const sd_lora_stack *s) { return s ? s->n : 0; }
 
-static sd_lora_use *uses_of(const sd_lora_stack *s) {
+/* The uses of s for one part (unet or text encoder): a merge entry brings
+ * the other model's part as ITS stack patched it (loaded on first use). */
+static sd_status uses_of(const sd_lora_stack *s, int text, sd_lora_use **out, sd_error *err) {
     sd_lora_use *u = calloc(s->n ? s->n : 1, sizeof *u);
-    for (size_t i = 0; u && i < s->n; i++) u[i] = (sd_lora_use){s->plan[i], s->strength[i]};
-    return u;
+    *out = u;
+    if (!u) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < s->n; i++) {
+        const stack_entry *e = &s->e[i];
+        u[i] = (sd_lora_use){e->plan, e->strength, NULL, NULL, e->strength_model};
+        if (!e->merge) continue;
+        sd_status rc = SD_OK;
+        sd_model_ref *m = sd_value_as_handle(e->merge, &sd_handle_model);
+        sd_clip_ref *c = sd_value_as_handle(e->merge, &sd_handle_clip);
+        if (!text && m) rc = sd_nodes_model_unet(m, (sd_unet **)&u[i].merge_unet, err);
+        if (text && c) rc = sd_nodes_clip_encoder(c, (sd_text_encoder **)&u[i].merge_te, err);
+        if (rc) {
+            free(u);
+            *out = NULL;
+            return rc;
+        }
+    }
+    return SD_OK;
 }
 
 sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, sd_error *err) {
@@ -78,9 +125,9 @@ sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, 
     }
     pthread_mutex_lock(&s->lock);
     if (!s->unet) {
-        sd_lora_use *u = uses_of(s);
-        rc = u ? sd_lora_unet_view(base, u, (int)s->n, &s->unet, err)
-               : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        sd_lora_use *u = NULL;
+        rc = uses_of(s, 0, &u, err);
+        if (!rc) rc = sd_lora_unet_view(base, u, (int)s->n, &s->unet, err);
         free(u);
     }
     *out = s->unet;
@@ -99,9 +146,9 @@ sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text
     }
     pthread_mutex_lock(&s->lock);
     if (!s->te) {
-        sd_lora_use *u = uses_of(s);
-        rc = u ? sd_lora_text_encoder_view(base, u, (int)s->n, &s->te, err)
-               : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        sd_lora_use *u = NULL;
+        rc = uses_of(s, 1, &u, err);
+        if (!rc) rc = sd_lora_text_encoder_view(base, u, (int)s->n, &s->te, err);
         free(u);
     }
     *out = s->te;

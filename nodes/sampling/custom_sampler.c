@@ -79,6 +79,7 @@ static sd_status in_guider(sd_value *v, sd_sample_args *a, sd_error *err) {
     else return bad(err, "guider", "unknown guider '%s'", k);
     g->ckpt = m->ckpt;
     g->loras = m->loras;
+    g->patches = &m->patches;
     g->positive = sd_value_dict_get(v, "positive");
     g->negative = sd_value_dict_get(v, "negative");
     g->middle = sd_value_dict_get(v, "middle");
@@ -261,6 +262,7 @@ static sd_status sampler_custom_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
     a.guide.kind = SD_GUIDE_CFG;
     a.guide.ckpt = m->ckpt;
     a.guide.loras = m->loras;
+    a.guide.patches = &m->patches;
     a.guide.positive = pos;
     a.guide.negative = neg;
     a.guide.cfg = sd_value_as_float(in[3]);

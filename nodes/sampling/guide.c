@@ -6,6 +6,7 @@
 
 #include "sampling.h"
 #include "models/sampling/guider.h"
+#include "nodes/loaders/loaders.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -19,8 +20,17 @@ void sd_guide_state_init(sd_guide_state *s, const sd_guide *g, sd_cond_model *cm
     s->cm = cm;
 }
 
+/* the MODEL's cfg function (RescaleCFG), or NULL */
+static const sd_cfg_hook *hook_of(const sd_guide *g) {
+    return g->patches && g->patches->cfg.rescale ? &g->patches->cfg : NULL;
+}
+
+static int64_t batch_of(const sd_tensor *x) {
+    return x->ndim > 0 && x->shape[0] > 0 ? x->shape[0] : 1;
+}
+
 void sd_guide_state_release(sd_guide_state *s) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         sd_tensor_unref(s->buf[i]);
         s->buf[i] = NULL;
     }
@@ -46,7 +56,8 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     if (!zeros) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
     memset(zeros->data, 0, zeros->nbytes);
     float *dv = denoised->data;
-    sd_cfg_combine(dv, zeros->data, 1.0, dv, n);
+    int64_t b = batch_of(x);
+    sd_cfg_function(hook_of(s->g), dv, zeros->data, 1.0, x->data, sigma, b, n / b, dv);
     return SD_OK;
 }
 
@@ -78,6 +89,32 @@ static sd_status dual_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     const float *nv = neg->data, *mv = mid->data;
     float *dv = denoised->data; /* holds the positive prediction */
     const float c1 = (float)g->cfg, c2 = (float)g->cfg2;
+    const sd_cfg_hook *hook = hook_of(g);
+    if (hook) {
+        /* the same formulas with cfg_function running the MODEL's hook */
+        sd_tensor *tb = scratch(&s->buf[2], x);
+        if (!tb) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+        float *t = tb->data;
+        int64_t b = batch_of(x);
+        if (g->nested) {
+            sd_cfg_function(hook, dv, mv, g->cfg, x->data, sigma, b, n / b, t);
+            for (int64_t i = 0; i < n; i++) {
+                float u = t[i] - nv[i];
+                u = c2 * u;
+                dv[i] = nv[i] + u;
+            }
+            if (uncond_denoised) memcpy(uncond_denoised->data, mv, (size_t)n * sizeof(float));
+        } else {
+            sd_cfg_function(hook, mv, nv, g->cfg2, x->data, sigma, b, n / b, t);
+            for (int64_t i = 0; i < n; i++) {
+                float u = dv[i] - mv[i];
+                u = u * c1;
+                dv[i] = t[i] + u;
+            }
+            if (uncond_denoised) memcpy(uncond_denoised->data, nv, (size_t)n * sizeof(float));
+        }
+        return SD_OK;
+    }
     if (g->nested) {
         for (int64_t i = 0; i < n; i++) {
             float t = dv[i] - mv[i];

@@ -357,7 +357,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
 
     sd_model_sampling *ms = malloc(sizeof *ms);
     if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    sd_model_sampling_init(ms, sd_checkpoint_info(a->ckpt)->prediction);
+    sd_nodes_model_sampling_of(a->ckpt, a->patches, ms);
     float *sig = NULL;
     int nsig = 0, first = 0, nrun = 0, skip = 0;
     rc = sd_ksampler_sigmas(ms, a->scheduler, a->sampler_name, a->steps, a->denoise, &sig, &nsig,
@@ -379,6 +379,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
     s.guide.kind = SD_GUIDE_CFG;
     s.guide.ckpt = a->ckpt;
     s.guide.loras = a->loras;
+    s.guide.patches = a->patches;
     s.guide.positive = a->positive;
     s.guide.negative = a->negative;
     s.guide.cfg = a->cfg;
@@ -395,7 +396,7 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
 }
 
 void sd_nodes_model_sampling_init(const sd_model_ref *m, sd_model_sampling *ms) {
-    sd_model_sampling_init(ms, sd_checkpoint_info(m->ckpt)->prediction);
+    sd_nodes_model_sampling_of(m->ckpt, &m->patches, ms);
 }
 
 void sd_sample_args_init(sd_sample_args *a) {
@@ -404,6 +405,10 @@ void sd_sample_args_init(sd_sample_args *a) {
     a->guide.cfg2 = 1.0;
     a->add_noise = 1;
     sd_sampler_params_init(&a->options);
+}
+
+static double ms_percent_to_sigma(void *ud, double percent) {
+    return sd_ms_percent_to_sigma(ud, percent);
 }
 
 /* x0 of the last sampler callback (ComfyUI's x0_output), for denoised_output. */
@@ -470,7 +475,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
 
     sd_model_sampling *ms = malloc(sizeof *ms);
     if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    sd_model_sampling_init(ms, info->prediction);
+    sd_nodes_model_sampling_of(g->ckpt, g->patches, ms);
 
     int64_t *bidx = NULL;
     sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
@@ -507,7 +512,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
     }
 
     sd_unet *unet;
-    sd_model_ref mref = {g->ckpt, g->loras};
+    sd_model_ref mref = {g->ckpt, g->loras, {0}};
     if ((rc = sd_nodes_model_unet(&mref, &unet, err))) {
         sd_error_at(err, NULL, NULL, "model");
         goto done;
@@ -583,6 +588,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
     sd_denoiser den;
     if (g->kind == SD_GUIDE_CFG) {
         sd_guider_init(&guider, sd_cond_model_eval, &cm, g->cfg);
+        if (g->patches) guider.hook = g->patches->cfg;
         have_guider = 1;
         den = sd_guider_denoiser(&guider);
     } else {
@@ -616,13 +622,17 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
                     x0, 0};
     sd_sampler_params p = a->options;
     p.seed = a->seed;
+    if (!p.percent_to_sigma) { /* the MODEL's schedule (sa_solver's tau window) */
+        p.percent_to_sigma = ms_percent_to_sigma;
+        p.percent_to_sigma_ud = ms;
+    }
     p.progress = on_progress;
     p.progress_ud = &st;
     p.cancel = on_cancel;
     p.cancel_ud = &st;
     if ((rc = sd_sampler_run(smp, &den, sigmas, a->n_sigmas, x, &p, err))) goto done;
 
-    /* inverse_noise_scaling is the identity for eps; process_latent_out */
+    /* inverse_noise_scaling is the identity for every discrete kind; process_latent_out */
     {
         float *xv = x->data;
         for (int64_t i = 0; i < n; i++) xv[i] = xv[i] / info->latent_scale;
@@ -676,6 +686,7 @@ static sd_status common_inputs(sd_value *const *in, int i_model, int i_pos, int 
     }
     a->ckpt = model->ckpt;
     a->loras = model->loras;
+    a->patches = &model->patches;
     a->positive = pos;
     a->negative = neg;
     a->latent = in[i_latent];

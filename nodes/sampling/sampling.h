@@ -78,10 +78,13 @@ typedef struct sd_ksample_hooks {
 } sd_ksample_hooks;
 
 struct sd_lora_stack;
+struct sd_model_patches; /* nodes/loaders/loaders.h */
 
 typedef struct sd_ksample_args {
     sd_checkpoint *ckpt;     /* the MODEL's checkpoint */
     struct sd_lora_stack *loras; /* the MODEL's LoRA stack, NULL = none */
+    /* the MODEL's ModelSamplingDiscrete / RescaleCFG patches, NULL = none */
+    const struct sd_model_patches *patches;
     uint64_t seed;
     int steps;
     double cfg;
@@ -126,6 +129,7 @@ typedef struct sd_guide {
     sd_guide_kind kind;
     sd_checkpoint *ckpt;
     struct sd_lora_stack *loras;
+    const struct sd_model_patches *patches; /* NULL = none */
     const sd_value *positive, *negative, *middle;
     double cfg;  /* CFG: cfg; DUAL_CFG: cfg_conds (cond1 against cond2) */
     double cfg2; /* DUAL_CFG: cfg_cond2_negative */
@@ -162,7 +166,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
 typedef struct sd_guide_state {
     const sd_guide *g;
     sd_cond_model *cm;
-    sd_tensor *buf[2]; /* scratch for two predictions, allocated on first use */
+    sd_tensor *buf[3]; /* scratch for two predictions and a CFG result, allocated on first use */
 } sd_guide_state;
 
 void sd_guide_state_init(sd_guide_state *s, const sd_guide *g, sd_cond_model *cm);

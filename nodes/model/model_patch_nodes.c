@@ -1,0 +1,94 @@
+/* model_patch_nodes.c - ModelSamplingDiscrete and RescaleCFG
+ * (comfy_extras/nodes_model_advanced.py) as data on the MODEL handle. */
+#include "model_nodes.h"
+
+#include "nodes/loaders/loaders.h"
+
+/* A new MODEL value: m with patches p. */
+static sd_status model_with(const sd_model_ref *m, const sd_model_patches *p, sd_value **out,
+                            sd_error *err) {
+    *out = sd_nodes_model_value_patched(m->ckpt, m->loras, p);
+    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+static sd_status model_sampling_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                    sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    const char *name = sd_value_as_string(in[1]);
+    int kind = sd_prediction_parse(name);
+    if (kind < 0) {
+        sd_error_set(err, SD_ERR_INVALID,
+                     "unknown sampling '%s' (eps, v_prediction, lcm, x0 or img_to_img)",
+                     name ? name : "");
+        sd_error_at(err, NULL, NULL, "sampling");
+        return SD_ERR_INVALID;
+    }
+    /* ComfyUI replaces the whole model_sampling object: a later
+     * ModelSamplingDiscrete overrides an earlier one */
+    sd_model_patches p = m->patches;
+    p.sampling_set = 1;
+    p.sampling = (sd_prediction)kind;
+    p.zsnr = sd_value_as_bool(in[2]);
+    return model_with(m, &p, &out[0], err);
+}
+
+static sd_status rescale_cfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                 sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    /* set_model_sampler_cfg_function: one cfg function per MODEL, the last
+     * one set wins */
+    sd_model_patches p = m->patches;
+    p.cfg.rescale = 1;
+    p.cfg.multiplier = sd_value_as_float(in[1]);
+    return model_with(m, &p, &out[0], err);
+}
+
+static const char *const sampling_kinds[] = {"eps", "v_prediction", "lcm", "x0", "img_to_img",
+                                             NULL};
+
+static const sd_input_def model_sampling_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "sampling", .type = SD_T_COMBO, .options = sampling_kinds, .def_str = "eps"},
+    {.name = "zsnr", .type = SD_T_BOOLEAN, .def = 0},
+    {0}};
+static const sd_output_def model_out[] = {{"MODEL", "MODEL"}, {0}};
+
+static const sd_node_def node_model_sampling_discrete = {
+    .version = 1,
+    .class_type = "ModelSamplingDiscrete",
+    .display_name = "ModelSamplingDiscrete",
+    .category = "advanced/model",
+    .description = "Overrides how the model's output is read (eps, v_prediction, lcm, x0, "
+                   "img_to_img) and optionally rescales the noise schedule to zero terminal "
+                   "SNR (zsnr).",
+    .inputs = model_sampling_inputs,
+    .outputs = model_out,
+    .run = model_sampling_run,
+};
+
+static const sd_input_def rescale_cfg_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "multiplier", .type = SD_T_FLOAT, .def = 0.7, .min = 0.0, .max = 1.0, .step = 0.01,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_rescale_cfg = {
+    .version = 1,
+    .class_type = "RescaleCFG",
+    .display_name = "RescaleCFG",
+    .category = "advanced/model",
+    .description = "Rescales the CFG result (in v space) to the standard deviation of the "
+                   "positive prediction, mixed by multiplier (for v-prediction / zsnr models).",
+    .inputs = rescale_cfg_inputs,
+    .outputs = model_out,
+    .run = rescale_cfg_run,
+};
+
+const sd_node_def *const sd_nodes_model_patch[] = {&node_model_sampling_discrete,
+                                                   &node_rescale_cfg, NULL};
