@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "env.h"
+#include "hashmap.h"
 #include "json_util.h"
 #include "node.h"
 #include "node_suggest.h"
@@ -116,8 +117,66 @@ static int is_integral(const sd_value *v) {
     return isfinite(d) && d == floor(d) && fabs(d) < 9.2e18;
 }
 
+/* ---- combo lists computed from the environment --------------------------------
+ * A file list (checkpoints, input images) is read once per validation, not
+ * once per node, and looked up through a set: a workflow of thousands of
+ * LoadImage nodes over a folder of thousands of pictures stays linear. */
+
+typedef struct combo_list {
+    sd_combo_fn fn;
+    sd_value *list;     /* own reference, or NULL when listing failed */
+    sd_hashmap *names;  /* the list's strings (borrowed from it); NULL: scan */
+    char error[512];    /* " (could not list the options: ...)" or "" */
+} combo_list;
+
+typedef struct combo_memo {
+    combo_list *lists; /* one per options_fn seen: a handful */
+    size_t n;
+} combo_memo;
+
+static void combo_memo_free(combo_memo *m) {
+    for (size_t i = 0; i < m->n; i++) {
+        sd_hashmap_free(m->lists[i].names);
+        sd_value_unref(m->lists[i].list);
+    }
+    free(m->lists);
+    m->lists = NULL;
+    m->n = 0;
+}
+
+/* The list of fn, computed on first use; NULL only when out of memory. */
+static const combo_list *combo_lookup(combo_memo *m, sd_combo_fn fn, const sd_env *env) {
+    for (size_t i = 0; i < m->n; i++)
+        if (m->lists[i].fn == fn) return &m->lists[i];
+    combo_list *lists = realloc(m->lists, (m->n + 1) * sizeof *lists);
+    if (!lists) return NULL;
+    m->lists = lists;
+    combo_list *c = &lists[m->n++];
+    memset(c, 0, sizeof *c);
+    c->fn = fn;
+    sd_error e;
+    sd_error_clear(&e);
+    if (fn(env, &c->list, &e) != SD_OK) {
+        snprintf(c->error, sizeof c->error, " (could not list the options: %s)", e.msg);
+        sd_value_unref(c->list);
+        c->list = NULL;
+        return c;
+    }
+    if ((c->names = sd_hashmap_new())) {
+        for (size_t i = 0; i < sd_value_list_len(c->list); i++) {
+            const char *o = sd_value_as_string(sd_value_list_get(c->list, i));
+            if (o && sd_hashmap_put_str(c->names, o, i)) {
+                sd_hashmap_free(c->names); /* out of memory: scan the list instead */
+                c->names = NULL;
+                break;
+            }
+        }
+    }
+    return c;
+}
+
 static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
-                        const sd_value *v, const sd_env *env) {
+                        const sd_value *v, const sd_env *env, combo_memo *memo) {
     const char *s = sd_value_as_string(v);
     if (!s) {
         char got[256];
@@ -125,15 +184,17 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
         add_problem(p, n, d->name, "invalid_input_type", "expects one of a list of strings, got %s", got);
         return;
     }
-    sd_value *dyn = NULL;
-    char fn_error[512] = "";
+    const sd_value *dyn = NULL;
+    const char *fn_error = "";
+    const combo_list *cl = NULL;
     if (!d->options && d->options_fn) {
-        sd_error e;
-        sd_error_clear(&e);
-        if (d->options_fn(env, &dyn, &e) != SD_OK) {
-            snprintf(fn_error, sizeof fn_error, " (could not list the options: %s)", e.msg);
-            dyn = NULL;
+        cl = combo_lookup(memo, d->options_fn, env);
+        if (!cl) {
+            add_problem(p, n, d->name, "internal_error", "out of memory listing the options");
+            return;
         }
+        dyn = cl->list;
+        fn_error = cl->error;
     }
     size_t count = 0;
     int found = 0;
@@ -142,9 +203,13 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
             if (strcmp(d->options[count], s) == 0) found = 1;
     } else if (dyn) {
         count = sd_value_list_len(dyn);
-        for (size_t i = 0; i < count; i++) {
-            const char *o = sd_value_as_string(sd_value_list_get(dyn, i));
-            if (o && strcmp(o, s) == 0) found = 1;
+        if (cl->names) {
+            found = sd_hashmap_get_str(cl->names, s, NULL);
+        } else {
+            for (size_t i = 0; i < count && !found; i++) {
+                const char *o = sd_value_as_string(sd_value_list_get(dyn, i));
+                if (o && strcmp(o, s) == 0) found = 1;
+            }
         }
     } else if (!d->options_fn) {
         return; /* a COMBO without a list accepts any string */
@@ -160,7 +225,6 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
             add_problem(p, n, d->name, "value_not_in_list", "value '%s' not in list (no files in %s%s%s)%s", s,
                         dir, env->comfyui_dir ? " or under " : "", env->comfyui_dir ? env->comfyui_dir : "",
                         fn_error);
-            sd_value_unref(dyn);
             return;
         }
         if (count > 20 || count == 0) {
@@ -173,7 +237,6 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
         }
         add_problem(p, n, d->name, "value_not_in_list", "value '%s' not in list [%s]%s", s, list, fn_error);
     }
-    sd_value_unref(dyn);
 }
 
 /* An unsigned 64-bit INT input (seeds, json_util.h): INT values are read as
@@ -216,7 +279,7 @@ static void check_u64(sd_graph_problems *p, const sd_graph_node *n, const sd_inp
 }
 
 static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
-                          const sd_value *v, const sd_env *env) {
+                          const sd_value *v, const sd_env *env, combo_memo *memo) {
     char got[256];
     describe_value(v, got, sizeof got);
     sd_value_kind k = sd_value_kind_of(v);
@@ -229,7 +292,7 @@ static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd
                     t, got, numeric_id ? " (a link is [\"<node id as a string>\", <output index>])" : "");
         return;
     }
-    if (strcmp(t, SD_T_COMBO) == 0) { check_combo(p, n, d, v, env); return; }
+    if (strcmp(t, SD_T_COMBO) == 0) { check_combo(p, n, d, v, env, memo); return; }
     if (strcmp(t, SD_T_STRING) == 0) {
         if (k != SD_VAL_STRING) add_problem(p, n, d->name, "invalid_input_type", "expects a STRING, got %s", got);
         return;
@@ -261,7 +324,7 @@ static int literal_has_default(const sd_input_def *d) {
 }
 
 static void check_node(sd_graph_problems *p, const sd_graph *g, const sd_graph_node *n,
-                       const sd_node_def *def, const sd_env *env) {
+                       const sd_node_def *def, const sd_env *env, combo_memo *memo) {
     for (int i = 0; def->inputs && def->inputs[i].name; i++) {
         const sd_input_def *d = &def->inputs[i];
         const sd_graph_input *in = sd_graph_node_input(n, d->name);
@@ -274,7 +337,7 @@ static void check_node(sd_graph_problems *p, const sd_graph *g, const sd_graph_n
         if (!in->is_link) {
             /* null for an optional input means "not given". */
             if (d->optional && sd_value_kind_of(in->literal) == SD_VAL_NONE) continue;
-            check_literal(p, n, d, in->literal, env);
+            check_literal(p, n, d, in->literal, env, memo);
             continue;
         }
         const sd_graph_node *src = sd_graph_find(g, in->src_id);
@@ -389,6 +452,7 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
     }
     size_t count = sd_graph_count(g);
     int outputs = 0;
+    combo_memo memo = {0};
     for (size_t i = 0; i < count; i++) {
         const sd_graph_node *n = sd_graph_at(g, i);
         const sd_node_def *def = sd_registry_find(n->class_type);
@@ -401,7 +465,7 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
             continue;
         }
         if (def->flags & SD_NODE_OUTPUT) outputs++;
-        check_node(p, g, n, def, env);
+        check_node(p, g, n, def, env, &memo);
     }
     if (count) {
         cycle_walk w = {.g = g, .state = calloc(count, sizeof(int)), .stack = calloc(count, sizeof(size_t)),
@@ -417,6 +481,7 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
         free(w.next);
         free(w.pos);
     }
+    combo_memo_free(&memo);
     if (own_env) sd_env_cleanup(&default_env);
     if (!outputs)
         add_problem(p, NULL, NULL, "prompt_no_outputs",

@@ -48,7 +48,23 @@ static const sd_input_def out_in[] = {{.name = "value", .type = "INT"}, {NULL}};
 static const sd_node_def n_const = {1, "LConst", NULL, "test", "", const_in, int_out, 0, run_const};
 static const sd_node_def n_add = {1, "LAdd", NULL, "test", "", add_in, int_out, 0, run_add};
 static const sd_node_def n_out = {1, "LOut", NULL, "test", "", out_in, NULL, SD_NODE_OUTPUT, run_out};
-static const sd_node_def *const table[] = {&n_const, &n_add, &n_out, NULL};
+/* An output node whose COMBO lists "files" computed from the environment
+ * (as LoadImage lists the input folder), counting how often it is asked. */
+static int n_listings;
+static sd_status list_files(const sd_env *env, sd_value **out, sd_error *err) {
+    n_listings++;
+    *out = sd_value_list();
+    char name[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof name, "pic_%d.png", i);
+        sd_value_list_append(*out, sd_value_string(name));
+    }
+    return SD_OK;
+}
+static const sd_input_def pick_in[] = {{.name = "file", .type = SD_T_COMBO, .options_fn = list_files}, {NULL}};
+static const sd_node_def n_pick = {1, "LPick", NULL, "test", "", pick_in, NULL, SD_NODE_OUTPUT, run_out};
+
+static const sd_node_def *const table[] = {&n_const, &n_add, &n_out, &n_pick, NULL};
 
 /* ---- JSON text ------------------------------------------------------------------- */
 
@@ -181,6 +197,32 @@ static void test_big_cycle(void) {
     sd_graph_free(g);
 }
 
+/* N nodes choosing among 5,000 listed files: the list is made once per
+ * validation (it was once per node, each looked up by a scan), and a name
+ * that is not there is still reported, on its node. */
+static void test_combo_lists(void) {
+    sd_graph *g = sd_graph_new();
+    sd_error err;
+    sd_error_clear(&err);
+    char id[16], file[32];
+    for (int i = 1; i <= N; i++) {
+        sd_graph_node *n;
+        snprintf(id, sizeof id, "%d", i);
+        snprintf(file, sizeof file, "pic_%d.png", i == N / 2 ? 99999 : i % 5000);
+        sd_graph_add_node(g, id, "LPick", &n, &err);
+        sd_graph_set_literal(n, "file", sd_value_string(file), &err);
+    }
+    sd_graph_problems probs = {0};
+    n_listings = 0;
+    CHECK(sd_graph_validate(g, NULL, &probs, &err) == SD_ERR_VALIDATION);
+    CHECK_MSG(n_listings == 1, "the list was made %d times", n_listings);
+    CHECK_MSG(probs.n == 1 && !strcmp(probs.items[0].kind, "value_not_in_list") &&
+              !strcmp(probs.items[0].node_id, "50000") && strstr(probs.items[0].message, "pic_99999.png"),
+              "%zu problems", probs.n);
+    sd_graph_problems_free(&probs);
+    sd_graph_free(g);
+}
+
 /* sd_graph_new_id over a growing graph, and after removals. */
 static void test_new_ids(void) {
     sd_graph *g = sd_graph_new();
@@ -231,6 +273,7 @@ int main(void) {
     test_ladder(N, 1);      /* as sdflow run: values dropped after their last use */
     test_ladder(N / 5, 0);  /* as the REPL: all kept, then a rerun from the memo */
     test_big_cycle();
+    test_combo_lists();
     test_new_ids();
     return sd_test_finish();
 }
