@@ -14,6 +14,8 @@ write, and saves what it computed into sd2_ref.safetensors beside this script:
   den_v       model.model.apply_model(x, sigma_i, c_crossattn=cond) on sd2-tiny
               (detected V_PREDICTION), stacked over the sigmas                          expected
   den_eps     the same on sd2-tiny-eps (detected EPS)                                   expected
+  ksampler_v  KSampler (settings KSAMPLER) on sd2-tiny: CLIPTextEncode(PROMPT / NEGATIVE),
+              empty latent, nodes.common_ksampler's noise and comfy.sample.sample        expected
 
 usage: gen_sd2_ref.py REFDIR SD2_TINY SD2_TINY_EPS
   REFDIR holds ComfyUI/, einops/, CLIP/ as extract_refs.sh writes them.
@@ -28,6 +30,9 @@ COMFYREF = os.environ.get("COMFYREF", "/work/shared/tools/comfyref")
 sys.path.insert(0, COMFYREF)
 
 PROMPT = "a photograph of an astronaut riding a horse"
+NEGATIVE = "blurry, low quality"
+KSAMPLER = {"seed": 42, "steps": 4, "cfg": 5.0, "sampler_name": "euler", "scheduler": "normal",
+            "denoise": 1.0, "width": 64, "height": 64}
 SIGMAS = [14.614641189575195, 1.0, 0.1]
 CLIP_H = {"hidden_size": 128, "intermediate_size": 512, "num_attention_heads": 2,
           "num_hidden_layers": 4, "projection_dim": 128}
@@ -91,11 +96,38 @@ def _pil_shim():
         sys.modules["PIL." + sub] = m
 
 
+def _scipy_shim():
+    """ComfyUI imports scipy.integrate for the LMS sampler and scipy.stats for the beta
+    scheduler only (euler / normal here): without Debian's python3-scipy, stand-ins that fail
+    if they are ever called."""
+    try:
+        import scipy  # noqa: F401
+        return
+    except ImportError:
+        pass
+    import types
+    sp, integ = types.ModuleType("scipy"), types.ModuleType("scipy.integrate")
+
+    def quad(*a, **k):
+        raise RuntimeError("scipy.integrate.quad is not available (LMS needs python3-scipy)")
+    integ.quad = quad
+    stats = types.ModuleType("scipy.stats")
+
+    class _Beta:
+        def __getattr__(self, name):
+            raise RuntimeError("scipy.stats.beta is not available (the beta scheduler needs python3-scipy)")
+    stats.beta = _Beta()
+    sp.__path__ = []
+    sp.integrate, sp.stats = integ, stats
+    sys.modules.update({"scipy": sp, "scipy.integrate": integ, "scipy.stats": stats})
+
+
 def main():
     refdir, v_path, eps_path = sys.argv[1:4]
     assert all(ord(c) < 128 for c in PROMPT)
     _regex_shim()
     _pil_shim()
+    _scipy_shim()
     import comfy_env
     comfy_env.setup(os.path.join(refdir, "ComfyUI"), os.path.join(refdir, "einops"),
                     os.path.join(refdir, "CLIP"))
@@ -124,6 +156,22 @@ def main():
             out["tokens"] = torch.tensor([[t[0] for t in tokens["h"][0]]], dtype=torch.int64)
             out["cond"] = cond.float().contiguous()
             out["pooled"] = pooled.float().contiguous()
+        if key == "v":
+            # KSampler on CLIPTextEncode / EmptyLatentImage, as nodes.common_ksampler does it
+            import comfy.sample
+            k = KSAMPLER
+            pos = clip.encode_from_tokens_scheduled(clip.tokenize(PROMPT))
+            neg = clip.encode_from_tokens_scheduled(clip.tokenize(NEGATIVE))
+            latent = torch.zeros([1, 4, k["height"] // 8, k["width"] // 8])
+            latent = comfy.sample.fix_empty_latent_channels(model, latent)
+            noise = comfy.sample.prepare_noise(latent, k["seed"], None)
+            with torch.no_grad():
+                samples = comfy.sample.sample(model, noise, k["steps"], k["cfg"], k["sampler_name"],
+                                              k["scheduler"], pos, neg, latent, denoise=k["denoise"],
+                                              disable_noise=False, start_step=None, last_step=None,
+                                              force_full_denoise=False, noise_mask=None, callback=None,
+                                              disable_pbar=True, seed=k["seed"])
+            out["ksampler_v"] = samples.float().contiguous()
         dens = []
         with torch.no_grad():
             for s in sig:
@@ -133,9 +181,6 @@ def main():
     out["sigma"] = sig.contiguous()
     here = os.path.dirname(os.path.abspath(__file__))
     stio.save(out, os.path.join(here, "sd2_ref.safetensors"))
-    with open(os.path.join(here, "COMFY_COMMIT_USED"), "w") as f:
-        pass
-    os.remove(os.path.join(here, "COMFY_COMMIT_USED"))
     manifest = {
         "generator": "tests/data/sd2/gen_sd2_ref.py",
         "comfyui_commit": open(os.path.join(COMFYREF, "COMFY_COMMIT")).read().strip(),
@@ -152,6 +197,8 @@ def main():
                         "model_channels 64 (model_type, CLIP target, key conversion are SD20's)",
         "te_model_options": {"clip_h_model_config": CLIP_H},
         "prompt": PROMPT,
+        "negative": NEGATIVE,
+        "ksampler": KSAMPLER,
         "tensors": {
             "tokens": "clip.tokenize(prompt)['h'][0] ids (SD2Tokenizer with the CLIP BPE vocabulary)",
             "cond": "clip.encode_from_tokens(tokens, return_pooled=True)[0] on sd2-tiny",
@@ -160,9 +207,13 @@ def main():
             "sigma": "sigmas of the apply_model calls",
             "den_v": "model.model.apply_model(x, sigma[i], c_crossattn=cond) on sd2-tiny, over i",
             "den_eps": "the same on sd2-tiny-eps",
+            "ksampler_v": "LATENT samples of nodes.common_ksampler's steps (comfy.sample.prepare_noise, "
+                          "comfy.sample.sample) on sd2-tiny with CLIPTextEncode(prompt) / "
+                          "CLIPTextEncode(negative) and an empty latent of width x height, settings in "
+                          "'ksampler'",
         },
         "tolerance": {"cond": {"atol": 1e-4, "rtol": 1e-4}, "pooled": {"atol": 1e-4, "rtol": 1e-4},
-                      "den": {"atol": 1e-4, "rtol": 1e-4}},
+                      "den": {"atol": 1e-4, "rtol": 1e-4}, "ksampler": {"atol": 1e-4, "rtol": 1e-4}},
     }
     with open(os.path.join(here, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
