@@ -99,15 +99,16 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
         c->kind = SD_UNET_SD1;
         c->num_heads = 8;
         c->num_head_channels = -1;
-    } else if (c->use_linear_in_transformer && c->adm_in_channels > 0) {
-        c->kind = SD_UNET_SDXL;
+    } else if (c->use_linear_in_transformer) {
+        /* SDXL (label_emb) and SD2.x (none): 64-channel heads, as their UNets */
+        c->kind = c->adm_in_channels > 0 ? SD_UNET_SDXL : SD_UNET_SD2;
         c->num_heads = -1;
         c->num_head_channels = 64;
     } else {
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: ControlNet for an unsupported UNet (%s proj_in, adm %d): only SD1.x "
-                            "and SDXL ControlNets are supported",
-                            path, c->use_linear_in_transformer ? "linear" : "conv", c->adm_in_channels);
+                            "%s: ControlNet for an unsupported UNet (conv proj_in, adm %d): only "
+                            "SD1.x, SD2.x and SDXL ControlNets are supported",
+                            path, c->adm_in_channels);
     }
     c->out_channels = c->in_channels;
     return SD_OK;

@@ -42,7 +42,7 @@ static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     }
     const sd_unet_config *c = sd_controlnet_config(cn);
     sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s: %s, %d channels, context %d, %d outputs", name,
-                c->kind == SD_UNET_SDXL ? "SDXL" : "SD1", c->model_channels, c->context_dim,
+                c->kind == SD_UNET_SDXL ? "SDXL" : c->kind == SD_UNET_SD2 ? "SD2" : "SD1", c->model_channels, c->context_dim,
                 sd_controlnet_n_outputs(cn));
     out[0] = sd_value_handle(&sd_handle_control_net, cn);
     if (!out[0]) {

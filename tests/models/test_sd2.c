@@ -8,6 +8,9 @@
  *   - the text encoder: kind sd2, 'h' tokens padded with 0, cond = the
  *     penultimate layer WITH final LN (sd2_clip.py), pooled projected;
  *   - a UNet evaluation on that conditioning is finite and shaped;
+ *   - an SD2 ControlNet (sd2-tiny's encoder as control_model.* with a random
+ *     hint block and zero convs) loads as SD2, fits the SD2 UNet, and its
+ *     residuals change the UNet's (finite) output;
  *   - V_PREDICTION calculate_denoised against its closed form in double.
  * No reference numbers: structure and consistency only. */
 #include <math.h>
@@ -18,6 +21,7 @@
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
+#include "models/controlnet/controlnet.h"
 #include "models/synth/synth.h"
 #include "models/text/prompt.h"
 #include "testutil.h"
@@ -119,6 +123,112 @@ static void check_detection(sd_backend *be, const char *v_path, const char *eps_
     expect_family(be, p, SD_CKPT_SDXL, SD_PRED_EPS);
 }
 
+static uint64_t rs = 7;
+static void add_rand(sd_st_writer *w, const char *name, int nd, int64_t a, int64_t b) {
+    int64_t shape[4] = {a, b, nd == 4 ? 3 : 0, nd == 4 ? 3 : 0};
+    if (nd == 4 && strstr(name, "zero_convs")) shape[2] = shape[3] = 1;
+    if (nd == 4 && strstr(name, "middle_block_out")) shape[2] = shape[3] = 1;
+    sd_tensor *t = sd_tensor_new(SD_F32, nd, shape);
+    for (int64_t i = 0; i < sd_tensor_numel(t); i++) {
+        rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
+        ((float *)t->data)[i] = (float)((double)(rs >> 40) / (double)(1ULL << 24) - 0.5) * 0.2f;
+    }
+    sd_error err = {0};
+    CHECK_OK(sd_st_writer_add(w, name, t, &err), &err);
+    sd_tensor_unref(t);
+}
+
+/* control_model.* from the checkpoint's encoder half, as ControlNet
+ * training starts from. 1 on success. */
+static int make_controlnet(const char *ckpt, const char *out) {
+    sd_error err = {0};
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_st_open(ckpt, &f, &err), &err);
+    if (!f) return 0;
+    sd_st_writer *w = sd_st_writer_new();
+    const char *pre = "model.diffusion_model.";
+    size_t pl = strlen(pre);
+    int64_t widths[64] = {0};
+    for (size_t i = 0; i < sd_st_count(f); i++) {
+        const char *k = sd_st_at(f, i)->name, *r = k + pl;
+        if (strncmp(k, pre, pl) != 0 || (strncmp(r, "time_embed.", 11) && strncmp(r, "input_blocks.", 13) &&
+                                         strncmp(r, "middle_block.", 13)))
+            continue;
+        sd_tensor *t = sd_st_tensor_f32(f, k, &err);
+        char nk[512], rest[256];
+        snprintf(nk, sizeof nk, "control_model.%s", r);
+        CHECK_OK(sd_st_writer_add(w, nk, t, &err), &err);
+        int b;
+        if (sscanf(r, "input_blocks.%d.%255s", &b, rest) == 2 && b < 64 &&
+            (strstr(rest, "out_layers.3.weight") || strcmp(rest, "0.weight") == 0 ||
+             strcmp(rest, "0.op.weight") == 0))
+            widths[b] = t->shape[0];
+        sd_tensor_unref(t);
+    }
+    int64_t hint[8] = {16, 16, 32, 32, 96, 96, 256, widths[0]}, cin = 3;
+    char nm[128];
+    for (int k = 0; k < 8; k++) {
+        snprintf(nm, sizeof nm, "control_model.input_hint_block.%d.weight", 2 * k);
+        add_rand(w, nm, 4, hint[k], cin);
+        snprintf(nm, sizeof nm, "control_model.input_hint_block.%d.bias", 2 * k);
+        add_rand(w, nm, 1, hint[k], 0);
+        cin = hint[k];
+    }
+    int n = 0;
+    while (n < 64 && widths[n]) n++;
+    for (int i = 0; i < n; i++) {
+        snprintf(nm, sizeof nm, "control_model.zero_convs.%d.0.weight", i);
+        add_rand(w, nm, 4, widths[i], widths[i]);
+        snprintf(nm, sizeof nm, "control_model.zero_convs.%d.0.bias", i);
+        add_rand(w, nm, 1, widths[i], 0);
+    }
+    add_rand(w, "control_model.middle_block_out.0.weight", 4, widths[n - 1], widths[n - 1]);
+    add_rand(w, "control_model.middle_block_out.0.bias", 1, widths[n - 1], 0);
+    CHECK_OK(sd_st_writer_save(w, out, &err), &err);
+    sd_st_writer_free(w);
+    sd_st_close(f);
+    return n == 12;
+}
+
+static void check_controlnet(sd_backend *be, sd_unet *u, const char *ckpt, sd_bt *x, sd_bt *ctx,
+                             const sd_tensor *plain) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/cn-sd2.safetensors", tmp);
+    CHECK(make_controlnet(ckpt, path));
+    sd_error err = {0};
+    sd_st_file *f = NULL;
+    sd_controlnet *cn = NULL;
+    CHECK_OK(sd_st_open(path, &f, &err), &err);
+    if (f) CHECK_OK(sd_controlnet_load(be, f, SD_F32, &cn, &err), &err);
+    sd_st_close(f);
+    if (!cn) return;
+    const sd_unet_config *cc = sd_controlnet_config(cn);
+    CHECK(cc->kind == SD_UNET_SD2 && cc->num_head_channels == 64 && cc->context_dim == 128 &&
+          sd_controlnet_n_outputs(cn) == 12);
+    CHECK_OK(sd_controlnet_check_fit(cn, sd_unet_get_config(u), &err), &err);
+    int64_t hs[4] = {1, 3, 64, 64};
+    sd_tensor *hh = sd_tensor_new(SD_F32, 4, hs);
+    for (int64_t i = 0; i < sd_tensor_numel(hh); i++) ((float *)hh->data)[i] = (float)(i % 7) / 7.0f;
+    sd_bt *hint = sd_bt_from_host(be, hh, SD_F32);
+    float ts = 999.0f;
+    sd_controlnet_result r = {0};
+    CHECK_OK(sd_controlnet_forward(cn, x, &ts, hint, ctx, NULL, &r, &err), &err);
+    if (r.n == 12 && r.middle) {
+        sd_unet_control control = {0, NULL, r.middle, r.n, r.output};
+        sd_bt *out = NULL;
+        CHECK_OK(sd_unet_forward(u, x, &ts, ctx, NULL, &control, &out, &err), &err);
+        sd_tensor *ho = out ? sd_bt_to_host(out) : NULL;
+        CHECK(ho && all_finite(ho) && plain && ho->nbytes == plain->nbytes &&
+              memcmp(ho->data, plain->data, ho->nbytes) != 0);
+        sd_tensor_unref(ho);
+        sd_bt_free(out);
+    }
+    sd_controlnet_result_free(&r);
+    sd_bt_free(hint);
+    sd_tensor_unref(hh);
+    sd_controlnet_free(cn);
+}
+
 /* The text encoder and one UNet evaluation on its output. */
 static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
     sd_checkpoint *c = open_ckpt(be, v_path, tok_dir);
@@ -193,6 +303,7 @@ static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
         CHECK_OK(sd_unet_forward(u, x, &ts, ctx, NULL, NULL, &out, &err), &err);
         sd_tensor *ho = out ? sd_bt_to_host(out) : NULL;
         CHECK(ho && ho->ndim == 4 && ho->shape[1] == 4 && ho->shape[2] == 8 && all_finite(ho));
+        check_controlnet(be, u, v_path, x, ctx, ho);
         sd_tensor_unref(ho);
         sd_bt_free(out);
         sd_bt_free(x);
