@@ -79,16 +79,53 @@ static int is_output_node(const sd_graph_node *n) {
     return d && (d->flags & SD_NODE_OUTPUT);
 }
 
-/* 1 when `target` is `from` or one of its ancestors (links followed up). */
-static int reaches(const sd_graph *g, const char *from, const char *target, int depth) {
-    if (!strcmp(from, target)) return 1;
-    if (depth > 10000) return 0; /* cycles are reported separately */
-    const sd_graph_node *n = sd_graph_find(g, from);
-    for (size_t i = 0; n && i < n->n_inputs; i++)
-        if (n->inputs[i].is_link && n->inputs[i].src_id && reaches(g, n->inputs[i].src_id, target, depth + 1))
-            return 1;
-    return 0;
+/* ---- ancestry: which nodes an output needs, in O(nodes) per output ------- */
+
+typedef struct gindex { const char *id; size_t at; } gindex;
+
+static int by_id(const void *a, const void *b) { return strcmp(((const gindex *)a)->id, ((const gindex *)b)->id); }
+
+/* The graph's ids sorted, for lookups by id. NULL when out of memory. */
+static gindex *index_graph(const sd_graph *g) {
+    size_t n = sd_graph_count(g);
+    gindex *ix = malloc((n ? n : 1) * sizeof *ix);
+    if (!ix) return NULL;
+    for (size_t k = 0; k < n; k++) ix[k] = (gindex){sd_graph_at(g, k)->id, k};
+    if (n > 1) qsort(ix, n, sizeof *ix, by_id);
+    return ix;
 }
+
+static long index_of(const gindex *ix, size_t n, const char *id) {
+    if (!id || !n) return -1;
+    gindex key = {id, 0};
+    const gindex *f = bsearch(&key, ix, n, sizeof *ix, by_id);
+    return f ? (long)f->at : -1;
+}
+
+/* mark[k] = 1 for `from` and every node it links to, transitively (marks
+ * already set are kept, and stop the walk). `stack` has room for n. */
+static void mark_ancestors(const sd_graph *g, const gindex *ix, size_t n, long from, unsigned char *mark,
+                           size_t *stack) {
+    if (from < 0 || mark[from]) return;
+    size_t top = 0;
+    mark[from] = 1;
+    stack[top++] = (size_t)from;
+    while (top) {
+        const sd_graph_node *node = sd_graph_at(g, stack[--top]);
+        for (size_t i = 0; i < node->n_inputs; i++) {
+            if (!node->inputs[i].is_link) continue;
+            long k = index_of(ix, n, node->inputs[i].src_id);
+            if (k < 0 || mark[k]) continue;
+            mark[k] = 1;
+            stack[top++] = (size_t)k;
+        }
+    }
+}
+
+/* Work allowed for per-output ancestry (outputs x nodes): beyond it the
+ * server does not compute dependent_outputs nor keep valid outputs of a
+ * broken prompt, so a huge graph cannot make validation quadratic. */
+#define ANCESTRY_BUDGET 20000000.0
 
 static cJSON *top_error(const char *type, const char *message, const char *details) {
     cJSON *e = cJSON_CreateObject();
@@ -97,6 +134,31 @@ static cJSON *top_error(const char *type, const char *message, const char *detai
     cJSON_AddStringToObject(e, "details", details ? details : "");
     cJSON_AddObjectToObject(e, "extra_info");
     return e;
+}
+
+/* node_errors[id].dependent_outputs: the output nodes that need node id. */
+static void add_dependent_outputs(const sd_graph *g, cJSON *node_errors) {
+    size_t n = sd_graph_count(g), n_out = 0;
+    for (size_t k = 0; k < n; k++) n_out += is_output_node(sd_graph_at(g, k));
+    if ((double)n_out * (double)n > ANCESTRY_BUDGET) return;
+    gindex *ix = index_graph(g);
+    unsigned char *mark = malloc(n ? n : 1);
+    size_t *stack = malloc((n ? n : 1) * sizeof *stack);
+    for (size_t k = 0; ix && mark && stack && k < n; k++) {
+        const sd_graph_node *o = sd_graph_at(g, k);
+        if (!is_output_node(o)) continue;
+        memset(mark, 0, n);
+        mark_ancestors(g, ix, n, (long)k, mark, stack);
+        cJSON *ne;
+        cJSON_ArrayForEach(ne, node_errors) {
+            long at = index_of(ix, n, ne->string);
+            if (at >= 0 && mark[at])
+                cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(ne, "dependent_outputs"), cJSON_CreateString(o->id));
+        }
+    }
+    free(ix);
+    free(mark);
+    free(stack);
 }
 
 /* {"error": {...}, "node_errors": {...}} for a graph that failed validation. */
@@ -126,12 +188,7 @@ static cJSON *validation_body(const sd_graph *g, const sd_graph_problems *p) {
             ne = cJSON_CreateObject();
             cJSON_AddItemToObject(node_errors, id, ne);
             cJSON_AddArrayToObject(ne, "errors");
-            cJSON *dep = cJSON_AddArrayToObject(ne, "dependent_outputs");
-            for (size_t k = 0; q->node_id && k < sd_graph_count(g); k++) {
-                const sd_graph_node *o = sd_graph_at(g, k);
-                if (is_output_node(o) && reaches(g, o->id, q->node_id, 0))
-                    cJSON_AddItemToArray(dep, cJSON_CreateString(o->id));
-            }
+            cJSON_AddArrayToObject(ne, "dependent_outputs"); /* filled below */
             cJSON_AddStringToObject(ne, "class_type", q->class_type ? q->class_type : "");
         }
         char d[1400];
@@ -146,11 +203,62 @@ static cJSON *validation_body(const sd_graph *g, const sd_graph_problems *p) {
         cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(ne, "errors"), err);
         if (details) dl += (size_t)snprintf(details + dl, cap - dl, "%s%s: %s", dl ? "\n" : "", short_message(q->kind), d);
     }
+    add_dependent_outputs(g, node_errors);
     cJSON_AddItemToObject(root, "error",
                           top_error("prompt_outputs_failed_validation", "Prompt outputs failed validation", details));
     cJSON_AddItemToObject(root, "node_errors", node_errors);
     free(details);
     return root;
+}
+
+/* ComfyUI's rule: outputs whose own node or any ancestor has a problem are
+ * dropped and the others still run. Removes every node that no valid output
+ * needs and validates again; SD_OK when something valid is left. A problem
+ * of the whole prompt (unknown class, no outputs) leaves nothing. */
+static sd_status keep_valid_outputs(sd_graph *g, const sd_graph_problems *p, const sd_env *env) {
+    for (size_t i = 0; i < p->n; i++)
+        if (!p->items[i].node_id || !strcmp(p->items[i].kind, "invalid_prompt")) return SD_ERR_VALIDATION;
+    size_t n = sd_graph_count(g), good = 0, n_out = 0;
+    for (size_t k = 0; k < n; k++) n_out += is_output_node(sd_graph_at(g, k));
+    if ((double)n_out * (double)n > ANCESTRY_BUDGET) return SD_ERR_VALIDATION;
+    gindex *ix = index_graph(g);
+    unsigned char *keep = calloc(n ? n : 1, 1), *mark = malloc(n ? n : 1);
+    size_t *stack = malloc((n ? n : 1) * sizeof *stack);
+    sd_status rc = ix && keep && mark && stack ? SD_OK : SD_ERR_NOMEM;
+    for (size_t k = 0; !rc && k < n; k++) {
+        if (!is_output_node(sd_graph_at(g, k))) continue;
+        memset(mark, 0, n);
+        mark_ancestors(g, ix, n, (long)k, mark, stack);
+        int bad = 0;
+        for (size_t i = 0; i < p->n && !bad; i++) {
+            long at = index_of(ix, n, p->items[i].node_id);
+            bad = at >= 0 && mark[at];
+        }
+        if (bad) continue;
+        good++;
+        for (size_t m = 0; m < n; m++) keep[m] |= mark[m];
+    }
+    if (!rc && !good) rc = SD_ERR_VALIDATION;
+    /* remove from the end: positions of earlier nodes stay valid */
+    for (size_t k = n; !rc && k-- > 0;) {
+        if (keep[k]) continue;
+        char *id = strdup(sd_graph_at(g, k)->id);
+        sd_error e;
+        sd_error_clear(&e);
+        if (!id || sd_graph_remove_node(g, id, &e)) rc = SD_ERR_NOMEM;
+        free(id);
+    }
+    free(ix);
+    free(keep);
+    free(mark);
+    free(stack);
+    if (rc) return rc;
+    sd_graph_problems again = {0};
+    sd_error e;
+    sd_error_clear(&e);
+    rc = sd_graph_validate(g, env, &again, &e);
+    sd_graph_problems_free(&again);
+    return rc;
 }
 
 /* ---- POST /prompt -------------------------------------------------------- */
@@ -196,13 +304,21 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
     }
     sd_graph_problems probs = {0};
     rc = sd_graph_validate(j->graph, s->env, &probs, &err);
+    cJSON *dropped = NULL; /* node_errors of outputs left out (ComfyUI: 200 with node_errors) */
     if (rc == SD_ERR_VALIDATION) {
         cJSON *r = validation_body(j->graph, &probs);
-        sd_graph_problems_free(&probs);
-        srv_log(s, "prompt refused: %s", err.msg);
-        job_free(j);
-        cJSON_Delete(body);
-        return srv_reply_json(c, 400, r);
+        if (keep_valid_outputs(j->graph, &probs, s->env) == SD_OK) {
+            dropped = cJSON_DetachItemFromObjectCaseSensitive(r, "node_errors");
+            cJSON_Delete(r);
+            srv_log(s, "prompt accepted without its invalid outputs: %s", err.msg);
+            rc = SD_OK;
+        } else {
+            sd_graph_problems_free(&probs);
+            srv_log(s, "prompt refused: %s", err.msg);
+            job_free(j);
+            cJSON_Delete(body);
+            return srv_reply_json(c, 400, r);
+        }
     }
     sd_graph_problems_free(&probs);
     if (rc) {
@@ -210,6 +326,7 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
         cJSON_Delete(body);
         return srv_reply_error(c, 500, sd_status_name(rc), "%s", err.msg);
     }
+    if (!dropped) dropped = cJSON_CreateObject();
     j->prompt = cJSON_DetachItemFromObjectCaseSensitive(body, "prompt");
     cJSON *extra = cJSON_DetachItemFromObjectCaseSensitive(body, "extra_data");
     j->extra_data = cJSON_IsObject(extra) ? extra : cJSON_CreateObject();
@@ -260,6 +377,7 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(body);
     if (!list) {
+        cJSON_Delete(dropped);
         job_free(j);
         if (dup) return srv_reply_error(c, 409, "duplicate_prompt_id", "a prompt with this prompt_id is queued already");
         return srv_reply_error(c, full ? 503 : 500, full ? "queue_full" : "out_of_memory",
@@ -269,7 +387,7 @@ int srv_post_prompt(srv *s, struct mg_connection *c) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "prompt_id", id);
     cJSON_AddNumberToObject(r, "number", number);
-    cJSON_AddObjectToObject(r, "node_errors");
+    cJSON_AddItemToObject(r, "node_errors", dropped);
     srv_ws_broadcast_status(s);
     return srv_reply_json(c, 200, r);
 }

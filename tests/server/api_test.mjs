@@ -79,6 +79,8 @@ try {
     }
     const pid = result.prompt_id;
     await until(() => of('execution_success', pid).length > 0, `${name}: execution_success`);
+    // (ComfyUI's order: execution_success, then executing with node=null)
+    await until(() => of('executing', pid).some((e) => e.data.node === null), `${name}: executing node=null`);
     ok(of('execution_start', pid).length === 1 && typeof of('execution_start', pid)[0].data.timestamp === 'number',
        `${name}: execution_start {prompt_id, timestamp}`);
     ok(of('execution_cached', pid).length === 1 && Array.isArray(of('execution_cached', pid)[0].data.nodes),
@@ -123,6 +125,7 @@ try {
   // arrives: the events are collected from the start, not awaited per prompt)
   const again = await client.queuePrompt(0, { prompt: wf });
   await until(() => of('execution_success', again.prompt_id).length > 0, 'rerun: execution_success');
+  await until(() => of('executing', again.prompt_id).some((e) => e.data.node === null), 'rerun: executing node=null');
   const cached = of('execution_cached', again.prompt_id)[0].data.nodes;
   ok(cached.includes('9') && of('executing', again.prompt_id).length === 1,
      `rerun: execution_cached lists the SaveImage and nothing executes (${JSON.stringify(cached)})`);
@@ -167,6 +170,22 @@ try {
   let threw = null;
   try { await client.queuePrompt(0, { prompt: bad }); } catch (e) { threw = e; }
   ok(threw !== null, 'the client rejects a prompt that fails validation');
+
+  // ---- a prompt with one valid and one invalid output: ComfyUI runs the
+  // valid one and answers 200 with the other's node_errors
+  const part = JSON.parse(JSON.stringify(wf));
+  part['3'].inputs.seed = 777;
+  part['11'] = { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 7] } };
+  part['12'] = { class_type: 'SaveImage', inputs: { images: ['11', 0], filename_prefix: 'broken' } };
+  r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: part, client_id: 'sdflow-api-test' }) });
+  const pb = await r.json();
+  ok(r.status === 200 && pb.node_errors['11']?.errors?.[0]?.type === 'bad_linked_input' &&
+     pb.node_errors['11'].dependent_outputs.includes('12') && !pb.node_errors['9'],
+     `partly invalid prompt: 200 with node_errors of the dropped output (${r.status} ${JSON.stringify(pb.node_errors)})`);
+  await until(() => of('execution_success', pb.prompt_id).length > 0, 'the valid part runs');
+  const hp = (await (await fetch(`${base}/history/${pb.prompt_id}`)).json())[pb.prompt_id];
+  ok(hp && keys(hp.outputs) === '9' && hp.prompt[4].length === 1 && hp.prompt[4][0] === '9' && hp.prompt[2]['12'],
+     'only the valid output ran; the history keeps the prompt as sent and outputs_to_execute [9]');
 
   // ---- cancel: a queued prompt by /queue delete, the running one by /interrupt {prompt_id}
   const long = (seed) => { const w = JSON.parse(JSON.stringify(wf)); w['3'].inputs.steps = 10000; w['3'].inputs.seed = seed; return w; };

@@ -80,6 +80,14 @@ try {
   ok(r.status === 404 && (await errBody(r)) === 'not_found', 'unknown route: 404 with an error body');
   const g = await rawRequest('GARBAGE\r\n\r\n');
   ok(/^HTTP\/1\.[01] 4\d\d/.test(g) || g === '', `a garbage request line is refused (${g.slice(0, 20)})`);
+  // 400 diamonds (each ImageBatch reads the previous one twice) over a broken
+  // loader: a walk that did not remember visited nodes would take 2^400 steps
+  const dia = { '0': { class_type: 'LoadImage', inputs: { image: 'missing.png' } } };
+  for (let i = 1; i <= 400; i++) dia[String(i)] = { class_type: 'ImageBatch', inputs: { image1: [String(i - 1), 0], image2: [String(i - 1), 0] } };
+  dia.out = { class_type: 'SaveImage', inputs: { images: ['400', 0] } };
+  r = await post('/prompt', JSON.stringify({ prompt: dia }));
+  const db = await r.json();
+  ok(r.status === 400 && db.node_errors?.['0']?.dependent_outputs?.[0] === 'out', 'a deep diamond graph over a broken node: 400 naming the dependent output');
   await alive('malformed requests');
 
   // ---- multipart

@@ -4,7 +4,7 @@
 # when a tool is missing, with the command that installs it.
 : "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
 SRV="$SDFLOW_SOURCE_DIR/tests/server"
-command -v node > /dev/null || { echo "SKIP: node is not installed (bash scripts/setup.sh installs it)"; exit 77; }
+command -v node > /dev/null || { echo "SKIP: node is not installed (bash scripts/setup-test-tools.sh installs it)"; exit 77; }
 [ -d "$SRV/node_modules/@stable-canvas/comfyui-client" ] && [ -d "$SRV/node_modules/ws" ] ||
     { echo "SKIP: tests/server/node_modules missing (bash scripts/setup-test-tools.sh installs them)"; exit 77; }
 "$SDFLOW_BIN" serve --help > /dev/null 2>&1 || { echo "FAIL: this sdflow has no server (libcivetweb-dev missing at build time)"; exit 1; }
