@@ -451,14 +451,15 @@ sd_status sd_graph_validate(const sd_graph *g, const struct sd_env *env,
         own_env = 1;
     }
     size_t count = sd_graph_count(g);
-    int outputs = 0;
+    int outputs = 0, unknown = 0;
     combo_memo memo = {0};
     for (size_t i = 0; i < count; i++) {
         const sd_graph_node *n = sd_graph_at(g, i);
         const sd_node_def *def = sd_registry_find(n->class_type);
         if (!def) {
-            char hint[512];
-            sd_node_suggest(n->class_type, hint, sizeof hint);
+            char hint[512] = "";
+            /* hints cost a pass over the registry: the first few unknown nodes get them */
+            if (++unknown <= 16) sd_node_suggest(n->class_type, hint, sizeof hint);
             add_problem(p, n, NULL, "invalid_prompt",
                         "Cannot execute because node %s does not exist (unknown class_type)%s%s", n->class_type,
                         hint[0] ? "; " : "", hint);

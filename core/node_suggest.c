@@ -122,15 +122,14 @@ int sd_node_is_comfyui_core(const char *class_type) {
 
 /* ---- closest registered names --------------------------------------------------- */
 
-/* Optimal-string-alignment distance, case ignored, on names up to 64 bytes
- * (longer names are cut: a hint, not a proof). */
-static int distance(const char *a, const char *b) {
-    enum { M = 64 };
+enum { M = 64 };
+
+/* Optimal-string-alignment distance, case ignored, on names up to M bytes
+ * (longer names are cut: a hint, not a proof). t is scratch space. */
+static int distance(const char *a, const char *b, int (*t)[M + 1]) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > M) la = M;
     if (lb > M) lb = M;
-    int (*t)[M + 1] = malloc((M + 1) * sizeof *t); /* heap: validation may run on a small thread stack */
-    if (!t) return 1 << 20;
     for (size_t i = 0; i <= la; i++) t[i][0] = (int)i;
     for (size_t j = 0; j <= lb; j++) t[0][j] = (int)j;
     for (size_t i = 1; i <= la; i++) {
@@ -145,9 +144,7 @@ static int distance(const char *a, const char *b) {
             t[i][j] = v;
         }
     }
-    int r = t[la][lb];
-    free(t);
-    return r;
+    return t[la][lb];
 }
 
 /* Case-insensitive substring. */
@@ -184,11 +181,13 @@ const char *sd_node_suggest(const char *class_type, char *buf, size_t n) {
     size_t len = strlen(class_type);
     int limit = len / 3 > 2 ? (int)(len / 3) : 2;
     size_t total = sd_registry_count() + sd_registry_alias_count();
+    int (*t)[M + 1] = malloc((M + 1) * sizeof *t); /* heap: validation may run on a small thread stack */
+    if (!t) return buf;
     for (size_t i = 0; i < total; i++) {
         const char *name, *target;
         if (i < sd_registry_count()) name = sd_registry_at(i)->class_type;
         else sd_registry_alias_at(i - sd_registry_count(), &name, &target);
-        int dist = distance(class_type, name);
+        int dist = distance(class_type, name, t);
         if (dist > limit && (contains_ci(class_type, name) || contains_ci(name, class_type))) dist = limit;
         if (dist > limit || (nb == K && dist >= bd[K - 1])) continue;
         int k = nb < K ? nb++ : K - 1; /* the slot to fill: a free one, else the worst */
@@ -200,6 +199,7 @@ const char *sd_node_suggest(const char *class_type, char *buf, size_t n) {
         best[k] = name;
         bd[k] = dist;
     }
+    free(t);
     if (!nb) return buf;
     off += (size_t)snprintf(buf + off, n - off, "%sdid you mean ", off ? "; " : "");
     for (int i = 0; i < nb && off < n; i++)
