@@ -5,7 +5,8 @@ node types sdflow implements, from a ComfyUI checkout, without torch.
 usage: comfyui_object_info.py COMFYUI_DIR NODES.json OUT.json
 
 NODES.json is `sdflow nodes --json` (only its class names are used). The
-script runs nodes.py with every heavy import replaced by a stub, calls
+script runs nodes.py (and the V1 modules of comfy_extras it knows) with
+every heavy import replaced by a stub, calls
 INPUT_TYPES() of the V1 node classes (the sampler/scheduler lists are read
 from comfy/samplers.py), and turns the V3 schemas (io.Schema in
 comfy_extras/) into the same V1 shape. File lists (models, input files) are
@@ -125,7 +126,7 @@ class V3Input:
 def v3_io():
     io = types.SimpleNamespace()
     for kind in ("Int", "Float", "String", "Boolean", "Image", "Mask", "Latent", "Clip", "Conditioning",
-                 "Model", "Vae", "Combo", "UpscaleModel"):
+                 "Model", "Vae", "Combo", "UpscaleModel", "Sigmas", "Sampler", "Noise", "Guider"):
         tname = {"Clip": "CLIP", "Vae": "VAE", "UpscaleModel": "UPSCALE_MODEL"}.get(kind, kind.upper())
         ns = types.SimpleNamespace()
         ns.Input = (lambda t: lambda name, **o: V3Input(t, name, **o))(tname)
@@ -176,6 +177,7 @@ def v3_nodes(comfy_dir, files):
 
 
 MAX_RESOLUTION = None
+EXTRA_V1 = ["nodes_custom_sampler", "nodes_model_merging", "nodes_model_advanced"]
 
 
 def main(argv):
@@ -189,7 +191,18 @@ def main(argv):
     import nodes
     MAX_RESOLUTION = nodes.MAX_RESOLUTION
     v3 = v3_nodes(comfy_dir, ["comfy_extras/nodes_canny.py", "comfy_extras/nodes_clip_sdxl.py",
+                              "comfy_extras/nodes_align_your_steps.py",
                               "comfy_extras/nodes_upscale_model.py"])
+    # V1 nodes of comfy_extras: their own NODE_CLASS_MAPPINGS
+    classes, display = dict(nodes.NODE_CLASS_MAPPINGS), dict(nodes.NODE_DISPLAY_NAME_MAPPINGS)
+    import importlib.util
+    for f in EXTRA_V1:
+        spec = importlib.util.spec_from_file_location("comfy_extras_" + f,
+                                                      os.path.join(comfy_dir, "comfy_extras", f + ".py"))
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        classes.update(getattr(m, "NODE_CLASS_MAPPINGS", {}))
+        display.update(getattr(m, "NODE_DISPLAY_NAME_MAPPINGS", {}))
     result = {}
     for name, info in sorted(ours.items()):
         if "alias_of" in info:
@@ -197,7 +210,7 @@ def main(argv):
         if name in v3:
             result[name] = v3[name]
             continue
-        cls = nodes.NODE_CLASS_MAPPINGS.get(name)
+        cls = classes.get(name)
         if cls is None:
             print("not in ComfyUI's core: %s" % name, file=sys.stderr)
             continue
@@ -212,7 +225,7 @@ def main(argv):
                 e["input_order"][sec] = list(it[sec])
         e["output"] = list(cls.RETURN_TYPES)
         e["output_name"] = list(getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES)
-        e["display_name"] = nodes.NODE_DISPLAY_NAME_MAPPINGS.get(name, name)
+        e["display_name"] = display.get(name, name)
         e["category"] = cls.CATEGORY
         e["output_node"] = bool(getattr(cls, "OUTPUT_NODE", False))
         result[name] = e
