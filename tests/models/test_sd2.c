@@ -4,6 +4,7 @@
  *     cond_stage_model.model.), prediction by ComfyUI's guess (population std
  *     of output_blocks.11.1.transformer_blocks.0.norm1.bias > 0.09), checked
  *     on both presets and on that bias rewritten just above / below 0.09;
+ *     a 9-channel (inpainting) SD2 UNet is eps;
  *     the SD1 and SDXL tiny presets stay sd1 / sdxl, eps;
  *   - the text encoder: kind sd2, 'h' tokens padded with 0, cond = the
  *     penultimate layer WITH final LN (sd2_clip.py), pooled projected;
@@ -112,6 +113,19 @@ static void check_detection(sd_backend *be, const char *v_path, const char *eps_
     snprintf(p, sizeof p, "%s/bias-085.safetensors", tmp);
     with_bias(v_path, p, 0.085f);
     expect_family(be, p, SD_CKPT_SD2, SD_PRED_EPS);
+
+    /* a 9-channel (inpainting) SD2 UNet is eps whatever that bias says */
+    sd_synth_sd2_config inp = *sd_synth_sd2_preset("sd2-tiny");
+    inp.in_channels = 9;
+    sd_error e9 = {0};
+    snprintf(p, sizeof p, "%s/inpaint.safetensors", tmp);
+    CHECK_OK(sd_synth_sd2_write(&inp, 1, p, &e9), &e9);
+    sd_checkpoint *ci = open_ckpt(be, p, NULL);
+    if (ci) {
+        CHECK(sd_checkpoint_info(ci)->family == SD_CKPT_SD2 && sd_checkpoint_info(ci)->inpaint &&
+              sd_checkpoint_info(ci)->prediction == SD_PRED_EPS);
+        sd_checkpoint_unref(ci);
+    }
 
     /* the other families are not SD2 */
     sd_error err = {0};
