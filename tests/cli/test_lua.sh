@@ -18,8 +18,11 @@ if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
     have_model=1
     # and for the SDXL, LoRA and ControlNet examples
     mkdir -p "$T/models/loras" "$T/models/controlnet"
+    # (and the second checkpoint of the merge example and the v-prediction
+    # one: the tiny SD1 again; the examples only have to run)
     for f in "tiny-sdxl checkpoints/sd_xl_base_1.0" "tiny-lora-sd1 loras/epiNoiseoffset_v2" \
-        "tiny-controlnet-sd1 controlnet/control_v11p_sd15_canny"; do
+        "tiny-controlnet-sd1 controlnet/control_v11p_sd15_canny" "tiny-sd1 checkpoints/dreamshaper_8" \
+        "tiny-sd1 checkpoints/sd15_vpred_zsnr"; do
         set -- $f
         [ -f "$DATA/models/$1.safetensors" ] && ln -sf "$DATA/models/$1.safetensors" "$T/models/$2.safetensors"
     done

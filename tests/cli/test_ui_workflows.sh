@@ -137,6 +137,8 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
     both inpaint_sd15 "${SD1[@]}"
     [ -f "$M/tiny-lora-sd1.safetensors" ] &&
         both lora_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 --set 10.lora_name=tiny-lora-sd1.safetensors
+    both merge_sd15 "${SD1[@]}" --set 11.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64
+    both vpred_zsnr_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64
     [ -f "$M/tiny-controlnet-sd1.safetensors" ] &&
         both controlnet_canny_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 \
             --set 13.control_net_name=tiny-controlnet-sd1.safetensors
