@@ -66,16 +66,6 @@ static void add_link(sd_sbuf *b, const exporter *e, const sd_graph_input *in) {
         sd_sbuf_printf(b, "[%d]", in->src_index + 1);
 }
 
-static int ready(const exporter *e, const sd_graph_node *n) {
-    for (size_t k = 0; k < n->n_inputs; k++) {
-        const sd_graph_input *in = &n->inputs[k];
-        if (!in->is_link) continue;
-        long pos = node_pos(e, in->src_id);
-        if (pos >= 0 && !e->emitted[pos]) return 0;
-    }
-    return 1;
-}
-
 /* Id order: numbers by value, numbers before other ids, others by bytes. */
 static int id_cmp(const char *a, const char *b) {
     char *ea, *eb;
@@ -147,6 +137,109 @@ static void emit_node(sd_sbuf *b, exporter *e, size_t i) {
     e->emitted[i] = 1;
 }
 
+/* ---- the order: Kahn's algorithm by id -------------------------------------------
+ * Among the nodes whose sources are all written, the smallest id goes next;
+ * when none is (a cycle), the smallest remaining id. A heap of ready nodes
+ * keyed by their rank in id order keeps this O((n + links) log n): a
+ * 100,000-node graph used to take hours here. */
+
+typedef struct id_at {
+    const char *id;
+    size_t index;
+} id_at;
+
+static int cmp_id_at(const void *a, const void *b) {
+    return id_cmp(((const id_at *)a)->id, ((const id_at *)b)->id);
+}
+
+static void heap_push(size_t *h, size_t *n, const size_t *rank, size_t v) {
+    size_t i = (*n)++;
+    while (i && rank[h[(i - 1) / 2]] > rank[v]) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static size_t heap_pop(size_t *h, size_t *n, const size_t *rank) {
+    size_t top = h[0], v = h[--*n], i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && rank[h[c + 1]] < rank[h[c]]) c++;
+        if (rank[h[c]] >= rank[v]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = v;
+    return top;
+}
+
+/* Writes every node in order; -1 when out of memory. */
+static int emit_all(sd_sbuf *b, exporter *e) {
+    size_t n = e->n, n_links = 0;
+    for (size_t i = 0; i < n; i++) {
+        const sd_graph_node *nd = sd_graph_at(e->g, i);
+        for (size_t k = 0; k < nd->n_inputs; k++) n_links += nd->inputs[k].is_link;
+    }
+    id_at *by_id = malloc((n ? n : 1) * sizeof *by_id);
+    size_t *rank = malloc((n ? n : 1) * sizeof *rank);
+    size_t *indeg = calloc(n ? n : 1, sizeof *indeg), *start = calloc(n + 1, sizeof *start);
+    size_t *cons = malloc((n_links ? n_links : 1) * sizeof *cons), *heap = malloc((n ? n : 1) * sizeof *heap);
+    int rc = -1;
+    if (!by_id || !rank || !indeg || !start || !cons || !heap) goto done;
+    for (size_t i = 0; i < n; i++) by_id[i] = (id_at){sd_graph_at(e->g, i)->id, i};
+    qsort(by_id, n, sizeof *by_id, cmp_id_at);
+    for (size_t r = 0; r < n; r++) rank[by_id[r].index] = r;
+    /* consumers of node s: cons[start[s] .. start[s+1]), one per link */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            const sd_graph_node *nd = sd_graph_at(e->g, i);
+            for (size_t k = 0; k < nd->n_inputs; k++) {
+                if (!nd->inputs[k].is_link) continue;
+                long s = node_pos(e, nd->inputs[k].src_id);
+                if (s < 0) continue; /* a missing node: never waited for */
+                if (pass == 0) {
+                    indeg[i]++;
+                    start[s + 1]++;
+                } else {
+                    cons[heap[s]++] = i;
+                }
+            }
+        }
+        if (pass == 0) {
+            for (size_t i = 0; i < n; i++) start[i + 1] += start[i];
+            memcpy(heap, start, n * sizeof *heap); /* fill cursors until the heap is used */
+        }
+    }
+    size_t n_heap = 0, cursor = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!indeg[i]) heap_push(heap, &n_heap, rank, i);
+    for (size_t done = 0; done < n;) {
+        size_t pick;
+        if (n_heap) {
+            pick = heap_pop(heap, &n_heap, rank);
+            if (e->emitted[pick]) continue; /* written earlier to break a cycle */
+        } else { /* in a cycle nothing is ready: the smallest remaining id goes first */
+            while (e->emitted[by_id[cursor].index]) cursor++;
+            pick = by_id[cursor].index;
+        }
+        emit_node(b, e, pick);
+        done++;
+        for (size_t c = start[pick]; c < start[pick + 1]; c++)
+            if (--indeg[cons[c]] == 0 && !e->emitted[cons[c]]) heap_push(heap, &n_heap, rank, cons[c]);
+    }
+    rc = 0;
+done:
+    free(by_id);
+    free(rank);
+    free(indeg);
+    free(start);
+    free(cons);
+    free(heap);
+    return rc;
+}
+
 char *sd_lua_export(const sd_graph *g, const char *source) {
     exporter e = {.g = g, .n = sd_graph_count(g)};
     e.emitted = calloc(e.n ? e.n : 1, 1);
@@ -165,20 +258,7 @@ char *sd_lua_export(const sd_graph *g, const char *source) {
     }
     sd_sbuf_add(&b, "\n-- run: sdflow run this.lua   (docs/lua.md)\n\n");
     if (e.use_table) sd_sbuf_add(&b, "local n = {}\n");
-    size_t done = 0;
-    while (done < e.n) {
-        long pick = -1, any = -1;
-        for (size_t i = 0; i < e.n; i++) {
-            if (e.emitted[i]) continue;
-            const char *id = sd_graph_at(g, i)->id;
-            if (any < 0 || id_cmp(id, sd_graph_at(g, (size_t)any)->id) < 0) any = (long)i;
-            if (ready(&e, sd_graph_at(g, i)) && (pick < 0 || id_cmp(id, sd_graph_at(g, (size_t)pick)->id) < 0))
-                pick = (long)i;
-        }
-        /* in a cycle nothing is ready: the smallest remaining id goes first */
-        emit_node(&b, &e, (size_t)(pick >= 0 ? pick : any));
-        done++;
-    }
+    if (emit_all(&b, &e)) b.oom = 1;
     free(e.emitted);
     return sd_sbuf_take(&b);
 }

@@ -14,6 +14,7 @@
  *             nothing: validate, schedule and execute the trivial nodes, so
  *             this adds the executor's per-node cost
  *   lua       a Lua loop building the same ladder (automatic ids)
+ *   export    that graph printed back as a Lua workflow (sdflow export --lua)
  * and prints a markdown table. Usage: sdflow-bench-graph [N ...]
  * (default 1000 10000 20000 100000). */
 #include <stdarg.h>
@@ -146,9 +147,13 @@ static int bench(int n) {
     double t_lua = now_s() - t0;
     if (rc) return fail("lua", &err);
     size_t lua_nodes = sd_graph_count(g);
+    t0 = now_s();
+    char *text = sd_lua_export(g, "ladder.lua");
+    double t_export = now_s() - t0;
+    free(text);
     sd_graph_free(g);
-    printf("| %7d | %8.3f | %8.3f | %8.3f | %8.3f | %8.3f (%zu nodes) |\n", n, t_parse, t_validate, t_sched,
-           t_run, t_lua, lua_nodes);
+    printf("| %7d | %8.3f | %8.3f | %8.3f | %8.3f | %8.3f (%zu nodes) | %8.3f |\n", n, t_parse, t_validate,
+           t_sched, t_run, t_lua, lua_nodes, t_export);
     fflush(stdout);
     return 0;
 }
@@ -158,8 +163,8 @@ int main(int argc, char **argv) {
     sd_error err;
     sd_error_clear(&err);
     if (sd_registry_add(table, &err)) return fail("register", &err);
-    printf("| nodes | parse s | validate s | validate+schedule s | run s | Lua build s |\n");
-    printf("|------:|--------:|-----------:|--------------------:|------:|------------:|\n");
+    printf("| nodes | parse s | validate s | validate+schedule s | run s | Lua build s | Lua export s |\n");
+    printf("|------:|--------:|-----------:|--------------------:|------:|------------:|-------------:|\n");
     int bad = 0;
     if (argc > 1) {
         for (int i = 1; i < argc; i++) bad |= bench(atoi(argv[i]));
