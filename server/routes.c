@@ -133,6 +133,15 @@ static int get_page(srv *s, struct mg_connection *c) {
     return srv_reply(c, 200, "text/html; charset=utf-8", srv_page_html, srv_page_html_len, NULL);
 }
 
+/* What the frontend asks at start (ComfyUI's feature flags): no preview
+ * metadata frames (event 4) are sent; the upload limit is this server's. */
+static int get_features(srv *s, struct mg_connection *c) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddBoolToObject(f, "supports_preview_metadata", 0);
+    cJSON_AddNumberToObject(f, "max_upload_size", (double)s->max_upload);
+    return srv_reply_json(c, 200, f);
+}
+
 /* "/history/abc" with prefix "/history" -> "abc"; NULL when path is not
  * prefix + "/" + a non-empty rest. */
 static const char *tail_of(const char *path, const char *prefix) {
@@ -174,6 +183,7 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
     if (!strcmp(path, "/models")) { ONLY(get, "GET"); return get_models(s, c, NULL); }
     if ((rest = tail_of(path, "/models"))) { ONLY(get, "GET"); return get_models(s, c, rest); }
     if (!strcmp(path, "/extensions")) { ONLY(get, "GET"); return srv_reply_json(c, 200, cJSON_CreateArray()); }
+    if (!strcmp(path, "/features")) { ONLY(get, "GET"); return get_features(s, c); }
     if (!strcmp(path, "/ws")) return srv_reply_error(c, 400, "bad_request", "/ws is a WebSocket endpoint");
 #undef ONLY
     return srv_reply_error(c, 404, "not_found", "no route %s %s", method, path);
