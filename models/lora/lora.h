@@ -26,8 +26,9 @@
  *          spelling: plain PEFT "unet.<...>.attn1.to_q" stays unmatched).
  *   CLIP   lora_te_ / lora_te1_ / lora_te2_ text_model_encoder_layers_N_<mod>,
  *          text_encoder[_2].text_model.encoder.layers.N.<mod>,
- *          text_encoders.clip_{l,g}.transformer.<hf key>; lora_te_ is CLIP-L
- *          on SD1 and the bigG on an SDXL refiner (ComfyUI's choice).
+ *          text_encoders.clip_{l,g,h}.transformer.<hf key>; lora_te_ is CLIP-L
+ *          on SD1, the bigG on an SDXL refiner and the ViT-H on SD2, which
+ *          also answers to lora_te1_ (ComfyUI's choices).
  *   Adapters: LoRA (x.lora_up/lora_down [+ lora_mid, LoCon], _lora.up/down,
  *          .lora_B/.lora_A, .lora.up/down, .lora_linear_layer.up/down,
  *          .lora_B/A.default), LoHa (hada_w1_a/b, hada_w2_a/b [, hada_t1/t2]),

@@ -241,8 +241,10 @@ static const char *const clip_map[][2] = {
     {"self_attn.out_proj", "self_attn_out_proj"},
 };
 
-static void clip_keys(sd_clip *c, sd_lora_part part, int has_l, kbuf *b) {
-    const char *tag = part == SD_LORA_CLIP_L ? "clip_l" : "clip_g";
+/* is_h: the OpenCLIP tower is SD2's ViT-H (ComfyUI's clip_h: lora_te_,
+ * lora_te1_ and text_encoder. names, no text_projection keys). */
+static void clip_keys(sd_clip *c, sd_lora_part part, int has_l, int is_h, kbuf *b) {
+    const char *tag = part == SD_LORA_CLIP_L ? "clip_l" : is_h ? "clip_h" : "clip_g";
     int layers = sd_clip_get_config(c)->layers;
     char name[300], tgt[260];
     for (int i = 0; i < layers; i++) {
@@ -267,7 +269,7 @@ static void clip_keys(sd_clip *c, sd_lora_part part, int has_l, kbuf *b) {
                          clip_map[m][0]);
                 add(b, name, part, tgt);
             }
-            if (part == SD_LORA_CLIP_L) {
+            if (part == SD_LORA_CLIP_L || is_h) {
                 snprintf(name, sizeof name, "lora_te1_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
                 add(b, name, part, tgt);
             } else if (has_l) {
@@ -283,7 +285,7 @@ static void clip_keys(sd_clip *c, sd_lora_part part, int has_l, kbuf *b) {
             }
         }
     }
-    if (sd_clip_param(c, "text_projection.weight", NULL, NULL)) {
+    if (!is_h && sd_clip_param(c, "text_projection.weight", NULL, NULL)) {
         if (part == SD_LORA_CLIP_L) {
             add(b, "lora_te1_text_projection", part, "text_projection.weight");
         } else {
@@ -324,8 +326,9 @@ sd_status sd_lora_keymap_build(sd_unet *unet, const sd_text_encoder *te, lora_ke
     if (unet) unet_keys(unet, &b);
     if (te) {
         sd_clip *l = (sd_clip *)sd_text_encoder_clip_l(te), *g = (sd_clip *)sd_text_encoder_clip_g(te);
-        if (l) clip_keys(l, SD_LORA_CLIP_L, 1, &b);
-        if (g) clip_keys(g, SD_LORA_CLIP_G, l != NULL, &b);
+        int is_h = sd_text_encoder_kind(te) == SD_TE_SD2;
+        if (l) clip_keys(l, SD_LORA_CLIP_L, 1, 0, &b);
+        if (g) clip_keys(g, SD_LORA_CLIP_G, l != NULL, is_h, &b);
     }
     if (b.oom) {
         sd_lora_keymap_free(b.k, b.n);

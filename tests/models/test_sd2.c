@@ -23,6 +23,7 @@
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/controlnet/controlnet.h"
+#include "models/lora/lora.h"
 #include "models/synth/synth.h"
 #include "models/text/prompt.h"
 #include "testutil.h"
@@ -243,6 +244,55 @@ static void check_controlnet(sd_backend *be, sd_unet *u, const char *ckpt, sd_bt
     sd_controlnet_free(cn);
 }
 
+/* LoRA names that reach SD2's ViT-H, as ComfyUI's model_lora_keys_clip maps
+ * clip_h: lora_te_, lora_te1_, text_encoder. and text_encoders.clip_h.*; the
+ * bigG-only names (lora_prior_te_, lora_te2_text_projection) do not. */
+static void check_lora_names(const sd_text_encoder *te) {
+    static const char *const hit[] = {
+        "lora_te_text_model_encoder_layers_0_self_attn_q_proj",
+        "lora_te1_text_model_encoder_layers_1_mlp_fc1",
+        "text_encoder.text_model.encoder.layers.2.self_attn.out_proj",
+        "text_encoders.clip_h.transformer.text_model.encoder.layers.3.mlp.fc2",
+    };
+    static const char *const miss[] = {
+        "lora_prior_te_text_model_encoder_layers_0_mlp_fc2",
+        "text_encoders.clip_g.transformer.text_model.encoder.layers.0.mlp.fc2",
+    };
+    sd_st_writer *w = sd_st_writer_new();
+    sd_error err = {0};
+    char nm[256];
+    for (int m = 0; m < 2; m++) {
+        const char *const *list = m ? miss : hit;
+        int n = m ? 2 : 4;
+        for (int i = 0; i < n; i++) {
+            /* every module touched is 128 wide on both sides except mlp.fc1 (512 out) and fc2 (512 in) */
+            int out = strstr(list[i], "fc1") ? 512 : 128, in = strstr(list[i], "fc2") ? 512 : 128;
+            snprintf(nm, sizeof nm, "%s.lora_up.weight", list[i]);
+            add_rand(w, nm, 2, out, 4);
+            snprintf(nm, sizeof nm, "%s.lora_down.weight", list[i]);
+            add_rand(w, nm, 2, 4, in);
+        }
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lora-sd2.safetensors", tmp);
+    CHECK_OK(sd_st_writer_save(w, path, &err), &err);
+    sd_st_writer_free(w);
+    sd_lora *lora = NULL;
+    sd_lora_plan *plan = NULL;
+    CHECK_OK(sd_lora_open(path, &lora, &err), &err);
+    if (lora) CHECK_OK(sd_lora_plan_new(lora, NULL, te, &plan, &err), &err);
+    if (plan) {
+        char buf[1024];
+        CHECK_MSG(sd_lora_plan_count(plan, SD_LORA_CLIP_G) == 4 &&
+                      sd_lora_plan_unmatched_count(plan) == 4, /* 2 tensors each */
+                  "SD2 LoRA names: %d matched, %d unmatched (%s)",
+                  (int)sd_lora_plan_count(plan, SD_LORA_CLIP_G), (int)sd_lora_plan_unmatched_count(plan),
+                  sd_lora_plan_unmatched_summary(plan, 4, buf, sizeof buf));
+    }
+    sd_lora_plan_unref(plan);
+    sd_lora_unref(lora);
+}
+
 /* The text encoder and one UNet evaluation on its output. */
 static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
     sd_checkpoint *c = open_ckpt(be, v_path, tok_dir);
@@ -260,6 +310,7 @@ static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
     const sd_clip_config *cc = sd_clip_get_config(sd_text_encoder_clip_g(te));
     CHECK(cc->layout == SD_CLIP_LAYOUT_OPENCLIP && cc->layers == 4 && cc->act == SD_CLIP_ACT_GELU &&
           cc->proj_dim == 128);
+    check_lora_names(te);
 
     const char *text = "a photo of a cat";
     sd_tensor *cond = NULL, *pooled = NULL;
