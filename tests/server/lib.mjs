@@ -64,8 +64,8 @@ export function tweak(name, wf, models, image) {
     if (n.class_type === 'CLIPTextEncodeSDXL') Object.assign(i, { width: 128, height: 96, target_width: 128, target_height: 96 });
     if (['KSampler', 'KSamplerAdvanced', 'BasicScheduler'].includes(n.class_type)) i.steps = 2;
     if (n.class_type === 'LoadImage') i.image = image;
-    if (n.class_type === 'LoraLoader') i.lora_name = models.lora;
-    if (n.class_type === 'ControlNetLoader') i.control_net_name = models.controlnet;
+    if (n.class_type === 'LoraLoader' && models.lora) i.lora_name = models.lora;
+    if (n.class_type === 'ControlNetLoader' && models.controlnet) i.control_net_name = models.controlnet;
   }
   return wf;
 }
