@@ -22,6 +22,11 @@
 #define TC_NOT_ZIP "not a readable zip archive (a truncated or damaged PyTorch checkpoint?)"
 /* Nested dicts flattened into dotted keys. */
 #define TC_MAX_DEPTH 16
+/* Dict entries the flattening may visit in all. The memo lets one dict be
+ * referenced from many places (a dict whose 1,000 values are all the same
+ * dict, 16 levels deep, would name 1000^16 tensors): the walk's total work is
+ * bounded, not only its depth. A real SDXL checkpoint has ~2,600 tensors. */
+#define TC_MAX_VISITS ((size_t)1 << 20)
 
 /* Where one tensor's bytes are. */
 typedef struct tc_tensor {
@@ -60,6 +65,7 @@ typedef struct tc_build {
     size_t n_lg;
     sd_st_entry *entries;
     size_t n, cap;
+    size_t visits; /* dict entries walked, bounded by TC_MAX_VISITS */
     sd_error *err;
 } tc_build;
 
@@ -304,6 +310,11 @@ static sd_status walk(tc_build *b, const sd_pk_obj *d, const char *prefix, int d
                             TC_MAX_DEPTH, prefix);
     for (size_t i = 0; i + 1 < d->u.seq.n; i += 2) {
         const sd_pk_obj *k = d->u.seq.items[i], *v = d->u.seq.items[i + 1];
+        if (++b->visits > TC_MAX_VISITS)
+            return sd_error_set(b->err, SD_ERR_UNSUPPORTED,
+                                "%s: more than %zu dict entries to walk (one dict shared from many "
+                                "places?): not a weights file",
+                                b->path, TC_MAX_VISITS);
         if (v->kind != SD_PK_TENSOR && v->kind != SD_PK_DICT) continue;
         if (k->kind != SD_PK_STR || strlen(k->u.str.s) != k->u.str.len) continue; /* not a weight name */
         size_t pl = strlen(prefix), need = pl + 1 + k->u.str.len + 1;

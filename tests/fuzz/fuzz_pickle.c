@@ -8,9 +8,16 @@
 
 #include "core/pickle.h"
 
+/* Objects visited in one input: shared objects (memo) make the tree a DAG
+ * whose expansion can be exponential, so the walk's total work is bounded,
+ * not only its depth (the loaders bound theirs the same way). */
+static size_t g_budget;
+
 static size_t visit(const sd_pk_obj *o, int depth) {
     if (!o) abort();
     size_t n = 1;
+    if (g_budget == 0) return n;
+    g_budget--;
     switch (o->kind) {
     case SD_PK_STR:
     case SD_PK_BYTES:
@@ -37,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const sd_pk_obj *root = NULL;
     size_t used = 0;
     sd_error err;
+    g_budget = (size_t)1 << 16;
     if (sd_pickle_load(data, size, "fuzz.pkl", &p, &root, &used, &err) != SD_OK) {
         if (p || root) abort();
         return 0;

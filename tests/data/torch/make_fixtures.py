@@ -136,6 +136,12 @@ def bad():
     n = 64
     deep = b"\x80\x02" + b"}\x8c\x01a" * (n - 1) + b"}" + b"s" * (n - 1) + b"."
     bad_zip("bad-deep.pt", deep, None, "nested deeper than 16")
+    # one dict shared 32 times per level, 12 levels (pickle's memo keeps the
+    # file at 5 KB): 32^12 paths, so the walk's total work is bounded too
+    level = {"w": 1}
+    for _ in range(12):
+        level = {str(k): level for k in range(32)}
+    bad_zip("bad-shared.pt", pickle.dumps(level, protocol=2), None, "dict entries to walk")
     # 30000 nested lists: fine for the machine, refused as not a dict
     n = 30000
     bad_zip("bad-lists.pt", b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b".", None, "holds a list")
