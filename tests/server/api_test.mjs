@@ -185,6 +185,21 @@ try {
   try { await client.queuePrompt(0, { prompt: bad }); } catch (e) { threw = e; }
   ok(threw !== null, 'the client rejects a prompt that fails validation');
 
+  // ---- a runtime failure: execution_error, history status error
+  await upload('broken.png', Buffer.from('this is not a PNG file at all'), { overwrite: 'true' });
+  const inv = tweak('image_invert', JSON.parse(fs.readFileSync(path.join(src, 'workflows', 'image_invert.json'), 'utf8')), setup, 'broken.png');
+  r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: inv, client_id: 'sdflow-api-test' }) });
+  const eb = await r.json();
+  ok(r.status === 200, `a prompt that can only fail at run time is accepted (${r.status} ${JSON.stringify(eb)})`);
+  await until(() => of('execution_error', eb.prompt_id).length > 0, 'execution_error');
+  const ee = of('execution_error', eb.prompt_id)[0].data;
+  ok(keys(ee) === 'current_inputs,current_outputs,exception_message,exception_type,executed,node_id,node_type,prompt_id,timestamp,traceback' &&
+     ee.node_id === '1' && ee.node_type === 'LoadImage' && /broken\.png/.test(ee.exception_message),
+     `execution_error names the node and the file: ${JSON.stringify(ee)}`);
+  await until(async () => (await (await fetch(`${base}/history/${eb.prompt_id}`)).json())[eb.prompt_id], 'the failed prompt in the history');
+  const he = (await (await fetch(`${base}/history/${eb.prompt_id}`)).json())[eb.prompt_id];
+  ok(he.status.status_str === 'error' && he.status.messages.some((m) => m[0] === 'execution_error'), 'history of the failed prompt: status error');
+
   // ---- a prompt with one valid and one invalid output: ComfyUI runs the
   // valid one and answers 200 with the other's node_errors
   const part = JSON.parse(JSON.stringify(wf));
