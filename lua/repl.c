@@ -125,25 +125,33 @@ static int l_nodes(lua_State *L) {
     return 0;
 }
 
+/* Ids, class types, titles and input names come from a loaded workflow,
+ * which may be anyone's: escaped (core/text.h) so none drives the terminal. */
 static void show_node(repl *r, const sd_graph_node *n) {
     FILE *o = r->out;
-    fprintf(o, "#%s %s", n->id, n->class_type);
-    if (n->title) fprintf(o, " \"%s\"", n->title);
-    if (n->origin) fprintf(o, "  (%s)", n->origin);
+    char e1[512], e2[512], e3[512];
+    fprintf(o, "#%s %s", sd_text_escape(n->id, 0, e1, sizeof e1), sd_text_escape(n->class_type, 0, e2, sizeof e2));
+    if (n->title) fprintf(o, " \"%s\"", sd_text_escape(n->title, 0, e1, sizeof e1));
+    if (n->origin) fprintf(o, "  (%s)", sd_text_escape(n->origin, 0, e1, sizeof e1));
     fputc('\n', o);
     for (size_t k = 0; k < n->n_inputs; k++) {
         const sd_graph_input *in = &n->inputs[k];
+        sd_text_escape(in->name, 0, e1, sizeof e1);
         if (in->is_link) {
             const sd_graph_node *s = sd_graph_find(r->g, in->src_id);
             const sd_node_def *def = s ? sd_registry_find(s->class_type) : NULL;
             const char *oname =
                 def && in->src_index < sd_node_output_count(def) ? def->outputs[in->src_index].name : NULL;
-            if (oname) fprintf(o, "    %s <- #%s.%s\n", in->name, in->src_id, oname);
-            else fprintf(o, "    %s <- #%s[%d]%s\n", in->name, in->src_id, in->src_index + 1, s ? "" : " (missing)");
+            sd_text_escape(in->src_id, 0, e2, sizeof e2);
+            if (oname) fprintf(o, "    %s <- #%s.%s\n", e1, e2, sd_text_escape(oname, 0, e3, sizeof e3));
+            else fprintf(o, "    %s <- #%s[%d]%s\n", e1, e2, in->src_index + 1, s ? "" : " (missing)");
         } else {
             sd_sbuf b = {0};
             sd_sbuf_lua_input_value(&b, in->literal, sd_json_input_is_u64_named(n->class_type, in->name));
-            fprintf(o, "    %s = %s\n", in->name, b.s ? b.s : "?");
+            char *val = b.s ? malloc(strlen(b.s) * 6 + 1) : NULL; /* a value may be long: no fixed buffer */
+            if (val) sd_text_escape(b.s, 0, val, strlen(b.s) * 6 + 1);
+            fprintf(o, "    %s = %s\n", e1, val ? val : "?");
+            free(val);
             free(b.s);
         }
     }
@@ -189,7 +197,8 @@ static int l_remove(lua_State *L) {
         }
     }
     sd_graph_remove_node(r->g, id, NULL);
-    fprintf(r->out, "removed #%s", id);
+    char esc[512];
+    fprintf(r->out, "removed #%s", sd_text_escape(id, 0, esc, sizeof esc));
     if (cut) fprintf(r->out, " and %d link%s to it", cut, cut == 1 ? "" : "s");
     fputc('\n', r->out);
     return 0;

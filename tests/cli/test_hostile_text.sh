@@ -28,6 +28,11 @@ rc=$?
 grep -qF 'node 7\e[2J\e]0;pwned\x07 (Evil\e[31mNode\r): invalid_prompt' "$T/esc.err" ||
     fail "escapes: no escaped node line in: $(cat -v "$T/esc.err")"
 
+# the REPL shows such a graph escaped too
+printf 'show()\n' | "$SDFLOW_BIN" repl "$T/esc.json" --no-history --no-cache > "$T/repl.out" 2>&1
+[ "$(raw_controls "$T/repl.out")" = "0" ] || fail "repl show(): raw control characters: $(cat -v "$T/repl.out")"
+grep -qF '#7\e[2J\e]0;pwned\x07 Evil\e[31mNode\r' "$T/repl.out" || fail "repl show(): $(cat -v "$T/repl.out")"
+
 # an error found outside validation (a --set naming an input the node lacks)
 # goes through the other error printer: escaped as well
 printf '%s' '{"1\u001b[5m": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
