@@ -347,6 +347,26 @@ sd_status sd_upscale_load_file(sd_backend *be, const char *path, sd_upscale **ou
 
 /* ---- forward ------------------------------------------------------------------- */
 
+uint64_t sd_upscale_forward_bytes(const sd_upscale *m, int64_t h, int64_t w) {
+    const sd_upscale_config *c = &m->cfg;
+    if (h < 1 || w < 1 || h > (1 << 20) || w > (1 << 20)) return UINT64_MAX;
+    double nf = c->num_feat, px = (double)h * (double)w, peak;
+    if (c->arch == SD_UPSCALE_ESRGAN) {
+        double s = c->shuffle, lo = px / (s * s), gc = c->num_grow_ch;
+        /* RDB: the block input, fea and trunk, the old and the new concat, one output */
+        double rdb = (4 * nf + 2 * (nf + 4 * gc) + gc) * lo;
+        /* an x2 stage at 4x the pixels: its input, the upsampled copy, the conv out */
+        double hi = lo * (double)(1u << (2 * c->n_up));
+        double up = 3 * nf * hi + c->out_ch * hi;
+        peak = rdb > up ? rdb : up;
+    } else {
+        double s2 = (double)c->scale * c->scale;
+        peak = (2 * nf + 3 * c->out_ch * s2) * px;
+    }
+    peak *= sizeof(float);
+    return peak >= 1.8e19 ? UINT64_MAX : (uint64_t)peak;
+}
+
 static sd_bt *cv(sd_bt *x, const conv *c) { return sd_op_conv2d(x, c->w, c->b, 1, 1, 1); }
 
 /* Replace *acc by op(*acc) (frees the old one). */

@@ -73,6 +73,14 @@ uint64_t sd_upscale_weight_bytes(const sd_upscale *m);
  * on the backend is SD_ERR_NOMEM (sd_upscale_image backs off on it). */
 sd_status sd_upscale_forward(sd_upscale *m, const sd_tensor *x, sd_tensor **y, sd_error *err);
 
+/* Estimated peak bytes of backend activations for one forward on an h x w
+ * tile (F32; the widest stage: an RRDB's growing concatenation at the input
+ * size, or the feature maps of the last x2 stage and the HR convs at the
+ * output size). Weights are not included (sd_upscale_weight_bytes). An
+ * estimate from the layer shapes, not a measurement; UINT64_MAX when it
+ * overflows. */
+uint64_t sd_upscale_forward_bytes(const sd_upscale *m, int64_t h, int64_t w);
+
 /* Called after each tile; returning non-SD_OK (with err filled) stops. */
 typedef sd_status (*sd_upscale_progress_fn)(void *user, int64_t done, int64_t total,
                                             sd_error *err);

@@ -97,19 +97,38 @@ static sd_status upscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
              "blending buffers", (long long)N, (long long)OH, (long long)OW, c->out_ch);
     sd_status rc = sd_mem_check(ctx, "image", bytes == UINT64_MAX ? bytes : bytes * 2, what, err);
     if (rc) return rc;
+    /* The tile's activations under the budget: halve it first, as the
+     * out-of-memory back-off would (on Linux an over-large allocation is
+     * rarely refused: the process is killed later instead). */
+    int tile = SD_UPSCALE_TILE;
+    uint64_t limit = ctx->env ? ctx->env->max_memory : 0, need = 0;
+    for (;;) {
+        int64_t th = image->shape[1] < tile ? image->shape[1] : tile;
+        int64_t tw = image->shape[2] < tile ? image->shape[2] : tile;
+        need = sd_upscale_forward_bytes(m, th, tw);
+        if (!limit || need <= limit || tile / 2 < SD_UPSCALE_MIN_TILE) break;
+        tile /= 2;
+    }
+    snprintf(what, sizeof what, "the model's activations for one %dx%d tile (an estimate)",
+             tile, tile);
+    rc = sd_mem_check(ctx, "image", need, what, err);
+    if (rc) return rc;
+    if (tile != SD_UPSCALE_TILE)
+        sd_node_log(ctx, SD_LOG_INFO, "upscaling in %d-pixel tiles to stay within --max-memory",
+                    tile);
     sd_tensor *res = NULL;
     int used = 0;
-    rc = sd_upscale_image(m, image, SD_UPSCALE_TILE, SD_UPSCALE_OVERLAP, SD_UPSCALE_MIN_TILE,
-                          tile_progress, ctx, &res, &used, err);
+    rc = sd_upscale_image(m, image, tile, SD_UPSCALE_OVERLAP, SD_UPSCALE_MIN_TILE, tile_progress,
+                          ctx, &res, &used, err);
     if (rc) {
         if (rc == SD_ERR_NOMEM)
             sd_error_prefix(err, "out of memory even with %d-pixel tiles", SD_UPSCALE_MIN_TILE);
         if (rc != SD_ERR_CANCELLED) sd_error_at(err, NULL, NULL, "image");
         return rc;
     }
-    if (used != SD_UPSCALE_TILE)
-        sd_node_log(ctx, SD_LOG_WARN, "out of memory with %d-pixel tiles: upscaled with %d",
-                    SD_UPSCALE_TILE, used);
+    if (used != tile)
+        sd_node_log(ctx, SD_LOG_WARN, "out of memory with %d-pixel tiles: upscaled with %d", tile,
+                    used);
     out[0] = sd_value_tensor(res);
     sd_tensor_unref(res);
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");

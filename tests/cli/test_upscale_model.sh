@@ -6,6 +6,8 @@
 # upscaled tensors (--dump) and PNGs of 4x the input size; a Compact x4 .pth and a pixel-unshuffle x2 run
 # too, at their scales. A file of another kind is refused by the loader,
 # naming the node, the input, the file and what it holds, and nothing is saved.
+# Under --max-memory the tile shrinks until its activations fit, and a limit
+# not even a 128-pixel tile fits fails the node naming its input.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_upscale_model UpscaleModelLoader ImageUpscaleWithModel
@@ -14,7 +16,7 @@ data=$SDFLOW_SOURCE_DIR/tests/data/upscale
 mkdir -p models/upscale_models input
 sd_test_write_png input/grad.png # 16x16
 cp "$data/esrgan_old_4x.safetensors" "$data/compact_4x.pth" "$data/esrgan_new_2x.safetensors" \
-    models/upscale_models/
+    "$data/esrgan_old_2x.pth" models/upscale_models/
 python3 "$SDFLOW_SOURCE_DIR/tests/data/torch/torchsave.py" to-ckpt \
     "$data/esrgan_old_4x.safetensors" models/upscale_models/esrgan_old_4x.pth ||
     { echo "FAIL: conversion to .pth failed"; exit 1; }
@@ -63,5 +65,29 @@ else
     grep -q "unknown upscale model architecture" bad.err || fail "unexpected error: $(cat bad.err)"
 fi
 [ -z "$(ls out-bad 2>/dev/null)" ] || fail "an image was saved after the loader failed"
+
+# --max-memory: the tile is halved until one tile's activations fit (a
+# 300x300 image in 256-pixel tiles: 4 of them, where 512 would be one) ...
+python3 - wf.json wf300.json << 'PY'
+import json, sys
+w = json.load(open(sys.argv[1]))
+w["5"] = {"class_type": "ImageScale", "inputs": {"image": ["2", 0], "upscale_method": "nearest-exact",
+          "width": 300, "height": 300, "crop": "disabled"}}
+w["3"]["inputs"]["image"] = ["5", 0]
+json.dump(w, open(sys.argv[2], "w"))
+PY
+"$SDFLOW_BIN" run wf300.json --models-dir models --input-dir input --output-dir out-300 --no-cache \
+    --set 1.model_name=esrgan_old_2x.pth --max-memory 100M --progress=json > 300.out 2> 300.err ||
+    fail "300x300 under --max-memory 100M failed: $(tail -3 300.err)"
+cat 300.out 300.err | grep '"node":"3"' | grep -q '"step":4,"steps":4' ||
+    fail "not upscaled in four tiles under --max-memory: $(cat 300.out 300.err | grep '"node":"3"' | tail -2)"
+# ... and when even a 128-pixel tile does not fit, the node fails at once
+if "$SDFLOW_BIN" run wf.json --models-dir models --input-dir input --output-dir out-mem --no-cache \
+    --max-memory 200K > mem.out 2> mem.err; then
+    fail "a 200K memory limit was not enforced"
+else
+    grep -q "ImageUpscaleWithModel" mem.err && grep -q "input 'image'" mem.err &&
+        grep -q "activations" mem.err || fail "memory error: $(cat mem.err)"
+fi
 
 sd_test_end "upscale model workflows: ok"

@@ -7,6 +7,7 @@
  * arguments, the out-of-memory back-off (a forward that fails above a tile
  * size: the tile halves until it fits, or the error comes back below the
  * minimum) and progress / cancellation per tile. Uses the committed tiny models in tests/data/upscale. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,10 @@ static void backoff(void) {
     CHECK_MSG(rc == SD_ERR_NOMEM && got == NULL && strstr(err.msg, "out of memory"), "rc %d: %s",
               (int)rc, err.msg);
     CHECK(c2.fails == 2 && used == 0);
+    /* the activation estimate grows with the tile's pixels */
+    uint64_t b16 = sd_upscale_forward_bytes(m, 16, 16), b32 = sd_upscale_forward_bytes(m, 32, 32);
+    CHECK(b16 > 0 && b32 == 4 * b16);
+    CHECK(sd_upscale_forward_bytes(m, (int64_t)1 << 40, 8) == UINT64_MAX);
     /* cancelled from the progress callback at the third tile */
     prog_ctx p3 = {0, 0, 0, 3};
     rc = sd_upscale_image(m, img, 16, 4, 16, prog, &p3, &got, NULL, &err);
