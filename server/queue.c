@@ -768,6 +768,13 @@ static void run_job(srv *s, sd_exec *ex, srv_job *j) {
     sd_graph_problems_free(&probs);
 
     pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_hist; i++) { /* a prompt_id sent again replaces its entry */
+        if (strcmp(s->hist[i].id, j->id)) continue;
+        cJSON_Delete(s->hist[i].entry);
+        memmove(s->hist + i, s->hist + i + 1, (s->n_hist - i - 1) * sizeof *s->hist);
+        s->n_hist--;
+        break;
+    }
     if (s->n_hist >= s->max_history) { /* bounded: the oldest goes */
         cJSON_Delete(s->hist[0].entry);
         memmove(s->hist, s->hist + 1, (s->n_hist - 1) * sizeof *s->hist);

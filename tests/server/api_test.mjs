@@ -244,6 +244,13 @@ try {
   ok(hs && hs.status.status_str === 'success' && hs.outputs['9'].images[0].filename && hs.prompt[1] === again.prompt_id &&
      hs.meta['9'].node_id === '9', 'history entry {prompt, outputs, status, meta}');
   ok(Object.keys(await (await fetch(`${base}/history?max_items=1`)).json()).length === 1, '/history?max_items=1');
+  // a client-chosen prompt_id, sent twice: one history entry
+  for (let k = 0; k < 2; k++) {
+    await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: wf, prompt_id: 'my-own-id', client_id: 'sdflow-api-test' }) });
+    await until(async () => of('execution_success', 'my-own-id').length > k, 'the prompt with its own id');
+  }
+  const own = await (await fetch(`${base}/history/my-own-id`)).text();
+  ok((own.match(/"my-own-id":\{/g) || []).length === 1, 'a prompt_id run twice has one history entry');
   await client.deleteItem('history', again.prompt_id);
   ok(keys(await (await fetch(`${base}/history/${again.prompt_id}`)).json()) === '', 'POST /history delete');
   const hist = await client.getHistory();
