@@ -286,4 +286,25 @@ try {
   const log = server.log();
   ok(/"POST \/prompt[^"]*" 200 /.test(log) && /"POST \/prompt[^"]*" 400 /.test(log), 'requests are logged with their status');
 }
+
+// ---- a restarted server: the SQLite cache serves what the first one computed
+try {
+  const again = await startServer(bin, [...dirs, '--output-dir', path.join(dir, 'out'), '--cache', path.join(dir, 'cache.db')],
+                                  path.join(dir, 'server-restarted.log'));
+  const ws = new WebSocket(`ws://127.0.0.1:${again.port}/ws?clientId=restart`);
+  const msgs = [];
+  ws.on('message', (d, isBin) => { if (!isBin) msgs.push(JSON.parse(d.toString())); });
+  await new Promise((res, rej) => { ws.once('open', res); ws.once('error', rej); });
+  const wf = JSON.parse(fs.readFileSync(path.join(dir, 'wf_txt2img_sd15.json'), 'utf8'));
+  const r = await (await fetch(`http://127.0.0.1:${again.port}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: wf, client_id: 'restart' }) })).json();
+  await until(() => msgs.some((m) => m.type === 'execution_success' && m.data.prompt_id === r.prompt_id), 'the restarted server\'s run');
+  const cachedNodes = msgs.find((m) => m.type === 'execution_cached').data.nodes;
+  ok(cachedNodes.includes('9') && !msgs.some((m) => m.type === 'executing' && m.data.node !== null),
+     `after a restart the prompt is served from the SQLite cache: nothing executes (${JSON.stringify(cachedNodes)})`);
+  ok(!again.log().includes(`checkpoint ${setup.sd1}:`), 'no checkpoint is loaded for it');
+  ws.close();
+  ok((await again.stop()) === 0, 'the restarted server stops cleanly');
+} catch (e) {
+  ok(false, `unexpected after the restart: ${e.stack}`);
+}
 done();
