@@ -11,6 +11,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_upscale_model UpscaleModelLoader ImageUpscaleWithModel
+sd_test_need_cmd python3 # torchsave.py (the .pth) and the 300x300 workflow
 cd "$T"
 data=$SDFLOW_SOURCE_DIR/tests/data/upscale
 mkdir -p models/upscale_models input
