@@ -12,7 +12,8 @@
  *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1, SD2 or SDXL)
  *   VAE   first_stage_model.*       ("" for a standalone VAE file)
  *   text  cond_stage_model.transformer.* (SD1), cond_stage_model.model.*
- *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.*
+ *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.* (SDXL; SD2.x
+ *         in the SGM layout: embedders.0.model with a label_emb-less UNet)
  * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
  * is a .safetensors or a PyTorch zip checkpoint (.ckpt, .pt, .pth), told
  * apart by its first bytes; the latter is read weights-only, through

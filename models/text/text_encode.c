@@ -86,8 +86,12 @@ sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer
         return sd_text_encoder_new(SD_TE_SDXL, l, g, tok, out, err);
     }
     if (has_prefix(f, SD_TE_PREFIX_REFINER_G)) {
+        /* the same prefix holds SD2's ViT-H in the SGM layout (ComfyUI's SD20
+         * maps it to clip_h); the refiner's UNet has a label_emb, SD2's none */
+        int sd2 = has_key(f, "model.diffusion_model.", "input_blocks.0.0.weight") &&
+                  !has_key(f, "model.diffusion_model.", "label_emb.0.0.weight");
         if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_REFINER_G, NULL, &g, err)) != SD_OK) return rc;
-        return sd_text_encoder_new(SD_TE_SDXL_REFINER, NULL, g, tok, out, err);
+        return sd_text_encoder_new(sd2 ? SD_TE_SD2 : SD_TE_SDXL_REFINER, NULL, g, tok, out, err);
     }
     if (has_prefix(f, SD_TE_PREFIX_SD1)) {
         if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SD1, NULL, &l, err)) != SD_OK) return rc;

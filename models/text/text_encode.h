@@ -73,7 +73,8 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
 /* Detect the family from a single-file checkpoint's text-encoder keys
  * (SDXL: conditioner.embedders.0.transformer + .1.model; refiner:
  * conditioner.embedders.0.model; SD1: cond_stage_model.transformer; SD2:
- * cond_stage_model.model) and load it. Errors: SD_ERR_NOT_FOUND (no text
+ * cond_stage_model.model, or conditioner.embedders.0.model in a file whose
+ * UNet has no label_emb, the SGM layout of SD2) and load it. Errors: SD_ERR_NOT_FOUND (no text
  * encoder), sd_clip_load's errors. */
 sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
                                sd_text_encoder **out, sd_error *err);

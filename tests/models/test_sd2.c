@@ -7,7 +7,8 @@
  *     a 9-channel (inpainting) SD2 UNet is eps;
  *     the SD1 and SDXL tiny presets stay sd1 / sdxl, eps;
  *   - the text encoder: kind sd2, 'h' tokens padded with 0, cond = the
- *     penultimate layer WITH final LN (sd2_clip.py), pooled projected;
+ *     penultimate layer WITH final LN (sd2_clip.py), pooled projected; the
+ *     same from the SGM layout (conditioner.embedders.0.model.);
  *   - a UNet evaluation on that conditioning is finite and shaped;
  *   - an SD2 ControlNet (sd2-tiny's encoder as control_model.* with a random
  *     hint block and zero convs) loads as SD2, fits the SD2 UNet, and its
@@ -293,6 +294,44 @@ static void check_lora_names(const sd_text_encoder *te) {
     sd_lora_unref(lora);
 }
 
+/* SD2 in the SGM layout: the ViT-H under conditioner.embedders.0.model.
+ * (the prefix of an SDXL refiner's bigG) next to a label_emb-less UNet is
+ * SD2's encoder and gives the same conditioning. */
+static void check_sgm(sd_backend *be, const char *v_path, const char *tok_dir, const sd_tensor *cond) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/sgm.safetensors", tmp);
+    sd_error err = {0};
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_st_open(v_path, &f, &err), &err);
+    if (!f) return;
+    sd_st_writer *w = sd_st_writer_new();
+    const char *old = "cond_stage_model.model.";
+    for (size_t i = 0; i < sd_st_count(f); i++) {
+        const char *k = sd_st_at(f, i)->name;
+        char nk[512];
+        if (strncmp(k, old, strlen(old)) == 0) snprintf(nk, sizeof nk, "conditioner.embedders.0.model.%s", k + strlen(old));
+        else snprintf(nk, sizeof nk, "%s", k);
+        sd_tensor *t = sd_st_tensor(f, k, &err);
+        CHECK_OK(sd_st_writer_add(w, nk, t, &err), &err);
+        sd_tensor_unref(t);
+    }
+    CHECK_OK(sd_st_writer_save(w, path, &err), &err);
+    sd_st_writer_free(w);
+    sd_st_close(f);
+    sd_checkpoint *c = open_ckpt(be, path, tok_dir);
+    sd_text_encoder *te = NULL;
+    if (c) CHECK_OK(sd_checkpoint_text_encoder(c, &te, &err), &err);
+    if (te) {
+        CHECK(sd_checkpoint_info(c)->family == SD_CKPT_SD2 && sd_text_encoder_kind(te) == SD_TE_SD2);
+        sd_tensor *c2 = NULL, *p2 = NULL;
+        CHECK_OK(sd_text_encode(te, "a photo of a cat", 0, NULL, &c2, &p2, &err), &err);
+        CHECK(c2 && cond && c2->nbytes == cond->nbytes && memcmp(c2->data, cond->data, c2->nbytes) == 0);
+        sd_tensor_unref(c2);
+        sd_tensor_unref(p2);
+    }
+    sd_checkpoint_unref(c);
+}
+
 /* The text encoder and one UNet evaluation on its output. */
 static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
     sd_checkpoint *c = open_ckpt(be, v_path, tok_dir);
@@ -353,6 +392,7 @@ static void check_run(sd_backend *be, const char *v_path, const char *tok_dir) {
         sd_clip_output_free(&o2);
     }
     sd_prompt_tokens_free(t);
+    check_sgm(be, v_path, tok_dir, cond);
 
     sd_unet *u = NULL;
     CHECK_OK(sd_checkpoint_unet(c, &u, &err), &err);
