@@ -449,6 +449,42 @@ static void check_vpred_formula(void) {
     CHECK(memcmp(y, d, sizeof d) == 0);
 }
 
+/* The full-size "sd2" preset names the shapes of SD2.1 768-v's keys. */
+typedef struct {
+    int found, bad, label_emb, resblock24;
+} full_ctx;
+
+static void full_key(void *user, const char *name, sd_dtype dtype, int ndim, const int64_t *shape) {
+    (void)dtype;
+    full_ctx *c = user;
+    static const struct {
+        const char *name;
+        int ndim;
+        int64_t d0, d1;
+    } want[] = {
+        {"model.diffusion_model.input_blocks.1.1.proj_in.weight", 2, 320, 320},
+        {"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight", 2, 320, 1024},
+        {"model.diffusion_model.middle_block.1.transformer_blocks.0.attn2.to_k.weight", 2, 1280, 1024},
+        {"model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias", 1, 320, 0},
+        {"cond_stage_model.model.token_embedding.weight", 2, 49408, 1024},
+        {"cond_stage_model.model.positional_embedding", 2, 77, 1024},
+        {"cond_stage_model.model.transformer.resblocks.23.attn.in_proj_weight", 2, 3072, 1024},
+        {"cond_stage_model.model.transformer.resblocks.23.mlp.c_fc.weight", 2, 4096, 1024},
+        {"cond_stage_model.model.text_projection", 2, 1024, 1024},
+        {"first_stage_model.decoder.conv_in.weight", 4, 512, 4},
+    };
+    if (strstr(name, "label_emb")) c->label_emb++;
+    if (strstr(name, "resblocks.24.")) c->resblock24++;
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        if (strcmp(name, want[i].name) != 0) continue;
+        c->found++;
+        if (ndim != want[i].ndim || shape[0] != want[i].d0 || (ndim > 1 && shape[1] != want[i].d1)) {
+            c->bad++;
+            printf("  %s: shape differs\n", name);
+        }
+    }
+}
+
 int main(void) {
     tmp = sd_test_tmpdir("sd2");
     sd_error err = {0};
@@ -467,6 +503,10 @@ int main(void) {
         check_run(be, v_path, tok);
         sd_backend_free(be);
     }
+    full_ctx fc = {0};
+    sd_synth_sd2_keys(sd_synth_sd2_preset("sd2"), full_key, &fc);
+    CHECK_MSG(fc.found == 10 && fc.bad == 0 && fc.label_emb == 0 && fc.resblock24 == 0,
+              "full-size sd2 preset: %d of 10 keys found, %d misshaped", fc.found, fc.bad);
     check_vpred_formula();
     return sd_test_finish();
 }
