@@ -78,7 +78,8 @@ static void sigint_setup(void) {
     int ok = pthread_attr_init(&attr) == 0;
     if (ok) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 64 * 1024);
+        /* default stack size: a small one cannot hold the static TLS of the
+         * CUDA libraries a CUDA build loads (server/thread_stack.c) */
         ok = pthread_create(&t, &attr, sigint_thread, NULL) == 0;
         pthread_attr_destroy(&attr);
     }
@@ -270,6 +271,16 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
         else rc = sd_graph_from_json(text, job->json_name ? job->json_name : "<workflow>", &g, &err);
     }
     if (!rc) rc = sd_cli_apply_sets(g, &o, &err);
+    if (!rc) { /* leftover nodes no output needs neither run nor stop the run, as in ComfyUI */
+        size_t dropped = 0;
+        char ids[600], msg[700];
+        rc = sd_graph_drop_unused(g, &dropped, ids, sizeof ids, &err);
+        if (!rc && dropped) {
+            snprintf(msg, sizeof msg, "%zu node%s no output needs left out: %s", dropped,
+                     dropped == 1 ? "" : "s", ids);
+            cli_log(&prog, SD_LOG_INFO, msg);
+        }
+    }
     if (!rc) {
         rc = sd_cli_backend_open(&env, &backend, &err);
         if (!rc) {

@@ -162,6 +162,22 @@ sd_status sd_graph_remove_node(sd_graph *g, const char *id, sd_error *err) {
     return SD_OK;
 }
 
+void sd_graph_retain(sd_graph *g, const unsigned char *keep) {
+    size_t w = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (keep[i]) {
+            g->nodes[w++] = g->nodes[i];
+            continue;
+        }
+        unsigned long k;
+        if (canonical_uint(g->nodes[i]->id, &k) && k < g->free_from) g->free_from = k;
+        sd_hashmap_remove_str(g->ids, g->nodes[i]->id); /* before the key's bytes are freed */
+        node_free(g->nodes[i]);
+    }
+    g->n = w;
+    for (size_t j = 0; j < w; j++) sd_hashmap_put_str(g->ids, g->nodes[j]->id, j); /* replaces */
+}
+
 sd_graph_input *sd_graph_node_input(const sd_graph_node *n, const char *name) {
     if (!n || !name) return NULL;
     for (size_t i = 0; i < n->n_inputs; i++)

@@ -44,6 +44,20 @@ sd_graph *sd_graph_clone(const sd_graph *g);
 sd_status sd_graph_add_node(sd_graph *g, const char *id, const char *class_type,
                             sd_graph_node **out, sd_error *err);
 sd_status sd_graph_remove_node(sd_graph *g, const char *id, sd_error *err);
+/* Keeps the nodes at positions i with keep[i] != 0 (keep has
+ * sd_graph_count(g) entries) and frees the others, in one pass: removing many
+ * nodes one by one would cost O(n) each. Links to removed nodes stay as they
+ * are (validation reports them). */
+void sd_graph_retain(sd_graph *g, const unsigned char *keep);
+/* Removes the nodes no output node needs, as ComfyUI validates and runs only
+ * its outputs and their ancestors: a leftover node in a saved workflow (an
+ * unconnected loader, a half-edited branch) neither runs nor stops the run.
+ * Nodes of an unknown class_type are kept (ComfyUI refuses those wherever
+ * they are), and a graph without any output node is left whole (validation
+ * reports that). *n_removed (may be NULL) receives the count; the ids of the
+ * first few removed nodes, comma-separated, go into `ids` (may be NULL). */
+sd_status sd_graph_drop_unused(sd_graph *g, size_t *n_removed, char *ids, size_t ids_size,
+                               sd_error *err);
 sd_graph_node *sd_graph_find(const sd_graph *g, const char *id);
 /* Position of node `id` in insertion order (what sd_graph_at takes), or
  * (size_t)-1 when there is none. Expected O(1), as sd_graph_find. */

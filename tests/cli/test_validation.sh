@@ -54,6 +54,8 @@ J
 run_bad wrong_kind invalid_input_type 2 ImageScale width <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 64}},
+ "3": {"class_type": "ImageInvert", "inputs": {}},
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
  "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
 J
 run_bad literal_for_link invalid_input_type 9 SaveImage images <<'J'
@@ -62,16 +64,22 @@ J
 run_bad too_big value_bigger_than_max 2 ImageScale height <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": 64, "height": 100000}},
+ "3": {"class_type": "ImageInvert", "inputs": {}},
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
  "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
 J
 run_bad too_small value_smaller_than_min 2 ImageScale width <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": -8, "height": 64}},
+ "3": {"class_type": "ImageInvert", "inputs": {}},
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
  "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
 J
 run_bad not_in_list value_not_in_list 2 ImageScale upscale_method <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "magic"}},
+ "3": {"class_type": "ImageInvert", "inputs": {}},
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
  "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
 J
 run_bad missing_file value_not_in_list 1 LoadImage image <<'J'
@@ -93,7 +101,9 @@ J
 cat > "$T/many.json" <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "nope.png"}},
  "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 100000}},
- "9": {"class_type": "SaveImage", "inputs": {}}}
+ "3": {"class_type": "ImageInvert", "inputs": {}},
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
 J
 "$SDFLOW_BIN" run "$T/many.json" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/output" 2> "$T/many.err"
 [ $? -eq 1 ] || fail "many: exit code"
@@ -120,5 +130,30 @@ cp "$SDFLOW_SOURCE_DIR/workflows/image_invert.json" "$T/good.json"
     --output-dir "$T/output" 2> "$T/good.err"
 [ $? -eq 0 ] || fail "good workflow failed: $(cat "$T/good.err")"
 ls "$T/output"/sdflow_demo_*.png > /dev/null 2>&1 || fail "good workflow wrote no image"
+
+# Leftover nodes no output needs (an unconnected loader of a missing file, a
+# half-edited branch) neither run nor stop the run, as in ComfyUI; they are
+# named in a notice. Unknown class_types stop it wherever they are.
+cat > "$T/leftover.json" <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "2": {"class_type": "LoadImage", "inputs": {"image": "no-such-file.png"}},
+ "3": {"class_type": "ImageScale", "inputs": {"image": ["2", 0], "upscale_method": "bogus",
+       "width": 8, "height": 8, "crop": "disabled"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "leftover"}}}
+J
+rm -rf "$T/output" && mkdir -p "$T/output"
+"$SDFLOW_BIN" run "$T/leftover.json" --no-cache --input-dir "$T/input" --output-dir "$T/output" \
+    --report "$T/leftover.report.json" > /dev/null 2> "$T/leftover.err" ||
+    fail "leftover nodes stopped the run: $(cat "$T/leftover.err")"
+grep -q "2 nodes no output needs left out: 2 (LoadImage), 3 (ImageScale)" "$T/leftover.err" ||
+    fail "leftover: no notice naming the nodes: $(cat "$T/leftover.err")"
+ls "$T/output"/leftover_*.png > /dev/null 2>&1 || fail "leftover: no image written"
+[ "$(sd_test_status "$T/leftover.report.json" 2)" = "absent" ] || fail "leftover: node 2 was visited"
+sed 's/"ImageScale"/"NoSuchScale"/' "$T/leftover.json" > "$T/leftover_unknown.json"
+if "$SDFLOW_BIN" run "$T/leftover_unknown.json" --no-cache --input-dir "$T/input" --output-dir "$T/output" \
+    > /dev/null 2> "$T/leftover_unknown.err"; then
+    fail "an unknown class_type on a leftover node was accepted"
+fi
+grep -q "NoSuchScale" "$T/leftover_unknown.err" || fail "leftover unknown: not named: $(cat "$T/leftover_unknown.err")"
 
 sd_test_end "all validation checks passed"
