@@ -76,7 +76,8 @@ typedef struct sd_cli_option {
 /* Shared option groups: their values land in sd_cli_args. */
 enum {
     SD_CLI_G_ENV = 1u << 0 | 1u << 5, /* SD_CLI_G_MODELS and --input-dir --output-dir
-                                         --temp-dir --precision --device */
+                                         --temp-dir --precision --vae-precision
+                                         --clip-precision --device */
     SD_CLI_G_SET = 1u << 1,      /* --set ID.INPUT=VALUE (repeatable) */
     SD_CLI_G_CACHE = 1u << 2,    /* --cache PATH, --no-cache */
     SD_CLI_G_PROGRESS = 1u << 3, /* --quiet/-q, --progress MODE, --preview PATH.png */
@@ -89,9 +90,10 @@ enum {
 typedef struct sd_cli_args {
     /* SD_CLI_G_ENV: NULL when not given (sd_cli_env_init fills defaults) */
     const char *models_dir, *comfyui_dir, *tokenizer_dir, *input_dir, *output_dir, *temp_dir;
-    const char *precision, *device;
+    const char *precision, *vae_precision, *clip_precision, *device;
     const char *max_image_pixels; /* decimal, "0" = no limit */
     const char *max_memory;       /* "16G", bytes, "0" = no limit */
+    const char *gpu_memory;       /* --gpu-memory "10G": cap on the CUDA backend's memory */
     sd_cli_list sets;           /* SD_CLI_G_SET */
     const char *cache;          /* SD_CLI_G_CACHE */
     int no_cache;
@@ -144,9 +146,10 @@ sd_status sd_cli_apply_sets(struct sd_graph *g, const sd_cli_args *a, sd_error *
  * uses sd_cli_parse.) */
 const char *sd_cli_opt(int argc, char **argv, int *i, const char *name, int *missing);
 
-/* The backend named by env->device, computing in env->precision ("f32" or
- * "bf16"). A precision the backend cannot compute is an error here, before
- * any node runs, rather than a silent f32 run (cli/backend_open.c). */
+/* The backend named by env->device, computing in env->precision ("f32",
+ * "bf16" or "f16"). A precision (also env->vae_precision, clip_precision)
+ * the backend cannot compute is an error here, before any node runs, rather
+ * than a silent f32 run (cli/backend_open.c). */
 struct sd_env;
 struct sd_backend;
 sd_status sd_cli_backend_open(const struct sd_env *env, struct sd_backend **out, sd_error *err);

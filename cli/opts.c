@@ -12,7 +12,9 @@
 #include "cli.h"
 #include "core/env.h"
 #include "core/graph.h"
+#include "core/membudget.h"
 #include "core/text.h"
+#include "kernels/backend.h"
 #include "lua/sdlua.h"
 
 /* ---- the shared groups ---------------------------------------------------------
@@ -49,10 +51,17 @@ static const shared_opt shared[] = {
     {G_IO, "--max-memory", NULL, SD_CLI_STR, OFF(max_memory), "BYTES",
      "refuse a node whose estimated allocation (latent, image, VAE activations) is larger, e.g. 8G "
      "(env SDFLOW_MAX_MEMORY; default physical RAM; 0 = no limit)", NULL},
-    {G_IO, "--precision", NULL, SD_CLI_STR, OFF(precision), "f32|bf16",
-     "compute precision (default f32; bf16 needs oneDNN on the CPU)", "f32|bf16"},
-    {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda", "compute device (default cpu)",
-     "cpu|cuda"},
+    {G_IO, "--precision", NULL, SD_CLI_STR, OFF(precision), "f32|bf16|f16",
+     "compute precision (default f32; bf16 needs oneDNN on the CPU, f16 a GPU)", "f32|bf16|f16"},
+    {G_IO, "--vae-precision", NULL, SD_CLI_STR, OFF(vae_precision), "f32|bf16|f16",
+     "precision of the VAE nodes (default: --precision); a decode giving NaN/Inf is redone in f32",
+     "f32|bf16|f16"},
+    {G_IO, "--clip-precision", NULL, SD_CLI_STR, OFF(clip_precision), "f32|bf16|f16",
+     "precision of the text-encoder nodes (default: --precision)", "f32|bf16|f16"},
+    {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda",
+     "compute device (default cuda when this build has it and a GPU is present, else cpu)", "cpu|cuda"},
+    {G_IO, "--gpu-memory", NULL, SD_CLI_STR, OFF(gpu_memory), "BYTES",
+     "cap on the device memory the CUDA backend holds, e.g. 10G (default: what the card has)", NULL},
     {SD_CLI_G_CACHE, "--cache", NULL, SD_CLI_STR, OFF(cache), "PATH",
      "output cache database (env SDFLOW_CACHE; default ~/.cache/sdflow/cache.db)", NULL},
     {SD_CLI_G_CACHE, "--no-cache", NULL, SD_CLI_FLAG, OFF(no_cache), NULL,
@@ -270,13 +279,22 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
         {&env->output_dir, a->output_dir},   {&env->input_dir, a->input_dir},
         {&env->temp_dir, a->temp_dir},       {&env->models_dir, a->models_dir},
         {&env->comfyui_dir, a->comfyui_dir}, {&env->tokenizer_dir, a->tokenizer_dir},
-        {&env->precision, a->precision},     {&env->device, a->device},
+        {&env->precision, a->precision},
+        /* no --device: the GPU when the build and the machine have one */
+        {&env->device, a->device ? a->device : sd_backend_default_name()},
+        {&env->vae_precision, a->vae_precision}, {&env->clip_precision, a->clip_precision},
     };
     for (size_t k = 0; !rc && k < sizeof over / sizeof *over; k++)
         if (over[k].value) rc = sd_env_set(env, over[k].field, over[k].value, err);
     if (!rc && a->max_image_pixels) {
         rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);
         if (rc) sd_error_prefix(err, "--max-image-pixels");
+    }
+    if (!rc && a->gpu_memory) {
+        uint64_t v;
+        rc = sd_mem_parse(a->gpu_memory, &v, err);
+        if (rc) sd_error_prefix(err, "--gpu-memory");
+        else env->gpu_memory = v;
     }
     if (!rc && a->max_memory) {
         rc = sd_env_set_max_memory(env, a->max_memory, err);

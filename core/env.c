@@ -77,11 +77,19 @@ sd_status sd_env_set_max_memory(sd_env *env, const char *value, sd_error *err) {
     return rc;
 }
 
+const char *sd_env_node_precision(const sd_env *env, unsigned node_flags) {
+    if (!env) return "f32";
+    if ((node_flags & SD_NODE_VAE) && env->vae_precision) return env->vae_precision;
+    if ((node_flags & SD_NODE_TEXT_ENCODER) && env->clip_precision) return env->clip_precision;
+    return env->precision ? env->precision : "f32";
+}
+
 void sd_env_cleanup(sd_env *env) {
     if (!env) return;
     const char **fields[] = {&env->models_dir, &env->comfyui_dir, &env->input_dir,
                              &env->output_dir, &env->temp_dir, &env->tokenizer_dir,
-                             &env->precision, &env->device};
+                             &env->precision, &env->vae_precision, &env->clip_precision,
+                             &env->device};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
         free((char *)*fields[i]);
         *fields[i] = NULL;

@@ -6,7 +6,7 @@
  * SDFLOW_TOKENIZER_DIR and SDFLOW_COMFYUI_DIR override the defaults.
  *
  * Ownership: every string field set through this module (the directories,
- * precision, device) is a malloc'd copy owned by the env and released by
+ * precision, vae_precision, clip_precision, device) is a malloc'd copy owned by the env and released by
  * sd_env_cleanup(). Do not assign those fields directly when using
  * sd_env_cleanup(); use sd_env_set(). `models`, `backend` and `log` are left
  * to the front end.
@@ -30,6 +30,10 @@ sd_status sd_env_set_max_pixels(sd_env *env, const char *value, sd_error *err);
  * limit); SD_ERR_INVALID names the value otherwise. sd_env_init sets the
  * default (physical RAM) and reads SDFLOW_MAX_MEMORY. */
 sd_status sd_env_set_max_memory(sd_env *env, const char *value, sd_error *err);
+/* The precision a node of these flags (SD_NODE_VAE, SD_NODE_TEXT_ENCODER)
+ * computes in: vae_precision / clip_precision when set, else precision,
+ * else "f32". The executor hashes it into the node's cache key. */
+const char *sd_env_node_precision(const sd_env *env, unsigned node_flags);
 /* Free the strings the env owns and zero it. */
 void sd_env_cleanup(sd_env *env);
 /* Replace one string field (e.g. &env->models_dir) with a copy of `value`

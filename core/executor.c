@@ -399,7 +399,6 @@ static sd_status plan_graph(run *r, sd_error *err) {
 }
 
 static sd_status compute_keys(run *r, sd_error *err) {
-    const char *precision = r->env && r->env->precision ? r->env->precision : "f32";
     const char *device = r->env && r->env->device ? r->env->device : "cpu";
     for (size_t o = 0; o < r->n_order; o++) {
         plan_node *p = &r->nodes[r->order[o]];
@@ -440,7 +439,8 @@ static sd_status compute_keys(run *r, sd_error *err) {
         }
         if (!rc) {
             const char *id = (p->def->flags & SD_NODE_NOT_IDEMPOTENT) ? p->gn->id : NULL;
-            sd_key_node(p->def, device, precision, id, ins, p->key);
+            /* a VAE or text-encoder node: the precision it really computes in */
+            sd_key_node(p->def, device, sd_env_node_precision(r->env, p->def->flags), id, ins, p->key);
         }
         if (ins != small) free(ins);
         free(hashes);

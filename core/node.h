@@ -59,7 +59,12 @@ typedef struct sd_output_def {
 
 enum {
     SD_NODE_OUTPUT = 1u << 0,        /* an output node (SaveImage) */
-    SD_NODE_NOT_IDEMPOTENT = 1u << 1 /* never cached; node id enters its key */
+    SD_NODE_NOT_IDEMPOTENT = 1u << 1, /* never cached; node id enters its key */
+    /* The node computes with a VAE / a text encoder: it runs in
+     * env->vae_precision / env->clip_precision (when set; else precision),
+     * and that precision enters its cache key (sd_env_node_precision). */
+    SD_NODE_VAE = 1u << 2,
+    SD_NODE_TEXT_ENCODER = 1u << 3
 };
 
 /* A node function. `in` is aligned with def->inputs (NULL for an absent
@@ -102,10 +107,13 @@ struct sd_env {
     const char *output_dir;    /* SaveImage root, default ./output */
     const char *temp_dir;      /* PreviewImage root */
     const char *tokenizer_dir; /* CLIP vocab; NULL = look beside the model */
-    const char *precision;     /* "f32" | "bf16" (enters cache keys) */
+    const char *precision;     /* "f32" | "bf16" | "f16" (enters cache keys) */
+    const char *vae_precision; /* SD_NODE_VAE nodes; NULL = precision */
+    const char *clip_precision; /* SD_NODE_TEXT_ENCODER nodes; NULL = precision */
     const char *device;        /* "cpu" | "cuda" */
     uint64_t max_image_pixels; /* LoadImage refuses larger images (core/png.h); 0 = no limit */
     uint64_t max_memory;       /* bytes one allocation estimate may need (core/membudget.h); 0 = no limit */
+    uint64_t gpu_memory;       /* cap on the GPU backend's device memory (--gpu-memory); 0 = the card's */
     void *models;              /* process-lifetime store of loaded models (nodes/) */
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;

@@ -43,6 +43,14 @@ sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_e
     return SD_OK;
 }
 
+sd_status sd_backend_set_memory_limit(sd_backend *be, uint64_t bytes, sd_error *err) {
+    if (!be->vt->set_memory_limit)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "the %s backend has no device memory to cap",
+                            sd_backend_name(be));
+    be->vt->set_memory_limit(be, bytes);
+    return SD_OK;
+}
+
 void sd_backend_free(sd_backend *be) {
     if (!be) return;
     if (be->vt && be->vt->destroy) be->vt->destroy(be);
@@ -57,6 +65,18 @@ void sd_backend_tune_allocator(void) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
 #endif
+}
+
+int sd_precision_parse(const char *name, sd_precision *out) {
+    static const struct { const char *name; sd_precision p; } k[] = {
+        {"f32", SD_PREC_F32}, {"bf16", SD_PREC_BF16}, {"f16", SD_PREC_F16}};
+    for (size_t i = 0; name && i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(name, k[i].name) == 0) { *out = k[i].p; return 1; }
+    return 0;
+}
+
+const char *sd_precision_name(sd_precision p) {
+    return p == SD_PREC_BF16 ? "bf16" : p == SD_PREC_F16 ? "f16" : "f32";
 }
 
 void sd_backend_set_precision(sd_backend *be, sd_precision p) { if (be) be->precision = p; }

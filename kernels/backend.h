@@ -36,11 +36,28 @@ typedef struct sd_bt {
 
 typedef enum sd_precision { SD_PREC_F32 = 0, SD_PREC_BF16, SD_PREC_F16 } sd_precision;
 
+/* "f32", "bf16", "f16" <-> sd_precision. parse returns 0 on an unknown name
+ * (*out untouched). */
+int sd_precision_parse(const char *name, sd_precision *out);
+const char *sd_precision_name(sd_precision p);
+
 /* ---- creating backends ---------------------------------------------------- */
 
 /* "cpu" or "cuda". n_threads <= 0 picks the number of cores. */
 sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_error *err);
 void sd_backend_free(sd_backend *be);
+/* Devices the backend `name` can use here: 0 when this build lacks it or
+ * (CUDA) no GPU or driver is present, 1 for "cpu". Cheap enough to call once
+ * per process; never sets an error. */
+int sd_backend_device_count(const char *name);
+/* The backend a run uses when none is named: "cuda" when the build has it
+ * and a GPU is present, else "cpu". */
+const char *sd_backend_default_name(void);
+/* Cap the device memory the backend holds (its live tensors plus its cache
+ * of freed blocks) at `bytes`; 0 removes the cap. An allocation that would
+ * pass it first releases the cache, then fails as out-of-memory naming the
+ * cap. SD_ERR_UNSUPPORTED on a backend without device memory (the CPU). */
+sd_status sd_backend_set_memory_limit(sd_backend *be, uint64_t bytes, sd_error *err);
 const char *sd_backend_name(const sd_backend *be);
 void sd_backend_set_precision(sd_backend *be, sd_precision p);
 sd_precision sd_backend_precision(const sd_backend *be);

@@ -99,6 +99,8 @@ sd_status sd_recipe_describe(const sd_graph *g, const sd_env *env, const sd_cach
     cJSON_AddStringToObject(s, "version", version ? version : "");
     cJSON_AddStringToObject(s, "build", build ? build : "");
     cJSON_AddStringToObject(m, "precision", env->precision ? env->precision : "f32");
+    if (env->vae_precision) cJSON_AddStringToObject(m, "vae_precision", env->vae_precision);
+    if (env->clip_precision) cJSON_AddStringToObject(m, "clip_precision", env->clip_precision);
     cJSON_AddStringToObject(m, "device", env->device ? env->device : "cpu");
     cJSON *files = cJSON_AddArrayToObject(m, "files");
     sd_status rc = files ? collect_files(g, env, memo, files, err) : sd_error_set(err, SD_ERR_NOMEM, "out of memory");

@@ -40,6 +40,7 @@ struct sd_vae {
     sd_bt *d_norm_w, *d_norm_b, *d_out_w, *d_out_b;
     sd_vae_tap_fn tap;
     void *tap_user;
+    unsigned f32_redos; /* reduced-precision decodes redone in F32 (sd_vae_f32_redos) */
 };
 
 /* ---- freeing ---------------------------------------------------------------------- */
@@ -359,6 +360,8 @@ sd_status sd_vae_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_vae 
 
 const sd_vae_config *sd_vae_get_config(const sd_vae *vae) { return &vae->cfg; }
 
+unsigned sd_vae_f32_redos(const sd_vae *vae) { return vae->f32_redos; }
+
 void sd_vae_set_tap(sd_vae *vae, sd_vae_tap_fn fn, void *user) {
     vae->tap = fn;
     vae->tap_user = user;
@@ -488,13 +491,35 @@ static sd_bt *encoder_forward(const sd_vae *v, sd_bt *x) {
     return h;
 }
 
-/* Upload, run, download; turns the backend's sticky error into err. */
+static int all_finite(const sd_tensor *t) {
+    const float *p = t->data;
+    int64_t n = sd_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return 0;
+    return 1;
+}
+
+/* Upload, run, download; turns the backend's sticky error into err. A
+ * decode in a reduced precision whose output holds NaN or Inf (an f16
+ * overflow in the up blocks, typically) is run again in F32: the clamp to
+ * [0, 1] afterwards would otherwise hide it as black or white pixels. */
 static sd_status run_net(sd_vae *v, int enc, const sd_tensor *in, sd_tensor **out, sd_error *err) {
     *out = NULL;
     sd_bt *x = sd_bt_from_host(v->be, (sd_tensor *)in, SD_F32);
     x = enc ? encoder_forward(v, x) : decoder_forward(v, x);
     if (x) *out = sd_bt_to_host(x);
     sd_bt_free(x);
+    sd_precision p = sd_backend_precision(v->be);
+    if (!enc && *out && p != SD_PREC_F32 && !sd_backend_error(v->be) && !all_finite(*out)) {
+        sd_tensor_unref(*out);
+        *out = NULL;
+        sd_backend_set_precision(v->be, SD_PREC_F32);
+        x = decoder_forward(v, sd_bt_from_host(v->be, (sd_tensor *)in, SD_F32));
+        if (x) *out = sd_bt_to_host(x);
+        sd_bt_free(x);
+        sd_backend_set_precision(v->be, p);
+        v->f32_redos++;
+    }
     sd_status rc = sd_backend_take_error(v->be, err);
     sd_backend_clear_error(v->be);
     if (rc == SD_OK && !*out) rc = sd_error_set(err, SD_ERR_NOMEM, "VAE: out of memory");

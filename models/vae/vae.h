@@ -62,8 +62,14 @@ const sd_vae_config *sd_vae_get_config(const sd_vae *vae);
  * the module's output, valid only during the call. */
 typedef void (*sd_vae_tap_fn)(void *user, const char *name, const sd_bt *t);
 void sd_vae_set_tap(sd_vae *vae, sd_vae_tap_fn fn, void *user);
+unsigned sd_vae_f32_redos(const sd_vae *vae);
 
-/* latent [N, E, h, w] F32 -> IMAGE [N, 8h, 8w, 3] in [0, 1]. */
+/* latent [N, E, h, w] F32 -> IMAGE [N, 8h, 8w, 3] in [0, 1].
+ * Every decode (also raw and tiled) computes in the backend's precision;
+ * when that is not F32 and the decoder's output holds a NaN or Inf, that
+ * decode (that tile, when tiled) is run again in F32, and the backend is
+ * left in the precision it had. sd_vae_f32_redos counts these redos since
+ * the VAE was loaded, so a caller can say that one happened. */
 sd_status sd_vae_decode(sd_vae *vae, const sd_tensor *latent, sd_tensor **image, sd_error *err);
 /* IMAGE [N, H, W, C >= 3] -> latent mean [N, E, H/8, W/8] (after cropping). */
 sd_status sd_vae_encode(sd_vae *vae, const sd_tensor *image, sd_tensor **latent, sd_error *err);

@@ -24,7 +24,11 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
     sd_text_encode_opts o;
     size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
     sd_tensor *cond = NULL, *pooled = NULL;
-    rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
+    sd_precision prev;
+    if (!(rc = sd_nodes_precision_begin(ctx, SD_NODE_TEXT_ENCODER, &prev, err))) {
+        rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
+        sd_nodes_precision_end(ctx, prev);
+    }
     sd_model_paths_free_list(dirs, nd);
     if (rc) {
         sd_error_at(err, NULL, NULL, "text");
@@ -48,6 +52,7 @@ const sd_node_def sd_node_CLIPTextEncode = {
                    "embedding:NAME, 77-token chunks).",
     .inputs = clip_text_encode_inputs,
     .outputs = conditioning_out,
+    .flags = SD_NODE_TEXT_ENCODER,
     .run = clip_text_encode_run,
 };
 

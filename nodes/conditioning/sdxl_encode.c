@@ -49,8 +49,12 @@ static sd_status sdxl_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
     sd_text_encode_opts o;
     size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
     sd_tensor *cond = NULL, *pooled = NULL;
-    rc = sd_text_encode_sdxl(te, tg ? tg : "", tl ? tl : "", clip->clip_skip, &o, &cond, &pooled,
-                             err);
+    sd_precision prev;
+    if (!(rc = sd_nodes_precision_begin(ctx, SD_NODE_TEXT_ENCODER, &prev, err))) {
+        rc = sd_text_encode_sdxl(te, tg ? tg : "", tl ? tl : "", clip->clip_skip, &o, &cond, &pooled,
+                                 err);
+        sd_nodes_precision_end(ctx, prev);
+    }
     sd_model_paths_free_list(dirs, nd);
     if (rc) {
         sd_error_at(err, NULL, NULL, "text_g");
@@ -90,6 +94,7 @@ const sd_node_def sd_node_CLIPTextEncodeSDXL = {
                    "the original size, crop and target size the UNet is conditioned on.",
     .inputs = sdxl_inputs,
     .outputs = conditioning_out,
+    .flags = SD_NODE_TEXT_ENCODER,
     .run = sdxl_run,
 };
 
@@ -107,7 +112,11 @@ static sd_status refiner_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
     sd_text_encode_opts o;
     size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
     sd_tensor *cond = NULL, *pooled = NULL;
-    rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
+    sd_precision prev;
+    if (!(rc = sd_nodes_precision_begin(ctx, SD_NODE_TEXT_ENCODER, &prev, err))) {
+        rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
+        sd_nodes_precision_end(ctx, prev);
+    }
     sd_model_paths_free_list(dirs, nd);
     if (!rc && !pooled) {
         sd_tensor_unref(cond);
@@ -141,5 +150,6 @@ const sd_node_def sd_node_CLIPTextEncodeSDXLRefiner = {
                    "refiner UNet is conditioned on.",
     .inputs = refiner_inputs,
     .outputs = conditioning_out,
+    .flags = SD_NODE_TEXT_ENCODER,
     .run = refiner_run,
 };

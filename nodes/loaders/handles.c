@@ -153,3 +153,26 @@ void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
     if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
     else sd_model_sampling_init(ms, sd_checkpoint_info(c)->prediction);
 }
+
+/* ---- per-node precision ------------------------------------------------------------ */
+
+sd_status sd_nodes_precision_begin(const sd_node_ctx *ctx, unsigned node_flags, sd_precision *prev,
+                                   sd_error *err) {
+    sd_backend *be = ctx && ctx->env ? ctx->env->backend : NULL;
+    *prev = sd_backend_precision(be);
+    if (!be) return SD_OK;
+    const char *name = sd_env_node_precision(ctx->env, node_flags);
+    sd_precision p;
+    if (!sd_precision_parse(name, &p))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "unknown precision '%s' (f32, bf16 or f16)", name);
+    if (!sd_backend_supports_precision(be, p))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "the %s backend of this build cannot compute in %s",
+                            sd_backend_name(be), name);
+    sd_backend_set_precision(be, p);
+    return SD_OK;
+}
+
+void sd_nodes_precision_end(const sd_node_ctx *ctx, sd_precision prev) {
+    sd_backend *be = ctx && ctx->env ? ctx->env->backend : NULL;
+    if (be) sd_backend_set_precision(be, prev);
+}

@@ -75,6 +75,17 @@ sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lo
 sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err);
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
 
+/* A VAE or text-encoder node computes in the precision the env sets for it
+ * (sd_env_node_precision of its SD_NODE_VAE / SD_NODE_TEXT_ENCODER flag):
+ * begin switches ctx->env->backend to that precision and stores the one to
+ * put back in *prev; end puts it back (the backend is shared by every node,
+ * so call end on every path after a successful begin). An unknown name or
+ * a precision the backend cannot compute is SD_ERR_UNSUPPORTED. Without a
+ * backend in the env both do nothing. */
+sd_status sd_nodes_precision_begin(const sd_node_ctx *ctx, unsigned node_flags, sd_precision *prev,
+                                   sd_error *err);
+void sd_nodes_precision_end(const sd_node_ctx *ctx, sd_precision prev);
+
 /* Checked accessors for input i (named `name` in errors): borrowed payloads. */
 sd_status sd_nodes_in_model(sd_value *const *in, int i, const char *name, sd_model_ref **out,
                             sd_error *err);

@@ -173,13 +173,51 @@ static sd_status decode_common(sd_node_ctx *ctx, sd_value *const *in, int tiled,
     return image_value(img, out, err);
 }
 
+/* The node's ui result {"vae_f32_redo": [n]}: the report (sdflow run
+ * --report) and the server's "executed" message carry it. */
+static void note_redos(sd_node_ctx *ctx, unsigned n) {
+    sd_value *d = sd_value_dict(), *l = sd_value_list(), *c = sd_value_int((int64_t)n);
+    int bad = !d || !l || !c || sd_value_list_append(l, c);
+    if (!bad) c = NULL;
+    if (!bad && !(bad = sd_value_dict_set(d, "vae_f32_redo", l))) l = NULL;
+    sd_value_unref(c);
+    sd_value_unref(l);
+    if (bad || !ctx) { sd_value_unref(d); return; } /* only a note: the warning was logged */
+    sd_value_unref(ctx->ui);
+    ctx->ui = d;
+}
+
+/* The decode in the VAE precision (--vae-precision), and the warning (and
+ * ui note) when it had to be redone in f32 for NaN/Inf. */
+static sd_status decode_node(sd_node_ctx *ctx, sd_value *const *in, int tiled, sd_value **out,
+                             sd_error *err) {
+    sd_precision prev;
+    sd_status rc = sd_nodes_precision_begin(ctx, SD_NODE_VAE, &prev, err);
+    if (rc) return rc;
+    sd_vae *vae = NULL;
+    unsigned before = get_vae(in, 1, &vae, err) == SD_OK ? sd_vae_f32_redos(vae) : 0;
+    sd_error_clear(err); /* decode_common reports a bad VAE input itself */
+    rc = decode_common(ctx, in, tiled, out, err);
+    sd_precision used = sd_backend_precision(ctx && ctx->env ? ctx->env->backend : NULL);
+    sd_nodes_precision_end(ctx, prev);
+    unsigned redos = vae ? sd_vae_f32_redos(vae) - before : 0;
+    if (!rc && redos) {
+        sd_node_log(ctx, SD_LOG_WARN,
+                    "%s: the %s decode gave NaN/Inf values; decoded again in f32 (%u time%s)",
+                    ctx && ctx->class_type ? ctx->class_type : "VAEDecode", sd_precision_name(used),
+                    redos, redos == 1 ? "" : "s");
+        note_redos(ctx, redos);
+    }
+    return rc;
+}
+
 static sd_status vae_decode_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                 sd_error *err) {
-    return decode_common(ctx, in, 0, &out[0], err);
+    return decode_node(ctx, in, 0, &out[0], err);
 }
 static sd_status vae_decode_tiled_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                       sd_error *err) {
-    return decode_common(ctx, in, 1, &out[0], err);
+    return decode_node(ctx, in, 1, &out[0], err);
 }
 
 static const sd_input_def vae_decode_inputs[] = {
@@ -197,6 +235,7 @@ const sd_node_def sd_node_VAEDecode = {
                    "(SDFLOW_VAE_DECODE_LIMIT bytes overrides MemAvailable).",
     .inputs = vae_decode_inputs,
     .outputs = image_out,
+    .flags = SD_NODE_VAE,
     .run = vae_decode_run,
 };
 
@@ -218,6 +257,7 @@ const sd_node_def sd_node_VAEDecodeTiled = {
                    "memory. temporal_* are for video VAEs and unused here.",
     .inputs = vae_decode_tiled_inputs,
     .outputs = image_out,
+    .flags = SD_NODE_VAE,
     .run = vae_decode_tiled_run,
 };
 
@@ -274,13 +314,24 @@ static sd_status encode_common(sd_node_ctx *ctx, sd_value *const *in, int tiled,
     return latent_value(lat, NULL, out, err);
 }
 
+/* The encode in the VAE precision (--vae-precision). */
+static sd_status encode_node(sd_node_ctx *ctx, sd_value *const *in, int tiled, sd_value **out,
+                             sd_error *err) {
+    sd_precision prev;
+    sd_status rc = sd_nodes_precision_begin(ctx, SD_NODE_VAE, &prev, err);
+    if (rc) return rc;
+    rc = encode_common(ctx, in, tiled, out, err);
+    sd_nodes_precision_end(ctx, prev);
+    return rc;
+}
+
 static sd_status vae_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                 sd_error *err) {
-    return encode_common(ctx, in, 0, &out[0], err);
+    return encode_node(ctx, in, 0, &out[0], err);
 }
 static sd_status vae_encode_tiled_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                       sd_error *err) {
-    return encode_common(ctx, in, 1, &out[0], err);
+    return encode_node(ctx, in, 1, &out[0], err);
 }
 
 static const sd_input_def vae_encode_inputs[] = {
@@ -295,6 +346,7 @@ const sd_node_def sd_node_VAEEncode = {
                    "centre-cropped to multiples of 8.",
     .inputs = vae_encode_inputs,
     .outputs = latent_out,
+    .flags = SD_NODE_VAE,
     .run = vae_encode_run,
 };
 
@@ -316,6 +368,7 @@ const sd_node_def sd_node_VAEEncodeTiled = {
                    "video VAEs and unused here.",
     .inputs = vae_encode_tiled_inputs,
     .outputs = latent_out,
+    .flags = SD_NODE_VAE,
     .run = vae_encode_tiled_run,
 };
 
@@ -410,7 +463,6 @@ sd_status sd_nodes_inpaint_prepare(const sd_tensor *pixels, const sd_tensor *mas
 
 static sd_status vae_encode_inpaint_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                         sd_error *err) {
-    (void)ctx;
     sd_tensor *img, *mask, *px = NULL, *m = NULL, *lat = NULL;
     sd_vae *vae;
     sd_status rc = image_input(in, 0, "pixels", &img, err);
@@ -421,7 +473,11 @@ static sd_status vae_encode_inpaint_run(sd_node_ctx *ctx, sd_value *const *in, s
         sd_error_at(err, NULL, NULL, "mask");
         return rc;
     }
-    rc = sd_vae_encode(vae, px, &lat, err);
+    sd_precision prev;
+    if (!(rc = sd_nodes_precision_begin(ctx, SD_NODE_VAE, &prev, err))) {
+        rc = sd_vae_encode(vae, px, &lat, err);
+        sd_nodes_precision_end(ctx, prev);
+    }
     sd_tensor_unref(px);
     if (rc) {
         sd_tensor_unref(m);
@@ -446,6 +502,7 @@ const sd_node_def sd_node_VAEEncodeForInpaint = {
                    "(grown by grow_mask_by pixels) as the latent's noise_mask.",
     .inputs = vae_encode_inpaint_inputs,
     .outputs = latent_out,
+    .flags = SD_NODE_VAE,
     .run = vae_encode_inpaint_run,
 };
 

@@ -48,8 +48,10 @@ check_usage() { # expected-text args...
 check_usage "unknown option '--bogus'" run x.json --bogus
 check_usage "unknown option '--bogus'" nodes --bogus
 check_usage "unknown option '--bogus'" cache stats --bogus
-check_usage "--precision must be one of f32|bf16, not 'f64'" run x.json --precision f64
-check_usage "--precision must be one of f32|bf16, not 'f64'" export --json x.json --precision=f64
+check_usage "--precision must be one of f32|bf16|f16, not 'f64'" run x.json --precision f64
+check_usage "--precision must be one of f32|bf16|f16, not 'f64'" export --json x.json --precision=f64
+check_usage "--vae-precision must be one of f32|bf16|f16, not 'fp16'" run x.json --vae-precision fp16
+check_usage "--clip-precision must be one of f32|bf16|f16, not 'f8'" run x.json --clip-precision=f8
 check_usage "--seed needs a whole number" synth --seed x1
 check_usage "needs a value" run x.json --set
 check_usage "unexpected argument 'y.json'" run x.json y.json

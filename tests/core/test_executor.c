@@ -156,6 +156,8 @@ static const sd_output_def tensor_out[] = {{"LATENT", "LATENT"}, {"CONDITIONING"
 
 static const sd_node_def n_const = {1, "TConst", NULL, "test", "", const_in, int_out, 0, run_const};
 static const sd_node_def n_add = {1, "TAdd", NULL, "test", "", add_in, int_out, 0, run_add};
+/* TAdd declared as a VAE node: its key follows env.vae_precision */
+static const sd_node_def n_add_vae = {1, "TAddVae", NULL, "test", "", add_in, int_out, SD_NODE_VAE, run_add};
 static const sd_node_def n_load = {1, "TLoad", NULL, "test", "", load_in, thing_out, 0, run_load};
 static const sd_node_def n_use = {1, "TUse", NULL, "test", "", use_in, int_out, 0, run_use};
 static const sd_node_def n_out = {1, "TOut", NULL, "test", "", out_in, NULL, SD_NODE_OUTPUT, run_out};
@@ -164,7 +166,7 @@ static const sd_node_def n_random = {1, "TRandom", NULL, "test", "", NULL, int_o
 static const sd_node_def n_slow = {1, "TSlow", NULL, "test", "", slow_in, int_out, 0, run_slow};
 static const sd_node_def n_fail = {1, "TFail", NULL, "test", "", fail_in, int_out, 0, run_fail};
 static const sd_node_def n_tensor = {1, "TTensor", NULL, "test", "", const_in, tensor_out, 0, run_tensor};
-static const sd_node_def *const table[] = {&n_const, &n_add, &n_load, &n_use, &n_out, &n_random,
+static const sd_node_def *const table[] = {&n_const, &n_add, &n_add_vae, &n_load, &n_use, &n_out, &n_random,
                                            &n_slow, &n_fail, &n_tensor, NULL};
 
 /* ---- a fake persistent cache ------------------------------------------------------ */
@@ -478,6 +480,28 @@ static void test_persistent_cache(void) {
     CHECK_MSG(rep.n_executed == 0, "back on cpu/f32: ran %s", call_log);
     sd_exec_report_free(&rep);
     sd_exec_free(ex);
+
+    /* --vae-precision / --clip-precision: only a VAE node's key (and what
+     * reads it) follows vae_precision; the same precision as --precision
+     * written out keeps the keys. */
+    static const char vae_graph[] =
+        "{\"1\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 21}},"
+        " \"2\": {\"class_type\": \"TAddVae\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0]}},"
+        " \"3\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"2\", 0], \"prefix\": \"vae_prec\"}}}";
+    const struct { const char *vae, *clip; size_t executed; } pv[] = {
+        {NULL, NULL, 3}, {"bf16", NULL, 2}, {NULL, "bf16", 0}, {"f32", NULL, 0}, {"bf16", "f16", 0}};
+    for (size_t v = 0; v < sizeof pv / sizeof pv[0]; v++) {
+        env.vae_precision = pv[v].vae;
+        env.clip_precision = pv[v].clip;
+        ex = sd_exec_new();
+        CHECK_OK(run_json(ex, vae_graph, &cache_i, &rep, &err), &err);
+        CHECK_MSG(rep.n_executed == pv[v].executed, "vae %s clip %s: ran %zu (%s), expected %zu",
+                  pv[v].vae ? pv[v].vae : "-", pv[v].clip ? pv[v].clip : "-", rep.n_executed, call_log,
+                  pv[v].executed);
+        sd_exec_report_free(&rep);
+        sd_exec_free(ex);
+    }
+    env.vae_precision = env.clip_precision = NULL;
     fc_clear(&fcache);
 }
 

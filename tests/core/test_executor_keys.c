@@ -36,6 +36,16 @@ static void test_keys(void) {
     CHECK(memcmp(k0, k, 32) != 0); /* class_type */
     key_of(&def1, "bf16", NULL, f, i, k);
     CHECK(memcmp(k0, k, 32) != 0); /* precision */
+    /* the precision a node computes in: VAE / text-encoder nodes their own */
+    sd_env pe = {.precision = "bf16"};
+    CHECK(strcmp(sd_env_node_precision(&pe, 0), "bf16") == 0);
+    CHECK(strcmp(sd_env_node_precision(&pe, SD_NODE_VAE), "bf16") == 0);
+    pe.vae_precision = "f32";
+    pe.clip_precision = "f16";
+    CHECK(strcmp(sd_env_node_precision(&pe, 0), "bf16") == 0);
+    CHECK(strcmp(sd_env_node_precision(&pe, SD_NODE_VAE), "f32") == 0);
+    CHECK(strcmp(sd_env_node_precision(&pe, SD_NODE_TEXT_ENCODER), "f16") == 0);
+    CHECK(strcmp(sd_env_node_precision(NULL, SD_NODE_VAE), "f32") == 0);
     /* device: CPU and CUDA kernels round differently, so they never share entries */
     sd_key_input dev_ins[2] = {{SD_KEY_VALUE, f, NULL, 0}, {SD_KEY_VALUE, i, NULL, 0}};
     sd_key_node(&def1, "cuda", "f32", NULL, dev_ins, k);
