@@ -155,13 +155,19 @@ static const char run_about[] =
     "inputs did not change. The written files are printed on stdout, progress on stderr.";
 
 /* The report, plus the validation problems and the error when there are any. */
-static void write_report(const char *path, const sd_exec_report *rep, const sd_graph_problems *probs,
-                         sd_status rc, const sd_error *err) {
+static void write_report(const char *path, const sd_env *env, const sd_exec_report *rep,
+                         const sd_graph_problems *probs, sd_status rc, const sd_error *err) {
     char *json = sd_exec_report_json(rep);
     cJSON *root = json ? cJSON_Parse(json) : NULL;
     free(json);
     if (!root) { fprintf(stderr, "warning: could not build the report\n"); return; }
     cJSON_AddStringToObject(root, "status", rc == SD_OK ? "success" : rc == SD_ERR_CANCELLED ? "cancelled" : "error");
+    /* what computed it: --device (or the default picked: cuda when a GPU
+     * is present) and the precisions */
+    if (env->device) cJSON_AddStringToObject(root, "device", env->device);
+    if (env->precision) cJSON_AddStringToObject(root, "precision", env->precision);
+    if (env->vae_precision) cJSON_AddStringToObject(root, "vae_precision", env->vae_precision);
+    if (env->clip_precision) cJSON_AddStringToObject(root, "clip_precision", env->clip_precision);
     if (rc) {
         char buf[SD_ERR_MSG_MAX + 512];
         cJSON *e = cJSON_AddObjectToObject(root, "error");
@@ -369,7 +375,7 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
 done:
     code = rc == SD_OK ? 0 : rc == SD_ERR_CANCELLED ? 130 : 1;
     /* Written on every outcome, so a script always finds one. */
-    if (report) write_report(report, &rep, &probs, rc, &err);
+    if (report) write_report(report, &env, &rep, &probs, rc, &err);
     sd_exec_report_free(&rep);
     sd_graph_problems_free(&probs);
     sd_exec_free(ex);

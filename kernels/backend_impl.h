@@ -85,6 +85,11 @@ typedef struct sd_backend_i {
                            int trans_b, float alpha);
     sd_status (*conv2d_lp)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                            const sd_bt *b, int stride, int pad_h, int pad_w);
+
+    /* Optional. Cap the device memory the backend's allocator holds (live +
+     * cached) at `bytes` (0 = no cap). NULL: the backend has no device
+     * memory of its own (the CPU), and sd_backend_set_memory_limit refuses. */
+    void (*set_memory_limit)(sd_backend *be, uint64_t bytes);
 } sd_backend_i;
 
 enum sd_unary_op {
@@ -116,11 +121,15 @@ sd_status sd_backend_fail(sd_backend *be, sd_status code, const char *fmt, ...)
  * build defines SDFLOW_HAVE_CUDA, cmake/cuda.cmake). */
 sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err);
 sd_status sd_cuda_backend_init(sd_backend *be, int n_threads, sd_error *err);
+/* Usable CUDA devices (cudaGetDeviceCount; 0 when the driver or a device is
+ * missing). Never fails loudly: it only decides the default device. */
+int sd_cuda_device_count(void);
 
 /* The backends compiled into this build, by the name sd_backend_new takes. */
 typedef struct sd_backend_entry {
     const char *name;
     sd_status (*init)(sd_backend *be, int n_threads, sd_error *err);
+    int (*device_count)(void); /* NULL: always one (the CPU) */
 } sd_backend_entry;
 
 /* The entry named `name`, or NULL when this build has no such backend. */

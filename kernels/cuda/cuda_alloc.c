@@ -27,6 +27,7 @@ struct sd_cuda_alloc {
     blk **table; /* live blocks by address, chained */
     size_t n_buckets, n_live;
     size_t live_bytes, cached_bytes;
+    size_t limit; /* cap on live + cached bytes (--gpu-memory); 0 = none */
 };
 
 /* Smallest class size >= n and its index. */
@@ -129,6 +130,16 @@ void *sd_cuda_alloc_get(sd_cuda_alloc *a, size_t n, cudaError_t *cerr) {
         a->free_list[cls] = b->next;
         a->cached_bytes -= b->size;
     } else {
+        /* The cap counts what this allocator holds from the device: past
+         * it, the cache goes first, then the allocation fails as an
+         * out-of-memory (the message names the cap, cuda_backend.c). */
+        if (a->limit && a->live_bytes + a->cached_bytes + size > a->limit) {
+            sd_cuda_alloc_trim(a);
+            if (a->live_bytes + size > a->limit) {
+                *cerr = cudaErrorMemoryAllocation;
+                return NULL;
+            }
+        }
         b = calloc(1, sizeof *b);
         if (!b) {
             *cerr = cudaErrorMemoryAllocation;
@@ -175,6 +186,9 @@ void sd_cuda_alloc_put(sd_cuda_alloc *a, void *p) {
     a->free_list[b->cls] = b;
     a->cached_bytes += b->size;
 }
+
+void sd_cuda_alloc_set_limit(sd_cuda_alloc *a, size_t bytes) { a->limit = bytes; }
+size_t sd_cuda_alloc_limit(const sd_cuda_alloc *a) { return a->limit; }
 
 void sd_cuda_alloc_stats(const sd_cuda_alloc *a, size_t *live, size_t *cached) {
     if (live) *live = a->live_bytes;

@@ -2,6 +2,7 @@
  * (upload, download, views) on the caching allocator, and the vtable. */
 #include "kernels/cuda/cuda_impl.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,11 +45,14 @@ static void fail_alloc(sd_backend *be, cudaError_t e, size_t n, const char *op, 
     cudaMemGetInfo(&free_b, &total_b);
     cudaGetLastError();
     sd_cuda_alloc_stats(c->alloc, &live, &cached);
+    size_t cap = sd_cuda_alloc_limit(c->alloc);
+    char capmsg[80] = "";
+    if (cap) snprintf(capmsg, sizeof capmsg, "; --gpu-memory caps it at %zu MiB", cap >> 20);
     sd_backend_fail(be, e == cudaErrorMemoryAllocation ? SD_ERR_NOMEM : SD_ERR_IO,
                     "cuda %s: cannot allocate %zu bytes for %s on %s: %s (device: %zu MiB free "
-                    "of %zu MiB; this backend holds %zu MiB live, %zu MiB cached)",
+                    "of %zu MiB; this backend holds %zu MiB live, %zu MiB cached%s)",
                     op, n, what, c->device_name, cudaGetErrorString(e), free_b >> 20,
-                    total_b >> 20, live >> 20, cached >> 20);
+                    total_b >> 20, live >> 20, cached >> 20, capmsg);
 }
 
 void *sd_cuda_scratch(sd_backend *be, size_t n, const char *op, const char *what) {
@@ -156,6 +160,8 @@ static void cu_destroy(sd_backend *be) {
     be->impl = NULL;
 }
 
+static void cuda_set_memory_limit(sd_backend *be, uint64_t bytes);
+
 static const sd_backend_i cuda_vtable = {
     .name = "cuda",
     .destroy = cu_destroy,
@@ -185,7 +191,21 @@ static const sd_backend_i cuda_vtable = {
     .prelu = sd_cuda_op_prelu,
     .pixel_shuffle = sd_cuda_op_pixel_shuffle,
     .upsample_nearest = sd_cuda_op_upsample_nearest,
+    .set_memory_limit = cuda_set_memory_limit,
 };
+
+int sd_cuda_device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+static void cuda_set_memory_limit(sd_backend *be, uint64_t bytes) {
+    sd_cuda_alloc_set_limit(sd_cuda_of(be)->alloc, bytes > SIZE_MAX ? SIZE_MAX : (size_t)bytes);
+}
 
 /* Device: SDFLOW_CUDA_DEVICE=<index> when set, else device 0. n_threads is
  * the CPU backend's knob and has no meaning here. */

@@ -38,6 +38,11 @@ void sd_cuda_alloc_ref(sd_cuda_alloc *a, void *p);
 void sd_cuda_alloc_put(sd_cuda_alloc *a, void *p);
 /* Bytes held in live blocks and in the cache. */
 void sd_cuda_alloc_stats(const sd_cuda_alloc *a, size_t *live, size_t *cached);
+/* Cap on the bytes held (live + cached; 0 = none): an allocation that
+ * would pass it releases the cache, then fails with
+ * cudaErrorMemoryAllocation without asking the device (--gpu-memory). */
+void sd_cuda_alloc_set_limit(sd_cuda_alloc *a, size_t bytes);
+size_t sd_cuda_alloc_limit(const sd_cuda_alloc *a);
 /* cudaFree every cached block (after an out-of-memory). */
 void sd_cuda_alloc_trim(sd_cuda_alloc *a);
 
