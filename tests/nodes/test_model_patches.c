@@ -14,6 +14,9 @@
  *     kinds and zsnr change the schedule the sampling nodes see (BasicScheduler
  *     = the schedule of that ModelSamplingDiscrete), LoRA loaders keep the
  *     patch; RescaleCFG reaches KSampler and SamplerCustom alike;
+ *   - ComfyUI's own merged weights (tests/data/merge, made by its
+ *     ModelMergeSimple / Subtract / Add, CLIPMergeSimple / Subtract and a LoRA
+ *     before and inside a merge on the same two checkpoints) come out;
  *   - errors name the input. */
 #include <math.h>
 #include <stdio.h>
@@ -374,6 +377,77 @@ static void test_merges(fixture *f, sd_value *ck1[3], sd_value *ck2[3], sd_value
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) sd_value_unref(all[i]);
 }
 
+/* ---- against ComfyUI's own merges ----------------------------------------------------------
+ * tests/data/merge/merge_ref.safetensors: weights of ComfyUI's merged models
+ * (make_merge_ref.py, same two checkpoints), after ModelPatcher.patch_model.
+ * Pure merges must agree bit for bit (the same float32 operations); with a
+ * LoRA in the chain the LoRA product's summation order differs, so those get
+ * a float tolerance. */
+
+static const char *const ref_unet_keys[] = {
+    "time_embed.0.weight", "input_blocks.1.1.proj_in.weight",
+    "middle_block.1.transformer_blocks.0.attn2.to_k.weight", "output_blocks.5.0.in_layers.2.bias",
+    "out.2.weight", NULL};
+static const char *const ref_clip_keys[] = {
+    "text_model.embeddings.position_embedding.weight", "text_model.encoder.layers.0.mlp.fc1.bias",
+    "text_model.encoder.layers.3.self_attn.q_proj.bias", "text_model.final_layer_norm.weight", NULL};
+
+static void against_ref(sd_st_file *ref, const char *tag, const sd_value *v, int clip, int exact) {
+    const char *const *keys = clip ? ref_clip_keys : ref_unet_keys;
+    void *m = clip ? (void *)sd_text_encoder_clip_l(te_of(v)) : (void *)unet_of(v);
+    if (!m) return;
+    for (int i = 0; keys[i]; i++) {
+        char name[300];
+        snprintf(name, sizeof name, "%s.%s", tag, keys[i]);
+        sd_error err;
+        sd_tensor *want = sd_st_tensor_f32(ref, name, &err);
+        sd_tensor *got = host(find(m, clip, keys[i]));
+        CHECK_MSG(want && got && sd_tensor_numel(want) == sd_tensor_numel(got), "%s: missing or wrong size", name);
+        if (want && got && sd_tensor_numel(want) == sd_tensor_numel(got)) {
+            double mx = 0;
+            long worst = 0;
+            sd_tensor *g2 = sd_tensor_new(SD_F32, want->ndim, want->shape);
+            memcpy(g2->data, got->data, want->nbytes);
+            int ok = exact ? memcmp(g2->data, want->data, want->nbytes) == 0
+                           : sd_test_allclose(g2, want, 1e-6, 1e-5, &mx, &worst);
+            if (exact && !ok) sd_test_allclose(g2, want, 0, 0, &mx, &worst);
+            CHECK_MSG(ok, "%s: ComfyUI's merged weight differs (max abs %g at %ld)", name, mx, worst);
+            sd_tensor_unref(g2);
+        }
+        sd_tensor_unref(want), sd_tensor_unref(got);
+    }
+}
+
+static void test_comfy_ref(sd_value *ck1[3], sd_value *ck2[3]) {
+    const char *src = getenv("SDFLOW_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/data/merge/merge_ref.safetensors", src ? src : "..");
+    sd_st_file *ref = NULL;
+    sd_error err;
+    CHECK_OK(sd_st_open(path, &ref, &err), &err);
+    if (!ref) return;
+    sd_value *a = merge2("ModelMergeSimple", "model1", "model2", ck1[0], ck2[0], "ratio", 0.5);
+    sd_value *b = merge2("ModelMergeSimple", "model1", "model2", ck1[0], ck2[0], "ratio", 0.25);
+    sd_value *c = merge2("ModelMergeSubtract", "model1", "model2", ck1[0], ck2[0], "multiplier", 0.7);
+    sd_value *d = merge2("ModelMergeAdd", "model1", "model2", ck1[0], ck2[0], NULL, 0);
+    sd_value *e = lora_model_only(b, 0.8);
+    sd_value *l2 = lora_model_only(ck2[0], 0.8);
+    sd_value *f = merge2("ModelMergeSimple", "model1", "model2", ck1[0], l2, "ratio", 0.25);
+    sd_value *g = merge2("CLIPMergeSimple", "clip1", "clip2", ck1[1], ck2[1], "ratio", 0.3);
+    sd_value *h = merge2("CLIPMergeSubtract", "clip1", "clip2", ck1[1], ck2[1], "multiplier", 1.5);
+    against_ref(ref, "simple_0.5", a, 0, 1);
+    against_ref(ref, "simple_0.25", b, 0, 1);
+    against_ref(ref, "subtract_0.7", c, 0, 1);
+    against_ref(ref, "add", d, 0, 1);
+    against_ref(ref, "simple_0.25_lora_0.8", e, 0, 0);
+    against_ref(ref, "simple_0.25_over_lora2", f, 0, 0);
+    against_ref(ref, "clip_simple_0.3", g, 1, 1);
+    against_ref(ref, "clip_subtract_1.5", h, 1, 1);
+    sd_value *all[] = {a, b, c, d, e, l2, f, g, h};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) sd_value_unref(all[i]);
+    sd_st_close(ref);
+}
+
 static long count_unet_keys(const char *path) {
     sd_error err;
     sd_st_file *f = NULL;
@@ -436,6 +510,7 @@ int main(void) {
         f.latent = run1("EmptyLatentImage", ln, lv, 3, lo);
         test_sampling_patches(&f, ck1[0]);
         test_merges(&f, ck1, ck2, cka, count_unet_keys(p1));
+        test_comfy_ref(ck1, ck2);
     }
     sd_value_unref(f.pos), sd_value_unref(f.neg), sd_value_unref(f.latent);
     for (int i = 0; i < 3; i++) sd_value_unref(ck1[i]), sd_value_unref(ck2[i]), sd_value_unref(cka[i]);
