@@ -95,16 +95,7 @@ static sd_status detect(sd_st_file *f, const char *prefix, sd_unet_config *c, sd
             if (rc) return rc;
         }
     }
-    if (!c->use_linear_in_transformer && c->adm_in_channels == 0) {
-        c->kind = SD_UNET_SD1;
-        c->num_heads = 8;
-        c->num_head_channels = -1;
-    } else if (c->use_linear_in_transformer) {
-        /* SDXL (label_emb) and SD2.x (none): 64-channel heads, as their UNets */
-        c->kind = c->adm_in_channels > 0 ? SD_UNET_SDXL : SD_UNET_SD2;
-        c->num_heads = -1;
-        c->num_head_channels = 64;
-    } else {
+    if (sd_unet_config_set_family(c) != 0) { /* the head layout of the UNet it controls */
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: ControlNet for an unsupported UNet (conv proj_in, adm %d): only "
                             "SD1.x, SD2.x and SDXL ControlNets are supported",

@@ -185,7 +185,17 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
                             "(%d levels) need %d of each",
                             path, n_input_blocks, c->n_output_blocks, c->num_levels, expect);
 
-    /* Which family: decides the attention head layout (ComfyUI supported_models). */
+    if (sd_unet_config_set_family(c) != 0) {
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: unsupported UNet layout: conv proj_in with adm_in_channels %d, "
+                            "context_dim %d (a class-conditioned conv-proj UNet; only SD1.x, SD2.x "
+                            "and SDXL UNets are supported)",
+                            path, c->adm_in_channels, c->context_dim);
+    }
+    return SD_OK;
+}
+
+int sd_unet_config_set_family(sd_unet_config *c) {
     if (!c->use_linear_in_transformer && c->adm_in_channels == 0) {
         c->kind = SD_UNET_SD1;
         c->num_heads = 8;
@@ -196,11 +206,7 @@ sd_status sd_unet_detect(sd_st_file *f, const char *prefix, sd_unet_config *c, s
         c->num_heads = -1;
         c->num_head_channels = 64;
     } else {
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: unsupported UNet layout: conv proj_in with adm_in_channels %d, "
-                            "context_dim %d (a class-conditioned conv-proj UNet; only SD1.x, SD2.x "
-                            "and SDXL UNets are supported)",
-                            path, c->adm_in_channels, c->context_dim);
+        return -1;
     }
-    return SD_OK;
+    return 0;
 }

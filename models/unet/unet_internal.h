@@ -94,6 +94,11 @@ sd_bt *sd_unet_get(unet_loader *ld, int ndim, int64_t d0, int64_t d1, int64_t d2
 /* Binds a ResBlock's weights under base into r (cin -> cout channels, emb_dim
  * wide embedding; the 1x1 skip conv only when cin != cout). */
 void sd_unet_bind_res(unet_loader *ld, unet_res *r, const char *base, int cin, int cout, int emb_dim);
+/* Sets c->kind and the attention head layout from the detected widths
+ * (SD1: 8 heads; SD2/SDXL: 64-wide heads), as ComfyUI's supported_models
+ * do; -1 (c untouched) for a layout none of them has. Shared by the UNet and
+ * ControlNet detectors, which each name what they refuse. */
+int sd_unet_config_set_family(sd_unet_config *c);
 /* UNetModel.__init__'s encoder walk, shared by the UNet and the ControlNet
  * loaders: time (and label) embeddings, input blocks and the middle block,
  * bound into u from u->cfg. chans[i] receives the width of input block i's
