@@ -154,6 +154,19 @@ struct sd_env;
 struct sd_backend;
 sd_status sd_cli_backend_open(const struct sd_env *env, struct sd_backend **out, sd_error *err);
 
+/* The backend's store of measured algorithm choices (cuDNN convolution
+ * algorithms) on the run's cache (cache/algo.h), so a second process skips
+ * the measuring (cli/algo_store.c). Attach after the cache is open (nothing
+ * happens when either is NULL); detach before the cache closes. A failure
+ * to store gives one warning; the run goes on. */
+struct sd_sqlite_cache;
+typedef struct sd_cli_algo_store {
+    struct sd_sqlite_cache *cache;
+    int warned;
+} sd_cli_algo_store;
+void sd_cli_algo_store_attach(sd_cli_algo_store *s, struct sd_backend *be, struct sd_sqlite_cache *c);
+void sd_cli_algo_store_detach(sd_cli_algo_store *s, struct sd_backend *be);
+
 /* Opens the persistent cache at `path`, or at the default place ($SDFLOW_CACHE,
  * else sd_cache_default_path()) when path is NULL (cli/cmd_cache.c). */
 struct sd_sqlite_cache;

@@ -117,6 +117,7 @@ int sd_cli_repl(int argc, char **argv) {
     sd_env env;
     sd_backend *backend = NULL;
     sd_sqlite_cache *cache_handle = NULL;
+    sd_cli_algo_store algos = {0};
     sd_cache_i cache = {0};
     char *hist_default = NULL;
     sd_cli_preview *preview = NULL;
@@ -128,6 +129,7 @@ int sd_cli_repl(int argc, char **argv) {
     if (!rc) env.backend = backend;
     if (rc) { sd_cli_print_error(&err); goto done; }
     sd_cli_cache_setup(&a, &cache_handle, &cache);
+    sd_cli_algo_store_attach(&algos, backend, cache_handle);
     /* run() shows its progress with the session's output (stdout), as a bar
      * on a terminal; the "executed:/done:" summary is the REPL's own. */
     sd_cli_progress prog;
@@ -164,6 +166,7 @@ int sd_cli_repl(int argc, char **argv) {
     cfg.history = no_history ? NULL : history;
     code = sd_repl_main(&cfg);
 done:
+    sd_cli_algo_store_detach(&algos, backend);
     sd_cache_close(cache_handle);
     sd_cli_preview_free(preview);
     sd_backend_free(backend);

@@ -252,6 +252,7 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
     sd_model_store *models = NULL;
     sd_cache_i cache = {0};
     sd_sqlite_cache *cache_handle = NULL;
+    sd_cli_algo_store algos = {0};
     sd_exec *ex = NULL;
     sd_exec_report rep = {0};
     sd_graph_problems probs = {0};
@@ -314,6 +315,7 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
         goto done;
     }
     sd_cli_cache_setup(&o, &cache_handle, &cache);
+    sd_cli_algo_store_attach(&algos, backend, cache_handle);
     /* Recipes: verify the hashes a recipe (or PNG) carries, hash for --lock,
      * and embed them in saved PNGs (cli/cmd_lua.c). */
     if (workflow)
@@ -379,6 +381,7 @@ done:
     sd_exec_report_free(&rep);
     sd_graph_problems_free(&probs);
     sd_exec_free(ex);
+    sd_cli_algo_store_detach(&algos, backend);
     sd_cache_close(cache_handle);
     sd_model_store_free(models); /* before the backend its weights live on */
     sd_cli_preview_free(preview); /* its TAESD lives on the backend too */

@@ -51,6 +51,16 @@ sd_status sd_backend_set_memory_limit(sd_backend *be, uint64_t bytes, sd_error *
     return SD_OK;
 }
 
+void sd_backend_set_algo_store(sd_backend *be, const sd_algo_store_i *store) {
+    if (!be) return;
+    if (store && store->get && store->put) be->algo_store = *store;
+    else memset(&be->algo_store, 0, sizeof be->algo_store);
+}
+
+const sd_algo_store_i *sd_backend_algo_store(const sd_backend *be) {
+    return be && be->algo_store.get ? &be->algo_store : NULL;
+}
+
 void sd_backend_free(sd_backend *be) {
     if (!be) return;
     if (be->vt && be->vt->destroy) be->vt->destroy(be);

@@ -69,6 +69,37 @@ int sd_backend_supports_precision(const sd_backend *be, sd_precision p);
  * backends that widen them per op (the CPU), so model loaders can keep
  * weights in their stored dtype instead of doubling them to F32. */
 int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt);
+/* ---- measured algorithm choices ----------------------------------------------
+ * A backend that picks algorithms by measuring them (CUDA: cuDNN's
+ * convolutions) asks this store before it measures and gives it what it
+ * measured, so the next process starts with the choice instead of paying
+ * for the measurement again. The front end implements the store (the CLI
+ * keeps it in the SQLite cache: cache/algo.h); the kernels never learn
+ * where it lives. Key fields are strings the backend composes: device
+ * (GPU name and architecture), library and version, op, shape, data type
+ * and layout. Without a store the backend uses the library's heuristics
+ * (no measuring). Calls come from the thread running the op. */
+typedef struct sd_algo_key {
+    const char *device, *library, *op, *shape, *dtype, *layout;
+} sd_algo_key;
+typedef struct sd_algo_choice {
+    int64_t algo, math, workspace; /* the library's ids, and scratch bytes */
+} sd_algo_choice;
+typedef struct sd_algo_store_i {
+    void *self;
+    /* 1 with *out filled when a choice is stored for k; 0 on a miss or any
+     * failure (the backend then measures). */
+    int (*get)(void *self, const sd_algo_key *k, sd_algo_choice *out);
+    /* Keep v for k; failures are the store's to report (a warning), the op
+     * goes on with what it measured. */
+    void (*put)(void *self, const sd_algo_key *k, const sd_algo_choice *v);
+} sd_algo_store_i;
+/* Use *store (copied; NULL detaches). store->self must outlive the backend,
+ * or be detached before it goes. */
+void sd_backend_set_algo_store(sd_backend *be, const sd_algo_store_i *store);
+/* The store, or NULL when none is set. */
+const sd_algo_store_i *sd_backend_algo_store(const sd_backend *be);
+
 /* The first error since the last clear (ops return NULL once it is set). */
 const sd_error *sd_backend_error(const sd_backend *be);
 void sd_backend_clear_error(sd_backend *be);

@@ -108,6 +108,7 @@ struct sd_backend {
     int n_threads;
     sd_precision precision;
     sd_error err; /* sticky: err.code != SD_OK once something failed */
+    sd_algo_store_i algo_store; /* get == NULL: none (sd_backend_set_algo_store) */
 };
 
 /* Set the sticky error unless one is already set (the first error is the
