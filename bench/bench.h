@@ -57,6 +57,7 @@ typedef struct sd_bench_job {
     int steps;         /* txt2img: steps actually run */
     int size;          /* image side in pixels (512) */
     sd_dtype weights;  /* dtype UNet/CLIP weights are kept in on the backend */
+    const char *device; /* backend name: "cpu" (NULL) or "cuda" */
 } sd_bench_job;
 
 /* Run the job in this process (bench_phases.c). Never exits. */

@@ -3,7 +3,7 @@
  *
  *   sdflow-bench [--work-dir DIR] [--repeat N] [--quick] [--threads N]
  *                [--phases unet,vae,clip,txt2img,unet_sdxl] [--steps N] [--preset sd1]
- *                [--no-torch] [--python PATH] [--torch-script PATH]
+ *                [--no-torch] [--python PATH] [--torch-script PATH] [--device cpu|cuda]
  *
  * See bench/README.md for what each row measures and how FLOPs are counted.
  */
@@ -64,7 +64,7 @@ static const bench_preset presets[] = {
 };
 
 typedef struct opts {
-    const char *work_dir, *phases, *python, *script, *preset;
+    const char *work_dir, *phases, *python, *script, *preset, *device;
     int repeat, repeat_set, quick, threads, steps, no_torch, kernels;
     sd_dtype weights;
 } opts;
@@ -75,6 +75,7 @@ static void usage(FILE *o)
             "usage: sdflow-bench [options]\n"
             "  --work-dir DIR      where the synthesized checkpoint is kept (default build/bench-work)\n"
             "  --repeat N          runs per figure, median reported (default 3)\n"
+            "  --device cpu|cuda   the backend ours runs on, and PyTorch's device (default cpu)\n"
             "  --quick             smoke run: 1 repeat, batch 1 only\n"
             "  --threads N         compute threads, ours and PyTorch's (default: all cores)\n"
             "  --phases LIST       comma list of unet,vae,clip,txt2img,unet_sdxl (default\n"
@@ -123,6 +124,10 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (VAL("--python")) o->python = next;
         else if (VAL("--torch-script")) o->script = next;
         else if (VAL("--preset")) o->preset = next;
+        else if (VAL("--device")) {
+            if (strcmp(next, "cpu") && strcmp(next, "cuda")) goto bad;
+            o->device = next;
+        }
         else if (VAL("--weights")) {
             if (!strcmp(next, "f32")) o->weights = SD_F32;
             else if (!strcmp(next, "f16")) o->weights = SD_F16;
@@ -281,7 +286,7 @@ static void run_torch(const opts *o, const char *ckpt, const row *rw, sd_bench_r
     char *argv[] = {(char *)o->python, (char *)o->script, "--ckpt", (char *)ckpt,
                     "--phase", (char *)phase, "--dtype", rw->job.bf16 ? "bf16" : "f32",
                     "--batch", batch, "--threads", threads, "--repeat", repeat,
-                    "--size", size, NULL};
+                    "--size", size, "--device", o->device ? (char *)o->device : "cpu", NULL};
     sd_bench_run_torch(argv, r);
 }
 
@@ -362,7 +367,7 @@ int main(int argc, char **argv)
                 memset(r, 0, sizeof *r);
                 snprintf(r->name, sizeof r->name, "UNet step %s, batch %d%s", bf ? "bf16" : "f32", b,
                          b == 2 ? " (one CFG step)" : "");
-                r->job = (sd_bench_job){SD_BENCH_UNET, ckpt, o.threads, o.repeat, b, bf, 0, size, o.weights};
+                r->job = (sd_bench_job){SD_BENCH_UNET, ckpt, o.threads, o.repeat, b, bf, 0, size, o.weights, o.device};
                 r->torch_kind = 1;
             }
     if (has_phase(o.phases, "vae"))
@@ -370,14 +375,14 @@ int main(int argc, char **argv)
             row *r = &rows[nr++];
             memset(r, 0, sizeof *r);
             snprintf(r->name, sizeof r->name, "VAE decode %dx%d%s", size, size, bf ? " bf16" : "");
-            r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, bf, 0, size, o.weights};
+            r->job = (sd_bench_job){SD_BENCH_VAE, ckpt, o.threads, o.repeat, 1, bf, 0, size, o.weights, o.device};
             r->torch_kind = 1;
         }
     if (has_phase(o.phases, "clip")) {
         row *r = &rows[nr++];
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "CLIP encode (77 tokens)");
-        r->job = (sd_bench_job){SD_BENCH_CLIP, ckpt, o.threads, o.repeat, 1, 0, 0, size, o.weights};
+        r->job = (sd_bench_job){SD_BENCH_CLIP, ckpt, o.threads, o.repeat, 1, 0, 0, size, o.weights, o.device};
         r->torch_kind = 1;
     }
     if (has_phase(o.phases, "txt2img")) {
@@ -385,7 +390,7 @@ int main(int argc, char **argv)
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "txt2img %d steps euler/normal cfg 8%s", FULL_STEPS,
                  o.steps < FULL_STEPS ? " (scaled)" : "");
-        r->job = (sd_bench_job){SD_BENCH_TXT2IMG, ckpt, o.threads, o.repeat, 2, 0, o.steps, size, o.weights};
+        r->job = (sd_bench_job){SD_BENCH_TXT2IMG, ckpt, o.threads, o.repeat, 2, 0, o.steps, size, o.weights, o.device};
     }
     /* Full-size SDXL UNet, f32 compute: one evaluation takes minutes on a
      * small machine, so one repeat unless --repeat says otherwise. Batch 2
@@ -398,7 +403,7 @@ int main(int argc, char **argv)
             snprintf(r->name, sizeof r->name, "SDXL UNet step f32 %dx%d, batch %d%s", xl->size,
                      xl->size, b, b == 2 ? " (one CFG step)" : "");
             r->job = (sd_bench_job){SD_BENCH_UNET, ckpt_xl, o.threads, xl_repeat, b, 0, 0,
-                                    xl->size, o.weights};
+                                    xl->size, o.weights, o.device};
             r->torch_na = "torch_ref.py has no SDXL UNet (linear proj_in, label_emb, "
                           "64-channel heads not written)";
         }
@@ -429,6 +434,7 @@ int main(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     printf("\n## sdflow-bench %s, %s\n\n", want_main ? preset->name : xl->name, date);
     printf("- machine: %s, %d cores online, flags: %s\n", model, cores, flags[0] ? flags : "-");
+    printf("- device: %s\n", o.device ? o.device : "cpu");
     printf("- threads: %d; repeats per figure: %d (median)%s%s; build: %s\n",
            o.threads > 0 ? o.threads : cores, want_main ? o.repeat : xl_repeat,
            want_main && want_xl && xl_repeat != o.repeat ? ", SDXL UNet rows 1" : "",

@@ -188,6 +188,18 @@ static void phase_unet(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
                 fail(r, "unet forward", &err);
                 break;
             }
+            /* a GPU backend's ops are asynchronous: downloading the result
+             * waits for them (on the CPU they are done already) */
+            if (strcmp(sd_backend_name(be), "cpu") != 0) {
+                sd_tensor *h = sd_bt_to_host(out);
+                if (!h) {
+                    sd_bt_free(out);
+                    sd_backend_take_error(be, &err);
+                    fail(r, "unet forward (synchronise)", &err);
+                    break;
+                }
+                sd_tensor_unref(h);
+            }
             r->secs[r->n++] = sd_bench_now() - t0;
             sd_bt_free(out);
         }
@@ -440,7 +452,7 @@ void sd_bench_run_phase(const sd_bench_job *job, sd_bench_result *r)
     sd_error_clear(&err);
     sd_backend *be = NULL;
     sd_st_file *f = NULL;
-    if (sd_backend_new("cpu", job->threads, &be, &err)) {
+    if (sd_backend_new(job->device ? job->device : "cpu", job->threads, &be, &err)) {
         fail(r, "backend", &err);
     } else if (!sd_backend_accepts_dtype(be, job->weights)) {
         snprintf(r->msg, sizeof r->msg, "the %s backend does not take %s weights",

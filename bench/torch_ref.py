@@ -18,7 +18,7 @@ scaled_dot_product_attention).
 The safetensors file is read with a small reader (header JSON + numpy views
 of the mapped file); the `safetensors` package is not needed.
 
-Usage: torch_ref.py --ckpt FILE --phase unet|vae|clip [--dtype f32|bf16]
+Usage: torch_ref.py --ckpt FILE --phase unet|vae|clip [--dtype f32|bf16] [--device cpu|cuda]
                     [--batch N] [--threads N] [--repeat N] [--size 512]
        torch_ref.py --check-golden TESTDATA_DIR   (e.g. ../shared/testdata)
 The second form checks these networks against ComfyUI's reference tensors
@@ -308,7 +308,20 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("RESULT error torch has no CUDA device here")
+            return
+        # tensors the model functions create (arange, masks) go to the GPU too;
+        # the inputs below are drawn on the CPU generator and moved
+        torch.set_default_device(dev)
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
@@ -316,29 +329,32 @@ def main():
     lat = a.size // 8
     try:
         t0 = time.perf_counter()
-        W = load_safetensors(a.ckpt, PREFIX[a.phase], dt)
+        W = {k: v.to(dev) for k, v in load_safetensors(a.ckpt, PREFIX[a.phase], dt).items()}
+        sync()
         load_s = time.perf_counter() - t0
         log(f"{a.phase} {a.dtype}: {len(W)} tensors loaded in {load_s:.1f} s, "
             f"{torch.get_num_threads()} threads, torch {torch.__version__}")
         if a.phase == "unet":
-            x = torch.randn(a.batch, 4, lat, lat, generator=g).to(dt)
+            x = torch.randn(a.batch, 4, lat, lat, generator=g, device="cpu").to(dev, dt)
             ctx = torch.randn(a.batch, 77, W["input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight"].shape[1],
-                              generator=g).to(dt)
-            t = torch.full((a.batch,), 500.0)
+                              generator=g, device="cpu").to(dev, dt)
+            t = torch.full((a.batch,), 500.0, device=dev)
             fn = lambda: unet_forward(W, x, t, ctx)
         elif a.phase == "vae":
-            z = torch.randn(a.batch, 4, lat, lat, generator=g).to(dt) / 0.18215
+            z = torch.randn(a.batch, 4, lat, lat, generator=g, device="cpu").to(dev, dt) / 0.18215
             fn = lambda: vae_decode(W, z)
         else:
-            ids = torch.full((a.batch, 77), 49407, dtype=torch.long)
+            ids = torch.full((a.batch, 77), 49407, dtype=torch.long, device=dev)
             ids[:, 0] = 49406
-            ids[:, 1:13] = 1000 + 37 * torch.arange(12)
+            ids[:, 1:13] = 1000 + 37 * torch.arange(12, device=dev)
             fn = lambda: clip_forward(W, ids)
         secs = []
         with torch.inference_mode():
             for r in range(a.repeat):
+                sync()
                 t0 = time.perf_counter()
                 out = fn()
+                sync()  # GPU kernels are asynchronous: wait, as ours downloads
                 secs.append(time.perf_counter() - t0)
                 log(f"  run {r + 1}: {secs[-1]:.3f} s, out {tuple(out.shape)}")
                 del out
@@ -347,6 +363,8 @@ def main():
         print(f"RESULT error {type(e).__name__}: {msg}")
         return
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if a.device == "cuda":
+        log(f"  peak device memory allocated by torch: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     print(f"RESULT ok load={load_s:.3f} peak_kb={peak} secs=" + ",".join(f"{s:.4f}" for s in secs))
 
 
