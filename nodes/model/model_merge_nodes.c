@@ -45,9 +45,14 @@ static sd_status model_merge(sd_node_ctx *ctx, sd_value *const *in, double stren
     sd_status rc = sd_nodes_in_model(in, 0, "model1", &m1, err);
     if (!rc) rc = sd_nodes_in_model(in, 1, "model2", &m2, err);
     if (rc) return rc;
-    sd_unet *u1, *u2;
-    if ((rc = sd_checkpoint_unet(m1->ckpt, &u1, err))) return sd_error_at(err, NULL, NULL, "model1"), rc;
-    if ((rc = sd_checkpoint_unet(m2->ckpt, &u2, err))) return sd_error_at(err, NULL, NULL, "model2"), rc;
+    sd_unet *u1 = NULL, *u2 = NULL;
+    const char *at = "model1";
+    rc = sd_checkpoint_unet(m1->ckpt, &u1, err);
+    if (!rc) at = "model2", rc = sd_checkpoint_unet(m2->ckpt, &u2, err);
+    if (rc) {
+        sd_error_at(err, NULL, NULL, at);
+        return rc;
+    }
     if ((rc = check_pair(ctx, u1, u2, NULL, NULL, "model2", err))) return rc;
     sd_lora_stack *s = NULL;
     if ((rc = sd_lora_stack_push_merge(m1->loras, in[1], strength, strength_model, &s, err))) return rc;
@@ -62,9 +67,14 @@ static sd_status clip_merge(sd_node_ctx *ctx, sd_value *const *in, double streng
     sd_status rc = sd_nodes_in_clip(in, 0, "clip1", &c1, err);
     if (!rc) rc = sd_nodes_in_clip(in, 1, "clip2", &c2, err);
     if (rc) return rc;
-    sd_text_encoder *t1, *t2;
-    if ((rc = sd_checkpoint_text_encoder(c1->ckpt, &t1, err))) return sd_error_at(err, NULL, NULL, "clip1"), rc;
-    if ((rc = sd_checkpoint_text_encoder(c2->ckpt, &t2, err))) return sd_error_at(err, NULL, NULL, "clip2"), rc;
+    sd_text_encoder *t1 = NULL, *t2 = NULL;
+    const char *at = "clip1";
+    rc = sd_checkpoint_text_encoder(c1->ckpt, &t1, err);
+    if (!rc) at = "clip2", rc = sd_checkpoint_text_encoder(c2->ckpt, &t2, err);
+    if (rc) {
+        sd_error_at(err, NULL, NULL, at);
+        return rc;
+    }
     if ((rc = check_pair(ctx, NULL, NULL, t1, t2, "clip2", err))) return rc;
     sd_lora_stack *s = NULL;
     if ((rc = sd_lora_stack_push_merge(c1->loras, in[1], strength, strength_model, &s, err))) return rc;
