@@ -22,7 +22,8 @@ sd_precision sd_golden_precision(void) {
     const char *p = getenv("SDFLOW_TEST_PRECISION");
     if (!p || !*p || strcmp(p, "f32") == 0) return SD_PREC_F32;
     if (strcmp(p, "bf16") == 0) return SD_PREC_BF16;
-    fprintf(stderr, "SDFLOW_TEST_PRECISION must be f32 or bf16, not '%s'\n", p);
+    if (strcmp(p, "f16") == 0) return SD_PREC_F16;
+    fprintf(stderr, "SDFLOW_TEST_PRECISION must be f32, bf16 or f16, not '%s'\n", p);
     exit(1);
 }
 
@@ -34,7 +35,7 @@ const char *sd_golden_backend_name(void) {
 sd_backend *sd_golden_backend(void) {
     const char *name = sd_golden_backend_name();
     sd_precision p = sd_golden_precision();
-    const char *pname = p == SD_PREC_BF16 ? "bf16" : "f32";
+    const char *pname = sd_precision_name(p);
     sd_backend *be = NULL;
     sd_error err;
     sd_error_clear(&err);
@@ -58,7 +59,9 @@ void sd_golden_set_depth(int L) { g_depth = L > 0 ? L : 0; }
 
 double sd_golden_slack(void) {
     if (sd_golden_precision() == SD_PREC_F32 || g_depth == 0) return 0;
-    return 6.0 * ldexp(1.0, -8) * sqrt((double)g_depth);
+    /* twice the format's unit roundoff: bf16 2^-9 -> 2^-8, f16 2^-11 -> 2^-10 */
+    int e = sd_golden_precision() == SD_PREC_F16 ? -10 : -8;
+    return 6.0 * ldexp(1.0, e) * sqrt((double)g_depth);
 }
 
 int sd_golden_e2e_comparable(void) { return sd_golden_precision() == SD_PREC_F32; }

@@ -19,7 +19,8 @@
  *
  * Every golden test creates its backend with sd_golden_backend(): the
  * backend named by $SDFLOW_TEST_BACKEND (cpu, the default, or cuda) in the
- * precision named by $SDFLOW_TEST_PRECISION (f32, the default, or bf16).
+ * precision named by $SDFLOW_TEST_PRECISION (f32, the default, bf16, or
+ * f16: only the CUDA backend computes it; the CPU skips).
  * ctest registers "<test>.bf16" variants of the model goldens when the build
  * has a bf16 CPU path (tests/CMakeLists.txt).
  *
@@ -55,8 +56,11 @@
 #define SD_GOLDEN_DEPTH_CONTROLNET 64 /* hint encoder (8 convs) + the UNet's encoder half */
 #define SD_GOLDEN_DEPTH_TAESD 40      /* encoder or decoder: ~33 convs */
 
-/* $SDFLOW_TEST_PRECISION: SD_PREC_F32 (unset or "f32") or SD_PREC_BF16
- * ("bf16"); any other value fails the test (exit 1). */
+/* $SDFLOW_TEST_PRECISION: SD_PREC_F32 (unset or "f32"), SD_PREC_BF16
+ * ("bf16") or SD_PREC_F16 ("f16"); any other value fails the test (exit 1).
+ * f16 uses the bf16 rule below with 2^-10 in place of 2^-8 (fp16's unit
+ * roundoff is 2^-11; the same factor 2 for cancellation); an f16 overflow
+ * (|x| > 65504, inf) is a failure, not a tolerance question. */
 sd_precision sd_golden_precision(void);
 /* $SDFLOW_TEST_BACKEND: "cpu" (unset) or "cuda". */
 const char *sd_golden_backend_name(void);
