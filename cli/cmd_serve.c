@@ -115,6 +115,7 @@ int sd_cli_serve(int argc, char **argv) {
     sd_backend *backend = NULL;
     sd_model_store *models = NULL;
     sd_sqlite_cache *cache_handle = NULL;
+    sd_cli_algo_store algos = {0};
     sd_cache_i cache = {0};
     sd_cli_preview *preview = NULL;
     code = 1;
@@ -134,6 +135,9 @@ int sd_cli_serve(int argc, char **argv) {
         goto done;
     }
     sd_cli_cache_setup(&a, &cache_handle, &cache);
+    /* the queue's worker is the one thread that runs ops and uses the cache
+     * connection, so the backend's algorithm store may share it */
+    sd_cli_algo_store_attach(&algos, backend, cache_handle);
     if (!no_previews && !(preview = sd_cli_preview_new("-", &env))) {
         sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
         sd_cli_print_error(&err);
@@ -160,6 +164,7 @@ int sd_cli_serve(int argc, char **argv) {
     code = rc ? 1 : 0;
 done:
     sd_cli_preview_free(preview); /* before the backend its TAESD decoder lives on */
+    sd_cli_algo_store_detach(&algos, backend);
     sd_cache_close(cache_handle);
     sd_model_store_free(models);
     sd_backend_free(backend);
