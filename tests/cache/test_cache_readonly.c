@@ -75,7 +75,15 @@ static int as_other_user(const char *dir, const char *path, const sd_value *v) {
 }
 
 int main(void) {
-    const char *dir = sd_test_tmpdir("cache_readonly");
+    /* Not under the build tree: uid 65534 must be able to reach the folder,
+     * and a checkout under /root (mode 0700) is out of its reach. */
+    char dir[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/sdflow-cache-ro-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "cannot make a scratch folder under %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
     char path[4096], wal[4200], shm[4200];
     snprintf(path, sizeof path, "%s/shared.db", dir);
     snprintf(wal, sizeof wal, "%s-wal", path);
@@ -121,5 +129,7 @@ int main(void) {
     CHECK(c && !sd_cache_is_readonly(c));
     sd_cache_close(c);
     sd_value_unref(v);
+    unlink(path);
+    rmdir(dir);
     return sd_test_finish();
 }

@@ -16,8 +16,13 @@ else
     as_user() { "$@"; }
 fi
 
-T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_cache_readonly"
-rm -rf "$T" && mkdir -p "$T/db" "$T/input" "$T/output"
+# Not under the build tree: uid 65534 must reach the folder and the binary,
+# and a checkout under /root (mode 0700) is out of its reach.
+T=$(mktemp -d "${TMPDIR:-/tmp}/sdflow-cli-cache-ro.XXXXXX") || { echo "cannot make a scratch folder"; exit 1; }
+trap 'chmod -R u+w "$T" 2> /dev/null; rm -rf "$T"' EXIT
+mkdir -p "$T/db" "$T/input" "$T/output" "$T/bin"
+cp "$SDFLOW_BIN" "$T/bin/sdflow" && chmod 755 "$T/bin" "$T/bin/sdflow"
+SDFLOW_BIN="$T/bin/sdflow"
 sd_test_write_png "$T/input/pic.png"
 chmod 755 "$T" "$T/db" "$T/input" && chmod 777 "$T/output"
 failures=0
