@@ -56,7 +56,7 @@ int sd_schedule_capacity(int steps)
  * fma(step, i, start) below halfway, fma(-step, n-1-i, end) from there;
  * the first floor(n/16)*16 elements come from the vector loop in groups of 8:
  * base = scalar rule at the group start, element k+j = base + j*step. */
-static void linspace_f32(float start, float end, int n, float *out)
+void sd_linspace_f32(float start, float end, int n, float *out)
 {
     if (n <= 0)
         return;
@@ -192,7 +192,7 @@ static int sched_normal(const sd_model_sampling *ms, int steps, int sgm, float *
         float *tmp = malloc((size_t)(steps + 1) * sizeof *tmp);
         if (!tmp)
             return -1;
-        linspace_f32(start, end, steps + 1, tmp);
+        sd_linspace_f32(start, end, steps + 1, tmp);
         n = steps;
         for (int i = 0; i < n; i++)
             out[i] = sd_ms_sigma(ms, tmp[i]);
@@ -203,7 +203,7 @@ static int sched_normal(const sd_model_sampling *ms, int steps, int sgm, float *
             append_zero = 0;
         }
         n = steps;
-        linspace_f32(start, end, n, out);
+        sd_linspace_f32(start, end, n, out);
         for (int i = 0; i < n; i++)
             out[i] = sd_ms_sigma(ms, out[i]);
     }
@@ -267,7 +267,7 @@ int sd_sigmas_karras(int n, double sigma_min, double sigma_max, double rho, floa
     double max_inv = pow(sigma_max, 1.0 / rho);
     float diff = (float)(min_inv - max_inv); /* python float, cast by torch */
     float maxf = (float)max_inv;
-    linspace_f32(0.0f, 1.0f, n, out);
+    sd_linspace_f32(0.0f, 1.0f, n, out);
     for (int i = 0; i < n; i++) {
         float v = out[i] * diff;
         v = maxf + v;
@@ -279,9 +279,46 @@ int sd_sigmas_karras(int n, double sigma_min, double sigma_max, double rho, floa
 
 int sd_sigmas_exponential(int n, double sigma_min, double sigma_max, float *out)
 {
-    linspace_f32((float)log(sigma_max), (float)log(sigma_min), n, out);
+    sd_linspace_f32((float)log(sigma_max), (float)log(sigma_min), n, out);
     for (int i = 0; i < n; i++)
         out[i] = sd_torch_expf(out[i]);
+    out[n] = 0.0f;
+    return n + 1;
+}
+
+/* Each op a float32 tensor op with the python scalars cast to float, as
+ * torch does; exp/log are torch's (Sleef) ones. No appended 0, as in k_diffusion. */
+int sd_sigmas_laplace(int n, double sigma_min, double sigma_max, double mu, double beta,
+                      float *out)
+{
+    sd_linspace_f32(0.0f, 1.0f, n, out);
+    const float fmu = (float)mu, fbeta = (float)beta, eps = (float)1e-5;
+    const float lo = (float)sigma_min, hi = (float)sigma_max;
+    for (int i = 0; i < n; i++) {
+        float d = 0.5f - out[i];
+        float sign = d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f;
+        float l = sd_torch_logf(1.0f - 2.0f * fabsf(d) + eps);
+        float lmb = fmu - fbeta * sign * l;
+        float v = sd_torch_expf(lmb);
+        /* torch.clamp: min first, then max (max wins when min > max) */
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[i] = v;
+    }
+    return n;
+}
+
+/* torch's float expm1 is Sleef's (1 ulp); expm1 in double rounded to float
+ * is the correctly rounded value, which Sleef's agrees with almost always. */
+int sd_sigmas_vp(int n, double beta_d, double beta_min, double eps_s, float *out)
+{
+    sd_linspace_f32(1.0f, (float)eps_s, n, out);
+    const float bd = (float)beta_d, bm = (float)beta_min;
+    for (int i = 0; i < n; i++) {
+        float t = out[i];
+        float a = bd * (t * t) / 2.0f + bm * t;
+        out[i] = sqrtf((float)expm1((double)a));
+    }
     out[n] = 0.0f;
     return n + 1;
 }
@@ -291,7 +328,7 @@ int sd_sigmas_polyexponential(int n, double sigma_min, double sigma_max, double 
 {
     float span = (float)(log(sigma_max) - log(sigma_min));
     float lmin = (float)log(sigma_min);
-    linspace_f32(1.0f, 0.0f, n, out);
+    sd_linspace_f32(1.0f, 0.0f, n, out);
     for (int i = 0; i < n; i++) {
         float v = torch_pow_scalar(out[i], rho) * span;
         out[i] = sd_torch_expf(v + lmin);

@@ -88,6 +88,18 @@ int sd_sigmas_exponential(int n, double sigma_min, double sigma_max, float *out)
  * + log min) in float32; n + 1 values. */
 int sd_sigmas_polyexponential(int n, double sigma_min, double sigma_max, double rho,
                               float *out);
+/* get_sigmas_laplace (LaplaceScheduler): x = linspace(0, 1, n),
+ * clamp(exp(mu - beta * sign(0.5 - x) * log(1 - 2|0.5 - x| + 1e-5)),
+ * sigma_min, sigma_max) in float32; n values, NO trailing 0 (as ComfyUI). */
+int sd_sigmas_laplace(int n, double sigma_min, double sigma_max, double mu, double beta,
+                      float *out);
+/* get_sigmas_vp (VPScheduler): t = linspace(1, eps_s, n),
+ * sqrt(expm1(beta_d * t^2 / 2 + beta_min * t)) in float32, then 0; n + 1
+ * values. expm1 is libm's (correctly rounded via double), torch's is Sleef's:
+ * a value may differ by 1 ulp. */
+int sd_sigmas_vp(int n, double beta_d, double beta_min, double eps_s, float *out);
+/* torch.linspace(start, end, n) in float32 as an AVX2 CPU build computes it. */
+void sd_linspace_f32(float start, float end, int n, float *out);
 /* comfy.samplers.beta_scheduler(ms, steps, alpha, beta) (the "beta" scheduler
  * is alpha = beta = 0.6). At most steps + 1 values (duplicate timesteps are
  * dropped); -1 when the beta quantile is undefined (alpha or beta <= 0). */

@@ -1,0 +1,291 @@
+/* test_custom_sampling_sigmas.c - the smaller SIGMAS nodes of the
+ * custom-sampling family (nodes/sampling/sigma_tools.c) against ComfyUI's
+ * formulas (comfy_extras/nodes_custom_sampler.py, k_diffusion get_sigmas_*),
+ * recomputed here step by step:
+ *   - ManualSigmas follows re.findall(r"[-+]?(?:\d*\.*\d+)") + float();
+ *   - SetFirstSigma, ExtendIntermediateSigmas (linear exactly; cosine/sine
+ *     within 1 ulp of libm's sin/cos, torch uses Sleef's);
+ *   - LaplaceScheduler / VPScheduler: length, no trailing 0 / trailing 0,
+ *     the clamp ends, values within 2 ulp of the float32 formula;
+ *   - SamplingPercentToSigma on a random-weight SD1 checkpoint: the MODEL's
+ *     percent_to_sigma, and return_actual_sigma at 0 and 1;
+ *   - errors name the input. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/env.h"
+#include "core/node.h"
+#include "models/sampling/model_sampling.h"
+#include "models/synth/synth.h"
+#include "nodes/loaders/loaders.h"
+#include "testutil.h"
+
+static sd_env *g_env;
+
+/* Runs `type` with inputs by name (owned values, released here). */
+static sd_status run(const char *type, const char *const *names, sd_value **vals, int n,
+                     sd_value **out, sd_error *err) {
+    const sd_node_def *def = sd_registry_find(type);
+    sd_status rc;
+    sd_value *in[32] = {0};
+    out[0] = NULL;
+    sd_error_clear(err);
+    if (!def) {
+        rc = sd_error_set(err, SD_ERR_NOT_FOUND, "node %s not registered", type);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        int k = sd_node_input_index(def, names[i]);
+        if (k < 0) {
+            rc = sd_error_set(err, SD_ERR_INVALID, "%s has no input %s", type, names[i]);
+            goto done;
+        }
+        in[k] = vals[i];
+    }
+    sd_node_ctx ctx = {.env = g_env, .node_id = "1", .class_type = type};
+    rc = def->run(&ctx, in, out, err);
+    sd_value_unref(ctx.ui);
+done:
+    for (int i = 0; i < n; i++) sd_value_unref(vals[i]);
+    return rc;
+}
+
+static sd_value *sigmas_of(const float *s, int n) {
+    int64_t shape[1] = {n};
+    sd_tensor *t = sd_tensor_new(SD_F32, 1, shape);
+    if (n) memcpy(t->data, s, (size_t)n * 4);
+    sd_value *v = sd_value_tensor(t);
+    sd_tensor_unref(t);
+    return v;
+}
+
+static int sigmas_equal(const sd_value *v, const float *s, int n) {
+    sd_tensor *t = v ? sd_value_as_tensor(v) : NULL;
+    return t && t->ndim == 1 && t->shape[0] == n && (n == 0 || memcmp(t->data, s, (size_t)n * 4) == 0);
+}
+
+/* |a - b| in units in the last place of b (float32). */
+static int ulps_close(float a, float b, int ulps) {
+    if (a == b) return 1;
+    return fabsf(a - b) <= (float)ulps * (nextafterf(fabsf(b), INFINITY) - fabsf(b));
+}
+
+static const float *data(const sd_value *v, int *n) {
+    sd_tensor *t = v ? sd_value_as_tensor(v) : NULL;
+    *n = t ? (int)t->shape[0] : -1;
+    return t ? t->data : NULL;
+}
+
+/* torch.linspace(0, 1, 4) in float32: step 1/3; fma from the start below
+ * n/2, from the end above. */
+static void linspace4(float x[4]) {
+    float step = 1.0f / 3.0f;
+    x[0] = 0.0f, x[1] = fmaf(step, 1.0f, 0.0f), x[2] = fmaf(-step, 1.0f, 1.0f), x[3] = 1.0f;
+}
+
+static void test_manual(void) {
+    sd_error err;
+    sd_value *o;
+    CHECK_OK(run("ManualSigmas", (const char *[]){"sigmas"}, (sd_value *[]){sd_value_string("1, 0.5")}, 1, &o, &err), &err);
+    CHECK(sigmas_equal(o, (const float[]){1.0f, 0.5f}, 2));
+    sd_value_unref(o);
+    /* sign kept, words skipped, ".5" and "+2" numbers, float() then float32 */
+    CHECK_OK(run("ManualSigmas", (const char *[]){"sigmas"},
+                 (sd_value *[]){sd_value_string("[-3.25; x +2 .5,14.614642 0]")}, 1, &o, &err), &err);
+    CHECK(sigmas_equal(o, (const float[]){-3.25f, 2.0f, 0.5f, (float)14.614642, 0.0f}, 5));
+    sd_value_unref(o);
+    /* the regex has no exponent: "1e-5" is 1 and -5; "7." is 7 (the dot is not taken) */
+    CHECK_OK(run("ManualSigmas", (const char *[]){"sigmas"}, (sd_value *[]){sd_value_string("1e-5 7.")}, 1, &o, &err), &err);
+    CHECK(sigmas_equal(o, (const float[]){1.0f, -5.0f, 7.0f}, 3));
+    sd_value_unref(o);
+    CHECK_OK(run("ManualSigmas", (const char *[]){"sigmas"}, (sd_value *[]){sd_value_string("none")}, 1, &o, &err), &err);
+    CHECK(sigmas_equal(o, NULL, 0));
+    sd_value_unref(o);
+    /* float("1..5") is a ValueError in ComfyUI */
+    CHECK(run("ManualSigmas", (const char *[]){"sigmas"}, (sd_value *[]){sd_value_string("2, 1..5")}, 1, &o, &err) != SD_OK);
+    CHECK_MSG(strstr(err.msg, "1..5") && !strcmp(err.input, "sigmas"), "error: %s", err.msg);
+    sd_value_unref(o);
+}
+
+static void test_set_first(void) {
+    sd_error err;
+    sd_value *o;
+    const float s[3] = {10.0f, 5.0f, 0.0f};
+    CHECK_OK(run("SetFirstSigma", (const char *[]){"sigmas", "sigma"},
+                 (sd_value *[]){sigmas_of(s, 3), sd_value_float(136.0)}, 2, &o, &err), &err);
+    CHECK(sigmas_equal(o, (const float[]){136.0f, 5.0f, 0.0f}, 3));
+    sd_value_unref(o);
+    CHECK(run("SetFirstSigma", (const char *[]){"sigmas", "sigma"},
+              (sd_value *[]){sigmas_of(s, 0), sd_value_float(1.0)}, 2, &o, &err) != SD_OK);
+    CHECK(!strcmp(err.input, "sigmas"));
+    sd_value_unref(o);
+}
+
+static sd_value *extend(const float *s, int n, int steps, double start, double end,
+                        const char *spacing, sd_error *err) {
+    sd_value *o;
+    CHECK_OK(run("ExtendIntermediateSigmas",
+                 (const char *[]){"sigmas", "steps", "start_at_sigma", "end_at_sigma", "spacing"},
+                 (sd_value *[]){sigmas_of(s, n), sd_value_int(steps), sd_value_float(start),
+                                sd_value_float(end), sd_value_string(spacing)},
+                 5, &o, err),
+             err);
+    return o;
+}
+
+static void test_extend(void) {
+    sd_error err;
+    const float s[4] = {14.0f, 10.0f, 5.0f, 0.0f};
+    float x[4];
+    linspace4(x);
+    /* steps 3: x[1], x[2] inserted after 14 and 10 (>= 6); 5 is below end_at_sigma */
+    sd_value *o = extend(s, 4, 3, -1.0, 6.0, "linear", &err);
+    float d0 = 10.0f - 14.0f, d1 = 5.0f - 10.0f;
+    const float lin[8] = {14.0f, x[1] * d0 + 14.0f, x[2] * d0 + 14.0f, 10.0f,
+                          x[1] * d1 + 10.0f, x[2] * d1 + 10.0f, 5.0f, 0.0f};
+    CHECK(sigmas_equal(o, lin, 8));
+    sd_value_unref(o);
+    /* start_at_sigma 12: only 10 (and not 14) is extended; end 0 includes 5 */
+    o = extend(s, 4, 2, 12.0, 0.0, "linear", &err);
+    const float part[6] = {14.0f, 10.0f, 0.5f * d1 + 10.0f, 5.0f, 0.5f * -5.0f + 5.0f, 0.0f};
+    CHECK(sigmas_equal(o, part, 6));
+    sd_value_unref(o);
+    /* cosine: sin(x*pi/2), sine: 1 - cos(x*pi/2), in float32 */
+    const char *sp[2] = {"cosine", "sine"};
+    for (int k = 0; k < 2; k++) {
+        o = extend(s, 4, 3, -1.0, 6.0, sp[k], &err);
+        int n;
+        const float *v = data(o, &n);
+        CHECK_MSG(n == 8, "%s: %d sigmas", sp[k], n);
+        if (n == 8) {
+            for (int j = 1; j <= 2; j++) {
+                float a = x[j] * (float)M_PI / 2.0f;
+                float f = k == 0 ? sinf(a) : 1.0f - cosf(a);
+                CHECK_MSG(ulps_close(v[j], f * d0 + 14.0f, 1) && ulps_close(v[3 + j], f * d1 + 10.0f, 1),
+                          "%s spacing at %d", sp[k], j);
+            }
+            CHECK(v[0] == 14.0f && v[3] == 10.0f && v[6] == 5.0f && v[7] == 0.0f);
+        }
+        sd_value_unref(o);
+    }
+    o = extend(s, 0, 3, -1.0, 6.0, "linear", &err); /* empty stays empty */
+    CHECK(sigmas_equal(o, NULL, 0));
+    sd_value_unref(o);
+}
+
+static void test_laplace_vp(void) {
+    sd_error err;
+    sd_value *o;
+    const double smax = 14.614642, smin = 0.0291675, mu = 0.0, beta = 0.5;
+    CHECK_OK(run("LaplaceScheduler", (const char *[]){"steps", "sigma_max", "sigma_min", "mu", "beta"},
+                 (sd_value *[]){sd_value_int(7), sd_value_float(smax), sd_value_float(smin),
+                                sd_value_float(mu), sd_value_float(beta)},
+                 5, &o, &err), &err);
+    int n;
+    const float *v = data(o, &n);
+    CHECK_MSG(n == 7, "LaplaceScheduler: %d values (ComfyUI appends no 0)", n);
+    if (n == 7) {
+        /* the ends are clamped: exp(0.5 * -log(1e-5)) = 316 > sigma_max */
+        CHECK(v[0] == (float)smax && v[6] == (float)smin);
+        CHECK(v[3] == 1.0f); /* x = 0.5: sign 0, exp(mu) */
+        for (int i = 0; i < 7; i++) {
+            /* x within an ulp of torch's linspace and libm's exp/log where torch has
+             * Sleef's: compared to 1e-5 relative, not bit for bit */
+            float x = (float)i / 6.0f;
+            float d = 0.5f - x;
+            float sign = d > 0 ? 1.0f : d < 0 ? -1.0f : 0.0f;
+            float e = expf((float)mu - (float)beta * sign * logf(1.0f - 2.0f * fabsf(d) + (float)1e-5));
+            e = fminf(fmaxf(e, (float)smin), (float)smax);
+            CHECK_MSG(fabsf(v[i] - e) <= 1e-5f * e, "Laplace[%d] %.9g vs %.9g", i, v[i], e);
+            if (i) CHECK(v[i] <= v[i - 1]);
+        }
+    }
+    sd_value_unref(o);
+
+    CHECK_OK(run("VPScheduler", (const char *[]){"steps", "beta_d", "beta_min", "eps_s"},
+                 (sd_value *[]){sd_value_int(5), sd_value_float(19.9), sd_value_float(0.1),
+                                sd_value_float(0.001)},
+                 4, &o, &err), &err);
+    v = data(o, &n);
+    CHECK_MSG(n == 6, "VPScheduler: %d values", n);
+    if (n == 6) {
+        CHECK(v[5] == 0.0f);
+        float t0 = 1.0f, t4 = 0.001f;
+        float e0 = sqrtf(expm1f(19.9f * (t0 * t0) / 2.0f + 0.1f * t0));
+        float e4 = sqrtf(expm1f(19.9f * (t4 * t4) / 2.0f + 0.1f * t4));
+        CHECK_MSG(ulps_close(v[0], e0, 2) && ulps_close(v[4], e4, 2), "VP ends %.9g %.9g", v[0], v[4]);
+        for (int i = 1; i < 6; i++) CHECK(v[i] < v[i - 1]);
+    }
+    sd_value_unref(o);
+    CHECK(run("VPScheduler", (const char *[]){"steps", "beta_d", "beta_min", "eps_s"},
+              (sd_value *[]){sd_value_int(0), sd_value_float(19.9), sd_value_float(0.1), sd_value_float(0.001)},
+              4, &o, &err) != SD_OK);
+    CHECK(!strcmp(err.input, "steps"));
+}
+
+static void test_percent(sd_value *model) {
+    sd_model_sampling ms;
+    sd_model_sampling_init(&ms, SD_PRED_EPS);
+    const double ps[] = {0.0, 0.25, 0.5, 0.9999, 1.0};
+    for (int a = 0; a < 2; a++)
+        for (int i = 0; i < 5; i++) {
+            sd_error err;
+            sd_value *o;
+            sd_value_ref(model);
+            CHECK_OK(run("SamplingPercentToSigma", (const char *[]){"model", "sampling_percent", "return_actual_sigma"},
+                         (sd_value *[]){model, sd_value_float(ps[i]), sd_value_bool(a)}, 3, &o, &err), &err);
+            double want = sd_ms_percent_to_sigma(&ms, ps[i]);
+            if (a && ps[i] == 0.0) want = ms.sigma_max;
+            if (a && ps[i] == 1.0) want = ms.sigma_min;
+            CHECK_MSG(o && sd_value_as_float(o) == want, "percent %g actual %d: %.17g vs %.17g", ps[i], a,
+                      o ? sd_value_as_float(o) : NAN, want);
+            sd_value_unref(o);
+        }
+    /* the ends without return_actual_sigma, as ComfyUI's percent_to_sigma */
+    CHECK(sd_ms_percent_to_sigma(&ms, 0.0) == 999999999.9 && sd_ms_percent_to_sigma(&ms, 1.0) == 0.0);
+}
+
+int main(void) {
+    const char *dir = sd_test_tmpdir("nodes_custom_sampling_sigmas");
+    char models[4096], path[4096], cmd[8300];
+    snprintf(models, sizeof models, "%s/models", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/checkpoints'", models);
+    CHECK(system(cmd) == 0);
+    sd_error err;
+    sd_error_clear(&err);
+    sd_synth_config cfg = *sd_synth_preset("sd1-tiny");
+    cfg.clip_vocab = 1000;
+    snprintf(path, sizeof path, "%s/checkpoints/tiny.safetensors", models);
+    CHECK_OK(sd_synth_sd1_write(&cfg, 1, path, &err), &err);
+
+    sd_env env;
+    CHECK_OK(sd_env_init(&env, &err), &err);
+    CHECK_OK(sd_env_set(&env, &env.models_dir, models, &err), &err);
+    sd_backend *be = NULL;
+    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    sd_model_store *store = sd_model_store_new();
+    env.backend = be;
+    env.models = store;
+    g_env = &env;
+    CHECK_OK(sd_nodes_register_all(&err), &err);
+
+    test_manual();
+    test_set_first();
+    test_extend();
+    test_laplace_vp();
+    sd_value *ck[3] = {0};
+    const sd_node_def *loader = sd_registry_find("CheckpointLoaderSimple");
+    sd_value *name[1] = {sd_value_string("tiny.safetensors")};
+    sd_node_ctx ctx = {.env = g_env, .node_id = "1", .class_type = "CheckpointLoaderSimple"};
+    CHECK_OK(loader->run(&ctx, name, ck, &err), &err);
+    sd_value_unref(name[0]);
+    if (ck[0]) test_percent(ck[0]);
+    for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
+    sd_model_store_free(store);
+    sd_backend_free(be);
+    sd_env_cleanup(&env);
+    sd_registry_reset();
+    return sd_test_finish();
+}
