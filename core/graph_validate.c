@@ -9,6 +9,9 @@
  *                             link is needed)
  *   value_smaller_than_min / value_bigger_than_max
  *   value_not_in_list         combo value not among the options
+ *   invalid_model_file        the file exists but its node cannot load it
+ *                             (sd_input_def.file_probe: unsupported
+ *                             architecture or format); sdflow's own kind
  *   dependency_cycle          the links form a cycle
  *   prompt_no_outputs         no output node
  *
@@ -129,9 +132,19 @@ typedef struct combo_list {
     char error[512];    /* " (could not list the options: ...)" or "" */
 } combo_list;
 
+/* One file_probe result: a file named by a thousand loaders is probed once. */
+typedef struct probe_result {
+    sd_status (*probe)(const char *path, sd_error *err);
+    char *path;
+    sd_status rc;
+    char msg[SD_ERR_MSG_MAX]; /* the probe's message when rc != SD_OK */
+} probe_result;
+
 typedef struct combo_memo {
     combo_list *lists; /* one per options_fn seen: a handful */
     size_t n;
+    probe_result *probes; /* one per (probe, file) seen: a handful */
+    size_t n_probes;
 } combo_memo;
 
 static void combo_memo_free(combo_memo *m) {
@@ -142,6 +155,46 @@ static void combo_memo_free(combo_memo *m) {
     free(m->lists);
     m->lists = NULL;
     m->n = 0;
+    for (size_t i = 0; i < m->n_probes; i++) free(m->probes[i].path);
+    free(m->probes);
+    m->probes = NULL;
+    m->n_probes = 0;
+}
+
+/* The probe's verdict on path, computed on first use; NULL only when out of
+ * memory. */
+static const probe_result *probe_lookup(combo_memo *m, const sd_input_def *d, const char *path) {
+    for (size_t i = 0; i < m->n_probes; i++)
+        if (m->probes[i].probe == d->file_probe && strcmp(m->probes[i].path, path) == 0)
+            return &m->probes[i];
+    probe_result *probes = realloc(m->probes, (m->n_probes + 1) * sizeof *probes);
+    if (!probes) return NULL;
+    m->probes = probes;
+    probe_result *r = &probes[m->n_probes];
+    memset(r, 0, sizeof *r);
+    if (!(r->path = strdup(path))) return NULL;
+    m->n_probes++;
+    r->probe = d->file_probe;
+    sd_error e;
+    sd_error_clear(&e);
+    r->rc = d->file_probe(path, &e);
+    if (r->rc) snprintf(r->msg, sizeof r->msg, "%s", e.msg[0] ? e.msg : "the file cannot be loaded");
+    return r;
+}
+
+/* A listed file whose node declares a probe: refuse what it cannot load now,
+ * not halfway through the run. A name that does not resolve is left to the
+ * loader (the list said it exists; a race is its error to report). */
+static void check_file(sd_graph_problems *p, const sd_graph_node *n, const sd_input_def *d,
+                       const char *name, const sd_env *env, combo_memo *memo) {
+    char *path = NULL;
+    sd_error e;
+    sd_error_clear(&e);
+    if (sd_env_resolve(env, d->file_folder, name, &path, &e) != SD_OK) return;
+    const probe_result *r = probe_lookup(memo, d, path);
+    free(path);
+    if (!r) add_problem(p, n, d->name, "internal_error", "out of memory checking the file '%s'", name);
+    else if (r->rc) add_problem(p, n, d->name, "invalid_model_file", "'%s' cannot be loaded: %s", name, r->msg);
 }
 
 /* The list of fn, computed on first use; NULL only when out of memory. */
@@ -236,7 +289,9 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
             }
         }
         add_problem(p, n, d->name, "value_not_in_list", "value '%s' not in list [%s]%s", s, list, fn_error);
+        return;
     }
+    if (d->file_folder && d->file_probe) check_file(p, n, d, s, env, memo);
 }
 
 /* An unsigned 64-bit INT input (seeds, json_util.h): INT values are read as

@@ -46,6 +46,12 @@ typedef struct sd_input_def {
      * trusting its name. `file_folder` is the models sub-folder ("checkpoints")
      * or "input" for the input directory. */
     const char *file_folder;
+    /* Optional, with file_folder: a cheap check (headers only, never the
+     * weights) that the file named is one the node can load. Validation calls
+     * it with the resolved path once per file and reports a failure as an
+     * invalid_model_file problem, so an unsupported model is refused before
+     * any node runs. Fills err with the message the node itself would give. */
+    sd_status (*file_probe)(const char *path, sd_error *err);
     /* ComfyUI's image_upload: the frontend shows an upload button after the
      * node's required widgets (LoadImage), which UI-format files save as
      * one more entry of widgets_values (core/workflow_ui.h). */

@@ -68,6 +68,7 @@ static const char *short_message(const char *kind) {
         {"value_bigger_than_max", "Value bigger than max"},
         {"value_not_in_list", "Value not in list"},
         {"dependency_cycle", "Dependency cycle detected"},
+        {"invalid_model_file", "Model file cannot be loaded"}, /* sdflow's own (file_probe) */
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (!strcmp(kind, map[i][0])) return map[i][1];

@@ -88,7 +88,9 @@ static sd_status sd2_prediction(sd_st_file *f, int in_channels, sd_prediction *o
     return SD_OK;
 }
 
-static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
+/* read_tensors 0 (sd_checkpoint_probe): names and shapes only, so an SD2
+ * file's prediction type is left at eps. */
+static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_error *err) {
     const char *path = sd_st_path(f);
     memset(info, 0, sizeof *info);
     info->prediction = SD_PRED_EPS;
@@ -113,7 +115,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, sd_error *err) {
                        : info->unet.kind == SD_UNET_SD2 ? SD_CKPT_SD2
                                                         : SD_CKPT_SD1;
         if (info->family == SD_CKPT_SDXL) info->latent_scale = SD_LATENT_SCALE_SDXL;
-        if (info->family == SD_CKPT_SD2) {
+        if (info->family == SD_CKPT_SD2 && read_tensors) {
             sd_status prc = sd2_prediction(f, info->unet.in_channels, &info->prediction, err);
             if (prc) return prc;
         }
@@ -180,12 +182,21 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
         sd_checkpoint_unref(c);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
-    if ((rc = detect(f, &c->info, err))) {
+    if ((rc = detect(f, &c->info, 1, err))) {
         sd_checkpoint_unref(c);
         return rc;
     }
     *out = c;
     return SD_OK;
+}
+
+sd_status sd_checkpoint_probe(const char *path, sd_ckpt_info *info, sd_error *err) {
+    sd_st_file *f = NULL;
+    sd_status rc = sd_torch_open_any(path, &f, err);
+    if (rc) return rc;
+    rc = detect(f, info, 0, err);
+    sd_st_close(f);
+    return rc;
 }
 
 sd_checkpoint *sd_checkpoint_ref(sd_checkpoint *c) {

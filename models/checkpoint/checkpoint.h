@@ -73,6 +73,10 @@ typedef struct sd_checkpoint sd_checkpoint;
  * opening the file; messages name the file. */
 sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,
                              sd_checkpoint **out, sd_error *err);
+/* Detection alone, for validation: opens the file, runs sd_checkpoint_open's
+ * architecture detection on names and shapes (no tensor is read, so an SD2
+ * file reports eps prediction) and closes it. The same errors, same messages. */
+sd_status sd_checkpoint_probe(const char *path, sd_ckpt_info *info, sd_error *err);
 sd_checkpoint *sd_checkpoint_ref(sd_checkpoint *c); /* NULL-safe, returns c */
 void sd_checkpoint_unref(sd_checkpoint *c);         /* NULL-safe */
 

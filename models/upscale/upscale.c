@@ -271,8 +271,10 @@ static void some_keys(sd_st_file *f, char *buf, size_t n) {
     if (count > 6 && off + 6 < n) snprintf(buf + off, n - off, ", ...");
 }
 
-sd_status sd_upscale_load(sd_backend *be, sd_st_file *f, sd_upscale **out, sd_error *err) {
-    *out = NULL;
+/* The architecture from key names alone: *w gets the prefix the keys live
+ * under, *nm the ESRGAN naming or *compact = 1. No tensor is read. */
+static sd_status pick_arch(sd_backend *be, sd_st_file *f, sd_weights *out_w, const esrgan_names **out_nm,
+                           int *out_compact, sd_error *err) {
     sd_weights w;
     sd_weights_init(&w, be, f, "");
     /* basicsr training checkpoints keep the weights under params_ema / params */
@@ -320,6 +322,19 @@ sd_status sd_upscale_load(sd_backend *be, sd_st_file *f, sd_upscale **out, sd_er
                             "(body.0 conv + body.1 PReLU ...)",
                             sd_st_path(f), sd_st_count(f), keys[0] ? keys : "none");
     }
+    *out_w = w;
+    *out_nm = nm;
+    *out_compact = compact;
+    return SD_OK;
+}
+
+sd_status sd_upscale_load(sd_backend *be, sd_st_file *f, sd_upscale **out, sd_error *err) {
+    *out = NULL;
+    sd_weights w;
+    const esrgan_names *nm = NULL;
+    int compact = 0;
+    sd_status rc0 = pick_arch(be, f, &w, &nm, &compact, err);
+    if (rc0) return rc0;
     sd_upscale *m = calloc(1, sizeof *m);
     if (!m) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     m->be = be;
@@ -341,6 +356,18 @@ sd_status sd_upscale_load_file(sd_backend *be, const char *path, sd_upscale **ou
     sd_status rc = sd_torch_open_any(path, &f, err);
     if (rc) return rc;
     rc = sd_upscale_load(be, f, out, err);
+    sd_st_close(f);
+    return rc;
+}
+
+sd_status sd_upscale_probe_file(const char *path, sd_error *err) {
+    sd_st_file *f = NULL;
+    sd_status rc = sd_torch_open_any(path, &f, err);
+    if (rc) return rc;
+    sd_weights w;
+    const esrgan_names *nm = NULL;
+    int compact = 0;
+    rc = pick_arch(NULL, f, &w, &nm, &compact, err); /* names only: no backend needed */
     sd_st_close(f);
     return rc;
 }

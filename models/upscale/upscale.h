@@ -63,6 +63,11 @@ sd_status sd_upscale_load(sd_backend *be, sd_st_file *f, sd_upscale **out, sd_er
  * and load it. */
 sd_status sd_upscale_load_file(sd_backend *be, const char *path, sd_upscale **out,
                                sd_error *err);
+/* Open `path` and detect the architecture from key names only (no weight is
+ * read, nothing allocated on a backend): SD_OK when sd_upscale_load_file
+ * would recognise it, else the refusal it would give. For validation. A
+ * recognised file may still fail to load on a wrongly shaped tensor. */
+sd_status sd_upscale_probe_file(const char *path, sd_error *err);
 void sd_upscale_free(sd_upscale *m); /* NULL-safe */
 const sd_upscale_config *sd_upscale_get_config(const sd_upscale *m);
 /* Bytes of the model's weights (F32 on the backend). */

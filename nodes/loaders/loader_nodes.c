@@ -1,7 +1,9 @@
 /* loader_nodes.c - CheckpointLoaderSimple (alias LoadCheckpoint), VAELoader.
  *
  * Running a loader opens and inspects the file (architecture detection, no
- * weights read); the parts load when a node first uses them. */
+ * weights read); the parts load when a node first uses them. Validation runs
+ * the same detection (file_probe), so a file the loader would refuse stops
+ * the workflow before any node runs. */
 #include "loaders.h"
 #include "models/checkpoint/model_paths.h"
 
@@ -14,6 +16,22 @@ static sd_status list_vaes(const sd_env *env, sd_value **out, sd_error *err) {
 
 /* ---- CheckpointLoaderSimple ------------------------------------------------------- */
 
+/* What the loader needs beyond detection: a diffusion model. Shared by the
+ * node and its validation probe, so both refuse with the same words. */
+static sd_status require_unet(const char *path, const sd_ckpt_info *info, sd_error *err) {
+    if (info->has_unet) return SD_OK;
+    return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                        "%s is not a checkpoint: no diffusion model (model.diffusion_model.*) in it",
+                        path);
+}
+
+/* sd_input_def.file_probe: detection on names and shapes, no weights read. */
+static sd_status ckpt_probe(const char *path, sd_error *err) {
+    sd_ckpt_info info;
+    sd_status rc = sd_checkpoint_probe(path, &info, err);
+    return rc ? rc : require_unet(path, &info, err);
+}
+
 static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                  sd_error *err) {
     const char *name = sd_value_as_string(in[0]);
@@ -21,13 +39,10 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     sd_status rc = sd_nodes_open_model(ctx, SD_FOLDER_CHECKPOINTS, name, "ckpt_name", &c, err);
     if (rc) return rc;
     const sd_ckpt_info *info = sd_checkpoint_info(c);
-    if (!info->has_unet) {
-        sd_error_set(err, SD_ERR_UNSUPPORTED,
-                     "%s is not a checkpoint: no diffusion model (model.diffusion_model.*) in it",
-                     sd_checkpoint_path(c));
+    if ((rc = require_unet(sd_checkpoint_path(c), info, err))) {
         sd_error_at(err, NULL, NULL, "ckpt_name");
         sd_checkpoint_unref(c);
-        return SD_ERR_UNSUPPORTED;
+        return rc;
     }
     if (info->random_weights)
         sd_node_log(ctx, SD_LOG_WARN,
@@ -46,7 +61,7 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
 
 static const sd_input_def ckpt_loader_inputs[] = {
     {.name = "ckpt_name", .type = SD_T_COMBO, .options_fn = list_checkpoints,
-     .file_folder = SD_FOLDER_CHECKPOINTS},
+     .file_folder = SD_FOLDER_CHECKPOINTS, .file_probe = ckpt_probe},
     {0}};
 static const sd_output_def ckpt_loader_outputs[] = {
     {"MODEL", "MODEL"}, {"CLIP", "CLIP"}, {"VAE", "VAE"}, {0}};
@@ -65,20 +80,30 @@ const sd_node_def sd_node_CheckpointLoaderSimple = {
 
 /* ---- VAELoader ------------------------------------------------------------------------ */
 
+static sd_status require_vae(const char *path, const sd_ckpt_info *info, sd_error *err) {
+    if (info->has_vae) return SD_OK;
+    return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                        "%s holds no VAE (looked for decoder.conv_in.weight, with or without the "
+                        "first_stage_model. prefix)",
+                        path);
+}
+
+static sd_status vae_probe(const char *path, sd_error *err) {
+    sd_ckpt_info info;
+    sd_status rc = sd_checkpoint_probe(path, &info, err);
+    return rc ? rc : require_vae(path, &info, err);
+}
+
 static sd_status vae_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                 sd_error *err) {
     const char *name = sd_value_as_string(in[0]);
     sd_checkpoint *c = NULL;
     sd_status rc = sd_nodes_open_model(ctx, SD_FOLDER_VAE, name, "vae_name", &c, err);
     if (rc) return rc;
-    if (!sd_checkpoint_info(c)->has_vae) {
-        sd_error_set(err, SD_ERR_UNSUPPORTED,
-                     "%s holds no VAE (looked for decoder.conv_in.weight, with or without the "
-                     "first_stage_model. prefix)",
-                     sd_checkpoint_path(c));
+    if ((rc = require_vae(sd_checkpoint_path(c), sd_checkpoint_info(c), err))) {
         sd_error_at(err, NULL, NULL, "vae_name");
         sd_checkpoint_unref(c);
-        return SD_ERR_UNSUPPORTED;
+        return rc;
     }
     out[0] = sd_nodes_vae_value(c);
     sd_checkpoint_unref(c);
@@ -87,7 +112,7 @@ static sd_status vae_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value 
 
 static const sd_input_def vae_loader_inputs[] = {
     {.name = "vae_name", .type = SD_T_COMBO, .options_fn = list_vaes,
-     .file_folder = SD_FOLDER_VAE},
+     .file_folder = SD_FOLDER_VAE, .file_probe = vae_probe},
     {0}};
 static const sd_output_def vae_loader_outputs[] = {{"VAE", "VAE"}, {0}};
 

@@ -48,7 +48,7 @@ static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 
 static const sd_input_def loader_inputs[] = {
     {.name = "model_name", .type = SD_T_COMBO, .options_fn = list_upscale_models,
-     .file_folder = SD_FOLDER_UPSCALE_MODELS},
+     .file_folder = SD_FOLDER_UPSCALE_MODELS, .file_probe = sd_upscale_probe_file},
     {0}};
 static const sd_output_def loader_outputs[] = {{"UPSCALE_MODEL", "UPSCALE_MODEL"}, {0}};
 
