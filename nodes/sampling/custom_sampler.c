@@ -409,7 +409,7 @@ extern const sd_node_def sd_node_BasicScheduler, sd_node_KarrasScheduler, sd_nod
     sd_node_PolyexponentialScheduler, sd_node_SDTurboScheduler, sd_node_BetaSamplingScheduler,
     sd_node_AlignYourStepsScheduler, sd_node_SplitSigmas, sd_node_SplitSigmasDenoise,
     sd_node_FlipSigmas, sd_node_LaplaceScheduler, sd_node_VPScheduler, sd_node_ManualSigmas,
-    sd_node_SetFirstSigma, sd_node_ExtendIntermediateSigmas, sd_node_SamplingPercentToSigma;
+    sd_node_SetFirstSigma, sd_node_ExtendIntermediateSigmas, sd_node_SamplingPercentToSigma, sd_node_AddNoise;
 
 const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_SamplerCustom, &sd_node_SamplerCustomAdvanced, &sd_node_KSamplerSelect,
@@ -421,4 +421,4 @@ const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_SDTurboScheduler, &sd_node_BetaSamplingScheduler, &sd_node_AlignYourStepsScheduler,
     &sd_node_SplitSigmas, &sd_node_SplitSigmasDenoise, &sd_node_FlipSigmas,
     &sd_node_LaplaceScheduler, &sd_node_VPScheduler, &sd_node_ManualSigmas, &sd_node_SetFirstSigma,
-    &sd_node_ExtendIntermediateSigmas, &sd_node_SamplingPercentToSigma, NULL};
+    &sd_node_ExtendIntermediateSigmas, &sd_node_SamplingPercentToSigma, &sd_node_AddNoise, NULL};

@@ -9,6 +9,8 @@
  *     the clamp ends, values within 2 ulp of the float32 formula;
  *   - SamplingPercentToSigma on a random-weight SD1 checkpoint: the MODEL's
  *     percent_to_sigma, and return_actual_sigma at 0 and 1;
+ *   - AddNoise: noise * |s0 - s_last| added in model space, with DisableNoise,
+ *     one sigma, an all-zero latent (not scaled) and empty sigmas;
  *   - errors name the input. */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "core/env.h"
 #include "core/node.h"
 #include "models/sampling/model_sampling.h"
+#include "models/sampling/rng.h"
 #include "models/synth/synth.h"
 #include "nodes/loaders/loaders.h"
 #include "testutil.h"
@@ -247,6 +250,64 @@ static void test_percent(sd_value *model) {
     CHECK(sd_ms_percent_to_sigma(&ms, 0.0) == 999999999.9 && sd_ms_percent_to_sigma(&ms, 1.0) == 0.0);
 }
 
+static sd_value *latent_of(const float *v, const int64_t *shape) {
+    sd_tensor *t = sd_tensor_new(SD_F32, 4, shape);
+    memcpy(t->data, v, (size_t)sd_tensor_numel(t) * 4);
+    sd_value *d = sd_value_dict();
+    sd_value_dict_set(d, "samples", sd_value_tensor(t));
+    sd_tensor_unref(t);
+    return d;
+}
+
+/* AddNoise in ComfyUI's float32 order: scale = |s0 - s_last| (one sigma:
+ * s0); samples * 0.18215 (SD1's latent_format scale_factor) unless all are
+ * 0; noise * scale + that; / 0.18215. */
+static void test_add_noise(sd_value *model) {
+    sd_error err;
+    const int64_t shape[4] = {1, 4, 8, 8};
+    enum { N = 256 };
+    float zeros[N] = {0}, lat[N];
+    for (int i = 0; i < N; i++) lat[i] = (float)((i % 17) - 8) * 0.125f;
+    sd_tensor *noise = sd_noise_prepare(7, 4, shape, NULL, 0);
+    const float k = 0.18215f;
+    const float s3[3] = {14.614642f, 1.5f, 0.0291675f};
+    for (int c = 0; c < 4; c++) {
+        int ns = c == 2 ? 1 : 3, use_lat = c & 1, empty_noise = c == 3;
+        sd_value *nz, *o;
+        if (empty_noise) CHECK_OK(run("DisableNoise", NULL, NULL, 0, &nz, &err), &err);
+        else CHECK_OK(run("RandomNoise", (const char *[]){"noise_seed"}, (sd_value *[]){sd_value_int(7)}, 1, &nz, &err), &err);
+        sd_value_ref(model);
+        CHECK_OK(run("AddNoise", (const char *[]){"model", "noise", "sigmas", "latent_image"},
+                     (sd_value *[]){model, nz, sigmas_of(s3, ns), latent_of(use_lat ? lat : zeros, shape)},
+                     4, &o, &err), &err);
+        sd_tensor *t = o ? sd_value_dict_tensor(o, "samples") : NULL;
+        CHECK(t && sd_tensor_numel(t) == N);
+        float scale = ns > 1 ? fabsf(s3[0] - s3[2]) : s3[0];
+        int bad = 0;
+        for (int i = 0; t && noise && i < N; i++) {
+            float nv = empty_noise ? 0.0f : ((const float *)noise->data)[i];
+            float want = (nv * scale + (use_lat ? lat[i] * k : 0.0f)) / k;
+            bad += ((const float *)t->data)[i] != want;
+        }
+        CHECK_MSG(bad == 0, "AddNoise case %d: %d values differ", c, bad);
+        sd_value_unref(o);
+    }
+    sd_tensor_unref(noise);
+    /* empty sigmas: the latent as it is */
+    sd_value *nz, *o, *l = latent_of(lat, shape);
+    CHECK_OK(run("DisableNoise", NULL, NULL, 0, &nz, &err), &err);
+    sd_value_ref(model), sd_value_ref(l);
+    CHECK_OK(run("AddNoise", (const char *[]){"model", "noise", "sigmas", "latent_image"},
+                 (sd_value *[]){model, nz, sigmas_of(s3, 0), l}, 4, &o, &err), &err);
+    CHECK(o == l);
+    sd_value_unref(o), sd_value_unref(l);
+    /* a NOISE input that is not one names the input */
+    sd_value_ref(model);
+    CHECK(run("AddNoise", (const char *[]){"model", "noise", "sigmas", "latent_image"},
+              (sd_value *[]){model, sd_value_int(3), sigmas_of(s3, 3), latent_of(lat, shape)}, 4, &o, &err) != SD_OK);
+    CHECK(!strcmp(err.input, "noise"));
+}
+
 int main(void) {
     const char *dir = sd_test_tmpdir("nodes_custom_sampling_sigmas");
     char models[4096], path[4096], cmd[8300];
@@ -282,6 +343,7 @@ int main(void) {
     CHECK_OK(loader->run(&ctx, name, ck, &err), &err);
     sd_value_unref(name[0]);
     if (ck[0]) test_percent(ck[0]);
+    if (ck[0]) test_add_noise(ck[0]);
     for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
     sd_model_store_free(store);
     sd_backend_free(be);
