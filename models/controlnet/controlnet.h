@@ -41,6 +41,11 @@ typedef struct sd_controlnet sd_controlnet;
  * found, SD_ERR_FORMAT for missing or wrongly shaped tensors (full key). */
 sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype,
                              sd_controlnet **out, sd_error *err);
+/* Open `path` and check its layout from names and shapes only (no weight
+ * read): SD_OK when sd_controlnet_load would accept the layout (a
+ * diffusers-layout file is checked only at load), else its refusal. For
+ * validation. */
+sd_status sd_controlnet_probe_file(const char *path, sd_error *err);
 void sd_controlnet_free(sd_controlnet *cn); /* NULL-safe */
 
 /* The encoder's config in UNet terms (output-block fields are zero). */

@@ -3,6 +3,7 @@
  * half only; the block widths are rebuilt the way UNetModel.__init__ does. */
 #include "models/controlnet/controlnet_internal.h"
 #include "models/checkpoint/weights.h"
+#include "core/torch_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,38 +164,19 @@ void sd_controlnet_free(sd_controlnet *cn) {
     free(cn);
 }
 
-sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype,
-                             sd_controlnet **out, sd_error *err) {
-    *out = NULL;
-    sd_error local;
-    if (!err) err = &local;
+/* The layout from names and shapes, no tensor read: SD_OK with *prefix set
+ * and *cfg, *h0, *n_hint filled for the original layout, or with *prefix NULL
+ * for a diffusers-layout file (renamed, then checked, at load); else the
+ * refusal. */
+static sd_status pick_layout(sd_st_file *f, const char **out_prefix, sd_unet_config *cfg,
+                             const sd_st_entry **out_h0, int *out_n_hint, sd_error *err) {
     const char *path = sd_st_path(f);
     const char *prefix = NULL;
+    *out_prefix = NULL;
     if (sd_unet_find(f, SD_CONTROLNET_PREFIX, "input_hint_block.0.weight")) prefix = SD_CONTROLNET_PREFIX;
     else if (sd_unet_find(f, "", "input_hint_block.0.weight")) prefix = "";
     if (!prefix) {
-        if (sd_controlnet_is_diffusers(f)) {
-            /* rename to the original layout and load that */
-            void *buf = NULL;
-            size_t size = 0;
-            sd_st_file *f2 = NULL;
-            sd_status rc = sd_controlnet_diffusers_to_ldm(f, &buf, &size, err);
-            if (!rc) rc = sd_st_open_memory(buf, size, path, &f2, err);
-            if (!rc && !sd_st_find(f2, "input_hint_block.0.weight"))
-                rc = sd_error_set(err, SD_ERR_FORMAT,
-                                  "%s: diffusers-layout ControlNet without "
-                                  "controlnet_cond_embedding.conv_in",
-                                  path);
-            if (!rc) rc = sd_controlnet_load(be, f2, weight_dtype, out, err);
-            sd_st_close(f2);
-            if (rc) {
-                sd_error_prefix(err, "diffusers-layout ControlNet");
-                free(buf);
-                return rc;
-            }
-            (*out)->renamed = buf;
-            return SD_OK;
-        }
+        if (sd_controlnet_is_diffusers(f)) return SD_OK;
         if (sd_unet_find(f, "", "lora_controlnet"))
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: Control-LoRA files are not supported", path);
         if (sd_unet_find(f, "", "body.0.in_conv.weight") || sd_unet_find(f, "", "conv_in.weight") ||
@@ -208,8 +190,7 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
                             "%s: no ControlNet found (expected control_model.input_hint_block.0.weight)",
                             path);
     }
-    sd_unet_config cfg;
-    sd_status rc = detect(f, prefix, &cfg, err);
+    sd_status rc = detect(f, prefix, cfg, err);
     if (rc) return rc;
     const sd_st_entry *h0 = sd_unet_find(f, prefix, "input_hint_block.0.weight");
     int n_hint = 0;
@@ -217,6 +198,59 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     if (!h0 || h0->ndim != 4 || n_hint != 8)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: input_hint_block has %d convs, expected the standard 8", path, n_hint);
+    *out_prefix = prefix;
+    *out_h0 = h0;
+    *out_n_hint = n_hint;
+    return SD_OK;
+}
+
+sd_status sd_controlnet_probe_file(const char *path, sd_error *err) {
+    sd_st_file *f = NULL;
+    sd_status rc = sd_torch_open_any(path, &f, err);
+    if (rc) return rc;
+    const char *prefix;
+    sd_unet_config cfg;
+    const sd_st_entry *h0 = NULL;
+    int n_hint = 0;
+    rc = pick_layout(f, &prefix, &cfg, &h0, &n_hint, err);
+    sd_st_close(f);
+    return rc;
+}
+
+sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype,
+                             sd_controlnet **out, sd_error *err) {
+    *out = NULL;
+    sd_error local;
+    if (!err) err = &local;
+    const char *path = sd_st_path(f);
+    const char *prefix = NULL;
+    sd_unet_config cfg;
+    const sd_st_entry *h0 = NULL;
+    int n_hint = 0;
+    sd_status rc = pick_layout(f, &prefix, &cfg, &h0, &n_hint, err);
+    if (rc) return rc;
+    if (!prefix) {
+        /* diffusers layout: rename to the original layout and load that */
+        void *buf = NULL;
+        size_t size = 0;
+        sd_st_file *f2 = NULL;
+        rc = sd_controlnet_diffusers_to_ldm(f, &buf, &size, err);
+        if (!rc) rc = sd_st_open_memory(buf, size, path, &f2, err);
+        if (!rc && !sd_st_find(f2, "input_hint_block.0.weight"))
+            rc = sd_error_set(err, SD_ERR_FORMAT,
+                              "%s: diffusers-layout ControlNet without "
+                              "controlnet_cond_embedding.conv_in",
+                              path);
+        if (!rc) rc = sd_controlnet_load(be, f2, weight_dtype, out, err);
+        sd_st_close(f2);
+        if (rc) {
+            sd_error_prefix(err, "diffusers-layout ControlNet");
+            free(buf);
+            return rc;
+        }
+        (*out)->renamed = buf;
+        return SD_OK;
+    }
 
     sd_controlnet *cn = calloc(1, sizeof *cn);
     sd_unet *u = calloc(1, sizeof *u);

@@ -54,7 +54,7 @@ static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 
 static const sd_input_def loader_inputs[] = {
     {.name = "control_net_name", .type = SD_T_COMBO, .options_fn = list_controlnets,
-     .file_folder = SD_FOLDER_CONTROLNET},
+     .file_folder = SD_FOLDER_CONTROLNET, .file_probe = sd_controlnet_probe_file},
     {0}};
 static const sd_output_def loader_outputs[] = {{"CONTROL_NET", "CONTROL_NET"}, {0}};
 

@@ -2,13 +2,13 @@
 # Files a loader cannot load are refused at validation (sd_input_def.file_probe),
 # before any node runs: a checkpoint of another architecture (Flux-like keys,
 # no Stable Diffusion part), a file with no diffusion model given to
-# CheckpointLoaderSimple, a checkpoint without a VAE given to VAELoader and an
-# unknown upscaler each fail `sdflow run` with exit 1, "nothing was run", an
+# CheckpointLoaderSimple, a checkpoint without a VAE given to VAELoader, a
+# T2I-Adapter given to ControlNetLoader and an unknown upscaler each fail `sdflow run` with exit 1, "nothing was run", an
 # invalid_model_file problem naming the node, the input and the loader's own
 # reason, and a report in which nothing executed. The valid workflow still runs.
 set -u
 . "$(dirname "$0")/lib.sh"
-sd_test_begin cli_model_file_check CheckpointLoaderSimple VAELoader UpscaleModelLoader
+sd_test_begin cli_model_file_check CheckpointLoaderSimple VAELoader UpscaleModelLoader ControlNetLoader ControlNetApply
 sd_test_need_cmd python3
 cd "$T"
 sd_test_tiny_sd1 "$T"
@@ -77,6 +77,21 @@ cat > up.json <<'J'
  "4": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "up"}}}
 J
 bad upscale 1 UpscaleModelLoader model_name "unknown upscale model architecture" up.json
+
+# a T2I-Adapter given to ControlNetLoader
+mkdir -p models/controlnet
+st models/controlnet/adapter.safetensors body.0.in_conv.weight conv_in.weight
+python3 - tiny.json cn.json <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+g["20"] = {"class_type": "ControlNetLoader", "inputs": {"control_net_name": "adapter.safetensors"}}
+g["21"] = {"class_type": "LoadImage", "inputs": {"image": "grad.png"}}
+g["22"] = {"class_type": "ControlNetApply", "inputs": {"conditioning": ["6", 0], "control_net": ["20", 0],
+           "image": ["21", 0], "strength": 1.0}}
+g["3"]["inputs"]["positive"] = ["22", 0]
+json.dump(g, open(sys.argv[2], "w"))
+PY
+bad controlnet 20 ControlNetLoader control_net_name "T2I-Adapters are not supported" cn.json
 
 # the valid workflow still passes validation and runs
 "$SDFLOW_BIN" run "${SD_TINY_ARGS[@]}" --input-dir input --output-dir out --no-cache --quiet \

@@ -4,7 +4,7 @@
 # An ESRGAN x4 .safetensors and the same file converted to a torch .pth
 # (tests/data/torch/torchsave.py, python3 standard library) give identical
 # upscaled tensors (--dump) and PNGs of 4x the input size; a Compact x4 .pth and a pixel-unshuffle x2 run
-# too, at their scales. A file of another kind is refused by the loader,
+# too, at their scales. A file of another kind is refused at validation,
 # naming the node, the input, the file and what it holds, and nothing is saved.
 # Under --max-memory the tile shrinks until its activations fit, and a limit
 # not even a 128-pixel tile fits fails the node naming its input.
