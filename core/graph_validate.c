@@ -271,12 +271,20 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
         /* ComfyUI summarizes long lists; so do we. */
         char list[1024] = "";
         size_t off = 0;
-        if (count == 0 && d->file_folder) {
-            /* The #1 user error is a missing model or image: say where we looked. */
-            char dir[1024];
+        if (d->file_folder) {
+            /* The #1 user error is a missing model or image: say where we
+             * looked and how to add a folder, not the folder's contents. */
+            char dir[1024], comfy[1100] = "", there[64] = "no files there";
             sd_env_folder_dir(env, d->file_folder, dir, sizeof dir);
-            add_problem(p, n, d->name, "value_not_in_list", "value '%s' not in list (no files in %s%s%s)%s", s,
-                        dir, env->comfyui_dir ? " or under " : "", env->comfyui_dir ? env->comfyui_dir : "",
+            int input = strcmp(d->file_folder, "input") == 0;
+            if (env->comfyui_dir)
+                snprintf(comfy, sizeof comfy, " or %s/%s%s", env->comfyui_dir, input ? "" : "models/",
+                         d->file_folder);
+            if (count) snprintf(there, sizeof there, "%zu file%s there", count, count == 1 ? "" : "s");
+            add_problem(p, n, d->name, "value_not_in_list",
+                        "value '%s' not in list: no such file in %s%s (%s; %s)%s", s, dir, comfy, there,
+                        input ? "--input-dir DIR sets the input folder"
+                              : "--models-dir DIR or --comfyui-dir DIR adds a models folder",
                         fn_error);
             return;
         }

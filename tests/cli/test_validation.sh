@@ -156,4 +156,11 @@ if "$SDFLOW_BIN" run "$T/leftover_unknown.json" --no-cache --input-dir "$T/input
 fi
 grep -q "NoSuchScale" "$T/leftover_unknown.err" || fail "leftover unknown: not named: $(cat "$T/leftover_unknown.err")"
 
+# A missing file names the folder searched and the option that adds one,
+# not the folder's contents.
+grep -q "not in list: no such file in $T/input" "$T/many.err" ||
+    fail "missing file: the folder searched is not named: $(cat "$T/many.err")"
+grep -q -- "--input-dir DIR" "$T/many.err" || fail "missing file: no option named: $(cat "$T/many.err")"
+grep -q "pic.png" "$T/many.err" && fail "missing file: the folder's contents are listed: $(cat "$T/many.err")"
+
 sd_test_end "all validation checks passed"
