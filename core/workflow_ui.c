@@ -18,7 +18,11 @@
 #include "node.h"
 
 enum { MODE_NEVER = 2, MODE_BYPASS = 4 };
-enum { MAX_ID = 64, MAX_NESTING = 32, MAX_HOPS = 10000 };
+/* MAX_HOPS bounds one input's walk through reroutes, bypassed nodes and
+ * subgraph boundaries (a loop of them would never end). The walk recurses,
+ * two frames a hop: 10,000 hops overflowed an 8 MiB stack under ASan (found by
+ * fuzz.workflow_ui); no real workflow chains a thousand reroutes. */
+enum { MAX_ID = 64, MAX_NESTING = 32, MAX_HOPS = 1000 };
 #define SUBGRAPH_INPUT_NODE "-10" /* the id of a subgraph's input and output nodes */
 #define SUBGRAPH_OUTPUT_NODE "-20"
 
@@ -373,7 +377,8 @@ static sd_status resolve_output(conv *c, const uinst *in, const unode *n, int sl
 static sd_status hop(conv *c, const uinst *in, const unode *n) {
     if (++c->hops <= MAX_HOPS) return SD_OK;
     return node_fail(c, SD_ERR_FORMAT, in, n, NULL,
-                     "the links through reroutes, bypassed nodes or subgraphs form a loop");
+                     "the links through reroutes, bypassed nodes or subgraphs form a loop "
+                     "(or a chain of more than %d hops)", MAX_HOPS);
 }
 
 /* The value of an unconnected subgraph input: the widget promoted onto the

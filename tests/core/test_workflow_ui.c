@@ -394,6 +394,33 @@ static void test_errors(void) {
                  "  'widgets_values': [1.0]}],"
                  " 'links': [[1, 1, 0, 2, 0, '*'], [2, 2, 0, 1, 0, '*'], [3, 1, 0, 3, 0, 'LATENT']]}",
                  SD_ERR_FORMAT, NULL, NULL, NULL, "loop");
+    /* a chain of 5,000 reroutes (no loop): refused at the hop limit, not a
+     * stack overflow (fuzz.workflow_ui found the recursion 10,000 hops deep) */
+    {
+        enum { N = 5000 };
+        char num[16];
+        size_t cap = (size_t)N * 160 + 512, off = 0;
+        char *ui = malloc(cap);
+        CHECK(ui != NULL);
+        if (ui) {
+            off += (size_t)snprintf(ui + off, cap - off, "{'nodes': [");
+            for (int i = 1; i <= N; i++)
+                off += (size_t)snprintf(ui + off, cap - off,
+                                        "{'id': %d, 'type': 'Reroute', 'mode': 0, 'inputs': [{'name': '', 'type': '*',"
+                                        " 'link': %s}]},", i, i < N ? (snprintf(num, sizeof num, "%d", i + 1), num) : "null");
+            off += (size_t)snprintf(ui + off, cap - off,
+                                    "{'id': %d, 'type': 'TLatentOp', 'mode': 0, 'inputs': [{'name': 'samples',"
+                                    " 'type': 'LATENT', 'link': 1}], 'widgets_values': [1.0]}], 'links': [",
+                                    N + 1);
+            /* link 1: reroute 1 -> the consumer; link k (k >= 2): reroute k -> reroute k-1 */
+            off += (size_t)snprintf(ui + off, cap - off, "[1, 1, 0, %d, 0, 'LATENT']", N + 1);
+            for (int k = 2; k <= N; k++)
+                off += (size_t)snprintf(ui + off, cap - off, ", [%d, %d, 0, %d, 0, '*']", k, k, k - 1);
+            snprintf(ui + off, cap - off, "]}");
+            expect_error("chain.json", ui, SD_ERR_FORMAT, NULL, NULL, NULL, "hops");
+            free(ui);
+        }
+    }
     /* a subgraph containing itself */
     expect_error("selfsub.json",
                  "{'nodes': [{'id': 1, 'type': 'abc', 'mode': 0}], 'links': [],"
