@@ -25,6 +25,13 @@ sd_node_ctx nt_ctx(const nt_env *e, const char *class_type);
 /* Runs def with inputs in (borrowed) into out[], err cleared first. */
 sd_status nt_run(const sd_node_def *def, sd_node_ctx *ctx, sd_value **in, sd_value **out, sd_error *err);
 
+/* Runs the registered node type ctx->class_type with its inputs given by
+ * name (vals[i] for names[i], borrowed; inputs not named stay NULL) into
+ * out[] (cleared first); ctx->ui is released afterwards. An unknown type
+ * or input name is an error. */
+sd_status nt_run_named(sd_node_ctx *ctx, const char *const *names, sd_value *const *vals, int n,
+                       sd_value **out, sd_error *err);
+
 /* Unrefs v[0 .. n) and sets them to NULL. */
 void nt_free_values(sd_value **v, int n);
 

@@ -23,6 +23,7 @@
 #include "models/sampling/rng.h"
 #include "models/synth/synth.h"
 #include "nodes/loaders/loaders.h"
+#include "nodes_ctx.h"
 #include "testutil.h"
 
 static sd_env *g_env;
@@ -30,27 +31,9 @@ static sd_env *g_env;
 /* Runs `type` with inputs by name (owned values, released here). */
 static sd_status run(const char *type, const char *const *names, sd_value **vals, int n,
                      sd_value **out, sd_error *err) {
-    const sd_node_def *def = sd_registry_find(type);
-    sd_status rc;
-    sd_value *in[32] = {0};
-    out[0] = NULL;
-    sd_error_clear(err);
-    if (!def) {
-        rc = sd_error_set(err, SD_ERR_NOT_FOUND, "node %s not registered", type);
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        int k = sd_node_input_index(def, names[i]);
-        if (k < 0) {
-            rc = sd_error_set(err, SD_ERR_INVALID, "%s has no input %s", type, names[i]);
-            goto done;
-        }
-        in[k] = vals[i];
-    }
     sd_node_ctx ctx = {.env = g_env, .node_id = "1", .class_type = type};
-    rc = def->run(&ctx, in, out, err);
-    sd_value_unref(ctx.ui);
-done:
+    out[0] = NULL;
+    sd_status rc = nt_run_named(&ctx, names, vals, n, out, err);
     for (int i = 0; i < n; i++) sd_value_unref(vals[i]);
     return rc;
 }
