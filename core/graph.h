@@ -49,6 +49,10 @@ sd_status sd_graph_remove_node(sd_graph *g, const char *id, sd_error *err);
  * nodes one by one would cost O(n) each. Links to removed nodes stay as they
  * are (validation reports them). */
 void sd_graph_retain(sd_graph *g, const unsigned char *keep);
+/* Sets mark[i] = 1 for the node at position `from` and every node it links
+ * to, transitively (marks already set are kept and stop the walk). `mark`
+ * and `stack` have room for sd_graph_count(g) entries. */
+void sd_graph_mark_ancestors(const sd_graph *g, size_t from, unsigned char *mark, size_t *stack);
 /* Removes the nodes no output node needs, as ComfyUI validates and runs only
  * its outputs and their ancestors: a leftover node in a saved workflow (an
  * unconnected loader, a half-edited branch) neither runs nor stops the run.

@@ -1,14 +1,32 @@
 /* graph_prune.c - dropping the nodes no output needs (sd_graph_drop_unused).
  *
- * One walk up the links from every output node marks what the outputs need;
- * the rest goes in one sd_graph_retain pass, so the whole is linear in nodes
- * plus links. */
+ * One walk up the links from every output node marks what the outputs need
+ * (sd_graph_mark_ancestors, also the server's walk for ComfyUI's partial
+ * execution); the rest goes in one sd_graph_retain pass, so the whole is
+ * linear in nodes plus links. */
 #include "graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
+
+void sd_graph_mark_ancestors(const sd_graph *g, size_t from, unsigned char *mark, size_t *stack) {
+    if (mark[from]) return;
+    size_t top = 0;
+    mark[from] = 1;
+    stack[top++] = from;
+    while (top) {
+        const sd_graph_node *node = sd_graph_at(g, stack[--top]);
+        for (size_t k = 0; k < node->n_inputs; k++) {
+            if (!node->inputs[k].is_link) continue;
+            size_t j = sd_graph_index_of(g, node->inputs[k].src_id);
+            if (j == (size_t)-1 || mark[j]) continue;
+            mark[j] = 1;
+            stack[top++] = j; /* each node is pushed once: top < count */
+        }
+    }
+}
 
 sd_status sd_graph_drop_unused(sd_graph *g, size_t *n_removed, char *ids, size_t ids_size,
                                sd_error *err) {
@@ -23,26 +41,15 @@ sd_status sd_graph_drop_unused(sd_graph *g, size_t *n_removed, char *ids, size_t
         free(stack);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory pruning the workflow");
     }
-    size_t top = 0;
     for (size_t i = 0; i < n; i++) {
         const sd_node_def *def = sd_registry_find(sd_graph_at(g, i)->class_type);
-        if (!def) keep[i] = 1; /* unknown: left for validation to name */
         if (def && (def->flags & SD_NODE_OUTPUT)) {
-            keep[i] = 1;
-            stack[top++] = i;
+            sd_graph_mark_ancestors(g, i, keep, stack);
             outputs++;
         }
     }
-    while (top) {
-        const sd_graph_node *node = sd_graph_at(g, stack[--top]);
-        for (size_t k = 0; k < node->n_inputs; k++) {
-            if (!node->inputs[k].is_link) continue;
-            size_t j = sd_graph_index_of(g, node->inputs[k].src_id);
-            if (j == (size_t)-1 || keep[j]) continue;
-            keep[j] = 1;
-            stack[top++] = j; /* each node is pushed once: top < n */
-        }
-    }
+    for (size_t i = 0; i < n; i++) /* unknown: left for validation to name */
+        if (!sd_registry_find(sd_graph_at(g, i)->class_type)) keep[i] = 1;
     size_t removed = 0, used = 0;
     if (outputs) {
         for (size_t i = 0; i < n; i++) {

@@ -82,47 +82,6 @@ static int is_output_node(const sd_graph_node *n) {
 
 /* ---- ancestry: which nodes an output needs, in O(nodes) per output ------- */
 
-typedef struct gindex { const char *id; size_t at; } gindex;
-
-static int by_id(const void *a, const void *b) { return strcmp(((const gindex *)a)->id, ((const gindex *)b)->id); }
-
-/* The graph's ids sorted, for lookups by id. NULL when out of memory. */
-static gindex *index_graph(const sd_graph *g) {
-    size_t n = sd_graph_count(g);
-    gindex *ix = malloc((n ? n : 1) * sizeof *ix);
-    if (!ix) return NULL;
-    for (size_t k = 0; k < n; k++) ix[k] = (gindex){sd_graph_at(g, k)->id, k};
-    if (n > 1) qsort(ix, n, sizeof *ix, by_id);
-    return ix;
-}
-
-static long index_of(const gindex *ix, size_t n, const char *id) {
-    if (!id || !n) return -1;
-    gindex key = {id, 0};
-    const gindex *f = bsearch(&key, ix, n, sizeof *ix, by_id);
-    return f ? (long)f->at : -1;
-}
-
-/* mark[k] = 1 for `from` and every node it links to, transitively (marks
- * already set are kept, and stop the walk). `stack` has room for n. */
-static void mark_ancestors(const sd_graph *g, const gindex *ix, size_t n, long from, unsigned char *mark,
-                           size_t *stack) {
-    if (from < 0 || mark[from]) return;
-    size_t top = 0;
-    mark[from] = 1;
-    stack[top++] = (size_t)from;
-    while (top) {
-        const sd_graph_node *node = sd_graph_at(g, stack[--top]);
-        for (size_t i = 0; i < node->n_inputs; i++) {
-            if (!node->inputs[i].is_link) continue;
-            long k = index_of(ix, n, node->inputs[i].src_id);
-            if (k < 0 || mark[k]) continue;
-            mark[k] = 1;
-            stack[top++] = (size_t)k;
-        }
-    }
-}
-
 /* Work allowed for per-output ancestry (outputs x nodes): beyond it the
  * server does not compute dependent_outputs nor keep valid outputs of a
  * broken prompt, so a huge graph cannot make validation quadratic. */
@@ -142,22 +101,20 @@ static void add_dependent_outputs(const sd_graph *g, cJSON *node_errors) {
     size_t n = sd_graph_count(g), n_out = 0;
     for (size_t k = 0; k < n; k++) n_out += is_output_node(sd_graph_at(g, k));
     if ((double)n_out * (double)n > ANCESTRY_BUDGET) return;
-    gindex *ix = index_graph(g);
     unsigned char *mark = malloc(n ? n : 1);
     size_t *stack = malloc((n ? n : 1) * sizeof *stack);
-    for (size_t k = 0; ix && mark && stack && k < n; k++) {
+    for (size_t k = 0; mark && stack && k < n; k++) {
         const sd_graph_node *o = sd_graph_at(g, k);
         if (!is_output_node(o)) continue;
         memset(mark, 0, n);
-        mark_ancestors(g, ix, n, (long)k, mark, stack);
+        sd_graph_mark_ancestors(g, k, mark, stack);
         cJSON *ne;
         cJSON_ArrayForEach(ne, node_errors) {
-            long at = index_of(ix, n, ne->string);
-            if (at >= 0 && mark[at])
+            size_t at = ne->string ? sd_graph_index_of(g, ne->string) : (size_t)-1;
+            if (at != (size_t)-1 && mark[at])
                 cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(ne, "dependent_outputs"), cJSON_CreateString(o->id));
         }
     }
-    free(ix);
     free(mark);
     free(stack);
 }
@@ -222,34 +179,24 @@ static sd_status keep_valid_outputs(sd_graph *g, const sd_graph_problems *p, con
     size_t n = sd_graph_count(g), good = 0, n_out = 0;
     for (size_t k = 0; k < n; k++) n_out += is_output_node(sd_graph_at(g, k));
     if ((double)n_out * (double)n > ANCESTRY_BUDGET) return SD_ERR_VALIDATION;
-    gindex *ix = index_graph(g);
     unsigned char *keep = calloc(n ? n : 1, 1), *mark = malloc(n ? n : 1);
     size_t *stack = malloc((n ? n : 1) * sizeof *stack);
-    sd_status rc = ix && keep && mark && stack ? SD_OK : SD_ERR_NOMEM;
+    sd_status rc = keep && mark && stack ? SD_OK : SD_ERR_NOMEM;
     for (size_t k = 0; !rc && k < n; k++) {
         if (!is_output_node(sd_graph_at(g, k))) continue;
         memset(mark, 0, n);
-        mark_ancestors(g, ix, n, (long)k, mark, stack);
+        sd_graph_mark_ancestors(g, k, mark, stack);
         int bad = 0;
         for (size_t i = 0; i < p->n && !bad; i++) {
-            long at = index_of(ix, n, p->items[i].node_id);
-            bad = at >= 0 && mark[at];
+            size_t at = sd_graph_index_of(g, p->items[i].node_id);
+            bad = at != (size_t)-1 && mark[at];
         }
         if (bad) continue;
         good++;
         for (size_t m = 0; m < n; m++) keep[m] |= mark[m];
     }
     if (!rc && !good) rc = SD_ERR_VALIDATION;
-    /* remove from the end: positions of earlier nodes stay valid */
-    for (size_t k = n; !rc && k-- > 0;) {
-        if (keep[k]) continue;
-        char *id = strdup(sd_graph_at(g, k)->id);
-        sd_error e;
-        sd_error_clear(&e);
-        if (!id || sd_graph_remove_node(g, id, &e)) rc = SD_ERR_NOMEM;
-        free(id);
-    }
-    free(ix);
+    if (!rc) sd_graph_retain(g, keep);
     free(keep);
     free(mark);
     free(stack);
