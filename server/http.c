@@ -17,37 +17,6 @@
 #include "core/sha256.h"
 #include "internal.h"
 
-double srv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-long long srv_time_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void srv_uuid4(char out[37]) {
-    unsigned char b[16];
-    size_t got = 0;
-    while (got < sizeof b) {
-        ssize_t k = getrandom(b + got, sizeof b - got, 0);
-        if (k > 0) got += (size_t)k;
-        else if (errno != EINTR) break;
-    }
-    if (got < sizeof b) { /* no entropy source: still unique within this process */
-        static unsigned long long counter;
-        unsigned long long v = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) ^ (unsigned long long)srv_time_ms();
-        for (size_t i = 0; i < sizeof b; i++) b[i] = (unsigned char)(v >> (8 * (i % 8))) ^ (unsigned char)i;
-    }
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
-
 /* Heap buffers and fputs only: civetweb calls the access log on its own
  * threads, whose stacks are small (see on_request). */
 void srv_log(srv *s, const char *fmt, ...) {

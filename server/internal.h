@@ -18,21 +18,11 @@
 #include <signal.h>
 #include <stdint.h>
 #include "core/graph.h"
+#include "job.h"
 #include "server.h"
 
 struct mg_connection;
 struct mg_context;
-
-typedef struct srv_job {
-    char id[64];          /* prompt_id */
-    double number;        /* queue order: lower first, ties by arrival */
-    uint64_t seq;         /* arrival */
-    cJSON *prompt;        /* the API graph as sent */
-    cJSON *extra_data;    /* as sent, with client_id added */
-    cJSON *outputs;       /* ids of the output nodes (outputs_to_execute) */
-    char *client_id;      /* NULL: execution messages go to nobody (ComfyUI) */
-    sd_graph *graph;
-} srv_job;
 
 typedef struct srv_hist {
     char id[64];
@@ -113,9 +103,6 @@ char *srv_query(struct mg_connection *c, const char *name);
  * carries it (Authorization: Bearer, or ?token= for browsers' WebSockets). */
 int srv_authorized(srv *s, struct mg_connection *c);
 void srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double srv_now(void);            /* monotonic seconds */
-long long srv_time_ms(void);     /* wall clock, ms since the epoch */
-void srv_uuid4(char out[37]);
 
 /* ---- routes.c ---------------------------------------------------------- */
 int srv_route(srv *s, struct mg_connection *c, const char *method, const char *path);

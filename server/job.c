@@ -1,0 +1,402 @@
+/* job.c - a prompt's admission (ComfyUI's /prompt validation and its
+ * error shape) and the job's own helpers (job.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+#include "core/node.h"
+#include "job.h"
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+long long srv_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void srv_uuid4(char out[37]) {
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t k = getrandom(b + got, sizeof b - got, 0);
+        if (k > 0) got += (size_t)k;
+        else if (errno != EINTR) break;
+    }
+    if (got < sizeof b) { /* no entropy source: still unique within this process */
+        static unsigned long long counter;
+        unsigned long long v = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) ^ (unsigned long long)srv_time_ms();
+        for (size_t i = 0; i < sizeof b; i++) b[i] = (unsigned char)(v >> (8 * (i % 8))) ^ (unsigned char)i;
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* ---- the job ------------------------------------------------------------ */
+
+void srv_job_free(srv_job *j) {
+    if (!j) return;
+    cJSON_Delete(j->prompt);
+    cJSON_Delete(j->extra_data);
+    cJSON_Delete(j->outputs);
+    free(j->client_id);
+    sd_graph_free(j->graph);
+    free(j);
+}
+
+/* [number, prompt_id, prompt, extra_data, outputs_to_execute] */
+cJSON *srv_job_entry(const srv_job *j) {
+    cJSON *a = cJSON_CreateArray();
+    if (!a) return NULL;
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(j->number));
+    cJSON_AddItemToArray(a, cJSON_CreateString(j->id));
+    cJSON_AddItemToArray(a, cJSON_Duplicate(j->prompt, 1));
+    cJSON_AddItemToArray(a, cJSON_Duplicate(j->extra_data, 1));
+    cJSON_AddItemToArray(a, cJSON_Duplicate(j->outputs, 1));
+    return a;
+}
+
+/* ---- validation errors in ComfyUI's shape ---------------------------------- */
+
+static const char *short_message(const char *kind) {
+    static const char *const map[][2] = {
+        {"required_input_missing", "Required input is missing"},
+        {"bad_linked_input", "Bad linked input, must be a length-2 list of [node_id, slot_index]"},
+        {"return_type_mismatch", "Return type mismatch between linked nodes"},
+        {"invalid_input_type", "Failed to convert an input value"},
+        {"value_smaller_than_min", "Value smaller than min"},
+        {"value_bigger_than_max", "Value bigger than max"},
+        {"value_not_in_list", "Value not in list"},
+        {"dependency_cycle", "Dependency cycle detected"},
+        {"invalid_model_file", "Model file cannot be loaded"}, /* sdflow's own (file_probe) */
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(kind, map[i][0])) return map[i][1];
+    return kind;
+}
+
+static int is_output_node(const sd_graph_node *n) {
+    const sd_node_def *d = sd_registry_find(n->class_type);
+    return d && (d->flags & SD_NODE_OUTPUT);
+}
+
+/* ---- ancestry: which nodes an output needs, in O(nodes) per output ------- */
+
+/* Work allowed for per-output ancestry (outputs x nodes): beyond it the
+ * server does not compute dependent_outputs nor keep valid outputs of a
+ * broken prompt, so a huge graph cannot make validation quadratic. */
+#define ANCESTRY_BUDGET 20000000.0
+
+static cJSON *top_error(const char *type, const char *message, const char *details) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddStringToObject(e, "message", message);
+    cJSON_AddStringToObject(e, "details", details ? details : "");
+    cJSON_AddObjectToObject(e, "extra_info");
+    return e;
+}
+
+/* node_errors[id].dependent_outputs: the output nodes that need node id. */
+static void add_dependent_outputs(const sd_graph *g, cJSON *node_errors) {
+    size_t n = sd_graph_count(g), n_out = 0;
+    for (size_t k = 0; k < n; k++) n_out += is_output_node(sd_graph_at(g, k));
+    if ((double)n_out * (double)n > ANCESTRY_BUDGET) return;
+    unsigned char *mark = malloc(n ? n : 1);
+    size_t *stack = malloc((n ? n : 1) * sizeof *stack);
+    for (size_t k = 0; mark && stack && k < n; k++) {
+        const sd_graph_node *o = sd_graph_at(g, k);
+        if (!is_output_node(o)) continue;
+        memset(mark, 0, n);
+        sd_graph_mark_ancestors(g, k, mark, stack);
+        cJSON *ne;
+        cJSON_ArrayForEach(ne, node_errors) {
+            size_t at = ne->string ? sd_graph_index_of(g, ne->string) : (size_t)-1;
+            if (at != (size_t)-1 && mark[at])
+                cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(ne, "dependent_outputs"), cJSON_CreateString(o->id));
+        }
+    }
+    free(mark);
+    free(stack);
+}
+
+/* {"error": {...}, "node_errors": {...}} for a graph that failed validation. */
+static cJSON *validation_body(const sd_graph *g, const sd_graph_problems *p) {
+    cJSON *root = cJSON_CreateObject();
+    for (size_t i = 0; i < p->n; i++) {
+        const sd_graph_problem *q = &p->items[i];
+        if (!strcmp(q->kind, "invalid_prompt") || !strcmp(q->kind, "prompt_no_outputs")) {
+            /* the whole prompt fails; ComfyUI reports only this */
+            char details[256] = "";
+            if (q->node_id) snprintf(details, sizeof details, "Node ID '#%s'", q->node_id);
+            cJSON_AddItemToObject(root, "error", top_error(q->kind, q->message, details));
+            cJSON_AddObjectToObject(root, "node_errors");
+            return root;
+        }
+    }
+    cJSON *node_errors = cJSON_CreateObject();
+    size_t cap = 1;
+    for (size_t i = 0; i < p->n; i++) cap += strlen(p->items[i].message) + 64 + (p->items[i].input ? strlen(p->items[i].input) : 0);
+    char *details = calloc(cap, 1);
+    size_t dl = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const sd_graph_problem *q = &p->items[i];
+        const char *id = q->node_id ? q->node_id : "";
+        cJSON *ne = cJSON_GetObjectItemCaseSensitive(node_errors, id);
+        if (!ne) {
+            ne = cJSON_CreateObject();
+            cJSON_AddItemToObject(node_errors, id, ne);
+            cJSON_AddArrayToObject(ne, "errors");
+            cJSON_AddArrayToObject(ne, "dependent_outputs"); /* filled below */
+            cJSON_AddStringToObject(ne, "class_type", q->class_type ? q->class_type : "");
+        }
+        char d[1400];
+        if (q->input) snprintf(d, sizeof d, "%s: %s", q->input, q->message);
+        else snprintf(d, sizeof d, "%s", q->message);
+        cJSON *err = cJSON_CreateObject();
+        cJSON_AddStringToObject(err, "type", q->kind);
+        cJSON_AddStringToObject(err, "message", short_message(q->kind));
+        cJSON_AddStringToObject(err, "details", d);
+        cJSON *extra = cJSON_AddObjectToObject(err, "extra_info");
+        if (q->input) cJSON_AddStringToObject(extra, "input_name", q->input);
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(ne, "errors"), err);
+        if (details) dl += (size_t)snprintf(details + dl, cap - dl, "%s%s: %s", dl ? "\n" : "", short_message(q->kind), d);
+    }
+    add_dependent_outputs(g, node_errors);
+    cJSON_AddItemToObject(root, "error",
+                          top_error("prompt_outputs_failed_validation", "Prompt outputs failed validation", details));
+    cJSON_AddItemToObject(root, "node_errors", node_errors);
+    free(details);
+    return root;
+}
+
+/* ComfyUI's rule: outputs whose own node or any ancestor has a problem are
+ * dropped and the others still run. Removes every node that no valid output
+ * needs and validates again; SD_OK when something valid is left. A problem
+ * of the whole prompt (unknown class, no outputs) leaves nothing. */
+static sd_status keep_valid_outputs(sd_graph *g, const sd_graph_problems *p, const sd_env *env) {
+    for (size_t i = 0; i < p->n; i++)
+        if (!p->items[i].node_id || !strcmp(p->items[i].kind, "invalid_prompt")) return SD_ERR_VALIDATION;
+    size_t n = sd_graph_count(g), good = 0, n_out = 0;
+    for (size_t k = 0; k < n; k++) n_out += is_output_node(sd_graph_at(g, k));
+    if ((double)n_out * (double)n > ANCESTRY_BUDGET) return SD_ERR_VALIDATION;
+    unsigned char *keep = calloc(n ? n : 1, 1), *mark = malloc(n ? n : 1);
+    size_t *stack = malloc((n ? n : 1) * sizeof *stack);
+    sd_status rc = keep && mark && stack ? SD_OK : SD_ERR_NOMEM;
+    for (size_t k = 0; !rc && k < n; k++) {
+        if (!is_output_node(sd_graph_at(g, k))) continue;
+        memset(mark, 0, n);
+        sd_graph_mark_ancestors(g, k, mark, stack);
+        int bad = 0;
+        for (size_t i = 0; i < p->n && !bad; i++) {
+            size_t at = sd_graph_index_of(g, p->items[i].node_id);
+            bad = at != (size_t)-1 && mark[at];
+        }
+        if (bad) continue;
+        good++;
+        for (size_t m = 0; m < n; m++) keep[m] |= mark[m];
+    }
+    if (!rc && !good) rc = SD_ERR_VALIDATION;
+    if (!rc) sd_graph_retain(g, keep);
+    free(keep);
+    free(mark);
+    free(stack);
+    if (rc) return rc;
+    sd_graph_problems again = {0};
+    sd_error e;
+    sd_error_clear(&e);
+    rc = sd_graph_validate(g, env, &again, &e);
+    sd_graph_problems_free(&again);
+    return rc;
+}
+
+
+/* ---- admission ------------------------------------------------------------ */
+
+static cJSON *refusal(const char *type, const char *message, const char *details) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddItemToObject(r, "error", top_error(type, message, details));
+    cJSON_AddObjectToObject(r, "node_errors");
+    return r;
+}
+
+static cJSON *output_ids(const sd_graph *g) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t k = 0; a && k < sd_graph_count(g); k++) {
+        const sd_graph_node *n = sd_graph_at(g, k);
+        if (is_output_node(n)) cJSON_AddItemToArray(a, cJSON_CreateString(n->id));
+    }
+    return a;
+}
+
+int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **reply, char *note, size_t note_n) {
+    *out = NULL;
+    *reply = NULL;
+    if (note_n) note[0] = 0;
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+    if (!prompt) {
+        *reply = refusal("no_prompt", "No prompt provided", "No prompt provided");
+        return 400;
+    }
+    if (!cJSON_IsObject(prompt)) {
+        *reply = refusal("invalid_prompt", "The prompt must be a JSON object", "");
+        return 400;
+    }
+    sd_error err;
+    sd_error_clear(&err);
+    srv_job *j = calloc(1, sizeof *j);
+    char *text = cJSON_PrintUnformatted(prompt);
+    if (!j || !text) {
+        free(text);
+        free(j);
+        *reply = refusal("out_of_memory", "out of memory", "");
+        return 500;
+    }
+    sd_status rc = sd_graph_from_json(text, "prompt", &j->graph, &err);
+    free(text);
+    if (rc) {
+        *reply = refusal("invalid_prompt", err.msg, err.node_id[0] ? err.node_id : "");
+        srv_job_free(j);
+        return 400;
+    }
+    sd_graph_problems probs = {0};
+    rc = sd_graph_validate(j->graph, env, &probs, &err);
+    cJSON *dropped = NULL; /* node_errors of outputs left out (ComfyUI: 200 with node_errors) */
+    if (rc == SD_ERR_VALIDATION) {
+        cJSON *r = validation_body(j->graph, &probs);
+        if (keep_valid_outputs(j->graph, &probs, env) == SD_OK) {
+            dropped = cJSON_DetachItemFromObjectCaseSensitive(r, "node_errors");
+            cJSON_Delete(r);
+            snprintf(note, note_n, "prompt accepted without its invalid outputs: %s", err.msg);
+            rc = SD_OK;
+        } else {
+            sd_graph_problems_free(&probs);
+            snprintf(note, note_n, "prompt refused: %s", err.msg);
+            srv_job_free(j);
+            *reply = r;
+            return 400;
+        }
+    }
+    sd_graph_problems_free(&probs);
+    if (rc) {
+        srv_job_free(j);
+        *reply = refusal(sd_status_name(rc), err.msg, "");
+        return 500;
+    }
+    j->prompt = cJSON_Duplicate(prompt, 1);
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(body, "extra_data");
+    j->extra_data = cJSON_IsObject(extra) ? cJSON_Duplicate(extra, 1) : cJSON_CreateObject();
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(body, "client_id");
+    if (cJSON_IsString(cid) && cid->valuestring[0] && strlen(cid->valuestring) < 64) {
+        j->client_id = strdup(cid->valuestring);
+        cJSON_DeleteItemFromObjectCaseSensitive(j->extra_data, "client_id");
+        cJSON_AddStringToObject(j->extra_data, "client_id", cid->valuestring);
+    }
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(body, "prompt_id");
+    if (cJSON_IsString(pid) && pid->valuestring[0] && strlen(pid->valuestring) < sizeof j->id)
+        snprintf(j->id, sizeof j->id, "%s", pid->valuestring);
+    else
+        srv_uuid4(j->id);
+    j->outputs = output_ids(j->graph);
+    if (!j->prompt || !j->extra_data || !j->outputs) {
+        srv_job_free(j);
+        cJSON_Delete(dropped);
+        *reply = refusal("out_of_memory", "out of memory", "");
+        return 500;
+    }
+    *reply = dropped ? dropped : cJSON_CreateObject();
+    *out = j;
+    return 200;
+}
+
+sd_status srv_job_restore(const char *id, double number, cJSON *prompt, cJSON *extra_data, cJSON *outputs,
+                          srv_job **out, sd_error *err) {
+    *out = NULL;
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        cJSON_Delete(prompt);
+        cJSON_Delete(extra_data);
+        cJSON_Delete(outputs);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    snprintf(j->id, sizeof j->id, "%s", id);
+    j->number = number;
+    j->prompt = prompt;
+    j->extra_data = cJSON_IsObject(extra_data) ? extra_data : cJSON_CreateObject();
+    if (extra_data != j->extra_data) cJSON_Delete(extra_data);
+    j->outputs = cJSON_IsArray(outputs) ? outputs : cJSON_CreateArray();
+    if (outputs != j->outputs) cJSON_Delete(outputs);
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j->extra_data, "client_id");
+    if (cJSON_IsString(cid) && cid->valuestring[0]) j->client_id = strdup(cid->valuestring);
+    char *text = cJSON_IsObject(prompt) ? cJSON_PrintUnformatted(prompt) : NULL;
+    if (!text) {
+        srv_job_free(j);
+        return sd_error_set(err, SD_ERR_FORMAT, "prompt %s: the stored prompt is not a JSON object", id);
+    }
+    sd_status rc = sd_graph_from_json(text, "prompt", &j->graph, err);
+    free(text);
+    if (rc) {
+        srv_job_free(j);
+        return rc;
+    }
+    /* only what the accepted outputs need, as the server admitted it */
+    size_t n = sd_graph_count(j->graph);
+    unsigned char *keep = calloc(n ? n : 1, 1), *mark = malloc(n ? n : 1);
+    size_t *stack = malloc((n ? n : 1) * sizeof *stack);
+    rc = keep && mark && stack ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    const cJSON *o;
+    cJSON_ArrayForEach(o, j->outputs) {
+        if (rc || !cJSON_IsString(o)) continue;
+        size_t at = sd_graph_index_of(j->graph, o->valuestring);
+        if (at == (size_t)-1) continue;
+        memset(mark, 0, n);
+        sd_graph_mark_ancestors(j->graph, at, mark, stack);
+        for (size_t m = 0; m < n; m++) keep[m] |= mark[m];
+    }
+    if (!rc && cJSON_GetArraySize(j->outputs) > 0) sd_graph_retain(j->graph, keep);
+    free(keep);
+    free(mark);
+    free(stack);
+    if (rc) {
+        srv_job_free(j);
+        return rc;
+    }
+    *out = j;
+    return SD_OK;
+}
+
+cJSON *srv_queue_info_json(size_t remaining) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "exec_info");
+    cJSON_AddNumberToObject(e, "queue_remaining", (double)remaining);
+    return o;
+}
+
+long long srv_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long pages = 0, res = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%lld %lld", &pages, &res) != 2) res = 0;
+    fclose(f);
+    return res * sysconf(_SC_PAGESIZE);
+}
+
+size_t srv_job_keep_budget(sd_exec *ex, size_t budget) {
+    size_t dropped = 0;
+    while ((size_t)srv_rss_bytes() > budget && sd_exec_drop_lru(ex)) {
+        dropped++;
+        malloc_trim(0);
+    }
+    return dropped;
+}

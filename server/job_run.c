@@ -1,0 +1,277 @@
+/* job_run.c - one prompt through the executor, with ComfyUI's messages
+ * (job.h). Messages follow ComfyUI's execution.py: execution messages go
+ * to the prompt's client_id only (nobody without one), progress and
+ * previews to that client or to everyone. */
+#define _GNU_SOURCE /* open_memstream, vasprintf */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/value.h"
+#include "job.h"
+
+
+typedef struct run_ctx {
+    const srv_run_opts *o;
+    srv_job *j;
+    double last_preview;  /* srv_now() of the last preview frame */
+    int preview_failed;   /* logged once per prompt */
+    cJSON *messages;  /* history status.messages: [[event, data], ...] */
+    cJSON *outputs;   /* node id -> ui */
+    cJSON *meta;
+    cJSON *executed;  /* ids of nodes that finished */
+} run_ctx;
+
+static void run_log(run_ctx *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void run_log(run_ctx *r, const char *fmt, ...) {
+    if (!r->o->sink.log) return;
+    char *line = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    r->o->sink.log(r->o->sink.user, line);
+    free(line);
+}
+
+/* ComfyUI's execution messages: to the prompt's client, and into the history. */
+static void emit(run_ctx *r, const char *event, cJSON *data, int record) {
+    if (record) {
+        cJSON *m = cJSON_CreateArray();
+        cJSON_AddItemToArray(m, cJSON_CreateString(event));
+        cJSON_AddItemToArray(m, cJSON_Duplicate(data, 1));
+        cJSON_AddItemToArray(r->messages, m);
+    }
+    if (r->j->client_id) r->o->sink.send(r->o->sink.user, r->j->client_id, event, data);
+    else cJSON_Delete(data);
+}
+
+static cJSON *value_json(const sd_value *v) {
+    switch (sd_value_kind_of(v)) {
+    case SD_VAL_INT: return cJSON_CreateNumber((double)sd_value_as_int(v));
+    case SD_VAL_FLOAT: return cJSON_CreateNumber(sd_value_as_float(v));
+    case SD_VAL_BOOL: return cJSON_CreateBool(sd_value_as_bool(v));
+    case SD_VAL_STRING: return cJSON_CreateString(sd_value_as_string(v));
+    case SD_VAL_LIST: {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < sd_value_list_len(v); i++) cJSON_AddItemToArray(a, value_json(sd_value_list_get(v, i)));
+        return a;
+    }
+    case SD_VAL_DICT: {
+        cJSON *o = cJSON_CreateObject();
+        for (size_t i = 0; i < sd_value_dict_len(v); i++) {
+            const char *k = sd_value_dict_key(v, i);
+            /* absolute paths stay on the server; the hashes are the cache's
+             * (core/executor.h "Output files"), not part of ComfyUI's outputs */
+            if (!strcmp(k, "files") || !strcmp(k, "sha256")) continue;
+            cJSON_AddItemToObject(o, k, value_json(sd_value_dict_at(v, i)));
+        }
+        return o;
+    }
+    default: return cJSON_CreateNull();
+    }
+}
+
+static cJSON *base_data(run_ctx *r) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "prompt_id", r->j->id);
+    return d;
+}
+
+static void on_plan(void *user, const sd_exec_report *rep) {
+    run_ctx *r = user;
+    cJSON *d = cJSON_CreateObject();
+    cJSON *nodes = cJSON_AddArrayToObject(d, "nodes");
+    for (size_t i = 0; i < rep->n; i++)
+        if (rep->items[i].planned != SD_NODE_EXECUTED) cJSON_AddItemToArray(nodes, cJSON_CreateString(rep->items[i].node_id));
+    cJSON_AddStringToObject(d, "prompt_id", r->j->id);
+    cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+    emit(r, "execution_cached", d, 1);
+}
+
+static void on_node(void *user, const sd_exec_record *rec, int finished) {
+    run_ctx *r = user;
+    if (!finished) {
+        if (rec->planned != SD_NODE_EXECUTED) return; /* hits were announced by execution_cached */
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "node", rec->node_id);
+        cJSON_AddStringToObject(d, "display_node", rec->node_id);
+        cJSON_AddStringToObject(d, "prompt_id", r->j->id);
+        emit(r, "executing", d, 0);
+        return;
+    }
+    if (rec->status == SD_NODE_FAILED || rec->status == SD_NODE_SKIPPED) return;
+    cJSON_AddItemToArray(r->executed, cJSON_CreateString(rec->node_id));
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "node_id", rec->node_id);
+    cJSON_AddStringToObject(m, "display_node", rec->node_id);
+    cJSON_AddNullToObject(m, "parent_node");
+    cJSON_AddStringToObject(m, "real_node_id", rec->node_id);
+    cJSON_AddItemToObject(r->meta, rec->node_id, m);
+    if (!rec->ui) return;
+    cJSON *ui = value_json(rec->ui);
+    cJSON_DeleteItemFromObjectCaseSensitive(r->outputs, rec->node_id);
+    cJSON_AddItemToObject(r->outputs, rec->node_id, cJSON_Duplicate(ui, 1));
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "node", rec->node_id);
+    cJSON_AddStringToObject(d, "display_node", rec->node_id);
+    cJSON_AddItemToObject(d, "output", ui);
+    cJSON_AddStringToObject(d, "prompt_id", r->j->id);
+    emit(r, "executed", d, 0);
+}
+
+static void on_progress(void *user, const char *node_id, int64_t value, int64_t max) {
+    run_ctx *r = user;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "value", (double)value);
+    cJSON_AddNumberToObject(d, "max", (double)max);
+    cJSON_AddStringToObject(d, "prompt_id", r->j->id);
+    cJSON_AddStringToObject(d, "node", node_id);
+    r->o->sink.send(r->o->sink.user, r->j->client_id, "progress", d); /* NULL client: everyone, as ComfyUI */
+}
+
+/* NODE_PREVIEW: ComfyUI's binary frame, event 1 (PREVIEW_IMAGE), then a
+ * 4-byte big-endian image type (2 = PNG), then the image. */
+static void on_event(void *user, const sd_exec_event *ev) {
+    run_ctx *r = user;
+    const srv_run_opts *o = r->o;
+    if (ev->kind != SD_EXEC_NODE_PREVIEW || !o->preview || r->preview_failed) return;
+    double now = srv_now();
+    if (ev->step < ev->steps && r->last_preview > 0 && now - r->last_preview < o->preview_interval) return;
+    r->last_preview = now;
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return;
+    static const unsigned char png_type[4] = {0, 0, 0, 2};
+    fwrite(png_type, 1, 4, f);
+    sd_error err;
+    sd_error_clear(&err);
+    sd_status rc = o->preview(o->preview_user, ev->latent, ev->latent_format, f, &err);
+    fclose(f);
+    if (rc) {
+        r->preview_failed = 1;
+        run_log(r, "warning: prompt %s: no previews: %s", r->j->id, err.msg);
+    } else {
+        o->sink.send_binary(o->sink.user, r->j->client_id, 1, buf, n); /* NULL client: everyone, as ComfyUI */
+    }
+    free(buf);
+}
+
+cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc_out) {
+    run_ctx r = {.o = o, .j = j, .messages = cJSON_CreateArray(), .outputs = cJSON_CreateObject(),
+                 .meta = cJSON_CreateObject(), .executed = cJSON_CreateArray()};
+    double t0 = srv_now();
+    run_log(&r, "prompt %s started", j->id);
+    cJSON *d = base_data(&r);
+    cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+    emit(&r, "execution_start", d, 1);
+
+    const cJSON *info = cJSON_GetObjectItemCaseSensitive(j->extra_data, "extra_pnginfo");
+    /* an empty object adds no PNG chunk: the bytes stay those of `sdflow run` */
+    char *extra = cJSON_IsObject(info) && info->child ? cJSON_PrintUnformatted(info) : NULL;
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(j->extra_data, "preview_method");
+    int no_previews = cJSON_IsString(pm) && !strcmp(pm->valuestring, "none"); /* ComfyUI's per-prompt switch */
+    sd_exec_opts xo = {
+        .env = o->env,
+        .cache = o->cache,
+        .interrupt = o->interrupt,
+        .progress = on_progress,
+        .progress_user = &r,
+        .on_node = on_node,
+        .on_node_user = &r,
+        .on_plan = on_plan,
+        .on_plan_user = &r,
+        .on_event = on_event,
+        .on_event_user = &r,
+        .previews = o->preview && !no_previews,
+        .prompt_json = NULL, /* derived from the graph, exactly as `sdflow run` embeds it */
+        .extra_pnginfo_json = extra,
+        .release_consumed = 0, /* everything stays in the memo for the next prompt */
+    };
+    sd_exec_report rep = {0};
+    sd_graph_problems probs = {0};
+    sd_error err;
+    sd_error_clear(&err);
+    sd_status rc = sd_exec_run(ex, j->graph, &xo, &rep, &probs, &err);
+    free(extra);
+    const char *status_str = "success";
+    if (rc == SD_OK) {
+        d = base_data(&r);
+        cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+        emit(&r, "execution_success", d, 1);
+    } else if (rc == SD_ERR_CANCELLED) {
+        status_str = "error";
+        d = base_data(&r);
+        cJSON_AddStringToObject(d, "node_id", err.node_id);
+        cJSON_AddStringToObject(d, "node_type", err.class_type);
+        cJSON_AddItemToObject(d, "executed", cJSON_Duplicate(r.executed, 1));
+        cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+        emit(&r, "execution_interrupted", d, 1);
+    } else {
+        status_str = "error";
+        char msg[SD_ERR_MSG_MAX + 512];
+        d = base_data(&r);
+        cJSON_AddStringToObject(d, "node_id", err.node_id);
+        cJSON_AddStringToObject(d, "node_type", err.class_type);
+        cJSON_AddItemToObject(d, "executed", cJSON_Duplicate(r.executed, 1));
+        cJSON_AddStringToObject(d, "exception_message", sd_error_format(&err, msg, sizeof msg));
+        cJSON_AddStringToObject(d, "exception_type", sd_status_name(rc));
+        cJSON_AddArrayToObject(d, "traceback");
+        cJSON_AddObjectToObject(d, "current_inputs");
+        cJSON_AddObjectToObject(d, "current_outputs");
+        cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+        emit(&r, "execution_error", d, 1);
+    }
+    /* ComfyUI's prompt worker ends every prompt with "executing" node=null. */
+    d = base_data(&r);
+    cJSON_AddNullToObject(d, "node");
+    cJSON_AddNullToObject(d, "display_node");
+    emit(&r, "executing", d, 0);
+
+    cJSON *entry = cJSON_CreateObject();
+    cJSON_AddItemToObject(entry, "prompt", srv_job_entry(j));
+    cJSON_AddItemToObject(entry, "outputs", r.outputs);
+    cJSON *status = cJSON_AddObjectToObject(entry, "status");
+    cJSON_AddStringToObject(status, "status_str", status_str);
+    cJSON_AddBoolToObject(status, "completed", rc == SD_OK);
+    cJSON_AddItemToObject(status, "messages", r.messages);
+    cJSON_AddItemToObject(entry, "meta", r.meta);
+    cJSON_Delete(r.executed);
+    run_log(&r, "prompt %s %s: %zu executed, %zu cached, %.2fs%s%s", j->id,
+            rc == SD_OK ? "done" : rc == SD_ERR_CANCELLED ? "interrupted" : "failed", rep.n_executed, rep.n_cached,
+            srv_now() - t0, rc && rc != SD_ERR_CANCELLED ? ": " : "", rc && rc != SD_ERR_CANCELLED ? err.msg : "");
+    sd_exec_report_free(&rep);
+    sd_graph_problems_free(&probs);
+
+    if (rc_out) *rc_out = rc;
+    return entry;
+}
+
+cJSON *srv_job_failed_entry(const srv_job *j, const char *message) {
+    cJSON *entry = cJSON_CreateObject();
+    cJSON_AddItemToObject(entry, "prompt", srv_job_entry(j));
+    cJSON_AddObjectToObject(entry, "outputs");
+    cJSON *status = cJSON_AddObjectToObject(entry, "status");
+    cJSON_AddStringToObject(status, "status_str", "error");
+    cJSON_AddBoolToObject(status, "completed", 0);
+    cJSON *messages = cJSON_AddArrayToObject(status, "messages");
+    cJSON *m = cJSON_CreateArray();
+    cJSON_AddItemToArray(m, cJSON_CreateString("execution_error"));
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "prompt_id", j->id);
+    cJSON_AddStringToObject(d, "node_id", "");
+    cJSON_AddStringToObject(d, "node_type", "");
+    cJSON_AddArrayToObject(d, "executed");
+    cJSON_AddStringToObject(d, "exception_message", message);
+    cJSON_AddStringToObject(d, "exception_type", "worker");
+    cJSON_AddArrayToObject(d, "traceback");
+    cJSON_AddObjectToObject(d, "current_inputs");
+    cJSON_AddObjectToObject(d, "current_outputs");
+    cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+    cJSON_AddItemToArray(m, d);
+    cJSON_AddItemToArray(messages, m);
+    cJSON_AddObjectToObject(entry, "meta");
+    return entry;
+}
