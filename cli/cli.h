@@ -19,6 +19,7 @@ int sd_cli_export(int argc, char **argv); /* cli/cmd_lua.c */
 int sd_cli_repl(int argc, char **argv);   /* cli/cmd_lua.c */
 int sd_cli_synth(int argc, char **argv);  /* cli/cmd_synth.c */
 int sd_cli_serve(int argc, char **argv);  /* cli/cmd_serve.c, server/ */
+int sd_cli_worker(int argc, char **argv); /* cli/cmd_worker.c, worker/ */
 
 /* "error: <formatted err>" on stderr. */
 void sd_cli_print_error(const sd_error *err);

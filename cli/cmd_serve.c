@@ -57,7 +57,7 @@ int sd_cli_serve(int argc, char **argv) {
     sd_server_opts so;
     memset(&so, 0, sizeof so);
     const char *max_body = NULL, *max_upload = NULL, *budget = NULL, *ws_queued = NULL;
-    long long port = 8188, history = -1, max_queue = -1;
+    long long port = 8188, history = -1, max_queue = -1, redis_ttl = 0;
     int no_previews = 0;
     double preview_interval = 0.5;
     const sd_cli_option own[] = {
@@ -80,6 +80,11 @@ int sd_cli_serve(int argc, char **argv) {
         {"--no-previews", NULL, SD_CLI_FLAG, &no_previews, NULL, "send no latent previews over the WebSocket", NULL},
         {"--preview-interval", NULL, SD_CLI_FLOAT, &preview_interval, "SECONDS",
          "least time between two previews of a node (default 0.5; the last step always goes)", NULL},
+        {"--redis", NULL, SD_CLI_STR, &so.redis_url, "URL",
+         "queue prompts on Redis for `sdflow worker` processes instead of running them here "
+         "(redis://[[user]:password@]host[:port][/db] or unix:///path; docs/scaling.md)", NULL},
+        {"--redis-prefix", NULL, SD_CLI_STR, &so.redis_prefix, "PREFIX", "key prefix in Redis (default sdflow)", NULL},
+        {"--redis-ttl", NULL, SD_CLI_INT, &redis_ttl, "SECONDS", "how long uploads stay in Redis (default 86400)", NULL},
         {0}};
     const sd_cli_command cmd = {
         "serve", "[options]",
@@ -96,6 +101,12 @@ int sd_cli_serve(int argc, char **argv) {
         return 1;
     }
     so.port = (int)port;
+    if (redis_ttl < 0) {
+        fprintf(stderr, "sdflow serve: --redis-ttl must be positive\n");
+        sd_cli_args_free(&a);
+        return 1;
+    }
+    so.redis_ttl = (long)redis_ttl;
     if (preview_interval < 0) {
         fprintf(stderr, "sdflow serve: --preview-interval must not be negative\n");
         sd_cli_args_free(&a);

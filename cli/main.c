@@ -27,6 +27,7 @@ static const struct {
     {"cache", sd_cli_cache, "inspect, empty or shrink the output cache"},
     {"synth", sd_cli_synth, "write a RANDOM-weight checkpoint (and a stand-in vocabulary)"},
     {"serve", sd_cli_serve, "ComfyUI's HTTP/WebSocket API and a page (docs/server.md)"},
+    {"worker", sd_cli_worker, "run the prompts `serve --redis` queued, on this machine (docs/scaling.md)"},
     {"version", cli_version, "print the version and build options"},
 };
 #define N_COMMANDS (sizeof commands / sizeof *commands)

@@ -124,6 +124,14 @@ struct sd_env {
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;
     void *log_user;
+    /* Output names shared by several machines (`sdflow worker`): before an
+     * output node publishes `name` in folder `type` ("output", "temp") and
+     * `subfolder`, it asks here; *taken = 1 moves it on to the next counter,
+     * as a name taken in the local folder does. NULL = the folder alone
+     * decides. Called on the thread that runs the node. */
+    sd_status (*claim_name)(void *user, const char *type, const char *subfolder, const char *name, int *taken,
+                            sd_error *err);
+    void *claim_user;
 };
 
 /* What a running node sees. */

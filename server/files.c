@@ -68,6 +68,42 @@ static const char *mime_of(const char *name) {
     return "application/octet-stream";
 }
 
+static void send_headers(struct mg_connection *c, const char *filename, long long size) {
+    char len[32], disp[512];
+    snprintf(len, sizeof len, "%lld", size);
+    /* The name is checked before (no '/'), and quotes would end the header value. */
+    char safe[256];
+    size_t k = 0;
+    for (const char *p = filename; *p && k < sizeof safe - 1; p++) safe[k++] = (*p == '"' || *p < 0x20) ? '_' : *p;
+    safe[k] = 0;
+    snprintf(disp, sizeof disp, "filename=\"%s\"", safe);
+    mg_response_header_start(c, 200);
+    mg_response_header_add(c, "Content-Type", mime_of(filename), -1);
+    mg_response_header_add(c, "Content-Length", len, -1);
+    mg_response_header_add(c, "Content-Disposition", disp, -1);
+    mg_response_header_add(c, "X-Content-Type-Options", "nosniff", -1);
+    mg_response_header_send(c);
+}
+
+/* With --redis a file may have been made on another machine: Redis knows
+ * it by name (docs/scaling.md). 0 = not there (look in the folders). */
+static int view_from_redis(srv *s, struct mg_connection *c, const char *type, const char *sub, const char *filename) {
+    sd_error err;
+    sd_error_clear(&err);
+    char *bytes = NULL;
+    size_t n = 0;
+    sd_status rc = srv_rq_get_file(s, type, sub ? sub : "", filename, &bytes, &n, &err);
+    if (rc == SD_ERR_NOT_FOUND) return 0;
+    if (rc) {
+        srv_log(s, "error: /view: %s", err.msg);
+        return srv_reply_error(c, 503, "redis_unavailable", "%s", err.msg);
+    }
+    send_headers(c, filename, (long long)n);
+    mg_write(c, bytes, n);
+    free(bytes);
+    return 200;
+}
+
 int srv_view(srv *s, struct mg_connection *c) {
     char *filename = srv_query(c, "filename"), *type = srv_query(c, "type"), *sub = srv_query(c, "subfolder");
     int st;
@@ -77,6 +113,7 @@ int srv_view(srv *s, struct mg_connection *c) {
     if (bad_filename(filename)) { st = srv_reply_error(c, 400, "bad_filename", "file name not allowed"); goto out; }
     if (!base) { st = srv_reply_error(c, 400, "bad_type", "type must be output, input or temp"); goto out; }
     if (bad_subfolder(sub)) { st = srv_reply_error(c, 403, "forbidden", "subfolder outside the folder"); goto out; }
+    if (s->rq && (st = view_from_redis(s, c, type && *type ? type : "output", sub, filename))) goto out;
     if (!realpath(base, base_real)) { st = srv_reply_error(c, 404, "not_found", "no such file"); goto out; }
     snprintf(path, sizeof path, "%s/%s%s%s", base_real, sub && *sub ? sub : "", sub && *sub ? "/" : "", filename);
     if (!realpath(path, file_real)) { st = srv_reply_error(c, 404, "not_found", "no such file"); goto out; }
@@ -91,20 +128,7 @@ int srv_view(srv *s, struct mg_connection *c) {
         st = srv_reply_error(c, 404, "not_found", "no such file");
         goto out;
     }
-    char len[32], disp[512];
-    snprintf(len, sizeof len, "%lld", (long long)sb.st_size);
-    /* The name is checked above (no '/'), and quotes would end the header value. */
-    char safe[256];
-    size_t k = 0;
-    for (const char *p = filename; *p && k < sizeof safe - 1; p++) safe[k++] = (*p == '"' || *p < 0x20) ? '_' : *p;
-    safe[k] = 0;
-    snprintf(disp, sizeof disp, "filename=\"%s\"", safe);
-    mg_response_header_start(c, 200);
-    mg_response_header_add(c, "Content-Type", mime_of(filename), -1);
-    mg_response_header_add(c, "Content-Length", len, -1);
-    mg_response_header_add(c, "Content-Disposition", disp, -1);
-    mg_response_header_add(c, "X-Content-Type-Options", "nosniff", -1);
-    mg_response_header_send(c);
+    send_headers(c, filename, (long long)sb.st_size);
     char buf[65536];
     for (;;) {
         ssize_t r = read(fd, buf, sizeof buf);
@@ -297,6 +321,15 @@ int srv_upload_image(srv *s, struct mg_connection *c) {
     if (!duplicate && write_atomic(dir, path, u.data ? u.data : "", u.n)) {
         st = srv_reply_error(c, 500, "io", "cannot write the upload: %s", strerror(errno));
         goto out;
+    }
+    if (s->rq) { /* the workers that need it may be on other machines */
+        sd_error err;
+        sd_error_clear(&err);
+        if (srv_rq_put_file(s, type, u.sub, name, u.data ? u.data : "", u.n, &err)) {
+            srv_log(s, "error: upload %s: %s", name, err.msg);
+            st = srv_reply_error(c, 503, "redis_unavailable", "saved here but not in redis: %s", err.msg);
+            goto out;
+        }
     }
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "name", name);

@@ -298,7 +298,10 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     pthread_mutex_init(&s.log_mu, NULL);
 
     sd_status rc = SD_OK;
-    if (srv_queue_start(&s, err)) { rc = err->code ? err->code : SD_ERR_INTERNAL; goto out; }
+    s.rq = o->redis_url != NULL;
+    s.rq_prefix = o->redis_prefix && *o->redis_prefix ? o->redis_prefix : "sdflow";
+    s.rq_ttl = o->redis_ttl > 0 ? o->redis_ttl : 86400;
+    if (s.rq ? srv_rq_start(&s, err) : srv_queue_start(&s, err)) { rc = err->code ? err->code : SD_ERR_INTERNAL; goto out; }
 
     char ports[128], threads[32], timeout_ms[] = "30000";
     snprintf(ports, sizeof ports, "%s:%d", listen, port);
@@ -327,6 +330,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
         rc = sd_error_set(err, SD_ERR_IO, "cannot listen on %s:%d (address in use, or not an address of this machine)",
                           listen, port);
         srv_queue_stop(&s);
+        srv_rq_stop(&s);
         goto out;
     }
     mg_set_request_handler(s.mg, "**", on_request, &s);
@@ -336,8 +340,8 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     struct mg_server_port sp[4];
     int np = mg_get_server_ports(s.mg, 4, sp);
     if (np > 0) bound = sp[0].port;
-    srv_log(&s, "sdflow serve: listening on http://%s:%d/%s", listen, bound,
-            o->token ? " (bearer token required)" : "");
+    srv_log(&s, "sdflow serve: listening on http://%s:%d/%s%s", listen, bound,
+            o->token ? " (bearer token required)" : "", s.rq ? " (prompts go to redis for sdflow worker)" : "");
     if (o->on_listen) o->on_listen(o->on_listen_user, bound);
 
     while (!(o->stop && *o->stop)) usleep(100 * 1000);
@@ -348,6 +352,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     srv_ws_stop(&s);
     mg_stop(s.mg); /* closes every connection (their close handlers run here) */
     srv_queue_stop(&s);
+    srv_rq_stop(&s);
 out:
     free_job_list(&s);
     mg_exit_library();

@@ -77,6 +77,17 @@ typedef struct srv {
 
     pthread_mutex_t log_mu;
     FILE *log;
+
+    /* --redis (rqueue.c): prompts go to Redis; the subscriber thread
+     * forwards the workers' messages. rq_mu guards rq_sub and rq_quit. */
+    int rq;
+    const char *rq_prefix; /* "sdflow" unless told */
+    long rq_ttl;
+    pthread_t rq_thread;
+    int rq_started;
+    pthread_mutex_t rq_mu;
+    struct redisContext *rq_sub;
+    volatile int rq_quit;
 } srv;
 
 /* ---- http.c: replies and request bodies ---------------------------------- */
@@ -126,6 +137,24 @@ int srv_post_interrupt(srv *s, struct mg_connection *c);
 int srv_post_free(srv *s, struct mg_connection *c);
 /* {"exec_info": {"queue_remaining": n}} */
 cJSON *srv_queue_info(srv *s);
+
+/* ---- rqueue.c: the same endpoints when the queue is in Redis ------------- */
+int srv_rq_start(srv *s, sd_error *err);
+void srv_rq_stop(srv *s);
+int srv_rq_post_prompt(srv *s, struct mg_connection *c);
+int srv_rq_get_queue(srv *s, struct mg_connection *c);
+int srv_rq_post_queue(srv *s, struct mg_connection *c);
+int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id);
+int srv_rq_post_history(srv *s, struct mg_connection *c);
+int srv_rq_post_interrupt(srv *s, struct mg_connection *c);
+int srv_rq_post_free(srv *s, struct mg_connection *c);
+size_t srv_rq_queue_remaining(srv *s);
+/* A file the workers made (or an upload), by ComfyUI's type/subfolder/name:
+ * SD_ERR_NOT_FOUND when Redis does not know it. */
+sd_status srv_rq_get_file(srv *s, const char *type, const char *subfolder, const char *name, char **bytes, size_t *n,
+                          sd_error *err);
+sd_status srv_rq_put_file(srv *s, const char *type, const char *subfolder, const char *name, const void *bytes,
+                          size_t n, sd_error *err);
 
 /* ---- ws.c ---------------------------------------------------------------- */
 /* Sets the handlers and starts the sender thread; srv_ws_stop ends it. */

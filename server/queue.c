@@ -22,6 +22,7 @@
 #include "internal.h"
 
 cJSON *srv_queue_info(srv *s) {
+    if (s->rq) return srv_queue_info_json(srv_rq_queue_remaining(s));
     pthread_mutex_lock(&s->mu);
     size_t n = s->n_pending + (s->running ? 1 : 0);
     pthread_mutex_unlock(&s->mu);

@@ -151,6 +151,8 @@ static const char *tail_of(const char *path, const char *prefix) {
 }
 
 int srv_route(srv *s, struct mg_connection *c, const char *method, const char *path) {
+    /* the queue's endpoints: in this process, or in Redis */
+#define Q(fn, ...) (s->rq ? srv_rq_##fn(__VA_ARGS__) : srv_##fn(__VA_ARGS__))
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     const char *rest;
 #define ONLY(cond, allowed) \
@@ -159,21 +161,21 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
     if (!strcmp(path, "/prompt")) {
         if (get) return srv_reply_json(c, 200, srv_queue_info(s));
         ONLY(post, "GET or POST");
-        return srv_post_prompt(s, c);
+        return Q(post_prompt, s, c);
     }
     if (!strcmp(path, "/queue")) {
-        if (get) return srv_get_queue(s, c);
+        if (get) return Q(get_queue, s, c);
         ONLY(post, "GET or POST");
-        return srv_post_queue(s, c);
+        return Q(post_queue, s, c);
     }
     if (!strcmp(path, "/history")) {
-        if (get) return srv_get_history(s, c, NULL);
+        if (get) return Q(get_history, s, c, NULL);
         ONLY(post, "GET or POST");
-        return srv_post_history(s, c);
+        return Q(post_history, s, c);
     }
-    if ((rest = tail_of(path, "/history"))) { ONLY(get, "GET"); return srv_get_history(s, c, rest); }
-    if (!strcmp(path, "/interrupt")) { ONLY(post, "POST"); return srv_post_interrupt(s, c); }
-    if (!strcmp(path, "/free")) { ONLY(post, "POST"); return srv_post_free(s, c); }
+    if ((rest = tail_of(path, "/history"))) { ONLY(get, "GET"); return Q(get_history, s, c, rest); }
+    if (!strcmp(path, "/interrupt")) { ONLY(post, "POST"); return Q(post_interrupt, s, c); }
+    if (!strcmp(path, "/free")) { ONLY(post, "POST"); return Q(post_free, s, c); }
     if (!strcmp(path, "/view")) { ONLY(get, "GET"); return srv_view(s, c); }
     if (!strcmp(path, "/upload/image")) { ONLY(post, "POST"); return srv_upload_image(s, c); }
     if (!strcmp(path, "/object_info")) { ONLY(get, "GET"); return get_object_info(s, c, NULL); }
@@ -186,5 +188,6 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
     if (!strcmp(path, "/features")) { ONLY(get, "GET"); return get_features(s, c); }
     if (!strcmp(path, "/ws")) return srv_reply_error(c, 400, "bad_request", "/ws is a WebSocket endpoint");
 #undef ONLY
+#undef Q
     return srv_reply_error(c, 404, "not_found", "no route %s %s", method, path);
 }

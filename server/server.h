@@ -55,6 +55,11 @@ typedef struct sd_server_opts {
     void *preview_user;
     double preview_interval;  /* least seconds between two frames of a node (the
                                  last step always goes); 0 = every step */
+    /* Past one machine (docs/scaling.md): with a URL, accepted prompts go
+     * to Redis and `sdflow worker` processes run them; nothing runs here. */
+    const char *redis_url;    /* redis://... or unix://...; NULL = run prompts in this process */
+    const char *redis_prefix; /* key prefix; NULL = "sdflow" */
+    long redis_ttl;           /* seconds uploads stay in Redis; 0 = 86400 */
     /* Called once the socket listens, with the port bound (tests, scripts). */
     void (*on_listen)(void *user, int port);
     void *on_listen_user;

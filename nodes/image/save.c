@@ -31,6 +31,7 @@ static sd_status save_images(sd_node_ctx *ctx, const sd_tensor *images, const ch
     /* get_save_image_path(prefix, dir, images[0].shape[1], images[0].shape[0]) */
     sd_status rc = sd_savepath_begin(root, prefix, w, h, &sp, err);
     if (rc) { sd_error_at(err, NULL, NULL, "filename_prefix"); return rc; }
+    sd_savepath_claim_names(&sp, ctx->env, type);
     sd_save_meta meta;
     rc = sd_save_meta_build(ctx, 0, &meta, err);
     if (rc) { sd_savepath_free(&sp); return rc; }

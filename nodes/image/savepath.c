@@ -207,6 +207,11 @@ const char *sd_savepath_file(const sd_savepath *sp, int64_t batch, int64_t count
     return buf;
 }
 
+void sd_savepath_claim_names(sd_savepath *sp, const sd_env *env, const char *type) {
+    sp->claim_env = env && env->claim_name ? env : NULL;
+    sp->claim_type = type;
+}
+
 sd_status sd_savepath_publish(sd_savepath *sp, sd_outfile *of, int64_t batch, const char *ext,
                               char *file, size_t n, sd_error *err) {
     /* Another run may take a name between our scan and now: try the next
@@ -214,7 +219,16 @@ sd_status sd_savepath_publish(sd_savepath *sp, sd_outfile *of, int64_t batch, co
     for (int tries = 0; tries < 100000; tries++) {
         sd_savepath_file(sp, batch, sp->counter, ext, file, n);
         int taken = 0;
-        sd_status rc = sd_outfile_publish(of, file, &taken, err);
+        sd_status rc = SD_OK;
+        if (sp->claim_env) {
+            rc = sp->claim_env->claim_name(sp->claim_env->claim_user, sp->claim_type, sp->subfolder, file, &taken, err);
+            if (rc) return rc;
+            if (taken) {
+                sp->counter++;
+                continue;
+            }
+        }
+        rc = sd_outfile_publish(of, file, &taken, err);
         if (rc) {
             sd_error_prefix(err, "%s", sp->folder);
             return rc;

@@ -29,6 +29,8 @@ typedef struct sd_savepath {
     char *subfolder; /* "" when the prefix has no directory part */
     int64_t counter; /* first free counter (advanced by sd_savepath_publish) */
     int stale_removed; /* temporaries of killed runs removed by the scan */
+    const sd_env *claim_env; /* set by sd_savepath_claim_names */
+    const char *claim_type;
 } sd_savepath;
 
 /* Resolve `prefix` under `root` (created when missing; a subfolder that is a
@@ -41,6 +43,11 @@ void sd_savepath_free(sd_savepath *sp);
 /* "<filename with %batch_num% = batch>_<counter:05>_.<ext>" into buf. */
 const char *sd_savepath_file(const sd_savepath *sp, int64_t batch, int64_t counter,
                              const char *ext, char *buf, size_t n);
+
+/* Names must also be free in env->claim_name's registry (several machines
+ * saving under one name space, core/node.h); `type` is the folder type
+ * ("output", "temp"). No effect when the env has no claim_name. */
+void sd_savepath_claim_names(sd_savepath *sp, const sd_env *env, const char *type);
 
 /* Publish the finished file `of` (sd_outfile_create(&sp->dir, ...)) as
  * sd_savepath_file(sp, batch, sp->counter, ext), moving on to the next counter

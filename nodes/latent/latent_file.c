@@ -24,6 +24,7 @@ static sd_status save_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     sd_savepath sp;
     rc = sd_savepath_begin(ctx->env->output_dir, prefix ? prefix : "latents/ComfyUI", 0, 0, &sp, err);
     if (rc) { sd_error_at(err, NULL, NULL, "filename_prefix"); return rc; }
+    sd_savepath_claim_names(&sp, ctx->env, "output");
     sd_save_meta meta;
     rc = sd_save_meta_build(ctx, 1, &meta, err);
     if (rc) { sd_savepath_free(&sp); return rc; }

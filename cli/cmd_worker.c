@@ -1,0 +1,152 @@
+/* cmd_worker.c - `sdflow worker`: the options, the environment and the
+ * backend, then worker/worker.h does the rest (docs/scaling.md). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+#ifdef SDFLOW_HAVE_SERVER
+#include "cache/cache.h"
+#include "core/env.h"
+#include "kernels/backend.h"
+#include "models/checkpoint/checkpoint.h"
+#include "worker/worker.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static sd_status worker_preview(void *user, const sd_tensor *latent, const char *format, FILE *f, sd_error *err) {
+    return sd_cli_preview_encode(user, latent, format, f, err);
+}
+
+int sd_cli_worker(int argc, char **argv) {
+    sd_worker_opts wo;
+    memset(&wo, 0, sizeof wo);
+    const char *budget = NULL;
+    long long max_attempts = 3, ttl = 86400;
+    double claim_timeout = 60, preview_interval = 0.5;
+    int no_previews = 0;
+    const sd_cli_option own[] = {
+        {"--redis", NULL, SD_CLI_STR, &wo.redis_url, "URL",
+         "the Redis `sdflow serve --redis` queues on (redis://[[user]:password@]host[:port][/db] or unix:///path)",
+         NULL},
+        {"--redis-prefix", NULL, SD_CLI_STR, &wo.prefix, "PREFIX", "key prefix in Redis (default sdflow)", NULL},
+        {"--name", NULL, SD_CLI_STR, &wo.name, "NAME", "this worker's name in the consumer group (default host:pid)",
+         NULL},
+        {"--claim-timeout", NULL, SD_CLI_FLOAT, &claim_timeout, "SECONDS",
+         "a prompt whose worker went silent this long is run again by another (default 60)", NULL},
+        {"--max-attempts", NULL, SD_CLI_INT, &max_attempts, "N",
+         "runs of one prompt before it is recorded as failed (default 3)", NULL},
+        {"--ttl", NULL, SD_CLI_INT, &ttl, "SECONDS", "how long output files stay in Redis (default 86400)", NULL},
+        {"--memory-budget", NULL, SD_CLI_STR, &budget, "SIZE",
+         "resident memory above which results and models are released between prompts (default 4G)", NULL},
+        {"--no-previews", NULL, SD_CLI_FLAG, &no_previews, NULL, "send no latent previews", NULL},
+        {"--preview-interval", NULL, SD_CLI_FLOAT, &preview_interval, "SECONDS",
+         "least time between two previews of a node (default 0.5)", NULL},
+        {0}};
+    const sd_cli_command cmd = {
+        "worker", "--redis URL [options]",
+        "Runs the prompts `sdflow serve --redis URL` queued: one prompt at a time, models kept loaded\n"
+        "between prompts, progress and outputs sent back through Redis. Start one per GPU\n"
+        "(--device cuda:N), on any machine that reaches Redis (docs/scaling.md).",
+        SD_CLI_G_ENV | SD_CLI_G_CACHE, own, 0, 0};
+    sd_cli_args a;
+    int code = sd_cli_parse(&cmd, argc, argv, &a);
+    if (code != SD_CLI_CONTINUE) { sd_cli_args_free(&a); return code; }
+    const char *bad = !wo.redis_url ? "--redis URL is required"
+                      : claim_timeout <= 0 ? "--claim-timeout must be positive"
+                      : max_attempts < 1 ? "--max-attempts must be at least 1"
+                      : ttl < 1 ? "--ttl must be positive"
+                      : preview_interval < 0 ? "--preview-interval must not be negative" : NULL;
+    if (bad) {
+        fprintf(stderr, "sdflow worker: %s\n", bad);
+        sd_cli_args_free(&a);
+        return 2;
+    }
+    wo.claim_timeout = claim_timeout;
+    wo.max_attempts = (int)max_attempts;
+    wo.ttl = (long)ttl;
+    wo.preview_interval = preview_interval;
+    sd_error err;
+    sd_error_clear(&err);
+    if (budget) {
+        int64_t n = 0;
+        if (sd_cache_parse_size(budget, &n, &err) || n <= 0) {
+            fprintf(stderr, "sdflow worker: --memory-budget: '%s' is not a size (e.g. 2G)\n", budget);
+            sd_cli_args_free(&a);
+            return 2;
+        }
+        wo.memo_budget = (size_t)n;
+    }
+
+    sd_env env;
+    sd_backend *backend = NULL;
+    sd_model_store *models = NULL;
+    sd_sqlite_cache *cache_handle = NULL;
+    sd_cli_algo_store algos = {0};
+    sd_cache_i cache = {0};
+    sd_cli_preview *preview = NULL;
+    code = 1;
+    sd_status rc = sd_cli_env_init(&env, &a, &err);
+    if (!rc) rc = sd_nodes_register_all(&err);
+    if (!rc) rc = sd_cli_backend_open(&env, &backend, &err);
+    if (!rc) {
+        env.backend = backend;
+        if (!(models = sd_model_store_new())) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        else sd_model_store_free_unused(models, 1);
+        env.models = models;
+    }
+    if (rc) {
+        sd_cli_print_error(&err);
+        goto done;
+    }
+    sd_cli_cache_setup(&a, &cache_handle, &cache);
+    sd_cli_algo_store_attach(&algos, backend, cache_handle);
+    if (!no_previews && !(preview = sd_cli_preview_new("-", &env))) {
+        sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        sd_cli_print_error(&err);
+        goto done;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    wo.env = &env;
+    wo.cache = cache_handle ? &cache : NULL;
+    wo.preview = preview ? worker_preview : NULL;
+    wo.preview_user = preview;
+    wo.stop = &stop_requested;
+    rc = sd_worker_run(&wo, &err);
+    if (rc) sd_cli_print_error(&err);
+    code = rc ? 1 : 0;
+done:
+    sd_cli_preview_free(preview);
+    sd_cli_algo_store_detach(&algos, backend);
+    sd_cache_close(cache_handle);
+    sd_model_store_free(models);
+    sd_backend_free(backend);
+    sd_env_cleanup(&env);
+    sd_cli_args_free(&a);
+    return code;
+}
+
+#else
+
+int sd_cli_worker(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "sdflow worker: this build has no server (libcivetweb-dev or libhiredis-dev was not found at "
+                    "build time; scripts/setup.sh installs them)\n");
+    return 1;
+}
+
+#endif

@@ -1,0 +1,74 @@
+/* redis.h - the Redis side of `sdflow serve --redis` and `sdflow worker`
+ * (docs/scaling.md): connecting from a URL, commands whose failures come
+ * back as sd_error, the key names and the scripts that move a prompt from
+ * one state to the next atomically. hiredis (Debian libhiredis-dev) speaks
+ * the protocol; nothing here parses it.
+ *
+ * Keys, under a prefix P (default "sdflow"):
+ *   P:jobs         stream, one entry {id} per accepted prompt; consumer group "workers"
+ *   P:job:ID       hash: prompt, extra_data, outputs (JSON), number, state (pending|running),
+ *                  worker, attempts, entry (stream entry id), queued_ms, max_history
+ *   P:queue        sorted set ID -> number (pending and running prompts)
+ *   P:number       counter behind `number`
+ *   P:history      sorted set ID -> completion order; P:hist:ID = the entry (JSON)
+ *   P:hist_seq     counter behind that order
+ *   P:events       channel, workers -> servers: "J<sid>\n<{type, data}>" or
+ *                  "B<sid>\n<4-byte big-endian event><payload>"; sid "" = every client
+ *   P:control      channel, servers -> workers: {"op": "interrupt", "prompt_id"?} or
+ *                  {"op": "free", "unload_models", "free_memory"}
+ *   P:blob:SHA256  a file's bytes (expires after the TTL)
+ *   P:file:TYPE/PATH  SHA256 of the file a name stands for, or "claim:WORKER" while
+ *                  a worker writes it (expires after the TTL)
+ *
+ * A redisContext is not thread-safe: each thread uses its own.
+ */
+#ifndef SD_SERVER_REDIS_H
+#define SD_SERVER_REDIS_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include "core/error.h"
+
+#define SRV_REDIS_GROUP "workers"
+
+/* Connects to redis://[[user]:password@]host[:port][/db] or
+ * unix:///path[?db=N], authenticates and selects the database. The
+ * connect and each command time out after `timeout_s` (0 = never: for
+ * blocking reads and subscriptions). SD_ERR_INVALID for a malformed URL
+ * (named), SD_ERR_IO when the server cannot be reached or refuses. */
+sd_status srv_redis_connect(const char *url, double timeout_s, redisContext **out, sd_error *err);
+
+/* One command, arguments as separate strings (binary-safe with lens; lens
+ * NULL = strlen). Returns the reply, or NULL with err set when the
+ * connection failed (SD_ERR_IO) or Redis answered an error (SD_ERR_IO,
+ * Redis's message). Caller frees with freeReplyObject. */
+redisReply *srv_redis_cmd(redisContext *c, sd_error *err, int argc, const char **argv, const size_t *lens);
+/* The same with printf-free argument lists: srv_redis_cmdl(c, err, "GET", key, NULL). */
+redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...);
+
+/* P:suffix into buf (snprintf; truncation is an error: SD_ERR_INVALID). */
+sd_status srv_redis_key(char *buf, size_t n, const char *prefix, const char *suffix, sd_error *err);
+
+/* Creates the stream and the consumer group when missing. */
+sd_status srv_redis_ensure_group(redisContext *c, const char *prefix, sd_error *err);
+
+/* "TYPE/SUBFOLDER/NAME" or "TYPE/NAME" (the key of a file, after P:file:). */
+void srv_redis_file_path(char *buf, size_t n, const char *type, const char *subfolder, const char *name);
+
+/* Stores bytes as P:blob:SHA and P:file:TYPE/PATH -> SHA, both expiring
+ * after ttl_s seconds; *sha_hex (may be NULL) receives the hash. */
+sd_status srv_redis_put_file(redisContext *c, const char *prefix, const char *file_path, const void *bytes,
+                             size_t n, long ttl_s, char sha_hex[65], sd_error *err);
+/* The bytes P:file:TYPE/PATH stands for: SD_OK with *bytes (malloc'd) and
+ * *n, SD_ERR_NOT_FOUND when the name is unknown, expired or only claimed. */
+sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *file_path, char **bytes, size_t *n,
+                             sd_error *err);
+
+/* Scripts (EVAL). Keys and arguments are documented where they are used. */
+extern const char srv_redis_lua_enqueue[];
+extern const char srv_redis_lua_cancel[];
+extern const char srv_redis_lua_start[];
+extern const char srv_redis_lua_finish[];
+extern const char srv_redis_lua_history_clear[];
+
+#endif

@@ -1,0 +1,528 @@
+/* rqueue.c - `sdflow serve --redis`: the queue and the history live in
+ * Redis and prompts run on `sdflow worker` processes (docs/scaling.md,
+ * redis.h for the keys). The server validates and enqueues, answers /queue
+ * and /history from Redis, forwards the workers' messages (P:events) to its
+ * WebSocket clients and asks workers to interrupt or free (P:control).
+ *
+ * Each request opens its own connection (a redisContext is not
+ * thread-safe and civetweb runs requests on many threads); the subscriber
+ * thread holds one more. The server keeps no prompt state of its own, so a
+ * restarted server serves the same queue and history. */
+#define _GNU_SOURCE
+#include <civetweb.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "internal.h"
+#include "redis.h"
+
+#define CONNECT_TIMEOUT_S 5.0
+
+static redisContext *rq_connect(srv *s, sd_error *err) {
+    redisContext *c = NULL;
+    if (srv_redis_connect(s->o->redis_url, CONNECT_TIMEOUT_S, &c, err)) return NULL;
+    return c;
+}
+
+static int reply_redis_down(srv *s, struct mg_connection *c, const sd_error *err) {
+    srv_log(s, "error: %s", err->msg);
+    return srv_reply_error(c, 503, "redis_unavailable", "%s", err->msg);
+}
+
+static void key(char *buf, size_t n, srv *s, const char *fmt, const char *arg) {
+    char suffix[512];
+    snprintf(suffix, sizeof suffix, fmt, arg ? arg : "");
+    snprintf(buf, n, "%s:%s", s->rq_prefix, suffix);
+}
+
+/* ---- POST /prompt -------------------------------------------------------------- */
+
+int srv_rq_post_prompt(srv *s, struct mg_connection *c) {
+    cJSON *body = NULL;
+    int st = srv_read_json(s, c, 0, &body);
+    if (st) return st;
+    srv_job *j = NULL;
+    cJSON *dropped = NULL;
+    char note[SD_ERR_MSG_MAX + 64];
+    st = srv_job_admit(s->env, body, &j, &dropped, note, sizeof note);
+    if (note[0]) srv_log(s, "%s", note);
+    if (st != 200) {
+        cJSON_Delete(body);
+        return srv_reply_json(c, st, dropped);
+    }
+    char number[64] = "";
+    const cJSON *num = cJSON_GetObjectItemCaseSensitive(body, "number");
+    if (cJSON_IsNumber(num) && isfinite(num->valuedouble)) snprintf(number, sizeof number, "%.17g", num->valuedouble);
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "front"))) snprintf(number, sizeof number, "-");
+    cJSON_Delete(body);
+    char *prompt = cJSON_PrintUnformatted(j->prompt), *extra = cJSON_PrintUnformatted(j->extra_data),
+         *outputs = cJSON_PrintUnformatted(j->outputs);
+    char kjob[600], kqueue[300], kjobs[300], knum[300], maxq[32], now[32], maxh[32];
+    key(kjob, sizeof kjob, s, "job:%s", j->id);
+    key(kqueue, sizeof kqueue, s, "queue", NULL);
+    key(kjobs, sizeof kjobs, s, "jobs", NULL);
+    key(knum, sizeof knum, s, "number", NULL);
+    snprintf(maxq, sizeof maxq, "%zu", s->max_queue);
+    snprintf(now, sizeof now, "%lld", srv_time_ms());
+    snprintf(maxh, sizeof maxh, "%zu", s->max_history);
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = prompt && extra && outputs ? rq_connect(s, &err) : NULL;
+    redisReply *r = NULL;
+    if (rc) {
+        const char *argv[] = {"EVAL", srv_redis_lua_enqueue, "4", kjob, kqueue, kjobs, knum, j->id, number,
+                              prompt, extra, outputs, maxq, now, maxh};
+        r = srv_redis_cmd(rc, &err, (int)(sizeof argv / sizeof *argv), argv, NULL);
+    }
+    free(prompt);
+    free(extra);
+    free(outputs);
+    if (!r) {
+        cJSON_Delete(dropped);
+        srv_job_free(j);
+        if (rc) redisFree(rc);
+        if (!err.msg[0]) return srv_reply_error(c, 500, "out_of_memory", "out of memory");
+        return reply_redis_down(s, c, &err);
+    }
+    redisFree(rc);
+    if (r->type == REDIS_REPLY_INTEGER) {
+        long long code = r->integer;
+        freeReplyObject(r);
+        cJSON_Delete(dropped);
+        srv_job_free(j);
+        if (code == -1) return srv_reply_error(c, 409, "duplicate_prompt_id", "a prompt with this prompt_id is queued already");
+        return srv_reply_error(c, 503, "queue_full", "the queue holds %zu prompts already", s->max_queue);
+    }
+    double n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
+        n = strtod(r->element[1]->str, NULL);
+    freeReplyObject(r);
+    srv_log(s, "prompt %s queued on redis (number %g, %zu nodes)", j->id, n, sd_graph_count(j->graph));
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "prompt_id", j->id);
+    cJSON_AddNumberToObject(out, "number", n);
+    cJSON_AddItemToObject(out, "node_errors", dropped);
+    srv_job_free(j);
+    srv_ws_broadcast_status(s);
+    return srv_reply_json(c, 200, out);
+}
+
+/* ---- /queue ------------------------------------------------------------------------ */
+
+static cJSON *parse_or_null(const redisReply *r) {
+    if (!r || r->type != REDIS_REPLY_STRING) return cJSON_CreateNull();
+    cJSON *j = cJSON_ParseWithLength(r->str, r->len);
+    return j ? j : cJSON_CreateNull();
+}
+
+size_t srv_rq_queue_remaining(srv *s) {
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) return 0;
+    char kqueue[300];
+    key(kqueue, sizeof kqueue, s, "queue", NULL);
+    redisReply *r = srv_redis_cmdl(rc, &err, "ZCARD", kqueue, NULL);
+    size_t n = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+int srv_rq_get_queue(srv *s, struct mg_connection *c) {
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) return reply_redis_down(s, c, &err);
+    char kqueue[300];
+    key(kqueue, sizeof kqueue, s, "queue", NULL);
+    redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", NULL);
+    if (!ids) {
+        redisFree(rc);
+        return reply_redis_down(s, c, &err);
+    }
+    cJSON *out = cJSON_CreateObject();
+    cJSON *running = cJSON_AddArrayToObject(out, "queue_running");
+    cJSON *pending = cJSON_AddArrayToObject(out, "queue_pending");
+    for (size_t i = 0; i < ids->elements; i++) {
+        const redisReply *id = ids->element[i];
+        if (id->type != REDIS_REPLY_STRING) continue;
+        char kjob[600];
+        snprintf(kjob, sizeof kjob, "%s:job:%.*s", s->rq_prefix, (int)id->len, id->str);
+        redisReply *f = srv_redis_cmdl(rc, &err, "HMGET", kjob, "state", "number", "prompt", "extra_data", "outputs", NULL);
+        if (!f) break;
+        if (f->type == REDIS_REPLY_ARRAY && f->elements == 5 && f->element[0]->type == REDIS_REPLY_STRING) {
+            /* [number, prompt_id, prompt, extra_data, outputs_to_execute] */
+            cJSON *e = cJSON_CreateArray();
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(f->element[1]->type == REDIS_REPLY_STRING ? strtod(f->element[1]->str, NULL) : 0));
+            char idbuf[128];
+            snprintf(idbuf, sizeof idbuf, "%.*s", (int)id->len, id->str);
+            cJSON_AddItemToArray(e, cJSON_CreateString(idbuf));
+            cJSON_AddItemToArray(e, parse_or_null(f->element[2]));
+            cJSON_AddItemToArray(e, parse_or_null(f->element[3]));
+            cJSON_AddItemToArray(e, parse_or_null(f->element[4]));
+            cJSON_AddItemToArray(strcmp(f->element[0]->str, "running") ? pending : running, e);
+        }
+        freeReplyObject(f);
+    }
+    freeReplyObject(ids);
+    redisFree(rc);
+    if (err.msg[0]) {
+        cJSON_Delete(out);
+        return reply_redis_down(s, c, &err);
+    }
+    return srv_reply_json(c, 200, out);
+}
+
+static void publish_control(redisContext *rc, srv *s, cJSON *msg) {
+    char kctl[300];
+    key(kctl, sizeof kctl, s, "control", NULL);
+    char *text = cJSON_PrintUnformatted(msg);
+    cJSON_Delete(msg);
+    if (!text) return;
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(rc, &err, "PUBLISH", kctl, text, NULL);
+    if (r) freeReplyObject(r);
+    else srv_log(s, "error: %s", err.msg);
+    free(text);
+}
+
+/* Pending: removed. Running: its worker is told to interrupt it. */
+static sd_status cancel(srv *s, redisContext *rc, const char *id, sd_error *err) {
+    char kjob[600], kqueue[300], kjobs[300];
+    key(kjob, sizeof kjob, s, "job:%s", id);
+    key(kqueue, sizeof kqueue, s, "queue", NULL);
+    key(kjobs, sizeof kjobs, s, "jobs", NULL);
+    redisReply *r = srv_redis_cmdl(rc, err, "EVAL", srv_redis_lua_cancel, "3", kjob, kqueue, kjobs, id, NULL);
+    if (!r) return err->code;
+    long long what = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    if (what == 1) srv_log(s, "prompt %s removed from the queue", id);
+    if (what == 2) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "op", "interrupt");
+        cJSON_AddStringToObject(m, "prompt_id", id);
+        publish_control(rc, s, m);
+        srv_log(s, "prompt %s: interrupt sent to its worker", id);
+    }
+    return SD_OK;
+}
+
+int srv_rq_post_queue(srv *s, struct mg_connection *c) {
+    cJSON *body = NULL;
+    int st = srv_read_json(s, c, 0, &body);
+    if (st) return st;
+    const cJSON *del = cJSON_GetObjectItemCaseSensitive(body, "delete");
+    if (del && !cJSON_IsArray(del)) {
+        cJSON_Delete(body);
+        return srv_reply_error(c, 400, "bad_request", "'delete' must be a list of prompt ids");
+    }
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) {
+        cJSON_Delete(body);
+        return reply_redis_down(s, c, &err);
+    }
+    sd_status status = SD_OK;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "clear"))) {
+        /* every pending prompt; the running ones go on (ComfyUI's clear) */
+        char kqueue[300];
+        key(kqueue, sizeof kqueue, s, "queue", NULL);
+        redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", NULL);
+        if (!ids) status = err.code;
+        for (size_t i = 0; ids && i < ids->elements && !status; i++) {
+            if (ids->element[i]->type != REDIS_REPLY_STRING) continue;
+            char kjob[600], kjobs[300];
+            snprintf(kjob, sizeof kjob, "%s:job:%s", s->rq_prefix, ids->element[i]->str);
+            key(kjobs, sizeof kjobs, s, "jobs", NULL);
+            redisReply *f = srv_redis_cmdl(rc, &err, "HGET", kjob, "state", NULL);
+            int pend = f && f->type == REDIS_REPLY_STRING && !strcmp(f->str, "pending");
+            if (f) freeReplyObject(f);
+            if (pend) status = cancel(s, rc, ids->element[i]->str, &err);
+        }
+        if (ids) freeReplyObject(ids);
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, del) {
+        if (!status && cJSON_IsString(it) && strlen(it->valuestring) < 128) status = cancel(s, rc, it->valuestring, &err);
+    }
+    redisFree(rc);
+    cJSON_Delete(body);
+    if (status) return reply_redis_down(s, c, &err);
+    srv_ws_broadcast_status(s);
+    return srv_reply(c, 200, "text/plain", "", 0, NULL);
+}
+
+int srv_rq_post_interrupt(srv *s, struct mg_connection *c) {
+    cJSON *body = NULL;
+    int st = srv_read_json(s, c, 1, &body);
+    if (st) return st;
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) {
+        cJSON_Delete(body);
+        return reply_redis_down(s, c, &err);
+    }
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(body, "prompt_id");
+    sd_status status = SD_OK;
+    if (cJSON_IsString(pid) && strlen(pid->valuestring) < 128) {
+        status = cancel(s, rc, pid->valuestring, &err);
+    } else { /* no id: every running prompt (ComfyUI's "the" running prompt) */
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "op", "interrupt");
+        publish_control(rc, s, m);
+    }
+    redisFree(rc);
+    cJSON_Delete(body);
+    if (status) return reply_redis_down(s, c, &err);
+    srv_ws_broadcast_status(s);
+    return srv_reply(c, 200, "text/plain", "", 0, NULL);
+}
+
+int srv_rq_post_free(srv *s, struct mg_connection *c) {
+    cJSON *body = NULL;
+    int st = srv_read_json(s, c, 1, &body);
+    if (st) return st;
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) {
+        cJSON_Delete(body);
+        return reply_redis_down(s, c, &err);
+    }
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "op", "free");
+    cJSON_AddBoolToObject(m, "unload_models", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "unload_models")));
+    cJSON_AddBoolToObject(m, "free_memory", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "free_memory")));
+    publish_control(rc, s, m);
+    redisFree(rc);
+    cJSON_Delete(body);
+    return srv_reply(c, 200, "text/plain", "", 0, NULL);
+}
+
+/* ---- /history ------------------------------------------------------------------------- */
+
+int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) return reply_redis_down(s, c, &err);
+    cJSON *out = cJSON_CreateObject();
+    if (id) {
+        char kh[600];
+        key(kh, sizeof kh, s, "hist:%s", id);
+        redisReply *r = strlen(id) < 128 ? srv_redis_cmdl(rc, &err, "GET", kh, NULL) : NULL;
+        if (r && r->type == REDIS_REPLY_STRING) {
+            cJSON *e = cJSON_ParseWithLength(r->str, r->len);
+            if (e) cJSON_AddItemToObject(out, id, e);
+        }
+        if (r) freeReplyObject(r);
+    } else {
+        long max_items = -1, offset = -1;
+        char *mi = srv_query(c, "max_items"), *of = srv_query(c, "offset");
+        if (mi) max_items = strtol(mi, NULL, 10);
+        if (of) offset = strtol(of, NULL, 10);
+        free(mi);
+        free(of);
+        char khist[300];
+        key(khist, sizeof khist, s, "history", NULL);
+        redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", khist, "0", "-1", NULL); /* oldest first */
+        size_t n = ids && ids->type == REDIS_REPLY_ARRAY ? ids->elements : 0;
+        /* ComfyUI: max_items alone = the newest that many; offset counts from the oldest */
+        if (offset < 0 && max_items >= 0) offset = (long)n - max_items;
+        if (offset < 0) offset = 0;
+        long added = 0;
+        for (size_t i = (size_t)offset; i < n && (max_items < 0 || added < max_items); i++) {
+            const redisReply *e = ids->element[i];
+            if (e->type != REDIS_REPLY_STRING) continue;
+            char kh[600];
+            snprintf(kh, sizeof kh, "%s:hist:%.*s", s->rq_prefix, (int)e->len, e->str);
+            redisReply *r = srv_redis_cmdl(rc, &err, "GET", kh, NULL);
+            if (!r) break;
+            cJSON *entry = r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len) : NULL;
+            if (entry) {
+                cJSON_AddItemToObject(out, e->str, entry);
+                added++;
+            }
+            freeReplyObject(r);
+        }
+        if (ids) freeReplyObject(ids);
+    }
+    redisFree(rc);
+    if (err.msg[0]) {
+        cJSON_Delete(out);
+        return reply_redis_down(s, c, &err);
+    }
+    return srv_reply_json(c, 200, out);
+}
+
+int srv_rq_post_history(srv *s, struct mg_connection *c) {
+    cJSON *body = NULL;
+    int st = srv_read_json(s, c, 0, &body);
+    if (st) return st;
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) {
+        cJSON_Delete(body);
+        return reply_redis_down(s, c, &err);
+    }
+    char khist[300], hprefix[300];
+    key(khist, sizeof khist, s, "history", NULL);
+    key(hprefix, sizeof hprefix, s, "hist:", NULL);
+    redisReply *r = NULL;
+    int ok = 1;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "clear"))) {
+        r = srv_redis_cmdl(rc, &err, "EVAL", srv_redis_lua_history_clear, "1", khist, hprefix, NULL);
+        ok = r != NULL;
+        if (r) freeReplyObject(r);
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(body, "delete")) {
+        if (!ok || !cJSON_IsString(it) || strlen(it->valuestring) >= 128) continue;
+        char kh[600];
+        key(kh, sizeof kh, s, "hist:%s", it->valuestring);
+        if ((r = srv_redis_cmdl(rc, &err, "ZREM", khist, it->valuestring, NULL))) freeReplyObject(r);
+        if (r && (r = srv_redis_cmdl(rc, &err, "DEL", kh, NULL))) freeReplyObject(r);
+        ok = r != NULL;
+    }
+    redisFree(rc);
+    cJSON_Delete(body);
+    if (!ok) return reply_redis_down(s, c, &err);
+    return srv_reply(c, 200, "text/plain", "", 0, NULL);
+}
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+sd_status srv_rq_get_file(srv *s, const char *type, const char *subfolder, const char *name, char **bytes, size_t *n,
+                          sd_error *err) {
+    redisContext *rc = rq_connect(s, err);
+    if (!rc) return err->code;
+    char path[4096];
+    srv_redis_file_path(path, sizeof path, type, subfolder, name);
+    sd_status st = srv_redis_get_file(rc, s->rq_prefix, path, bytes, n, err);
+    redisFree(rc);
+    return st;
+}
+
+sd_status srv_rq_put_file(srv *s, const char *type, const char *subfolder, const char *name, const void *bytes,
+                          size_t n, sd_error *err) {
+    redisContext *rc = rq_connect(s, err);
+    if (!rc) return err->code;
+    char path[4096];
+    srv_redis_file_path(path, sizeof path, type, subfolder, name);
+    sd_status st = srv_redis_put_file(rc, s->rq_prefix, path, bytes, n, s->rq_ttl, NULL, err);
+    redisFree(rc);
+    return st;
+}
+
+/* ---- the workers' messages ------------------------------------------------------------------ */
+
+static void forward(srv *s, const char *msg, size_t n) {
+    if (n < 2) return;
+    const char *nl = memchr(msg, '\n', n);
+    if (!nl) return;
+    char sid[128];
+    size_t sl = (size_t)(nl - msg - 1);
+    if (sl >= sizeof sid) return;
+    memcpy(sid, msg + 1, sl);
+    sid[sl] = 0;
+    const char *payload = nl + 1;
+    size_t pn = n - (size_t)(payload - msg);
+    if (msg[0] == 'J') {
+        cJSON *m = cJSON_ParseWithLength(payload, pn);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
+        if (cJSON_IsString(type)) {
+            cJSON *data = cJSON_DetachItemFromObjectCaseSensitive(m, "data");
+            srv_ws_send(s, sl ? sid : NULL, type->valuestring, data ? data : cJSON_CreateObject());
+        }
+        cJSON_Delete(m);
+    } else if (msg[0] == 'B' && pn >= 4) {
+        const unsigned char *p = (const unsigned char *)payload;
+        uint32_t event = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+        srv_ws_send_binary(s, sl ? sid : NULL, event, payload + 4, pn - 4);
+    }
+}
+
+static void *subscriber_main(void *arg) {
+    srv *s = arg;
+    char kev[300];
+    key(kev, sizeof kev, s, "events", NULL);
+    int warned = 0;
+    while (!s->rq_quit) {
+        sd_error err;
+        sd_error_clear(&err);
+        redisContext *rc = NULL;
+        if (srv_redis_connect(s->o->redis_url, 0, &rc, &err)) {
+            if (!warned++) srv_log(s, "error: %s (retrying every second)", err.msg);
+            sleep(1);
+            continue;
+        }
+        redisReply *r = srv_redis_cmdl(rc, &err, "SUBSCRIBE", kev, NULL);
+        if (!r) {
+            redisFree(rc);
+            sleep(1);
+            continue;
+        }
+        freeReplyObject(r);
+        if (warned) srv_log(s, "redis: connected again");
+        warned = 0;
+        pthread_mutex_lock(&s->rq_mu);
+        int quit = s->rq_quit;
+        if (!quit) s->rq_sub = rc;
+        pthread_mutex_unlock(&s->rq_mu);
+        if (quit) {
+            redisFree(rc);
+            break;
+        }
+        void *reply = NULL;
+        while (!s->rq_quit && redisGetReply(rc, &reply) == REDIS_OK) {
+            redisReply *m = reply;
+            if (m && m->type == REDIS_REPLY_ARRAY && m->elements == 3 && m->element[2]->type == REDIS_REPLY_STRING)
+                forward(s, m->element[2]->str, m->element[2]->len);
+            if (m) freeReplyObject(m);
+            reply = NULL;
+        }
+        pthread_mutex_lock(&s->rq_mu);
+        s->rq_sub = NULL;
+        pthread_mutex_unlock(&s->rq_mu);
+        if (!s->rq_quit) srv_log(s, "error: redis subscription lost: %s (reconnecting)", rc->errstr);
+        redisFree(rc);
+        if (!s->rq_quit) sleep(1);
+    }
+    return NULL;
+}
+
+int srv_rq_start(srv *s, sd_error *err) {
+    redisContext *rc = rq_connect(s, err);
+    if (!rc) return -1;
+    sd_status st = srv_redis_ensure_group(rc, s->rq_prefix, err);
+    redisFree(rc);
+    if (st) return -1;
+    pthread_mutex_init(&s->rq_mu, NULL);
+    if (pthread_create(&s->rq_thread, NULL, subscriber_main, s) != 0) {
+        pthread_mutex_destroy(&s->rq_mu);
+        sd_error_set(err, SD_ERR_INTERNAL, "cannot start the redis subscriber thread");
+        return -1;
+    }
+    s->rq_started = 1;
+    return 0;
+}
+
+void srv_rq_stop(srv *s) {
+    if (!s->rq_started) return;
+    /* the subscriber blocks in a read: shutting its socket wakes it */
+    pthread_mutex_lock(&s->rq_mu);
+    s->rq_quit = 1;
+    if (s->rq_sub) shutdown(s->rq_sub->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&s->rq_mu);
+    pthread_join(s->rq_thread, NULL);
+    pthread_mutex_destroy(&s->rq_mu);
+    s->rq_started = 0;
+}

@@ -1,0 +1,696 @@
+/* worker.c - the worker's loop, heartbeat and control threads (worker.h). */
+#define _GNU_SOURCE
+#include "worker.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "server/redis.h"
+
+#define COMMAND_TIMEOUT_S 30.0
+#define READ_BLOCK_MS "1000" /* how long one XREADGROUP waits: the stop flag's latency */
+
+typedef struct wk {
+    const sd_worker_opts *o;
+    const char *prefix;
+    char name[128];
+    double claim_timeout;
+    int max_attempts;
+    long ttl;
+    size_t budget;
+    FILE *log;
+    pthread_mutex_t log_mu;
+
+    redisContext *c;      /* the loop's connection; also used by the sink and claims (same thread) */
+
+    pthread_mutex_t mu;   /* guards what follows */
+    char run_id[128];     /* the prompt running now ("" = none) */
+    char run_entry[64];   /* its stream entry */
+    int flag_free;        /* /free asked: empty the memo between prompts */
+    volatile sig_atomic_t interrupt;
+    int quit;             /* threads end */
+    redisContext *ctl;    /* the control subscription (shut down to wake it) */
+
+    pthread_t hb_thread, ctl_thread;
+    int hb_started, ctl_started;
+} wk;
+
+static void wlog(wk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wlog(wk *w, const char *fmt, ...) {
+    char *line = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    pthread_mutex_lock(&w->log_mu);
+    fprintf(w->log, "%s\n", line);
+    fflush(w->log);
+    pthread_mutex_unlock(&w->log_mu);
+    free(line);
+}
+
+static void key(char *buf, size_t n, const wk *w, const char *suffix) {
+    snprintf(buf, n, "%s:%s", w->prefix, suffix);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static int stopping(const wk *w) {
+    return w->o->stop && *w->o->stop;
+}
+
+/* ---- messages to the servers (P:events) ------------------------------------------ */
+
+static void publish(wk *w, char kind, const char *sid, const void *payload, size_t n) {
+    if (!w->c) return;
+    size_t sl = sid ? strlen(sid) : 0;
+    char *msg = malloc(2 + sl + n);
+    if (!msg) return;
+    msg[0] = kind;
+    memcpy(msg + 1, sid ? sid : "", sl);
+    msg[1 + sl] = '\n';
+    memcpy(msg + 2 + sl, payload, n);
+    char kev[300];
+    key(kev, sizeof kev, w, "events");
+    const char *argv[] = {"PUBLISH", kev, msg};
+    const size_t lens[] = {7, strlen(kev), 2 + sl + n};
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmd(w->c, &err, 3, argv, lens);
+    if (r) freeReplyObject(r);
+    free(msg);
+}
+
+static void sink_send(void *user, const char *sid, const char *event, cJSON *data) {
+    wk *w = user;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", event);
+    cJSON_AddItemToObject(m, "data", data);
+    char *text = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    if (text) publish(w, 'J', sid, text, strlen(text));
+    free(text);
+}
+
+static void sink_binary(void *user, const char *sid, uint32_t event, const void *p, size_t n) {
+    wk *w = user;
+    char *buf = malloc(n + 4);
+    if (!buf) return;
+    buf[0] = (char)(event >> 24);
+    buf[1] = (char)(event >> 16);
+    buf[2] = (char)(event >> 8);
+    buf[3] = (char)event;
+    memcpy(buf + 4, p, n);
+    publish(w, 'B', sid, buf, n + 4);
+    free(buf);
+}
+
+static void sink_log(void *user, const char *line) {
+    wlog(user, "%s", line);
+}
+
+static void on_env_log(void *user, int level, const char *msg) {
+    if (level <= SD_LOG_INFO)
+        wlog(user, "%s: %s", level == SD_LOG_ERROR ? "error" : level == SD_LOG_WARN ? "warning" : "info", msg);
+}
+
+/* The queue changed: every client hears the new length, as from ComfyUI. */
+static void publish_status(wk *w) {
+    char kq[300];
+    key(kq, sizeof kq, w, "queue");
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = w->c ? srv_redis_cmdl(w->c, &err, "ZCARD", kq, NULL) : NULL;
+    size_t n = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
+    if (r) freeReplyObject(r);
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddItemToObject(d, "status", srv_queue_info_json(n));
+    sink_send(w, NULL, "status", d);
+}
+
+/* ---- output names claimed cluster-wide (core/node.h claim_name) -------------------- */
+
+static sd_status claim_name(void *user, const char *type, const char *subfolder, const char *name, int *taken,
+                            sd_error *err) {
+    wk *w = user;
+    char path[4096], k[4400], val[160], ttl[32];
+    srv_redis_file_path(path, sizeof path, type, subfolder, name);
+    snprintf(k, sizeof k, "%s:file:%s", w->prefix, path);
+    snprintf(val, sizeof val, "claim:%s", w->name);
+    snprintf(ttl, sizeof ttl, "%ld", w->ttl);
+    if (!w->c) return sd_error_set(err, SD_ERR_IO, "redis: not connected (output name %s)", path);
+    redisReply *r = srv_redis_cmdl(w->c, err, "SET", k, val, "NX", "EX", ttl, NULL);
+    if (!r) return err->code;
+    *taken = r->type == REDIS_REPLY_NIL;
+    freeReplyObject(r);
+    return SD_OK;
+}
+
+/* ---- files in and out ---------------------------------------------------------------- */
+
+static const char *type_dir(const wk *w, const char *type) {
+    if (!strcmp(type, "output")) return w->o->env->output_dir;
+    if (!strcmp(type, "input")) return w->o->env->input_dir;
+    if (!strcmp(type, "temp")) return w->o->env->temp_dir;
+    return NULL;
+}
+
+/* Relative, no "..", no backslash, not empty. */
+static int safe_relpath(const char *p) {
+    if (!p || !*p || p[0] == '/' || strchr(p, '\\') || strlen(p) > 1024) return 0;
+    for (const char *q = p; *q;) {
+        size_t n = strcspn(q, "/");
+        if (n == 0 || (n == 2 && !strncmp(q, "..", 2)) || (n == 1 && q[0] == '.')) return 0;
+        q += n;
+        if (*q == '/') q++;
+    }
+    return 1;
+}
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0;
+    *n = 0;
+    for (;;) {
+        if (*n == cap) {
+            char *b = realloc(buf, cap = cap ? cap * 2 : 1 << 16);
+            if (!b) { free(buf); fclose(f); return NULL; }
+            buf = b;
+        }
+        size_t k = fread(buf + *n, 1, cap - *n, f);
+        if (!k) break;
+        *n += k;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return NULL; }
+    return buf;
+}
+
+/* Writes bytes to dir/rel through a temporary and a rename, creating the
+ * folders between. */
+static sd_status write_file(const char *dir, const char *rel, const char *bytes, size_t n, sd_error *err) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path)
+        return sd_error_set(err, SD_ERR_INVALID, "input file name too long: %s", rel);
+    for (char *p = path + strlen(dir) + 1; (p = strchr(p, '/')); p++) {
+        *p = 0;
+        int bad = mkdir(path, 0755) != 0 && errno != EEXIST;
+        *p = '/';
+        if (bad) return sd_error_set(err, SD_ERR_IO, "%s: cannot create its folder: %s", path, strerror(errno));
+    }
+    char tmp[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return sd_error_set(err, SD_ERR_IO, "%s: %s", path, strerror(errno));
+    size_t off = 0;
+    while (off < n) {
+        ssize_t k = write(fd, bytes + off, n - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        off += (size_t)k;
+    }
+    if (fchmod(fd, 0644) != 0 || close(fd) != 0 || off != n || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return sd_error_set(err, SD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    }
+    return SD_OK;
+}
+
+/* Input files the prompt names (any string input that Redis knows as an
+ * input file: uploads reach the server, not this machine) are brought into
+ * the input folder unless the same bytes are there. */
+static sd_status fetch_inputs(wk *w, const srv_job *j, sd_error *err) {
+    const char *dir = w->o->env->input_dir;
+    const cJSON *node;
+    cJSON_ArrayForEach(node, j->prompt) {
+        const cJSON *in;
+        cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(node, "inputs")) {
+            if (!cJSON_IsString(in) || !safe_relpath(in->valuestring)) continue;
+            char path[1100];
+            snprintf(path, sizeof path, "input/%s", in->valuestring);
+            char *bytes = NULL;
+            size_t n = 0;
+            sd_status rc = srv_redis_get_file(w->c, w->prefix, path, &bytes, &n, err);
+            if (rc == SD_ERR_NOT_FOUND) {
+                sd_error_clear(err);
+                continue;
+            }
+            if (rc) return rc;
+            char local[PATH_MAX];
+            snprintf(local, sizeof local, "%s/%s", dir, in->valuestring);
+            size_t have_n = 0;
+            char *have = read_file(local, &have_n);
+            if (!have || have_n != n || memcmp(have, bytes, n)) {
+                rc = write_file(dir, in->valuestring, bytes, n, err);
+                if (!rc) wlog(w, "prompt %s: input %s fetched from redis (%zu bytes)", j->id, in->valuestring, n);
+            }
+            free(have);
+            free(bytes);
+            if (rc) return rc;
+        }
+    }
+    return SD_OK;
+}
+
+/* Every file the history entry names goes to Redis, so /view finds it
+ * whichever machine made it. */
+static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
+    const cJSON *node;
+    cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(entry, "outputs")) {
+        const cJSON *list;
+        cJSON_ArrayForEach(list, node) {
+            if (!cJSON_IsArray(list)) continue;
+            const cJSON *f;
+            cJSON_ArrayForEach(f, list) {
+                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "filename");
+                const cJSON *sub = cJSON_GetObjectItemCaseSensitive(f, "subfolder");
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(f, "type");
+                if (!cJSON_IsString(fn) || !cJSON_IsString(type)) continue;
+                const char *dir = type_dir(w, type->valuestring);
+                const char *sf = cJSON_IsString(sub) ? sub->valuestring : "";
+                if (!dir) continue;
+                char local[PATH_MAX], path[4096];
+                snprintf(local, sizeof local, "%s/%s%s%s", dir, sf, sf[0] ? "/" : "", fn->valuestring);
+                srv_redis_file_path(path, sizeof path, type->valuestring, sf, fn->valuestring);
+                size_t n = 0;
+                char *bytes = read_file(local, &n);
+                sd_error err;
+                sd_error_clear(&err);
+                if (!bytes) wlog(w, "error: prompt %s: cannot read its output %s: %s", j->id, local, strerror(errno));
+                else if (srv_redis_put_file(w->c, w->prefix, path, bytes, n, w->ttl, NULL, &err))
+                    wlog(w, "error: prompt %s: output %s not stored in redis: %s", j->id, path, err.msg);
+                free(bytes);
+            }
+        }
+    }
+}
+
+/* ---- the heartbeat and control threads ---------------------------------------------- */
+
+/* Every claim_timeout/4 the running prompt's entry is claimed again (which
+ * resets its idle time); every tick the stop flag is passed on to the
+ * running prompt, whose executor only watches `interrupt`. */
+static void *heartbeat_main(void *arg) {
+    wk *w = arg;
+    redisContext *c = NULL;
+    char kjobs[300];
+    key(kjobs, sizeof kjobs, w, "jobs");
+    double period = w->claim_timeout / 4 > 0.05 ? w->claim_timeout / 4 : 0.05, last = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        int quit = w->quit;
+        char entry[64];
+        snprintf(entry, sizeof entry, "%s", w->run_entry);
+        if (entry[0] && stopping(w)) w->interrupt = 1;
+        pthread_mutex_unlock(&w->mu);
+        if (quit) break;
+        double now = srv_now();
+        if (entry[0] && now - last >= period) {
+            last = now;
+            sd_error err;
+            sd_error_clear(&err);
+            if (!c && srv_redis_connect(w->o->redis_url, COMMAND_TIMEOUT_S, &c, &err)) c = NULL;
+            redisReply *r = c ? srv_redis_cmdl(c, &err, "XCLAIM", kjobs, SRV_REDIS_GROUP, w->name, "0", entry,
+                                               "JUSTID", NULL)
+                              : NULL;
+            if (r) freeReplyObject(r);
+            else if (c) {
+                wlog(w, "warning: heartbeat: %s", err.msg);
+                redisFree(c);
+                c = NULL;
+            }
+        }
+        sleep_s(0.05);
+    }
+    if (c) redisFree(c);
+    return NULL;
+}
+
+static void on_control(wk *w, const char *msg, size_t n) {
+    cJSON *m = cJSON_ParseWithLength(msg, n);
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(m, "op");
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(m, "prompt_id");
+    if (cJSON_IsString(op) && !strcmp(op->valuestring, "interrupt")) {
+        pthread_mutex_lock(&w->mu);
+        if (w->run_id[0] && (!cJSON_IsString(pid) || !strcmp(pid->valuestring, w->run_id))) {
+            w->interrupt = 1;
+            wlog(w, "prompt %s: interrupt asked", w->run_id);
+        }
+        pthread_mutex_unlock(&w->mu);
+    } else if (cJSON_IsString(op) && !strcmp(op->valuestring, "free")) {
+        pthread_mutex_lock(&w->mu);
+        w->flag_free = 1;
+        pthread_mutex_unlock(&w->mu);
+    }
+    cJSON_Delete(m);
+}
+
+static void *control_main(void *arg) {
+    wk *w = arg;
+    char kctl[300];
+    key(kctl, sizeof kctl, w, "control");
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        int quit = w->quit;
+        pthread_mutex_unlock(&w->mu);
+        if (quit) break;
+        sd_error err;
+        sd_error_clear(&err);
+        redisContext *c = NULL;
+        redisReply *r = NULL;
+        if (srv_redis_connect(w->o->redis_url, 0, &c, &err) || !(r = srv_redis_cmdl(c, &err, "SUBSCRIBE", kctl, NULL))) {
+            if (c) redisFree(c);
+            sleep_s(1);
+            continue;
+        }
+        freeReplyObject(r);
+        pthread_mutex_lock(&w->mu);
+        quit = w->quit;
+        if (!quit) w->ctl = c;
+        pthread_mutex_unlock(&w->mu);
+        if (quit) {
+            redisFree(c);
+            break;
+        }
+        void *reply = NULL;
+        while (redisGetReply(c, &reply) == REDIS_OK) {
+            redisReply *m = reply;
+            if (m && m->type == REDIS_REPLY_ARRAY && m->elements == 3 && m->element[2]->type == REDIS_REPLY_STRING)
+                on_control(w, m->element[2]->str, m->element[2]->len);
+            if (m) freeReplyObject(m);
+            reply = NULL;
+        }
+        pthread_mutex_lock(&w->mu);
+        w->ctl = NULL;
+        quit = w->quit;
+        pthread_mutex_unlock(&w->mu);
+        redisFree(c);
+        if (!quit) sleep_s(1);
+    }
+    return NULL;
+}
+
+/* ---- one prompt ------------------------------------------------------------------- */
+
+static const char *str_of(const redisReply *r) {
+    return r && r->type == REDIS_REPLY_STRING ? r->str : "";
+}
+
+/* The finish script: history entry, ack. Returns 1 recorded, 0 another
+ * worker's run was recorded first, -1 error (the entry stays pending). */
+static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entry, long long max_history) {
+    char kjob[600], kq[300], kjobs[300], kh[600], khist[300], kseq[300], hpre[300], maxh[32];
+    char suffix[256];
+    snprintf(suffix, sizeof suffix, "job:%s", id);
+    key(kjob, sizeof kjob, w, suffix);
+    snprintf(suffix, sizeof suffix, "hist:%s", id);
+    key(kh, sizeof kh, w, suffix);
+    key(kq, sizeof kq, w, "queue");
+    key(kjobs, sizeof kjobs, w, "jobs");
+    key(khist, sizeof khist, w, "history");
+    key(kseq, sizeof kseq, w, "hist_seq");
+    key(hpre, sizeof hpre, w, "hist:");
+    snprintf(maxh, sizeof maxh, "%lld", max_history > 0 ? max_history : 1000);
+    char *text = cJSON_PrintUnformatted(entry);
+    if (!text) return -1;
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_finish, "6", kjob, kq, kjobs, kh, khist, kseq,
+                                   id, text, SRV_REDIS_GROUP, entry_id, maxh, hpre, NULL);
+    free(text);
+    if (!r) {
+        wlog(w, "error: prompt %s: cannot record it: %s", id, err.msg);
+        return -1;
+    }
+    int ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    return ok;
+}
+
+static void ack_only(wk *w, const char *entry_id) {
+    char kjobs[300];
+    key(kjobs, sizeof kjobs, w, "jobs");
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "XACK", kjobs, SRV_REDIS_GROUP, entry_id, NULL);
+    if (r) freeReplyObject(r);
+    if (r && (r = srv_redis_cmdl(w->c, &err, "XDEL", kjobs, entry_id, NULL))) freeReplyObject(r);
+}
+
+static void set_running(wk *w, const char *id, const char *entry) {
+    pthread_mutex_lock(&w->mu);
+    snprintf(w->run_id, sizeof w->run_id, "%s", id ? id : "");
+    snprintf(w->run_entry, sizeof w->run_entry, "%s", entry ? entry : "");
+    if (id) w->interrupt = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) {
+    char kjob[600], suffix[256];
+    snprintf(suffix, sizeof suffix, "job:%s", id);
+    key(kjob, sizeof kjob, w, suffix);
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_start, "1", kjob, entry_id, w->name, NULL);
+    if (!r) {
+        wlog(w, "error: prompt %s: %s", id, err.msg);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7) { /* cancelled, or done by another worker */
+        freeReplyObject(r);
+        ack_only(w, entry_id);
+        return;
+    }
+    int attempts = atoi(str_of(r->element[4]));
+    const char *prev = str_of(r->element[5]);
+    long long max_history = atoll(str_of(r->element[6]));
+    if (prev[0] && strcmp(prev, w->name)) wlog(w, "prompt %s reclaimed from %s (attempt %d)", id, prev, attempts);
+    srv_job *j = NULL;
+    sd_status rc = srv_job_restore(id, strtod(str_of(r->element[3]), NULL), cJSON_Parse(str_of(r->element[0])),
+                                   cJSON_Parse(str_of(r->element[1])), cJSON_Parse(str_of(r->element[2])), &j, &err);
+    freeReplyObject(r);
+    set_running(w, id, entry_id);
+    cJSON *entry = NULL;
+    sd_status run_rc = SD_OK;
+    if (rc) {
+        /* a stored prompt that no longer parses cannot run anywhere: record why */
+        srv_job stub;
+        memset(&stub, 0, sizeof stub);
+        snprintf(stub.id, sizeof stub.id, "%s", id);
+        char msg[SD_ERR_MSG_MAX + 64];
+        snprintf(msg, sizeof msg, "the queued prompt cannot be read: %s", err.msg);
+        entry = srv_job_failed_entry(&stub, msg);
+        run_rc = rc;
+    } else if (attempts > w->max_attempts) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "gave up after %d attempts: the workers running it (last: %s) stopped without "
+                 "finishing", attempts - 1, prev[0] ? prev : "?");
+        wlog(w, "prompt %s: %s", id, msg);
+        entry = srv_job_failed_entry(j, msg);
+        run_rc = SD_ERR_INTERNAL;
+    } else if ((rc = fetch_inputs(w, j, &err))) {
+        char msg[SD_ERR_MSG_MAX + 64];
+        snprintf(msg, sizeof msg, "input files: %s", err.msg);
+        wlog(w, "error: prompt %s: %s", id, msg);
+        entry = srv_job_failed_entry(j, msg);
+        run_rc = rc;
+    } else {
+        wlog(w, "prompt %s: attempt %d on %s", id, attempts, w->name);
+        publish_status(w);
+        srv_run_opts ro = {
+            .env = w->o->env,
+            .cache = w->o->cache,
+            .interrupt = &w->interrupt,
+            .preview = w->o->preview,
+            .preview_user = w->o->preview_user,
+            .preview_interval = w->o->preview_interval,
+            .sink = {sink_send, sink_binary, sink_log, w},
+        };
+        entry = srv_job_run(ex, j, &ro, &run_rc);
+    }
+    if (run_rc == SD_ERR_CANCELLED && stopping(w)) {
+        /* shutting down: not this prompt's fault; another worker takes it after the claim timeout */
+        wlog(w, "prompt %s left for another worker (this one is stopping)", id);
+    } else if (entry) {
+        publish_outputs(w, j ? j : NULL, entry);
+        int rec = finish(w, id, entry_id, entry, max_history);
+        if (rec == 0) wlog(w, "prompt %s: another worker recorded it first; this run is not kept", id);
+        publish_status(w);
+    }
+    set_running(w, NULL, NULL);
+    cJSON_Delete(entry);
+    srv_job_free(j);
+}
+
+/* XAUTOCLAIM first (prompts of workers that went silent), then new ones.
+ * Returns 1 with the entry and prompt id, 0 when none came, -1 on a
+ * connection error. */
+static int next_entry(wk *w, char *cursor, size_t cn, char entry[64], char id[128]) {
+    char kjobs[300], idle[32];
+    key(kjobs, sizeof kjobs, w, "jobs");
+    snprintf(idle, sizeof idle, "%lld", (long long)(w->claim_timeout * 1000));
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "XAUTOCLAIM", kjobs, SRV_REDIS_GROUP, w->name, idle, cursor,
+                                   "COUNT", "1", NULL);
+    if (!r) {
+        wlog(w, "error: %s", err.msg);
+        if (strstr(err.msg, "NOGROUP")) { /* the stream was deleted under us: make it again */
+            sd_error_clear(&err);
+            srv_redis_ensure_group(w->c, w->prefix, &err);
+            return 0;
+        }
+        return w->c->err ? -1 : 0;
+    }
+    const redisReply *list = NULL;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+        if (r->element[0]->type == REDIS_REPLY_STRING) snprintf(cursor, cn, "%s", r->element[0]->str);
+        list = r->element[1];
+    }
+    redisReply *rr = NULL;
+    if (!list || list->type != REDIS_REPLY_ARRAY || !list->elements) {
+        freeReplyObject(r);
+        r = NULL;
+        rr = srv_redis_cmdl(w->c, &err, "XREADGROUP", "GROUP", SRV_REDIS_GROUP, w->name, "COUNT", "1", "BLOCK",
+                            READ_BLOCK_MS, "STREAMS", kjobs, ">", NULL);
+        if (!rr) {
+            wlog(w, "error: %s", err.msg);
+            return w->c->err ? -1 : 0;
+        }
+        /* [[stream, [[entry, [field, value, ...]]]]] or nil */
+        if (rr->type == REDIS_REPLY_ARRAY && rr->elements == 1 && rr->element[0]->elements == 2)
+            list = rr->element[0]->element[1];
+        else
+            list = NULL;
+    }
+    int got = 0;
+    if (list && list->type == REDIS_REPLY_ARRAY && list->elements) {
+        const redisReply *e = list->element[0];
+        if (e->type == REDIS_REPLY_ARRAY && e->elements == 2 && e->element[0]->type == REDIS_REPLY_STRING) {
+            snprintf(entry, 64, "%s", e->element[0]->str);
+            const redisReply *f = e->element[1];
+            for (size_t i = 0; f->type == REDIS_REPLY_ARRAY && i + 1 < f->elements; i += 2)
+                if (!strcmp(str_of(f->element[i]), "id")) snprintf(id, 128, "%s", str_of(f->element[i + 1]));
+            got = 1;
+        }
+    }
+    if (r) freeReplyObject(r);
+    if (rr) freeReplyObject(rr);
+    return got;
+}
+
+/* ---- the loop ----------------------------------------------------------------------- */
+
+sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
+    wk w;
+    memset(&w, 0, sizeof w);
+    w.o = o;
+    w.prefix = o->prefix && *o->prefix ? o->prefix : "sdflow";
+    w.claim_timeout = o->claim_timeout > 0 ? o->claim_timeout : 60;
+    w.max_attempts = o->max_attempts > 0 ? o->max_attempts : 3;
+    w.ttl = o->ttl > 0 ? o->ttl : 86400;
+    w.budget = o->memo_budget ? o->memo_budget : (size_t)4 << 30;
+    w.log = o->log ? o->log : stderr;
+    if (o->name && *o->name) {
+        snprintf(w.name, sizeof w.name, "%s", o->name);
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        snprintf(w.name, sizeof w.name, "%s:%ld", host, (long)getpid());
+    }
+    if (!o->env) return sd_error_set(err, SD_ERR_INVALID, "sd_worker_run: no environment");
+    sd_status rc = srv_redis_connect(o->redis_url, COMMAND_TIMEOUT_S, &w.c, err);
+    if (!rc) rc = srv_redis_ensure_group(w.c, w.prefix, err);
+    if (rc) {
+        if (w.c) redisFree(w.c);
+        return rc;
+    }
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_mutex_init(&w.log_mu, NULL);
+    sd_exec *ex = sd_exec_new();
+    if (!ex) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (!rc && pthread_create(&w.hb_thread, NULL, heartbeat_main, &w) == 0) w.hb_started = 1;
+    if (!rc && pthread_create(&w.ctl_thread, NULL, control_main, &w) == 0) w.ctl_started = 1;
+    if (!rc && (!w.hb_started || !w.ctl_started)) rc = sd_error_set(err, SD_ERR_INTERNAL, "cannot start the worker's threads");
+    sd_log_fn old_log = o->env->log;
+    void *old_log_user = o->env->log_user;
+    if (!rc) {
+        o->env->claim_name = claim_name;
+        o->env->claim_user = &w;
+        o->env->log = on_env_log;
+        o->env->log_user = &w;
+        wlog(&w, "sdflow worker %s: ready (redis prefix %s, claim timeout %gs)", w.name, w.prefix, w.claim_timeout);
+    }
+    char cursor[64] = "0-0";
+    int down = 0;
+    while (!rc && !stopping(&w)) {
+        if (!w.c) {
+            sd_error e;
+            sd_error_clear(&e);
+            if (srv_redis_connect(o->redis_url, COMMAND_TIMEOUT_S, &w.c, &e)) {
+                w.c = NULL;
+                if (!down++) wlog(&w, "error: %s (retrying every second)", e.msg);
+                sleep_s(1);
+                continue;
+            }
+            if (down) wlog(&w, "redis: connected again");
+            down = 0;
+        }
+        pthread_mutex_lock(&w.mu);
+        int do_free = w.flag_free;
+        w.flag_free = 0;
+        pthread_mutex_unlock(&w.mu);
+        if (do_free) {
+            sd_exec_forget(ex);
+            malloc_trim(0);
+            wlog(&w, "memory: models and cached results released (/free)");
+        }
+        char entry[64] = "", id[128] = "";
+        int got = next_entry(&w, cursor, sizeof cursor, entry, id);
+        if (got < 0) {
+            redisFree(w.c);
+            w.c = NULL;
+            continue;
+        }
+        if (!got) continue;
+        if (!id[0]) { /* not one of ours */
+            ack_only(&w, entry);
+            continue;
+        }
+        run_entry(&w, ex, entry, id);
+        size_t dropped = srv_job_keep_budget(ex, w.budget);
+        if (dropped) wlog(&w, "memory: released %zu cached results (resident %.0f MiB)", dropped,
+                          srv_rss_bytes() / 1048576.0);
+    }
+    if (!rc) wlog(&w, "sdflow worker %s: stopping", w.name);
+    pthread_mutex_lock(&w.mu);
+    w.quit = 1;
+    if (w.ctl) shutdown(w.ctl->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&w.mu);
+    if (w.hb_started) pthread_join(w.hb_thread, NULL);
+    if (w.ctl_started) pthread_join(w.ctl_thread, NULL);
+    o->env->claim_name = NULL;
+    o->env->claim_user = NULL;
+    o->env->log = old_log;
+    o->env->log_user = old_log_user;
+    sd_exec_free(ex);
+    if (w.c) redisFree(w.c);
+    pthread_mutex_destroy(&w.mu);
+    pthread_mutex_destroy(&w.log_mu);
+    return rc;
+}
