@@ -668,6 +668,10 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
             continue;
         }
         if (!got) continue;
+        if (stopping(&w)) { /* taken while the stop came: another worker claims it after the timeout */
+            wlog(&w, "prompt %s left for another worker (this one is stopping)", id);
+            break;
+        }
         if (!id[0]) { /* not one of ours */
             ack_only(&w, entry);
             continue;
