@@ -58,8 +58,8 @@ static const shared_opt shared[] = {
      "f32|bf16|f16"},
     {G_IO, "--clip-precision", NULL, SD_CLI_STR, OFF(clip_precision), "f32|bf16|f16",
      "precision of the text-encoder nodes (default: --precision)", "f32|bf16|f16"},
-    {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda",
-     "compute device (default cuda when this build has it and a GPU is present, else cpu)", "cpu|cuda"},
+    {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda|cuda:N",
+     "compute device (default cuda when this build has it and a GPU is present, else cpu; cuda:N = card N)", NULL},
     {G_IO, "--gpu-memory", NULL, SD_CLI_STR, OFF(gpu_memory), "BYTES",
      "cap on the device memory the CUDA backend holds, e.g. 10G (default: what the card has)", NULL},
     {SD_CLI_G_CACHE, "--cache", NULL, SD_CLI_STR, OFF(cache), "PATH",
@@ -286,6 +286,22 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
     };
     for (size_t k = 0; !rc && k < sizeof over / sizeof *over; k++)
         if (over[k].value) rc = sd_env_set(env, over[k].field, over[k].value, err);
+    /* --device cuda:N picks the card (one worker per GPU); the results are
+     * the same on every card, so the cache keys say "cuda" */
+    if (!rc && env->device && strcmp(env->device, "cpu") && strcmp(env->device, "cuda") && strncmp(env->device, "cuda:", 5))
+        rc = sd_error_set(err, SD_ERR_INVALID, "--device must be cpu, cuda or cuda:N, not '%s'", env->device);
+    if (!rc && env->device && !strncmp(env->device, "cuda:", 5)) {
+        char *end = NULL;
+        long n = strtol(env->device + 5, &end, 10);
+        if (!env->device[5] || *end || n < 0 || n > 1024) {
+            rc = sd_error_set(err, SD_ERR_INVALID, "--device %s: expected cuda or cuda:N (N a device index)", env->device);
+        } else {
+            char idx[16];
+            snprintf(idx, sizeof idx, "%ld", n);
+            setenv("SDFLOW_CUDA_DEVICE", idx, 1); /* what the CUDA backend reads (kernels/cuda) */
+            rc = sd_env_set(env, &env->device, "cuda", err);
+        }
+    }
     if (!rc && a->max_image_pixels) {
         rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);
         if (rc) sd_error_prefix(err, "--max-image-pixels");

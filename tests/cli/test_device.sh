@@ -46,6 +46,21 @@ want=cpu
 run cpu --device cpu
 [ "$(device_of "$T/cpu.json")" = cpu ] || fail "--device cpu: the report does not say cpu"
 
+# --device cuda:N picks a card (one worker per GPU); anything else is refused naming the value
+for bad in gpu cuda:x cuda:; do
+    run bad --device "$bad"
+    [ "$(cat "$T/bad.rc")" = 1 ] && grep -q -- "--device.*$bad" "$T/bad.err" ||
+        fail "--device $bad: not refused naming it: $(cat "$T/bad.err")"
+done
+run card --device cuda:0
+if [ $have_gpu = 1 ]; then
+    [ "$(cat "$T/card.rc")" = 0 ] && [ "$(device_of "$T/card.json")" = cuda ] ||
+        fail "--device cuda:0: $(cat "$T/card.err")"
+else
+    [ "$(cat "$T/card.rc")" = 1 ] && grep -q -- "--device cuda" "$T/card.err" ||
+        fail "--device cuda:0 without a GPU: $(cat "$T/card.err")"
+fi
+
 # --gpu-memory: a bad size is a usage error naming the option
 run badmem --device cpu --gpu-memory lots
 [ "$(cat "$T/badmem.rc")" = 1 ] && grep -q -- "--gpu-memory" "$T/badmem.err" ||
