@@ -2,7 +2,9 @@
 # Load benchmark of `sdflow serve` (bench/server/load.mjs): 10 clients, 200
 # prompts of the tiny SD1 txt2img (random `sdflow synth` weights, 64x64, 2
 # steps), latency p50/p99, throughput, lost prompts, server RSS.
-# usage: bench/server/load.sh [BUILD_DIR=build] [CLIENTS=10] [PROMPTS=200] [MEMORY_BUDGET]
+# WORKERS=N: the server queues on Redis and N `sdflow worker` processes run
+# the prompts (needs redis-server; docs/scaling.md).
+# usage: [WORKERS=N] bench/server/load.sh [BUILD_DIR=build] [CLIENTS=10] [PROMPTS=200] [MEMORY_BUDGET]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-build}
