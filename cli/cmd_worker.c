@@ -27,7 +27,7 @@ static sd_status worker_preview(void *user, const sd_tensor *latent, const char 
 int sd_cli_worker(int argc, char **argv) {
     sd_worker_opts wo;
     memset(&wo, 0, sizeof wo);
-    const char *budget = NULL;
+    const char *budget = NULL, *shared = "1M";
     long long max_attempts = 3, ttl = 86400;
     double claim_timeout = 60, preview_interval = 0.5;
     int no_previews = 0;
@@ -45,6 +45,9 @@ int sd_cli_worker(int argc, char **argv) {
         {"--ttl", NULL, SD_CLI_INT, &ttl, "SECONDS", "how long output files stay in Redis (default 86400)", NULL},
         {"--memory-budget", NULL, SD_CLI_STR, &budget, "SIZE",
          "resident memory above which results and models are released between prompts (default 4G)", NULL},
+        {"--shared-cache", NULL, SD_CLI_STR, &shared, "SIZE",
+         "share node outputs up to SIZE (serialized: conditioning, latents) with every worker through Redis "
+         "(default 1M; 0 = off)", NULL},
         {"--no-previews", NULL, SD_CLI_FLAG, &no_previews, NULL, "send no latent previews", NULL},
         {"--preview-interval", NULL, SD_CLI_FLOAT, &preview_interval, "SECONDS",
          "least time between two previews of a node (default 0.5)", NULL},
@@ -82,6 +85,16 @@ int sd_cli_worker(int argc, char **argv) {
             return 2;
         }
         wo.memo_budget = (size_t)n;
+    }
+
+    if (strcmp(shared, "0")) {
+        int64_t n = 0;
+        if (sd_cache_parse_size(shared, &n, &err) || n <= 0) {
+            fprintf(stderr, "sdflow worker: --shared-cache: '%s' is not a size (e.g. 1M; 0 = off)\n", shared);
+            sd_cli_args_free(&a);
+            return 2;
+        }
+        wo.shared_cache_max = (size_t)n;
     }
 
     sd_env env;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "server/redis.h"
+#include "shared_cache.h"
 
 #define COMMAND_TIMEOUT_S 30.0
 #define READ_BLOCK_MS "1000" /* how long one XREADGROUP waits: the stop flag's latency */
@@ -41,6 +42,10 @@ typedef struct wk {
 
     pthread_t hb_thread, ctl_thread;
     int hb_started, ctl_started;
+
+    sd_shared_cache shared; /* the Redis tier over o->cache */
+    sd_cache_i shared_i;
+    const sd_cache_i *cache; /* what the executor uses */
 } wk;
 
 static void wlog(wk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -514,7 +519,7 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         publish_status(w);
         srv_run_opts ro = {
             .env = w->o->env,
-            .cache = w->o->cache,
+            .cache = w->cache,
             .interrupt = &w->interrupt,
             .preview = w->o->preview,
             .preview_user = w->o->preview_user,
@@ -622,6 +627,13 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     }
     pthread_mutex_init(&w.mu, NULL);
     pthread_mutex_init(&w.log_mu, NULL);
+    w.cache = o->cache;
+    if (o->shared_cache_max) {
+        w.shared = (sd_shared_cache){.conn = &w.c, .prefix = w.prefix, .local = o->cache,
+                                     .max_bytes = o->shared_cache_max, .ttl_s = w.ttl};
+        w.shared_i = sd_shared_cache_iface(&w.shared);
+        w.cache = &w.shared_i;
+    }
     sd_exec *ex = sd_exec_new();
     if (!ex) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     if (!rc && pthread_create(&w.hb_thread, NULL, heartbeat_main, &w) == 0) w.hb_started = 1;
@@ -634,7 +646,8 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
         o->env->claim_user = &w;
         o->env->log = on_env_log;
         o->env->log_user = &w;
-        wlog(&w, "sdflow worker %s: ready (redis prefix %s, claim timeout %gs)", w.name, w.prefix, w.claim_timeout);
+        wlog(&w, "sdflow worker %s: ready (redis prefix %s, claim timeout %gs, shared cache %s)", w.name, w.prefix,
+             w.claim_timeout, o->shared_cache_max ? "on" : "off");
     }
     char cursor[64] = "0-0";
     int down = 0;
@@ -681,7 +694,8 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
         if (dropped) wlog(&w, "memory: released %zu cached results (resident %.0f MiB)", dropped,
                           srv_rss_bytes() / 1048576.0);
     }
-    if (!rc) wlog(&w, "sdflow worker %s: stopping", w.name);
+    if (!rc) wlog(&w, "sdflow worker %s: stopping (shared cache: %lu hits, %lu stored)", w.name, w.shared.hits,
+                  w.shared.stores);
     pthread_mutex_lock(&w.mu);
     w.quit = 1;
     if (w.ctl) shutdown(w.ctl->fd, SHUT_RDWR);

@@ -37,6 +37,9 @@ typedef struct sd_worker_opts {
     size_t memo_budget;       /* resident bytes above which cached results go; 0 = 4 GiB */
     sd_env *env;              /* directories, backend, model store */
     const sd_cache_i *cache;  /* persistent cache, or NULL */
+    size_t shared_cache_max;  /* node outputs up to this many bytes (serialized) are also
+                                 shared with every worker through Redis (shared_cache.h);
+                                 0 = none */
     srv_preview_fn preview;   /* latent previews (job.h); NULL = none */
     void *preview_user;
     double preview_interval;

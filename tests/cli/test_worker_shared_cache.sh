@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# `sdflow worker --shared-cache`: node outputs small enough (conditioning,
+# latents) go to Redis as a second cache tier, so a worker with an empty
+# cache of its own reuses what another worker computed, and its image is
+# byte for byte what `sdflow run` makes; a value found in Redis is copied
+# into the worker's own cache; --shared-cache 0 shares nothing. Starts its
+# own redis-server on a free port (Debian redis-server, installed by
+# scripts/setup-test-tools.sh).
+set -u
+. "$SDFLOW_SOURCE_DIR/tests/cli/lib.sh"
+sd_test_begin cli_worker_shared_cache CLIPTextEncode KSampler SaveImage
+command -v redis-server > /dev/null && command -v redis-cli > /dev/null ||
+    { echo "SKIP: redis-server is not installed (bash scripts/setup-test-tools.sh installs it)"; exit 77; }
+"$SDFLOW_BIN" worker --help > /dev/null 2>&1 || { echo "FAIL: this sdflow has no worker (libhiredis-dev missing at build time)"; exit 1; }
+sd_test_tiny_sd1 "$T"
+M=(--models-dir "$T/models" --tokenizer-dir "$T/tok")
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+RP=$(free_port)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done; wait 2> /dev/null; }
+trap cleanup EXIT
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" > "$T/redis.log" 2>&1 &
+pids+=($!)
+URL="redis://127.0.0.1:$RP"
+for i in $(seq 50); do redis-cli -p "$RP" ping > /dev/null 2>&1 && break; sleep 0.1; done
+
+"$SDFLOW_BIN" serve --port 0 --redis "$URL" --redis-prefix t "${M[@]}" --output-dir "$T/srv_out" --no-cache > "$T/serve.log" 2>&1 &
+pids+=($!)
+for i in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/serve.log" | grep -o '[0-9]*$') && break; sleep 0.1; done
+[ -n "${PORT:-}" ] || { echo "FAIL: the server did not start: $(cat "$T/serve.log")"; exit 1; }
+
+start_worker() { # NAME [options]
+    local n=$1
+    shift
+    "$SDFLOW_BIN" worker --redis "$URL" --redis-prefix t --name "$n" "${M[@]}" --output-dir "$T/$n/out" \
+        --input-dir "$T/$n/in" --temp-dir "$T/$n/tmp" --no-previews "$@" > "$T/$n.log" 2>&1 &
+    WPID=$!
+    pids+=($WPID)
+}
+stop_worker() { kill "$1"; wait "$1" 2> /dev/null; }
+
+# queue SEED: queues tiny.json with that seed, waits for its history entry,
+# prints "status cached-node-ids filename" (the client's view, over HTTP)
+queue() {
+    python3 - "$PORT" "$T/tiny.json" "$1" << 'PY'
+import json, sys, time, urllib.request
+port, wf, seed = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3])
+wf["3"]["inputs"]["seed"] = seed
+base = f"http://127.0.0.1:{port}"
+req = urllib.request.Request(base + "/prompt", data=json.dumps({"prompt": wf}).encode(), method="POST")
+pid = json.load(urllib.request.urlopen(req))["prompt_id"]
+for _ in range(600):
+    h = json.load(urllib.request.urlopen(f"{base}/history/{pid}"))
+    if pid in h and h[pid]["status"]["completed"] or pid in h and h[pid]["status"]["status_str"] == "error":
+        e = h[pid]
+        cached = next((m[1]["nodes"] for m in e["status"]["messages"] if m[0] == "execution_cached"), [])
+        imgs = [i for o in e["outputs"].values() for i in o.get("images", [])]
+        print(e["status"]["status_str"], ",".join(sorted(cached)) or "-", imgs[0]["filename"] if imgs else "-")
+        sys.exit(0)
+    time.sleep(0.1)
+print("timeout - -")
+PY
+}
+view() { python3 -c "import sys,urllib.request; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$PORT/view?filename=$1&type=output').read())"; }
+
+# 1. w1 computes everything and shares the small outputs
+start_worker w1 --cache "$T/w1.db"
+read -r st cached file < <(queue 1)
+[ "$st" = success ] || fail "seed 1 on w1: $st ($(tail -n 5 "$T/w1.log"))"
+n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
+[ "$n" -ge 3 ] || fail "w1 shared $n values through redis (expected the text encodings and the latents)"
+stop_worker "$WPID"
+
+# 2. w2, with an empty cache of its own, gets both text encodings from redis
+start_worker w2 --cache "$T/w2.db"
+read -r st cached file < <(queue 2)
+[ "$st" = success ] || fail "seed 2 on w2: $st ($(tail -n 5 "$T/w2.log"))"
+case ",$cached," in *,6,*) ;; *) fail "w2: CLIPTextEncode 6 not served from the shared cache (cached: $cached)";; esac
+case ",$cached," in *,7,*) ;; *) fail "w2: CLIPTextEncode 7 not served from the shared cache (cached: $cached)";; esac
+case ",$cached," in *,3,*) fail "w2: the sampler with a new seed was served from a cache (cached: $cached)";; esac
+view "$file" > "$T/w2.png"
+"$SDFLOW_BIN" run "${SD_TINY_ARGS[@]}" --set 3.seed=2 --no-cache --quiet --output-dir "$T/ref" > /dev/null 2>&1 ||
+    fail "sdflow run of the same workflow failed"
+cmp -s "$T/w2.png" "$T"/ref/*.png || fail "the image made with shared conditioning differs from sdflow run's"
+
+# 3. what w2 got from redis is in its own cache now: still cached with redis emptied of values
+redis-cli -p "$RP" --scan --pattern 't:cache:*' | xargs -r redis-cli -p "$RP" del > /dev/null
+read -r st cached file < <(queue 3)
+case ",$cached," in *,6,*) ;; *) fail "w2: the value taken from redis was not kept in its own cache (cached: $cached)";; esac
+stop_worker "$WPID"
+
+# 4. --shared-cache 0: nothing taken from or given to redis
+redis-cli -p "$RP" --scan --pattern 't:cache:*' | xargs -r redis-cli -p "$RP" del > /dev/null
+start_worker w3 --no-cache --shared-cache 0
+read -r st cached file < <(queue 4)
+n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
+[ "$st" = success ] || fail "seed 4 on w3: $st"
+[ "$cached" = - ] || fail "w3 with --shared-cache 0 had cached nodes: $cached"
+[ "$n" = 0 ] || fail "w3 with --shared-cache 0 stored $n values in redis"
+sd_test_end "OK"
