@@ -47,7 +47,7 @@ int sd_cli_worker(int argc, char **argv) {
          "resident memory above which results and models are released between prompts (default 4G)", NULL},
         {"--shared-cache", NULL, SD_CLI_STR, &shared, "SIZE",
          "share node outputs up to SIZE (serialized: conditioning, latents) with every worker through Redis "
-         "(default 1M; 0 = off)", NULL},
+         "(default 1M; 0 = off; --no-cache turns it off too)", NULL},
         {"--no-previews", NULL, SD_CLI_FLAG, &no_previews, NULL, "send no latent previews", NULL},
         {"--preview-interval", NULL, SD_CLI_FLOAT, &preview_interval, "SECONDS",
          "least time between two previews of a node (default 0.5)", NULL},
@@ -87,7 +87,7 @@ int sd_cli_worker(int argc, char **argv) {
         wo.memo_budget = (size_t)n;
     }
 
-    if (strcmp(shared, "0")) {
+    if (strcmp(shared, "0") && !a.no_cache) { /* --no-cache: every node computes */
         int64_t n = 0;
         if (sd_cache_parse_size(shared, &n, &err) || n <= 0) {
             fprintf(stderr, "sdflow worker: --shared-cache: '%s' is not a size (e.g. 1M; 0 = off)\n", shared);

@@ -16,7 +16,7 @@ static void cache_key(char *buf, size_t n, const sd_shared_cache *sc, const uint
 static sd_status sc_get(void *self, const uint8_t key[SD_KEY_SIZE], sd_value **out, sd_error *err) {
     sd_shared_cache *sc = self;
     *out = NULL;
-    if (sc->local) {
+    if (sc->local && sc->local->get) {
         sd_status rc = sc->local->get(sc->local->self, key, out, err);
         if (rc != SD_ERR_NOT_FOUND) return rc;
         sd_error_clear(err);
@@ -37,7 +37,7 @@ static sd_status sc_get(void *self, const uint8_t key[SD_KEY_SIZE], sd_value **o
     freeReplyObject(r);
     if (rc == SD_OK) {
         sc->hits++;
-        if (sc->local) { /* next time from the disk */
+        if (sc->local && sc->local->put) { /* next time from the disk */
             sd_error e;
             sd_error_clear(&e);
             sc->local->put(sc->local->self, key, NULL, *out, &e);
@@ -50,7 +50,7 @@ static sd_status sc_put(void *self, const uint8_t key[SD_KEY_SIZE], const char *
                         sd_error *err) {
     sd_shared_cache *sc = self;
     sd_status local_rc = SD_OK;
-    if (sc->local) local_rc = sc->local->put(sc->local->self, key, class_type, v, err);
+    if (sc->local && sc->local->put) local_rc = sc->local->put(sc->local->self, key, class_type, v, err);
     redisContext *c = *sc->conn;
     if (!c || !sc->max_bytes) return local_rc;
     void *blob = NULL;

@@ -22,7 +22,8 @@
 typedef struct sd_shared_cache {
     redisContext **conn;       /* the loop's connection (it may be replaced after an outage) */
     const char *prefix;
-    const sd_cache_i *local;   /* may be NULL */
+    const sd_cache_i *local;   /* may be NULL, and so may its get and put (--no-cache keeps
+                                  only the file-hash memo) */
     size_t max_bytes;
     long ttl_s;
     unsigned long hits, stores; /* counted for the log */

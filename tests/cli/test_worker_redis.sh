@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# `sdflow worker --shared-cache`: node outputs small enough (conditioning,
-# latents) go to Redis as a second cache tier, so a worker with an empty
-# cache of its own reuses what another worker computed, and its image is
-# byte for byte what `sdflow run` makes; a value found in Redis is copied
-# into the worker's own cache; --shared-cache 0 shares nothing. Starts its
-# own redis-server on a free port (Debian redis-server, installed by
-# scripts/setup-test-tools.sh).
+# `sdflow worker` and `serve --redis`, the parts tests/server/redis_test.mjs
+# (cli.server_redis) does not cover:
+# - --shared-cache: node outputs small enough (conditioning, latents) go to
+#   Redis as a second cache tier, so a worker with an empty cache of its own
+#   reuses what another worker computed, and its image is byte for byte what
+#   `sdflow run` makes; a value found in Redis is copied into the worker's
+#   own cache; --shared-cache 0 and --no-cache share nothing.
+# - Redis going away: the server answers 503 with an error body (and still
+#   serves its page), the worker waits; once Redis is back (empty: no
+#   persistence) both reconnect and a new prompt runs.
+# Starts its own redis-server on a free port (Debian redis-server,
+# installed by scripts/setup-test-tools.sh).
 set -u
 . "$SDFLOW_SOURCE_DIR/tests/cli/lib.sh"
-sd_test_begin cli_worker_shared_cache CLIPTextEncode KSampler SaveImage
+sd_test_begin cli_worker_redis CLIPTextEncode KSampler SaveImage
 command -v redis-server > /dev/null && command -v redis-cli > /dev/null ||
     { echo "SKIP: redis-server is not installed (bash scripts/setup-test-tools.sh installs it)"; exit 77; }
 "$SDFLOW_BIN" worker --help > /dev/null 2>&1 || { echo "FAIL: this sdflow has no worker (libhiredis-dev missing at build time)"; exit 1; }
@@ -20,10 +25,13 @@ RP=$(free_port)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done; wait 2> /dev/null; }
 trap cleanup EXIT
-redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" > "$T/redis.log" 2>&1 &
-pids+=($!)
+start_redis() {
+    redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >> "$T/redis.log" 2>&1 &
+    pids+=($!)
+    for i in $(seq 50); do redis-cli -p "$RP" ping > /dev/null 2>&1 && break; sleep 0.1; done
+}
+start_redis
 URL="redis://127.0.0.1:$RP"
-for i in $(seq 50); do redis-cli -p "$RP" ping > /dev/null 2>&1 && break; sleep 0.1; done
 
 "$SDFLOW_BIN" serve --port 0 --redis "$URL" --redis-prefix t "${M[@]}" --output-dir "$T/srv_out" --no-cache > "$T/serve.log" 2>&1 &
 pids+=($!)
@@ -98,4 +106,33 @@ n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
 [ "$st" = success ] || fail "seed 4 on w3: $st"
 [ "$cached" = - ] || fail "w3 with --shared-cache 0 had cached nodes: $cached"
 [ "$n" = 0 ] || fail "w3 with --shared-cache 0 stored $n values in redis"
+stop_worker "$WPID"
+start_worker w4 --no-cache
+read -r st cached file < <(queue 5)
+n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
+[ "$st" = success ] || fail "seed 5 on w4 (--no-cache): $st ($(tail -n 5 "$T/w4.log"))"
+[ "$cached" = - ] && [ "$n" = 0 ] || fail "w4 with --no-cache: cached nodes '$cached', $n values in redis"
+
+# 5. Redis goes away and comes back empty
+redis-cli -p "$RP" shutdown nosave > /dev/null 2>&1
+sleep 0.3
+code=$(python3 - "$PORT" "$T/tiny.json" << 'PY'
+import json, sys, urllib.request, urllib.error
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/prompt", method="POST",
+                             data=json.dumps({"prompt": json.load(open(sys.argv[2]))}).encode())
+try:
+    urllib.request.urlopen(req)
+    print("200 -")
+except urllib.error.HTTPError as e:
+    print(e.code, json.load(e)["error"]["type"])
+PY
+)
+[ "$code" = "503 redis_unavailable" ] || fail "POST /prompt with redis down: $code (expected 503 redis_unavailable)"
+python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/')" 2> /dev/null ||
+    fail "the page is not served while redis is down"
+start_redis
+read -r st cached file < <(queue 6)
+[ "$st" = success ] || fail "after redis came back: $st (worker: $(tail -n 5 "$T/w4.log"); server: $(grep -v HTTP "$T/serve.log" | tail -n 3))"
+grep -q "connected again" "$T/w4.log" || fail "the worker does not say it reconnected"
+kill -0 "$WPID" 2> /dev/null || fail "the worker died while redis was away"
 sd_test_end "OK"
