@@ -135,4 +135,11 @@ read -r st cached file < <(queue 6)
 [ "$st" = success ] || fail "after redis came back: $st (worker: $(tail -n 5 "$T/w4.log"); server: $(grep -v HTTP "$T/serve.log" | tail -n 3))"
 grep -q "connected again" "$T/w4.log" || fail "the worker does not say it reconnected"
 kill -0 "$WPID" 2> /dev/null || fail "the worker died while redis was away"
+
+# every process ends cleanly on SIGTERM; under ASan/UBSan their reports land in the logs
+cleanup
+trap - EXIT
+grep -l "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$T"/*.log > /dev/null &&
+    fail "sanitizer reports in $(grep -l "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$T"/*.log)"
+for f in serve w1 w2 w3 w4; do grep -q "stopping" "$T/$f.log" || fail "$f did not stop cleanly: $(tail -n 3 "$T/$f.log")"; done
 sd_test_end "OK"
