@@ -149,6 +149,9 @@ int srv_rq_post_history(srv *s, struct mg_connection *c);
 int srv_rq_post_interrupt(srv *s, struct mg_connection *c);
 int srv_rq_post_free(srv *s, struct mg_connection *c);
 size_t srv_rq_queue_remaining(srv *s);
+/* The live workers: [{name, host, pid, device, index, running, prompts_done,
+ * started_ms, rss_bytes}] as each last announced itself (worker.c). */
+cJSON *srv_rq_workers(srv *s);
 /* A file the workers made (or an upload), by ComfyUI's type/subfolder/name:
  * SD_ERR_NOT_FOUND when Redis does not know it. */
 sd_status srv_rq_get_file(srv *s, const char *type, const char *subfolder, const char *name, char **bytes, size_t *n,

@@ -92,6 +92,31 @@ static int get_system_stats(srv *s, struct mg_connection *c) {
     cJSON *argv = cJSON_AddArrayToObject(sys, "argv");
     for (int i = 0; s->o->argv && s->o->argv[i]; i++) cJSON_AddItemToArray(argv, cJSON_CreateString(s->o->argv[i]));
     cJSON *devs = cJSON_AddArrayToObject(root, "devices");
+    if (s->rq) {
+        /* With --redis the devices are the workers' (each announces itself
+         * every 2 s and drops out 10 s after it stops); "workers" is
+         * sdflow's own, with what each is doing. */
+        cJSON *workers = srv_rq_workers(s);
+        const cJSON *w;
+        cJSON_ArrayForEach(w, workers) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(w, "name"), *dev = cJSON_GetObjectItemCaseSensitive(w, "device");
+            const cJSON *idx = cJSON_GetObjectItemCaseSensitive(w, "index");
+            char label[320];
+            snprintf(label, sizeof label, "%s (%s)", cJSON_IsString(name) ? name->valuestring : "?",
+                     cJSON_IsString(dev) ? dev->valuestring : "?");
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddStringToObject(d, "name", label);
+            cJSON_AddStringToObject(d, "type", cJSON_IsString(dev) ? dev->valuestring : "cpu");
+            cJSON_AddNumberToObject(d, "index", cJSON_IsNumber(idx) ? idx->valuedouble : 0);
+            cJSON_AddNumberToObject(d, "vram_total", 0);
+            cJSON_AddNumberToObject(d, "vram_free", 0);
+            cJSON_AddNumberToObject(d, "torch_vram_total", 0);
+            cJSON_AddNumberToObject(d, "torch_vram_free", 0);
+            cJSON_AddItemToArray(devs, d);
+        }
+        cJSON_AddItemToObject(root, "workers", workers);
+        return srv_reply_json(c, 200, root);
+    }
     cJSON *d = cJSON_CreateObject();
     cJSON_AddItemToArray(devs, d);
     const char *dev = s->env->device ? s->env->device : "cpu";

@@ -398,6 +398,40 @@ int srv_rq_post_history(srv *s, struct mg_connection *c) {
     return srv_reply(c, 200, "text/plain", "", 0, NULL);
 }
 
+/* ---- workers ------------------------------------------------------------------------------ */
+
+cJSON *srv_rq_workers(srv *s) {
+    cJSON *a = cJSON_CreateArray();
+    sd_error err;
+    sd_error_clear(&err);
+    redisContext *rc = rq_connect(s, &err);
+    if (!rc) return a;
+    char pattern[300];
+    key(pattern, sizeof pattern, s, "worker:*", NULL);
+    char cursor[32] = "0";
+    int rounds = 0;
+    do { /* SCAN, not KEYS: a large shared Redis is not blocked */
+        redisReply *r = srv_redis_cmdl(rc, &err, "SCAN", cursor, "MATCH", pattern, "COUNT", "100", NULL);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            if (r) freeReplyObject(r);
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str : "0");
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const redisReply *k = r->element[1]->element[i];
+            if (k->type != REDIS_REPLY_STRING) continue;
+            redisReply *v = srv_redis_cmdl(rc, &err, "GET", k->str, NULL);
+            cJSON *o = v && v->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(v->str, v->len) : NULL;
+            if (cJSON_IsObject(o)) cJSON_AddItemToArray(a, o);
+            else cJSON_Delete(o);
+            if (v) freeReplyObject(v);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") && ++rounds < 10000);
+    redisFree(rc);
+    return a;
+}
+
 /* ---- files ------------------------------------------------------------------------------ */
 
 sd_status srv_rq_get_file(srv *s, const char *type, const char *subfolder, const char *name, char **bytes, size_t *n,

@@ -35,6 +35,8 @@ typedef struct wk {
     pthread_mutex_t mu;   /* guards what follows */
     char run_id[128];     /* the prompt running now ("" = none) */
     char run_entry[64];   /* its stream entry */
+    unsigned long done;   /* prompts finished (recorded or not) */
+    long long started_ms;
     int flag_free;        /* /free asked: empty the memo between prompts */
     volatile sig_atomic_t interrupt;
     int quit;             /* threads end */
@@ -310,12 +312,56 @@ static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
 /* Every claim_timeout/4 the running prompt's entry is claimed again (which
  * resets its idle time); every tick the stop flag is passed on to the
  * running prompt, whose executor only watches `interrupt`. */
+/* P:worker:NAME = what /system_stats shows of this worker, expiring unless
+ * renewed, so a dead worker drops out of the list by itself. */
+#define PRESENCE_PERIOD_S 2.0
+#define PRESENCE_TTL "10"
+
+static void presence(wk *w, redisContext *c) {
+    char k[300], suffix[200];
+    snprintf(suffix, sizeof suffix, "worker:%s", w->name);
+    key(k, sizeof k, w, suffix);
+    cJSON *o = cJSON_CreateObject();
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const char *dev = w->o->env->device ? w->o->env->device : "cpu", *idx = getenv("SDFLOW_CUDA_DEVICE");
+    pthread_mutex_lock(&w->mu);
+    cJSON_AddStringToObject(o, "name", w->name);
+    cJSON_AddStringToObject(o, "host", host);
+    cJSON_AddNumberToObject(o, "pid", (double)getpid());
+    cJSON_AddStringToObject(o, "device", dev);
+    cJSON_AddNumberToObject(o, "index", !strcmp(dev, "cuda") && idx ? atoi(idx) : 0);
+    if (w->run_id[0]) cJSON_AddStringToObject(o, "running", w->run_id);
+    else cJSON_AddNullToObject(o, "running");
+    cJSON_AddNumberToObject(o, "prompts_done", (double)w->done);
+    cJSON_AddNumberToObject(o, "started_ms", (double)w->started_ms);
+    pthread_mutex_unlock(&w->mu);
+    cJSON_AddNumberToObject(o, "rss_bytes", (double)srv_rss_bytes());
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = text ? srv_redis_cmdl(c, &err, "SET", k, text, "EX", PRESENCE_TTL, NULL) : NULL;
+    if (r) freeReplyObject(r);
+    free(text);
+}
+
+static void presence_clear(wk *w, redisContext *c) {
+    char k[300], suffix[200];
+    snprintf(suffix, sizeof suffix, "worker:%s", w->name);
+    key(k, sizeof k, w, suffix);
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(c, &err, "DEL", k, NULL);
+    if (r) freeReplyObject(r);
+}
+
 static void *heartbeat_main(void *arg) {
     wk *w = arg;
     redisContext *c = NULL;
     char kjobs[300];
     key(kjobs, sizeof kjobs, w, "jobs");
-    double period = w->claim_timeout / 4 > 0.05 ? w->claim_timeout / 4 : 0.05, last = 0;
+    double period = w->claim_timeout / 4 > 0.05 ? w->claim_timeout / 4 : 0.05, last = 0, last_presence = 0;
     for (;;) {
         pthread_mutex_lock(&w->mu);
         int quit = w->quit;
@@ -325,6 +371,13 @@ static void *heartbeat_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         if (quit) break;
         double now = srv_now();
+        if (now - last_presence >= PRESENCE_PERIOD_S) {
+            sd_error err;
+            sd_error_clear(&err);
+            if (!c && srv_redis_connect(w->o->redis_url, COMMAND_TIMEOUT_S, &c, &err)) c = NULL;
+            if (c) presence(w, c);
+            last_presence = now;
+        }
         if (entry[0] && now - last >= period) {
             last = now;
             sd_error err;
@@ -342,7 +395,10 @@ static void *heartbeat_main(void *arg) {
         }
         sleep_s(0.05);
     }
-    if (c) redisFree(c);
+    if (c) {
+        presence_clear(w, c);
+        redisFree(c);
+    }
     return NULL;
 }
 
@@ -538,6 +594,9 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         publish_status(w);
     }
     set_running(w, NULL, NULL);
+    pthread_mutex_lock(&w->mu);
+    w->done++;
+    pthread_mutex_unlock(&w->mu);
     cJSON_Delete(entry);
     srv_job_free(j);
 }
@@ -627,6 +686,7 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     }
     pthread_mutex_init(&w.mu, NULL);
     pthread_mutex_init(&w.log_mu, NULL);
+    w.started_ms = srv_time_ms();
     w.cache = o->cache;
     if (o->shared_cache_max) {
         w.shared = (sd_shared_cache){.conn = &w.c, .prefix = w.prefix, .local = o->cache,

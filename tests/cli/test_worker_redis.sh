@@ -72,8 +72,15 @@ PY
 }
 view() { python3 -c "import sys,urllib.request; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$PORT/view?filename=$1&type=output').read())"; }
 
+# the workers /system_stats lists (each announces itself every 2 s; a clean stop removes it)
+workers() {
+    python3 -c "import json,urllib.request; d=json.load(urllib.request.urlopen('http://127.0.0.1:$PORT/system_stats')); print(','.join(sorted(w['name'] for w in d['workers'])) or '-', ','.join(sorted(x['type'] for x in d['devices'])) or '-')"
+}
+wait_workers() { for i in $(seq 60); do [ "$(workers)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+
 # 1. w1 computes everything and shares the small outputs
 start_worker w1 --cache "$T/w1.db"
+wait_workers "w1 cpu" || fail "/system_stats does not list w1 as a cpu device: $(workers)"
 read -r st cached file < <(queue 1)
 [ "$st" = success ] || fail "seed 1 on w1: $st ($(tail -n 5 "$T/w1.log"))"
 n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
@@ -82,6 +89,7 @@ stop_worker "$WPID"
 
 # 2. w2, with an empty cache of its own, gets both text encodings from redis
 start_worker w2 --cache "$T/w2.db"
+wait_workers "w2 cpu" || fail "/system_stats after w1 stopped and w2 started: $(workers) (expected w2 alone)"
 read -r st cached file < <(queue 2)
 [ "$st" = success ] || fail "seed 2 on w2: $st ($(tail -n 5 "$T/w2.log"))"
 case ",$cached," in *,6,*) ;; *) fail "w2: CLIPTextEncode 6 not served from the shared cache (cached: $cached)";; esac
