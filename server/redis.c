@@ -49,11 +49,20 @@ static int parse_int(const char *s, size_t n, int lo, int hi, int *out) {
     return 0;
 }
 
+/* The URL as errors show it: a password never reaches a log. */
+static void url_masked(const char *url, char *out, size_t n) {
+    const char *scheme = strstr(url, "://"), *at = scheme ? strrchr(scheme, '@') : NULL;
+    if (at) snprintf(out, n, "%.*s***%s", (int)(scheme + 3 - url), url, at);
+    else snprintf(out, n, "%s", url);
+}
+
 static sd_status url_parse(const char *url, redis_url *u, sd_error *err) {
     memset(u, 0, sizeof *u);
     u->port = 6379;
+    char shown[512];
+    url_masked(url, shown, sizeof shown);
 #define BAD(why) sd_error_set(err, SD_ERR_INVALID, "--redis '%s': %s (expected redis://[[user]:password@]host[:port][/db] " \
-                              "or unix:///path/to/socket[?db=N])", url, why)
+                              "or unix:///path/to/socket[?db=N])", shown, why)
     if (!strncmp(url, "rediss://", 9)) return BAD("TLS is not supported by this build; put a TLS tunnel in front");
     if (!strncmp(url, "unix://", 7)) {
         const char *p = url + 7, *q = strchr(p, '?');
@@ -113,7 +122,9 @@ redisReply *srv_redis_cmd(redisContext *c, sd_error *err, int argc, const char *
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        sd_error_set(err, SD_ERR_IO, "redis %s: %.*s", argv[0], (int)r->len, r->str);
+        int noauth = !strncmp(r->str, "NOAUTH", 6) || !strncmp(r->str, "WRONGPASS", 9);
+        sd_error_set(err, SD_ERR_IO, "redis %s: %.*s%s", argv[0], (int)r->len, r->str,
+                     noauth ? " (give the password in the URL, redis://:PASSWORD@host, or in $SDFLOW_REDIS_PASSWORD)" : "");
         freeReplyObject(r);
         return NULL;
     }
@@ -147,6 +158,9 @@ sd_status srv_redis_connect(const char *url, double timeout_s, redisContext **ou
     if (timeout_s > 0) redisSetTimeout(c, tv);
     redisEnableKeepAlive(c);
     redisReply *r = NULL;
+    /* a password kept out of the command line (ps shows it) */
+    const char *envpw = getenv("SDFLOW_REDIS_PASSWORD");
+    if (!u.password[0] && envpw && *envpw) snprintf(u.password, sizeof u.password, "%s", envpw);
     if (u.password[0]) {
         r = u.user[0] ? srv_redis_cmdl(c, err, "AUTH", u.user, u.password, NULL)
                       : srv_redis_cmdl(c, err, "AUTH", u.password, NULL);

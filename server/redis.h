@@ -32,7 +32,8 @@
 #define SRV_REDIS_GROUP "workers"
 
 /* Connects to redis://[[user]:password@]host[:port][/db] or
- * unix:///path[?db=N], authenticates and selects the database. The
+ * unix:///path[?db=N], authenticates (with $SDFLOW_REDIS_PASSWORD when the
+ * URL has no password) and selects the database. The
  * connect and each command time out after `timeout_s` (0 = never: for
  * blocking reads and subscriptions). SD_ERR_INVALID for a malformed URL
  * (named), SD_ERR_IO when the server cannot be reached or refuses. */

@@ -90,7 +90,19 @@ static int get_system_stats(srv *s, struct mg_connection *c) {
     cJSON_AddStringToObject(sys, "pytorch_version", "");
     cJSON_AddBoolToObject(sys, "embedded_python", 0);
     cJSON *argv = cJSON_AddArrayToObject(sys, "argv");
-    for (int i = 0; s->o->argv && s->o->argv[i]; i++) cJSON_AddItemToArray(argv, cJSON_CreateString(s->o->argv[i]));
+    /* secrets on the command line (the token, a Redis password) are not shown */
+    for (int i = 0; s->o->argv && s->o->argv[i]; i++) {
+        const char *a = s->o->argv[i], *prev = i ? s->o->argv[i - 1] : "";
+        char shown[1024];
+        const char *at = strchr(a, '@'), *scheme = strstr(a, "://");
+        if (!strcmp(prev, "--token") || !strncmp(a, "--token=", 8))
+            snprintf(shown, sizeof shown, "%s", strncmp(a, "--token=", 8) ? "***" : "--token=***");
+        else if (scheme && at && at > scheme)
+            snprintf(shown, sizeof shown, "%.*s***%s", (int)(scheme + 3 - a), a, at);
+        else
+            snprintf(shown, sizeof shown, "%s", a);
+        cJSON_AddItemToArray(argv, cJSON_CreateString(shown));
+    }
     cJSON *devs = cJSON_AddArrayToObject(root, "devices");
     if (s->rq) {
         /* With --redis the devices are the workers' (each announces itself

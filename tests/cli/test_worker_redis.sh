@@ -22,18 +22,21 @@ M=(--models-dir "$T/models" --tokenizer-dir "$T/tok")
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RP=$(free_port)
+# a password, given to the server in its URL and to the workers in the environment
+PW="pw-$RANDOM-$RANDOM"
+export REDISCLI_AUTH=$PW
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done; wait 2> /dev/null; }
 trap cleanup EXIT
 start_redis() {
-    redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >> "$T/redis.log" 2>&1 &
+    redis-server --port "$RP" --bind 127.0.0.1 --requirepass "$PW" --save '' --appendonly no --dir "$T" >> "$T/redis.log" 2>&1 &
     pids+=($!)
     for i in $(seq 50); do redis-cli -p "$RP" ping > /dev/null 2>&1 && break; sleep 0.1; done
 }
 start_redis
 URL="redis://127.0.0.1:$RP"
 
-"$SDFLOW_BIN" serve --port 0 --redis "$URL" --redis-prefix t "${M[@]}" --output-dir "$T/srv_out" --no-cache > "$T/serve.log" 2>&1 &
+"$SDFLOW_BIN" serve --port 0 --redis "redis://:$PW@127.0.0.1:$RP" --redis-prefix t "${M[@]}" --output-dir "$T/srv_out" --no-cache > "$T/serve.log" 2>&1 &
 pids+=($!)
 for i in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/serve.log" | grep -o '[0-9]*$') && break; sleep 0.1; done
 [ -n "${PORT:-}" ] || { echo "FAIL: the server did not start: $(cat "$T/serve.log")"; exit 1; }
@@ -41,7 +44,7 @@ for i in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$
 start_worker() { # NAME [options]
     local n=$1
     shift
-    "$SDFLOW_BIN" worker --redis "$URL" --redis-prefix t --name "$n" "${M[@]}" --output-dir "$T/$n/out" \
+    SDFLOW_REDIS_PASSWORD=$PW "$SDFLOW_BIN" worker --redis "$URL" --redis-prefix t --name "$n" "${M[@]}" --output-dir "$T/$n/out" \
         --input-dir "$T/$n/in" --temp-dir "$T/$n/tmp" --no-previews "$@" > "$T/$n.log" 2>&1 &
     WPID=$!
     pids+=($WPID)
@@ -77,6 +80,17 @@ workers() {
     python3 -c "import json,urllib.request; d=json.load(urllib.request.urlopen('http://127.0.0.1:$PORT/system_stats')); print(','.join(sorted(w['name'] for w in d['workers'])) or '-', ','.join(sorted(x['type'] for x in d['devices'])) or '-')"
 }
 wait_workers() { for i in $(seq 60); do [ "$(workers)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+
+# the password is never shown: not in /system_stats's argv, not in the log
+python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/system_stats').read().decode())" > "$T/stats.json"
+grep -q "127.0.0.1:$RP" "$T/stats.json" || fail "/system_stats argv does not show the redis address: $(cat "$T/stats.json")"
+grep -q -- "$PW" "$T/stats.json" && fail "/system_stats shows the redis password"
+# a worker without the password is refused with a hint, not left hanging
+"$SDFLOW_BIN" worker --redis "$URL" --redis-prefix t "${M[@]}" --no-cache > "$T/nopw.log" 2>&1 &
+nopw=$!
+for i in $(seq 50); do kill -0 $nopw 2> /dev/null || break; sleep 0.1; done
+kill -0 $nopw 2> /dev/null && { kill $nopw; fail "a worker without the redis password kept running"; }
+grep -q "SDFLOW_REDIS_PASSWORD" "$T/nopw.log" || fail "no password hint: $(cat "$T/nopw.log")"
 
 # 1. w1 computes everything and shares the small outputs
 start_worker w1 --cache "$T/w1.db"
@@ -150,4 +164,5 @@ trap - EXIT
 grep -l "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$T"/*.log > /dev/null &&
     fail "sanitizer reports in $(grep -l "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$T"/*.log)"
 for f in serve w1 w2 w3 w4; do grep -q "stopping" "$T/$f.log" || fail "$f did not stop cleanly: $(tail -n 3 "$T/$f.log")"; done
+grep -l -- "$PW" "$T"/serve.log "$T"/w*.log > /dev/null && fail "the redis password appears in a log"
 sd_test_end "OK"
