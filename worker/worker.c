@@ -538,7 +538,8 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         return;
     }
     int attempts = atoi(str_of(r->element[4]));
-    const char *prev = str_of(r->element[5]);
+    char prev[128]; /* the reply is freed below */
+    snprintf(prev, sizeof prev, "%s", str_of(r->element[5]));
     long long max_history = atoll(str_of(r->element[6]));
     if (prev[0] && strcmp(prev, w->name)) wlog(w, "prompt %s reclaimed from %s (attempt %d)", id, prev, attempts);
     srv_job *j = NULL;

@@ -73,6 +73,31 @@ for _ in range(600):
 print("timeout - -")
 PY
 }
+# submit SEED STEPS: queues without waiting, prints the prompt id
+submit() {
+    python3 - "$PORT" "$T/tiny.json" "$1" "$2" << 'PY'
+import json, sys, urllib.request
+port, wf = sys.argv[1], json.load(open(sys.argv[2]))
+wf["3"]["inputs"]["seed"], wf["3"]["inputs"]["steps"] = int(sys.argv[3]), int(sys.argv[4])
+req = urllib.request.Request(f"http://127.0.0.1:{port}/prompt", data=json.dumps({"prompt": wf}).encode(), method="POST")
+print(json.load(urllib.request.urlopen(req))["prompt_id"])
+PY
+}
+# await_error ID: waits for the entry, prints "status_str exception_message"
+await_error() {
+    python3 - "$PORT" "$1" << 'PY'
+import json, sys, time, urllib.request
+port, pid = sys.argv[1], sys.argv[2]
+for _ in range(300):
+    h = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/history/{pid}"))
+    if pid in h:
+        m = [x[1] for x in h[pid]["status"]["messages"] if x[0] == "execution_error"]
+        print(h[pid]["status"]["status_str"], m[0]["exception_message"] if m else "-")
+        sys.exit(0)
+    time.sleep(0.1)
+print("timeout -")
+PY
+}
 view() { python3 -c "import sys,urllib.request; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$PORT/view?filename=$1&type=output').read())"; }
 
 # the workers /system_stats lists (each announces itself every 2 s; a clean stop removes it)
@@ -135,7 +160,22 @@ n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
 [ "$st" = success ] || fail "seed 5 on w4 (--no-cache): $st ($(tail -n 5 "$T/w4.log"))"
 [ "$cached" = - ] && [ "$n" = 0 ] || fail "w4 with --no-cache: cached nodes '$cached', $n values in redis"
 
-# 5. Redis goes away and comes back empty
+# 5. a prompt whose workers keep dying is recorded as failed after --max-attempts, not retried forever
+stop_worker "$WPID"
+start_worker w5 --no-cache --max-attempts 1 --claim-timeout 1
+w5=$WPID
+id=$(submit 7 400)
+for i in $(seq 100); do grep -q "prompt $id started" "$T/w5.log" && break; sleep 0.1; done
+grep -q "prompt $id started" "$T/w5.log" || fail "w5 never started the long prompt: $(tail -n 3 "$T/w5.log")"
+kill -9 $w5
+wait $w5 2> /dev/null
+start_worker w6 --no-cache --max-attempts 1 --claim-timeout 1
+read -r st msg < <(await_error "$id")
+[ "$st" = error ] && case "$msg" in *"gave up after 1 attempts"*w5*) true;; *) false;; esac ||
+    fail "a prompt whose worker died with --max-attempts 1: '$st' '$msg' (expected an error naming w5)"
+grep -q "prompt $id started" "$T/w6.log" && fail "w6 ran the prompt again beyond --max-attempts"
+
+# 6. Redis goes away and comes back empty
 redis-cli -p "$RP" shutdown nosave > /dev/null 2>&1
 sleep 0.3
 code=$(python3 - "$PORT" "$T/tiny.json" << 'PY'
@@ -154,8 +194,8 @@ python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$POR
     fail "the page is not served while redis is down"
 start_redis
 read -r st cached file < <(queue 6)
-[ "$st" = success ] || fail "after redis came back: $st (worker: $(tail -n 5 "$T/w4.log"); server: $(grep -v HTTP "$T/serve.log" | tail -n 3))"
-grep -q "connected again" "$T/w4.log" || fail "the worker does not say it reconnected"
+[ "$st" = success ] || fail "after redis came back: $st (worker: $(tail -n 5 "$T/w6.log"); server: $(grep -v HTTP "$T/serve.log" | tail -n 3))"
+grep -q "connected again" "$T/w6.log" || fail "the worker does not say it reconnected"
 kill -0 "$WPID" 2> /dev/null || fail "the worker died while redis was away"
 
 # every process ends cleanly on SIGTERM; under ASan/UBSan their reports land in the logs
@@ -163,6 +203,6 @@ cleanup
 trap - EXIT
 grep -l "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$T"/*.log > /dev/null &&
     fail "sanitizer reports in $(grep -l "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$T"/*.log)"
-for f in serve w1 w2 w3 w4; do grep -q "stopping" "$T/$f.log" || fail "$f did not stop cleanly: $(tail -n 3 "$T/$f.log")"; done
+for f in serve w1 w2 w3 w4 w6; do grep -q "stopping" "$T/$f.log" || fail "$f did not stop cleanly: $(tail -n 3 "$T/$f.log")"; done
 grep -l -- "$PW" "$T"/serve.log "$T"/w*.log > /dev/null && fail "the redis password appears in a log"
 sd_test_end "OK"
