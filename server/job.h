@@ -81,6 +81,12 @@ typedef struct srv_run_opts {
  * (may be NULL) gets the executor's status. */
 cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc_out);
 
+/* "executing" with node null to the prompt's client: ComfyUI's prompt worker
+ * sends it once the history entry is stored (main.py, after task_done), so
+ * a client that waits for it finds the prompt in /history. Callers send it
+ * after recording the entry srv_job_run returned. */
+void srv_job_send_finished(const srv_sink *sink, const srv_job *j);
+
 /* A history entry for a job that never ran (a worker gave up on it):
  * status error with one execution_error message carrying `message`. */
 cJSON *srv_job_failed_entry(const srv_job *j, const char *message);

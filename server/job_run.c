@@ -224,12 +224,6 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
         cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
         emit(&r, "execution_error", d, 1);
     }
-    /* ComfyUI's prompt worker ends every prompt with "executing" node=null. */
-    d = base_data(&r);
-    cJSON_AddNullToObject(d, "node");
-    cJSON_AddNullToObject(d, "display_node");
-    emit(&r, "executing", d, 0);
-
     cJSON *entry = cJSON_CreateObject();
     cJSON_AddItemToObject(entry, "prompt", srv_job_entry(j));
     cJSON_AddItemToObject(entry, "outputs", r.outputs);
@@ -247,6 +241,15 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
 
     if (rc_out) *rc_out = rc;
     return entry;
+}
+
+void srv_job_send_finished(const srv_sink *sink, const srv_job *j) {
+    if (!j->client_id) return;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNullToObject(d, "node");
+    cJSON_AddNullToObject(d, "display_node");
+    cJSON_AddStringToObject(d, "prompt_id", j->id);
+    sink->send(sink->user, j->client_id, "executing", d);
 }
 
 cJSON *srv_job_failed_entry(const srv_job *j, const char *message) {

@@ -280,6 +280,7 @@ static void run_job(srv *s, sd_exec *ex, srv_job *j) {
     }
     s->running = NULL;
     pthread_mutex_unlock(&s->mu);
+    srv_job_send_finished(&ro.sink, j);
 }
 
 static void keep_budget(srv *s, sd_exec *ex) {

@@ -592,6 +592,10 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         publish_outputs(w, j ? j : NULL, entry);
         int rec = finish(w, id, entry_id, entry, max_history);
         if (rec == 0) wlog(w, "prompt %s: another worker recorded it first; this run is not kept", id);
+        if (rec >= 0 && j) {
+            srv_sink sink = {sink_send, sink_binary, sink_log, w};
+            srv_job_send_finished(&sink, j);
+        }
         publish_status(w);
     }
     set_running(w, NULL, NULL);

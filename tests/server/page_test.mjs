@@ -4,17 +4,34 @@
 // a workflow that fails validation show their errors; the queue lists a
 // running prompt that the page's own button interrupts. Checks are on the
 // DOM and on a screenshot's structure (a PNG of the viewport's size), never
-// on pixels. usage: node page_test.mjs BIN WORKDIR MODELS_JSON CHROMIUM
+// on pixels. With MODE "redis" the same runs against `serve --redis` and one
+// `sdflow worker` (a redis-server of its own on a free port), and the page
+// must list that worker.
+// usage: node page_test.mjs BIN WORKDIR MODELS_JSON CHROMIUM [local|redis]
 import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
-import { ok, done, until, startServer } from './lib.mjs';
+import { ok, done, until, startServer, sleep } from './lib.mjs';
 
-const [bin, dir, modelsJson, browserPath] = process.argv.slice(2);
+const [bin, dir, modelsJson, browserPath, mode = 'local'] = process.argv.slice(2);
 const setup = JSON.parse(fs.readFileSync(modelsJson, 'utf8'));
+const children = [];
+let redisArgs = [];
+if (mode === 'redis') {
+  const port = await new Promise((res) => { const s = net.createServer(); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => res(p)); }); });
+  children.push(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' }));
+  await sleep(300);
+  redisArgs = ['--redis', `redis://127.0.0.1:${port}`];
+  const log = fs.openSync(path.join(dir, 'worker.log'), 'w');
+  children.push(spawn(bin, ['worker', ...redisArgs, '--name', 'page-w1', '--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir,
+    '--input-dir', path.join(dir, 'w-input'), '--output-dir', path.join(dir, 'w-out'), '--temp-dir', path.join(dir, 'w-temp'),
+    '--no-cache', '--preview-interval', '0'], { stdio: ['ignore', log, log] }));
+}
 const server = await startServer(bin, ['--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir,
   '--input-dir', path.join(dir, 'input'), '--output-dir', path.join(dir, 'out'), '--temp-dir', path.join(dir, 'temp'),
-  '--no-cache', '--preview-interval', '0'], path.join(dir, 'server.log'));
+  '--no-cache', '--preview-interval', '0', ...redisArgs], path.join(dir, 'server.log'));
 const base = `http://127.0.0.1:${server.port}`;
 const browser = await chromium.launch({
   executablePath: browserPath, headless: true,
@@ -35,6 +52,13 @@ try {
   ok(true, 'the page connects its WebSocket');
   for (const id of ['workflow', 'submit', 'queue-running', 'queue-pending', 'progress', 'preview', 'gallery'])
     ok(await page.$(`#${id}`) !== null, `the page has #${id}`);
+  if (mode === 'redis') {
+    step = 'workers'; await page.waitForSelector('#workers li[data-worker="page-w1"]', { timeout: 60000 });
+    ok(await page.isVisible('#workers-section'), 'the page lists the worker (serve --redis)');
+  } else {
+    await page.waitForFunction(() => document.getElementById('workers-section').hidden, null, { timeout: 10000 });
+    ok(true, 'no workers section without --redis');
+  }
 
   // ---- a workflow through the page
   await page.fill('#workflow', JSON.stringify(wf, null, 1));
@@ -94,5 +118,9 @@ try {
 } finally {
   await browser.close();
   ok((await server.stop()) === 0, 'the server stops cleanly');
+  for (const c of children.reverse()) {
+    const code = await new Promise((res) => { if (c.exitCode !== null) return res(c.exitCode); c.once('exit', (x, sig) => res(x ?? sig)); c.kill('SIGTERM'); });
+    ok(code === 0, `${c.spawnargs[1]} stops cleanly (${code})`);
+  }
 }
 done();
