@@ -18,6 +18,8 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
+major=$(node -p 'process.versions.node.split(".")[0]' 2> /dev/null || echo 0)
+[ "$major" -ge 20 ] 2> /dev/null || echo "setup-test-tools: warning: node $(node --version) is older than 20: the server tests will be skipped (Debian 12 ships 18)"
 lock=tests/server/package-lock.json
 stamp=tests/server/node_modules/.package-lock.json
 if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ]; then
