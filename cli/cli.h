@@ -247,6 +247,29 @@ sd_status sd_cli_preview_encode(sd_cli_preview *pv, const sd_tensor *latent, con
 /* "taesd" or "latent2rgb": how the last picture was made (NULL before one). */
 const char *sd_cli_preview_method(const sd_cli_preview *pv);
 
+/* ---- a long-lived engine: `sdflow serve` and `sdflow worker` (cli/engine.c) --
+ * What runs prompt after prompt: the env from the options, every node
+ * registered, the backend, a model store that frees a model part once no
+ * result holds it (results are released over a memory budget), the cache
+ * (with the backend's algorithm store on it) and, unless `previews` is 0, a
+ * preview encoder. Open prints the error itself and returns non-zero; close
+ * releases everything in the right order (also after a failed open). */
+struct sd_model_store;
+typedef struct sd_cli_engine {
+    sd_env env;
+    struct sd_backend *backend;
+    struct sd_model_store *models;
+    struct sd_sqlite_cache *cache_handle;
+    sd_cache_i cache;          /* use only when cache_handle is set */
+    sd_cli_algo_store algos;
+    sd_cli_preview *preview;   /* NULL without previews */
+    int env_ready;
+} sd_cli_engine;
+int sd_cli_engine_open(sd_cli_engine *e, const sd_cli_args *a, int previews);
+void sd_cli_engine_close(sd_cli_engine *e);
+/* engine.cache when a cache is open, else NULL (sd_exec_opts.cache). */
+const sd_cache_i *sd_cli_engine_cache(const sd_cli_engine *e);
+
 /* Recipes around `sdflow run` (cli/cmd_lua.c, lua/recipe.h). before(): when
  * the workflow carries a recipe (JSON key or PNG chunk) verify its file
  * hashes unless --relock; with a recipe, --lock or --relock hash the files,

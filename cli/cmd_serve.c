@@ -8,9 +8,6 @@
 
 #ifdef SDFLOW_HAVE_SERVER
 #include "cache/cache.h"
-#include "core/env.h"
-#include "kernels/backend.h"
-#include "models/checkpoint/checkpoint.h"
 #include "server/server.h"
 
 #ifndef SDFLOW_VERSION
@@ -122,38 +119,9 @@ int sd_cli_serve(int argc, char **argv) {
 
     sd_error err;
     sd_error_clear(&err);
-    sd_env env;
-    sd_backend *backend = NULL;
-    sd_model_store *models = NULL;
-    sd_sqlite_cache *cache_handle = NULL;
-    sd_cli_algo_store algos = {0};
-    sd_cache_i cache = {0};
-    sd_cli_preview *preview = NULL;
-    code = 1;
-    sd_status rc = sd_cli_env_init(&env, &a, &err);
-    if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = sd_cli_backend_open(&env, &backend, &err);
-    if (!rc) {
-        env.backend = backend;
-        /* A model part goes when the last result holding it is released
-         * (the server releases results over its memory budget). */
-        if (!(models = sd_model_store_new())) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
-        sd_model_store_free_unused(models, 1);
-        env.models = models;
-    }
-    if (rc) {
-        sd_cli_print_error(&err);
-        goto done;
-    }
-    sd_cli_cache_setup(&a, &cache_handle, &cache);
-    /* the queue's worker is the one thread that runs ops and uses the cache
-     * connection, so the backend's algorithm store may share it */
-    sd_cli_algo_store_attach(&algos, backend, cache_handle);
-    if (!no_previews && !(preview = sd_cli_preview_new("-", &env))) {
-        sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
-        sd_cli_print_error(&err);
-        goto done;
-    }
+    sd_cli_engine e;
+    code = sd_cli_engine_open(&e, &a, !no_previews);
+    if (code) goto done;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
@@ -162,24 +130,19 @@ int sd_cli_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-reply is not a reason to die */
 
-    so.env = &env;
-    so.cache = cache_handle ? &cache : NULL;
+    so.env = &e.env;
+    so.cache = sd_cli_engine_cache(&e);
     so.argv = (const char *const *)argv;
     so.version = "sdflow " SDFLOW_VERSION;
     so.stop = &stop_requested;
-    so.preview = preview ? serve_preview : NULL;
-    so.preview_user = preview;
+    so.preview = e.preview ? serve_preview : NULL;
+    so.preview_user = e.preview;
     so.preview_interval = preview_interval;
-    rc = sd_server_run(&so, &err);
+    sd_status rc = sd_server_run(&so, &err);
     if (rc) sd_cli_print_error(&err);
     code = rc ? 1 : 0;
 done:
-    sd_cli_preview_free(preview); /* before the backend its TAESD decoder lives on */
-    sd_cli_algo_store_detach(&algos, backend);
-    sd_cache_close(cache_handle);
-    sd_model_store_free(models);
-    sd_backend_free(backend);
-    sd_env_cleanup(&env);
+    sd_cli_engine_close(&e);
     sd_cli_args_free(&a);
     return code;
 }
@@ -189,8 +152,8 @@ done:
 int sd_cli_serve(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    fprintf(stderr, "sdflow serve: this build has no server (libcivetweb-dev was not found at build time; "
-                    "scripts/setup.sh installs it)\n");
+    fprintf(stderr, "sdflow serve: this build has no server (libcivetweb-dev or libhiredis-dev was not found at build time; "
+                    "scripts/setup.sh installs them)\n");
     return 1;
 }
 

@@ -8,9 +8,6 @@
 
 #ifdef SDFLOW_HAVE_SERVER
 #include "cache/cache.h"
-#include "core/env.h"
-#include "kernels/backend.h"
-#include "models/checkpoint/checkpoint.h"
 #include "worker/worker.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -97,34 +94,9 @@ int sd_cli_worker(int argc, char **argv) {
         wo.shared_cache_max = (size_t)n;
     }
 
-    sd_env env;
-    sd_backend *backend = NULL;
-    sd_model_store *models = NULL;
-    sd_sqlite_cache *cache_handle = NULL;
-    sd_cli_algo_store algos = {0};
-    sd_cache_i cache = {0};
-    sd_cli_preview *preview = NULL;
-    code = 1;
-    sd_status rc = sd_cli_env_init(&env, &a, &err);
-    if (!rc) rc = sd_nodes_register_all(&err);
-    if (!rc) rc = sd_cli_backend_open(&env, &backend, &err);
-    if (!rc) {
-        env.backend = backend;
-        if (!(models = sd_model_store_new())) rc = sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
-        else sd_model_store_free_unused(models, 1);
-        env.models = models;
-    }
-    if (rc) {
-        sd_cli_print_error(&err);
-        goto done;
-    }
-    sd_cli_cache_setup(&a, &cache_handle, &cache);
-    sd_cli_algo_store_attach(&algos, backend, cache_handle);
-    if (!no_previews && !(preview = sd_cli_preview_new("-", &env))) {
-        sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
-        sd_cli_print_error(&err);
-        goto done;
-    }
+    sd_cli_engine e;
+    code = sd_cli_engine_open(&e, &a, !no_previews);
+    if (code) goto done;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
@@ -133,21 +105,16 @@ int sd_cli_worker(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    wo.env = &env;
-    wo.cache = cache_handle ? &cache : NULL;
-    wo.preview = preview ? worker_preview : NULL;
-    wo.preview_user = preview;
+    wo.env = &e.env;
+    wo.cache = sd_cli_engine_cache(&e);
+    wo.preview = e.preview ? worker_preview : NULL;
+    wo.preview_user = e.preview;
     wo.stop = &stop_requested;
-    rc = sd_worker_run(&wo, &err);
+    sd_status rc = sd_worker_run(&wo, &err);
     if (rc) sd_cli_print_error(&err);
     code = rc ? 1 : 0;
 done:
-    sd_cli_preview_free(preview);
-    sd_cli_algo_store_detach(&algos, backend);
-    sd_cache_close(cache_handle);
-    sd_model_store_free(models);
-    sd_backend_free(backend);
-    sd_env_cleanup(&env);
+    sd_cli_engine_close(&e);
     sd_cli_args_free(&a);
     return code;
 }
