@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include "core/graph.h"
 #include "job.h"
+#include "redis.h"
 #include "server.h"
 
 struct mg_connection;
@@ -87,7 +88,9 @@ typedef struct srv {
     int rq_started;
     pthread_mutex_t rq_mu;
     struct redisContext *rq_sub;
-    volatile int rq_quit;
+    int rq_quit;
+    char rq_events[300];       /* P:events */
+    srv_redis_sub rq_subscription;
 } srv;
 
 /* ---- http.c: replies and request bodies ---------------------------------- */
@@ -129,6 +132,10 @@ const char *srv_type_dir(srv *s, const char *type);
 int srv_queue_start(srv *s, sd_error *err);
 void srv_queue_stop(srv *s);
 int srv_post_prompt(srv *s, struct mg_connection *c);
+/* POST /prompt's body, admitted (job.h): 0 with *body, *j and *dropped (the
+ * node_errors of outputs left out) for the caller to queue and free; else
+ * the refusal is replied and its status returned. Both queues use it. */
+int srv_read_prompt(srv *s, struct mg_connection *c, cJSON **body, srv_job **j, cJSON **dropped);
 int srv_get_queue(srv *s, struct mg_connection *c);
 int srv_post_queue(srv *s, struct mg_connection *c);
 int srv_get_history(srv *s, struct mg_connection *c, const char *id);

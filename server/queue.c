@@ -31,19 +31,23 @@ cJSON *srv_queue_info(srv *s) {
 
 /* ---- POST /prompt -------------------------------------------------------- */
 
-int srv_post_prompt(srv *s, struct mg_connection *c) {
-    cJSON *body = NULL;
-    int st = srv_read_json(s, c, 0, &body);
+int srv_read_prompt(srv *s, struct mg_connection *c, cJSON **body, srv_job **j, cJSON **dropped) {
+    int st = srv_read_json(s, c, 0, body);
     if (st) return st;
-    srv_job *j = NULL;
-    cJSON *dropped = NULL;
     char note[SD_ERR_MSG_MAX + 64];
-    st = srv_job_admit(s->env, body, &j, &dropped, note, sizeof note);
+    st = srv_job_admit(s->env, *body, j, dropped, note, sizeof note);
     if (note[0]) srv_log(s, "%s", note);
-    if (st != 200) {
-        cJSON_Delete(body);
-        return srv_reply_json(c, st, dropped);
-    }
+    if (st == 200) return 0;
+    cJSON_Delete(*body);
+    *body = NULL;
+    return srv_reply_json(c, st, *dropped);
+}
+
+int srv_post_prompt(srv *s, struct mg_connection *c) {
+    cJSON *body = NULL, *dropped = NULL;
+    srv_job *j = NULL;
+    int st = srv_read_prompt(s, c, &body, &j, &dropped);
+    if (st) return st;
     const cJSON *num = cJSON_GetObjectItemCaseSensitive(body, "number");
     const cJSON *front = cJSON_GetObjectItemCaseSensitive(body, "front");
     char id[sizeof j->id];

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include "core/sha256.h"
 
 /* ---- URLs ------------------------------------------------------------------- */
@@ -258,6 +260,66 @@ sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *fi
     *n = r->len;
     freeReplyObject(r);
     return SD_OK;
+}
+
+/* ---- subscriptions ------------------------------------------------------------------- */
+
+static int sub_quit(const srv_redis_sub *sub) {
+    pthread_mutex_lock(sub->mu);
+    int q = *sub->quit;
+    pthread_mutex_unlock(sub->mu);
+    return q;
+}
+
+void srv_redis_subscribe_loop(const srv_redis_sub *sub) {
+    int down = 0;
+    while (!sub_quit(sub)) {
+        sd_error err;
+        sd_error_clear(&err);
+        redisContext *c = NULL;
+        redisReply *r = NULL;
+        if (srv_redis_connect(sub->url, 0, &c, &err) || !(r = srv_redis_cmdl(c, &err, "SUBSCRIBE", sub->channel, NULL))) {
+            if (c) redisFree(c);
+            if (!down++ && sub->on_state) sub->on_state(sub->user, 0, err.msg);
+            sleep(1);
+            continue;
+        }
+        freeReplyObject(r);
+        pthread_mutex_lock(sub->mu);
+        int quit = *sub->quit;
+        if (!quit) *sub->live = c;
+        pthread_mutex_unlock(sub->mu);
+        if (quit) {
+            redisFree(c);
+            break;
+        }
+        if (down && sub->on_state) sub->on_state(sub->user, 1, NULL);
+        down = 0;
+        void *reply = NULL;
+        while (redisGetReply(c, &reply) == REDIS_OK) {
+            redisReply *m = reply;
+            /* ["message", channel, payload] */
+            if (m && m->type == REDIS_REPLY_ARRAY && m->elements == 3 && m->element[2]->type == REDIS_REPLY_STRING)
+                sub->on_message(sub->user, m->element[2]->str, m->element[2]->len);
+            if (m) freeReplyObject(m);
+            reply = NULL;
+        }
+        pthread_mutex_lock(sub->mu);
+        *sub->live = NULL;
+        quit = *sub->quit;
+        pthread_mutex_unlock(sub->mu);
+        if (!quit && sub->on_state) sub->on_state(sub->user, 0, c->errstr[0] ? c->errstr : "connection lost");
+        down = !quit;
+        redisFree(c);
+        if (!quit) sleep(1);
+    }
+}
+
+void srv_redis_subscribe_stop(const srv_redis_sub *sub) {
+    pthread_mutex_lock(sub->mu);
+    *sub->quit = 1;
+    if (*sub->live) shutdown((*sub->live)->fd, SHUT_RDWR);
+    pthread_mutex_unlock(sub->mu);
 }
 
 /* ---- scripts ------------------------------------------------------------------------ */

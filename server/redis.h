@@ -26,6 +26,7 @@
 #define SD_SERVER_REDIS_H
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stddef.h>
 #include "core/error.h"
 
@@ -64,6 +65,26 @@ sd_status srv_redis_put_file(redisContext *c, const char *prefix, const char *fi
  * *n, SD_ERR_NOT_FOUND when the name is unknown, expired or only claimed. */
 sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *file_path, char **bytes, size_t *n,
                              sd_error *err);
+
+/* A subscription kept alive: each message's payload goes to on_message; a
+ * lost connection is retried every second, reported once through
+ * on_state(user, 0, why) and its return through on_state(user, 1, NULL)
+ * (on_state may be NULL). While subscribed, *live holds the connection
+ * (under mu), so srv_redis_subscribe_stop, from another thread, can wake
+ * the blocked read by shutting its socket. Runs until *quit (read under
+ * mu). */
+typedef struct srv_redis_sub {
+    const char *url, *channel;
+    pthread_mutex_t *mu;
+    int *quit;
+    redisContext **live;
+    void (*on_message)(void *user, const char *msg, size_t n);
+    void (*on_state)(void *user, int up, const char *why);
+    void *user;
+} srv_redis_sub;
+void srv_redis_subscribe_loop(const srv_redis_sub *sub);
+/* Sets *quit and wakes the loop. */
+void srv_redis_subscribe_stop(const srv_redis_sub *sub);
 
 /* Scripts (EVAL). Keys and arguments are documented where they are used. */
 extern const char srv_redis_lua_enqueue[];

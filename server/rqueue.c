@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include "internal.h"
 #include "redis.h"
@@ -32,6 +31,19 @@ static int reply_redis_down(srv *s, struct mg_connection *c, const sd_error *err
     return srv_reply_error(c, 503, "redis_unavailable", "%s", err->msg);
 }
 
+/* The JSON body and a connection for a POST handler: 0 with both (the
+ * caller frees them), else the status already replied. */
+static int rq_request(srv *s, struct mg_connection *c, int allow_empty, cJSON **body, redisContext **rc) {
+    int st = srv_read_json(s, c, allow_empty, body);
+    if (st) return st;
+    sd_error err;
+    sd_error_clear(&err);
+    if ((*rc = rq_connect(s, &err))) return 0;
+    cJSON_Delete(*body);
+    *body = NULL;
+    return reply_redis_down(s, c, &err);
+}
+
 static void key(char *buf, size_t n, srv *s, const char *fmt, const char *arg) {
     char suffix[512];
     snprintf(suffix, sizeof suffix, fmt, arg ? arg : "");
@@ -41,18 +53,10 @@ static void key(char *buf, size_t n, srv *s, const char *fmt, const char *arg) {
 /* ---- POST /prompt -------------------------------------------------------------- */
 
 int srv_rq_post_prompt(srv *s, struct mg_connection *c) {
-    cJSON *body = NULL;
-    int st = srv_read_json(s, c, 0, &body);
-    if (st) return st;
+    cJSON *body = NULL, *dropped = NULL;
     srv_job *j = NULL;
-    cJSON *dropped = NULL;
-    char note[SD_ERR_MSG_MAX + 64];
-    st = srv_job_admit(s->env, body, &j, &dropped, note, sizeof note);
-    if (note[0]) srv_log(s, "%s", note);
-    if (st != 200) {
-        cJSON_Delete(body);
-        return srv_reply_json(c, st, dropped);
-    }
+    int st = srv_read_prompt(s, c, &body, &j, &dropped);
+    if (st) return st;
     char number[64] = "";
     const cJSON *num = cJSON_GetObjectItemCaseSensitive(body, "number");
     if (cJSON_IsNumber(num) && isfinite(num->valuedouble)) snprintf(number, sizeof number, "%.17g", num->valuedouble);
@@ -214,20 +218,17 @@ static sd_status cancel(srv *s, redisContext *rc, const char *id, sd_error *err)
 
 int srv_rq_post_queue(srv *s, struct mg_connection *c) {
     cJSON *body = NULL;
-    int st = srv_read_json(s, c, 0, &body);
+    redisContext *rc = NULL;
+    int st = rq_request(s, c, 0, &body, &rc);
     if (st) return st;
     const cJSON *del = cJSON_GetObjectItemCaseSensitive(body, "delete");
     if (del && !cJSON_IsArray(del)) {
         cJSON_Delete(body);
+        redisFree(rc);
         return srv_reply_error(c, 400, "bad_request", "'delete' must be a list of prompt ids");
     }
     sd_error err;
     sd_error_clear(&err);
-    redisContext *rc = rq_connect(s, &err);
-    if (!rc) {
-        cJSON_Delete(body);
-        return reply_redis_down(s, c, &err);
-    }
     sd_status status = SD_OK;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "clear"))) {
         /* every pending prompt; the running ones go on (ComfyUI's clear) */
@@ -260,15 +261,11 @@ int srv_rq_post_queue(srv *s, struct mg_connection *c) {
 
 int srv_rq_post_interrupt(srv *s, struct mg_connection *c) {
     cJSON *body = NULL;
-    int st = srv_read_json(s, c, 1, &body);
+    redisContext *rc = NULL;
+    int st = rq_request(s, c, 1, &body, &rc);
     if (st) return st;
     sd_error err;
     sd_error_clear(&err);
-    redisContext *rc = rq_connect(s, &err);
-    if (!rc) {
-        cJSON_Delete(body);
-        return reply_redis_down(s, c, &err);
-    }
     const cJSON *pid = cJSON_GetObjectItemCaseSensitive(body, "prompt_id");
     sd_status status = SD_OK;
     if (cJSON_IsString(pid) && strlen(pid->valuestring) < 128) {
@@ -287,15 +284,11 @@ int srv_rq_post_interrupt(srv *s, struct mg_connection *c) {
 
 int srv_rq_post_free(srv *s, struct mg_connection *c) {
     cJSON *body = NULL;
-    int st = srv_read_json(s, c, 1, &body);
+    redisContext *rc = NULL;
+    int st = rq_request(s, c, 1, &body, &rc);
     if (st) return st;
     sd_error err;
     sd_error_clear(&err);
-    redisContext *rc = rq_connect(s, &err);
-    if (!rc) {
-        cJSON_Delete(body);
-        return reply_redis_down(s, c, &err);
-    }
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "op", "free");
     cJSON_AddBoolToObject(m, "unload_models", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "unload_models")));
@@ -364,15 +357,11 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
 
 int srv_rq_post_history(srv *s, struct mg_connection *c) {
     cJSON *body = NULL;
-    int st = srv_read_json(s, c, 0, &body);
+    redisContext *rc = NULL;
+    int st = rq_request(s, c, 0, &body, &rc);
     if (st) return st;
     sd_error err;
     sd_error_clear(&err);
-    redisContext *rc = rq_connect(s, &err);
-    if (!rc) {
-        cJSON_Delete(body);
-        return reply_redis_down(s, c, &err);
-    }
     char khist[300], hprefix[300];
     key(khist, sizeof khist, s, "history", NULL);
     key(hprefix, sizeof hprefix, s, "hist:", NULL);
@@ -484,52 +473,18 @@ static void forward(srv *s, const char *msg, size_t n) {
     }
 }
 
+static void on_event_message(void *user, const char *msg, size_t n) {
+    forward(user, msg, n);
+}
+
+static void on_sub_state(void *user, int up, const char *why) {
+    if (up) srv_log(user, "redis: connected again");
+    else srv_log(user, "error: redis subscription: %s (retrying every second)", why);
+}
+
 static void *subscriber_main(void *arg) {
     srv *s = arg;
-    char kev[300];
-    key(kev, sizeof kev, s, "events", NULL);
-    int warned = 0;
-    while (!s->rq_quit) {
-        sd_error err;
-        sd_error_clear(&err);
-        redisContext *rc = NULL;
-        if (srv_redis_connect(s->o->redis_url, 0, &rc, &err)) {
-            if (!warned++) srv_log(s, "error: %s (retrying every second)", err.msg);
-            sleep(1);
-            continue;
-        }
-        redisReply *r = srv_redis_cmdl(rc, &err, "SUBSCRIBE", kev, NULL);
-        if (!r) {
-            redisFree(rc);
-            sleep(1);
-            continue;
-        }
-        freeReplyObject(r);
-        if (warned) srv_log(s, "redis: connected again");
-        warned = 0;
-        pthread_mutex_lock(&s->rq_mu);
-        int quit = s->rq_quit;
-        if (!quit) s->rq_sub = rc;
-        pthread_mutex_unlock(&s->rq_mu);
-        if (quit) {
-            redisFree(rc);
-            break;
-        }
-        void *reply = NULL;
-        while (!s->rq_quit && redisGetReply(rc, &reply) == REDIS_OK) {
-            redisReply *m = reply;
-            if (m && m->type == REDIS_REPLY_ARRAY && m->elements == 3 && m->element[2]->type == REDIS_REPLY_STRING)
-                forward(s, m->element[2]->str, m->element[2]->len);
-            if (m) freeReplyObject(m);
-            reply = NULL;
-        }
-        pthread_mutex_lock(&s->rq_mu);
-        s->rq_sub = NULL;
-        pthread_mutex_unlock(&s->rq_mu);
-        if (!s->rq_quit) srv_log(s, "error: redis subscription lost: %s (reconnecting)", rc->errstr);
-        redisFree(rc);
-        if (!s->rq_quit) sleep(1);
-    }
+    srv_redis_subscribe_loop(&s->rq_subscription);
     return NULL;
 }
 
@@ -540,6 +495,10 @@ int srv_rq_start(srv *s, sd_error *err) {
     redisFree(rc);
     if (st) return -1;
     pthread_mutex_init(&s->rq_mu, NULL);
+    key(s->rq_events, sizeof s->rq_events, s, "events", NULL);
+    s->rq_subscription = (srv_redis_sub){.url = s->o->redis_url, .channel = s->rq_events, .mu = &s->rq_mu,
+                                         .quit = &s->rq_quit, .live = &s->rq_sub, .on_message = on_event_message,
+                                         .on_state = on_sub_state, .user = s};
     if (pthread_create(&s->rq_thread, NULL, subscriber_main, s) != 0) {
         pthread_mutex_destroy(&s->rq_mu);
         sd_error_set(err, SD_ERR_INTERNAL, "cannot start the redis subscriber thread");
@@ -551,11 +510,7 @@ int srv_rq_start(srv *s, sd_error *err) {
 
 void srv_rq_stop(srv *s) {
     if (!s->rq_started) return;
-    /* the subscriber blocks in a read: shutting its socket wakes it */
-    pthread_mutex_lock(&s->rq_mu);
-    s->rq_quit = 1;
-    if (s->rq_sub) shutdown(s->rq_sub->fd, SHUT_RDWR);
-    pthread_mutex_unlock(&s->rq_mu);
+    srv_redis_subscribe_stop(&s->rq_subscription);
     pthread_join(s->rq_thread, NULL);
     pthread_mutex_destroy(&s->rq_mu);
     s->rq_started = 0;

@@ -9,7 +9,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +40,8 @@ typedef struct wk {
     volatile sig_atomic_t interrupt;
     int quit;             /* threads end */
     redisContext *ctl;    /* the control subscription (shut down to wake it) */
+    char ctl_channel[300];
+    srv_redis_sub ctl_sub;
 
     pthread_t hb_thread, ctl_thread;
     int hb_started, ctl_started;
@@ -421,48 +422,13 @@ static void on_control(wk *w, const char *msg, size_t n) {
     cJSON_Delete(m);
 }
 
+static void on_control_message(void *user, const char *msg, size_t n) {
+    on_control(user, msg, n);
+}
+
 static void *control_main(void *arg) {
     wk *w = arg;
-    char kctl[300];
-    key(kctl, sizeof kctl, w, "control");
-    for (;;) {
-        pthread_mutex_lock(&w->mu);
-        int quit = w->quit;
-        pthread_mutex_unlock(&w->mu);
-        if (quit) break;
-        sd_error err;
-        sd_error_clear(&err);
-        redisContext *c = NULL;
-        redisReply *r = NULL;
-        if (srv_redis_connect(w->o->redis_url, 0, &c, &err) || !(r = srv_redis_cmdl(c, &err, "SUBSCRIBE", kctl, NULL))) {
-            if (c) redisFree(c);
-            sleep_s(1);
-            continue;
-        }
-        freeReplyObject(r);
-        pthread_mutex_lock(&w->mu);
-        quit = w->quit;
-        if (!quit) w->ctl = c;
-        pthread_mutex_unlock(&w->mu);
-        if (quit) {
-            redisFree(c);
-            break;
-        }
-        void *reply = NULL;
-        while (redisGetReply(c, &reply) == REDIS_OK) {
-            redisReply *m = reply;
-            if (m && m->type == REDIS_REPLY_ARRAY && m->elements == 3 && m->element[2]->type == REDIS_REPLY_STRING)
-                on_control(w, m->element[2]->str, m->element[2]->len);
-            if (m) freeReplyObject(m);
-            reply = NULL;
-        }
-        pthread_mutex_lock(&w->mu);
-        w->ctl = NULL;
-        quit = w->quit;
-        pthread_mutex_unlock(&w->mu);
-        redisFree(c);
-        if (!quit) sleep_s(1);
-    }
+    srv_redis_subscribe_loop(&w->ctl_sub);
     return NULL;
 }
 
@@ -702,6 +668,9 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     sd_exec *ex = sd_exec_new();
     if (!ex) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     if (!rc && pthread_create(&w.hb_thread, NULL, heartbeat_main, &w) == 0) w.hb_started = 1;
+    key(w.ctl_channel, sizeof w.ctl_channel, &w, "control");
+    w.ctl_sub = (srv_redis_sub){.url = o->redis_url, .channel = w.ctl_channel, .mu = &w.mu, .quit = &w.quit,
+                                .live = &w.ctl, .on_message = on_control_message, .user = &w};
     if (!rc && pthread_create(&w.ctl_thread, NULL, control_main, &w) == 0) w.ctl_started = 1;
     if (!rc && (!w.hb_started || !w.ctl_started)) rc = sd_error_set(err, SD_ERR_INTERNAL, "cannot start the worker's threads");
     sd_log_fn old_log = o->env->log;
@@ -761,10 +730,7 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     }
     if (!rc) wlog(&w, "sdflow worker %s: stopping (shared cache: %lu hits, %lu stored)", w.name, w.shared.hits,
                   w.shared.stores);
-    pthread_mutex_lock(&w.mu);
-    w.quit = 1;
-    if (w.ctl) shutdown(w.ctl->fd, SHUT_RDWR);
-    pthread_mutex_unlock(&w.mu);
+    srv_redis_subscribe_stop(&w.ctl_sub); /* also ends the heartbeat (w.quit) */
     if (w.hb_started) pthread_join(w.hb_thread, NULL);
     if (w.ctl_started) pthread_join(w.ctl_thread, NULL);
     o->env->claim_name = NULL;
