@@ -212,12 +212,17 @@ try {
     sent.push({ id: await queue(prompt(seed, steps)), seed, steps });
   }
   const longIds = sent.filter((p) => p.steps === LONG_STEPS).map((p) => p.id);
-  // the first long prompt some worker has started and not finished
+  // the first long prompt some worker is sampling (its progress reached the
+  // WebSocket) and has not finished
   let victim = null, victimId = null;
   await until(() => {
     for (const id of longIds) {
       const s = starts(id);
-      if (s.length === 1 && ends(id).length === 0) { victim = workers.get(s[0].worker); victimId = id; return true; }
+      if (s.length === 1 && of('progress', id).length > 0 && ends(id).length === 0) {
+        victim = workers.get(s[0].worker);
+        victimId = id;
+        return true;
+      }
     }
     return false;
   }, 'a worker running a long prompt', 300000);
