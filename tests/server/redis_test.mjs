@@ -12,8 +12,10 @@
 //     not run twice (heartbeat); a queued prompt deleted never runs; a
 //     running prompt interrupted by id ends as interrupted, the other goes on;
 //   - an uploaded picture reaches the worker that runs a LoadImage prompt;
-//   - with no worker running, queued prompts survive a server restart
-//     (listed by a new server's /queue) and run once workers come back.
+//   - workers stopped (SIGTERM), one in the middle of a prompt: it leaves the
+//     prompt for another worker; with no worker running, queued prompts
+//     survive a server restart (listed by a new server's /queue) and run
+//     once workers come back, the cut one again from the start.
 // (Redis going away and coming back is cli.worker_redis's.)
 // usage: node redis_test.mjs BIN SRC WORKDIR MODELS_JSON
 import WebSocket from 'ws';
@@ -322,9 +324,17 @@ try {
   ok(!rl.error && served.status === 200 && Buffer.compare(served.bytes, rl.bytes) === 0,
      `the LoadImage prompt's image equals sdflow run's (${served.status}, ${served.bytes.length} bytes; ${rl.error})`);
 
-  // ---- no workers: prompts wait in Redis across a server restart
-  for (const [n, w] of workers) ok(await w.stop() === 0, `worker ${n} stops on SIGTERM (exit 0)`);
+  // ---- the workers stopped (SIGTERM), one in the middle of a prompt, which
+  // it leaves for another worker; then prompts wait in Redis across a server
+  // restart
+  const cut = await queue(prompt(6001, LONG_STEPS));
+  await until(() => of('progress', cut).length > 0 && starts(cut).length === 1, 'a worker sampling the prompt to be cut');
+  const cutWorker = starts(cut)[0].worker;
+  for (const n of [cutWorker, ...[...workers.keys()].filter((k) => k !== cutWorker)])
+    ok(await workers.get(n).stop() === 0, `worker ${n} stops on SIGTERM (exit 0)`);
   workers.clear();
+  ok(linesAbout(cut).some((l) => l.worker === cutWorker && /left for another worker/.test(l.line)),
+     `the stopped worker left its prompt for another: ${JSON.stringify(linesAbout(cut))}`);
   const later = [];
   for (let i = 0; i < 8; i++) later.push(await queue(prompt(7000 + i)));
   ws.close();
@@ -332,14 +342,18 @@ try {
   server = await startServer();
   await connect();
   const q2 = await getJson('/queue');
-  ok(q2.queue_running.length === 0 && q2.queue_pending.map((e) => e[1]).sort().join() === [...later].sort().join() &&
+  ok(q2.queue_pending.map((e) => e[1]).sort().join() === [...later].sort().join() &&
      q2.queue_pending.every((e) => e.length === 5 && e[2]['3']?.class_type === 'KSampler'),
      `a new server's /queue lists the 8 waiting prompts as pending: ${JSON.stringify(q2.queue_pending.map((e) => e[1]))}`);
+  ok(q2.queue_running.length === 1 && q2.queue_running[0][1] === cut,
+     `and the cut one as running: ${JSON.stringify(q2.queue_running.map((e) => e[1]))}`);
   for (const n of ['w1', 'w2', 'w3']) await startWorker(n);
-  await waitHistory(later, 'the prompts queued before the restart');
+  await waitHistory([...later, cut], 'the prompts queued before the restart');
   const h2 = await history();
   ok(later.every((id) => h2.h[id].status.status_str === 'success' && entriesOf(h2.raw, id) === 1 && starts(id).length === 1),
      'after the restart each of them ran once, with success');
+  ok(h2.h[cut].status.status_str === 'success' && entriesOf(h2.raw, cut) === 1 && starts(cut).length === 2 &&
+     /attempt 2/.test(starts(cut)[1].line), `the cut prompt ran again to the end: ${JSON.stringify(linesAbout(cut))}`);
   ok(later.every((id) => of('execution_success', id).length === 1), 'the new server forwards their messages');
 
   // ---- nothing left behind in Redis
