@@ -87,9 +87,12 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
  * after recording the entry srv_job_run returned. */
 void srv_job_send_finished(const srv_sink *sink, const srv_job *j);
 
-/* A history entry for a job that never ran (a worker gave up on it):
- * status error with one execution_error message carrying `message`. */
-cJSON *srv_job_failed_entry(const srv_job *j, const char *message);
+/* History entries for a job that does not run: failed (a worker gave up
+ * on it: one execution_error carrying `message`) or interrupted (cancelled
+ * before it could run again: one execution_interrupted). *data_out (may be
+ * NULL) receives a copy of that message's data, for the prompt's client. */
+cJSON *srv_job_failed_entry(const srv_job *j, const char *message, cJSON **data_out);
+cJSON *srv_job_interrupted_entry(const srv_job *j, cJSON **data_out);
 
 /* While the process's resident memory is over `budget`, the least recently
  * used memo entries go (a model part is freed with its last holder).

@@ -252,16 +252,24 @@ void srv_job_send_finished(const srv_sink *sink, const srv_job *j) {
     sink->send(sink->user, j->client_id, "executing", d);
 }
 
-cJSON *srv_job_failed_entry(const srv_job *j, const char *message) {
+/* {prompt, outputs: {}, status: error with one message, meta: {}} */
+static cJSON *unrun_entry(const srv_job *j, const char *event, cJSON *data, cJSON **data_out) {
+    if (data_out) *data_out = cJSON_Duplicate(data, 1);
     cJSON *entry = cJSON_CreateObject();
     cJSON_AddItemToObject(entry, "prompt", srv_job_entry(j));
     cJSON_AddObjectToObject(entry, "outputs");
     cJSON *status = cJSON_AddObjectToObject(entry, "status");
     cJSON_AddStringToObject(status, "status_str", "error");
     cJSON_AddBoolToObject(status, "completed", 0);
-    cJSON *messages = cJSON_AddArrayToObject(status, "messages");
     cJSON *m = cJSON_CreateArray();
-    cJSON_AddItemToArray(m, cJSON_CreateString("execution_error"));
+    cJSON_AddItemToArray(m, cJSON_CreateString(event));
+    cJSON_AddItemToArray(m, data);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(status, "messages"), m);
+    cJSON_AddObjectToObject(entry, "meta");
+    return entry;
+}
+
+cJSON *srv_job_failed_entry(const srv_job *j, const char *message, cJSON **data_out) {
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "prompt_id", j->id);
     cJSON_AddStringToObject(d, "node_id", "");
@@ -273,8 +281,15 @@ cJSON *srv_job_failed_entry(const srv_job *j, const char *message) {
     cJSON_AddObjectToObject(d, "current_inputs");
     cJSON_AddObjectToObject(d, "current_outputs");
     cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
-    cJSON_AddItemToArray(m, d);
-    cJSON_AddItemToArray(messages, m);
-    cJSON_AddObjectToObject(entry, "meta");
-    return entry;
+    return unrun_entry(j, "execution_error", d, data_out);
+}
+
+cJSON *srv_job_interrupted_entry(const srv_job *j, cJSON **data_out) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "prompt_id", j->id);
+    cJSON_AddStringToObject(d, "node_id", "");
+    cJSON_AddStringToObject(d, "node_type", "");
+    cJSON_AddArrayToObject(d, "executed");
+    cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+    return unrun_entry(j, "execution_interrupted", d, data_out);
 }

@@ -343,11 +343,13 @@ const char srv_redis_lua_enqueue[] =
     "return {e, num}\n";
 
 /* KEYS: job, queue, jobs. ARGV: id. A pending prompt is removed (1); a
- * running one is left to an interrupt (2); unknown: 0. */
+ * running one is marked cancelled and left to an interrupt (2): the mark
+ * outlives its worker, so whoever runs the prompt next (a worker taking
+ * over from a dead one) stops it at once instead of running it; unknown: 0. */
 const char srv_redis_lua_cancel[] =
     "local st = redis.call('HGET', KEYS[1], 'state')\n"
     "if not st then return 0 end\n"
-    "if st == 'running' then return 2 end\n"
+    "if st == 'running' then redis.call('HSET', KEYS[1], 'cancelled', '1') return 2 end\n"
     "local e = redis.call('HGET', KEYS[1], 'entry')\n"
     "redis.call('DEL', KEYS[1])\n"
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"

@@ -7,7 +7,8 @@
  * Keys, under a prefix P (default "sdflow"):
  *   P:jobs         stream, one entry {id} per accepted prompt; consumer group "workers"
  *   P:job:ID       hash: prompt, extra_data, outputs (JSON), number, state (pending|running),
- *                  worker, attempts, entry (stream entry id), queued_ms, max_history
+ *                  worker, attempts, entry (stream entry id), queued_ms, max_history, and
+ *                  cancelled = 1 once a client cancelled it while it ran
  *   P:queue        sorted set ID -> number (pending and running prompts)
  *   P:number       counter behind `number`
  *   P:history      sorted set ID -> completion order; P:hist:ID = the entry (JSON)

@@ -479,6 +479,16 @@ static void ack_only(wk *w, const char *entry_id) {
     if (r && (r = srv_redis_cmdl(w->c, &err, "XDEL", kjobs, entry_id, NULL))) freeReplyObject(r);
 }
 
+/* 1 when a client cancelled the job while it ran (the cancel script's mark). */
+static int job_cancelled(wk *w, const char *kjob) {
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "HGET", kjob, "cancelled", NULL);
+    int yes = r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "1");
+    if (r) freeReplyObject(r);
+    return yes;
+}
+
 static void set_running(wk *w, const char *id, const char *entry) {
     pthread_mutex_lock(&w->mu);
     snprintf(w->run_id, sizeof w->run_id, "%s", id ? id : "");
@@ -513,7 +523,8 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
                                    cJSON_Parse(str_of(r->element[1])), cJSON_Parse(str_of(r->element[2])), &j, &err);
     freeReplyObject(r);
     set_running(w, id, entry_id);
-    cJSON *entry = NULL;
+    cJSON *entry = NULL, *note = NULL; /* note: the message the client gets when the job does not run */
+    const char *note_event = "execution_error";
     sd_status run_rc = SD_OK;
     if (rc) {
         /* a stored prompt that no longer parses cannot run anywhere: record why */
@@ -522,20 +533,28 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         snprintf(stub.id, sizeof stub.id, "%s", id);
         char msg[SD_ERR_MSG_MAX + 64];
         snprintf(msg, sizeof msg, "the queued prompt cannot be read: %s", err.msg);
-        entry = srv_job_failed_entry(&stub, msg);
+        entry = srv_job_failed_entry(&stub, msg, NULL);
         run_rc = rc;
+    } else if (job_cancelled(w, kjob)) {
+        /* cancelled while it ran on a worker that died since, or between the
+         * start script and set_running (the interrupt message found no
+         * running prompt): the mark in the job stops it before it runs */
+        wlog(w, "prompt %s was cancelled: recorded as interrupted, not run", id);
+        entry = srv_job_interrupted_entry(j, &note);
+        note_event = "execution_interrupted";
+        run_rc = SD_ERR_CANCELLED;
     } else if (attempts > w->max_attempts) {
         char msg[512];
         snprintf(msg, sizeof msg, "gave up after %d attempts: the workers running it (last: %s) stopped without "
                  "finishing", attempts - 1, prev[0] ? prev : "?");
         wlog(w, "prompt %s: %s", id, msg);
-        entry = srv_job_failed_entry(j, msg);
+        entry = srv_job_failed_entry(j, msg, &note);
         run_rc = SD_ERR_INTERNAL;
     } else if ((rc = fetch_inputs(w, j, &err))) {
         char msg[SD_ERR_MSG_MAX + 64];
         snprintf(msg, sizeof msg, "input files: %s", err.msg);
         wlog(w, "error: prompt %s: %s", id, msg);
-        entry = srv_job_failed_entry(j, msg);
+        entry = srv_job_failed_entry(j, msg, &note);
         run_rc = rc;
     } else {
         wlog(w, "prompt %s: attempt %d on %s", id, attempts, w->name);
@@ -551,7 +570,9 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         };
         entry = srv_job_run(ex, j, &ro, &run_rc);
     }
-    if (run_rc == SD_ERR_CANCELLED && stopping(w)) {
+    if (note && j && j->client_id) sink_send(w, j->client_id, note_event, note);
+    else cJSON_Delete(note);
+    if (run_rc == SD_ERR_CANCELLED && stopping(w) && !job_cancelled(w, kjob)) {
         /* shutting down: not this prompt's fault; another worker takes it after the claim timeout */
         wlog(w, "prompt %s left for another worker (this one is stopping)", id);
     } else if (entry) {
