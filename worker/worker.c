@@ -650,6 +650,21 @@ static int next_entry(wk *w, char *cursor, size_t cn, char entry[64], char id[12
     return got;
 }
 
+/* A worker that stops with nothing pending leaves the consumer group, so
+ * the group lists only workers that may still come back for a prompt. One
+ * with a prompt left pending stays: deleting it would drop that prompt. */
+static void leave_group(wk *w) {
+    char kjobs[300];
+    key(kjobs, sizeof kjobs, w, "jobs");
+    sd_error err;
+    sd_error_clear(&err);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "XPENDING", kjobs, SRV_REDIS_GROUP, "-", "+", "1", w->name, NULL);
+    int none = r && r->type == REDIS_REPLY_ARRAY && r->elements == 0;
+    if (r) freeReplyObject(r);
+    if (none && (r = srv_redis_cmdl(w->c, &err, "XGROUP", "DELCONSUMER", kjobs, SRV_REDIS_GROUP, w->name, NULL)))
+        freeReplyObject(r);
+}
+
 /* ---- the loop ----------------------------------------------------------------------- */
 
 sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
@@ -751,6 +766,7 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     }
     if (!rc) wlog(&w, "sdflow worker %s: stopping (shared cache: %lu hits, %lu stored)", w.name, w.shared.hits,
                   w.shared.stores);
+    if (!rc && w.c) leave_group(&w);
     srv_redis_subscribe_stop(&w.ctl_sub); /* also ends the heartbeat (w.quit) */
     if (w.hb_started) pthread_join(w.hb_thread, NULL);
     if (w.ctl_started) pthread_join(w.ctl_thread, NULL);

@@ -159,6 +159,9 @@ read -r st cached file < <(queue 5)
 n=$(redis-cli -p "$RP" --scan --pattern 't:cache:*' | wc -l)
 [ "$st" = success ] || fail "seed 5 on w4 (--no-cache): $st ($(tail -n 5 "$T/w4.log"))"
 [ "$cached" = - ] && [ "$n" = 0 ] || fail "w4 with --no-cache: cached nodes '$cached', $n values in redis"
+# w1-w3 stopped with nothing pending: they left the consumer group, w4 is in it
+consumers=$(redis-cli -p "$RP" --no-raw xinfo consumers t:jobs workers | grep -A1 '"name"' | grep -o '"w[0-9]*"' | tr -d '"' | sort | tr '\n' ' ')
+[ "$consumers" = "w4 " ] || fail "consumers in the group: '$consumers' (expected w4 alone)"
 
 # 5. a prompt whose workers keep dying is recorded as failed after --max-attempts, not retried forever
 stop_worker "$WPID"
