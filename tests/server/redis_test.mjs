@@ -8,6 +8,8 @@
 //     worker, output names unique across the workers, every image served by
 //     the server's /view (which shares no folder with the workers), a few
 //     byte for byte equal to `sdflow run`'s;
+//   - a prompt interrupted by id while its worker is dead is recorded as
+//     interrupted by the worker that takes it over, not run again;
 //   - two prompts running longer than --claim-timeout on live workers are
 //     not run twice (heartbeat); a queued prompt deleted never runs; a
 //     running prompt interrupted by id ends as interrupted, the other goes on;
@@ -271,6 +273,28 @@ try {
       ok(p.bytes && Buffer.compare(p.bytes, r.bytes) === 0, `seed ${p.seed}${p.id === victimId ? ' (the rerun one)' : ''}: /view bytes equal sdflow run's`);
   }
 
+  // ---- a prompt cancelled while its worker is dead is not run by the worker
+  // that takes it over: it is recorded as interrupted
+  const d = await queue(prompt(4001, ENDLESS_STEPS));
+  await until(() => of('progress', d).length > 0 && starts(d).length === 1, 'the prompt to cancel samples');
+  const dWorker = starts(d)[0].worker;
+  ok(await workers.get(dWorker).stop('SIGKILL') === 'SIGKILL', `${dWorker} killed while running ${d}`);
+  workers.delete(dWorker);
+  let r = await post('/interrupt', { prompt_id: d });
+  ok(r.status === 200, `POST /interrupt {prompt_id} of a prompt whose worker is dead: ${r.status}`);
+  await startWorker('w4'); // (two live workers again)
+  const queued = async (id) => { const q = await getJson('/queue'); return [...q.queue_running, ...q.queue_pending].some((e) => e[1] === id); };
+  await until(async () => starts(d).length > 1 || !(await queued(d)), 'the cancelled prompt to leave the queue', 60000);
+  if (!ok(starts(d).length === 1, `the cancelled prompt was not run again: ${JSON.stringify(linesAbout(d))}`)) {
+    await post('/interrupt', { prompt_id: d }); // (it would run for minutes)
+    await waitHistory([d], 'the cancelled prompt, run again, interrupted again', 60000);
+  }
+  await waitHistory([d], 'the cancelled prompt\'s history entry', 60000);
+  const hd = (await history()).h[d];
+  ok(hd.status.status_str === 'error' && hd.status.messages.some((m) => m[0] === 'execution_interrupted'),
+     `the cancelled prompt is recorded as interrupted: ${JSON.stringify(hd.status)}`);
+  ok(of('execution_interrupted', d).length === 1, 'execution_interrupted for it on the WebSocket');
+
   // ---- two prompts longer than --claim-timeout on live workers (both busy),
   // one queued behind them deleted, the running ones interrupted one by one
   const a = await queue(prompt(5001, ENDLESS_STEPS));
@@ -280,7 +304,7 @@ try {
   const q = await getJson('/queue');
   ok(q.queue_pending.length === 1 && q.queue_pending[0][1] === c && q.queue_running.length === 2,
      `GET /queue: two running, the third pending (${JSON.stringify([q.queue_running.map((e) => e[1]), q.queue_pending.map((e) => e[1])])})`);
-  let r = await post('/queue', { delete: [c] });
+  r = await post('/queue', { delete: [c] });
   ok(r.status === 200, `POST /queue {delete: [queued id]}: ${r.status}`);
   ok((await getJson('/queue')).queue_pending.length === 0, 'the deleted prompt left the queue');
   // (long enough for a dead worker's prompt to be reclaimed twice over)
