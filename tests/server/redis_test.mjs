@@ -13,7 +13,8 @@
 //   - two prompts running longer than --claim-timeout on live workers are
 //     not run twice (heartbeat); a queued prompt deleted never runs; a
 //     running prompt interrupted by id ends as interrupted, the other goes on;
-//   - an uploaded picture reaches the worker that runs a LoadImage prompt;
+//   - an uploaded picture reaches the worker that runs a LoadImage prompt; a
+//     broken one fails the prompt once (execution_error), not retried;
 //   - workers stopped (SIGTERM), one in the middle of a prompt: it leaves the
 //     prompt for another worker; with no worker running, queued prompts
 //     survive a server restart (listed by a new server's /queue) and run
@@ -347,6 +348,20 @@ try {
   const served = ims.length === 1 ? await view(ims[0]) : { status: 0, bytes: Buffer.alloc(0) };
   ok(!rl.error && served.status === 200 && Buffer.compare(served.bytes, rl.bytes) === 0,
      `the LoadImage prompt's image equals sdflow run's (${served.status}, ${served.bytes.length} bytes; ${rl.error})`);
+  // an upload that is no picture: the worker's run fails, and a failed
+  // prompt is recorded once, not handed to another worker
+  const broken = new FormData();
+  broken.append('image', new Blob([Buffer.from('this is not a PNG file at all')], { type: 'image/png' }), 'redis-broken.png');
+  const bu = await fetch(`${baseUrl}/upload/image`, { method: 'POST', body: broken });
+  ok(bu.status === 200, `upload of a broken picture: ${bu.status}`);
+  const fi = await queue(tweak('image_invert', JSON.parse(fs.readFileSync(path.join(src, 'workflows', 'image_invert.json'), 'utf8')),
+                               setup, 'redis-broken.png'));
+  await waitHistory([fi], 'the failing prompt', 60000);
+  const hf = (await history()).h[fi];
+  const ef = of('execution_error', fi);
+  ok(hf.status.status_str === 'error' && ef.length === 1 && ef[0].data.node_type === 'LoadImage' &&
+     /redis-broken\.png/.test(ef[0].data.exception_message),
+     `a run-time failure: history status error, execution_error naming LoadImage and the file (${JSON.stringify(ef[0]?.data)})`);
 
   // ---- the workers stopped (SIGTERM), one in the middle of a prompt, which
   // it leaves for another worker; then prompts wait in Redis across a server
@@ -379,6 +394,10 @@ try {
   ok(h2.h[cut].status.status_str === 'success' && entriesOf(h2.raw, cut) === 1 && starts(cut).length === 2 &&
      /attempt 2/.test(starts(cut)[1].line), `the cut prompt ran again to the end: ${JSON.stringify(linesAbout(cut))}`);
   ok(later.every((id) => of('execution_success', id).length === 1), 'the new server forwards their messages');
+
+  // (long after: a failed prompt left pending would have been taken over)
+  ok(starts(fi).length === 1 && entriesOf((await history()).raw, fi) === 1,
+     `the prompt that failed ran once: ${JSON.stringify(linesAbout(fi))}`);
 
   // ---- nothing left behind in Redis
   await until(async () => { const qq = await getJson('/queue'); return qq.queue_running.length + qq.queue_pending.length === 0; },
