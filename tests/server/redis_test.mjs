@@ -11,8 +11,9 @@
 //   - a prompt interrupted by id while its worker is dead is recorded as
 //     interrupted by the worker that takes it over, not run again;
 //   - two prompts running longer than --claim-timeout on live workers are
-//     not run twice (heartbeat); a queued prompt deleted never runs; a
-//     running prompt interrupted by id ends as interrupted, the other goes on;
+//     not run twice (heartbeat); queued prompts deleted or cleared never run;
+//     a running prompt interrupted by id ends as interrupted, the other goes
+//     on (then interrupted without an id); /free reaches every worker;
 //   - an uploaded picture reaches the worker that runs a LoadImage prompt; a
 //     broken one fails the prompt once (execution_error), not retried;
 //   - workers stopped (SIGTERM), one in the middle of a prompt: it leaves the
@@ -301,13 +302,17 @@ try {
   const a = await queue(prompt(5001, ENDLESS_STEPS));
   const b = await queue(prompt(5002, ENDLESS_STEPS));
   await until(() => starts(a).length > 0 && starts(b).length > 0, 'both workers on the long prompts');
-  const c = await queue(prompt(5003));
+  const c = await queue(prompt(5003)), c2 = await queue(prompt(5004)), c3 = await queue(prompt(5005));
   const q = await getJson('/queue');
-  ok(q.queue_pending.length === 1 && q.queue_pending[0][1] === c && q.queue_running.length === 2,
-     `GET /queue: two running, the third pending (${JSON.stringify([q.queue_running.map((e) => e[1]), q.queue_pending.map((e) => e[1])])})`);
+  ok(q.queue_pending.map((e) => e[1]).join() === [c, c2, c3].join() && q.queue_running.length === 2,
+     `GET /queue: two running, three pending (${JSON.stringify([q.queue_running.map((e) => e[1]), q.queue_pending.map((e) => e[1])])})`);
   r = await post('/queue', { delete: [c] });
   ok(r.status === 200, `POST /queue {delete: [queued id]}: ${r.status}`);
-  ok((await getJson('/queue')).queue_pending.length === 0, 'the deleted prompt left the queue');
+  ok((await getJson('/queue')).queue_pending.map((e) => e[1]).join() === [c2, c3].join(), 'the deleted prompt left the queue');
+  r = await post('/queue', { clear: true });
+  const qc = await getJson('/queue');
+  ok(r.status === 200 && qc.queue_pending.length === 0 && qc.queue_running.length === 2,
+     `POST /queue {clear: true} empties the pending prompts, the running ones go on (${r.status})`);
   // (long enough for a dead worker's prompt to be reclaimed twice over)
   await sleep(CLAIM_TIMEOUT * 2500);
   ok(ends(a).length === 0 && ends(b).length === 0, 'the long prompts still run');
@@ -322,11 +327,18 @@ try {
      `the interrupted prompt: status error with execution_interrupted (${JSON.stringify(hh[a].status)})`);
   ok(of('execution_interrupted', a).length === 1, 'execution_interrupted on the WebSocket');
   ok(ends(b).length === 0 && !hh[b], 'the other running prompt goes on');
-  await post('/interrupt', { prompt_id: b });
+  await post('/interrupt', {}); // (no id: whatever runs)
   await waitHistory([b], 'the second interrupted prompt', 60000);
   hh = (await history()).h;
-  ok(hh[b].status.messages.some((m) => m[0] === 'execution_interrupted'), 'the second one interrupted too');
-  ok(!hh[c] && starts(c).length === 0 && of('execution_start', c).length === 0, 'the deleted prompt never ran');
+  ok(hh[b].status.messages.some((m) => m[0] === 'execution_interrupted'), 'POST /interrupt without an id interrupts the other');
+  ok([c, c2, c3].every((id) => !hh[id] && starts(id).length === 0 && of('execution_start', id).length === 0),
+     'the deleted and cleared prompts never ran');
+
+  // ---- POST /free reaches every worker (each empties its memo between prompts)
+  r = await post('/free', { unload_models: true, free_memory: true });
+  ok(r.status === 200, `POST /free: ${r.status}`);
+  await until(() => [...workers.values()].every((w) => /models and cached results released \(\/free\)/.test(w.log())),
+              'every worker to act on /free', 30000);
 
   // ---- an upload to the server, used by a worker with its own empty input folder
   const png = fs.readFileSync(setup.input_png);
