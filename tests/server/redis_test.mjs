@@ -143,11 +143,12 @@ const ends = (id) => linesAbout(id).filter((l) => new RegExp(`prompt ${esc(id)} 
 // ---- HTTP and WebSocket helpers
 let server = null, baseUrl = '', ws = null;
 const events = []; // every JSON message on the test's WebSocket: {type, data}
+const frames = []; // and every binary one (previews)
 const of = (type, pid) => events.filter((e) => e.type === type && (!pid || (e.data && e.data.prompt_id === pid)));
 async function connect() {
   baseUrl = `http://127.0.0.1:${server.match[1]}`;
   ws = new WebSocket(`ws://127.0.0.1:${server.match[1]}/ws?clientId=${SID}`);
-  ws.on('message', (d, isBinary) => { if (!isBinary) events.push(JSON.parse(d.toString())); });
+  ws.on('message', (d, isBinary) => { if (isBinary) frames.push(Buffer.from(d)); else events.push(JSON.parse(d.toString())); });
   await new Promise((res, rej) => { ws.once('open', res); ws.once('error', rej); });
 }
 const getJson = async (p) => (await fetch(`${baseUrl}${p}`)).json();
@@ -252,6 +253,9 @@ try {
   ok(sent.every((p) => of('execution_success', p.id).length === 1),
      'the WebSocket got execution_success once per prompt (the workers\' messages through Redis)');
   ok(of('execution_start', victimId).length === 2, 'execution_start twice for the killed worker\'s prompt (two runs)');
+  ok(frames.length > 0 && frames.every((f) => f.length > 12 && f.readUInt32BE(0) === 1 && f.readUInt32BE(4) === 2 &&
+     f.subarray(8, 12).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47]))),
+     `preview frames from the workers reach the WebSocket as ComfyUI's (BE 1, BE 2, PNG): ${frames.length}`);
 
   const names = new Map(); // subfolder/filename -> prompt id
   let dup = null, notServed = null, count = 0;
