@@ -164,15 +164,15 @@ sd_status srv_redis_connect(const char *url, double timeout_s, redisContext **ou
     const char *envpw = getenv("SDFLOW_REDIS_PASSWORD");
     if (!u.password[0] && envpw && *envpw) snprintf(u.password, sizeof u.password, "%s", envpw);
     if (u.password[0]) {
-        r = u.user[0] ? srv_redis_cmdl(c, err, "AUTH", u.user, u.password, NULL)
-                      : srv_redis_cmdl(c, err, "AUTH", u.password, NULL);
+        r = u.user[0] ? srv_redis_cmdl(c, err, "AUTH", u.user, u.password, SRV_REDIS_END)
+                      : srv_redis_cmdl(c, err, "AUTH", u.password, SRV_REDIS_END);
         if (!r) goto fail;
         freeReplyObject(r);
     }
     if (u.db) {
         char db[16];
         snprintf(db, sizeof db, "%d", u.db);
-        if (!(r = srv_redis_cmdl(c, err, "SELECT", db, NULL))) goto fail;
+        if (!(r = srv_redis_cmdl(c, err, "SELECT", db, SRV_REDIS_END))) goto fail;
         freeReplyObject(r);
     }
     *out = c;
@@ -192,7 +192,7 @@ sd_status srv_redis_ensure_group(redisContext *c, const char *prefix, sd_error *
     char key[512];
     sd_status rc = srv_redis_key(key, sizeof key, prefix, "jobs", err);
     if (rc) return rc;
-    redisReply *r = srv_redis_cmdl(c, err, "XGROUP", "CREATE", key, SRV_REDIS_GROUP, "0", "MKSTREAM", NULL);
+    redisReply *r = srv_redis_cmdl(c, err, "XGROUP", "CREATE", key, SRV_REDIS_GROUP, "0", "MKSTREAM", SRV_REDIS_END);
     if (r) {
         freeReplyObject(r);
         return SD_OK;
@@ -225,7 +225,7 @@ sd_status srv_redis_put_file(redisContext *c, const char *prefix, const char *fi
     redisReply *r = srv_redis_cmd(c, err, 5, a1, l1);
     if (!r) return err->code;
     freeReplyObject(r);
-    if (!(r = srv_redis_cmdl(c, err, "SET", fkey, hex, "EX", ttl, NULL))) return err->code;
+    if (!(r = srv_redis_cmdl(c, err, "SET", fkey, hex, "EX", ttl, SRV_REDIS_END))) return err->code;
     freeReplyObject(r);
     if (sha_hex) memcpy(sha_hex, hex, 65);
     return SD_OK;
@@ -238,7 +238,7 @@ sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *fi
     char fkey[4200], bkey[600];
     int k = snprintf(fkey, sizeof fkey, "%s:file:%s", prefix, file_path);
     if (k < 0 || (size_t)k >= sizeof fkey) return sd_error_set(err, SD_ERR_NOT_FOUND, "file name too long");
-    redisReply *r = srv_redis_cmdl(c, err, "GET", fkey, NULL);
+    redisReply *r = srv_redis_cmdl(c, err, "GET", fkey, SRV_REDIS_END);
     if (!r) return err->code;
     if (r->type != REDIS_REPLY_STRING || r->len != 64) { /* absent, or a claim still being written */
         freeReplyObject(r);
@@ -246,7 +246,7 @@ sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *fi
     }
     snprintf(bkey, sizeof bkey, "%s:blob:%.*s", prefix, (int)r->len, r->str);
     freeReplyObject(r);
-    if (!(r = srv_redis_cmdl(c, err, "GET", bkey, NULL))) return err->code;
+    if (!(r = srv_redis_cmdl(c, err, "GET", bkey, SRV_REDIS_END))) return err->code;
     if (r->type != REDIS_REPLY_STRING) {
         freeReplyObject(r);
         return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: its bytes expired from redis", file_path);
@@ -278,7 +278,7 @@ void srv_redis_subscribe_loop(const srv_redis_sub *sub) {
         sd_error_clear(&err);
         redisContext *c = NULL;
         redisReply *r = NULL;
-        if (srv_redis_connect(sub->url, 0, &c, &err) || !(r = srv_redis_cmdl(c, &err, "SUBSCRIBE", sub->channel, NULL))) {
+        if (srv_redis_connect(sub->url, 0, &c, &err) || !(r = srv_redis_cmdl(c, &err, "SUBSCRIBE", sub->channel, SRV_REDIS_END))) {
             if (c) redisFree(c);
             if (!down++ && sub->on_state) sub->on_state(sub->user, 0, err.msg);
             sleep(1);

@@ -46,8 +46,10 @@ sd_status srv_redis_connect(const char *url, double timeout_s, redisContext **ou
  * connection failed (SD_ERR_IO) or Redis answered an error (SD_ERR_IO,
  * Redis's message). Caller frees with freeReplyObject. */
 redisReply *srv_redis_cmd(redisContext *c, sd_error *err, int argc, const char **argv, const size_t *lens);
-/* The same with printf-free argument lists: srv_redis_cmdl(c, err, "GET", key, NULL). */
-redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...);
+/* The same with the arguments as a list ended by SRV_REDIS_END:
+ * srv_redis_cmdl(c, err, "GET", key, SRV_REDIS_END). At most 32. */
+#define SRV_REDIS_END ((const char *)0)
+redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...) __attribute__((sentinel));
 
 /* P:suffix into buf (snprintf; truncation is an error: SD_ERR_INVALID). */
 sd_status srv_redis_key(char *buf, size_t n, const char *prefix, const char *suffix, sd_error *err);

@@ -44,10 +44,9 @@ static int rq_request(srv *s, struct mg_connection *c, int allow_empty, cJSON **
     return reply_redis_down(s, c, &err);
 }
 
-static void key(char *buf, size_t n, srv *s, const char *fmt, const char *arg) {
-    char suffix[512];
-    snprintf(suffix, sizeof suffix, fmt, arg ? arg : "");
-    snprintf(buf, n, "%s:%s", s->rq_prefix, suffix);
+/* P:name, or P:name<id> ("job:" + id). */
+static void key(char *buf, size_t n, srv *s, const char *name, const char *id) {
+    snprintf(buf, n, "%s:%s%s", s->rq_prefix, name, id ? id : "");
 }
 
 /* ---- POST /prompt -------------------------------------------------------------- */
@@ -65,7 +64,7 @@ int srv_rq_post_prompt(srv *s, struct mg_connection *c) {
     char *prompt = cJSON_PrintUnformatted(j->prompt), *extra = cJSON_PrintUnformatted(j->extra_data),
          *outputs = cJSON_PrintUnformatted(j->outputs);
     char kjob[600], kqueue[300], kjobs[300], knum[300], maxq[32], now[32], maxh[32];
-    key(kjob, sizeof kjob, s, "job:%s", j->id);
+    key(kjob, sizeof kjob, s, "job:", j->id);
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     key(kjobs, sizeof kjobs, s, "jobs", NULL);
     key(knum, sizeof knum, s, "number", NULL);
@@ -129,7 +128,7 @@ size_t srv_rq_queue_remaining(srv *s) {
     if (!rc) return 0;
     char kqueue[300];
     key(kqueue, sizeof kqueue, s, "queue", NULL);
-    redisReply *r = srv_redis_cmdl(rc, &err, "ZCARD", kqueue, NULL);
+    redisReply *r = srv_redis_cmdl(rc, &err, "ZCARD", kqueue, SRV_REDIS_END);
     size_t n = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
     if (r) freeReplyObject(r);
     redisFree(rc);
@@ -143,7 +142,7 @@ int srv_rq_get_queue(srv *s, struct mg_connection *c) {
     if (!rc) return reply_redis_down(s, c, &err);
     char kqueue[300];
     key(kqueue, sizeof kqueue, s, "queue", NULL);
-    redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", NULL);
+    redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", SRV_REDIS_END);
     if (!ids) {
         redisFree(rc);
         return reply_redis_down(s, c, &err);
@@ -156,7 +155,7 @@ int srv_rq_get_queue(srv *s, struct mg_connection *c) {
         if (id->type != REDIS_REPLY_STRING) continue;
         char kjob[600];
         snprintf(kjob, sizeof kjob, "%s:job:%.*s", s->rq_prefix, (int)id->len, id->str);
-        redisReply *f = srv_redis_cmdl(rc, &err, "HMGET", kjob, "state", "number", "prompt", "extra_data", "outputs", NULL);
+        redisReply *f = srv_redis_cmdl(rc, &err, "HMGET", kjob, "state", "number", "prompt", "extra_data", "outputs", SRV_REDIS_END);
         if (!f) break;
         if (f->type == REDIS_REPLY_ARRAY && f->elements == 5 && f->element[0]->type == REDIS_REPLY_STRING) {
             /* [number, prompt_id, prompt, extra_data, outputs_to_execute] */
@@ -189,7 +188,7 @@ static void publish_control(redisContext *rc, srv *s, cJSON *msg) {
     if (!text) return;
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(rc, &err, "PUBLISH", kctl, text, NULL);
+    redisReply *r = srv_redis_cmdl(rc, &err, "PUBLISH", kctl, text, SRV_REDIS_END);
     if (r) freeReplyObject(r);
     else srv_log(s, "error: %s", err.msg);
     free(text);
@@ -198,10 +197,10 @@ static void publish_control(redisContext *rc, srv *s, cJSON *msg) {
 /* Pending: removed. Running: its worker is told to interrupt it. */
 static sd_status cancel(srv *s, redisContext *rc, const char *id, sd_error *err) {
     char kjob[600], kqueue[300], kjobs[300];
-    key(kjob, sizeof kjob, s, "job:%s", id);
+    key(kjob, sizeof kjob, s, "job:", id);
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     key(kjobs, sizeof kjobs, s, "jobs", NULL);
-    redisReply *r = srv_redis_cmdl(rc, err, "EVAL", srv_redis_lua_cancel, "3", kjob, kqueue, kjobs, id, NULL);
+    redisReply *r = srv_redis_cmdl(rc, err, "EVAL", srv_redis_lua_cancel, "3", kjob, kqueue, kjobs, id, SRV_REDIS_END);
     if (!r) return err->code;
     long long what = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
@@ -234,14 +233,14 @@ int srv_rq_post_queue(srv *s, struct mg_connection *c) {
         /* every pending prompt; the running ones go on (ComfyUI's clear) */
         char kqueue[300];
         key(kqueue, sizeof kqueue, s, "queue", NULL);
-        redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", NULL);
+        redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", SRV_REDIS_END);
         if (!ids) status = err.code;
         for (size_t i = 0; ids && i < ids->elements && !status; i++) {
             if (ids->element[i]->type != REDIS_REPLY_STRING) continue;
             char kjob[600], kjobs[300];
             snprintf(kjob, sizeof kjob, "%s:job:%s", s->rq_prefix, ids->element[i]->str);
             key(kjobs, sizeof kjobs, s, "jobs", NULL);
-            redisReply *f = srv_redis_cmdl(rc, &err, "HGET", kjob, "state", NULL);
+            redisReply *f = srv_redis_cmdl(rc, &err, "HGET", kjob, "state", SRV_REDIS_END);
             int pend = f && f->type == REDIS_REPLY_STRING && !strcmp(f->str, "pending");
             if (f) freeReplyObject(f);
             if (pend) status = cancel(s, rc, ids->element[i]->str, &err);
@@ -309,8 +308,8 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
     cJSON *out = cJSON_CreateObject();
     if (id) {
         char kh[600];
-        key(kh, sizeof kh, s, "hist:%s", id);
-        redisReply *r = strlen(id) < 128 ? srv_redis_cmdl(rc, &err, "GET", kh, NULL) : NULL;
+        key(kh, sizeof kh, s, "hist:", id);
+        redisReply *r = strlen(id) < 128 ? srv_redis_cmdl(rc, &err, "GET", kh, SRV_REDIS_END) : NULL;
         if (r && r->type == REDIS_REPLY_STRING) {
             cJSON *e = cJSON_ParseWithLength(r->str, r->len);
             if (e) cJSON_AddItemToObject(out, id, e);
@@ -325,7 +324,7 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
         free(of);
         char khist[300];
         key(khist, sizeof khist, s, "history", NULL);
-        redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", khist, "0", "-1", NULL); /* oldest first */
+        redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", khist, "0", "-1", SRV_REDIS_END); /* oldest first */
         size_t n = ids && ids->type == REDIS_REPLY_ARRAY ? ids->elements : 0;
         /* ComfyUI: max_items alone = the newest that many; offset counts from the oldest */
         if (offset < 0 && max_items >= 0) offset = (long)n - max_items;
@@ -336,7 +335,7 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
             if (e->type != REDIS_REPLY_STRING) continue;
             char kh[600];
             snprintf(kh, sizeof kh, "%s:hist:%.*s", s->rq_prefix, (int)e->len, e->str);
-            redisReply *r = srv_redis_cmdl(rc, &err, "GET", kh, NULL);
+            redisReply *r = srv_redis_cmdl(rc, &err, "GET", kh, SRV_REDIS_END);
             if (!r) break;
             cJSON *entry = r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len) : NULL;
             if (entry) {
@@ -368,7 +367,7 @@ int srv_rq_post_history(srv *s, struct mg_connection *c) {
     redisReply *r = NULL;
     int ok = 1;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "clear"))) {
-        r = srv_redis_cmdl(rc, &err, "EVAL", srv_redis_lua_history_clear, "1", khist, hprefix, NULL);
+        r = srv_redis_cmdl(rc, &err, "EVAL", srv_redis_lua_history_clear, "1", khist, hprefix, SRV_REDIS_END);
         ok = r != NULL;
         if (r) freeReplyObject(r);
     }
@@ -376,9 +375,9 @@ int srv_rq_post_history(srv *s, struct mg_connection *c) {
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(body, "delete")) {
         if (!ok || !cJSON_IsString(it) || strlen(it->valuestring) >= 128) continue;
         char kh[600];
-        key(kh, sizeof kh, s, "hist:%s", it->valuestring);
-        if ((r = srv_redis_cmdl(rc, &err, "ZREM", khist, it->valuestring, NULL))) freeReplyObject(r);
-        if (r && (r = srv_redis_cmdl(rc, &err, "DEL", kh, NULL))) freeReplyObject(r);
+        key(kh, sizeof kh, s, "hist:", it->valuestring);
+        if ((r = srv_redis_cmdl(rc, &err, "ZREM", khist, it->valuestring, SRV_REDIS_END))) freeReplyObject(r);
+        if (r && (r = srv_redis_cmdl(rc, &err, "DEL", kh, SRV_REDIS_END))) freeReplyObject(r);
         ok = r != NULL;
     }
     redisFree(rc);
@@ -400,7 +399,7 @@ cJSON *srv_rq_workers(srv *s) {
     char cursor[32] = "0";
     int rounds = 0;
     do { /* SCAN, not KEYS: a large shared Redis is not blocked */
-        redisReply *r = srv_redis_cmdl(rc, &err, "SCAN", cursor, "MATCH", pattern, "COUNT", "100", NULL);
+        redisReply *r = srv_redis_cmdl(rc, &err, "SCAN", cursor, "MATCH", pattern, "COUNT", "100", SRV_REDIS_END);
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
             if (r) freeReplyObject(r);
             break;
@@ -409,7 +408,7 @@ cJSON *srv_rq_workers(srv *s) {
         for (size_t i = 0; i < r->element[1]->elements; i++) {
             const redisReply *k = r->element[1]->element[i];
             if (k->type != REDIS_REPLY_STRING) continue;
-            redisReply *v = srv_redis_cmdl(rc, &err, "GET", k->str, NULL);
+            redisReply *v = srv_redis_cmdl(rc, &err, "GET", k->str, SRV_REDIS_END);
             cJSON *o = v && v->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(v->str, v->len) : NULL;
             if (cJSON_IsObject(o)) cJSON_AddItemToArray(a, o);
             else cJSON_Delete(o);

@@ -25,7 +25,7 @@ static sd_status sc_get(void *self, const uint8_t key[SD_KEY_SIZE], sd_value **o
     if (!c) return SD_ERR_NOT_FOUND;
     char k[600];
     cache_key(k, sizeof k, sc, key);
-    redisReply *r = srv_redis_cmdl(c, err, "GET", k, NULL);
+    redisReply *r = srv_redis_cmdl(c, err, "GET", k, SRV_REDIS_END);
     if (!r) return err->code; /* the executor warns and treats it as a miss */
     sd_status rc = SD_ERR_NOT_FOUND;
     if (r->type == REDIS_REPLY_STRING && r->len > 32) {

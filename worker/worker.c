@@ -140,7 +140,7 @@ static void publish_status(wk *w) {
     key(kq, sizeof kq, w, "queue");
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = w->c ? srv_redis_cmdl(w->c, &err, "ZCARD", kq, NULL) : NULL;
+    redisReply *r = w->c ? srv_redis_cmdl(w->c, &err, "ZCARD", kq, SRV_REDIS_END) : NULL;
     size_t n = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
     if (r) freeReplyObject(r);
     cJSON *d = cJSON_CreateObject();
@@ -159,7 +159,7 @@ static sd_status claim_name(void *user, const char *type, const char *subfolder,
     snprintf(val, sizeof val, "claim:%s", w->name);
     snprintf(ttl, sizeof ttl, "%ld", w->ttl);
     if (!w->c) return sd_error_set(err, SD_ERR_IO, "redis: not connected (output name %s)", path);
-    redisReply *r = srv_redis_cmdl(w->c, err, "SET", k, val, "NX", "EX", ttl, NULL);
+    redisReply *r = srv_redis_cmdl(w->c, err, "SET", k, val, "NX", "EX", ttl, SRV_REDIS_END);
     if (!r) return err->code;
     *taken = r->type == REDIS_REPLY_NIL;
     freeReplyObject(r);
@@ -342,7 +342,7 @@ static void presence(wk *w, redisContext *c) {
     cJSON_Delete(o);
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = text ? srv_redis_cmdl(c, &err, "SET", k, text, "EX", PRESENCE_TTL, NULL) : NULL;
+    redisReply *r = text ? srv_redis_cmdl(c, &err, "SET", k, text, "EX", PRESENCE_TTL, SRV_REDIS_END) : NULL;
     if (r) freeReplyObject(r);
     free(text);
 }
@@ -353,7 +353,7 @@ static void presence_clear(wk *w, redisContext *c) {
     key(k, sizeof k, w, suffix);
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(c, &err, "DEL", k, NULL);
+    redisReply *r = srv_redis_cmdl(c, &err, "DEL", k, SRV_REDIS_END);
     if (r) freeReplyObject(r);
 }
 
@@ -385,7 +385,7 @@ static void *heartbeat_main(void *arg) {
             sd_error_clear(&err);
             if (!c && srv_redis_connect(w->o->redis_url, COMMAND_TIMEOUT_S, &c, &err)) c = NULL;
             redisReply *r = c ? srv_redis_cmdl(c, &err, "XCLAIM", kjobs, SRV_REDIS_GROUP, w->name, "0", entry,
-                                               "JUSTID", NULL)
+                                               "JUSTID", SRV_REDIS_END)
                               : NULL;
             if (r) freeReplyObject(r);
             else if (c) {
@@ -458,7 +458,7 @@ static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entr
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_finish, "6", kjob, kq, kjobs, kh, khist, kseq,
-                                   id, text, SRV_REDIS_GROUP, entry_id, maxh, hpre, NULL);
+                                   id, text, SRV_REDIS_GROUP, entry_id, maxh, hpre, SRV_REDIS_END);
     free(text);
     if (!r) {
         wlog(w, "error: prompt %s: cannot record it: %s", id, err.msg);
@@ -474,16 +474,16 @@ static void ack_only(wk *w, const char *entry_id) {
     key(kjobs, sizeof kjobs, w, "jobs");
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(w->c, &err, "XACK", kjobs, SRV_REDIS_GROUP, entry_id, NULL);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "XACK", kjobs, SRV_REDIS_GROUP, entry_id, SRV_REDIS_END);
     if (r) freeReplyObject(r);
-    if (r && (r = srv_redis_cmdl(w->c, &err, "XDEL", kjobs, entry_id, NULL))) freeReplyObject(r);
+    if (r && (r = srv_redis_cmdl(w->c, &err, "XDEL", kjobs, entry_id, SRV_REDIS_END))) freeReplyObject(r);
 }
 
 /* 1 when a client cancelled the job while it ran (the cancel script's mark). */
 static int job_cancelled(wk *w, const char *kjob) {
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(w->c, &err, "HGET", kjob, "cancelled", NULL);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "HGET", kjob, "cancelled", SRV_REDIS_END);
     int yes = r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "1");
     if (r) freeReplyObject(r);
     return yes;
@@ -503,7 +503,7 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
     key(kjob, sizeof kjob, w, suffix);
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_start, "1", kjob, entry_id, w->name, NULL);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_start, "1", kjob, entry_id, w->name, SRV_REDIS_END);
     if (!r) {
         wlog(w, "error: prompt %s: %s", id, err.msg);
         return;
@@ -603,7 +603,7 @@ static int next_entry(wk *w, char *cursor, size_t cn, char entry[64], char id[12
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmdl(w->c, &err, "XAUTOCLAIM", kjobs, SRV_REDIS_GROUP, w->name, idle, cursor,
-                                   "COUNT", "1", NULL);
+                                   "COUNT", "1", SRV_REDIS_END);
     if (!r) {
         wlog(w, "error: %s", err.msg);
         if (strstr(err.msg, "NOGROUP")) { /* the stream was deleted under us: make it again */
@@ -623,7 +623,7 @@ static int next_entry(wk *w, char *cursor, size_t cn, char entry[64], char id[12
         freeReplyObject(r);
         r = NULL;
         rr = srv_redis_cmdl(w->c, &err, "XREADGROUP", "GROUP", SRV_REDIS_GROUP, w->name, "COUNT", "1", "BLOCK",
-                            READ_BLOCK_MS, "STREAMS", kjobs, ">", NULL);
+                            READ_BLOCK_MS, "STREAMS", kjobs, ">", SRV_REDIS_END);
         if (!rr) {
             wlog(w, "error: %s", err.msg);
             return w->c->err ? -1 : 0;
@@ -658,10 +658,10 @@ static void leave_group(wk *w) {
     key(kjobs, sizeof kjobs, w, "jobs");
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(w->c, &err, "XPENDING", kjobs, SRV_REDIS_GROUP, "-", "+", "1", w->name, NULL);
+    redisReply *r = srv_redis_cmdl(w->c, &err, "XPENDING", kjobs, SRV_REDIS_GROUP, "-", "+", "1", w->name, SRV_REDIS_END);
     int none = r && r->type == REDIS_REPLY_ARRAY && r->elements == 0;
     if (r) freeReplyObject(r);
-    if (none && (r = srv_redis_cmdl(w->c, &err, "XGROUP", "DELCONSUMER", kjobs, SRV_REDIS_GROUP, w->name, NULL)))
+    if (none && (r = srv_redis_cmdl(w->c, &err, "XGROUP", "DELCONSUMER", kjobs, SRV_REDIS_GROUP, w->name, SRV_REDIS_END)))
         freeReplyObject(r);
 }
 
