@@ -19,6 +19,18 @@ double srv_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+char *srv_binary_frame(uint32_t event, const void *payload, size_t n, size_t *len) {
+    unsigned char *buf = malloc(n + 4);
+    if (!buf) return NULL;
+    buf[0] = (unsigned char)(event >> 24);
+    buf[1] = (unsigned char)(event >> 16);
+    buf[2] = (unsigned char)(event >> 8);
+    buf[3] = (unsigned char)event;
+    memcpy(buf + 4, payload, n);
+    *len = n + 4;
+    return (char *)buf;
+}
+
 long long srv_time_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -105,6 +105,10 @@ long long srv_rss_bytes(void);
 /* {"exec_info": {"queue_remaining": n}} */
 cJSON *srv_queue_info_json(size_t remaining);
 
+/* ComfyUI's binary WebSocket frame: 4-byte big-endian event type, then the
+ * payload. malloc'd, *len = n + 4; NULL without memory. */
+char *srv_binary_frame(uint32_t event, const void *payload, size_t n, size_t *len);
+
 double srv_now(void);            /* monotonic seconds */
 long long srv_time_ms(void);     /* wall clock, ms since the epoch */
 void srv_uuid4(char out[37]);

@@ -233,14 +233,9 @@ void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data) {
 }
 
 void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *payload, size_t n) {
-    char *buf = malloc(n + 4);
-    if (!buf) return;
-    buf[0] = (char)(event >> 24);
-    buf[1] = (char)(event >> 16);
-    buf[2] = (char)(event >> 8);
-    buf[3] = (char)event;
-    memcpy(buf + 4, payload, n);
-    send_raw(s, sid, MG_WEBSOCKET_OPCODE_BINARY, buf, n + 4);
+    size_t len = 0;
+    char *buf = srv_binary_frame(event, payload, n, &len);
+    if (buf) send_raw(s, sid, MG_WEBSOCKET_OPCODE_BINARY, buf, len);
     free(buf);
 }
 

@@ -113,15 +113,9 @@ static void sink_send(void *user, const char *sid, const char *event, cJSON *dat
 }
 
 static void sink_binary(void *user, const char *sid, uint32_t event, const void *p, size_t n) {
-    wk *w = user;
-    char *buf = malloc(n + 4);
-    if (!buf) return;
-    buf[0] = (char)(event >> 24);
-    buf[1] = (char)(event >> 16);
-    buf[2] = (char)(event >> 8);
-    buf[3] = (char)event;
-    memcpy(buf + 4, p, n);
-    publish(w, 'B', sid, buf, n + 4);
+    size_t len = 0;
+    char *buf = srv_binary_frame(event, p, n, &len);
+    if (buf) publish(user, 'B', sid, buf, len);
     free(buf);
 }
 
