@@ -269,6 +269,18 @@ int sd_cli_engine_open(sd_cli_engine *e, const sd_cli_args *a, int previews);
 void sd_cli_engine_close(sd_cli_engine *e);
 /* engine.cache when a cache is open, else NULL (sd_exec_opts.cache). */
 const sd_cache_i *sd_cli_engine_cache(const sd_cli_engine *e);
+/* The previews of serve and worker (server/job.h's srv_preview_fn): `user`
+ * is engine.preview; the pictures of `sdflow run --preview` (TAESD when its
+ * decoder is in models/vae_approx, else latent2rgb) as PNG bytes. */
+sd_status sd_cli_engine_preview(void *user, const sd_tensor *latent, const char *latent_format, FILE *f,
+                                sd_error *err);
+/* SIGINT and SIGTERM set the returned flag (the long-lived commands stop
+ * when it is set); SIGPIPE is ignored (a client that goes away mid-reply is
+ * no reason to die). */
+volatile sig_atomic_t *sd_cli_stop_on_signals(void);
+/* A positive size option ("16M", "2G") into *out; NULL leaves *out. Prints
+ * "sdflow CMD: OPTION: 'V' is not a size" and returns 1 otherwise. */
+int sd_cli_size_opt(const char *cmd, const char *option, const char *value, size_t *out);
 
 /* Recipes around `sdflow run` (cli/cmd_lua.c, lua/recipe.h). before(): when
  * the workflow carries a recipe (JSON key or PNG chunk) verify its file

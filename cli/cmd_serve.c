@@ -1,44 +1,16 @@
 /* cmd_serve.c - `sdflow serve`: the options, the environment and the
  * backend, then server/server.h does the rest (docs/server.md). */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 
 #ifdef SDFLOW_HAVE_SERVER
-#include "cache/cache.h"
 #include "server/server.h"
 
 #ifndef SDFLOW_VERSION
 #define SDFLOW_VERSION "dev"
 #endif
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
-
-/* Previews for the server: the same pictures as `sdflow run --preview`
- * (TAESD when its decoder is in models/vae_approx, else latent2rgb). */
-static sd_status serve_preview(void *user, const sd_tensor *latent, const char *format, FILE *f, sd_error *err) {
-    return sd_cli_preview_encode(user, latent, format, f, err);
-}
-
-static int size_opt(const char *what, const char *v, size_t *out) {
-    if (!v) return 0;
-    sd_error err;
-    sd_error_clear(&err);
-    int64_t n = 0;
-    if (sd_cache_parse_size(v, &n, &err) || n <= 0) {
-        fprintf(stderr, "sdflow serve: %s: '%s' is not a size (e.g. 16M, 2G)\n", what, v);
-        return 1;
-    }
-    *out = (size_t)n;
-    return 0;
-}
 
 static int count_opt(const char *what, long long v, size_t *out) {
     if (v < 0) return 0; /* not given */
@@ -110,8 +82,10 @@ int sd_cli_serve(int argc, char **argv) {
         return 1;
     }
     if (!so.token && getenv("SDFLOW_SERVER_TOKEN") && *getenv("SDFLOW_SERVER_TOKEN")) so.token = getenv("SDFLOW_SERVER_TOKEN");
-    if (size_opt("--max-body", max_body, &so.max_body) || size_opt("--max-upload", max_upload, &so.max_upload) ||
-        size_opt("--memory-budget", budget, &so.memo_budget) || size_opt("--ws-max-queued", ws_queued, &so.max_ws_queued) || count_opt("--history", history, &so.max_history) ||
+    if (sd_cli_size_opt("serve", "--max-body", max_body, &so.max_body) ||
+        sd_cli_size_opt("serve", "--max-upload", max_upload, &so.max_upload) ||
+        sd_cli_size_opt("serve", "--memory-budget", budget, &so.memo_budget) ||
+        sd_cli_size_opt("serve", "--ws-max-queued", ws_queued, &so.max_ws_queued) || count_opt("--history", history, &so.max_history) ||
         count_opt("--max-queue", max_queue, &so.max_queue)) {
         sd_cli_args_free(&a);
         return 1;
@@ -122,20 +96,12 @@ int sd_cli_serve(int argc, char **argv) {
     sd_cli_engine e;
     code = sd_cli_engine_open(&e, &a, !no_previews);
     if (code) goto done;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-reply is not a reason to die */
-
     so.env = &e.env;
     so.cache = sd_cli_engine_cache(&e);
     so.argv = (const char *const *)argv;
     so.version = "sdflow " SDFLOW_VERSION;
-    so.stop = &stop_requested;
-    so.preview = e.preview ? serve_preview : NULL;
+    so.stop = sd_cli_stop_on_signals();
+    so.preview = e.preview ? sd_cli_engine_preview : NULL;
     so.preview_user = e.preview;
     so.preview_interval = preview_interval;
     sd_status rc = sd_server_run(&so, &err);

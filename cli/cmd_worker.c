@@ -1,25 +1,12 @@
 /* cmd_worker.c - `sdflow worker`: the options, the environment and the
  * backend, then worker/worker.h does the rest (docs/scaling.md). */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 
 #ifdef SDFLOW_HAVE_SERVER
-#include "cache/cache.h"
 #include "worker/worker.h"
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
-
-static sd_status worker_preview(void *user, const sd_tensor *latent, const char *format, FILE *f, sd_error *err) {
-    return sd_cli_preview_encode(user, latent, format, f, err);
-}
 
 int sd_cli_worker(int argc, char **argv) {
     sd_worker_opts wo;
@@ -72,44 +59,23 @@ int sd_cli_worker(int argc, char **argv) {
     wo.max_attempts = (int)max_attempts;
     wo.ttl = (long)ttl;
     wo.preview_interval = preview_interval;
-    sd_error err;
-    sd_error_clear(&err);
-    if (budget) {
-        int64_t n = 0;
-        if (sd_cache_parse_size(budget, &n, &err) || n <= 0) {
-            fprintf(stderr, "sdflow worker: --memory-budget: '%s' is not a size (e.g. 2G)\n", budget);
-            sd_cli_args_free(&a);
-            return 2;
-        }
-        wo.memo_budget = (size_t)n;
-    }
-
-    if (strcmp(shared, "0") && !a.no_cache) { /* --no-cache: every node computes */
-        int64_t n = 0;
-        if (sd_cache_parse_size(shared, &n, &err) || n <= 0) {
-            fprintf(stderr, "sdflow worker: --shared-cache: '%s' is not a size (e.g. 1M; 0 = off)\n", shared);
-            sd_cli_args_free(&a);
-            return 2;
-        }
-        wo.shared_cache_max = (size_t)n;
+    if (sd_cli_size_opt("worker", "--memory-budget", budget, &wo.memo_budget) ||
+        (strcmp(shared, "0") && !a.no_cache && /* --no-cache: every node computes */
+         sd_cli_size_opt("worker", "--shared-cache", shared, &wo.shared_cache_max))) {
+        sd_cli_args_free(&a);
+        return 2;
     }
 
     sd_cli_engine e;
     code = sd_cli_engine_open(&e, &a, !no_previews);
     if (code) goto done;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     wo.env = &e.env;
     wo.cache = sd_cli_engine_cache(&e);
-    wo.preview = e.preview ? worker_preview : NULL;
+    wo.preview = e.preview ? sd_cli_engine_preview : NULL;
     wo.preview_user = e.preview;
-    wo.stop = &stop_requested;
+    wo.stop = sd_cli_stop_on_signals();
+    sd_error err;
+    sd_error_clear(&err);
     sd_status rc = sd_worker_run(&wo, &err);
     if (rc) sd_cli_print_error(&err);
     code = rc ? 1 : 0;

@@ -2,6 +2,8 @@
  * prompt (cli.h). */
 #include "cli.h"
 
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cache/cache.h"
@@ -35,6 +37,42 @@ int sd_cli_engine_open(sd_cli_engine *e, const sd_cli_args *a, int previews) {
     }
     if (rc) sd_cli_print_error(&err);
     return rc ? 1 : 0;
+}
+
+sd_status sd_cli_engine_preview(void *user, const sd_tensor *latent, const char *latent_format, FILE *f,
+                                sd_error *err) {
+    return sd_cli_preview_encode(user, latent, latent_format, f, err);
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+volatile sig_atomic_t *sd_cli_stop_on_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return &stop_requested;
+}
+
+int sd_cli_size_opt(const char *cmd, const char *option, const char *value, size_t *out) {
+    if (!value) return 0;
+    sd_error err;
+    sd_error_clear(&err);
+    int64_t n = 0;
+    if (sd_cache_parse_size(value, &n, &err) || n <= 0) {
+        fprintf(stderr, "sdflow %s: %s: '%s' is not a size (e.g. 16M, 2G)\n", cmd, option, value);
+        return 1;
+    }
+    *out = (size_t)n;
+    return 0;
 }
 
 const sd_cache_i *sd_cli_engine_cache(const sd_cli_engine *e) {
