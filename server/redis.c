@@ -143,6 +143,36 @@ redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...) {
     return srv_redis_cmd(c, err, argc, argv, NULL);
 }
 
+sd_status srv_redis_each_key(redisContext *c, const char *cmd, char *const *keys, size_t n, const char *const *args,
+                             int n_args, redisReply **replies, sd_error *err) {
+    const char *argv[34];
+    if (n_args > 32) return sd_error_set(err, SD_ERR_INVALID, "redis %s: too many arguments", cmd);
+    for (size_t i = 0; i < n; i++) replies[i] = NULL;
+    argv[0] = cmd;
+    for (int k = 0; k < n_args; k++) argv[2 + k] = args[k];
+    for (size_t i = 0; i < n; i++) {
+        argv[1] = keys[i];
+        if (redisAppendCommandArgv(c, 2 + n_args, argv, NULL) != REDIS_OK)
+            return sd_error_set(err, SD_ERR_IO, "redis: %s (%s)", c->errstr[0] ? c->errstr : "out of memory", cmd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        void *r = NULL;
+        if (redisGetReply(c, &r) != REDIS_OK) {
+            for (size_t k = 0; k < i; k++) {
+                if (replies[k]) freeReplyObject(replies[k]);
+                replies[k] = NULL;
+            }
+            return sd_error_set(err, SD_ERR_IO, "redis: %s (%s)", c->errstr[0] ? c->errstr : "connection lost", cmd);
+        }
+        replies[i] = r;
+        if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR) {
+            freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+    }
+    return SD_OK;
+}
+
 sd_status srv_redis_connect(const char *url, double timeout_s, redisContext **out, sd_error *err) {
     *out = NULL;
     redis_url u;
@@ -231,25 +261,17 @@ sd_status srv_redis_put_file(redisContext *c, const char *prefix, const char *fi
     return SD_OK;
 }
 
-sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *file_path, char **bytes, size_t *n,
+sd_status srv_redis_get_blob(redisContext *c, const char *prefix, const char *sha_hex, char **bytes, size_t *n,
                              sd_error *err) {
     *bytes = NULL;
     *n = 0;
-    char fkey[4200], bkey[600];
-    int k = snprintf(fkey, sizeof fkey, "%s:file:%s", prefix, file_path);
-    if (k < 0 || (size_t)k >= sizeof fkey) return sd_error_set(err, SD_ERR_NOT_FOUND, "file name too long");
-    redisReply *r = srv_redis_cmdl(c, err, "GET", fkey, SRV_REDIS_END);
+    char bkey[600];
+    snprintf(bkey, sizeof bkey, "%s:blob:%s", prefix, sha_hex);
+    redisReply *r = srv_redis_cmdl(c, err, "GET", bkey, SRV_REDIS_END);
     if (!r) return err->code;
-    if (r->type != REDIS_REPLY_STRING || r->len != 64) { /* absent, or a claim still being written */
-        freeReplyObject(r);
-        return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: not in redis", file_path);
-    }
-    snprintf(bkey, sizeof bkey, "%s:blob:%.*s", prefix, (int)r->len, r->str);
-    freeReplyObject(r);
-    if (!(r = srv_redis_cmdl(c, err, "GET", bkey, SRV_REDIS_END))) return err->code;
     if (r->type != REDIS_REPLY_STRING) {
         freeReplyObject(r);
-        return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: its bytes expired from redis", file_path);
+        return sd_error_set(err, SD_ERR_NOT_FOUND, "blob %.16s...: expired from redis", sha_hex);
     }
     *bytes = malloc(r->len ? r->len : 1);
     if (!*bytes) {
@@ -260,6 +282,31 @@ sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *fi
     *n = r->len;
     freeReplyObject(r);
     return SD_OK;
+}
+
+sd_status srv_redis_get_file(redisContext *c, const char *prefix, const char *file_path, char **bytes, size_t *n,
+                             sd_error *err) {
+    *bytes = NULL;
+    *n = 0;
+    char fkey[4200], sha[65];
+    int k = snprintf(fkey, sizeof fkey, "%s:file:%s", prefix, file_path);
+    if (k < 0 || (size_t)k >= sizeof fkey) return sd_error_set(err, SD_ERR_NOT_FOUND, "file name too long");
+    redisReply *r = srv_redis_cmdl(c, err, "GET", fkey, SRV_REDIS_END);
+    if (!r) return err->code;
+    int known = srv_redis_file_sha(r, sha);
+    freeReplyObject(r);
+    if (!known) return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: not in redis", file_path);
+    sd_status rc = srv_redis_get_blob(c, prefix, sha, bytes, n, err);
+    if (rc == SD_ERR_NOT_FOUND) sd_error_set(err, SD_ERR_NOT_FOUND, "%s: its bytes expired from redis", file_path);
+    return rc;
+}
+
+int srv_redis_file_sha(const redisReply *r, char sha_hex[65]) {
+    /* absent, or "claim:WORKER" while a worker still writes it */
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 64) return 0;
+    memcpy(sha_hex, r->str, 64);
+    sha_hex[64] = 0;
+    return 1;
 }
 
 /* ---- subscriptions ------------------------------------------------------------------- */

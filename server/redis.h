@@ -51,6 +51,13 @@ redisReply *srv_redis_cmd(redisContext *c, sd_error *err, int argc, const char *
 #define SRV_REDIS_END ((const char *)0)
 redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...) __attribute__((sentinel));
 
+/* `cmd key args...` for each of n keys, sent together and read back in one
+ * round trip (a pipeline): replies[i] answers keys[i] (caller frees each
+ * with freeReplyObject; NULL where Redis answered an error). SD_ERR_IO when
+ * the connection failed (then every reply is NULL). */
+sd_status srv_redis_each_key(redisContext *c, const char *cmd, char *const *keys, size_t n, const char *const *args,
+                             int n_args, redisReply **replies, sd_error *err);
+
 /* P:suffix into buf (snprintf; truncation is an error: SD_ERR_INVALID). */
 sd_status srv_redis_key(char *buf, size_t n, const char *prefix, const char *suffix, sd_error *err);
 
@@ -88,6 +95,13 @@ typedef struct srv_redis_sub {
 void srv_redis_subscribe_loop(const srv_redis_sub *sub);
 /* Sets *quit and wakes the loop. */
 void srv_redis_subscribe_stop(const srv_redis_sub *sub);
+
+/* The parts of srv_redis_get_file: whether a reply to GET P:file:... names
+ * finished bytes (their SHA-256 into sha_hex), and the bytes of P:blob:SHA
+ * (SD_ERR_NOT_FOUND once expired). */
+int srv_redis_file_sha(const redisReply *r, char sha_hex[65]);
+sd_status srv_redis_get_blob(redisContext *c, const char *prefix, const char *sha_hex, char **bytes, size_t *n,
+                             sd_error *err);
 
 /* Scripts (EVAL). Keys and arguments are documented where they are used. */
 extern const char srv_redis_lua_enqueue[];

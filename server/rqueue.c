@@ -135,6 +135,27 @@ size_t srv_rq_queue_remaining(srv *s) {
     return n;
 }
 
+/* P:<prefix><id> for each id of a ZRANGE reply (an id that is not a string
+ * gets a key nothing has); NULL without memory. */
+static char **id_keys(srv *s, const char *prefix, const redisReply *ids, size_t n) {
+    char **keys = calloc(n ? n : 1, sizeof *keys);
+    for (size_t i = 0; keys && i < n; i++) {
+        const redisReply *id = ids->element[i];
+        if (asprintf(&keys[i], "%s:%s%s", s->rq_prefix, prefix, id->type == REDIS_REPLY_STRING ? id->str : "") < 0) {
+            keys[i] = NULL;
+            for (size_t k = 0; k < i; k++) free(keys[k]);
+            free(keys);
+            return NULL;
+        }
+    }
+    return keys;
+}
+
+static void free_keys(char **keys, size_t n) {
+    for (size_t i = 0; keys && i < n; i++) free(keys[i]);
+    free(keys);
+}
+
 int srv_rq_get_queue(srv *s, struct mg_connection *c) {
     sd_error err;
     sd_error_clear(&err);
@@ -150,27 +171,30 @@ int srv_rq_get_queue(srv *s, struct mg_connection *c) {
     cJSON *out = cJSON_CreateObject();
     cJSON *running = cJSON_AddArrayToObject(out, "queue_running");
     cJSON *pending = cJSON_AddArrayToObject(out, "queue_pending");
-    for (size_t i = 0; i < ids->elements; i++) {
+    size_t n = ids->type == REDIS_REPLY_ARRAY ? ids->elements : 0;
+    char **keys = id_keys(s, "job:", ids, n);
+    redisReply **f = calloc(n ? n : 1, sizeof *f);
+    static const char *const fields[] = {"state", "number", "prompt", "extra_data", "outputs"};
+    if (!keys || !f) sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+    else srv_redis_each_key(rc, "HMGET", keys, n, fields, 5, f, &err);
+    for (size_t i = 0; !err.msg[0] && i < n; i++) {
         const redisReply *id = ids->element[i];
-        if (id->type != REDIS_REPLY_STRING) continue;
-        char kjob[600];
-        snprintf(kjob, sizeof kjob, "%s:job:%.*s", s->rq_prefix, (int)id->len, id->str);
-        redisReply *f = srv_redis_cmdl(rc, &err, "HMGET", kjob, "state", "number", "prompt", "extra_data", "outputs", SRV_REDIS_END);
-        if (!f) break;
-        if (f->type == REDIS_REPLY_ARRAY && f->elements == 5 && f->element[0]->type == REDIS_REPLY_STRING) {
-            /* [number, prompt_id, prompt, extra_data, outputs_to_execute] */
-            cJSON *e = cJSON_CreateArray();
-            cJSON_AddItemToArray(e, cJSON_CreateNumber(f->element[1]->type == REDIS_REPLY_STRING ? strtod(f->element[1]->str, NULL) : 0));
-            char idbuf[128];
-            snprintf(idbuf, sizeof idbuf, "%.*s", (int)id->len, id->str);
-            cJSON_AddItemToArray(e, cJSON_CreateString(idbuf));
-            cJSON_AddItemToArray(e, parse_or_null(f->element[2]));
-            cJSON_AddItemToArray(e, parse_or_null(f->element[3]));
-            cJSON_AddItemToArray(e, parse_or_null(f->element[4]));
-            cJSON_AddItemToArray(strcmp(f->element[0]->str, "running") ? pending : running, e);
-        }
-        freeReplyObject(f);
+        if (!f[i] || f[i]->type != REDIS_REPLY_ARRAY || f[i]->elements != 5 || f[i]->element[0]->type != REDIS_REPLY_STRING)
+            continue; /* finished since the ZRANGE */
+        const redisReply *const *v = (const redisReply *const *)f[i]->element;
+        /* [number, prompt_id, prompt, extra_data, outputs_to_execute] */
+        cJSON *e = cJSON_CreateArray();
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(v[1]->type == REDIS_REPLY_STRING ? strtod(v[1]->str, NULL) : 0));
+        cJSON_AddItemToArray(e, cJSON_CreateString(id->str));
+        cJSON_AddItemToArray(e, parse_or_null(v[2]));
+        cJSON_AddItemToArray(e, parse_or_null(v[3]));
+        cJSON_AddItemToArray(e, parse_or_null(v[4]));
+        cJSON_AddItemToArray(strcmp(v[0]->str, "running") ? pending : running, e);
     }
+    for (size_t i = 0; f && i < n; i++)
+        if (f[i]) freeReplyObject(f[i]);
+    free(f);
+    free_keys(keys, n);
     freeReplyObject(ids);
     redisFree(rc);
     if (err.msg[0]) {
@@ -237,9 +261,8 @@ int srv_rq_post_queue(srv *s, struct mg_connection *c) {
         if (!ids) status = err.code;
         for (size_t i = 0; ids && i < ids->elements && !status; i++) {
             if (ids->element[i]->type != REDIS_REPLY_STRING) continue;
-            char kjob[600], kjobs[300];
-            snprintf(kjob, sizeof kjob, "%s:job:%s", s->rq_prefix, ids->element[i]->str);
-            key(kjobs, sizeof kjobs, s, "jobs", NULL);
+            char kjob[600];
+            key(kjob, sizeof kjob, s, "job:", ids->element[i]->str);
             redisReply *f = srv_redis_cmdl(rc, &err, "HGET", kjob, "state", SRV_REDIS_END);
             int pend = f && f->type == REDIS_REPLY_STRING && !strcmp(f->str, "pending");
             if (f) freeReplyObject(f);
@@ -329,21 +352,22 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
         /* ComfyUI: max_items alone = the newest that many; offset counts from the oldest */
         if (offset < 0 && max_items >= 0) offset = (long)n - max_items;
         if (offset < 0) offset = 0;
-        long added = 0;
-        for (size_t i = (size_t)offset; i < n && (max_items < 0 || added < max_items); i++) {
-            const redisReply *e = ids->element[i];
-            if (e->type != REDIS_REPLY_STRING) continue;
-            char kh[600];
-            snprintf(kh, sizeof kh, "%s:hist:%.*s", s->rq_prefix, (int)e->len, e->str);
-            redisReply *r = srv_redis_cmdl(rc, &err, "GET", kh, SRV_REDIS_END);
-            if (!r) break;
-            cJSON *entry = r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len) : NULL;
-            if (entry) {
-                cJSON_AddItemToObject(out, e->str, entry);
-                added++;
-            }
-            freeReplyObject(r);
+        size_t from = (size_t)offset < n ? (size_t)offset : n;
+        size_t count = max_items >= 0 && (size_t)max_items < n - from ? (size_t)max_items : n - from;
+        char **keys = count ? id_keys(s, "hist:", ids, n) : NULL;
+        redisReply **r = calloc(count ? count : 1, sizeof *r);
+        if (count && (!keys || !r)) sd_error_set(&err, SD_ERR_NOMEM, "out of memory");
+        else if (count) srv_redis_each_key(rc, "GET", keys + from, count, NULL, 0, r, &err);
+        for (size_t i = 0; !err.msg[0] && i < count; i++) {
+            const redisReply *e = ids->element[from + i];
+            cJSON *entry = r[i] && r[i]->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r[i]->str, r[i]->len) : NULL;
+            if (entry && e->type == REDIS_REPLY_STRING) cJSON_AddItemToObject(out, e->str, entry);
+            else cJSON_Delete(entry); /* deleted since the ZRANGE */
         }
+        for (size_t i = 0; i < count; i++)
+            if (r[i]) freeReplyObject(r[i]);
+        free(r);
+        free_keys(keys, n);
         if (ids) freeReplyObject(ids);
     }
     redisFree(rc);
