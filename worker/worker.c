@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/sha256.h"
 #include "server/redis.h"
 #include "shared_cache.h"
 
@@ -235,38 +236,67 @@ static sd_status write_file(const char *dir, const char *rel, const char *bytes,
 
 /* Input files the prompt names (any string input that Redis knows as an
  * input file: uploads reach the server, not this machine) are brought into
- * the input folder unless the same bytes are there. */
+ * the input folder unless the same bytes are there. One round trip asks
+ * for every name; only a file whose local copy has another hash is
+ * downloaded. */
 static sd_status fetch_inputs(wk *w, const srv_job *j, sd_error *err) {
     const char *dir = w->o->env->input_dir;
+    size_t n = 0, cap = 0;
+    char **keys = NULL;
+    const char **rel = NULL;
+    sd_status rc = SD_OK;
     const cJSON *node;
     cJSON_ArrayForEach(node, j->prompt) {
         const cJSON *in;
         cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(node, "inputs")) {
-            if (!cJSON_IsString(in) || !safe_relpath(in->valuestring)) continue;
-            char path[1100];
-            snprintf(path, sizeof path, "input/%s", in->valuestring);
-            char *bytes = NULL;
-            size_t n = 0;
-            sd_status rc = srv_redis_get_file(w->c, w->prefix, path, &bytes, &n, err);
-            if (rc == SD_ERR_NOT_FOUND) {
-                sd_error_clear(err);
+            if (rc || !cJSON_IsString(in) || !safe_relpath(in->valuestring)) continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                char **k2 = realloc(keys, cap * sizeof *k2);
+                if (k2) keys = k2;
+                const char **r2 = realloc(rel, cap * sizeof *r2);
+                if (r2) rel = r2;
+                if (!k2 || !r2) { rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory"); continue; }
+            }
+            if (asprintf(&keys[n], "%s:file:input/%s", w->prefix, in->valuestring) < 0) {
+                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
                 continue;
             }
-            if (rc) return rc;
-            char local[PATH_MAX];
-            snprintf(local, sizeof local, "%s/%s", dir, in->valuestring);
-            size_t have_n = 0;
-            char *have = read_file(local, &have_n);
-            if (!have || have_n != n || memcmp(have, bytes, n)) {
-                rc = write_file(dir, in->valuestring, bytes, n, err);
-                if (!rc) wlog(w, "prompt %s: input %s fetched from redis (%zu bytes)", j->id, in->valuestring, n);
-            }
-            free(have);
-            free(bytes);
-            if (rc) return rc;
+            rel[n++] = in->valuestring;
         }
     }
-    return SD_OK;
+    redisReply **shas = rc || !n ? NULL : calloc(n, sizeof *shas);
+    if (!rc && n && !shas) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (!rc && n) rc = srv_redis_each_key(w->c, "GET", keys, n, NULL, 0, shas, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        char sha[65], local[PATH_MAX], have[65] = "";
+        if (!srv_redis_file_sha(shas[i], sha)) continue; /* not an uploaded file */
+        snprintf(local, sizeof local, "%s/%s", dir, rel[i]);
+        uint8_t h[32];
+        sd_error e;
+        sd_error_clear(&e);
+        if (sd_sha256_file(local, h, &e) == SD_OK) sd_sha256_hex(h, have);
+        if (!strcmp(have, sha)) continue; /* the same bytes are here */
+        char *bytes = NULL;
+        size_t nb = 0;
+        rc = srv_redis_get_blob(w->c, w->prefix, sha, &bytes, &nb, err);
+        if (rc == SD_ERR_NOT_FOUND) { /* expired: the node sees what the folder has */
+            sd_error_clear(err);
+            rc = SD_OK;
+            continue;
+        }
+        if (!rc) rc = write_file(dir, rel[i], bytes, nb, err);
+        if (!rc) wlog(w, "prompt %s: input %s fetched from redis (%zu bytes)", j->id, rel[i], nb);
+        free(bytes);
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(keys[i]);
+        if (shas && shas[i]) freeReplyObject(shas[i]);
+    }
+    free(keys);
+    free(rel);
+    free(shas);
+    return rc;
 }
 
 /* Every file the history entry names goes to Redis, so /view finds it
