@@ -377,3 +377,13 @@ void sd_outfile_discard(sd_outfile *of) {
     if (of->tmp[0]) unlinkat(of->dirfd, of->tmp, 0);
     of->tmp[0] = 0;
 }
+
+sd_status sd_outfile_write_replace(const sd_outdir *d, const char *name, const void *data, size_t n, sd_error *err) {
+    sd_outfile of;
+    sd_status rc = sd_outfile_create(d, &of, err);
+    if (rc) return rc;
+    if (n && fwrite(data, 1, n, of.f) != n) rc = sd_error_set(err, SD_ERR_IO, "%s/%s: write failed", d->path, name);
+    if (!rc) rc = sd_outfile_replace(&of, name, err);
+    sd_outfile_discard(&of);
+    return rc;
+}

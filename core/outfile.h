@@ -82,6 +82,11 @@ sd_status sd_outfile_publish(sd_outfile *of, const char *name, int *taken, sd_er
  * a path the user names to be rewritten (a preview), not for output nodes. */
 sd_status sd_outfile_replace(sd_outfile *of, const char *name, sd_error *err);
 
+/* The whole file at once: `n` bytes written to a new temporary in the
+ * folder and renamed onto `name` as sd_outfile_replace does (for uploads
+ * and copies of known bytes, not for output nodes' exclusive names). */
+sd_status sd_outfile_write_replace(const sd_outdir *d, const char *name, const void *data, size_t n, sd_error *err);
+
 /* Close and remove the temporary file if it is still there. Safe to call
  * after a successful publish (then it does nothing) or on a zeroed struct. */
 void sd_outfile_discard(sd_outfile *of);

@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/outfile.h"
 #include "internal.h"
 
 const char *srv_type_dir(srv *s, const char *type) {
@@ -254,25 +255,6 @@ static int make_subdirs(const char *base_real, const char *sub, char *out, size_
     return 0;
 }
 
-static int write_atomic(const char *dir, const char *final, const char *data, size_t n) {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s/.upload-XXXXXX", dir);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return -1;
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = write(fd, data + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    if (fchmod(fd, 0644) != 0 || close(fd) != 0 || off != n || rename(tmp, final) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 int srv_upload_image(srv *s, struct mg_connection *c) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     const char *ctype = mg_get_header(c, "Content-Type");
@@ -318,9 +300,17 @@ int srv_upload_image(srv *s, struct mg_connection *c) {
             if (i > 10000) { st = srv_reply_error(c, 409, "conflict", "too many files named like this"); goto out; }
         }
     }
-    if (!duplicate && write_atomic(dir, path, u.data ? u.data : "", u.n)) {
-        st = srv_reply_error(c, 500, "io", "cannot write the upload: %s", strerror(errno));
-        goto out;
+    if (!duplicate) {
+        sd_outdir od = {.fd = -1};
+        sd_error err;
+        sd_error_clear(&err);
+        sd_status wrc = sd_outdir_open_existing(dir, &od, &err);
+        if (!wrc) wrc = sd_outfile_write_replace(&od, name, u.data ? u.data : "", u.n, &err);
+        sd_outdir_close(&od);
+        if (wrc) {
+            st = srv_reply_error(c, 500, "io", "cannot write the upload: %s", err.msg);
+            goto out;
+        }
     }
     if (s->rq) { /* the workers that need it may be on other machines */
         sd_error err;

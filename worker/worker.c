@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/outfile.h"
 #include "core/sha256.h"
 #include "server/redis.h"
 #include "shared_cache.h"
@@ -204,34 +205,17 @@ static char *read_file(const char *path, size_t *n) {
     return buf;
 }
 
-/* Writes bytes to dir/rel through a temporary and a rename, creating the
- * folders between. */
+/* Writes bytes to dir/rel (rel checked by safe_relpath), creating the
+ * folders between, never through a link (core/outfile.h). */
 static sd_status write_file(const char *dir, const char *rel, const char *bytes, size_t n, sd_error *err) {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path)
-        return sd_error_set(err, SD_ERR_INVALID, "input file name too long: %s", rel);
-    for (char *p = path + strlen(dir) + 1; (p = strchr(p, '/')); p++) {
-        *p = 0;
-        int bad = mkdir(path, 0755) != 0 && errno != EEXIST;
-        *p = '/';
-        if (bad) return sd_error_set(err, SD_ERR_IO, "%s: cannot create its folder: %s", path, strerror(errno));
-    }
-    char tmp[PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return sd_error_set(err, SD_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t off = 0;
-    while (off < n) {
-        ssize_t k = write(fd, bytes + off, n - off);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        off += (size_t)k;
-    }
-    if (fchmod(fd, 0644) != 0 || close(fd) != 0 || off != n || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return sd_error_set(err, SD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return SD_OK;
+    const char *slash = strrchr(rel, '/');
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%.*s", slash ? (int)(slash - rel) : 0, rel);
+    sd_outdir od = {.fd = -1};
+    sd_status rc = sd_outdir_open(dir, sub, &od, err);
+    if (!rc) rc = sd_outfile_write_replace(&od, slash ? slash + 1 : rel, bytes, n, err);
+    sd_outdir_close(&od);
+    return rc;
 }
 
 /* Input files the prompt names (any string input that Redis knows as an

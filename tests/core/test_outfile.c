@@ -1,7 +1,8 @@
 /* test_outfile.c - output files are created exclusively (an existing name,
  * link or dangling link is never replaced or followed), subfolders that are
- * links are refused, and temporaries of dead writers are cleaned up while
- * those of live ones stay. */
+ * links are refused, known bytes replace a name without following a link,
+ * and temporaries of dead writers are cleaned up while those of live ones
+ * stay. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,33 @@ static void test_links_refused(void) {
     sd_outdir_close(&d);
 }
 
+/* Known bytes replacing a name (uploads, a worker's copy of an input): the
+ * contents land whole, an existing file is replaced, and a link at the name
+ * is replaced, never written through; no temporary is left. */
+static void test_write_replace(void) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_outdir d;
+    CHECK(mkdir(path_of("wr"), 0777) == 0);
+    CHECK_OK(sd_outdir_open(path_of("wr"), "in/sub", &d, &err), &err);
+    CHECK_OK(sd_outfile_write_replace(&d, "a.png", "first", 5, &err), &err);
+    CHECK(has("wr/in/sub/a.png", "first"));
+    CHECK_OK(sd_outfile_write_replace(&d, "a.png", "second", 6, &err), &err);
+    CHECK(has("wr/in/sub/a.png", "second"));
+    put("wr/target", "untouched");
+    CHECK(symlink(path_of("wr/target"), path_of("wr/in/sub/link.png")) == 0);
+    CHECK_OK(sd_outfile_write_replace(&d, "link.png", "new", 3, &err), &err);
+    CHECK(has("wr/target", "untouched"));
+    struct stat st;
+    CHECK(lstat(path_of("wr/in/sub/link.png"), &st) == 0 && S_ISREG(st.st_mode) && has("wr/in/sub/link.png", "new"));
+    CHECK_OK(sd_outfile_write_replace(&d, "empty", "", 0, &err), &err);
+    CHECK(has("wr/in/sub/empty", ""));
+    int n = 0;
+    CHECK_OK(sd_outdir_scan(&d, count_name, &n, NULL, &err), &err);
+    CHECK(n == 3); /* a.png, link.png, empty: no temporary left */
+    sd_outdir_close(&d);
+}
+
 static void test_stale_temporaries(void) {
     sd_error err;
     sd_outdir d;
@@ -142,6 +170,7 @@ int main(void) {
     snprintf(root, sizeof root, "%s", sd_test_tmpdir("outfile"));
     test_exclusive();
     test_links_refused();
+    test_write_replace();
     test_stale_temporaries();
     return sd_test_finish();
 }
