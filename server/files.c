@@ -23,12 +23,7 @@
 #include "core/outfile.h"
 #include "internal.h"
 
-const char *srv_type_dir(srv *s, const char *type) {
-    if (!type || !strcmp(type, "output")) return s->env->output_dir;
-    if (!strcmp(type, "input")) return s->env->input_dir;
-    if (!strcmp(type, "temp")) return s->env->temp_dir;
-    return NULL;
-}
+
 
 static int bad_filename(const char *f) {
     return !f || !*f || f[0] == '/' || strchr(f, '/') || strchr(f, '\\') || strstr(f, "..") ||
@@ -109,7 +104,7 @@ int srv_view(srv *s, struct mg_connection *c) {
     char *filename = srv_query(c, "filename"), *type = srv_query(c, "type"), *sub = srv_query(c, "subfolder");
     int st;
     char base_real[PATH_MAX], file_real[PATH_MAX], path[PATH_MAX * 2];
-    const char *base = srv_type_dir(s, type && *type ? type : "output");
+    const char *base = srv_folder_of_type(s->env, type && *type ? type : "output");
     if (!filename) { st = srv_reply_error(c, 404, "not_found", "/view needs ?filename="); goto out; }
     if (bad_filename(filename)) { st = srv_reply_error(c, 400, "bad_filename", "file name not allowed"); goto out; }
     if (!base) { st = srv_reply_error(c, 400, "bad_type", "type must be output, input or temp"); goto out; }
@@ -271,7 +266,7 @@ int srv_upload_image(srv *s, struct mg_connection *c) {
     int st;
     char base_real[PATH_MAX], dir[PATH_MAX], path[PATH_MAX * 2];
     const char *type = u.type[0] ? u.type : "input";
-    const char *base = srv_type_dir(s, type);
+    const char *base = srv_folder_of_type(s->env, type);
     if (u.too_big) { st = srv_reply_error(c, 413, "payload_too_large", "upload over the limit of %zu bytes", s->max_upload); goto out; }
     if (fields < 0 || u.bad_field) { st = srv_reply_error(c, 400, "bad_request", "malformed multipart body"); goto out; }
     if (!u.has_image) { st = srv_reply_error(c, 400, "bad_request", "no 'image' file field"); goto out; }

@@ -124,9 +124,6 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
 /* ---- files.c: /view and /upload/image ----------------------------------- */
 int srv_view(srv *s, struct mg_connection *c);
 int srv_upload_image(srv *s, struct mg_connection *c);
-/* The directory of a ComfyUI folder type ("input", "output", "temp"), or
- * NULL for anything else. */
-const char *srv_type_dir(srv *s, const char *type);
 
 /* ---- queue.c ------------------------------------------------------------ */
 int srv_queue_start(srv *s, sd_error *err);

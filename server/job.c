@@ -31,6 +31,44 @@ char *srv_binary_frame(uint32_t event, const void *payload, size_t n, size_t *le
     return (char *)buf;
 }
 
+const char *srv_folder_of_type(const sd_env *env, const char *type) {
+    if (!type || !strcmp(type, "output")) return env->output_dir;
+    if (!strcmp(type, "input")) return env->input_dir;
+    if (!strcmp(type, "temp")) return env->temp_dir;
+    return NULL;
+}
+
+char *srv_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0;
+    for (;;) {
+        if (*n == cap) {
+            char *b = realloc(buf, cap = cap ? cap * 2 : 1 << 16);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = b;
+        }
+        size_t k = fread(buf + *n, 1, cap - *n, f);
+        if (!k) break;
+        *n += k;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    return buf;
+}
+
 long long srv_time_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -109,6 +109,14 @@ cJSON *srv_queue_info_json(size_t remaining);
  * payload. malloc'd, *len = n + 4; NULL without memory. */
 char *srv_binary_frame(uint32_t event, const void *payload, size_t n, size_t *len);
 
+/* The folder of a ComfyUI folder type in env: "output" (also NULL),
+ * "input", "temp"; NULL for anything else. */
+const char *srv_folder_of_type(const sd_env *env, const char *type);
+
+/* A whole file, malloc'd (*n its size); NULL with errno set when it cannot
+ * be read. */
+char *srv_read_file(const char *path, size_t *n);
+
 double srv_now(void);            /* monotonic seconds */
 long long srv_time_ms(void);     /* wall clock, ms since the epoch */
 void srv_uuid4(char out[37]);

@@ -148,21 +148,9 @@ static int get_page(srv *s, struct mg_connection *c) {
     if (s->o->www_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/index.html", s->o->www_dir);
-        FILE *f = fopen(path, "rb");
-        if (!f) return srv_reply_error(c, 404, "not_found", "no index.html in the page folder");
-        char *buf = NULL;
-        size_t n = 0, cap = 0;
-        for (;;) {
-            if (n == cap) {
-                char *b = realloc(buf, cap = cap ? cap * 2 : 65536);
-                if (!b) break;
-                buf = b;
-            }
-            size_t k = fread(buf + n, 1, cap - n, f);
-            if (!k) break;
-            n += k;
-        }
-        fclose(f);
+        size_t n = 0;
+        char *buf = srv_read_file(path, &n);
+        if (!buf) return srv_reply_error(c, 404, "not_found", "no index.html in the page folder");
         srv_reply(c, 200, "text/html; charset=utf-8", buf, n, NULL);
         free(buf);
         return 200;

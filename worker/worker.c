@@ -2,14 +2,12 @@
 #define _GNU_SOURCE
 #include "worker.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/outfile.h"
@@ -164,13 +162,6 @@ static sd_status claim_name(void *user, const char *type, const char *subfolder,
 
 /* ---- files in and out ---------------------------------------------------------------- */
 
-static const char *type_dir(const wk *w, const char *type) {
-    if (!strcmp(type, "output")) return w->o->env->output_dir;
-    if (!strcmp(type, "input")) return w->o->env->input_dir;
-    if (!strcmp(type, "temp")) return w->o->env->temp_dir;
-    return NULL;
-}
-
 /* Relative, no "..", no backslash, not empty. */
 static int safe_relpath(const char *p) {
     if (!p || !*p || p[0] == '/' || strchr(p, '\\') || strlen(p) > 1024) return 0;
@@ -181,28 +172,6 @@ static int safe_relpath(const char *p) {
         if (*q == '/') q++;
     }
     return 1;
-}
-
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0;
-    *n = 0;
-    for (;;) {
-        if (*n == cap) {
-            char *b = realloc(buf, cap = cap ? cap * 2 : 1 << 16);
-            if (!b) { free(buf); fclose(f); return NULL; }
-            buf = b;
-        }
-        size_t k = fread(buf + *n, 1, cap - *n, f);
-        if (!k) break;
-        *n += k;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(buf); return NULL; }
-    return buf;
 }
 
 /* Writes bytes to dir/rel (rel checked by safe_relpath), creating the
@@ -297,14 +266,14 @@ static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
                 const cJSON *sub = cJSON_GetObjectItemCaseSensitive(f, "subfolder");
                 const cJSON *type = cJSON_GetObjectItemCaseSensitive(f, "type");
                 if (!cJSON_IsString(fn) || !cJSON_IsString(type)) continue;
-                const char *dir = type_dir(w, type->valuestring);
+                const char *dir = srv_folder_of_type(w->o->env, type->valuestring);
                 const char *sf = cJSON_IsString(sub) ? sub->valuestring : "";
                 if (!dir) continue;
                 char local[PATH_MAX], path[4096];
                 snprintf(local, sizeof local, "%s/%s%s%s", dir, sf, sf[0] ? "/" : "", fn->valuestring);
                 srv_redis_file_path(path, sizeof path, type->valuestring, sf, fn->valuestring);
                 size_t n = 0;
-                char *bytes = read_file(local, &n);
+                char *bytes = srv_read_file(local, &n);
                 sd_error err;
                 sd_error_clear(&err);
                 if (!bytes) wlog(w, "error: prompt %s: cannot read its output %s: %s", j->id, local, strerror(errno));
@@ -318,9 +287,6 @@ static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
 
 /* ---- the heartbeat and control threads ---------------------------------------------- */
 
-/* Every claim_timeout/4 the running prompt's entry is claimed again (which
- * resets its idle time); every tick the stop flag is passed on to the
- * running prompt, whose executor only watches `interrupt`. */
 /* P:worker:NAME = what /system_stats shows of this worker, expiring unless
  * renewed, so a dead worker drops out of the list by itself. */
 #define PRESENCE_PERIOD_S 2.0
@@ -365,6 +331,10 @@ static void presence_clear(wk *w, redisContext *c) {
     if (r) freeReplyObject(r);
 }
 
+/* Every claim_timeout/4 the running prompt's entry is claimed again (which
+ * resets its idle time), every PRESENCE_PERIOD_S the worker's presence is
+ * renewed, and every tick the stop flag is passed on to the running prompt,
+ * whose executor only watches `interrupt`. */
 static void *heartbeat_main(void *arg) {
     wk *w = arg;
     redisContext *c = NULL;
