@@ -172,6 +172,8 @@ void srv_ws_stop(srv *s);
 void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data);
 /* A binary frame (4-byte big-endian event type, then payload). */
 void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *payload, size_t n);
+/* A binary frame built already (srv_binary_frame: a worker's, from Redis). */
+void srv_ws_send_frame(srv *s, const char *sid, const void *frame, size_t n);
 void srv_ws_broadcast_status(srv *s);
 
 /* ---- page.c (generated from server/www/index.html) ------------------------ */

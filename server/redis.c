@@ -309,6 +309,34 @@ int srv_redis_file_sha(const redisReply *r, char sha_hex[65]) {
     return 1;
 }
 
+/* ---- event messages ------------------------------------------------------------------ */
+
+char *srv_redis_event_pack(char kind, const char *sid, const void *payload, size_t n, size_t *len) {
+    size_t sl = sid ? strlen(sid) : 0;
+    char *msg = malloc(2 + sl + n);
+    if (!msg) return NULL;
+    msg[0] = kind;
+    memcpy(msg + 1, sid ? sid : "", sl);
+    msg[1 + sl] = '\n';
+    memcpy(msg + 2 + sl, payload, n);
+    *len = 2 + sl + n;
+    return msg;
+}
+
+int srv_redis_event_unpack(const char *msg, size_t n, char *kind, char *sid, size_t sid_n, const char **payload,
+                           size_t *pn) {
+    const char *nl = n >= 2 ? memchr(msg, '\n', n) : NULL;
+    if (!nl) return 0;
+    size_t sl = (size_t)(nl - msg - 1);
+    if (sl >= sid_n) return 0;
+    memcpy(sid, msg + 1, sl);
+    sid[sl] = 0;
+    *kind = msg[0];
+    *payload = nl + 1;
+    *pn = n - (size_t)(*payload - msg);
+    return 1;
+}
+
 /* ---- subscriptions ------------------------------------------------------------------- */
 
 static int sub_quit(const srv_redis_sub *sub) {

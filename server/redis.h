@@ -103,6 +103,15 @@ int srv_redis_file_sha(const redisReply *r, char sha_hex[65]);
 sd_status srv_redis_get_blob(redisContext *c, const char *prefix, const char *sha_hex, char **bytes, size_t *n,
                              sd_error *err);
 
+/* P:events messages (see the keys above): kind 'J' (a {type, data} JSON
+ * text) or 'B' (a binary frame, job.h srv_binary_frame) for the client
+ * `sid` (NULL or "" = every client). pack: malloc'd, *len its size; NULL
+ * without memory. unpack: 1 with the kind, the sid copied into sid[sid_n]
+ * and the payload's place in msg; 0 for a message not in this shape. */
+char *srv_redis_event_pack(char kind, const char *sid, const void *payload, size_t n, size_t *len);
+int srv_redis_event_unpack(const char *msg, size_t n, char *kind, char *sid, size_t sid_n, const char **payload,
+                           size_t *pn);
+
 /* Scripts (EVAL). Keys and arguments are documented where they are used. */
 extern const char srv_redis_lua_enqueue[];
 extern const char srv_redis_lua_cancel[];

@@ -471,28 +471,20 @@ sd_status srv_rq_put_file(srv *s, const char *type, const char *subfolder, const
 /* ---- the workers' messages ------------------------------------------------------------------ */
 
 static void forward(srv *s, const char *msg, size_t n) {
-    if (n < 2) return;
-    const char *nl = memchr(msg, '\n', n);
-    if (!nl) return;
-    char sid[128];
-    size_t sl = (size_t)(nl - msg - 1);
-    if (sl >= sizeof sid) return;
-    memcpy(sid, msg + 1, sl);
-    sid[sl] = 0;
-    const char *payload = nl + 1;
-    size_t pn = n - (size_t)(payload - msg);
-    if (msg[0] == 'J') {
+    char kind, sid[128];
+    const char *payload;
+    size_t pn;
+    if (!srv_redis_event_unpack(msg, n, &kind, sid, sizeof sid, &payload, &pn)) return;
+    if (kind == 'J') {
         cJSON *m = cJSON_ParseWithLength(payload, pn);
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
         if (cJSON_IsString(type)) {
             cJSON *data = cJSON_DetachItemFromObjectCaseSensitive(m, "data");
-            srv_ws_send(s, sl ? sid : NULL, type->valuestring, data ? data : cJSON_CreateObject());
+            srv_ws_send(s, sid[0] ? sid : NULL, type->valuestring, data ? data : cJSON_CreateObject());
         }
         cJSON_Delete(m);
-    } else if (msg[0] == 'B' && pn >= 4) {
-        const unsigned char *p = (const unsigned char *)payload;
-        uint32_t event = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-        srv_ws_send_binary(s, sl ? sid : NULL, event, payload + 4, pn - 4);
+    } else if (kind == 'B' && pn >= 4) { /* the worker's frame as it is */
+        srv_ws_send_frame(s, sid[0] ? sid : NULL, payload, pn);
     }
 }
 

@@ -235,8 +235,12 @@ void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data) {
 void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *payload, size_t n) {
     size_t len = 0;
     char *buf = srv_binary_frame(event, payload, n, &len);
-    if (buf) send_raw(s, sid, MG_WEBSOCKET_OPCODE_BINARY, buf, len);
+    if (buf) srv_ws_send_frame(s, sid, buf, len);
     free(buf);
+}
+
+void srv_ws_send_frame(srv *s, const char *sid, const void *frame, size_t n) {
+    send_raw(s, sid, MG_WEBSOCKET_OPCODE_BINARY, frame, n);
 }
 
 void srv_ws_broadcast_status(srv *s) {

@@ -82,18 +82,13 @@ static int stopping(const wk *w) {
 /* ---- messages to the servers (P:events) ------------------------------------------ */
 
 static void publish(wk *w, char kind, const char *sid, const void *payload, size_t n) {
-    if (!w->c) return;
-    size_t sl = sid ? strlen(sid) : 0;
-    char *msg = malloc(2 + sl + n);
+    size_t len = 0;
+    char *msg = w->c ? srv_redis_event_pack(kind, sid, payload, n, &len) : NULL;
     if (!msg) return;
-    msg[0] = kind;
-    memcpy(msg + 1, sid ? sid : "", sl);
-    msg[1 + sl] = '\n';
-    memcpy(msg + 2 + sl, payload, n);
     char kev[300];
     key(kev, sizeof kev, w, "events");
     const char *argv[] = {"PUBLISH", kev, msg};
-    const size_t lens[] = {7, strlen(kev), 2 + sl + n};
+    const size_t lens[] = {7, strlen(kev), len};
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmd(w->c, &err, 3, argv, lens);
