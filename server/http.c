@@ -301,6 +301,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     s.rq = o->redis_url != NULL;
     s.rq_prefix = o->redis_prefix && *o->redis_prefix ? o->redis_prefix : "sdflow";
     s.rq_ttl = o->redis_ttl > 0 ? o->redis_ttl : 86400;
+    if (s.rq && srv_redis_check_prefix(s.rq_prefix, err)) { rc = err->code; goto out; }
     if (s.rq ? srv_rq_start(&s, err) : srv_queue_start(&s, err)) { rc = err->code ? err->code : SD_ERR_INTERNAL; goto out; }
 
     char ports[128], threads[32], timeout_ms[] = "30000";

@@ -89,7 +89,7 @@ typedef struct srv {
     pthread_mutex_t rq_mu;
     struct redisContext *rq_sub;
     int rq_quit;
-    char rq_events[300];       /* P:events */
+    char rq_events[SRV_REDIS_KEY_MAX]; /* P:events */
     srv_redis_sub rq_subscription;
 } srv;
 

@@ -212,16 +212,19 @@ fail:
     return err->code ? err->code : SD_ERR_IO;
 }
 
-sd_status srv_redis_key(char *buf, size_t n, const char *prefix, const char *suffix, sd_error *err) {
-    int k = snprintf(buf, n, "%s:%s", prefix, suffix);
-    if (k < 0 || (size_t)k >= n) return sd_error_set(err, SD_ERR_INVALID, "redis key too long: %s:%.64s...", prefix, suffix);
+sd_status srv_redis_check_prefix(const char *prefix, sd_error *err) {
+    if (!prefix || !*prefix || strlen(prefix) > SRV_REDIS_PREFIX_MAX)
+        return sd_error_set(err, SD_ERR_INVALID, "--redis-prefix must be 1 to %d bytes long", SRV_REDIS_PREFIX_MAX);
     return SD_OK;
 }
 
+void srv_redis_key(char *buf, size_t n, const char *prefix, const char *name, const char *id) {
+    snprintf(buf, n, "%s:%s%s", prefix, name, id ? id : "");
+}
+
 sd_status srv_redis_ensure_group(redisContext *c, const char *prefix, sd_error *err) {
-    char key[512];
-    sd_status rc = srv_redis_key(key, sizeof key, prefix, "jobs", err);
-    if (rc) return rc;
+    char key[SRV_REDIS_KEY_MAX];
+    srv_redis_key(key, sizeof key, prefix, "jobs", NULL);
     redisReply *r = srv_redis_cmdl(c, err, "XGROUP", "CREATE", key, SRV_REDIS_GROUP, "0", "MKSTREAM", SRV_REDIS_END);
     if (r) {
         freeReplyObject(r);

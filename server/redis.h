@@ -58,8 +58,14 @@ redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...) __attribute__((s
 sd_status srv_redis_each_key(redisContext *c, const char *cmd, char *const *keys, size_t n, const char *const *args,
                              int n_args, redisReply **replies, sd_error *err);
 
-/* P:suffix into buf (snprintf; truncation is an error: SD_ERR_INVALID). */
-sd_status srv_redis_key(char *buf, size_t n, const char *prefix, const char *suffix, sd_error *err);
+/* The longest key prefix: with ids under 128 bytes every key fits the
+ * callers' buffers (SRV_REDIS_KEY_MAX), so none is ever cut short. */
+#define SRV_REDIS_PREFIX_MAX 64
+#define SRV_REDIS_KEY_MAX 512
+/* SD_ERR_INVALID naming the option when a prefix is empty or too long. */
+sd_status srv_redis_check_prefix(const char *prefix, sd_error *err);
+/* "P:name", or "P:name<id>" ("job:" + id) when id is not NULL. */
+void srv_redis_key(char *buf, size_t n, const char *prefix, const char *name, const char *id);
 
 /* Creates the stream and the consumer group when missing. */
 sd_status srv_redis_ensure_group(redisContext *c, const char *prefix, sd_error *err);

@@ -44,9 +44,8 @@ static int rq_request(srv *s, struct mg_connection *c, int allow_empty, cJSON **
     return reply_redis_down(s, c, &err);
 }
 
-/* P:name, or P:name<id> ("job:" + id). */
 static void key(char *buf, size_t n, srv *s, const char *name, const char *id) {
-    snprintf(buf, n, "%s:%s%s", s->rq_prefix, name, id ? id : "");
+    srv_redis_key(buf, n, s->rq_prefix, name, id);
 }
 
 /* ---- POST /prompt -------------------------------------------------------------- */
@@ -63,7 +62,7 @@ int srv_rq_post_prompt(srv *s, struct mg_connection *c) {
     cJSON_Delete(body);
     char *prompt = cJSON_PrintUnformatted(j->prompt), *extra = cJSON_PrintUnformatted(j->extra_data),
          *outputs = cJSON_PrintUnformatted(j->outputs);
-    char kjob[600], kqueue[300], kjobs[300], knum[300], maxq[32], now[32], maxh[32];
+    char kjob[SRV_REDIS_KEY_MAX], kqueue[SRV_REDIS_KEY_MAX], kjobs[SRV_REDIS_KEY_MAX], knum[SRV_REDIS_KEY_MAX], maxq[32], now[32], maxh[32];
     key(kjob, sizeof kjob, s, "job:", j->id);
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     key(kjobs, sizeof kjobs, s, "jobs", NULL);
@@ -126,7 +125,7 @@ size_t srv_rq_queue_remaining(srv *s) {
     sd_error_clear(&err);
     redisContext *rc = rq_connect(s, &err);
     if (!rc) return 0;
-    char kqueue[300];
+    char kqueue[SRV_REDIS_KEY_MAX];
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     redisReply *r = srv_redis_cmdl(rc, &err, "ZCARD", kqueue, SRV_REDIS_END);
     size_t n = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
@@ -161,7 +160,7 @@ int srv_rq_get_queue(srv *s, struct mg_connection *c) {
     sd_error_clear(&err);
     redisContext *rc = rq_connect(s, &err);
     if (!rc) return reply_redis_down(s, c, &err);
-    char kqueue[300];
+    char kqueue[SRV_REDIS_KEY_MAX];
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", SRV_REDIS_END);
     if (!ids) {
@@ -205,7 +204,7 @@ int srv_rq_get_queue(srv *s, struct mg_connection *c) {
 }
 
 static void publish_control(redisContext *rc, srv *s, cJSON *msg) {
-    char kctl[300];
+    char kctl[SRV_REDIS_KEY_MAX];
     key(kctl, sizeof kctl, s, "control", NULL);
     char *text = cJSON_PrintUnformatted(msg);
     cJSON_Delete(msg);
@@ -220,7 +219,7 @@ static void publish_control(redisContext *rc, srv *s, cJSON *msg) {
 
 /* Pending: removed. Running: its worker is told to interrupt it. */
 static sd_status cancel(srv *s, redisContext *rc, const char *id, sd_error *err) {
-    char kjob[600], kqueue[300], kjobs[300];
+    char kjob[SRV_REDIS_KEY_MAX], kqueue[SRV_REDIS_KEY_MAX], kjobs[SRV_REDIS_KEY_MAX];
     key(kjob, sizeof kjob, s, "job:", id);
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     key(kjobs, sizeof kjobs, s, "jobs", NULL);
@@ -255,13 +254,13 @@ int srv_rq_post_queue(srv *s, struct mg_connection *c) {
     sd_status status = SD_OK;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "clear"))) {
         /* every pending prompt; the running ones go on (ComfyUI's clear) */
-        char kqueue[300];
+        char kqueue[SRV_REDIS_KEY_MAX];
         key(kqueue, sizeof kqueue, s, "queue", NULL);
         redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", SRV_REDIS_END);
         if (!ids) status = err.code;
         for (size_t i = 0; ids && i < ids->elements && !status; i++) {
             if (ids->element[i]->type != REDIS_REPLY_STRING) continue;
-            char kjob[600];
+            char kjob[SRV_REDIS_KEY_MAX];
             key(kjob, sizeof kjob, s, "job:", ids->element[i]->str);
             redisReply *f = srv_redis_cmdl(rc, &err, "HGET", kjob, "state", SRV_REDIS_END);
             int pend = f && f->type == REDIS_REPLY_STRING && !strcmp(f->str, "pending");
@@ -330,7 +329,7 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
     if (!rc) return reply_redis_down(s, c, &err);
     cJSON *out = cJSON_CreateObject();
     if (id) {
-        char kh[600];
+        char kh[SRV_REDIS_KEY_MAX];
         key(kh, sizeof kh, s, "hist:", id);
         redisReply *r = strlen(id) < 128 ? srv_redis_cmdl(rc, &err, "GET", kh, SRV_REDIS_END) : NULL;
         if (r && r->type == REDIS_REPLY_STRING) {
@@ -345,7 +344,7 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
         if (of) offset = strtol(of, NULL, 10);
         free(mi);
         free(of);
-        char khist[300];
+        char khist[SRV_REDIS_KEY_MAX];
         key(khist, sizeof khist, s, "history", NULL);
         redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", khist, "0", "-1", SRV_REDIS_END); /* oldest first */
         size_t n = ids && ids->type == REDIS_REPLY_ARRAY ? ids->elements : 0;
@@ -385,7 +384,7 @@ int srv_rq_post_history(srv *s, struct mg_connection *c) {
     if (st) return st;
     sd_error err;
     sd_error_clear(&err);
-    char khist[300], hprefix[300];
+    char khist[SRV_REDIS_KEY_MAX], hprefix[SRV_REDIS_KEY_MAX];
     key(khist, sizeof khist, s, "history", NULL);
     key(hprefix, sizeof hprefix, s, "hist:", NULL);
     redisReply *r = NULL;
@@ -398,7 +397,7 @@ int srv_rq_post_history(srv *s, struct mg_connection *c) {
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(body, "delete")) {
         if (!ok || !cJSON_IsString(it) || strlen(it->valuestring) >= 128) continue;
-        char kh[600];
+        char kh[SRV_REDIS_KEY_MAX];
         key(kh, sizeof kh, s, "hist:", it->valuestring);
         if ((r = srv_redis_cmdl(rc, &err, "ZREM", khist, it->valuestring, SRV_REDIS_END))) freeReplyObject(r);
         if (r && (r = srv_redis_cmdl(rc, &err, "DEL", kh, SRV_REDIS_END))) freeReplyObject(r);
@@ -418,7 +417,7 @@ cJSON *srv_rq_workers(srv *s) {
     sd_error_clear(&err);
     redisContext *rc = rq_connect(s, &err);
     if (!rc) return a;
-    char pattern[300];
+    char pattern[SRV_REDIS_KEY_MAX];
     key(pattern, sizeof pattern, s, "worker:*", NULL);
     char cursor[32] = "0";
     int rounds = 0;

@@ -40,7 +40,7 @@ typedef struct wk {
     volatile sig_atomic_t interrupt;
     int quit;             /* threads end */
     redisContext *ctl;    /* the control subscription (shut down to wake it) */
-    char ctl_channel[300];
+    char ctl_channel[SRV_REDIS_KEY_MAX];
     srv_redis_sub ctl_sub;
 
     pthread_t hb_thread, ctl_thread;
@@ -66,8 +66,9 @@ static void wlog(wk *w, const char *fmt, ...) {
     free(line);
 }
 
-static void key(char *buf, size_t n, const wk *w, const char *suffix) {
-    snprintf(buf, n, "%s:%s", w->prefix, suffix);
+/* P:name, or P:name<id> (redis.h). */
+static void key(char *buf, size_t n, const wk *w, const char *name, const char *id) {
+    srv_redis_key(buf, n, w->prefix, name, id);
 }
 
 static void sleep_s(double s) {
@@ -85,8 +86,8 @@ static void publish(wk *w, char kind, const char *sid, const void *payload, size
     size_t len = 0;
     char *msg = w->c ? srv_redis_event_pack(kind, sid, payload, n, &len) : NULL;
     if (!msg) return;
-    char kev[300];
-    key(kev, sizeof kev, w, "events");
+    char kev[SRV_REDIS_KEY_MAX];
+    key(kev, sizeof kev, w, "events", NULL);
     const char *argv[] = {"PUBLISH", kev, msg};
     const size_t lens[] = {7, strlen(kev), len};
     sd_error err;
@@ -125,8 +126,8 @@ static void on_env_log(void *user, int level, const char *msg) {
 
 /* The queue changed: every client hears the new length, as from ComfyUI. */
 static void publish_status(wk *w) {
-    char kq[300];
-    key(kq, sizeof kq, w, "queue");
+    char kq[SRV_REDIS_KEY_MAX];
+    key(kq, sizeof kq, w, "queue", NULL);
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = w->c ? srv_redis_cmdl(w->c, &err, "ZCARD", kq, SRV_REDIS_END) : NULL;
@@ -288,9 +289,8 @@ static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
 #define PRESENCE_TTL "10"
 
 static void presence(wk *w, redisContext *c) {
-    char k[300], suffix[200];
-    snprintf(suffix, sizeof suffix, "worker:%s", w->name);
-    key(k, sizeof k, w, suffix);
+    char k[SRV_REDIS_KEY_MAX];
+    key(k, sizeof k, w, "worker:", w->name);
     cJSON *o = cJSON_CreateObject();
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -317,9 +317,8 @@ static void presence(wk *w, redisContext *c) {
 }
 
 static void presence_clear(wk *w, redisContext *c) {
-    char k[300], suffix[200];
-    snprintf(suffix, sizeof suffix, "worker:%s", w->name);
-    key(k, sizeof k, w, suffix);
+    char k[SRV_REDIS_KEY_MAX];
+    key(k, sizeof k, w, "worker:", w->name);
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmdl(c, &err, "DEL", k, SRV_REDIS_END);
@@ -333,8 +332,8 @@ static void presence_clear(wk *w, redisContext *c) {
 static void *heartbeat_main(void *arg) {
     wk *w = arg;
     redisContext *c = NULL;
-    char kjobs[300];
-    key(kjobs, sizeof kjobs, w, "jobs");
+    char kjobs[SRV_REDIS_KEY_MAX];
+    key(kjobs, sizeof kjobs, w, "jobs", NULL);
     double period = w->claim_timeout / 4 > 0.05 ? w->claim_timeout / 4 : 0.05, last = 0, last_presence = 0;
     for (;;) {
         pthread_mutex_lock(&w->mu);
@@ -414,17 +413,14 @@ static const char *str_of(const redisReply *r) {
 /* The finish script: history entry, ack. Returns 1 recorded, 0 another
  * worker's run was recorded first, -1 error (the entry stays pending). */
 static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entry, long long max_history) {
-    char kjob[600], kq[300], kjobs[300], kh[600], khist[300], kseq[300], hpre[300], maxh[32];
-    char suffix[256];
-    snprintf(suffix, sizeof suffix, "job:%s", id);
-    key(kjob, sizeof kjob, w, suffix);
-    snprintf(suffix, sizeof suffix, "hist:%s", id);
-    key(kh, sizeof kh, w, suffix);
-    key(kq, sizeof kq, w, "queue");
-    key(kjobs, sizeof kjobs, w, "jobs");
-    key(khist, sizeof khist, w, "history");
-    key(kseq, sizeof kseq, w, "hist_seq");
-    key(hpre, sizeof hpre, w, "hist:");
+    char kjob[SRV_REDIS_KEY_MAX], kq[SRV_REDIS_KEY_MAX], kjobs[SRV_REDIS_KEY_MAX], kh[SRV_REDIS_KEY_MAX], khist[SRV_REDIS_KEY_MAX], kseq[SRV_REDIS_KEY_MAX], hpre[SRV_REDIS_KEY_MAX], maxh[32];
+    key(kjob, sizeof kjob, w, "job:", id);
+    key(kh, sizeof kh, w, "hist:", id);
+    key(kq, sizeof kq, w, "queue", NULL);
+    key(kjobs, sizeof kjobs, w, "jobs", NULL);
+    key(khist, sizeof khist, w, "history", NULL);
+    key(kseq, sizeof kseq, w, "hist_seq", NULL);
+    key(hpre, sizeof hpre, w, "hist:", NULL);
     snprintf(maxh, sizeof maxh, "%lld", max_history > 0 ? max_history : 1000);
     char *text = cJSON_PrintUnformatted(entry);
     if (!text) return -1;
@@ -443,8 +439,8 @@ static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entr
 }
 
 static void ack_only(wk *w, const char *entry_id) {
-    char kjobs[300];
-    key(kjobs, sizeof kjobs, w, "jobs");
+    char kjobs[SRV_REDIS_KEY_MAX];
+    key(kjobs, sizeof kjobs, w, "jobs", NULL);
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmdl(w->c, &err, "XACK", kjobs, SRV_REDIS_GROUP, entry_id, SRV_REDIS_END);
@@ -471,9 +467,8 @@ static void set_running(wk *w, const char *id, const char *entry) {
 }
 
 static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) {
-    char kjob[600], suffix[256];
-    snprintf(suffix, sizeof suffix, "job:%s", id);
-    key(kjob, sizeof kjob, w, suffix);
+    char kjob[SRV_REDIS_KEY_MAX];
+    key(kjob, sizeof kjob, w, "job:", id);
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_start, "1", kjob, entry_id, w->name, SRV_REDIS_END);
@@ -570,8 +565,8 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
  * Returns 1 with the entry and prompt id, 0 when none came, -1 on a
  * connection error. */
 static int next_entry(wk *w, char *cursor, size_t cn, char entry[64], char id[128]) {
-    char kjobs[300], idle[32];
-    key(kjobs, sizeof kjobs, w, "jobs");
+    char kjobs[SRV_REDIS_KEY_MAX], idle[32];
+    key(kjobs, sizeof kjobs, w, "jobs", NULL);
     snprintf(idle, sizeof idle, "%lld", (long long)(w->claim_timeout * 1000));
     sd_error err;
     sd_error_clear(&err);
@@ -627,8 +622,8 @@ static int next_entry(wk *w, char *cursor, size_t cn, char entry[64], char id[12
  * the group lists only workers that may still come back for a prompt. One
  * with a prompt left pending stays: deleting it would drop that prompt. */
 static void leave_group(wk *w) {
-    char kjobs[300];
-    key(kjobs, sizeof kjobs, w, "jobs");
+    char kjobs[SRV_REDIS_KEY_MAX];
+    key(kjobs, sizeof kjobs, w, "jobs", NULL);
     sd_error err;
     sd_error_clear(&err);
     redisReply *r = srv_redis_cmdl(w->c, &err, "XPENDING", kjobs, SRV_REDIS_GROUP, "-", "+", "1", w->name, SRV_REDIS_END);
@@ -658,6 +653,7 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
         snprintf(w.name, sizeof w.name, "%s:%ld", host, (long)getpid());
     }
     if (!o->env) return sd_error_set(err, SD_ERR_INVALID, "sd_worker_run: no environment");
+    if (srv_redis_check_prefix(w.prefix, err)) return err->code;
     sd_status rc = srv_redis_connect(o->redis_url, COMMAND_TIMEOUT_S, &w.c, err);
     if (!rc) rc = srv_redis_ensure_group(w.c, w.prefix, err);
     if (rc) {
@@ -677,7 +673,7 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     sd_exec *ex = sd_exec_new();
     if (!ex) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     if (!rc && pthread_create(&w.hb_thread, NULL, heartbeat_main, &w) == 0) w.hb_started = 1;
-    key(w.ctl_channel, sizeof w.ctl_channel, &w, "control");
+    key(w.ctl_channel, sizeof w.ctl_channel, &w, "control", NULL);
     w.ctl_sub = (srv_redis_sub){.url = o->redis_url, .channel = w.ctl_channel, .mu = &w.mu, .quit = &w.quit,
                                 .live = &w.ctl, .on_message = on_control_message, .user = &w};
     if (!rc && pthread_create(&w.ctl_thread, NULL, control_main, &w) == 0) w.ctl_started = 1;

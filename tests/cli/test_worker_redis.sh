@@ -106,6 +106,14 @@ workers() {
 }
 wait_workers() { for i in $(seq 60); do [ "$(workers)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
 
+# a prefix too long for the keys is refused by both, naming the option
+long=$(printf 'p%.0s' $(seq 65))
+for cmd in "serve --port 0" worker; do
+    timeout 20 "$SDFLOW_BIN" $cmd --redis "$URL" --redis-prefix "$long" "${M[@]}" > "$T/longprefix.log" 2>&1 &&
+        fail "$cmd took a 65-byte --redis-prefix"
+    grep -q -- "--redis-prefix must be 1 to 64 bytes" "$T/longprefix.log" || fail "$cmd: $(cat "$T/longprefix.log")"
+done
+
 # the password is never shown: not in /system_stats's argv, not in the log
 python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/system_stats').read().decode())" > "$T/stats.json"
 grep -q "127.0.0.1:$RP" "$T/stats.json" || fail "/system_stats argv does not show the redis address: $(cat "$T/stats.json")"
