@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kernels/backend.h"
+#include "models/checkpoint/checkpoint.h"
 #include "testutil.h"
 
 void nt_env_init(nt_env *e, const char *name) {
@@ -56,6 +58,17 @@ sd_status nt_run_named(sd_node_ctx *ctx, const char *const *names, sd_value *con
     return rc;
 }
 
+sd_value *nt_run1_named(sd_node_ctx *ctx, const char *const *names, sd_value **vals, int n, const int *owned,
+                        sd_error *err) {
+    sd_value *out[8] = {0};
+    sd_status rc = nt_run_named(ctx, names, vals, n, out, err);
+    for (int i = 0; i < n; i++)
+        if (owned[i]) sd_value_unref(vals[i]);
+    CHECK_OK(rc, err);
+    for (int i = 1; i < 8; i++) sd_value_unref(out[i]);
+    return out[0];
+}
+
 void nt_free_values(sd_value **v, int n) {
     for (int i = 0; i < n; i++) {
         sd_value_unref(v[i]);
@@ -94,4 +107,33 @@ const sd_node_def *def_of(const char *name) {
         exit(1);
     }
     return d;
+}
+
+void nt_tiny_sd1_init(nt_tiny_sd1 *t, const char *name) {
+    memset(t, 0, sizeof *t);
+    char path[4200], cmd[8300];
+    snprintf(t->models, sizeof t->models, "%s/models", sd_test_tmpdir(name));
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/checkpoints'", t->models);
+    CHECK(system(cmd) == 0);
+    sd_error err;
+    sd_error_clear(&err);
+    t->cfg = *sd_synth_preset("sd1-tiny");
+    t->cfg.clip_vocab = 1000;
+    snprintf(path, sizeof path, "%s/checkpoints/tiny.safetensors", t->models);
+    CHECK_OK(sd_synth_sd1_write(&t->cfg, 1, path, &err), &err);
+    CHECK_OK(sd_env_init(&t->env, &err), &err);
+    CHECK_OK(sd_env_set(&t->env, &t->env.models_dir, t->models, &err), &err);
+    CHECK_OK(sd_backend_new("cpu", 0, &t->backend, &err), &err);
+    t->store = sd_model_store_new();
+    t->env.backend = t->backend;
+    t->env.models = t->store;
+    CHECK_OK(sd_nodes_register_all(&err), &err);
+}
+
+void nt_tiny_sd1_free(nt_tiny_sd1 *t) {
+    sd_model_store_free(t->store);
+    sd_backend_free(t->backend);
+    sd_env_cleanup(&t->env);
+    sd_registry_reset();
+    memset(t, 0, sizeof *t);
 }

@@ -9,6 +9,7 @@
 #include "core/node.h"
 #include "core/tensor.h"
 #include "core/value.h"
+#include "models/synth/synth.h"
 
 /* An env whose input/output/temp dirs are under a fresh scratch dir. */
 typedef struct nt_env {
@@ -31,6 +32,30 @@ sd_status nt_run(const sd_node_def *def, sd_node_ctx *ctx, sd_value **in, sd_val
  * or input name is an error. */
 sd_status nt_run_named(sd_node_ctx *ctx, const char *const *names, sd_value *const *vals, int n,
                        sd_value **out, sd_error *err);
+
+/* A models folder under sd_test_tmpdir(name) holding a random-weight tiny
+ * SD1 checkpoint (checkpoints/tiny.safetensors, `sd1-tiny` with a 1000-word
+ * vocabulary, seed 1) and an env on it: CPU backend, a model store, every
+ * node registered. nt_tiny_sd1_free releases all of it and resets the
+ * registry. */
+struct sd_backend;
+struct sd_model_store;
+typedef struct nt_tiny_sd1 {
+    sd_env env;
+    char models[4096];
+    sd_synth_config cfg;
+    struct sd_backend *backend;
+    struct sd_model_store *store;
+} nt_tiny_sd1;
+void nt_tiny_sd1_init(nt_tiny_sd1 *t, const char *name);
+void nt_tiny_sd1_free(nt_tiny_sd1 *t);
+
+/* nt_run_named for a node with up to 8 outputs where the test wants the
+ * first: vals[i] is released where owned[i], a failure is a failed check
+ * (err names it), outputs after the first are released, and output 0 is
+ * returned (NULL on failure). */
+sd_value *nt_run1_named(sd_node_ctx *ctx, const char *const *names, sd_value **vals, int n, const int *owned,
+                        sd_error *err);
 
 /* Unrefs v[0 .. n) and sets them to NULL. */
 void nt_free_values(sd_value **v, int n);

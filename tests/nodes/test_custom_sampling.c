@@ -48,13 +48,8 @@ static sd_status run(const char *type, const char *const *names, sd_value *const
 /* One-output run with owned literal inputs (released here). */
 static sd_value *run1(const char *type, const char *const *names, sd_value **vals, int n,
                       const int *owned, sd_error *err) {
-    sd_value *out[2] = {0};
-    sd_status rc = run(type, names, vals, n, out, err);
-    for (int i = 0; i < n; i++)
-        if (owned[i]) sd_value_unref(vals[i]);
-    CHECK_OK(rc, err);
-    sd_value_unref(out[1]);
-    return out[0];
+    sd_node_ctx ctx = {.env = g_env, .node_id = "1", .class_type = type, .preview = on_preview};
+    return nt_run1_named(&ctx, names, vals, n, owned, err);
 }
 
 static int bit_equal(const sd_tensor *a, const sd_tensor *b) {
@@ -464,28 +459,11 @@ static sd_value *random_cond(uint64_t seed, int dim) {
 }
 
 int main(void) {
-    const char *dir = sd_test_tmpdir("nodes_custom_sampling");
-    char models[4096], path[4096], cmd[8300];
-    snprintf(models, sizeof models, "%s/models", dir);
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s/checkpoints'", models);
-    CHECK(system(cmd) == 0);
+    nt_tiny_sd1 t;
+    nt_tiny_sd1_init(&t, "nodes_custom_sampling");
+    g_env = &t.env;
     sd_error err;
     sd_error_clear(&err);
-    sd_synth_config cfg = *sd_synth_preset("sd1-tiny");
-    cfg.clip_vocab = 1000;
-    snprintf(path, sizeof path, "%s/checkpoints/tiny.safetensors", models);
-    CHECK_OK(sd_synth_sd1_write(&cfg, 1, path, &err), &err);
-
-    sd_env env;
-    CHECK_OK(sd_env_init(&env, &err), &err);
-    CHECK_OK(sd_env_set(&env, &env.models_dir, models, &err), &err);
-    sd_backend *be = NULL;
-    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
-    sd_model_store *store = sd_model_store_new();
-    env.backend = be;
-    env.models = store;
-    g_env = &env;
-    CHECK_OK(sd_nodes_register_all(&err), &err);
 
     fixture f = {0};
     sd_value *name = sd_value_string("tiny.safetensors"), *ck[3] = {0};
@@ -496,8 +474,8 @@ int main(void) {
         test_schedules(f.model);
         test_ays();
         test_sigma_ops();
-        f.pos = random_cond(1, cfg.context_dim);
-        f.neg = random_cond(2, cfg.context_dim);
+        f.pos = random_cond(1, t.cfg.context_dim);
+        f.neg = random_cond(2, t.cfg.context_dim);
         const char *ln[] = {"width", "height", "batch_size"};
         sd_value *lv[] = {sd_value_int(64), sd_value_int(64), sd_value_int(2)};
         const int lo[] = {1, 1, 1};
@@ -507,9 +485,6 @@ int main(void) {
     sd_value_unref(f.pos), sd_value_unref(f.neg), sd_value_unref(f.latent);
     for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
     sd_tensor_unref(g_last_preview);
-    sd_model_store_free(store);
-    sd_backend_free(be);
-    sd_env_cleanup(&env);
-    sd_registry_reset();
+    nt_tiny_sd1_free(&t);
     return sd_test_finish();
 }

@@ -292,28 +292,11 @@ static void test_add_noise(sd_value *model) {
 }
 
 int main(void) {
-    const char *dir = sd_test_tmpdir("nodes_custom_sampling_sigmas");
-    char models[4096], path[4096], cmd[8300];
-    snprintf(models, sizeof models, "%s/models", dir);
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s/checkpoints'", models);
-    CHECK(system(cmd) == 0);
+    nt_tiny_sd1 t;
+    nt_tiny_sd1_init(&t, "nodes_custom_sampling_sigmas");
+    g_env = &t.env;
     sd_error err;
     sd_error_clear(&err);
-    sd_synth_config cfg = *sd_synth_preset("sd1-tiny");
-    cfg.clip_vocab = 1000;
-    snprintf(path, sizeof path, "%s/checkpoints/tiny.safetensors", models);
-    CHECK_OK(sd_synth_sd1_write(&cfg, 1, path, &err), &err);
-
-    sd_env env;
-    CHECK_OK(sd_env_init(&env, &err), &err);
-    CHECK_OK(sd_env_set(&env, &env.models_dir, models, &err), &err);
-    sd_backend *be = NULL;
-    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
-    sd_model_store *store = sd_model_store_new();
-    env.backend = be;
-    env.models = store;
-    g_env = &env;
-    CHECK_OK(sd_nodes_register_all(&err), &err);
 
     test_manual();
     test_set_first();
@@ -328,9 +311,6 @@ int main(void) {
     if (ck[0]) test_percent(ck[0]);
     if (ck[0]) test_add_noise(ck[0]);
     for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
-    sd_model_store_free(store);
-    sd_backend_free(be);
-    sd_env_cleanup(&env);
-    sd_registry_reset();
+    nt_tiny_sd1_free(&t);
     return sd_test_finish();
 }

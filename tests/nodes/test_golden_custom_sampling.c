@@ -46,13 +46,8 @@ static sd_status run(const char *type, const char *const *names, sd_value *const
 static sd_value *run1(const char *type, const char *const *names, sd_value **vals, int n,
                       const int *owned) {
     sd_error err;
-    sd_value *out[2] = {0};
-    sd_status rc = run(type, names, vals, n, out, &err);
-    for (int i = 0; i < n; i++)
-        if (owned[i]) sd_value_unref(vals[i]);
-    CHECK_OK(rc, &err);
-    sd_value_unref(out[1]);
-    return out[0];
+    sd_node_ctx ctx = {.env = g_env, .node_id = "1", .class_type = type};
+    return nt_run1_named(&ctx, names, vals, n, owned, &err);
 }
 
 static const char *sstr(const cJSON *o, const char *k) {

@@ -25,22 +25,13 @@
 #include "models/sampling/guider.h"
 #include "nodes/loaders/loaders.h"
 #include "nodes/sampling/sampling.h"
+#include "nodes_ctx.h"
 #include "testutil.h"
 
 static sd_status run_named(const sd_env *env, const char *type, const char *const *names,
                            sd_value *const *vals, int n, sd_value **out, sd_error *err) {
-    const sd_node_def *def = sd_registry_find(type);
-    if (!def) return sd_error_set(err, SD_ERR_NOT_FOUND, "node %s not registered", type);
-    sd_value *in[32] = {0};
-    for (int i = 0; i < n; i++) {
-        int k = sd_node_input_index(def, names[i]);
-        if (k < 0) return sd_error_set(err, SD_ERR_INVALID, "%s has no input %s", type, names[i]);
-        in[k] = vals[i];
-    }
     sd_node_ctx ctx = {.env = env, .node_id = "1", .class_type = type};
-    sd_status rc = def->run(&ctx, in, out, err);
-    sd_value_unref(ctx.ui);
-    return rc;
+    return nt_run_named(&ctx, names, vals, n, out, err);
 }
 
 static double dict_num(const sd_value *list, const char *key, int want_int) {
