@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/sampling/guider.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/rng.h"

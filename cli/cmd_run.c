@@ -16,7 +16,7 @@
 #include "core/graph.h"
 #include "core/json_util.h"
 #include "core/text.h"
-#include "core/workflow_file.h"
+#include "formats/workflow_file.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "lua/sdlua.h"
@@ -125,7 +125,7 @@ static char *extra_pnginfo_of(const sd_workflow_file *wf) {
     return s;
 }
 
-/* JSON (API or UI form), a picture's embedded workflow (core/workflow_file.h)
+/* JSON (API or UI form), a picture's embedded workflow (formats/workflow_file.h)
  * or a Lua script. */
 static sd_status load_workflow(const char *path, sd_graph **g, char **text, char **extra,
                                const sd_cli_args *o, sd_error *err) {

@@ -15,8 +15,8 @@
 #include <string.h>
 #include "cli.h"
 #include "core/env.h"
-#include "core/png.h"
-#include "core/safetensors.h"
+#include "formats/png.h"
+#include "formats/safetensors.h"
 #include "models/vae/taesd.h"
 
 /* comfy/latent_formats.py: latent_rgb_factors (rows: latent channels,

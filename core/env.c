@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "membudget.h"
-#include "png.h" /* SD_PNG_MAX_PIXELS_DEFAULT */
+#include "formats/png.h" /* SD_PNG_MAX_PIXELS_DEFAULT */
 
 static sd_status set_str(const char **field, const char *value, sd_error *err) {
     char *copy = NULL;

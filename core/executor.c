@@ -27,7 +27,7 @@
 #include "env.h"
 #include "executor_internal.h"
 #include "hashmap.h"
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 /* ---- the in-process memo: key -> entry, open addressing ------------------- */
 
@@ -651,7 +651,7 @@ static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_erro
     sd_error nerr;
     sd_error_clear(&nerr);
     sd_status rc = p->def->run(&ctx, in, out, &nerr);
-    /* A model file truncated or rewritten while the node read it (core/mapguard.h:
+    /* A model file truncated or rewritten while the node read it (formats/mapguard.h:
      * zeros instead of SIGBUS) makes its outputs garbage: fail the node. */
     if (rc == SD_OK) rc = sd_st_check_all(&nerr);
     if (rc == SD_OK) {

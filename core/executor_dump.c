@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "executor_internal.h"
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 static sd_status mkdir_p(const char *path, sd_error *err) {
     char tmp[4096];

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "json_util.h"
 #include "node.h"
-#include "workflow_ui.h"
+#include "formats/workflow_ui.h"
 
 /* ---- JSON -> values ---------------------------------------------------------- */
 

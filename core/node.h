@@ -54,7 +54,7 @@ typedef struct sd_input_def {
     sd_status (*file_probe)(const char *path, sd_error *err);
     /* ComfyUI's image_upload: the frontend shows an upload button after the
      * node's required widgets (LoadImage), which UI-format files save as
-     * one more entry of widgets_values (core/workflow_ui.h). */
+     * one more entry of widgets_values (formats/workflow_ui.h). */
     int image_upload;
 } sd_input_def;
 
@@ -117,7 +117,7 @@ struct sd_env {
     const char *vae_precision; /* SD_NODE_VAE nodes; NULL = precision */
     const char *clip_precision; /* SD_NODE_TEXT_ENCODER nodes; NULL = precision */
     const char *device;        /* "cpu" | "cuda" */
-    uint64_t max_image_pixels; /* LoadImage refuses larger images (core/png.h); 0 = no limit */
+    uint64_t max_image_pixels; /* LoadImage refuses larger images (formats/png.h); 0 = no limit */
     uint64_t max_memory;       /* bytes one allocation estimate may need (core/membudget.h); 0 = no limit */
     uint64_t gpu_memory;       /* cap on the GPU backend's device memory (--gpu-memory); 0 = the card's */
     void *models;              /* process-lifetime store of loaded models (nodes/) */

@@ -2,7 +2,7 @@
  * A sorted array with binary search is enough for a few hundred node types
  * and keeps iteration order stable for `sdflow nodes`. */
 #include "node.h"
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "core/workflow_file.h"
+#include "formats/workflow_file.h"
 #include "lua_internal.h"
 
 sd_status sd_lua_read_file(const char *path, char **out, size_t *len, sd_error *err) {

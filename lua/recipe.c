@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include "core/env.h"
 #include "core/json_util.h"
-#include "core/png.h"
+#include "formats/png.h"
 #include "core/sha256.h"
 #include "lua_internal.h"
 

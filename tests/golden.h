@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
 #include "models/controlnet/controlnet.h"

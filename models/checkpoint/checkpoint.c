@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/torch_ckpt.h"
+#include "formats/torch_ckpt.h"
 #include "models/checkpoint/model_paths.h"
 #include "models/text/tokenizer.h"
 
@@ -408,7 +408,7 @@ void sd_checkpoint_release(sd_checkpoint *c, unsigned parts) {
         if (*h == 0) continue; /* an unbalanced release frees nothing */
         if (--*h > 0 || !c->free_unused) continue;
         /* F16 weights are views of the mapping: freeing them also hands
-         * their pages back (core/safetensors.c), although the mapping stays
+         * their pages back (formats/safetensors.c), although the mapping stays
          * for the parts still in use. */
         if (bit == SD_CKPT_PART_UNET) sd_unet_free(c->unet), c->unet = NULL;
         if (bit == SD_CKPT_PART_TEXT) sd_text_encoder_free(c->te), c->te = NULL;

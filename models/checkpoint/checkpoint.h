@@ -17,7 +17,7 @@
  * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
  * is a .safetensors or a PyTorch zip checkpoint (.ckpt, .pt, .pth), told
  * apart by its first bytes; the latter is read weights-only, through
- * core/torch_ckpt.h, with Lightning's "state_dict" unwrapped. SD2.x
+ * formats/torch_ckpt.h, with Lightning's "state_dict" unwrapped. SD2.x
  * (OpenCLIP cond_stage_model.model.*), v-prediction files and unknown layouts
  * are SD_ERR_UNSUPPORTED naming what was found. NaN/Inf weights are reported
  * by tensor name when the part is loaded (models/checkpoint/weights.h).

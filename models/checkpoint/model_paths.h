@@ -29,7 +29,7 @@
 
 /* Extensions ComfyUI lists for model folders (supported_pt_extensions):
  * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Torch zip checkpoints
- * (.ckpt .pt .pth .bin) are read weights-only (core/torch_ckpt.h); the other
+ * (.ckpt .pt .pth .bin) are read weights-only (formats/torch_ckpt.h); the other
  * formats are listed so that a user who picks one gets a clear refusal
  * rather than a missing entry. NULL-terminated. */
 const char *const *sd_model_extensions(void);

@@ -91,7 +91,7 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
     if (!b) sd_backend_take_error(w->be, err);
     /* After the bytes were read (finite check, conversion, upload): a file
      * truncated or rewritten meanwhile gave zeros or mixed bytes, not a
-     * signal (core/mapguard.h); refuse what was read. */
+     * signal (formats/mapguard.h); refuse what was read. */
     if (b && sd_st_check(w->file, err)) {
         sd_bt_free(b);
         return NULL;

@@ -13,7 +13,7 @@
 #ifndef SD_WEIGHTS_H
 #define SD_WEIGHTS_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 
 typedef struct sd_weights {

@@ -27,7 +27,7 @@
 #ifndef SD_CONTROLNET_H
 #define SD_CONTROLNET_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 #include "models/sampling/model_sampling.h"
 #include "models/unet/unet.h"

@@ -3,7 +3,7 @@
  * half only; the block widths are rebuilt the way UNetModel.__init__ does. */
 #include "models/controlnet/controlnet_internal.h"
 #include "models/checkpoint/weights.h"
-#include "core/torch_ckpt.h"
+#include "formats/torch_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

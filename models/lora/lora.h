@@ -49,7 +49,7 @@
 
 #include <stddef.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/text/text_encode.h"
 #include "models/unet/unet.h"
 

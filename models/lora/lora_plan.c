@@ -1,7 +1,7 @@
 /* lora_plan.c - opening LoRA files and matching their tensors against a
  * model (comfy.lora.load_lora over the key map of lora_keys.c). */
 #include "models/lora/lora_internal.h"
-#include "core/torch_ckpt.h"
+#include "formats/torch_ckpt.h"
 
 #include <math.h>
 #include <stdio.h>

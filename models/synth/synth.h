@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 
 typedef struct sd_synth_config {
     const char *name;      /* preset name */

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/synth/synth.h"
 
 /* A writer being filled: the first error is kept in rc (err filled) and

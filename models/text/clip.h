@@ -33,7 +33,7 @@
 #define SD_CLIP_H
 
 #include <stdint.h>
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 
 /* Vocabulary ids shared by every CLIP tokenizer. */

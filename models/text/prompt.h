@@ -22,7 +22,7 @@
  *     pad...].
  *
  * Embedding files: .safetensors, and .pt/.bin read weights-only
- * (core/torch_ckpt.h; a pickle that reader refuses is an error, not a skip,
+ * (formats/torch_ckpt.h; a pickle that reader refuses is an error, not a skip,
  * since ComfyUI might read it and silently skipping would change the image).
  * The tensor is chosen as ComfyUI does: in a .pt/.bin the first tensor of
  * its 'string_to_param' dict, else the key named by embedding_key ("clip_l"/"clip_g"), else "bundle_emb.*.string_to_param.*"

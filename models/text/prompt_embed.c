@@ -1,8 +1,8 @@
 /* prompt_embed.c - textual-inversion lookup and tensor choice, as ComfyUI's
  * comfy.sd1_clip.load_embed does it, for .safetensors files. */
 #include "models/text/prompt_embed.h"
-#include "core/safetensors.h"
-#include "core/torch_ckpt.h"
+#include "formats/safetensors.h"
+#include "formats/torch_ckpt.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -162,7 +162,7 @@ static sd_status pick_tensor(sd_st_file *f, const char *key, const char *path, i
         }
         by_off[j] = e;
     }
-    /* A torch file (A1111's format, keys flattened by core/torch_ckpt.h):
+    /* A torch file (A1111's format, keys flattened by formats/torch_ckpt.h):
      * ComfyUI takes the first value of its 'string_to_param' dict before
      * looking at the key. Entries of such a file are in pickle order. */
     if (pickle)

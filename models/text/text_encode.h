@@ -42,7 +42,7 @@
 #ifndef SD_TEXT_ENCODE_H
 #define SD_TEXT_ENCODE_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/text/clip.h"
 #include "models/text/prompt.h"
 #include "models/text/tokenizer.h"

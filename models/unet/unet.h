@@ -24,7 +24,7 @@
 #ifndef SD_UNET_H
 #define SD_UNET_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 
 #define SD_UNET_MAX_LEVELS 8

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/torch_ckpt.h"
+#include "formats/torch_ckpt.h"
 #include "models/checkpoint/weights.h"
 
 #define MAX_UP 4      /* x16 through nearest x2 stages */

@@ -34,7 +34,7 @@
 #ifndef SD_UPSCALE_H
 #define SD_UPSCALE_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 
 typedef struct sd_upscale sd_upscale;

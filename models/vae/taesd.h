@@ -16,7 +16,7 @@
 #ifndef SD_TAESD_H
 #define SD_TAESD_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 
 typedef struct sd_taesd sd_taesd;

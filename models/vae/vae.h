@@ -29,7 +29,7 @@
 #ifndef SD_VAE_H
 #define SD_VAE_H
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 
 #define SD_VAE_MAX_LEVELS 8

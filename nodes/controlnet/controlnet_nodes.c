@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
-#include "core/torch_ckpt.h"
+#include "formats/safetensors.h"
+#include "formats/torch_ckpt.h"
 #include "models/checkpoint/model_paths.h"
 
 static void free_cn(void *p) { sd_controlnet_free(p); }

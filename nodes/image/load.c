@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/env.h"
-#include "core/png.h"
+#include "formats/png.h"
 #include "image.h"
 
 static const char *const png_exts[] = {".png", NULL};

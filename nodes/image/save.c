@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/png.h"
+#include "formats/png.h"
 #include "image.h"
 #include "savepath.h"
 

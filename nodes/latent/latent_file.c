@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/env.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "latent.h"
 #include "nodes/image/image.h"
 #include "nodes/image/savepath.h"

@@ -1,5 +1,5 @@
 /* test_exec_file_change.c - the executor turns a model file changed under a
- * node into that node's error (core/mapguard.h, sd_st_check_all): a node
+ * node into that node's error (formats/mapguard.h, sd_st_check_all): a node
  * that reads a mapped file after it was truncated gets zeros instead of
  * SIGBUS, and although it returns success the run fails naming the node
  * and the file; the change is reported once, so the next run of other
@@ -11,7 +11,7 @@
 
 #include "core/env.h"
 #include "core/executor.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "testutil.h"
 
 static sd_st_file *file;

@@ -8,7 +8,7 @@
 #include <cjson/cJSON.h>
 #include "core/env.h"
 #include "core/executor.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/sha256.h"
 #include "testutil.h"
 

@@ -159,7 +159,7 @@ static void test_parse_errors(void) {
     CHECK(rc == SD_ERR_FORMAT && strstr(err.msg, "class_type") && strcmp(err.node_id, "1") == 0);
 
     sd_error_clear(&err);
-    /* a UI-format file is converted (tests/core/test_workflow_ui.c) */
+    /* a UI-format file is converted (tests/formats/test_workflow_ui.c) */
     rc = sd_graph_from_json("{\"nodes\": [], \"links\": []}", "ui.json", &g, &err);
     CHECK(rc == SD_OK && g && sd_graph_count(g) == 0);
     sd_graph_free(g);

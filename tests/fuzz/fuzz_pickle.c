@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/pickle.h"
+#include "formats/pickle.h"
 
 /* Objects visited in one input: shared objects (memo) make the tree a DAG
  * whose expansion can be exponential, so the walk's total work is bounded,

@@ -2,7 +2,7 @@
  * on untrusted files. The reader takes a path, so each input is written to
  * one temporary file per process. Whatever is accepted must be a well-formed
  * tensor of the size the header declares, within the pixel limit; a refused
- * file must hand out nothing. The limits of core/png.h keep any single input
+ * file must hand out nothing. The limits of formats/png.h keep any single input
  * from allocating more than a few hundred MB. */
 #include <stddef.h>
 #include <stdint.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/png.h"
+#include "formats/png.h"
 
 #define MAX_PIXELS (1u << 22) /* 64 MB of RGBA floats */
 

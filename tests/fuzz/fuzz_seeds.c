@@ -31,8 +31,8 @@
 
 #include <zip.h>
 
-#include "core/png.h"
-#include "core/safetensors.h"
+#include "formats/png.h"
+#include "formats/safetensors.h"
 #include "core/value_io.h"
 
 static int n_written = 0;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/torch_ckpt.h"
+#include "formats/torch_ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sd_st_file *f = NULL;

@@ -1,11 +1,11 @@
 /* libFuzzer target: the EXIF reader for workflows in WebP/JPEG pictures
- * (core/workflow_file.h): container walk, then the TIFF IFD0 text search on
+ * (formats/workflow_file.h): container walk, then the TIFF IFD0 text search on
  * what it finds, and on the raw bytes too. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/workflow_file.h"
+#include "formats/workflow_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const unsigned char *exif = NULL;

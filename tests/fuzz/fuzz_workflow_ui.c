@@ -1,4 +1,4 @@
-/* libFuzzer target: UI-format workflows (core/workflow_ui.h). The fuzz
+/* libFuzzer target: UI-format workflows (formats/workflow_ui.h). The fuzz
  * build has no node packs, so stand-ins shaped like ComfyUI's core nodes
  * (widget order, seeds, an upload combo, optional inputs) are registered
  * first; a conversion that succeeds must print, and its API form must go
@@ -11,7 +11,7 @@
 #include "core/graph.h"
 #include "core/json_util.h"
 #include "core/node.h"
-#include "core/workflow_ui.h"
+#include "formats/workflow_ui.h"
 
 static sd_status noop(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx, (void)in, (void)out, (void)err;

@@ -9,7 +9,7 @@
 #include "core/env.h"
 #include "core/executor.h"
 #include "core/graph.h"
-#include "core/png.h"
+#include "formats/png.h"
 #include "kernels/backend.h"
 #include "lua/sdlua.h"
 #include "testutil.h"

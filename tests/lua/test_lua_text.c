@@ -8,7 +8,7 @@
 #include <string.h>
 #include "core/graph.h"
 #include "core/node.h"
-#include "core/png.h"
+#include "formats/png.h"
 #include "lua/sdlua.h"
 #include "testutil.h"
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 #include "models/controlnet/controlnet.h"
 #include "models/sampling/guider.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/sampling/guider.h"
 #include "models/sampling/model_sampling.h"
 #include "testutil.h"

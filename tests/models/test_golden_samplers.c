@@ -18,7 +18,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "testutil.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/sampling/guider.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/rng.h"

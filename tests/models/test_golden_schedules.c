@@ -13,7 +13,7 @@
  * The worst error of each family is printed.
  */
 #include "testutil.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/schedules.h"
 

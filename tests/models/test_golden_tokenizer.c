@@ -9,7 +9,7 @@
  * Ids are exact; weights compare with rel 1e-12 (JSON doubles) or exactly
  * (F32 tensors, as the manifest's tolerance says). */
 #include "testutil.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/text/prompt.h"
 #include "models/text/tokenizer.h"
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "golden.h"
 #include "models/upscale/upscale.h"
 #include "testutil.h"

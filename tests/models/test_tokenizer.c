@@ -3,7 +3,7 @@
  * tensor choice, errors) and tokenizer loading/resolution. Expected values
  * follow ComfyUI's tokenize_with_weights as documented in models/text/prompt.h. */
 #include "testutil.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/text/prompt.h"
 #include "models/text/tokenizer.h"
 

@@ -13,7 +13,7 @@
 
 #include "core/env.h"
 #include "core/node.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 #include "models/image/canny.h"
 #include "models/controlnet/controlnet.h"

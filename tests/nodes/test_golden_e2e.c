@@ -22,7 +22,7 @@
 
 #include "core/env.h"
 #include "core/node.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "nodes/loaders/loaders.h"

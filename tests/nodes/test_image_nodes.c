@@ -13,7 +13,7 @@
 
 #include "core/env.h"
 #include "core/node.h"
-#include "core/png.h"
+#include "formats/png.h"
 #include "models/image/imageops.h"
 #include "nodes/image/image.h"
 #include "nodes_ctx.h"

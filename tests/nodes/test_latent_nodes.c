@@ -12,7 +12,7 @@
 
 #include "core/env.h"
 #include "core/node.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/image/imageops.h"
 #include "nodes/latent/latent.h"
 #include "nodes_ctx.h"

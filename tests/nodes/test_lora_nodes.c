@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/env.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/synth/synth.h"

@@ -26,7 +26,7 @@
 
 #include "core/env.h"
 #include "core/node.h"
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/sampling/rng.h"
 #include "models/sampling/schedules.h"

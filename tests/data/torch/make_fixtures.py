@@ -5,7 +5,7 @@
 
 Good files come in pairs: NAME.ckpt/.pt and NAME.safetensors with the tensors
 the checkpoint must give (materialised contiguous, same names, dtypes, bytes);
-tests/core/test_torch_ckpt.c compares them. bad-*.pt are files the reader must
+tests/formats/test_torch_ckpt.c compares them. bad-*.pt are files the reader must
 refuse, each with the words its error must contain in bad-*.expect.
 Written with the standard library only (torchsave.py); with --check-torch the
 good files are also loaded with torch.load(weights_only=True) and compared

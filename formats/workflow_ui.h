@@ -34,7 +34,7 @@
 #define SD_WORKFLOW_UI_H
 
 #include <cjson/cJSON.h>
-#include "error.h"
+#include "core/error.h"
 
 /* 1 when `root` is a UI-format workflow: an object with a "nodes" array and
  * a "links" member. */

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <zip.h>
 
-#include "core/pickle.h"
-#include "core/torch_ckpt.h"
+#include "formats/pickle.h"
+#include "formats/torch_ckpt.h"
 #include "testutil.h"
 
 static char dir[4096];

@@ -1,12 +1,12 @@
 /* torch_ckpt.h - PyTorch checkpoints (.ckpt .pt .pth .bin) read weights-only.
  *
  * torch.save (PyTorch >= 1.6) writes a zip archive (read here with libzip):
- *   <archive>/data.pkl      the pickled object (core/pickle.h reads it without
+ *   <archive>/data.pkl      the pickled object (formats/pickle.h reads it without
  *                           running anything)
  *   <archive>/data/<key>    one entry per storage, raw little-endian elements
  *   <archive>/byteorder     "little" (absent in older files: little assumed)
  *   <archive>/version, .data/version, ...   ignored
- * The pickle's tensors become the entries of an sd_st_file (core/safetensors.h),
+ * The pickle's tensors become the entries of an sd_st_file (formats/safetensors.h),
  * so every model loader takes a .ckpt exactly as it takes a .safetensors:
  *   - when the top object is a dict with a dict under "state_dict" (Lightning
  *     checkpoints), that dict is used, as ComfyUI's load_torch_file does;

@@ -15,8 +15,8 @@
 #define SD_SAFETENSORS_H
 
 #include <stdint.h>
-#include "error.h"
-#include "tensor.h"
+#include "core/error.h"
+#include "core/tensor.h"
 
 typedef struct sd_st_file sd_st_file;
 
@@ -57,7 +57,7 @@ sd_tensor *sd_st_tensor_f32(sd_st_file *f, const char *name, sd_error *err);
  * A file from sd_st_open stays mapped, so pages are read from it long after
  * opening. If it is truncated or rewritten in place while open, reading it
  * would give a signal (SIGBUS past the new end) or silently mixed contents.
- * Instead (core/mapguard.h): a read past the new end reads zeros and marks
+ * Instead (formats/mapguard.h): a read past the new end reads zeros and marks
  * the file, and these checks turn any change into an error naming the file:
  * the size or modification time of the open inode differs from what it was
  * at open, or a read was stopped. A file replaced by renaming a new one over
@@ -76,7 +76,7 @@ sd_status sd_st_check_all(sd_error *err);
 /* ---- other containers ------------------------------------------------------ */
 
 /* A file whose tensors are not laid out as safetensors (a PyTorch zip
- * checkpoint, core/torch_ckpt.h) is presented through the same sd_st_file,
+ * checkpoint, formats/torch_ckpt.h) is presented through the same sd_st_file,
  * so that every loader takes either. Its entries' `offset` is whatever the
  * source uses to find the bytes (its own index, in the order the source
  * lists them), and sd_st_tensor asks the source for a copy:

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "testutil.h"
 
 #define BIG_ELEMS (32 * 1024 * 1024) /* F16: 64 MiB */

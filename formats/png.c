@@ -6,7 +6,7 @@
  * local variable that the longjmp could clobber).
  */
 #include "png.h"
-#include "outfile.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <limits.h>

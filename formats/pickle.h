@@ -36,8 +36,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "dtype.h"
-#include "error.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 /* Limits (a real SDXL checkpoint's data.pkl needs ~1% of each). */
 #define SD_PK_MAX_STACK (1u << 20)      /* stack entries */

@@ -1,5 +1,5 @@
 /* test_workflow_ui.c - UI-format workflows converted to the API form
- * (core/workflow_ui.h): widget order with control_after_generate and the
+ * (formats/workflow_ui.h): widget order with control_after_generate and the
  * upload button, converted widgets, reroutes, primitives, muted and
  * bypassed nodes, notes, subgraphs, links as objects, output order, big
  * seeds, and the errors that name node, title and widget.
@@ -10,7 +10,7 @@
 #include "core/graph.h"
 #include "core/json_util.h"
 #include "core/node.h"
-#include "core/workflow_ui.h"
+#include "formats/workflow_ui.h"
 #include "testutil.h"
 
 /* ---- test-only node types, shaped like ComfyUI's ------------------------------ */

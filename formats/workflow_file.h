@@ -17,7 +17,7 @@
 
 #include <signal.h>
 #include <stddef.h>
-#include "error.h"
+#include "core/error.h"
 
 typedef struct sd_workflow_file {
     char *text;        /* the workflow's JSON text, for sd_graph_from_json */

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------- */

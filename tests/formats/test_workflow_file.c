@@ -1,4 +1,4 @@
-/* test_workflow_file.c - finding the workflow in a file (core/workflow_file.h):
+/* test_workflow_file.c - finding the workflow in a file (formats/workflow_file.h):
  * PNG prompt chunk before workflow chunk, a PNG with only a workflow chunk,
  * WebP and JPEG with ComfyUI's EXIF entries (little- and big-endian TIFF),
  * a UI-format JSON file carried along as the workflow, and pictures or
@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/png.h"
+#include "formats/png.h"
 #include "core/tensor.h"
-#include "core/workflow_file.h"
+#include "formats/workflow_file.h"
 #include "testutil.h"
 
 static const char *dir;

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/png.h"
+#include "formats/png.h"
 #include "testutil.h"
 
 static const char *dir;

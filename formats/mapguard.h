@@ -1,7 +1,7 @@
 /* mapguard.h - a mapped file that shrinks under a run becomes an error, not
  * a signal.
  *
- * Why: model files are mmap'd (core/safetensors.c) and their pages are read
+ * Why: model files are mmap'd (formats/safetensors.c) and their pages are read
  * long after opening, by loaders and by compute kernels on worker threads
  * (F16/F32 weights stay in the mapping). If another process truncates the
  * file, touching a page past the new end raises SIGBUS, which kills the

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "node.h"
+#include "core/node.h"
 
 enum { MODE_NEVER = 2, MODE_BYPASS = 4 };
 /* MAX_HOPS bounds one input's walk through reroutes, bypassed nodes and

@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "error.h"
-#include "tensor.h"
+#include "core/error.h"
+#include "core/tensor.h"
 
 /* Channel layout requested from sd_png_read. */
 typedef enum sd_png_layout {

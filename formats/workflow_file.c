@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "json_util.h"
+#include "core/json_util.h"
 #include "png.h"
 #include "workflow_ui.h"
 
