@@ -28,7 +28,7 @@ int sd_cli_serve(int argc, char **argv) {
     const char *max_body = NULL, *max_upload = NULL, *budget = NULL, *ws_queued = NULL;
     long long port = 8188, history = -1, max_queue = -1, redis_ttl = 0;
     int no_previews = 0;
-    double preview_interval = 0.5;
+    double preview_interval = 0.5, max_upload_mb = -1;
     const sd_cli_option own[] = {
         {"--listen", NULL, SD_CLI_STR, &so.listen, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
         {"--port", NULL, SD_CLI_INT, &port, "N", "port (default 8188; 0 = any free port, named in the log)", NULL},
@@ -36,7 +36,10 @@ int sd_cli_serve(int argc, char **argv) {
          "require 'Authorization: Bearer TOKEN' (default $SDFLOW_SERVER_TOKEN)", NULL},
         {"--insecure", NULL, SD_CLI_FLAG, &so.insecure, NULL, "allow a non-local --listen without a token", NULL},
         {"--max-body", NULL, SD_CLI_STR, &max_body, "SIZE", "largest JSON request (default 16M)", NULL},
-        {"--max-upload", NULL, SD_CLI_STR, &max_upload, "SIZE", "largest upload (default 64M)", NULL},
+        {"--max-upload-size", NULL, SD_CLI_FLOAT, &max_upload_mb, "MB",
+         "largest upload in MiB, as ComfyUI's option (default 100)", NULL},
+        {"--max-upload", NULL, SD_CLI_STR, &max_upload, "SIZE", "largest upload, with a unit (e.g. 256K; the same "
+         "limit as --max-upload-size)", NULL},
         {"--ws-max-queued", NULL, SD_CLI_STR, &ws_queued, "SIZE",
          "messages waiting for one WebSocket client before it is dropped as not reading (default 8M)", NULL},
         {"--history", NULL, SD_CLI_INT, &history, "N", "prompts kept in /history (default 1000)", NULL},
@@ -81,9 +84,18 @@ int sd_cli_serve(int argc, char **argv) {
         sd_cli_args_free(&a);
         return 1;
     }
+    if (max_upload_mb >= 0) {
+        if (!(max_upload_mb > 0) || max_upload_mb > 1024.0 * 1024.0) {
+            fprintf(stderr, "sdflow serve: --max-upload-size must be above 0 and at most 1048576 (MiB)\n");
+            sd_cli_args_free(&a);
+            return 1;
+        }
+        so.max_upload = (size_t)(max_upload_mb * 1024.0 * 1024.0 + 0.5);
+        if (!so.max_upload) so.max_upload = 1;
+    }
     if (!so.token && getenv("SDFLOW_SERVER_TOKEN") && *getenv("SDFLOW_SERVER_TOKEN")) so.token = getenv("SDFLOW_SERVER_TOKEN");
     if (sd_cli_size_opt("serve", "--max-body", max_body, &so.max_body) ||
-        sd_cli_size_opt("serve", "--max-upload", max_upload, &so.max_upload) ||
+        (max_upload && sd_cli_size_opt("serve", "--max-upload", max_upload, &so.max_upload)) ||
         sd_cli_size_opt("serve", "--memory-budget", budget, &so.memo_budget) ||
         sd_cli_size_opt("serve", "--ws-max-queued", ws_queued, &so.max_ws_queued) || count_opt("--history", history, &so.max_history) ||
         count_opt("--max-queue", max_queue, &so.max_queue)) {

@@ -379,6 +379,76 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
     return SD_OK;
 }
 
+sd_status sd_png_read_texts(const char *path, sd_png_text **out, size_t *n, sd_error *err) {
+    *out = NULL;
+    *n = 0;
+    text_state *sp = calloc(1, sizeof *sp);
+    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    png_errctx ec = {{0}};
+    sd_status rc = open_for_read(path, &sp->f, err);
+    if (rc) { free(sp); return rc; }
+    sp->png = new_reader(&ec);
+    if (sp->png) sp->info = png_create_info_struct(sp->png);
+    if (!sp->png || !sp->info) {
+        text_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
+    }
+    if (setjmp(png_jmpbuf(sp->png))) {
+        text_state_free(sp);
+        return read_failed(&ec, path, err);
+    }
+    png_init_io(sp->png, sp->f);
+    png_set_sig_bytes(sp->png, 8);
+    png_read_info(sp->png, sp->info);
+    /* the rows are decoded (and dropped) to reach the chunks after IDAT */
+    rc = check_pixels(path, png_get_image_width(sp->png, sp->info), png_get_image_height(sp->png, sp->info),
+                      SD_PNG_MAX_PIXELS_DEFAULT, err);
+    if (rc) {
+        text_state_free(sp);
+        return rc;
+    }
+    int passes = png_set_interlace_handling(sp->png);
+    png_read_update_info(sp->png, sp->info);
+    png_uint_32 h = png_get_image_height(sp->png, sp->info);
+    sp->row = malloc(png_get_rowbytes(sp->png, sp->info));
+    if (!sp->row) {
+        text_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (int p = 0; p < passes; p++)
+        for (png_uint_32 y = 0; y < h; y++) png_read_row(sp->png, sp->row, NULL);
+    png_read_end(sp->png, sp->info);
+    png_textp texts = NULL;
+    int count = png_get_text(sp->png, sp->info, &texts, NULL);
+    sd_png_text *t = count > 0 ? calloc((size_t)count, sizeof *t) : NULL;
+    size_t k = 0;
+    for (int i = 0; t && i < count; i++) {
+        char *key = texts[i].key ? strdup(texts[i].key) : NULL, *value = key ? text_value_utf8(&texts[i]) : NULL;
+        if (!key || !value) {
+            free(key);
+            free(value);
+            sd_png_texts_free(t, k);
+            t = NULL;
+            break;
+        }
+        t[k].key = key;
+        t[k++].value = value;
+    }
+    text_state_free(sp);
+    if (count > 0 && !t) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    *out = t;
+    *n = k;
+    return SD_OK;
+}
+
+void sd_png_texts_free(sd_png_text *t, size_t n) {
+    for (size_t i = 0; t && i < n; i++) {
+        free((char *)t[i].key);
+        free((char *)t[i].value);
+    }
+    free(t);
+}
+
 /* ---- writing ------------------------------------------------------------------ */
 
 typedef struct write_state {

@@ -103,4 +103,10 @@ sd_status sd_png_write_stream(FILE *f, const char *path, const sd_tensor *img,
 sd_status sd_png_read_text(const char *path, const char *key, char **out,
                            sd_error *err);
 
+/* Every text chunk of `path` (before and after the image data), in file
+ * order: *out (malloc'd, keys and values too; free with sd_png_texts_free)
+ * and *n (0 and NULL when there is none). Same limits as sd_png_read_text. */
+sd_status sd_png_read_texts(const char *path, sd_png_text **out, size_t *n, sd_error *err);
+void sd_png_texts_free(sd_png_text *t, size_t n);
+
 #endif

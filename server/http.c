@@ -285,7 +285,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     s.env = o->env;
     s.log = o->log ? o->log : stderr;
     s.max_body = o->max_body ? o->max_body : (size_t)16 << 20;
-    s.max_upload = o->max_upload ? o->max_upload : (size_t)64 << 20;
+    s.max_upload = o->max_upload ? o->max_upload : (size_t)100 << 20; /* ComfyUI's --max-upload-size */
     s.max_history = o->max_history ? o->max_history : 1000;
     s.max_queue = o->max_queue ? o->max_queue : 1000;
     s.max_ws = o->max_ws_clients ? o->max_ws_clients : 32;

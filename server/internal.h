@@ -121,9 +121,23 @@ void srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 /* ---- routes.c ---------------------------------------------------------- */
 int srv_route(srv *s, struct mg_connection *c, const char *method, const char *path);
 
-/* ---- files.c: /view and /upload/image ----------------------------------- */
+/* ---- files.c: /view, and the confinement rules of every file route ------- */
 int srv_view(srv *s, struct mg_connection *c);
+/* A file name the routes accept: not empty, no '/', '\\' or "..", at most
+ * 255 bytes. 1 when refused. */
+int srv_bad_filename(const char *f);
+/* A subfolder: relative, no ".." component, no '\\'; NULL or "" is fine.
+ * 1 when refused. */
+int srv_bad_subfolder(const char *sub);
+/* The real path of type/sub/filename (links resolved, which must stay inside
+ * the folder's real path) into out: 200, or the status /view answers (400
+ * bad name or type, 403 outside, 404 absent or not a regular file). */
+int srv_resolve_file(const sd_env *env, const char *type, const char *sub, const char *filename, char *out,
+                     size_t out_n);
+
+/* ---- uploads.c: /upload/image and /upload/mask, streamed to disk ---------- */
 int srv_upload_image(srv *s, struct mg_connection *c);
+int srv_upload_mask(srv *s, struct mg_connection *c);
 
 /* ---- queue.c ------------------------------------------------------------ */
 int srv_queue_start(srv *s, sd_error *err);

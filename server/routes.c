@@ -203,6 +203,7 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
     if (!strcmp(path, "/free")) { ONLY(post, "POST"); return Q(post_free, s, c); }
     if (!strcmp(path, "/view")) { ONLY(get, "GET"); return srv_view(s, c); }
     if (!strcmp(path, "/upload/image")) { ONLY(post, "POST"); return srv_upload_image(s, c); }
+    if (!strcmp(path, "/upload/mask")) { ONLY(post, "POST"); return srv_upload_mask(s, c); }
     if (!strcmp(path, "/object_info")) { ONLY(get, "GET"); return get_object_info(s, c, NULL); }
     if ((rest = tail_of(path, "/object_info"))) { ONLY(get, "GET"); return get_object_info(s, c, rest); }
     if (!strcmp(path, "/system_stats")) { ONLY(get, "GET"); return get_system_stats(s, c); }

@@ -31,7 +31,7 @@ typedef struct sd_server_opts {
     const char *token;        /* Bearer token every request must carry, or NULL */
     int insecure;             /* allow a non-local listen address without a token */
     size_t max_body;          /* JSON request bodies (bytes); 0 = 16 MiB */
-    size_t max_upload;        /* one multipart upload (bytes); 0 = 64 MiB */
+    size_t max_upload;        /* one multipart upload (bytes); 0 = 100 MiB */
     size_t max_history;       /* history entries kept (oldest dropped); 0 = 1000 */
     size_t max_queue;         /* pending prompts accepted; 0 = 1000 */
     size_t max_ws_clients;    /* WebSocket connections at once; 0 = 32 */

@@ -268,7 +268,7 @@ try {
   ok(st.system && typeof st.system.ram_total === 'number' && st.devices.length === 1, '/system_stats');
   ok((await (await fetch(`${base}/api/prompt`)).json()).exec_info.queue_remaining === 0, '/api/... routes');
   const feat = await (await fetch(`${base}/features`)).json();
-  ok(feat.supports_preview_metadata === false && feat.max_upload_size === 64 * 1024 * 1024, `/features ${JSON.stringify(feat)}`);
+  ok(feat.supports_preview_metadata === false && feat.max_upload_size === 100 * 1024 * 1024, `/features ${JSON.stringify(feat)}`);
   const loads = () => server.log().split('\n').filter((l) => l.includes(`checkpoint ${setup.sd1}:`)).length;
   ok(loads() === 1, `the SD1 checkpoint was loaded once for all its prompts (${loads()})`);
   await client.free({ unload_models: true, free_memory: true });

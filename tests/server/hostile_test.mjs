@@ -128,8 +128,8 @@ try {
   };
   ok((await up('../evil.png')) === 400 || !fs.existsSync(path.join(dir, 'evil.png')), 'upload named ../evil.png: refused');
   ok(!fs.existsSync(path.join(dir, 'evil.png')), 'nothing written above the input folder');
-  ok((await up('ok.png', { subfolder: '../outside' })) === 403, 'upload into ../outside: 403');
-  ok((await up('ok.png', { subfolder: '/tmp' })) === 403, 'upload into an absolute subfolder: 403');
+  ok((await up('ok.png', { subfolder: '../outside' })) === 400, 'upload into ../outside: 400 (ComfyUI)');
+  ok((await up('ok.png', { subfolder: '/tmp' })) === 400, 'upload into an absolute subfolder: 400 (ComfyUI)');
   ok((await up('ok.png', { subfolder: 'linkdir' })) === 403, 'upload through a symlinked folder: 403');
   ok(!fs.existsSync(path.join(dir, 'outside', 'ok.png')), 'nothing written outside through the symlink');
   ok((await up('ok.png', { type: 'models' })) === 400, 'upload type outside input/output/temp: 400');
