@@ -55,6 +55,12 @@ try {
   ok(u.status === 200 && u.body.subfolder === 'a/b' && fs.existsSync(path.join(dir, 'input', 'a', 'b', 'sub.png')), 'upload into a subfolder');
   let r = await fetch(`${base}/view?filename=sub.png&subfolder=a/b&type=input`);
   ok(r.status === 200 && Buffer.compare(Buffer.from(await r.arrayBuffer()), png) === 0, '/view of an input in a subfolder');
+  // an upload far over civetweb's 8 KiB chunks arrives whole (it used to be cut after the first chunk)
+  const bigUp = Buffer.alloc(3 * 1024 * 1024 + 77);
+  for (let i = 0; i < bigUp.length; i++) bigUp[i] = (i * 2654435761) >>> 24;
+  u = await upload('big-upload.bin', bigUp, { overwrite: 'true' });
+  ok(u.status === 200 && Buffer.compare(fs.readFileSync(path.join(dir, 'input', 'big-upload.bin')), bigUp) === 0,
+     `a 3 MiB upload arrives whole (${u.status}, ${fs.statSync(path.join(dir, 'input', 'big-upload.bin')).size} bytes)`);
 
   // ---- every example workflow through the client, compared with `sdflow run`
   const names = fs.readdirSync(path.join(src, 'workflows')).filter((f) => f.endsWith('.json')).sort();
