@@ -3,6 +3,7 @@
  * allocation for every sd_op_* before it is dispatched through the vtable. */
 #include "kernels/backend_impl.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,7 +299,7 @@ static sd_backend *op_begin(const char *op, int n, const sd_bt *const *in, unsig
  * their stored dtype): made just before the kernel runs, freed right after,
  * so at most one layer's weights are widened at any time. */
 typedef struct widened {
-    sd_bt *tmp[3];
+    sd_bt *tmp[4];
 } widened;
 
 /* Replaces every F16/BF16 *vars[i] by a widened F32 temporary recorded in
@@ -327,7 +328,7 @@ static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
 }
 
 static sd_bt *op_finish(sd_backend *be, sd_bt *out, sd_status rc, widened *wd) {
-    for (int i = 0; wd && i < 3; i++) sd_bt_free(wd->tmp[i]);
+    for (int i = 0; wd && i < 4; i++) sd_bt_free(wd->tmp[i]);
     if (rc != SD_OK) {
         sd_backend_fail(be, rc, "op failed");
         sd_bt_free(out);
@@ -500,23 +501,95 @@ sd_bt *sd_op_layer_norm(sd_bt *x, sd_bt *gamma, sd_bt *beta, float eps) {
 }
 
 sd_bt *sd_op_attention(sd_bt *q, sd_bt *k, sd_bt *v, int heads, int causal) {
-    const sd_bt *in[3] = {q, k, v};
-    sd_backend *be = op_begin("attention", 3, in, 0);
+    sd_attn_opts o = {0};
+    o.causal = causal;
+    return sd_op_attention_ex(q, k, v, heads, &o);
+}
+
+sd_bt *sd_op_attention_ex(sd_bt *q, sd_bt *k, sd_bt *v, int heads, const sd_attn_opts *opts) {
+    sd_attn_opts o = {0};
+    if (opts) o = *opts;
+    sd_bt *bias = o.bias;
+    const sd_bt *in[4] = {q, k, v, bias};
+    sd_backend *be = op_begin("attention", 4, in, 8u);
     if (!be) return NULL;
     char s1[128], s2[128], s3[128];
-    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || heads < 1 ||
-        q->shape[0] != k->shape[0] || k->shape[0] != v->shape[0] ||
-        k->shape[1] != v->shape[1] || q->shape[2] != k->shape[2] ||
-        k->shape[2] != v->shape[2] || q->shape[2] % heads != 0) {
-        bad(be, "attention: q %s, k %s, v %s with %d heads do not match", SHAPE(q, s1),
-            SHAPE(k, s2), SHAPE(v, s3), heads);
+    int kvh = o.kv_heads ? o.kv_heads : heads;
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || heads < 1 || kvh < 1 ||
+        heads % kvh != 0 || q->shape[0] != k->shape[0] || k->shape[0] != v->shape[0] ||
+        k->shape[1] != v->shape[1] || k->shape[2] != v->shape[2] || q->shape[2] % heads != 0 ||
+        k->shape[2] * heads != q->shape[2] * kvh) {
+        bad(be, "attention: q %s, k %s, v %s with %d heads (%d for k/v) do not match",
+            SHAPE(q, s1), SHAPE(k, s2), SHAPE(v, s3), heads, kvh);
         return NULL;
+    }
+    int64_t N = q->shape[0], Lq = q->shape[1], Lk = k->shape[1];
+    sd_attn_args a = {heads, kvh, o.causal != 0, o.scale, NULL, {0, 0, 0}};
+    if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
+    if (bias) {
+        const int64_t *b = bias->shape;
+        if (bias->ndim != 4 || (b[0] != 1 && b[0] != N) || (b[1] != 1 && b[1] != heads) ||
+            (b[2] != 1 && b[2] != Lq) || b[3] != Lk) {
+            bad(be, "attention: bias %s does not broadcast to [%lld, %d, %lld, %lld]",
+                SHAPE(bias, s1), (long long)N, heads, (long long)Lq, (long long)Lk);
+            return NULL;
+        }
+        a.bias_stride[2] = b[2] == 1 ? 0 : Lk;
+        a.bias_stride[1] = b[1] == 1 ? 0 : b[2] * Lk;
+        a.bias_stride[0] = b[0] == 1 ? 0 : b[1] * b[2] * Lk;
     }
     sd_bt *out = bt_alloc(be, SD_F32, 3, q->shape);
     if (!out) return NULL;
     widened wd;
-    if (!widen(be, &wd, 3, (sd_bt **const[]){&q, &k, &v})) return op_drop(out);
-    return op_finish(be, out, be->vt->attention(be, out, q, k, v, heads, causal), &wd);
+    if (!widen(be, &wd, 4, (sd_bt **const[]){&q, &k, &v, &bias})) return op_drop(out);
+    a.bias = bias;
+    return op_finish(be, out, be->vt->attention(be, out, q, k, v, &a), &wd);
+}
+
+sd_bt *sd_op_rms_norm(sd_bt *x, sd_bt *gamma, float eps) {
+    const sd_bt *in[2] = {x, gamma};
+    sd_backend *be = op_begin("rms_norm", 2, in, 2u);
+    if (!be) return NULL;
+    char s1[128];
+    if (x->ndim < 1) {
+        bad(be, "rms_norm: x is a scalar");
+        return NULL;
+    }
+    int64_t C = x->shape[x->ndim - 1];
+    if (gamma && sd_bt_numel(gamma) != C) {
+        bad(be, "rms_norm: x %s: gamma must have %lld elements", SHAPE(x, s1), (long long)C);
+        return NULL;
+    }
+    sd_bt *out = bt_alloc(be, SD_F32, x->ndim, x->shape);
+    if (!out) return NULL;
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&x, &gamma})) return op_drop(out);
+    return op_finish(be, out, be->vt->rms_norm(be, out, x, gamma, eps), &wd);
+}
+
+sd_bt *sd_op_rope(sd_bt *x, sd_bt *rot, int heads, int interleaved) {
+    const sd_bt *in[2] = {x, rot};
+    sd_backend *be = op_begin("rope", 2, in, 0);
+    if (!be) return NULL;
+    char s1[128], s2[128];
+    int ok = x->ndim == 3 && heads >= 1 && x->shape[2] % heads == 0 &&
+             (x->shape[2] / heads) % 2 == 0 && (rot->ndim == 3 || rot->ndim == 4);
+    if (ok) {
+        int o = rot->ndim - 3; /* rot's [L, D/2, 2] start */
+        ok = (o == 0 || rot->shape[0] == x->shape[0]) && rot->shape[o] == x->shape[1] &&
+             rot->shape[o + 1] * 2 == x->shape[2] / heads && rot->shape[o + 2] == 2;
+    }
+    if (!ok) {
+        bad(be, "rope: x %s with %d heads and rot %s do not match ([N, L, H*D] with even D, "
+                "[L, D/2, 2] or [N, L, D/2, 2])",
+            SHAPE(x, s1), heads, SHAPE(rot, s2));
+        return NULL;
+    }
+    sd_bt *out = bt_alloc(be, SD_F32, 3, x->shape);
+    if (!out) return NULL;
+    widened wd;
+    if (!widen(be, &wd, 2, (sd_bt **const[]){&x, &rot})) return op_drop(out);
+    return op_finish(be, out, be->vt->rope(be, out, x, rot, heads, interleaved != 0), &wd);
 }
 
 /* Strides of b broadcast to a's shape: numpy rules (b right-aligned, each dim
@@ -593,6 +666,7 @@ static sd_bt *unary(const char *name, sd_bt *x, int op, float s) {
 sd_bt *sd_op_scale(sd_bt *x, float s) { return unary("scale", x, SD_UNARY_SCALE, s); }
 sd_bt *sd_op_silu(sd_bt *x) { return unary("silu", x, SD_UNARY_SILU, 0); }
 sd_bt *sd_op_gelu(sd_bt *x) { return unary("gelu", x, SD_UNARY_GELU, 0); }
+sd_bt *sd_op_gelu_tanh(sd_bt *x) { return unary("gelu_tanh", x, SD_UNARY_GELU_TANH, 0); }
 sd_bt *sd_op_quick_gelu(sd_bt *x) { return unary("quick_gelu", x, SD_UNARY_QUICK_GELU, 0); }
 sd_bt *sd_op_tanh(sd_bt *x) { return unary("tanh", x, SD_UNARY_TANH, 0); }
 sd_bt *sd_op_relu(sd_bt *x) { return unary("relu", x, SD_UNARY_RELU, 0); }

@@ -152,6 +152,33 @@ sd_bt *sd_op_layer_norm(sd_bt *x, sd_bt *gamma, sd_bt *beta, float eps);
  * Scale 1/sqrt(D). causal != 0 masks keys after the query position (CLIP).
  * Never materialises the full [Lq, Lk] matrix for long sequences. */
 sd_bt *sd_op_attention(sd_bt *q, sd_bt *k, sd_bt *v, int heads, int causal);
+/* Attention with the knobs transformer families need (T5's position bias,
+ * grouped-query attention, masks). q: [N, Lq, H*D], k/v: [N, Lk, Hkv*D]
+ * -> [N, Lq, H*D]; query head h reads key/value head h / (H / Hkv). */
+typedef struct sd_attn_opts {
+    float scale;  /* softmax(q k^T * scale); 0 = 1/sqrt(D) */
+    int causal;   /* mask keys after the query position */
+    int kv_heads; /* heads of k and v (grouped-query attention); 0 = heads */
+    /* Additive F32 [Nb, Hb, Lqb, Lk] with Nb in {1, N}, Hb in {1, H}, Lqb in
+     * {1, Lq} (a dim of 1 broadcasts), added to the scaled scores before the
+     * softmax; -inf masks a key. NULL = none. May be F16/BF16 (widened). */
+    sd_bt *bias;
+} sd_attn_opts;
+/* opts NULL = sd_op_attention's defaults (scale 1/sqrt(D), no mask). A row
+ * whose keys are all masked gives zeros. */
+sd_bt *sd_op_attention_ex(sd_bt *q, sd_bt *k, sd_bt *v, int heads, const sd_attn_opts *opts);
+/* RMSNorm over the last dim (T5's layer norm, the QK norms of DiTs, Qwen3):
+ * y = (x * (1 / sqrt(mean(x^2) + eps))) * gamma, the mean in double, each
+ * product rounded as torch's unfused formula does; gamma [C] or NULL. */
+sd_bt *sd_op_rms_norm(sd_bt *x, sd_bt *gamma, float eps);
+/* Rotary position embedding. x: [N, L, H*D]; rot: [L, D/2, 2] (every batch
+ * item alike) or [N, L, D/2, 2], F32 (cos, sin) per position and frequency.
+ * For each head and i < D/2 the pair (a, b) = interleaved ? (x[2i], x[2i+1])
+ * (Flux's apply_rope) : (x[i], x[i + D/2]) (rotate_half: Llama, Qwen)
+ * becomes (a*cos - b*sin, a*sin + b*cos), each product rounded before the
+ * sum as torch computes it. */
+sd_bt *sd_op_rope(sd_bt *x, sd_bt *rot, int heads, int interleaved);
+
 /* Elementwise, with broadcasting of b over leading dims when b has fewer
  * elements and divides a (b's shape a suffix of a's, or [C] against NCHW when
  * bcast_channel). */
@@ -162,6 +189,9 @@ sd_bt *sd_op_add_channel(sd_bt *x, sd_bt *b);
 sd_bt *sd_op_scale(sd_bt *x, float s);
 sd_bt *sd_op_silu(sd_bt *x);
 sd_bt *sd_op_gelu(sd_bt *x);        /* exact (erf) */
+/* tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * (torch gelu(approximate="tanh"): T5's gated FFN, the DiT MLPs) */
+sd_bt *sd_op_gelu_tanh(sd_bt *x);
 sd_bt *sd_op_quick_gelu(sd_bt *x);  /* x * sigmoid(1.702 x) */
 sd_bt *sd_op_tanh(sd_bt *x);
 sd_bt *sd_op_relu(sd_bt *x);

@@ -13,6 +13,17 @@
 
 #include "kernels/backend.h"
 
+/* sd_op_attention(_ex) resolved for a kernel: q [N, Lq, heads*D], k/v
+ * [N, Lk, kv_heads*D] (heads a multiple of kv_heads), scale never 0. bias
+ * (F32, or NULL) is read at bias[n*bs[0] + h*bs[1] + i*bs[2] + j] for query
+ * row i and key j: a stride of 0 broadcasts that dim. */
+typedef struct sd_attn_args {
+    int heads, kv_heads, causal;
+    float scale;
+    const sd_bt *bias;
+    int64_t bias_stride[3];
+} sd_attn_args;
+
 typedef struct sd_backend_i {
     const char *name;
     void (*destroy)(sd_backend *be); /* frees be->impl */
@@ -39,7 +50,13 @@ typedef struct sd_backend_i {
     sd_status (*layer_norm)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
                             const sd_bt *beta, float eps);
     sd_status (*attention)(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
-                           const sd_bt *v, int heads, int causal);
+                           const sd_bt *v, const struct sd_attn_args *a);
+    /* gamma: [C] or NULL */
+    sd_status (*rms_norm)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                          float eps);
+    /* rot: [L, D/2, 2] or [N, L, D/2, 2] (see sd_op_rope) */
+    sd_status (*rope)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *rot, int heads,
+                      int interleaved);
     /* b broadcast to a's shape via strides (0 for broadcast dims), ndim = a's */
     sd_status (*binary)(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
                         const int64_t *b_strides, int op /* 0 add, 1 mul */);
@@ -99,7 +116,8 @@ enum sd_unary_op {
     SD_UNARY_QUICK_GELU,
     SD_UNARY_TANH,
     SD_UNARY_RELU,
-    SD_UNARY_LEAKY_RELU /* s = negative slope */
+    SD_UNARY_LEAKY_RELU, /* s = negative slope */
+    SD_UNARY_GELU_TANH
 };
 
 struct sd_backend {

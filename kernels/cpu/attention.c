@@ -9,7 +9,9 @@
  * one thread, CPU time): whole-row softmax with [256, 4096] scores 304-314
  * ms; key blocks of 512 / 1024 / 2048: 288-300 / 275-299 / 289-297 ms; the
  * 4 MiB score block overflowed L2. Q/K/V heads are read in place through the
- * GEMM leading dimension (H*D), so nothing is transposed or copied. */
+ * GEMM leading dimension (H*D), so nothing is transposed or copied; with
+ * grouped-query attention several query heads read one k/v head. An
+ * additive bias (T5's positions, masks) is added to each score block. */
 #include "cpu.h"
 
 #include <math.h>
@@ -20,10 +22,11 @@
 #define KEY_BLOCK 1024 /* [256, 1024] scores = 1 MiB: stays in the 2 MiB L2 */
 
 typedef struct {
-    const float *q, *k, *v;
+    const float *q, *k, *v, *bias;
     float *o;
-    int64_t Lq, Lk, D, HD, bq, qblocks;
-    int heads, causal;
+    int64_t Lq, Lk, D, HD, KD, bq, qblocks; /* HD, KD: row strides of q/o and of k/v */
+    int heads, group, causal;               /* group: query heads per k/v head */
+    int64_t bst[3];                         /* bias strides (sd_attn_args) */
     float scale;
     float **scores;
     double **sums; /* per-thread [bq] row sums */
@@ -38,8 +41,10 @@ static void attn_task(void *ctx, int64_t t, int thread) {
     int64_t q0 = qb * j->bq, rows = j->Lq - q0 < j->bq ? j->Lq - q0 : j->bq;
     float *S = j->scores[thread];
     const float *q = j->q + (n * j->Lq + q0) * j->HD + h * j->D;
-    const float *k = j->k + n * j->Lk * j->HD + h * j->D;
-    const float *v = j->v + n * j->Lk * j->HD + h * j->D;
+    int64_t kh = h / j->group;
+    const float *k = j->k + n * j->Lk * j->KD + kh * j->D;
+    const float *v = j->v + n * j->Lk * j->KD + kh * j->D;
+    const float *bias = j->bias ? j->bias + n * j->bst[0] + h * j->bst[1] + q0 * j->bst[2] : NULL;
     float *o = j->o + (n * j->Lq + q0) * j->HD + h * j->D;
     double *sum = j->sums[thread];
     float *mx = j->maxes[thread];
@@ -54,10 +59,14 @@ static void attn_task(void *ctx, int64_t t, int thread) {
         if (j->causal && k0 > q0 + rows - 1) break; /* every key here is masked */
         int64_t kn = j->Lk - k0 < j->bk ? j->Lk - k0 : j->bk;
         /* S = scale * Q K^T */
-        sd_cpu_gemm1(0, 1, rows, kn, j->D, j->scale, q, j->HD, k + k0 * j->HD, j->HD, 0.0f, S,
+        sd_cpu_gemm1(0, 1, rows, kn, j->D, j->scale, q, j->HD, k + k0 * j->KD, j->KD, 0.0f, S,
                      kn);
         for (int64_t i = 0; i < rows; i++) {
             float *row = S + i * kn;
+            if (bias) {
+                const float *br = bias + i * j->bst[2] + k0;
+                for (int64_t c = 0; c < kn; c++) row[c] += br[c];
+            }
             if (j->causal)
                 for (int64_t c = q0 + i + 1 - k0 < 0 ? 0 : q0 + i + 1 - k0; c < kn; c++)
                     row[c] = -INFINITY;
@@ -72,7 +81,7 @@ static void attn_task(void *ctx, int64_t t, int thread) {
             sum[i] += s;
         }
         /* O += P V */
-        sd_cpu_gemm1(0, 0, rows, j->D, kn, 1.0f, S, kn, v + k0 * j->HD, j->HD, 1.0f, o, j->HD);
+        sd_cpu_gemm1(0, 0, rows, j->D, kn, 1.0f, S, kn, v + k0 * j->KD, j->KD, 1.0f, o, j->HD);
     }
     /* each row / its sum (a fully masked row stays zeros) */
     for (int64_t i = 0; i < rows; i++) {
@@ -83,7 +92,7 @@ static void attn_task(void *ctx, int64_t t, int thread) {
 }
 
 sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
-                           const sd_bt *v, int heads, int causal) {
+                           const sd_bt *v, const sd_attn_args *a) {
     sd_pool *pool = sd_cpu_pool(be);
     attn_job j = {0};
     j.q = sd_cpu_f32(q);
@@ -93,15 +102,19 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
     j.Lq = q->shape[1];
     j.Lk = k->shape[1];
     j.HD = q->shape[2];
-    j.heads = heads;
-    j.D = j.HD / heads;
-    j.causal = causal;
+    j.KD = k->shape[2];
+    j.heads = a->heads;
+    j.group = a->heads / a->kv_heads;
+    j.D = j.HD / a->heads;
+    j.causal = a->causal;
+    j.bias = a->bias ? sd_cpu_f32(a->bias) : NULL;
+    for (int i = 0; i < 3; i++) j.bst[i] = a->bias_stride[i];
     if (j.Lq == 0 || j.D == 0) return SD_OK;
     if (j.Lk == 0) { /* no keys: zeros */
         memset(j.o, 0, out->nbytes);
         return SD_OK;
     }
-    j.scale = (float)(1.0 / sqrt((double)j.D));
+    j.scale = a->scale;
     int64_t bq = j.Lq < QUERY_BLOCK ? j.Lq : QUERY_BLOCK;
     j.bq = bq;
     j.bk = j.Lk < KEY_BLOCK ? j.Lk : KEY_BLOCK;
@@ -120,7 +133,7 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
         j.scores = bufs;
         j.sums = sums;
         j.maxes = maxes;
-        sd_pool_run(pool, q->shape[0] * heads * j.qblocks, attn_task, &j);
+        sd_pool_run(pool, q->shape[0] * a->heads * j.qblocks, attn_task, &j);
     }
     for (int i = 0; bufs && i < nt; i++) free(bufs[i]);
     for (int i = 0; sums && i < nt; i++) free(sums[i]);

@@ -59,7 +59,12 @@ sd_status sd_cpu_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd
                             const sd_bt *beta, float eps);
 sd_status sd_cpu_softmax(sd_backend *be, sd_bt *out, const sd_bt *x);
 sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
-                           const sd_bt *v, int heads, int causal);
+                           const sd_bt *v, const sd_attn_args *a);
+sd_status sd_cpu_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                          float eps);
+/* rope.c */
+sd_status sd_cpu_rope(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *rot, int heads,
+                      int interleaved);
 sd_status sd_cpu_binary(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
                         const int64_t *b_strides, int op);
 sd_status sd_cpu_add_channel(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *b);
@@ -99,6 +104,8 @@ double sd_cpu_exp_row(float *row, int64_t n, float *max);
 void sd_cpu_silu(const float *x, float *y, int64_t n, float beta);
 /* y = exact (erf) GELU of x; y may equal x. */
 void sd_cpu_gelu(const float *x, float *y, int64_t n);
+/* y = tanh-approximated GELU of x (torch's formula and order); y may equal x. */
+void sd_cpu_gelu_tanh(const float *x, float *y, int64_t n);
 
 /* Instruction-set paths of the three above (vmath.c): sd_cpu_isa() is the
  * best one this CPU runs; a path it cannot run must not be requested. */

@@ -100,6 +100,7 @@ static void un_task(void *ctx, int64_t t, int thread) {
     case SD_UNARY_SCALE: for (int64_t i = i0; i < i1; i++) y[i] = x[i] * j->s; break;
     case SD_UNARY_SILU: sd_cpu_silu(x + i0, y + i0, i1 - i0, 1.0f); break;
     case SD_UNARY_GELU: sd_cpu_gelu(x + i0, y + i0, i1 - i0); break;
+    case SD_UNARY_GELU_TANH: sd_cpu_gelu_tanh(x + i0, y + i0, i1 - i0); break;
     case SD_UNARY_QUICK_GELU: sd_cpu_silu(x + i0, y + i0, i1 - i0, 1.702f); break;
     case SD_UNARY_TANH: for (int64_t i = i0; i < i1; i++) y[i] = tanhf(x[i]); break;
     case SD_UNARY_RELU: for (int64_t i = i0; i < i1; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f; break;

@@ -171,6 +171,44 @@ sd_status sd_cpu_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd
     return SD_OK;
 }
 
+/* ---- RMSNorm over the last dim ------------------------------------------------
+ * y = (x * r) * gamma with r = 1 / sqrt(mean(x^2) + eps): the mean in double,
+ * r and the two products rounded to float as torch's unfused
+ * x * torch.rsqrt(x.pow(2).mean(-1) + eps) * weight computes them. */
+
+static void rms_task(void *ctx, int64_t t, int thread) {
+    const norm_job *j = ctx;
+    int64_t r0 = t * j->rows, r1 = r0 + j->rows;
+    if (r1 > j->n) r1 = j->n;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->C;
+        float *y = j->y + r * j->C;
+        double ss = 0.0;
+        for (int64_t i = 0; i < j->C; i++) ss += (double)x[i] * x[i];
+        float ms = (float)(ss / (double)j->C);
+        float rr = (float)(1.0 / sqrt((double)(ms + j->eps)));
+        if (j->gamma)
+            for (int64_t i = 0; i < j->C; i++) y[i] = (x[i] * rr) * j->gamma[i];
+        else
+            for (int64_t i = 0; i < j->C; i++) y[i] = x[i] * rr;
+    }
+}
+
+sd_status sd_cpu_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                          float eps) {
+    norm_job j = {0};
+    j.x = sd_cpu_f32(x);
+    j.y = sd_cpu_f32(out);
+    j.gamma = gamma ? sd_cpu_f32(gamma) : NULL;
+    j.C = x->shape[x->ndim - 1];
+    j.eps = eps;
+    if (j.C == 0) return SD_OK;
+    j.n = sd_bt_numel(x) / j.C;
+    j.rows = 1 + 16384 / j.C;
+    sd_pool_run(sd_cpu_pool(be), sd_cpu_chunks(j.n, j.rows), rms_task, &j);
+    return SD_OK;
+}
+
 /* ---- softmax over the last dim ----------------------------------------------- */
 
 static void softmax_task(void *ctx, int64_t t, int thread) {

@@ -310,3 +310,16 @@ void sd_cpu_softmax_row(float *row, int64_t n) { sd_cpu_softmax_row_isa(row, n, 
 double sd_cpu_exp_row(float *row, int64_t n, float *max) { return sd_cpu_exp_row_isa(row, n, max, sd_cpu_isa()); }
 void sd_cpu_silu(const float *x, float *y, int64_t n, float beta) { sd_cpu_silu_isa(x, y, n, beta, sd_cpu_isa()); }
 void sd_cpu_gelu(const float *x, float *y, int64_t n) { sd_cpu_gelu_isa(x, y, n, sd_cpu_isa()); }
+
+/* torch's gelu(approximate="tanh") in its order: inner = beta * (x + kappa *
+ * x^3), y = 0.5 * x * (1 + tanh(inner)), all in float. Scalar tanhf: the
+ * DiT MLPs call it once per hidden element, next to a GEMM of K times the
+ * work. */
+void sd_cpu_gelu_tanh(const float *x, float *y, int64_t n) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i], cube = v * v * v;
+        float inner = beta * (v + kappa * cube);
+        y[i] = 0.5f * v * (1.0f + tanhf(inner));
+    }
+}

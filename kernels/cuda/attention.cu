@@ -10,7 +10,9 @@
  *
  * The register tile is a template over DC = ceil(D / 32) so the output
  * row stays in registers (compile-time indices); D up to 512 (the VAE's
- * single-head attention) is covered. */
+ * single-head attention) is covered. Grouped-query attention reads k/v head
+ * h / group; an additive bias (T5's positions, masks) joins each score
+ * before the running max. */
 #include "cuda_common.cuh"
 
 #define AT_BK 32 /* keys per tile = lanes per warp */
@@ -19,19 +21,21 @@
 template <int DC>
 __global__ void __launch_bounds__(AT_WARPS * 32)
     flash_k(const float *q, const float *k, const float *v, float *o, int64_t Lq, int64_t Lk,
-            int heads, int D, float scale, int causal) {
+            int heads, int group, int D, float scale, int causal, const float *bias,
+            int64_t bs0, int64_t bs1, int64_t bs2) {
     extern __shared__ float sm[];
     float *Ks = sm;                   /* [BK][D+1]: odd pitch, lanes read rows */
     float *Vs = Ks + AT_BK * (D + 1); /* [BK][D] */
     float *Qs = Vs + AT_BK * D;       /* [WARPS][D] */
     float *Ps = Qs + AT_WARPS * D;    /* [WARPS][BK] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t HD = (int64_t)heads * D;
+    const int64_t HD = (int64_t)heads * D, KD = (int64_t)(heads / group) * D;
     const int64_t nh = blockIdx.y, n = nh / heads, h = nh % heads;
     const int64_t q0 = (int64_t)blockIdx.x * AT_WARPS, qi = q0 + warp;
     const bool active = qi < Lq;
-    const float *kb = k + n * Lk * HD + h * D;
-    const float *vb = v + n * Lk * HD + h * D;
+    const float *kb = k + n * Lk * KD + (h / group) * D;
+    const float *vb = v + n * Lk * KD + (h / group) * D;
+    const float *brow = bias && active ? bias + n * bs0 + h * bs1 + qi * bs2 : NULL;
     float *qs = Qs + warp * D, *ps = Ps + warp * AT_BK;
 
     if (active) {
@@ -54,8 +58,8 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
             int64_t j = j0 + r;
             float kv = 0.0f, vv = 0.0f;
             if (j < Lk) {
-                kv = kb[j * HD + d];
-                vv = vb[j * HD + d];
+                kv = kb[j * KD + d];
+                vv = vb[j * KD + d];
             }
             Ks[r * (D + 1) + d] = kv;
             Vs[r * D + d] = vv;
@@ -70,6 +74,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
             float dot = 0.0f;
             for (int d = 0; d < D; d++) dot = fmaf(qs[d], kr[d], dot);
             sc = dot * scale;
+            if (brow) sc += brow[j];
         }
         float mnew = fmaxf(m, sd_warp_maxf(sc));
         if (mnew == -INFINITY) continue; /* whole tile masked (warp-uniform) */
@@ -110,32 +115,31 @@ size_t sd_cuda_attention_smem(int64_t D) {
 
 template <int DC>
 static cudaError_t launch(cudaStream_t s, const float *q, const float *k, const float *v, float *o,
-                          int64_t N, int64_t Lq, int64_t Lk, int heads, int D, int causal,
-                          size_t smem) {
+                          const sd_cuda_attn_shape *a, size_t smem) {
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(flash_k<DC>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess) return e;
     }
-    dim3 grid((unsigned)((Lq + AT_WARPS - 1) / AT_WARPS), (unsigned)(N * heads));
-    float scale = (float)(1.0 / sqrt((double)D));
-    flash_k<DC><<<grid, AT_WARPS * 32, smem, s>>>(q, k, v, o, Lq, Lk, heads, D, scale, causal);
+    dim3 grid((unsigned)((a->Lq + AT_WARPS - 1) / AT_WARPS), (unsigned)(a->N * a->heads));
+    flash_k<DC><<<grid, AT_WARPS * 32, smem, s>>>(
+        q, k, v, o, a->Lq, a->Lk, a->heads, a->heads / a->kv_heads, (int)a->D, a->scale, a->causal,
+        a->bias, a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]);
     return cudaGetLastError();
 }
 
 cudaError_t sd_cuda_attention(cudaStream_t s, const float *q, const float *k, const float *v,
-                              float *o, int64_t N, int64_t Lq, int64_t Lk, int heads, int64_t D,
-                              int causal, size_t max_smem) {
-    if (N == 0 || Lq == 0 || D == 0 || Lk == 0) return cudaSuccess; /* out stays zero */
-    size_t smem = sd_cuda_attention_smem(D);
-    if (!smem || smem > max_smem || N * heads > 65535 ||
-        (Lq + AT_WARPS - 1) / AT_WARPS > 0x7fffffff)
+                              float *o, const sd_cuda_attn_shape *a, size_t max_smem) {
+    if (a->N == 0 || a->Lq == 0 || a->D == 0 || a->Lk == 0) return cudaSuccess; /* out stays zero */
+    size_t smem = sd_cuda_attention_smem(a->D);
+    if (!smem || smem > max_smem || a->N * a->heads > 65535 ||
+        (a->Lq + AT_WARPS - 1) / AT_WARPS > 0x7fffffff || a->kv_heads < 1 ||
+        a->heads % a->kv_heads != 0)
         return cudaErrorInvalidValue;
-    int d = (int)D;
-    if (D <= 64) return launch<2>(s, q, k, v, o, N, Lq, Lk, heads, d, causal, smem);
-    if (D <= 128) return launch<4>(s, q, k, v, o, N, Lq, Lk, heads, d, causal, smem);
-    if (D <= 160) return launch<5>(s, q, k, v, o, N, Lq, Lk, heads, d, causal, smem);
-    if (D <= 256) return launch<8>(s, q, k, v, o, N, Lq, Lk, heads, d, causal, smem);
-    return launch<16>(s, q, k, v, o, N, Lq, Lk, heads, d, causal, smem);
+    if (a->D <= 64) return launch<2>(s, q, k, v, o, a, smem);
+    if (a->D <= 128) return launch<4>(s, q, k, v, o, a, smem);
+    if (a->D <= 160) return launch<5>(s, q, k, v, o, a, smem);
+    if (a->D <= 256) return launch<8>(s, q, k, v, o, a, smem);
+    return launch<16>(s, q, k, v, o, a, smem);
 }

@@ -99,7 +99,11 @@ sd_status sd_cuda_op_group_norm(sd_backend *be, sd_bt *out, const sd_bt *x, int 
 sd_status sd_cuda_op_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
                                 const sd_bt *beta, float eps);
 sd_status sd_cuda_op_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
-                               const sd_bt *v, int heads, int causal);
+                               const sd_bt *v, const sd_attn_args *a);
+sd_status sd_cuda_op_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                              float eps);
+sd_status sd_cuda_op_rope(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *rot, int heads,
+                          int interleaved);
 sd_status sd_cuda_op_binary(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
                             const int64_t *b_strides, int op);
 sd_status sd_cuda_op_add_channel(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *b);

@@ -59,6 +59,9 @@ cudaError_t sd_cuda_group_norm(cudaStream_t s, const float *x, const float *gamm
 /* LayerNorm over rows of C (statistics in double); gamma/beta may be NULL. */
 cudaError_t sd_cuda_layer_norm(cudaStream_t s, const float *x, const float *gamma,
                                const float *beta, float *y, int64_t rows, int64_t C, float eps);
+/* RMSNorm over rows of C (mean of squares in double); gamma may be NULL. */
+cudaError_t sd_cuda_rms_norm(cudaStream_t s, const float *x, const float *gamma, float *y,
+                             int64_t rows, int64_t C, float eps);
 /* Softmax over rows of C; a row of all -inf becomes zeros. */
 cudaError_t sd_cuda_softmax(cudaStream_t s, const float *x, float *y, int64_t rows, int64_t C);
 
@@ -66,13 +69,30 @@ cudaError_t sd_cuda_softmax(cudaStream_t s, const float *x, float *y, int64_t ro
 /* Dynamic shared memory the attention kernel needs for head dim D, or 0
  * when D is larger than the kernel supports (512). */
 size_t sd_cuda_attention_smem(int64_t D);
-/* o = softmax(q k^T / sqrt(D) [causal mask]) v per head; q [N, Lq, H*D],
- * k/v [N, Lk, H*D]. Online softmax in F32 over 32-key tiles staged in
- * shared memory; no score matrix in device memory. max_smem: the device's
- * opt-in shared memory per block. */
+/* One attention call's shapes (sd_attn_args, kernels/backend_impl.h): q
+ * [N, Lq, heads*D], k/v [N, Lk, kv_heads*D]; query head h reads k/v head
+ * h / (heads / kv_heads). bias (or NULL): added to the scaled scores at
+ * bias[n*bs[0] + h*bs[1] + i*bs[2] + j] (stride 0 broadcasts). */
+typedef struct sd_cuda_attn_shape {
+    int64_t N, Lq, Lk;
+    int heads, kv_heads;
+    int64_t D;
+    int causal;
+    float scale;
+    const float *bias;
+    int64_t bias_stride[3];
+} sd_cuda_attn_shape;
+/* o = softmax(q k^T * scale + bias [causal mask]) v per head. Online
+ * softmax in F32 over 32-key tiles staged in shared memory; no score matrix
+ * in device memory. max_smem: the device's opt-in shared memory per block. */
 cudaError_t sd_cuda_attention(cudaStream_t s, const float *q, const float *k, const float *v,
-                              float *o, int64_t N, int64_t Lq, int64_t Lk, int heads, int64_t D,
-                              int causal, size_t max_smem);
+                              float *o, const sd_cuda_attn_shape *sh, size_t max_smem);
+
+/* ---- rope.cu ---- */
+/* sd_op_rope on x [N, L, heads*D]; rot [L, D/2, 2] (rot_batched 0) or
+ * [N, L, D/2, 2]. */
+cudaError_t sd_cuda_rope(cudaStream_t s, const float *x, const float *rot, float *y, int64_t N,
+                         int64_t L, int heads, int64_t D, int rot_batched, int interleaved);
 
 /* ---- layout.cu ---- */
 /* out [P, Ho, Wo] (zeroed) <- x [P, H, W] at (top, left). */

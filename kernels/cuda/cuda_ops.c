@@ -9,7 +9,7 @@
 /* elementwise.cu numbers the unary ops the same way */
 _Static_assert(SD_UNARY_SCALE == 0 && SD_UNARY_SILU == 1 && SD_UNARY_GELU == 2 &&
                    SD_UNARY_QUICK_GELU == 3 && SD_UNARY_TANH == 4 && SD_UNARY_RELU == 5 &&
-                   SD_UNARY_LEAKY_RELU == 6,
+                   SD_UNARY_LEAKY_RELU == 6 && SD_UNARY_GELU_TANH == 7,
                "sd_unary_op order changed: update elementwise.cu");
 
 #define STREAM(be) (sd_cuda_of(be)->stream)
@@ -60,8 +60,9 @@ sd_status sd_cuda_op_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, cons
 }
 
 sd_status sd_cuda_op_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
-                               const sd_bt *v, int heads, int causal) {
+                               const sd_bt *v, const sd_attn_args *a) {
     sd_cuda *c = sd_cuda_of(be);
+    int heads = a->heads;
     int64_t N = q->shape[0], Lq = q->shape[1], Lk = k->shape[1], D = q->shape[2] / heads;
     if (sd_bt_numel(out) == 0) return SD_OK;
     if (Lk == 0) /* no keys: zeros, as on the CPU */
@@ -77,10 +78,29 @@ sd_status sd_cuda_op_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const
         return sd_backend_fail(be, SD_ERR_UNSUPPORTED,
                                "cuda attention: batch %lld x %d heads exceeds the grid limit 65535",
                                (long long)N, heads);
+    sd_cuda_attn_shape sh = {N, Lq, Lk, heads, a->kv_heads, D, a->causal, a->scale,
+                             a->bias ? sd_cuda_f32(a->bias) : NULL,
+                             {a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]}};
     return LAUNCH(be, "attention",
                   sd_cuda_attention(c->stream, sd_cuda_f32(q), sd_cuda_f32(k), sd_cuda_f32(v),
-                                    sd_cuda_f32(out), N, Lq, Lk, heads, D, causal,
-                                    c->max_smem_optin));
+                                    sd_cuda_f32(out), &sh, c->max_smem_optin));
+}
+
+sd_status sd_cuda_op_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
+                              float eps) {
+    int64_t C = x->shape[x->ndim - 1];
+    if (C == 0) return SD_OK;
+    return LAUNCH(be, "rms_norm",
+                  sd_cuda_rms_norm(STREAM(be), sd_cuda_f32(x), gamma ? sd_cuda_f32(gamma) : NULL,
+                                   sd_cuda_f32(out), sd_bt_numel(x) / C, C, eps));
+}
+
+sd_status sd_cuda_op_rope(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *rot, int heads,
+                          int interleaved) {
+    int64_t N = x->shape[0], L = x->shape[1], HD = x->shape[2];
+    return LAUNCH(be, "rope",
+                  sd_cuda_rope(STREAM(be), sd_cuda_f32(x), sd_cuda_f32(rot), sd_cuda_f32(out), N,
+                               L, heads, HD / heads, rot->ndim == 4, interleaved));
 }
 
 sd_status sd_cuda_op_binary(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,

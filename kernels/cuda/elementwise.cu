@@ -6,7 +6,7 @@
 #include "cuda_common.cuh"
 
 /* enum sd_unary_op in backend_impl.h (not includable from C++ here) */
-enum { U_SCALE = 0, U_SILU, U_GELU, U_QUICK_GELU, U_TANH, U_RELU, U_LEAKY_RELU };
+enum { U_SCALE = 0, U_SILU, U_GELU, U_QUICK_GELU, U_TANH, U_RELU, U_LEAKY_RELU, U_GELU_TANH };
 
 __global__ void unary_k(const float *x, float *y, int64_t n, int op, float sc) {
     SD_GRID_STRIDE(i, n) {
@@ -19,6 +19,12 @@ __global__ void unary_k(const float *x, float *y, int64_t n, int op, float sc) {
         case U_TANH: v = tanhf(v); break;
         case U_RELU: v = v > 0.0f ? v : 0.0f; break;
         case U_LEAKY_RELU: v = v >= 0.0f ? v : v * sc; break;
+        case U_GELU_TANH: { /* torch's order, unfused */
+            float cube = __fmul_rn(__fmul_rn(v, v), v);
+            float inner = __fmul_rn(0.79788456080286535588f, __fadd_rn(v, __fmul_rn(0.044715f, cube)));
+            v = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, tanhf(inner)));
+            break;
+        }
         }
         y[i] = v;
     }

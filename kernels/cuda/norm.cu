@@ -132,6 +132,31 @@ cudaError_t sd_cuda_layer_norm(cudaStream_t s, const float *x, const float *gamm
     return cudaGetLastError();
 }
 
+/* ---- RMSNorm: one block per row (the CPU's rounding: r and each product
+ * rounded to float, unfused) ---- */
+
+__global__ void rms_norm_k(const float *x, const float *gamma, float *y, int64_t C, float eps) {
+    __shared__ double sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * C;
+    float *yr = y + (int64_t)blockIdx.x * C;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    float ms = (float)(sd_block_sum(ss, sh) / (double)C);
+    float r = (float)(1.0 / sqrt((double)__fadd_rn(ms, eps)));
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = __fmul_rn(xr[i], r);
+        yr[i] = gamma ? __fmul_rn(v, gamma[i]) : v;
+    }
+}
+
+cudaError_t sd_cuda_rms_norm(cudaStream_t s, const float *x, const float *gamma, float *y,
+                             int64_t rows, int64_t C, float eps) {
+    if (rows <= 0 || C <= 0) return cudaSuccess;
+    if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+    rms_norm_k<<<(unsigned)rows, SD_THREADS, 0, s>>>(x, gamma, y, C, eps);
+    return cudaGetLastError();
+}
+
 /* ---- softmax: one block per row ---- */
 
 __global__ void softmax_k(const float *x, float *y, int64_t C) {

@@ -303,6 +303,61 @@ static void test_attention(ctx *c) {
     }
 }
 
+/* The transformer families' ops: attention with a bias (T5), masks and
+ * grouped-query heads (Qwen3), RMSNorm, RoPE in both pair layouts, and the
+ * tanh GELU. */
+static void test_transformer(ctx *c) {
+    /* N, Lq, Lk, heads, kv_heads, D, causal, bias kind (0 none, 1 [1,H,Lq,Lk], 2 [N,1,1,Lk] mask) */
+    int64_t cases[][8] = {{2, 19, 19, 4, 4, 16, 0, 1}, {2, 9, 13, 2, 2, 64, 0, 2},
+                          {1, 33, 33, 8, 2, 128, 1, 0}, {2, 40, 70, 6, 3, 40, 0, 2}};
+    for (int i = 0; i < 4; i++) {
+        int64_t *k = cases[i];
+        int64_t HD = k[3] * k[5], KD = k[4] * k[5];
+        pair q = rnd(c, 2, 3, k[0], k[1], HD, 0), kk = rnd(c, 2, 3, k[0], k[2], KD, 0),
+             vv = rnd(c, 1, 3, k[0], k[2], KD, 0), bias = {{NULL, NULL}}, r;
+        if (k[7] == 1) bias = rnd(c, 3, 4, 1, k[3], k[1], k[2]);
+        if (k[7] == 2) { /* every third key of batch item 1 masked */
+            sd_tensor *h = sd_tensor_new4(SD_F32, 4, k[0], 1, 1, k[2]);
+            float *v = sd_tensor_f32(h);
+            for (int64_t j = 0; j < k[0] * k[2]; j++)
+                v[j] = j >= k[2] && j % 3 == 0 ? -INFINITY : 0.5f * uniform(c);
+            bias = upload(c, h);
+        }
+        sd_attn_opts o[2] = {{k[7] == 1 ? 1.0f : 0.0f, (int)k[6], (int)k[4], bias.t[0]},
+                             {k[7] == 1 ? 1.0f : 0.0f, (int)k[6], (int)k[4], bias.t[1]}};
+        BOTH(r, sd_op_attention_ex(S(q), S(kk), S(vv), (int)k[3], &o[s]));
+        char what[96];
+        snprintf(what, sizeof what, "N %lld Lq %lld Lk %lld heads %lld/%lld D %lld bias %lld",
+                 (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
+                 (long long)k[4], (long long)k[5], (long long)k[7]);
+        compare(c, "attention_ex", what, r, TOL_ATTN);
+        release(&q), release(&kk), release(&vv), release(&bias);
+    }
+    int64_t C = dim(c, 2, 700);
+    pair x = rnd(c, 4, 3, 3, 5, C, 0), g = rnd(c, 1, 1, C, 0, 0, 0), none = {{NULL, NULL}}, r;
+    BOTH(r, sd_op_rms_norm(S(x), S(g), 1e-6f));
+    compare(c, "rms_norm", "gamma", r, TOL_NORM);
+    BOTH(r, sd_op_rms_norm(S(x), S(none), 1e-6f));
+    compare(c, "rms_norm", "no gamma", r, TOL_NORM);
+    BOTH(r, sd_op_gelu_tanh(S(x)));
+    compare(c, "gelu_tanh", "[3, 5, C]", r, TOL_POINT);
+    release(&x), release(&g);
+    for (int inter = 0; inter < 2; inter++) {
+        int64_t N = 2, L = dim(c, 1, 40), H = dim(c, 1, 4), D = 2 * dim(c, 1, 32);
+        pair xr = rnd(c, 2, 3, N, L, H * D, 0);
+        sd_tensor *h = sd_tensor_new4(SD_F32, 4, N, L, D / 2, 2);
+        float *v = sd_tensor_f32(h);
+        for (int64_t j = 0; j < N * L * D / 2; j++) {
+            double t = 3.0 * uniform(c);
+            v[2 * j] = (float)cos(t), v[2 * j + 1] = (float)sin(t);
+        }
+        pair rot = upload(c, h);
+        BOTH(r, sd_op_rope(S(xr), S(rot), (int)H, inter));
+        compare(c, "rope", inter ? "interleaved" : "rotate_half", r, TOL_POINT);
+        release(&xr), release(&rot);
+    }
+}
+
 static void test_elementwise(ctx *c) {
     int64_t N = dim(c, 1, 3), C = dim(c, 1, 9), H = dim(c, 1, 17), W = dim(c, 1, 23);
     pair x = rnd(c, 6, 4, N, C, H, W), r;
@@ -538,6 +593,7 @@ int main(void) {
             test_conv2d(&c);
             test_norms(&c);
             test_attention(&c);
+            test_transformer(&c);
             test_elementwise(&c);
             test_layout(&c);
             test_pixel(&c);
