@@ -114,6 +114,15 @@ void sd_text_encoder_free(sd_text_encoder *te) {
     free(te);
 }
 
+sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
+                                  sd_text_encoder **out, sd_error *err) {
+    (void)parts;
+    *out = NULL;
+    return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                        "a %s text encoder cannot be made of %d separate files in this build",
+                        sd_te_kind_name(kind), n);
+}
+
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te) { return te->kind; }
 
 const char *sd_te_kind_name(sd_te_kind kind) {
@@ -122,6 +131,7 @@ const char *sd_te_kind_name(sd_te_kind kind) {
     case SD_TE_SDXL: return "sdxl";
     case SD_TE_SDXL_REFINER: return "sdxl_refiner";
     case SD_TE_SD2: return "sd2";
+    case SD_TE_FLUX: return "flux";
     }
     return "unknown";
 }

@@ -51,7 +51,8 @@ typedef enum sd_te_kind {
     SD_TE_SD1 = 1,
     SD_TE_SDXL = 2,
     SD_TE_SDXL_REFINER = 3,
-    SD_TE_SD2 = 4
+    SD_TE_SD2 = 4,
+    SD_TE_FLUX = 5  /* CLIP-L (pooled) + T5-XXL (cond) */
 } sd_te_kind;
 
 typedef struct sd_text_encoder sd_text_encoder;
@@ -80,8 +81,16 @@ sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer
                                sd_text_encoder **out, sd_error *err);
 void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
 
+/* A text encoder of `kind` made of the models of several loaded encoders
+ * (the parts of standalone text-encoder files: DualCLIPLoader's type), which
+ * it borrows: the parts must outlive it. Errors: SD_ERR_UNSUPPORTED (a kind
+ * that is not made this way, or parts that do not make it; the message
+ * names what was given and what is needed), SD_ERR_NOMEM. */
+sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
+                                  sd_text_encoder **out, sd_error *err);
+
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
-const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner", "sd2" */
+const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux" */
 const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te); /* NULL when absent */
 const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te);
 void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok);

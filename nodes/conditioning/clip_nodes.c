@@ -71,7 +71,7 @@ static sd_status clip_set_last_layer_run(sd_node_ctx *ctx, sd_value *const *in, 
         sd_error_at(err, NULL, NULL, "stop_at_clip_layer");
         return SD_ERR_INVALID;
     }
-    out[0] = sd_nodes_clip_value_lora(clip->ckpt, (int)layer, clip->loras);
+    out[0] = sd_nodes_clip_value_like(clip, (int)layer, clip->loras);
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
 

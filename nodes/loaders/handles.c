@@ -23,8 +23,14 @@ static void free_clip_ref(void *p) {
     sd_clip_ref *r = p;
     if (r) {
         sd_lora_stack_unref(r->loras);
+        sd_text_encoder_free(r->combined); /* borrows the parts released below */
+        pthread_mutex_destroy(&r->mu);
         sd_checkpoint_release(r->ckpt, SD_CKPT_PART_TEXT);
         sd_checkpoint_unref(r->ckpt);
+        for (int i = 0; i < r->n_more; i++) {
+            sd_checkpoint_release(r->more[i], SD_CKPT_PART_TEXT);
+            sd_checkpoint_unref(r->more[i]);
+        }
     }
     free(r);
 }
@@ -64,16 +70,40 @@ sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *l
     return v;
 }
 
-sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras) {
+static sd_value *clip_value(sd_checkpoint *const *files, int n, sd_te_kind kind, int clip_skip,
+                            struct sd_lora_stack *loras) {
+    if (n < 1 || n > SD_CLIP_FILES_MAX) return NULL;
     sd_clip_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->ckpt = sd_checkpoint_ref(c);
-    sd_checkpoint_hold(c, SD_CKPT_PART_TEXT);
+    pthread_mutex_init(&r->mu, NULL);
+    r->ckpt = sd_checkpoint_ref(files[0]);
+    sd_checkpoint_hold(files[0], SD_CKPT_PART_TEXT);
+    for (int i = 1; i < n; i++) {
+        r->more[r->n_more++] = sd_checkpoint_ref(files[i]);
+        sd_checkpoint_hold(files[i], SD_CKPT_PART_TEXT);
+    }
+    r->kind = kind;
     r->clip_skip = clip_skip;
     r->loras = sd_lora_stack_ref(loras);
     sd_value *v = sd_value_handle(&sd_handle_clip, r);
     if (!v) free_clip_ref(r);
     return v;
+}
+
+sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras) {
+    return clip_value(&c, 1, 0, clip_skip, loras);
+}
+
+sd_value *sd_nodes_clip_value_files(sd_checkpoint *const *files, int n, sd_te_kind kind) {
+    return clip_value(files, n, kind, 0, NULL);
+}
+
+sd_value *sd_nodes_clip_value_like(const sd_clip_ref *base, int clip_skip,
+                                   struct sd_lora_stack *loras) {
+    sd_checkpoint *files[SD_CLIP_FILES_MAX];
+    files[0] = base->ckpt;
+    for (int i = 0; i < base->n_more; i++) files[1 + i] = base->more[i];
+    return clip_value(files, 1 + base->n_more, base->kind, clip_skip, loras);
 }
 
 sd_value *sd_nodes_vae_value(sd_checkpoint *c) {
@@ -142,7 +172,42 @@ sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *er
     return sd_checkpoint_unet(m->ckpt, out, err);
 }
 
+/* The parts of a CLIP of several files (or of one file used as another
+ * kind), composed once per handle. */
+static sd_status combined_encoder(sd_clip_ref *c, sd_text_encoder **out, sd_error *err) {
+    pthread_mutex_lock(&c->mu);
+    sd_status rc = SD_OK;
+    if (!c->combined) {
+        const sd_text_encoder *parts[SD_CLIP_FILES_MAX];
+        sd_checkpoint *files[SD_CLIP_FILES_MAX];
+        files[0] = c->ckpt;
+        for (int i = 0; i < c->n_more; i++) files[1 + i] = c->more[i];
+        int n = 1 + c->n_more;
+        for (int i = 0; i < n && !rc; i++) {
+            sd_text_encoder *te = NULL;
+            rc = sd_checkpoint_text_encoder(files[i], &te, err);
+            parts[i] = te;
+        }
+        if (!rc) rc = sd_text_encoder_combine(c->kind, parts, n, &c->combined, err);
+    }
+    *out = rc ? NULL : c->combined;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    if (c->n_more > 0 || c->kind) {
+        if (c->loras && sd_lora_stack_count(c->loras) > 0)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "LoRA on a CLIP loaded as a %s text encoder (%s%s) is not supported "
+                                "yet",
+                                sd_te_kind_name(c->kind), sd_checkpoint_path(c->ckpt),
+                                c->n_more ? " and more files" : "");
+        /* the handle's composition cache is its own business: values stay
+         * immutable to their users */
+        return combined_encoder((sd_clip_ref *)c, out, err);
+    }
     if (c->loras && sd_lora_stack_count(c->loras) > 0)
         return sd_lora_stack_text_encoder(c->loras, c->ckpt, out, err);
     return sd_checkpoint_text_encoder(c->ckpt, out, err);

@@ -12,6 +12,8 @@
 #ifndef SD_NODES_LOADERS_H
 #define SD_NODES_LOADERS_H
 
+#include <pthread.h>
+
 #include "core/node.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/sampling/guider.h"
@@ -38,10 +40,23 @@ typedef struct sd_model_ref {
     sd_model_patches patches;
 } sd_model_ref;
 
+/* A CLIP is the text encoder of one file (a checkpoint's, or a standalone
+ * text-encoder file's), or one made of several standalone files
+ * (DualCLIPLoader: Flux's CLIP-L + T5-XXL). ckpt is the (first) file; more[]
+ * the others. kind 0 = what the single file's own detection says; else the
+ * kind the loader's `type` asked for (sd_text_encoder_combine). */
+#define SD_CLIP_FILES_MAX 4
 typedef struct sd_clip_ref {
     sd_checkpoint *ckpt;
+    sd_checkpoint *more[SD_CLIP_FILES_MAX - 1]; /* NULL-padded */
+    int n_more;
+    sd_te_kind kind;
     int clip_skip; /* CLIPSetLastLayer's stop_at_clip_layer; 0 = not set */
     struct sd_lora_stack *loras;
+    /* The encoder composed from the files' parts (borrowing their weights),
+     * built on first use under mu and freed with the handle. */
+    pthread_mutex_t mu;
+    sd_text_encoder *combined;
 } sd_clip_ref;
 
 typedef struct sd_vae_ref {
@@ -68,10 +83,19 @@ sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *l
 void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
                                 sd_model_sampling *ms);
 sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras);
+/* A CLIP made of n (1..SD_CLIP_FILES_MAX) files meant as a text encoder of
+ * `kind` (0: the single file's own). New references on every file. */
+sd_value *sd_nodes_clip_value_files(sd_checkpoint *const *files, int n, sd_te_kind kind);
+/* A CLIP over the same files and kind as `base` with another clip_skip and
+ * LoRA stack (CLIPSetLastLayer, LoRA loaders). */
+sd_value *sd_nodes_clip_value_like(const sd_clip_ref *base, int clip_skip,
+                                   struct sd_lora_stack *loras);
 
 /* The networks a MODEL / CLIP stands for: the checkpoint's part, or the
- * LoRA-patched view of it when the handle has a stack. Borrowed (valid
- * while the handle lives); loads on first use. */
+ * LoRA-patched view of it when the handle has a stack; for a CLIP of several
+ * files, the encoder composed from their parts (LoRA stacks on such a CLIP
+ * are SD_ERR_UNSUPPORTED for now). Borrowed (valid while the handle lives);
+ * loads on first use. */
 sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err);
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
 

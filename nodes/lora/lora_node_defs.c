@@ -31,6 +31,16 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
         if (with_clip) out[1] = sd_value_ref(in[1]);
         return SD_OK;
     }
+    /* A CLIP of several files (DualCLIPLoader) has no single network to
+     * match the LoRA's text keys against yet */
+    if (with_clip && sc != 0.0 && (clip->n_more > 0 || clip->kind)) {
+        sd_error_set(err, SD_ERR_UNSUPPORTED,
+                     "LoRA on a CLIP loaded as a %s text encoder is not supported yet; set "
+                     "strength_clip to 0 or use LoraLoaderModelOnly",
+                     sd_te_kind_name(clip->kind));
+        sd_error_at(err, NULL, NULL, "clip");
+        return SD_ERR_UNSUPPORTED;
+    }
     /* MODEL and CLIP may come from different checkpoints: each side's keys
      * are matched against its own network */
     sd_lora_stack *ms = NULL, *cs = NULL;
@@ -39,7 +49,7 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                  sm, sc, with_clip, &ms, with_clip ? &cs : NULL, err);
     if (rc) return rc;
     out[0] = sd_nodes_model_value_patched(model->ckpt, ms, &model->patches);
-    if (with_clip) out[1] = sd_nodes_clip_value_lora(clip->ckpt, clip->clip_skip, cs);
+    if (with_clip) out[1] = sd_nodes_clip_value_like(clip, clip->clip_skip, cs);
     sd_lora_stack_unref(ms);
     sd_lora_stack_unref(cs);
     if (!out[0] || (with_clip && !out[1])) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");

@@ -67,6 +67,16 @@ static sd_status clip_merge(sd_node_ctx *ctx, sd_value *const *in, double streng
     sd_status rc = sd_nodes_in_clip(in, 0, "clip1", &c1, err);
     if (!rc) rc = sd_nodes_in_clip(in, 1, "clip2", &c2, err);
     if (rc) return rc;
+    for (int i = 0; i < 2; i++) {
+        const sd_clip_ref *c = i ? c2 : c1;
+        if (c->n_more > 0 || c->kind) {
+            sd_error_set(err, SD_ERR_UNSUPPORTED,
+                         "merging a CLIP loaded as a %s text encoder is not supported yet",
+                         sd_te_kind_name(c->kind));
+            sd_error_at(err, NULL, NULL, i ? "clip2" : "clip1");
+            return SD_ERR_UNSUPPORTED;
+        }
+    }
     sd_text_encoder *t1 = NULL, *t2 = NULL;
     const char *at = "clip1";
     rc = sd_checkpoint_text_encoder(c1->ckpt, &t1, err);
@@ -78,7 +88,7 @@ static sd_status clip_merge(sd_node_ctx *ctx, sd_value *const *in, double streng
     if ((rc = check_pair(ctx, NULL, NULL, t1, t2, "clip2", err))) return rc;
     sd_lora_stack *s = NULL;
     if ((rc = sd_lora_stack_push_merge(c1->loras, in[1], strength, strength_model, &s, err))) return rc;
-    out[0] = sd_nodes_clip_value_lora(c1->ckpt, c1->clip_skip, s);
+    out[0] = sd_nodes_clip_value_like(c1, c1->clip_skip, s);
     sd_lora_stack_unref(s);
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
