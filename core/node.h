@@ -70,7 +70,11 @@ enum {
      * env->vae_precision / env->clip_precision (when set; else precision),
      * and that precision enters its cache key (sd_env_node_precision). */
     SD_NODE_VAE = 1u << 2,
-    SD_NODE_TEXT_ENCODER = 1u << 3
+    SD_NODE_TEXT_ENCODER = 1u << 3,
+    /* What /object_info reports as "deprecated" / "experimental" (ComfyUI's
+     * editor hides the first and marks the second); no effect on running. */
+    SD_NODE_DEPRECATED = 1u << 4,
+    SD_NODE_EXPERIMENTAL = 1u << 5
 };
 
 /* A node function. `in` is aligned with def->inputs (NULL for an absent

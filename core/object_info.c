@@ -82,6 +82,8 @@ cJSON *sd_object_info_node(const sd_node_def *def, const char *name, const sd_en
     cJSON_AddStringToObject(o, "python_module", "sdflow");
     cJSON_AddStringToObject(o, "category", def->category ? def->category : "");
     cJSON_AddBoolToObject(o, "output_node", (def->flags & SD_NODE_OUTPUT) != 0);
+    cJSON_AddBoolToObject(o, "deprecated", (def->flags & SD_NODE_DEPRECATED) != 0);
+    cJSON_AddBoolToObject(o, "experimental", (def->flags & SD_NODE_EXPERIMENTAL) != 0);
     if (strcmp(name, def->class_type) != 0) cJSON_AddStringToObject(o, "alias_of", def->class_type);
     return o;
 }

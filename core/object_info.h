@@ -1,7 +1,7 @@
 /* object_info.h - the registered node types as ComfyUI's /object_info JSON:
  * {"<class>": {input {required, optional}, input_order, output,
  * output_is_list, output_name, name, display_name, description,
- * python_module, category, output_node}}. Combo lists that depend on the
+ * python_module, category, output_node, deprecated, experimental}}. Combo lists that depend on the
  * environment (model files, input images) are read from `env` now, so a
  * file added since the last call shows up. Used by `sdflow nodes --json` and
  * by `sdflow serve`'s GET /object_info. */

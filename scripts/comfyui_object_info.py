@@ -20,6 +20,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import sys
 import tempfile
 import types
@@ -87,7 +88,7 @@ class IOType(str):
 
 class IOEnum(type):
     def __getattr__(cls, name):
-        return name
+        return "*" if name == "ANY" else name
 
 
 class IO(metaclass=IOEnum):
@@ -123,17 +124,43 @@ class V3Input:
         self.kind, self.name, self.opts = kind, name, opts
 
 
-def v3_io():
-    io = types.SimpleNamespace()
-    for kind in ("Int", "Float", "String", "Boolean", "Image", "Mask", "Latent", "Clip", "Conditioning",
-                 "Model", "Vae", "Combo", "UpscaleModel", "Sigmas", "Sampler", "Noise", "Guider"):
-        tname = {"Clip": "CLIP", "Vae": "VAE", "UpscaleModel": "UPSCALE_MODEL"}.get(kind, kind.upper())
+class V3Output:
+    def __init__(self, kind, display_name=None, is_output_list=False, **opts):
+        self.kind, self.display_name, self.is_output_list = kind, display_name, is_output_list
+
+
+class AnyAttr:
+    """io.Hidden.prompt, io.NumberDisplay.number, ...: values the entries leave out."""
+
+    def __getattr__(self, name):
+        return name
+
+
+# io.<Kind> -> the type name ComfyUI gives it (the rest are Kind.upper())
+V3_TYPES = {"Clip": "CLIP", "Vae": "VAE", "UpscaleModel": "UPSCALE_MODEL",
+            "LatentOperation": "LATENT_OPERATION"}
+
+
+class V3IO:
+    """comfy_api.latest.io as a schema reads it: io.<Kind>.Input / .Output for any kind."""
+
+    def __init__(self):
+        self.Schema = lambda **k: k
+        self.Hidden = AnyAttr()
+        self.NumberDisplay = AnyAttr()
+
+    def __getattr__(self, kind):
+        tname = V3_TYPES.get(kind, kind.upper())
         ns = types.SimpleNamespace()
-        ns.Input = (lambda t: lambda name, **o: V3Input(t, name, **o))(tname)
-        ns.Output = (lambda t: lambda display_name=None, **o: (t, display_name))(tname)
-        setattr(io, kind, ns)
-    io.Schema = lambda **k: k
-    return io
+        ns.Input = lambda name, *a, **o: V3Input(tname, name, **o)
+        ns.Output = lambda display_name=None, *a, **o: V3Output(tname, display_name, **o)
+        ns.Template = ns.TemplatePrefix = ns.Option = lambda *a, **o: None
+        setattr(self, kind, ns)
+        return ns
+
+
+def v3_io():
+    return V3IO()
 
 
 def v3_entry(schema):
@@ -148,17 +175,21 @@ def v3_entry(schema):
         (order_o if i.opts.get("optional") else order_r).append(i.name)
     outs = schema.get("outputs", [])
     e = {"input": {"required": req}, "input_order": {"required": order_r},
-         "output": [t for t, _ in outs], "output_name": [n or t for t, n in outs],
+         "output": [o.kind for o in outs], "output_name": [o.display_name or o.kind for o in outs],
+         "output_is_list": [bool(o.is_output_list) for o in outs],
          "display_name": schema.get("display_name") or schema["node_id"],
-         "category": schema.get("category", ""), "output_node": bool(schema.get("is_output_node"))}
+         "category": schema.get("category", ""), "output_node": bool(schema.get("is_output_node")),
+         "deprecated": bool(schema.get("is_deprecated")), "experimental": bool(schema.get("is_experimental"))}
     if opt:
         e["input"]["optional"] = opt
         e["input_order"]["optional"] = order_o
     return e
 
 
-def v3_nodes(comfy_dir, files):
+def v3_nodes(comfy_dir, files, unread):
+    """The V3 entries of files; unread[node class name] says why a schema was not read."""
     io = v3_io()
+    import comfy.samplers  # the stub with the real sampler/scheduler lists
     out = {}
     for f in files:
         src = open(os.path.join(comfy_dir, f)).read()
@@ -169,15 +200,55 @@ def v3_nodes(comfy_dir, files):
             for fn in cls.body:
                 if isinstance(fn, ast.FunctionDef) and fn.name == "define_schema":
                     ret = next(s for s in ast.walk(fn) if isinstance(s, ast.Return))
-                    env = {"io": io, "nodes": types.SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION),
+                    # class attributes a schema may read through cls. (upscale_methods, ...)
+                    attrs = {}
+                    for st in cls.body:
+                        if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
+                            try:
+                                attrs[st.targets[0].id] = ast.literal_eval(st.value)
+                            except ValueError:
+                                pass
+                    env = {"io": io, "IO": io, "comfy": comfy, "sys": sys,
+                           "cls": types.SimpleNamespace(**attrs),
+                           "nodes": types.SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION),
+                           "MAX_RESOLUTION": MAX_RESOLUTION,
                            "folder_paths": types.SimpleNamespace(get_filename_list=lambda f: [FILES])}
-                    schema = eval(compile(ast.Expression(ret.value), f, "eval"), env)
+                    # enums a schema lists (PorterDuffMode)
+                    for st in tree.body:
+                        if isinstance(st, ast.ClassDef) and any(getattr(b, "id", "") == "Enum" for b in st.bases):
+                            members = [t.targets[0].id for t in st.body if isinstance(t, ast.Assign)]
+                            env[st.name] = EnumStub(members)
+                    try:
+                        schema = eval(compile(ast.Expression(ret.value), f, "eval"), env)
+                    except Exception as ex:  # a node of a kind this reading does not model
+                        node_id = re.search(r'node_id="([^"]+)"', ast.get_source_segment(src, fn) or "")
+                        unread[node_id.group(1) if node_id else cls.name] = "%s: %s" % (f, ex)
+                        continue
                     out[schema["node_id"]] = v3_entry(schema)
     return out
 
 
+class EnumStub:
+    """A class-level Enum as a schema reads it: iteration gives members with .name, and
+    Enum.MEMBER.name the member's name."""
+
+    def __init__(self, members):
+        self._members = [types.SimpleNamespace(name=m) for m in members]
+        for m in self._members:
+            setattr(self, m.name, m)
+
+    def __iter__(self):
+        return iter(self._members)
+
+
 MAX_RESOLUTION = None
-EXTRA_V1 = ["nodes_custom_sampler", "nodes_model_merging", "nodes_model_advanced"]
+# comfy_extras modules whose nodes are V3 schemas (comfy_api.latest.io), read without running them
+V3_FILES = ["nodes_canny", "nodes_clip_sdxl", "nodes_align_your_steps", "nodes_upscale_model",
+            "nodes_custom_sampler", "nodes_mask", "nodes_images", "nodes_post_processing",
+            "nodes_compositing", "nodes_morphology", "nodes_rebatch", "nodes_latent",
+            "nodes_primitive", "nodes_string"]
+# comfy_extras modules of V1 nodes (INPUT_TYPES), run with their imports stubbed
+EXTRA_V1 = ["nodes_model_merging", "nodes_model_advanced", "nodes_preview_any"]
 
 
 def main(argv):
@@ -190,9 +261,8 @@ def main(argv):
     sys.path.insert(0, comfy_dir)
     import nodes
     MAX_RESOLUTION = nodes.MAX_RESOLUTION
-    v3 = v3_nodes(comfy_dir, ["comfy_extras/nodes_canny.py", "comfy_extras/nodes_clip_sdxl.py",
-                              "comfy_extras/nodes_align_your_steps.py",
-                              "comfy_extras/nodes_upscale_model.py"])
+    unread = {}
+    v3 = v3_nodes(comfy_dir, ["comfy_extras/%s.py" % f for f in V3_FILES], unread)
     # V1 nodes of comfy_extras: their own NODE_CLASS_MAPPINGS
     classes, display = dict(nodes.NODE_CLASS_MAPPINGS), dict(nodes.NODE_DISPLAY_NAME_MAPPINGS)
     import importlib.util
@@ -211,6 +281,8 @@ def main(argv):
             result[name] = v3[name]
             continue
         cls = classes.get(name)
+        if name in unread:
+            sys.exit("%s: its V3 schema could not be read: %s" % (name, unread[name]))
         if cls is None:
             print("not in ComfyUI's core: %s" % name, file=sys.stderr)
             continue
@@ -225,11 +297,14 @@ def main(argv):
                 e["input_order"][sec] = list(it[sec])
         e["output"] = list(cls.RETURN_TYPES)
         e["output_name"] = list(getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES)
+        e["output_is_list"] = list(getattr(cls, "OUTPUT_IS_LIST", None) or [False] * len(cls.RETURN_TYPES))
         e["display_name"] = display.get(name, name)
         e["category"] = cls.CATEGORY
         e["output_node"] = bool(getattr(cls, "OUTPUT_NODE", False))
+        e["deprecated"] = bool(getattr(cls, "DEPRECATED", False))
+        e["experimental"] = bool(getattr(cls, "EXPERIMENTAL", False))
         result[name] = e
-    result["_source"] = {"comfyui": comfy_dir, "commit": os.environ.get("COMFYUI_COMMIT", "unknown"),
+    result["_source"] = {"comfyui": "a ComfyUI tree as ../shared/tools/comfyref/extract_refs.sh extracts it", "commit": os.environ.get("COMFYUI_COMMIT", "unknown"),
                          "generated_by": "scripts/comfyui_object_info.py",
                          "note": "file lists are \"<files>\"; tooltips are left out"}
     with open(argv[3], "w") as f:

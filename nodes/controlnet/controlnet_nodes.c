@@ -232,6 +232,7 @@ static const sd_node_def node_apply = {
                    "(also used for the negative prompt).",
     .inputs = apply_inputs,
     .outputs = apply_outputs,
+    .flags = SD_NODE_DEPRECATED,
     .run = apply_run,
 };
 

@@ -190,5 +190,6 @@ const sd_node_def sd_node_ImageBatch = {
                    "crop) to the first's size when they differ.",
     .inputs = image_batch_inputs,
     .outputs = image_out,
+    .flags = SD_NODE_DEPRECATED,
     .run = image_batch_run,
 };

@@ -119,4 +119,4 @@ const sd_node_def sd_node_AddNoise = {
     .category = "_for_testing/custom_sampling/noise",
     .description = "Adds the NOISE times |sigmas[0] - sigmas[-1]| to the latent (in model space), "
                    "without sampling.",
-    .inputs = add_noise_inputs, .outputs = latent_out, .run = add_noise_run};
+    .inputs = add_noise_inputs, .outputs = latent_out, .flags = SD_NODE_EXPERIMENTAL, .run = add_noise_run};

@@ -237,9 +237,11 @@ DEF(VPScheduler, CAT_SCHED, "The continuous VP schedule sqrt(expm1(beta_d t^2/2 
 
 static const sd_input_def manual_inputs[] = {
     {.name = "sigmas", .type = SD_T_STRING, .def_str = "1, 0.5"}, {0}};
-DEF(ManualSigmas, "_for_testing/custom_sampling",
-    "SIGMAS from the numbers in a string (\"1, 0.5\"), as ComfyUI's regex finds them.",
-    manual_inputs, sigmas_out, manual_run);
+const sd_node_def sd_node_ManualSigmas = {
+    .version = 1, .class_type = "ManualSigmas", .display_name = "ManualSigmas",
+    .category = "_for_testing/custom_sampling",
+    .description = "SIGMAS from the numbers in a string (\"1, 0.5\"), as ComfyUI's regex finds them.",
+    .inputs = manual_inputs, .outputs = sigmas_out, .flags = SD_NODE_EXPERIMENTAL, .run = manual_run};
 
 static const sd_input_def set_first_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"}, FLOAT_IN("sigma", 136.0, 0.0, 20000.0, 0.001), {0}};

@@ -8,7 +8,7 @@
 # control_after_generate, outputs and their names, display_name, category,
 # output_node. What ComfyUI's editor implies is accepted where ComfyUI
 # leaves it out (a combo's first option as default, step 1 for an INT, ""
-# for a STRING); min or max where ComfyUI has none is not. The few known
+# for a STRING, multiline false); min or max where ComfyUI has none is not. The few known
 # differences are listed below with their reason.
 set -u
 : "${SDFLOW_BIN:?}" "${SDFLOW_SOURCE_DIR:?}"
@@ -22,11 +22,7 @@ exp = json.load(open(sys.argv[1]))
 ours = json.load(open(sys.argv[2]))
 FILES = "<files>"
 # Known differences, each with its reason.
-SAMPLERS_AFTER = ["exp_heun_2_x0", "exp_heun_2_x0_sde"]  # in ComfyUI after the fixture's commit
-                                                           # (docs: comfyui-facts.md 6a, ComfyUI 3cd7b32)
 def known(node, inp, key, o, e):
-    if key == "options" and inp == "sampler_name":
-        return [x for x in o if x not in SAMPLERS_AFTER] == e
     if key == "options" and node == "VAELoader":
         return e == [FILES, "pixel_space"]  # sdflow has no pixel-space models to offer
     return False
@@ -54,7 +50,8 @@ for name, e in sorted(exp.items()):
             oopt = os_[1] if len(os_) > 1 else {}
             for k in ("default", "min", "max", "step", "multiline", "image_upload", "control_after_generate"):
                 if k in eopt:
-                    if oopt.get(k) != eopt[k]: p(name, "%s.%s = %s, ComfyUI %s" % (inp, k, oopt.get(k, "(none)"), eopt[k]))
+                    # multiline false is what the editor assumes when it is left out
+                    if oopt.get(k, False if k == "multiline" else None) != eopt[k]: p(name, "%s.%s = %s, ComfyUI %s" % (inp, k, oopt.get(k, "(none)"), eopt[k]))
                 elif k in oopt:
                     implied = (k == "default" and isinstance(ot, list) and ot and oopt[k] == ot[0]) or \
                               (k == "default" and ot == "STRING" and oopt[k] == "") or \
@@ -62,7 +59,8 @@ for name, e in sorted(exp.items()):
                     if not implied: p(name, "%s.%s = %s, ComfyUI has none" % (inp, k, oopt[k]))
         extra = [i for i in o["input_order"].get(sec, []) if i not in eo]
         if extra: p(name, "%s inputs ComfyUI lacks: %s" % (sec, extra))
-    for k in ("output", "output_name", "display_name", "category", "output_node"):
+    for k in ("output", "output_name", "output_is_list", "display_name", "category", "output_node",
+              "deprecated", "experimental"):
         if e[k] != o.get(k): p(name, "%s %s, ComfyUI %s" % (k, o.get(k), e[k]))
 for line in probs: print("FAIL:", line)
 print("%d node types compared with ComfyUI %s: %d differences" % (checked, exp["_source"]["commit"], len(probs)))
