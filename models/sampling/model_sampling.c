@@ -1,4 +1,5 @@
-/* model_sampling.c - ComfyUI ModelSamplingDiscrete with torch's rounding.
+/* model_sampling.c - ComfyUI's ModelSamplingDiscrete, ModelSamplingDiscreteFlow
+ * and ModelSamplingFlux with torch's rounding.
  *
  * Each torch op rounds to its dtype; the only fused multiply-adds are the
  * ones torch's own linspace kernel gets from GCC, which we call explicitly.
@@ -68,6 +69,8 @@ static void rescale_zsnr(double *sig, int n)
 static void init_schedule(sd_model_sampling *ms, sd_prediction prediction, int zsnr,
                           double linear_start, double linear_end)
 {
+    memset(ms, 0, sizeof *ms);
+    ms->kind = SD_MS_DISCRETE;
     ms->prediction = prediction;
     ms->zsnr = zsnr != 0;
     ms->sigma_data = 1.0f;
@@ -123,10 +126,88 @@ void sd_model_sampling_init_ex(sd_model_sampling *ms, sd_prediction prediction, 
     init_schedule(ms, prediction, zsnr, 0.00085, 0.012);
 }
 
+/* ---- the flow schedules ------------------------------------------------------ */
+
+/* comfy.model_sampling.time_snr_shift on a float32 tensor t: the Python
+ * scalars alpha and alpha - 1 (a double) meet t as float32. */
+static float time_snr_shift_f(double alpha, float t)
+{
+    if (alpha == 1.0)
+        return t;
+    float a = (float)alpha * t;
+    float b = (float)(alpha - 1.0) * t;
+    b = 1.0f + b;
+    return a / b;
+}
+
+/* flux_time_shift(mu, 1.0, t) on a float32 tensor t with E = float32(exp(mu)):
+ * 1/t is reciprocal(t), "** 1.0" is exact, "E + x" adds in float32, and
+ * "E / y" is torch's __rtruediv__: reciprocal(y) * E. */
+static float flux_time_shift_f(float E, float t)
+{
+    float r = 1.0f / t;
+    r = r - 1.0f;
+    float d = r + E;
+    return (1.0f / d) * E;
+}
+
+static void init_flow_common(sd_model_sampling *ms, sd_ms_kind kind, double shift,
+                             double multiplier, int timesteps)
+{
+    memset(ms, 0, sizeof *ms);
+    ms->kind = kind;
+    ms->prediction = SD_PRED_CONST;
+    ms->sigma_data = 1.0f;
+    ms->shift = shift;
+    ms->multiplier = multiplier;
+    ms->n = timesteps;
+    ms->skip = 1;
+    /* torch.arange(1, timesteps + 1) / timesteps: int64 divided in float32 */
+    for (int i = 0; i < timesteps; i++) {
+        float t = (float)(i + 1) / (float)timesteps;
+        if (kind == SD_MS_FLOW)
+            t = t * (float)multiplier;
+        ms->sigmas[i] = sd_ms_sigma(ms, t);
+    }
+    ms->sigma_min = ms->sigmas[0];
+    ms->sigma_max = ms->sigmas[ms->n - 1];
+}
+
+void sd_model_sampling_init_flow(sd_model_sampling *ms, double shift, double multiplier)
+{
+    init_flow_common(ms, SD_MS_FLOW, shift, multiplier, SD_MS_TIMESTEPS);
+}
+
+void sd_model_sampling_init_flux(sd_model_sampling *ms, double shift)
+{
+    init_flow_common(ms, SD_MS_FLUX, shift, 1.0, SD_MS_MAX_SIGMAS);
+}
+
+void sd_model_sampling_init_flux_dev(sd_model_sampling *ms)
+{
+    sd_model_sampling_init_flux(ms, SD_MS_FLUX_DEFAULT_SHIFT);
+}
+
+void sd_model_sampling_init_flux_schnell(sd_model_sampling *ms)
+{
+    sd_model_sampling_init_flow(ms, 1.0, 1.0);
+}
+
+double sd_ms_flux_shift(double max_shift, double base_shift, int width, int height)
+{
+    const double x1 = 256, x2 = 4096;
+    double mm = (max_shift - base_shift) / (x2 - x1);
+    double b = base_shift - mm * x1;
+    /* width * height / (8 * 8 * 2 * 2): Python's true division of ints */
+    return ((double)width * (double)height / 256.0) * mm + b;
+}
+
 static const char *const pred_names[] = {"eps", "v_prediction", "lcm", "x0", "img_to_img"};
 
 const char *sd_prediction_name(sd_prediction p)
 {
+    if (p == SD_PRED_CONST)
+        return "const";
     return (unsigned)p < sizeof pred_names / sizeof *pred_names ? pred_names[p] : "?";
 }
 
@@ -140,6 +221,18 @@ int sd_prediction_parse(const char *name)
 
 int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
 {
+    if (ms->kind != SD_MS_DISCRETE) {
+        int best = 0;
+        float best_d = INFINITY;
+        for (int k = 0; k < ms->n; k++) {
+            float d = fabsf(sigma - ms->sigmas[k]);
+            if (d < best_d) {
+                best_d = d;
+                best = k;
+            }
+        }
+        return best;
+    }
     float ls = sd_torch_logf(sigma);
     int best = 0;
     float best_d = INFINITY;
@@ -155,12 +248,20 @@ int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
 
 float sd_ms_timestep(const sd_model_sampling *ms, float sigma)
 {
+    if (ms->kind == SD_MS_FLUX)
+        return sigma;
+    if (ms->kind == SD_MS_FLOW)
+        return sigma * (float)ms->multiplier;
     int i = sd_ms_timestep_index(ms, sigma);
     return (float)(ms->skip > 1 ? i * ms->skip + (ms->skip - 1) : i);
 }
 
 float sd_ms_sigma(const sd_model_sampling *ms, float t)
 {
+    if (ms->kind == SD_MS_FLUX)
+        return flux_time_shift_f((float)exp(ms->shift), t);
+    if (ms->kind == SD_MS_FLOW)
+        return time_snr_shift_f(ms->shift, t / (float)ms->multiplier);
     if (t != t)
         return NAN;
     if (ms->skip > 1) { /* distilled: ((t - (skip - 1)) / skip), float32 */
@@ -178,6 +279,20 @@ float sd_ms_sigma(const sd_model_sampling *ms, float t)
 
 double sd_ms_percent_to_sigma(const sd_model_sampling *ms, double percent)
 {
+    if (ms->kind != SD_MS_DISCRETE) {
+        if (percent <= 0.0)
+            return 1.0;
+        if (percent >= 1.0)
+            return 0.0;
+        double t = 1.0 - percent;
+        if (ms->kind == SD_MS_FLUX) { /* flux_time_shift(mu, 1.0, t), Python floats */
+            double e = exp(ms->shift);
+            return e / (e + (1.0 / t - 1.0));
+        }
+        if (ms->shift == 1.0) /* time_snr_shift(alpha, t) */
+            return t;
+        return ms->shift * t / (1.0 + (ms->shift - 1.0) * t);
+    }
     if (percent <= 0.0)
         return 999999999.9;
     if (percent >= 1.0)
@@ -196,7 +311,7 @@ int sd_ms_is_max_denoise(const sd_model_sampling *ms, float sigma0)
 void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
                            const float *x, float *out, size_t n)
 {
-    if (ms->prediction == SD_PRED_IMG_TO_IMG) {
+    if (ms->prediction == SD_PRED_IMG_TO_IMG || ms->prediction == SD_PRED_CONST) {
         if (out != x)
             memcpy(out, x, n * sizeof *out);
         return;
@@ -211,7 +326,7 @@ void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
                               const float *model_out, const float *x,
                               float *denoised, size_t n)
 {
-    if (ms->prediction == SD_PRED_EPS) {
+    if (ms->prediction == SD_PRED_EPS || ms->prediction == SD_PRED_CONST) {
         for (size_t i = 0; i < n; i++) {
             float e = model_out[i] * sigma;
             denoised[i] = x[i] - e;
@@ -258,6 +373,16 @@ void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
 void sd_ms_noise_scaling(const sd_model_sampling *ms, float sigma, const float *noise,
                          const float *latent, int max_denoise, float *out, size_t n)
 {
+    if (ms->prediction == SD_PRED_CONST) {
+        /* sigma * noise + (1.0 - sigma) * latent_image */
+        float om = 1.0f - sigma;
+        for (size_t i = 0; i < n; i++) {
+            float a = sigma * noise[i];
+            float b = om * (latent ? latent[i] : 0.0f);
+            out[i] = a + b;
+        }
+        return;
+    }
     float s = max_denoise ? sqrtf(1.0f + sigma * sigma) : sigma;
     for (size_t i = 0; i < n; i++) {
         float v = noise[i] * s;
@@ -268,6 +393,12 @@ void sd_ms_noise_scaling(const sd_model_sampling *ms, float sigma, const float *
 void sd_ms_inverse_noise_scaling(const sd_model_sampling *ms, float sigma,
                                  const float *x, float *out, size_t n)
 {
+    if (ms->prediction == SD_PRED_CONST) {
+        float d = 1.0f - sigma;
+        for (size_t i = 0; i < n; i++)
+            out[i] = x[i] / d;
+        return;
+    }
     if (out != x)
         for (size_t i = 0; i < n; i++)
             out[i] = x[i];

@@ -33,21 +33,35 @@ int sd_schedule_known(const char *name)
     return 0;
 }
 
-static int ddim_count(int steps)
+/* ddim_uniform's length on a table of `len` sigmas: x = 1, 1+ss, ... < len,
+ * plus the leading 0 (or, when sigmas[1] is ~0, steps + 1 and no 0). */
+static int ddim_count(int len, int steps)
 {
-    int ss = SD_MS_TIMESTEPS / steps;
-    if (ss < 1)
-        ss = 1;
-    /* x = 1, 1+ss, ... < 1000, plus the leading 0. */
-    return 1 + (SD_MS_TIMESTEPS - 1 + ss - 1) / ss;
+    int most = 0;
+    for (int lead = 0; lead < 2; lead++) {
+        int ss = len / (steps + lead);
+        if (ss < 1)
+            ss = 1;
+        int c = (1 - lead) + (len - 1 + ss - 1) / ss;
+        if (c > most)
+            most = c;
+    }
+    return most;
 }
 
 int sd_schedule_capacity(int steps)
 {
     if (steps < 1)
         return 1;
-    int d = ddim_count(steps);
-    return d > steps + 1 ? d : steps + 1;
+    /* every table length a model sampling has: 50 (LCM), 1000, 10000 (Flux) */
+    static const int lens[] = {50, SD_MS_TIMESTEPS, SD_MS_MAX_SIGMAS};
+    int most = steps + 1;
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        int d = ddim_count(lens[i], steps);
+        if (d > most)
+            most = d;
+    }
+    return most;
 }
 
 /* ---- torch.linspace float32 (CPU, AVX2 build) ------------------------------ */

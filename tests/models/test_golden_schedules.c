@@ -381,7 +381,29 @@ static void unit_rules(const sd_model_sampling *ms)
     for (const char *const *p = sd_schedule_names(); *p; p++, k++)
         CHECK(sd_schedule_known(*p));
     CHECK(k == 9);
-    CHECK(sd_schedule_capacity(30) == 32);
+    CHECK(sd_schedule_capacity(30) >= 32); /* ddim_uniform: 32 values on 1000 sigmas */
+    /* Every scheduler stays within the capacity on every table length a
+     * model sampling has (LCM's 50: ddim_uniform gives 50 values for 30
+     * steps; 1000; Flux's 10000; the flow table of 1000). */
+    {
+        sd_model_sampling *tab = malloc(4 * sizeof *tab);
+        sd_model_sampling_init_ex(&tab[0], SD_PRED_LCM, 0);
+        sd_model_sampling_init(&tab[1], SD_PRED_EPS);
+        sd_model_sampling_init_flux_dev(&tab[2]);
+        sd_model_sampling_init_flux_schnell(&tab[3]);
+        float *buf = malloc((SD_MS_MAX_SIGMAS + 16) * sizeof *buf);
+        static const int steps_list[] = {1, 2, 3, 7, 30, 49, 50, 51, 333, 999, 1000, 4000};
+        for (int t = 0; t < 4; t++)
+            for (size_t si = 0; si < sizeof steps_list / sizeof *steps_list; si++)
+                for (const char *const *p = sd_schedule_names(); *p; p++) {
+                    int st = steps_list[si], got = 0;
+                    CHECK_OK(sd_schedule_sigmas(&tab[t], *p, st, buf, &got, &err), &err);
+                    CHECK_MSG(got <= sd_schedule_capacity(st), "%s on a %d-sigma table, %d steps: %d values, capacity %d",
+                              *p, tab[t].n, st, got, sd_schedule_capacity(st));
+                }
+        free(buf);
+        free(tab);
+    }
 
     /* beta ppf inverts the cdf. */
     for (double p = 0.05; p < 1.0; p += 0.1) {
