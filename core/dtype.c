@@ -1,13 +1,14 @@
 #include "dtype.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 static const struct { const char *name; size_t size; } info[SD_DTYPE_COUNT] = {
     [SD_F32] = {"F32", 4}, [SD_F16] = {"F16", 2}, [SD_BF16] = {"BF16", 2},
     [SD_F64] = {"F64", 8}, [SD_I64] = {"I64", 8}, [SD_I32] = {"I32", 4},
     [SD_I16] = {"I16", 2}, [SD_I8] = {"I8", 1},   [SD_U8] = {"U8", 1},
-    [SD_BOOL] = {"BOOL", 1},
+    [SD_BOOL] = {"BOOL", 1},  [SD_F8_E4M3] = {"F8_E4M3", 1}, [SD_F8_E5M2] = {"F8_E5M2", 1},
 };
 
 size_t sd_dtype_size(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT ? info[t].size : 0; }
@@ -21,7 +22,11 @@ int sd_dtype_from_name(const char *name, sd_dtype *out) {
 }
 
 int sd_dtype_is_float(sd_dtype t) {
-    return t == SD_F32 || t == SD_F16 || t == SD_BF16 || t == SD_F64;
+    return t == SD_F32 || t == SD_F64 || sd_dtype_is_narrow_float(t);
+}
+
+int sd_dtype_is_narrow_float(sd_dtype t) {
+    return t == SD_F16 || t == SD_BF16 || t == SD_F8_E4M3 || t == SD_F8_E5M2;
 }
 
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -72,6 +77,83 @@ uint16_t sd_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* ---- 8-bit floats ---------------------------------------------------------- */
+
+float sd_f8_e4m3_to_f32(uint8_t b) {
+    uint32_t sign = (uint32_t)(b & 0x80) << 24;
+    uint32_t exp = (b >> 3) & 0xf, man = b & 7;
+    if (exp == 15 && man == 7) return u2f(sign | 0x7fc00000u);
+    if (exp == 0) {
+        float v = (float)man * 0.001953125f; /* m/8 * 2^-6 = m * 2^-9 */
+        return sign ? -v : v;
+    }
+    return u2f(sign | ((exp + 120) << 23) | (man << 20));
+}
+
+/* e5m2 is the top byte of an IEEE half: the half decoder does the rest. */
+float sd_f8_e5m2_to_f32(uint8_t b) { return sd_f16_to_f32((uint16_t)((uint16_t)b << 8)); }
+
+static float e4m3_tab[256], e5m2_tab[256];
+static void fill_tables(void) {
+    for (int i = 0; i < 256; i++) {
+        e4m3_tab[i] = sd_f8_e4m3_to_f32((uint8_t)i);
+        e5m2_tab[i] = sd_f8_e5m2_to_f32((uint8_t)i);
+    }
+}
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+const float *sd_f8_e4m3_table(void) {
+    pthread_once(&tables_once, fill_tables);
+    return e4m3_tab;
+}
+const float *sd_f8_e5m2_table(void) {
+    pthread_once(&tables_once, fill_tables);
+    return e5m2_tab;
+}
+
+/* Both encoders use torch's bit recipe, so that the results are torch's:
+ * below the smallest normal, adding a power of two whose f32 ulp equals the
+ * fp8 subnormal step lets the FPU's own round-to-nearest-even round the
+ * value into the low bits; above it, the exponent is rebiased and the
+ * mantissa rounded by adding half an ulp minus one plus the kept
+ * mantissa's low bit (ties to even), the carry running into the exponent
+ * when the mantissa overflows. */
+uint8_t sd_f32_to_f8_e4m3(float f) {
+    uint32_t u = f2u(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    u &= 0x7fffffffu;
+    uint8_t r;
+    if (u >= 0x43f00000u) {          /* |f| >= 480, inf, NaN */
+        r = 0x7f;
+    } else if (u < 0x3c800000u) {    /* |f| < 2^-6: subnormal (or zero) result */
+        const uint32_t magic = 141u << 23; /* 2^14: one e4m3 subnormal step = 2^-9 = its ulp */
+        r = (uint8_t)(f2u(u2f(u) + u2f(magic)) - magic);
+    } else {
+        uint32_t odd = (u >> 20) & 1;
+        u += ((uint32_t)(7 - 127) << 23) + 0x7ffffu + odd;
+        r = (uint8_t)(u >> 20); /* 0x7f when it rounded up past 448: NaN, as torch */
+    }
+    return (uint8_t)(r | sign);
+}
+
+uint8_t sd_f32_to_f8_e5m2(float f) {
+    uint32_t u = f2u(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    u &= 0x7fffffffu;
+    uint8_t r;
+    if (u >= 0x47800000u) {          /* |f| >= 65536, inf, NaN */
+        r = u > 0x7f800000u ? 0x7f : 0x7c;
+    } else if (u < 0x38800000u) {    /* |f| < 2^-14 */
+        const uint32_t magic = 134u << 23; /* 2^7: ulp 2^-16 */
+        r = (uint8_t)(f2u(u2f(u) + u2f(magic)) - magic);
+    } else {
+        uint32_t odd = (u >> 21) & 1;
+        u += ((uint32_t)(15 - 127) << 23) + 0xfffffu + odd;
+        r = (uint8_t)(u >> 21); /* rounding up from 57344 reaches 0x7c: inf */
+    }
+    return (uint8_t)(r | sign);
+}
+
 static double load(const void *p, sd_dtype t, size_t i) {
     switch (t) {
     case SD_F32: return ((const float *)p)[i];
@@ -84,6 +166,8 @@ static double load(const void *p, sd_dtype t, size_t i) {
     case SD_I8: return ((const int8_t *)p)[i];
     case SD_U8: return ((const uint8_t *)p)[i];
     case SD_BOOL: return ((const uint8_t *)p)[i] != 0;
+    case SD_F8_E4M3: return sd_f8_e4m3_to_f32(((const uint8_t *)p)[i]);
+    case SD_F8_E5M2: return sd_f8_e5m2_to_f32(((const uint8_t *)p)[i]);
     default: return 0;
     }
 }
@@ -100,6 +184,8 @@ static void store(void *p, sd_dtype t, size_t i, double v) {
     case SD_I8: ((int8_t *)p)[i] = (int8_t)v; break;
     case SD_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
     case SD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case SD_F8_E4M3: ((uint8_t *)p)[i] = sd_f32_to_f8_e4m3((float)v); break;
+    case SD_F8_E5M2: ((uint8_t *)p)[i] = sd_f32_to_f8_e5m2((float)v); break;
     default: break;
     }
 }
@@ -126,6 +212,13 @@ void sd_dtype_convert(void *dst, sd_dtype dt, const void *src, sd_dtype st, size
     if (dt == SD_BF16 && st == SD_F32) {
         const float *s = src; uint16_t *d = dst;
         for (size_t i = 0; i < n; i++) d[i] = sd_f32_to_bf16(s[i]);
+        return;
+    }
+    if (dt == SD_F32 && (st == SD_F8_E4M3 || st == SD_F8_E5M2)) {
+        const uint8_t *s = src;
+        const float *tab = st == SD_F8_E4M3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
+        float *d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = tab[s[i]];
         return;
     }
     if (st == SD_I64 && (dt == SD_I32 || dt == SD_I64)) {

@@ -31,6 +31,7 @@ enum {
 static const struct { sd_dtype dt; uint8_t code; } DTYPES[] = {
     {SD_F32, 0}, {SD_F16, 1}, {SD_BF16, 2}, {SD_F64, 3}, {SD_I64, 4},
     {SD_I32, 5}, {SD_I16, 6}, {SD_I8, 7},   {SD_U8, 8},  {SD_BOOL, 9},
+    {SD_F8_E4M3, 10}, {SD_F8_E5M2, 11},
 };
 #define N_DTYPES (sizeof DTYPES / sizeof DTYPES[0])
 

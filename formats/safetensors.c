@@ -54,7 +54,7 @@ struct sd_st_file {
     char **meta_keys, **meta_vals;
     size_t n_meta;
     /* Valid tensors in a safetensors dtype sdflow has no sd_dtype for (U32,
-     * F8_E4M3, ...): checked like the others, left out of the entry list, and
+     * F8_E8M0, ...): checked like the others, left out of the entry list, and
      * named in the error sd_st_tensor gives for them. */
     char **other_names;
     const char **other_dtypes; /* static strings */
@@ -174,7 +174,7 @@ static int json_uint(const cJSON *j, uint64_t *out) {
  * left unknown: their byte length rule differs and no checkpoint we load
  * uses them. */
 static const struct { const char *name; size_t size; } other_dtypes[] = {
-    {"U16", 2}, {"U32", 4}, {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1},
+    {"U16", 2}, {"U32", 4}, {"U64", 8}, {"F8_E8M0", 1},
 };
 #define N_OTHER_DTYPES (sizeof other_dtypes / sizeof other_dtypes[0])
 

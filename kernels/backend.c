@@ -101,7 +101,7 @@ int sd_backend_supports_precision(const sd_backend *be, sd_precision p) {
 
 int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt) {
     if (!be) return 0;
-    return dt == SD_F32 || ((dt == SD_F16 || dt == SD_BF16) && be->vt->to_f32 != NULL);
+    return dt == SD_F32 || (sd_dtype_is_narrow_float(dt) && be->vt->to_f32 != NULL);
 }
 
 const sd_error *sd_backend_error(const sd_backend *be) {
@@ -284,8 +284,8 @@ static sd_backend *op_begin(const char *op, int n, const sd_bt *const *in, unsig
             sd_backend_fail(be, SD_ERR_INVALID, "%s: inputs live on different backends", op);
             return NULL;
         }
-        int half = in[i]->dtype == SD_F16 || in[i]->dtype == SD_BF16;
-        if (in[i]->dtype != SD_F32 && !(half && be->vt->to_f32)) {
+        int narrow = sd_dtype_is_narrow_float(in[i]->dtype);
+        if (in[i]->dtype != SD_F32 && !(narrow && be->vt->to_f32)) {
             sd_backend_fail(be, SD_ERR_UNSUPPORTED,
                             "%s: input %d is %s; ops take F32 (upload weights with dtype F32)", op,
                             i, sd_dtype_name(in[i]->dtype));
@@ -295,14 +295,14 @@ static sd_backend *op_begin(const char *op, int n, const sd_bt *const *in, unsig
     return be;
 }
 
-/* F32 temporaries standing in for an op's F16/BF16 inputs (weights kept in
+/* F32 temporaries standing in for an op's F16/BF16/fp8 inputs (weights kept in
  * their stored dtype): made just before the kernel runs, freed right after,
  * so at most one layer's weights are widened at any time. */
 typedef struct widened {
     sd_bt *tmp[4];
 } widened;
 
-/* Replaces every F16/BF16 *vars[i] by a widened F32 temporary recorded in
+/* Replaces every narrow-float *vars[i] by a widened F32 temporary recorded in
  * wd. Returns 0 (error set, nothing left allocated) on failure. */
 static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
     memset(wd, 0, sizeof *wd);
@@ -798,8 +798,7 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
     sd_backend *be = table->be;
     if (be->err.code != SD_OK) return NULL;
     char s1[128], s2[128];
-    int table_ok = table->dtype == SD_F32 ||
-                   ((table->dtype == SD_F16 || table->dtype == SD_BF16) && be->vt->to_f32);
+    int table_ok = table->dtype == SD_F32 || (sd_dtype_is_narrow_float(table->dtype) && be->vt->to_f32);
     if (ids->be != be || !table_ok || table->ndim != 2 ||
         (ids->dtype != SD_I32 && ids->dtype != SD_I64) || ids->ndim < 1 ||
         ids->ndim >= SD_MAX_DIMS) {

@@ -11,7 +11,8 @@
  * Layouts: activations are contiguous row-major, images NCHW, sequences
  * [N, L, C]. Linear weights are [out, in] as in PyTorch; conv weights
  * [out, in, kh, kw]. Compute is F32 unless the backend's precision says
- * otherwise; weights may be stored F32, F16 or BF16 and are read as stored.
+ * otherwise; weights may be stored F32, F16, BF16 or fp8 (F8_E4M3, F8_E5M2)
+ * and are read as stored.
  */
 #ifndef SD_BACKEND_H
 #define SD_BACKEND_H
@@ -65,9 +66,10 @@ sd_precision sd_backend_precision(const sd_backend *be);
  * backend has a bf16 path only when built with oneDNN (SDFLOW_DNNL); without
  * it, matrix ops run in bf16 mode fail rather than silently compute F32. */
 int sd_backend_supports_precision(const sd_backend *be, sd_precision p);
-/* 1 when ops accept tensors of dtype dt as inputs: F32 always; F16/BF16 on
- * backends that widen them per op (the CPU), so model loaders can keep
- * weights in their stored dtype instead of doubling them to F32. */
+/* 1 when ops accept tensors of dtype dt as inputs: F32 always; F16/BF16 and
+ * fp8 (sd_dtype_is_narrow_float) on backends that widen them per op (CPU
+ * and CUDA), so model loaders can keep weights in their stored dtype
+ * instead of widening them all to F32 at load. */
 int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt);
 /* ---- measured algorithm choices ----------------------------------------------
  * A backend that picks algorithms by measuring them (CUDA: cuDNN's

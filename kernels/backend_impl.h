@@ -78,8 +78,9 @@ typedef struct sd_backend_i {
 
     /* Optional. out (F32, x's shape; header only: the backend provides the
      * storage, and may reuse it once out is released, which backend.c does
-     * right after the op) = x widened from F16/BF16. A backend
-     * that sets it accepts F16/BF16 tensors wherever an op takes an input
+     * right after the op) = x widened from F16/BF16/F8_E4M3/F8_E5M2
+     * (exactly). A backend that sets it accepts those narrow tensors
+     * wherever an op takes an input
      * (weights kept in their stored dtype): backend.c widens each such
      * input into a temporary just for the op, except the embedding table,
      * which `embedding` then receives in its stored float dtype (a gather
@@ -91,9 +92,9 @@ typedef struct sd_backend_i {
      * (the CUDA one). */
     int (*supports_precision)(const sd_backend *be, sd_precision p);
     /* Optional. The three matrix ops when be->precision is not F32. Unlike
-     * the slots above they receive x/w/a/b in their stored dtype (F32, F16
-     * or BF16: backend.c does not widen them), so F16 weights can be rounded
-     * straight to the compute type; the bias may be F16/BF16 too. They
+     * the slots above they receive x/w/a/b in their stored dtype (F32, F16,
+     * BF16 or fp8: backend.c does not widen them), so F16 weights can be
+     * rounded straight to the compute type; the bias may be narrow too. They
      * report "no such path" through sd_backend_fail themselves. NULL: the
      * F32 slots run with widened inputs whatever the precision. */
     sd_status (*linear_lp)(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,

@@ -102,6 +102,19 @@ const char *sd_golden_dir(void) {
     return dir && *dir ? dir : sd_test_testdata_dir();
 }
 
+const char *sd_golden_family_dir(const char *family) {
+    static char buf[2048];
+    char var[64] = "SDFLOW_TESTDATA_";
+    size_t n = strlen(var);
+    for (size_t i = 0; family[i] && n + 1 < sizeof var; i++)
+        var[n++] = (char)(family[i] >= 'a' && family[i] <= 'z' ? family[i] - 32 : family[i]);
+    var[n] = 0;
+    const char *dir = getenv(var);
+    if (dir && *dir) snprintf(buf, sizeof buf, "%s", dir);
+    else snprintf(buf, sizeof buf, "%s/%s", sd_golden_dir(), family);
+    return buf;
+}
+
 cJSON *sd_golden_manifest(const char *dir) {
     char path[1200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);

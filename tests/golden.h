@@ -88,6 +88,10 @@ double sd_golden_used(void);
 
 /* The reference data folder: $SDFLOW_TESTDATA, else sd_test_testdata_dir(). */
 const char *sd_golden_dir(void);
+/* The reference set of another model family ("flux", "sd3", "zimage"):
+ * $SDFLOW_TESTDATA_<FAMILY> (upper case) when set, else
+ * sd_golden_dir()/<family>. The string lives until the next call. */
+const char *sd_golden_family_dir(const char *family);
 
 /* Parses <dir>/manifest.json. Skips the test (exit 77) when the file is
  * absent; records a failed check and returns NULL when it is not valid JSON.

@@ -1,7 +1,8 @@
-/* convert.c - F16/BF16 -> F32 widening of weights kept in their stored dtype.
+/* convert.c - F16/BF16/fp8 -> F32 widening of weights kept in their stored
+ * dtype.
  *
- * Weights stay F16/BF16 in memory (usually the checkpoint's own mmap'd
- * bytes), halving resident weight memory; an op that reads one gets an F32
+ * Weights stay F16/BF16/fp8 in memory (usually the checkpoint's own mmap'd
+ * bytes), halving (quartering) resident weight memory; an op that reads one gets an F32
  * copy made here just before it runs and freed just after (backend.c), so
  * only one layer's weight is ever widened at a time. Widening is exact, so
  * results equal those of weights uploaded as F32. The F16 path uses the
@@ -64,6 +65,11 @@ void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa) 
         if (isa >= SD_ISA_AVX512) f16_avx512(s, dst, n);
         else if (isa >= SD_ISA_AVX2 && has_f16c()) f16_f16c(s, dst, n);
         else f16_scalar(s, dst, n);
+    } else if (dt == SD_F8_E4M3 || dt == SD_F8_E5M2) {
+        /* 256 values: a table lookup per byte */
+        const uint8_t *b = src;
+        const float *tab = dt == SD_F8_E4M3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
+        for (int64_t i = 0; i < n; i++) dst[i] = tab[b[i]];
     } else if (dt == SD_F32) {
         memcpy(dst, src, (size_t)n * sizeof *dst);
     } else {

@@ -19,7 +19,7 @@
 
 typedef struct sd_cpu {
     sd_pool *pool;
-    /* One reusable buffer for widened F16/BF16 weights (convert.c): a
+    /* One reusable buffer for widened F16/BF16/fp8 weights (convert.c): a
      * widened weight lives only for its op, so reusing one buffer spares a
      * fresh mmap, page faults and zeroing per layer (a 1280x1280x3x3 conv:
      * 59 MB). widen_busy guards it; a second widening at once (the bias

@@ -43,7 +43,7 @@ const char *sd_dnnl_isa_name(void);
 void sd_dnnl_free(struct sd_dnnl *d);
 
 /* The bf16 ops with the signatures of backend_impl.h's *_lp slots: inputs
- * F32, F16 or BF16 as stored, out F32. Errors go through sd_backend_fail. */
+ * F32, F16, BF16 or fp8 as stored, out F32. Errors go through sd_backend_fail. */
 sd_status sd_dnnl_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                          const sd_bt *b);
 sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int trans_b,

@@ -299,12 +299,13 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
     op_ctx o;
     if (!op_begin(&o, be, "conv2d")) return be->err.code;
     /* Our own rounding only where oneDNN's reorder cannot read the stored
-     * dtype (F16); F32 and BF16 are rounded by the reorder itself. */
+     * dtype (F16, fp8); F32 and BF16 are rounded by the reorder itself. */
     void *px = x->data, *pw = w->data;
     dnnl_data_type_t xt = x->dtype == SD_F32 ? dnnl_f32 : dnnl_bf16;
     dnnl_data_type_t wt = w->dtype == SD_F32 ? dnnl_f32 : dnnl_bf16;
-    if (x->dtype == SD_F16 && !(px = as_bf16(&o, x, BUF_SRC0, "bf16 input"))) return op_end(&o);
-    if (w->dtype == SD_F16 && !(pw = as_bf16(&o, w, BUF_WEI0, "bf16 weight"))) return op_end(&o);
+    int xown = x->dtype != SD_F32 && x->dtype != SD_BF16, wown = w->dtype != SD_F32 && w->dtype != SD_BF16;
+    if (xown && !(px = as_bf16(&o, x, BUF_SRC0, "bf16 input"))) return op_end(&o);
+    if (wown && !(pw = as_bf16(&o, w, BUF_WEI0, "bf16 weight"))) return op_end(&o);
     float *pb = b ? bias_f32(&o, b) : NULL;
     if (b && !pb) return op_end(&o);
 

@@ -46,6 +46,12 @@ static void round_range(sd_dtype dt, const char *src, uint16_t *dst, int64_t n, 
         const uint16_t *s = (const uint16_t *)src;
         if (avx512) f16_avx512(s, dst, n);
         else for (int64_t i = 0; i < n; i++) dst[i] = sd_bf16_from_f32(sd_f16_to_f32(s[i]));
+    } else if (dt == SD_F8_E4M3 || dt == SD_F8_E5M2) {
+        /* every fp8 value is a bf16 (fewer mantissa bits, a narrower
+         * exponent): exact */
+        const uint8_t *s = (const uint8_t *)src;
+        const float *tab = dt == SD_F8_E4M3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
+        for (int64_t i = 0; i < n; i++) dst[i] = sd_bf16_from_f32(tab[s[i]]);
     } else {
         const float *s = (const float *)src;
         if (avx512) f32_avx512(s, dst, n);

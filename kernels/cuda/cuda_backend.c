@@ -95,8 +95,9 @@ static void cu_release(sd_bt *t) {
     t->data = NULL;
 }
 
-/* Weights keep their stored dtype (F16/BF16 halve the device memory);
- * a requested conversion happens on the host before the copy. */
+/* Weights keep their stored dtype (F16/BF16 halve the device memory, fp8
+ * quarters it; ops widen them per op through cu_to_f32); a requested
+ * conversion happens on the host before the copy. */
 static sd_status cu_upload(sd_backend *be, sd_bt *t, sd_tensor *src) {
     sd_cuda *c = sd_cuda_of(be);
     sd_tensor *h = src->dtype == t->dtype ? src : sd_tensor_to_dtype(src, t->dtype);
@@ -136,6 +137,17 @@ static sd_tensor *cu_download(const sd_bt *t) {
         return f;
     }
     return h;
+}
+
+/* out (header only) = x widened to F32 in fresh device memory, released
+ * with out by backend.c right after the op that needed it. */
+static sd_status cu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
+    if (cu_alloc(be, out, 0) != SD_OK) return SD_ERR_NOMEM;
+    sd_status rc = sd_cuda_check(be, sd_cuda_widen(sd_cuda_of(be)->stream, x->data, out->data,
+                                                   sd_bt_numel(x), sd_cuda_elem_of(x->dtype)),
+                                 "widen", "launch");
+    if (rc != SD_OK) cu_release(out);
+    return rc;
 }
 
 static sd_status cu_share(sd_bt *v, sd_bt *src) {
@@ -193,6 +205,7 @@ static const sd_backend_i cuda_vtable = {
     .prelu = sd_cuda_op_prelu,
     .pixel_shuffle = sd_cuda_op_pixel_shuffle,
     .upsample_nearest = sd_cuda_op_upsample_nearest,
+    .to_f32 = cu_to_f32,
     .set_memory_limit = cuda_set_memory_limit,
 };
 

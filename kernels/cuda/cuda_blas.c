@@ -5,8 +5,8 @@
  * the precision mode picks how the inputs may be rounded on the tensor
  * cores: F32 = plain F32 (no TF32), BF16/F16 = cuBLAS's FAST_16BF/FAST_16F
  * compute types, which round the F32 inputs to 16 bits inside the GEMM.
- * Weights stored F16/BF16 are used as stored: X is rounded to the weight's
- * type and the GEMM runs 16-bit x 16-bit -> F32. */
+ * Weights kept narrow (F16/BF16/fp8) arrive here widened to F32 by
+ * backend.c (the backend's to_f32), so every input is F32. */
 #include "kernels/cuda/cuda_impl.h"
 
 #include <limits.h>
@@ -47,31 +47,12 @@ sd_status sd_cuda_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
     }
     if (in == 0) return SD_OK;
 
-    const void *xb = x->data;
-    void *xh = NULL;
-    cudaDataType_t t = CUDA_R_32F;
-    cublasComputeType_t ct = compute_for(be);
-    if (w->dtype == SD_F16 || w->dtype == SD_BF16) {
-        int bf = w->dtype == SD_BF16;
-        xh = sd_cuda_scratch(be, (size_t)(rows * in) * 2, "linear", "activations in 16 bits");
-        if (!xh) return SD_ERR_NOMEM;
-        rc = sd_cuda_check(be, sd_cuda_f32_to_half(c->stream, sd_cuda_f32(x), xh, rows * in, bf),
-                           "linear", "rounding activations");
-        if (rc != SD_OK) {
-            sd_cuda_scratch_free(be, xh);
-            return rc;
-        }
-        xb = xh;
-        t = bf ? CUDA_R_16BF : CUDA_R_16F;
-        ct = CUBLAS_COMPUTE_32F;
-    }
-    rc = sd_cuda_check_blas(be,
-                            cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)outf, (int)rows,
-                                         (int)in, &alpha, w->data, t, (int)in, xb, t, (int)in,
-                                         &beta, y, CUDA_R_32F, (int)outf, ct, CUBLAS_GEMM_DEFAULT),
-                            "linear", "cublasGemmEx");
-    sd_cuda_scratch_free(be, xh);
-    return rc;
+    return sd_cuda_check_blas(be,
+                              cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)outf, (int)rows,
+                                           (int)in, &alpha, w->data, CUDA_R_32F, (int)in, x->data,
+                                           CUDA_R_32F, (int)in, &beta, y, CUDA_R_32F, (int)outf,
+                                           compute_for(be), CUBLAS_GEMM_DEFAULT),
+                              "linear", "cublasGemmEx");
 }
 
 /* out^T (N x M, column-major) = op(b)^T-view x a^T-view per batch; b's batch

@@ -3,6 +3,8 @@
 #define SD_CUDA_COMMON_CUH
 
 #include <stdint.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include "cuda_kernels.h"
 
@@ -63,5 +65,29 @@ __device__ __forceinline__ float sd_gelu(float v) {
 }
 
 __device__ __forceinline__ float sd_silu(float v) { return v / (1.0f + expf(-v)); }
+
+/* Element i of a tensor stored as `elem` (enum sd_cuda_elem), exactly as F32. */
+__device__ __forceinline__ float sd_load_elem(const void *p, int64_t i, int elem) {
+    switch (elem) {
+    case SD_CUDA_ELEM_F16: return __half2float(((const __half *)p)[i]);
+    case SD_CUDA_ELEM_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case SD_CUDA_ELEM_F8_E4M3: {
+        unsigned b = ((const uint8_t *)p)[i];
+        unsigned sign = (b & 0x80u) << 24, e = (b >> 3) & 15u, m = b & 7u;
+        if (e == 15u && m == 7u) return __uint_as_float(sign | 0x7fc00000u);
+        if (e == 0u) {
+            float v = (float)m * 0.001953125f; /* m * 2^-9 */
+            return sign ? -v : v;
+        }
+        return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+    }
+    case SD_CUDA_ELEM_F8_E5M2: {
+        __half_raw r;
+        r.x = (unsigned short)(((const uint8_t *)p)[i] << 8);
+        return __half2float(__half(r));
+    }
+    default: return ((const float *)p)[i];
+    }
+}
 
 #endif

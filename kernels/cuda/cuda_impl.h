@@ -80,6 +80,17 @@ sd_status sd_cuda_check_dnn(sd_backend *be, cudnnStatus_t e, const char *op, con
 void *sd_cuda_scratch(sd_backend *be, size_t n, const char *op, const char *what);
 void sd_cuda_scratch_free(sd_backend *be, void *p);
 
+/* The kernels' storage type (enum sd_cuda_elem) of a float dtype. */
+static inline int sd_cuda_elem_of(sd_dtype dt) {
+    switch (dt) {
+    case SD_F16: return SD_CUDA_ELEM_F16;
+    case SD_BF16: return SD_CUDA_ELEM_BF16;
+    case SD_F8_E4M3: return SD_CUDA_ELEM_F8_E4M3;
+    case SD_F8_E5M2: return SD_CUDA_ELEM_F8_E5M2;
+    default: return SD_CUDA_ELEM_F32;
+    }
+}
+
 /* ---- cuda_blas.c / cuda_conv.c --------------------------------------------- */
 
 sd_status sd_cuda_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,

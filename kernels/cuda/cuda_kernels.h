@@ -43,6 +43,17 @@ cudaError_t sd_cuda_fill_rows(cudaStream_t s, float *y, const float *bias, int64
                               int64_t cols);
 /* y[r, i] = x[r, i] * gelu(x[r, F + i]). */
 cudaError_t sd_cuda_geglu(cudaStream_t s, const float *x, float *y, int64_t rows, int64_t F);
+/* Storage types of narrow tensors (weights kept as stored), for the kernels
+ * that read them: the widening and the embedding gather. */
+enum sd_cuda_elem {
+    SD_CUDA_ELEM_F32 = 0,
+    SD_CUDA_ELEM_F16,
+    SD_CUDA_ELEM_BF16,
+    SD_CUDA_ELEM_F8_E4M3, /* float8_e4m3fn: 0x7F/0xFF NaN, no inf */
+    SD_CUDA_ELEM_F8_E5M2  /* float8_e5m2: the top byte of a half */
+};
+/* y[i] = x[i] widened exactly to F32 from storage type `elem`. */
+cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem);
 /* F32 <-> F16 (bf16 = 0) or BF16 (bf16 = 1), round to nearest even. */
 cudaError_t sd_cuda_f32_to_half(cudaStream_t s, const float *x, void *y, int64_t n, int bf16);
 cudaError_t sd_cuda_half_to_f32(cudaStream_t s, const void *x, float *y, int64_t n, int bf16);
@@ -104,9 +115,10 @@ cudaError_t sd_cuda_upsample2x(cudaStream_t s, const float *x, float *y, int64_t
 /* y (shape od.shape, contiguous) [i] = x[sum idx_d * od.stride[d]], where
  * od.stride are x's strides permuted to y's dim order. */
 cudaError_t sd_cuda_permute(cudaStream_t s, const float *x, float *y, int64_t n, sd_cuda_dims od);
-/* y[i, :] = table[ids[i], :]; ids already range-checked; ids64 picks I64 vs I32. */
-cudaError_t sd_cuda_embedding(cudaStream_t s, const float *table, const void *ids, int ids64,
-                              float *y, int64_t n, int64_t C);
+/* y[i, :] = table[ids[i], :] widened from the table's storage type `elem`
+ * (enum sd_cuda_elem); ids already range-checked; ids64 picks I64 vs I32. */
+cudaError_t sd_cuda_embedding(cudaStream_t s, const void *table, int elem, const void *ids,
+                              int ids64, float *y, int64_t n, int64_t C);
 
 /* ---- pixel.cu ---- */
 /* y = x >= 0 ? x : w[c] * x over P = N*C planes of `plane` elements, c =

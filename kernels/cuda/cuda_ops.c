@@ -222,7 +222,7 @@ sd_status sd_cuda_op_embedding(sd_backend *be, sd_bt *out, const sd_bt *table, c
     free(h);
     if (rc != SD_OK) return rc;
     return LAUNCH(be, "embedding",
-                  sd_cuda_embedding(STREAM(be), sd_cuda_f32(table), ids->data,
+                  sd_cuda_embedding(STREAM(be), table->data, sd_cuda_elem_of(table->dtype), ids->data,
                                     ids->dtype == SD_I64, sd_cuda_f32(out), n, C));
 }
 

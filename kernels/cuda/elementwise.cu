@@ -120,6 +120,16 @@ __global__ void from_half_k(const void *x, float *y, int64_t n, int bf16) {
     }
 }
 
+__global__ void widen_k(const void *x, float *y, int64_t n, int elem) {
+    SD_GRID_STRIDE(i, n) y[i] = sd_load_elem(x, i, elem);
+}
+
+cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem) {
+    if (n <= 0) return cudaSuccess;
+    widen_k<<<sd_blocks(n), SD_THREADS, 0, s>>>(x, y, n, elem);
+    return cudaGetLastError();
+}
+
 cudaError_t sd_cuda_f32_to_half(cudaStream_t s, const float *x, void *y, int64_t n, int bf16) {
     if (n <= 0) return cudaSuccess;
     to_half_k<<<sd_blocks(n), SD_THREADS, 0, s>>>(x, y, n, bf16);

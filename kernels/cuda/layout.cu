@@ -52,19 +52,19 @@ cudaError_t sd_cuda_permute(cudaStream_t s, const float *x, float *y, int64_t n,
     return cudaGetLastError();
 }
 
-__global__ void embedding_k(const float *table, const void *ids, int ids64, float *y, int64_t n,
-                            int64_t C) {
+__global__ void embedding_k(const void *table, int elem, const void *ids, int ids64, float *y,
+                            int64_t n, int64_t C) {
     SD_GRID_STRIDE(i, n) {
         int64_t r = i / C, c = i - r * C;
         int64_t id = ids64 ? ((const int64_t *)ids)[r] : ((const int32_t *)ids)[r];
-        y[i] = table[id * C + c];
+        y[i] = sd_load_elem(table, id * C + c, elem);
     }
 }
 
-cudaError_t sd_cuda_embedding(cudaStream_t s, const float *table, const void *ids, int ids64,
-                              float *y, int64_t n, int64_t C) {
+cudaError_t sd_cuda_embedding(cudaStream_t s, const void *table, int elem, const void *ids,
+                              int ids64, float *y, int64_t n, int64_t C) {
     int64_t total = n * C;
     if (total <= 0) return cudaSuccess;
-    embedding_k<<<sd_blocks(total), SD_THREADS, 0, s>>>(table, ids, ids64, y, total, C);
+    embedding_k<<<sd_blocks(total), SD_THREADS, 0, s>>>(table, elem, ids, ids64, y, total, C);
     return cudaGetLastError();
 }

@@ -250,8 +250,7 @@ static void prefix_part(const sd_checkpoint *c, sd_error *err, const char *what)
 /* 1 when every stored value of the entry is finite (checked on the raw
  * bits, before any conversion); non-float dtypes count as finite. */
 static int entry_finite(sd_st_file *f, const sd_st_entry *e) {
-    if (e->dtype != SD_F32 && e->dtype != SD_F16 && e->dtype != SD_BF16 && e->dtype != SD_F64)
-        return 1;
+    if (!sd_dtype_is_float(e->dtype)) return 1;
     sd_error ignore;
     sd_tensor *t = sd_st_tensor(f, e->name, &ignore);
     if (!t) return 1; /* unreadable: the loader reports that itself */
@@ -263,6 +262,10 @@ static int entry_finite(sd_st_file *f, const sd_st_entry *e) {
     } else if (t->dtype == SD_F64) {
         const double *p = t->data;
         for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
+    } else if (t->dtype == SD_F8_E4M3 || t->dtype == SD_F8_E5M2) {
+        const uint8_t *p = t->data;
+        const uint8_t m = t->dtype == SD_F8_E4M3 ? 0x7f : 0x7c; /* NaN code / all-ones exponent */
+        for (size_t i = 0; ok && i < n; i++) ok = (p[i] & m) != m;
     } else {
         const uint16_t *p = t->data;
         const uint16_t m = t->dtype == SD_F16 ? 0x7c00 : 0x7f80; /* all-ones exponent */

@@ -46,6 +46,8 @@ static int all_finite(const sd_tensor *t) {
     case SD_F16: { const uint16_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7c00) == 0x7c00) return 0; return 1; }
     case SD_BF16: { const uint16_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7f80) == 0x7f80) return 0; return 1; }
     case SD_F64: { const double *p = t->data; for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0; return 1; }
+    case SD_F8_E4M3: { const uint8_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7f) == 0x7f) return 0; return 1; }
+    case SD_F8_E5M2: { const uint8_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7c) == 0x7c) return 0; return 1; }
     default: return 1;
     }
 }
@@ -79,12 +81,12 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
                      sd_st_path(w->file), key);
         return NULL;
     }
-    /* Keep half-precision weights as stored (mapped, not copied) when the
-     * backend computes with them directly: an F16 SD1.5 checkpoint then costs
-     * its file size in RAM, not twice that. */
+    /* Keep narrow weights (F16, BF16, fp8) as stored (mapped, not copied)
+     * when the backend computes with them directly: an F16 SD1.5 checkpoint
+     * then costs its file size in RAM, not twice that, and an fp8 one a
+     * quarter of its F32 size. */
     sd_dtype up = w->dtype;
-    if (up == SD_F32 && (t->dtype == SD_F16 || t->dtype == SD_BF16) &&
-        sd_backend_accepts_dtype(w->be, t->dtype))
+    if (up == SD_F32 && sd_dtype_is_narrow_float(t->dtype) && sd_backend_accepts_dtype(w->be, t->dtype))
         up = t->dtype;
     sd_bt *b = sd_bt_from_host(w->be, t, up);
     sd_tensor_unref(t);

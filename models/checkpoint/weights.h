@@ -20,8 +20,10 @@ typedef struct sd_weights {
     sd_backend *be;
     sd_st_file *file;
     char prefix[256];
-    sd_dtype dtype; /* SD_F32 (default): F32 compute; F16/BF16 weights stay as
-                     * stored when the backend accepts them (sd_backend_accepts_dtype) */
+    sd_dtype dtype; /* SD_F32 (default): F32 compute; F16/BF16/fp8 weights stay
+                     * as stored when the backend accepts them
+                     * (sd_backend_accepts_dtype). Another dtype: every float
+                     * tensor is converted to it (UNETLoader's fp8 casts). */
 } sd_weights;
 
 /* Initialise a view (no allocation). */

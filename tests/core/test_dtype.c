@@ -92,6 +92,135 @@ static void test_f16(void) {
     CHECK_MSG(bad == 0, "%d f16 values do not round-trip", bad);
 }
 
+/* ---- fp8 --------------------------------------------------------------------
+ * Decodes from the formats' definitions (sign, exponent, mantissa, bias)
+ * computed here in double; encodes against the nearest representable value
+ * found by search over that table (ties to the even code), with torch's
+ * overflow rule: a value that rounds past the largest finite one becomes
+ * NaN (e4m3fn) or inf (e5m2), never the largest finite one. */
+
+static double f8_def(int code, int e4m3) {
+    int mb = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax = e4m3 ? 15 : 31;
+    double s = code & 0x80 ? -1.0 : 1.0;
+    int e = (code & 0x7f) >> mb, m = code & ((1 << mb) - 1);
+    if (e4m3 && e == emax && m == (1 << mb) - 1) return NAN;
+    if (!e4m3 && e == emax) return m ? NAN : s * INFINITY;
+    if (e == 0) return s * ldexp((double)m / (1 << mb), 1 - bias);
+    return s * ldexp(1.0 + (double)m / (1 << mb), e - bias);
+}
+
+/* Reference encoder: nearest of the finite positive codes, ties to even. */
+static int f8_ref(float f, int e4m3) {
+    int sign = signbit(f) ? 0x80 : 0;
+    double a = fabs((double)f);
+    int top = e4m3 ? 0x7e : 0x7b; /* largest finite code */
+    if (isnan(f)) return 0x7f | sign;
+    int best = 0;
+    for (int c = 0; c <= top; c++) {
+        double d = fabs(f8_def(c, e4m3) - a), db = fabs(f8_def(best, e4m3) - a);
+        if (d < db || (d == db && (c & 1) == 0)) best = c;
+    }
+    /* past the largest finite: rounds "up" to the next code when nearer to
+     * (or tied with, as that code is even) the value one step above */
+    double maxv = f8_def(top, e4m3), step = maxv - f8_def(top - 1, e4m3);
+    if (isinf(a) || a > maxv + step / 2 || (a == maxv + step / 2 && ((top + 1) & 1) == 0))
+        best = e4m3 ? 0x7f : 0x7c;
+    return best | sign;
+}
+
+static void test_f8(int e4m3) {
+    const char *nm = e4m3 ? "e4m3fn" : "e5m2";
+    const float *tab = e4m3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        double want = f8_def(c, e4m3);
+        float got = e4m3 ? sd_f8_e4m3_to_f32((uint8_t)c) : sd_f8_e5m2_to_f32((uint8_t)c);
+        int same = isnan(want) ? isnan(got) && isnan(tab[c]) : (double)got == want && tab[c] == got &&
+                                                                   !signbit(got) == !signbit(want);
+        if (!same && bad++ < 5) CHECK_MSG(0, "%s decode 0x%02x: %g, want %g", nm, c, got, want);
+        /* every non-NaN code round-trips */
+        if (!isnan(want)) {
+            uint8_t back = e4m3 ? sd_f32_to_f8_e4m3(got) : sd_f32_to_f8_e5m2(got);
+            if (back != c && bad++ < 5) CHECK_MSG(0, "%s 0x%02x -> %g -> 0x%02x", nm, c, got, back);
+        }
+    }
+    CHECK_MSG(bad == 0, "%s: %d decode/round-trip failures", nm, bad);
+    /* midpoints between neighbours and the floats just around them, both signs */
+    bad = 0;
+    int top = e4m3 ? 0x7e : 0x7b;
+    for (int c = 0; c <= top; c++) {
+        double lo = f8_def(c, e4m3);
+        double hi = c < top ? f8_def(c + 1, e4m3) : lo + (lo - f8_def(c - 1, e4m3));
+        float mid = (float)((lo + hi) / 2); /* exact in f32 */
+        float probes[3] = {nextafterf(mid, 0.0f), mid, nextafterf(mid, INFINITY)};
+        for (int k = 0; k < 3; k++)
+            for (int sg = 0; sg < 2; sg++) {
+                float f = sg ? -probes[k] : probes[k];
+                int got = e4m3 ? sd_f32_to_f8_e4m3(f) : sd_f32_to_f8_e5m2(f);
+                int want = f8_ref(f, e4m3);
+                if (got != want && bad++ < 8)
+                    CHECK_MSG(0, "%s encode %a: 0x%02x, want 0x%02x", nm, (double)f, got, want);
+            }
+    }
+    /* a spread of ordinary values */
+    uint32_t state = 12345;
+    for (int i = 0; i < 20000; i++) {
+        state = state * 1664525u + 1013904223u;
+        float f = ldexpf((float)(state >> 8) / (float)(1 << 24), (int)(state % 40) - (e4m3 ? 12 : 20));
+        if (state & 1) f = -f;
+        int got = e4m3 ? sd_f32_to_f8_e4m3(f) : sd_f32_to_f8_e5m2(f);
+        if (got != f8_ref(f, e4m3) && bad++ < 8)
+            CHECK_MSG(0, "%s encode %a: 0x%02x, want 0x%02x", nm, (double)f, got, f8_ref(f, e4m3));
+    }
+    CHECK_MSG(bad == 0, "%s: %d encode failures", nm, bad);
+}
+
+static void test_f8_edges(void) {
+    static const struct { float in; uint8_t e4m3, e5m2; } cases[] = {
+        {448.0f, 0x7e, 0x5f},       /* e4m3fn max; e5m2 448 exact */
+        {464.0f, 0x7e, 0x5f},       /* e4m3 tie 448|480(NaN): even = 448 */
+        {464.5f, 0x7f, 0x5f},       /* e4m3: rounds past the max: NaN, not 448 (torch) */
+        {1e6f, 0x7f, 0x7c},         /* e4m3: NaN; e5m2: inf */
+        {-1e6f, 0xff, 0xfc},
+        {57344.0f, 0x7f, 0x7b},     /* e5m2 max */
+        {61439.0f, 0x7f, 0x7b},
+        {61440.0f, 0x7f, 0x7c},     /* e5m2 tie max|inf: even = inf */
+        {0x1p-9f, 0x01, 0x18},      /* e4m3 smallest subnormal */
+        {0x1p-10f, 0x00, 0x14},     /* e4m3: tie 0|2^-9: even = 0 */
+        {0x1.8p-10f, 0x01, 0x16},
+        {0x1p-16f, 0x00, 0x01},     /* e5m2 smallest subnormal */
+        {-0.0f, 0x80, 0x80},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint8_t a = sd_f32_to_f8_e4m3(cases[i].in), b = sd_f32_to_f8_e5m2(cases[i].in);
+        CHECK_MSG(a == cases[i].e4m3 && b == cases[i].e5m2, "fp8(%a) = 0x%02x/0x%02x, expected 0x%02x/0x%02x",
+                  (double)cases[i].in, a, b, cases[i].e4m3, cases[i].e5m2);
+    }
+    CHECK(sd_f32_to_f8_e4m3(INFINITY) == 0x7f && sd_f32_to_f8_e4m3(-INFINITY) == 0xff);
+    CHECK(sd_f32_to_f8_e4m3(NAN) == 0x7f && sd_f32_to_f8_e5m2(NAN) == 0x7f);
+    CHECK(sd_f32_to_f8_e5m2(INFINITY) == 0x7c);
+    CHECK(isnan(sd_f8_e4m3_to_f32(0x7f)) && isnan(sd_f8_e4m3_to_f32(0xff)));
+    CHECK(sd_f8_e4m3_to_f32(0x7e) == 448.0f && sd_f8_e4m3_to_f32(0x01) == 0x1p-9f);
+    /* names as safetensors writes them; size 1; floats */
+    sd_dtype d;
+    CHECK(sd_dtype_from_name("F8_E4M3", &d) == 0 && d == SD_F8_E4M3 && sd_dtype_size(d) == 1);
+    CHECK(sd_dtype_from_name("F8_E5M2", &d) == 0 && d == SD_F8_E5M2 && sd_dtype_size(d) == 1);
+    CHECK(sd_dtype_is_float(SD_F8_E4M3) && sd_dtype_is_narrow_float(SD_F8_E5M2) &&
+          !sd_dtype_is_narrow_float(SD_F32));
+    /* bulk conversion through F32 both ways, BF16 -> F8 rounding once */
+    uint16_t bf[4] = {sd_f32_to_bf16(0.3f), sd_f32_to_bf16(-500.0f), sd_f32_to_bf16(1e-4f), 0};
+    uint8_t q[4];
+    float back[4];
+    sd_dtype_convert(q, SD_F8_E4M3, bf, SD_BF16, 4);
+    sd_dtype_convert(back, SD_F32, q, SD_F8_E4M3, 4);
+    for (int i = 0; i < 4; i++) {
+        uint8_t w = sd_f32_to_f8_e4m3(sd_bf16_to_f32(bf[i]));
+        CHECK_MSG(q[i] == w, "bf16 -> e4m3 element %d: 0x%02x, want 0x%02x", i, q[i], w);
+        float v = sd_f8_e4m3_to_f32(w);
+        CHECK(isnan(v) ? isnan(back[i]) : back[i] == v);
+    }
+}
+
 static void test_tensor_convert(void) {
     int64_t shape[2] = {2, 3};
     sd_tensor *t = sd_tensor_new(SD_F32, 2, shape);
@@ -128,5 +257,8 @@ int main(void) {
     test_bf16();
     test_f16();
     test_tensor_convert();
+    test_f8(1);
+    test_f8(0);
+    test_f8_edges();
     return sd_test_finish();
 }

@@ -4,6 +4,7 @@
  * heap blocks so ASan catches any read past the end), and every file of the
  * shared test data opened and fully read (skipped parts when absent). */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,31 @@ static void test_valid_edges(void) {
         sd_tensor *x = sd_st_tensor(f, "x", &err);
         CHECK(x && x->ndim == 0 && x->nbytes == 4);
         sd_tensor_unref(x);
+        sd_st_close(f);
+    }
+    free(b);
+    /* fp8 tensors: one byte per element, read as stored, decoded exactly */
+    b = mkvalid("{\"q\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                "\"r\":{\"dtype\":\"F8_E5M2\",\"shape\":[3],\"data_offsets\":[4,7]}}",
+                7, &size);
+    static const uint8_t codes[7] = {0x38, 0xb8, 0x7e, 0x01, 0x3c, 0x7b, 0xfc};
+    memcpy(b + size - 7, codes, 7);
+    f = NULL;
+    CHECK_OK(sd_st_open_memory(b, size, "fp8", &f, &err), &err);
+    if (f) {
+        const sd_st_entry *e = sd_st_find(f, "q");
+        CHECK(e && e->dtype == SD_F8_E4M3 && e->nbytes == 4);
+        sd_tensor *q = sd_st_tensor(f, "q", &err), *q32 = sd_st_tensor_f32(f, "q", &err);
+        CHECK(q && q->dtype == SD_F8_E4M3 && q->nbytes == 4 && memcmp(q->data, codes, 4) == 0);
+        CHECK(q32 && q32->dtype == SD_F32 && sd_tensor_f32(q32)[0] == 1.0f &&
+              sd_tensor_f32(q32)[1] == -1.0f && sd_tensor_f32(q32)[2] == 448.0f &&
+              sd_tensor_f32(q32)[3] == 0x1p-9f);
+        sd_tensor *r32 = sd_st_tensor_f32(f, "r", &err);
+        CHECK(r32 && sd_tensor_f32(r32)[0] == 1.0f && sd_tensor_f32(r32)[1] == 57344.0f &&
+              isinf(sd_tensor_f32(r32)[2]) && sd_tensor_f32(r32)[2] < 0);
+        sd_tensor_unref(q);
+        sd_tensor_unref(q32);
+        sd_tensor_unref(r32);
         sd_st_close(f);
     }
     free(b);

@@ -2,9 +2,10 @@
  *
  *   fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]
  *
- * OUT_DIR/safetensors: small files from our writer (every dtype, 0-d,
- *   empty, metadata) and, when TESTDATA_DIR has them, the header of each
- *   shared .safetensors file with the first bytes of its data.
+ * OUT_DIR/safetensors: small files from our writer (every dtype incl. fp8,
+ *   0-d, empty, metadata) and, when TESTDATA_DIR has them, the header of
+ *   each shared .safetensors file (the SD set and flux/) with the first
+ *   bytes of its data.
  * OUT_DIR/value_io: blobs of LATENT / CONDITIONING / scalar trees.
  * OUT_DIR/workflow_json: a few API-format workflows written here, plus any
  *   *.json found directly in each JSON_DIR.
@@ -101,8 +102,8 @@ static int st_seeds(const char *out, const char *testdata) {
         sd_st_writer_free(w);
     }
     /* headers of the shared files, with up to 256 data bytes */
-    const char *sub[] = {"models", "golden"};
-    for (int s = 0; s < 2; s++) {
+    const char *sub[] = {"models", "golden", "flux/models", "flux/golden"};
+    for (int s = 0; s < 4; s++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", testdata, sub[s]);
         DIR *d = opendir(dir);
@@ -126,6 +127,8 @@ static int st_seeds(const char *out, const char *testdata) {
                     size_t got = fread(b + 8, 1, n - 8, f);
                     char name[512];
                     snprintf(name, sizeof name, "%s-%s", sub[s], de->d_name);
+                    for (char *c = name; *c; c++)
+                        if (*c == '/') *c = '-';
                     rc |= write_seed(out, name, b, 8 + got);
                     free(b);
                 }

@@ -2,7 +2,7 @@
  *
  * With oneDNN: linear, batched matmul and conv2d in bf16 mode are checked
  * against an f64 reference computed on the bf16-rounded inputs (bias not
- * rounded), on random odd shapes and F32/F16/BF16 weights. Products of two
+ * rounded), on random odd shapes and F32/F16/BF16/fp8 weights. Products of two
  * bf16 values are exact in f32, so the only error left is f32 accumulation:
  * |err| <= (K + 4) * 2^-24 * sum|a*b| (K terms, the bias, alpha, the store),
  * a bound that holds whatever the summation order. Each op is also run in
@@ -267,8 +267,8 @@ int main(void) {
     CHECK(!sd_backend_supports_precision(be, SD_PREC_F16));
     printf("oneDNN ISA: %s\n", sd_dnnl_isa_name());
     sd_backend_set_precision(be, SD_PREC_BF16);
-    static const sd_dtype wdts[] = {SD_F32, SD_F16, SD_BF16};
-    for (int i = 0; i < 3; i++) {
+    static const sd_dtype wdts[] = {SD_F32, SD_F16, SD_BF16, SD_F8_E4M3, SD_F8_E5M2};
+    for (int i = 0; i < (int)(sizeof wdts / sizeof wdts[0]); i++) {
         test_linear(be, wdts[i], 1);
         test_linear(be, wdts[i], 0);
         test_matmul(be, 1, 0, 1.0f, wdts[i]);

@@ -452,6 +452,42 @@ static void test_layout(ctx *c) {
     release(&tab);
 }
 
+/* Weights kept in a narrow dtype (F16, BF16, fp8): the same stored bytes on
+ * both backends, widened per op (CPU: convert.c, CUDA: the widening kernel
+ * and the embedding gather). The widening is exact, so the tolerances are
+ * the ops' own; the copy downloads the stored bytes. */
+static void test_narrow_weights(ctx *c) {
+    static const sd_dtype dts[4] = {SD_F16, SD_BF16, SD_F8_E4M3, SD_F8_E5M2};
+    int64_t rows = dim(c, 1, 9), in = dim(c, 1, 70), out = dim(c, 1, 40);
+    pair x = rnd(c, 1, 2, rows, in, 0, 0), r;
+    for (int k = 0; k < 4; k++) {
+        const char *nm = sd_dtype_name(dts[k]);
+        sd_tensor *w = sd_tensor_new4(SD_F32, 2, out, in, 0, 0), *b = sd_tensor_new4(SD_F32, 1, out, 0, 0, 0);
+        for (int64_t i = 0; i < out * in; i++) sd_tensor_f32(w)[i] = 0.3f * uniform(c);
+        for (int64_t i = 0; i < out; i++) sd_tensor_f32(b)[i] = 2.0f * uniform(c);
+        sd_tensor *wn = sd_tensor_to_dtype(w, dts[k]), *bn = sd_tensor_to_dtype(b, dts[k]);
+        sd_tensor_unref(w);
+        sd_tensor_unref(b);
+        pair pw = upload(c, wn), pb = upload(c, bn);
+        CHECK_MSG(pw.t[1] && pw.t[1]->dtype == dts[k], "%s weight kept as stored on cuda", nm);
+        BOTH(r, sd_op_linear(S(x), S(pw), S(pb)));
+        compare(c, "linear", nm, r, tol_gemm(c->prec));
+        BOTH(r, sd_op_mul(S(pb), S(pb))); /* narrow operands of an elementwise op */
+        compare(c, "mul", nm, r, TOL_POINT);
+        BOTH(r, sd_op_copy(S(pw))); /* stored bytes, downloaded as F32 */
+        compare(c, "copy", nm, r, TOL_EXACT);
+        sd_tensor *ids = sd_tensor_new4(SD_I64, 1, 7, 0, 0, 0);
+        for (int i = 0; i < 7; i++) ((int64_t *)ids->data)[i] = (int64_t)(next_u64(c) % (uint64_t)out);
+        pair pi = upload(c, ids);
+        BOTH(r, sd_op_embedding(S(pw), S(pi)));
+        compare(c, "embedding", nm, r, TOL_EXACT);
+        release(&pi);
+        release(&pw);
+        release(&pb);
+    }
+    release(&x);
+}
+
 /* The image-model ops (models/upscale): activations and data movement. */
 static void test_pixel(ctx *c) {
     int64_t N = dim(c, 1, 2), C = dim(c, 1, 9), H = dim(c, 1, 17), W = dim(c, 1, 19);
@@ -597,6 +633,7 @@ int main(void) {
             test_elementwise(&c);
             test_layout(&c);
             test_pixel(&c);
+            test_narrow_weights(&c);
         }
     }
     printf("%-24s %6s %12s %12s\n", "op/precision", "runs", "worst", "tolerance");

@@ -1,6 +1,6 @@
-/* test_half_weights.c - weights kept in their stored F16/BF16 dtype.
+/* test_half_weights.c - weights kept in their stored F16/BF16/fp8 dtype.
  *
- * Widening F16/BF16 to F32 is exact, so every op fed an F16/BF16 weight must
+ * Widening F16/BF16/fp8 to F32 is exact, so every op fed such a weight must
  * give bit-identical results to the same op fed the widened F32 copy (on
  * random shapes, odd sizes included). Also checks each widening path the CPU
  * runs against the scalar converter of core/dtype.h, and that the backend
@@ -91,6 +91,20 @@ static void test_widen_paths(void) {
             free(h);
             free(got);
         }
+    /* fp8: every one of the 256 codes, in runs of odd lengths */
+    uint8_t codes[300];
+    float got[300];
+    for (int i = 0; i < 300; i++) codes[i] = (uint8_t)(i * 7);
+    for (int dt = SD_F8_E4M3; dt <= SD_F8_E5M2; dt++)
+        for (int isa = SD_ISA_SCALAR; isa <= sd_cpu_isa(); isa++) {
+            sd_cpu_widen((sd_dtype)dt, codes, got, 300, isa);
+            int bad = 0;
+            for (int i = 0; i < 300; i++) {
+                float want = dt == SD_F8_E4M3 ? sd_f8_e4m3_to_f32(codes[i]) : sd_f8_e5m2_to_f32(codes[i]);
+                if (memcmp(&want, &got[i], 4) != 0 && !(want != want && got[i] != got[i])) bad++;
+            }
+            CHECK_MSG(bad == 0, "widen %s isa %d: %d values differ", sd_dtype_name((sd_dtype)dt), isa, bad);
+        }
 }
 
 static void test_ops(sd_backend *be, sd_dtype dt) {
@@ -178,11 +192,14 @@ int main(void) {
         CHECK(sd_backend_accepts_dtype(be, SD_F32));
         CHECK(sd_backend_accepts_dtype(be, SD_F16));
         CHECK(sd_backend_accepts_dtype(be, SD_BF16));
+        CHECK(sd_backend_accepts_dtype(be, SD_F8_E4M3));
+        CHECK(sd_backend_accepts_dtype(be, SD_F8_E5M2));
         CHECK(!sd_backend_accepts_dtype(be, SD_I32));
-        test_ops(be, SD_F16);
-        test_ops(be, SD_BF16);
-        test_big(be, SD_F16);
-        test_big(be, SD_BF16);
+        static const sd_dtype dts[4] = {SD_F16, SD_BF16, SD_F8_E4M3, SD_F8_E5M2};
+        for (int k = 0; k < 4; k++) {
+            test_ops(be, dts[k]);
+            test_big(be, dts[k]);
+        }
         sd_backend_free(be);
     }
     return sd_test_finish();
