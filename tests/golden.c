@@ -42,12 +42,12 @@ sd_backend *sd_golden_backend(void) {
     sd_status rc = sd_backend_new(name, 0, &be, &err);
     /* a GPU backend missing from the build or the machine is a skip; the
      * default CPU one must always work */
-    if (rc != SD_OK && strcmp(name, "cpu") != 0) sd_test_skip("backend %s: %s", name, err.msg);
+    if (rc != SD_OK && strcmp(name, "cpu") != 0) sd_test_skip_unsupported("backend %s: %s", name, err.msg);
     CHECK_OK(rc, &err);
     if (rc != SD_OK) return NULL;
     if (!sd_backend_supports_precision(be, p)) {
         sd_backend_free(be);
-        sd_test_skip("backend %s has no %s compute path in this build", name, pname);
+        sd_test_skip_unsupported("backend %s has no %s compute path in this build", name, pname);
     }
     sd_backend_set_precision(be, p);
     g_depth = 0;
@@ -152,11 +152,10 @@ int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp) 
         if (!sd_golden_case_is(c, comp)) continue;
         char path[1200];
         FILE *fp = open_case_file(dir, c, path, sizeof path);
-        if (!fp) {
-            cJSON_Delete(manifest);
-            sd_test_skip("reference file %s absent", path);
-        }
-        fclose(fp);
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+        CHECK_MSG(fp != NULL, "the manifest lists %s case %s, but its file %s is absent", comp,
+                  id ? id : "?", path);
+        if (fp) fclose(fp);
         n++;
     }
     return n;
@@ -176,10 +175,9 @@ void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const
         cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "settings");
         if (!sd_golden_case_is(c, "e2e") || !cJSON_GetObjectItemCaseSensitive(st, e2e_key)) continue;
         *case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-        if (!sd_golden_case_present(dir, c)) {
-            printf("case %s: reference file absent, not run\n", *case_id);
-            continue;
-        }
+        CHECK_MSG(sd_golden_case_present(dir, c), "the manifest lists e2e case %s, but its file is absent",
+                  *case_id ? *case_id : "?");
+        if (!sd_golden_case_present(dir, c)) continue;
         if (!sd_golden_e2e_comparable()) {
             printf("case %s: end-to-end sampling is not compared in bf16 (golden.h)\n", *case_id);
             continue;

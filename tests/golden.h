@@ -104,19 +104,20 @@ int sd_golden_case_is(const cJSON *c, const char *comp);
 /* 1 when case c's reference file (<dir>/<c.file>) can be opened. */
 int sd_golden_case_present(const char *dir, const cJSON *c);
 
-/* Counts the cases of component comp; skips the test (exit 77, after
- * freeing manifest) as soon as one of them lacks its reference file, so a
- * test never passes on partial data. */
+/* Counts the cases of component comp the manifest lists, recording a failed
+ * check for each whose reference file is absent: what the manifest lists
+ * must be there (the manifest present means the data set is; a partial one
+ * fails, it never passes or skips). Every golden test calls it for each
+ * component it runs before running them. */
 int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp);
 
 /* Runs one case of the manifest (dir: the data folder). */
 typedef void (*sd_golden_case_fn)(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c);
 
 /* Runs fn on every case of component comp, then e2e_fn on every "e2e" case
- * whose settings hold e2e_key and whose reference file is present (an
- * absent one is reported and not run: the component's own cases were
- * required by sd_golden_require_cases). Before each, *case_id is set to the
- * case's id and "case <id>" printed. */
+ * whose settings hold e2e_key (an absent reference file of one is a failed
+ * check: the manifest lists it). Before each, *case_id is set to the case's
+ * id and "case <id>" printed. */
 void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const char *comp,
                          sd_golden_case_fn fn, const char *e2e_key, sd_golden_case_fn e2e_fn,
                          const char **case_id);

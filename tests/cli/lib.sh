@@ -4,16 +4,34 @@ SD_TEST_PNG_B64='iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAABlklEQVR42hXRURV
 
 sd_test_write_png() { printf '%s' "$SD_TEST_PNG_B64" | base64 -d > "$1"; }
 
-# Exit 77 (skipped) unless every named node type is registered.
+# Fail (exit 1) unless every named node type is registered: a node missing
+# from `sdflow nodes` is a broken build, never a reason to skip.
 sd_test_need_nodes() {
     local list
     list=$("$SDFLOW_BIN" nodes) || { echo "sdflow nodes failed"; exit 1; }
     for c in "$@"; do
         if ! printf '%s\n' "$list" | grep -q "^$c "; then
-            echo "SKIP: node type $c is not registered yet"
-            exit 77
+            echo "FAIL: node type $c is not registered (sdflow nodes)"
+            exit 1
         fi
     done
+}
+
+# sd_test_skip_data MSG: the test's reference data is absent: exit 77
+# (skipped), or 1 when SDFLOW_REQUIRE_DATA=1 (set by .ci/run: CI always has
+# ../shared, so absent data there is a failure) or when a check already
+# failed (a skip must not hide it).
+sd_test_skip_data() {
+    if [ "${failures:-0}" -ne 0 ]; then
+        echo "FAIL: $failures failure(s) before this skip: $*"
+        exit 1
+    fi
+    if [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ]; then
+        echo "FAIL (SDFLOW_REQUIRE_DATA=1: the reference data must be present): $*"
+        exit 1
+    fi
+    echo "SKIP: $*"
+    exit 77
 }
 
 # The report with all whitespace removed, for grepping fixed key orders.
@@ -43,8 +61,8 @@ sd_test_tiny_sd1() {
 
 # ---- the preamble every CLI test shares --------------------------------------
 # sd_test_begin NAME [NODE_TYPE...]
-#   Checks the variables ctest sets (tests/CMakeLists.txt: sd_test_env), skips
-#   (exit 77) unless every named node type is registered, and sets:
+#   Checks the variables ctest sets (tests/CMakeLists.txt: sd_test_env), fails
+#   unless every named node type is registered, and sets:
 #     T       a fresh scratch folder, $SDFLOW_TEST_TMP/NAME
 #     DATA    the reference data: SDFLOW_TESTDATA, else the build's default
 #             (../shared/testdata beside the checkout)
@@ -76,6 +94,8 @@ sd_test_end() {
     echo "$1"
 }
 
-# Exit 77 (skipped) unless the file or folder exists / the command is installed.
-sd_test_need_path() { [ -e "$1" ] || { echo "SKIP: ${2:-$1} is missing"; exit 77; }; }
+# Skip unless the data file or folder exists (sd_test_skip_data: a failure
+# under SDFLOW_REQUIRE_DATA=1) / the command is installed (exit 77: a tool
+# the machine lacks, which scripts/setup-test-tools.sh installs).
+sd_test_need_path() { [ -e "$1" ] || sd_test_skip_data "${2:-$1} is missing"; }
 sd_test_need_cmd() { command -v "$1" > /dev/null || { echo "SKIP: $1 is not installed"; exit 77; }; }

@@ -11,10 +11,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 "$SDFLOW_BIN" nodes --bogus 2> /dev/null && fail "unknown nodes option accepted"
 
 list=$("$SDFLOW_BIN" nodes) || fail "nodes failed"
-if ! printf '%s\n' "$list" | grep -q '^ImageScale '; then
-    echo "SKIP: node type ImageScale is not registered yet"
-    exit 77
-fi
+printf '%s\n' "$list" | grep -q '^ImageScale ' || { echo "FAIL: node type ImageScale is not registered"; exit 1; }
 json=$("$SDFLOW_BIN" nodes --json | tr -d ' \t\n') || fail "nodes --json failed"
 case "$json" in "{"*"}") ;; *) fail "nodes --json is not an object" ;; esac
 # Every class and alias in the table appears in the JSON with the object_info keys.

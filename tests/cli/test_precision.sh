@@ -10,8 +10,8 @@ set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_precision CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 MODEL="$DATA/models/tiny-sd1.safetensors"
-[ -f "$MODEL" ] || { echo "SKIP: no $MODEL"; exit 77; }
-[ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
+sd_test_need_path "$MODEL"
+sd_test_need_path "$TOK" "tokenizer directory $TOK"
 
 mkdir -p "$T/models/checkpoints"
 ln -s "$MODEL" "$T/models/checkpoints/tiny-sd1.safetensors"

@@ -9,7 +9,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_preview_taesd CheckpointLoaderSimple KSampler VAEDecode SaveImage
 TAEF2="$SHARED/data/taesd/taef2_decoder.safetensors"
-[ -f "$TAEF2" ] || { echo "SKIP: $TAEF2 is missing"; exit 77; }
+sd_test_need_path "$TAEF2"
 command -v python3 > /dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
 sd_test_tiny_sd1 "$T"
 mkdir -p "$T/models/vae_approx"

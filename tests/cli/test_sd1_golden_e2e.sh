@@ -13,8 +13,8 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_sd1_golden_e2e
-[ -f "$DATA/manifest.json" ] || { echo "SKIP: no $DATA/manifest.json"; exit 77; }
-[ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
+sd_test_need_path "$DATA/manifest.json"
+sd_test_need_path "$TOK" "tokenizer directory $TOK"
 command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
 
 
@@ -180,10 +180,10 @@ PY
 ran=0
 for id in $(python3 "$T/check.py" cases "$DATA/manifest.json"); do
     set -- $(python3 "$T/check.py" model "$DATA/manifest.json" "$id")
-    if [ $# -ne 2 ]; then echo "$id: no manifest model for it, skipped"; continue; fi
+    if [ $# -ne 2 ]; then fail "$id: no manifest model for it"; continue; fi
     model="$DATA/$1"
     golden="$DATA/$2"
-    if [ ! -f "$model" ] || [ ! -f "$golden" ]; then echo "$id: data missing, skipped"; continue; fi
+    if [ ! -f "$model" ] || [ ! -f "$golden" ]; then fail "$id: the manifest lists $model and $golden, one is absent"; continue; fi
     W="$T/$id"
     mkdir -p "$W/models/checkpoints" "$W/models/loras"
     ln -s "$model" "$W/models/checkpoints/$(basename "$model")"
@@ -213,5 +213,5 @@ for id in $(python3 "$T/check.py" cases "$DATA/manifest.json"); do
     python3 "$T/check.py" same "$W/d_nocache" "$W/d_cached" || fail "$id: cached results differ from computed ones"
     ran=$((ran + 1))
 done
-[ "$ran" -gt 0 ] || { echo "SKIP: no e2e workflow could run"; exit 77; }
+[ "$ran" -gt 0 ] || fail "no e2e workflow ran"
 sd_test_end "ok: $ran workflows"

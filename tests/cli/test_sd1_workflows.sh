@@ -12,8 +12,8 @@ set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_sd1_workflows
 MODEL="$DATA/models/tiny-sd1.safetensors"
-[ -f "$MODEL" ] || { echo "SKIP: no $MODEL"; exit 77; }
-[ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
+sd_test_need_path "$MODEL"
+sd_test_need_path "$TOK" "tokenizer directory $TOK"
 command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
 
 mkdir -p "$T/models/checkpoints" "$T/input"

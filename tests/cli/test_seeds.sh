@@ -9,8 +9,8 @@ set -u
 sd_test_begin cli_seeds CheckpointLoaderSimple CLIPTextEncode EmptyLatentImage KSampler VAEDecode SaveImage
 CKPT="$DATA/models/tiny-sd1.safetensors"
 VOCAB="$DATA/../data/clip"
-[ -f "$CKPT" ] || { echo "SKIP: $CKPT not found"; exit 77; }
-[ -d "$VOCAB" ] || { echo "SKIP: tokenizer $VOCAB not found"; exit 77; }
+sd_test_need_path "$CKPT"
+sd_test_need_path "$VOCAB" "tokenizer $VOCAB"
 
 mkdir -p "$T/models/checkpoints" "$T/output"
 ln -s "$CKPT" "$T/models/checkpoints/tiny-sd1.safetensors"

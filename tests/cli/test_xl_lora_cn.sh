@@ -21,9 +21,9 @@ set -u
 sd_test_begin cli_xl_lora_cn
 M="$DATA/models"
 for f in tiny-sdxl tiny-sd1 tiny-lora-sd1 tiny-lora-sd1-diffusers tiny-controlnet-sd1; do
-    [ -f "$M/$f.safetensors" ] || { echo "SKIP: no $M/$f.safetensors"; exit 77; }
+    sd_test_need_path "$M/$f.safetensors"
 done
-[ -d "$TOK" ] || { echo "SKIP: no tokenizer directory $TOK"; exit 77; }
+sd_test_need_path "$TOK" "tokenizer directory $TOK"
 command -v python3 > /dev/null || { echo "SKIP: python3 is needed to read the dumps"; exit 77; }
 
 mkdir -p "$T/models/checkpoints" "$T/models/loras" "$T/models/controlnet" "$T/input"

@@ -607,9 +607,9 @@ int main(void) {
     sd_status rc = sd_backend_new("cuda", 0, &c.be[1], &err);
     if (rc != SD_OK) {
 #ifdef SDFLOW_HAVE_CUDA
-        sd_test_skip("CUDA backend built, but no usable GPU: %s", err.msg);
+        sd_test_skip_unsupported("CUDA backend built, but no usable GPU: %s", err.msg);
 #else
-        sd_test_skip("this build has no CUDA backend (SDFLOW_CUDA=OFF or nvcc/cuBLAS/cuDNN "
+        sd_test_skip_unsupported("this build has no CUDA backend (SDFLOW_CUDA=OFF or nvcc/cuBLAS/cuDNN "
                      "missing): %s", err.msg);
 #endif
     }

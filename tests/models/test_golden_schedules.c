@@ -460,7 +460,7 @@ int main(void)
         snprintf(path, sizeof path, "%s/golden/%s", dir, fl->valuestring);
         sd_st_file *f = NULL;
         if (sd_st_open(path, &f, &err) != SD_OK) {
-            fprintf(stderr, "skipping %s: %s\n", path, err.msg);
+            CHECK_MSG(0, "manifest_math.json lists %s: %s", path, err.msg);
             continue;
         }
         run_math(sched, f, ms);
@@ -481,7 +481,7 @@ int main(void)
         snprintf(path, sizeof path, "%s/%s", dir, file);
         sd_st_file *f = NULL;
         if (sd_st_open(path, &f, &err) != SD_OK) {
-            fprintf(stderr, "skipping %s: %s\n", path, err.msg);
+            CHECK_MSG(0, "manifest.json lists %s: %s", path, err.msg);
             continue;
         }
         printf("case %s:\n", jstr(cs, "id") ? jstr(cs, "id") : "?");

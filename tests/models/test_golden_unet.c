@@ -579,7 +579,7 @@ int main(void) {
     cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
 
-    /* Skip (not pass) when the data files of the unet cases are absent. */
+    /* Every unet case the manifest lists must have its file. */
     cJSON *c;
     int n_cases = sd_golden_require_cases(manifest, dir, "unet");
     CHECK_MSG(n_cases > 0, "manifest lists no unet case");

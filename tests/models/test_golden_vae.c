@@ -11,8 +11,9 @@
  *    first one per model also tiled decode/encode sanity and the diffusers
  *    key layout (an in-memory renamed copy) giving identical results.
  * The model of a case is the manifest "models" entry whose key is one of
- * the '_'-separated words of the case id. Cases whose golden file is absent
- * are reported and skipped; with none present the test exits 77.
+ * the '_'-separated words of the case id. Every file the manifest lists
+ * must be present (an absent one fails); without the manifest, or with no
+ * VAE case in it, the test exits 77.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -379,13 +380,14 @@ static int run_case(cJSON *manifest, cJSON *c) {
     sd_st_file *g = NULL;
     sd_error err;
     if (sd_st_open(path, &g, &err) != SD_OK) {
-        printf("case %s: golden file %s absent, skipped\n", id, path);
+        CHECK_MSG(0, "case %s: the manifest lists golden file %s: %s", id, path, err.msg);
         return 0;
     }
     printf("case %s:\n", id);
     float scale = 1.0f;
     model_slot *slot = model_for(manifest, id, &scale);
     sd_vae *vae = slot ? slot->vae : NULL;
+    CHECK_MSG(slot != NULL, "case %s: no manifest model matches the case id", id);
     if (vae && is_vae) {
         /* groups: distinct prefixes of the tensor names */
         char seen[16][64];
@@ -430,6 +432,9 @@ int main(void) {
         cJSON_Delete(manifest);
         return sd_test_finish();
     }
+    /* what the manifest lists must be there (the e2e files hold the
+     * latents this test decodes) */
+    int listed = sd_golden_require_cases(manifest, dir, "vae") + sd_golden_require_cases(manifest, dir, "e2e");
     int ran = 0;
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) ran += run_case(manifest, c);
@@ -448,6 +453,7 @@ int main(void) {
     }
     sd_backend_free(be);
     cJSON_Delete(manifest);
-    if (!ran) sd_test_skip("no VAE golden files present under %s", dir);
+    if (!listed) sd_test_skip("the manifest under %s lists no VAE case", dir);
+    CHECK_MSG(ran > 0, "no VAE case ran");
     return sd_test_finish();
 }

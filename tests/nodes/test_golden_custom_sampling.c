@@ -273,7 +273,7 @@ int main(void) {
     CHECK_OK(sd_env_init(&env, &err), &err);
     CHECK_OK(sd_env_set(&env, &env.tokenizer_dir, tokdir, &err), &err);
     if (!sd_golden_e2e_comparable())
-        sd_test_skip("end-to-end sampling is not compared in bf16 (tests/golden.h)");
+        sd_test_skip_unsupported("end-to-end sampling is not compared in bf16 (tests/golden.h)");
     sd_backend *be = sd_golden_backend();
     sd_model_store *store = sd_model_store_new();
     env.backend = be;
@@ -289,13 +289,14 @@ int main(void) {
             cJSON_GetObjectItemCaseSensitive(st, "controlnet"))
             continue;
         if (!sd_golden_case_present(data, cs)) {
-            printf("%s: golden file missing\n", sstr(cs, "id"));
+            CHECK_MSG(0, "%s: the manifest lists its golden file, which is absent", sstr(cs, "id"));
             continue;
         }
         run_case(cs, cJSON_GetObjectItemCaseSensitive(man, "models"), data, math, ran == 0 && math);
         ran++;
     }
-    if (!ran) sd_test_skip("no e2e case with data in %s", data);
+    if (!sd_golden_require_cases(man, data, "e2e")) sd_test_skip("the manifest under %s lists no e2e case", data);
+    CHECK_MSG(ran > 0, "no e2e case without lora/controlnet in the manifest");
     sd_model_store_free(store);
     sd_backend_free(be);
     sd_env_cleanup(&env);
