@@ -54,20 +54,20 @@ start() {
         --report "$T/$name.json" "$@" > /dev/null 2> "$T/$name.err" < /dev/null &
     pid=$!
 }
-# Waits (up to 60 s) until LoadImage is done, i.e. the big ImageScale runs.
+# Waits (up to 120 s) until the big ImageScale has reported its first step
+# of three: it is running, with steps left for the Ctrl-C to cut short.
 wait_for_scale() {
-    for _ in $(seq 600); do
-        grep -q "LoadImage" "$T/$1.err" 2> /dev/null && return 0
+    for _ in $(seq 6000); do
+        grep -q "ImageScale #2 step 1/" "$T/$1.err" 2> /dev/null && return 0
         kill -0 "$pid" 2> /dev/null || return 1
-        sleep 0.1
+        sleep 0.02
     done
     return 1
 }
 
 # ---- one SIGINT: cancelled inside the node, clean exit -------------------------------
 start first
-wait_for_scale first || fail "first: LoadImage never finished: $(cat "$T/first.err")"
-sleep 0.3
+wait_for_scale first || fail "first: ImageScale never reported a step: $(cat "$T/first.err")"
 kill -INT "$pid"
 wait "$pid"
 rc=$?

@@ -2,8 +2,9 @@
 # budget (--lua-max-instructions, SDFLOW_LUA_MAX_INSTRUCTIONS), by its
 # wall-time budget (--lua-timeout, SDFLOW_LUA_TIMEOUT), with an error naming
 # the script and line, and by Ctrl-C while it builds the graph (exit 130, a
-# report that says cancelled) or while `sdflow run -` waits for its input. Before, all three ran forever (SIGINT was not
-# even handled until the graph was built); `timeout` turns that into a failure.
+# report that says cancelled) or while `sdflow run -` waits for its input.
+# Before, all three ran forever (SIGINT was not even handled until the graph
+# was built); a deadline turns that into a failure.
 set -u
 : "${SDFLOW_BIN:?}"
 
@@ -19,7 +20,8 @@ printf 'while true do\n  pcall(function() while true do end end)\nend\n' > "$T/s
 expect() {
     local name=$1 want=$2 text=$3
     shift 4
-    timeout 120 "$SDFLOW_BIN" run "$@" --no-cache > /dev/null 2> "$T/$name.err" < /dev/null
+    # --foreground: a timeout that fires signals sdflow alone, once
+    timeout --foreground 300 "$SDFLOW_BIN" run "$@" --no-cache > /dev/null 2> "$T/$name.err" < /dev/null
     local rc=$?
     [ "$rc" -eq "$want" ] || fail "$name: exit code $rc, expected $want: $(cat "$T/$name.err")"
     grep -qF -- "$text" "$T/$name.err" || fail "$name: no \"$text\" in: $(cat "$T/$name.err")"
@@ -35,23 +37,45 @@ expect bad_value 1 "--lua-max-instructions: 'lots' is not a whole number" -- "$T
 SDFLOW_LUA_TIMEOUT=-1 expect bad_env 1 "SDFLOW_LUA_TIMEOUT: '-1' is not a number of seconds" -- "$T/loop.lua"
 "$SDFLOW_BIN" run --help | grep -q -- "--lua-max-instructions N" || fail "--help does not list --lua-max-instructions"
 
+# wait_exit PID SECONDS: waits for PID to end (polling: a condition, not a
+# fixed time) and sets rc to its exit status; one still running after
+# SECONDS is killed and rc set to 124.
+wait_exit() {
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do
+        kill -0 "$1" 2> /dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$1" 2> /dev/null; then
+        kill -9 "$1" 2> /dev/null
+        wait "$1" 2> /dev/null
+        rc=124
+        return
+    fi
+    wait "$1"
+    rc=$?
+}
+
 # ---- Ctrl-C while the script builds the graph ------------------------------------------
 # The script prints once it runs, so the signal is sent while it loops (the
 # handler is installed before the script starts). A background job starts
-# with SIGINT ignored: sdflow installs its own handler anyway.
+# with SIGINT ignored: sdflow installs its own handler anyway. The signal
+# goes to sdflow itself: `timeout` (without --foreground) would forward it
+# to its child and then again to its whole process group, a second Ctrl-C
+# that takes sdflow's hard-quit path.
 printf 'print("looping")\nlocal x = 0\nwhile true do x = x + 1 end\n' > "$T/ctrlc.lua"
-timeout 120 "$SDFLOW_BIN" run "$T/ctrlc.lua" --no-cache --lua-max-instructions 0 --report "$T/ctrlc.json" \
+"$SDFLOW_BIN" run "$T/ctrlc.lua" --no-cache --lua-max-instructions 0 --report "$T/ctrlc.json" \
     > "$T/ctrlc.out" 2> "$T/ctrlc.err" < /dev/null &
 pid=$!
-for _ in $(seq 600); do
+for _ in $(seq 1200); do
     grep -q looping "$T/ctrlc.out" 2> /dev/null && break
     kill -0 "$pid" 2> /dev/null || break
     sleep 0.1
 done
 grep -q looping "$T/ctrlc.out" || fail "ctrl-c: the script never started: $(cat "$T/ctrlc.err")"
 kill -INT "$pid"
-wait "$pid"
-rc=$?
+wait_exit "$pid" 120
+[ "$rc" -ne 124 ] || fail "ctrl-c: still running 120 s after Ctrl-C"
 [ "$rc" -eq 130 ] || fail "ctrl-c: exit code $rc, expected 130: $(cat "$T/ctrlc.err")"
 grep -q "^interrupted" "$T/ctrlc.err" || fail "ctrl-c: no 'interrupted' line: $(cat "$T/ctrlc.err")"
 tr -d ' \t\n' < "$T/ctrlc.json" 2> /dev/null | grep -q '"status":"cancelled"' ||
@@ -72,13 +96,8 @@ for _ in $(seq 300); do
 done
 if [ "$waiting" -eq 1 ]; then
     kill -INT "$pid"
-    for _ in $(seq 300); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2> /dev/null; then
-        fail "stdin: still reading 30 s after Ctrl-C"
-        kill -9 "$pid"
-    fi
-    wait "$pid"
-    rc=$?
+    wait_exit "$pid" 120
+    [ "$rc" -ne 124 ] || fail "stdin: still reading 120 s after Ctrl-C"
     [ "$rc" -eq 130 ] || fail "stdin: exit code $rc, expected 130: $(cat "$T/stdin.err")"
     grep -q "^interrupted" "$T/stdin.err" || fail "stdin: no 'interrupted' line: $(cat "$T/stdin.err")"
 else
