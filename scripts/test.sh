@@ -3,13 +3,45 @@
 # suite under AddressSanitizer + UBSan, then the fuzz targets for a short fixed
 # time. Reference data is read from $SDFLOW_TESTDATA / $SDFLOW_SHARED
 # (default ../shared beside the checkout); tests whose data is absent are
-# reported as skipped by ctest, never as passed.
+# reported as skipped by ctest, never as passed; with SDFLOW_REQUIRE_DATA=1
+# (.ci/run sets it: CI always has ../shared) a test whose data is absent
+# fails instead (tests/testutil.h, tests/cli/lib.sh).
+#
+#   scripts/test.sh            the whole suite
+#   scripts/test.sh --stress   the same with a CPU hog on every core for the
+#                              whole run (the suite must pass on a busy machine:
+#                              no test may depend on timing)
+#
+# Other machines can be imitated on this one: ONEDNN_MAX_CPU_ISA=AVX2 (or
+# AVX512_CORE) caps oneDNN's kernels, OPENBLAS_CORETYPE=Haswell (or Zen,
+# SkylakeX) picks OpenBLAS's, SDFLOW_MAX_CPU_ISA=avx2 (or scalar) sdflow's own
+# (docs/performance.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stress=0
+for arg in "$@"; do
+  case "$arg" in
+    --stress) stress=1 ;;
+    *) echo "usage: scripts/test.sh [--stress]" >&2; exit 2 ;;
+  esac
+done
 bash scripts/setup.sh
 bash scripts/setup-test-tools.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
+skipped_stages=()
+
+if [ "$stress" = 1 ]; then
+  # One busy loop per core at the suite's own priority, ended (by their
+  # process ids) however this script ends.
+  hogs=()
+  for _ in $(seq "$jobs"); do
+    bash -c 'while :; do :; done' &
+    hogs+=($!)
+  done
+  trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
+  echo "== --stress: ${#hogs[@]} CPU hog(s) running (pids ${hogs[*]})"
+fi
 
 echo "== build (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -30,7 +62,10 @@ fresh_deps build
 echo "== tests"
 ctest --test-dir build --output-on-failure -j"$jobs" || status=1
 
-if [ "${SDFLOW_SKIP_SANITIZE:-0}" != 1 ]; then
+if [ "${SDFLOW_SKIP_SANITIZE:-0}" = 1 ]; then
+  echo "== ASan + UBSan: SKIPPED (SDFLOW_SKIP_SANITIZE=1)"
+  skipped_stages+=("ASan + UBSan (SDFLOW_SKIP_SANITIZE=1)")
+else
   echo "== build (ASan + UBSan)"
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSDFLOW_SANITIZE=ON -DSDFLOW_CUDA=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
@@ -41,7 +76,14 @@ if [ "${SDFLOW_SKIP_SANITIZE:-0}" != 1 ]; then
     ctest --test-dir build-asan --output-on-failure -j"$jobs" -E 'golden|bench' || status=1
 fi
 
-if [ "${SDFLOW_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
+if [ "${SDFLOW_SKIP_FUZZ:-0}" = 1 ]; then
+  echo "== fuzz: SKIPPED (SDFLOW_SKIP_FUZZ=1)"
+  skipped_stages+=("fuzz (SDFLOW_SKIP_FUZZ=1)")
+elif ! command -v clang >/dev/null; then
+  # setup.sh installs clang, so this is a broken machine, not a choice
+  echo "== fuzz: SKIPPED (clang is not installed)"
+  skipped_stages+=("fuzz (clang is not installed)")
+else
   echo "== fuzz (libFuzzer, short fixed time)"
   CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSDFLOW_FUZZ=ON -DSDFLOW_CUDA=OFF >/dev/null
   cmake --build build-fuzz -j"$jobs" --target fuzz_all
@@ -51,4 +93,8 @@ if [ "${SDFLOW_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
   # clang and its runtimes, is in setup.sh)
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz\.' || status=1
 fi
+if [ ${#skipped_stages[@]} -gt 0 ]; then
+  echo "== stages NOT run: ${skipped_stages[*]}"
+fi
+[ "$stress" = 1 ] && echo "== (ran under --stress)"
 exit $status

@@ -108,7 +108,9 @@ void sd_cpu_gelu(const float *x, float *y, int64_t n);
 void sd_cpu_gelu_tanh(const float *x, float *y, int64_t n);
 
 /* Instruction-set paths of the three above (vmath.c): sd_cpu_isa() is the
- * best one this CPU runs; a path it cannot run must not be requested. */
+ * best one this CPU runs, capped by $SDFLOW_MAX_CPU_ISA ("avx2", "scalar";
+ * read once) so that a test run can imitate a smaller CPU, as oneDNN's
+ * ONEDNN_MAX_CPU_ISA does; a path the CPU cannot run must not be requested. */
 enum { SD_ISA_SCALAR = 0, SD_ISA_AVX2, SD_ISA_AVX512 };
 int sd_cpu_isa(void);
 void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa);
