@@ -31,6 +31,29 @@ void sd_prompt_opts_clip_g(sd_prompt_opts *o)
     o->embedding_key = "clip_g";
 }
 
+void sd_prompt_opts_t5xxl(sd_prompt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_length = 0;
+    o->min_length = 256;
+    o->pad_token = 0;
+    o->embedding_key = "t5xxl";
+}
+
+static sd_status clip_encode(const void *tok, const char *text, size_t len, int32_t **ids,
+                             size_t *n, sd_error *err)
+{
+    return sd_tokenizer_encode(tok, text, len, ids, n, err);
+}
+
+void sd_prompt_vocab_clip(sd_prompt_vocab *v, const sd_tokenizer *tok)
+{
+    v->tok = tok;
+    v->encode = clip_encode;
+    v->start = tok ? sd_tokenizer_bos(tok) : -1;
+    v->end = tok ? sd_tokenizer_eos(tok) : -1;
+}
+
 void sd_prompt_opts_clip_h(sd_prompt_opts *o)
 {
     sd_prompt_opts_clip_g(o);
@@ -281,7 +304,7 @@ typedef struct entry { int32_t id, embed, row; double weight; } entry;
 typedef struct group { size_t start, n; } group;
 
 typedef struct builder {
-    const sd_tokenizer *tok;
+    const sd_prompt_vocab *v;
     const sd_prompt_opts *o;
     entry *e;
     size_t ne, cape;
@@ -326,7 +349,7 @@ static sd_status add_text(builder *b, const char *text, size_t len, double w, sd
 {
     int32_t *ids;
     size_t n;
-    sd_status st = sd_tokenizer_encode(b->tok, text, len, &ids, &n, err);
+    sd_status st = b->v->encode(b->v->tok, text, len, &ids, &n, err);
     if (st != SD_OK)
         return st;
     if (open_group(b) < 0)
@@ -628,28 +651,31 @@ static int put(chunker *c, sd_prompt_token t)
 
 static sd_prompt_token special(int32_t id) { return (sd_prompt_token){id, -1, 0, 0, 1.0}; }
 
-static int32_t pad_of(const sd_tokenizer *tok, const sd_prompt_opts *o)
+static int32_t pad_of(const sd_prompt_vocab *v, const sd_prompt_opts *o)
 {
-    return o->pad_token < 0 ? sd_tokenizer_eos(tok) : o->pad_token;
+    return o->pad_token < 0 ? v->end : o->pad_token;
 }
 
-/* Lays the groups out in chunks exactly like tokenize_with_weights. */
-static int chunk_groups(const builder *b, chunker *c, int *n_chunks)
+/* Lays the groups out in chunks exactly like tokenize_with_weights (with
+ * max_length 0 as its "never split, never pad to the maximum"). */
+static int chunk_groups(const builder *b, chunker *c, int *n_chunks, int *chunk_len)
 {
-    const size_t L = (size_t)b->o->max_length;
-    const int32_t bos = sd_tokenizer_bos(b->tok), eos = sd_tokenizer_eos(b->tok);
-    const int32_t pad = pad_of(b->tok, b->o);
+    const int unbounded = b->o->max_length == 0;
+    const size_t L = unbounded ? (size_t)-1 / 2 : (size_t)b->o->max_length;
+    const int32_t bos = b->v->start, eos = b->v->end;
+    const int32_t pad = pad_of(b->v, b->o);
+    const size_t has_end = eos >= 0;
     size_t batch_start = 0;
     int chunks = 1;
-    if (put(c, special(bos)) < 0)
+    if (bos >= 0 && put(c, special(bos)) < 0)
         return -1;
     for (size_t gi = 0; gi < b->ng; gi++) {
         size_t pos = b->g[gi].start, left = b->g[gi].n;
         int large = left >= MAX_WORD_LENGTH;
         while (left > 0) {
             size_t blen = c->n - batch_start;
-            if (left + blen > L - 1) {
-                size_t remaining = L - blen - 1;
+            if (left + blen > L - has_end) {
+                size_t remaining = L - blen - has_end;
                 if (large) {
                     for (size_t k = 0; k < remaining; k++, pos++, left--) {
                         const entry *e = &b->e[pos];
@@ -657,10 +683,10 @@ static int chunk_groups(const builder *b, chunker *c, int *n_chunks)
                                                      e->weight}) < 0)
                             return -1;
                     }
-                    if (put(c, special(eos)) < 0)
+                    if (has_end && put(c, special(eos)) < 0)
                         return -1;
                 } else {
-                    if (put(c, special(eos)) < 0)
+                    if (has_end && put(c, special(eos)) < 0)
                         return -1;
                     for (size_t k = 0; k < remaining; k++)
                         if (put(c, special(pad)) < 0)
@@ -668,7 +694,7 @@ static int chunk_groups(const builder *b, chunker *c, int *n_chunks)
                 }
                 batch_start = c->n;
                 chunks++;
-                if (put(c, special(bos)) < 0)
+                if (bos >= 0 && put(c, special(bos)) < 0)
                     return -1;
             } else {
                 for (; left > 0; pos++, left--) {
@@ -680,12 +706,18 @@ static int chunk_groups(const builder *b, chunker *c, int *n_chunks)
             }
         }
     }
-    if (put(c, special(eos)) < 0)
+    if (has_end && put(c, special(eos)) < 0)
         return -1;
-    while (c->n - batch_start < L)
+    size_t want = unbounded ? 0 : L;
+    if ((size_t)b->o->min_length > want)
+        want = (size_t)b->o->min_length;
+    while (c->n - batch_start < want)
         if (put(c, special(pad)) < 0)
             return -1;
+    if (unbounded && c->n > (size_t)INT32_MAX)
+        return -1;
     *n_chunks = chunks;
+    *chunk_len = unbounded ? (int)c->n : (int)L;
     return 0;
 }
 
@@ -695,9 +727,12 @@ static sd_status check_opts(const sd_prompt_opts *o, sd_error *err)
         return sd_error_set(err, SD_ERR_INVALID, "prompt: no options");
     /* A chunk must hold start + a whole 7-token segment + end, or ComfyUI's
      * layout would never place it. */
-    if (o->max_length < MAX_WORD_LENGTH + 2 || o->max_length > 1 << 16)
+    if (o->max_length != 0 && (o->max_length < MAX_WORD_LENGTH + 2 || o->max_length > 1 << 16))
         return sd_error_set(err, SD_ERR_INVALID, "prompt: max_length %d out of range [%d, %d]",
                             o->max_length, MAX_WORD_LENGTH + 2, 1 << 16);
+    if (o->min_length < 0 || o->min_length > 1 << 20)
+        return sd_error_set(err, SD_ERR_INVALID, "prompt: min_length %d out of range",
+                            o->min_length);
     return SD_OK;
 }
 
@@ -719,29 +754,41 @@ sd_status sd_prompt_tokenize(const sd_tokenizer *tok, const char *text,
                              const sd_prompt_opts *opts, sd_prompt_tokens **out,
                              sd_error *err)
 {
+    sd_prompt_vocab v;
+    *out = NULL;
+    if (!tok)
+        return sd_error_set(err, SD_ERR_INVALID, "prompt: no tokenizer");
+    sd_prompt_vocab_clip(&v, tok);
+    return sd_prompt_tokenize_vocab(&v, text, opts, out, err);
+}
+
+sd_status sd_prompt_tokenize_vocab(const sd_prompt_vocab *v, const char *text,
+                                   const sd_prompt_opts *opts, sd_prompt_tokens **out,
+                                   sd_error *err)
+{
     builder b = {0};
     segvec segs = {0};
     chunker c = {0};
     sd_prompt_tokens *res = NULL;
-    int n_chunks = 0;
+    int n_chunks = 0, chunk_len = 0;
     sd_status st;
     *out = NULL;
     if ((st = check_opts(opts, err)) != SD_OK)
         return st;
-    if (!tok)
+    if (!v || !v->encode)
         return sd_error_set(err, SD_ERR_INVALID, "prompt: no tokenizer");
-    b.tok = tok;
+    b.v = v;
     b.o = opts;
     st = parse_segments(text ? text : "", opts->disable_weights, &segs, err);
     for (size_t i = 0; st == SD_OK && i < segs.n; i++)
         st = add_segment(&b, segs.v[i].text, segs.v[i].weight, err);
-    if (st == SD_OK && chunk_groups(&b, &c, &n_chunks) < 0)
+    if (st == SD_OK && chunk_groups(&b, &c, &n_chunks, &chunk_len) < 0)
         st = sd_error_set(err, SD_ERR_NOMEM, "prompt: out of memory");
     if (st == SD_OK && !(res = calloc(1, sizeof *res)))
         st = sd_error_set(err, SD_ERR_NOMEM, "prompt: out of memory");
     if (st == SD_OK) {
         res->n_chunks = n_chunks;
-        res->chunk_len = opts->max_length;
+        res->chunk_len = chunk_len;
         res->tokens = c.v;
         res->n_embeds = b.nemb;
         res->embeds = b.emb;
@@ -779,7 +826,9 @@ sd_status sd_prompt_tokens_pad_chunks(const sd_tokenizer *tok, const sd_prompt_o
     if (!v)
         return sd_error_set(err, SD_ERR_NOMEM, "prompt: out of memory");
     t->tokens = v;
-    int32_t pad = pad_of(tok, opts);
+    sd_prompt_vocab voc;
+    sd_prompt_vocab_clip(&voc, tok);
+    int32_t pad = pad_of(&voc, opts);
     for (int ch = t->n_chunks; ch < n_chunks; ch++) {
         sd_prompt_token *p = v + (size_t)ch * L;
         p[0] = special(sd_tokenizer_bos(tok));

@@ -15,7 +15,8 @@
  *     to the next whitespace, a trailing ',' is retried without it; a missing
  *     embedding is dropped with a warning. Without embedding directories the
  *     text is tokenized literally;
- *   - chunking: [start] + up to max_length-2 tokens + [end] + padding; a
+ *   - chunking: [start] + up to max_length-2 tokens + [end] + padding (T5:
+ *     no start token, one chunk of any length padded to min_length); a
  *     segment (or embedding) shorter than 8 tokens that does not fit is moved
  *     whole to the next chunk, longer ones are split; the last chunk gets the
  *     end token and padding. The empty prompt gives one chunk [start, end,
@@ -45,7 +46,11 @@
 typedef void (*sd_prompt_warn_fn)(void *ud, const char *msg);
 
 typedef struct sd_prompt_opts {
-    int max_length;     /* tokens per chunk including start/end: 77 */
+    /* tokens per chunk including start/end: 77. 0 = one chunk of any length,
+     * not padded to a maximum (T5: ComfyUI's max_length 99999999 with
+     * pad_to_max_length False) */
+    int max_length;
+    int min_length;     /* pad the last chunk to at least this many slots (T5: 256); 0 = none */
     int32_t pad_token;  /* padding id; -1 = the end token (CLIP-L), 0 for bigG */
     /* Directories searched (with all their subdirectories) for NAME,
      * NAME.safetensors, NAME.pt, NAME.bin. NULL/0 = embeddings disabled,
@@ -64,6 +69,24 @@ void sd_prompt_opts_clip_l(sd_prompt_opts *o);
 void sd_prompt_opts_clip_h(sd_prompt_opts *o);
 /* Defaults for OpenCLIP bigG (SDXL 'g'): 77, pad with 0, key clip_g. */
 void sd_prompt_opts_clip_g(sd_prompt_opts *o);
+/* T5-XXL (ComfyUI's T5XXLTokenizer for Flux): one chunk, no start token,
+ * padded with 0 to min_length 256, key t5xxl. */
+void sd_prompt_opts_t5xxl(sd_prompt_opts *o);
+
+/* The vocabulary a prompt is tokenized with: an encoder of plain text (no
+ * start/end tokens added) and the special tokens ComfyUI's SDTokenizer puts
+ * around each chunk. */
+typedef struct sd_prompt_vocab {
+    const void *tok;
+    /* text[0..len) -> *ids (malloc'd, owned by the caller, non-NULL) */
+    sd_status (*encode)(const void *tok, const char *text, size_t len, int32_t **ids, size_t *n,
+                        sd_error *err);
+    int32_t start; /* start token, -1 = none (T5) */
+    int32_t end;   /* end token, -1 = none */
+} sd_prompt_vocab;
+
+/* The CLIP BPE vocabulary (start <|startoftext|>, end <|endoftext|>). */
+void sd_prompt_vocab_clip(sd_prompt_vocab *v, const sd_tokenizer *tok);
 
 /* One position of a chunk. */
 typedef struct sd_prompt_token {
@@ -83,7 +106,7 @@ typedef struct sd_prompt_embedding {
 
 typedef struct sd_prompt_tokens {
     int n_chunks;
-    int chunk_len;               /* = opts.max_length */
+    int chunk_len;               /* = opts.max_length (max_length 0: the one chunk's length) */
     sd_prompt_token *tokens;     /* n_chunks * chunk_len, chunk-major */
     int n_embeds;
     sd_prompt_embedding *embeds;
@@ -95,6 +118,10 @@ typedef struct sd_prompt_tokens {
 sd_status sd_prompt_tokenize(const sd_tokenizer *tok, const char *text,
                              const sd_prompt_opts *opts, sd_prompt_tokens **out,
                              sd_error *err);
+/* The same over any vocabulary (pad_token -1 = v->end). */
+sd_status sd_prompt_tokenize_vocab(const sd_prompt_vocab *v, const char *text,
+                                   const sd_prompt_opts *opts, sd_prompt_tokens **out,
+                                   sd_error *err);
 
 void sd_prompt_tokens_free(sd_prompt_tokens *t); /* NULL-safe */
 
