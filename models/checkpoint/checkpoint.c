@@ -12,6 +12,7 @@
 
 #include "formats/torch_ckpt.h"
 #include "models/checkpoint/model_paths.h"
+#include "models/text/t5_tokenizer.h"
 #include "models/text/tokenizer.h"
 
 struct sd_checkpoint {
@@ -19,6 +20,8 @@ struct sd_checkpoint {
     pthread_mutex_t mu;
     char *path;
     char *tokenizer_dir;
+    char *comfyui_dir;
+    int clip_l_heads;
     sd_dtype weight_dtype;
     sd_backend *be;
     sd_st_file *file; /* dropped once every present part is loaded */
@@ -26,6 +29,7 @@ struct sd_checkpoint {
     sd_unet *unet;
     sd_text_encoder *te;
     sd_tokenizer *tok;
+    sd_t5_tokenizer *t5tok;
     sd_vae *vae;
     int holds[3];     /* per part (SD_CKPT_PART_* bit index): live handle holds */
     int free_unused;  /* free a part when its last hold goes */
@@ -138,14 +142,13 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
                             "single-file layout (decoder.up.N.block.M)",
                             path);
     }
-    info->has_text_encoder = has_prefix(f, "cond_stage_model.transformer.") ||
-                             has_prefix(f, "cond_stage_model.model.") ||
-                             has_prefix(f, "conditioner.embedders.");
+    info->has_text_encoder = sd_text_encoder_detect(f) != 0;
     if (!info->has_unet && !info->has_vae && !info->has_text_encoder)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: no Stable Diffusion part found (no keys under "
-                            "model.diffusion_model., first_stage_model., cond_stage_model. or "
-                            "conditioner.; %zu tensors, first '%s')",
+                            "model.diffusion_model., first_stage_model., cond_stage_model., "
+                            "conditioner. or text_encoders., and not a T5 or CLIP text encoder "
+                            "file; %zu tensors, first '%s')",
                             path, sd_st_count(f),
                             sd_st_count(f) ? sd_st_at(f, 0)->name : "");
     return SD_OK;
@@ -178,7 +181,10 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
     c->weight_dtype = opts->weight_dtype;
     c->path = strdup(path);
     c->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
-    if (!c->path || (opts->tokenizer_dir && !c->tokenizer_dir)) {
+    c->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
+    c->clip_l_heads = opts->clip_l_heads;
+    if (!c->path || (opts->tokenizer_dir && !c->tokenizer_dir) ||
+        (opts->comfyui_dir && !c->comfyui_dir)) {
         sd_checkpoint_unref(c);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
@@ -209,11 +215,13 @@ void sd_checkpoint_unref(sd_checkpoint *c) {
     sd_unet_free(c->unet);
     sd_text_encoder_free(c->te);
     sd_tokenizer_free(c->tok);
+    sd_t5_tokenizer_free(c->t5tok);
     sd_vae_free(c->vae);
     sd_st_close(c->file);
     pthread_mutex_destroy(&c->mu);
     free(c->path);
     free(c->tokenizer_dir);
+    free(c->comfyui_dir);
     free(c);
 }
 
@@ -337,21 +345,29 @@ sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err) {
 sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
     if (!c->info.has_text_encoder)
-        return missing(c, "text encoder", "cond_stage_model. or conditioner.", err);
+        return missing(c, "text encoder", "cond_stage_model., conditioner. or text_encoders.", err);
     pthread_mutex_lock(&c->mu);
     sd_status rc = SD_OK;
-    if (!c->tok) {
-        /* a tokenizer beside the model wins, as with ComfyUI's bundled one */
-        char *tmp = strdup(c->path);
-        if (!tmp) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-        else rc = sd_tokenizer_resolve(dirname(tmp), c->tokenizer_dir, &c->tok, err);
-        free(tmp);
-    }
-    if (!rc && !c->te) rc = ensure_file(c, err);
+    if (!c->te) rc = ensure_file(c, err);
+    sd_te_kind kind = !rc && c->file ? sd_text_encoder_detect(c->file) : 0;
+    /* a tokenizer beside the model wins, as with ComfyUI's bundled one */
+    char *tmp = NULL;
+    if (!rc && ((!c->tok && sd_te_kind_needs_clip_tokenizer(kind)) ||
+                (!c->t5tok && sd_te_kind_needs_t5_tokenizer(kind))) &&
+        !(tmp = strdup(c->path)))
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    const char *dir = tmp ? dirname(tmp) : NULL;
+    if (!rc && !c->tok && sd_te_kind_needs_clip_tokenizer(kind))
+        rc = sd_tokenizer_resolve(dir, c->tokenizer_dir, &c->tok, err);
+    if (!rc && !c->t5tok && sd_te_kind_needs_t5_tokenizer(kind))
+        rc = sd_t5_tokenizer_resolve(dir, c->tokenizer_dir, c->comfyui_dir, &c->t5tok, err);
+    free(tmp);
     if (!rc && !c->te) {
-        rc = sd_text_encoder_load(c->be, c->file, c->tok, &c->te, err);
+        sd_te_load_opts o = {.tok = c->tok, .t5tok = c->t5tok, .clip_l_heads = c->clip_l_heads};
+        rc = sd_text_encoder_load_ex(c->be, c->file, &o, &c->te, err);
         if (rc) {
-            static const char *const pre[] = {"cond_stage_model.", "conditioner.", NULL};
+            static const char *const pre[] = {"cond_stage_model.", "conditioner.", "text_encoders.",
+                                              "text_model.", "encoder.", "shared.", NULL};
             name_nonfinite(c, pre, "text encoder", err);
             prefix_part(c, err, "text encoder");
         }
@@ -425,6 +441,8 @@ void sd_checkpoint_release(sd_checkpoint *c, unsigned parts) {
 typedef struct store_entry {
     char *path;
     char *tokenizer_dir;
+    char *comfyui_dir;
+    int clip_l_heads;
     sd_backend *be;
     sd_dtype weight_dtype;
     long long size, mtime_ns;
@@ -448,6 +466,7 @@ static void entry_clear(store_entry *e) {
     sd_checkpoint_unref(e->ckpt);
     free(e->path);
     free(e->tokenizer_dir);
+    free(e->comfyui_dir);
     memset(e, 0, sizeof *e);
 }
 
@@ -498,7 +517,8 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     for (size_t i = 0; i < s->n; i++) {
         store_entry *e = &s->v[i];
         if (e->path && e->be == be && e->weight_dtype == opts->weight_dtype && strcmp(e->path, path) == 0 &&
-            str_eq(e->tokenizer_dir, opts->tokenizer_dir)) {
+            str_eq(e->tokenizer_dir, opts->tokenizer_dir) &&
+            str_eq(e->comfyui_dir, opts->comfyui_dir) && e->clip_l_heads == opts->clip_l_heads) {
             if (e->size == size && e->mtime_ns == mtime) {
                 set_free_unused(e->ckpt, s->free_unused);
                 *out = sd_checkpoint_ref(e->ckpt);
@@ -535,6 +555,8 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     }
     slot->path = strdup(path);
     slot->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
+    slot->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
+    slot->clip_l_heads = opts->clip_l_heads;
     slot->be = be;
     slot->weight_dtype = opts->weight_dtype;
     slot->size = size;

@@ -13,7 +13,10 @@
  *   VAE   first_stage_model.*       ("" for a standalone VAE file)
  *   text  cond_stage_model.transformer.* (SD1), cond_stage_model.model.*
  *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.* (SDXL; SD2.x
- *         in the SGM layout: embedders.0.model with a label_emb-less UNet)
+ *         in the SGM layout: embedders.0.model with a label_emb-less UNet),
+ *         text_encoders.{t5xxl,clip_l}.transformer.* (Flux single files), or
+ *         the bare keys of a standalone text-encoder file (a T5-XXL, a CLIP;
+ *         sd_text_encoder_detect in models/text/text_encode.h)
  * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
  * is a .safetensors or a PyTorch zip checkpoint (.ckpt, .pt, .pth), told
  * apart by its first bytes; the latter is read weights-only, through
@@ -59,6 +62,12 @@ typedef struct sd_checkpoint_opts {
     /* --tokenizer-dir; NULL = only SDFLOW_TOKENIZER_DIR and the checkpoint's
      * own directory (models/text/tokenizer.h resolution order). Copied. */
     const char *tokenizer_dir;
+    /* --comfyui-dir, where a T5 vocabulary may be found
+     * (models/text/t5_tokenizer.h resolution order); NULL = none. Copied. */
+    const char *comfyui_dir;
+    /* CLIP-L attention heads when not width / 64 (tiny test models; see
+     * sd_te_load_opts); 0 = width / 64. */
+    int clip_l_heads;
     sd_dtype weight_dtype; /* dtype of weights on the backend: SD_F32 on the CPU */
 } sd_checkpoint_opts;
 
@@ -89,8 +98,9 @@ const char *sd_ckpt_family_name(sd_ckpt_family f);
 /* The parts, loaded on first call (borrowed; NULL never returned on SD_OK).
  * SD_ERR_NOT_FOUND when the file has no such part; load errors name the
  * file and tensor. A failed load is retried on the next call. The text
- * encoder also needs a tokenizer (resolved then; SD_ERR_NOT_FOUND says how to
- * configure one). */
+ * encoder also needs its tokenizers (resolved then: the CLIP vocabulary, and
+ * for a T5 the T5 tokenizer.json; SD_ERR_NOT_FOUND says how to configure
+ * them). */
 sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err);
 sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err);
 sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err);

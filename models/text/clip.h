@@ -62,6 +62,7 @@ typedef struct sd_clip_config {
 
 typedef struct sd_clip_opts {
     sd_clip_act act;      /* SD_CLIP_ACT_AUTO unless the caller knows better */
+    int heads;            /* attention heads; 0 = width / 64 (every real model) */
     sd_dtype weight_dtype; /* dtype weights live in on the backend (SD_F32 on the CPU) */
 } sd_clip_opts;
 

@@ -177,12 +177,20 @@ sd_status sd_clip_load(sd_backend *be, sd_st_file *f, const char *prefix,
                             sd_st_path(f), sd_weights_key(&ld.w, tok_name, key, sizeof key));
     cfg.vocab = (int)s[0];
     cfg.hidden = (int)s[1];
-    if (cfg.hidden <= 0 || cfg.hidden % 64 != 0)
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: text encoder width %d under '%s' is not a multiple of the "
-                            "64-wide heads CLIP uses",
-                            sd_st_path(f), cfg.hidden, prefix);
-    cfg.heads = cfg.hidden / 64;
+    if (opts->heads > 0) {
+        if (cfg.hidden <= 0 || cfg.hidden % opts->heads != 0)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "%s: text encoder width %d under '%s' does not split into %d heads",
+                                sd_st_path(f), cfg.hidden, prefix, opts->heads);
+        cfg.heads = opts->heads;
+    } else {
+        if (cfg.hidden <= 0 || cfg.hidden % 64 != 0)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "%s: text encoder width %d under '%s' is not a multiple of the "
+                                "64-wide heads CLIP uses",
+                                sd_st_path(f), cfg.hidden, prefix);
+        cfg.heads = cfg.hidden / 64;
+    }
     if (sd_weights_shape(&ld.w, pos_name, s) != 2 || s[1] != cfg.hidden || s[0] < 1)
         return sd_error_set(err, SD_ERR_FORMAT, "%s: '%s' missing or not [positions, %d]",
                             sd_st_path(f), sd_weights_key(&ld.w, pos_name, key, sizeof key),

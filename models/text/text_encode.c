@@ -22,12 +22,38 @@ typedef struct te_role {
 struct sd_text_encoder {
     sd_te_kind kind;
     te_role l, g; /* CLIP-L and the OpenCLIP tower (bigG, or H for SD2); clip == NULL when absent */
+    sd_t5 *t5;    /* FLUX, T5 */
     const sd_tokenizer *tok;
+    const sd_t5_tokenizer *t5tok;
+    int borrowed; /* the models belong to other encoders (sd_text_encoder_combine) */
 };
+
+/* The roles a kind gives its CLIP transformers. */
+static void set_roles(sd_text_encoder *te, sd_clip *clip_l, sd_clip *clip_g) {
+    sd_te_kind kind = te->kind;
+    int sd1_like = kind == SD_TE_SD1 || kind == SD_TE_FLUX;
+    /* SD1 and Flux's CLIP-L: "last"; SDXL's: penultimate without final LN;
+     * Flux's pooled output is unprojected (return_projected_pooled=False) */
+    te->l = (te_role){clip_l, sd1_like ? 0 : -2, sd1_like, SD_CLIP_EOS, 0, 'l'};
+    /* SDXL's bigG: penultimate layer without final LN (sdxl_clip.py);
+     * SD2's ViT-H: "penultimate" with SDClipModel's default
+     * layer_norm_hidden_state=True (sd2_clip.py); both pad with 0 and
+     * return the projected pooled output */
+    if (kind == SD_TE_SD2) te->g = (te_role){clip_g, -2, 1, 0, 1, 'h'};
+    else te->g = (te_role){clip_g, -2, 0, 0, 1, 'g'};
+}
 
 sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
+    if (kind == SD_TE_FLUX || kind == SD_TE_T5) {
+        sd_clip_free(clip_l);
+        sd_clip_free(clip_g);
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "a %s text encoder holds a T5: LoRA and merges on it are not "
+                            "supported yet",
+                            sd_te_kind_name(kind));
+    }
     int ok = (kind == SD_TE_SD1 && clip_l && !clip_g) || (kind == SD_TE_SDXL && clip_l && clip_g) ||
              ((kind == SD_TE_SDXL_REFINER || kind == SD_TE_SD2) && !clip_l && clip_g);
     sd_text_encoder *te = ok ? calloc(1, sizeof *te) : NULL;
@@ -47,13 +73,7 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
     }
     te->kind = kind;
     te->tok = tok;
-    te->l = (te_role){clip_l, kind == SD_TE_SD1 ? 0 : -2, kind == SD_TE_SD1, SD_CLIP_EOS, 0, 'l'};
-    /* SDXL's bigG: penultimate layer without final LN (sdxl_clip.py);
-     * SD2's ViT-H: "penultimate" with SDClipModel's default
-     * layer_norm_hidden_state=True (sd2_clip.py); both pad with 0 and
-     * return the projected pooled output */
-    if (kind == SD_TE_SD2) te->g = (te_role){clip_g, -2, 1, 0, 1, 'h'};
-    else te->g = (te_role){clip_g, -2, 0, 0, 1, 'g'};
+    set_roles(te, clip_l, clip_g);
     *out = te;
     return SD_OK;
 }
@@ -72,55 +92,176 @@ static int has_prefix(sd_st_file *f, const char *prefix) {
     return 0;
 }
 
-sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
-                               sd_text_encoder **out, sd_error *err) {
+/* ComfyUI's detect_te_model on bare CLIP keys: by layer count. */
+static sd_te_kind bare_clip_kind(const sd_st_file *f) {
+    sd_st_file *ff = (sd_st_file *)f;
+    if (has_key(ff, "", "text_model.encoder.layers.30.mlp.fc1.weight") ||
+        has_key(ff, "", "transformer.resblocks.30.mlp.c_fc.weight"))
+        return SD_TE_SDXL_REFINER;
+    if (has_key(ff, "", "text_model.encoder.layers.22.mlp.fc1.weight") ||
+        has_key(ff, "", "transformer.resblocks.22.mlp.c_fc.weight"))
+        return SD_TE_SD2;
+    return SD_TE_SD1;
+}
+
+sd_te_kind sd_text_encoder_detect(const sd_st_file *f) {
+    sd_st_file *ff = (sd_st_file *)f;
+    if (sd_t5_present(f, SD_TE_PREFIX_FLUX_T5)) return SD_TE_FLUX;
+    if (has_prefix(ff, "conditioner.embedders.1.")) return SD_TE_SDXL;
+    if (has_prefix(ff, SD_TE_PREFIX_REFINER_G)) {
+        int sd2 = has_key(ff, "model.diffusion_model.", "input_blocks.0.0.weight") &&
+                  !has_key(ff, "model.diffusion_model.", "label_emb.0.0.weight");
+        return sd2 ? SD_TE_SD2 : SD_TE_SDXL_REFINER;
+    }
+    if (has_prefix(ff, SD_TE_PREFIX_SD1)) return SD_TE_SD1;
+    if (has_key(ff, SD_TE_PREFIX_SD2, "token_embedding.weight")) return SD_TE_SD2;
+    if (sd_t5_present(f, "")) return SD_TE_T5;
+    if (has_key(ff, "", "text_model.embeddings.token_embedding.weight") ||
+        (has_key(ff, "", "token_embedding.weight") &&
+         has_key(ff, "", "transformer.resblocks.0.ln_1.weight")))
+        return bare_clip_kind(f);
+    return 0;
+}
+
+/* A CLIP under prefix with the caller's head count for a CLIP-L. */
+static sd_status load_clip(sd_backend *be, sd_st_file *f, const char *prefix, int heads,
+                           sd_clip **out, sd_error *err) {
+    sd_clip_opts co;
+    sd_clip_opts_default(&co);
+    co.heads = heads;
+    return sd_clip_load(be, f, prefix, &co, out, err);
+}
+
+static sd_status new_t5_encoder(sd_te_kind kind, sd_clip *l, sd_t5 *t5, const sd_te_load_opts *o,
+                                sd_text_encoder **out, sd_error *err) {
+    sd_text_encoder *te = calloc(1, sizeof *te);
+    if (!te) {
+        sd_clip_free(l);
+        sd_t5_free(t5);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    te->kind = kind;
+    te->tok = o->tok;
+    te->t5tok = o->t5tok;
+    te->t5 = t5;
+    set_roles(te, l, NULL);
+    *out = te;
+    return SD_OK;
+}
+
+sd_status sd_text_encoder_load_ex(sd_backend *be, sd_st_file *f, const sd_te_load_opts *o,
+                                  sd_text_encoder **out, sd_error *err) {
     *out = NULL;
+    sd_te_load_opts none = {0};
+    if (!o) o = &none;
+    const sd_tokenizer *tok = o->tok;
     sd_clip *l = NULL, *g = NULL;
+    sd_t5 *t5 = NULL;
     sd_status rc;
-    if (has_prefix(f, "conditioner.embedders.1.")) {
-        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SDXL_L, NULL, &l, err)) != SD_OK) return rc;
+    sd_te_kind kind = sd_text_encoder_detect(f);
+    int bare = !has_prefix(f, "cond_stage_model.") && !has_prefix(f, "conditioner.") &&
+               !has_prefix(f, "text_encoders.");
+    switch (kind) {
+    case SD_TE_FLUX:
+        if ((rc = sd_t5_load(be, f, SD_TE_PREFIX_FLUX_T5, &t5, err))) return rc;
+        if ((rc = load_clip(be, f, SD_TE_PREFIX_FLUX_L, o->clip_l_heads, &l, err))) {
+            sd_t5_free(t5);
+            return rc;
+        }
+        return new_t5_encoder(SD_TE_FLUX, l, t5, o, out, err);
+    case SD_TE_T5:
+        if ((rc = sd_t5_load(be, f, "", &t5, err))) return rc;
+        return new_t5_encoder(SD_TE_T5, NULL, t5, o, out, err);
+    case SD_TE_SDXL:
+        if ((rc = load_clip(be, f, SD_TE_PREFIX_SDXL_L, o->clip_l_heads, &l, err))) return rc;
         if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SDXL_G, NULL, &g, err)) != SD_OK) {
             sd_clip_free(l);
             return rc;
         }
         return sd_text_encoder_new(SD_TE_SDXL, l, g, tok, out, err);
-    }
-    if (has_prefix(f, SD_TE_PREFIX_REFINER_G)) {
-        /* the same prefix holds SD2's ViT-H in the SGM layout (ComfyUI's SD20
-         * maps it to clip_h); the refiner's UNet has a label_emb, SD2's none */
-        int sd2 = has_key(f, "model.diffusion_model.", "input_blocks.0.0.weight") &&
-                  !has_key(f, "model.diffusion_model.", "label_emb.0.0.weight");
-        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_REFINER_G, NULL, &g, err)) != SD_OK) return rc;
-        return sd_text_encoder_new(sd2 ? SD_TE_SD2 : SD_TE_SDXL_REFINER, NULL, g, tok, out, err);
-    }
-    if (has_prefix(f, SD_TE_PREFIX_SD1)) {
-        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SD1, NULL, &l, err)) != SD_OK) return rc;
+    case SD_TE_SDXL_REFINER:
+    case SD_TE_SD2:
+        if (bare) rc = sd_clip_load(be, f, "", NULL, &g, err);
+        else if (has_prefix(f, SD_TE_PREFIX_REFINER_G))
+            rc = sd_clip_load(be, f, SD_TE_PREFIX_REFINER_G, NULL, &g, err);
+        else rc = sd_clip_load(be, f, SD_TE_PREFIX_SD2, NULL, &g, err);
+        if (rc) return rc;
+        return sd_text_encoder_new(kind, NULL, g, tok, out, err);
+    case SD_TE_SD1:
+        if ((rc = load_clip(be, f, bare ? "" : SD_TE_PREFIX_SD1, o->clip_l_heads, &l, err))) return rc;
         return sd_text_encoder_new(SD_TE_SD1, l, NULL, tok, out, err);
     }
-    if (has_key(f, SD_TE_PREFIX_SD2, "token_embedding.weight")) {
-        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SD2, NULL, &g, err)) != SD_OK) return rc;
-        return sd_text_encoder_new(SD_TE_SD2, NULL, g, tok, out, err);
-    }
     return sd_error_set(err, SD_ERR_NOT_FOUND,
-                        "%s: no text encoder found (looked for %s, %s + %s, %s, %s)", sd_st_path(f),
-                        SD_TE_PREFIX_SD1, SD_TE_PREFIX_SDXL_L, SD_TE_PREFIX_SDXL_G,
-                        SD_TE_PREFIX_REFINER_G, SD_TE_PREFIX_SD2);
+                        "%s: no text encoder found (looked for %s, %s + %s, %s, %s, %s, and bare "
+                        "text_model.* / encoder.block.* keys)",
+                        sd_st_path(f), SD_TE_PREFIX_SD1, SD_TE_PREFIX_SDXL_L, SD_TE_PREFIX_SDXL_G,
+                        SD_TE_PREFIX_REFINER_G, SD_TE_PREFIX_SD2, SD_TE_PREFIX_FLUX_T5);
+}
+
+sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
+                               sd_text_encoder **out, sd_error *err) {
+    sd_te_load_opts o = {.tok = tok};
+    return sd_text_encoder_load_ex(be, f, &o, out, err);
+}
+
+/* ---- composing parts -------------------------------------------------------------- */
+
+sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
+                                  sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    const sd_text_encoder *lp = NULL, *gp = NULL, *tp = NULL;
+    char got[160] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        sd_te_kind k = parts[i]->kind;
+        if (used < sizeof got) {
+            int w = snprintf(got + used, sizeof got - used, "%s%s", i ? ", " : "",
+                             k == SD_TE_SD1 ? "CLIP-L" : k == SD_TE_T5 ? "T5-XXL"
+                             : k == SD_TE_SDXL_REFINER ? "CLIP-G" : k == SD_TE_SD2 ? "CLIP-H"
+                             : sd_te_kind_name(k));
+            if (w > 0) used += (size_t)w;
+        }
+        if (k == SD_TE_SD1 && !lp) lp = parts[i];
+        else if (k == SD_TE_T5 && !tp) tp = parts[i];
+        else if (k == SD_TE_SDXL_REFINER && !gp) gp = parts[i];
+        else lp = gp = tp = (const sd_text_encoder *)-1; /* a part this kind cannot use */
+    }
+    const sd_text_encoder *bad = (const sd_text_encoder *)-1;
+    int ok = 0;
+    if (kind == SD_TE_FLUX) ok = n == 2 && lp && tp && lp != bad && tp != bad;
+    else if (kind == SD_TE_SDXL) ok = n == 2 && lp && gp && lp != bad && gp != bad;
+    if (!ok)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "a %s text encoder is made of %s files; got %s",
+                            sd_te_kind_name(kind),
+                            kind == SD_TE_FLUX   ? "a CLIP-L and a T5-XXL"
+                            : kind == SD_TE_SDXL ? "a CLIP-L and a CLIP-G (bigG)"
+                                                 : "no separate",
+                            got);
+    sd_text_encoder *te = calloc(1, sizeof *te);
+    if (!te) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    te->kind = kind;
+    te->borrowed = 1;
+    te->tok = lp->tok;
+    if (kind == SD_TE_FLUX) {
+        te->t5 = tp->t5;
+        te->t5tok = tp->t5tok;
+        set_roles(te, lp->l.clip, NULL);
+    } else {
+        set_roles(te, lp->l.clip, gp->g.clip);
+    }
+    *out = te;
+    return SD_OK;
 }
 
 void sd_text_encoder_free(sd_text_encoder *te) {
     if (!te) return;
-    sd_clip_free(te->l.clip);
-    sd_clip_free(te->g.clip);
+    if (!te->borrowed) {
+        sd_clip_free(te->l.clip);
+        sd_clip_free(te->g.clip);
+        sd_t5_free(te->t5);
+    }
     free(te);
-}
-
-sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
-                                  sd_text_encoder **out, sd_error *err) {
-    (void)parts;
-    *out = NULL;
-    return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                        "a %s text encoder cannot be made of %d separate files in this build",
-                        sd_te_kind_name(kind), n);
 }
 
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te) { return te->kind; }
@@ -132,6 +273,7 @@ const char *sd_te_kind_name(sd_te_kind kind) {
     case SD_TE_SDXL_REFINER: return "sdxl_refiner";
     case SD_TE_SD2: return "sd2";
     case SD_TE_FLUX: return "flux";
+    case SD_TE_T5: return "t5xxl";
     }
     return "unknown";
 }
@@ -140,8 +282,18 @@ const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te) { return te->l.
 const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te) { return te->g.clip; }
 void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok) { te->tok = tok; }
 const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te) { return te->tok; }
+const sd_t5 *sd_text_encoder_t5(const sd_text_encoder *te) { return te->t5; }
+void sd_text_encoder_set_t5_tokenizer(sd_text_encoder *te, const sd_t5_tokenizer *tok) {
+    te->t5tok = tok;
+}
+const sd_t5_tokenizer *sd_text_encoder_t5_tokenizer(const sd_text_encoder *te) { return te->t5tok; }
+int sd_te_kind_needs_clip_tokenizer(sd_te_kind kind) { return kind != SD_TE_T5; }
+int sd_te_kind_needs_t5_tokenizer(sd_te_kind kind) {
+    return kind == SD_TE_FLUX || kind == SD_TE_T5;
+}
 
 int sd_text_encoder_cond_dim(const sd_text_encoder *te) {
+    if (te->t5) return sd_t5_get_config(te->t5)->d_model;
     int d = 0;
     if (te->l.clip) d += sd_clip_get_config(te->l.clip)->hidden;
     if (te->g.clip) d += sd_clip_get_config(te->g.clip)->hidden;
@@ -149,6 +301,7 @@ int sd_text_encoder_cond_dim(const sd_text_encoder *te) {
 }
 
 int sd_text_encoder_pooled_dim(const sd_text_encoder *te) {
+    if (!te->g.clip && !te->l.clip) return 0;
     const te_role *r = te->g.clip ? &te->g : &te->l;
     const sd_clip_config *c = sd_clip_get_config(r->clip);
     return r->projected && c->proj_dim ? c->proj_dim : c->hidden;
@@ -180,10 +333,12 @@ static void warnf(const sd_text_encode_opts *o, const char *fmt, ...) {
  * prompt. Embedding vectors of the wrong width are dropped, the chunk's
  * remaining slots move left and pads fill its end. ids/vecs have
  * n_seq * len entries. */
-static void build_slots(const te_role *r, const sd_prompt_tokens *t, int with_empty,
-                        int32_t *ids, const float **vecs, int *any_vec,
+/* W: the encoder's width; pad: its pad id; the empty prompt is e0, e1
+ * (e1 < 0: none), then pads. */
+static void build_slots(int W, int32_t pad, int32_t e0, int32_t e1, const sd_prompt_tokens *t,
+                        int with_empty, int32_t *ids, const float **vecs, int *any_vec,
                         const sd_text_encode_opts *o) {
-    int len = t->chunk_len, W = sd_clip_get_config(r->clip)->hidden;
+    int len = t->chunk_len;
     *any_vec = 0;
     for (int c = 0; c < t->n_chunks; c++) {
         int m = 0;
@@ -208,14 +363,14 @@ static void build_slots(const te_role *r, const sd_prompt_tokens *t, int with_em
             m++;
         }
         for (; m < len; m++) {
-            ids[(size_t)c * len + m] = r->pad;
+            ids[(size_t)c * len + m] = pad;
             vecs[(size_t)c * len + m] = NULL;
         }
     }
     if (with_empty) {
         size_t at = (size_t)t->n_chunks * len;
         for (int j = 0; j < len; j++) {
-            ids[at + j] = j == 0 ? SD_CLIP_BOS : j == 1 ? SD_CLIP_EOS : r->pad;
+            ids[at + j] = j == 0 ? e0 : j == 1 && e1 >= 0 ? e1 : pad;
             vecs[at + j] = NULL;
         }
     }
@@ -291,7 +446,7 @@ static sd_status encode_role(const te_role *r, const sd_prompt_tokens *t, int cl
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory for %zu token slots", slots);
     }
     int any_vec = 0;
-    build_slots(r, t, weighted, ids, vecs, &any_vec, o);
+    build_slots(cfg->hidden, r->pad, SD_CLIP_BOS, SD_CLIP_EOS, t, weighted, ids, vecs, &any_vec, o);
     sd_clip_tokens in = {n, t->chunk_len, ids, any_vec ? (const float *const *)vecs : NULL};
     sd_clip_output out;
     sd_status rc = sd_clip_forward(r->clip, &in, pick_layer(r, clip_skip), &out, err);
@@ -346,6 +501,102 @@ static sd_tensor *to_host(sd_bt *t) {
     return h;
 }
 
+/* ---- FLUX: T5 cond, CLIP-L pooled ------------------------------------------------- */
+
+/* ComfyUI's T5XXLModel special tokens: the empty prompt is [end, pad...]. */
+#define T5_END 1
+#define T5_PAD 0
+
+/* The T5 over the one chunk of t: *cond [1, len, d_model] (backend). */
+static sd_status encode_t5(const sd_text_encoder *te, const sd_prompt_tokens *t, int clip_skip,
+                           const sd_text_encode_opts *o, sd_bt **cond, sd_error *err) {
+    *cond = NULL;
+    const sd_t5_config *cfg = sd_t5_get_config(te->t5);
+    sd_backend *be = sd_t5_backend(te->t5);
+    if (t->n_chunks != 1 || t->chunk_len < 1)
+        return sd_error_set(err, SD_ERR_INVALID, "T5: %d chunks of %d tokens (want one chunk)",
+                            t->n_chunks, t->chunk_len);
+    int weighted = sd_prompt_tokens_has_weights(t), n = 1 + weighted;
+    size_t slots = (size_t)n * t->chunk_len;
+    int32_t *ids = malloc(slots * sizeof *ids);
+    const float **vecs = malloc(slots * sizeof *vecs);
+    if (!ids || !vecs) {
+        free(ids);
+        free(vecs);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory for %zu token slots", slots);
+    }
+    int any_vec = 0;
+    build_slots(cfg->d_model, T5_PAD, T5_END, -1, t, weighted, ids, vecs, &any_vec, o);
+    sd_t5_tokens in = {n, t->chunk_len, ids, any_vec ? (const float *const *)vecs : NULL};
+    /* CLIPSetLastLayer: ComfyUI's "hidden" layer when within the blocks */
+    int layer = clip_skip < 0 && -clip_skip <= cfg->layers ? clip_skip : 0;
+    sd_precision prev = sd_backend_precision(be);
+    if (prev == SD_PREC_F16) {
+        warnf(o, "T5-XXL overflows in f16: the text encoder computes it in f32");
+        sd_backend_set_precision(be, SD_PREC_F32);
+    }
+    sd_bt *out = NULL;
+    sd_status rc = sd_t5_forward(te->t5, &in, layer, &out, err);
+    sd_backend_set_precision(be, prev);
+    free(ids);
+    free(vecs);
+    if (rc != SD_OK) return rc;
+    if (!weighted) {
+        *cond = out;
+        return SD_OK;
+    }
+    sd_backend_clear_error(be);
+    int oom = 0;
+    sd_bt *z = sd_op_slice(out, 0, 0, 1), *e = z ? sd_op_slice(out, 0, 1, 2) : NULL;
+    *cond = e ? apply_weights(be, t, z, e, &oom) : NULL;
+    sd_bt_free(z);
+    sd_bt_free(e);
+    sd_bt_free(out);
+    rc = sd_backend_take_error(be, err);
+    sd_backend_clear_error(be);
+    if (rc == SD_OK && oom) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory for token weights");
+    if (rc == SD_OK && !*cond) rc = sd_error_set(err, SD_ERR_INTERNAL, "T5: no output");
+    if (rc != SD_OK) {
+        sd_bt_free(*cond);
+        *cond = NULL;
+    }
+    return rc;
+}
+
+sd_status sd_text_encode_flux_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,
+                                     const sd_prompt_tokens *t5, int clip_skip,
+                                     const sd_text_encode_opts *opts, sd_tensor **cond,
+                                     sd_tensor **pooled, sd_error *err) {
+    *cond = *pooled = NULL;
+    if (te->kind != SD_TE_FLUX || !l || !t5)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "Flux encoding needs a flux text encoder and CLIP-L + T5 tokens (this "
+                            "encoder is %s)",
+                            sd_te_kind_name(te->kind));
+    if (clip_skip > 0)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "clip skip %d: CLIPSetLastLayer takes -1 or lower (0 = not set)",
+                            clip_skip);
+    sd_bt *zl = NULL, *pl = NULL, *z = NULL;
+    sd_status rc = encode_role(&te->l, l, clip_skip, opts, &zl, &pl, err);
+    sd_bt_free(zl); /* FluxClipModel keeps only CLIP-L's pooled output */
+    if (rc == SD_OK) rc = encode_t5(te, t5, clip_skip, opts, &z, err);
+    if (rc == SD_OK) {
+        *cond = to_host(z);
+        *pooled = to_host(pl);
+        z = pl = NULL;
+        if (!*cond || !*pooled) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory downloading conditioning");
+    }
+    sd_bt_free(z);
+    sd_bt_free(pl);
+    if (rc != SD_OK) {
+        sd_tensor_unref(*cond);
+        sd_tensor_unref(*pooled);
+        *cond = *pooled = NULL;
+    }
+    return rc;
+}
+
 sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,
                                 const sd_prompt_tokens *g, int clip_skip,
                                 const sd_text_encode_opts *opts, sd_tensor **cond,
@@ -355,6 +606,10 @@ sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_token
         return sd_error_set(err, SD_ERR_INVALID,
                             "clip skip %d: CLIPSetLastLayer takes -1 or lower (0 = not set)",
                             clip_skip);
+    if (te->t5)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "a %s text encoder encodes through sd_text_encode_flux_tokens",
+                            sd_te_kind_name(te->kind));
     if (!te->l.clip != !l || !te->g.clip != !g)
         return sd_error_set(err, SD_ERR_INVALID,
                             "%s text encoder: tokens for %s%s%s expected",
@@ -457,9 +712,56 @@ static sd_status encode_texts(const sd_text_encoder *te, const char *text_l, con
     return rc;
 }
 
+sd_status sd_text_encode_flux(const sd_text_encoder *te, const char *clip_l, const char *t5xxl,
+                              int clip_skip, const sd_text_encode_opts *opts, sd_tensor **cond,
+                              sd_tensor **pooled, sd_error *err) {
+    *cond = *pooled = NULL;
+    if (te->kind != SD_TE_FLUX)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "CLIPTextEncodeFlux needs a flux text encoder (DualCLIPLoader type "
+                            "flux, or a Flux checkpoint), this one is %s",
+                            sd_te_kind_name(te->kind));
+    if (!te->tok)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "text encoder has no CLIP tokenizer (configure --tokenizer-dir or %s)",
+                            SD_TOKENIZER_DIR_ENV);
+    if (!te->t5tok)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "text encoder has no T5 tokenizer (configure --tokenizer-dir DIR with "
+                            "DIR/" SD_T5_TOKENIZER_SUBDIR "/tokenizer.json, or --comfyui-dir)");
+    sd_prompt_tokens *l = NULL, *t = NULL;
+    sd_prompt_vocab v5;
+    sd_prompt_opts po;
+    sd_status rc = tokenize(te, &te->l, clip_l, opts, &l, err);
+    if (rc == SD_OK) rc = sd_t5_tokenizer_prompt_vocab(te->t5tok, &v5, err);
+    if (rc == SD_OK) {
+        sd_prompt_opts_t5xxl(&po);
+        if (opts) {
+            po.embedding_dirs = opts->embedding_dirs;
+            po.n_embedding_dirs = opts->n_embedding_dirs;
+            po.warn = opts->warn;
+            po.warn_ud = opts->warn_ud;
+        }
+        rc = sd_prompt_tokenize_vocab(&v5, t5xxl ? t5xxl : "", &po, &t, err);
+    }
+    if (rc == SD_OK) rc = sd_text_encode_flux_tokens(te, l, t, clip_skip, opts, cond, pooled, err);
+    sd_prompt_tokens_free(l);
+    sd_prompt_tokens_free(t);
+    return rc;
+}
+
 sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_skip,
                          const sd_text_encode_opts *opts, sd_tensor **cond, sd_tensor **pooled,
                          sd_error *err) {
+    if (te->kind == SD_TE_FLUX)
+        return sd_text_encode_flux(te, text, text, clip_skip, opts, cond, pooled, err);
+    if (te->kind == SD_TE_T5) {
+        *cond = *pooled = NULL;
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "a T5-XXL file alone is the text encoder of families sdflow does not "
+                            "run (SD3, Mochi, ...); for Flux load it with a CLIP-L through "
+                            "DualCLIPLoader type flux");
+    }
     return encode_texts(te, text, text, 0, clip_skip, opts, cond, pooled, err);
 }
 

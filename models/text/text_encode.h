@@ -13,6 +13,19 @@
  *                first end token times text_projection (unprojected when
  *                the bigG has no text_projection, i.e. an identity one).
  *   SDXL_REFINER bigG only, as the 'g' of SDXL.
+ *   FLUX         CLIP-L + T5-XXL (comfy/text_encoders/flux.py FluxClipModel):
+ *                cond = the T5's final-LN hidden state [1, L, d_model] of
+ *                ComfyUI's T5XXLTokenizer tokens (one chunk, </s>, padded with
+ *                0 to 256 tokens, never cut; no attention mask), pooled =
+ *                CLIP-L's final-LN state at the first end token,
+ *                UNprojected (return_projected_pooled=False); CLIP-L's own
+ *                hidden states are discarded. T5 runs in f32 (bf16 allowed);
+ *                a text encoder asked for f16 computes the T5 in f32 and
+ *                warns, as T5 overflows f16.
+ *   T5           a T5-XXL file alone (the part a Flux CLIP is made of with a
+ *                CLIP-L file: sd_text_encoder_combine); encoding with it
+ *                alone is SD_ERR_UNSUPPORTED (ComfyUI uses a lone T5 for
+ *                families sdflow does not run).
  *   SD2          OpenCLIP ViT-H ('h', pads with 0, embedding key clip_h;
  *                held in the 'g' slot): layer num_layers-2 WITH final LN by
  *                default (ComfyUI's sd2_clip.py "penultimate" on
@@ -24,12 +37,16 @@
  * that encoder's final-LN last layer (ComfyUI's "last"). Pooled outputs
  * always come from the final-LN last layer.
  *
+ * CLIPSetLastLayer on a FLUX encoder selects the T5 block the same way
+ * (ComfyUI sets the layer on both halves; the T5 output keeps its final LN).
+ *
  * Per encoder, as ComfyUI's ClipTokenWeightEncoder: each 77-token chunk is
  * encoded separately and the chunks are concatenated on the token axis
  * (cond [1, 77*k, D]); pooled comes from the first chunk. When any weight of
  * the prompt differs from 1.0 the empty prompt ([start, end, pad...]) is
  * encoded in the same batch and every token with weight w != 1 becomes
- * (z - z_empty) * w + z_empty (float32, w rounded to float). Textual
+ * (z - z_empty) * w + z_empty (float32, w rounded to float); for the T5 the
+ * empty prompt is [</s>, pad...] of the prompt's length. Textual
  * inversion vectors replace token embeddings at their slots; a vector whose
  * width differs from the encoder's is dropped with a warning, the rest of
  * the chunk moves left and pad tokens fill its end (ComfyUI's behaviour).
@@ -45,6 +62,8 @@
 #include "formats/safetensors.h"
 #include "models/text/clip.h"
 #include "models/text/prompt.h"
+#include "models/text/t5.h"
+#include "models/text/t5_tokenizer.h"
 #include "models/text/tokenizer.h"
 
 typedef enum sd_te_kind {
@@ -52,7 +71,8 @@ typedef enum sd_te_kind {
     SD_TE_SDXL = 2,
     SD_TE_SDXL_REFINER = 3,
     SD_TE_SD2 = 4,
-    SD_TE_FLUX = 5  /* CLIP-L (pooled) + T5-XXL (cond) */
+    SD_TE_FLUX = 5, /* CLIP-L (pooled) + T5-XXL (cond) */
+    SD_TE_T5 = 6    /* a T5 alone (standalone t5xxl file) */
 } sd_te_kind;
 
 typedef struct sd_text_encoder sd_text_encoder;
@@ -63,6 +83,9 @@ typedef struct sd_text_encoder sd_text_encoder;
 #define SD_TE_PREFIX_SDXL_G "conditioner.embedders.1.model."
 #define SD_TE_PREFIX_REFINER_G "conditioner.embedders.0.model."
 #define SD_TE_PREFIX_SD2 "cond_stage_model.model."
+/* The Comfy-Org single-file Flux checkpoints (flux1-dev-fp8.safetensors). */
+#define SD_TE_PREFIX_FLUX_T5 "text_encoders.t5xxl.transformer."
+#define SD_TE_PREFIX_FLUX_L "text_encoders.clip_l.transformer."
 
 /* Assemble an encoder from loaded models. Takes ownership of clip_l and
  * clip_g (also on failure). SD1 needs clip_l only, SDXL both, SDXL_REFINER
@@ -70,6 +93,28 @@ typedef struct sd_text_encoder sd_text_encoder;
  * SD_ERR_NOMEM. */
 sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err);
+
+/* What a file's text-encoder keys make (0 when it has none): the
+ * single-file layouts below, or a standalone text-encoder file with bare
+ * keys: an HF T5 encoder (encoder.block.N..., shared.weight) is T5; an HF
+ * CLIP (text_model.*) or an OpenCLIP text tower (transformer.resblocks.N) is
+ * told apart by ComfyUI's detect_te_model layer counts: a layer 30 makes a
+ * bigG (SDXL_REFINER, the lone-G encoder), a layer 22 a ViT-H (SD2), else a
+ * CLIP-L (SD1). Names and shapes only. */
+sd_te_kind sd_text_encoder_detect(const sd_st_file *f);
+
+/* What loading needs beyond the file. */
+typedef struct sd_te_load_opts {
+    const sd_tokenizer *tok;         /* CLIP vocabulary (borrowed; may be NULL, set later) */
+    const sd_t5_tokenizer *t5tok;    /* T5 vocabulary for T5 / FLUX (borrowed; may be NULL) */
+    /* CLIP-L attention heads when not width / 64: tiny test models, as
+     * ComfyUI's clip_l_model_config (model_options); 0 = width / 64 */
+    int clip_l_heads;
+} sd_te_load_opts;
+
+/* sd_text_encoder_load with those options (NULL = none). */
+sd_status sd_text_encoder_load_ex(sd_backend *be, sd_st_file *f, const sd_te_load_opts *o,
+                                  sd_text_encoder **out, sd_error *err);
 
 /* Detect the family from a single-file checkpoint's text-encoder keys
  * (SDXL: conditioner.embedders.0.transformer + .1.model; refiner:
@@ -83,9 +128,13 @@ void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
 
 /* A text encoder of `kind` made of the models of several loaded encoders
  * (the parts of standalone text-encoder files: DualCLIPLoader's type), which
- * it borrows: the parts must outlive it. Errors: SD_ERR_UNSUPPORTED (a kind
- * that is not made this way, or parts that do not make it; the message
- * names what was given and what is needed), SD_ERR_NOMEM. */
+ * it borrows, tokenizers included: the parts must outlive it. FLUX takes a
+ * CLIP-L part (SD1) and a T5 part, SDXL a CLIP-L part and a bigG part
+ * (SDXL_REFINER), in any order, as ComfyUI's FluxClipModel / SDXLClipModel
+ * sort files by their keys; a single part of another kind may also be taken
+ * as itself (CLIPLoader: kind = the part's own). Errors: SD_ERR_UNSUPPORTED
+ * (a kind that is not made this way, or parts that do not make it; the
+ * message names what was given and what is needed), SD_ERR_NOMEM. */
 sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
                                   sd_text_encoder **out, sd_error *err);
 
@@ -93,9 +142,16 @@ sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
 const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux" */
 const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te); /* NULL when absent */
 const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te);
+const sd_t5 *sd_text_encoder_t5(const sd_text_encoder *te);       /* NULL when absent */
 void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok);
 const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te);
-/* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner, 1024 SD2) and of pooled. */
+void sd_text_encoder_set_t5_tokenizer(sd_text_encoder *te, const sd_t5_tokenizer *tok);
+const sd_t5_tokenizer *sd_text_encoder_t5_tokenizer(const sd_text_encoder *te);
+/* 1 when the kind's encoding needs the CLIP / the T5 vocabulary. */
+int sd_te_kind_needs_clip_tokenizer(sd_te_kind kind);
+int sd_te_kind_needs_t5_tokenizer(sd_te_kind kind);
+/* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner, 1024 SD2, 4096
+ * Flux/T5) and of pooled (0 for T5 alone). */
 int sd_text_encoder_cond_dim(const sd_text_encoder *te);
 int sd_text_encoder_pooled_dim(const sd_text_encoder *te);
 
@@ -122,6 +178,19 @@ sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_s
 sd_status sd_text_encode_sdxl(const sd_text_encoder *te, const char *text_g, const char *text_l,
                               int clip_skip, const sd_text_encode_opts *opts, sd_tensor **cond,
                               sd_tensor **pooled, sd_error *err);
+
+/* CLIPTextEncodeFlux's text part: clip_l for CLIP-L (pooled), t5xxl for the
+ * T5 (cond). Needs a FLUX encoder (SD_ERR_INVALID otherwise). */
+sd_status sd_text_encode_flux(const sd_text_encoder *te, const char *clip_l, const char *t5xxl,
+                              int clip_skip, const sd_text_encode_opts *opts, sd_tensor **cond,
+                              sd_tensor **pooled, sd_error *err);
+
+/* The FLUX encoding of tokenized prompts: l as for CLIP-L (77-token chunks),
+ * t5 one chunk of any length (sd_prompt_opts_t5xxl). Only opts->warn is used. */
+sd_status sd_text_encode_flux_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,
+                                     const sd_prompt_tokens *t5, int clip_skip,
+                                     const sd_text_encode_opts *opts, sd_tensor **cond,
+                                     sd_tensor **pooled, sd_error *err);
 
 /* Encode already tokenized prompts (the tokens carry weights and embedding
  * vectors): l for CLIP-L (NULL for the refiner and SD2), g for bigG or
