@@ -72,20 +72,23 @@ typedef struct lin_w {
     float l0, l1;
 } lin_w;
 
-/* PyTorch compute_source_index_and_lambda (align_corners=False). */
+/* PyTorch compute_source_index_and_lambda (align_corners=False): the scale
+ * is a float in/out ratio, but the source position and the weights are
+ * computed in double (area_pixel_compute_source_index on the accumulate
+ * type) and only the weights rounded to float. */
 static void linear_axis(int64_t in, int64_t out, lin_w *a) {
-    float scale = (float)in / (float)out;
+    double scale = (double)((float)in / (float)out);
     for (int64_t o = 0; o < out; o++) {
         if (in == out) { a[o] = (lin_w){o, o, 1.0f, 0.0f}; continue; }
-        float src = scale * ((float)o + 0.5f) - 0.5f;
-        if (src < 0.0f) src = 0.0f;
-        int64_t i0 = (int64_t)floorf(src);
+        double src = scale * ((double)o + 0.5) - 0.5;
+        if (src < 0.0) src = 0.0;
+        int64_t i0 = (int64_t)src;
         if (i0 > in - 1) i0 = in - 1;
-        float l1 = fminf(fmaxf(src - (float)i0, 0.0f), 1.0f);
+        double l1 = fmin(fmax(src - (double)i0, 0.0), 1.0);
         a[o].i0 = i0;
         a[o].i1 = i0 + (i0 < in - 1 ? 1 : 0);
-        a[o].l1 = l1;
-        a[o].l0 = 1.0f - l1;
+        a[o].l1 = (float)l1;
+        a[o].l0 = (float)(1.0 - l1);
     }
 }
 
@@ -97,15 +100,17 @@ typedef struct cub_w {
 static float cubic1(float x, float A) { return ((A + 2) * x - (A + 3)) * x * x + 1; }
 static float cubic2(float x, float A) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
 
-/* PyTorch HelperInterpCubic (align_corners=False, A = -0.75). */
+/* PyTorch HelperInterpCubic (align_corners=False, A = -0.75): the source
+ * position in double from the float scale (as for linear), the fraction
+ * rounded to float, the coefficients in float. */
 static void cubic_axis(int64_t in, int64_t out, cub_w *a) {
     const float A = -0.75f;
-    float scale = (float)in / (float)out;
+    double scale = (double)((float)in / (float)out);
     for (int64_t o = 0; o < out; o++) {
-        float src = scale * ((float)o + 0.5f) - 0.5f;
-        int64_t i = (int64_t)floorf(src);
+        double src = scale * ((double)o + 0.5) - 0.5;
+        int64_t i = (int64_t)floor(src);
         if (i > in - 1) i = in - 1;
-        float t = fminf(fmaxf(src - (float)i, 0.0f), 1.0f);
+        float t = (float)fmin(fmax(src - (double)i, 0.0), 1.0);
         a[o].w[0] = cubic2(t + 1.0f, A);
         a[o].w[1] = cubic1(t, A);
         float t2 = 1.0f - t;

@@ -39,5 +39,29 @@ sd_status sd_nodes_in_tensor(sd_value *const *in, int i, const char *name, int n
                              sd_tensor **out, sd_error *err);
 sd_status sd_nodes_in_latent(sd_value *const *in, int i, const char *name,
                              sd_tensor **samples, sd_error *err);
+/* A MASK input as ComfyUI's mask.reshape((-1, H, W)): any F32 tensor of 2 to
+ * 4 dims, as a new [B, H, W] reference sharing its storage. Errors name the
+ * input. */
+sd_status sd_nodes_in_mask(sd_value *const *in, int i, const char *name, sd_tensor **out,
+                           sd_error *err);
+/* The same for an optional input: *out = NULL when it is absent. */
+sd_status sd_nodes_in_mask_opt(sd_value *const *in, int i, const char *name, sd_tensor **out,
+                               sd_error *err);
+
+/* *out = a tensor value over t, taking over the caller's reference to t
+ * (released on failure). */
+sd_status sd_nodes_set_tensor(sd_value **out, sd_tensor *t, sd_error *err);
+/* An error about input `name` (SD_ERR_INVALID, printf-style message). */
+sd_status sd_nodes_bad_input(sd_error *err, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The big allocation check (core/membudget.h) for an F32 tensor of `shape`,
+ * described as `what` ("the image", "the mask") with its shape. */
+sd_status sd_nodes_mem_check(sd_node_ctx *ctx, const char *input, const char *what, int ndim,
+                             const int64_t *shape, sd_error *err);
+
+/* Previews images [B, H, W, C] as PreviewImage does: PNGs named
+ * ComfyUI_temp_<5 random letters>_<counter>_.png in the temp directory,
+ * compress level 1, recorded in ctx->ui under "images" (type "temp"). */
+sd_status sd_nodes_preview_images(sd_node_ctx *ctx, const sd_tensor *images, sd_error *err);
 
 #endif

@@ -103,12 +103,7 @@ const sd_node_def sd_node_SaveImage = {
 
 /* PreviewImage: "ComfyUI_temp_<5 random letters>" in the temp directory,
  * compress level 1, type "temp". */
-static sd_status preview_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
-                                   sd_error *err) {
-    (void)out;
-    sd_tensor *images;
-    sd_status rc = sd_nodes_in_tensor(in, 0, "images", 4, &images, err);
-    if (rc) return rc;
+sd_status sd_nodes_preview_images(sd_node_ctx *ctx, const sd_tensor *images, sd_error *err) {
     static const char letters[] = "abcdefghijklmnopqrstupvxyz"; /* ComfyUI's alphabet */
     unsigned char rnd[5];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
@@ -120,6 +115,15 @@ static sd_status preview_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
     for (int i = 0; i < 5; i++) prefix[l + i] = letters[rnd[i] % 26];
     prefix[l + 5] = 0;
     return save_images(ctx, images, ctx->env->temp_dir, prefix, "temp", 1, err);
+}
+
+static sd_status preview_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                   sd_error *err) {
+    (void)out;
+    sd_tensor *images;
+    sd_status rc = sd_nodes_in_tensor(in, 0, "images", 4, &images, err);
+    if (rc) return rc;
+    return sd_nodes_preview_images(ctx, images, err);
 }
 
 static const sd_input_def preview_image_inputs[] = {{.name = "images", .type = "IMAGE"}, {0}};

@@ -1,5 +1,6 @@
 /* util.c - helpers shared by the image and latent node families. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +9,63 @@
 #include "image.h"
 
 int64_t sd_nodes_py_round(double v) { return (int64_t)nearbyint(v); }
+
+sd_status sd_nodes_set_tensor(sd_value **out, sd_tensor *t, sd_error *err) {
+    *out = t ? sd_value_tensor(t) : NULL;
+    sd_tensor_unref(t);
+    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+sd_status sd_nodes_bad_input(sd_error *err, const char *name, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sd_error_set(err, SD_ERR_INVALID, "%s", msg);
+    sd_error_at(err, NULL, NULL, name);
+    return SD_ERR_INVALID;
+}
+
+sd_status sd_nodes_mem_check(sd_node_ctx *ctx, const char *input, const char *what, int ndim,
+                             const int64_t *shape, sd_error *err) {
+    char desc[160];
+    int n = snprintf(desc, sizeof desc, "%s [", what);
+    for (int k = 0; k < ndim && n > 0 && (size_t)n < sizeof desc; k++)
+        n += snprintf(desc + n, sizeof desc - (size_t)n, "%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (n > 0 && (size_t)n < sizeof desc) snprintf(desc + n, sizeof desc - (size_t)n, "] float32");
+    return sd_mem_check(ctx, input, sd_mem_tensor_bytes(ndim, shape, sizeof(float)), desc, err);
+}
+
+static sd_status mask_in(sd_value *const *in, int i, const char *name, int optional, sd_tensor **out,
+                         sd_error *err) {
+    *out = NULL;
+    if (optional && (!in[i] || sd_value_kind_of(in[i]) == SD_VAL_NONE)) return SD_OK;
+    sd_tensor *t = in[i] ? sd_value_as_tensor(in[i]) : NULL;
+    if (!t || t->dtype != SD_F32 || t->ndim < 2 || t->ndim > 4) {
+        char sh[96] = "none";
+        if (t) sd_tensor_shape_str(t, sh, sizeof sh);
+        return sd_nodes_bad_input(err, name, "input '%s': expected a MASK (an F32 tensor [B, H, W]), got %s",
+                                  name, sh);
+    }
+    int64_t h = t->shape[t->ndim - 2], w = t->shape[t->ndim - 1];
+    int64_t n = sd_tensor_numel(t);
+    if (h < 1 || w < 1 || n < 1)
+        return sd_nodes_bad_input(err, name, "input '%s': empty mask", name);
+    int64_t shape[3] = {n / (h * w), h, w};
+    *out = sd_tensor_reshape(t, 3, shape);
+    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+sd_status sd_nodes_in_mask(sd_value *const *in, int i, const char *name, sd_tensor **out,
+                           sd_error *err) {
+    return mask_in(in, i, name, 0, out, err);
+}
+
+sd_status sd_nodes_in_mask_opt(sd_value *const *in, int i, const char *name, sd_tensor **out,
+                               sd_error *err) {
+    return mask_in(in, i, name, 1, out, err);
+}
 
 sd_status sd_nodes_in_tensor(sd_value *const *in, int i, const char *name, int ndim,
                              sd_tensor **out, sd_error *err) {

@@ -15,4 +15,10 @@
 /* NULL-terminated table registered by nodes/nodes.c. */
 extern const sd_node_def *const sd_nodes_latent[];
 
+/* samples.copy() with `key` ("samples", "noise_mask") set to t: a new LATENT
+ * sharing src's other entries (src NULL: a new dict). Takes over the
+ * caller's reference to t, also on failure. */
+sd_status sd_nodes_latent_with(const sd_value *src, const char *key, sd_tensor *t, sd_value **out,
+                               sd_error *err);
+
 #endif

@@ -13,21 +13,6 @@ static const char *const latent_methods[] = {"nearest-exact", "bilinear", "area"
 static const char *const crop_methods[] = {"disabled", "center", NULL};
 static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
 
-/* samples.copy() with "samples" (or another key) replaced; takes `t`. */
-static sd_status latent_replace(const sd_value *src, const char *key, sd_tensor *t,
-                                sd_value **out, sd_error *err) {
-    sd_value *d = src ? sd_value_shallow_copy(src) : sd_value_dict();
-    sd_value *tv = t ? sd_value_tensor(t) : NULL;
-    sd_tensor_unref(t);
-    if (!d || !tv || sd_value_dict_set(d, key, tv)) {
-        if (!d) sd_value_unref(tv);
-        sd_value_unref(d);
-        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    }
-    *out = d;
-    return SD_OK;
-}
-
 static sd_status bad_input(sd_error *err, const char *input, const char *fmt, const char *val) {
     sd_error_set(err, SD_ERR_INVALID, fmt, val ? val : "(null)");
     sd_error_at(err, NULL, NULL, input);
@@ -51,7 +36,7 @@ static sd_status empty_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_valu
     if (rc) return rc;
     sd_tensor *t = sd_tensor_new4(SD_F32, 4, b, 4, h / 8, w / 8);
     if (!t) return sd_error_set(err, SD_ERR_NOMEM, "EmptyLatentImage: out of memory");
-    return latent_replace(NULL, "samples", t, &out[0], err);
+    return sd_nodes_latent_with(NULL, "samples", t, &out[0], err);
 }
 
 static const sd_input_def empty_latent_inputs[] = {
@@ -109,7 +94,7 @@ static sd_status latent_upscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
     rc = sd_nodes_upscale_batched(ctx, x, 0, width / 8, height / 8, m, crop,
                                   width >= height ? "width" : "height", &res, err);
     if (rc) return rc;
-    return latent_replace(in[0], "samples", res, &out[0], err);
+    return sd_nodes_latent_with(in[0], "samples", res, &out[0], err);
 }
 
 static const sd_input_def latent_upscale_inputs[] = {
@@ -150,7 +135,7 @@ static sd_status latent_upscale_by_run(sd_node_ctx *ctx, sd_value *const *in, sd
     sd_tensor *res = NULL;
     rc = sd_nodes_upscale_batched(ctx, x, 0, width, height, m, SD_CROP_DISABLED, "scale_by", &res, err);
     if (rc) return rc;
-    return latent_replace(in[0], "samples", res, &out[0], err);
+    return sd_nodes_latent_with(in[0], "samples", res, &out[0], err);
 }
 
 static const sd_input_def latent_upscale_by_inputs[] = {
@@ -334,7 +319,7 @@ static sd_status latent_composite_run(sd_node_ctx *ctx, sd_value *const *in, sd_
                 }
         }
     free(mask);
-    return latent_replace(in[0], "samples", s, &out[0], err);
+    return sd_nodes_latent_with(in[0], "samples", s, &out[0], err);
 }
 
 static const sd_input_def latent_composite_inputs[] = {
@@ -371,7 +356,7 @@ static sd_status set_noise_mask_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
     int64_t shape[4] = {sd_tensor_numel(mask) / (h * w), 1, h, w};
     sd_tensor *m = sd_tensor_reshape(mask, 4, shape); /* reshape((-1, 1, H, W)) shares storage */
     if (!m) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    return latent_replace(in[0], "noise_mask", m, &out[0], err);
+    return sd_nodes_latent_with(in[0], "noise_mask", m, &out[0], err);
 }
 
 static const sd_input_def set_noise_mask_inputs[] = {

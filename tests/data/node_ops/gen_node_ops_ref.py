@@ -1,0 +1,312 @@
+#!/usr/bin/python3
+"""Reference results of ComfyUI's own mask, image, latent, primitive and string nodes.
+
+usage: /usr/bin/python3 gen_node_ops_ref.py COMFY EINOPS CLIP [KORNIA] [OUT_DIR]
+  COMFY EINOPS CLIP: the trees ../shared/tools/comfyref/extract_refs.sh extracts (ComfyUI at
+                     the commit in COMFY_COMMIT there);
+  KORNIA:            a kornia source tree (github kornia/kornia, the commit in the manifest) for
+                     Morphology; "-" when not needed;
+  OUT_DIR:           default: this script's folder.
+Writes manifest.json and node_ops_ref.safetensors beside this script.
+
+Every case calls one ComfyUI node class the way its executor would (V3: cls.execute(**inputs),
+V1: getattr(cls(), cls.FUNCTION)(**inputs)) on small inputs made here from fixed seeds; inputs
+and outputs are stored in node_ops_ref.safetensors under "<case>/in/<input>" and
+"<case>/out<k>[/<key>]". The manifest lists each case's node, its inputs (a tensor name, a
+LATENT's parts, a literal, or another node's output) and its outputs (a tensor with the
+tolerance it is compared under, a LATENT's parts, a literal value, or the error ComfyUI
+raised). tests/nodes/test_golden_node_ops.c runs the same node in sdflow on the same inputs.
+
+Tolerances: 0 (bit for bit) unless the case says why not; the few non-zero ones are derived
+from the computation in the case's "tolerance_note", never from a comparison.
+Runs on Debian's python3-torch 1.13, CPU, float32.
+"""
+import json
+import os
+import sys
+import types
+
+comfy_root, einops_root, clip_root = sys.argv[1:4]
+kornia_root = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+out_dir = sys.argv[5] if len(sys.argv) > 5 else os.path.dirname(os.path.abspath(__file__))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "../../../../shared/tools/comfyref"))
+import comfy_env  # noqa: E402
+
+comfy_env.setup(comfy_root, einops_root, clip_root)
+# nodes_images imports the server (for GetImageSize's progress text): a stand-in
+server = types.ModuleType("server")
+server.PromptServer = types.SimpleNamespace(instance=None)
+sys.modules["server"] = server
+if kornia_root:
+    sys.path.insert(0, kornia_root)
+
+import torch  # noqa: E402
+import stio  # noqa: E402
+import nodes  # noqa: E402
+import comfy_extras.nodes_mask as nodes_mask  # noqa: E402
+import comfy_extras.nodes_compositing as nodes_compositing  # noqa: E402
+
+MODULES = [nodes_mask, nodes_compositing]
+
+tensors = {}
+cases = []
+stored = {}  # (shape, bytes) -> name: an input used by several cases is stored once
+
+
+def put_input(name, t):
+    t = t.contiguous().float()
+    k = (tuple(t.shape), t.numpy().tobytes())
+    if k not in stored:
+        stored[k] = name
+        tensors[name] = t
+    return stored[k]
+
+
+def node_class(name):
+    for m in MODULES:
+        for v in vars(m).values():
+            if isinstance(v, type) and hasattr(v, "define_schema"):
+                try:
+                    if v.define_schema().node_id == name:
+                        return v
+                except Exception:
+                    pass
+        cls = getattr(m, "NODE_CLASS_MAPPINGS", {}).get(name)
+        if cls:
+            return cls
+    raise KeyError(name)
+
+
+def call(name, kwargs):
+    cls = node_class(name)
+    if hasattr(cls, "define_schema"):
+        cls.hidden = types.SimpleNamespace(unique_id=None, prompt=None, extra_pnginfo=None)
+        return tuple(cls.execute(**kwargs).result)
+    r = getattr(cls(), cls.FUNCTION)(**kwargs)
+    return tuple(r["result"]) if isinstance(r, dict) else tuple(r)
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+def rand(seed, *shape, lo=0.0, hi=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=g) * (hi - lo) + lo
+
+
+def blobs(seed, b, h, w):
+    """A mask with islands of 1s, some fractional values and zeros."""
+    m = rand(seed, b, h, w)
+    return torch.where(m > 0.7, torch.ones_like(m), torch.where(m < 0.4, torch.zeros_like(m), m))
+
+
+class T:
+    """An input tensor, stored under <case>/in/<name>."""
+
+    def __init__(self, t):
+        self.t = t.contiguous().float()
+
+
+class Latent:
+    def __init__(self, samples, noise_mask=None, batch_index=None):
+        self.samples, self.noise_mask, self.batch_index = samples, noise_mask, batch_index
+
+
+class Node:
+    """Another node's output as an input."""
+
+    def __init__(self, name, inputs, output=0):
+        self.name, self.inputs, self.output = name, inputs, output
+
+
+def store_input(case_id, name, v):
+    """(manifest entry, python value) of one input."""
+    if isinstance(v, T):
+        return {"tensor": put_input("%s/in/%s" % (case_id, name), v.t)}, v.t.clone()
+    if isinstance(v, Latent):
+        e, d = {"latent": {}}, {}
+        for part in ("samples", "noise_mask"):
+            t = getattr(v, part)
+            if t is not None:
+                e["latent"][part] = put_input("%s/in/%s/%s" % (case_id, name, part), t)
+                d[part] = t.clone()
+        if v.batch_index is not None:
+            e["latent"]["batch_index"] = list(v.batch_index)
+            d["batch_index"] = list(v.batch_index)
+        return e, d
+    if isinstance(v, Node):
+        e, kw = {}, {}
+        for k, x in v.inputs.items():
+            e[k], kw[k] = store_input(case_id, name + "." + k, x)
+        return {"node": v.name, "inputs": e, "output": v.output}, call(v.name, kw)[v.output]
+    if isinstance(v, list):
+        pairs = [store_input(case_id, "%s.%d" % (name, i), x) for i, x in enumerate(v)]
+        return {"list": [p[0] for p in pairs]}, [p[1] for p in pairs]
+    return {"value": v, "kind": kind(v)}, v
+
+
+def kind(v):
+    return ("NONE" if v is None else "BOOLEAN" if isinstance(v, bool) else "INT" if isinstance(v, int)
+            else "FLOAT" if isinstance(v, float) else "STRING" if isinstance(v, str) else type(v).__name__)
+
+
+def store_output(case_id, k, v, tol):
+    if isinstance(v, torch.Tensor):
+        key = "%s/out%d" % (case_id, k)
+        tensors[key] = v.contiguous().float()
+        return {"tensor": key, "atol": tol[0], "rtol": tol[1]}
+    if isinstance(v, dict):
+        e = {"latent": {}, "keys": sorted(v.keys())}
+        for part in ("samples", "noise_mask"):
+            if part in v:
+                key = "%s/out%d/%s" % (case_id, k, part)
+                tensors[key] = v[part].contiguous().float()
+                e["latent"][part] = key
+        if "batch_index" in v:
+            e["latent"]["batch_index"] = list(v["batch_index"])
+        e["atol"], e["rtol"] = tol
+        return e
+    if isinstance(v, list):
+        return {"list": [store_output("%s/%d" % (case_id, i), k, x, tol) for i, x in enumerate(v)]}
+    return {"value": v, "kind": kind(v)}
+
+
+def case(case_id, node, inputs, tol=(0.0, 0.0), note=None):
+    entry = {"id": case_id, "node": node, "inputs": {}}
+    kw = {}
+    for name, v in inputs.items():
+        entry["inputs"][name], kw[name] = store_input(case_id, name, v)
+    try:
+        result = call(node, kw)
+        entry["outputs"] = [store_output(case_id, k, v, tol) for k, v in enumerate(result)]
+    except Exception as ex:  # ComfyUI refuses these inputs: so must sdflow
+        entry["error"] = "%s: %s" % (type(ex).__name__, ex)
+    if note:
+        entry["tolerance_note"] = note
+    cases.append(entry)
+
+
+# ---- tolerances where resampling is involved ---------------------------------------------------
+# PyTorch's CPU interpolate kernels are chosen per CPU (default, AVX2, AVX512 builds, with or
+# without FMA contraction), so resampled values are not reproducible bit for bit even across
+# machines running ComfyUI. u = 2^-24 (float32 unit roundoff), S = the largest |value| resampled.
+U = 2.0 ** -24
+# bilinear: 4 weights (each rounded once), 4 products, 3 sums: at most 9 roundings of terms
+# <= S in either implementation, so two implementations differ by <= 18uS; 20uS.
+BILINEAR = 20
+# a mask resampled bilinearly then used to blend: the mask's error (20u) times |src - dst|
+# (<= 2S), plus the blend's own 4 roundings on each side: 40u + 8u; 50uS.
+BLEND_RESAMPLED_MASK = 50
+# bicubic: each axis's 4 coefficients are cubic polynomials in float32 (3 roundings of terms up
+# to 6, with or without FMA): |dc| <= 2*3*6u = 36u per coefficient; 16 products c_y*c_x*v with
+# sum|c| <= 1.25 per axis: 2*1.25*4*36u*S + 2*16*2u*1.5625*S < 460uS between two implementations.
+BICUBIC = 460
+
+
+def resampled(k, scale=1.0):
+    return (k * U * scale, 0.0)
+
+
+# ---- masks (comfy_extras/nodes_mask.py, nodes_compositing.py) ---------------------------------
+
+def mask_cases():
+    m = blobs(1, 2, 13, 17)
+    case("invert", "InvertMask", {"mask": T(m)})
+    case("invert_2d", "InvertMask", {"mask": T(rand(2, 9, 7))})
+    case("solid", "SolidMask", {"value": 0.3, "width": 7, "height": 5})
+    case("threshold", "ThresholdMask", {"mask": T(rand(3, 2, 8, 9)), "value": 0.3})
+    case("threshold_4d", "ThresholdMask", {"mask": T(rand(3, 1, 1, 8, 9)), "value": 0.55})
+    case("crop", "CropMask", {"mask": T(m), "x": 3, "y": 2, "width": 9, "height": 20})
+    case("crop_outside", "CropMask", {"mask": T(m), "x": 40, "y": 2, "width": 5, "height": 5})
+    img = rand(4, 2, 6, 5, 4)
+    for ch in ("red", "green", "blue", "alpha"):
+        case("image_to_mask_" + ch, "ImageToMask", {"image": T(img), "channel": ch})
+    case("image_to_mask_no_alpha", "ImageToMask", {"image": T(rand(4, 1, 6, 5, 3)), "channel": "alpha"})
+    case("mask_to_image", "MaskToImage", {"mask": T(m)})
+    q = torch.round(rand(5, 2, 7, 6, 3) * 4) / 4  # few colours, so some pixels match
+    q[0, 1, 2] = torch.tensor([1.0, 0.5, 0.25])
+    case("color_to_mask", "ImageColorToMask", {"image": T(q), "color": 0xFF8040})
+    case("color_to_mask_black", "ImageColorToMask", {"image": T(q), "color": 0})
+    for expand in (3, -2, 40):
+        for tapered in (True, False):
+            case("grow_%d_%s" % (expand, "cross" if tapered else "square"), "GrowMask",
+                 {"mask": T(m), "expand": expand, "tapered_corners": tapered})
+    case("feather", "FeatherMask", {"mask": T(m), "left": 3, "top": 2, "right": 4, "bottom": 5})
+    case("feather_wide", "FeatherMask", {"mask": T(rand(6, 1, 5, 6)), "left": 9, "top": 0, "right": 9,
+                                          "bottom": 1})
+    src = blobs(7, 1, 6, 8)
+    for op in ("multiply", "add", "subtract", "and", "or", "xor"):
+        case("mask_composite_" + op, "MaskComposite",
+             {"destination": T(m), "source": T(src), "x": 12, "y": 4, "operation": op})
+    case("mask_composite_inside", "MaskComposite",
+         {"destination": T(m), "source": T(blobs(8, 2, 5, 5)), "x": 1, "y": 1, "operation": "add"})
+    case("mask_composite_batch", "MaskComposite",
+         {"destination": T(m), "source": T(blobs(9, 3, 5, 5)), "x": 1, "y": 1, "operation": "add"})
+    # compositing
+    rgb = rand(10, 2, 9, 11, 3)
+    case("join_alpha", "JoinImageWithAlpha", {"image": T(rgb), "alpha": T(rand(11, 3, 9, 11))})
+    case("join_alpha_resized", "JoinImageWithAlpha", {"image": T(rgb), "alpha": T(rand(12, 1, 5, 7))},
+         tol=resampled(BILINEAR), note="alpha = 1 - the bilinearly resampled mask: BILINEAR")
+    case("split_alpha", "SplitImageWithAlpha", {"image": T(rand(13, 2, 4, 5, 4))})
+    case("split_alpha_rgb", "SplitImageWithAlpha", {"image": T(rand(13, 2, 4, 5, 3))})
+    src_img, dst_img = rand(14, 2, 9, 11, 3), rand(15, 2, 9, 11, 3)
+    sa, da = rand(16, 2, 9, 11), rand(17, 2, 9, 11)
+    sa[0, :3] = 1.0  # fully transparent rows: out alpha 0 in some modes
+    da[0, :3] = 1.0
+    for mode in ("ADD", "CLEAR", "DARKEN", "DST", "DST_ATOP", "DST_IN", "DST_OUT", "DST_OVER", "LIGHTEN",
+                 "MULTIPLY", "OVERLAY", "SCREEN", "SRC", "SRC_ATOP", "SRC_IN", "SRC_OUT", "SRC_OVER", "XOR"):
+        case("porter_duff_" + mode.lower(), "PorterDuffImageComposite",
+             {"source": T(src_img), "source_alpha": T(sa), "destination": T(dst_img),
+              "destination_alpha": T(da), "mode": mode})
+    # masks in [0, 0.5]: alphas >= 0.5, so SRC_OVER's out alpha >= 0.5 and the final division by it
+    # at most doubles an error in the colour and adds |colour| * |d alpha| / alpha^2 <= 4 d
+    case("porter_duff_resized", "PorterDuffImageComposite",
+         {"source": T(rand(18, 1, 6, 8, 3)), "source_alpha": T(rand(19, 1, 5, 5, hi=0.5)),
+          "destination": T(dst_img), "destination_alpha": T(rand(20, 2, 7, 13, hi=0.5)), "mode": "SRC_OVER"},
+         tol=resampled(6 * BICUBIC),
+         note="source and alphas resampled bicubically (BICUBIC), then composited and divided by an "
+              "out alpha >= 0.5: at most 6 times BICUBIC")
+    # ImageCompositeMasked / LatentCompositeMasked
+    d, s = rand(21, 2, 12, 14, 3), rand(22, 1, 5, 6, 3)
+    case("image_composite", "ImageCompositeMasked",
+         {"destination": T(d), "source": T(s), "x": 3, "y": 4, "resize_source": False})
+    case("image_composite_mask", "ImageCompositeMasked",
+         {"destination": T(d), "source": T(s), "x": 10, "y": 9, "resize_source": False,
+          "mask": T(rand(23, 1, 3, 4))}, tol=resampled(BLEND_RESAMPLED_MASK),
+         note="the mask is resampled bilinearly to the source's size: BLEND_RESAMPLED_MASK")
+    case("image_composite_resize", "ImageCompositeMasked",
+         {"destination": T(d), "source": T(s), "x": 0, "y": 0, "resize_source": True,
+          "mask": T(rand(24, 2, 12, 14))}, tol=resampled(BILINEAR),
+         note="the source is resampled bilinearly (the mask keeps its size): BILINEAR")
+    case("image_composite_rgba_source", "ImageCompositeMasked",
+         {"destination": T(d), "source": T(rand(25, 2, 5, 6, 4)), "x": 2, "y": 2, "resize_source": False})
+    case("image_composite_outside", "ImageCompositeMasked",
+         {"destination": T(d), "source": T(s), "x": 40, "y": 2, "resize_source": False})
+    ld, ls = rand(26, 2, 4, 6, 7, lo=-2, hi=2), rand(27, 1, 4, 3, 4, lo=-2, hi=2)
+    case("latent_composite", "LatentCompositeMasked",
+         {"destination": Latent(ld, batch_index=[3, 4]), "source": Latent(ls), "x": 16, "y": 8,
+          "resize_source": False, "mask": T(rand(28, 1, 24, 32))}, tol=resampled(BLEND_RESAMPLED_MASK, 2.0),
+         note="the mask is resampled bilinearly; latents within [-2, 2]: BLEND_RESAMPLED_MASK * 2")
+    case("latent_composite_resize", "LatentCompositeMasked",
+         {"destination": Latent(ld), "source": Latent(ls), "x": 0, "y": 0, "resize_source": True},
+         tol=resampled(BILINEAR, 2.0), note="the source is resampled bilinearly, values within [-2, 2]")
+    case("latent_composite_floor", "LatentCompositeMasked",
+         {"destination": Latent(ld), "source": Latent(ls), "x": 37, "y": 15, "resize_source": False})
+
+
+mask_cases()
+
+manifest = {
+    "generator": "tests/data/node_ops/gen_node_ops_ref.py",
+    "command": "/usr/bin/python3 gen_node_ops_ref.py COMFY EINOPS CLIP [KORNIA] (trees from "
+               "../shared/tools/comfyref/extract_refs.sh)",
+    "comfyui_commit": open(os.path.join(here, "../../../../shared/tools/comfyref/COMFY_COMMIT")).read().strip(),
+    "torch": "Debian python3-torch %s, CPU, float32" % torch.__version__,
+    "file": "node_ops_ref.safetensors",
+    "cases": cases,
+}
+stio.save(tensors, os.path.join(out_dir, "node_ops_ref.safetensors"))
+with open(os.path.join(out_dir, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
+    f.write("\n")
+print("%d cases, %d tensors" % (len(cases), len(tensors)))
