@@ -105,6 +105,8 @@ def install_stubs(comfy_dir, input_dir):
     comfy.samplers.SCHEDULER_NAMES = schedulers
     import comfy.comfy_types
     comfy.comfy_types.IO = IO
+    import comfy.comfy_types.node_typing
+    comfy.comfy_types.node_typing.IO = IO
     comfy.comfy_types.ComfyNodeABC = object
     comfy.comfy_types.InputTypeDict = dict
     comfy.comfy_types.FileLocator = dict

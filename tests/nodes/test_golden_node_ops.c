@@ -90,6 +90,15 @@ static sd_value *latent_value(const cJSON *l) {
     return d;
 }
 
+/* An INT literal: a JSON number, or decimal text for one beyond 2^53. */
+static int64_t int_of(const cJSON *v) {
+    if (cJSON_IsString(v)) {
+        const char *s = v->valuestring;
+        return s[0] == '-' ? (int64_t)strtoll(s, NULL, 10) : (int64_t)strtoull(s, NULL, 10);
+    }
+    return (int64_t)v->valuedouble;
+}
+
 /* A literal as the manifest records it: {"value": v, "kind": "INT"...}. */
 static sd_value *literal(const cJSON *spec, const char *type) {
     const cJSON *v = cJSON_GetObjectItem(spec, "value");
@@ -97,7 +106,7 @@ static sd_value *literal(const cJSON *spec, const char *type) {
     const char *k = cJSON_IsString(kind) ? kind->valuestring : type;
     if (cJSON_IsNull(v)) return sd_value_none();
     if (!strcmp(k, "BOOLEAN")) return sd_value_bool(cJSON_IsTrue(v));
-    if (!strcmp(k, "INT")) return sd_value_int((int64_t)v->valuedouble);
+    if (!strcmp(k, "INT")) return sd_value_int(int_of(v));
     if (!strcmp(k, "FLOAT")) return sd_value_float(v->valuedouble);
     if (cJSON_IsString(v)) return sd_value_string(v->valuestring);
     CHECK_MSG(0, "%s: literal of kind %s not understood", case_id, k);
@@ -200,8 +209,8 @@ static void compare(const char *what, const sd_value *got, const cJSON *want) {
             CHECK_MSG(sd_value_kind_of(got) == SD_VAL_BOOL && sd_value_as_bool(got) == cJSON_IsTrue(x),
                       "%s: %s is not %s", case_id, what, cJSON_IsTrue(x) ? "true" : "false");
         } else if (!strcmp(kind, "INT")) {
-            CHECK_MSG(sd_value_kind_of(got) == SD_VAL_INT && sd_value_as_int(got) == (int64_t)x->valuedouble,
-                      "%s: %s is %lld, ComfyUI %.0f", case_id, what, (long long)sd_value_as_int(got), x->valuedouble);
+            CHECK_MSG(sd_value_kind_of(got) == SD_VAL_INT && sd_value_as_int(got) == int_of(x),
+                      "%s: %s is %lld, ComfyUI %lld", case_id, what, (long long)sd_value_as_int(got), (long long)int_of(x));
         } else if (!strcmp(kind, "FLOAT")) {
             CHECK_MSG(sd_value_kind_of(got) == SD_VAL_FLOAT && sd_value_as_float(got) == x->valuedouble,
                       "%s: %s is %.17g, ComfyUI %.17g", case_id, what, sd_value_as_float(got), x->valuedouble);

@@ -33,21 +33,24 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "../../../../shared/tools/comfyref"))
 import comfy_env  # noqa: E402
 
+if kornia_root:  # before the shims, which stub kornia when it cannot be imported
+    sys.path.insert(0, kornia_root)
 comfy_env.setup(comfy_root, einops_root, clip_root)
 # nodes_images imports the server (for GetImageSize's progress text): a stand-in
 server = types.ModuleType("server")
 server.PromptServer = types.SimpleNamespace(instance=None)
 sys.modules["server"] = server
-if kornia_root:
-    sys.path.insert(0, kornia_root)
 
 import torch  # noqa: E402
 import stio  # noqa: E402
 import nodes  # noqa: E402
 import comfy_extras.nodes_mask as nodes_mask  # noqa: E402
 import comfy_extras.nodes_compositing as nodes_compositing  # noqa: E402
+import comfy_extras.nodes_images as nodes_images  # noqa: E402
+import comfy_extras.nodes_post_processing as nodes_post_processing  # noqa: E402
+import comfy_extras.nodes_morphology as nodes_morphology  # noqa: E402
 
-MODULES = [nodes_mask, nodes_compositing]
+MODULES = [nodes_mask, nodes_compositing, nodes_images, nodes_post_processing, nodes_morphology]
 
 tensors = {}
 cases = []
@@ -142,7 +145,14 @@ def store_input(case_id, name, v):
     if isinstance(v, list):
         pairs = [store_input(case_id, "%s.%d" % (name, i), x) for i, x in enumerate(v)]
         return {"list": [p[0] for p in pairs]}, [p[1] for p in pairs]
-    return {"value": v, "kind": kind(v)}, v
+    return literal(v), v
+
+
+def literal(v):
+    # integers beyond a double's 53 bits (seeds) are written as decimal text
+    if kind(v) == "INT" and abs(v) >= 2 ** 53:
+        return {"value": str(v), "kind": "INT"}
+    return {"value": v, "kind": kind(v)}
 
 
 def kind(v):
@@ -168,10 +178,11 @@ def store_output(case_id, k, v, tol):
         return e
     if isinstance(v, list):
         return {"list": [store_output("%s/%d" % (case_id, i), k, x, tol) for i, x in enumerate(v)]}
-    return {"value": v, "kind": kind(v)}
+    return literal(v)
 
 
 def case(case_id, node, inputs, tol=(0.0, 0.0), note=None):
+    assert all(c["id"] != case_id for c in cases), case_id
     entry = {"id": case_id, "node": node, "inputs": {}}
     kw = {}
     for name, v in inputs.items():
@@ -294,7 +305,99 @@ def mask_cases():
          {"destination": Latent(ld), "source": Latent(ls), "x": 37, "y": 15, "resize_source": False})
 
 
+# ---- images (nodes_images.py, nodes_post_processing.py, nodes_morphology.py) -------------------
+
+# ImageBlur: torch's float32 convolution sums k*k products (k = 2r + 1) with at most (k^2 + 1)
+# roundings of terms <= S (sum|w| = 1); the kernels' normalising sums (k^2 positive float32
+# terms, summed in another order here) differ by <= 2(k^2 - 1)u relatively: (3k^2 + 4)uS.
+def blur_tol(r):
+    k = 2 * r + 1
+    return (3 * k * k + 4) * U
+
+
+# ImageSharpen: weights w = -10 alpha g except the centre (w_c - sum w + 1), sum|w| <= 1 + 20 alpha;
+# the gaussian's normalisation differs by 2(k^2 - 1)u, the float32 sum of w by k^2 u 10 alpha, the
+# convolution by (k^2 + 1)u sum|w|: ((k^2 + 1)(1 + 20 alpha) + (3k^2 + 1) 10 alpha + 2)uS.
+def sharpen_tol(r, alpha):
+    k = 2 * r + 1
+    return ((k * k + 1) * (1 + 20 * alpha) + (3 * k * k + 1) * 10 * alpha + 2) * U
+
+
+def image_cases():
+    img = rand(30, 2, 9, 12, 3)
+    case("get_size", "GetImageSize", {"image": T(img)})
+    case("repeat_batch", "RepeatImageBatch", {"image": T(img), "amount": 3})
+    case("from_batch", "ImageFromBatch", {"image": T(rand(31, 4, 3, 5, 3)), "batch_index": 1, "length": 2})
+    case("from_batch_clamped", "ImageFromBatch", {"image": T(rand(31, 4, 3, 5, 3)), "batch_index": 9, "length": 5})
+    case("add_noise", "ImageAddNoise", {"image": T(img), "seed": 42, "strength": 0.3})
+    case("add_noise_big_seed", "ImageAddNoise", {"image": T(rand(32, 1, 3, 2, 3)), "seed": 2 ** 63 + 12345,
+                                                 "strength": 1.0})
+    case("image_crop", "ImageCrop", {"image": T(img), "width": 5, "height": 20, "x": 3, "y": 2})
+    case("image_crop_outside", "ImageCrop", {"image": T(img), "width": 4, "height": 4, "x": 40, "y": 40})
+    for f in ("x-axis: vertically", "y-axis: horizontally"):
+        case("flip_" + f[0], "ImageFlip", {"image": T(img), "flip_method": f})
+    for r in ("none", "90 degrees", "180 degrees", "270 degrees"):
+        case("rotate_" + r.split()[0], "ImageRotate", {"image": T(img), "rotation": r})
+    a, b = rand(33, 2, 6, 8, 3), rand(34, 1, 9, 5, 3)
+    for d in ("right", "down", "left", "up"):
+        case("stitch_" + d, "ImageStitch", {"image1": T(a), "direction": d, "match_image_size": True,
+                                            "spacing_width": 2, "spacing_color": "red", "image2": T(b)})
+        case("stitch_pad_" + d, "ImageStitch", {"image1": T(a), "direction": d, "match_image_size": False,
+                                                "spacing_width": 3, "spacing_color": "white", "image2": T(b)})
+    case("stitch_rgba", "ImageStitch", {"image1": T(rand(35, 1, 6, 8, 4)), "direction": "right",
+                                        "match_image_size": False, "spacing_width": 2, "spacing_color": "blue",
+                                        "image2": T(b)})
+    case("stitch_none", "ImageStitch", {"image1": T(a), "direction": "right", "match_image_size": True,
+                                        "spacing_width": 0, "spacing_color": "white"})
+    big = rand(36, 1, 20, 30, 3)
+    for m in ("nearest-exact", "area", "lanczos"):
+        case("total_pixels_" + m, "ImageScaleToTotalPixels", {"image": T(big), "upscale_method": m,
+                                                              "megapixels": 0.0004, "resolution_steps": 1})
+    case("total_pixels_bilinear", "ImageScaleToTotalPixels",
+         {"image": T(big), "upscale_method": "bilinear", "megapixels": 0.001, "resolution_steps": 4},
+         tol=resampled(BILINEAR), note="bilinear resampling: BILINEAR")
+    case("total_pixels_bicubic", "ImageScaleToTotalPixels",
+         {"image": T(big), "upscale_method": "bicubic", "megapixels": 0.0003, "resolution_steps": 1},
+         tol=resampled(BICUBIC), note="bicubic resampling: BICUBIC")
+    case("max_dimension", "ImageScaleToMaxDimension", {"image": T(big), "upscale_method": "area", "largest_size": 17})
+    case("max_dimension_tall", "ImageScaleToMaxDimension",
+         {"image": T(rand(37, 1, 25, 9, 3)), "upscale_method": "nearest-exact", "largest_size": 40})
+    for m in ("area", "nearest-exact", "lanczos"):
+        case("resize_pad_" + m, "ResizeAndPadImage", {"image": T(big), "target_width": 14, "target_height": 16,
+                                                      "padding_color": "black", "interpolation": m})
+    case("resize_pad_bilinear", "ResizeAndPadImage",
+         {"image": T(rand(37, 1, 25, 9, 3)), "target_width": 20, "target_height": 11, "padding_color": "white",
+          "interpolation": "bilinear"}, tol=resampled(BILINEAR), note="bilinear resampling: BILINEAR")
+    i1, i2 = rand(38, 2, 7, 9, 3), rand(39, 2, 7, 9, 3)
+    for mode in ("normal", "multiply", "screen", "overlay", "soft_light", "difference"):
+        case("blend_" + mode, "ImageBlend", {"image1": T(i1), "image2": T(i2), "blend_factor": 0.35,
+                                             "blend_mode": mode})
+    # image2 resized (bicubic, centre crop) first; the modes then change an error d in image2 by at
+    # most 2d (overlay: 2a, soft light: <= 1), the blend factor keeps it below that
+    case("blend_resized", "ImageBlend", {"image1": T(i1), "image2": T(rand(40, 1, 5, 11, 4)), "blend_factor": 0.8,
+                                         "blend_mode": "overlay"},
+         tol=resampled(2 * BICUBIC + 8), note="image2 resampled bicubically: 2 BICUBIC + 8")
+    case("blend_rgb_onto_rgba", "ImageBlend", {"image1": T(rand(41, 1, 7, 9, 4)), "image2": T(i2),
+                                               "blend_factor": 0.5, "blend_mode": "normal"})
+    for r, sigma in ((1, 1.0), (3, 0.5)):
+        case("blur_%d" % r, "ImageBlur", {"image": T(img), "blur_radius": r, "sigma": sigma},
+             tol=(blur_tol(r), 0.0), note="float32 convolution of (2r+1)^2 terms: (3k^2 + 4)uS")
+    case("blur_too_wide", "ImageBlur", {"image": T(img), "blur_radius": 9, "sigma": 1.0})
+    for r, sigma, alpha in ((1, 1.0, 1.0), (2, 0.7, 0.3)):
+        case("sharpen_%d" % r, "ImageSharpen", {"image": T(img), "sharpen_radius": r, "sigma": sigma, "alpha": alpha},
+             tol=(sharpen_tol(r, alpha), 0.0), note="float32 convolution with the sharpen kernel: see sharpen_tol")
+    if kornia_root:
+        m = blobs(42, 1, 11, 13)
+        mimg = torch.stack([m[0], rand(43, 11, 13), 1 - m[0]], dim=-1).unsqueeze(0)
+        for op in ("erode", "dilate", "open", "close", "gradient", "bottom_hat", "top_hat"):
+            for k in (3, 4):
+                case("morphology_%s_%d" % (op, k), "Morphology", {"image": T(mimg), "operation": op,
+                                                                 "kernel_size": k})
+        case("morphology_dilate_wide", "Morphology", {"image": T(mimg), "operation": "dilate", "kernel_size": 30})
+
+
 mask_cases()
+image_cases()
 
 manifest = {
     "generator": "tests/data/node_ops/gen_node_ops_ref.py",
@@ -302,6 +405,7 @@ manifest = {
                "../shared/tools/comfyref/extract_refs.sh)",
     "comfyui_commit": open(os.path.join(here, "../../../../shared/tools/comfyref/COMFY_COMMIT")).read().strip(),
     "torch": "Debian python3-torch %s, CPU, float32" % torch.__version__,
+    "kornia": "kornia/kornia v0.7.1 (ComfyUI requires >= 0.7.1), for Morphology",
     "file": "node_ops_ref.safetensors",
     "cases": cases,
 }
