@@ -15,7 +15,7 @@
 #include "dtype.h"
 #include "error.h"
 
-#define SD_MAX_DIMS 5
+#define SD_MAX_DIMS 6
 
 typedef struct sd_tensor {
     int refcount;

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SD_CUDA_DIMS 5 /* = SD_MAX_DIMS (checked in cuda_backend.c) */
+#define SD_CUDA_DIMS 6 /* = SD_MAX_DIMS (checked in cuda_backend.c) */
 
 /* Shapes and strides passed to kernels by value. */
 typedef struct sd_cuda_dims {

@@ -347,7 +347,7 @@ static void test_corrupt(void) {
     b_hdr(&b);
     b_u8(&b, 5);
     b_u8(&b, 0);
-    b_u8(&b, 6);
+    b_u8(&b, 7);
     expect_bad(&b, SD_ERR_FORMAT, "rank too large");
     b_hdr(&b); /* nesting beyond the cap */
     for (int i = 0; i < SD_VALUE_IO_MAX_DEPTH + 2 && b.n + 9 < sizeof b.b; i++) {

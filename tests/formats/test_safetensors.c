@@ -259,7 +259,7 @@ static const bad_case bad_cases[] = {
     {"fractional shape", T1("\"F32\"", "[2,1.5]", "[0,12]"), -1, 12, SD_ERR_FORMAT, "shape entry 1"},
     {"string shape", T1("\"F32\"", "[\"2\"]", "[0,8]"), -1, 8, SD_ERR_FORMAT, "shape entry 0"},
     {"shape not array", T1("\"F32\"", "2", "[0,8]"), -1, 8, SD_ERR_FORMAT, "shape"},
-    {"too many dims", T1("\"F32\"", "[1,1,1,1,1,1]", "[0,4]"), -1, 4, SD_ERR_UNSUPPORTED, "dimensions"},
+    {"too many dims", T1("\"F32\"", "[1,1,1,1,1,1,1]", "[0,4]"), -1, 4, SD_ERR_UNSUPPORTED, "dimensions"},
     {"overflowing shape", T1("\"F32\"", "[4294967296,4294967296,4294967296]", "[0,4]"), -1, 4,
      SD_ERR_FORMAT, "larger than the file"},
     {"shape/length mismatch", T1("\"F32\"", "[2,2]", "[0,8]"), -1, 16, SD_ERR_FORMAT,
