@@ -142,7 +142,8 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
                             "single-file layout (decoder.up.N.block.M)",
                             path);
     }
-    info->has_text_encoder = sd_text_encoder_detect(f) != 0;
+    info->te_kind = sd_text_encoder_detect(f);
+    info->has_text_encoder = info->te_kind != 0;
     if (!info->has_unet && !info->has_vae && !info->has_text_encoder)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: no Stable Diffusion part found (no keys under "

@@ -50,6 +50,7 @@ typedef enum sd_ckpt_family {
 typedef struct sd_ckpt_info {
     sd_ckpt_family family;
     int has_unet, has_text_encoder, has_vae;
+    sd_te_kind te_kind;      /* what the text-encoder keys make (0: none; sd_text_encoder_detect) */
     sd_unet_config unet;     /* valid when has_unet */
     const char *vae_prefix;  /* "first_stage_model." or "" */
     float latent_scale;      /* 0.18215 SD1/SD2, 0.13025 SDXL (SD1's for a bare VAE) */

@@ -151,6 +151,7 @@ sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const 
         sd_checkpoint_opts o;
         sd_checkpoint_opts_default(&o);
         o.tokenizer_dir = env->tokenizer_dir;
+        o.comfyui_dir = env->comfyui_dir; /* its comfy/text_encoders/t5_tokenizer */
         /* A ComfyUI installation ships the CLIP vocabulary in
          * comfy/sd1_tokenizer: --comfyui-dir alone is enough for a picture. */
         char comfy_tok[4200];

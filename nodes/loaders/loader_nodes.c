@@ -130,8 +130,10 @@ const sd_node_def sd_node_VAELoader = {
 
 /* ---- registration ------------------------------------------------------------------ */
 
-const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple,
-                                               &sd_node_VAELoader, NULL};
+extern const sd_node_def sd_node_CLIPLoader, sd_node_DualCLIPLoader; /* clip_loader_nodes.c */
+
+const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple, &sd_node_VAELoader,
+                                               &sd_node_CLIPLoader, &sd_node_DualCLIPLoader, NULL};
 
 sd_status sd_nodes_loaders_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_loaders, err);

@@ -20,6 +20,10 @@
  * OUT_DIR/workflow_ui: UI-format workflows written here (reroute, primitive,
  *   bypass, subgraph), plus any *.json in each JSON_DIR/ui.
  * OUT_DIR/workflow_exif: WebP and JPEG pictures with ComfyUI's EXIF entries.
+ * OUT_DIR/t5_tokenizer: the Flux set's real tokenizer.json (TESTDATA_DIR/
+ *   flux/tokenizer) and small variants written here: minimal Unigram
+ *   models with each normalizer, Metaspace scheme, template, added tokens
+ *   and byte_fallback, a tiny precompiled charsmap, a BPE model.
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -585,6 +589,85 @@ static int lora_seeds(const char *out) {
     return rc;
 }
 
+/* ---- T5 tokenizer.json ------------------------------------------------------- */
+
+static int t5_seeds(const char *out, const char *testdata) {
+    int rc = 0;
+    char src[4096], dst[64];
+    snprintf(src, sizeof src, "%s/flux/tokenizer/tokenizer.json", testdata);
+    FILE *f = fopen(src, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        rewind(f);
+        char *buf = n > 0 ? malloc((size_t)n) : NULL;
+        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            rc |= write_seed(out, "real.json", buf, (size_t)n);
+        }
+        free(buf);
+        fclose(f);
+    }
+    static const char *const variants[] = {
+        "{\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0],[\"a\",-1],[\"b\",-1],"
+        "[\"ab\",-1.5],[\"\\u2581\",-2],[\"\\u2581a\",-1]]}}",
+        "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Strip\",\"strip_left\":true,"
+        "\"strip_right\":true},{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" {2,}\"},\"content\":\"\\u2581\"},"
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\"bb\"},\"content\":\"-\"}]},"
+        "\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":true},"
+        "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\"}},"
+        "{\"SpecialToken\":{\"id\":\"</s>\"}}],\"special_tokens\":{\"</s>\":{\"id\":\"</s>\",\"ids\":[1]}}},"
+        "\"added_tokens\":[{\"id\":1,\"content\":\"</s>\",\"normalized\":false,\"special\":true}],"
+        "\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0],[\"</s>\",0],[\"a\",-1],"
+        "[\"\\u2581\",-2],[\"\\u2581a\",-1],[\"-\",-3]]}}",
+        "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"_\",\"add_prefix_space\":false},"
+        "\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"byte_fallback\":true,\"vocab\":[[\"<unk>\",0],"
+        "[\"<0x41>\",-5],[\"<0xC3>\",-5],[\"a\",-1]]}}",
+        /* a 256-unit charsmap whose root maps 'x' to "y" */
+        "{\"normalizer\":{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"@CHARSMAP@\"},"
+        "\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0],[\"y\",-1]]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+    };
+    /* The charsmap: 512 units (blocks of 256), root offset 256: 'x' (0x78)
+     * at 256 ^ 0x78 with label 0x78, a leaf whose value unit (at its own
+     * offset) points at string 0 ("y"). */
+    uint32_t units[512] = {0};
+    units[0] = (uint32_t)(256 >> 0) << 10;        /* root: offset 256 */
+    size_t xpos = 256 ^ 0x78;
+    units[xpos] = 0x78 | (1u << 8) | ((uint32_t)(xpos ^ 300) << 10); /* label x, leaf, offset -> 300 */
+    units[300] = 0;                                                   /* value 0 */
+    uint8_t blob[4 + sizeof units + 2];
+    uint32_t tsize = sizeof units;
+    memcpy(blob, &tsize, 4);
+    memcpy(blob + 4, units, sizeof units);
+    blob[4 + sizeof units] = 'y';
+    blob[5 + sizeof units] = 0;
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t bn = sizeof blob, en = (bn + 2) / 3 * 4;
+    char *enc = malloc(en + 1);
+    for (size_t i = 0, k = 0; enc && i < bn; i += 3) {
+        uint32_t v = (uint32_t)blob[i] << 16 | (i + 1 < bn ? (uint32_t)blob[i + 1] << 8 : 0) |
+                     (i + 2 < bn ? blob[i + 2] : 0);
+        enc[k++] = b64[v >> 18 & 63];
+        enc[k++] = b64[v >> 12 & 63];
+        enc[k++] = i + 1 < bn ? b64[v >> 6 & 63] : '=';
+        enc[k++] = i + 2 < bn ? b64[v & 63] : '=';
+        enc[k] = 0;
+    }
+    for (size_t i = 0; enc && i < sizeof variants / sizeof variants[0]; i++) {
+        const char *v = variants[i], *at = strstr(v, "@CHARSMAP@");
+        size_t n = strlen(v) + (at ? en : 0) + 1;
+        char *s = malloc(n);
+        if (!s) continue;
+        if (at) snprintf(s, n, "%.*s%s%s", (int)(at - v), v, enc, at + 10);
+        else snprintf(s, n, "%s", v);
+        snprintf(dst, sizeof dst, "variant%zu.json", i);
+        rc |= write_seed(out, dst, s, strlen(s));
+        free(s);
+    }
+    free(enc);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -619,6 +702,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/workflow_exif", argv[1]);
     mkdir_p(dir);
     rc |= exif_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/t5_tokenizer", argv[1]);
+    mkdir_p(dir);
+    rc |= t5_seeds(dir, argv[2]);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }

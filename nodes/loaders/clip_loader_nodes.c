@@ -1,0 +1,194 @@
+/* clip_loader_nodes.c - CLIPLoader and DualCLIPLoader: CLIP handles made of
+ * standalone text-encoder files (models/text_encoders/), with ComfyUI's
+ * `type` lists.
+ *
+ * A file's part is told by its keys (sd_text_encoder_detect: T5-XXL, or a
+ * CLIP-L / CLIP-H / CLIP-G by ComfyUI's layer counts); `type` says what the
+ * files make together, as comfy.sd.load_text_encoder_state_dicts decides:
+ *   DualCLIPLoader  flux: a CLIP-L and a T5-XXL (FluxClipModel);
+ *                   sdxl: a CLIP-L and a CLIP-G (SDXLClipModel);
+ *                   the other types belong to families sdflow does not run
+ *                   and are refused naming the type.
+ *   CLIPLoader      a CLIP-L: SD1's encoder (sd3 / hidream refused); a CLIP-H:
+ *                   SD2's; a CLIP-G: SDXL's refiner encoder (stable_cascade /
+ *                   sd3 / hidream refused); a T5 alone is only ever the
+ *                   encoder of a family sdflow lacks (refused; Flux takes it
+ *                   through DualCLIPLoader).
+ * `device` (default / cpu) is accepted; the encoder runs on the run's
+ * backend. Weights load when a text-encode node first uses them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "loaders.h"
+#include "models/checkpoint/model_paths.h"
+
+#define SD_FOLDER_TEXT_ENCODERS "text_encoders"
+
+static const char *const dual_types[] = {"sdxl", "sd3", "flux", "hunyuan_video", "hidream",
+                                         "hunyuan_image", "hunyuan_video_15", "kandinsky5",
+                                         "kandinsky5_image", "ltxv", "newbie", NULL};
+static const char *const single_types[] = {
+    "stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv",
+    "pixart", "cosmos", "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2",
+    "qwen_image", "hunyuan_image", "flux2", "ovis", NULL};
+static const char *const devices[] = {"default", "cpu", NULL};
+
+static sd_status list_text_encoders(const sd_env *env, sd_value **out, sd_error *err) {
+    return sd_model_paths_list(env, SD_FOLDER_TEXT_ENCODERS, out, err);
+}
+
+/* The part a file holds, in ComfyUI's words. */
+static const char *part_name(sd_te_kind k) {
+    switch (k) {
+    case SD_TE_SD1: return "CLIP-L";
+    case SD_TE_SD2: return "CLIP-H";
+    case SD_TE_SDXL_REFINER: return "CLIP-G";
+    case SD_TE_T5: return "T5-XXL";
+    default: return "checkpoint text encoder";
+    }
+}
+
+static int standalone(sd_te_kind k) {
+    return k == SD_TE_SD1 || k == SD_TE_SD2 || k == SD_TE_SDXL_REFINER || k == SD_TE_T5;
+}
+
+/* A standalone text-encoder file, shared by the nodes and their probes. */
+static sd_status require_text_encoder(const char *path, const sd_ckpt_info *info, sd_error *err) {
+    if (info->has_text_encoder && standalone(info->te_kind)) return SD_OK;
+    return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                        "%s is not a standalone text encoder (a T5-XXL with encoder.block.N keys, "
+                        "or a CLIP with text_model.* keys)%s",
+                        path, info->has_unet ? ": it is a checkpoint; use CheckpointLoaderSimple" : "");
+}
+
+static sd_status te_probe(const char *path, sd_error *err) {
+    sd_ckpt_info info;
+    sd_status rc = sd_checkpoint_probe(path, &info, err);
+    return rc ? rc : require_text_encoder(path, &info, err);
+}
+
+static sd_status open_part(sd_node_ctx *ctx, sd_value *const *in, int i, const char *input,
+                           sd_checkpoint **out, sd_error *err) {
+    const char *name = sd_value_as_string(in[i]);
+    sd_status rc = sd_nodes_open_model(ctx, SD_FOLDER_TEXT_ENCODERS, name, input, out, err);
+    if (rc) return rc;
+    if ((rc = require_text_encoder(sd_checkpoint_path(*out), sd_checkpoint_info(*out), err))) {
+        sd_error_at(err, NULL, NULL, input);
+        sd_checkpoint_unref(*out);
+        *out = NULL;
+        return rc;
+    }
+    if (sd_checkpoint_info(*out)->random_weights)
+        sd_node_log(ctx, SD_LOG_WARN, "%s has RANDOM weights (made by sdflow synth)", name);
+    return SD_OK;
+}
+
+static sd_status refuse_type(const char *node, const char *type, const char *what, sd_error *err) {
+    sd_error_set(err, SD_ERR_UNSUPPORTED,
+                 "%s type '%s' %s: sdflow does not run that family yet (supported: %s)", node, type,
+                 what, strcmp(node, "DualCLIPLoader") == 0 ? "flux, sdxl" : "stable_diffusion");
+    sd_error_at(err, NULL, NULL, "type");
+    return SD_ERR_UNSUPPORTED;
+}
+
+/* ---- DualCLIPLoader ------------------------------------------------------------- */
+
+static sd_status dual_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    const char *type = sd_value_as_string(in[2]);
+    if (!type) type = "";
+    sd_te_kind kind = strcmp(type, "flux") == 0 ? SD_TE_FLUX : strcmp(type, "sdxl") == 0 ? SD_TE_SDXL : 0;
+    if (!kind) return refuse_type("DualCLIPLoader", type, "is not supported", err);
+    sd_checkpoint *c[2] = {NULL, NULL};
+    sd_status rc = open_part(ctx, in, 0, "clip_name1", &c[0], err);
+    if (!rc) rc = open_part(ctx, in, 1, "clip_name2", &c[1], err);
+    if (!rc) {
+        /* what the type needs, as FluxClipModel / SDXLClipModel sort the
+         * files: one CLIP-L plus the T5 (flux) or the CLIP-G (sdxl) */
+        sd_te_kind k0 = sd_checkpoint_info(c[0])->te_kind, k1 = sd_checkpoint_info(c[1])->te_kind;
+        sd_te_kind other = kind == SD_TE_FLUX ? SD_TE_T5 : SD_TE_SDXL_REFINER;
+        if (!((k0 == SD_TE_SD1 && k1 == other) || (k1 == SD_TE_SD1 && k0 == other))) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                              "DualCLIPLoader type %s needs a CLIP-L and a %s file; clip_name1 is a "
+                              "%s, clip_name2 a %s",
+                              type, part_name(other), part_name(k0), part_name(k1));
+            sd_error_at(err, NULL, NULL, k0 == SD_TE_SD1 || k0 == other ? "clip_name2" : "clip_name1");
+        }
+    }
+    if (!rc) {
+        out[0] = sd_nodes_clip_value_files(c, 2, kind);
+        if (!out[0]) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    sd_checkpoint_unref(c[0]);
+    sd_checkpoint_unref(c[1]);
+    return rc;
+}
+
+static const sd_input_def dual_inputs[] = {
+    {.name = "clip_name1", .type = SD_T_COMBO, .options_fn = list_text_encoders,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "clip_name2", .type = SD_T_COMBO, .options_fn = list_text_encoders,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "type", .type = SD_T_COMBO, .options = dual_types, .def_str = "sdxl"},
+    {.name = "device", .type = SD_T_COMBO, .options = devices, .def_str = "default", .optional = 1},
+    {0}};
+static const sd_output_def clip_outputs[] = {{"CLIP", "CLIP"}, {0}};
+
+const sd_node_def sd_node_DualCLIPLoader = {
+    .version = 1,
+    .class_type = "DualCLIPLoader",
+    .display_name = "DualCLIPLoader",
+    .category = "advanced/loaders",
+    .description = "Loads two standalone text-encoder files as one CLIP: type flux takes a "
+                   "CLIP-L and a T5-XXL (t5xxl_fp16 / fp8), sdxl a CLIP-L and a CLIP-G. Weights "
+                   "load when first used.",
+    .inputs = dual_inputs,
+    .outputs = clip_outputs,
+    .run = dual_run,
+};
+
+/* ---- CLIPLoader ------------------------------------------------------------------ */
+
+static sd_status single_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    const char *type = sd_value_as_string(in[1]);
+    if (!type) type = "";
+    sd_checkpoint *c = NULL;
+    sd_status rc = open_part(ctx, in, 0, "clip_name", &c, err);
+    if (rc) return rc;
+    sd_te_kind k = sd_checkpoint_info(c)->te_kind;
+    int is = 0;
+    static const char *const l_refused[] = {"sd3", "hidream", NULL};
+    static const char *const g_refused[] = {"stable_cascade", "sd3", "hidream", NULL};
+    const char *const *refused = k == SD_TE_SD1 ? l_refused : k == SD_TE_SDXL_REFINER ? g_refused : NULL;
+    for (int i = 0; refused && refused[i]; i++) is |= strcmp(type, refused[i]) == 0;
+    if (k == SD_TE_T5 || is) {
+        char what[128];
+        snprintf(what, sizeof what, "with a %s file%s", part_name(k),
+                 k == SD_TE_T5 ? " (for Flux, load it with a CLIP-L through DualCLIPLoader type flux)"
+                               : "");
+        rc = refuse_type("CLIPLoader", type, what, err);
+    } else {
+        out[0] = sd_nodes_clip_value(c, 0);
+        if (!out[0]) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    sd_checkpoint_unref(c);
+    return rc;
+}
+
+static const sd_input_def single_inputs[] = {
+    {.name = "clip_name", .type = SD_T_COMBO, .options_fn = list_text_encoders,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "type", .type = SD_T_COMBO, .options = single_types, .def_str = "stable_diffusion"},
+    {.name = "device", .type = SD_T_COMBO, .options = devices, .def_str = "default", .optional = 1},
+    {0}};
+
+const sd_node_def sd_node_CLIPLoader = {
+    .version = 1,
+    .class_type = "CLIPLoader",
+    .display_name = "Load CLIP",
+    .category = "advanced/loaders",
+    .description = "Loads one standalone text-encoder file as a CLIP: a CLIP-L (SD1), CLIP-H "
+                   "(SD2) or CLIP-G (SDXL refiner). Weights load when first used.",
+    .inputs = single_inputs,
+    .outputs = clip_outputs,
+    .run = single_run,
+};
