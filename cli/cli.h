@@ -53,7 +53,10 @@ typedef enum sd_cli_kind {
     SD_CLI_STR,   /* const char **dst: the value (points into argv; last one wins) */
     SD_CLI_INT,   /* long long *dst: a whole decimal number */
     SD_CLI_FLOAT, /* double *dst: a finite number */
-    SD_CLI_LIST   /* sd_cli_list *dst: repeatable, every value in order */
+    SD_CLI_LIST,  /* sd_cli_list *dst: repeatable, every value in order */
+    SD_CLI_OPTSTR /* const char **dst: --name=VALUE, or --name VALUE when the next
+                     argument does not start with '-', else the option's
+                     `implicit` value (argparse's nargs="?" with const) */
 } sd_cli_kind;
 
 /* Values of a repeatable option. `items` points into argv; the array itself
@@ -72,6 +75,7 @@ typedef struct sd_cli_option {
     const char *arg;     /* the value's name in the help ("N"); NULL for flags */
     const char *help;    /* one line for the help */
     const char *choices; /* "f32|bf16": the only values allowed, or NULL */
+    const char *implicit; /* SD_CLI_OPTSTR: the value when none is given */
 } sd_cli_option;
 
 /* Shared option groups: their values land in sd_cli_args. */

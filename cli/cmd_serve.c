@@ -26,7 +26,8 @@ int sd_cli_serve(int argc, char **argv) {
     sd_server_opts so;
     memset(&so, 0, sizeof so);
     const char *max_body = NULL, *max_upload = NULL, *budget = NULL, *ws_queued = NULL;
-    long long port = 8188, history = -1, max_queue = -1, redis_ttl = 0;
+    long long port = 8188, history = -1, max_queue = -1, redis_ttl = 0, client_conns = -1;
+    double request_timeout = 10;
     int no_previews = 0;
     double preview_interval = 0.5, max_upload_mb = -1;
     const sd_cli_option own[] = {
@@ -35,6 +36,14 @@ int sd_cli_serve(int argc, char **argv) {
         {"--token", NULL, SD_CLI_STR, &so.token, "TOKEN",
          "require 'Authorization: Bearer TOKEN' (default $SDFLOW_SERVER_TOKEN)", NULL},
         {"--insecure", NULL, SD_CLI_FLAG, &so.insecure, NULL, "allow a non-local --listen without a token", NULL},
+        {"--enable-cors-header", NULL, SD_CLI_OPTSTR, &so.cors_origin, "ORIGIN",
+         "let pages of other origins call the server: ORIGIN only, or any (no value: '*'); without it and "
+         "without a token only the server's own pages may (docs/server.md)", NULL, "*"},
+        {"--max-client-connections", NULL, SD_CLI_INT, &client_conns, "N",
+         "connections at once from one client address; more are refused with 503 (default 32)", NULL},
+        {"--request-timeout", NULL, SD_CLI_FLOAT, &request_timeout, "SECONDS",
+         "time a client has to send its request headers, and the longest wait for each later read or "
+         "write (default 10)", NULL},
         {"--max-body", NULL, SD_CLI_STR, &max_body, "SIZE", "largest JSON request (default 16M)", NULL},
         {"--max-upload-size", NULL, SD_CLI_FLOAT, &max_upload_mb, "MB",
          "largest upload in MiB, as ComfyUI's option (default 100)", NULL},
@@ -79,6 +88,12 @@ int sd_cli_serve(int argc, char **argv) {
         return 1;
     }
     so.redis_ttl = (long)redis_ttl;
+    if (!(request_timeout > 0) || request_timeout > 86400) {
+        fprintf(stderr, "sdflow serve: --request-timeout must be more than 0 and at most 86400 seconds\n");
+        sd_cli_args_free(&a);
+        return 1;
+    }
+    so.request_timeout = request_timeout;
     if (preview_interval < 0) {
         fprintf(stderr, "sdflow serve: --preview-interval must not be negative\n");
         sd_cli_args_free(&a);
@@ -98,7 +113,8 @@ int sd_cli_serve(int argc, char **argv) {
         (max_upload && sd_cli_size_opt("serve", "--max-upload", max_upload, &so.max_upload)) ||
         sd_cli_size_opt("serve", "--memory-budget", budget, &so.memo_budget) ||
         sd_cli_size_opt("serve", "--ws-max-queued", ws_queued, &so.max_ws_queued) || count_opt("--history", history, &so.max_history) ||
-        count_opt("--max-queue", max_queue, &so.max_queue)) {
+        count_opt("--max-queue", max_queue, &so.max_queue) ||
+        count_opt("--max-client-connections", client_conns, &so.max_client_conns)) {
         sd_cli_args_free(&a);
         return 1;
     }

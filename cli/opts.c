@@ -90,6 +90,7 @@ typedef struct found {
     sd_cli_kind kind;
     void *dst;
     const char *choices;
+    const char *implicit; /* SD_CLI_OPTSTR */
 } found;
 
 static int spelled(const char *arg, size_t len, const char *name) {
@@ -99,7 +100,7 @@ static int spelled(const char *arg, size_t len, const char *name) {
 static int lookup(const sd_cli_command *cmd, sd_cli_args *a, const char *arg, size_t len, found *f) {
     for (const sd_cli_option *o = cmd->options; o && o->name; o++) {
         if (spelled(arg, len, o->name) || spelled(arg, len, o->alias)) {
-            *f = (found){o->name, o->kind, o->dst, o->choices};
+            *f = (found){o->name, o->kind, o->dst, o->choices, o->implicit};
             return 1;
         }
     }
@@ -107,7 +108,7 @@ static int lookup(const sd_cli_command *cmd, sd_cli_args *a, const char *arg, si
         const shared_opt *s = &shared[k];
         if (!(cmd->groups & s->group)) continue;
         if (spelled(arg, len, s->name) || spelled(arg, len, s->alias)) {
-            *f = (found){s->name, s->kind, (char *)a + s->offset, s->choices};
+            *f = (found){s->name, s->kind, (char *)a + s->offset, s->choices, NULL};
             return 1;
         }
     }
@@ -144,7 +145,8 @@ static int store(const sd_cli_command *cmd, const found *f, const char *v) {
     errno = 0;
     switch (f->kind) {
     case SD_CLI_FLAG: break; /* not reached: flags take no value */
-    case SD_CLI_STR: *(const char **)f->dst = v; break;
+    case SD_CLI_STR:
+    case SD_CLI_OPTSTR: *(const char **)f->dst = v; break;
     case SD_CLI_INT: {
         long long x = strtoll(v, &end, 10);
         if (!*v || *end || errno) {
@@ -213,6 +215,10 @@ int sd_cli_parse(const sd_cli_command *cmd, int argc, char **argv, sd_cli_args *
             continue;
         }
         const char *v = eq ? eq + 1 : NULL;
+        if (!v && f.kind == SD_CLI_OPTSTR) {
+            if (i + 1 < argc && argv[i + 1][0] != '-') v = argv[++i];
+            else v = f.implicit;
+        }
         if (!v) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "sdflow %s: option '%s' needs a value\n", cmd->name, arg);
@@ -257,7 +263,11 @@ void sd_cli_help(const sd_cli_command *cmd, FILE *f) {
     if (cmd->about) fprintf(f, "\n%s\n", cmd->about);
     if (cmd->options && cmd->options[0].name) {
         fputs("\noptions:\n", f);
-        for (const sd_cli_option *o = cmd->options; o->name; o++) help_line(f, o->name, o->alias, o->arg, o->help);
+        for (const sd_cli_option *o = cmd->options; o->name; o++) {
+            char opt[64];
+            if (o->kind == SD_CLI_OPTSTR) snprintf(opt, sizeof opt, "[%s]", o->arg ? o->arg : "VALUE");
+            help_line(f, o->name, o->alias, o->kind == SD_CLI_OPTSTR ? opt : o->arg, o->help);
+        }
     }
     if (cmd->groups) {
         fputs("\nshared options (the same for every command that takes them):\n", f);

@@ -75,6 +75,7 @@ static void send_headers(struct mg_connection *c, const char *filename, long lon
     mg_response_header_add(c, "Content-Length", len, -1);
     mg_response_header_add(c, "Content-Disposition", disp, -1);
     mg_response_header_add(c, "X-Content-Type-Options", "nosniff", -1);
+    srv_guard_add_headers(c);
     mg_response_header_send(c);
 }
 
@@ -114,7 +115,11 @@ int srv_view(srv *s, struct mg_connection *c) {
         st = srv_reply_error(c, 403, "forbidden", "the file lies outside the folder (a symlink?)");
         goto out;
     }
-    int fd = open(file_real, O_RDONLY | O_CLOEXEC);
+    /* Regular files only. O_NONBLOCK: opening a FIFO for reading would
+     * otherwise wait for a writer forever, holding this thread (60 such
+     * requests stopped the server); what was opened is checked, not the
+     * name, so nothing can be swapped in between. */
+    int fd = open(file_real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         if (fd >= 0) close(fd);

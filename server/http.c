@@ -43,6 +43,7 @@ int srv_reply(struct mg_connection *c, int status, const char *ctype, const void
     mg_response_header_add(c, "Content-Length", len, -1);
     mg_response_header_add(c, "Cache-Control", "no-store", -1);
     mg_response_header_add(c, "X-Content-Type-Options", "nosniff", -1);
+    srv_guard_add_headers(c);
     if (extra) mg_response_header_add_lines(c, extra);
     mg_response_header_send(c);
     if (n) mg_write(c, body, n);
@@ -252,6 +253,14 @@ static int on_log_access(const struct mg_connection *c, const char *message) {
     return 1;
 }
 
+static int on_begin_request(struct mg_connection *c) {
+    return srv_guard_request(mg_get_user_data(mg_get_context(c)), c);
+}
+
+static void on_connection_close(const struct mg_connection *c) {
+    srv_guard_conn_close(mg_get_user_data(mg_get_context(c)), c);
+}
+
 static int on_log_message(const struct mg_connection *c, const char *message) {
     srv *s = mg_get_user_data(c ? mg_get_context(c) : NULL);
     if (s) srv_log(s, "http: %s", message);
@@ -274,6 +283,9 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
                             "--listen %s is reachable from other machines: give --token TOKEN (clients send "
                             "'Authorization: Bearer TOKEN') or, on a trusted network, --insecure",
                             listen);
+    if (o->cors_origin && (!*o->cors_origin || strpbrk(o->cors_origin, "\r\n")))
+        return sd_error_set(err, SD_ERR_INVALID, "--enable-cors-header: the origin must be '*' or one origin "
+                                                 "such as https://app.example:3000");
     if (o->token && strlen(o->token) < 8)
         return sd_error_set(err, SD_ERR_INVALID, "--token must be at least 8 characters");
     if (strchr(listen, ':') && listen[0] != '[')
@@ -304,26 +316,41 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     if (s.rq && srv_redis_check_prefix(s.rq_prefix, err)) { rc = err->code; goto out; }
     if (s.rq ? srv_rq_start(&s, err) : srv_queue_start(&s, err)) { rc = err->code ? err->code : SD_ERR_INTERNAL; goto out; }
 
-    char ports[128], threads[32], timeout_ms[] = "30000";
+    char ports[128], threads[32], timeout_ms[32];
     snprintf(ports, sizeof ports, "%s:%d", listen, port);
     /* One civetweb thread per open connection: the WebSocket clients plus
-     * room for ordinary requests. */
-    snprintf(threads, sizeof threads, "%zu", s.max_ws + 16);
+     * room for ordinary requests, enough that the connections one address
+     * may hold (guard.c) leave most of them to the others. */
+    size_t n_threads = s.max_ws + 64;
+    snprintf(threads, sizeof threads, "%zu", n_threads);
+    /* the whole request line and headers must arrive within it (a client
+     * that trickles them is dropped); each later read or write waits at most
+     * as long */
+    double req_timeout = o->request_timeout > 0 ? o->request_timeout : 10;
+    snprintf(timeout_ms, sizeof timeout_ms, "%.0f", req_timeout * 1000 < 1 ? 1 : req_timeout * 1000);
+    srv_guard_init(&s);
     const char *options[] = {
         "listening_ports", ports,
         "num_threads", threads,
-        "request_timeout_ms", timeout_ms,     /* a client that stalls mid-request is dropped */
+        "request_timeout_ms", timeout_ms,
         "websocket_timeout_ms", "60000",
         "enable_websocket_ping_pong", "yes", /* idle clients are pinged, not dropped */
         "enable_keep_alive", "no",
         "max_request_size", "16384",         /* the request line and headers */
         "decode_url", "yes",
+        /* civetweb answers CORS preflights itself, with "*", unless these
+         * are empty: guard.c decides (--enable-cors-header) */
+        "access_control_allow_origin", "",
+        "access_control_allow_methods", "",
+        "access_control_allow_headers", "",
         NULL,
     };
     struct mg_callbacks cb;
     memset(&cb, 0, sizeof cb);
     cb.log_access = on_log_access;
     cb.log_message = on_log_message;
+    cb.begin_request = on_begin_request;
+    cb.connection_close = on_connection_close;
     (void)srv_thread_stack_floor(); /* see thread_stack.c */
     mg_init_library(0);
     s.mg = mg_start(&cb, &s, options);
@@ -341,6 +368,8 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     struct mg_server_port sp[4];
     int np = mg_get_server_ports(s.mg, 4, sp);
     if (np > 0) bound = sp[0].port;
+    if (srv_guard_listen(&s, bound))
+        srv_log(&s, "warning: too many servers in this process: connections per address are not limited");
     srv_log(&s, "sdflow serve: listening on http://%s:%d/%s%s", listen, bound,
             o->token ? " (bearer token required)" : "", s.rq ? " (prompts go to redis for sdflow worker)" : "");
     if (o->on_listen) o->on_listen(o->on_listen_user, bound);
@@ -356,6 +385,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     srv_rq_stop(&s);
 out:
     free_job_list(&s);
+    srv_guard_free(&s);
     mg_exit_library();
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);

@@ -79,6 +79,12 @@ typedef struct srv {
     pthread_mutex_t log_mu;
     FILE *log;
 
+    /* guard.c: the live connections, by client address (guard_mu) */
+    pthread_mutex_t guard_mu;
+    int guard_ready;
+    struct srv_conn *conns;
+    size_t n_conns, cap_conns, max_client_conns;
+
     /* --redis (rqueue.c): prompts go to Redis; the subscriber thread
      * forwards the workers' messages. rq_mu guards rq_sub and rq_quit. */
     int rq;
@@ -117,6 +123,24 @@ char *srv_query(struct mg_connection *c, const char *name);
  * carries it (Authorization: Bearer, or ?token= for browsers' WebSockets). */
 int srv_authorized(srv *s, struct mg_connection *c);
 void srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- guard.c: who may talk to the server (before any route) ---------------- */
+/* Sets up the per-address connection counts (before mg_start); once the
+ * server listens, srv_guard_listen(port) makes its accepted connections
+ * count (-1: too many servers in this process, none counted). srv_guard_free
+ * (after mg_stop) unregisters and releases; safe when never set up. */
+void srv_guard_init(srv *s);
+int srv_guard_listen(srv *s, int port);
+void srv_guard_free(srv *s);
+/* civetweb's begin_request: 0 = go on; else the refusal (400 for a NUL in
+ * the query, 403 for a foreign Origin or Host without a token) or the
+ * answer to a CORS preflight has been sent and its status is returned. */
+int srv_guard_request(srv *s, struct mg_connection *c);
+/* civetweb's connection_close: the connection no longer counts. */
+void srv_guard_conn_close(srv *s, const struct mg_connection *c);
+/* The CORS headers of --enable-cors-header, added to a reply being built
+ * (nothing without the option). */
+void srv_guard_add_headers(struct mg_connection *c);
 
 /* ---- routes.c ---------------------------------------------------------- */
 int srv_route(srv *s, struct mg_connection *c, const char *method, const char *path);

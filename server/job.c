@@ -2,12 +2,14 @@
  * error shape) and the job's own helpers (job.h). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/node.h"
@@ -40,8 +42,19 @@ const char *srv_folder_of_type(const sd_env *env, const char *type) {
 
 char *srv_read_file(const char *path, size_t *n) {
     *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    /* a regular file only: opening a FIFO would wait for a writer forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat sb;
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = EINVAL;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
     char *buf = NULL;
     size_t cap = 0;
     for (;;) {

@@ -113,8 +113,8 @@ char *srv_binary_frame(uint32_t event, const void *payload, size_t n, size_t *le
  * "input", "temp"; NULL for anything else. */
 const char *srv_folder_of_type(const sd_env *env, const char *type);
 
-/* A whole file, malloc'd (*n its size); NULL with errno set when it cannot
- * be read. */
+/* A whole regular file, malloc'd (*n its size); NULL with errno set when it
+ * cannot be read or is not a regular file (a FIFO is never opened blocking). */
 char *srv_read_file(const char *path, size_t *n);
 
 double srv_now(void);            /* monotonic seconds */

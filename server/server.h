@@ -30,6 +30,15 @@ typedef struct sd_server_opts {
     int port;                 /* 0 = any free port (the CLI's default is 8188) */
     const char *token;        /* Bearer token every request must carry, or NULL */
     int insecure;             /* allow a non-local listen address without a token */
+    /* Browsers (guard.c, docs/server.md "Threat model"): without a token only
+     * the server's own pages (same origin) and loopback Host names are
+     * served. cors_origin opens the origin check on purpose: "*" = any
+     * origin, else that one, with CORS headers on every reply; NULL = off. */
+    const char *cors_origin;
+    size_t max_client_conns;  /* connections at once from one client address; 0 = 32 */
+    double request_timeout;   /* seconds a client has to send its request line and
+                                 headers, and the longest wait for each later read or
+                                 write; 0 = 10 */
     size_t max_body;          /* JSON request bodies (bytes); 0 = 16 MiB */
     size_t max_upload;        /* one multipart upload (bytes); 0 = 100 MiB */
     size_t max_history;       /* history entries kept (oldest dropped); 0 = 1000 */
