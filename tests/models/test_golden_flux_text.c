@@ -16,10 +16,17 @@
  * settings.t5; the CLIP-L head count is settings.clip_l.num_attention_heads
  * (ComfyUI's clip_l_model_config, as the oracle passed it). bf16 runs add
  * tests/golden.h's slack with L = 6 matrix ops (q, QK, PV, o, wi, wo /
- * fc1, fc2) per block or layer. */
+ * fc1, fc2) per block or layer.
+ * A single-file checkpoint of the set holding the same text encoders
+ * (config.same_weights_as naming t5xxl and clip_l: flux1-dev-fp8, its T5
+ * matrices in F8_E4M3) is loaded by sd_text_encoder_load_ex, the loader
+ * CheckpointLoaderSimple uses: a FLUX encoder whose CLIP-L (F16, the same
+ * weights) gives flux_node.pooled, and whose fp8 T5 gives a finite cond of
+ * the reference's shape (its values belong to the end-to-end fp8 case). */
 #include "golden.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +182,122 @@ static void run_texts(const sd_text_encoder *te, const cJSON *settings) {
     }
 }
 
+/* ---- token weights on the T5 ---------------------------------------------------------- */
+
+/* ComfyUI's ClipTokenWeightEncoder on the T5: with a weight != 1 the empty
+ * prompt [</s>, <pad>...] of the same length is encoded too and each
+ * weighted token becomes (z - e) * w + e. Checked against two separate
+ * forwards (batched or not, so up to GEMM rounding: 1e-4 of the values). */
+static void run_weights(const sd_text_encoder *te) {
+    const char *text = "an (astronaut:1.5) riding a ((horse))";
+    sd_error e;
+    sd_prompt_vocab v;
+    sd_prompt_opts o5, ol;
+    sd_prompt_tokens *t5 = NULL, *tl = NULL;
+    sd_prompt_opts_t5xxl(&o5);
+    sd_prompt_opts_clip_l(&ol);
+    CHECK_OK(sd_t5_tokenizer_prompt_vocab(sd_text_encoder_t5_tokenizer(te), &v, &e), &e);
+    CHECK_OK(sd_prompt_tokenize_vocab(&v, text, &o5, &t5, &e), &e);
+    CHECK_OK(sd_prompt_tokenize(sd_text_encoder_tokenizer(te), text, &ol, &tl, &e), &e);
+    if (!t5 || !tl) goto done;
+    CHECK(sd_prompt_tokens_has_weights(t5));
+    sd_tensor *cond = NULL, *pooled = NULL;
+    CHECK_OK(sd_text_encode_flux_tokens(te, tl, t5, 0, NULL, &cond, &pooled, &e), &e);
+    int L = t5->chunk_len;
+    int32_t *ids = malloc((size_t)2 * L * sizeof *ids);
+    for (int j = 0; j < L; j++) {
+        ids[j] = t5->tokens[j].id;
+        ids[L + j] = j == 0 ? v.end : 0;
+    }
+    sd_t5 *m = (sd_t5 *)sd_text_encoder_t5(te);
+    sd_bt *z = NULL, *em = NULL;
+    sd_t5_tokens a = {1, L, ids, NULL}, b = {1, L, ids + L, NULL};
+    CHECK_OK(sd_t5_forward(m, &a, 0, &z, &e), &e);
+    CHECK_OK(sd_t5_forward(m, &b, 0, &em, &e), &e);
+    sd_tensor *hz = z ? sd_bt_to_host(z) : NULL, *he = em ? sd_bt_to_host(em) : NULL;
+    if (cond && hz && he && cond->shape[1] == L) {
+        int64_t D = cond->shape[2];
+        double worst = 0, scale = 0;
+        for (int j = 0; j < L; j++) {
+            float w = (float)t5->tokens[j].weight;
+            for (int64_t k = 0; k < D; k++) {
+                float zv = sd_tensor_f32(hz)[j * D + k], ev = sd_tensor_f32(he)[j * D + k];
+                float want = w != 1.0f ? (zv - ev) * w + ev : zv;
+                double d = fabs((double)sd_tensor_f32(cond)[j * D + k] - want);
+                if (d > worst) worst = d;
+                if (fabs(want) > scale) scale = fabs(want);
+            }
+        }
+        printf("  T5 token weights: max |err| %.3g of max %.3g\n", worst, scale);
+        CHECK_MSG(worst <= 1e-4 * scale, "weighted T5 cond differs from (z - e) * w + e by %g", worst);
+    } else {
+        CHECK_MSG(0, "weighted T5 encode: no output of length %d", L);
+    }
+    sd_tensor_unref(hz);
+    sd_tensor_unref(he);
+    sd_bt_free(z);
+    sd_bt_free(em);
+    free(ids);
+    sd_tensor_unref(cond);
+    sd_tensor_unref(pooled);
+done:
+    sd_prompt_tokens_free(t5);
+    sd_prompt_tokens_free(tl);
+}
+
+/* ---- the single-file checkpoint ------------------------------------------------------- */
+
+static int names(const cJSON *list, const char *want) {
+    const cJSON *v;
+    cJSON_ArrayForEach(v, list) if (cJSON_IsString(v) && strcmp(v->valuestring, want) == 0) return 1;
+    return 0;
+}
+
+static void run_single_files(sd_backend *be, const char *dir, const cJSON *m, const cJSON *settings,
+                             const sd_text_encoder *parts) {
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(settings, "text"), *mod;
+    const char *tl = json_str(text, "clip_l"), *tt = json_str(text, "t5xxl");
+    if (!tl || !tt || !cJSON_GetObjectItemCaseSensitive(g_tensors, "flux_node.pooled")) return;
+    cJSON_ArrayForEach(mod, cJSON_GetObjectItemCaseSensitive(m, "models")) {
+        const cJSON *same = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(mod, "config"), "same_weights_as");
+        if (!names(same, "t5xxl") || !names(same, "clip_l")) continue;
+        char path[2400];
+        snprintf(path, sizeof path, "%s/%s", dir, json_str(mod, "file"));
+        printf("single file %s\n", path);
+        sd_error e;
+        sd_st_file *f = NULL;
+        sd_text_encoder *te = NULL;
+        CHECK_OK(sd_st_open(path, &f, &e), &e);
+        if (!f) continue;
+        CHECK(sd_text_encoder_detect(f) == SD_TE_FLUX);
+        sd_te_load_opts o = {.tok = sd_text_encoder_tokenizer(parts),
+                             .t5tok = sd_text_encoder_t5_tokenizer(parts),
+                             .clip_l_heads = json_int(cJSON_GetObjectItemCaseSensitive(settings, "clip_l"),
+                                                      "num_attention_heads")};
+        if (o.clip_l_heads < 0) o.clip_l_heads = 0;
+        CHECK_OK(sd_text_encoder_load_ex(be, f, &o, &te, &e), &e);
+        sd_st_close(f); /* the weights keep the mapping */
+        if (!te) continue;
+        CHECK(sd_text_encoder_kind(te) == SD_TE_FLUX);
+        CHECK(memcmp(sd_t5_get_config(sd_text_encoder_t5(te)), sd_t5_get_config(sd_text_encoder_t5(parts)),
+                     sizeof(sd_t5_config)) == 0);
+        sd_tensor *cond = NULL, *pooled = NULL;
+        CHECK_OK(sd_text_encode_flux(te, tl, tt, 0, NULL, &cond, &pooled, &e), &e);
+        sd_golden_set_depth(6 * sd_clip_get_config(sd_text_encoder_clip_l(te))->layers);
+        sd_golden_compare(g_case, g_tensors, g_file, "flux_node.pooled", pooled);
+        sd_tensor *ref = sd_st_tensor_f32(g_file, "flux_node.cond", &e);
+        int ok = cond && ref && cond->ndim == ref->ndim;
+        for (int i = 0; ok && i < ref->ndim; i++) ok = cond->shape[i] == ref->shape[i];
+        for (int64_t i = 0; ok && i < sd_tensor_numel(cond); i++) ok = isfinite(sd_tensor_f32(cond)[i]);
+        CHECK_MSG(ok, "%s: the single file's cond is not a finite tensor of flux_node.cond's shape", path);
+        sd_tensor_unref(ref);
+        sd_tensor_unref(cond);
+        sd_tensor_unref(pooled);
+        sd_text_encoder_free(te);
+    }
+}
+
 /* ---- the case ------------------------------------------------------------------------ */
 
 /* <dir>/models/... path of the manifest model `key`. */
@@ -259,6 +382,8 @@ static void run_case(sd_backend *be, const char *dir, const cJSON *m, const cJSO
         CHECK(sd_text_encoder_cond_dim(te) == cfg->d_model);
         run_raw(te);
         run_texts(te, settings);
+        run_single_files(be, dir, m, settings, te);
+        if (sd_golden_precision() == SD_PREC_F32) run_weights(te);
     }
     int i = 0;
     const cJSON *t;
