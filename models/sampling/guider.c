@@ -125,6 +125,34 @@ void sd_cfg_function(const sd_cfg_hook *hook, const float *cond, const float *un
     }
 }
 
+sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *uncond, sd_error *err)
+{
+    if (!hook || hook->n_pre <= 0)
+        return SD_OK;
+    int64_t n = sd_tensor_numel(cond);
+    sd_tensor *d = sd_tensor_new(SD_F32, cond->ndim, cond->shape);
+    if (!d)
+        return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    float *c = cond->data, *dv = d->data;
+    const float *u = uncond->data;
+    sd_status rc = SD_OK;
+    for (int k = 0; k < hook->n_pre && !rc; k++) {
+        /* conds_out[0] = operation(latent=(conds_out[0] - conds_out[1])) + conds_out[1] */
+        for (int64_t i = 0; i < n; i++)
+            dv[i] = c[i] - u[i];
+        sd_tensor *r = NULL;
+        rc = sd_latent_op_apply(&hook->pre[k], d, &r, err);
+        if (rc)
+            break;
+        const float *rv = r->data;
+        for (int64_t i = 0; i < n; i++)
+            c[i] = rv[i] + u[i];
+        sd_tensor_unref(r);
+    }
+    sd_tensor_unref(d);
+    return rc;
+}
+
 /* scratch tensor of x's shape, reallocated when the shape changes */
 static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x)
 {
@@ -150,13 +178,15 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         sd_tensor *outs[1] = {denoised};
         g->model_calls++;
         sd_status st = g->model(g->model_ud, x, sigma, conds, 1, outs, err);
-        if (st != SD_OK || !g->hook.rescale)
+        if (st != SD_OK || (!g->hook.rescale && g->hook.n_pre <= 0))
             return st;
         /* a cfg function still sees the (zero) uncond prediction */
         sd_tensor *zb = scratch(&g->uncond_buf, x);
         if (!zb)
             return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
         memset(zb->data, 0, zb->nbytes);
+        if ((st = sd_cfg_pre(&g->hook, denoised, zb, err)) != SD_OK || !g->hook.rescale)
+            return st;
         float *dv = (float *)denoised->data;
         sd_cfg_function(&g->hook, dv, zb->data, g->cfg, x->data, sigma, batch, n / batch, dv);
         return SD_OK;
@@ -169,6 +199,8 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
     sd_tensor *outs[2] = {cb, ub};
     g->model_calls += 2;
     sd_status st = g->model(g->model_ud, x, sigma, conds, 2, outs, err);
+    if (st == SD_OK)
+        st = sd_cfg_pre(&g->hook, cb, ub, err);
     if (st != SD_OK)
         return st;
     float *dv = (float *)denoised->data;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include "core/error.h"
 #include "core/tensor.h"
+#include "models/image/latentops.h"
 #include "models/sampling/sampler.h"
 
 enum { SD_COND_POSITIVE = 0, SD_COND_NEGATIVE = 1 };
@@ -35,12 +36,25 @@ typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigm
                                         sd_error *err);
 
 /* ComfyUI's model_options["sampler_cfg_function"] as the one MODEL patch
- * that sets it here does: RescaleCFG (comfy_extras/nodes_model_advanced.py).
- * Zeroed = none, the plain CFG formula. */
+ * that sets it here does: RescaleCFG (comfy_extras/nodes_model_advanced.py);
+ * and its "sampler_pre_cfg_function" list as LatentApplyOperationCFG
+ * (comfy_extras/nodes_latent.py) appends to it: before the CFG formula (and
+ * before RescaleCFG), each operation in turn replaces the cond prediction by
+ * op(cond - uncond) + uncond (uncond = zeros when the cfg1 optimisation
+ * skipped it). Zeroed = none, the plain CFG formula. */
+#define SD_CFG_MAX_PRE 8
 typedef struct sd_cfg_hook {
     int rescale;       /* RescaleCFG applied */
     double multiplier; /* its multiplier */
+    int n_pre;                        /* pre-CFG operations, applied in order */
+    sd_latent_op pre[SD_CFG_MAX_PRE];
 } sd_cfg_hook;
+
+/* The hook's pre-CFG operations on one evaluation: cond, uncond are the x0
+ * predictions, [B, C, H, W]; cond is replaced in place. SD_OK at once
+ * without operations; an operation's error otherwise (the latent too small
+ * for a sharpen radius, out of memory). */
+sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *uncond, sd_error *err);
 
 /* comfy.samplers.cfg_function for one batch: cond, uncond are x0
  * predictions, x the sampler's x (the model input before calculate_input),

@@ -55,6 +55,8 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     sd_tensor *zeros = uncond_denoised ? uncond_denoised : scratch(&s->buf[0], x);
     if (!zeros) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
     memset(zeros->data, 0, zeros->nbytes);
+    /* sampling_function runs the MODEL's pre-CFG functions here too */
+    if (s->g->patches && (rc = sd_cfg_pre(&s->g->patches->cfg, denoised, zeros, err))) return rc;
     float *dv = denoised->data;
     int64_t b = batch_of(x);
     sd_cfg_function(hook_of(s->g), dv, zeros->data, 1.0, x->data, sigma, b, n / b, dv);

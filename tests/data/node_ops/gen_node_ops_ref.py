@@ -49,8 +49,9 @@ import comfy_extras.nodes_compositing as nodes_compositing  # noqa: E402
 import comfy_extras.nodes_images as nodes_images  # noqa: E402
 import comfy_extras.nodes_post_processing as nodes_post_processing  # noqa: E402
 import comfy_extras.nodes_morphology as nodes_morphology  # noqa: E402
+import comfy_extras.nodes_latent as nodes_latent  # noqa: E402
 
-MODULES = [nodes_mask, nodes_compositing, nodes_images, nodes_post_processing, nodes_morphology]
+MODULES = [nodes_mask, nodes_compositing, nodes_images, nodes_post_processing, nodes_morphology, nodes_latent]
 
 tensors = {}
 cases = []
@@ -396,8 +397,62 @@ def image_cases():
         case("morphology_dilate_wide", "Morphology", {"image": T(mimg), "operation": "dilate", "kernel_size": 30})
 
 
+# ---- latents (nodes_latent.py) ----------------------------------------------------------------
+
+def latent_cases():
+    a = rand(50, 1, 4, 6, 7, lo=-2, hi=2)
+    b = rand(51, 1, 4, 6, 7, lo=-2, hi=2)
+    b3 = rand(52, 3, 4, 6, 7, lo=-2, hi=2)
+    case("latent_add", "LatentAdd", {"samples1": Latent(a, batch_index=[5]), "samples2": Latent(b)})
+    case("latent_add_repeat", "LatentAdd", {"samples1": Latent(b3), "samples2": Latent(a)})
+    case("latent_add_resized", "LatentAdd",
+         {"samples1": Latent(a), "samples2": Latent(rand(53, 2, 4, 4, 9, lo=-2, hi=2))},
+         tol=resampled(BILINEAR, 2.0), note="samples2 resampled bilinearly (values within 2): BILINEAR * 2")
+    case("latent_subtract", "LatentSubtract", {"samples1": Latent(b3), "samples2": Latent(a)})
+    case("latent_multiply", "LatentMultiply", {"samples": Latent(b3, noise_mask=rand(54, 3, 1, 48, 56)),
+                                               "multiplier": -1.7})
+    z = a.clone()
+    z[0, :, 2, 3] = 0.0  # a zero vector: 0/0 -> nan_to_num -> 0
+    case("latent_interpolate", "LatentInterpolate", {"samples1": Latent(z), "samples2": Latent(b), "ratio": 0.3})
+    case("latent_interpolate_b4", "LatentInterpolate",
+         {"samples1": Latent(rand(55, 4, 4, 5, 6, lo=-2, hi=2)), "samples2": Latent(rand(56, 4, 4, 5, 6, lo=-2, hi=2)),
+          "ratio": 0.6})
+    case("latent_interpolate_b2", "LatentInterpolate",
+         {"samples1": Latent(rand(57, 2, 4, 5, 6)), "samples2": Latent(rand(58, 2, 4, 5, 6)), "ratio": 0.5})
+    case("latent_batch", "LatentBatch", {"samples1": Latent(b3, batch_index=[7, 8, 9]), "samples2": Latent(a)})
+    case("latent_batch_resized", "LatentBatch",
+         {"samples1": Latent(a), "samples2": Latent(rand(59, 2, 4, 8, 8, lo=-2, hi=2))},
+         tol=resampled(BILINEAR, 2.0), note="samples2 resampled bilinearly (values within 2): BILINEAR * 2")
+    case("seed_fixed", "LatentBatchSeedBehavior", {"samples": Latent(b3, batch_index=[4, 5, 6]), "seed_behavior": "fixed"})
+    case("seed_fixed_plain", "LatentBatchSeedBehavior", {"samples": Latent(b3), "seed_behavior": "fixed"})
+    case("seed_random", "LatentBatchSeedBehavior", {"samples": Latent(b3, batch_index=[4, 5, 6]),
+                                                    "seed_behavior": "random"})
+    big = rand(60, 2, 4, 9, 11, lo=-2, hi=2)
+    norm_max = float(torch.linalg.vector_norm(big, dim=1).max())
+    for r, sigma, alpha in ((2, 1.0, 0.1), (4, 0.5, 1.0)):
+        # the sharpen filter works on latent / |latent| (values within 1), its result scaled by the norm
+        case("latent_sharpen_%d" % r, "LatentApplyOperation",
+             {"samples": Latent(big), "operation": Node("LatentOperationSharpen",
+                                                        {"sharpen_radius": r, "sigma": sigma, "alpha": alpha})},
+             tol=(sharpen_tol(r, alpha) * (norm_max + 1) + 4 * U * norm_max, 0.0),
+             note="ImageSharpen's bound on the normalised latent, times the largest norm, plus its products")
+    for mult in (1.0, 0.4):
+        # top = (5 std + mean) * multiplier: torch sums the mean in float32 over n = H*W values (error <= n u
+        # relatively), std in double; the result moves by at most |d top| (d new/d top = s^2/(s+1)^2 <= 1)
+        hw = big.shape[2] * big.shape[3]
+        m = torch.linalg.vector_norm(big, dim=1) + 1e-10
+        top = float(((m.flatten(1).std(1) * 5 + m.flatten(1).mean(1)) * mult).max())
+        case("latent_tonemap_%g" % mult, "LatentApplyOperation",
+             {"samples": Latent(big), "operation": Node("LatentOperationTonemapReinhard", {"multiplier": mult})},
+             tol=((hw + 16) * U * top, 0.0), note="the mean's float32 sum: (n + 16)u * top")
+    case("latent_sharpen_small", "LatentApplyOperation",
+         {"samples": Latent(a), "operation": Node("LatentOperationSharpen", {"sharpen_radius": 9, "sigma": 1.0,
+                                                                             "alpha": 0.1})})
+
+
 mask_cases()
 image_cases()
+latent_cases()
 
 manifest = {
     "generator": "tests/data/node_ops/gen_node_ops_ref.py",
