@@ -127,7 +127,7 @@ typedef struct sd_exec_event {
     /* NODE_PREVIEW: the sampler's denoised estimate in the model's latent space
      * (as the sampler sees it: scaled by the VAE's scale factor), F32
      * [N, C, h, w] in host memory, and the latent format it belongs to:
-     * "sd1" or "sdxl" (ComfyUI's latent_formats), NULL when unknown. */
+     * "sd1", "sdxl" or "flux" (ComfyUI's latent_formats), NULL when unknown. */
     const sd_tensor *latent;
     const char *latent_format;
     sd_status status;          /* NODE_ERROR, RUN_DONE */

@@ -164,8 +164,9 @@ struct sd_node_ctx {
 sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_error *err);
 /* Hand the current denoised latent (F32 [N, C, h, w], host memory, in the
  * model's scaled latent space) to the front end, when it asked for previews
- * (ctx->preview set; otherwise nothing happens). latent_format: "sd1",
- * "sdxl" or NULL. The tensor is only read during the call. */
+ * (ctx->preview set; otherwise nothing happens). latent_format: the name of
+ * its models/sampling/latent_format.h format ("sd1", "sdxl", "flux") or
+ * NULL. The tensor is only read during the call. */
 void sd_node_preview(sd_node_ctx *ctx, int64_t step, int64_t steps, const struct sd_tensor *latent,
                      const char *latent_format);
 /* Log through the environment's callback (no output when none is set). */

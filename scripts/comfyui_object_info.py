@@ -248,7 +248,7 @@ MAX_RESOLUTION = None
 V3_FILES = ["nodes_canny", "nodes_clip_sdxl", "nodes_align_your_steps", "nodes_upscale_model",
             "nodes_custom_sampler", "nodes_mask", "nodes_images", "nodes_post_processing",
             "nodes_compositing", "nodes_morphology", "nodes_rebatch", "nodes_latent",
-            "nodes_primitive", "nodes_string", "nodes_flux"]
+            "nodes_primitive", "nodes_string", "nodes_sd3", "nodes_flux"]
 # comfy_extras modules of V1 nodes (INPUT_TYPES), run with their imports stubbed
 EXTRA_V1 = ["nodes_model_merging", "nodes_model_advanced", "nodes_preview_any"]
 

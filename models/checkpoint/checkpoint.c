@@ -98,7 +98,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
     const char *path = sd_st_path(f);
     memset(info, 0, sizeof *info);
     info->prediction = SD_PRED_EPS;
-    info->latent_scale = SD_LATENT_SCALE_SD1;
+    info->latent_format = &sd_latent_sd1;
     const char *rw = sd_st_metadata(f, "sdflow_random_weights");
     info->random_weights = rw && strcmp(rw, "true") == 0;
 
@@ -118,7 +118,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
         info->family = info->unet.kind == SD_UNET_SDXL  ? SD_CKPT_SDXL
                        : info->unet.kind == SD_UNET_SD2 ? SD_CKPT_SD2
                                                         : SD_CKPT_SD1;
-        if (info->family == SD_CKPT_SDXL) info->latent_scale = SD_LATENT_SCALE_SDXL;
+        if (info->family == SD_CKPT_SDXL) info->latent_format = &sd_latent_sdxl;
         if (info->family == SD_CKPT_SD2 && read_tensors) {
             sd_status prc = sd2_prediction(f, info->unet.in_channels, &info->prediction, err);
             if (prc) return prc;
@@ -133,6 +133,11 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
     if (sd_st_find(f, "first_stage_model.decoder.conv_in.weight")) {
         info->has_vae = 1;
         info->vae_prefix = "first_stage_model.";
+    } else if (sd_st_find(f, "vae.decoder.conv_in.weight")) {
+        /* the Comfy-Org single-file Flux checkpoints (supported_models
+         * Flux.vae_key_prefix) */
+        info->has_vae = 1;
+        info->vae_prefix = "vae.";
     } else if (sd_st_find(f, "decoder.conv_in.weight")) {
         info->has_vae = 1;
         info->vae_prefix = "";

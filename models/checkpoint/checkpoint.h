@@ -10,7 +10,9 @@
  *
  * Layouts (the keys real SD1.x / SDXL files use):
  *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1, SD2 or SDXL)
- *   VAE   first_stage_model.*       ("" for a standalone VAE file)
+ *   VAE   first_stage_model.*       ("" for a standalone VAE file such as
+ *                                    Flux's 16-channel ae; vae.* in the
+ *                                    single-file Flux checkpoints)
  *   text  cond_stage_model.transformer.* (SD1), cond_stage_model.model.*
  *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.* (SDXL; SD2.x
  *         in the SGM layout: embedders.0.model with a label_emb-less UNet),
@@ -35,6 +37,7 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "models/sampling/latent_format.h"
 #include "models/sampling/model_sampling.h"
 #include "models/text/text_encode.h"
 #include "models/unet/unet.h"
@@ -52,8 +55,10 @@ typedef struct sd_ckpt_info {
     int has_unet, has_text_encoder, has_vae;
     sd_te_kind te_kind;      /* what the text-encoder keys make (0: none; sd_text_encoder_detect) */
     sd_unet_config unet;     /* valid when has_unet */
-    const char *vae_prefix;  /* "first_stage_model." or "" */
-    float latent_scale;      /* 0.18215 SD1/SD2, 0.13025 SDXL (SD1's for a bare VAE) */
+    const char *vae_prefix;  /* "first_stage_model.", "vae." or "" */
+    /* the MODEL's latent format (process_latent_in/out at sampling, previews):
+     * SD1's for SD1/SD2 and a bare VAE, SDXL's for SDXL */
+    const sd_latent_format *latent_format;
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
     int random_weights;      /* metadata "sdflow_random_weights" == "true" */

@@ -203,6 +203,7 @@ const sd_node_def *const sd_nodes_conditioning[] = {
 
 sd_status sd_nodes_conditioning_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_conditioning, err);
+    if (!rc) rc = sd_registry_add(sd_nodes_flux_conditioning, err);
     if (!rc) rc = sd_registry_alias("CLIPEncode", "CLIPTextEncode", err);
     return rc;
 }

@@ -14,6 +14,10 @@
 #include "core/node.h"
 
 extern const sd_node_def *const sd_nodes_conditioning[];
+/* FluxGuidance, FluxDisableGuidance, FluxKontextImageScale (flux_cond.c):
+ * "guidance" on every entry (a FLOAT, or none = the model's guidance
+ * embedding left out; absent = 3.5). */
+extern const sd_node_def *const sd_nodes_flux_conditioning[];
 
 /* Registers the family's table and the CLIPEncode alias. */
 sd_status sd_nodes_conditioning_register(sd_error *err);

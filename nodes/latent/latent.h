@@ -1,4 +1,4 @@
-/* latent.h - the latent node family: EmptyLatentImage, LatentUpscale,
+/* latent.h - the latent node family: EmptyLatentImage, EmptySD3LatentImage, LatentUpscale,
  * LatentUpscaleBy, RepeatLatentBatch, LatentComposite, SetLatentNoiseMask,
  * SaveLatent, LoadLatent, LatentFromBatch, LatentBlend, LatentCrop,
  * LatentFlip, LatentRotate.

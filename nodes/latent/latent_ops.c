@@ -1,4 +1,4 @@
-/* latent_ops.c - EmptyLatentImage, LatentUpscale, LatentUpscaleBy,
+/* latent_ops.c - EmptyLatentImage, EmptySD3LatentImage, LatentUpscale, LatentUpscaleBy,
  * RepeatLatentBatch, LatentComposite, SetLatentNoiseMask. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,22 +21,28 @@ static sd_status bad_input(sd_error *err, const char *input, const char *fmt, co
 
 /* ---- EmptyLatentImage ---------------------------------------------------------------- */
 
-static sd_status empty_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
-                                  sd_error *err) {
+/* A zero LATENT [batch, channels, height/8, width/8] for `node`. */
+static sd_status empty_latent(sd_node_ctx *ctx, sd_value *const *in, int64_t channels,
+                              const char *node, sd_value **out, sd_error *err) {
     int64_t w = sd_value_as_int(in[0]), h = sd_value_as_int(in[1]), b = sd_value_as_int(in[2]);
     if (w / 8 < 1 || h / 8 < 1 || b < 1)
-        return sd_error_set(err, SD_ERR_INVALID, "EmptyLatentImage: bad size %lldx%lld x %lld",
-                            (long long)w, (long long)h, (long long)b);
-    int64_t shape[4] = {b, 4, h / 8, w / 8};
+        return sd_error_set(err, SD_ERR_INVALID, "%s: bad size %lldx%lld x %lld", node, (long long)w,
+                            (long long)h, (long long)b);
+    int64_t shape[4] = {b, channels, h / 8, w / 8};
     char what[128];
-    snprintf(what, sizeof what, "the latent [%lld, 4, %lld, %lld] float32", (long long)b,
-             (long long)(h / 8), (long long)(w / 8));
+    snprintf(what, sizeof what, "the latent [%lld, %lld, %lld, %lld] float32", (long long)b,
+             (long long)channels, (long long)(h / 8), (long long)(w / 8));
     sd_status rc = sd_mem_check(ctx, b > 1 ? "batch_size" : w >= h ? "width" : "height",
                                 sd_mem_tensor_bytes(4, shape, sizeof(float)), what, err);
     if (rc) return rc;
-    sd_tensor *t = sd_tensor_new4(SD_F32, 4, b, 4, h / 8, w / 8);
-    if (!t) return sd_error_set(err, SD_ERR_NOMEM, "EmptyLatentImage: out of memory");
-    return sd_nodes_latent_with(NULL, "samples", t, &out[0], err);
+    sd_tensor *t = sd_tensor_new(SD_F32, 4, shape);
+    if (!t) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", node);
+    return sd_nodes_latent_with(NULL, "samples", t, out, err);
+}
+
+static sd_status empty_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                  sd_error *err) {
+    return empty_latent(ctx, in, 4, "EmptyLatentImage", &out[0], err);
 }
 
 static const sd_input_def empty_latent_inputs[] = {
@@ -54,6 +60,33 @@ const sd_node_def sd_node_EmptyLatentImage = {
     .inputs = empty_latent_inputs,
     .outputs = latent_out,
     .run = empty_latent_run,
+};
+
+/* ---- EmptySD3LatentImage (comfy_extras/nodes_sd3.py) -------------------------------------- */
+
+/* The 16-channel latent of SD3 and Flux (same shape for both; its width and
+ * height step by 16 in the editor, the latent is still height/8 x width/8). */
+static sd_status empty_sd3_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                      sd_error *err) {
+    return empty_latent(ctx, in, 16, "EmptySD3LatentImage", &out[0], err);
+}
+
+static const sd_input_def empty_sd3_latent_inputs[] = {
+    {.name = "width", .type = SD_T_INT, .def = 1024, .min = 16, .max = SD_MAX_RESOLUTION, .step = 16, .has_range = 1},
+    {.name = "height", .type = SD_T_INT, .def = 1024, .min = 16, .max = SD_MAX_RESOLUTION, .step = 16, .has_range = 1},
+    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .step = 1, .has_range = 1},
+    {0}};
+
+const sd_node_def sd_node_EmptySD3LatentImage = {
+    .version = 1,
+    .class_type = "EmptySD3LatentImage",
+    .display_name = "EmptySD3LatentImage",
+    .category = "latent/sd3",
+    .description = "A batch of zero 16-channel latents [batch_size, 16, height/8, width/8] "
+                   "(SD3 and Flux).",
+    .inputs = empty_sd3_latent_inputs,
+    .outputs = latent_out,
+    .run = empty_sd3_latent_run,
 };
 
 /* ---- LatentUpscale / LatentUpscaleBy ----------------------------------------------------- */

@@ -216,7 +216,10 @@ sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_
 
 void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
                                 sd_model_sampling *ms) {
-    if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
+    if (p && p->sampling_set && p->sampling_base == SD_MS_FLUX) sd_model_sampling_init_flux(ms, p->shift);
+    else if (p && p->sampling_set && p->sampling_base == SD_MS_FLOW)
+        sd_model_sampling_init_flow(ms, p->shift, p->multiplier);
+    else if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
     else sd_model_sampling_init(ms, sd_checkpoint_info(c)->prediction);
 }
 

@@ -21,15 +21,20 @@
 
 struct sd_lora_stack; /* nodes/lora/lora_nodes.h */
 
-/* What ModelSamplingDiscrete and RescaleCFG put on a MODEL: ComfyUI's
- * "model_sampling" object patch and its sampler_cfg_function. Plain data,
- * copied into every MODEL made from one that has it (LoRA loaders; a merge
- * keeps model1's, as ComfyUI's model1.clone() does). All zero = none. */
+/* What ModelSamplingDiscrete / ModelSamplingFlux and RescaleCFG put on a
+ * MODEL: ComfyUI's "model_sampling" object patch (each such node replaces
+ * the whole object: the last one wins) and its sampler_cfg_function. Plain
+ * data, copied into every MODEL made from one that has it (LoRA loaders; a
+ * merge keeps model1's, as ComfyUI's model1.clone() does). All zero = none. */
 typedef struct sd_model_patches {
-    int sampling_set;       /* ModelSamplingDiscrete applied: */
-    sd_prediction sampling; /*   its sampling kind */
-    int zsnr;               /*   and zsnr */
-    sd_cfg_hook cfg;        /* RescaleCFG */
+    int sampling_set;         /* a ModelSampling* node applied: */
+    sd_ms_kind sampling_base; /*   SD_MS_DISCRETE (ModelSamplingDiscrete), SD_MS_FLUX
+                               *   (ModelSamplingFlux) or SD_MS_FLOW */
+    sd_prediction sampling;   /*   discrete: its sampling kind */
+    int zsnr;                 /*   discrete: zsnr */
+    double shift, multiplier; /*   flow kinds: their parameters (sd_model_sampling_init_flux
+                               *   / _flow) */
+    sd_cfg_hook cfg;          /* RescaleCFG */
 } sd_model_patches;
 
 /* Handle payloads. Each owns one checkpoint reference and one reference on
@@ -79,7 +84,7 @@ sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *l
                                        const sd_model_patches *p);
 
 /* The MODEL's sampling schedule: the checkpoint's prediction type, or what
- * ModelSamplingDiscrete set (p may be NULL). */
+ * a ModelSampling* node set (p may be NULL). */
 void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
                                 sd_model_sampling *ms);
 sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras);

@@ -1,7 +1,9 @@
-/* model_patch_nodes.c - ModelSamplingDiscrete and RescaleCFG
- * (comfy_extras/nodes_model_advanced.py) as data on the MODEL handle. */
+/* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingFlux and
+ * RescaleCFG (comfy_extras/nodes_model_advanced.py) as data on the MODEL
+ * handle. */
 #include "model_nodes.h"
 
+#include "nodes/image/image.h" /* SD_MAX_RESOLUTION */
 #include "nodes/loaders/loaders.h"
 
 /* A new MODEL value: m with patches p. */
@@ -30,8 +32,29 @@ static sd_status model_sampling_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
      * ModelSamplingDiscrete overrides an earlier one */
     sd_model_patches p = m->patches;
     p.sampling_set = 1;
+    p.sampling_base = SD_MS_DISCRETE;
     p.sampling = (sd_prediction)kind;
     p.zsnr = sd_value_as_bool(in[2]);
+    return model_with(m, &p, &out[0], err);
+}
+
+/* ModelSamplingFlux: ModelSamplingFlux + CONST with the shift of the
+ * resolution (a line through (256, base_shift) and (4096, max_shift) over
+ * the number of 2x2 latent patches), replacing the model_sampling object. */
+static sd_status model_sampling_flux_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                         sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    p.sampling_set = 1;
+    p.sampling_base = SD_MS_FLUX;
+    p.sampling = SD_PRED_CONST;
+    p.zsnr = 0;
+    p.shift = sd_ms_flux_shift(sd_value_as_float(in[1]), sd_value_as_float(in[2]),
+                               (int)sd_value_as_int(in[3]), (int)sd_value_as_int(in[4]));
+    p.multiplier = 1.0;
     return model_with(m, &p, &out[0], err);
 }
 
@@ -72,6 +95,30 @@ static const sd_node_def node_model_sampling_discrete = {
     .run = model_sampling_run,
 };
 
+static const sd_input_def model_sampling_flux_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "max_shift", .type = SD_T_FLOAT, .def = 1.15, .min = 0.0, .max = 100.0, .step = 0.01,
+     .has_range = 1},
+    {.name = "base_shift", .type = SD_T_FLOAT, .def = 0.5, .min = 0.0, .max = 100.0, .step = 0.01,
+     .has_range = 1},
+    {.name = "width", .type = SD_T_INT, .def = 1024, .min = 16, .max = SD_MAX_RESOLUTION, .step = 8,
+     .has_range = 1},
+    {.name = "height", .type = SD_T_INT, .def = 1024, .min = 16, .max = SD_MAX_RESOLUTION, .step = 8,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_model_sampling_flux = {
+    .version = 1,
+    .class_type = "ModelSamplingFlux",
+    .display_name = "ModelSamplingFlux",
+    .category = "advanced/model",
+    .description = "Flow-matching sampling with Flux's resolution-dependent shift: "
+                   "shift = base_shift + (max_shift - base_shift) * (width*height/256 - 256) / 3840.",
+    .inputs = model_sampling_flux_inputs,
+    .outputs = model_out,
+    .run = model_sampling_flux_run,
+};
+
 static const sd_input_def rescale_cfg_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "multiplier", .type = SD_T_FLOAT, .def = 0.7, .min = 0.0, .max = 1.0, .step = 0.01,
@@ -91,4 +138,5 @@ static const sd_node_def node_rescale_cfg = {
 };
 
 const sd_node_def *const sd_nodes_model_patch[] = {&node_model_sampling_discrete,
-                                                   &node_rescale_cfg, NULL};
+                                                   &node_model_sampling_flux, &node_rescale_cfg,
+                                                   NULL};

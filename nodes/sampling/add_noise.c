@@ -72,26 +72,21 @@ static sd_status add_noise_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
         goto done;
     }
     sd_nodes_model_sampling_init(m, ms);
-    const float k = sd_checkpoint_info(m->ckpt)->latent_scale;
+    const sd_latent_format *lf = sd_checkpoint_info(m->ckpt)->latent_format;
     const float scale = ns > 1 ? fabsf(s[0] - s[ns - 1]) : s[0];
     const size_t n = (size_t)sd_tensor_numel(samples);
-    const float *sv = samples->data;
     float *x = noise->data;
-    int nonzero = 0;
-    for (size_t i = 0; i < n && !nonzero; i++) nonzero = sv[i] != 0.0f;
     float *lat = malloc((n ? n : 1) * sizeof *lat);
     if (!lat) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
     /* an all-zero latent (an empty one) is not shifted: ComfyUI's rule */
-    for (size_t i = 0; i < n; i++) lat[i] = nonzero ? sv[i] * k : sv[i];
+    sd_latent_process_in_nonempty(lf, samples->data, lat, n);
     sd_ms_noise_scaling(ms, scale, x, lat, 0, x, n);
     free(lat);
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i] / k;
-        x[i] = isfinite(v) ? v : 0.0f;
-    }
+    sd_latent_process_out(lf, x, x, n);
+    for (size_t i = 0; i < n; i++) x[i] = isfinite(x[i]) ? x[i] : 0.0f;
     tv = sd_value_tensor(noise);
     /* dict_set takes tv, also when it fails */
     if (!tv || sd_value_dict_set(d, "samples", tv)) {

@@ -265,7 +265,7 @@ done:
 typedef struct run_state {
     sd_node_ctx *ctx;
     const sd_ksample_hooks *hooks;
-    const char *latent_format; /* for previews: "sd1", "sdxl" */
+    const char *latent_format; /* for previews: sd_latent_format.name */
     sd_tensor *x0;             /* last callback's denoised (NULL = not wanted) */
     int have_x0;
 } run_state;
@@ -530,11 +530,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    {
-        const float *sv = samples->data;
-        float *lv = latent_in->data;
-        for (int64_t i = 0; i < n; i++) lv[i] = sv[i] * info->latent_scale;
-    }
+    sd_latent_process_in_nonempty(info->latent_format, samples->data, latent_in->data, (size_t)n);
     sd_tensor *nm = sd_value_dict_tensor(a->latent, "noise_mask");
     if (nm && (rc = prepare_mask(nm, shape, &mask, err))) {
         sd_error_at(err, NULL, NULL, "latent_image");
@@ -614,12 +610,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    run_state st = {ctx, a->hooks,
-                    info->family == SD_CKPT_SDXL ? "sdxl"
-                    : info->family == SD_CKPT_SD1 || info->family == SD_CKPT_SD2
-                        ? "sd1" /* SD2 uses SD1's latent format (latent_formats.SD15) */
-                        : NULL,
-                    x0, 0};
+    run_state st = {ctx, a->hooks, info->latent_format->name, x0, 0};
     sd_sampler_params p = a->options;
     p.seed = a->seed;
     if (!p.percent_to_sigma) { /* the MODEL's schedule (sa_solver's tau window) */
@@ -632,16 +623,12 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
     p.cancel_ud = &st;
     if ((rc = sd_sampler_run(smp, &den, sigmas, a->n_sigmas, x, &p, err))) goto done;
 
-    /* inverse_noise_scaling is the identity for every discrete kind; process_latent_out */
-    {
-        float *xv = x->data;
-        for (int64_t i = 0; i < n; i++) xv[i] = xv[i] / info->latent_scale;
-    }
+    sd_ms_inverse_noise_scaling(ms, sigmas[a->n_sigmas - 1], x->data, x->data, (size_t)n);
+    sd_latent_process_out(info->latent_format, x->data, x->data, (size_t)n);
     rc = latent_with(a->latent, sd_tensor_ref(x), out, err);
     if (!rc && out_denoised) {
         if (st.have_x0) {
-            float *dv = x0->data;
-            for (int64_t i = 0; i < n; i++) dv[i] = dv[i] / info->latent_scale;
+            sd_latent_process_out(info->latent_format, x0->data, x0->data, (size_t)n);
             rc = latent_with(a->latent, sd_tensor_ref(x0), out_denoised, err);
         } else { /* no step ran: ComfyUI hands out the same latent twice */
             *out_denoised = sd_value_ref(*out);

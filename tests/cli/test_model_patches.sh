@@ -4,12 +4,14 @@
 #     RescaleCFG's multiplier reruns the sampler (the patch is part of what
 #     the cache keys see) while the text encodings come from the cache;
 #     going back to the first settings serves the first latent from it;
+#     ModelSamplingFlux in its place: its width changes the latent and reruns
+#     the sampler, the first settings come from the cache again;
 #   - workflows/merge_sd15: at ratio 1 the second checkpoint does not matter
 #     (the same latent whichever model2 is), at 0.6 it does; the merge
 #     nodes' outputs are never stored (they hold a MODEL / CLIP).
 set -u
 . "$(dirname "$0")/lib.sh"
-sd_test_begin cli_model_patches ModelSamplingDiscrete RescaleCFG ModelMergeSimple CLIPMergeSimple
+sd_test_begin cli_model_patches ModelSamplingDiscrete ModelSamplingFlux RescaleCFG ModelMergeSimple CLIPMergeSimple
 sd_test_tiny_sd1 "$T"
 "$SDFLOW_BIN" synth --preset sd1-tiny --seed 7 --models-dir "$T/m2" > /dev/null || fail "synth --seed 7"
 mv "$T/m2/checkpoints/sdflow-random-sd1-tiny.safetensors" "$T/models/checkpoints/other.safetensors" ||
@@ -42,6 +44,30 @@ for r in eps mult; do
     [ "$(sd_test_status "$T/$r.json" 6)" = cached ] || fail "$r: the text encode was not cached"
 done
 [ "$(sd_test_status "$T/v2.json" 3)" = cached ] || fail "v2: KSampler not served from the cache"
+
+# ---- ModelSamplingFlux: the same workflow with node 10 replaced ---------------------------
+python3 - "$SDFLOW_SOURCE_DIR/workflows/vpred_zsnr_sd15.json" "$T/flux_patch.json" << 'PY' || fail "no flux workflow"
+import json, sys
+wf = json.load(open(sys.argv[1]))
+wf["10"] = {"class_type": "ModelSamplingFlux", "inputs": {"model": ["4", 0], "max_shift": 1.15,
+            "base_shift": 0.5, "width": 1024, "height": 1024}}
+json.dump(wf, open(sys.argv[2], "w"))
+PY
+runf() {
+    local name=$1
+    shift
+    "$SDFLOW_BIN" run "$T/flux_patch.json" "${common[@]}" "${V[@]}" --report "$T/$name.json" --dump "$T/$name" "$@" \
+        > /dev/null 2> "$T/$name.err" || fail "$name: $(cat "$T/$name.err")"
+}
+runf f1
+runf f512 --set 10.width=512
+runf f1b
+[ -s "$T/f1/3_0.safetensors" ] || fail "no latent dumped with ModelSamplingFlux"
+[ "$(latent f1)" != "$(latent v1)" ] || fail "ModelSamplingFlux gave the ModelSamplingDiscrete latent"
+[ "$(latent f1)" != "$(latent f512)" ] || fail "ModelSamplingFlux width 512 gave the 1024 latent"
+[ "$(sd_test_status "$T/f512.json" 3)" = executed ] || fail "f512: KSampler not rerun"
+[ "$(sd_test_status "$T/f1b.json" 3)" = cached ] || fail "f1b: KSampler not served from the cache"
+[ "$(latent f1)" = "$(latent f1b)" ] || fail "ModelSamplingFlux: the same settings gave another latent"
 
 # ---- merges -------------------------------------------------------------------------
 M=(--set 4.ckpt_name=$CK --set 11.ckpt_name=other.safetensors)

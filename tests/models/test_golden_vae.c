@@ -8,12 +8,19 @@
  *    latent_model_space); every expected/intermediate tensor is compared at
  *    its own tolerance and its worst error printed;
  *  - every "e2e" case: its documented image = VAEDecode(latent_out); on the
- *    first one per model also tiled decode/encode sanity and the diffusers
- *    key layout (an in-memory renamed copy) giving identical results.
+ *    first one per model also tiled decode/encode sanity, the diffusers
+ *    key layout (an in-memory renamed copy) giving identical results, and
+ *    the VAE keys alone opened as a checkpoint (the loaders' path: detected
+ *    with the same prefix, decoding identically).
  * The model of a case is the manifest "models" entry whose key is one of
- * the '_'-separated words of the case id. Every file the manifest lists
- * must be present (an absent one fails); without the manifest, or with no
- * VAE case in it, the test exits 77.
+ * the '_'-separated words of the case id and whose file holds a VAE (under
+ * first_stage_model., vae. or no prefix), else the VAELoader's file (the
+ * entry whose comfy_name is in vae/). Every file the manifest lists must be
+ * present (an absent one fails); without the manifest, or with no VAE case
+ * in it, the test exits 77.
+ *
+ * argv[1] names a family's reference set under the data folder instead of
+ * the top one: ctest runs it as models.golden_vae_flux with "flux".
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -21,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/checkpoint/checkpoint.h"
 #include "models/vae/vae.h"
 #include "testutil.h"
 #include "golden.h"
@@ -28,8 +36,9 @@
 typedef struct {
     const char *key;
     sd_st_file *file;
+    const char *prefix; /* of the VAE keys in file; NULL = no VAE there */
     sd_vae *vae;
-    int tiled_checked;
+    int tiled_checked, config_checked;
 } model_slot;
 
 typedef struct {
@@ -94,48 +103,99 @@ static void on_tap(void *user, const char *name, const sd_bt *t) {
     c->compared++;
 }
 
-/* The model slot for a case id, loading the VAE on first use. */
-static model_slot *model_for(cJSON *manifest, const char *id, float *scale) {
+/* The VAE prefix of an open file: "first_stage_model." (SD checkpoints),
+ * "vae." (the Comfy-Org single-file Flux checkpoints) or "" (a standalone
+ * VAE file); NULL when the file has no VAE. */
+static const char *vae_prefix_of(sd_st_file *f) {
+    static const char *const prefixes[] = {"first_stage_model.", "vae.", ""};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "%sdecoder.conv_in.weight", prefixes[i]);
+        if (sd_st_find(f, key)) return prefixes[i];
+    }
+    return NULL;
+}
+
+/* Opens (once) the model entry m of the manifest into a slot; the slot's
+ * vae stays NULL when the file has no VAE. */
+static model_slot *slot_for(cJSON *m) {
+    for (int i = 0; i < n_models; i++)
+        if (strcmp(models[i].key, m->string) == 0) return &models[i];
+    if (n_models == (int)(sizeof models / sizeof models[0])) return NULL;
+    model_slot *s = &models[n_models++];
+    s->key = m->string;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));
+    sd_error err;
+    CHECK_OK(sd_st_open(path, &s->file, &err), &err);
+    s->prefix = s->file ? vae_prefix_of(s->file) : NULL;
+    if (s->prefix) CHECK_OK(sd_vae_load(be, s->file, s->prefix, &s->vae, &err), &err);
+    return s;
+}
+
+/* The detected configuration = the one the manifest states (the model's
+ * config "vae" object or the config itself, else the case's settings.vae). */
+static void check_config(const sd_vae *vae, cJSON *cfg, cJSON *c) {
+    cJSON *vc = cJSON_GetObjectItemCaseSensitive(cfg, "vae");
+    if (!vc && cJSON_GetObjectItemCaseSensitive(cfg, "z_channels")) vc = cfg;
+    if (!vc) vc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "settings"), "vae");
+    if (!vc) {
+        printf("    (the manifest states no VAE configuration for this model: not compared)\n");
+        return;
+    }
+    const sd_vae_config *k = sd_vae_get_config(vae);
+    cJSON *z = cJSON_GetObjectItemCaseSensitive(vc, "z_channels");
+    cJSON *nr = cJSON_GetObjectItemCaseSensitive(vc, "num_res_blocks");
+    cJSON *ch = cJSON_GetObjectItemCaseSensitive(vc, "ch");
+    cJSON *mult = cJSON_GetObjectItemCaseSensitive(vc, "ch_mult");
+    CHECK(cJSON_IsNumber(z) && k->z_channels == z->valueint);
+    CHECK(cJSON_IsNumber(nr) && k->num_res_blocks == nr->valueint);
+    CHECK(cJSON_IsNumber(ch) && k->ch == ch->valueint);
+    CHECK(cJSON_GetArraySize(mult) == k->n_levels);
+    for (int i = 0; i < k->n_levels && i < cJSON_GetArraySize(mult); i++)
+        CHECK(k->block_out[i] == k->ch * cJSON_GetArrayItem(mult, i)->valueint);
+}
+
+/* The model slot for a case: the manifest "models" entry whose key is one
+ * of the '_'-separated words of the case id and whose file has a VAE, else
+ * the entry a workflow loads with VAELoader (comfy_name "vae/..."). */
+static model_slot *model_for(cJSON *manifest, cJSON *c, const char *id, float *scale) {
     cJSON *ms = cJSON_GetObjectItemCaseSensitive(manifest, "models"), *m;
+    model_slot *s = NULL;
+    cJSON *cfg = NULL;
     cJSON_ArrayForEach(m, ms) {
         char words[128];
         snprintf(words, sizeof words, "_%s_", id);
         char key[64];
         snprintf(key, sizeof key, "_%s_", m->string);
         if (!strstr(words, key)) continue;
-        cJSON *cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
-        cJSON *sf = cJSON_GetObjectItemCaseSensitive(cfg, "latent_scale_factor");
-        *scale = cJSON_IsNumber(sf) ? (float)sf->valuedouble : 1.0f;
-        for (int i = 0; i < n_models; i++)
-            if (strcmp(models[i].key, m->string) == 0) return &models[i];
-        if (n_models == (int)(sizeof models / sizeof models[0])) return NULL;
-        model_slot *s = &models[n_models++];
-        s->key = m->string;
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", dir,
-                 cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));
-        sd_error err;
-        CHECK_OK(sd_st_open(path, &s->file, &err), &err);
-        if (s->file) CHECK_OK(sd_vae_load(be, s->file, "first_stage_model.", &s->vae, &err), &err);
-        if (s->vae) {
-            const sd_vae_config *c = sd_vae_get_config(s->vae);
-            cJSON *vc = cJSON_GetObjectItemCaseSensitive(cfg, "vae");
-            cJSON *z = cJSON_GetObjectItemCaseSensitive(vc, "z_channels");
-            cJSON *nr = cJSON_GetObjectItemCaseSensitive(vc, "num_res_blocks");
-            cJSON *ch = cJSON_GetObjectItemCaseSensitive(vc, "ch");
-            cJSON *mult = cJSON_GetObjectItemCaseSensitive(vc, "ch_mult");
-            /* detected configuration = the one the manifest states */
-            CHECK(cJSON_IsNumber(z) && c->z_channels == z->valueint);
-            CHECK(cJSON_IsNumber(nr) && c->num_res_blocks == nr->valueint);
-            CHECK(cJSON_IsNumber(ch) && c->ch == ch->valueint);
-            CHECK(cJSON_GetArraySize(mult) == c->n_levels);
-            for (int i = 0; i < c->n_levels && i < cJSON_GetArraySize(mult); i++)
-                CHECK(c->block_out[i] == c->ch * cJSON_GetArrayItem(mult, i)->valueint);
+        model_slot *cand = slot_for(m);
+        if (cand && cand->vae) {
+            s = cand;
+            cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+            break;
         }
-        return s;
     }
-    CHECK_MSG(0, "case %s: no model in the manifest matches", id);
-    return NULL;
+    if (!s)
+        cJSON_ArrayForEach(m, ms) {
+            const char *cn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "comfy_name"));
+            if (!cn || strncmp(cn, "vae/", 4) != 0) continue;
+            s = slot_for(m);
+            cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+            break;
+        }
+    if (!s || !s->vae) {
+        CHECK_MSG(0, "case %s: no model with a VAE in the manifest matches", id);
+        return NULL;
+    }
+    cJSON *sf = cJSON_GetObjectItemCaseSensitive(cfg, "latent_scale_factor");
+    *scale = cJSON_IsNumber(sf) ? (float)sf->valuedouble : 1.0f;
+    printf("  model %s (VAE keys under '%s')\n", s->key, s->prefix);
+    if (!s->config_checked) {
+        s->config_checked = 1;
+        check_config(s->vae, cfg, c);
+    }
+    return s;
 }
 
 static sd_tensor *scaled(const sd_tensor *t, float s) {
@@ -340,7 +400,7 @@ static sd_st_file *to_diffusers(sd_st_file *f, const char *prefix, const sd_vae_
 /* The diffusers key layout decodes and encodes exactly like the ldm one. */
 static void check_diffusers_layout(model_slot *s, const sd_tensor *z, const sd_tensor *img) {
     void *mem = NULL;
-    sd_st_file *f = to_diffusers(s->file, "first_stage_model.", sd_vae_get_config(s->vae), &mem);
+    sd_st_file *f = to_diffusers(s->file, s->prefix, sd_vae_get_config(s->vae), &mem);
     sd_vae *v = NULL;
     sd_error err;
     if (f) CHECK_OK(sd_vae_load(be, f, "", &v, &err), &err);
@@ -361,6 +421,47 @@ static void check_diffusers_layout(model_slot *s, const sd_tensor *z, const sd_t
     sd_vae_free(v);
     sd_st_close(f);
     free(mem);
+}
+
+/* The checkpoint path a VAELoader / CheckpointLoaderSimple takes: the file's
+ * VAE keys alone (under the slot's prefix) written to a file of their own,
+ * opened as a checkpoint, must be found there (has_vae, the same prefix, no
+ * other part) and decode exactly as the VAE loaded directly. */
+static void check_checkpoint_path(model_slot *s, const sd_tensor *z, const sd_tensor *img) {
+    sd_error err;
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s-vae.safetensors", sd_test_tmpdir("golden_vae_ckpt"), s->key);
+    sd_st_writer *w = sd_st_writer_new();
+    size_t plen = strlen(s->prefix);
+    int ok = w != NULL;
+    for (size_t i = 0; ok && i < sd_st_count(s->file); i++) {
+        const char *name = sd_st_at(s->file, i)->name;
+        if (strncmp(name, s->prefix, plen) != 0 ||
+            (plen == 0 && strncmp(name, "encoder.", 8) != 0 && strncmp(name, "decoder.", 8) != 0))
+            continue;
+        sd_tensor *t = sd_st_tensor(s->file, name, &err);
+        ok = t && sd_st_writer_add(w, name, t, &err) == SD_OK;
+        sd_tensor_unref(t);
+    }
+    if (ok) CHECK_OK(sd_st_writer_save(w, path, &err), &err);
+    sd_st_writer_free(w);
+    sd_checkpoint *c = NULL;
+    CHECK_OK(sd_checkpoint_open(be, path, NULL, &c, &err), &err);
+    if (!c) return;
+    const sd_ckpt_info *info = sd_checkpoint_info(c);
+    CHECK_MSG(info->has_vae && !info->has_unet && !info->has_text_encoder && info->family == SD_CKPT_NONE,
+              "%s: checkpoint parts", path);
+    CHECK_MSG(info->vae_prefix && strcmp(info->vae_prefix, s->prefix) == 0, "%s: VAE prefix '%s', want '%s'", path,
+              info->vae_prefix ? info->vae_prefix : "(none)", s->prefix);
+    sd_vae *v = NULL;
+    sd_tensor *a = NULL;
+    double worst = 0;
+    CHECK_OK(sd_checkpoint_vae(c, &v, &err), &err);
+    if (v) CHECK_OK(sd_vae_decode(v, z, &a, &err), &err);
+    if (a) CHECK_MSG(sd_test_allclose(a, img, 0, 0, &worst, NULL), "checkpoint-path decode |d| %g", worst);
+    printf("    as a checkpoint (VAE keys under '%s'): found, decode identical\n", s->prefix);
+    sd_tensor_unref(a);
+    sd_checkpoint_unref(c);
 }
 
 /* Runs one manifest case; returns 1 when its golden file was present. */
@@ -385,7 +486,7 @@ static int run_case(cJSON *manifest, cJSON *c) {
     }
     printf("case %s:\n", id);
     float scale = 1.0f;
-    model_slot *slot = model_for(manifest, id, &scale);
+    model_slot *slot = model_for(manifest, c, id, &scale);
     sd_vae *vae = slot ? slot->vae : NULL;
     CHECK_MSG(slot != NULL, "case %s: no manifest model matches the case id", id);
     if (vae && is_vae) {
@@ -414,6 +515,7 @@ static int run_case(cJSON *manifest, cJSON *c) {
             slot->tiled_checked = 1;
             check_tiled(vae, z, img);
             check_diffusers_layout(slot, z, img);
+            check_checkpoint_path(slot, z, img);
         }
         sd_tensor_unref(z);
         sd_tensor_unref(img);
@@ -422,8 +524,14 @@ static int run_case(cJSON *manifest, cJSON *c) {
     return 1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* argv[1]: a family's reference set under the data folder ("flux") */
+    static char sub[1200];
     dir = sd_golden_dir();
+    if (argc > 1) {
+        snprintf(sub, sizeof sub, "%s/%s", dir, argv[1]);
+        dir = sub;
+    }
     cJSON *manifest = sd_golden_manifest(dir);
     if (!manifest) return sd_test_finish();
     sd_error err;
@@ -439,7 +547,7 @@ int main(void) {
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) ran += run_case(manifest, c);
     /* a wrong prefix is an error naming the missing key */
-    if (n_models > 0 && models[0].file) {
+    if (n_models > 0 && models[0].file && models[0].vae) {
         sd_vae *none = NULL;
         CHECK(sd_vae_load(be, models[0].file, "nope.", &none, &err) == SD_ERR_NOT_FOUND && !none);
         CHECK_MSG(strstr(err.msg, "nope.decoder.conv_in.weight") != NULL, "message: %s", err.msg);

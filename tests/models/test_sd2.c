@@ -99,7 +99,7 @@ static void check_detection(sd_backend *be, const char *v_path, const char *eps_
         const sd_ckpt_info *i = sd_checkpoint_info(c);
         CHECK(i->family == SD_CKPT_SD2 && strcmp(sd_ckpt_family_name(i->family), "sd2") == 0);
         CHECK(i->prediction == SD_PRED_V && i->has_unet && i->has_vae && i->has_text_encoder);
-        CHECK(i->latent_scale == SD_LATENT_SCALE_SD1 && !i->inpaint);
+        CHECK(i->latent_format == &sd_latent_sd1 && !i->inpaint);
         CHECK(i->unet.kind == SD_UNET_SD2 && i->unet.use_linear_in_transformer &&
               i->unet.num_heads == -1 && i->unet.num_head_channels == 64 &&
               i->unet.adm_in_channels == 0 && i->unet.context_dim == 128);

@@ -1,0 +1,84 @@
+/* latent_format.c - ComfyUI's SD15, SDXL and Flux latent formats. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "models/sampling/latent_format.h"
+
+#include <string.h>
+
+/* comfy/latent_formats.py, rows: latent channels, columns: R, G, B. */
+static const float sd1_factors[4][3] = {
+    {0.3512f, 0.2297f, 0.3227f},
+    {0.3250f, 0.4974f, 0.2350f},
+    {-0.2829f, 0.1762f, 0.2721f},
+    {-0.2120f, -0.2616f, -0.7177f},
+};
+static const float sdxl_factors[4][3] = {
+    {0.3651f, 0.4232f, 0.4341f},
+    {-0.2533f, -0.0042f, 0.1068f},
+    {0.1076f, 0.1111f, -0.0362f},
+    {-0.3165f, -0.2492f, -0.2188f},
+};
+static const float sdxl_bias[3] = {0.1084f, -0.0175f, -0.0011f};
+static const float flux_factors[16][3] = {
+    {-0.0346f, 0.0244f, 0.0681f},  {0.0034f, 0.0210f, 0.0687f},   {0.0275f, -0.0668f, -0.0433f},
+    {-0.0174f, 0.0160f, 0.0617f},  {0.0859f, 0.0721f, 0.0329f},   {0.0004f, 0.0383f, 0.0115f},
+    {0.0405f, 0.0861f, 0.0915f},   {-0.0236f, -0.0185f, -0.0259f}, {-0.0245f, 0.0250f, 0.1180f},
+    {0.1008f, 0.0755f, -0.0421f},  {-0.0515f, 0.0201f, 0.0011f},  {0.0428f, -0.0012f, -0.0036f},
+    {0.0817f, 0.0765f, 0.0749f},   {-0.1264f, -0.0522f, -0.1103f}, {-0.0280f, -0.0881f, -0.0499f},
+    {-0.1262f, -0.0982f, -0.0778f},
+};
+static const float flux_bias[3] = {-0.0329f, -0.0718f, -0.0851f};
+
+const sd_latent_format sd_latent_sd1 = {"sd1", 4, 0.18215f, 0.0f, sd1_factors, NULL, "taesd_decoder"};
+const sd_latent_format sd_latent_sdxl = {"sdxl", 4, 0.13025f, 0.0f, sdxl_factors, sdxl_bias,
+                                         "taesdxl_decoder"};
+const sd_latent_format sd_latent_flux = {"flux", 16, 0.3611f, 0.1159f, flux_factors, flux_bias,
+                                         "taef1_decoder"};
+
+const sd_latent_format *sd_latent_format_named(const char *name) {
+    static const sd_latent_format *const all[] = {&sd_latent_sd1, &sd_latent_sdxl, &sd_latent_flux};
+    for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
+        if (strcmp(name, all[i]->name) == 0) return all[i];
+    return NULL;
+}
+
+/* The base class multiplies only; the SD3/Flux classes subtract the shift
+ * first (a separate float32 op, so a zero shift changes nothing). */
+void sd_latent_process_in(const sd_latent_format *f, const float *z, float *out, size_t n) {
+    const float s = f->scale, sh = f->shift;
+    if (sh == 0.0f) {
+        for (size_t i = 0; i < n; i++) out[i] = z[i] * s;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float v = z[i] - sh;
+        out[i] = v * s;
+    }
+}
+
+void sd_latent_process_out(const sd_latent_format *f, const float *x, float *out, size_t n) {
+    const float s = f->scale, sh = f->shift;
+    if (sh == 0.0f) {
+        for (size_t i = 0; i < n; i++) out[i] = x[i] / s;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] / s;
+        out[i] = v + sh;
+    }
+}
+
+int sd_latent_process_in_nonempty(const sd_latent_format *f, const float *z, float *out, size_t n) {
+    int nonzero = 0;
+    for (size_t i = 0; i < n && !nonzero; i++) nonzero = z[i] != 0.0f;
+    if (nonzero) {
+        sd_latent_process_in(f, z, out, n);
+        return 1;
+    }
+    if (out != z) memmove(out, z, n * sizeof *out);
+    return 0;
+}
