@@ -1,6 +1,6 @@
 /* test_golden_flux_sampling.c - the flow-matching sigma tables and their
  * schedules against ComfyUI (the "sampling" cases of the Flux reference set,
- * $SDFLOW_TESTDATA/flux/manifest.json).
+ * sd_golden_family_dir("flux")/manifest.json).
  *
  * Every reference tensor of a case is named "<group>.<what>":
  *   group  msfK        the ModelSamplingFlux node with settings
@@ -118,7 +118,7 @@ static void run_case(const char *dir, cJSON *c) {
 
 int main(void) {
     char dir[1200];
-    snprintf(dir, sizeof dir, "%s/flux", sd_golden_dir());
+    snprintf(dir, sizeof dir, "%s", sd_golden_family_dir("flux"));
     cJSON *m = sd_golden_manifest(dir);
     if (!m) return sd_test_finish();
     int n = sd_golden_require_cases(m, dir, "sampling");

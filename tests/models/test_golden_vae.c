@@ -19,7 +19,7 @@
  * present (an absent one fails); without the manifest, or with no VAE case
  * in it, the test exits 77.
  *
- * argv[1] names a family's reference set under the data folder instead of
+ * argv[1] names a family's reference set (sd_golden_family_dir) instead of
  * the top one: ctest runs it as models.golden_vae_flux with "flux".
  */
 #include <cjson/cJSON.h>
@@ -525,11 +525,11 @@ static int run_case(cJSON *manifest, cJSON *c) {
 }
 
 int main(int argc, char **argv) {
-    /* argv[1]: a family's reference set under the data folder ("flux") */
+    /* argv[1]: a family's reference set ("flux": sd_golden_family_dir) */
     static char sub[1200];
     dir = sd_golden_dir();
     if (argc > 1) {
-        snprintf(sub, sizeof sub, "%s/%s", dir, argv[1]);
+        snprintf(sub, sizeof sub, "%s", sd_golden_family_dir(argv[1]));
         dir = sub;
     }
     cJSON *manifest = sd_golden_manifest(dir);
