@@ -12,10 +12,10 @@
 #                              whole run (the suite must pass on a busy machine:
 #                              no test may depend on timing)
 #
-# Other machines can be imitated on this one: ONEDNN_MAX_CPU_ISA=AVX2 (or
-# AVX512_CORE) caps oneDNN's kernels, OPENBLAS_CORETYPE=Haswell (or Zen,
-# SkylakeX) picks OpenBLAS's, SDFLOW_MAX_CPU_ISA=avx2 (or scalar) sdflow's own
-# (docs/performance.md).
+# Other machines can be imitated on this one: SDFLOW_MAX_CPU_ISA=avx2 (or
+# scalar, avx512, avx512_bf16) caps sdflow's own kernels and, unless they are
+# set themselves, oneDNN's (ONEDNN_MAX_CPU_ISA) and OpenBLAS's
+# (OPENBLAS_CORETYPE) (docs/cli.md, "CPU instruction sets").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stress=0

@@ -99,11 +99,9 @@ static void widen_buf_done(void *owner) {
     __atomic_store_n(&((sd_cpu *)owner)->widen_busy, 0, __ATOMIC_RELEASE);
 }
 
-sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
+void *sd_cpu_weight_scratch(sd_backend *be, size_t bytes, int *reused) {
     sd_cpu *c = be->impl;
-    size_t bytes = out->nbytes;
-    void *data = NULL, *owner = NULL;
-    void (*release)(void *) = free;
+    *reused = 0;
     if (bytes >= REUSE_MIN && !__atomic_exchange_n(&c->widen_busy, 1, __ATOMIC_ACQUIRE)) {
         if (c->widen_cap < bytes) {
             free(c->widen_buf);
@@ -111,15 +109,26 @@ sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
             c->widen_cap = c->widen_buf ? bytes : 0;
         }
         if (c->widen_buf) {
-            data = c->widen_buf;
-            owner = c;
-            release = widen_buf_done;
-        } else {
-            widen_buf_done(c);
+            *reused = 1;
+            return c->widen_buf;
         }
+        widen_buf_done(c);
     }
-    if (!data) data = owner = sd_cpu_alloc(bytes ? bytes : 1);
+    return sd_cpu_alloc(bytes ? bytes : 1);
+}
+
+void sd_cpu_weight_scratch_done(sd_backend *be, void *p, int reused) {
+    if (reused) widen_buf_done(be->impl);
+    else free(p);
+}
+
+sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
+    sd_cpu *c = be->impl;
+    int reused;
+    void *data = sd_cpu_weight_scratch(be, out->nbytes, &reused);
     if (!data) return SD_ERR_NOMEM;
+    void *owner = reused ? (void *)c : data;
+    void (*release)(void *) = reused ? widen_buf_done : free;
     out->host = sd_tensor_new_borrowed(SD_F32, out->ndim, out->shape, data, release, owner);
     if (!out->host) {
         release(owner);

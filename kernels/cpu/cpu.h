@@ -27,9 +27,14 @@ typedef struct sd_cpu {
     void *widen_buf;
     size_t widen_cap;
     int widen_busy; /* atomic */
-    /* The bf16 path's oneDNN engine, stream and reused buffers (dnnl.h),
-     * made on the first bf16 op; NULL until then and in f32-only use. */
+    /* The bf16 path's oneDNN engine, stream, reused buffers and packed
+     * weights (dnnl_bf16.h), made on the first oneDNN op; NULL until then
+     * and in f32-only use. */
     struct sd_dnnl *dnnl;
+    /* How bf16 precision computes on this backend (SD_BF16_PATH_ONEDNN or
+     * _EMULATE): sd_cpu_bf16_default_path() at creation; tests switch it
+     * to check both paths in one process. */
+    int bf16_path;
 } sd_cpu;
 
 static inline sd_pool *sd_cpu_pool(sd_backend *be) { return ((sd_cpu *)be->impl)->pool; }
@@ -85,6 +90,12 @@ sd_status sd_cpu_upsample_nearest(sd_backend *be, sd_bt *out, const sd_bt *x, in
  * split over the pool; storage may be the backend's reusable widen buffer
  * (convert.c). */
 sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x);
+/* Scratch of at least `bytes` for one op's widened or rounded weight: the
+ * backend's reusable buffer when no other op holds it (*reused = 1), else
+ * fresh memory. NULL when out of memory. Give it back with
+ * sd_cpu_weight_scratch_done once the op is done with it. */
+void *sd_cpu_weight_scratch(sd_backend *be, size_t bytes, int *reused);
+void sd_cpu_weight_scratch_done(sd_backend *be, void *p, int reused);
 /* n elements of dtype dt at src widened to F32 on the calling thread, with
  * the given instruction-set path (sd_cpu_isa() or lower). */
 void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa);
@@ -107,12 +118,25 @@ void sd_cpu_gelu(const float *x, float *y, int64_t n);
 /* y = tanh-approximated GELU of x (torch's formula and order); y may equal x. */
 void sd_cpu_gelu_tanh(const float *x, float *y, int64_t n);
 
-/* Instruction-set paths of the three above (vmath.c): sd_cpu_isa() is the
- * best one this CPU runs, capped by $SDFLOW_MAX_CPU_ISA ("avx2", "scalar";
- * read once) so that a test run can imitate a smaller CPU, as oneDNN's
- * ONEDNN_MAX_CPU_ISA does; a path the CPU cannot run must not be requested. */
+/* Instruction-set paths of our f32 kernels (vmath.c, norm.c, winograd.c,
+ * convert.c, ...): sd_cpu_isa() is the best one this CPU runs under
+ * SDFLOW_MAX_CPU_ISA (isa.c); a path it cannot run must not be requested. */
 enum { SD_ISA_SCALAR = 0, SD_ISA_AVX2, SD_ISA_AVX512 };
 int sd_cpu_isa(void);
+/* The CPU's level including its bf16 arithmetic, under SDFLOW_MAX_CPU_ISA
+ * (isa.c); the first three equal the SD_ISA_* paths. */
+enum { SD_LEVEL_SCALAR = 0, SD_LEVEL_AVX2, SD_LEVEL_AVX512, SD_LEVEL_AVX512_BF16, SD_LEVEL_AMX };
+int sd_cpu_level(void);
+const char *sd_cpu_level_name(int level);
+/* Reads SDFLOW_MAX_CPU_ISA / SDFLOW_CPU_BF16 and applies the cap to OpenBLAS
+ * and oneDNN (once per process); SD_ERR_INVALID naming the variable when a
+ * value is not one the backend knows. */
+sd_status sd_cpu_isa_setup(sd_error *err);
+/* How bf16 precision computes (dnnl_bf16.h): oneDNN's bf16 primitives, or
+ * inputs rounded to bf16 on our f32 kernels. AUTO is only SDFLOW_CPU_BF16's
+ * default; sd_cpu_bf16_default_path() resolves it. */
+enum { SD_BF16_PATH_AUTO = 0, SD_BF16_PATH_ONEDNN, SD_BF16_PATH_EMULATE };
+int sd_cpu_bf16_default_path(void);
 void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa);
 double sd_cpu_exp_row_isa(float *row, int64_t n, float *max, int isa);
 void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa);

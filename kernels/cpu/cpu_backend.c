@@ -10,38 +10,9 @@
 #include <strings.h>
 #include <sys/mman.h>
 
-/* OpenBLAS DYNAMIC_ARCH builds (Debian's) pick their kernels once at load.
- * OpenBLAS 0.3.21 does not know Sapphire/Emerald Rapids and falls back to
- * its generic "Prescott" SSE3 kernels, 3-5x slower than the AVX-512 ones on
- * the same CPU (measured: 8.5 vs 45 GFLOPS, sgemm 768^3, one thread). When
- * that fallback happened, redo the selection with the coretype the CPU can
- * run, through OpenBLAS's own OPENBLAS_CORETYPE path. The hooks are weak so
- * builds without DYNAMIC_ARCH link and simply keep their kernels; a user's
- * own OPENBLAS_CORETYPE is respected. */
-extern void gotoblas_dynamic_init(void) __attribute__((weak));
-extern void gotoblas_dynamic_quit(void) __attribute__((weak));
-extern char *openblas_get_corename(void) __attribute__((weak));
-
-static void fix_openblas_coretype(void) {
-    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !openblas_get_corename) return;
-    if (getenv("OPENBLAS_CORETYPE")) return;
-    const char *core = openblas_get_corename();
-    if (!core || strcasecmp(core, "prescott") != 0) return;
-    const char *want = NULL;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        want = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        want = "Haswell";
-    if (!want) return;
-    setenv("OPENBLAS_CORETYPE", want, 0);
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
-    unsetenv("OPENBLAS_CORETYPE");
-}
-
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
 
 static void cpu_destroy(sd_backend *be) {
     sd_cpu *c = be->impl;
@@ -107,8 +78,9 @@ static sd_status cpu_share(sd_bt *v, sd_bt *src) {
     return SD_OK;
 }
 
-/* Precision dispatch: bf16 goes to oneDNN (dnnl_bf16.h); f16 compute has no
- * CPU path (no CPU here does f16 arithmetic faster than f32). */
+/* Precision dispatch: bf16 goes to oneDNN or to its emulation on the f32
+ * kernels (dnnl_bf16.h); f16 compute has no CPU path (no CPU here does f16
+ * arithmetic faster than f32). */
 static int cpu_supports_precision(const sd_backend *be, sd_precision p) {
     return p == SD_PREC_F32 || (p == SD_PREC_BF16 && sd_dnnl_compiled());
 }
@@ -121,20 +93,30 @@ static int cpu_lp_ok(sd_backend *be, const char *op) {
     return 0;
 }
 
+/* The oneDNN path (native bf16), or the emulation; a build without oneDNN
+ * takes sd_dnnl_*, which fail saying how to get the path. */
+static int onednn(sd_backend *be) {
+    return !sd_dnnl_compiled() || ((sd_cpu *)be->impl)->bf16_path == SD_BF16_PATH_ONEDNN;
+}
+
 static sd_status cpu_linear_lp(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                                const sd_bt *b) {
-    return cpu_lp_ok(be, "linear") ? sd_dnnl_linear(be, out, x, w, b) : be->err.code;
+    if (!cpu_lp_ok(be, "linear")) return be->err.code;
+    return onednn(be) ? sd_dnnl_linear(be, out, x, w, b) : sd_bf16e_linear(be, out, x, w, b);
 }
 
 static sd_status cpu_matmul_lp(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
                                int trans_b, float alpha) {
-    return cpu_lp_ok(be, "matmul") ? sd_dnnl_matmul(be, out, a, b, trans_b, alpha) : be->err.code;
+    if (!cpu_lp_ok(be, "matmul")) return be->err.code;
+    return onednn(be) ? sd_dnnl_matmul(be, out, a, b, trans_b, alpha)
+                      : sd_bf16e_matmul(be, out, a, b, trans_b, alpha);
 }
 
 static sd_status cpu_conv2d_lp(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                                const sd_bt *b, int stride, int pad_h, int pad_w) {
-    return cpu_lp_ok(be, "conv2d") ? sd_dnnl_conv2d(be, out, x, w, b, stride, pad_h, pad_w)
-                                   : be->err.code;
+    if (!cpu_lp_ok(be, "conv2d")) return be->err.code;
+    return onednn(be) ? sd_dnnl_conv2d(be, out, x, w, b, stride, pad_h, pad_w)
+                      : sd_bf16e_conv2d(be, out, x, w, b, stride, pad_h, pad_w);
 }
 
 static const sd_backend_i cpu_vtable = {
@@ -176,6 +158,9 @@ static const sd_backend_i cpu_vtable = {
 };
 
 sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {
+    /* instruction sets: ours, OpenBLAS's and oneDNN's, before any kernel runs */
+    sd_status rc = sd_cpu_isa_setup(err);
+    if (rc != SD_OK) return rc;
     sd_cpu *c = calloc(1, sizeof *c);
     if (!c) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating the CPU backend");
     c->pool = sd_pool_new(n_threads);
@@ -183,10 +168,10 @@ sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {
         free(c);
         return sd_error_set(err, SD_ERR_NOMEM, "cannot start %d CPU threads", n_threads);
     }
+    c->bf16_path = sd_cpu_bf16_default_path();
     /* Our pool parallelises around single-threaded GEMMs (see cpu.h). This
      * is process-wide in OpenBLAS, which is what we want: one pool. */
-    pthread_once(&blas_once, fix_openblas_coretype);
-    openblas_set_num_threads(1);
+    pthread_once(&blas_once, blas_single_thread);
     be->vt = &cpu_vtable;
     be->impl = c;
     return SD_OK;

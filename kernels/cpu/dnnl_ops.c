@@ -30,6 +30,18 @@ struct sd_dnnl {
 
 int sd_dnnl_compiled(void) { return 1; }
 
+int sd_dnnl_native_bf16(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
+/* oneDNN 2.6's bf16 convolution and matmul need AVX-512 (they emulate the
+ * bf16 dot products without AVX512_BF16); below it they do not exist. */
+int sd_dnnl_has_bf16(void) {
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+}
+
 const char *sd_dnnl_isa_name(void) {
     switch (dnnl_get_effective_cpu_isa()) {
     case dnnl_cpu_isa_sse41: return "sse41";
@@ -373,6 +385,8 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
 #else /* no oneDNN in this build */
 
 int sd_dnnl_compiled(void) { return 0; }
+int sd_dnnl_native_bf16(void) { return 0; }
+int sd_dnnl_has_bf16(void) { return 0; }
 const char *sd_dnnl_isa_name(void) { return "none"; }
 void sd_dnnl_free(struct sd_dnnl *d) { (void)d; }
 

@@ -7,16 +7,13 @@
  * degree-6 polynomial, scaling by 2^n with scalef): within 2 ulp of expf,
  * and exactly 0 below exp(-87.3) so masked (-inf) scores stay 0. Sums are
  * accumulated in double as in the scalar path. The AVX2 path is the same
- * algorithm on 8 lanes. The choice is made per call from the CPU's
- * features; other CPUs take the scalar (libm) loops. Every path is reachable
- * through the *_isa entry points so tests can check each one. */
+ * algorithm on 8 lanes. The choice is sd_cpu_isa() (isa.c: the CPU's
+ * features, capped by SDFLOW_MAX_CPU_ISA); other CPUs take the scalar (libm)
+ * loops. Every path is reachable through the *_isa entry points so tests
+ * can check each one. */
 #include "cpu.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -270,28 +267,6 @@ T2 static void gelu_avx2(const float *x, float *y, int64_t n) {
 #endif
 
 /* ---- dispatch ------------------------------------------------------------------------ */
-
-static int g_isa; /* set once (pthread_once), read-only afterwards */
-static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
-
-static void isa_detect(void) {
-    int isa = SD_ISA_SCALAR;
-#ifdef HAVE_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) isa = SD_ISA_AVX512;
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = SD_ISA_AVX2;
-#endif
-    /* a cap only lowers the path; an unknown value is ignored */
-    const char *cap = getenv("SDFLOW_MAX_CPU_ISA");
-    if (cap && strcasecmp(cap, "avx2") == 0 && isa > SD_ISA_AVX2) isa = SD_ISA_AVX2;
-    if (cap && strcasecmp(cap, "scalar") == 0) isa = SD_ISA_SCALAR;
-    g_isa = isa;
-}
-
-int sd_cpu_isa(void) {
-    pthread_once(&g_isa_once, isa_detect);
-    return g_isa;
-}
 
 static double softmax_isa(float *row, int64_t n, int isa, int norm, float *mxio) {
 #ifdef HAVE_X86

@@ -1,14 +1,17 @@
-/* test_bf16_ops.c - the CPU backend's bf16 compute path (dnnl_bf16.h).
+/* test_bf16_ops.c - the CPU backend's bf16 compute paths (dnnl_bf16.h).
  *
- * With oneDNN: linear, batched matmul and conv2d in bf16 mode are checked
+ * With oneDNN: linear, batched matmul and conv2d in bf16 mode, on each of
+ * the two paths (oneDNN's primitives, and the emulation on our f32
+ * kernels), are checked
  * against an f64 reference computed on the bf16-rounded inputs (bias not
  * rounded), on random odd shapes and F32/F16/BF16/fp8 weights. Products of two
  * bf16 values are exact in f32, so the only error left is f32 accumulation:
  * |err| <= (K + 4) * 2^-24 * sum|a*b| (K terms, the bias, alpha, the store),
  * a bound that holds whatever the summation order. Each op is also run in
  * f32 mode, which must miss that reference by more than the bound somewhere
- * (the bf16 path really rounds). The rounding kernel is compared bit for bit
- * with the scalar RNE on edge-case bit patterns.
+ * (the bf16 path really rounds). The rounding kernels (to bf16, and to bf16
+ * values in f32 storage on every instruction-set path this CPU runs) are
+ * compared bit for bit with the scalar RNE on edge-case bit patterns.
  * Without oneDNN: the backend must say it has no bf16 path and an op in bf16
  * mode must fail with an error that says how to get one.
  */
@@ -225,6 +228,31 @@ static void test_rounding(sd_backend *be) {
     for (int64_t i = 0; i < n; i++) bad += got[i] != sd_bf16_from_f32(sd_f16_to_f32(h[i]));
     CHECK_MSG(bad == 0, "f16 -> bf16 rounding: %d of %lld differ from the scalar RNE", bad,
               (long long)n);
+    /* the emulated path's rounding into f32 storage, every ISA path */
+    uint32_t *g32 = malloc((size_t)n * 4);
+    for (int isa = SD_ISA_SCALAR; isa <= sd_cpu_isa(); isa++) {
+        static const sd_dtype dts[] = {SD_F32, SD_F16, SD_BF16, SD_F8_E4M3, SD_F8_E5M2};
+        for (int k = 0; k < 5; k++) {
+            const void *src = dts[k] == SD_F32 ? (const void *)f : (const void *)h;
+            const uint8_t *h8 = (const uint8_t *)h; /* fp8: the bytes of h */
+            sd_bf16_round_f32_isa(c->pool, dts[k], src, (float *)g32, n, isa);
+            bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                float v;
+                memcpy(&v, &f[i], 4);
+                uint16_t want = dts[k] == SD_F32   ? sd_bf16_from_f32(v)
+                                : dts[k] == SD_F16 ? sd_bf16_from_f32(sd_f16_to_f32(h[i]))
+                                : dts[k] == SD_BF16
+                                    ? h[i]
+                                    : sd_bf16_from_f32((dts[k] == SD_F8_E4M3 ? sd_f8_e4m3_table()
+                                                                             : sd_f8_e5m2_table())[h8[i]]);
+                bad += g32[i] != (uint32_t)want << 16;
+            }
+            CHECK_MSG(bad == 0, "%s -> bf16-in-f32 rounding (isa %d): %d of %lld differ",
+                      sd_dtype_name(dts[k]), isa, bad, (long long)n);
+        }
+    }
+    free(g32);
     /* a tie rounds to even, NaN stays NaN */
     CHECK(sd_bf16_from_f32(1.00390625f) == 0x3f80);     /* 1 + 2^-8: tie, down to 1 */
     CHECK(sd_bf16_from_f32(1.01171875f) == 0x3f82);     /* 1 + 3*2^-8: tie, up */
@@ -250,23 +278,12 @@ static void test_no_path(sd_backend *be) {
     sd_bt_free(y), sd_bt_free(x), sd_bt_free(w);
 }
 
-int main(void) {
-    sd_backend *be = NULL;
-    sd_error err;
-    CHECK_OK(sd_backend_new("cpu", 2, &be, &err), &err);
-    if (!be) return sd_test_finish();
-    test_rounding(be);
-    if (!sd_dnnl_compiled()) {
-        printf("built without oneDNN: checking that bf16 mode refuses to run\n");
-        test_no_path(be);
-        sd_backend_free(be);
-        return sd_test_finish();
-    }
-    CHECK(sd_backend_supports_precision(be, SD_PREC_BF16));
-    CHECK(sd_backend_supports_precision(be, SD_PREC_F32));
-    CHECK(!sd_backend_supports_precision(be, SD_PREC_F16));
-    printf("oneDNN ISA: %s\n", sd_dnnl_isa_name());
-    sd_backend_set_precision(be, SD_PREC_BF16);
+/* Every op and dtype on the backend's current bf16 path. The shapes are
+ * all below the Winograd crossover (conv2d.c), so the emulated convs run
+ * im2col, whose summation the bound covers; Winograd's own error bound is
+ * checked on f32 data by test_winograd (bf16-rounded values are f32
+ * values), and the golden tests run the emulated path through it. */
+static void test_ops(sd_backend *be) {
     static const sd_dtype wdts[] = {SD_F32, SD_F16, SD_BF16, SD_F8_E4M3, SD_F8_E5M2};
     for (int i = 0; i < (int)(sizeof wdts / sizeof wdts[0]); i++) {
         test_linear(be, wdts[i], 1);
@@ -287,6 +304,41 @@ int main(void) {
     test_conv(be, 1, 3, 40, 36, 64, 3, 3, 1, 1, 1, SD_F16, 1);
     test_conv(be, 1, 64, 20, 18, 64, 3, 3, 2, 1, 1, SD_F16, 0);
     test_conv(be, 1, 64, 10, 9, 64, 3, 3, 1, 1, 1, SD_F16, 1);
+}
+
+int main(void) {
+    sd_backend *be = NULL;
+    sd_error err;
+    CHECK_OK(sd_backend_new("cpu", 2, &be, &err), &err);
+    if (!be) return sd_test_finish();
+    test_rounding(be);
+    if (!sd_dnnl_compiled()) {
+        printf("built without oneDNN: checking that bf16 mode refuses to run\n");
+        test_no_path(be);
+        sd_backend_free(be);
+        return sd_test_finish();
+    }
+    CHECK(sd_backend_supports_precision(be, SD_PREC_BF16));
+    CHECK(sd_backend_supports_precision(be, SD_PREC_F32));
+    CHECK(!sd_backend_supports_precision(be, SD_PREC_F16));
+    printf("oneDNN ISA: %s (native bf16: %d); our level: %s; default bf16 path: %s\n",
+           sd_dnnl_isa_name(), sd_dnnl_native_bf16(), sd_cpu_level_name(sd_cpu_level()),
+           sd_cpu_bf16_default_path() == SD_BF16_PATH_ONEDNN ? "onednn" : "emulate");
+    sd_backend_set_precision(be, SD_PREC_BF16);
+    static const int paths[] = {SD_BF16_PATH_ONEDNN, SD_BF16_PATH_EMULATE};
+    for (int p = 0; p < 2; p++) {
+        if (paths[p] == SD_BF16_PATH_ONEDNN && !sd_dnnl_has_bf16()) {
+            /* oneDNN 2.6 has no bf16 primitives below AVX-512: the backend
+             * must not pick them */
+            printf("-- oneDNN has no bf16 primitives on this CPU (%s): its path is not run\n",
+                   sd_dnnl_isa_name());
+            CHECK(sd_cpu_bf16_default_path() == SD_BF16_PATH_EMULATE);
+            continue;
+        }
+        ((sd_cpu *)be->impl)->bf16_path = paths[p];
+        printf("-- %s path\n", paths[p] == SD_BF16_PATH_ONEDNN ? "oneDNN" : "emulated");
+        test_ops(be);
+    }
     CHECK(sd_backend_error(be) == NULL);
     /* f16 compute has no CPU path: it must fail, not compute f32 */
     int64_t xs[2] = {4, 8}, ws[2] = {3, 8};
