@@ -103,8 +103,10 @@ static void round_range_f32(sd_dtype dt, const char *src, float *dst, int64_t n,
         const uint16_t *s = (const uint16_t *)src;
         for (int64_t i = 0; i < n; i++) dst[i] = bf16_as_f32(s[i]);
     } else if (dt == SD_F8_E4M3 || dt == SD_F8_E5M2) {
-        /* every fp8 value is a bf16: the widening is the rounding */
-        sd_cpu_widen(dt, src, dst, n, isa);
+        /* every fp8 value is a bf16: exact, NaNs made quiet as above */
+        const uint8_t *s = (const uint8_t *)src;
+        const float *tab = dt == SD_F8_E4M3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_as_f32(sd_bf16_from_f32(tab[s[i]]));
     } else if (dt == SD_F16) {
         const uint16_t *s = (const uint16_t *)src;
         if (isa >= SD_ISA_AVX512) f16f_avx512(s, dst, n);
