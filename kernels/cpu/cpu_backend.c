@@ -2,6 +2,7 @@
  * the vtable pointing at the kernel files. */
 #include "cpu.h"
 #include "dnnl_bf16.h"
+#include "dnnl_pack.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -57,7 +58,11 @@ static sd_status cpu_alloc(sd_backend *be, sd_bt *t, int zero) {
     return SD_OK;
 }
 
-static void cpu_release(sd_bt *t) { sd_tensor_unref(t->host); }
+/* A weight's packed copy (dnnl_pack.h) goes with it. */
+static void cpu_release(sd_bt *t) {
+    sd_dnnl_forget(((sd_cpu *)t->be->impl)->dnnl, t);
+    sd_tensor_unref(t->host);
+}
 
 static sd_status cpu_upload(sd_backend *be, sd_bt *t, sd_tensor *src) {
     t->host = src->dtype == t->dtype ? sd_tensor_ref(src) : sd_tensor_to_dtype(src, t->dtype);

@@ -9,9 +9,13 @@
  * this, chosen per backend (sd_cpu.bf16_path, isa.c says which by default):
  *
  *  - oneDNN (dnnl_ops.c): bf16 primitives. Where bf16 arithmetic is native
- *    (AVX512_BF16, AMX) this is the fast path. Weights are rounded and
- *    reordered per op into buffers the backend reuses (grow-only, each as
- *    large as the largest layer that needed it, freed with the backend).
+ *    (AVX512_BF16, AMX) this is the fast path. Linear and conv weights are
+ *    packed once into the layout the primitive wants and kept until the
+ *    weight tensor is freed, within a memory budget and without growing the
+ *    model (dnnl_pack.h); the rest (fp8 weights, past the budget) and the
+ *    activations are rounded and reordered per op into buffers the backend
+ *    reuses (grow-only, each as large as the largest layer that needed it,
+ *    freed with the backend).
  *  - emulation (bf16_emul.c): the same rounding into f32 storage, then our
  *    f32 kernels (OpenBLAS GEMMs, Winograd convolutions). Products of bf16
  *    values are exact in f32 and accumulation is f32 in both paths, so both

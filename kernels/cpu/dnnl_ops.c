@@ -1,17 +1,22 @@
 /* dnnl_ops.c - bf16 linear, batched matmul and conv2d through oneDNN
  * (dnnl_bf16.h has the contract: rounding, memory, threads).
  *
- * Each op rounds its inputs to bf16 into the backend's reused buffers,
+ * Each op rounds its activation to bf16 into the backend's reused buffers,
  * describes the problem to oneDNN (whose primitive cache makes a repeated
- * shape cheap), and runs it on the calling thread. Convolutions let oneDNN
- * pick blocked layouts ("any") and reorder into and out of them: its bf16
- * convolution kernels need them, and a reorder also does the f32 -> bf16
- * rounding of the activation in the same pass.
+ * shape cheap), and runs it on the calling thread. Weights of linear and
+ * conv let oneDNN pick their layout ("any": the blocked formats its AMX and
+ * AVX512_BF16 kernels read) and are packed into it once (dnnl_pack.h);
+ * convolutions let it pick the activations' layouts too and reorder into
+ * and out of them (a reorder also does the f32 -> bf16 rounding of the
+ * activation in the same pass). matmul's second operand is an activation
+ * (attention) and is used as it is.
  */
 #include "dnnl_bf16.h"
+#include "dnnl_pack.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef SDFLOW_HAVE_DNNL
 
@@ -26,6 +31,7 @@ struct sd_dnnl {
     dnnl_stream_t stream;
     void *buf[N_BUF];
     size_t cap[N_BUF];
+    sd_dnnl_pack *pack; /* packed weights (dnnl_pack.h) */
 };
 
 int sd_dnnl_compiled(void) { return 1; }
@@ -60,6 +66,7 @@ const char *sd_dnnl_isa_name(void) {
 
 void sd_dnnl_free(struct sd_dnnl *d) {
     if (!d) return;
+    sd_dnnl_pack_free(d->pack);
     if (d->stream) dnnl_stream_destroy(d->stream);
     if (d->eng) dnnl_engine_destroy(d->eng);
     for (int i = 0; i < N_BUF; i++) free(d->buf[i]);
@@ -72,6 +79,15 @@ static struct sd_dnnl *state(sd_backend *be, const char *op) {
     if (c->dnnl) return c->dnnl;
     struct sd_dnnl *d = calloc(1, sizeof *d);
     if (!d) {
+        sd_backend_fail(be, SD_ERR_NOMEM, "%s (bf16): out of memory for the oneDNN state", op);
+        return NULL;
+    }
+    /* packed weights may take half the physical memory (their stored
+     * copies are paged out as they are packed, dnnl_pack.h) */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t budget = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 2 : (size_t)1 << 30;
+    if (!(d->pack = sd_dnnl_pack_new(budget))) {
+        free(d);
         sd_backend_fail(be, SD_ERR_NOMEM, "%s (bf16): out of memory for the oneDNN state", op);
         return NULL;
     }
@@ -234,27 +250,81 @@ static float *bias_f32(op_ctx *o, const sd_bt *b) {
     return p;
 }
 
+void sd_dnnl_forget(struct sd_dnnl *d, const sd_bt *w) {
+    if (d) sd_dnnl_pack_forget(d->pack, w);
+}
+
+size_t sd_dnnl_packed_bytes(struct sd_dnnl *d, size_t *count) {
+    if (count) *count = 0;
+    return d ? sd_dnnl_pack_held(d->pack, count) : 0;
+}
+
+void sd_dnnl_set_pack_budget(sd_backend *be, size_t bytes) {
+    struct sd_dnnl *d = state(be, "pack budget");
+    if (d) sd_dnnl_pack_set_budget(d->pack, bytes);
+}
+
+/* The weight w in the primitive's layout wp, where its plain layout is wu
+ * (w's values as F32, which the reorder rounds, or as BF16, which we round
+ * to first when w is stored otherwise). From
+ * the pack cache, else rounded and reordered now: into memory the cache
+ * then keeps (dnnl_pack.h says when), or into the reused buffer BUF_WEI
+ * for this op only. NULL with the error recorded. */
+static void *packed_weight(op_ctx *o, const sd_bt *w, const dnnl_memory_desc_t *wu,
+                           const dnnl_memory_desc_t *wp) {
+    void *pw = w->data;
+    /* wu says bf16 for a weight stored otherwise: we round it first */
+    int own_round = w->dtype != SD_BF16 && wu->data_type == dnnl_bf16;
+    if (dnnl_memory_desc_equal(wp, wu) && w->dtype == SD_BF16) return pw; /* used as stored */
+    void *hit = sd_dnnl_pack_find(o->d->pack, w, wp);
+    if (hit) return hit;
+    size_t n = dnnl_memory_desc_get_size(wp);
+    int keep = sd_dnnl_pack_room(o->d->pack, w, n);
+    void *dst = keep ? sd_cpu_alloc(n) : buf(o->d, BUF_WEI, n);
+    if (!dst) return nomem(o, "packed bf16 weight", n), NULL;
+    if (dnnl_memory_desc_equal(wp, wu)) { /* plain layout: the rounding is the packing */
+        sd_bf16_round(sd_cpu_pool(o->be), w->dtype, w->data, dst, sd_bt_numel(w));
+    } else {
+        if (own_round && !(pw = as_bf16(o, w, BUF_WEI0, "bf16 weight"))) {
+            if (keep) free(dst);
+            return NULL;
+        }
+        if (!reorder(o, wu, pw, wp, dst)) {
+            if (keep) free(dst);
+            return NULL;
+        }
+    }
+    if (keep && !sd_dnnl_pack_put(o->d->pack, w, wp, dst, n))
+        return nomem(o, "packed bf16 weight", n), NULL;
+    return dst;
+}
+
 /* out [B, M, N] = alpha * A [B, M, K] @ W, W [Bw, K, N] (Bw 1 or B) stored
- * as [Bw, K, N] or, when w_nk, [Bw, N, K]; + bias [N] when given. */
+ * as [Bw, K, N] or, when w_nk, [Bw, N, K]; + bias [N] when given. A
+ * weight (pack) is packed into the primitive's layout once (dnnl_pack.h);
+ * otherwise W is an activation, rounded per op and used in its layout. */
 static sd_status mm(sd_backend *be, const char *op, int64_t B, int64_t Bw, int64_t M, int64_t K,
                     int64_t N, const sd_bt *a, const sd_bt *w, int w_nk, const sd_bt *bias,
-                    float alpha, float *out) {
+                    float alpha, float *out, int pack) {
     op_ctx o;
     if (!op_begin(&o, be, op)) return be->err.code;
     void *pa = as_bf16(&o, a, BUF_SRC, "bf16 input");
-    void *pw = pa ? as_bf16(&o, w, BUF_WEI, "bf16 weight") : NULL;
-    float *pb = pw && bias ? bias_f32(&o, bias) : NULL;
-    if (!pw || (bias && !pb)) return op_end(&o);
+    void *pw = pa && !pack ? as_bf16(&o, w, BUF_WEI, "bf16 weight") : NULL;
+    float *pb = pa && bias ? bias_f32(&o, bias) : NULL;
+    if (!pa || (!pack && !pw) || (bias && !pb)) return op_end(&o);
 
-    dnnl_memory_desc_t amd, wmd, bmd, dmd;
+    dnnl_memory_desc_t amd, wmd, wany, bmd, dmd;
     dnnl_dims_t ad = {B, M, K}, wd = {Bw, K, N}, bd = {1, 1, N}, dd = {B, M, N};
     dnnl_status_t s = dnnl_memory_desc_init_by_tag(&amd, 3, ad, dnnl_bf16, dnnl_abc);
     if (s == dnnl_success)
         s = dnnl_memory_desc_init_by_tag(&wmd, 3, wd, dnnl_bf16, w_nk ? dnnl_acb : dnnl_abc);
+    if (s == dnnl_success)
+        s = dnnl_memory_desc_init_by_tag(&wany, 3, wd, dnnl_bf16, dnnl_format_tag_any);
     if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&bmd, 3, bd, dnnl_f32, dnnl_abc);
     if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&dmd, 3, dd, dnnl_f32, dnnl_abc);
     dnnl_matmul_desc_t desc;
-    if (s == dnnl_success) s = dnnl_matmul_desc_init(&desc, &amd, &wmd, bias ? &bmd : NULL, &dmd);
+    if (s == dnnl_success)
+        s = dnnl_matmul_desc_init(&desc, &amd, pack ? &wany : &wmd, bias ? &bmd : NULL, &dmd);
     if (s != dnnl_success) return dfail(&o, "matmul description", s), op_end(&o);
     if (alpha != 1.0f) {
         s = dnnl_primitive_attr_create(&o.attr);
@@ -267,7 +337,10 @@ static sd_status mm(sd_backend *be, const char *op, int64_t B, int64_t Bw, int64
     s = dnnl_primitive_desc_create(&pd, &desc, o.attr, o.d->eng, NULL);
     if (s != dnnl_success) return dfail(&o, "matmul primitive descriptor", s), op_end(&o);
     o.pd[o.n_pd++] = pd;
-    dnnl_memory_t ma = mem(&o, &amd, pa), mw = ma ? mem(&o, &wmd, pw) : NULL;
+    const dnnl_memory_desc_t *wp = pack ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)
+                                        : &wmd;
+    if (pack && !(pw = packed_weight(&o, w, &wmd, wp))) return op_end(&o);
+    dnnl_memory_t ma = mem(&o, &amd, pa), mw = ma ? mem(&o, wp, pw) : NULL;
     dnnl_memory_t md = mw ? mem(&o, &dmd, out) : NULL;
     dnnl_memory_t mb = md && bias ? mem(&o, &bmd, pb) : NULL;
     if (!md || (bias && !mb)) return op_end(&o);
@@ -289,7 +362,7 @@ sd_status sd_dnnl_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
         }
         return SD_OK;
     }
-    return mm(be, "linear", 1, 1, M, K, N, x, w, 1, b, 1.0f, out->data);
+    return mm(be, "linear", 1, 1, M, K, N, x, w, 1, b, 1.0f, out->data, 1);
 }
 
 sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b, int trans_b,
@@ -302,7 +375,7 @@ sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt
         memset(out->data, 0, out->nbytes);
         return SD_OK;
     }
-    return mm(be, "matmul", B, Bw, M, K, N, a, b, trans_b, NULL, alpha, out->data);
+    return mm(be, "matmul", B, Bw, M, K, N, a, b, trans_b, NULL, alpha, out->data, 0);
 }
 
 sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
@@ -311,13 +384,13 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
     op_ctx o;
     if (!op_begin(&o, be, "conv2d")) return be->err.code;
     /* Our own rounding only where oneDNN's reorder cannot read the stored
-     * dtype (F16, fp8); F32 and BF16 are rounded by the reorder itself. */
-    void *px = x->data, *pw = w->data;
+     * dtype (F16, fp8); F32 and BF16 are rounded by the reorder itself. The
+     * weight's rounding is part of its packing (packed_weight). */
+    void *px = x->data;
     dnnl_data_type_t xt = x->dtype == SD_F32 ? dnnl_f32 : dnnl_bf16;
     dnnl_data_type_t wt = w->dtype == SD_F32 ? dnnl_f32 : dnnl_bf16;
-    int xown = x->dtype != SD_F32 && x->dtype != SD_BF16, wown = w->dtype != SD_F32 && w->dtype != SD_BF16;
+    int xown = x->dtype != SD_F32 && x->dtype != SD_BF16;
     if (xown && !(px = as_bf16(&o, x, BUF_SRC0, "bf16 input"))) return op_end(&o);
-    if (wown && !(pw = as_bf16(&o, w, BUF_WEI0, "bf16 weight"))) return op_end(&o);
     float *pb = b ? bias_f32(&o, b) : NULL;
     if (b && !pb) return op_end(&o);
 
@@ -355,17 +428,13 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
     const dnnl_memory_desc_t *op = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
 
     /* Source and weights into the primitive's layouts (rounding to bf16). */
-    void *xk = px, *wk = pw, *ok = out->data;
+    void *xk = px, *wk, *ok = out->data;
     if (!dnnl_memory_desc_equal(xp, &xu)) {
         size_t n = dnnl_memory_desc_get_size(xp);
         if (!(xk = buf(o.d, BUF_SRC, n))) return nomem(&o, "bf16 input", n), op_end(&o);
         if (!reorder(&o, &xu, px, xp, xk)) return op_end(&o);
     }
-    if (!dnnl_memory_desc_equal(wp, &wu)) {
-        size_t n = dnnl_memory_desc_get_size(wp);
-        if (!(wk = buf(o.d, BUF_WEI, n))) return nomem(&o, "bf16 weight", n), op_end(&o);
-        if (!reorder(&o, &wu, pw, wp, wk)) return op_end(&o);
-    }
+    if (!(wk = packed_weight(&o, w, &wu, wp))) return op_end(&o);
     int dst_direct = dnnl_memory_desc_equal(op, &ou);
     if (!dst_direct) {
         size_t n = dnnl_memory_desc_get_size(op);
@@ -386,6 +455,13 @@ sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt
 
 int sd_dnnl_compiled(void) { return 0; }
 int sd_dnnl_native_bf16(void) { return 0; }
+void sd_dnnl_forget(struct sd_dnnl *d, const sd_bt *w) { (void)d, (void)w; }
+size_t sd_dnnl_packed_bytes(struct sd_dnnl *d, size_t *count) {
+    (void)d;
+    if (count) *count = 0;
+    return 0;
+}
+void sd_dnnl_set_pack_budget(sd_backend *be, size_t bytes) { (void)be, (void)bytes; }
 int sd_dnnl_has_bf16(void) { return 0; }
 const char *sd_dnnl_isa_name(void) { return "none"; }
 void sd_dnnl_free(struct sd_dnnl *d) { (void)d; }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/cpu/dnnl_bf16.h"
+#include "kernels/cpu/dnnl_pack.h"
 #include "testutil.h"
 
 static unsigned seed = 4242;
@@ -58,18 +59,21 @@ typedef struct {
     int64_t n;
 } expect;
 
-/* Checks got (bf16 mode) within the bound and f32 (f32 mode) outside it
- * somewhere. Frees everything. */
-static void judge(const char *what, expect e, sd_bt *got, sd_bt *f32) {
-    CHECK_MSG(got != NULL, "%s: bf16 op failed", what);
+/* Checks got and again (bf16 mode, the second run from packed weights)
+ * within the bound and f32 (f32 mode) outside it somewhere. Frees
+ * everything. */
+static void judge(const char *what, expect e, sd_bt *got, sd_bt *f32, sd_bt *again) {
+    CHECK_MSG(got != NULL && again != NULL, "%s: bf16 op failed", what);
     CHECK_MSG(f32 != NULL, "%s: f32 op failed", what);
-    if (got && f32 && sd_bt_numel(got) == e.n) {
-        const float *g = got->data, *f = f32->data;
+    if (got && again && f32 && sd_bt_numel(got) == e.n && sd_bt_numel(again) == e.n) {
+        const float *g = got->data, *f = f32->data, *g2 = again->data;
         double worst = 0, f32_miss = 0;
         int64_t bad = 0;
         for (int64_t i = 0; i < e.n; i++) {
             double err = fabs(g[i] - e.ref[i]), fm = fabs(f[i] - e.ref[i]);
-            if (!(err <= e.bound[i])) bad++;
+            double err2 = fabs(g2[i] - e.ref[i]);
+            if (!(err <= e.bound[i]) || !(err2 <= e.bound[i])) bad++;
+            if (err2 > err) err = err2;
             if (e.bound[i] > 0 && err / e.bound[i] > worst) worst = err / e.bound[i];
             if (fm > e.bound[i] && fm - e.bound[i] > f32_miss) f32_miss = fm - e.bound[i];
         }
@@ -84,6 +88,7 @@ static void judge(const char *what, expect e, sd_bt *got, sd_bt *f32) {
     free(e.bound);
     sd_bt_free(got);
     sd_bt_free(f32);
+    sd_bt_free(again);
 }
 
 static expect expect_new(int64_t n) {
@@ -91,11 +96,12 @@ static expect expect_new(int64_t n) {
     return e;
 }
 
-/* Runs op in bf16 and in f32 mode. */
-#define BOTH(be, got, f32, call) do { \
+/* Runs op in bf16 mode, in f32 mode, and in bf16 again (its weight packed
+ * by the first run, on the oneDNN path). */
+#define BOTH(be, got, f32, again, call) do { \
         sd_backend_set_precision(be, SD_PREC_BF16); got = (call); \
         sd_backend_set_precision(be, SD_PREC_F32); f32 = (call); \
-        sd_backend_set_precision(be, SD_PREC_BF16); } while (0)
+        sd_backend_set_precision(be, SD_PREC_BF16); again = (call); } while (0)
 
 static const double U = 1.0 / (1 << 24); /* f32 unit roundoff */
 
@@ -117,11 +123,11 @@ static void test_linear(sd_backend *be, sd_dtype wdt, int with_bias) {
             e.ref[m * N + n] = s;
             e.bound[m * N + n] = (K + 4) * U * a;
         }
-    sd_bt *got, *f32;
-    BOTH(be, got, f32, sd_op_linear(x, w, b));
+    sd_bt *got, *f32, *again;
+    BOTH(be, got, f32, again, sd_op_linear(x, w, b));
     char what[96];
     snprintf(what, sizeof what, "linear %s w%s", sd_dtype_name(wdt), b ? " +bias" : "");
-    judge(what, e, got, f32);
+    judge(what, e, got, f32, again);
     free(hx), free(hw), free(hb);
     sd_bt_free(x), sd_bt_free(w), sd_bt_free(b);
 }
@@ -149,12 +155,12 @@ static void test_matmul(sd_backend *be, int batched_b, int trans_b, float alpha,
                 e.ref[(i * M + m) * N + n] = alpha * s;
                 e.bound[(i * M + m) * N + n] = (K + 4) * U * fabs(alpha) * ab;
             }
-    sd_bt *got, *f32;
-    BOTH(be, got, f32, sd_op_matmul(a, b, trans_b, alpha));
+    sd_bt *got, *f32, *again;
+    BOTH(be, got, f32, again, sd_op_matmul(a, b, trans_b, alpha));
     char what[96];
     snprintf(what, sizeof what, "matmul %s%s%s alpha %g", sd_dtype_name(bdt),
              batched_b ? "" : " bcast", trans_b ? " trans_b" : "", alpha);
-    judge(what, e, got, f32);
+    judge(what, e, got, f32, again);
     free(ha), free(hb);
     sd_bt_free(a), sd_bt_free(b);
 }
@@ -188,13 +194,13 @@ static void test_conv(sd_backend *be, int64_t N, int64_t C, int64_t H, int64_t W
                     e.ref[i] = s;
                     e.bound[i] = (K + 4) * U * a;
                 }
-    sd_bt *got, *f32;
-    BOTH(be, got, f32, sd_op_conv2d(x, w, b, stride, ph, pw));
+    sd_bt *got, *f32, *again;
+    BOTH(be, got, f32, again, sd_op_conv2d(x, w, b, stride, ph, pw));
     char what[96];
     snprintf(what, sizeof what, "conv %lldx%lld s%d p%d,%d C%lld O%lld %s%s", (long long)kh,
              (long long)kw, stride, ph, pw, (long long)C, (long long)O, sd_dtype_name(wdt),
              b ? " +bias" : "");
-    judge(what, e, got, f32);
+    judge(what, e, got, f32, again);
     free(hx), free(hw), free(hb);
     sd_bt_free(x), sd_bt_free(w), sd_bt_free(b);
 }
@@ -306,6 +312,48 @@ static void test_ops(sd_backend *be) {
     test_conv(be, 1, 64, 10, 9, 64, 3, 3, 1, 1, 1, SD_F16, 1);
 }
 
+/* The oneDNN path's packed weights (dnnl_pack.h): a linear's and a conv's
+ * weight are packed on first use and kept (their results are judged by
+ * test_ops, whose second run of every op reads them), freed with the
+ * weight; an fp8 weight (it would double) and anything past the budget are
+ * packed per op and not kept. */
+static void test_packing(sd_backend *be) {
+    sd_cpu *c = be->impl;
+    size_t n0, b0 = sd_dnnl_packed_bytes(c->dnnl, &n0);
+    int64_t xs[2] = {8, 128}, ws[2] = {64, 128};
+    int64_t cx[4] = {1, 16, 8, 8}, cw[4] = {32, 16, 3, 3};
+    sd_bt *x = rand_bt(be, SD_F32, 2, xs, 1.0f), *xi = rand_bt(be, SD_F32, 4, cx, 1.0f);
+    static const sd_dtype wdts[] = {SD_F32, SD_F16, SD_BF16};
+    for (int i = 0; i < 3; i++) {
+        sd_bt *w = rand_bt(be, wdts[i], 2, ws, 1.0f), *cwt = rand_bt(be, wdts[i], 4, cw, 1.0f);
+        sd_bt *y = sd_op_linear(x, w, NULL), *yc = sd_op_conv2d(xi, cwt, NULL, 1, 1, 1);
+        size_t n1, b1 = sd_dnnl_packed_bytes(c->dnnl, &n1);
+        CHECK_MSG(y && yc && n1 == n0 + 2 && b1 >= b0 + (size_t)(64 * 128 + 32 * 16 * 9) * 2,
+                  "%s weights: %zu packed copies (%zu bytes), want %zu more",
+                  sd_dtype_name(wdts[i]), n1, b1, n0 + 2);
+        sd_bt *y2 = sd_op_linear(x, w, NULL);
+        size_t n2, b2 = sd_dnnl_packed_bytes(c->dnnl, &n2);
+        CHECK_MSG(y2 && n2 == n1 && b2 == b1, "a second use must not pack again");
+        sd_bt_free(w), sd_bt_free(cwt);
+        size_t n3, b3 = sd_dnnl_packed_bytes(c->dnnl, &n3);
+        CHECK_MSG(n3 == n0 && b3 == b0, "freeing the weights leaves %zu packed copies", n3 - n0);
+        sd_bt_free(y), sd_bt_free(yc), sd_bt_free(y2);
+    }
+    sd_bt *w8 = rand_bt(be, SD_F8_E4M3, 2, ws, 1.0f);
+    sd_bt *y8 = sd_op_linear(x, w8, NULL);
+    size_t n8;
+    sd_dnnl_packed_bytes(c->dnnl, &n8);
+    CHECK_MSG(y8 && n8 == n0, "an fp8 weight must be packed per op, not kept");
+    sd_bt_free(w8), sd_bt_free(y8);
+    sd_dnnl_set_pack_budget(be, 0);
+    sd_bt *w = rand_bt(be, SD_F16, 2, ws, 1.0f);
+    sd_bt *y = sd_op_linear(x, w, NULL);
+    size_t nb;
+    sd_dnnl_packed_bytes(c->dnnl, &nb);
+    CHECK_MSG(y && nb == n0, "with a zero budget nothing may be kept");
+    sd_bt_free(w), sd_bt_free(y), sd_bt_free(x), sd_bt_free(xi);
+}
+
 int main(void) {
     sd_backend *be = NULL;
     sd_error err;
@@ -338,6 +386,11 @@ int main(void) {
         ((sd_cpu *)be->impl)->bf16_path = paths[p];
         printf("-- %s path\n", paths[p] == SD_BF16_PATH_ONEDNN ? "oneDNN" : "emulated");
         test_ops(be);
+        if (paths[p] == SD_BF16_PATH_ONEDNN) {
+            test_packing(be);
+            printf("-- oneDNN path, nothing kept packed (budget 0)\n");
+            test_ops(be); /* sd_dnnl_set_pack_budget(be, 0) by test_packing */
+        }
     }
     CHECK(sd_backend_error(be) == NULL);
     /* f16 compute has no CPU path: it must fail, not compute f32 */
