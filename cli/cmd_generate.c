@@ -230,7 +230,7 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             add_link(in, "clip", i ? lora_ids[i - 1] : "4", 1);
         }
     }
-    if (!rc && !(*json = cJSON_PrintUnformatted(root))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (!rc && !(*json = sd_json_print(root, 0))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     cJSON_Delete(root);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "core/object_info.h"
 #include "core/env.h"
 #include "core/node.h"
+#include "core/json_util.h"
 
 static void print_table(void) {
     for (size_t i = 0; i < sd_registry_count(); i++) {
@@ -51,7 +52,7 @@ int sd_cli_nodes(int argc, char **argv) {
     sd_cli_args_free(&a);
     if (rc != SD_OK) { sd_cli_print_error(&err); sd_env_cleanup(&env); return 1; }
     cJSON *root = sd_object_info(&env); /* core/object_info.h, shared with `sdflow serve` */
-    char *s = root ? cJSON_Print(root) : NULL;
+    char *s = root ? sd_json_print(root, 1) : NULL;
     cJSON_Delete(root);
     sd_env_cleanup(&env);
     if (!s) { fprintf(stderr, "error: out of memory\n"); return 1; }

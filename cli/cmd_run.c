@@ -113,14 +113,14 @@ static char *extra_pnginfo_of(const sd_workflow_file *wf) {
         cJSON *o = cJSON_CreateObject();
         if (!o) { cJSON_Delete(root); return NULL; }
         cJSON_AddItemToObject(o, "workflow", root);
-        char *s = cJSON_PrintUnformatted(o);
+        char *s = sd_json_print(o, 0);
         cJSON_Delete(o);
         return s;
     }
     if (sd_json_parse_exact(wf->text, "workflow", &root, NULL)) root = NULL;
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "extra_data");
     const cJSON *info = cJSON_GetObjectItemCaseSensitive(extra, "extra_pnginfo");
-    char *s = cJSON_IsObject(info) ? cJSON_PrintUnformatted(info) : NULL;
+    char *s = cJSON_IsObject(info) ? sd_json_print(info, 0) : NULL;
     cJSON_Delete(root);
     return s;
 }
@@ -190,7 +190,7 @@ static void write_report(const char *path, const sd_env *env, const sd_exec_repo
             if (q->input) cJSON_AddStringToObject(o, "input", q->input);
         }
     }
-    char *text = cJSON_Print(root);
+    char *text = sd_json_print(root, 1);
     cJSON_Delete(root);
     FILE *f = text ? fopen(path, "w") : NULL;
     if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF) fprintf(stderr, "warning: cannot write report '%s'\n", path);

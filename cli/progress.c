@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "core/text.h"
 #include "cli.h"
+#include "core/json_util.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -158,7 +159,7 @@ static void json_event(sd_cli_progress *p, const sd_exec_event *ev) {
         break;
     default: break;
     }
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = sd_json_print(o, 0);
     cJSON_Delete(o);
     if (s) {
         fprintf(p->out, "%s\n", s);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include "executor_internal.h"
 #include "sha256.h"
+#include "core/json_util.h"
 
 const char *sd_node_status_name(sd_node_status s) {
     switch (s) {
@@ -195,7 +196,7 @@ char *sd_exec_report_json(const sd_exec_report *r) {
     cJSON_AddNumberToObject(root, "executed", (double)r->n_executed);
     cJSON_AddNumberToObject(root, "cached", (double)r->n_cached);
     cJSON_AddNumberToObject(root, "seconds", r->seconds);
-    char *s = cJSON_Print(root);
+    char *s = sd_json_print(root, 1);
     cJSON_Delete(root);
     return s;
 }

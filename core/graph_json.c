@@ -282,7 +282,7 @@ char *sd_graph_to_json(const sd_graph *g, int pretty) {
             if (meta) cJSON_AddStringToObject(meta, "title", n->title);
         }
     }
-    char *s = pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
+    char *s = pretty ? sd_json_print(root, 1) : sd_json_print(root, 0);
     cJSON_Delete(root);
     return s;
 fail:

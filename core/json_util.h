@@ -23,6 +23,16 @@ sd_status sd_json_parse(const char *text, const char *source, cJSON **out, sd_er
  * Use it wherever JSON that may hold seeds is read and written again. */
 sd_status sd_json_parse_exact(const char *text, const char *source, cJSON **out, sd_error *err);
 
+/* cJSON_Print (formatted = 1) / cJSON_PrintUnformatted with numbers that
+ * read back exactly (core/json_print.c): whole numbers below 2^53 as
+ * digits, any other double as the shortest of %.15g, %.16g, %.17g that
+ * strtod returns to the same bits (cJSON's own printer rounds to 15 digits
+ * when that is "close enough"). Use it wherever JSON is written. malloc'd;
+ * NULL without memory. */
+char *sd_json_print(const cJSON *j, int formatted);
+/* One double as sd_json_print writes it ("null" when not finite). */
+void sd_json_format_double(double d, char out[32]);
+
 /* Line and column (1-based) of byte offset `pos` in text. */
 void sd_json_position(const char *text, size_t pos, int *line, int *col);
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/node.h"
+#include "core/json_util.h"
 
 enum { MODE_NEVER = 2, MODE_BYPASS = 4 };
 /* MAX_HOPS bounds one input's walk through reroutes, bypassed nodes and
@@ -621,7 +622,7 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
         if (w[i].kind == W_CONTROL) {
             if (!by_name && !is_control_value(val)) {
                 widget_names(w, nw, names, sizeof names);
-                char *s = cJSON_PrintUnformatted(val);
+                char *s = sd_json_print(val, 0);
                 rc = node_fail(c, SD_ERR_INVALID, in, n, w[i].d->name,
                                "widgets_values[%d] is %.64s, not the control_after_generate choice (fixed, increment, "
                                "decrement, randomize) that follows '%s'; the values do not line up with sdflow's %s "
@@ -633,7 +634,7 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
         if (!val) continue; /* not saved: the executor uses the input's default */
         if (!value_fits(w[i].d, val) && !input_linked(n, w[i].d->name)) {
             widget_names(w, nw, names, sizeof names);
-            char *s = cJSON_PrintUnformatted(val);
+            char *s = sd_json_print(val, 0);
             rc = node_fail(c, SD_ERR_INVALID, in, n, w[i].d->name,
                            "widget '%s' (%s) gets widgets_values[%d] = %.64s; the values do not line up with "
                            "sdflow's %s widgets (%s)", w[i].d->name, w[i].d->type, i, s ? s : "?",

@@ -107,7 +107,7 @@ sd_status sd_recipe_describe(const sd_graph *g, const sd_env *env, const sd_cach
     cJSON *seeds = cJSON_AddObjectToObject(m, "seeds");
     if (!rc && seeds) collect_seeds(g, seeds);
     if (!rc) {
-        *out = cJSON_PrintUnformatted(m);
+        *out = sd_json_print(m, 0);
         if (!*out) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
     cJSON_Delete(m);
@@ -190,7 +190,7 @@ sd_status sd_recipe_meta_of_text(const char *text, char **out, sd_error *err) {
             cJSON_Delete(root);
             return sd_error_set(err, SD_ERR_FORMAT, "recipe: \"%s\" must be an object", SD_RECIPE_KEY);
         }
-        *out = cJSON_PrintUnformatted(m);
+        *out = sd_json_print(m, 0);
         if (!*out) { cJSON_Delete(root); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
     }
     cJSON_Delete(root);
@@ -215,7 +215,7 @@ sd_status sd_recipe_write(const char *path, const sd_graph *g, const char *meta,
         cJSON_AddItemToObject(root, SD_RECIPE_KEY, m);
         cJSON_AddItemToObject(root, "prompt", p);
         m = p = NULL;
-        text = cJSON_Print(root);
+        text = sd_json_print(root, 1);
         if (!text) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
     cJSON_Delete(m);
@@ -252,7 +252,7 @@ char *sd_recipe_merge_pnginfo(const char *extra, const char *meta) {
     }
     cJSON_DeleteItemFromObjectCaseSensitive(root, SD_RECIPE_KEY);
     cJSON_AddItemToObject(root, SD_RECIPE_KEY, m);
-    char *s = cJSON_PrintUnformatted(root);
+    char *s = sd_json_print(root, 0);
     cJSON_Delete(root);
     return s;
 }

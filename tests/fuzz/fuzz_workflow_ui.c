@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sd_error err;
     if (sd_json_parse_exact(text, "fuzz.json", &root, &err) == SD_OK &&
         sd_workflow_ui_to_api(root, "fuzz.json", &api, &err) == SD_OK) {
-        char *s = cJSON_PrintUnformatted(api);
+        char *s = sd_json_print(api, 0);
         if (!s) abort();
         sd_graph *g = NULL;
         if (sd_graph_from_json(s, "fuzz-api.json", &g, &err) == SD_OK) sd_graph_free(g);
