@@ -56,8 +56,13 @@ int sd_cli_serve(int argc, char **argv) {
         {"--memory-budget", NULL, SD_CLI_STR, &budget, "SIZE",
          "resident memory above which results and models are released between prompts, least recently used "
          "first (default 4G)", NULL},
-        {"--www", NULL, SD_CLI_STR, &so.www_dir, "DIR", "serve DIR/index.html at / instead of the built-in page",
-         NULL},
+        {"--www", NULL, SD_CLI_STR, &so.www_dir, "DIR", "serve the page from DIR (index.html at /, and the files "
+         "beside it) instead of the built-in page", NULL},
+        {"--front-end-root", NULL, SD_CLI_STR, &so.front_end_root, "DIR",
+         "host a built web frontend (ComfyUI's, e.g. its comfyui_frontend_package/static folder) at / instead of the "
+         "built-in page", NULL},
+        {"--user-directory", NULL, SD_CLI_STR, &so.user_dir, "DIR",
+         "where saved workflows and settings are kept (default: 'user' beside the output folder)", NULL},
         {"--no-previews", NULL, SD_CLI_FLAG, &no_previews, NULL, "send no latent previews over the WebSocket", NULL},
         {"--preview-interval", NULL, SD_CLI_FLOAT, &preview_interval, "SECONDS",
          "least time between two previews of a node (default 0.5; the last step always goes)", NULL},

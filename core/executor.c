@@ -603,8 +603,10 @@ static void obs_preview(void *user, const char *node_id, int64_t step, int64_t s
                         const char *latent_format) {
     (void)node_id;
     node_obs *o = user;
-    sd_exec_event ev = {.kind = SD_EXEC_NODE_PREVIEW, .step = step, .steps = steps,
-                        .seconds = now_s() - o->t0, .latent = latent, .latent_format = latent_format};
+    int image = latent_format && !strcmp(latent_format, "image"); /* sd_node_image */
+    if (!image && !o->r->opts->previews) return;
+    sd_exec_event ev = {.kind = image ? SD_EXEC_NODE_IMAGE : SD_EXEC_NODE_PREVIEW, .step = step, .steps = steps,
+                        .seconds = now_s() - o->t0, .latent = latent, .latent_format = image ? NULL : latent_format};
     emit_node(o->r, &ev, o->rec);
 }
 
@@ -643,10 +645,8 @@ static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_erro
     if (r->opts->on_event) {
         ctx.progress = obs_progress;
         ctx.progress_user = &obs;
-        if (r->opts->previews) {
-            ctx.preview = obs_preview;
-            ctx.preview_user = &obs;
-        }
+        ctx.preview = obs_preview; /* latents only with opts->previews (obs_preview) */
+        ctx.preview_user = &obs;
     }
     sd_error nerr;
     sd_error_clear(&nerr);

@@ -111,7 +111,11 @@ typedef enum sd_exec_event_kind {
                              (record->delivered) counts as cached in RUN_DONE */
     SD_EXEC_NODE_CACHED,  /* the node's result came from a cache */
     SD_EXEC_NODE_ERROR,   /* the node failed or was interrupted: status, error */
-    SD_EXEC_RUN_DONE      /* status, error (when not SD_OK), seconds = whole run */
+    SD_EXEC_RUN_DONE,     /* status, error (when not SD_OK), seconds = whole run */
+    SD_EXEC_NODE_IMAGE    /* a finished picture the node hands out as it is
+                             (sd_node_image): `latent` holds it, F32 [H, W, C]
+                             in [0, 1]; step = its index, steps = the count.
+                             Delivered whether or not previews are on */
 } sd_exec_event_kind;
 
 typedef struct sd_exec_event {

@@ -169,6 +169,12 @@ sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_erro
  * NULL. The tensor is only read during the call. */
 void sd_node_preview(sd_node_ctx *ctx, int64_t step, int64_t steps, const struct sd_tensor *latent,
                      const char *latent_format);
+/* Hand a finished picture (F32 [H, W, C], C = 1, 3 or 4, values in [0, 1],
+ * host memory) to the front end as image `index` of `count`, to be shown or
+ * sent as it is (SaveImageWebsocket): an SD_EXEC_NODE_IMAGE event, which,
+ * unlike latent previews, is always delivered when the run has an event
+ * callback. Passed through ctx->preview with latent_format "image". */
+void sd_node_image(sd_node_ctx *ctx, int64_t index, int64_t count, const struct sd_tensor *image);
 /* Log through the environment's callback (no output when none is set). */
 void sd_node_log(const sd_node_ctx *ctx, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

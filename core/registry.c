@@ -133,6 +133,10 @@ void sd_node_preview(sd_node_ctx *ctx, int64_t step, int64_t steps, const struct
     if (ctx->preview) ctx->preview(ctx->preview_user, ctx->node_id, step, steps, latent, latent_format);
 }
 
+void sd_node_image(sd_node_ctx *ctx, int64_t index, int64_t count, const struct sd_tensor *image) {
+    if (ctx->preview) ctx->preview(ctx->preview_user, ctx->node_id, index, count, image, "image");
+}
+
 void sd_node_log(const sd_node_ctx *ctx, int level, const char *fmt, ...) {
     if (!ctx || !ctx->env || !ctx->env->log) return;
     char buf[2048];

@@ -2,7 +2,8 @@
 # Installs the tools only the tests need, called by scripts/test.sh:
 # Node.js and npm (Debian's, when the machine has none), Debian's chromium
 # (the server page test drives it headless), Debian's redis-server (the
-# worker tests start their own on a free port), and the npm packages pinned in
+# worker tests start their own on a free port), Debian's python3-websocket
+# (ComfyUI's script_examples import it), and the npm packages pinned in
 # tests/server/package-lock.json (a ComfyUI API client, `ws`, playwright-core),
 # installed with `npm ci` into tests/server/node_modules. Idempotent.
 set -euo pipefail
@@ -12,6 +13,7 @@ command -v node > /dev/null || missing="$missing nodejs"
 command -v npm > /dev/null || missing="$missing npm"
 command -v chromium > /dev/null || missing="$missing chromium"
 command -v redis-server > /dev/null || missing="$missing redis-server"
+/usr/bin/python3 -c 'import websocket' 2> /dev/null || missing="$missing python3-websocket"
 if [ -n "$missing" ]; then
   echo "setup-test-tools: installing$missing"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

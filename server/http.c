@@ -51,7 +51,7 @@ int srv_reply(struct mg_connection *c, int status, const char *ctype, const void
 }
 
 int srv_reply_json(struct mg_connection *c, int status, cJSON *j) {
-    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+    char *text = j ? sd_json_print(j, 0) : NULL;
     cJSON_Delete(j);
     if (!text) {
         static const char oom[] = "{\"error\": {\"type\": \"out_of_memory\", \"message\": \"out of memory\"}}";
@@ -207,11 +207,25 @@ static int handle(srv *s, struct mg_connection *c) {
                          "{\"error\": {\"type\": \"unauthorized\", \"message\": \"missing or wrong bearer token\"}}",
                          strlen("{\"error\": {\"type\": \"unauthorized\", \"message\": \"missing or wrong bearer token\"}}"),
                          "WWW-Authenticate: Bearer\r\n");
-    const char *path = ri->local_uri ? ri->local_uri : "/";
+    /* civetweb leaves the path encoded (decode_url no): it is decoded here,
+     * once, and the userdata routes split theirs before decoding (an encoded
+     * '/' in a file name). A path that decodes to a NUL byte is refused. */
+    const char *raw = ri->local_uri ? ri->local_uri : "/";
+    size_t n = strlen(raw);
+    char *decoded = malloc(n + 1);
+    if (!decoded) return srv_reply_error(c, 503, "busy", "out of memory");
+    int k = mg_url_decode(raw, (int)n, decoded, (int)n + 1, 0);
+    if (k < 0 || (size_t)k != strlen(decoded)) {
+        free(decoded);
+        return srv_reply_error(c, 400, "bad_request", "the path holds a NUL byte");
+    }
+    const char *path = decoded;
     /* ComfyUI serves every route under /api too. */
     if (!strncmp(path, "/api/", 5)) path += 4;
     else if (!strcmp(path, "/api")) path = "/";
-    return srv_route(s, c, ri->request_method, path);
+    int st = srv_route(s, c, ri->request_method, path);
+    free(decoded);
+    return st;
 }
 
 static void *handle_main(void *arg) {
@@ -314,6 +328,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     s.rq_prefix = o->redis_prefix && *o->redis_prefix ? o->redis_prefix : "sdflow";
     s.rq_ttl = o->redis_ttl > 0 ? o->redis_ttl : 86400;
     if (s.rq && srv_redis_check_prefix(s.rq_prefix, err)) { rc = err->code; goto out; }
+    if (srv_userdata_start(&s, err)) { rc = err->code; goto out; }
     if (s.rq ? srv_rq_start(&s, err) : srv_queue_start(&s, err)) { rc = err->code ? err->code : SD_ERR_INTERNAL; goto out; }
 
     char ports[128], threads[32], timeout_ms[32];
@@ -337,7 +352,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
         "enable_websocket_ping_pong", "yes", /* idle clients are pinged, not dropped */
         "enable_keep_alive", "no",
         "max_request_size", "16384",         /* the request line and headers */
-        "decode_url", "yes",
+        "decode_url", "no",                  /* http.c decodes (see handle) */
         /* civetweb answers CORS preflights itself, with "*", unless these
          * are empty: guard.c decides (--enable-cors-header) */
         "access_control_allow_origin", "",
@@ -384,6 +399,7 @@ sd_status sd_server_run(const sd_server_opts *o, sd_error *err) {
     srv_queue_stop(&s);
     srv_rq_stop(&s);
 out:
+    srv_userdata_stop(&s);
     free_job_list(&s);
     srv_guard_free(&s);
     mg_exit_library();

@@ -46,6 +46,8 @@ typedef struct srv_ws {
     size_t queued;        /* their bytes */
     int writing;          /* the sender is writing to conn right now */
     int dropped;          /* too slow or broken: nothing more is sent */
+    int seen_first;       /* its first message was read (feature_flags) */
+    int preview_metadata; /* it announced supports_preview_metadata: event 4 previews */
 } srv_ws;
 
 typedef struct srv {
@@ -97,6 +99,11 @@ typedef struct srv {
     int rq_quit;
     char rq_events[SRV_REDIS_KEY_MAX]; /* P:events */
     srv_redis_sub rq_subscription;
+
+    /* userdata.c: the default user's folder; ud_mu serializes writes */
+    char *user_root;
+    pthread_mutex_t ud_mu;
+    int ud_started;
 } srv;
 
 /* ---- http.c: replies and request bodies ---------------------------------- */
@@ -163,6 +170,34 @@ int srv_resolve_file(const sd_env *env, const char *type, const char *sub, const
 int srv_upload_image(srv *s, struct mg_connection *c);
 int srv_upload_mask(srv *s, struct mg_connection *c);
 
+/* ---- userdata.c: /users, /settings, /userdata, /v2/userdata, /user.css --- */
+/* Creates the user directory (and the default user's workflows/ and
+ * subgraphs/ folders). */
+sd_status srv_userdata_start(srv *s, sd_error *err);
+void srv_userdata_stop(srv *s);
+/* Answers the route when it is one of these: the status; -1 otherwise. */
+int srv_userdata_route(srv *s, struct mg_connection *c, const char *method, const char *path);
+
+/* ---- frontend.c: a web frontend's files ----------------------------------- */
+/* --front-end-root, else --www, else NULL (the built-in page). */
+const char *srv_web_root(const srv *s);
+int srv_frontend_index(srv *s, struct mg_connection *c);
+/* GET of `path` (decoded, from the URL) below the web root. */
+int srv_frontend_file(srv *s, struct mg_connection *c, const char *path);
+/* ComfyUI's /extensions: every .js file below the web root's extensions/ folder. */
+int srv_frontend_extensions(srv *s, struct mg_connection *c);
+/* 1 when the web root holds the regular file rel. */
+int srv_frontend_has(const srv *s, const char *rel);
+/* The content type of a file name (Python's mimetypes, as ComfyUI). */
+const char *srv_mime_of(const char *name);
+
+/* ---- jobs.c: /api/jobs and /api/jobs/{id} (ComfyUI's jobs.py) ------------ */
+int srv_jobs_route(srv *s, struct mg_connection *c, const char *id);
+
+/* ---- models.c: /models, /embeddings, /experiment/models, /view_metadata -- */
+/* GET of one of these: the status; -1 for another path. */
+int srv_models_route(srv *s, struct mg_connection *c, const char *path);
+
 /* ---- queue.c ------------------------------------------------------------ */
 int srv_queue_start(srv *s, sd_error *err);
 void srv_queue_stop(srv *s);
@@ -172,6 +207,10 @@ int srv_post_prompt(srv *s, struct mg_connection *c);
  * the refusal is replied and its status returned. Both queues use it. */
 int srv_read_prompt(srv *s, struct mg_connection *c, cJSON **body, srv_job **j, cJSON **dropped);
 int srv_get_queue(srv *s, struct mg_connection *c);
+/* The bodies of GET /queue and GET /history (id NULL = all; max_items and
+ * offset -1 = not given), for /api/jobs too. */
+cJSON *srv_queue_lists(srv *s);
+cJSON *srv_history_json(srv *s, const char *id, long max_items, long offset);
 int srv_post_queue(srv *s, struct mg_connection *c);
 int srv_get_history(srv *s, struct mg_connection *c, const char *id);
 int srv_post_history(srv *s, struct mg_connection *c);
@@ -185,6 +224,9 @@ int srv_rq_start(srv *s, sd_error *err);
 void srv_rq_stop(srv *s);
 int srv_rq_post_prompt(srv *s, struct mg_connection *c);
 int srv_rq_get_queue(srv *s, struct mg_connection *c);
+/* The same bodies from Redis; NULL with err when Redis fails. */
+cJSON *srv_rq_queue_lists(srv *s, sd_error *err);
+cJSON *srv_rq_history_json(srv *s, const char *id, long max_items, long offset, sd_error *err);
 int srv_rq_post_queue(srv *s, struct mg_connection *c);
 int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id);
 int srv_rq_post_history(srv *s, struct mg_connection *c);
@@ -213,6 +255,9 @@ void srv_ws_send_binary(srv *s, const char *sid, uint32_t event, const void *pay
 /* A binary frame built already (srv_binary_frame: a worker's, from Redis). */
 void srv_ws_send_frame(srv *s, const char *sid, const void *frame, size_t n);
 void srv_ws_broadcast_status(srv *s);
+/* ComfyUI's server feature flags (/features, and the answer to a client's
+ * feature_flags message). */
+cJSON *srv_server_features(const srv *s);
 
 /* ---- page.c (generated from server/www/index.html) ------------------------ */
 extern const unsigned char srv_page_html[];

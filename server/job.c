@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "core/node.h"
 #include "job.h"
+#include "core/json_util.h"
 
 double srv_now(void) {
     struct timespec ts;
@@ -107,6 +108,44 @@ void srv_uuid4(char out[37]) {
              b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
+/* ---- messages that leave the server ---------------------------------------- */
+
+/* Replaces each occurrence of `dir` (and of its real path) in msg by `as`. */
+static void scrub_one(char *msg, size_t cap, const char *dir, const char *as) {
+    char real[4096];
+    const char *forms[2] = {dir, dir && realpath(dir, real) ? real : NULL};
+    for (int f = 0; f < 2; f++) {
+        const char *d = forms[f];
+        size_t dl = d ? strlen(d) : 0;
+        while (dl > 1 && d[dl - 1] == '/') dl--;
+        if (dl < 2) continue;
+        for (char *at = msg; (at = memmem(at, strlen(at), d, dl));) {
+            size_t al = strlen(as), rest = strlen(at + dl);
+            if ((size_t)(at - msg) + al + rest + 1 > cap) break;
+            memmove(at + al, at + dl, rest + 1);
+            memcpy(at, as, al);
+            at += al;
+        }
+    }
+}
+
+void srv_scrub_paths(const sd_env *env, char *msg, size_t cap) {
+    if (!env || !msg) return;
+    /* the longest first, so that a folder inside another keeps its own name */
+    const char *dirs[6] = {env->models_dir, env->comfyui_dir, env->input_dir, env->output_dir, env->temp_dir,
+                           env->tokenizer_dir};
+    const char *names[6] = {"<models>", "<comfyui>", "<input>", "<output>", "<temp>", "<tokenizer>"};
+    int order[6] = {0, 1, 2, 3, 4, 5};
+    for (int i = 0; i < 6; i++)
+        for (int k = i + 1; k < 6; k++)
+            if ((dirs[order[k]] ? strlen(dirs[order[k]]) : 0) > (dirs[order[i]] ? strlen(dirs[order[i]]) : 0)) {
+                int t = order[i];
+                order[i] = order[k];
+                order[k] = t;
+            }
+    for (int i = 0; i < 6; i++) scrub_one(msg, cap, dirs[order[i]], names[order[i]]);
+}
+
 /* ---- the job ------------------------------------------------------------ */
 
 void srv_job_free(srv_job *j) {
@@ -195,15 +234,17 @@ static void add_dependent_outputs(const sd_graph *g, cJSON *node_errors) {
 }
 
 /* {"error": {...}, "node_errors": {...}} for a graph that failed validation. */
-static cJSON *validation_body(const sd_graph *g, const sd_graph_problems *p) {
+static cJSON *validation_body(const sd_env *env, const sd_graph *g, const sd_graph_problems *p) {
     cJSON *root = cJSON_CreateObject();
     for (size_t i = 0; i < p->n; i++) {
         const sd_graph_problem *q = &p->items[i];
         if (!strcmp(q->kind, "invalid_prompt") || !strcmp(q->kind, "prompt_no_outputs")) {
             /* the whole prompt fails; ComfyUI reports only this */
-            char details[256] = "";
+            char details[256] = "", msg[SD_ERR_MSG_MAX];
             if (q->node_id) snprintf(details, sizeof details, "Node ID '#%s'", q->node_id);
-            cJSON_AddItemToObject(root, "error", top_error(q->kind, q->message, details));
+            snprintf(msg, sizeof msg, "%s", q->message);
+            srv_scrub_paths(env, msg, sizeof msg);
+            cJSON_AddItemToObject(root, "error", top_error(q->kind, msg, details));
             cJSON_AddObjectToObject(root, "node_errors");
             return root;
         }
@@ -227,6 +268,7 @@ static cJSON *validation_body(const sd_graph *g, const sd_graph_problems *p) {
         char d[1400];
         if (q->input) snprintf(d, sizeof d, "%s: %s", q->input, q->message);
         else snprintf(d, sizeof d, "%s", q->message);
+        srv_scrub_paths(env, d, sizeof d); /* no folder of this machine in what clients read */
         cJSON *err = cJSON_CreateObject();
         cJSON_AddStringToObject(err, "type", q->kind);
         cJSON_AddStringToObject(err, "message", short_message(q->kind));
@@ -319,7 +361,7 @@ int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **r
     sd_error err;
     sd_error_clear(&err);
     srv_job *j = calloc(1, sizeof *j);
-    char *text = cJSON_PrintUnformatted(prompt);
+    char *text = sd_json_print(prompt, 0);
     if (!j || !text) {
         free(text);
         free(j);
@@ -329,6 +371,7 @@ int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **r
     sd_status rc = sd_graph_from_json(text, "prompt", &j->graph, &err);
     free(text);
     if (rc) {
+        srv_scrub_paths(env, err.msg, sizeof err.msg);
         *reply = refusal("invalid_prompt", err.msg, err.node_id[0] ? err.node_id : "");
         srv_job_free(j);
         return 400;
@@ -337,7 +380,7 @@ int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **r
     rc = sd_graph_validate(j->graph, env, &probs, &err);
     cJSON *dropped = NULL; /* node_errors of outputs left out (ComfyUI: 200 with node_errors) */
     if (rc == SD_ERR_VALIDATION) {
-        cJSON *r = validation_body(j->graph, &probs);
+        cJSON *r = validation_body(env, j->graph, &probs);
         if (keep_valid_outputs(j->graph, &probs, env) == SD_OK) {
             dropped = cJSON_DetachItemFromObjectCaseSensitive(r, "node_errors");
             cJSON_Delete(r);
@@ -354,12 +397,20 @@ int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **r
     sd_graph_problems_free(&probs);
     if (rc) {
         srv_job_free(j);
+        srv_scrub_paths(env, err.msg, sizeof err.msg);
         *reply = refusal(sd_status_name(rc), err.msg, "");
         return 500;
     }
     j->prompt = cJSON_Duplicate(prompt, 1);
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(body, "extra_data");
     j->extra_data = cJSON_IsObject(extra) ? cJSON_Duplicate(extra, 1) : cJSON_CreateObject();
+    /* ComfyUI keeps these credentials out of /queue and /history; sdflow
+     * has no node that needs them, so they are not kept at all */
+    cJSON_DeleteItemFromObjectCaseSensitive(j->extra_data, "auth_token_comfy_org");
+    cJSON_DeleteItemFromObjectCaseSensitive(j->extra_data, "api_key_comfy_org");
+    /* ComfyUI's stamp (ms), which /api/jobs sorts by */
+    cJSON_DeleteItemFromObjectCaseSensitive(j->extra_data, "create_time");
+    if (j->extra_data) cJSON_AddNumberToObject(j->extra_data, "create_time", (double)srv_time_ms());
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(body, "client_id");
     if (cJSON_IsString(cid) && cid->valuestring[0] && strlen(cid->valuestring) < 64) {
         j->client_id = strdup(cid->valuestring);
@@ -402,7 +453,7 @@ sd_status srv_job_restore(const char *id, double number, cJSON *prompt, cJSON *e
     if (outputs != j->outputs) cJSON_Delete(outputs);
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j->extra_data, "client_id");
     if (cJSON_IsString(cid) && cid->valuestring[0]) j->client_id = strdup(cid->valuestring);
-    char *text = cJSON_IsObject(prompt) ? cJSON_PrintUnformatted(prompt) : NULL;
+    char *text = cJSON_IsObject(prompt) ? sd_json_print(prompt, 0) : NULL;
     if (!text) {
         srv_job_free(j);
         return sd_error_set(err, SD_ERR_FORMAT, "prompt %s: the stored prompt is not a JSON object", id);

@@ -113,6 +113,11 @@ char *srv_binary_frame(uint32_t event, const void *payload, size_t n, size_t *le
  * "input", "temp"; NULL for anything else. */
 const char *srv_folder_of_type(const sd_env *env, const char *type);
 
+/* Replaces the folders of env found in msg (as given and as real paths)
+ * by "<models>", "<input>", "<output>", ...: messages a client reads name no
+ * folder of the server's machine. */
+void srv_scrub_paths(const sd_env *env, char *msg, size_t cap);
+
 /* A whole regular file, malloc'd (*n its size); NULL with errno set when it
  * cannot be read or is not a regular file (a FIFO is never opened blocking). */
 char *srv_read_file(const char *path, size_t *n);

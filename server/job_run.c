@@ -8,12 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/value.h"
+#include "formats/png.h"
 #include "job.h"
+#include "core/json_util.h"
 
+
+/* ComfyUI's progress_state: every node that started, with its state. */
+typedef struct node_state {
+    char id[64];
+    const char *state; /* "running" | "finished" */
+    double value, max;
+} node_state;
 
 typedef struct run_ctx {
     const srv_run_opts *o;
     srv_job *j;
+    node_state *nodes;
+    size_t n_nodes, cap_nodes;
+    cJSON *cached;    /* ids of the nodes this run does not execute (execution_cached) */
     double last_preview;  /* srv_now() of the last preview frame */
     int preview_failed;   /* logged once per prompt */
     cJSON *messages;  /* history status.messages: [[event, data], ...] */
@@ -79,12 +91,98 @@ static cJSON *base_data(run_ctx *r) {
     return d;
 }
 
+/* ---- progress_state (ComfyUI's comfy_execution/progress.py) --------------- */
+
+static node_state *state_of(run_ctx *r, const char *id) {
+    for (size_t i = 0; i < r->n_nodes; i++)
+        if (!strcmp(r->nodes[i].id, id)) return &r->nodes[i];
+    if (r->n_nodes == r->cap_nodes) {
+        size_t cap = r->cap_nodes ? r->cap_nodes * 2 : 16;
+        node_state *n = realloc(r->nodes, cap * sizeof *n);
+        if (!n) return NULL;
+        r->nodes = n;
+        r->cap_nodes = cap;
+    }
+    node_state *ns = &r->nodes[r->n_nodes++];
+    snprintf(ns->id, sizeof ns->id, "%s", id);
+    ns->state = "running";
+    ns->value = 0;
+    ns->max = 1;
+    return ns;
+}
+
+/* {prompt_id, nodes: {id: {value, max, state, node_id, prompt_id,
+ * display_node_id, parent_node_id, real_node_id}}}, every node that started,
+ * to the prompt's client (everyone without one), after each change. */
+static void send_progress_state(run_ctx *r) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "prompt_id", r->j->id);
+    cJSON *nodes = cJSON_AddObjectToObject(d, "nodes");
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const node_state *ns = &r->nodes[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "value", ns->value);
+        cJSON_AddNumberToObject(o, "max", ns->max);
+        cJSON_AddStringToObject(o, "state", ns->state);
+        cJSON_AddStringToObject(o, "node_id", ns->id);
+        cJSON_AddStringToObject(o, "prompt_id", r->j->id);
+        cJSON_AddStringToObject(o, "display_node_id", ns->id);
+        cJSON_AddNullToObject(o, "parent_node_id");
+        cJSON_AddStringToObject(o, "real_node_id", ns->id);
+        cJSON_AddItemToObject(nodes, ns->id, o);
+    }
+    r->o->sink.send(r->o->sink.user, r->j->client_id, "progress_state", d);
+}
+
+static void set_state(run_ctx *r, const char *id, const char *state, double value, double max) {
+    node_state *ns = state_of(r, id);
+    if (!ns) return;
+    ns->state = state;
+    ns->value = value;
+    ns->max = max;
+    send_progress_state(r);
+}
+
+/* execution_cached: as ComfyUI, every node of the prompt whose result is
+ * there already, in prompt order. A node the plan serves from a cache is
+ * one; so is every node that only such nodes need (the run does not reach
+ * it: its result is in the memo, or not needed). Nodes no output needs are
+ * not listed. */
+static cJSON *cached_nodes(run_ctx *r, const sd_exec_report *rep) {
+    const sd_graph *g = r->j->graph;
+    size_t n = sd_graph_count(g);
+    cJSON *a = cJSON_CreateArray();
+    unsigned char *need = calloc(n ? n : 1, 1), *mark = malloc(n ? n : 1), *runs = calloc(n ? n : 1, 1);
+    size_t *stack = malloc((n ? n : 1) * sizeof *stack);
+    const cJSON *o;
+    const cJSON *outs = need && mark && runs && stack ? r->j->outputs : NULL;
+    cJSON_ArrayForEach(o, outs) {
+        size_t at = cJSON_IsString(o) ? sd_graph_index_of(g, o->valuestring) : (size_t)-1;
+        if (at == (size_t)-1) continue;
+        memset(mark, 0, n);
+        sd_graph_mark_ancestors(g, at, mark, stack);
+        for (size_t k = 0; k < n; k++) need[k] |= mark[k];
+    }
+    for (size_t i = 0; runs && i < rep->n; i++) {
+        if (rep->items[i].planned != SD_NODE_EXECUTED) continue;
+        size_t at = sd_graph_index_of(g, rep->items[i].node_id);
+        if (at != (size_t)-1) runs[at] = 1;
+    }
+    for (size_t k = 0; need && runs && k < n; k++)
+        if (need[k] && !runs[k]) cJSON_AddItemToArray(a, cJSON_CreateString(sd_graph_at(g, k)->id));
+    free(need);
+    free(mark);
+    free(runs);
+    free(stack);
+    return a;
+}
+
 static void on_plan(void *user, const sd_exec_report *rep) {
     run_ctx *r = user;
     cJSON *d = cJSON_CreateObject();
-    cJSON *nodes = cJSON_AddArrayToObject(d, "nodes");
-    for (size_t i = 0; i < rep->n; i++)
-        if (rep->items[i].planned != SD_NODE_EXECUTED) cJSON_AddItemToArray(nodes, cJSON_CreateString(rep->items[i].node_id));
+    cJSON_Delete(r->cached);
+    r->cached = cached_nodes(r, rep);
+    cJSON_AddItemToObject(d, "nodes", cJSON_Duplicate(r->cached, 1));
     cJSON_AddStringToObject(d, "prompt_id", r->j->id);
     cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
     emit(r, "execution_cached", d, 1);
@@ -99,9 +197,12 @@ static void on_node(void *user, const sd_exec_record *rec, int finished) {
         cJSON_AddStringToObject(d, "display_node", rec->node_id);
         cJSON_AddStringToObject(d, "prompt_id", r->j->id);
         emit(r, "executing", d, 0);
+        set_state(r, rec->node_id, "running", 0, 1);
         return;
     }
     if (rec->status == SD_NODE_FAILED || rec->status == SD_NODE_SKIPPED) return;
+    node_state *ns = state_of(r, rec->node_id);
+    if (ns) set_state(r, rec->node_id, "finished", ns->max, ns->max);
     cJSON_AddItemToArray(r->executed, cJSON_CreateString(rec->node_id));
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "node_id", rec->node_id);
@@ -129,32 +230,62 @@ static void on_progress(void *user, const char *node_id, int64_t value, int64_t 
     cJSON_AddStringToObject(d, "prompt_id", r->j->id);
     cJSON_AddStringToObject(d, "node", node_id);
     r->o->sink.send(r->o->sink.user, r->j->client_id, "progress", d); /* NULL client: everyone, as ComfyUI */
+    set_state(r, node_id, "running", (double)value, (double)max);
 }
 
-/* NODE_PREVIEW: ComfyUI's binary frame, event 1 (PREVIEW_IMAGE), then a
- * 4-byte big-endian image type (2 = PNG), then the image. */
+/* NODE_PREVIEW: ComfyUI's PREVIEW_IMAGE_WITH_METADATA frame, event 4: a
+ * 4-byte big-endian length, the metadata JSON {node_id, prompt_id,
+ * display_node_id, parent_node_id, real_node_id, image_type}, then the PNG.
+ * The WebSocket hub (ws.c) turns it into the older event 1 (a 4-byte image
+ * type, 2 = PNG, then the PNG) for each client that did not announce
+ * supports_preview_metadata, as ComfyUI sends one or the other. */
 static void on_event(void *user, const sd_exec_event *ev) {
     run_ctx *r = user;
     const srv_run_opts *o = r->o;
-    if (ev->kind != SD_EXEC_NODE_PREVIEW || !o->preview || r->preview_failed) return;
+    /* a finished picture (SaveImageWebsocket) goes out whole, every time */
+    int image = ev->kind == SD_EXEC_NODE_IMAGE;
+    if (!image && (ev->kind != SD_EXEC_NODE_PREVIEW || !o->preview || r->preview_failed)) return;
     double now = srv_now();
-    if (ev->step < ev->steps && r->last_preview > 0 && now - r->last_preview < o->preview_interval) return;
-    r->last_preview = now;
+    if (!image) {
+        if (ev->step < ev->steps && r->last_preview > 0 && now - r->last_preview < o->preview_interval) return;
+        r->last_preview = now;
+    }
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
     if (!f) return;
-    static const unsigned char png_type[4] = {0, 0, 0, 2};
-    fwrite(png_type, 1, 4, f);
+    cJSON *meta = cJSON_CreateObject();
+    const char *node = ev->node_id ? ev->node_id : "";
+    cJSON_AddStringToObject(meta, "node_id", node);
+    cJSON_AddStringToObject(meta, "prompt_id", r->j->id);
+    cJSON_AddStringToObject(meta, "display_node_id", node);
+    cJSON_AddNullToObject(meta, "parent_node_id");
+    cJSON_AddStringToObject(meta, "real_node_id", node);
+    cJSON_AddStringToObject(meta, "image_type", "image/png");
+    char *mj = sd_json_print(meta, 0);
+    cJSON_Delete(meta);
+    if (!mj) {
+        fclose(f);
+        free(buf);
+        return;
+    }
+    size_t ml = strlen(mj);
+    unsigned char len[4] = {(unsigned char)(ml >> 24), (unsigned char)(ml >> 16), (unsigned char)(ml >> 8), (unsigned char)ml};
+    fwrite(len, 1, 4, f);
+    fwrite(mj, 1, ml, f);
+    free(mj);
     sd_error err;
     sd_error_clear(&err);
-    sd_status rc = o->preview(o->preview_user, ev->latent, ev->latent_format, f, &err);
+    sd_status rc = image ? sd_png_write_stream(f, "SaveImageWebsocket", ev->latent, NULL, 0, 1, &err)
+                         : o->preview(o->preview_user, ev->latent, ev->latent_format, f, &err);
     fclose(f);
-    if (rc) {
+    if (rc && image) {
+        run_log(r, "warning: prompt %s: node %s: cannot encode the picture: %s", r->j->id, ev->node_id, err.msg);
+    } else if (rc) {
         r->preview_failed = 1;
         run_log(r, "warning: prompt %s: no previews: %s", r->j->id, err.msg);
     } else {
-        o->sink.send_binary(o->sink.user, r->j->client_id, 1, buf, n); /* NULL client: everyone, as ComfyUI */
+        o->sink.send_binary(o->sink.user, r->j->client_id, 4, buf, n); /* NULL client: everyone, as ComfyUI */
     }
     free(buf);
 }
@@ -170,7 +301,7 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
 
     const cJSON *info = cJSON_GetObjectItemCaseSensitive(j->extra_data, "extra_pnginfo");
     /* an empty object adds no PNG chunk: the bytes stay those of `sdflow run` */
-    char *extra = cJSON_IsObject(info) && info->child ? cJSON_PrintUnformatted(info) : NULL;
+    char *extra = cJSON_IsObject(info) && info->child ? sd_json_print(info, 0) : NULL;
     const cJSON *pm = cJSON_GetObjectItemCaseSensitive(j->extra_data, "preview_method");
     int no_previews = cJSON_IsString(pm) && !strcmp(pm->valuestring, "none"); /* ComfyUI's per-prompt switch */
     sd_exec_opts xo = {
@@ -208,6 +339,8 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
         cJSON_AddStringToObject(d, "node_type", err.class_type);
         cJSON_AddItemToObject(d, "executed", cJSON_Duplicate(r.executed, 1));
         cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
+        /* ComfyUI broadcasts this one when the prompt has no client */
+        if (!j->client_id) o->sink.send(o->sink.user, NULL, "execution_interrupted", cJSON_Duplicate(d, 1));
         emit(&r, "execution_interrupted", d, 1);
     } else {
         status_str = "error";
@@ -216,11 +349,14 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
         cJSON_AddStringToObject(d, "node_id", err.node_id);
         cJSON_AddStringToObject(d, "node_type", err.class_type);
         cJSON_AddItemToObject(d, "executed", cJSON_Duplicate(r.executed, 1));
-        cJSON_AddStringToObject(d, "exception_message", sd_error_format(&err, msg, sizeof msg));
+        sd_error_format(&err, msg, sizeof msg);
+        srv_scrub_paths(o->env, msg, sizeof msg);
+        cJSON_AddStringToObject(d, "exception_message", msg);
         cJSON_AddStringToObject(d, "exception_type", sd_status_name(rc));
         cJSON_AddArrayToObject(d, "traceback");
         cJSON_AddObjectToObject(d, "current_inputs");
-        cJSON_AddObjectToObject(d, "current_outputs");
+        /* ComfyUI: the ids of the nodes whose outputs were cached when the run began */
+        cJSON_AddItemToObject(d, "current_outputs", r.cached ? cJSON_Duplicate(r.cached, 1) : cJSON_CreateArray());
         cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
         emit(&r, "execution_error", d, 1);
     }
@@ -233,6 +369,8 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
     cJSON_AddItemToObject(status, "messages", r.messages);
     cJSON_AddItemToObject(entry, "meta", r.meta);
     cJSON_Delete(r.executed);
+    cJSON_Delete(r.cached);
+    free(r.nodes);
     run_log(&r, "prompt %s %s: %zu executed, %zu cached, %.2fs%s%s", j->id,
             rc == SD_OK ? "done" : rc == SD_ERR_CANCELLED ? "interrupted" : "failed", rep.n_executed, rep.n_cached,
             srv_now() - t0, rc && rc != SD_ERR_CANCELLED ? ": " : "", rc && rc != SD_ERR_CANCELLED ? err.msg : "");
@@ -279,7 +417,7 @@ cJSON *srv_job_failed_entry(const srv_job *j, const char *message, cJSON **data_
     cJSON_AddStringToObject(d, "exception_type", "worker");
     cJSON_AddArrayToObject(d, "traceback");
     cJSON_AddObjectToObject(d, "current_inputs");
-    cJSON_AddObjectToObject(d, "current_outputs");
+    cJSON_AddArrayToObject(d, "current_outputs");
     cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
     return unrun_entry(j, "execution_error", d, data_out);
 }

@@ -102,6 +102,10 @@ static int by_number(const void *a, const void *b) {
 }
 
 int srv_get_queue(srv *s, struct mg_connection *c) {
+    return srv_reply_json(c, 200, srv_queue_lists(s));
+}
+
+cJSON *srv_queue_lists(srv *s) {
     cJSON *r = cJSON_CreateObject();
     cJSON *running = cJSON_AddArrayToObject(r, "queue_running");
     cJSON *pending = cJSON_AddArrayToObject(r, "queue_pending");
@@ -110,7 +114,7 @@ int srv_get_queue(srv *s, struct mg_connection *c) {
     if (s->n_pending > 1) qsort(s->pending, s->n_pending, sizeof *s->pending, by_number); /* (never qsort(NULL, 0)) */
     for (size_t i = 0; i < s->n_pending; i++) cJSON_AddItemToArray(pending, srv_job_entry(s->pending[i]));
     pthread_mutex_unlock(&s->mu);
-    return srv_reply_json(c, 200, r);
+    return r;
 }
 
 /* Removes the pending prompt `id`; interrupts it when it is running (an
@@ -183,13 +187,17 @@ int srv_post_free(srv *s, struct mg_connection *c) {
 }
 
 int srv_get_history(srv *s, struct mg_connection *c, const char *id) {
-    cJSON *r = cJSON_CreateObject();
     long max_items = -1, offset = -1;
     char *mi = id ? NULL : srv_query(c, "max_items"), *of = id ? NULL : srv_query(c, "offset");
     if (mi) max_items = strtol(mi, NULL, 10);
     if (of) offset = strtol(of, NULL, 10);
     free(mi);
     free(of);
+    return srv_reply_json(c, 200, srv_history_json(s, id, max_items, offset));
+}
+
+cJSON *srv_history_json(srv *s, const char *id, long max_items, long offset) {
+    cJSON *r = cJSON_CreateObject();
     pthread_mutex_lock(&s->mu);
     if (id) {
         for (size_t i = 0; i < s->n_hist; i++)
@@ -203,7 +211,7 @@ int srv_get_history(srv *s, struct mg_connection *c, const char *id) {
             cJSON_AddItemToObject(r, s->hist[i].id, cJSON_Duplicate(s->hist[i].entry, 1));
     }
     pthread_mutex_unlock(&s->mu);
-    return srv_reply_json(c, 200, r);
+    return r;
 }
 
 int srv_post_history(srv *s, struct mg_connection *c) {
@@ -284,6 +292,8 @@ static void run_job(srv *s, sd_exec *ex, srv_job *j) {
     }
     s->running = NULL;
     pthread_mutex_unlock(&s->mu);
+    /* ComfyUI's order: the queue status (task_done), then executing null */
+    srv_ws_broadcast_status(s);
     srv_job_send_finished(&ro.sink, j);
 }
 
@@ -324,9 +334,9 @@ static void *worker_main(void *arg) {
             if (!ex) { srv_log(s, "error: out of memory"); }
         }
         srv_ws_broadcast_status(s);
-        if (ex) run_job(s, ex, j);
+        if (ex) run_job(s, ex, j); /* sends the status once the entry is stored */
+        else srv_ws_broadcast_status(s);
         srv_job_free(j);
-        srv_ws_broadcast_status(s);
         if (ex) keep_budget(s, ex);
     }
     sd_exec_free(ex);

@@ -1,6 +1,7 @@
 /* routes.c - which handler answers which path, and the read-only endpoints
- * that need no queue: the page, /object_info, /system_stats, /embeddings,
- * /models. Paths arrive without the /api prefix (http.c strips it). */
+ * that need no queue: the page, /object_info, /system_stats, /features and
+ * what a ComfyUI with nothing installed answers. Paths arrive decoded and
+ * without the /api prefix (http.c strips it). */
 #include <civetweb.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,62 +9,6 @@
 #include "core/env.h"
 #include "core/object_info.h"
 #include "internal.h"
-
-/* Model folders /models lists, as ComfyUI names them. */
-static const char *const model_folders[] = {
-    "checkpoints", "loras", "vae", "vae_approx", "controlnet", "embeddings", "diffusion_models",
-    "text_encoders", "clip", "upscale_models", NULL,
-};
-static const char *const model_exts[] = {".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", NULL};
-
-static int is_model_folder(const char *f) {
-    for (int i = 0; model_folders[i]; i++)
-        if (!strcmp(f, model_folders[i])) return 1;
-    return 0;
-}
-
-static cJSON *string_list(const sd_value *v, int strip_ext) {
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < sd_value_list_len(v); i++) {
-        const char *name = sd_value_as_string(sd_value_list_get(v, i));
-        if (!name) continue;
-        char *copy = strdup(name);
-        if (!copy) continue;
-        char *dot = strip_ext ? strrchr(copy, '.') : NULL;
-        if (dot && !strchr(dot, '/')) *dot = 0;
-        cJSON_AddItemToArray(a, cJSON_CreateString(copy));
-        free(copy);
-    }
-    return a;
-}
-
-static int get_models(srv *s, struct mg_connection *c, const char *folder) {
-    if (!folder) {
-        cJSON *a = cJSON_CreateArray();
-        for (int i = 0; a && model_folders[i]; i++) cJSON_AddItemToArray(a, cJSON_CreateString(model_folders[i]));
-        return srv_reply_json(c, 200, a);
-    }
-    if (!is_model_folder(folder)) return srv_reply_error(c, 404, "not_found", "no model folder '%s'", folder);
-    sd_error err;
-    sd_error_clear(&err);
-    sd_value *v = NULL;
-    if (sd_env_list_files(s->env, folder, model_exts, &v, &err) != SD_OK)
-        return srv_reply_error(c, 500, "io", "%s", err.msg);
-    cJSON *a = string_list(v, 0);
-    sd_value_unref(v);
-    return srv_reply_json(c, 200, a);
-}
-
-static int get_embeddings(srv *s, struct mg_connection *c) {
-    sd_error err;
-    sd_error_clear(&err);
-    sd_value *v = NULL;
-    if (sd_env_list_files(s->env, "embeddings", model_exts, &v, &err) != SD_OK)
-        return srv_reply_error(c, 500, "io", "%s", err.msg);
-    cJSON *a = string_list(v, 1); /* ComfyUI lists embedding names without extension */
-    sd_value_unref(v);
-    return srv_reply_json(c, 200, a);
-}
 
 static int get_object_info(srv *s, struct mg_connection *c, const char *cls) {
     if (!cls) return srv_reply_json(c, 200, sd_object_info(s->env));
@@ -145,26 +90,12 @@ static int get_system_stats(srv *s, struct mg_connection *c) {
 }
 
 static int get_page(srv *s, struct mg_connection *c) {
-    if (s->o->www_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/index.html", s->o->www_dir);
-        size_t n = 0;
-        char *buf = srv_read_file(path, &n);
-        if (!buf) return srv_reply_error(c, 404, "not_found", "no index.html in the page folder");
-        srv_reply(c, 200, "text/html; charset=utf-8", buf, n, NULL);
-        free(buf);
-        return 200;
-    }
+    if (srv_web_root(s)) return srv_frontend_index(s, c);
     return srv_reply(c, 200, "text/html; charset=utf-8", srv_page_html, srv_page_html_len, NULL);
 }
 
-/* What the frontend asks at start (ComfyUI's feature flags): no preview
- * metadata frames (event 4) are sent; the upload limit is this server's. */
 static int get_features(srv *s, struct mg_connection *c) {
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddBoolToObject(f, "supports_preview_metadata", 0);
-    cJSON_AddNumberToObject(f, "max_upload_size", (double)s->max_upload);
-    return srv_reply_json(c, 200, f);
+    return srv_reply_json(c, 200, srv_server_features(s));
 }
 
 /* "/history/abc" with prefix "/history" -> "abc"; NULL when path is not
@@ -207,12 +138,31 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
     if (!strcmp(path, "/object_info")) { ONLY(get, "GET"); return get_object_info(s, c, NULL); }
     if ((rest = tail_of(path, "/object_info"))) { ONLY(get, "GET"); return get_object_info(s, c, rest); }
     if (!strcmp(path, "/system_stats")) { ONLY(get, "GET"); return get_system_stats(s, c); }
-    if (!strcmp(path, "/embeddings")) { ONLY(get, "GET"); return get_embeddings(s, c); }
-    if (!strcmp(path, "/models")) { ONLY(get, "GET"); return get_models(s, c, NULL); }
-    if ((rest = tail_of(path, "/models"))) { ONLY(get, "GET"); return get_models(s, c, rest); }
-    if (!strcmp(path, "/extensions")) { ONLY(get, "GET"); return srv_reply_json(c, 200, cJSON_CreateArray()); }
+    if (!strcmp(path, "/extensions")) { ONLY(get, "GET"); return srv_frontend_extensions(s, c); }
     if (!strcmp(path, "/features")) { ONLY(get, "GET"); return get_features(s, c); }
     if (!strcmp(path, "/ws")) return srv_reply_error(c, 400, "bad_request", "/ws is a WebSocket endpoint");
+    int st;
+    const char *raw = mg_get_request_info(c)->local_uri;
+    int api = raw && !strncmp(raw, "/api/", 5);
+    /* ComfyUI's route is /api/jobs (and, with every route's /api twin, /api/api/jobs) */
+    const char *jobs = api && !strncmp(path, "/jobs", 5) ? path + 5 : !strncmp(path, "/api/jobs", 9) ? path + 9 : NULL;
+    if (jobs && (!*jobs || (jobs[0] == '/' && jobs[1] && !strchr(jobs + 1, '/')))) {
+        ONLY(get, "GET");
+        return srv_jobs_route(s, c, *jobs ? jobs + 1 : NULL);
+    }
+    if (get && (st = srv_models_route(s, c, path)) >= 0) return st;
+    if ((st = srv_userdata_route(s, c, method, path)) >= 0) return st;
+    /* What ComfyUI answers with no custom nodes, translations, subgraphs or
+     * template package installed. */
+    if (get && (!strcmp(path, "/i18n") || !strcmp(path, "/workflow_templates") || !strcmp(path, "/global_subgraphs")))
+        return srv_reply_json(c, 200, cJSON_CreateObject());
+    if (get && tail_of(path, "/global_subgraphs")) return srv_reply_json(c, 200, cJSON_CreateNull());
+
+    /* the frontend reads its template list at start: none here (a web root
+     * of its own may bring one) */
+    if (get && !api && !strcmp(path, "/templates/index.json") && !srv_frontend_has(s, "templates/index.json"))
+        return srv_reply_json(c, 200, cJSON_CreateArray());
+    if (get && !api && srv_web_root(s)) return srv_frontend_file(s, c, path);
 #undef ONLY
 #undef Q
     return srv_reply_error(c, 404, "not_found", "no route %s %s", method, path);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "internal.h"
 #include "redis.h"
+#include "core/json_util.h"
 
 #define CONNECT_TIMEOUT_S 5.0
 
@@ -60,8 +61,8 @@ int srv_rq_post_prompt(srv *s, struct mg_connection *c) {
     if (cJSON_IsNumber(num) && isfinite(num->valuedouble)) snprintf(number, sizeof number, "%.17g", num->valuedouble);
     else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "front"))) snprintf(number, sizeof number, "-");
     cJSON_Delete(body);
-    char *prompt = cJSON_PrintUnformatted(j->prompt), *extra = cJSON_PrintUnformatted(j->extra_data),
-         *outputs = cJSON_PrintUnformatted(j->outputs);
+    char *prompt = sd_json_print(j->prompt, 0), *extra = sd_json_print(j->extra_data, 0),
+         *outputs = sd_json_print(j->outputs, 0);
     char kjob[SRV_REDIS_KEY_MAX], kqueue[SRV_REDIS_KEY_MAX], kjobs[SRV_REDIS_KEY_MAX], knum[SRV_REDIS_KEY_MAX], maxq[32], now[32], maxh[32];
     key(kjob, sizeof kjob, s, "job:", j->id);
     key(kqueue, sizeof kqueue, s, "queue", NULL);
@@ -158,14 +159,23 @@ static void free_keys(char **keys, size_t n) {
 int srv_rq_get_queue(srv *s, struct mg_connection *c) {
     sd_error err;
     sd_error_clear(&err);
+    cJSON *out = srv_rq_queue_lists(s, &err);
+    if (!out) return reply_redis_down(s, c, &err);
+    return srv_reply_json(c, 200, out);
+}
+
+cJSON *srv_rq_queue_lists(srv *s, sd_error *errp) {
+    sd_error err;
+    sd_error_clear(&err);
     redisContext *rc = rq_connect(s, &err);
-    if (!rc) return reply_redis_down(s, c, &err);
+    if (!rc) { *errp = err; return NULL; }
     char kqueue[SRV_REDIS_KEY_MAX];
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", kqueue, "0", "-1", SRV_REDIS_END);
     if (!ids) {
         redisFree(rc);
-        return reply_redis_down(s, c, &err);
+        *errp = err;
+        return NULL;
     }
     cJSON *out = cJSON_CreateObject();
     cJSON *running = cJSON_AddArrayToObject(out, "queue_running");
@@ -198,15 +208,16 @@ int srv_rq_get_queue(srv *s, struct mg_connection *c) {
     redisFree(rc);
     if (err.msg[0]) {
         cJSON_Delete(out);
-        return reply_redis_down(s, c, &err);
+        *errp = err;
+        return NULL;
     }
-    return srv_reply_json(c, 200, out);
+    return out;
 }
 
 static void publish_control(redisContext *rc, srv *s, cJSON *msg) {
     char kctl[SRV_REDIS_KEY_MAX];
     key(kctl, sizeof kctl, s, "control", NULL);
-    char *text = cJSON_PrintUnformatted(msg);
+    char *text = sd_json_print(msg, 0);
     cJSON_Delete(msg);
     if (!text) return;
     sd_error err;
@@ -323,10 +334,26 @@ int srv_rq_post_free(srv *s, struct mg_connection *c) {
 /* ---- /history ------------------------------------------------------------------------- */
 
 int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
+    long max_items = -1, offset = -1;
+    if (!id) {
+        char *mi = srv_query(c, "max_items"), *of = srv_query(c, "offset");
+        if (mi) max_items = strtol(mi, NULL, 10);
+        if (of) offset = strtol(of, NULL, 10);
+        free(mi);
+        free(of);
+    }
+    sd_error err;
+    sd_error_clear(&err);
+    cJSON *out = srv_rq_history_json(s, id, max_items, offset, &err);
+    if (!out) return reply_redis_down(s, c, &err);
+    return srv_reply_json(c, 200, out);
+}
+
+cJSON *srv_rq_history_json(srv *s, const char *id, long max_items, long offset, sd_error *errp) {
     sd_error err;
     sd_error_clear(&err);
     redisContext *rc = rq_connect(s, &err);
-    if (!rc) return reply_redis_down(s, c, &err);
+    if (!rc) { *errp = err; return NULL; }
     cJSON *out = cJSON_CreateObject();
     if (id) {
         char kh[SRV_REDIS_KEY_MAX];
@@ -338,12 +365,6 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
         }
         if (r) freeReplyObject(r);
     } else {
-        long max_items = -1, offset = -1;
-        char *mi = srv_query(c, "max_items"), *of = srv_query(c, "offset");
-        if (mi) max_items = strtol(mi, NULL, 10);
-        if (of) offset = strtol(of, NULL, 10);
-        free(mi);
-        free(of);
         char khist[SRV_REDIS_KEY_MAX];
         key(khist, sizeof khist, s, "history", NULL);
         redisReply *ids = srv_redis_cmdl(rc, &err, "ZRANGE", khist, "0", "-1", SRV_REDIS_END); /* oldest first */
@@ -372,9 +393,10 @@ int srv_rq_get_history(srv *s, struct mg_connection *c, const char *id) {
     redisFree(rc);
     if (err.msg[0]) {
         cJSON_Delete(out);
-        return reply_redis_down(s, c, &err);
+        *errp = err;
+        return NULL;
     }
-    return srv_reply_json(c, 200, out);
+    return out;
 }
 
 int srv_rq_post_history(srv *s, struct mg_connection *c) {

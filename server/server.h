@@ -49,6 +49,8 @@ typedef struct sd_server_opts {
     size_t memo_budget;       /* bytes of tensors the memo keeps between prompts;
                                  0 = 4 GiB (least recently used released first) */
     const char *www_dir;      /* serve the page from here; NULL = the built-in page */
+    const char *front_end_root; /* a built web frontend (ComfyUI's) to host at /; NULL = the page */
+    const char *user_dir;     /* users' saved files and settings; NULL = "user" beside the output folder */
     sd_env *env;              /* directories, backend, model store (see above) */
     const sd_cache_i *cache;  /* persistent cache, or NULL */
     const char *const *argv;  /* reported by /system_stats (NULL-terminated) */

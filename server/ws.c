@@ -4,8 +4,12 @@
  *
  * A client names itself with ?clientId= (else it gets a fresh id, which the
  * first status message reports as "sid"); execution messages of a prompt go
- * to the clients whose id is the prompt's client_id. What a client sends is
- * read and ignored (ComfyUI's feature_flags), but a client that sends more
+ * to the clients whose id is the prompt's client_id. A client's first
+ * message may be ComfyUI's {"type": "feature_flags", "data": {...}}: the
+ * server answers with its own flags, and a client with
+ * supports_preview_metadata gets previews as event 4 frames (with their
+ * node), the others as event 1. Anything else a client sends is read and
+ * ignored, but a client that sends more
  * than 64 KiB in one message or more than 200 messages in a second is
  * disconnected, so a flood cannot keep a worker thread busy.
  *
@@ -14,9 +18,11 @@
  * past --ws-max-queued (8 MiB; it does not read) or whose write fails is dropped: nothing
  * more is queued for it, and civetweb closes the connection when its
  * timeouts expire. */
+#define _GNU_SOURCE /* memmem */
 #include <civetweb.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/json_util.h"
 #include "internal.h"
 
 enum { WS_MAX_MESSAGE = 64 * 1024, WS_MAX_PER_SECOND = 200 };
@@ -140,7 +146,7 @@ static void ws_ready(struct mg_connection *c, void *cbdata) {
     cJSON *msg = cJSON_CreateObject();
     cJSON_AddStringToObject(msg, "type", "status");
     cJSON_AddItemToObject(msg, "data", data);
-    char *text = cJSON_PrintUnformatted(msg);
+    char *text = sd_json_print(msg, 0);
     cJSON_Delete(msg);
     if (!text) return;
     pthread_mutex_lock(&s->ws_mu);
@@ -149,9 +155,36 @@ static void ws_ready(struct mg_connection *c, void *cbdata) {
     free(text);
 }
 
+cJSON *srv_server_features(const srv *s) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddBoolToObject(f, "supports_preview_metadata", 1);
+    cJSON_AddNumberToObject(f, "max_upload_size", (double)s->max_upload);
+    return f;
+}
+
+/* The first message, when it is {"type": "feature_flags", "data": {...}}. */
+static void read_feature_flags(srv *s, srv_ws *w, const char *data, size_t len) {
+    cJSON *m = cJSON_ParseWithLength(data, len);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "feature_flags")) {
+        const cJSON *flags = cJSON_GetObjectItemCaseSensitive(m, "data");
+        int meta = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(flags, "supports_preview_metadata"));
+        cJSON *msg = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "type", "feature_flags");
+        cJSON_AddItemToObject(msg, "data", srv_server_features(s));
+        char *text = sd_json_print(msg, 0);
+        cJSON_Delete(msg);
+        pthread_mutex_lock(&s->ws_mu);
+        w->preview_metadata = meta;
+        if (text) enqueue_locked(s, w, MG_WEBSOCKET_OPCODE_TEXT, text, strlen(text));
+        pthread_mutex_unlock(&s->ws_mu);
+        free(text);
+    }
+    cJSON_Delete(m);
+}
+
 static int ws_data(struct mg_connection *c, int bits, char *data, size_t len, void *cbdata) {
     srv *s = cbdata;
-    (void)data;
     srv_ws *w = mg_get_user_connection_data(c);
     int opcode = bits & 0x0f;
     if (opcode == MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE) return 0;
@@ -168,6 +201,8 @@ static int ws_data(struct mg_connection *c, int bits, char *data, size_t len, vo
         mg_websocket_write(c, MG_WEBSOCKET_OPCODE_CONNECTION_CLOSE, "\x03\xf0", 2); /* 1008 policy violation */
         return 0;
     }
+    if (opcode == MG_WEBSOCKET_OPCODE_TEXT && !w->seen_first) read_feature_flags(s, w, data, len);
+    w->seen_first = 1;
     return 1;
 }
 
@@ -207,14 +242,40 @@ void srv_ws_stop(srv *s) {
     s->ws_sender_started = 0;
 }
 
+/* An event 4 frame (PREVIEW_IMAGE_WITH_METADATA) as the older event 1
+ * (PREVIEW_IMAGE: image type 1 JPEG / 2 PNG, then the image) for clients
+ * that did not ask for metadata; NULL when it is not such a frame. */
+static char *preview_without_metadata(const char *buf, size_t n, size_t *out_n) {
+    const unsigned char *b = (const unsigned char *)buf;
+    if (n < 8 || b[0] || b[1] || b[2] || b[3] != 4) return NULL;
+    size_t ml = (size_t)b[4] << 24 | (size_t)b[5] << 16 | (size_t)b[6] << 8 | b[7];
+    if (ml > n - 8) return NULL;
+    size_t img = n - 8 - ml;
+    char *o = malloc(img + 8);
+    if (!o) return NULL;
+    int jpeg = memmem(buf + 8, ml, "image/jpeg", 10) != NULL;
+    const unsigned char head[8] = {0, 0, 0, 1, 0, 0, 0, (unsigned char)(jpeg ? 1 : 2)};
+    memcpy(o, head, 8);
+    memcpy(o + 8, buf + 8 + ml, img);
+    *out_n = img + 8;
+    return o;
+}
+
 static void send_raw(srv *s, const char *sid, int opcode, const char *buf, size_t n) {
     char dropped[8][64];
     int n_dropped = 0;
+    size_t old_n = 0;
+    char *old = opcode == MG_WEBSOCKET_OPCODE_BINARY ? preview_without_metadata(buf, n, &old_n) : NULL;
     pthread_mutex_lock(&s->ws_mu);
-    for (size_t i = 0; i < s->n_ws; i++)
-        if ((!sid || !strcmp(s->ws[i]->sid, sid)) && !enqueue_locked(s, s->ws[i], opcode, buf, n) && n_dropped < 8)
-            snprintf(dropped[n_dropped++], sizeof dropped[0], "%s", s->ws[i]->sid);
+    for (size_t i = 0; i < s->n_ws; i++) {
+        srv_ws *w = s->ws[i];
+        if (sid && strcmp(w->sid, sid)) continue;
+        int as_old = old && !w->preview_metadata;
+        if (!enqueue_locked(s, w, opcode, as_old ? old : buf, as_old ? old_n : n) && n_dropped < 8)
+            snprintf(dropped[n_dropped++], sizeof dropped[0], "%s", w->sid);
+    }
     pthread_mutex_unlock(&s->ws_mu);
+    free(old);
     for (int k = 0; k < n_dropped; k++)
         srv_log(s, "ws: client %s dropped (over %zu bytes of messages waiting: it does not read)", dropped[k],
                 s->max_ws_queued);
@@ -225,7 +286,7 @@ void srv_ws_send(srv *s, const char *sid, const char *event, cJSON *data) {
     if (!msg) { cJSON_Delete(data); return; }
     cJSON_AddStringToObject(msg, "type", event);
     cJSON_AddItemToObject(msg, "data", data ? data : cJSON_CreateObject());
-    char *text = cJSON_PrintUnformatted(msg);
+    char *text = sd_json_print(msg, 0);
     cJSON_Delete(msg);
     if (!text) return;
     send_raw(s, sid, MG_WEBSOCKET_OPCODE_TEXT, text, strlen(text));

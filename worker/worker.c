@@ -14,6 +14,7 @@
 #include "core/sha256.h"
 #include "server/redis.h"
 #include "shared_cache.h"
+#include "core/json_util.h"
 
 #define COMMAND_TIMEOUT_S 30.0
 #define READ_BLOCK_MS "1000" /* how long one XREADGROUP waits: the stop flag's latency */
@@ -102,7 +103,7 @@ static void sink_send(void *user, const char *sid, const char *event, cJSON *dat
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", event);
     cJSON_AddItemToObject(m, "data", data);
-    char *text = cJSON_PrintUnformatted(m);
+    char *text = sd_json_print(m, 0);
     cJSON_Delete(m);
     if (text) publish(w, 'J', sid, text, strlen(text));
     free(text);
@@ -307,7 +308,7 @@ static void presence(wk *w, redisContext *c) {
     cJSON_AddNumberToObject(o, "started_ms", (double)w->started_ms);
     pthread_mutex_unlock(&w->mu);
     cJSON_AddNumberToObject(o, "rss_bytes", (double)srv_rss_bytes());
-    char *text = cJSON_PrintUnformatted(o);
+    char *text = sd_json_print(o, 0);
     cJSON_Delete(o);
     sd_error err;
     sd_error_clear(&err);
@@ -422,7 +423,7 @@ static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entr
     key(kseq, sizeof kseq, w, "hist_seq", NULL);
     key(hpre, sizeof hpre, w, "hist:", NULL);
     snprintf(maxh, sizeof maxh, "%lld", max_history > 0 ? max_history : 1000);
-    char *text = cJSON_PrintUnformatted(entry);
+    char *text = sd_json_print(entry, 0);
     if (!text) return -1;
     sd_error err;
     sd_error_clear(&err);
@@ -547,11 +548,11 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         publish_outputs(w, j ? j : NULL, entry);
         int rec = finish(w, id, entry_id, entry, max_history);
         if (rec == 0) wlog(w, "prompt %s: another worker recorded it first; this run is not kept", id);
+        publish_status(w); /* ComfyUI's order: the queue status, then executing null */
         if (rec >= 0 && j) {
             srv_sink sink = {sink_send, sink_binary, sink_log, w};
             srv_job_send_finished(&sink, j);
         }
-        publish_status(w);
     }
     set_running(w, NULL, NULL);
     pthread_mutex_lock(&w->mu);

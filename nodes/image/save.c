@@ -128,6 +128,42 @@ static sd_status preview_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
 
 static const sd_input_def preview_image_inputs[] = {{.name = "images", .type = "IMAGE"}, {0}};
 
+/* SaveImageWebsocket (ComfyUI's custom_nodes/websocket_image_save.py): each
+ * image of the batch goes to the front end as it is (a server sends it as a
+ * PNG preview frame to the prompt's client), nothing is written. Progress
+ * i of N before image i, as its ProgressBar.update_absolute(i, N, image). */
+static sd_status save_image_ws_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)out;
+    sd_tensor *images;
+    sd_status rc = sd_nodes_in_tensor(in, 0, "images", 4, &images, err);
+    if (rc) return rc;
+    int64_t n = images->shape[0], h = images->shape[1], w = images->shape[2], c = images->shape[3];
+    size_t per = (size_t)(h * w * c);
+    for (int64_t i = 0; i < n; i++) {
+        if ((rc = sd_node_progress(ctx, i, n, err))) return rc;
+        int64_t shape[3] = {h, w, c};
+        sd_tensor *one = sd_tensor_new(SD_F32, 3, shape);
+        if (!one) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        memcpy(one->data, (const float *)images->data + (size_t)i * per, per * sizeof(float));
+        sd_node_image(ctx, i, n, one);
+        sd_tensor_unref(one);
+    }
+    return SD_OK;
+}
+
+const sd_node_def sd_node_SaveImageWebsocket = {
+    .version = 1,
+    .class_type = "SaveImageWebsocket",
+    .display_name = "SaveImageWebsocket",
+    .category = "api/image",
+    .description = "Sends the images to the client over the server's WebSocket as PNG preview frames, "
+                   "without writing files (no metadata).",
+    .inputs = preview_image_inputs,
+    .outputs = no_outputs,
+    .flags = SD_NODE_OUTPUT | SD_NODE_NOT_IDEMPOTENT, /* ComfyUI: IS_CHANGED = time() */
+    .run = save_image_ws_run,
+};
+
 const sd_node_def sd_node_PreviewImage = {
     .version = 1,
     .class_type = "PreviewImage",

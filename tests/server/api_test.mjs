@@ -147,8 +147,8 @@ try {
   await until(() => of('execution_success', again.prompt_id).length > 0, 'rerun: execution_success');
   await until(() => of('executing', again.prompt_id).some((e) => e.data.node === null), 'rerun: executing node=null');
   const cached = of('execution_cached', again.prompt_id)[0].data.nodes;
-  ok(cached.includes('9') && of('executing', again.prompt_id).length === 1,
-     `rerun: execution_cached lists the SaveImage and nothing executes (${JSON.stringify(cached)})`);
+  ok(JSON.stringify([...cached].sort()) === JSON.stringify(Object.keys(wf).sort()) && of('executing', again.prompt_id).length === 1,
+     `rerun: execution_cached lists every node (ComfyUI) and nothing executes (${JSON.stringify(cached)})`);
   ok(of('executed', again.prompt_id).length === 1, 'rerun: executed re-sent for the cached output node');
 
   // ---- a raw WebSocket: binary preview frames as ComfyUI sends them
@@ -168,8 +168,42 @@ try {
      f.subarray(8, 12).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47]))),
      `preview frames: BE 1 (PREVIEW_IMAGE), BE 2 (PNG), PNG bytes (${frames.length} frames)`);
   ok(!events.some((e) => e.data && e.data.prompt_id === rp.prompt_id), 'another client\'s prompt sends this client nothing');
+  // progress_state: per node {value, max, state, node_id, prompt_id, display_node_id, parent_node_id, real_node_id}
+  const ps = texts.filter((m) => m.type === 'progress_state' && m.data.prompt_id === rp.prompt_id);
+  const lastPs = ps.at(-1)?.data.nodes || {};
+  ok(ps.length >= 4 && lastPs['3']?.state === 'finished' && lastPs['3'].value === lastPs['3'].max && lastPs['3'].max === 3 &&
+     ps.some((m) => m.data.nodes['3']?.state === 'running' && m.data.nodes['3'].value === 1 && m.data.nodes['3'].max === 3) &&
+     lastPs['3'].real_node_id === '3' && lastPs['3'].parent_node_id === null,
+     `progress_state follows the sampler: running 1/3 ... finished 3/3 (${JSON.stringify(lastPs['3'])}, ${ps.length} messages)`);
+  // ComfyUI's order at the end: status (the queue shrank), then executing null
+  await until(() => texts.findIndex((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === rp.prompt_id) >= 0, 'raw: executing null');
+  const endAt = texts.findIndex((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === rp.prompt_id);
+  const succAt = texts.findIndex((m) => m.type === 'execution_success' && m.data.prompt_id === rp.prompt_id);
+  ok(texts.slice(succAt, endAt).some((m) => m.type === 'status'), `a status message between execution_success and executing(null) (${texts.slice(succAt, endAt + 1).map((m) => m.type)})`);
   ok(client_previews > 0, `the client decoded preview frames as b_preview (${client_previews})`);
   raw.close();
+
+  // ---- a client that announces supports_preview_metadata gets event 4 frames
+  const meta = new WebSocket(`ws://127.0.0.1:${server.port}/ws?clientId=meta-observer`);
+  const mframes = [], mtexts = [];
+  meta.on('message', (data, isBinary) => (isBinary ? mframes : mtexts).push(isBinary ? Buffer.from(data) : JSON.parse(data.toString())));
+  await new Promise((res, rej) => { meta.once('open', res); meta.once('error', rej); });
+  meta.send(JSON.stringify({ type: 'feature_flags', data: { supports_preview_metadata: true } }));
+  await until(() => mtexts.some((m) => m.type === 'feature_flags'), 'the server\'s feature_flags answer');
+  const sf = mtexts.find((m) => m.type === 'feature_flags').data;
+  ok(sf.supports_preview_metadata === true && sf.max_upload_size === 100 * 1024 * 1024, `server feature_flags ${JSON.stringify(sf)}`);
+  pw['3'].inputs.seed = 4343;
+  r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: pw, client_id: 'meta-observer' }) });
+  const mp = await r.json();
+  await until(() => mtexts.some((m) => m.type === 'execution_success' && m.data.prompt_id === mp.prompt_id), 'meta: execution_success');
+  const m0 = mframes[0];
+  const mlen = m0 ? m0.readUInt32BE(4) : 0;
+  const mj = m0 ? JSON.parse(m0.subarray(8, 8 + mlen).toString()) : {};
+  ok(mframes.length >= 1 && mframes.every((f) => f.readUInt32BE(0) === 4) && mj.node_id === '3' && mj.prompt_id === mp.prompt_id &&
+     mj.display_node_id === '3' && mj.real_node_id === '3' && mj.parent_node_id === null && mj.image_type === 'image/png' &&
+     m0.subarray(8 + mlen, 12 + mlen).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47])),
+     `preview frames with metadata: BE 4, BE length, {node_id, prompt_id, ...} ${JSON.stringify(mj)}, PNG (${mframes.length} frames)`);
+  meta.close();
 
   // ---- validation failure: ComfyUI's error body with every problem
   const bad = JSON.parse(JSON.stringify(wf));
@@ -200,7 +234,8 @@ try {
   await until(() => of('execution_error', eb.prompt_id).length > 0, 'execution_error');
   const ee = of('execution_error', eb.prompt_id)[0].data;
   ok(keys(ee) === 'current_inputs,current_outputs,exception_message,exception_type,executed,node_id,node_type,prompt_id,timestamp,traceback' &&
-     ee.node_id === '1' && ee.node_type === 'LoadImage' && /broken\.png/.test(ee.exception_message),
+     ee.node_id === '1' && ee.node_type === 'LoadImage' && /broken\.png/.test(ee.exception_message) &&
+     Array.isArray(ee.current_outputs) && Array.isArray(ee.traceback),
      `execution_error names the node and the file: ${JSON.stringify(ee)}`);
   await until(async () => (await (await fetch(`${base}/history/${eb.prompt_id}`)).json())[eb.prompt_id], 'the failed prompt in the history');
   const he = (await (await fetch(`${base}/history/${eb.prompt_id}`)).json())[eb.prompt_id];
@@ -274,7 +309,7 @@ try {
   ok(st.system && typeof st.system.ram_total === 'number' && st.devices.length === 1, '/system_stats');
   ok((await (await fetch(`${base}/api/prompt`)).json()).exec_info.queue_remaining === 0, '/api/... routes');
   const feat = await (await fetch(`${base}/features`)).json();
-  ok(feat.supports_preview_metadata === false && feat.max_upload_size === 100 * 1024 * 1024, `/features ${JSON.stringify(feat)}`);
+  ok(feat.supports_preview_metadata === true && feat.max_upload_size === 100 * 1024 * 1024, `/features ${JSON.stringify(feat)}`);
   const loads = () => server.log().split('\n').filter((l) => l.includes(`checkpoint ${setup.sd1}:`)).length;
   ok(loads() === 1, `the SD1 checkpoint was loaded once for all its prompts (${loads()})`);
   await client.free({ unload_models: true, free_memory: true });
