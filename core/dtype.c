@@ -1,17 +1,32 @@
 #include "dtype.h"
+#include "quant.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
-static const struct { const char *name; size_t size; } info[SD_DTYPE_COUNT] = {
-    [SD_F32] = {"F32", 4}, [SD_F16] = {"F16", 2}, [SD_BF16] = {"BF16", 2},
-    [SD_F64] = {"F64", 8}, [SD_I64] = {"I64", 8}, [SD_I32] = {"I32", 4},
-    [SD_I16] = {"I16", 2}, [SD_I8] = {"I8", 1},   [SD_U8] = {"U8", 1},
-    [SD_BOOL] = {"BOOL", 1},  [SD_F8_E4M3] = {"F8_E4M3", 1}, [SD_F8_E5M2] = {"F8_E5M2", 1},
+static const struct { const char *name; size_t size; int block; } info[SD_DTYPE_COUNT] = {
+    [SD_F32] = {"F32", 4, 1}, [SD_F16] = {"F16", 2, 1}, [SD_BF16] = {"BF16", 2, 1},
+    [SD_F64] = {"F64", 8, 1}, [SD_I64] = {"I64", 8, 1}, [SD_I32] = {"I32", 4, 1},
+    [SD_I16] = {"I16", 2, 1}, [SD_I8] = {"I8", 1, 1},   [SD_U8] = {"U8", 1, 1},
+    [SD_BOOL] = {"BOOL", 1, 1}, [SD_F8_E4M3] = {"F8_E4M3", 1, 1}, [SD_F8_E5M2] = {"F8_E5M2", 1, 1},
+    /* GGML's block sizes (ggml-common.h); layouts in core/quant.c */
+    [SD_Q4_0] = {"Q4_0", 18, 32},    [SD_Q4_1] = {"Q4_1", 20, 32},
+    [SD_Q5_0] = {"Q5_0", 22, 32},    [SD_Q5_1] = {"Q5_1", 24, 32},
+    [SD_Q8_0] = {"Q8_0", 34, 32},    [SD_Q2_K] = {"Q2_K", 84, 256},
+    [SD_Q3_K] = {"Q3_K", 110, 256},  [SD_Q4_K] = {"Q4_K", 144, 256},
+    [SD_Q5_K] = {"Q5_K", 176, 256},  [SD_Q6_K] = {"Q6_K", 210, 256},
+    [SD_IQ4_NL] = {"IQ4_NL", 18, 32}, [SD_IQ4_XS] = {"IQ4_XS", 136, 256},
 };
 
 size_t sd_dtype_size(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT ? info[t].size : 0; }
+int sd_dtype_block(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT ? info[t].block : 1; }
+int sd_dtype_is_quantized(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT && info[t].block > 1; }
+
+size_t sd_dtype_nbytes(sd_dtype t, int64_t numel) {
+    if ((unsigned)t >= SD_DTYPE_COUNT || numel < 0) return 0;
+    return (size_t)numel / (size_t)info[t].block * info[t].size;
+}
 const char *sd_dtype_name(sd_dtype t) { return (unsigned)t < SD_DTYPE_COUNT ? info[t].name : "?"; }
 
 int sd_dtype_from_name(const char *name, sd_dtype *out) {
@@ -191,7 +206,23 @@ static void store(void *p, sd_dtype t, size_t i, double v) {
 }
 
 void sd_dtype_convert(void *dst, sd_dtype dt, const void *src, sd_dtype st, size_t n) {
-    if (dt == st) { memcpy(dst, src, n * sd_dtype_size(dt)); return; }
+    if (dt == st) { memcpy(dst, src, sd_dtype_nbytes(dt, (int64_t)n)); return; }
+    if (sd_dtype_is_quantized(dt)) return;
+    if (sd_dtype_is_quantized(st)) {
+        /* a block at a time through F32 (exact in every target float type
+         * that holds it: the widened values are what ComfyUI-GGUF makes) */
+        if (dt == SD_F32) {
+            sd_quant_dequant(st, SD_DQ_F16, src, dst, (int64_t)n);
+            return;
+        }
+        float tmp[256];
+        size_t blk = (size_t)sd_dtype_block(st), bs = sd_dtype_size(st);
+        for (size_t b = 0; b < n / blk; b++) {
+            sd_quant_dequant(st, SD_DQ_F16, (const uint8_t *)src + b * bs, tmp, (int64_t)blk);
+            for (size_t i = 0; i < blk; i++) store(dst, dt, b * blk + i, tmp[i]);
+        }
+        return;
+    }
     /* Hot paths for weight loading: half types to F32 without going through
      * double (and without double rounding on the way back). */
     if (dt == SD_F32 && st == SD_F16) {

@@ -25,14 +25,38 @@ typedef enum sd_dtype {
     SD_BOOL,
     SD_F8_E4M3, /* float8_e4m3fn: bias 7, no inf, S.1111.111 = NaN, max 448 */
     SD_F8_E5M2, /* float8_e5m2: the top byte of an IEEE half (inf and NaN) */
+    /* GGML's block-quantized types (GGUF weights, formats/gguf.h): a block
+     * of sd_dtype_block() elements takes sd_dtype_size() bytes; core/quant.h
+     * says what the bytes mean and widens them to F32 as ComfyUI-GGUF does.
+     * Weights only, read as stored and widened per op (never activations);
+     * a tensor of one has a multiple of the block size elements. */
+    SD_Q4_0,
+    SD_Q4_1,
+    SD_Q5_0,
+    SD_Q5_1,
+    SD_Q8_0,
+    SD_Q2_K,
+    SD_Q3_K,
+    SD_Q4_K,
+    SD_Q5_K,
+    SD_Q6_K,
+    SD_IQ4_NL,
+    SD_IQ4_XS,
     SD_DTYPE_COUNT
 } sd_dtype;
 
-/* Size of one element in bytes. */
+/* Size of one element in bytes; of one block for the quantized types. */
 size_t sd_dtype_size(sd_dtype t);
-/* safetensors name of the dtype ("F32"). */
+/* Elements per block: 32 or 256 for the quantized types, 1 for the rest. */
+int sd_dtype_block(sd_dtype t);
+/* 1 for the block-quantized types (SD_Q4_0 ... SD_IQ4_XS). */
+int sd_dtype_is_quantized(sd_dtype t);
+/* Bytes of numel elements (numel a multiple of the block size). */
+size_t sd_dtype_nbytes(sd_dtype t, int64_t numel);
+/* safetensors name of the dtype ("F32"); GGML's for the quantized ones
+ * ("Q4_K"). */
 const char *sd_dtype_name(sd_dtype t);
-/* Parse a safetensors dtype name; returns 0 and sets *out, or -1 if unknown. */
+/* Parse a dtype name; returns 0 and sets *out, or -1 if unknown. */
 int sd_dtype_from_name(const char *name, sd_dtype *out);
 /* 1 for F32/F16/BF16/F64/F8_E4M3/F8_E5M2. */
 int sd_dtype_is_float(sd_dtype t);
@@ -63,7 +87,9 @@ uint8_t sd_f32_to_f8_e4m3(float f);
 uint8_t sd_f32_to_f8_e5m2(float f);
 
 /* Convert n elements between any two dtypes (float<->float, int<->float, ...).
- * Integer targets truncate toward zero as C casts do. */
+ * Integer targets truncate toward zero as C casts do. A quantized source is
+ * widened as ComfyUI-GGUF does by default (core/quant.h, SD_DQ_F16); a
+ * quantized target is not supported (dst untouched). */
 void sd_dtype_convert(void *dst, sd_dtype dst_t, const void *src, sd_dtype src_t,
                       size_t n);
 

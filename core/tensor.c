@@ -17,6 +17,13 @@ static int shape_ok(int ndim, const int64_t *shape, size_t *numel) {
     return 1;
 }
 
+/* Whole blocks of a quantized dtype, and a byte size that fits. */
+static int dtype_ok(sd_dtype dtype, size_t numel) {
+    if ((unsigned)dtype >= SD_DTYPE_COUNT) return 0;
+    size_t blk = (size_t)sd_dtype_block(dtype);
+    return numel % blk == 0 && numel / blk <= SIZE_MAX / sd_dtype_size(dtype);
+}
+
 static sd_tensor *alloc_header(sd_dtype dtype, int ndim, const int64_t *shape, size_t numel) {
     sd_tensor *t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -24,13 +31,13 @@ static sd_tensor *alloc_header(sd_dtype dtype, int ndim, const int64_t *shape, s
     t->dtype = dtype;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    t->nbytes = numel * sd_dtype_size(dtype);
+    t->nbytes = sd_dtype_nbytes(dtype, (int64_t)numel);
     return t;
 }
 
 sd_tensor *sd_tensor_new(sd_dtype dtype, int ndim, const int64_t *shape) {
     size_t numel;
-    if ((unsigned)dtype >= SD_DTYPE_COUNT || !shape_ok(ndim, shape, &numel)) return NULL;
+    if (!shape_ok(ndim, shape, &numel) || !dtype_ok(dtype, numel)) return NULL;
     sd_tensor *t = alloc_header(dtype, ndim, shape, numel);
     if (!t) return NULL;
     /* Always allocate at least one byte so data is never NULL; 64-byte
@@ -52,7 +59,7 @@ sd_tensor *sd_tensor_new4(sd_dtype dtype, int ndim, int64_t d0, int64_t d1, int6
 sd_tensor *sd_tensor_new_borrowed(sd_dtype dtype, int ndim, const int64_t *shape, void *data,
                                   void (*release)(void *), void *owner) {
     size_t numel;
-    if ((unsigned)dtype >= SD_DTYPE_COUNT || !shape_ok(ndim, shape, &numel)) return NULL;
+    if (!shape_ok(ndim, shape, &numel) || !dtype_ok(dtype, numel)) return NULL;
     sd_tensor *t = alloc_header(dtype, ndim, shape, numel);
     if (!t) return NULL;
     t->data = data;

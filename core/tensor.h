@@ -23,7 +23,7 @@ typedef struct sd_tensor {
     int ndim;
     int64_t shape[SD_MAX_DIMS];
     void *data;    /* contiguous row-major elements */
-    size_t nbytes; /* numel * dtype size */
+    size_t nbytes; /* numel * dtype size (sd_dtype_nbytes: per block when quantized) */
     /* Borrowed storage: when release != NULL the bytes belong to `owner`,
      * and release(owner) is called when the last reference goes. */
     void (*release)(void *owner);
@@ -31,7 +31,8 @@ typedef struct sd_tensor {
 } sd_tensor;
 
 /* New zero-filled tensor. Returns NULL on bad shape (ndim > SD_MAX_DIMS,
- * negative dims) or allocation failure. */
+ * negative dims, a quantized dtype with a partial block) or allocation
+ * failure. */
 sd_tensor *sd_tensor_new(sd_dtype dtype, int ndim, const int64_t *shape);
 /* Convenience for up to 4 dims: sd_tensor_new4(SD_F32, 2, n, c, 0, 0). */
 sd_tensor *sd_tensor_new4(sd_dtype dtype, int ndim, int64_t d0, int64_t d1,

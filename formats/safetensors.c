@@ -198,7 +198,8 @@ static sd_status parse_entry(sd_st_file *f, const cJSON *item, uint64_t data_siz
     if (!cJSON_IsString(jd))
         return sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': missing or non-string \"dtype\"", f->path, nm);
     size_t esize;
-    if (sd_dtype_from_name(jd->valuestring, &e->dtype) == 0) {
+    /* the quantized sd_dtypes are GGUF's, never a safetensors dtype */
+    if (sd_dtype_from_name(jd->valuestring, &e->dtype) == 0 && !sd_dtype_is_quantized(e->dtype)) {
         esize = sd_dtype_size(e->dtype);
         *other = 0;
     } else if ((esize = other_dtype_size(jd->valuestring)) != 0) {
@@ -308,7 +309,7 @@ static sd_status split_other(sd_st_file *f, const cJSON *root, sd_error *err) {
         sd_st_entry *e = &f->entries[i];
         const cJSON *jd = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, e->name), "dtype");
         sd_dtype dt;
-        if (sd_dtype_from_name(jd->valuestring, &dt) == 0) {
+        if (sd_dtype_from_name(jd->valuestring, &dt) == 0 && !sd_dtype_is_quantized(dt)) {
             f->entries[keep++] = *e;
             continue;
         }
@@ -423,8 +424,64 @@ done:
     return st;
 }
 
-static sd_status open_common(sd_st_file *f, sd_st_file **out, sd_error *err) {
-    sd_status st = parse_header(f, err);
+static void index_free(sd_st_index *x) {
+    for (size_t i = 0; i < x->n; i++) free((char *)x->entries[i].name);
+    free(x->entries);
+    for (size_t i = 0; i < x->n_meta; i++) {
+        free(x->meta_keys[i]);
+        free(x->meta_vals[i]);
+    }
+    free(x->meta_keys);
+    free(x->meta_vals);
+    for (size_t i = 0; i < x->n_other; i++) free(x->other_names[i]);
+    free(x->other_names);
+    free(x->other_dtypes);
+    memset(x, 0, sizeof *x);
+}
+
+/* Runs another container's indexer over f's bytes and takes its index,
+ * checking each entry again: the file's safety must not rest on every
+ * indexer being right. */
+static sd_status parse_indexed(sd_st_file *f, sd_st_indexer fn, sd_error *err) {
+    sd_st_index x;
+    memset(&x, 0, sizeof x);
+    sd_status st = fn(f->base, f->size, f->path, &x, err);
+    if (st != SD_OK) {
+        index_free(&x);
+        return st;
+    }
+    f->entries = x.entries;
+    f->n = x.n;
+    f->meta_keys = x.meta_keys;
+    f->meta_vals = x.meta_vals;
+    f->n_meta = x.n_meta;
+    f->other_names = x.other_names;
+    f->other_dtypes = x.other_dtypes;
+    f->n_other = x.n_other;
+    for (size_t i = 0; i < f->n; i++) {
+        const sd_st_entry *e = &f->entries[i];
+        size_t numel = 1;
+        int ok = e->name && e->ndim >= 0 && e->ndim <= SD_MAX_DIMS && (unsigned)e->dtype < SD_DTYPE_COUNT;
+        for (int d = 0; ok && d < e->ndim; d++) {
+            ok = e->shape[d] >= 0 && (e->shape[d] == 0 || numel <= SIZE_MAX / (size_t)e->shape[d]);
+            if (ok) numel *= (size_t)e->shape[d];
+        }
+        ok = ok && numel % (size_t)sd_dtype_block(e->dtype) == 0 && numel / (size_t)sd_dtype_block(e->dtype) <= SIZE_MAX / sd_dtype_size(e->dtype) &&
+             e->nbytes == sd_dtype_nbytes(e->dtype, (int64_t)numel) && e->offset <= f->size &&
+             e->nbytes <= f->size - e->offset;
+        if (!ok)
+            return sd_error_set(err, SD_ERR_INTERNAL, "%s: tensor '%s': the index of this file is inconsistent",
+                                f->path, e->name ? e->name : "?");
+    }
+    if (f->n) qsort(f->entries, f->n, sizeof *f->entries, cmp_entry_name);
+    for (size_t i = 1; i < f->n; i++)
+        if (strcmp(f->entries[i - 1].name, f->entries[i].name) == 0)
+            return sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' appears twice", f->path, f->entries[i].name);
+    return SD_OK;
+}
+
+static sd_status open_common(sd_st_file *f, sd_st_indexer fn, sd_st_file **out, sd_error *err) {
+    sd_status st = fn ? parse_indexed(f, fn, err) : parse_header(f, err);
     if (st != SD_OK) {
         file_free(f);
         *out = NULL;
@@ -446,7 +503,7 @@ static sd_st_file *file_alloc(const char *path, sd_error *err) {
     return f;
 }
 
-sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
+static sd_status open_path(const char *path, sd_st_indexer fn, sd_st_file **out, sd_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -485,21 +542,39 @@ sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
         enlist(f);
     } else {
         static const uint8_t nothing[8];
-        f->base = nothing; /* parse_header rejects it on size alone */
+        f->base = nothing; /* too short for any format: rejected on size alone */
         close(fd);
     }
-    return open_common(f, out, err);
+    return open_common(f, fn, out, err);
 }
 
-sd_status sd_st_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
-                            sd_error *err) {
+sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
+    return open_path(path, NULL, out, err);
+}
+
+sd_status sd_st_open_indexed(const char *path, sd_st_indexer fn, sd_st_file **out, sd_error *err) {
+    return open_path(path, fn, out, err);
+}
+
+static sd_status open_mem(const void *data, size_t size, const char *name, sd_st_indexer fn,
+                          sd_st_file **out, sd_error *err) {
     *out = NULL;
     sd_st_file *f = file_alloc(name, err);
     if (!f) return SD_ERR_NOMEM;
     static const uint8_t nothing[8];
     f->base = data ? data : nothing;
     f->size = data ? size : 0;
-    return open_common(f, out, err);
+    return open_common(f, fn, out, err);
+}
+
+sd_status sd_st_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
+                            sd_error *err) {
+    return open_mem(data, size, name, NULL, out, err);
+}
+
+sd_status sd_st_open_memory_indexed(const void *data, size_t size, const char *name,
+                                    sd_st_indexer fn, sd_st_file **out, sd_error *err) {
+    return open_mem(data, size, name, fn, out, err);
 }
 
 sd_status sd_st_open_source(const char *path, sd_st_entry *entries, size_t n, const sd_st_source_i *src,
@@ -607,9 +682,10 @@ sd_tensor *sd_st_tensor(sd_st_file *f, const char *name, sd_error *err) {
     }
     if (f->src) return source_tensor(f, e, err);
     void *p = (void *)(f->base + e->offset);
-    size_t es = sd_dtype_size(e->dtype);
     /* Files from writers that do not align data would give misaligned
-     * element pointers; copy those into owned (aligned) storage. */
+     * element pointers; copy those into owned (aligned) storage. Blocks of
+     * the quantized types are read bytewise: any address will do. */
+    size_t es = sd_dtype_is_quantized(e->dtype) ? 1 : sd_dtype_size(e->dtype);
     if ((uintptr_t)p % es != 0) {
         sd_tensor *t = sd_tensor_new(e->dtype, e->ndim, e->shape);
         if (!t) {

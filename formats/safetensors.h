@@ -94,6 +94,36 @@ sd_status sd_st_open_source(const char *path, sd_st_entry *entries, size_t n,
                             const sd_st_source_i *src, void *ctx, sd_st_file **out,
                             sd_error *err);
 
+/* ---- other containers stored in place ---------------------------------------
+ *
+ * A file of another format whose tensors lie in it as plain row-major bytes
+ * (GGUF, formats/gguf.h) is opened, mapped, guarded and change-checked
+ * exactly as a safetensors file; its own parser, the indexer, finds the
+ * tensors in the bytes and fills an sd_st_index (everything malloc'd; the
+ * index is taken over whether the indexer succeeds or not). Entry offsets
+ * are absolute; dtypes may be quantized (core/quant.h), nbytes then being
+ * sd_dtype_nbytes of the shape. Each entry is checked again here: inside
+ * the file, nbytes matching its dtype and shape, names unique. `other_*`
+ * lists valid tensors in types sdflow has no sd_dtype for (static type
+ * names): left out of the entries and named in the error sd_st_tensor gives
+ * for them. */
+typedef struct sd_st_index {
+    sd_st_entry *entries;
+    size_t n;
+    char **meta_keys, **meta_vals;
+    size_t n_meta;
+    char **other_names;
+    const char **other_dtypes;
+    size_t n_other;
+} sd_st_index;
+typedef sd_status (*sd_st_indexer)(const uint8_t *base, size_t size, const char *path,
+                                   sd_st_index *out, sd_error *err);
+
+sd_status sd_st_open_indexed(const char *path, sd_st_indexer fn, sd_st_file **out, sd_error *err);
+/* The same over a buffer that outlives the file. */
+sd_status sd_st_open_memory_indexed(const void *data, size_t size, const char *name,
+                                    sd_st_indexer fn, sd_st_file **out, sd_error *err);
+
 /* ---- writing --------------------------------------------------------------- */
 
 typedef struct sd_st_writer sd_st_writer;

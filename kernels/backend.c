@@ -101,7 +101,8 @@ int sd_backend_supports_precision(const sd_backend *be, sd_precision p) {
 
 int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt) {
     if (!be) return 0;
-    return dt == SD_F32 || (sd_dtype_is_narrow_float(dt) && be->vt->to_f32 != NULL);
+    return dt == SD_F32 ||
+           ((sd_dtype_is_narrow_float(dt) || sd_dtype_is_quantized(dt)) && be->vt->to_f32 != NULL);
 }
 
 const sd_error *sd_backend_error(const sd_backend *be) {
@@ -156,6 +157,11 @@ static sd_bt *bt_header(sd_backend *be, sd_dtype dtype, int ndim, const int64_t 
             sd_backend_fail(be, SD_ERR_INVALID, "negative dimension %lld", (long long)shape[i]);
             return NULL;
         }
+    if (numel_of(ndim, shape) % sd_dtype_block(dtype) != 0) {
+        sd_backend_fail(be, SD_ERR_INVALID, "bad tensor: %lld elements are not whole %s blocks",
+                        (long long)numel_of(ndim, shape), sd_dtype_name(dtype));
+        return NULL;
+    }
     sd_bt *t = calloc(1, sizeof *t);
     if (!t) {
         sd_backend_fail(be, SD_ERR_NOMEM, "out of memory (tensor header)");
@@ -165,7 +171,7 @@ static sd_bt *bt_header(sd_backend *be, sd_dtype dtype, int ndim, const int64_t 
     t->dtype = dtype;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    t->nbytes = (size_t)numel_of(ndim, shape) * sd_dtype_size(dtype);
+    t->nbytes = sd_dtype_nbytes(dtype, numel_of(ndim, shape));
     return t;
 }
 
@@ -213,6 +219,7 @@ sd_bt *sd_bt_from_host(sd_backend *be, sd_tensor *t, sd_dtype dtype) {
         return NULL;
     }
     if (dtype != t->dtype && !(sd_dtype_is_float(dtype) && sd_dtype_is_float(t->dtype)) &&
+        !(sd_dtype_is_float(dtype) && sd_dtype_is_quantized(t->dtype)) &&
         !(dtype == SD_I32 || dtype == SD_I64)) {
         sd_backend_fail(be, SD_ERR_UNSUPPORTED, "sd_bt_from_host: cannot convert %s to %s",
                         sd_dtype_name(t->dtype), sd_dtype_name(dtype));
@@ -230,6 +237,22 @@ sd_bt *sd_bt_from_host(sd_backend *be, sd_tensor *t, sd_dtype dtype) {
 
 sd_tensor *sd_bt_to_host(const sd_bt *t) {
     if (!t) return NULL;
+    if (sd_dtype_is_quantized(t->dtype) && t->be->vt->to_f32) {
+        /* widened on the backend, with the tensor's own rounding */
+        sd_backend *be = t->be;
+        sd_bt *w = bt_header(be, SD_F32, t->ndim, t->shape);
+        if (w && be->vt->to_f32(be, w, t) != SD_OK) {
+            free(w);
+            w = NULL;
+        }
+        if (!w) {
+            sd_backend_fail(be, SD_ERR_NOMEM, "out of memory widening a %s tensor", sd_dtype_name(t->dtype));
+            return NULL;
+        }
+        sd_tensor *h = sd_bt_to_host(w);
+        sd_bt_free(w);
+        return h;
+    }
     sd_tensor *h = t->be->vt->download(t);
     if (!h) sd_backend_fail(t->be, SD_ERR_NOMEM, "out of memory downloading tensor");
     return h;
@@ -255,6 +278,7 @@ sd_bt *sd_bt_view(sd_bt *t, int ndim, const int64_t *shape) {
     }
     sd_bt *v = bt_header(be, t->dtype, ndim, shape);
     if (!v) return NULL;
+    v->dequant = t->dequant;
     if (be->vt->share(v, t) != SD_OK) {
         sd_backend_fail(be, SD_ERR_NOMEM, "out of memory (view)");
         free(v);
@@ -284,7 +308,7 @@ static sd_backend *op_begin(const char *op, int n, const sd_bt *const *in, unsig
             sd_backend_fail(be, SD_ERR_INVALID, "%s: inputs live on different backends", op);
             return NULL;
         }
-        int narrow = sd_dtype_is_narrow_float(in[i]->dtype);
+        int narrow = sd_dtype_is_narrow_float(in[i]->dtype) || sd_dtype_is_quantized(in[i]->dtype);
         if (in[i]->dtype != SD_F32 && !(narrow && be->vt->to_f32)) {
             sd_backend_fail(be, SD_ERR_UNSUPPORTED,
                             "%s: input %d is %s; ops take F32 (upload weights with dtype F32)", op,
@@ -302,13 +326,14 @@ typedef struct widened {
     sd_bt *tmp[4];
 } widened;
 
-/* Replaces every narrow-float *vars[i] by a widened F32 temporary recorded in
- * wd. Returns 0 (error set, nothing left allocated) on failure. */
-static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
+/* Replaces every narrow-float or quantized *vars[i] (only the quantized
+ * ones when quant_only) by a widened F32 temporary recorded in wd. Returns 0
+ * (error set, nothing left allocated) on failure. */
+static int widen_some(sd_backend *be, widened *wd, int n, sd_bt **const *vars, int quant_only) {
     memset(wd, 0, sizeof *wd);
     for (int i = 0; i < n; i++) {
         sd_bt *x = *vars[i];
-        if (!x || x->dtype == SD_F32) continue;
+        if (!x || x->dtype == SD_F32 || (quant_only && !sd_dtype_is_quantized(x->dtype))) continue;
         sd_bt *t = bt_header(be, SD_F32, x->ndim, x->shape);
         if (t && be->vt->to_f32(be, t, x) != SD_OK) {
             char b[128];
@@ -325,6 +350,10 @@ static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
         *vars[i] = t;
     }
     return 1;
+}
+
+static int widen(sd_backend *be, widened *wd, int n, sd_bt **const *vars) {
+    return widen_some(be, wd, n, vars, 0);
 }
 
 static sd_bt *op_finish(sd_backend *be, sd_bt *out, sd_status rc, widened *wd) {
@@ -372,9 +401,11 @@ sd_bt *sd_op_linear(sd_bt *x, sd_bt *w, sd_bt *b) {
     shape[x->ndim - 1] = w->shape[0];
     sd_bt *out = bt_alloc(be, SD_F32, x->ndim, shape);
     if (!out) return NULL;
-    if (be->precision != SD_PREC_F32 && be->vt->linear_lp)
-        return op_finish(be, out, be->vt->linear_lp(be, out, x, w, b), NULL);
     widened wd;
+    if (be->precision != SD_PREC_F32 && be->vt->linear_lp) {
+        if (!widen_some(be, &wd, 3, (sd_bt **const[]){&x, &w, &b}, 1)) return op_drop(out);
+        return op_finish(be, out, be->vt->linear_lp(be, out, x, w, b), &wd);
+    }
     if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &w, &b})) return op_drop(out);
     return op_finish(be, out, be->vt->linear(be, out, x, w, b), &wd);
 }
@@ -400,9 +431,11 @@ sd_bt *sd_op_matmul(sd_bt *a, sd_bt *b, int trans_b, float alpha) {
     int64_t shape[3] = {Ba, M, N};
     sd_bt *out = a->ndim == 3 ? bt_alloc(be, SD_F32, 3, shape) : bt_alloc(be, SD_F32, 2, shape + 1);
     if (!out) return NULL;
-    if (be->precision != SD_PREC_F32 && be->vt->matmul_lp)
-        return op_finish(be, out, be->vt->matmul_lp(be, out, a, b, trans_b, alpha), NULL);
     widened wd;
+    if (be->precision != SD_PREC_F32 && be->vt->matmul_lp) {
+        if (!widen_some(be, &wd, 2, (sd_bt **const[]){&a, &b}, 1)) return op_drop(out);
+        return op_finish(be, out, be->vt->matmul_lp(be, out, a, b, trans_b, alpha), &wd);
+    }
     if (!widen(be, &wd, 2, (sd_bt **const[]){&a, &b})) return op_drop(out);
     return op_finish(be, out, be->vt->matmul(be, out, a, b, trans_b, alpha), &wd);
 }
@@ -432,9 +465,11 @@ sd_bt *sd_op_conv2d(sd_bt *x, sd_bt *w, sd_bt *b, int stride, int pad_h, int pad
                         (Wp - w->shape[3]) / stride + 1};
     sd_bt *out = bt_alloc(be, SD_F32, 4, shape);
     if (!out) return NULL;
-    if (be->precision != SD_PREC_F32 && be->vt->conv2d_lp)
-        return op_finish(be, out, be->vt->conv2d_lp(be, out, x, w, b, stride, pad_h, pad_w), NULL);
     widened wd;
+    if (be->precision != SD_PREC_F32 && be->vt->conv2d_lp) {
+        if (!widen_some(be, &wd, 3, (sd_bt **const[]){&x, &w, &b}, 1)) return op_drop(out);
+        return op_finish(be, out, be->vt->conv2d_lp(be, out, x, w, b, stride, pad_h, pad_w), &wd);
+    }
     if (!widen(be, &wd, 3, (sd_bt **const[]){&x, &w, &b})) return op_drop(out);
     return op_finish(be, out, be->vt->conv2d(be, out, x, w, b, stride, pad_h, pad_w), &wd);
 }
@@ -798,7 +833,8 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
     sd_backend *be = table->be;
     if (be->err.code != SD_OK) return NULL;
     char s1[128], s2[128];
-    int table_ok = table->dtype == SD_F32 || (sd_dtype_is_narrow_float(table->dtype) && be->vt->to_f32);
+    int table_ok = table->dtype == SD_F32 ||
+                   ((sd_dtype_is_narrow_float(table->dtype) || sd_dtype_is_quantized(table->dtype)) && be->vt->to_f32);
     if (ids->be != be || !table_ok || table->ndim != 2 ||
         (ids->dtype != SD_I32 && ids->dtype != SD_I64) || ids->ndim < 1 ||
         ids->ndim >= SD_MAX_DIMS) {
@@ -812,7 +848,10 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
     shape[ids->ndim] = table->shape[1];
     sd_bt *out = bt_alloc(be, SD_F32, ids->ndim + 1, shape);
     if (!out) return NULL;
-    return op_finish(be, out, be->vt->embedding(be, out, table, ids), NULL);
+    /* a quantized table is widened whole, as ComfyUI-GGUF's Embedding does */
+    widened wd;
+    if (!widen_some(be, &wd, 1, (sd_bt **const[]){&table}, 1)) return op_drop(out);
+    return op_finish(be, out, be->vt->embedding(be, out, table, ids), &wd);
 }
 
 sd_bt *sd_op_copy(sd_bt *x) {

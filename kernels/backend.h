@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 
 typedef struct sd_backend sd_backend;
@@ -33,6 +34,11 @@ typedef struct sd_bt {
     size_t nbytes;
     sd_backend *be;
     sd_tensor *host; /* CPU backend: the tensor owning data (may borrow an mmap) */
+    /* Quantized dtypes (GGUF weights, core/quant.h): the arithmetic an op's
+     * widening of this tensor rounds in, as ComfyUI-GGUF's dequant_dtype.
+     * Set by the loader after upload (0, SD_DQ_F16, is ComfyUI-GGUF's
+     * default); views keep it; ignored for other dtypes. */
+    sd_dequant_math dequant;
 } sd_bt;
 
 typedef enum sd_precision { SD_PREC_F32 = 0, SD_PREC_BF16, SD_PREC_F16 } sd_precision;
@@ -67,8 +73,9 @@ sd_precision sd_backend_precision(const sd_backend *be);
  * it, matrix ops run in bf16 mode fail rather than silently compute F32. */
 int sd_backend_supports_precision(const sd_backend *be, sd_precision p);
 /* 1 when ops accept tensors of dtype dt as inputs: F32 always; F16/BF16 and
- * fp8 (sd_dtype_is_narrow_float) on backends that widen them per op (CPU
- * and CUDA), so model loaders can keep weights in their stored dtype
+ * fp8 (sd_dtype_is_narrow_float) and the quantized types (core/quant.h) on
+ * backends that widen them per op (CPU and CUDA), so model loaders can keep
+ * weights in their stored dtype
  * instead of widening them all to F32 at load. */
 int sd_backend_accepts_dtype(const sd_backend *be, sd_dtype dt);
 /* ---- measured algorithm choices ----------------------------------------------
@@ -127,7 +134,8 @@ sd_bt *sd_bt_new4(sd_backend *be, sd_dtype dtype, int ndim, int64_t d0, int64_t 
 /* Upload a host tensor. The CPU backend shares the storage (no copy) when the
  * dtype is kept; `dtype` = the tensor's dtype keeps it, else converts. */
 sd_bt *sd_bt_from_host(sd_backend *be, sd_tensor *t, sd_dtype dtype);
-/* Download into a new host tensor (F32 unless the bt is an integer type). */
+/* Download into a new host tensor (F32 unless the bt is an integer type; a
+ * quantized bt is widened with its `dequant` rounding). */
 sd_tensor *sd_bt_to_host(const sd_bt *t);
 void sd_bt_free(sd_bt *t); /* NULL-safe */
 int64_t sd_bt_numel(const sd_bt *t);

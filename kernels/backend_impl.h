@@ -79,12 +79,14 @@ typedef struct sd_backend_i {
     /* Optional. out (F32, x's shape; header only: the backend provides the
      * storage, and may reuse it once out is released, which backend.c does
      * right after the op) = x widened from F16/BF16/F8_E4M3/F8_E5M2
-     * (exactly). A backend that sets it accepts those narrow tensors
-     * wherever an op takes an input
+     * (exactly), or from a quantized dtype as core/quant.h computes it
+     * with x->dequant's rounding. A backend that sets it accepts those
+     * tensors wherever an op takes an input
      * (weights kept in their stored dtype): backend.c widens each such
-     * input into a temporary just for the op, except the embedding table,
-     * which `embedding` then receives in its stored float dtype (a gather
-     * widens only the rows it reads). NULL: ops take F32 only. */
+     * input into a temporary just for the op, except an F16/BF16 embedding
+     * table, which `embedding` then receives in its stored float dtype (a
+     * gather widens only the rows it reads; a quantized table is widened
+     * whole first, as ComfyUI-GGUF does). NULL: ops take F32 only. */
     sd_status (*to_f32)(sd_backend *be, sd_bt *out, const sd_bt *x);
 
     /* Optional. 1 when the backend computes in precision p (F32: always).
@@ -93,7 +95,7 @@ typedef struct sd_backend_i {
     int (*supports_precision)(const sd_backend *be, sd_precision p);
     /* Optional. The three matrix ops when be->precision is not F32. Unlike
      * the slots above they receive x/w/a/b in their stored dtype (F32, F16,
-     * BF16 or fp8: backend.c does not widen them), so F16 weights can be
+     * BF16 or fp8: backend.c widens only quantized ones), so F16 weights can be
      * rounded straight to the compute type; the bias may be narrow too. They
      * report "no such path" through sd_backend_fail themselves. NULL: the
      * F32 slots run with widened inputs whatever the precision. */

@@ -1,5 +1,6 @@
-/* convert.c - F16/BF16/fp8 -> F32 widening of weights kept in their stored
- * dtype.
+/* convert.c - F16/BF16/fp8/quantized -> F32 widening of weights kept in
+ * their stored dtype (the quantized types as core/quant.h computes them,
+ * here spread over the pool's threads).
  *
  * Weights stay F16/BF16/fp8 in memory (usually the checkpoint's own mmap'd
  * bytes), halving (quartering) resident weight memory; an op that reads one gets an F32
@@ -79,17 +80,21 @@ void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa) 
 
 typedef struct {
     sd_dtype dt;
+    sd_dequant_math math;
     const char *src;
     float *dst;
     int64_t n;
     int isa;
 } widen_job;
 
+/* CONVERT_GRAIN is a whole number of blocks of every quantized type. */
 static void widen_task(void *ctx, int64_t t, int thread) {
     (void)thread;
     const widen_job *j = ctx;
     int64_t lo = t * CONVERT_GRAIN, hi = lo + CONVERT_GRAIN < j->n ? lo + CONVERT_GRAIN : j->n;
-    sd_cpu_widen(j->dt, j->src + lo * (int64_t)sd_dtype_size(j->dt), j->dst + lo, hi - lo, j->isa);
+    const char *src = j->src + sd_dtype_nbytes(j->dt, lo);
+    if (sd_dtype_is_quantized(j->dt)) sd_quant_dequant(j->dt, j->math, src, j->dst + lo, hi - lo);
+    else sd_cpu_widen(j->dt, src, j->dst + lo, hi - lo, j->isa);
 }
 
 /* Below this a fresh allocation is cheap (no mmap). */
@@ -135,7 +140,7 @@ sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
         return SD_ERR_NOMEM;
     }
     out->data = data;
-    widen_job j = {x->dtype, x->data, sd_cpu_f32(out), sd_bt_numel(x), sd_cpu_isa()};
+    widen_job j = {x->dtype, x->dequant, x->data, sd_cpu_f32(out), sd_bt_numel(x), sd_cpu_isa()};
     sd_pool_run(sd_cpu_pool(be), sd_cpu_chunks(j.n, CONVERT_GRAIN), widen_task, &j);
     return SD_OK;
 }

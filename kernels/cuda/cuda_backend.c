@@ -96,7 +96,8 @@ static void cu_release(sd_bt *t) {
 }
 
 /* Weights keep their stored dtype (F16/BF16 halve the device memory, fp8
- * quarters it; ops widen them per op through cu_to_f32); a requested
+ * quarters it, GGUF's quantized types take 2.6 to 8.5 bits per weight; ops
+ * widen them per op through cu_to_f32); a requested
  * conversion happens on the host before the copy. */
 static sd_status cu_upload(sd_backend *be, sd_bt *t, sd_tensor *src) {
     sd_cuda *c = sd_cuda_of(be);
@@ -143,9 +144,12 @@ static sd_tensor *cu_download(const sd_bt *t) {
  * with out by backend.c right after the op that needed it. */
 static sd_status cu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
     if (cu_alloc(be, out, 0) != SD_OK) return SD_ERR_NOMEM;
-    sd_status rc = sd_cuda_check(be, sd_cuda_widen(sd_cuda_of(be)->stream, x->data, out->data,
-                                                   sd_bt_numel(x), sd_cuda_elem_of(x->dtype)),
-                                 "widen", "launch");
+    cudaStream_t s = sd_cuda_of(be)->stream;
+    cudaError_t e = sd_dtype_is_quantized(x->dtype)
+                        ? sd_cuda_dequant(s, x->data, out->data, sd_bt_numel(x), sd_cuda_quant_of(x->dtype),
+                                          (int)x->dequant, sd_dtype_block(x->dtype), (int)sd_dtype_size(x->dtype))
+                        : sd_cuda_widen(s, x->data, out->data, sd_bt_numel(x), sd_cuda_elem_of(x->dtype));
+    sd_status rc = sd_cuda_check(be, e, "widen", "launch");
     if (rc != SD_OK) cu_release(out);
     return rc;
 }

@@ -91,6 +91,25 @@ static inline int sd_cuda_elem_of(sd_dtype dt) {
     }
 }
 
+/* The kernels' quantized type (enum sd_cuda_quant) of a dtype, 0 if none. */
+static inline int sd_cuda_quant_of(sd_dtype dt) {
+    switch (dt) {
+    case SD_Q4_0: return SD_CUDA_Q4_0;
+    case SD_Q4_1: return SD_CUDA_Q4_1;
+    case SD_Q5_0: return SD_CUDA_Q5_0;
+    case SD_Q5_1: return SD_CUDA_Q5_1;
+    case SD_Q8_0: return SD_CUDA_Q8_0;
+    case SD_Q2_K: return SD_CUDA_Q2_K;
+    case SD_Q3_K: return SD_CUDA_Q3_K;
+    case SD_Q4_K: return SD_CUDA_Q4_K;
+    case SD_Q5_K: return SD_CUDA_Q5_K;
+    case SD_Q6_K: return SD_CUDA_Q6_K;
+    case SD_IQ4_NL: return SD_CUDA_IQ4_NL;
+    case SD_IQ4_XS: return SD_CUDA_IQ4_XS;
+    default: return 0;
+    }
+}
+
 /* ---- cuda_blas.c / cuda_conv.c --------------------------------------------- */
 
 sd_status sd_cuda_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,

@@ -54,6 +54,27 @@ enum sd_cuda_elem {
 };
 /* y[i] = x[i] widened exactly to F32 from storage type `elem`. */
 cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem);
+/* GGML block-quantized types (GGUF weights; layouts in core/quant.h). */
+enum sd_cuda_quant {
+    SD_CUDA_Q4_0 = 1,
+    SD_CUDA_Q4_1,
+    SD_CUDA_Q5_0,
+    SD_CUDA_Q5_1,
+    SD_CUDA_Q8_0,
+    SD_CUDA_Q2_K,
+    SD_CUDA_Q3_K,
+    SD_CUDA_Q4_K,
+    SD_CUDA_Q5_K,
+    SD_CUDA_Q6_K,
+    SD_CUDA_IQ4_NL,
+    SD_CUDA_IQ4_XS
+};
+/* y[i] = element i of the n (whole blocks of `block` elements in
+ * `block_bytes` bytes) of quantized type `type` (enum sd_cuda_quant) at x,
+ * with core/quant.c's arithmetic in `math` (sd_dequant_math: 0 float16,
+ * 1 float32, 2 bfloat16). */
+cudaError_t sd_cuda_dequant(cudaStream_t s, const void *x, float *y, int64_t n, int type, int math,
+                            int block, int block_bytes);
 /* F32 <-> F16 (bf16 = 0) or BF16 (bf16 = 1), round to nearest even. */
 cudaError_t sd_cuda_f32_to_half(cudaStream_t s, const float *x, void *y, int64_t n, int bf16);
 cudaError_t sd_cuda_half_to_f32(cudaStream_t s, const void *x, float *y, int64_t n, int bf16);

@@ -48,7 +48,7 @@ static int all_finite(const sd_tensor *t) {
     case SD_F64: { const double *p = t->data; for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0; return 1; }
     case SD_F8_E4M3: { const uint8_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7f) == 0x7f) return 0; return 1; }
     case SD_F8_E5M2: { const uint8_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7c) == 0x7c) return 0; return 1; }
-    default: return 1;
+    default: return sd_quant_scales_finite(t->dtype, t->data, (int64_t)n);
     }
 }
 
@@ -86,10 +86,24 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
      * then costs its file size in RAM, not twice that, and an fp8 one a
      * quarter of its F32 size. */
     sd_dtype up = w->dtype;
-    if (up == SD_F32 && sd_dtype_is_narrow_float(t->dtype) && sd_backend_accepts_dtype(w->be, t->dtype))
+    if (up == SD_F32 && (sd_dtype_is_narrow_float(t->dtype) || sd_dtype_is_quantized(t->dtype)) &&
+        sd_backend_accepts_dtype(w->be, t->dtype))
         up = t->dtype;
+    if (sd_dtype_is_quantized(t->dtype) && up == SD_F32) {
+        /* a backend that cannot widen it per op gets it widened here, once,
+         * with the requested rounding */
+        sd_tensor *f = sd_tensor_new(SD_F32, t->ndim, t->shape);
+        if (f) sd_quant_dequant(t->dtype, w->dequant, t->data, f->data, sd_tensor_numel(t));
+        sd_tensor_unref(t);
+        if (!f) {
+            sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory widening it", sd_st_path(w->file), key);
+            return NULL;
+        }
+        t = f;
+    }
     sd_bt *b = sd_bt_from_host(w->be, t, up);
     sd_tensor_unref(t);
+    if (b) b->dequant = w->dequant;
     if (!b) sd_backend_take_error(w->be, err);
     /* After the bytes were read (finite check, conversion, upload): a file
      * truncated or rewritten meanwhile gave zeros or mixed bytes, not a

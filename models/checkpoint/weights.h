@@ -22,8 +22,12 @@ typedef struct sd_weights {
     char prefix[256];
     sd_dtype dtype; /* SD_F32 (default): F32 compute; F16/BF16/fp8 weights stay
                      * as stored when the backend accepts them
-                     * (sd_backend_accepts_dtype). Another dtype: every float
-                     * tensor is converted to it (UNETLoader's fp8 casts). */
+                     * (sd_backend_accepts_dtype), quantized (GGUF) ones too.
+                     * Another dtype: every float tensor is converted to it
+                     * (UNETLoader's fp8 casts). */
+    /* Rounding of quantized weights' widening (core/quant.h; ComfyUI-GGUF's
+     * dequant_dtype): given to every quantized tensor fetched. */
+    sd_dequant_math dequant;
 } sd_weights;
 
 /* Initialise a view (no allocation). */

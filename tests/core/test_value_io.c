@@ -74,6 +74,7 @@ static sd_value *sample_tree(void) {
     sd_value *tens = sd_value_list();
     int64_t s3[3] = {2, 3, 5};
     for (int d = 0; d < SD_DTYPE_COUNT; d++) {
+        if (sd_dtype_is_quantized((sd_dtype)d)) continue; /* GGUF weights, never values */
         sd_tensor *t = pattern_tensor((sd_dtype)d, 3, s3, (unsigned)d * 3);
         sd_value_list_append(tens, sd_value_tensor(t));
         sd_tensor_unref(t);

@@ -6,6 +6,9 @@
  *   0-d, empty, metadata) and, when TESTDATA_DIR has them, the header of
  *   each shared .safetensors file (the SD set and flux/) with the first
  *   bytes of its data.
+ * OUT_DIR/gguf: GGUF files from our writer (every dtype, orig_shape), one
+ *   with key/values of every type (string arrays, nested arrays, an
+ *   alignment), and the .gguf files under JSON_DIR/gguf (tests/data/gguf).
  * OUT_DIR/value_io: blobs of LATENT / CONDITIONING / scalar trees.
  * OUT_DIR/workflow_json: a few API-format workflows written here, plus any
  *   *.json found directly in each JSON_DIR.
@@ -36,6 +39,7 @@
 
 #include <zip.h>
 
+#include "formats/gguf.h"
 #include "formats/png.h"
 #include "formats/safetensors.h"
 #include "core/value_io.h"
@@ -79,6 +83,7 @@ static int st_seeds(const char *out, const char *testdata) {
         sd_st_writer *w = sd_st_writer_new();
         for (int d = 0; d < SD_DTYPE_COUNT; d++) {
             if (variant == 1 && d > 2) break;
+            if (sd_dtype_is_quantized((sd_dtype)d)) continue; /* GGUF's, not safetensors dtypes */
             int64_t shape[3] = {2, variant + 1, 3};
             sd_tensor *t = sd_tensor_new((sd_dtype)d, variant == 2 ? 1 : 3, shape);
             uint8_t *p = t->data;
@@ -140,6 +145,150 @@ static int st_seeds(const char *out, const char *testdata) {
             fclose(f);
         }
         closedir(d);
+    }
+    return rc;
+}
+
+/* ---- gguf ------------------------------------------------------------------- */
+
+/* Writer files with every key/value kind (arrays of strings and nested
+ * arrays written by hand: the writer has no call for them), every dtype and
+ * orig_shape, plus the real-shaped GGUF files of JSON_DIR/gguf (tests/data:
+ * per-type dequantization files, tiny Flux and T5 models; small ones only). */
+static void gguf_put(uint8_t **b, size_t *n, const void *p, size_t k) {
+    *b = realloc(*b, *n + k);
+    memcpy(*b + *n, p, k);
+    *n += k;
+}
+
+static void gguf_le(uint8_t **b, size_t *n, uint64_t v, int k) {
+    uint8_t x[8];
+    for (int i = 0; i < k; i++) x[i] = (uint8_t)(v >> (8 * i));
+    gguf_put(b, n, x, (size_t)k);
+}
+
+static void gguf_s(uint8_t **b, size_t *n, const char *s) {
+    gguf_le(b, n, strlen(s), 8);
+    gguf_put(b, n, s, strlen(s));
+}
+
+static int gguf_copy_dir(const char *out, const char *dir, const char *prefix) {
+    int rc = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (de->d_name[0] != '.' && (l < 5 || strcmp(de->d_name + l - 5, ".gguf") != 0)) {
+            struct stat sb;
+            if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) rc |= gguf_copy_dir(out, path, de->d_name);
+            continue;
+        }
+        if (de->d_name[0] == '.') continue;
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static uint8_t buf[65536]; /* small seeds only: libFuzzer's max_len follows them */
+        size_t n = fread(buf, 1, sizeof buf, f);
+        int small = n < sizeof buf || fgetc(f) == EOF;
+        fclose(f);
+        if (!small) continue;
+        char name[600];
+        snprintf(name, sizeof name, "%s-%s", prefix, de->d_name);
+        rc |= write_seed(out, name, buf, n);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int gguf_seeds(const char *out, int argc, char **argv) {
+    int rc = 0;
+    sd_error err;
+    sd_gguf_writer *w = sd_gguf_writer_new();
+    sd_gguf_writer_kv_str(w, "general.architecture", "flux", &err);
+    sd_gguf_writer_kv_u32(w, "general.quantization_version", 2, &err);
+    sd_gguf_writer_kv_f32(w, "scale", 0.5f, &err);
+    int32_t orig[3] = {2, 4, 32};
+    sd_gguf_writer_kv_i32s(w, "comfy.gguf.orig_shape.shaped", orig, 3, &err);
+    static const sd_dtype dts[] = {SD_F32, SD_F16, SD_BF16, SD_I8, SD_I32, SD_Q4_0, SD_Q4_1, SD_Q5_0, SD_Q5_1,
+                                   SD_Q8_0, SD_Q2_K, SD_Q3_K, SD_Q4_K, SD_Q5_K, SD_Q6_K, SD_IQ4_NL, SD_IQ4_XS};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        int64_t shape[2] = {2, sd_dtype_block(dts[i]) > 1 ? sd_dtype_block(dts[i]) : 3};
+        sd_tensor *t = sd_tensor_new(dts[i], 2, shape);
+        uint8_t *p = t->data;
+        for (size_t k = 0; k < t->nbytes; k++) p[k] = (uint8_t)(k * 37 + i);
+        char name[64];
+        snprintf(name, sizeof name, "blk.%zu.%s.weight", i, sd_dtype_name(dts[i]));
+        sd_gguf_writer_add(w, name, t, &err);
+        sd_tensor_unref(t);
+    }
+    int64_t sh[2] = {8, 32};
+    sd_tensor *t = sd_tensor_new(SD_Q8_0, 2, sh);
+    sd_gguf_writer_add(w, "shaped", t, &err);
+    sd_tensor_unref(t);
+    void *buf;
+    size_t n;
+    if (sd_gguf_writer_to_memory(w, &buf, &n, &err) == SD_OK) {
+        rc |= write_seed(out, "writer.gguf", buf, n);
+        free(buf);
+    }
+    sd_gguf_writer_free(w);
+
+    /* key/values of every type, arrays of strings, nested arrays, an
+     * explicit alignment, no tensors */
+    uint8_t *b = NULL;
+    n = 0;
+    gguf_put(&b, &n, "GGUF", 4);
+    gguf_le(&b, &n, 3, 4);
+    gguf_le(&b, &n, 1, 8);
+    gguf_le(&b, &n, 15, 8);
+    for (int ty = 0; ty <= 12; ty++) {
+        if (ty == 8 || ty == 9) continue;
+        char key[32];
+        snprintf(key, sizeof key, "scalar.%d", ty);
+        gguf_s(&b, &n, key);
+        gguf_le(&b, &n, (uint64_t)ty, 4);
+        gguf_le(&b, &n, 0x3f800000u + (uint64_t)ty, ty == 0 || ty == 1 || ty == 7 ? 1 : ty <= 3 ? 2 : ty <= 6 ? 4 : 8);
+    }
+    gguf_s(&b, &n, "general.alignment");
+    gguf_le(&b, &n, 4, 4);
+    gguf_le(&b, &n, 64, 4);
+    gguf_s(&b, &n, "tokenizer.ggml.tokens");
+    gguf_le(&b, &n, 9, 4);
+    gguf_le(&b, &n, 8, 4);
+    gguf_le(&b, &n, 3, 8);
+    gguf_s(&b, &n, "<pad>");
+    gguf_s(&b, &n, "</s>");
+    gguf_s(&b, &n, "\xe2\x96\x81the");
+    gguf_s(&b, &n, "nested");
+    gguf_le(&b, &n, 9, 4);
+    gguf_le(&b, &n, 9, 4);
+    gguf_le(&b, &n, 2, 8);
+    for (int k = 0; k < 2; k++) {
+        gguf_le(&b, &n, 5, 4);
+        gguf_le(&b, &n, 2, 8);
+        gguf_le(&b, &n, (uint64_t)k, 4);
+        gguf_le(&b, &n, 7, 4);
+    }
+    gguf_s(&b, &n, "general.name");
+    gguf_le(&b, &n, 8, 4);
+    gguf_s(&b, &n, "seed");
+    gguf_s(&b, &n, "t");
+    gguf_le(&b, &n, 2, 4);
+    gguf_le(&b, &n, 64, 8);
+    gguf_le(&b, &n, 1, 8);
+    gguf_le(&b, &n, 12 - 4, 4); /* Q8_0 */
+    gguf_le(&b, &n, 0, 8);
+    while (n % 64) gguf_put(&b, &n, "", 1);
+    for (int k = 0; k < 68; k++) gguf_put(&b, &n, "\x01", 1);
+    rc |= write_seed(out, "kinds.gguf", b, n);
+    free(b);
+
+    for (int a = 0; a < argc; a++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/gguf", argv[a]);
+        rc |= gguf_copy_dir(out, dir, "data");
     }
     return rc;
 }
@@ -678,6 +827,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/safetensors", argv[1]);
     mkdir_p(dir);
     rc |= st_seeds(dir, argv[2]);
+    snprintf(dir, sizeof dir, "%s/gguf", argv[1]);
+    mkdir_p(dir);
+    rc |= gguf_seeds(dir, argc - 3, argv + 3);
     snprintf(dir, sizeof dir, "%s/value_io", argv[1]);
     mkdir_p(dir);
     rc |= value_seeds(dir);

@@ -488,6 +488,36 @@ static void test_narrow_weights(ctx *c) {
     release(&x);
 }
 
+/* GGUF-quantized weights: the same random blocks (finite f16 scales) on
+ * both backends, widened per op in each rounding mode (CPU: core/quant.c,
+ * CUDA: dequant.cu). Both compute the same rounded operations, so the
+ * widened copy must match bit for bit; linear then at the GEMM tolerance. */
+static void test_quant_weights(ctx *c) {
+    static const sd_dtype dts[] = {SD_Q4_0, SD_Q4_1, SD_Q5_0, SD_Q5_1, SD_Q8_0, SD_Q2_K,
+                                   SD_Q3_K, SD_Q4_K, SD_Q5_K, SD_Q6_K, SD_IQ4_NL, SD_IQ4_XS};
+    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+        const char *nm = sd_dtype_name(dts[k]);
+        int64_t rows = dim(c, 1, 5), out = dim(c, 1, 9), in = sd_dtype_block(dts[k]) * dim(c, 1, 3);
+        sd_tensor *w = sd_tensor_new4(dts[k], 2, out, in, 0, 0);
+        uint8_t *p = w->data;
+        for (size_t i = 0; i < w->nbytes; i++) p[i] = (uint8_t)next_u64(c);
+        size_t bs = sd_dtype_size(dts[k]);
+        for (size_t b = 0; b < w->nbytes / bs; b++)
+            for (size_t i = 1; i < bs; i += 2) p[b * bs + i] &= 0x37; /* every f16 finite, < 1 */
+        pair x = rnd(c, 1, 2, rows, in, 0, 0), pw = upload(c, w), r;
+        CHECK_MSG(pw.t[1] && pw.t[1]->dtype == dts[k], "%s weight kept as stored on cuda", nm);
+        for (int m = SD_DQ_F16; m <= SD_DQ_BF16 && pw.t[0] && pw.t[1]; m++) {
+            pw.t[0]->dequant = pw.t[1]->dequant = (sd_dequant_math)m;
+            BOTH(r, sd_op_copy(S(pw))); /* stored blocks, widened when downloaded */
+            compare(c, "dequant", nm, r, TOL_EXACT);
+            BOTH(r, sd_op_linear(S(x), S(pw), NULL));
+            compare(c, "linear_quant", nm, r, tol_gemm(c->prec));
+        }
+        release(&x);
+        release(&pw);
+    }
+}
+
 /* The image-model ops (models/upscale): activations and data movement. */
 static void test_pixel(ctx *c) {
     int64_t N = dim(c, 1, 2), C = dim(c, 1, 9), H = dim(c, 1, 17), W = dim(c, 1, 19);
@@ -634,6 +664,7 @@ int main(void) {
             test_layout(&c);
             test_pixel(&c);
             test_narrow_weights(&c);
+            test_quant_weights(&c);
         }
     }
     printf("%-24s %6s %12s %12s\n", "op/precision", "runs", "worst", "tolerance");
