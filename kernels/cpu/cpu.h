@@ -144,6 +144,15 @@ void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa);
 /* GroupNorm statistics of n floats: mean, then the mean squared deviation
  * from it, both accumulated in double (norm.c), on the given path. */
 void sd_cpu_group_stats_isa(const float *x, int64_t n, double *mean, double *var, int isa);
+/* One RMSNorm row of C floats (norm.c: the sum of squares over double
+ * lanes, then (x * r) * gamma in float; gamma may be NULL), on the given
+ * path. */
+void sd_cpu_rms_row_isa(const float *x, float *y, const float *gamma, int64_t C, float eps,
+                        int isa);
+/* RoPE of one token's `heads` heads of D floats with its (cos, sin) table
+ * cs [D/2][2] (rope.c), on the given path; every path rounds as torch. */
+void sd_cpu_rope_row_isa(const float *x, float *y, const float *cs, int heads, int64_t D,
+                         int interleaved, int isa);
 
 /* Splits [0, n) into chunks of about `grain` for pool tasks. */
 static inline int64_t sd_cpu_chunks(int64_t n, int64_t grain) {

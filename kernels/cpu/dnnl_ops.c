@@ -280,7 +280,9 @@ static void *packed_weight(op_ctx *o, const sd_bt *w, const dnnl_memory_desc_t *
     if (hit) return hit;
     size_t n = dnnl_memory_desc_get_size(wp);
     int keep = sd_dnnl_pack_room(o->d->pack, w, n);
-    void *dst = keep ? sd_cpu_alloc(n) : buf(o->d, BUF_WEI, n);
+    /* a kept copy is exactly its size (sd_cpu_alloc would round one of
+     * 2 MiB and more up to whole huge pages: ~1 MiB lost per weight) */
+    void *dst = keep ? aligned_alloc(64, (n + 63) & ~(size_t)63) : buf(o->d, BUF_WEI, n);
     if (!dst) return nomem(o, "packed bf16 weight", n), NULL;
     if (dnnl_memory_desc_equal(wp, wu)) { /* plain layout: the rounding is the packing */
         sd_bf16_round(sd_cpu_pool(o->be), w->dtype, w->data, dst, sd_bt_numel(w));

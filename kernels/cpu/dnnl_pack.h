@@ -46,7 +46,7 @@ void *sd_dnnl_pack_find(sd_dnnl_pack *p, const sd_bt *w, const dnnl_memory_desc_
 /* 1 when a packed copy of `bytes` for w may be kept: at most 5/4 of w as
  * stored, and within the budget (counting w's current copy as freed). */
 int sd_dnnl_pack_room(sd_dnnl_pack *p, const sd_bt *w, size_t bytes);
-/* Keeps data (from sd_cpu_alloc; owned by the cache from now on) as w's
+/* Keeps data (malloc'd; owned by the cache from now on) as w's
  * packed copy in layout md, replacing an older one, and pages the stored
  * weight out. 0 when out of memory (data is freed, nothing kept). */
 int sd_dnnl_pack_put(sd_dnnl_pack *p, const sd_bt *w, const dnnl_memory_desc_t *md, void *data,

@@ -62,8 +62,10 @@ __attribute__((target("avx512f"))) static void stats_avx512(const float *x, int6
     stats_body(x, n, mean, var);
 }
 
-/* y = (x - m) * scale + shift, unfused (no FMA) so every path rounds alike. */
-__attribute__((target("avx512f"))) static void affine_avx512(const float *x, float *y, int64_t n,
+/* y = (x - m) * scale + shift, unfused (no FMA) so every path rounds alike:
+ * GCC contracts even intrinsics into FMA under gnu11's default
+ * -ffp-contract=fast, hence the attribute. */
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) static void affine_avx512(const float *x, float *y, int64_t n,
                                                             float m, float scale, float shift) {
     __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(scale), hv = _mm512_set1_ps(shift);
     int64_t i = 0;
@@ -176,22 +178,58 @@ sd_status sd_cpu_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd
  * r and the two products rounded to float as torch's unfused
  * x * torch.rsqrt(x.pow(2).mean(-1) + eps) * weight computes them. */
 
+/* One row: the sum of squares over STAT_LANES independent double lanes
+ * (each square of a float is exact in double, so only the sums' order
+ * differs from a single accumulator, at the 1e-16 level), then the two
+ * float products. Written once, compiled per instruction set. */
+static inline __attribute__((always_inline)) void rms_body(const float *x, float *y,
+                                                           const float *gamma, int64_t C,
+                                                           float eps) {
+    double a[STAT_LANES] = {0}, ss = 0.0;
+    int64_t i = 0;
+    for (; i + STAT_LANES <= C; i += STAT_LANES)
+        for (int k = 0; k < STAT_LANES; k++) a[k] += (double)x[i + k] * x[i + k];
+    for (; i < C; i++) ss += (double)x[i] * x[i];
+    for (int k = 0; k < STAT_LANES; k++) ss += a[k];
+    float ms = (float)(ss / (double)C);
+    float rr = (float)(1.0 / sqrt((double)(ms + eps)));
+    if (gamma)
+        for (i = 0; i < C; i++) y[i] = (x[i] * rr) * gamma[i];
+    else
+        for (i = 0; i < C; i++) y[i] = x[i] * rr;
+}
+
+static void rms_scalar(const float *x, float *y, const float *g, int64_t C, float eps) {
+    rms_body(x, y, g, C, eps);
+}
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2,fma"))) static void rms_avx2(const float *x, float *y, const float *g,
+                                                        int64_t C, float eps) {
+    rms_body(x, y, g, C, eps);
+}
+__attribute__((target("avx512f"))) static void rms_avx512(const float *x, float *y, const float *g,
+                                                         int64_t C, float eps) {
+    rms_body(x, y, g, C, eps);
+}
+#endif
+
+void sd_cpu_rms_row_isa(const float *x, float *y, const float *gamma, int64_t C, float eps,
+                        int isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa >= SD_ISA_AVX512) { rms_avx512(x, y, gamma, C, eps); return; }
+    if (isa >= SD_ISA_AVX2) { rms_avx2(x, y, gamma, C, eps); return; }
+#endif
+    (void)isa;
+    rms_scalar(x, y, gamma, C, eps);
+}
+
 static void rms_task(void *ctx, int64_t t, int thread) {
     const norm_job *j = ctx;
     int64_t r0 = t * j->rows, r1 = r0 + j->rows;
     if (r1 > j->n) r1 = j->n;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *x = j->x + r * j->C;
-        float *y = j->y + r * j->C;
-        double ss = 0.0;
-        for (int64_t i = 0; i < j->C; i++) ss += (double)x[i] * x[i];
-        float ms = (float)(ss / (double)j->C);
-        float rr = (float)(1.0 / sqrt((double)(ms + j->eps)));
-        if (j->gamma)
-            for (int64_t i = 0; i < j->C; i++) y[i] = (x[i] * rr) * j->gamma[i];
-        else
-            for (int64_t i = 0; i < j->C; i++) y[i] = x[i] * rr;
-    }
+    int isa = sd_cpu_isa();
+    for (int64_t r = r0; r < r1; r++)
+        sd_cpu_rms_row_isa(j->x + r * j->C, j->y + r * j->C, j->gamma, j->C, j->eps, isa);
 }
 
 sd_status sd_cpu_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,

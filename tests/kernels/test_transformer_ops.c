@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -230,6 +231,63 @@ static void test_rope(sd_backend *be) {
     }
 }
 
+/* ---- the CPU backend's instruction-set paths of rope and rms_norm ------------
+ * rope's contract is torch's rounding (each product rounded, then the sum):
+ * every path (scalar, AVX2, AVX-512: whatever this CPU runs) must give
+ * exactly the float expression below, which this file computes without FMA
+ * (it is built for the baseline x86-64, which has none). rms_norm's paths
+ * share one summation order (double lanes), so they must agree with the
+ * scalar path to the last bit too; the scalar path itself is checked
+ * against double above. Head widths cover the vector bodies and their
+ * scalar tails. */
+
+static void test_cpu_paths(void) {
+    static const int Ds[] = {2, 8, 16, 30, 32, 48, 128};
+    for (size_t c = 0; c < sizeof Ds / sizeof *Ds; c++)
+        for (int inter = 0; inter <= 1; inter++) {
+            int H = 3;
+            int64_t D = Ds[c], n = H * D;
+            float *x = malloc(n * sizeof *x), *cs = malloc(D * sizeof *cs);
+            float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+            for (int64_t i = 0; i < n; i++) x[i] = (float)(urand() * 4);
+            for (int64_t i = 0; i < D / 2; i++) {
+                double t = urand() * 10;
+                cs[2 * i] = (float)cos(t), cs[2 * i + 1] = (float)sin(t);
+            }
+            for (int h = 0; h < H; h++)
+                for (int64_t i = 0; i < D / 2; i++) {
+                    int64_t ia = h * D + (inter ? 2 * i : i), ib = ia + (inter ? 1 : D / 2);
+                    volatile float ac = x[ia] * cs[2 * i], bs = x[ib] * cs[2 * i + 1];
+                    volatile float as = x[ia] * cs[2 * i + 1], bc = x[ib] * cs[2 * i];
+                    want[ia] = ac - bs;
+                    want[ib] = as + bc;
+                }
+            for (int isa = SD_ISA_SCALAR; isa <= sd_cpu_isa(); isa++) {
+                sd_cpu_rope_row_isa(x, got, cs, H, D, inter, isa);
+                CHECK_MSG(memcmp(got, want, n * sizeof *got) == 0,
+                          "rope D%lld interleaved%d isa %d: not torch's rounding", (long long)D,
+                          inter, isa);
+            }
+            free(x), free(cs), free(want), free(got);
+        }
+    static const int Cs[] = {1, 15, 16, 33, 3072};
+    for (size_t c = 0; c < sizeof Cs / sizeof *Cs; c++) {
+        int64_t C = Cs[c];
+        float *x = malloc(C * sizeof *x), *g = malloc(C * sizeof *g);
+        float *want = malloc(C * sizeof *want), *got = malloc(C * sizeof *got);
+        for (int64_t i = 0; i < C; i++) x[i] = (float)(urand() * 3), g[i] = (float)urand();
+        for (int gm = 0; gm <= 1; gm++) {
+            sd_cpu_rms_row_isa(x, want, gm ? g : NULL, C, 1e-6f, SD_ISA_SCALAR);
+            for (int isa = SD_ISA_AVX2; isa <= sd_cpu_isa(); isa++) {
+                sd_cpu_rms_row_isa(x, got, gm ? g : NULL, C, 1e-6f, isa);
+                CHECK_MSG(memcmp(got, want, C * sizeof *got) == 0,
+                          "rms_norm C%lld isa %d differs from the scalar path", (long long)C, isa);
+            }
+        }
+        free(x), free(g), free(want), free(got);
+    }
+}
+
 /* ---- gelu_tanh: atol 2e-6, rtol 2e-6 ------------------------------------------- */
 
 static void test_gelu_tanh(sd_backend *be) {
@@ -278,6 +336,7 @@ static void test_errors(sd_backend *be) {
 }
 
 int main(void) {
+    test_cpu_paths();
     for (int threads = 1; threads <= 2; threads++) {
         sd_backend *be = NULL;
         sd_error err;
