@@ -347,6 +347,7 @@ static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd
     describe_value(v, got, sizeof got);
     sd_value_kind k = sd_value_kind_of(v);
     const char *t = d->type;
+    if (strcmp(t, "*") == 0) return; /* ComfyUI's any type takes any value (PreviewAny) */
     if (!sd_type_is_literal(t)) {
         /* A common hand-editing slip: [5, 0] instead of ["5", 0]. */
         const sd_value *first = sd_value_list_get(v, 0);
@@ -372,6 +373,12 @@ static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd
         return;
     }
     if (!d->has_range) return;
+    if (is_int && d->maxsize_range && k == SD_VAL_INT) {
+        /* -sys.maxsize .. sys.maxsize: every int64 but the most negative */
+        if (sd_value_as_int(v) == INT64_MIN)
+            add_problem(p, n, d->name, "value_smaller_than_min", "value %s smaller than min of -9223372036854775807", got);
+        return;
+    }
     double x = sd_value_as_float(v);
     if (x < d->min)
         add_problem(p, n, d->name, "value_smaller_than_min", "value %s smaller than min of %g", got, d->min);

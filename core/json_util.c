@@ -96,7 +96,8 @@ sd_status sd_json_parse(const char *text, const char *source, cJSON **out, sd_er
 }
 
 int sd_json_input_is_u64(const sd_input_def *d) {
-    return d && d->type && strcmp(d->type, SD_T_INT) == 0 && d->has_range && d->max >= 9223372036854775808.0;
+    return d && d->type && strcmp(d->type, SD_T_INT) == 0 && d->has_range && !d->maxsize_range &&
+           d->max >= 9223372036854775808.0;
 }
 
 int sd_json_input_is_u64_named(const char *class_type, const char *input) {

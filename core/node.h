@@ -56,6 +56,17 @@ typedef struct sd_input_def {
      * node's required widgets (LoadImage), which UI-format files save as
      * one more entry of widgets_values (formats/workflow_ui.h). */
     int image_upload;
+    /* ComfyUI declares no default (V3 inputs written without one:
+     * PrimitiveInt, StringSubstring's start): /object_info has none; a value
+     * left out still takes `def` / `def_str`, what the editor fills in. */
+    int no_default;
+    /* ComfyUI's control_after_generate on an INT not named seed/noise_seed
+     * (PrimitiveInt): the editor's extra widget, as for seeds. */
+    int control_after_generate;
+    /* The range is Python's -sys.maxsize .. sys.maxsize (PrimitiveInt,
+     * PrimitiveFloat): /object_info prints those exact integers, and an INT
+     * is checked against them exactly (min/max are their nearest doubles). */
+    int maxsize_range;
 } sd_input_def;
 
 typedef struct sd_output_def {
@@ -207,8 +218,8 @@ int sd_node_output_count(const sd_node_def *def);
 /* 1 when the type is a literal (INT/FLOAT/STRING/BOOLEAN/COMBO). */
 int sd_type_is_literal(const char *type);
 /* 1 when ComfyUI's editor shows a control_after_generate widget after this
- * input (its rule: an INT named seed or noise_seed, which ComfyUI's core
- * nodes also declare with control_after_generate: true). */
+ * input: one declared so (control_after_generate), or an INT named seed or
+ * noise_seed (ComfyUI's core nodes declare those so too). */
 int sd_input_has_control_after_generate(const sd_input_def *d);
 
 #endif

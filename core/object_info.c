@@ -28,8 +28,12 @@ static cJSON *input_spec(const sd_input_def *d, const sd_env *env) {
     } else {
         cJSON_AddItemToArray(spec, cJSON_CreateString(t));
         if (!strcmp(t, SD_T_INT) || !strcmp(t, SD_T_FLOAT)) {
-            cJSON_AddNumberToObject(opts, "default", d->def);
-            if (d->has_range) {
+            if (!d->no_default) cJSON_AddNumberToObject(opts, "default", d->def);
+            if (d->has_range && d->maxsize_range) {
+                /* Python's sys.maxsize, an integer even for a FLOAT input */
+                cJSON_AddRawToObject(opts, "min", "-9223372036854775807");
+                cJSON_AddRawToObject(opts, "max", "9223372036854775807");
+            } else if (d->has_range) {
                 cJSON_AddNumberToObject(opts, "min", d->min);
                 if (sd_json_input_is_u64(d))
                     cJSON_AddRawToObject(opts, "max", "18446744073709551615"); /* a double shows 1.8e19 */
@@ -39,9 +43,9 @@ static cJSON *input_spec(const sd_input_def *d, const sd_env *env) {
             if (d->step > 0) cJSON_AddNumberToObject(opts, "step", d->step);
             if (sd_input_has_control_after_generate(d)) cJSON_AddBoolToObject(opts, "control_after_generate", 1);
         } else if (!strcmp(t, SD_T_BOOLEAN)) {
-            cJSON_AddBoolToObject(opts, "default", d->def != 0);
+            if (!d->no_default) cJSON_AddBoolToObject(opts, "default", d->def != 0);
         } else if (!strcmp(t, SD_T_STRING)) {
-            if (d->def_str) cJSON_AddStringToObject(opts, "default", d->def_str);
+            if (d->def_str && !d->no_default) cJSON_AddStringToObject(opts, "default", d->def_str);
             if (d->multiline) cJSON_AddBoolToObject(opts, "multiline", 1);
         }
     }

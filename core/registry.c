@@ -117,7 +117,8 @@ int sd_type_is_literal(const char *type) {
 }
 
 int sd_input_has_control_after_generate(const sd_input_def *d) {
-    return !strcmp(d->type, SD_T_INT) && (!strcmp(d->name, "seed") || !strcmp(d->name, "noise_seed"));
+    return !strcmp(d->type, SD_T_INT) &&
+           (d->control_after_generate || !strcmp(d->name, "seed") || !strcmp(d->name, "noise_seed"));
 }
 
 sd_status sd_node_progress(sd_node_ctx *ctx, int64_t value, int64_t max, sd_error *err) {

@@ -7,6 +7,7 @@ sd_status sd_nodes_register_all(sd_error *err) {
     { extern const sd_node_def *const sd_nodes_image[]; sd_status rc = sd_registry_add(sd_nodes_image, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_latent[]; sd_status rc = sd_registry_add(sd_nodes_latent, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_mask[]; sd_status rc = sd_registry_add(sd_nodes_mask, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_text[]; sd_status rc = sd_registry_add(sd_nodes_text, err); if (rc) return rc; }
     { extern sd_status sd_nodes_loaders_register(sd_error *); sd_status rc = sd_nodes_loaders_register(err); if (rc) return rc; }
     { extern sd_status sd_nodes_conditioning_register(sd_error *); sd_status rc = sd_nodes_conditioning_register(err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_sampling[]; sd_status rc = sd_registry_add(sd_nodes_sampling, err); if (rc) return rc; }

@@ -315,6 +315,18 @@ static int final_sigma(const uint32_t *cps, size_t n, size_t i)
     return j == n || !is_cased(cps[j]);
 }
 
+size_t sd_uc_lower_at(const uint32_t *cps, size_t n, size_t i, uint32_t out[2])
+{
+    uint32_t cp = cps[i];
+    if (cp == 0x0130) {
+        out[0] = 'i';
+        out[1] = 0x0307;
+        return 2;
+    }
+    out[0] = cp == 0x03A3 ? (final_sigma(cps, n, i) ? 0x03C2 : 0x03C3) : lower_1(cp);
+    return 1;
+}
+
 int sd_uc_lower_str(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n)
 {
     cpbuf b = {0};

@@ -70,4 +70,8 @@ int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n);
  * rule. Returns 0, or -1 when allocation fails. */
 int sd_uc_lower_str(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n);
 
+/* The same for the one code point cps[i] in its string (final sigma looks
+ * at the neighbours): 1 or 2 code points into out, the count returned. */
+size_t sd_uc_lower_at(const uint32_t *cps, size_t n, size_t i, uint32_t out[2]);
+
 #endif

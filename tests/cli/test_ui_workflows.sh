@@ -135,6 +135,7 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
     [ -f "$WF/txt2img_custom_sd15.json" ] && both txt2img_custom_sd15 --set 4.ckpt_name=tiny-sd1.safetensors \
         --set 13.steps=2 --set 5.width=64 --set 5.height=64
     both inpaint_sd15 "${SD1[@]}"
+    both inpaint_composite_sd15 "${SD1[@]}"
     [ -f "$M/tiny-lora-sd1.safetensors" ] &&
         both lora_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 --set 10.lora_name=tiny-lora-sd1.safetensors
     both merge_sd15 "${SD1[@]}" --set 11.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64

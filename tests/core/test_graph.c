@@ -43,7 +43,14 @@ static const sd_input_def seeded_in[] = {
     {NULL}};
 static const sd_node_def t_seeded = {1, "TSeeded", "Seeded", "test", "", seeded_in, NULL, SD_NODE_OUTPUT, noop};
 
-static const sd_node_def *const table[] = {&t_source, &t_filter, &t_sink, &t_seeded, NULL};
+/* PrimitiveInt's declaration: Python's -sys.maxsize .. sys.maxsize. */
+static const sd_input_def maxsize_in[] = {
+    {.name = "value", .type = SD_T_INT, .no_default = 1, .min = -9223372036854775807.0, .max = 9223372036854775807.0,
+     .has_range = 1, .maxsize_range = 1, .control_after_generate = 1},
+    {NULL}};
+static const sd_node_def t_maxsize = {1, "TMaxsize", "Maxsize", "test", "", maxsize_in, NULL, SD_NODE_OUTPUT, noop};
+
+static const sd_node_def *const table[] = {&t_source, &t_filter, &t_sink, &t_seeded, &t_maxsize, NULL};
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -293,6 +300,29 @@ static void test_u64_seed(void) {
     sd_graph_free(g);
 }
 
+/* The ±sys.maxsize range is exact (not an unsigned seed); a "*" input takes
+ * a literal of any kind, as ComfyUI's any type does. */
+static void test_maxsize_and_any(void) {
+    sd_graph *g = parse("{\"1\": {\"class_type\": \"TMaxsize\", \"inputs\": {\"value\": 9223372036854775807}},"
+                        " \"2\": {\"class_type\": \"TMaxsize\", \"inputs\": {\"value\": -9223372036854775807}},"
+                        " \"3\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": \"text\"}},"
+                        " \"4\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": 2.5}}}");
+    if (!g) return;
+    CHECK(sd_value_as_int(sd_graph_node_input(sd_graph_find(g, "1"), "value")->literal) == INT64_MAX);
+    sd_graph_problems probs = {0};
+    sd_error err;
+    sd_error_clear(&err);
+    CHECK_OK(sd_graph_validate(g, NULL, &probs, &err), &err);
+    sd_graph_problems_free(&probs);
+    CHECK_OK(sd_graph_apply_set(g, "2.value=-9223372036854775808", &err), &err);
+    CHECK(sd_graph_validate(g, NULL, &probs, &err) == SD_ERR_VALIDATION);
+    CHECK(find_problem(&probs, "value_smaller_than_min", "2", "value") != NULL && probs.n == 1);
+    sd_graph_problems_free(&probs);
+    sd_graph_free(g);
+    const sd_node_def *d = sd_registry_find("TMaxsize");
+    CHECK(d && sd_input_has_control_after_generate(&d->inputs[0]));
+}
+
 static void test_validate(void) {
     sd_env env;
     sd_error err;
@@ -377,6 +407,7 @@ int main(void) {
     test_set();
     test_validate();
     test_u64_seed();
+    test_maxsize_and_any();
     sd_registry_reset();
     return sd_test_finish();
 }

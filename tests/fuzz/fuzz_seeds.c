@@ -27,6 +27,8 @@
  *   flux/tokenizer) and small variants written here: minimal Unigram
  *   models with each normalizer, Metaspace scheme, template, added tokens
  *   and byte_fallback, a tiny precompiled charsmap, a BPE model.
+ * OUT_DIR/pyregex: regex node inputs (flags byte, pattern, replacement,
+ *   subject) with groups, empty matches, Python-only syntax, bad patterns.
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -817,6 +819,34 @@ static int t5_seeds(const char *out, const char *testdata) {
     return rc;
 }
 
+/* ---- regex nodes: flags byte, pattern NUL replacement NUL subject ------------- */
+
+static int pyregex_seeds(const char *out) {
+    static const char *const seeds[][3] = {
+        {"(\\w+)@(?P<dom>\\w+)", "\\2 at \\g<dom>/\\g<1>", "Write to ann@example.org or BOB@test.io."},
+        {"x*", "-", "abxd"},
+        {"^s\\w+$", "\\n\\t\\101\\.", "first\nsecond\nsz\n"},
+        {"caf\\u00e9 (\\d+){,2}\\Z", "[\\0]", "caf\xc3\xa9 42"},
+        {"[^]a-]+|(?<=a)b|\\N{DASH}", "\\g<0>", "\xc3\x9f\xef\xac\x81 \xc4\xb0 \xce\xa3"},
+        {"(", "\\q", ""},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        char buf[512], name[32];
+        size_t n = 0;
+        buf[n++] = (char)(i & 7);
+        for (int k = 0; k < 3; k++) {
+            size_t l = strlen(seeds[i][k]);
+            memcpy(buf + n, seeds[i][k], l);
+            n += l;
+            if (k < 2) buf[n++] = 0;
+        }
+        snprintf(name, sizeof name, "seed%zu", i);
+        rc |= write_seed(out, name, buf, n);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -857,6 +887,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/t5_tokenizer", argv[1]);
     mkdir_p(dir);
     rc |= t5_seeds(dir, argv[2]);
+    snprintf(dir, sizeof dir, "%s/pyregex", argv[1]);
+    mkdir_p(dir);
+    rc |= pyregex_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }

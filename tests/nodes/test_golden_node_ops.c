@@ -30,8 +30,9 @@ static const char *case_id;
 
 static sd_value *build(const cJSON *spec, const char *type);
 
-/* Runs node `name` on the manifest's input specs; fills out[] (up to 8). */
-static sd_status run_node(const char *name, const cJSON *inputs, sd_value **out, sd_error *err) {
+/* Runs node `name` on the manifest's input specs; fills out[] (up to 8) and
+ * *ui (the node's "ui" result, when ui is not NULL). */
+static sd_status run_node(const char *name, const cJSON *inputs, sd_value **out, sd_value **ui, sd_error *err) {
     const sd_node_def *def = sd_registry_find(name);
     if (!def) return sd_error_set(err, SD_ERR_NOT_FOUND, "node %s is not registered", name);
     sd_value *in[32] = {0};
@@ -60,7 +61,8 @@ static sd_status run_node(const char *name, const cJSON *inputs, sd_value **out,
         rc = def->run(&ctx, in, out, err);
         if (rc) sd_error_at(err, "7", name, NULL);
     }
-    sd_value_unref(ctx.ui);
+    if (ui) *ui = ctx.ui;
+    else sd_value_unref(ctx.ui);
     for (int k = 0; k < n_in; k++) sd_value_unref(in[k]);
     return rc;
 }
@@ -99,11 +101,33 @@ static int64_t int_of(const cJSON *v) {
     return (int64_t)v->valuedouble;
 }
 
+/* A typed tree the generator writes for lists and dicts of literals:
+ * {"t": "list", "v": [...]}, {"t": "dict", "v": {...}}, {"t": kind, "v": x}. */
+static sd_value *typed(const cJSON *o) {
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(o, "t"));
+    const cJSON *v = cJSON_GetObjectItem(o, "v"), *it;
+    if (!t) return NULL;
+    if (!strcmp(t, "list") || !strcmp(t, "dict")) {
+        sd_value *c = !strcmp(t, "list") ? sd_value_list() : sd_value_dict();
+        cJSON_ArrayForEach(it, v) {
+            if (!strcmp(t, "list")) sd_value_list_append(c, typed(it));
+            else sd_value_dict_set(c, it->string, typed(it));
+        }
+        return c;
+    }
+    if (!strcmp(t, "NONE")) return sd_value_none();
+    if (!strcmp(t, "BOOLEAN")) return sd_value_bool(cJSON_IsTrue(v));
+    if (!strcmp(t, "INT")) return sd_value_int((int64_t)v->valuedouble);
+    if (!strcmp(t, "FLOAT")) return sd_value_float(v->valuedouble);
+    return sd_value_string(cJSON_GetStringValue(v));
+}
+
 /* A literal as the manifest records it: {"value": v, "kind": "INT"...}. */
 static sd_value *literal(const cJSON *spec, const char *type) {
     const cJSON *v = cJSON_GetObjectItem(spec, "value");
     const cJSON *kind = cJSON_GetObjectItem(spec, "kind");
     const char *k = cJSON_IsString(kind) ? kind->valuestring : type;
+    if (!strcmp(k, "list") || !strcmp(k, "dict")) return typed(cJSON_GetObjectItem(spec, "typed"));
     if (cJSON_IsNull(v)) return sd_value_none();
     if (!strcmp(k, "BOOLEAN")) return sd_value_bool(cJSON_IsTrue(v));
     if (!strcmp(k, "INT")) return sd_value_int(int_of(v));
@@ -126,7 +150,7 @@ static sd_value *build(const cJSON *spec, const char *type) {
     if ((x = cJSON_GetObjectItem(spec, "node"))) {
         sd_value *out[8];
         sd_error err;
-        sd_status rc = run_node(x->valuestring, cJSON_GetObjectItem(spec, "inputs"), out, &err);
+        sd_status rc = run_node(x->valuestring, cJSON_GetObjectItem(spec, "inputs"), out, NULL, &err);
         CHECK_MSG(rc == SD_OK, "%s: input node %s failed: %s", case_id, x->valuestring, err.msg);
         int k = cJSON_GetObjectItem(spec, "output") ? cJSON_GetObjectItem(spec, "output")->valueint : 0;
         sd_value *v = rc ? NULL : sd_value_ref(out[k]);
@@ -201,7 +225,10 @@ static void compare(const char *what, const sd_value *got, const cJSON *want) {
         }
     } else if ((x = cJSON_GetObjectItem(want, "value"))) {
         const char *kind = cJSON_GetObjectItem(want, "kind")->valuestring;
-        if (!strcmp(kind, "STRING")) {
+        if (!strcmp(kind, "NONE")) {
+            CHECK_MSG(sd_value_kind_of(got) == SD_VAL_NONE, "%s: %s is a %s, ComfyUI None", case_id, what,
+                      sd_value_kind_name(sd_value_kind_of(got)));
+        } else if (!strcmp(kind, "STRING")) {
             const char *s = sd_value_as_string(got);
             CHECK_MSG(s && !strcmp(s, x->valuestring), "%s: %s is \"%s\", ComfyUI \"%s\"", case_id, what,
                       s ? s : "(not a string)", x->valuestring);
@@ -222,12 +249,25 @@ static void compare(const char *what, const sd_value *got, const cJSON *want) {
     }
 }
 
+/* An output node's ui {"text": [...]} against ComfyUI's. */
+static void compare_ui_text(const sd_value *ui, const cJSON *want) {
+    const sd_value *t = sd_value_dict_get(ui, "text");
+    int ok = sd_value_list_len(t) == (size_t)cJSON_GetArraySize(want);
+    for (int i = 0; ok && i < cJSON_GetArraySize(want); i++) {
+        const char *g = sd_value_as_string(sd_value_list_get(t, (size_t)i));
+        ok = g && !strcmp(g, cJSON_GetArrayItem(want, i)->valuestring);
+        if (!ok) printf("  %s: ui text \"%s\", ComfyUI \"%s\"\n", case_id, g ? g : "(none)",
+                        cJSON_GetArrayItem(want, i)->valuestring);
+    }
+    CHECK_MSG(ok, "%s: the ui text differs from ComfyUI's", case_id);
+}
+
 static void run_case(const cJSON *c) {
     case_id = cJSON_GetObjectItem(c, "id")->valuestring;
     const char *node = cJSON_GetObjectItem(c, "node")->valuestring;
-    sd_value *out[8];
+    sd_value *out[8], *ui = NULL;
     sd_error err;
-    sd_status rc = run_node(node, cJSON_GetObjectItem(c, "inputs"), out, &err);
+    sd_status rc = run_node(node, cJSON_GetObjectItem(c, "inputs"), out, &ui, &err);
     const cJSON *error = cJSON_GetObjectItem(c, "error");
     if (error) {
         CHECK_MSG(rc != SD_OK, "%s: %s succeeded where ComfyUI raised %s", case_id, node, error->valuestring);
@@ -237,11 +277,14 @@ static void run_case(const cJSON *c) {
         CHECK_MSG(rc == SD_OK, "%s: %s failed: %s", case_id, node, err.msg);
         const cJSON *outs = cJSON_GetObjectItem(c, "outputs");
         for (int k = 0; rc == SD_OK && k < cJSON_GetArraySize(outs); k++) {
+            const cJSON *o = cJSON_GetArrayItem(outs, k), *ut = cJSON_GetObjectItem(o, "ui_text");
             char what[64];
             snprintf(what, sizeof what, "output %d", k);
-            compare(what, out[k], cJSON_GetArrayItem(outs, k));
+            if (ut) compare_ui_text(ui, ut);
+            else compare(what, out[k], o);
         }
     }
+    sd_value_unref(ui);
     nt_free_values(out, 8);
 }
 

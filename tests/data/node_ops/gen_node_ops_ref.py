@@ -50,8 +50,12 @@ import comfy_extras.nodes_images as nodes_images  # noqa: E402
 import comfy_extras.nodes_post_processing as nodes_post_processing  # noqa: E402
 import comfy_extras.nodes_morphology as nodes_morphology  # noqa: E402
 import comfy_extras.nodes_latent as nodes_latent  # noqa: E402
+import comfy_extras.nodes_primitive as nodes_primitive  # noqa: E402
+import comfy_extras.nodes_string as nodes_string  # noqa: E402
+import comfy_extras.nodes_preview_any as nodes_preview_any  # noqa: E402
 
-MODULES = [nodes_mask, nodes_compositing, nodes_images, nodes_post_processing, nodes_morphology, nodes_latent]
+MODULES = [nodes_mask, nodes_compositing, nodes_images, nodes_post_processing, nodes_morphology, nodes_latent,
+           nodes_primitive, nodes_string, nodes_preview_any]
 
 tensors = {}
 cases = []
@@ -88,7 +92,14 @@ def call(name, kwargs):
         cls.hidden = types.SimpleNamespace(unique_id=None, prompt=None, extra_pnginfo=None)
         return tuple(cls.execute(**kwargs).result)
     r = getattr(cls(), cls.FUNCTION)(**kwargs)
+    if isinstance(r, dict) and "result" not in r:  # an output node: its ui result
+        return (UI(r["ui"]),)
     return tuple(r["result"]) if isinstance(r, dict) else tuple(r)
+
+
+class UI:
+    def __init__(self, ui):
+        self.ui = ui
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -150,10 +161,22 @@ def store_input(case_id, name, v):
 
 
 def literal(v):
+    # a NUL would end the C string the test reads: no case may produce one
+    assert not (isinstance(v, str) and "\0" in v), v
     # integers beyond a double's 53 bits (seeds) are written as decimal text
     if kind(v) == "INT" and abs(v) >= 2 ** 53:
         return {"value": str(v), "kind": "INT"}
+    if isinstance(v, (list, dict)):  # with every item's type, which JSON numbers lose
+        return {"value": v, "kind": kind(v), "typed": typed(v)}
     return {"value": v, "kind": kind(v)}
+
+
+def typed(v):
+    if isinstance(v, list):
+        return {"t": "list", "v": [typed(x) for x in v]}
+    if isinstance(v, dict):
+        return {"t": "dict", "v": {k: typed(x) for k, x in v.items()}}
+    return {"t": kind(v), "v": v}
 
 
 def kind(v):
@@ -162,6 +185,8 @@ def kind(v):
 
 
 def store_output(case_id, k, v, tol):
+    if isinstance(v, UI):
+        return {"ui_text": list(v.ui["text"])}
     if isinstance(v, torch.Tensor):
         key = "%s/out%d" % (case_id, k)
         tensors[key] = v.contiguous().float()
@@ -450,9 +475,91 @@ def latent_cases():
                                                                              "alpha": 0.1})})
 
 
+# ---- primitives, strings, regex, PreviewAny (nodes_primitive.py, nodes_string.py, nodes_preview_any.py) ---
+
+TEXT = "  Hello wörld — ﬁne straße ǆemal ΣΑΣ σΣ o'neil 3rd İstanbul 😀\u3000\n"
+
+
+def text_cases():
+    case("primitive_int", "PrimitiveInt", {"value": 9223372036854775807})
+    case("primitive_int_neg", "PrimitiveInt", {"value": -42})
+    case("primitive_float", "PrimitiveFloat", {"value": 0.1})
+    case("primitive_string", "PrimitiveString", {"value": "a b"})
+    case("primitive_multiline", "PrimitiveStringMultiline", {"value": "a\nb"})
+    case("primitive_bool", "PrimitiveBoolean", {"value": True})
+    case("concat", "StringConcatenate", {"string_a": "ab", "string_b": "cé", "delimiter": ", "})
+    for i, (a, b) in enumerate(((0, 5), (-3, 100), (4, 2), (-100, -10), (7, -1))):
+        case("substring_%d" % i, "StringSubstring", {"string": TEXT, "start": a, "end": b})
+    case("length", "StringLength", {"string": TEXT})
+    for m in ("Both", "Left", "Right"):
+        case("trim_" + m.lower(), "StringTrim", {"string": TEXT, "mode": m})
+    case("replace", "StringReplace", {"string": TEXT, "find": "ß", "replace": "ss"})
+    case("replace_empty", "StringReplace", {"string": "aé😀", "find": "", "replace": "-"})
+    for m in ("UPPERCASE", "lowercase", "Capitalize", "Title Case"):
+        case("case_" + m.split()[0].lower(), "CaseConverter", {"string": TEXT, "mode": m})
+    case("contains", "StringContains", {"string": TEXT, "substring": "WÖRLD", "case_sensitive": False})
+    case("contains_sensitive", "StringContains", {"string": TEXT, "substring": "WÖRLD", "case_sensitive": True})
+    case("contains_dotted_i", "StringContains", {"string": "İSTANBUL", "substring": "i̇stanbul",
+                                                 "case_sensitive": False})
+    for m in ("Starts With", "Ends With", "Equal"):
+        case("compare_" + m.split()[0].lower(), "StringCompare",
+             {"string_a": "Straße", "string_b": "STRASSE" if m == "Equal" else "str", "mode": m,
+              "case_sensitive": False})
+    case("compare_sensitive", "StringCompare", {"string_a": "Straße", "string_b": "Str", "mode": "Starts With",
+                                                "case_sensitive": True})
+    mail = "Write to ann@example.org or BOB@test.io.\nsecond line: café 42 and 7\nlast"
+    for pat, ci, ml, da in (("\\d+", True, False, False), ("^s\\w+", False, True, False),
+                            ("line.*last", False, False, True), ("CAFÉ", True, False, False),
+                            ("(unclosed", True, False, False), ("last\\Z", False, False, False)):
+        case("regex_match_%d" % len(cases), "RegexMatch", {"string": mail, "regex_pattern": pat, "case_insensitive": ci,
+                                                          "multiline": ml, "dotall": da})
+    groups = "(\\w+)@(\\w+)(\\.io)?"
+    for mode in ("First Match", "All Matches", "First Group", "All Groups"):
+        for gi in (0, 1, 2):
+            case("regex_extract_%s_%d" % (mode.replace(" ", "_").lower(), gi), "RegexExtract",
+                 {"string": mail, "regex_pattern": groups, "mode": mode, "case_insensitive": True, "multiline": False,
+                  "dotall": False, "group_index": gi})
+    case("regex_extract_unmatched_group", "RegexExtract",
+         {"string": mail, "regex_pattern": groups, "mode": "First Group", "case_insensitive": True, "multiline": False,
+          "dotall": False, "group_index": 3})
+    case("regex_extract_all_groups_none", "RegexExtract",
+         {"string": mail, "regex_pattern": groups, "mode": "All Groups", "case_insensitive": True, "multiline": False,
+          "dotall": False, "group_index": 3})
+    case("regex_extract_no_groups", "RegexExtract",
+         {"string": mail, "regex_pattern": "\\d", "mode": "All Matches", "case_insensitive": True,
+          "multiline": False, "dotall": False, "group_index": 1})
+    case("regex_extract_bad", "RegexExtract",
+         {"string": mail, "regex_pattern": "a{2", "mode": "All Matches", "case_insensitive": True, "multiline": False,
+          "dotall": False, "group_index": 1})
+    case("regex_extract_bad2", "RegexExtract",
+         {"string": mail, "regex_pattern": "(?P<x>a", "mode": "First Match", "case_insensitive": True,
+          "multiline": False, "dotall": False, "group_index": 1})
+    case("regex_extract_quantifier", "RegexExtract",
+         {"string": "aaaa b", "regex_pattern": "a{,3}", "mode": "All Matches", "case_insensitive": False,
+          "multiline": False, "dotall": False, "group_index": 0})
+    case("regex_extract_unicode_escape", "RegexExtract",
+         {"string": mail, "regex_pattern": "caf\\u00e9 (\\d+)", "mode": "First Group", "case_insensitive": False,
+          "multiline": False, "dotall": False, "group_index": 1})
+    for i, (pat, rep, cnt, ci) in enumerate((("x*", "-", 0, False), ("(\\w+)@(?P<dom>\\w+)", "\\2 at \\g<dom>/\\g<1>", 0, True),
+                                          ("\\d", "<\\g<0>>", 2, True), ("(a)|b", "[\\1]", 0, False),
+                                          ("o", "\\n\\t\\101\\060x\\.", 0, False), ("^", "> ", 0, False),
+                                          ("é", "E", 0, True))):
+        case("regex_replace_%d" % i, "RegexReplace", {"string": mail if i != 0 else "abxd", "regex_pattern": pat,
+                                                      "replace": rep, "case_insensitive": ci, "multiline": i == 5,
+                                                      "dotall": False, "count": cnt})
+    case("regex_replace_defaults", "RegexReplace", {"string": "ABC abc", "regex_pattern": "b", "replace": "_"})
+    case("regex_replace_bad_pattern", "RegexReplace", {"string": "abc", "regex_pattern": "(", "replace": "x"})
+    case("regex_replace_bad_escape", "RegexReplace", {"string": "abc", "regex_pattern": "b", "replace": "\\q"})
+    case("regex_replace_bad_group", "RegexReplace", {"string": "abc", "regex_pattern": "(b)", "replace": "\\2"})
+    for i, v in enumerate(("text é", 42, 0.1, 1e-05, 1e16, 3.0, -2.5e-300, True, None, [1, "a\u00e9", {"b": 2.5, "c": None}],
+                           {}, [])):
+        case("preview_any_%d" % i, "PreviewAny", {"source": v})
+
+
 mask_cases()
 image_cases()
 latent_cases()
+text_cases()
 
 manifest = {
     "generator": "tests/data/node_ops/gen_node_ops_ref.py",
