@@ -191,6 +191,11 @@ int srv_frontend_has(const srv *s, const char *rel);
 /* The content type of a file name (Python's mimetypes, as ComfyUI). */
 const char *srv_mime_of(const char *name);
 
+/* ---- listing.c: /internal/files/{type}, /internal/logs ------------------- */
+/* The route when it is one of these (not under /api, as ComfyUI): the
+ * status; -1 otherwise. */
+int srv_internal_route(srv *s, struct mg_connection *c, const char *method, const char *path);
+
 /* ---- jobs.c: /api/jobs and /api/jobs/{id} (ComfyUI's jobs.py) ------------ */
 int srv_jobs_route(srv *s, struct mg_connection *c, const char *id);
 

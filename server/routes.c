@@ -150,6 +150,7 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
         ONLY(get, "GET");
         return srv_jobs_route(s, c, *jobs ? jobs + 1 : NULL);
     }
+    if (!api && !strncmp(path, "/internal/", 10) && (st = srv_internal_route(s, c, method, path)) >= 0) return st;
     if (get && (st = srv_models_route(s, c, path)) >= 0) return st;
     if ((st = srv_userdata_route(s, c, method, path)) >= 0) return st;
     /* What ComfyUI answers with no custom nodes, translations, subgraphs or
