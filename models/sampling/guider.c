@@ -252,8 +252,15 @@ static sd_status inpaint_eval(void *ud, const sd_tensor *x, float sigma, sd_tens
     for (int64_t i = 0; i < n; i++) {
         float m = ip->mask[i];
         float lm = 1.0f - m;
-        float sc = ip->noise[i] * sigma; /* noise_scaling(sigma, noise, latent) */
-        sc = sc + ip->latent[i];
+        float sc; /* model_sampling.noise_scaling(sigma, noise, latent) */
+        if (ip->flow) {
+            float a = sigma * ip->noise[i];
+            float b = (1.0f - sigma) * ip->latent[i];
+            sc = a + b;
+        } else {
+            sc = ip->noise[i] * sigma;
+            sc = sc + ip->latent[i];
+        }
         float a = xv[i] * m;
         float b = sc * lm;
         bv[i] = a + b;
@@ -318,6 +325,7 @@ sd_status sd_guider_sample(sd_guider *g, const sd_model_sampling *ms, const sd_s
         p.percent_to_sigma = ms_percent_to_sigma;
         p.percent_to_sigma_ud = (void *)ms;
     }
+    p.flow = ms->prediction == SD_PRED_CONST;
     sd_denoiser d = sd_guider_denoiser(g);
     sd_inpaint ip;
     memset(&ip, 0, sizeof ip);
@@ -343,11 +351,13 @@ sd_status sd_guider_sample(sd_guider *g, const sd_model_sampling *ms, const sd_s
             nz = rnoise->data;
         }
         sd_inpaint_init(&ip, d, lat, nz, mask->data, n);
+        ip.flow = p.flow;
         d = sd_inpaint_denoiser(&ip);
     }
     st = sd_sampler_run(s, &d, sigmas, n_sigmas, x, &p, err);
     if (st == SD_OK)
-        sd_ms_inverse_noise_scaling(ms, sigmas[n_sigmas - 1], x->data, x->data, (size_t)n);
+        sd_ms_inverse_noise_scaling(ms, sd_sampler_final_sigma(s, sigmas, n_sigmas), x->data, x->data,
+                                    (size_t)n);
 done:
     sd_inpaint_release(&ip);
     sd_tensor_unref(zeros);

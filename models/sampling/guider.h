@@ -104,7 +104,8 @@ void sd_cfg_combine(const float *cond, const float *uncond, double scale, float 
 /* ---- inpainting (comfy.samplers.KSamplerX0Inpaint) ------------------------
  * Wraps a denoiser for a LATENT with a noise_mask: before each evaluation the
  * kept region (mask 0) of x is replaced by the re-noised latent,
- *   x' = x * m + (noise * sigma + latent) * (1 - m),
+ *   x' = x * m + (noise * sigma + latent) * (1 - m)   (flow: the re-noised
+ *   latent is sigma * noise + (1 - sigma) * latent),
  * and after it the prediction is pinned to the latent there,
  *   out = out * m + latent * (1 - m)       (float32, torch's op order).
  * The uncond prediction CFG++ samplers get is not blended, as in ComfyUI.
@@ -117,6 +118,10 @@ typedef struct sd_inpaint {
     sd_denoiser inner;
     const float *latent, *noise, *mask;
     int64_t n;
+    /* a flow (CONST) model's scale_latent_inpaint: the kept region is
+     * re-noised as sigma * noise + (1 - sigma) * latent. 0 after
+     * sd_inpaint_init; the caller sets it. */
+    int flow;
     sd_tensor *xbuf; /* scratch for x', allocated on first use */
 } sd_inpaint;
 
@@ -132,7 +137,8 @@ sd_denoiser sd_inpaint_denoiser(sd_inpaint *ip);
  *   x = noise_scaling(sigmas[0], noise, latent, max_denoise(sigmas[0]))
  *   with a mask, the guider is wrapped in sd_inpaint (re-noising with
  *   `noise`, or for "ddim" with sd_noise_prepare(seed + 1, shape));
- *   x = sampler(x); out = inverse_noise_scaling(sigmas[n-1], x).
+ *   x = sampler(x); out = inverse_noise_scaling(sd_sampler_final_sigma, x);
+ *   a CONST model runs the samplers' flow branches (params->flow is set).
  * noise: prepare_noise(seed) output, x's shape. latent: the latent image in
  * model space (already multiplied by the latent scale when not all zeros,
  * i.e. process_latent_in), or NULL for zeros. mask: NULL or a denoise mask of

@@ -11,8 +11,12 @@
  * rounding per torch op and in torch's evaluation order (no FMA contraction),
  * scalar sigma math is float32 where torch does it on 0-d float32 tensors and
  * double where ComfyUI uses Python floats (lms, deis, sa_solver and uni_pc
- * coefficients). Only VP models (EPS / V-prediction; SD1.x, SD2.x, SDXL) are
- * supported: the flow-matching (CONST) branches of ComfyUI are not ported.
+ * coefficients). VP models (EPS / V-prediction; SD1.x, SD2.x, SDXL) and
+ * flow-matching ones (CONST: Flux, SD3; params->flow) both: for the latter,
+ * as ComfyUI does, the ancestral samplers take their _RF forms, the
+ * half-logSNR samplers use lambda = log((1 - sigma) / sigma) and move a
+ * first sigma >= 1 to percent_to_sigma(1e-4), and lcm renoises with the
+ * flow noise_scaling.
  *
  * Noise: ComfyUI's default noise sampler is a fresh CPU torch generator seeded
  * with seed+1 that draws torch.randn(x.shape) per call; the SDE samplers
@@ -55,8 +59,10 @@ typedef struct sd_noise_source {
 } sd_noise_source;
 
 /* Called where ComfyUI calls the sampler callback: step i of total_steps,
- * x = the state the step starts from, denoised = that step's first model
- * prediction. The tensors are only valid during the call. */
+ * x = the state the step starts from (ipndm, ipndm_v, deis: the x the
+ * sampler started from, every step, as ComfyUI's callback gets it),
+ * denoised = that step's first model prediction. The tensors are only valid
+ * during the call. */
 typedef void (*sd_sampler_progress_fn)(void *ud, int step, int total_steps,
                                        const sd_tensor *x,
                                        const sd_tensor *denoised);
@@ -94,9 +100,14 @@ typedef struct sd_sampler_params {
      * NULL = ComfyUI's. Lets tests force zero noise. */
     const sd_noise_source *noise;
 
+    /* The model is a flow-matching one (its model sampling is CONST): the
+     * sampler takes ComfyUI's CONST branches (see above). 0 = VP. */
+    int flow;
+
     /* ModelSampling.percent_to_sigma of the model (sa_solver's stochastic
-     * interval 0.2..0.8). NULL means the SD1/SDXL discrete schedule
-     * (scaled_linear 0.00085..0.012, 1000 steps) computed here. */
+     * interval 0.2..0.8; with flow, the first sigma's offset). NULL means the
+     * SD1/SDXL discrete schedule (scaled_linear 0.00085..0.012, 1000 steps)
+     * computed here. */
     double (*percent_to_sigma)(void *ud, double percent);
     void *percent_to_sigma_ud;
 
@@ -153,9 +164,16 @@ static inline int sd_sampler_needs_uncond(const sd_sampler *s)
     return (s->flags & SD_SAMPLER_NEEDS_UNCOND) != 0;
 }
 
+/* The sigma KSAMPLER.sample then hands to inverse_noise_scaling: the last
+ * of sigmas[0..n), except that uni_pc and uni_pc_bh2 write 0.001 over a final
+ * 0 in ComfyUI's sigma tensor (their last step's target), and it is that
+ * tensor which KSAMPLER reads (a flow model's result is then x / 0.999). */
+float sd_sampler_final_sigma(const sd_sampler *s, const float *sigmas, int n_sigmas);
+
 /* Runs sampler s: x (F32, contiguous, [B, ...]) holds the start latent
  * already scaled by noise_scaling (KSAMPLER.sample) and receives the result
- * (model space; inverse_noise_scaling is the identity for VP models).
+ * (model space, before inverse_noise_scaling: sd_ms_inverse_noise_scaling
+ * at sd_sampler_final_sigma, the identity for VP models).
  * sigmas: n_sigmas >= 1 float32 values, descending, usually ending in 0;
  * with n_sigmas == 1 x is returned unchanged, as in ComfyUI.
  * Errors: SD_ERR_INVALID (bad arguments, with the sampler name),

@@ -84,6 +84,18 @@ float smp_expm1f(float a);
 /* ModelSamplingDiscrete.percent_to_sigma for the SD1/SDXL schedule. */
 double smp_default_percent_to_sigma(double percent);
 
+/* k_diffusion's sigma_to_half_log_snr / half_log_snr_to_sigma for the run's
+ * model (c->p->flow): VP -log(sigma) / exp(-lambda) (torch's vectorised
+ * log/exp); CONST -logit(sigma) = -log(sigma / (1 - sigma)), -inf at 1, and
+ * sigmoid(-lambda) = 1 / (1 + exp(lambda)) (torch's scalar logit / sigmoid
+ * paths on 0-d tensors: libm logf / expf). */
+float smp_half_log_snr(const smp_ctx *c, float sigma);
+float smp_sigma_of_half_log_snr(const smp_ctx *c, float lambda);
+/* offset_first_sigma_for_snr: for a flow model, a first sigma >= 1 (infinite
+ * half-logSNR) is replaced by (float)percent_to_sigma(1e-4) in a copy
+ * (smp_alloc); otherwise sigmas itself. NULL on OOM (err filled). */
+const float *smp_snr_sigmas(smp_ctx *c, const float *sigmas, int n_sigmas, sd_error *err);
+
 /* ---- the sampler functions (one per ComfyUI sample_* function) ---------- */
 #define SMP_DECL(fn) sd_status fn(smp_ctx *c, sd_tensor *x, const float *sigmas, \
                                   int n_sigmas, sd_error *err)
@@ -126,5 +138,11 @@ SMP_DECL(smp_sa_solver);
 SMP_DECL(smp_sa_solver_pece);
 SMP_DECL(smp_uni_pc);
 SMP_DECL(smp_uni_pc_bh2);
+/* The flow-matching (_RF) forms ComfyUI switches to for a CONST model
+ * (samplers_rf.c): sample_euler_ancestral_RF, sample_dpm_2_ancestral_RF,
+ * sample_dpmpp_2s_ancestral_RF. */
+SMP_DECL(smp_euler_ancestral_rf);
+SMP_DECL(smp_dpm_2_ancestral_rf);
+SMP_DECL(smp_dpmpp_2s_ancestral_rf);
 
 #endif

@@ -131,6 +131,37 @@ double smp_default_percent_to_sigma(double percent)
     return s;
 }
 
+float smp_half_log_snr(const smp_ctx *c, float sigma)
+{
+    if (!c->p->flow)
+        return -sd_torch_logf(sigma);
+    if (sigma == 1.0f)
+        return -INFINITY; /* logit(1) = inf */
+    float q = sigma / (1.0f - sigma);
+    return -logf(q);
+}
+
+float smp_sigma_of_half_log_snr(const smp_ctx *c, float lambda)
+{
+    if (!c->p->flow)
+        return sd_torch_expf(-lambda);
+    float a = -lambda; /* half_log_snr.neg().sigmoid() */
+    float e = expf(-a);
+    return 1.0f / (1.0f + e);
+}
+
+const float *smp_snr_sigmas(smp_ctx *c, const float *sigmas, int n_sigmas, sd_error *err)
+{
+    if (!c->p->flow || n_sigmas <= 1 || !(sigmas[0] >= 1.0f))
+        return sigmas;
+    float *s = smp_alloc(c, (size_t)n_sigmas * sizeof *s, err);
+    if (!s)
+        return NULL;
+    memcpy(s, sigmas, (size_t)n_sigmas * sizeof *s);
+    s[0] = (float)c->p->percent_to_sigma(c->p->percent_to_sigma_ud, 1e-4);
+    return s;
+}
+
 /* ---- default noise: torch.Generator seeded seed+1, randn(x.shape) ------- */
 
 static sd_status default_noise_sample(void *ud, float sigma, float sigma_next, float *out,
@@ -163,6 +194,9 @@ sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model, const fl
         if (!(sigmas[i] >= 0.0f) || isinf(sigmas[i]))
             return sd_error_set(err, SD_ERR_INVALID, "sampler %s: sigmas[%d] = %g is not a finite "
                                 "non-negative value", s->name, i, (double)sigmas[i]);
+    if (params->flow && !params->percent_to_sigma)
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s: a flow model needs its percent_to_sigma",
+                            s->name);
     if (n_sigmas == 1)
         return SD_OK; /* KSAMPLER on one sigma: nothing to integrate */
 
@@ -232,4 +266,13 @@ done:
     sd_rng_free(c.global_rng);
     sd_brownian_free(bt);
     return st;
+}
+
+float sd_sampler_final_sigma(const sd_sampler *s, const float *sigmas, int n_sigmas)
+{
+    float last = sigmas[n_sigmas - 1];
+    if (last == 0.0f && n_sigmas > 1 && s &&
+        (strcmp(s->name, "uni_pc") == 0 || strcmp(s->name, "uni_pc_bh2") == 0))
+        return 0.001f; /* sample_unipc: timesteps = sigmas[:]; timesteps[-1] = 0.001 */
+    return last;
 }

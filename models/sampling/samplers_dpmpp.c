@@ -1,7 +1,9 @@
 /* samplers_dpmpp.c - DPM-Solver++ family (k_diffusion.sampling):
  * dpmpp_2s_ancestral(_cfg_pp), dpmpp_sde(_gpu), dpmpp_2m(_cfg_pp),
  * dpmpp_2m_sde(_heun)(_gpu), dpmpp_3m_sde(_gpu).
- * VP models only: lambda(sigma) = -log(sigma), sigma(lambda) = exp(-lambda). */
+ * dpmpp_2s_ancestral and dpmpp_2m work in lambda(sigma) = -log(sigma) for
+ * every model (as ComfyUI; a flow model's dpmpp_2s_ancestral is the _RF form,
+ * samplers_rf.c); the SDE ones in the model's half-logSNR (smp_half_log_snr). */
 #include "models/sampling/sampler_internal.h"
 
 #define FOR_N for (int64_t k = 0; k < c->n; k++)
@@ -106,6 +108,8 @@ static sd_status dpmpp_2s(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_s
 
 sd_status smp_dpmpp_2s_ancestral(smp_ctx *c, sd_tensor *x, const float *s, int n, sd_error *err)
 {
+    if (c->p->flow)
+        return smp_dpmpp_2s_ancestral_rf(c, x, s, n, err);
     return dpmpp_2s(c, x, s, n, 0, err);
 }
 
@@ -132,6 +136,8 @@ sd_status smp_dpmpp_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sig
         return SD_ERR_NOMEM;
     float *xv = smp_f(x), *denv = smp_f(den), *x2v = smp_f(x2), *den2v = smp_f(den2);
     float *nv = smp_f(nz);
+    if (!(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
+        return SD_ERR_NOMEM;
     sd_status st;
     for (int i = 0; i < n_sigmas - 1; i++) {
         float s = sigmas[i], sn = sigmas[i + 1];
@@ -142,10 +148,10 @@ sd_status smp_dpmpp_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sig
             smp_copy(c, xv, denv);
             continue;
         }
-        float lambda_s = t_fn(s), lambda_t = t_fn(sn);
+        float lambda_s = smp_half_log_snr(c, s), lambda_t = smp_half_log_snr(c, sn);
         float h = lambda_t - lambda_s;
         float lambda_s_1 = lambda_s + (float)r * h;
-        float sigma_s_1 = sigma_fn(lambda_s_1);
+        float sigma_s_1 = smp_sigma_of_half_log_snr(c, lambda_s_1);
         float alpha_s = s * sd_torch_expf(lambda_s);
         float alpha_s_1 = sigma_s_1 * sd_torch_expf(lambda_s_1);
         float alpha_t = sn * sd_torch_expf(lambda_t);
@@ -328,6 +334,8 @@ static sd_status dpmpp_2m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int
     if (!den || !old || !nz)
         return SD_ERR_NOMEM;
     float *xv = smp_f(x), *denv = smp_f(den), *oldv = smp_f(old), *nv = smp_f(nz);
+    if (!(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
+        return SD_ERR_NOMEM;
     int have_old = 0;
     float h = 0.0f, h_last = 0.0f;
     sd_status st;
@@ -339,7 +347,7 @@ static sd_status dpmpp_2m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int
         if (sn == 0.0f) {
             smp_copy(c, xv, denv);
         } else {
-            float lambda_s = t_fn(s), lambda_t = t_fn(sn);
+            float lambda_s = smp_half_log_snr(c, s), lambda_t = smp_half_log_snr(c, sn);
             h = lambda_t - lambda_s;
             float h_eta = h * (float)(eta + 1.0);
             float alpha_t = sn * sd_torch_expf(lambda_t);
@@ -402,6 +410,8 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
     if (!den || !den1 || !den2 || !nz)
         return SD_ERR_NOMEM;
     float *xv = smp_f(x), *nv = smp_f(nz);
+    if (!(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
+        return SD_ERR_NOMEM;
     float h = 0.0f, h_1 = 0.0f, h_2 = 0.0f;
     int have_h = 0, have_h1 = 0, have_h2 = 0;
     sd_status st;
@@ -414,7 +424,7 @@ sd_status smp_dpmpp_3m_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         if (sn == 0.0f) {
             smp_copy(c, xv, denv);
         } else {
-            float lambda_s = t_fn(s), lambda_t = t_fn(sn);
+            float lambda_s = smp_half_log_snr(c, s), lambda_t = smp_half_log_snr(c, sn);
             h = lambda_t - lambda_s;
             have_h = 1;
             float h_eta = h * (float)(eta + 1.0);

@@ -121,6 +121,8 @@ sd_status smp_dpm_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n, sd_err
 sd_status smp_euler_ancestral(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas,
                               sd_error *err)
 {
+    if (c->p->flow)
+        return smp_euler_ancestral_rf(c, x, sigmas, n_sigmas, err);
     double eta = smp_opt(c->p->eta, 1.0);
     float s_noise = (float)smp_opt(c->p->s_noise, 1.0);
     sd_tensor *den = smp_tmp(c, err), *nz = smp_tmp(c, err);
@@ -155,6 +157,8 @@ sd_status smp_euler_ancestral(smp_ctx *c, sd_tensor *x, const float *sigmas, int
 sd_status smp_dpm_2_ancestral(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas,
                               sd_error *err)
 {
+    if (c->p->flow)
+        return smp_dpm_2_ancestral_rf(c, x, sigmas, n_sigmas, err);
     double eta = smp_opt(c->p->eta, 1.0);
     float s_noise = (float)smp_opt(c->p->s_noise, 1.0);
     sd_tensor *den = smp_tmp(c, err), *d = smp_tmp(c, err), *x2 = smp_tmp(c, err);
@@ -223,9 +227,9 @@ static sd_status euler_anc_cfg_pp(smp_ctx *c, sd_tensor *x, const float *sigmas,
             smp_copy(c, xv, denv);
             continue;
         }
-        /* alpha = sigma * exp(lambda(sigma)), lambda = -log(sigma) for VP */
-        float alpha_s = s * sd_torch_expf(-sd_torch_logf(s));
-        float alpha_t = sn * sd_torch_expf(-sd_torch_logf(sn));
+        /* alpha = sigma * exp(lambda(sigma)): ~1 for VP, 1 - sigma for flow */
+        float alpha_s = s * sd_torch_expf(smp_half_log_snr(c, s));
+        float alpha_t = sn * sd_torch_expf(smp_half_log_snr(c, sn));
         float sd, su;
         smp_ancestral_step(s / alpha_s, sn / alpha_t, eta, &sd, &su);
         sd = alpha_t * sd;

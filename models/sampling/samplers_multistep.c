@@ -116,6 +116,12 @@ static sd_status ipndm_like(smp_ctx *c, sd_tensor *x, const float *sigmas, int n
             return SD_ERR_NOMEM;
     if (!den || !dcur)
         return SD_ERR_NOMEM;
+    /* ComfyUI's callback gets the x the sampler was called with, every step */
+    sd_tensor *x_start = c->p->progress ? smp_tmp(c, err) : NULL;
+    if (c->p->progress && !x_start)
+        return SD_ERR_NOMEM;
+    if (x_start)
+        smp_copy(c, smp_f(x_start), smp_f(x));
     float *xv = smp_f(x), *denv = smp_f(den);
     int nbuf = 0; /* buf[nbuf-1] is buffer_model[-1] */
     sd_status st;
@@ -123,7 +129,7 @@ static sd_status ipndm_like(smp_ctx *c, sd_tensor *x, const float *sigmas, int n
         float t_cur = sigmas[i], t_next = sigmas[i + 1];
         if ((st = smp_denoise(c, x, t_cur, den, err)) != SD_OK)
             return st;
-        smp_progress(c, i, x, den);
+        smp_progress(c, i, x_start, den);
         float *dv = smp_f(dcur);
         FOR_N dv[k] = (xv[k] - denv[k]) / t_cur;
         int order = i + 1 < max_order ? i + 1 : max_order;
@@ -325,13 +331,21 @@ sd_status smp_deis(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, 
         free(ts);
         return SD_ERR_NOMEM;
     }
+    /* ComfyUI's callback gets the x the sampler was called with, every step */
+    sd_tensor *x_start = c->p->progress ? smp_tmp(c, err) : NULL;
+    if (c->p->progress && !x_start) {
+        free(ts);
+        return SD_ERR_NOMEM;
+    }
+    if (x_start)
+        smp_copy(c, smp_f(x_start), smp_f(x));
     float *xv = smp_f(x), *denv = smp_f(den), *dv = smp_f(dcur);
     int nbuf = 0;
     for (int i = 0; i < n_sigmas - 1; i++) {
         float t_cur = sigmas[i], t_next = sigmas[i + 1];
         if ((st = smp_denoise(c, x, t_cur, den, err)) != SD_OK)
             break;
-        smp_progress(c, i, x, den);
+        smp_progress(c, i, x_start, den);
         FOR_N dv[k] = (xv[k] - denv[k]) / t_cur;
         int order = i + 1 < max_order ? i + 1 : max_order;
         if (t_next <= 0.0f)

@@ -94,10 +94,10 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
     const double tau_eta = 1.0;
 
     double *lambdas = smp_alloc(c, (size_t)n_sigmas * sizeof(double), err);
-    if (!lambdas)
+    if (!lambdas || !(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
         return SD_ERR_NOMEM;
     for (int i = 0; i < n_sigmas; i++)
-        lambdas[i] = (double)(-sd_torch_logf(sigmas[i])); /* float32 as in torch */
+        lambdas[i] = (double)smp_half_log_snr(c, sigmas[i]); /* float32 as in torch */
 
     sd_tensor *pred[SA_MAX_ORDER + 1], *xp = smp_tmp(c, err), *nz = smp_tmp(c, err);
     sd_tensor *noise = smp_tmp(c, err);

@@ -68,12 +68,22 @@ sd_status smp_lcm(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, s
             return st;
         smp_progress(c, i, x, den);
         if (sn > 0.0f) {
-            /* model_sampling.noise_scaling(sigma_next, noise, denoised) (VP) */
+            /* model_sampling.noise_scaling(sigma_next, noise, denoised):
+             * VP noise * sigma + x, flow sigma * noise + (1 - sigma) * x */
             if ((st = smp_noise(c, s, sn, nv, err)) != SD_OK)
                 return st;
-            FOR_N {
-                float e = nv[k] * sn;
-                xv[k] = e + denv[k];
+            if (c->p->flow) {
+                float om = 1.0f - sn;
+                FOR_N {
+                    float e = sn * nv[k];
+                    float d = om * denv[k];
+                    xv[k] = e + d;
+                }
+            } else {
+                FOR_N {
+                    float e = nv[k] * sn;
+                    xv[k] = e + denv[k];
+                }
             }
         } else {
             smp_copy(c, xv, denv);
@@ -99,10 +109,10 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
     sd_status st;
     /* er_lambda = exp(-half_log_snr) = exp(log(sigma)); 0 for sigma 0 */
     float *er = smp_alloc(c, (size_t)n_sigmas * sizeof(float), err);
-    if (!er)
+    if (!er || !(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
         return SD_ERR_NOMEM;
     for (int i = 0; i < n_sigmas; i++)
-        er[i] = sd_torch_expf(-(-sd_torch_logf(sigmas[i])));
+        er[i] = sd_torch_expf(-smp_half_log_snr(c, sigmas[i]));
     for (int i = 0; i < n_sigmas - 1; i++) {
         float s = sigmas[i], sn = sigmas[i + 1];
         if ((st = smp_denoise(c, x, s, den, err)) != SD_OK)
@@ -228,6 +238,8 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
     float *xv = smp_f(x), *denv = smp_f(den), *x2v = smp_f(x2), *den2v = smp_f(den2);
     float *sdv = smp_f(sde), *nv = smp_f(nz);
     float fe = (float)eta, fr = (float)r;
+    if (!(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
+        return SD_ERR_NOMEM;
     sd_status st;
     for (int i = 0; i < n_sigmas - 1; i++) {
         float s = sigmas[i], sn = sigmas[i + 1];
@@ -238,11 +250,11 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
             smp_copy(c, xv, denv);
             continue;
         }
-        float lambda_s = -sd_torch_logf(s), lambda_t = -sd_torch_logf(sn);
+        float lambda_s = smp_half_log_snr(c, s), lambda_t = smp_half_log_snr(c, sn);
         float h = lambda_t - lambda_s;
         float h_eta = h * (float)(eta + 1.0);
         float lambda_s_1 = smp_lerpf(lambda_s, lambda_t, fr);
-        float sigma_s_1 = sd_torch_expf(-lambda_s_1);
+        float sigma_s_1 = smp_sigma_of_half_log_snr(c, lambda_s_1);
         float alpha_s_1 = sigma_s_1 * sd_torch_expf(lambda_s_1);
         float alpha_t = sn * sd_torch_expf(lambda_t);
 
@@ -328,6 +340,8 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
         return SD_ERR_NOMEM;
     float *xv = smp_f(x), *denv = smp_f(den), *xsv = smp_f(xs), *den2v = smp_f(den2);
     float *den3v = smp_f(den3), *sdv = smp_f(sde), *nv = smp_f(nz);
+    if (!(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
+        return SD_ERR_NOMEM;
     sd_status st;
     for (int i = 0; i < n_sigmas - 1; i++) {
         float s = sigmas[i], sn = sigmas[i + 1];
@@ -338,11 +352,11 @@ sd_status smp_seeds_3(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigma
             smp_copy(c, xv, denv);
             continue;
         }
-        float lambda_s = -sd_torch_logf(s), lambda_t = -sd_torch_logf(sn);
+        float lambda_s = smp_half_log_snr(c, s), lambda_t = smp_half_log_snr(c, sn);
         float h = lambda_t - lambda_s;
         float h_eta = h * (float)(eta + 1.0);
         float l1 = smp_lerpf(lambda_s, lambda_t, fr1), l2 = smp_lerpf(lambda_s, lambda_t, fr2);
-        float s1 = sd_torch_expf(-l1), s2 = sd_torch_expf(-l2);
+        float s1 = smp_sigma_of_half_log_snr(c, l1), s2 = smp_sigma_of_half_log_snr(c, l2);
         float alpha_s_1 = s1 * sd_torch_expf(l1), alpha_s_2 = s2 * sd_torch_expf(l2);
         float alpha_t = sn * sd_torch_expf(lambda_t);
 

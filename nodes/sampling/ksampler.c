@@ -603,6 +603,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
             inoise = rnoise->data;
         }
         sd_inpaint_init(&ip, den, latent_in->data, inoise, mask->data, n);
+        ip.flow = ms->prediction == SD_PRED_CONST;
         have_ip = 1;
         den = sd_inpaint_denoiser(&ip);
     }
@@ -617,13 +618,15 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
         p.percent_to_sigma = ms_percent_to_sigma;
         p.percent_to_sigma_ud = ms;
     }
+    p.flow = ms->prediction == SD_PRED_CONST; /* the samplers' CONST branches */
     p.progress = on_progress;
     p.progress_ud = &st;
     p.cancel = on_cancel;
     p.cancel_ud = &st;
     if ((rc = sd_sampler_run(smp, &den, sigmas, a->n_sigmas, x, &p, err))) goto done;
 
-    sd_ms_inverse_noise_scaling(ms, sigmas[a->n_sigmas - 1], x->data, x->data, (size_t)n);
+    sd_ms_inverse_noise_scaling(ms, sd_sampler_final_sigma(smp, sigmas, a->n_sigmas), x->data, x->data,
+                                (size_t)n);
     sd_latent_process_out(info->latent_format, x->data, x->data, (size_t)n);
     rc = latent_with(a->latent, sd_tensor_ref(x), out, err);
     if (!rc && out_denoised) {
