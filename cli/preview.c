@@ -104,23 +104,6 @@ static sd_status taesd_for(sd_cli_preview *pv, int k, sd_taesd **out, sd_error *
     return rc;
 }
 
-static sd_tensor *latent2rgb(const sd_tensor *latent, const sd_latent_format *lf) {
-    const int64_t h = latent->shape[2], w = latent->shape[3], plane = h * w;
-    const int C = lf->channels;
-    sd_tensor *img = sd_tensor_new4(SD_F32, 3, h, w, 3, 0);
-    if (!img) return NULL;
-    const float *x = latent->data; /* first image of the batch */
-    float *o = img->data;
-    for (int64_t i = 0; i < plane; i++) {
-        for (int c = 0; c < 3; c++) {
-            float v = lf->rgb_bias ? lf->rgb_bias[c] : 0.0f;
-            for (int k = 0; k < C; k++) v += x[k * plane + i] * lf->rgb_factors[k][c];
-            o[i * 3 + c] = (v + 1.0f) * 0.5f; /* sd_png_write clamps to [0, 1] */
-        }
-    }
-    return img;
-}
-
 static void borrowed_keep(void *owner) { (void)owner; } /* the sampler owns the bytes */
 
 /* The picture of the first image of `latent`, new reference in *out. */
@@ -150,7 +133,8 @@ static sd_status preview_image(sd_cli_preview *pv, const sd_tensor *latent, cons
         if (rc) return rc;
         pv->method = "taesd";
     } else {
-        if (!(img = latent2rgb(latent, lf))) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        /* sd_png_write clamps to [0, 1] and truncates to 8 bits, as ComfyUI */
+        if (!(img = sd_latent_preview_rgb(lf, latent))) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         pv->method = "latent2rgb";
     }
     *out = img;

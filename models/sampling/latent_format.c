@@ -72,6 +72,24 @@ void sd_latent_process_out(const sd_latent_format *f, const float *x, float *out
     }
 }
 
+sd_tensor *sd_latent_preview_rgb(const sd_latent_format *f, const sd_tensor *latent) {
+    if (!f || !latent || latent->dtype != SD_F32 || latent->ndim != 4 || latent->shape[0] < 1 ||
+        latent->shape[1] != f->channels)
+        return NULL;
+    const int64_t h = latent->shape[2], w = latent->shape[3], plane = h * w;
+    sd_tensor *img = sd_tensor_new4(SD_F32, 3, h, w, 3, 0);
+    if (!img) return NULL;
+    const float *x = latent->data; /* the first image of the batch */
+    float *o = img->data;
+    for (int64_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++) {
+            float v = f->rgb_bias ? f->rgb_bias[c] : 0.0f;
+            for (int k = 0; k < f->channels; k++) v += x[k * plane + i] * f->rgb_factors[k][c];
+            o[i * 3 + c] = (v + 1.0f) * 0.5f;
+        }
+    return img;
+}
+
 int sd_latent_process_in_nonempty(const sd_latent_format *f, const float *z, float *out, size_t n) {
     int nonzero = 0;
     for (size_t i = 0; i < n && !nonzero; i++) nonzero = z[i] != 0.0f;

@@ -21,6 +21,8 @@
 
 #include <stddef.h>
 
+#include "core/tensor.h"
+
 typedef struct sd_latent_format {
     const char *name;               /* "sd1", "sdxl", "flux" */
     int channels;                   /* latent_channels */
@@ -48,5 +50,12 @@ void sd_latent_process_out(const sd_latent_format *f, const float *x, float *out
  * SamplerCustom's AddNoise): process_in unless every value is zero, in which
  * case the latent is copied as it is. Returns 1 when it was shifted. */
 int sd_latent_process_in_nonempty(const sd_latent_format *f, const float *z, float *out, size_t n);
+
+/* latent_preview.Latent2RGBPreviewer on the first image of a model-space
+ * latent [N, channels, h, w] (F32): a new [h, w, 3] F32 image holding
+ * (bias + sum_c latent[c] * factors[c] + 1) / 2, not yet clamped to [0, 1]
+ * (writing it as 8-bit pixels clamps and truncates, as ComfyUI). NULL for a
+ * latent of another shape or out of memory. */
+sd_tensor *sd_latent_preview_rgb(const sd_latent_format *f, const sd_tensor *latent);
 
 #endif
