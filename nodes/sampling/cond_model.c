@@ -213,8 +213,11 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (m->dm.info.y_dim > 0) {
-        yv = sd_tensor_new4(SD_F32, 2, N, m->dm.info.y_dim, 0, 0);
+    /* the y width: the UNet config's adm (the caller's, which may differ
+     * from the loaded network's), else the model's */
+    const int64_t ydim = m->cfg ? m->cfg->adm_in_channels : m->dm.info.y_dim;
+    if (ydim > 0) {
+        yv = sd_tensor_new4(SD_F32, 2, N, ydim, 0, 0);
         if (!yv) {
             rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
             goto done;
