@@ -26,7 +26,11 @@
  *   - guidance semantics: no "guidance" key feeds 3.5, a none value feeds
  *     none (FluxDisableGuidance), schnell feeds none whatever is set;
  *   - UNETLoader weight_dtype fp8_e4m3fn / fp8_e5m2 keep every tensor in
- *     that type, rounded as torch rounds (core/dtype.h), and still run.
+ *     that type, rounded as torch rounds (core/dtype.h), and still run;
+ *   - bad files: a truncated copy of each model file given to its loader,
+ *     a Flux file given to CheckpointLoaderSimple's and UNETLoader's
+ *     sampler with a wrongly shaped tensor: errors naming the node input
+ *     and the file, never a crash.
  * Tensors the whole workflow makes (noise, sigmas, latent_out, images) are
  * the workflow test's. */
 #include <math.h>
@@ -339,6 +343,71 @@ static void run_fp8_casts(sd_env *env, const char *models, const char *dir, cJSO
     }
 }
 
+/* ---- bad files -------------------------------------------------------------- */
+
+static void copy_truncated(const char *src, const char *dst, double keep) {
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    CHECK_MSG(in && out, "copy %s -> %s", src, dst);
+    if (in && out) {
+        fseek(in, 0, SEEK_END);
+        long n = ftell(in), want = (long)((double)n * keep);
+        fseek(in, 0, SEEK_SET);
+        char buf[65536];
+        long done = 0;
+        while (done < want) {
+            size_t k = fread(buf, 1, (size_t)(want - done < (long)sizeof buf ? want - done : (long)sizeof buf), in);
+            if (k == 0) break;
+            fwrite(buf, 1, k, out);
+            done += (long)k;
+        }
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+}
+
+static void expect_load_error(sd_env *env, const char *cls, const char *input, const char *name,
+                              const char *mention) {
+    sd_node_ctx ctx = {.env = env, .node_id = "9", .class_type = cls};
+    const char *names[2] = {input, "weight_dtype"};
+    sd_value *vals[2] = {sd_value_string(name), sd_value_string("default")};
+    sd_value *out[3] = {NULL, NULL, NULL};
+    sd_error err;
+    sd_error_clear(&err);
+    sd_status rc = nt_run_named(&ctx, names, vals, strcmp(cls, "UNETLoader") == 0 ? 2 : 1, out, &err);
+    char msg[4096];
+    sd_error_format(&err, msg, sizeof msg);
+    CHECK_MSG(rc != SD_OK && strstr(msg, input) && strstr(msg, mention), "%s(%s): rc %d: %s (want '%s')", cls,
+              name, rc, msg, mention);
+    printf("  bad file, %s: %s\n", cls, msg);
+    nt_free_values(out, 3);
+    sd_value_unref(vals[0]);
+    sd_value_unref(vals[1]);
+}
+
+static void run_bad_files(sd_env *env, const char *models, const char *dir, cJSON *manifest) {
+    case_id = "bad files";
+    cJSON *ck = model_in(manifest, "checkpoints", -1), *dm = model_in(manifest, "diffusion_models", -1);
+    char src[2400], dst[4400];
+    if (ck) {
+        snprintf(src, sizeof src, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ck, "file")));
+        snprintf(dst, sizeof dst, "%s/checkpoints/truncated-fp8.safetensors", models);
+        copy_truncated(src, dst, 0.5);
+        expect_load_error(env, "CheckpointLoaderSimple", "ckpt_name", "truncated-fp8.safetensors",
+                          "truncated-fp8.safetensors");
+    }
+    if (dm) {
+        snprintf(src, sizeof src, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(dm, "file")));
+        snprintf(dst, sizeof dst, "%s/diffusion_models/truncated.safetensors", models);
+        copy_truncated(src, dst, 0.8);
+        expect_load_error(env, "UNETLoader", "unet_name", "truncated.safetensors", "truncated.safetensors");
+        /* the header alone, cut inside its JSON */
+        snprintf(dst, sizeof dst, "%s/diffusion_models/header-cut.safetensors", models);
+        copy_truncated(src, dst, 0.001);
+        expect_load_error(env, "UNETLoader", "unet_name", "header-cut.safetensors", "header-cut.safetensors");
+    }
+    CHECK_MSG(ck && dm, "manifest lacks a checkpoint or a diffusion model");
+}
+
 int main(void) {
     const char *dir = sd_golden_family_dir("flux");
     cJSON *manifest = sd_golden_manifest(dir);
@@ -373,6 +442,7 @@ int main(void) {
             fp8_done = 1;
         }
     }
+    run_bad_files(&t.env, models, dir, manifest);
     sd_model_store_free(t.store);
     sd_backend_free(be);
     sd_env_cleanup(&t.env);
