@@ -684,10 +684,56 @@ static sd_status index_meta(const sd_gguf *g, sd_st_index *x, sd_error *err) {
     return SD_OK;
 }
 
-static sd_status index_gguf(const uint8_t *base, size_t size, const char *path, sd_st_index *x, sd_error *err) {
+/* Every occurrence of `from` in s replaced by `to` (malloc'd; NULL when
+ * out of memory). */
+static char *replace_all(const char *s, const char *from, const char *to) {
+    size_t fl = strlen(from), tl = strlen(to), n = 0;
+    for (const char *p = s; fl && (p = strstr(p, from)); p += fl) n++;
+    char *out = malloc(strlen(s) + n * (tl > fl ? tl - fl : 0) + 1), *o = out;
+    if (!out) return NULL;
+    const char *p = s, *q;
+    while (fl && (q = strstr(p, from))) {
+        memcpy(o, p, (size_t)(q - p));
+        o += q - p;
+        memcpy(o, to, tl);
+        o += tl;
+        p = q + fl;
+    }
+    strcpy(o, p);
+    return out;
+}
+
+/* The entry name of stored tensor `name` (malloc'd), or NULL with *skip set
+ * when the prefix rule leaves it out. */
+static char *view_name(const sd_gguf_view_opts *o, int has_prefix, const char *name, int *skip) {
+    *skip = 0;
+    if (has_prefix) {
+        size_t pl = strlen(o->strip_prefix);
+        if (strncmp(name, o->strip_prefix, pl) != 0) {
+            *skip = 1;
+            return NULL;
+        }
+        name += pl;
+    }
+    char *cur = strdup(name);
+    for (size_t i = 0; cur && o && o->replace && o->replace[i][0]; i++) {
+        char *next = replace_all(cur, o->replace[i][0], o->replace[i][1]);
+        free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
+static sd_status index_gguf(void *ctx, const uint8_t *base, size_t size, const char *path, sd_st_index *x,
+                            sd_error *err) {
+    const sd_gguf_view_opts *opts = ctx;
     sd_gguf *g;
     sd_status st = sd_gguf_parse(base, size, path, &g, err);
     if (st != SD_OK) return st;
+    int has_prefix = 0;
+    if (opts && opts->strip_prefix && *opts->strip_prefix)
+        for (size_t i = 0; i < g->n_t && !has_prefix; i++)
+            has_prefix = strncmp(g->tensors[i].name, opts->strip_prefix, strlen(opts->strip_prefix)) == 0;
     x->entries = calloc(g->n_t + 1, sizeof *x->entries);
     x->other_names = calloc(g->n_t + 1, sizeof *x->other_names);
     x->other_dtypes = calloc(g->n_t + 1, sizeof *x->other_dtypes);
@@ -697,21 +743,25 @@ static sd_status index_gguf(const uint8_t *base, size_t size, const char *path, 
     }
     for (size_t i = 0; i < g->n_t; i++) {
         const sd_gguf_tensor *t = &g->tensors[i];
+        int skip;
+        char *name = view_name(opts, has_prefix, t->name, &skip);
+        if (skip) continue;
+        if (!name) {
+            st = sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+            goto out;
+        }
         sd_dtype dt;
         if (!sd_gguf_type_dtype(t->type, &dt)) {
-            if (!(x->other_names[x->n_other] = strdup(t->name))) {
-                st = sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-                goto out;
-            }
+            x->other_names[x->n_other] = name;
             x->other_dtypes[x->n_other++] = sd_gguf_type_name(t->type);
             continue;
         }
         sd_st_entry *e = &x->entries[x->n];
-        if ((st = torch_shape(g, t, &e->ndim, e->shape, err)) != SD_OK) goto out;
-        if (!(e->name = strdup(t->name))) {
-            st = sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+        if ((st = torch_shape(g, t, &e->ndim, e->shape, err)) != SD_OK) {
+            free(name);
             goto out;
         }
+        e->name = name;
         e->dtype = dt;
         e->offset = t->offset;
         e->nbytes = t->nbytes;
@@ -724,11 +774,20 @@ out:
 }
 
 sd_status sd_gguf_open(const char *path, sd_st_file **out, sd_error *err) {
-    return sd_st_open_indexed(path, index_gguf, out, err);
+    return sd_st_open_indexed(path, index_gguf, NULL, out, err);
 }
 
 sd_status sd_gguf_open_memory(const void *data, size_t size, const char *name, sd_st_file **out, sd_error *err) {
-    return sd_st_open_memory_indexed(data, size, name, index_gguf, out, err);
+    return sd_st_open_memory_indexed(data, size, name, index_gguf, NULL, out, err);
+}
+
+sd_status sd_gguf_open_ex(const char *path, const sd_gguf_view_opts *opts, sd_st_file **out, sd_error *err) {
+    return sd_st_open_indexed(path, index_gguf, (void *)opts, out, err);
+}
+
+sd_status sd_gguf_open_memory_ex(const void *data, size_t size, const char *name, const sd_gguf_view_opts *opts,
+                                 sd_st_file **out, sd_error *err) {
+    return sd_st_open_memory_indexed(data, size, name, index_gguf, (void *)opts, out, err);
 }
 
 int sd_gguf_is_gguf(const char *path) {

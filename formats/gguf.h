@@ -139,7 +139,8 @@ int sd_gguf_dtype_type(sd_dtype dt, uint32_t *type);
 /* Opens a GGUF file as an sd_st_file (formats/safetensors.h): memory-mapped,
  * guarded and change-checked like a safetensors file, its tensors borrowed
  * from the mapping in their stored type (quantized ones stay quantized).
- * Entry names are the tensor names as stored; shapes are PyTorch's order
+ * Entry names are the tensor names as stored (sd_gguf_open_ex: renamed as
+ * ComfyUI-GGUF's loader names them); shapes are PyTorch's order
  * (ne reversed), or the shape in the key `comfy.gguf.orig_shape.<name>`
  * (an array of INT32 with the same number of elements, as ComfyUI-GGUF
  * writes for tensors it reshaped to quantize them; any other type there is
@@ -154,6 +155,22 @@ sd_status sd_gguf_open(const char *path, sd_st_file **out, sd_error *err);
 /* The same over a buffer that outlives the file (tests, fuzzing). */
 sd_status sd_gguf_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
                               sd_error *err);
+
+/* How sd_gguf_open_ex names the entries, as ComfyUI-GGUF's loader does. */
+typedef struct sd_gguf_view_opts {
+    /* gguf_sd_loader's handle_prefix: when some tensor name starts with it,
+     * tensors without it are left out and it is cut from the others; NULL
+     * = none. */
+    const char *strip_prefix;
+    /* sd_map_replace: each {from, to} pair in turn replaces every
+     * occurrence of `from` in every name (Python's str.replace), after the
+     * prefix; ends at a pair whose `from` is NULL. NULL = none. Names that
+     * become equal are SD_ERR_FORMAT naming one. */
+    const char *const (*replace)[2];
+} sd_gguf_view_opts;
+sd_status sd_gguf_open_ex(const char *path, const sd_gguf_view_opts *opts, sd_st_file **out, sd_error *err);
+sd_status sd_gguf_open_memory_ex(const void *data, size_t size, const char *name,
+                                 const sd_gguf_view_opts *opts, sd_st_file **out, sd_error *err);
 /* 1 when the file at path starts with the GGUF magic. */
 int sd_gguf_is_gguf(const char *path);
 

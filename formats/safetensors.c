@@ -442,10 +442,10 @@ static void index_free(sd_st_index *x) {
 /* Runs another container's indexer over f's bytes and takes its index,
  * checking each entry again: the file's safety must not rest on every
  * indexer being right. */
-static sd_status parse_indexed(sd_st_file *f, sd_st_indexer fn, sd_error *err) {
+static sd_status parse_indexed(sd_st_file *f, sd_st_indexer fn, void *ctx, sd_error *err) {
     sd_st_index x;
     memset(&x, 0, sizeof x);
-    sd_status st = fn(f->base, f->size, f->path, &x, err);
+    sd_status st = fn(ctx, f->base, f->size, f->path, &x, err);
     if (st != SD_OK) {
         index_free(&x);
         return st;
@@ -480,8 +480,8 @@ static sd_status parse_indexed(sd_st_file *f, sd_st_indexer fn, sd_error *err) {
     return SD_OK;
 }
 
-static sd_status open_common(sd_st_file *f, sd_st_indexer fn, sd_st_file **out, sd_error *err) {
-    sd_status st = fn ? parse_indexed(f, fn, err) : parse_header(f, err);
+static sd_status open_common(sd_st_file *f, sd_st_indexer fn, void *ctx, sd_st_file **out, sd_error *err) {
+    sd_status st = fn ? parse_indexed(f, fn, ctx, err) : parse_header(f, err);
     if (st != SD_OK) {
         file_free(f);
         *out = NULL;
@@ -503,7 +503,7 @@ static sd_st_file *file_alloc(const char *path, sd_error *err) {
     return f;
 }
 
-static sd_status open_path(const char *path, sd_st_indexer fn, sd_st_file **out, sd_error *err) {
+static sd_status open_path(const char *path, sd_st_indexer fn, void *ctx, sd_st_file **out, sd_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -545,18 +545,19 @@ static sd_status open_path(const char *path, sd_st_indexer fn, sd_st_file **out,
         f->base = nothing; /* too short for any format: rejected on size alone */
         close(fd);
     }
-    return open_common(f, fn, out, err);
+    return open_common(f, fn, ctx, out, err);
 }
 
 sd_status sd_st_open(const char *path, sd_st_file **out, sd_error *err) {
-    return open_path(path, NULL, out, err);
+    return open_path(path, NULL, NULL, out, err);
 }
 
-sd_status sd_st_open_indexed(const char *path, sd_st_indexer fn, sd_st_file **out, sd_error *err) {
-    return open_path(path, fn, out, err);
+sd_status sd_st_open_indexed(const char *path, sd_st_indexer fn, void *ctx, sd_st_file **out,
+                             sd_error *err) {
+    return open_path(path, fn, ctx, out, err);
 }
 
-static sd_status open_mem(const void *data, size_t size, const char *name, sd_st_indexer fn,
+static sd_status open_mem(const void *data, size_t size, const char *name, sd_st_indexer fn, void *ctx,
                           sd_st_file **out, sd_error *err) {
     *out = NULL;
     sd_st_file *f = file_alloc(name, err);
@@ -564,17 +565,17 @@ static sd_status open_mem(const void *data, size_t size, const char *name, sd_st
     static const uint8_t nothing[8];
     f->base = data ? data : nothing;
     f->size = data ? size : 0;
-    return open_common(f, fn, out, err);
+    return open_common(f, fn, ctx, out, err);
 }
 
 sd_status sd_st_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
                             sd_error *err) {
-    return open_mem(data, size, name, NULL, out, err);
+    return open_mem(data, size, name, NULL, NULL, out, err);
 }
 
 sd_status sd_st_open_memory_indexed(const void *data, size_t size, const char *name,
-                                    sd_st_indexer fn, sd_st_file **out, sd_error *err) {
-    return open_mem(data, size, name, fn, out, err);
+                                    sd_st_indexer fn, void *ctx, sd_st_file **out, sd_error *err) {
+    return open_mem(data, size, name, fn, ctx, out, err);
 }
 
 sd_status sd_st_open_source(const char *path, sd_st_entry *entries, size_t n, const sd_st_source_i *src,

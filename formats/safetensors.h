@@ -116,13 +116,15 @@ typedef struct sd_st_index {
     const char **other_dtypes;
     size_t n_other;
 } sd_st_index;
-typedef sd_status (*sd_st_indexer)(const uint8_t *base, size_t size, const char *path,
+typedef sd_status (*sd_st_indexer)(void *ctx, const uint8_t *base, size_t size, const char *path,
                                    sd_st_index *out, sd_error *err);
 
-sd_status sd_st_open_indexed(const char *path, sd_st_indexer fn, sd_st_file **out, sd_error *err);
+/* ctx is passed to fn (borrowed, for the call only). */
+sd_status sd_st_open_indexed(const char *path, sd_st_indexer fn, void *ctx, sd_st_file **out,
+                             sd_error *err);
 /* The same over a buffer that outlives the file. */
 sd_status sd_st_open_memory_indexed(const void *data, size_t size, const char *name,
-                                    sd_st_indexer fn, sd_st_file **out, sd_error *err);
+                                    sd_st_indexer fn, void *ctx, sd_st_file **out, sd_error *err);
 
 /* ---- writing --------------------------------------------------------------- */
 

@@ -17,6 +17,7 @@
  * `device` (default / cpu) is accepted; the encoder runs on the run's
  * backend. Weights load when a text-encode node first uses them. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loaders.h"
@@ -189,6 +190,97 @@ const sd_node_def sd_node_CLIPLoader = {
     .description = "Loads one standalone text-encoder file as a CLIP: a CLIP-L (SD1), CLIP-H "
                    "(SD2) or CLIP-G (SDXL refiner). Weights load when first used.",
     .inputs = single_inputs,
+    .outputs = clip_outputs,
+    .run = single_run,
+};
+
+/* ---- ComfyUI-GGUF's CLIP loaders --------------------------------------------------
+ *
+ * CLIPLoaderGGUF and DualCLIPLoaderGGUF (city96/ComfyUI-GGUF nodes.py): the
+ * types and runs of CLIPLoader / DualCLIPLoader over a file list that adds
+ * the folder's .gguf files (ComfyUI-GGUF: sorted(clip + clip_gguf)). A GGUF
+ * text encoder (llama.cpp's T5 names, models/checkpoint/gguf_model.h) loads
+ * with its quantized weights kept quantized and widened per op as
+ * ComfyUI-GGUF's dequantize does (float16 arithmetic); a safetensors file
+ * loads as those loaders load it (ComfyUI-GGUF's GGMLOps compute unquantized
+ * weights as ComfyUI's own ops do). Files are probed and opened by their
+ * content, whatever their extension. */
+
+static const char *const gguf_exts[] = {".gguf", NULL};
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The model files of the folder and its .gguf files, one sorted list. */
+static sd_status list_with_gguf(const sd_env *env, const char *folder, sd_value **out, sd_error *err) {
+    sd_value *a = NULL, *b = NULL;
+    sd_status rc = sd_model_paths_list(env, folder, &a, err);
+    if (!rc) rc = sd_env_list_files(env, folder, gguf_exts, &b, err);
+    size_t na = rc ? 0 : sd_value_list_len(a), nb = rc ? 0 : sd_value_list_len(b);
+    const char **names = rc ? NULL : malloc((na + nb + 1) * sizeof *names);
+    sd_value *list = names ? sd_value_list() : NULL;
+    if (!rc && !list) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory listing folder '%s'", folder);
+    if (!rc) {
+        for (size_t i = 0; i < na; i++) names[i] = sd_value_as_string(sd_value_list_get(a, i));
+        for (size_t i = 0; i < nb; i++) names[na + i] = sd_value_as_string(sd_value_list_get(b, i));
+        qsort(names, na + nb, sizeof *names, cmp_name);
+        for (size_t i = 0; i < na + nb && !rc; i++)
+            if (sd_value_list_append(list, sd_value_string(names[i])) != 0) {
+                list = NULL; /* the list was released with the failed append */
+                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory listing folder '%s'", folder);
+            }
+    }
+    free(names);
+    sd_value_unref(a);
+    sd_value_unref(b);
+    if (rc) {
+        sd_value_unref(list);
+        return rc;
+    }
+    *out = list;
+    return SD_OK;
+}
+
+static sd_status list_text_encoders_gguf(const sd_env *env, sd_value **out, sd_error *err) {
+    return list_with_gguf(env, SD_FOLDER_TEXT_ENCODERS, out, err);
+}
+
+static const sd_input_def dual_gguf_inputs[] = {
+    {.name = "clip_name1", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "clip_name2", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "type", .type = SD_T_COMBO, .options = dual_types, .def_str = "sdxl"},
+    {0}};
+
+const sd_node_def sd_node_DualCLIPLoaderGGUF = {
+    .version = 1,
+    .class_type = "DualCLIPLoaderGGUF",
+    .display_name = "DualCLIPLoader (GGUF)",
+    .category = "bootleg",
+    .description = "ComfyUI-GGUF's DualCLIPLoader: two text-encoder files, GGUF (T5 in "
+                   "llama.cpp naming, quantized weights kept quantized) or safetensors, as one "
+                   "CLIP; type flux takes a CLIP-L and a T5-XXL.",
+    .inputs = dual_gguf_inputs,
+    .outputs = clip_outputs,
+    .run = dual_run,
+};
+
+static const sd_input_def single_gguf_inputs[] = {
+    {.name = "clip_name", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "type", .type = SD_T_COMBO, .options = single_types, .def_str = "stable_diffusion"},
+    {0}};
+
+const sd_node_def sd_node_CLIPLoaderGGUF = {
+    .version = 1,
+    .class_type = "CLIPLoaderGGUF",
+    .display_name = "CLIPLoader (GGUF)",
+    .category = "bootleg",
+    .description = "ComfyUI-GGUF's CLIPLoader: one text-encoder file, GGUF or safetensors, as a "
+                   "CLIP, with CLIPLoader's types.",
+    .inputs = single_gguf_inputs,
     .outputs = clip_outputs,
     .run = single_run,
 };

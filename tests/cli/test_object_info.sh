@@ -2,7 +2,9 @@
 # implement. The expected entries (tests/data/comfyui_object_info.json) were
 # derived from ComfyUI's own definitions (nodes.py, comfy_extras V3 schemas,
 # comfy/samplers.py) by scripts/comfyui_object_info.py and checked by
-# reading; their "_source" names the ComfyUI commit. Compared per node: the
+# reading; their "_source" names the ComfyUI commit. The nodes of custom node
+# packs sdflow implements come from the pack itself (tests/data/gguf/
+# object_info.json: city96/ComfyUI-GGUF, by tests/data/gguf/gen/make_object_info.py). Compared per node: the
 # input order (required, optional), each input's type or combo options
 # (file lists excepted), default/min/max/step/multiline/image_upload/
 # control_after_generate, outputs and their names, display_name, category,
@@ -16,10 +18,15 @@ command -v python3 > /dev/null || { echo "SKIP: python3 is needed to compare JSO
 T="${SDFLOW_TEST_TMP:-/tmp/sdflow-test}/cli_object_info"
 rm -rf "$T" && mkdir -p "$T/models"
 "$SDFLOW_BIN" nodes --json --models-dir "$T/models" > "$T/ours.json" 2> "$T/err" || { echo "FAIL: sdflow nodes --json: $(cat "$T/err")"; exit 1; }
-python3 - "$SDFLOW_SOURCE_DIR/tests/data/comfyui_object_info.json" "$T/ours.json" << 'PY'
+python3 - "$SDFLOW_SOURCE_DIR/tests/data/comfyui_object_info.json" "$T/ours.json" \
+    "$SDFLOW_SOURCE_DIR/tests/data/gguf/object_info.json" << 'PY'
 import json, sys
 exp = json.load(open(sys.argv[1]))
 ours = json.load(open(sys.argv[2]))
+# custom node packs whose nodes sdflow implements, from their own definitions
+for extra in sys.argv[3:]:
+    x = json.load(open(extra))
+    exp.update({k: v for k, v in x.items() if not k.startswith("_")})
 FILES = "<files>"
 # Known differences, each with its reason.
 def known(node, inp, key, o, e):

@@ -466,7 +466,42 @@ static void test_lazy(void) {
     sd_gguf_writer_free(w);
 }
 
+/* ComfyUI-GGUF's naming: the prefix rule and sd_map_replace. */
+static void test_view_names(void) {
+    sd_error err = {0};
+    sd_gguf_writer *w = sd_gguf_writer_new();
+    const char *names[] = {"model.diffusion_model.enc.blk.0.attn_q.weight", "model.diffusion_model.token_embd.weight",
+                           "other.weight"};
+    for (int i = 0; i < 3; i++) {
+        sd_tensor *t = sd_tensor_new4(SD_F16, 1, 4, 0, 0, 0);
+        CHECK_OK(sd_gguf_writer_add(w, names[i], t, &err), &err);
+        sd_tensor_unref(t);
+    }
+    void *mem = NULL;
+    size_t size = 0;
+    CHECK_OK(sd_gguf_writer_to_memory(w, &mem, &size, &err), &err);
+    static const char *const map[][2] = {{"enc.", "encoder."}, {".blk.", ".block."}, {"token_embd", "shared"},
+                                         {"attn_q", "layer.0.SelfAttention.q"}, {NULL, NULL}};
+    sd_gguf_view_opts o = {"model.diffusion_model.", map};
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_gguf_open_memory_ex(mem, size, "v.gguf", &o, &f, &err), &err);
+    if (f) {
+        CHECK(sd_st_count(f) == 2);
+        CHECK(sd_st_find(f, "encoder.block.0.layer.0.SelfAttention.q.weight") != NULL);
+        CHECK(sd_st_find(f, "shared.weight") != NULL);
+        sd_st_close(f);
+    }
+    /* names that collide after the renaming */
+    static const char *const clash[][2] = {{"other", "token_embd"}, {"model.diffusion_model.", ""}, {NULL, NULL}};
+    sd_gguf_view_opts o2 = {NULL, clash};
+    CHECK(sd_gguf_open_memory_ex(mem, size, "v.gguf", &o2, &f, &err) == SD_ERR_FORMAT && f == NULL &&
+          strstr(err.msg, "appears twice"));
+    free(mem);
+    sd_gguf_writer_free(w);
+}
+
 int main(void) {
+    test_view_names();
     test_malformed();
     test_other_type();
     test_round_trip();
