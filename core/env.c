@@ -132,6 +132,19 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The directories a model folder name stands for, in ComfyUI's search order
+ * (folder_paths.folder_names_and_paths: a newer folder name also covers the
+ * one it replaced). NULL-terminated. */
+static const char *const *folder_names(const char *folder, const char **one) {
+    static const char *const diffusion[] = {"unet", "diffusion_models", NULL};
+    static const char *const text[] = {"text_encoders", "clip", NULL};
+    if (strcmp(folder, "diffusion_models") == 0) return diffusion;
+    if (strcmp(folder, "text_encoders") == 0) return text;
+    one[0] = folder;
+    one[1] = NULL;
+    return one;
+}
+
 sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name,
                          char **out, sd_error *err) {
     *out = NULL;
@@ -143,22 +156,25 @@ sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name
     }
     if (climbs_out(name))
         return sd_error_set(err, SD_ERR_INVALID, "file name '%s' leaves the '%s' folder", name, folder);
-    char dir[4096], path[8192];
-    sd_env_folder_dir(env, folder, dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (!is_file(path)) {
-        char cdir[4096], cpath[8192];
-        if (comfy_dir(env, folder, cdir, sizeof cdir)) {
-            snprintf(cpath, sizeof cpath, "%s/%s", cdir, name);
-            if (is_file(cpath)) {
-                *out = strdup(cpath);
+    const char *one[2];
+    const char *const *names = folder_names(folder, one);
+    char dir[4096], path[8192], searched[8192] = "";
+    size_t used = 0;
+    for (int pass = 0; pass < 2; pass++) /* ours, then the ComfyUI install's */
+        for (int i = 0; names[i]; i++) {
+            if (pass == 0) sd_env_folder_dir(env, names[i], dir, sizeof dir);
+            else if (!comfy_dir(env, names[i], dir, sizeof dir)) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            if (is_file(path)) {
+                *out = strdup(path);
                 return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
             }
+            if (pass == 0 && used < sizeof searched) {
+                int w = snprintf(searched + used, sizeof searched - used, "%s%s", used ? " or " : "", dir);
+                if (w > 0) used += (size_t)w;
+            }
         }
-        return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found in %s", name, dir);
-    }
-    *out = strdup(path);
-    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found in %s", name, searched);
 }
 
 /* ---- listing ----------------------------------------------------------------- */
@@ -224,8 +240,12 @@ sd_status sd_env_list_files(const sd_env *env, const char *folder,
     *out = NULL;
     strvec names = {0};
     char dir[4096];
-    int rc = walk(sd_env_folder_dir(env, folder, dir, sizeof dir), "", 0, exts, &names);
-    if (!rc && comfy_dir(env, folder, dir, sizeof dir)) rc = walk(dir, "", 0, exts, &names);
+    const char *one[2];
+    const char *const *fn = folder_names(folder, one);
+    int rc = 0;
+    for (int i = 0; !rc && fn[i]; i++) rc = walk(sd_env_folder_dir(env, fn[i], dir, sizeof dir), "", 0, exts, &names);
+    for (int i = 0; !rc && fn[i]; i++)
+        if (comfy_dir(env, fn[i], dir, sizeof dir)) rc = walk(dir, "", 0, exts, &names);
     sd_value *list = rc ? NULL : sd_value_list();
     if (list) {
         if (names.n) qsort(names.v, names.n, sizeof *names.v, cmp_str);

@@ -41,6 +41,8 @@ typedef struct tc_tensor {
 
 typedef struct tc_ctx {
     zip_t *za;           /* zip format */
+    unsigned char *crc_ok; /* zip: per entry, its CRC-32 was checked (see tc_read) */
+    zip_uint64_t n_entries;
     const uint8_t *base; /* legacy format: the whole file */
     size_t size;
     int mapped;          /* munmap(base) on free */
@@ -73,6 +75,7 @@ static void ctx_free(void *p) {
     tc_ctx *c = p;
     if (!c) return;
     if (c->za) zip_discard(c->za); /* read-only: nothing to write back */
+    free(c->crc_ok);
     if (c->mapped) {
         sd_mapguard_remove(c->guard);
         munmap((void *)c->base, c->size);
@@ -86,7 +89,25 @@ static sd_status zip_fail(sd_error *err, const char *path, const char *what, zip
     return sd_error_set(err, SD_ERR_FORMAT, "%s: %s: %s", path, what, zip_error_strerror(ze));
 }
 
-/* Reads a whole entry (at most max bytes) into a malloc'd buffer. */
+/* libzip checks an entry's CRC-32 (and its size) in the read that meets the
+ * end of the data, when everything before was read in order: the read of
+ * the last byte does not meet it, so one more read must return 0. A CRC
+ * mismatch makes that read fail (ZIP_ER_CRC). 0 = checked and right. */
+static int read_to_end(zip_file_t *zf) {
+    uint8_t extra;
+    return zip_fread(zf, &extra, 1) == 0 ? 0 : -1;
+}
+
+static sd_status crc_fail(sd_error *err, const char *path, const char *name, zip_file_t *zf) {
+    zip_error_t *ze = zip_file_get_error(zf);
+    if (zip_error_code_zip(ze) == ZIP_ER_CRC)
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: %s: CRC-32 mismatch: the file is damaged", path, name);
+    return sd_error_set(err, SD_ERR_FORMAT, "%s: %s: %s", path, name,
+                        zip_error_code_zip(ze) ? zip_error_strerror(ze) : "more data than its entry says (damaged?)");
+}
+
+/* Reads a whole entry (at most max bytes) into a malloc'd buffer, its
+ * CRC-32 checked. */
 static sd_status read_entry(zip_t *za, zip_uint64_t idx, zip_uint64_t max, const char *path, const char *name,
                             uint8_t **out, size_t *len, sd_error *err) {
     *out = NULL;
@@ -108,6 +129,7 @@ static sd_status read_entry(zip_t *za, zip_uint64_t idx, zip_uint64_t max, const
     if (got < 0 || (zip_uint64_t)got != st.size)
         rc = got < 0 ? zip_fail(err, path, name, zip_file_get_error(zf))
                      : sd_error_set(err, SD_ERR_FORMAT, "%s: %s: short read (truncated archive?)", path, name);
+    if (!rc && read_to_end(zf)) rc = crc_fail(err, path, name, zf);
     zip_fclose(zf);
     if (rc) {
         free(buf);
@@ -165,19 +187,36 @@ static sd_status tc_read(void *p, const sd_st_entry *e, void *dst, sd_error *err
     if (!buf) return sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory", c->path, e->name);
     sd_status rc = SD_OK;
     zip_file_t *zf = zip_fopen_index(c->za, t->where, 0);
+    /* The first read of a storage goes through all of it in order, so that
+     * libzip checks its CRC-32 at the end (a flipped bit used to load and
+     * change the picture): for a tensor that is its whole storage, the
+     * usual case, that costs no extra read; a view reads the rest of its
+     * storage once. Later reads of a checked storage seek. */
+    int check = t->where < c->n_entries && !c->crc_ok[t->where];
     if (!zf) {
         rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': %s", c->path, e->name,
                           zip_error_strerror(zip_get_error(c->za)));
     } else {
         /* zip_fseek works on stored entries (what torch writes); a
          * recompressed archive is read through. */
-        if (t->start && zip_fseek(zf, (zip_int64_t)t->start, SEEK_SET) != 0 && skip_bytes(zf, t->start) != 0)
+        if (t->start && (check || zip_fseek(zf, (zip_int64_t)t->start, SEEK_SET) != 0) && skip_bytes(zf, t->start) != 0)
             rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': cannot reach its offset in the storage",
                               c->path, e->name);
         zip_int64_t got = rc ? 0 : zip_fread(zf, buf, t->span);
         if (!rc && (got < 0 || (uint64_t)got != t->span))
             rc = sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s': short read from its storage (%s)", c->path,
                               e->name, got < 0 ? zip_error_strerror(zip_file_get_error(zf)) : "truncated");
+        if (!rc && check) {
+            char what[600];
+            snprintf(what, sizeof what, "tensor '%.500s' (its storage)", e->name);
+            zip_stat_t st;
+            uint64_t rest = zip_stat_index(c->za, t->where, 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE) &&
+                                    st.size > t->start + t->span
+                                ? st.size - t->start - t->span
+                                : 0;
+            if (skip_bytes(zf, rest) != 0 || read_to_end(zf)) rc = crc_fail(err, c->path, what, zf);
+            else c->crc_ok[t->where] = 1;
+        }
         zip_fclose(zf);
     }
     if (!rc && !t->contiguous) gather(t, buf, dst);
@@ -401,6 +440,13 @@ static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_
         return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
     }
     c->za = za;
+    zip_int64_t ne = zip_get_num_entries(za, 0);
+    c->n_entries = ne > 0 ? (zip_uint64_t)ne : 0;
+    c->crc_ok = calloc(c->n_entries ? c->n_entries : 1, 1);
+    if (!c->crc_ok) {
+        ctx_free(c);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    }
     tc_build b = {.c = c, .path = path, .err = err};
     char *prefix = NULL;
     uint8_t *pkl = NULL;

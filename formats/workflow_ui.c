@@ -24,6 +24,12 @@ enum { MODE_NEVER = 2, MODE_BYPASS = 4 };
  * two frames a hop: 10,000 hops overflowed an 8 MiB stack under ASan (found by
  * fuzz.workflow_ui); no real workflow chains a thousand reroutes. */
 enum { MAX_ID = 64, MAX_NESTING = 32, MAX_HOPS = 1000 };
+/* Nodes the subgraph expansion may add beyond those the file holds: nested
+ * subgraphs multiply (a 14 KB file of ten levels of ten instances expanded
+ * to 10^7 nodes, 10 GB, before this), so the expanded count is computed
+ * first and a file over it refused before anything is allocated for it. The
+ * largest graphs sdflow is tested with have 100,000 nodes. */
+enum { MAX_EXPANDED = 100000 };
 #define SUBGRAPH_INPUT_NODE "-10" /* the id of a subgraph's input and output nodes */
 #define SUBGRAPH_OUTPUT_NODE "-20"
 
@@ -283,10 +289,27 @@ static sd_status read_subgraphs(conv *c, const cJSON *root) {
     return SD_OK;
 }
 
-static void link_subgraph_nodes(conv *c, ulevel *g) {
-    for (size_t i = 0; i < g->n_nodes; i++)
-        for (size_t k = 0; !g->nodes[i].def && k < c->n_subs; k++)
-            if (!strcmp(g->nodes[i].type, c->subs[k].id)) g->nodes[i].sub = &c->subs[k];
+/* (by bisection over the definitions sorted by id: a file of many nodes and
+ * many definitions stays linearithmic) */
+static int cmp_sub_ptr(const void *a, const void *b) {
+    return strcmp((*(const usub *const *)a)->id, (*(const usub *const *)b)->id);
+}
+
+static int cmp_sub_ptr_stable(const void *a, const void *b) {
+    int d = cmp_sub_ptr(a, b);
+    const usub *x = *(const usub *const *)a, *y = *(const usub *const *)b;
+    return d ? d : (x < y ? -1 : x > y);
+}
+
+static void link_subgraph_nodes(conv *c, usub **sorted, ulevel *g) {
+    for (size_t i = 0; i < g->n_nodes && c->n_subs; i++) {
+        if (g->nodes[i].def) continue;
+        usub key = {.id = g->nodes[i].type}, *kp = &key;
+        usub **hit = bsearch(&kp, sorted, c->n_subs, sizeof *sorted, cmp_sub_ptr);
+        if (!hit) continue;
+        while (hit > sorted && !strcmp(hit[-1]->id, key.id)) hit--; /* the first of equal ids, as before */
+        g->nodes[i].sub = *hit;
+    }
 }
 
 /* ---- slots ------------------------------------------------------------------- */
@@ -705,6 +728,77 @@ static int is_group_node(const char *type) {
     return !strncmp(type, "workflow>", 9) || !strncmp(type, "workflow/", 9);
 }
 
+/* ---- expansion size ------------------------------------------------------------------ */
+
+enum { COUNT_NEW, COUNT_BUSY, COUNT_DONE };
+
+typedef struct counter {
+    unsigned char *state; /* per subgraph definition */
+    size_t *nodes;        /* its expanded node count, saturated at `cap` */
+    size_t cap;
+    const usub *over;     /* the first (innermost) definition found over the cap */
+} counter;
+
+static size_t sat_add(size_t a, size_t b, size_t cap) { return a >= cap || b >= cap - a ? cap : a + b; }
+
+/* The nodes emit_level would emit for level g, saturating at k->cap. A
+ * definition that contains itself is left to emit_level's nesting check
+ * (counted as 0 here). */
+static size_t count_level(conv *c, counter *k, const ulevel *g) {
+    size_t total = 0;
+    for (size_t i = 0; i < g->n_nodes && total < k->cap; i++) {
+        const unode *n = &g->nodes[i];
+        if (n->mode == MODE_NEVER || n->mode == MODE_BYPASS || is_virtual(n->type)) continue;
+        if (!n->sub) {
+            total = sat_add(total, 1, k->cap);
+            continue;
+        }
+        size_t s = (size_t)(n->sub - c->subs);
+        if (k->state[s] == COUNT_NEW) {
+            k->state[s] = COUNT_BUSY;
+            k->nodes[s] = count_level(c, k, &n->sub->g);
+            k->state[s] = COUNT_DONE;
+            if (k->nodes[s] >= k->cap && !k->over) k->over = n->sub;
+        }
+        if (k->state[s] == COUNT_DONE) total = sat_add(total, k->nodes[s], k->cap);
+    }
+    return total;
+}
+
+/* Refuses a workflow whose subgraphs expand to more than MAX_EXPANDED nodes
+ * beyond the file's own, naming the subgraph. */
+static sd_status check_expansion(conv *c) {
+    size_t own = c->root.n_nodes;
+    for (size_t i = 0; i < c->n_subs; i++) own += c->subs[i].g.n_nodes;
+    counter k = {calloc(c->n_subs ? c->n_subs : 1, 1), calloc(c->n_subs ? c->n_subs : 1, sizeof(size_t)),
+                 own + MAX_EXPANDED, NULL};
+    if (!k.state || !k.nodes) {
+        free(k.state);
+        free(k.nodes);
+        return sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
+    }
+    size_t total = count_level(c, &k, &c->root);
+    sd_status rc = SD_OK;
+    if (total >= k.cap) {
+        const usub *big = k.over;
+        if (!big) /* none alone is over: the root's largest */
+            for (size_t i = 0; i < c->root.n_nodes; i++) {
+                const unode *n = &c->root.nodes[i];
+                if (n->sub && k.state[n->sub - c->subs] == COUNT_DONE &&
+                    (!big || k.nodes[n->sub - c->subs] > k.nodes[big - c->subs]))
+                    big = n->sub;
+            }
+        size_t bn = big ? k.nodes[big - c->subs] : 0;
+        rc = fail(c, SD_ERR_INVALID,
+                  "the subgraphs expand to more than %zu nodes (the file holds %zu; at most %d more are "
+                  "allowed): subgraph %.100s alone expands to %s%zu nodes",
+                  k.cap, own, MAX_EXPANDED, big ? big->id : "?", bn >= k.cap ? "more than " : "", bn >= k.cap ? k.cap : bn);
+    }
+    free(k.state);
+    free(k.nodes);
+    return rc;
+}
+
 static sd_status emit_level(conv *c, const uinst *in) {
     for (size_t i = 0; i < in->g->n_nodes; i++) {
         const unode *n = &in->g->nodes[i];
@@ -781,7 +875,11 @@ static sd_status drop_dangling(conv *c) {
 /* ---- entry points ------------------------------------------------------------------ */
 
 int sd_workflow_ui_detect(const cJSON *root) {
-    return cJSON_IsObject(root) && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(root, "nodes")) &&
+    /* "nodes" of any kind but an API node (an API node could be named
+     * "nodes"): a UI file whose nodes are not a list is a malformed UI file,
+     * refused by the conversion, not an empty API workflow */
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(root, "nodes");
+    return cJSON_IsObject(root) && nodes && !cJSON_GetObjectItemCaseSensitive(nodes, "class_type") &&
            cJSON_GetObjectItemCaseSensitive(root, "links") != NULL;
 }
 
@@ -797,10 +895,17 @@ sd_status sd_workflow_ui_to_api(const cJSON *root, const char *source, cJSON **a
                     cJSON_GetObjectItemCaseSensitive(root, "links"), "", &c.root);
     if (!rc) rc = read_subgraphs(&c, root);
     if (rc) goto done;
-    link_subgraph_nodes(&c, &c.root);
-    for (size_t k = 0; k < c.n_subs; k++) link_subgraph_nodes(&c, &c.subs[k].g);
+    usub **sorted = malloc((c.n_subs ? c.n_subs : 1) * sizeof *sorted);
+    if (!sorted) { rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory"); goto done; }
+    for (size_t k = 0; k < c.n_subs; k++) sorted[k] = &c.subs[k];
+    /* stable by file order for equal ids: qsort is not stable, so ties break on the address */
+    qsort(sorted, c.n_subs, sizeof *sorted, cmp_sub_ptr_stable);
+    link_subgraph_nodes(&c, sorted, &c.root);
+    for (size_t k = 0; k < c.n_subs; k++) link_subgraph_nodes(&c, sorted, &c.subs[k].g);
+    free(sorted);
     uinst top = {.g = &c.root, .prefix = ""};
-    rc = emit_level(&c, &top);
+    rc = check_expansion(&c);
+    if (!rc) rc = emit_level(&c, &top);
     if (!rc) rc = drop_dangling(&c);
     if (rc) goto done;
     if (c.n_out) qsort(c.out, c.n_out, sizeof *c.out, cmp_emitted);

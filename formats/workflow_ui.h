@@ -36,8 +36,9 @@
 #include <cjson/cJSON.h>
 #include "core/error.h"
 
-/* 1 when `root` is a UI-format workflow: an object with a "nodes" array and
- * a "links" member. */
+/* 1 when `root` is a UI-format workflow: an object with a "links" member and
+ * a "nodes" member that is not an API node (one whose "nodes" is not a list
+ * is a malformed UI file: the conversion refuses it). */
 int sd_workflow_ui_detect(const cJSON *root);
 
 /* Convert a UI-format workflow (parsed with sd_json_parse_exact, so that big
@@ -47,7 +48,8 @@ int sd_workflow_ui_detect(const cJSON *root);
  * (id, class_type and title), and the widget or input when one is concerned:
  * SD_ERR_FORMAT for a malformed file, SD_ERR_UNSUPPORTED for what is not
  * handled (legacy group nodes), SD_ERR_INVALID for widget values that do not
- * line up with our schema. */
+ * line up with our schema, or subgraphs that expand to more than 100,000
+ * nodes beyond those the file holds (checked before expanding). */
 sd_status sd_workflow_ui_to_api(const cJSON *root, const char *source, cJSON **api,
                                 sd_error *err);
 

@@ -28,6 +28,7 @@ struct sd_checkpoint {
     sd_st_file *file; /* dropped once every present part is loaded */
     sd_ckpt_info info;
     sd_unet *unet;
+    sd_flux *flux; /* the diffusion model of a FLUX file (unet stays NULL) */
     sd_text_encoder *te;
     sd_tokenizer *tok;
     sd_t5_tokenizer *t5tok;
@@ -46,6 +47,7 @@ const char *sd_ckpt_family_name(sd_ckpt_family f) {
     case SD_CKPT_SD1: return "sd1";
     case SD_CKPT_SDXL: return "sdxl";
     case SD_CKPT_SD2: return "sd2";
+    case SD_CKPT_FLUX: return "flux";
     default: return "none";
     }
 }
@@ -69,17 +71,20 @@ static int has_prefix(const sd_st_file *f, const char *prefix) {
  * of output_blocks.11.1.transformer_blocks.0.norm1.bias exceeds 0.09, else
  * EPS (SD2-base). Inpainting (9-channel) SD2 models are always EPS. The
  * file stores no prediction type; this bias is what tells them apart. */
-#define SD2_VPRED_KEY SD_UNET_PREFIX "output_blocks.11.1.transformer_blocks.0.norm1.bias"
+#define SD2_VPRED_KEY "output_blocks.11.1.transformer_blocks.0.norm1.bias"
 #define SD2_VPRED_STD 0.09
 
-static sd_status sd2_prediction(sd_st_file *f, int in_channels, sd_prediction *out, sd_error *err) {
+static sd_status sd2_prediction(sd_st_file *f, const char *prefix, int in_channels,
+                                sd_prediction *out, sd_error *err) {
     *out = SD_PRED_EPS;
-    if (in_channels != 4 || !sd_st_find(f, SD2_VPRED_KEY)) return SD_OK;
-    sd_tensor *t = sd_st_tensor(f, SD2_VPRED_KEY, err);
+    char key[256];
+    snprintf(key, sizeof key, "%s%s", prefix, SD2_VPRED_KEY);
+    if (in_channels != 4 || !sd_st_find(f, key)) return SD_OK;
+    sd_tensor *t = sd_st_tensor(f, key, err);
     sd_tensor *t32 = t ? sd_tensor_to_dtype(t, SD_F32) : NULL;
     sd_tensor_unref(t);
     if (!t32) {
-        if (t) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", SD2_VPRED_KEY);
+        if (t) return sd_error_set(err, SD_ERR_NOMEM, "out of memory reading '%s'", key);
         return err ? err->code : SD_ERR_FORMAT;
     }
     size_t n = (size_t)sd_tensor_numel(t32);
@@ -109,19 +114,38 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
                             "eps-prediction models are supported",
                             path);
 
-    if (has_prefix(f, SD_UNET_PREFIX)) {
-        sd_status rc = sd_unet_detect(f, SD_UNET_PREFIX, &info->unet, err);
+    /* The diffusion model: Flux's DiT or an SD UNet, under the single-file
+     * prefix or bare (a diffusion_models/ file) */
+    const char *dp = NULL;
+    int flux = 0;
+    if (sd_flux_present(f, SD_UNET_PREFIX)) dp = SD_UNET_PREFIX, flux = 1;
+    else if (has_prefix(f, SD_UNET_PREFIX)) dp = SD_UNET_PREFIX;
+    else if (sd_flux_present(f, "")) dp = "", flux = 1;
+    else if (sd_st_find(f, "input_blocks.0.0.weight")) dp = "";
+    if (dp && flux) {
+        sd_status rc = sd_flux_detect(f, dp, &info->flux, err);
+        if (rc) return rc; /* the message names the file */
+        info->has_unet = 1;
+        info->dmodel_kind = SD_DMODEL_FLUX;
+        info->dmodel_prefix = dp;
+        info->family = SD_CKPT_FLUX;
+        info->prediction = SD_PRED_CONST;
+        info->latent_format = &sd_latent_flux;
+    } else if (dp) {
+        sd_status rc = sd_unet_detect(f, dp, &info->unet, err);
         if (rc) {
             if (err && !strstr(err->msg, path)) sd_error_prefix(err, "%s", path);
             return rc;
         }
         info->has_unet = 1;
+        info->dmodel_kind = SD_DMODEL_UNET;
+        info->dmodel_prefix = dp;
         info->family = info->unet.kind == SD_UNET_SDXL  ? SD_CKPT_SDXL
                        : info->unet.kind == SD_UNET_SD2 ? SD_CKPT_SD2
                                                         : SD_CKPT_SD1;
         if (info->family == SD_CKPT_SDXL) info->latent_format = &sd_latent_sdxl;
         if (info->family == SD_CKPT_SD2 && read_tensors) {
-            sd_status prc = sd2_prediction(f, info->unet.in_channels, &info->prediction, err);
+            sd_status prc = sd2_prediction(f, dp, info->unet.in_channels, &info->prediction, err);
             if (prc) return prc;
         }
         info->inpaint = info->unet.in_channels == 9;
@@ -152,9 +176,9 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
     info->has_text_encoder = info->te_kind != 0;
     if (!info->has_unet && !info->has_vae && !info->has_text_encoder)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "%s: no Stable Diffusion part found (no keys under "
-                            "model.diffusion_model., first_stage_model., cond_stage_model., "
-                            "conditioner. or text_encoders., and not a T5 or CLIP text encoder "
+                            "%s: no model part found (no keys under model.diffusion_model., "
+                            "first_stage_model., cond_stage_model., conditioner. or "
+                            "text_encoders., and not a bare UNet, Flux DiT, VAE, T5 or CLIP "
                             "file; %zu tensors, first '%s')",
                             path, sd_st_count(f),
                             sd_st_count(f) ? sd_st_at(f, 0)->name : "");
@@ -228,6 +252,7 @@ sd_checkpoint *sd_checkpoint_ref(sd_checkpoint *c) {
 void sd_checkpoint_unref(sd_checkpoint *c) {
     if (!c || __atomic_sub_fetch(&c->refcount, 1, __ATOMIC_SEQ_CST) > 0) return;
     sd_unet_free(c->unet);
+    sd_flux_free(c->flux);
     sd_text_encoder_free(c->te);
     sd_tokenizer_free(c->tok);
     sd_t5_tokenizer_free(c->t5tok);
@@ -247,7 +272,7 @@ sd_backend *sd_checkpoint_backend(const sd_checkpoint *c) { return c->be; }
 /* Drop the mapping once nothing is left to load from it (called locked). */
 static void maybe_close_file(sd_checkpoint *c) {
     if (!c->file) return;
-    if (c->info.has_unet && !c->unet) return;
+    if (c->info.has_unet && !c->unet && !c->flux) return;
     if (c->info.has_text_encoder && !c->te) return;
     if (c->info.has_vae && !c->vae) return;
     sd_st_close(c->file);
@@ -337,24 +362,52 @@ static sd_status missing(const sd_checkpoint *c, const char *what, const char *w
                         where);
 }
 
+/* Loads the diffusion model part (called locked). */
+static sd_status load_dmodel(sd_checkpoint *c, sd_error *err) {
+    if (c->unet || c->flux) return SD_OK;
+    sd_status rc = ensure_file(c, err);
+    if (rc) return rc;
+    const char *dp = c->info.dmodel_prefix ? c->info.dmodel_prefix : SD_UNET_PREFIX;
+    int flux = c->info.dmodel_kind == SD_DMODEL_FLUX;
+    if (flux) rc = sd_flux_load(c->be, c->file, dp, c->weight_dtype, &c->flux, err);
+    else rc = sd_unet_load(c->be, c->file, dp, c->weight_dtype, &c->unet, err);
+    if (rc) {
+        const char *const pre[] = {dp, NULL};
+        name_nonfinite(c, pre, flux ? "diffusion model" : "UNet", err);
+        prefix_part(c, err, flux ? "Flux diffusion model" : "UNet");
+    } else {
+        maybe_close_file(c);
+    }
+    return rc;
+}
+
 sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err) {
     *out = NULL;
     if (!c->info.has_unet) return missing(c, "diffusion model", SD_UNET_PREFIX, err);
+    if (c->info.dmodel_kind != SD_DMODEL_UNET)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s is a %s model, not a Stable Diffusion UNet",
+                            c->path, sd_ckpt_family_name(c->info.family));
     pthread_mutex_lock(&c->mu);
-    sd_status rc = SD_OK;
-    if (!c->unet) rc = ensure_file(c, err);
-    if (!rc && !c->unet) {
-        rc = sd_unet_load(c->be, c->file, SD_UNET_PREFIX, c->weight_dtype, &c->unet, err);
-        if (rc) {
-            static const char *const pre[] = {SD_UNET_PREFIX, NULL};
-            name_nonfinite(c, pre, "UNet", err);
-            prefix_part(c, err, "UNet");
-        }
-        else maybe_close_file(c);
-    }
+    sd_status rc = load_dmodel(c, err);
     *out = c->unet;
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+sd_status sd_checkpoint_dmodel(sd_checkpoint *c, sd_dmodel *out, sd_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!c->info.has_unet) return missing(c, "diffusion model", SD_UNET_PREFIX, err);
+    pthread_mutex_lock(&c->mu);
+    sd_status rc = load_dmodel(c, err);
+    if (!rc && c->flux) sd_flux_as_dmodel(c->flux, out);
+    else if (!rc) sd_unet_as_dmodel(c->unet, out);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int sd_ckpt_info_latent_channels(const sd_ckpt_info *info) {
+    if (!info->has_unet) return 0;
+    return info->dmodel_kind == SD_DMODEL_FLUX ? info->flux.out_channels : info->unet.out_channels;
 }
 
 sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err) {
@@ -415,7 +468,7 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
 
 void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae) {
     pthread_mutex_lock(&c->mu);
-    if (unet) *unet = c->unet != NULL;
+    if (unet) *unet = c->unet != NULL || c->flux != NULL;
     if (text_encoder) *text_encoder = c->te != NULL;
     if (vae) *vae = c->vae != NULL;
     pthread_mutex_unlock(&c->mu);
@@ -444,7 +497,10 @@ void sd_checkpoint_release(sd_checkpoint *c, unsigned parts) {
         /* F16 weights are views of the mapping: freeing them also hands
          * their pages back (formats/safetensors.c), although the mapping stays
          * for the parts still in use. */
-        if (bit == SD_CKPT_PART_UNET) sd_unet_free(c->unet), c->unet = NULL;
+        if (bit == SD_CKPT_PART_UNET) {
+            sd_unet_free(c->unet), c->unet = NULL;
+            sd_flux_free(c->flux), c->flux = NULL;
+        }
         if (bit == SD_CKPT_PART_TEXT) sd_text_encoder_free(c->te), c->te = NULL;
         if (bit == SD_CKPT_PART_VAE) sd_vae_free(c->vae), c->vae = NULL;
     }

@@ -1,6 +1,6 @@
-/* checkpoint.h - single-file Stable Diffusion checkpoints: detection, lazy
- * loading of the UNet, text encoder and VAE, and the process-lifetime store
- * of loaded models.
+/* checkpoint.h - single-file checkpoints and model files (Stable Diffusion,
+ * Flux): detection, lazy loading of the diffusion model, text encoder and
+ * VAE, and the process-lifetime store of loaded models.
  *
  * A checkpoint is opened (memory-mapped, header validated, architecture
  * detected from key names and shapes) without loading any weight. Each part
@@ -8,8 +8,12 @@
  * the cache never loads the text encoder. Once every present part is loaded
  * the file mapping is dropped: weights are held once, in the backend's dtype.
  *
- * Layouts (the keys real SD1.x / SDXL files use):
- *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1, SD2 or SDXL)
+ * Layouts (the keys real SD1.x / SDXL / Flux files use):
+ *   UNet  model.diffusion_model.*   (models/unet/unet.h detection: SD1, SD2 or
+ *                                    SDXL), or bare (a diffusion_models/ file)
+ *   DiT   the Flux DiT's keys (models/flux/flux.h) under model.diffusion_model.
+ *         (Comfy-Org single-file checkpoints) or bare (diffusion_models/
+ *         flux1-dev.safetensors); family SD_CKPT_FLUX
  *   VAE   first_stage_model.*       ("" for a standalone VAE file such as
  *                                    Flux's 16-channel ae; vae.* in the
  *                                    single-file Flux checkpoints)
@@ -40,6 +44,8 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "models/dmodel/dmodel.h"
+#include "models/flux/flux.h"
 #include "models/sampling/latent_format.h"
 #include "models/sampling/model_sampling.h"
 #include "models/text/text_encode.h"
@@ -50,17 +56,23 @@ typedef enum sd_ckpt_family {
     SD_CKPT_NONE = 0, /* no UNet (a standalone VAE or text-encoder file) */
     SD_CKPT_SD1 = 1,
     SD_CKPT_SDXL = 2,
-    SD_CKPT_SD2 = 3   /* SD2.x: OpenCLIP-H text encoder, linear proj_in, eps or v */
+    SD_CKPT_SD2 = 3,  /* SD2.x: OpenCLIP-H text encoder, linear proj_in, eps or v */
+    SD_CKPT_FLUX = 4  /* Flux.1 DiT (dev: guidance_embed; schnell) */
 } sd_ckpt_family;
 
 typedef struct sd_ckpt_info {
     sd_ckpt_family family;
+    /* has_unet: a diffusion model of any kind (the UNet, or the DiT of the
+     * FLUX family); dmodel_kind says which */
     int has_unet, has_text_encoder, has_vae;
     sd_te_kind te_kind;      /* what the text-encoder keys make (0: none; sd_text_encoder_detect) */
-    sd_unet_config unet;     /* valid when has_unet */
+    sd_dmodel_kind dmodel_kind;
+    const char *dmodel_prefix; /* "model.diffusion_model." or "" (a bare model file) */
+    sd_unet_config unet;     /* valid when dmodel_kind is SD_DMODEL_UNET */
+    sd_flux_config flux;     /* valid when dmodel_kind is SD_DMODEL_FLUX */
     const char *vae_prefix;  /* "first_stage_model.", "vae." or "" */
     /* the MODEL's latent format (process_latent_in/out at sampling, previews):
-     * SD1's for SD1/SD2 and a bare VAE, SDXL's for SDXL */
+     * SD1's for SD1/SD2 and a bare VAE, SDXL's for SDXL, Flux's for FLUX */
     const sd_latent_format *latent_format;
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
@@ -77,7 +89,11 @@ typedef struct sd_checkpoint_opts {
     /* CLIP-L attention heads when not width / 64 (tiny test models; see
      * sd_te_load_opts); 0 = width / 64. */
     int clip_l_heads;
-    sd_dtype weight_dtype; /* dtype of weights on the backend: SD_F32 on the CPU */
+    /* dtype of the diffusion model's weights on the backend: SD_F32 keeps
+     * narrow (F16/BF16/fp8) weights as stored where the backend widens them
+     * per op; F8_E4M3 / F8_E5M2 convert every diffusion-model tensor to it at
+     * load (UNETLoader's weight_dtype). Text encoders and VAEs keep theirs. */
+    sd_dtype weight_dtype;
 } sd_checkpoint_opts;
 
 void sd_checkpoint_opts_default(sd_checkpoint_opts *o);
@@ -101,7 +117,7 @@ void sd_checkpoint_unref(sd_checkpoint *c);         /* NULL-safe */
 const sd_ckpt_info *sd_checkpoint_info(const sd_checkpoint *c);
 const char *sd_checkpoint_path(const sd_checkpoint *c);
 sd_backend *sd_checkpoint_backend(const sd_checkpoint *c);
-/* "sd1", "sd2", "sdxl" or "none". */
+/* "sd1", "sd2", "sdxl", "flux" or "none". */
 const char *sd_ckpt_family_name(sd_ckpt_family f);
 
 /* The parts, loaded on first call (borrowed; NULL never returned on SD_OK).
@@ -111,10 +127,20 @@ const char *sd_ckpt_family_name(sd_ckpt_family f);
  * for a T5 the T5 tokenizer.json; SD_ERR_NOT_FOUND says how to configure
  * them). */
 sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err);
+/* The diffusion model of any kind behind the interface the sampler uses
+ * (models/dmodel/dmodel.h), loaded on first call: the UNet (as
+ * sd_checkpoint_unet) or the Flux DiT, weights in the checkpoint's
+ * weight_dtype (sd_checkpoint_opts). sd_checkpoint_unet on a Flux file is
+ * SD_ERR_UNSUPPORTED naming the family. *out borrows the network. */
+sd_status sd_checkpoint_dmodel(sd_checkpoint *c, sd_dmodel *out, sd_error *err);
+/* Latent channels of the diffusion model (4 for the SD families, the DiT's
+ * out_channels for Flux), 0 without one. From detection: nothing loads. */
+int sd_ckpt_info_latent_channels(const sd_ckpt_info *info);
 sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err);
 sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err);
 
-/* Which parts are loaded already (1/0 each; NULL pointers skipped). For
+/* Which parts are loaded already (1/0 each; NULL pointers skipped; unet:
+ * the diffusion model of any kind). For
  * tests and status displays: loading is lazy. */
 void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae);
 

@@ -26,6 +26,7 @@
 #define SD_FOLDER_CONTROLNET "controlnet"
 #define SD_FOLDER_EMBEDDINGS "embeddings"
 #define SD_FOLDER_UPSCALE_MODELS "upscale_models"
+#define SD_FOLDER_DIFFUSION_MODELS "diffusion_models" /* also models/unet (core/env.h) */
 
 /* Extensions ComfyUI lists for model folders (supported_pt_extensions):
  * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Torch zip checkpoints

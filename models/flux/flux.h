@@ -44,6 +44,7 @@
 
 #include "formats/safetensors.h"
 #include "kernels/backend.h"
+#include "models/dmodel/dmodel.h"
 
 #define SD_FLUX_MAX_AXES 4
 
@@ -112,6 +113,10 @@ void sd_flux_set_tap(sd_flux *m, sd_flux_tap_fn fn, void *user);
  * fit the model, else the backend's error. */
 sd_status sd_flux_forward(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
                           const float *guidance, sd_bt **out, sd_error *err);
+
+/* The model behind the diffusion model interface (models/dmodel/dmodel.h):
+ * *out borrows m (extra inputs: none). */
+void sd_flux_as_dmodel(sd_flux *m, sd_dmodel *out);
 
 /* ---- host-side helpers ------------------------------------------------------- */
 

@@ -40,10 +40,10 @@ void sd_prompt_opts_t5xxl(sd_prompt_opts *o)
     o->embedding_key = "t5xxl";
 }
 
-static sd_status clip_encode(const void *tok, const char *text, size_t len, int32_t **ids,
-                             size_t *n, sd_error *err)
+static sd_status clip_encode(const void *tok, const char *text, size_t len,
+                             const volatile sig_atomic_t *stop, int32_t **ids, size_t *n, sd_error *err)
 {
-    return sd_tokenizer_encode(tok, text, len, ids, n, err);
+    return sd_tokenizer_encode_ex(tok, text, len, stop, ids, n, err);
 }
 
 void sd_prompt_vocab_clip(sd_prompt_vocab *v, const sd_tokenizer *tok)
@@ -349,7 +349,7 @@ static sd_status add_text(builder *b, const char *text, size_t len, double w, sd
 {
     int32_t *ids;
     size_t n;
-    sd_status st = b->v->encode(b->v->tok, text, len, &ids, &n, err);
+    sd_status st = b->v->encode(b->v->tok, text, len, b->o->stop, &ids, &n, err);
     if (st != SD_OK)
         return st;
     if (open_group(b) < 0)

@@ -36,6 +36,7 @@
 #ifndef SD_PROMPT_H
 #define SD_PROMPT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
@@ -61,6 +62,9 @@ typedef struct sd_prompt_opts {
     int disable_weights;       /* 1: no (...) parsing, every token weight 1.0 */
     sd_prompt_warn_fn warn;    /* may be NULL */
     void *warn_ud;
+    /* non-zero once the user asked to stop: tokenizing ends with
+     * SD_ERR_CANCELLED (may be NULL) */
+    const volatile sig_atomic_t *stop;
 } sd_prompt_opts;
 
 /* Defaults for CLIP-L (SD1, SDXL 'l'): 77, pad with end, key clip_l. */
@@ -78,9 +82,10 @@ void sd_prompt_opts_t5xxl(sd_prompt_opts *o);
  * around each chunk. */
 typedef struct sd_prompt_vocab {
     const void *tok;
-    /* text[0..len) -> *ids (malloc'd, owned by the caller, non-NULL) */
-    sd_status (*encode)(const void *tok, const char *text, size_t len, int32_t **ids, size_t *n,
-                        sd_error *err);
+    /* text[0..len) -> *ids (malloc'd, owned by the caller, non-NULL);
+     * SD_ERR_CANCELLED once *stop is non-zero (stop may be NULL) */
+    sd_status (*encode)(const void *tok, const char *text, size_t len,
+                        const volatile sig_atomic_t *stop, int32_t **ids, size_t *n, sd_error *err);
     int32_t start; /* start token, -1 = none (T5) */
     int32_t end;   /* end token, -1 = none */
 } sd_prompt_vocab;

@@ -348,8 +348,9 @@ nomem:
     return sd_error_set(err, SD_ERR_NOMEM, "T5 tokenizer: out of memory");
 }
 
-static sd_status encode_plain(const void *tok, const char *text, size_t len, int32_t **ids,
-                              size_t *n, sd_error *err) {
+static sd_status encode_plain(const void *tok, const char *text, size_t len,
+                              const volatile sig_atomic_t *stop, int32_t **ids, size_t *n, sd_error *err) {
+    if (stop && *stop) return sd_error_set(err, SD_ERR_CANCELLED, "interrupted");
     return sd_t5_tokenizer_encode(tok, text, len, 0, ids, n, err);
 }
 

@@ -424,6 +424,71 @@ static sd_bt *apply_weights(sd_backend *be, const sd_prompt_tokens *t, sd_bt *z,
     return out;
 }
 
+/* Chunks one CLIP forward takes at most. A prompt of k chunks needs
+ * activations for all of them at once in one batch (a 1 MB word is ~4000
+ * chunks: gigabytes); in batches of this many the memory is that of one
+ * batch plus the output, and an interrupt is seen between batches. Prompts
+ * of up to this many chunks (~1200 tokens) run in one batch as before. */
+#define CLIP_CHUNK_BATCH 16
+
+/* sd_clip_forward over in->n chunks in batches of CLIP_CHUNK_BATCH: the
+ * hidden states of every chunk, in order; pooled/projected of the first
+ * batch only (the caller uses the first chunk's). */
+static sd_status clip_forward_batched(sd_clip *clip, const sd_clip_tokens *in, sd_clip_layer layer,
+                                      const volatile sig_atomic_t *stop, sd_clip_output *out,
+                                      sd_error *err) {
+    memset(out, 0, sizeof *out);
+    if (stop && *stop) return sd_error_set(err, SD_ERR_CANCELLED, "interrupted");
+    if (in->n <= CLIP_CHUNK_BATCH) return sd_clip_forward(clip, in, layer, out, err);
+    int nb = (in->n + CLIP_CHUNK_BATCH - 1) / CLIP_CHUNK_BATCH;
+    sd_bt **parts = calloc((size_t)nb, sizeof *parts);
+    if (!parts) return sd_error_set(err, SD_ERR_NOMEM, "out of memory for %d chunk batches", nb);
+    sd_status rc = SD_OK;
+    for (int b = 0; b < nb && rc == SD_OK; b++) {
+        if (stop && *stop) {
+            rc = sd_error_set(err, SD_ERR_CANCELLED, "interrupted");
+            break;
+        }
+        int s = b * CLIP_CHUNK_BATCH, m = in->n - s < CLIP_CHUNK_BATCH ? in->n - s : CLIP_CHUNK_BATCH;
+        size_t at = (size_t)s * (size_t)in->len;
+        sd_clip_tokens part = {m, in->len, in->ids + at, in->vectors ? in->vectors + at : NULL};
+        sd_clip_output o;
+        rc = sd_clip_forward(clip, &part, layer, &o, err);
+        if (rc != SD_OK) break;
+        parts[b] = o.hidden;
+        o.hidden = NULL;
+        if (b == 0) {
+            out->pooled = o.pooled;
+            out->projected = o.projected;
+            o.pooled = o.projected = NULL;
+        }
+        sd_clip_output_free(&o);
+    }
+    /* join in a balanced tree: each value is copied O(log nb) times */
+    sd_backend *be = sd_clip_backend(clip);
+    for (int w = 1; rc == SD_OK && w < nb; w *= 2)
+        for (int i = 0; i + w < nb; i += 2 * w) {
+            sd_bt *j = sd_op_concat(parts[i], parts[i + w], 0);
+            sd_bt_free(parts[i]);
+            sd_bt_free(parts[i + w]);
+            parts[i] = j;
+            parts[i + w] = NULL;
+            if (!j) {
+                rc = sd_backend_take_error(be, err);
+                if (rc == SD_OK) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory joining chunk batches");
+                break;
+            }
+        }
+    if (rc == SD_OK) {
+        out->hidden = parts[0];
+        parts[0] = NULL;
+    }
+    for (int b = 0; b < nb; b++) sd_bt_free(parts[b]);
+    free(parts);
+    if (rc != SD_OK) sd_clip_output_free(out);
+    return rc;
+}
+
 /* One encoder over all chunks of t: *cond [1, len*k, W] and *pooled [1, P]
  * (backend tensors owned by the caller). */
 static sd_status encode_role(const te_role *r, const sd_prompt_tokens *t, int clip_skip,
@@ -449,7 +514,7 @@ static sd_status encode_role(const te_role *r, const sd_prompt_tokens *t, int cl
     build_slots(cfg->hidden, r->pad, SD_CLIP_BOS, SD_CLIP_EOS, t, weighted, ids, vecs, &any_vec, o);
     sd_clip_tokens in = {n, t->chunk_len, ids, any_vec ? (const float *const *)vecs : NULL};
     sd_clip_output out;
-    sd_status rc = sd_clip_forward(r->clip, &in, pick_layer(r, clip_skip), &out, err);
+    sd_status rc = clip_forward_batched(r->clip, &in, pick_layer(r, clip_skip), o ? o->interrupt : NULL, &out, err);
     free(ids);
     free(vecs);
     if (rc != SD_OK) return rc;
@@ -672,6 +737,7 @@ static void prompt_opts(const te_role *r, const sd_text_encode_opts *o, sd_promp
         po->n_embedding_dirs = o->n_embedding_dirs;
         po->warn = o->warn;
         po->warn_ud = o->warn_ud;
+        po->stop = o->interrupt;
     }
 }
 
@@ -741,6 +807,7 @@ sd_status sd_text_encode_flux(const sd_text_encoder *te, const char *clip_l, con
             po.n_embedding_dirs = opts->n_embedding_dirs;
             po.warn = opts->warn;
             po.warn_ud = opts->warn_ud;
+            po.stop = opts->interrupt;
         }
         rc = sd_prompt_tokenize_vocab(&v5, t5xxl ? t5xxl : "", &po, &t, err);
     }

@@ -162,6 +162,10 @@ typedef struct sd_text_encode_opts {
     size_t n_embedding_dirs;
     sd_prompt_warn_fn warn; /* missing/ignored embeddings; may be NULL */
     void *warn_ud;
+    /* non-zero once the user asked to stop: tokenizing and encoding end
+     * with SD_ERR_CANCELLED (checked between words and chunk batches; may
+     * be NULL) */
+    const volatile sig_atomic_t *interrupt;
 } sd_text_encode_opts;
 
 /* CLIPTextEncode: tokenize `text` for every encoder of the model and encode.

@@ -758,41 +758,140 @@ static int idbuf_push(idbuf *b, int32_t x)
     return 0;
 }
 
-/* BPE of one piece's bytes into w (an array the caller sized to len). */
-static size_t bpe_piece(const sd_tokenizer *t, const unsigned char *s, size_t len, int32_t *w)
+/* BPE of one piece's bytes into w (an array the caller sized to len).
+ *
+ * transformers' CLIPTokenizer.bpe, merge for merge: take the adjacent pair
+ * of lowest rank, merge all its occurrences left to right (an occurrence
+ * overlapping a merged one is skipped), repeat. Done literally that costs a
+ * pass over the word per rank applied: quadratic, and a 1 MB word took 20 s
+ * (issue 23). Here the pairs wait in a heap ordered by (rank, position):
+ * popping a rank's entries in position order is the left-to-right pass;
+ * entries made stale by a merge are recognised by looking the pair up
+ * again; the pairs a merge creates wait until the rank's round is over, as
+ * in the literal loop, where they only count from the next pass on. So the
+ * result is the same for any merge table, in O(n log n).
+ *
+ * Returns the symbol count, -1 when out of memory, -2 when *stop became
+ * non-zero (polled every few thousand merges). */
+typedef struct bpe_entry { int32_t rank, pos; } bpe_entry;
+
+static int entry_less(bpe_entry a, bpe_entry b)
 {
-    size_t n = len;
-    for (size_t i = 0; i < len; i++)
-        w[i] = i + 1 < len ? t->byte_id[s[i]] : t->byte_end_id[s[i]];
-    while (n > 1) {
-        int32_t best_rank = INT32_MAX, a = 0, b = 0, m = 0;
-        for (size_t i = 0; i + 1 < n; i++) {
-            const merge_slot *ms = merge_get(&t->merges, w[i], w[i + 1]);
-            if (ms && ms->rank < best_rank) {
-                best_rank = ms->rank;
-                a = w[i];
-                b = w[i + 1];
-                m = ms->merged;
-            }
-        }
-        if (best_rank == INT32_MAX)
-            break;
-        size_t k = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + 1 < n && w[i] == a && w[i + 1] == b) {
-                w[k++] = m;
-                i += 2;
-            } else {
-                w[k++] = w[i++];
-            }
-        }
-        n = k;
-    }
-    return n;
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
 }
 
-/* Looks the piece up in the cache; on a miss runs BPE and stores it. */
-static int encode_piece(sd_tokenizer *t, const char *s, size_t len, idbuf *out)
+static void heap_push(bpe_entry *h, size_t *n, bpe_entry e)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!entry_less(e, h[p]))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = e;
+}
+
+static bpe_entry heap_pop(bpe_entry *h, size_t *n)
+{
+    bpe_entry top = h[0], e = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && entry_less(h[c + 1], h[c]))
+            c++;
+        if (!entry_less(h[c], e))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = e;
+    return top;
+}
+
+static long bpe_piece(const sd_tokenizer *t, const unsigned char *s, size_t len, int32_t *w,
+                      const volatile sig_atomic_t *stop)
+{
+    if (len == 0)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        w[i] = i + 1 < len ? t->byte_id[s[i]] : t->byte_end_id[s[i]];
+    if (len == 1)
+        return 1;
+    /* symbols as a list over w (merged-away ones get id -1) */
+    int32_t *nx = malloc(len * sizeof *nx);
+    /* at most len - 1 initial pairs, and 2 more per merge (len - 1 merges) */
+    bpe_entry *heap = malloc(3 * len * sizeof *heap), *pend = malloc(2 * len * sizeof *pend);
+    int32_t *pv = malloc(len * sizeof *pv);
+    long rc = -1;
+    if (!nx || !heap || !pend || !pv)
+        goto done;
+    size_t nh = 0, np = 0;
+    for (size_t i = 0; i < len; i++) {
+        nx[i] = i + 1 < len ? (int32_t)(i + 1) : -1;
+        pv[i] = (int32_t)i - 1;
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        const merge_slot *ms = merge_get(&t->merges, w[i], w[i + 1]);
+        if (ms)
+            heap_push(heap, &nh, (bpe_entry){ms->rank, (int32_t)i});
+    }
+    int32_t round = -1;
+    unsigned long polls = 0;
+    for (;;) {
+        if (nh == 0 || heap[0].rank != round) {
+            /* the round of `round` is over: its new pairs join */
+            for (size_t k = 0; k < np; k++)
+                heap_push(heap, &nh, pend[k]);
+            np = 0;
+            if (nh == 0)
+                break;
+            round = heap[0].rank;
+        }
+        if (stop && (++polls & 4095) == 0 && *stop) {
+            rc = -2;
+            goto done;
+        }
+        bpe_entry e = heap_pop(heap, &nh);
+        int32_t p = e.pos, q = nx[p];
+        if (w[p] < 0 || q < 0)
+            continue;
+        const merge_slot *ms = merge_get(&t->merges, w[p], w[q]);
+        if (!ms || ms->rank != e.rank)
+            continue; /* stale: a merge changed one of its symbols */
+        w[p] = ms->merged;
+        w[q] = -1;
+        nx[p] = nx[q];
+        if (nx[q] >= 0)
+            pv[nx[q]] = p;
+        if (pv[p] >= 0 && (ms = merge_get(&t->merges, w[pv[p]], w[p])))
+            pend[np++] = (bpe_entry){ms->rank, pv[p]};
+        if (nx[p] >= 0 && (ms = merge_get(&t->merges, w[p], w[nx[p]])))
+            pend[np++] = (bpe_entry){ms->rank, p};
+    }
+    long n = 0;
+    for (int32_t i = 0; i >= 0; i = nx[i])
+        w[n++] = w[i];
+    rc = n;
+done:
+    free(nx);
+    free(heap);
+    free(pend);
+    free(pv);
+    return rc;
+}
+
+/* Looks the piece up in the cache; on a miss runs BPE and stores it (only
+ * pieces of up to CACHE_MAX_PIECE bytes: words are short, and the cache's
+ * memory stays bounded whatever a prompt holds). -1 out of memory, -2
+ * stopped. */
+#define CACHE_MAX_PIECE 256
+static int encode_piece(sd_tokenizer *t, const char *s, size_t len, idbuf *out,
+                        const volatile sig_atomic_t *stop)
 {
     if (len == strlen(BOS_STR) && memcmp(s, BOS_STR, len) == 0)
         return idbuf_push(out, t->bos);
@@ -813,9 +912,18 @@ static int encode_piece(sd_tokenizer *t, const char *s, size_t len, idbuf *out)
     int32_t *w = malloc((len ? len : 1) * sizeof *w);
     if (!w)
         return -1;
-    size_t n = bpe_piece(t, (const unsigned char *)s, len, w);
+    long got = bpe_piece(t, (const unsigned char *)s, len, w, stop);
+    if (got < 0) {
+        free(w);
+        return (int)got;
+    }
+    size_t n = (size_t)got;
     for (size_t i = 0; i < n && !rc; i++)
         rc = idbuf_push(out, w[i]);
+    if (len > CACHE_MAX_PIECE) {
+        free(w);
+        return rc;
+    }
 
     cache_entry *e = malloc(sizeof *e);
     char *key = malloc(len + 1);
@@ -844,6 +952,13 @@ static int encode_piece(sd_tokenizer *t, const char *s, size_t len, idbuf *out)
 sd_status sd_tokenizer_encode(const sd_tokenizer *tok, const char *text, size_t len,
                               int32_t **ids, size_t *n, sd_error *err)
 {
+    return sd_tokenizer_encode_ex(tok, text, len, NULL, ids, n, err);
+}
+
+sd_status sd_tokenizer_encode_ex(const sd_tokenizer *tok, const char *text, size_t len,
+                                 const volatile sig_atomic_t *stop, int32_t **ids, size_t *n,
+                                 sd_error *err)
+{
     /* The cache is the only mutable state and is mutex-guarded. */
     sd_tokenizer *t = (sd_tokenizer *)tok;
     uint32_t *c = NULL;
@@ -865,7 +980,10 @@ sd_status sd_tokenizer_encode(const sd_tokenizer *tok, const char *text, size_t 
         size_t pl = piece_len(c, nc, i), bl = 0;
         for (size_t k = 0; k < pl; k++)
             bl += sd_uc_encode_utf8(c[i + k], piece + bl);
-        if (encode_piece(t, piece, bl, &out) < 0)
+        int rc = encode_piece(t, piece, bl, &out, stop);
+        if (rc == -2 || (stop && *stop))
+            goto stopped;
+        if (rc < 0)
             goto nomem;
         i += pl;
     }
@@ -881,4 +999,9 @@ nomem:
     free(piece);
     free(out.v);
     return sd_error_set(err, SD_ERR_NOMEM, "tokenizer: out of memory");
+stopped:
+    free(c);
+    free(piece);
+    free(out.v);
+    return sd_error_set(err, SD_ERR_CANCELLED, "interrupted");
 }

@@ -25,6 +25,7 @@
 #ifndef SD_TOKENIZER_H
 #define SD_TOKENIZER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
@@ -79,6 +80,13 @@ int32_t sd_tokenizer_token_id(const sd_tokenizer *tok, const char *token);
  * Errors: SD_ERR_NOMEM only. */
 sd_status sd_tokenizer_encode(const sd_tokenizer *tok, const char *text, size_t len,
                               int32_t **ids, size_t *n, sd_error *err);
+/* The same, stopping with SD_ERR_CANCELLED once *stop is non-zero (polled
+ * between words and every few thousand merges inside one; stop may be NULL).
+ * The cost is O(n log n) in the text, whatever its words (a word of any
+ * length is merged in O(m log m), not one pass per merge rule applied). */
+sd_status sd_tokenizer_encode_ex(const sd_tokenizer *tok, const char *text, size_t len,
+                                 const volatile sig_atomic_t *stop, int32_t **ids, size_t *n,
+                                 sd_error *err);
 
 /* Step 1 alone, for tests and debugging: the cleaned, lower-cased text as a
  * malloc'd NUL-terminated UTF-8 string (caller frees); NULL when out of

@@ -209,6 +209,37 @@ static int decompose(cpbuf *b, uint32_t cp, int depth)
     return d->c ? decompose(b, d->c, depth + 1) : 0;
 }
 
+/* Stable sort of n non-starters by canonical combining class. */
+static int sort_run(uint32_t *v, size_t n)
+{
+    if (n <= 32) {
+        for (size_t i = 1; i < n; i++) {
+            uint32_t x = v[i];
+            int c = ccc_of(x);
+            size_t j = i;
+            while (j > 0 && ccc_of(v[j - 1]) > c) {
+                v[j] = v[j - 1];
+                j--;
+            }
+            v[j] = x;
+        }
+        return 0;
+    }
+    uint32_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp)
+        return -1;
+    size_t start[257] = {0};
+    for (size_t i = 0; i < n; i++)
+        start[ccc_of(v[i]) + 1]++;
+    for (int c = 0; c < 256; c++)
+        start[c + 1] += start[c];
+    for (size_t i = 0; i < n; i++)
+        tmp[start[ccc_of(v[i])]++] = v[i];
+    memcpy(v, tmp, n * sizeof *v);
+    free(tmp);
+    return 0;
+}
+
 int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n)
 {
     cpbuf b = {0};
@@ -231,21 +262,23 @@ int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n)
             free(b.v);
             return -1;
         }
-    /* Canonical ordering: stable sort of each run of non-starters by ccc. */
-    for (i = 1; i < b.n; i++) {
-        int c = ccc_of(b.v[i]);
-        size_t j = i;
-        if (!c)
+    /* Canonical ordering: stable sort of each run of non-starters by ccc.
+     * Short runs (every accented letter) by insertion; a long run (a text of
+     * nothing but combining marks) by counting sort on the 256 classes, so
+     * the cost stays linear whatever the text. */
+    for (i = 0; i < b.n;) {
+        if (!ccc_of(b.v[i])) {
+            i++;
             continue;
-        while (j > 0) {
-            int p = ccc_of(b.v[j - 1]);
-            if (p <= c)
-                break;
-            uint32_t t = b.v[j - 1];
-            b.v[j - 1] = b.v[j];
-            b.v[j] = t;
-            j--;
         }
+        size_t e = i;
+        while (e < b.n && ccc_of(b.v[e]))
+            e++;
+        if (sort_run(b.v + i, e - i) < 0) {
+            free(b.v);
+            return -1;
+        }
+        i = e;
     }
     /* Canonical composition (UAX #15). */
     if (b.n) {

@@ -26,6 +26,7 @@
 
 #include "formats/safetensors.h"
 #include "kernels/backend.h"
+#include "models/dmodel/dmodel.h"
 
 #define SD_UNET_MAX_LEVELS 8
 #define SD_UNET_MAX_BLOCKS 40 /* input (or output) blocks */
@@ -114,6 +115,11 @@ void sd_unet_set_tap(sd_unet *u, sd_unet_tap_fn fn, void *user);
 sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *context,
                           sd_bt *y, const sd_unet_control *control, sd_bt **out,
                           sd_error *err);
+
+/* The UNet behind the diffusion model interface (models/dmodel/dmodel.h):
+ * *out borrows u; the input's extra is a const sd_unet_control * or NULL,
+ * guidance is ignored. */
+void sd_unet_as_dmodel(sd_unet *u, sd_dmodel *out);
 
 /* ---- host-side helpers (scalars, not activations) ---------------------------- */
 

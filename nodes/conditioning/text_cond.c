@@ -13,7 +13,8 @@ size_t sd_nodes_text_opts(sd_node_ctx *ctx, char *dirs[SD_NODES_MAX_EMBEDDING_DI
     *o = (sd_text_encode_opts){.embedding_dirs = (const char *const *)dirs,
                                .n_embedding_dirs = nd,
                                .warn = warn_to_log,
-                               .warn_ud = ctx};
+                               .warn_ud = ctx,
+                               .interrupt = ctx->interrupt};
     return nd;
 }
 

@@ -143,6 +143,12 @@ sd_status sd_nodes_in_vae(sd_value *const *in, int i, const char *name, sd_vae_r
 
 sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const char *name,
                               const char *input, sd_checkpoint **out, sd_error *err) {
+    return sd_nodes_open_model_ex(ctx, folder, name, input, SD_F32, out, err);
+}
+
+sd_status sd_nodes_open_model_ex(const sd_node_ctx *ctx, const char *folder, const char *name,
+                                 const char *input, sd_dtype weight_dtype, sd_checkpoint **out,
+                                 sd_error *err) {
     *out = NULL;
     const sd_env *env = ctx->env;
     char *path = NULL;
@@ -150,6 +156,7 @@ sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const 
     if (!rc) {
         sd_checkpoint_opts o;
         sd_checkpoint_opts_default(&o);
+        o.weight_dtype = weight_dtype;
         o.tokenizer_dir = env->tokenizer_dir;
         o.comfyui_dir = env->comfyui_dir; /* its comfy/text_encoders/t5_tokenizer */
         /* A ComfyUI installation ships the CLIP vocabulary in
@@ -196,6 +203,21 @@ static sd_status combined_encoder(sd_clip_ref *c, sd_text_encoder **out, sd_erro
     return rc;
 }
 
+sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error *err) {
+    memset(out, 0, sizeof *out);
+    if (m->loras && sd_lora_stack_count(m->loras) > 0) {
+        if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_FLUX)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "LoRA on a Flux model is not supported yet (%s)",
+                                sd_checkpoint_path(m->ckpt));
+        sd_unet *u = NULL;
+        sd_status rc = sd_lora_stack_unet(m->loras, m->ckpt, &u, err);
+        if (!rc) sd_unet_as_dmodel(u, out);
+        return rc;
+    }
+    return sd_checkpoint_dmodel(m->ckpt, out, err);
+}
+
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
     if (c->n_more > 0 || c->kind) {
@@ -216,11 +238,14 @@ sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_
 
 void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
                                 sd_model_sampling *ms) {
+    const sd_ckpt_info *info = sd_checkpoint_info(c);
     if (p && p->sampling_set && p->sampling_base == SD_MS_FLUX) sd_model_sampling_init_flux(ms, p->shift);
     else if (p && p->sampling_set && p->sampling_base == SD_MS_FLOW)
         sd_model_sampling_init_flow(ms, p->shift, p->multiplier);
     else if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
-    else sd_model_sampling_init(ms, sd_checkpoint_info(c)->prediction);
+    else if (info->family == SD_CKPT_FLUX && info->flux.guidance_embed) sd_model_sampling_init_flux_dev(ms);
+    else if (info->family == SD_CKPT_FLUX) sd_model_sampling_init_flux_schnell(ms);
+    else sd_model_sampling_init(ms, info->prediction);
 }
 
 /* ---- per-node precision ------------------------------------------------------------ */

@@ -83,8 +83,11 @@ sd_value *sd_nodes_model_value_lora(sd_checkpoint *c, struct sd_lora_stack *lora
 sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *loras,
                                        const sd_model_patches *p);
 
-/* The MODEL's sampling schedule: the checkpoint's prediction type, or what
- * a ModelSampling* node set (p may be NULL). */
+/* The MODEL's sampling schedule: what a ModelSampling* node set (p may be
+ * NULL), else the family's: Flux dev ModelSamplingFlux at shift 1.15 (at
+ * every resolution, as ComfyUI's default), Flux schnell
+ * ModelSamplingDiscreteFlow shift 1, the SD families the checkpoint's
+ * prediction type. */
 void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
                                 sd_model_sampling *ms);
 sd_value *sd_nodes_clip_value_lora(sd_checkpoint *c, int clip_skip, struct sd_lora_stack *loras);
@@ -102,6 +105,11 @@ sd_value *sd_nodes_clip_value_like(const sd_clip_ref *base, int clip_skip,
  * are SD_ERR_UNSUPPORTED for now). Borrowed (valid while the handle lives);
  * loads on first use. */
 sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err);
+/* The MODEL's diffusion network behind the interface the sampler uses
+ * (models/dmodel/dmodel.h): the UNet (LoRA-patched when the handle has a
+ * stack) or the Flux DiT (LoRA stacks on Flux are SD_ERR_UNSUPPORTED for
+ * now). *out borrows the network, valid while the handle lives. */
+sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error *err);
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
 
 /* A VAE or text-encoder node computes in the precision the env sets for it
@@ -127,6 +135,12 @@ sd_status sd_nodes_in_vae(sd_value *const *in, int i, const char *name, sd_vae_r
  * store (new checkpoint reference in *out). Errors name the input. */
 sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const char *name,
                               const char *input, sd_checkpoint **out, sd_error *err);
+/* The same with the diffusion model's weights kept as weight_dtype (SD_F32:
+ * as stored; sd_checkpoint_opts.weight_dtype). The store keys files by it,
+ * so one file opened with two weight dtypes is two models. */
+sd_status sd_nodes_open_model_ex(const sd_node_ctx *ctx, const char *folder, const char *name,
+                                 const char *input, sd_dtype weight_dtype, sd_checkpoint **out,
+                                 sd_error *err);
 
 /* Registers the family's table and the LoadCheckpoint alias. */
 sd_status sd_nodes_loaders_register(sd_error *err);

@@ -1,6 +1,7 @@
-/* cond_model.c - the UNet as the CFG guider's model call, with ComfyUI's
- * conditioning semantics (comfy.samplers.calc_cond_batch /
- * get_area_and_mult). Float32 arithmetic in torch's order. */
+/* cond_model.c - the diffusion model (models/dmodel/dmodel.h: the UNet or
+ * Flux's DiT) as the CFG guider's model call, with ComfyUI's conditioning
+ * semantics (comfy.samplers.calc_cond_batch / get_area_and_mult, and each
+ * model_base's extra_conds). Float32 arithmetic in torch's order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#define MAX_GROUP 8 /* conditioning entries per UNet forward */
+#define MAX_GROUP 8 /* conditioning entries per model forward */
 
 typedef struct chunk {
     int slot;                   /* index into outs */
@@ -25,6 +26,8 @@ typedef struct chunk {
     sd_tensor *cond, *pooled;   /* borrowed */
     int64_t ah, aw, ay, ax;     /* region of x, latent units */
     float *mult;                /* [ah * aw] weights */
+    int guided;                 /* guidance models: a guidance value is fed */
+    float guidance;
 } chunk;
 
 static double dict_float(const sd_value *d, const char *key, double dflt) {
@@ -89,11 +92,52 @@ static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_
 }
 
 static int compatible(const chunk *a, const chunk *b) {
-    /* ComfyUI batches entries only when they share the control object */
+    /* ComfyUI batches entries only when they share the control object and
+     * have the same conds (a guidance value or none) */
     if (sd_value_dict_get(a->entry, "control") != sd_value_dict_get(b->entry, "control"))
         return 0;
     return a->ah == b->ah && a->aw == b->aw && a->cond->shape[1] == b->cond->shape[1] &&
-           a->cond->shape[2] == b->cond->shape[2];
+           a->cond->shape[2] == b->cond->shape[2] && a->guided == b->guided;
+}
+
+/* model_base.Flux.extra_conds: "guidance" as given, 3.5 when the key is
+ * absent, none when it holds None (FluxDisableGuidance). Models without a
+ * guidance embedding take none. */
+static sd_status entry_guidance(const sd_cond_model *m, chunk *c, sd_error *err) {
+    c->guided = 0;
+    if (!m->dm.info.guidance) return SD_OK;
+    sd_value *g = sd_value_dict_get(c->entry, "guidance");
+    if (!g) {
+        c->guided = 1;
+        c->guidance = (float)SD_COND_FLUX_GUIDANCE_DEFAULT;
+        return SD_OK;
+    }
+    sd_value_kind k = sd_value_kind_of(g);
+    if (k == SD_VAL_NONE) return SD_OK;
+    if (k != SD_VAL_FLOAT && k != SD_VAL_INT)
+        return sd_error_set(err, SD_ERR_INVALID, "conditioning 'guidance' must be a number or none, not %s",
+                            sd_value_kind_name(k));
+    c->guided = 1;
+    c->guidance = (float)sd_value_as_float(g);
+    return SD_OK;
+}
+
+/* The y vector of an entry, [1, y_dim]: SDXL's adm (entry_adm) or Flux's
+ * pooled CLIP-L (its first y_dim values, which is all Flux.forward reads). */
+static sd_status entry_adm(const sd_cond_model *m, const chunk *c, sd_tensor **y, sd_error *err);
+static sd_status entry_y(const sd_cond_model *m, const chunk *c, sd_tensor **y, sd_error *err) {
+    *y = NULL;
+    if (m->dm.info.kind == SD_DMODEL_UNET) return entry_adm(m, c, y, err);
+    const int64_t yd = m->dm.info.y_dim;
+    if (!c->pooled || c->pooled->dtype != SD_F32 || c->pooled->ndim != 2 || c->pooled->shape[1] < yd)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "%s model: conditioning needs pooled_output [1, >= %lld] (use a text "
+                            "encode of this model's CLIP)",
+                            sd_dmodel_kind_name(m->dm.info.kind), (long long)yd);
+    *y = sd_tensor_new4(SD_F32, 2, 1, yd, 0, 0);
+    if (!*y) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    memcpy((*y)->data, c->pooled->data, (size_t)yd * sizeof(float));
+    return SD_OK;
 }
 
 /* SDXL base or refiner adm vector [1, adm] for an entry (sizes from the entry
@@ -144,7 +188,7 @@ static sd_status entry_adm(const sd_cond_model *m, const chunk *c, sd_tensor **y
     return rc;
 }
 
-/* One UNet forward over g chunks, each on the full batch B. The x0
+/* One model forward over g chunks, each on the full batch B. The x0
  * predictions are accumulated into acc/cnt of each chunk's slot. */
 static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sigma, chunk **g,
                            int ng, float **acc, float **cnt, sd_error *err) {
@@ -160,16 +204,20 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     sd_tensor *ctx = sd_tensor_new(SD_F32, 3, cshape);
     sd_tensor *yv = NULL;
     float *ts = malloc((size_t)N * sizeof(float));
+    float *gd = g[0]->guided ? malloc((size_t)N * sizeof(float)) : NULL;
     sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL;
     sd_tensor *eps = NULL;
     sd_control_residuals res;
     memset(&res, 0, sizeof res);
-    if (!xin || !raw || !ctx || !ts) {
+    if (!xin || !raw || !ctx || !ts || (g[0]->guided && !gd)) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (m->cfg->adm_in_channels > 0) {
-        yv = sd_tensor_new4(SD_F32, 2, N, m->cfg->adm_in_channels, 0, 0);
+    /* the y width: the UNet config's adm (the caller's, which may differ
+     * from the loaded network's), else the model's */
+    const int64_t ydim = m->cfg ? m->cfg->adm_in_channels : m->dm.info.y_dim;
+    if (ydim > 0) {
+        yv = sd_tensor_new4(SD_F32, 2, N, ydim, 0, 0);
         if (!yv) {
             rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
             goto done;
@@ -181,11 +229,12 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     for (int k = 0; k < ng; k++) {
         const chunk *c = g[k];
         sd_tensor *y1 = NULL;
-        if (yv && (rc = entry_adm(m, c, &y1, err))) goto done;
-        if (y1 && m->adm_tap) m->adm_tap(m->tap_ud, c->cond_index, y1);
+        if (yv && (rc = entry_y(m, c, &y1, err))) goto done;
+        if (y1 && m->adm_tap && m->dm.info.kind == SD_DMODEL_UNET) m->adm_tap(m->tap_ud, c->cond_index, y1);
         for (int64_t b = 0; b < B; b++) {
             int64_t n = (int64_t)k * B + b;
             ts[n] = t;
+            if (gd) gd[n] = c->guidance;
             memcpy(cv + n * L * D, c->cond->data, (size_t)(L * D) * sizeof(float));
             if (y1)
                 memcpy((float *)yv->data + n * yv->shape[1], y1->data,
@@ -215,18 +264,26 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         goto done;
     }
     if (sd_value_dict_get(g[0]->entry, "control")) {
+        if (!m->cfg) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                              "ControlNet conditioning is not supported on a %s model",
+                              sd_dmodel_kind_name(m->dm.info.kind));
+            goto done;
+        }
         if ((rc = sd_nodes_control_eval(g[0]->entry, m->ms, m->cfg, sigma, bx, ng, ts, bc, by,
                                         &res, err)))
             goto done;
     }
-    rc = sd_unet_forward(m->unet, bx, ts, bc, by, res.active ? &res.control : NULL, &bo, err);
+    sd_dmodel_input in = {bx, ts, bc, by, gd, res.active ? &res.control : NULL};
+    rc = sd_dmodel_forward(&m->dm, &in, &bo, err);
     if (rc) goto done;
     eps = sd_bt_to_host(bo);
     if (!eps || sd_tensor_numel(eps) != sd_tensor_numel(raw)) {
         rc = sd_error_set(err, eps ? SD_ERR_INTERNAL : SD_ERR_NOMEM,
-                          "UNet output has an unexpected size");
+                          "the diffusion model's output has an unexpected size");
         goto done;
     }
+    if (m->forward_tap) m->forward_tap(m->tap_ud, xin, ts, gd, eps);
     /* denoised = x - eps * sigma on the unscaled crop, then weighted sums */
     float *ev = eps->data;
     sd_ms_calculate_denoised(m->ms, sigma, ev, rv, ev, (size_t)sd_tensor_numel(eps));
@@ -260,6 +317,7 @@ done:
     sd_tensor_unref(ctx);
     sd_tensor_unref(yv);
     free(ts);
+    free(gd);
     return rc;
 }
 
@@ -303,15 +361,19 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
             c->entry = sd_value_list_get(list, k);
             c->cond = sd_value_dict_tensor(c->entry, "cond");
             c->pooled = sd_value_dict_tensor(c->entry, "pooled_output");
+            const char *which = conds[j] == SD_COND_MIDDLE ? "middle"
+                                : conds[j]                 ? "negative"
+                                                           : "positive";
             if (!c->cond || c->cond->dtype != SD_F32 || c->cond->ndim != 3 ||
-                c->cond->shape[2] != m->cfg->context_dim) {
+                c->cond->shape[2] != m->dm.info.context_dim) {
                 rc = sd_error_set(err, SD_ERR_INVALID,
                                   "%s conditioning entry %zu: 'cond' must be F32 [1, L, %d] "
                                   "(does the text encoder belong to this model?)",
-                                  conds[j] == SD_COND_MIDDLE ? "middle"
-                                  : conds[j]                 ? "negative"
-                                                             : "positive",
-                                  k, m->cfg->context_dim);
+                                  which, k, m->dm.info.context_dim);
+                break;
+            }
+            if ((rc = entry_guidance(m, c, err))) {
+                sd_error_prefix(err, "%s conditioning entry %zu", which, k);
                 break;
             }
             int use = 0;

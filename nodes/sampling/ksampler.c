@@ -181,7 +181,10 @@ static sd_status check_controls(const sd_value *conds, const char *input, sd_une
         sd_control_link *links = NULL;
         int n = 0;
         sd_status rc = sd_nodes_control_links(sd_value_list_get(conds, i), &links, &n, err);
-        for (int k = 0; !rc && k < n; k++) {
+        if (!rc && n > 0 && !unet)
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                              "entry %zu carries a ControlNet: ControlNets run on SD UNet models only", i);
+        for (int k = 0; !rc && unet && k < n; k++) {
             rc = sd_controlnet_check_fit(links[k].cn, sd_unet_get_config(unet), err);
             if (rc) sd_error_prefix(err, "ControlNet %d of entry %zu", k + 1, i);
         }
@@ -306,6 +309,18 @@ static double unet_bytes(const sd_unet_config *c, int64_t b, int64_t h, int64_t 
     return (skips + widest) * sizeof(float) * (double)b;
 }
 
+/* The same for the Flux DiT on b latents of h x w: the joint stream of
+ * (h/2)(w/2) image tokens plus 512 text tokens (T5's usual length), and a
+ * single block's working set over it: the stream, its fused qkv + MLP
+ * projection (3 + mlp_ratio widths), q/k/v after the norms and RoPE, the
+ * attention output and the MLP activation, about 3 + 2 * (3 + mlp_ratio)
+ * widths per token, counted in float32; weights are not counted. */
+static double flux_bytes(const sd_flux_config *c, int64_t b, int64_t h, int64_t w) {
+    double tokens = (double)((h + 1) / 2) * (double)((w + 1) / 2) + 512.0;
+    double widths = 3.0 + 2.0 * (3.0 + c->mlp_ratio);
+    return tokens * widths * c->hidden_size * sizeof(float) * (double)b;
+}
+
 /* The model's checkpoint facts every sampling entry checks first, and the
  * UNet's activations against the memory budget (core/membudget.h): cond
  * and uncond run as one batch, so 2 x the latent batch. */
@@ -324,17 +339,21 @@ static sd_status check_model_latent(sd_node_ctx *ctx, sd_checkpoint *ckpt, const
         sd_error_at(err, NULL, NULL, model_input);
         return SD_ERR_INVALID;
     }
-    if (samples->shape[1] != info->unet.out_channels) {
-        sd_error_set(err, SD_ERR_INVALID, "latent has %lld channels, the model works on %d",
-                     (long long)samples->shape[1], info->unet.out_channels);
+    if (samples->shape[1] != sd_ckpt_info_latent_channels(info)) {
+        sd_error_set(err, SD_ERR_INVALID, "latent has %lld channels, the %s model works on %d",
+                     (long long)samples->shape[1], sd_ckpt_family_name(info->family),
+                     sd_ckpt_info_latent_channels(info));
         sd_error_at(err, NULL, NULL, "latent_image");
         return SD_ERR_INVALID;
     }
-    double need = unet_bytes(&info->unet, 2 * samples->shape[0], samples->shape[2], samples->shape[3]);
+    int flux = info->dmodel_kind == SD_DMODEL_FLUX;
+    int64_t b2 = 2 * samples->shape[0];
+    double need = flux ? flux_bytes(&info->flux, b2, samples->shape[2], samples->shape[3])
+                       : unet_bytes(&info->unet, b2, samples->shape[2], samples->shape[3]);
     char what[160];
-    snprintf(what, sizeof what, "the UNet's activations for the latent [%lld, %lld, %lld, %lld] "
-             "(cond and uncond together)", (long long)samples->shape[0], (long long)samples->shape[1],
-             (long long)samples->shape[2], (long long)samples->shape[3]);
+    snprintf(what, sizeof what, "the %s's activations for the latent [%lld, %lld, %lld, %lld] "
+             "(cond and uncond together)", flux ? "DiT" : "UNet", (long long)samples->shape[0],
+             (long long)samples->shape[1], (long long)samples->shape[2], (long long)samples->shape[3]);
     sd_status rc = sd_mem_check(ctx, "latent_image", need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, what, err);
     if (rc) return rc;
     *samples_out = samples;
@@ -511,12 +530,13 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
         goto done;
     }
 
-    sd_unet *unet;
-    sd_model_ref mref = {g->ckpt, g->loras, {0}};
-    if ((rc = sd_nodes_model_unet(&mref, &unet, err))) {
+    sd_dmodel dm;
+    sd_model_ref mref = {.ckpt = g->ckpt, .loras = g->loras};
+    if ((rc = sd_nodes_model_dmodel(&mref, &dm, err))) {
         sd_error_at(err, NULL, NULL, "model");
         goto done;
     }
+    sd_unet *unet = dm.info.kind == SD_DMODEL_UNET ? dm.net : NULL;
     static const char *const cond_names[3] = {"positive", "negative", "middle"};
     const sd_value *given[3] = {g->positive, g->kind == SD_GUIDE_BASIC ? NULL : g->negative,
                                 g->kind == SD_GUIDE_DUAL_CFG ? g->middle : NULL};
@@ -571,8 +591,8 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
         if (rc) goto done;
     }
     sd_cond_model cm = {.be = sd_checkpoint_backend(g->ckpt),
-                        .unet = unet,
-                        .cfg = sd_unet_get_config(unet),
+                        .dm = dm,
+                        .cfg = unet ? sd_unet_get_config(unet) : NULL,
                         .ms = ms,
                         .conds = {lists[0], lists[1], lists[2]},
                         .concat = concat,
@@ -580,6 +600,7 @@ sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **
                         .image_h = shape[2] * 8,
                         .tap = a->hooks ? a->hooks->on_model : NULL,
                         .adm_tap = a->hooks ? a->hooks->on_adm : NULL,
+                        .forward_tap = a->hooks ? a->hooks->on_forward : NULL,
                         .tap_ud = a->hooks ? a->hooks->ud : NULL};
     sd_denoiser den;
     if (g->kind == SD_GUIDE_CFG) {

@@ -9,6 +9,7 @@
 
 #include "core/node.h"
 #include "models/checkpoint/checkpoint.h"
+#include "models/dmodel/dmodel.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/sampler.h"
 
@@ -23,21 +24,37 @@ extern const sd_node_def *const sd_nodes_custom_sampling[];
  * do not touch the border, summed, and divided by the summed weights (plus
  * 1e-37, so a lone full-size entry is returned exactly). Entries outside
  * their start/end_percent window are skipped. Compatible entries (same area
- * size and token count, the same "control" value or none) go through the
- * UNet as one batch; an entry's ControlNet chain ("control", see
- * nodes/controlnet/controlnet_nodes.h) is evaluated on that batch and its
- * residuals added to the UNet's skip connections and middle block. */
+ * size and token count, the same "control" value or none, the same
+ * guidance presence) go through the diffusion model as one batch; an
+ * entry's ControlNet chain ("control", see nodes/controlnet/controlnet_nodes.h,
+ * UNet models only) is evaluated on that batch and its residuals added to
+ * the UNet's skip connections and middle block.
+ *
+ * What each model kind takes from an entry (ComfyUI's model_base
+ * extra_conds): every kind the "cond" tokens as context (width =
+ * the model's context_dim) and timestep(sigma); SDXL the adm vector made of
+ * "pooled_output" and the size keys; Flux "pooled_output" as y (required,
+ * as ComfyUI's encode_adm) and "guidance" (a float; absent = 3.5, ComfyUI's
+ * default; none = no guidance embedding, FluxDisableGuidance), repeated
+ * over the batch. */
 #define SD_COND_MIDDLE 2 /* beside SD_COND_POSITIVE / SD_COND_NEGATIVE (guider.h) */
+#define SD_COND_FLUX_GUIDANCE_DEFAULT 3.5 /* model_base.Flux.extra_conds */
 typedef void (*sd_cond_model_tap_fn)(void *ud, int cond_index, float sigma,
                                      const sd_tensor *denoised);
 /* SDXL: the adm vector y [1, adm] built for an entry of conditioning
  * cond_index (before it is repeated over the batch). */
 typedef void (*sd_cond_model_adm_tap_fn)(void *ud, int cond_index, const sd_tensor *y);
+/* Each network forward: its inputs (x after calculate_input, the batch's
+ * timesteps, guidance or NULL) and raw output, for tests recording what the
+ * model was fed (ComfyUI's unet wrapper); borrowed for the call. */
+typedef void (*sd_cond_model_forward_tap_fn)(void *ud, const sd_tensor *x, const float *timesteps,
+                                             const float *guidance, const sd_tensor *out);
 
 typedef struct sd_cond_model {
     sd_backend *be;
-    sd_unet *unet;
-    const sd_unet_config *cfg;
+    sd_dmodel dm;              /* the diffusion model (borrowed network) */
+    const sd_unet_config *cfg; /* UNet models: the UNet's config (SDXL adm,
+                                * ControlNet fit); NULL for other kinds */
     const sd_model_sampling *ms;
     /* CONDITIONING lists (borrowed), by SD_COND_* index: positive,
      * negative, and DualCFGGuider's middle (cond2); NULL = not in use */
@@ -49,6 +66,7 @@ typedef struct sd_cond_model {
     int64_t image_w, image_h;
     sd_cond_model_tap_fn tap; /* observation (tests); may be NULL */
     sd_cond_model_adm_tap_fn adm_tap;
+    sd_cond_model_forward_tap_fn forward_tap;
     void *tap_ud;
 } sd_cond_model;
 
@@ -75,6 +93,8 @@ typedef struct sd_ksample_hooks {
     sd_cond_model_tap_fn on_model; /* per conditioning prediction */
     sd_cond_model_adm_tap_fn on_adm; /* SDXL adm vectors */
     void *ud;
+    sd_cond_model_forward_tap_fn on_forward; /* each network forward (after ud: older
+                                              * positional initialisers stay valid) */
 } sd_ksample_hooks;
 
 struct sd_lora_stack;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Files a loader cannot load are refused at validation (sd_input_def.file_probe),
-# before any node runs: a checkpoint of another architecture (Flux-like keys,
-# no Stable Diffusion part), a file with no diffusion model given to
+# before any node runs: a checkpoint of another architecture (a few Flux-like
+# keys, no model part), a broken Flux DiT (its detection's reason), a file
+# with no diffusion model given to
 # CheckpointLoaderSimple, a checkpoint without a VAE given to VAELoader, a
 # T2I-Adapter given to ControlNetLoader and an unknown upscaler each fail `sdflow run` with exit 1, "nothing was run", an
 # invalid_model_file problem naming the node, the input and the loader's own
@@ -31,6 +32,7 @@ with open(path, "wb") as f:
 PY
 }
 st models/checkpoints/flux.safetensors double_blocks.0.img_attn.qkv.weight img_in.weight
+st models/checkpoints/fluxbad.safetensors double_blocks.0.img_attn.norm.key_norm.scale img_in.weight
 st models/upscale_models/swinir.safetensors layers.0.residual_group.blocks.0.attn.qkv.weight
 # the tiny checkpoint's VAE alone: no diffusion model in it
 python3 "$SDFLOW_SOURCE_DIR/tests/data/torch/torchsave.py" to-ckpt \
@@ -57,7 +59,9 @@ bad() {
 
 set_ckpt() { "$SDFLOW_BIN" export --json tiny.json --set "4.ckpt_name=$1" > "$2" || fail "export $2"; }
 set_ckpt flux.safetensors flux.json
-bad flux 4 CheckpointLoaderSimple ckpt_name "no Stable Diffusion part found" flux.json
+bad flux 4 CheckpointLoaderSimple ckpt_name "no model part found" flux.json
+set_ckpt fluxbad.safetensors fluxbad.json
+bad fluxbad 4 CheckpointLoaderSimple ckpt_name "Flux model: img_in.weight has 2 inputs" fluxbad.json
 set_ckpt vae_only.pt vae_only.json
 bad vae_only 4 CheckpointLoaderSimple ckpt_name "is not a checkpoint: no diffusion model" vae_only.json
 

@@ -326,6 +326,60 @@ static void test_subgraph(void) {
                "   'model': ['1', 0], 'latent_image': ['12:1', 0]}, 'class_type': 'TSampler'}}");
 }
 
+/* A subgraph bomb (issue 23): level k holds `fan` instances of level k+1,
+ * the last level one TLatent; 7 levels of 10 expand to 10^7 nodes from a few
+ * KB. Refused before expanding (SD_ERR_INVALID naming a subgraph and a count);
+ * 4 levels of 10 (10^4 nodes) still convert. Also: a "nodes" that is not a
+ * list is a malformed UI file, not an empty API workflow. */
+static char *bomb(int levels, int fan) {
+    size_t cap = 1 << 20, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)snprintf(s + n, cap - n, "{\"nodes\": [");
+    for (int i = 0; i < fan; i++)
+        n += (size_t)snprintf(s + n, cap - n, "%s{\"id\": %d, \"type\": \"sub-1\", \"mode\": 0}", i ? ", " : "", i + 1);
+    n += (size_t)snprintf(s + n, cap - n, "], \"links\": [], \"definitions\": {\"subgraphs\": [");
+    for (int l = 1; l <= levels; l++) {
+        n += (size_t)snprintf(s + n, cap - n, "%s{\"id\": \"sub-%d\", \"inputs\": [], \"outputs\": [], \"links\": [], \"nodes\": [",
+                              l > 1 ? ", " : "", l);
+        if (l == levels) {
+            n += (size_t)snprintf(s + n, cap - n, "{\"id\": 1, \"type\": \"TLatent\", \"mode\": 0, \"widgets_values\": [8, 8]}");
+        } else {
+            for (int i = 0; i < fan; i++)
+                n += (size_t)snprintf(s + n, cap - n, "%s{\"id\": %d, \"type\": \"sub-%d\", \"mode\": 0}", i ? ", " : "", i + 1, l + 1);
+        }
+        n += (size_t)snprintf(s + n, cap - n, "]}");
+    }
+    snprintf(s + n, cap - n, "]}}");
+    return s;
+}
+
+static void test_hostile(void) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_graph *g = NULL;
+    char *b = bomb(7, 10);
+    sd_status rc = sd_graph_from_json(b, "bomb.json", &g, &err);
+    CHECK_MSG(rc == SD_ERR_INVALID && !g && strstr(err.msg, "expand to more than") && strstr(err.msg, "subgraph sub-"),
+              "a 10^7-node subgraph bomb is refused naming a subgraph: %d %s", rc, err.msg);
+    printf("bomb (%zu bytes): %s\n", strlen(b), err.msg);
+    sd_graph_free(g);
+    free(b);
+    b = bomb(4, 10); /* 10^4 nodes: fine */
+    g = NULL;
+    CHECK_OK(sd_graph_from_json(b, "ok.json", &g, &err), &err);
+    CHECK(g && sd_graph_count(g) == 10000);
+    sd_graph_free(g);
+    free(b);
+    /* nodes that is not a list */
+    char *ui = q("{'nodes': {'1': {'id': 1, 'type': 'TLatent'}}, 'links': [], 'version': 0.4}");
+    g = NULL;
+    rc = sd_graph_from_json(ui, "objnodes.json", &g, &err);
+    CHECK_MSG(rc == SD_ERR_FORMAT && !g && strstr(err.msg, "\"nodes\" is not a list"),
+              "a UI file whose nodes is an object is refused: %d %s", rc, err.msg);
+    sd_graph_free(g);
+    free(ui);
+}
+
 /* Seeds beyond 2^53 (and 2^63) keep every digit through the conversion. */
 static void test_big_seed(void) {
     char *ui = q("{'nodes': [{'id': 1, 'type': 'TSampler', 'mode': 0,"
@@ -446,6 +500,7 @@ int main(void) {
     test_subgraph();
     test_big_seed();
     test_unknown_type();
+    test_hostile();
     test_errors();
     sd_registry_reset();
     return sd_test_finish();

@@ -23,6 +23,9 @@
  * OUT_DIR/workflow_ui: UI-format workflows written here (reroute, primitive,
  *   bypass, subgraph), plus any *.json in each JSON_DIR/ui.
  * OUT_DIR/workflow_exif: WebP and JPEG pictures with ComfyUI's EXIF entries.
+ * OUT_DIR/flux: tiny valid Flux DiT files (fuzz_flux): BF16 dev, F32
+ *   schnell, and a single-file layout with F8_E4M3 matrices under
+ *   model.diffusion_model.
  * OUT_DIR/t5_tokenizer: the Flux set's real tokenizer.json (TESTDATA_DIR/
  *   flux/tokenizer) and small variants written here: minimal Unigram
  *   models with each normalizer, Metaspace scheme, template, added tokens
@@ -847,6 +850,101 @@ static int pyregex_seeds(const char *out) {
     return rc;
 }
 
+/* ---- flux ---------------------------------------------------------------- */
+
+/* Adds one tensor of the given shape and dtype with small deterministic
+ * values (fp8 and 16-bit types by conversion from F32). */
+static void flux_add(sd_st_writer *w, const char *prefix, const char *name, sd_dtype dt, int ndim,
+                     int64_t d0, int64_t d1, unsigned *seed) {
+    int64_t shape[2] = {d0, d1};
+    sd_tensor *t = sd_tensor_new(SD_F32, ndim, shape);
+    float *v = t->data;
+    for (int64_t i = 0; i < sd_tensor_numel(t); i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        v[i] = (float)((int)((*seed >> 16) & 0xff) - 128) / 512.0f;
+    }
+    sd_tensor *c = sd_tensor_to_dtype(t, dt);
+    char key[256];
+    snprintf(key, sizeof key, "%s%s", prefix, name);
+    sd_error err;
+    sd_st_writer_add(w, key, c, &err);
+    sd_tensor_unref(c);
+    sd_tensor_unref(t);
+}
+
+static int flux_seeds(const char *out) {
+    /* hidden 32 = 2 heads of 16, MLP 64, 4 latent channels, widths 8 */
+    const int64_t H = 32, M = 64, C = 4, V = 8, T = 8, HD = 16;
+    static const struct { const char *prefix; sd_dtype mat, vec; int guidance; const char *name; } v[3] = {
+        {"", SD_BF16, SD_BF16, 1, "flux-dev-bf16.safetensors"},
+        {"", SD_F32, SD_F32, 0, "flux-schnell-f32.safetensors"},
+        {"model.diffusion_model.", SD_F8_E4M3, SD_BF16, 1, "flux-dev-fp8-ckpt.safetensors"},
+    };
+    int rc = 0;
+    for (int k = 0; k < 3; k++) {
+        unsigned seed = 99 + (unsigned)k;
+        sd_st_writer *w = sd_st_writer_new();
+        const char *p = v[k].prefix;
+        sd_dtype m = v[k].mat, b = v[k].vec;
+        char n[128];
+        flux_add(w, p, "img_in.weight", m, 2, H, C * 4, &seed);
+        flux_add(w, p, "img_in.bias", b, 1, H, 0, &seed);
+        flux_add(w, p, "txt_in.weight", m, 2, H, T, &seed);
+        flux_add(w, p, "txt_in.bias", b, 1, H, 0, &seed);
+        const char *emb[3] = {"time_in", "vector_in", v[k].guidance ? "guidance_in" : NULL};
+        for (int e = 0; e < 3 && emb[e]; e++) {
+            snprintf(n, sizeof n, "%s.in_layer.weight", emb[e]);
+            flux_add(w, p, n, m, 2, H, e == 1 ? V : 256, &seed);
+            snprintf(n, sizeof n, "%s.in_layer.bias", emb[e]);
+            flux_add(w, p, n, b, 1, H, 0, &seed);
+            snprintf(n, sizeof n, "%s.out_layer.weight", emb[e]);
+            flux_add(w, p, n, m, 2, H, H, &seed);
+            snprintf(n, sizeof n, "%s.out_layer.bias", emb[e]);
+            flux_add(w, p, n, b, 1, H, 0, &seed);
+        }
+        const char *st[2] = {"img", "txt"};
+        for (int s2 = 0; s2 < 2; s2++) {
+            struct { const char *fmt; int64_t r, c; } l[] = {
+                {"double_blocks.0.%s_mod.lin", 6 * H, H}, {"double_blocks.0.%s_attn.qkv", 3 * H, H},
+                {"double_blocks.0.%s_attn.proj", H, H},   {"double_blocks.0.%s_mlp.0", M, H},
+                {"double_blocks.0.%s_mlp.2", H, M}};
+            for (size_t j = 0; j < sizeof l / sizeof l[0]; j++) {
+                char base[128];
+                snprintf(base, sizeof base, l[j].fmt, st[s2]);
+                snprintf(n, sizeof n, "%s.weight", base);
+                flux_add(w, p, n, m, 2, l[j].r, l[j].c, &seed);
+                snprintf(n, sizeof n, "%s.bias", base);
+                flux_add(w, p, n, b, 1, l[j].r, 0, &seed);
+            }
+            snprintf(n, sizeof n, "double_blocks.0.%s_attn.norm.query_norm.scale", st[s2]);
+            flux_add(w, p, n, b, 1, HD, 0, &seed);
+            snprintf(n, sizeof n, "double_blocks.0.%s_attn.norm.key_norm.scale", st[s2]);
+            flux_add(w, p, n, b, 1, HD, 0, &seed);
+        }
+        struct { const char *name; int64_t r, c; } sl[] = {
+            {"single_blocks.0.modulation.lin", 3 * H, H}, {"single_blocks.0.linear1", 3 * H + M, H},
+            {"single_blocks.0.linear2", H, H + M},         {"final_layer.adaLN_modulation.1", 2 * H, H},
+            {"final_layer.linear", 4 * C, H}};
+        for (size_t j = 0; j < sizeof sl / sizeof sl[0]; j++) {
+            snprintf(n, sizeof n, "%s.weight", sl[j].name);
+            flux_add(w, p, n, m, 2, sl[j].r, sl[j].c, &seed);
+            snprintf(n, sizeof n, "%s.bias", sl[j].name);
+            flux_add(w, p, n, b, 1, sl[j].r, 0, &seed);
+        }
+        flux_add(w, p, "single_blocks.0.norm.query_norm.scale", b, 1, HD, 0, &seed);
+        flux_add(w, p, "single_blocks.0.norm.key_norm.scale", b, 1, HD, 0, &seed);
+        void *buf;
+        size_t size;
+        sd_error err;
+        if (sd_st_writer_to_memory(w, &buf, &size, &err) == SD_OK) {
+            rc |= write_seed(out, v[k].name, buf, size);
+            free(buf);
+        }
+        sd_st_writer_free(w);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -890,6 +988,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/pyregex", argv[1]);
     mkdir_p(dir);
     rc |= pyregex_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/flux", argv[1]);
+    mkdir_p(dir);
+    rc |= flux_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }

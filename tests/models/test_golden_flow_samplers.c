@@ -235,6 +235,7 @@ int main(void) {
         sd_tensor_unref(x);
         x = NULL;
         CHECK_OK(sd_guider_sample(&g, ms, smp, sv, n_sig, noise, lat, mask, &p, &x, &err), &err);
+        sd_guider_release(&g); /* its scratch tensors; the call counts stay */
         if (!x) {
             free(tr.x), free(tr.den);
             sd_tensor_unref(sig), sd_tensor_unref(noise), sd_tensor_unref(lat), sd_tensor_unref(xs_ref);

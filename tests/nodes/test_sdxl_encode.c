@@ -89,8 +89,9 @@ static sd_status eval_once(sd_backend *be, sd_unet *unet, const sd_unet_config *
                            const sd_value *neg, adm_log *l, sd_error *err) {
     static sd_model_sampling ms;
     sd_model_sampling_init(&ms, SD_PRED_EPS);
-    sd_cond_model m = {.be = be, .unet = unet, .cfg = cfg, .ms = &ms, .conds = {pos, neg},
+    sd_cond_model m = {.be = be, .cfg = cfg, .ms = &ms, .conds = {pos, neg},
                        .image_w = 64, .image_h = 64, .adm_tap = on_adm, .tap_ud = l};
+    sd_unet_as_dmodel(unet, &m.dm);
     sd_tensor *x = sd_tensor_new4(SD_F32, 4, 1, 4, 8, 8);
     for (int64_t i = 0; i < sd_tensor_numel(x); i++) sd_tensor_f32(x)[i] = (float)((i % 7) - 3) * 0.1f;
     int conds[2] = {SD_COND_POSITIVE, SD_COND_NEGATIVE};
