@@ -145,10 +145,39 @@ static const char *const *folder_names(const char *folder, const char **one) {
     return one;
 }
 
+/* ComfyUI's annotated names for the input folder: "a.png [output]" is
+ * a.png of the output folder (folder_paths.annotated_filepath). Returns the
+ * folder's own env field, or NULL for a name without an annotation; *len
+ * gets the name's length without it. */
+static const char *annotated_dir(const sd_env *env, const char *name, size_t *len) {
+    static const char *const tags[] = {" [input]", " [output]", " [temp]"};
+    size_t n = strlen(name);
+    for (int i = 0; i < 3; i++) {
+        size_t k = strlen(tags[i]);
+        if (n > k && !strcmp(name + n - k, tags[i])) {
+            *len = n - k;
+            return i == 0 ? env->input_dir : i == 1 ? env->output_dir : env->temp_dir;
+        }
+    }
+    return NULL;
+}
+
 sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name,
                          char **out, sd_error *err) {
     *out = NULL;
     if (!name || !*name) return sd_error_set(err, SD_ERR_INVALID, "empty file name for folder '%s'", folder);
+    size_t alen = 0;
+    const char *adir = !strcmp(folder, "input") ? annotated_dir(env, name, &alen) : NULL;
+    if (adir && alen && name[0] != '/') {
+        char bare[4096], apath[8192];
+        snprintf(bare, sizeof bare, "%.*s", (int)alen, name);
+        if (climbs_out(bare))
+            return sd_error_set(err, SD_ERR_INVALID, "file name '%s' leaves the '%s' folder", name, folder);
+        snprintf(apath, sizeof apath, "%s/%s", adir, bare);
+        if (!is_file(apath)) return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found in %s", bare, adir);
+        *out = strdup(apath);
+        return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
     if (name[0] == '/') {
         if (!is_file(name)) return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found", name);
         *out = strdup(name);

@@ -50,7 +50,10 @@ const char *sd_env_folder_dir(const sd_env *env, const char *folder, char *buf, 
  * in the primary directory. As in ComfyUI, "diffusion_models" also covers
  * the older "unet" folder (searched first: models/unet, then
  * models/diffusion_models) and "text_encoders" the older "clip" (after
- * text_encoders); sd_env_list_files merges them the same way. Names that climb out of the folder ("..") are
+ * text_encoders); sd_env_list_files merges them the same way. For the input folder,
+ * ComfyUI's annotated names name another folder: "a.png [output]",
+ * "a.png [temp]", "a.png [input]" (what its frontend's mask editor and "open
+ * in input" produce). Names that climb out of the folder ("..") are
  * rejected; absolute names are taken as they are. On success *out is a
  * malloc'd path of an existing regular file; SD_ERR_NOT_FOUND otherwise. */
 sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name,

@@ -267,6 +267,18 @@ static void check_combo(sd_graph_problems *p, const sd_graph_node *n, const sd_i
     } else if (!d->options_fn) {
         return; /* a COMBO without a list accepts any string */
     }
+    if (!found && d->file_folder && !strcmp(d->file_folder, "input")) {
+        /* an annotated name ("clipspace/a.png [input]", "b.png [output]"),
+         * which ComfyUI's LoadImage accepts when the file is there */
+        size_t sl = strlen(s);
+        if (sl > 7 && s[sl - 1] == ']' && strstr(s, " [")) {
+            char *path = NULL;
+            sd_error e;
+            sd_error_clear(&e);
+            found = sd_env_resolve(env, d->file_folder, s, &path, &e) == SD_OK;
+            free(path);
+        }
+    }
     if (!found) {
         /* ComfyUI summarizes long lists; so do we. */
         char list[1024] = "";

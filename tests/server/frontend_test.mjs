@@ -54,7 +54,9 @@ const serverArgs = ['--models-dir', setup.models_dir, '--tokenizer-dir', setup.t
 // a picture in the input folder, so that a new LoadImage node has a value
 fs.mkdirSync(path.join(dir, 'input'), { recursive: true });
 fs.copyFileSync(setup.input_png, path.join(dir, 'input', 'example.png'));
+const inpaintSrc = () => noisePng(64, 64);
 if (mode === 'redis') fs.mkdirSync(path.join(dir, 'w-input'), { recursive: true });
+fs.writeFileSync(path.join(dir, 'input', 'inpaint-src.png'), inpaintSrc());
 let server = await startServer(bin, serverArgs, path.join(dir, 'server.log'));
 let base = `http://127.0.0.1:${server.port}`;
 const browser = await chromium.launch({
@@ -272,6 +274,56 @@ try {
   const e2 = ends().at(-1);
   ok(e2.type === 'execution_success' && lastPrompt().prompt['20'].inputs.image === 'photo.png',
      `img2img on the uploaded photo succeeds (${e2.type} ${JSON.stringify(e2.data).slice(0, 300)})`);
+
+  // ---- the mask editor: draw a mask with the mouse, save it, inpaint with it
+  step = 'mask editor';
+  const maskPosts = [];
+  page.on('request', (r) => { if (r.method() === 'POST' && /\/upload\/mask$/.test(r.url())) maskPosts.push(r.url()); });
+  await page.evaluate(() => {
+    const g = window.app.graph;
+    const L = window.LiteGraph ?? window.comfyAPI.litegraph?.LiteGraph;
+    const load = L.createNode('LoadImage'); load.id = 30; load.pos = [50, 50]; g.add(load);
+    load.widgets[0].value = 'inpaint-src.png';
+    load.widgets[0].callback?.('inpaint-src.png');
+    const enc = L.createNode('VAEEncodeForInpaint'); enc.id = 31; g.add(enc);
+    load.connect(0, enc, 0);
+    g.getNodeById(4).connect(2, enc, 1);
+    load.connect(1, enc, 2);
+    enc.connect(0, g.getNodeById(3), 3);
+    g.remove(g.getNodeById(20)); g.remove(g.getNodeById(21)); g.remove(g.getNodeById(22));
+    g.getNodeById(3).widgets.find((w) => w.name === 'denoise').value = 1;
+    window.app.canvas.deselectAll?.();
+    window.app.canvas.selectNode(load);
+  });
+  await page.waitForFunction(() => window.app.graph.getNodeById(30).imgs?.[0]?.naturalWidth === 64, null, { timeout: 30000 });
+  await page.evaluate(() => window.app.extensionManager.command.execute('Comfy.MaskEditor.OpenMaskEditor'));
+  const editor = page.locator('.p-dialog', { hasText: 'Mask Editor' });
+  await editor.waitFor({ timeout: 20000 });
+  await sleep(1500); // the editor lays out its canvases
+  const box = await page.evaluate(() => {
+    const cs = [...document.querySelectorAll('.p-dialog canvas')].map((c) => c.getBoundingClientRect()).filter((r) => r.width > 100);
+    const r = cs.sort((a, b) => b.width * b.height - a.width * a.height)[0];
+    return r && { x: r.x, y: r.y, w: r.width, h: r.height };
+  });
+  ok(box && box.w > 100, `the mask editor shows the picture (${JSON.stringify(box)})`);
+  await page.mouse.move(box.x + box.w * 0.3, box.y + box.h * 0.3);
+  await page.mouse.down();
+  for (let i = 1; i <= 20; i++) await page.mouse.move(box.x + box.w * (0.3 + 0.02 * i), box.y + box.h * (0.3 + 0.015 * i));
+  await page.mouse.up();
+  await editor.getByRole('button', { name: 'Save' }).click();
+  await until(() => maskPosts.length > 0, 'the mask editor to upload its mask', 20000);
+  await editor.waitFor({ state: 'detached', timeout: 20000 });
+  const maskName = await page.evaluate(() => window.app.graph.getNodeById(30).widgets[0].value);
+  ok(/^clipspace\/.+\.png( \[input\])?$/.test(maskName), `the node now names the masked picture (${maskName})`);
+  const maskFile = path.join(dir, 'input', maskName.replace(/ \[input\]$/, ''));
+  const mb = fs.existsSync(maskFile) ? fs.readFileSync(maskFile) : Buffer.alloc(0);
+  ok(mb.length > 33 && mb[25] === 6 && mb.readUInt32BE(16) === 64, `the masked picture is an RGBA PNG of the original's size (${mb.length} bytes, colour type ${mb[25]})`);
+  const n3 = ends().length;
+  await queue(page);
+  await until(() => ends().length > n3, 'the inpaint run', 120000);
+  const ip = lastPrompt().prompt;
+  ok(ends().at(-1).type === 'execution_success' && ip['30'].inputs.image === maskName && ip['31'].class_type === 'VAEEncodeForInpaint' &&
+     JSON.stringify(ip['31'].inputs.mask) === '["30",1]', `an inpaint with the drawn mask succeeds (${ends().at(-1).type} ${JSON.stringify(ends().at(-1).data).slice(0, 200)})`);
 
   // ---- interrupt a running prompt from the frontend
   step = 'interrupt';
