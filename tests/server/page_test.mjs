@@ -50,6 +50,7 @@ try {
   await page.goto(`${base}/`);
   step = 'connect'; await page.waitForSelector('#status[data-state="connected"]', { timeout: 60000 });
   ok(true, 'the page connects its WebSocket');
+  ok(await page.$eval('#preview', (i) => i.hidden), 'no (broken) preview picture before the first frame');
   for (const id of ['workflow', 'submit', 'queue-running', 'queue-pending', 'progress', 'preview', 'gallery'])
     ok(await page.$(`#${id}`) !== null, `the page has #${id}`);
   if (mode === 'redis') {
@@ -74,8 +75,27 @@ try {
   ok(prev.frames >= 1 && prev.src.startsWith('blob:') && prev.w > 0, `the latent preview was shown (${JSON.stringify(prev)})`);
   step = 'gallery'; await page.waitForFunction((p) => [...document.querySelectorAll('#gallery img')].some((i) => i.dataset.promptId === p && i.complete && i.naturalWidth > 0),
                              pid, { timeout: 60000 });
+  ok(await page.$$eval('#gallery img', (is) => new Set(is.map((i) => i.getAttribute('src').replace(/&?rand=[^&]*/, ''))).size === is.length),
+     'each output is in the gallery once');
   const img = await page.$eval(`#gallery img[data-prompt-id="${pid}"]`, (i) => ({ w: i.naturalWidth, h: i.naturalHeight, src: i.getAttribute('src') }));
   ok(img.w === 64 && img.h === 64 && img.src.startsWith('/view?'), `the finished image is in the gallery, loaded through /view (${JSON.stringify(img)})`);
+  // ---- the finished PNG opened through the file input, and dropped on the page
+  const pngBytes = Buffer.from(await (await fetch(base + img.src)).arrayBuffer());
+  fs.writeFileSync(path.join(dir, 'opened.png'), pngBytes);
+  await page.fill('#workflow', '');
+  await page.setInputFiles('#open-file', path.join(dir, 'opened.png'));
+  await page.waitForFunction(() => document.getElementById('workflow').value.length > 0, null, { timeout: 10000 });
+  const opened = JSON.parse(await page.inputValue('#workflow'));
+  ok(opened['3']?.inputs?.steps === 4 && opened['3'].class_type === 'KSampler', 'a PNG opened through the file input fills the box with its prompt');
+  await page.fill('#workflow', '');
+  await page.evaluate(async (b64) => {
+    const bytes = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+    const dt = new DataTransfer();
+    dt.items.add(new File([bytes], 'dropped.json', { type: 'application/json' }));
+    document.getElementById('workflow').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, Buffer.from(JSON.stringify(wf)).toString('base64'));
+  await page.waitForFunction(() => document.getElementById('workflow').value.length > 0, null, { timeout: 10000 });
+  ok(JSON.parse(await page.inputValue('#workflow'))['5'].inputs.width === 64, 'a JSON file dropped on the page fills the box');
   const shot = await page.screenshot();
   ok(shot.subarray(1, 4).toString() === 'PNG' && shot.readUInt32BE(16) === 1000 && shot.readUInt32BE(20) === 800,
      'a screenshot of the page is a 1000x800 PNG');
@@ -93,6 +113,7 @@ try {
   const et = await page.textContent('#errors');
   ok(/Prompt outputs failed validation/.test(et) && /node 4 \(CheckpointLoaderSimple\): Value not in list/.test(et),
      `a validation failure lists the node's problem: ${et}`);
+  ok(et.split('no-such.safetensors').length === 2, `each problem is shown once: ${et}`);
 
   // ---- the queue, and interrupting from the page
   const long = JSON.parse(JSON.stringify(wf));
