@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cli.h"
@@ -253,6 +254,36 @@ static char *private_dir_beside(const char *out) {
     return tmpl;
 }
 
+/* -o is checked before any work (it used to fail only at the final rename,
+ * after the run, and the picture went with the private folder): a PNG
+ * name (SaveImage writes PNG; another extension would put PNG bytes under
+ * a name that says otherwise), not a folder, in a folder that exists. 0 =
+ * fine, else 1 after printing why. */
+static int check_output(const char *out) {
+    size_t n = strlen(out);
+    struct stat st;
+    if (!n || out[n - 1] == '/' || (stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
+        fprintf(stderr, "sdflow generate: -o %s is a folder: give the picture's file name (e.g. %s%spicture.png)\n",
+                out, out, n && out[n - 1] == '/' ? "" : "/");
+        return 1;
+    }
+    const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+    const char *dot = strrchr(base, '.');
+    if (!dot || strcasecmp(dot, ".png")) {
+        fprintf(stderr, "sdflow generate: -o %s: sdflow writes PNG pictures (as ComfyUI's SaveImage); name the file "
+                        ".png\n", out);
+        return 1;
+    }
+    char parent[PATH_MAX];
+    size_t plen = base > out ? (size_t)(base - out) : 0;
+    snprintf(parent, sizeof parent, "%.*s", plen ? (int)plen : 1, plen ? out : ".");
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "sdflow generate: -o %s: the folder %s does not exist\n", out, parent);
+        return 1;
+    }
+    return 0;
+}
+
 /* Removes what the run left in the private folder (only files we wrote), then the folder. */
 static void remove_private_dir(const char *dir, const sd_value *files) {
     for (size_t k = 0; k < sd_value_list_len(files); k++) {
@@ -326,6 +357,7 @@ int sd_cli_generate(int argc, char **argv) {
             goto out;
         }
     }
+    if (g.output && !g.print_workflow && check_output(g.output)) goto out;
     sd_error err;
     sd_error_clear(&err);
     if (g.mask && !g.init) {
@@ -387,13 +419,19 @@ int sd_cli_generate(int argc, char **argv) {
             fprintf(stderr, "error: the run wrote %zu files, -o takes exactly one\n", n);
             code = 1;
         } else if (code == 0 && rename(made, g.output) != 0) {
-            fprintf(stderr, "error: cannot move %s to %s: %s\n", made, g.output, strerror(errno));
+            /* the picture stays where it is (not removed with the folder) */
+            fprintf(stderr, "error: cannot move %s to %s: %s; the picture is left at %s\n", made, g.output,
+                    strerror(errno), made);
             code = 1;
+            sd_value_unref(files);
+            files = NULL;
+            free(dir);
+            dir = NULL;
         } else if (code == 0 && !(a.progress && !strcmp(a.progress, "json"))) {
             printf("%s\n", g.output);
             fflush(stdout);
         }
-        remove_private_dir(dir, files);
+        if (dir) remove_private_dir(dir, files);
         free(dir);
     }
     sd_value_unref(files);

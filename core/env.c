@@ -2,6 +2,7 @@
 #include "env.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,28 @@ static const char *annotated_dir(const sd_env *env, const char *name, size_t *le
     return NULL;
 }
 
+/* The user-data folders (what LoadImage reads, what /view serves) keep
+ * their files inside: a symlink planted there may not lead out. Model
+ * folders may link to models anywhere (the usual way to share them). */
+static int confined(const char *folder) {
+    return !strcmp(folder, "input") || !strcmp(folder, "output") || !strcmp(folder, "temp");
+}
+
+/* *out = path when its real path lies inside dir's real path; else an
+ * error (the link target is not named: it is outside what may be shown). */
+static sd_status keep_inside(const char *dir, const char *path, const char *name, const char *folder,
+                             char **out, sd_error *err) {
+    char rd[PATH_MAX], rp[PATH_MAX];
+    if (!realpath(dir, rd) || !realpath(path, rp))
+        return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found in %s", name, dir);
+    size_t n = strlen(rd);
+    if (strncmp(rd, rp, n) || (rp[n] != '/' && !(n == 1 && rd[0] == '/')))
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "file '%s' leads outside the '%s' folder (a symlink?); it is not read", name, folder);
+    *out = strdup(path);
+    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
 sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name,
                          char **out, sd_error *err) {
     *out = NULL;
@@ -175,8 +198,7 @@ sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name
             return sd_error_set(err, SD_ERR_INVALID, "file name '%s' leaves the '%s' folder", name, folder);
         snprintf(apath, sizeof apath, "%s/%s", adir, bare);
         if (!is_file(apath)) return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found in %s", bare, adir);
-        *out = strdup(apath);
-        return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        return keep_inside(adir, apath, name, folder, out, err);
     }
     if (name[0] == '/') {
         if (!is_file(name)) return sd_error_set(err, SD_ERR_NOT_FOUND, "file '%s' not found", name);
@@ -195,6 +217,7 @@ sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name
             else if (!comfy_dir(env, names[i], dir, sizeof dir)) continue;
             snprintf(path, sizeof path, "%s/%s", dir, name);
             if (is_file(path)) {
+                if (confined(folder)) return keep_inside(dir, path, name, folder, out, err);
                 *out = strdup(path);
                 return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
             }

@@ -54,7 +54,10 @@ const char *sd_env_folder_dir(const sd_env *env, const char *folder, char *buf, 
  * ComfyUI's annotated names name another folder: "a.png [output]",
  * "a.png [temp]", "a.png [input]" (what its frontend's mask editor and "open
  * in input" produce). Names that climb out of the folder ("..") are
- * rejected; absolute names are taken as they are. On success *out is a
+ * rejected; absolute names are taken as they are. In the input, output and
+ * temp folders (annotated names included) a name whose real path (symlinks
+ * resolved) leaves the folder is SD_ERR_INVALID, as the server's /view
+ * refuses it; model folders may link anywhere. On success *out is a
  * malloc'd path of an existing regular file; SD_ERR_NOT_FOUND otherwise. */
 sd_status sd_env_resolve(const sd_env *env, const char *folder, const char *name,
                          char **out, sd_error *err);

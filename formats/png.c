@@ -34,6 +34,8 @@ typedef struct png_errctx {
     const char *path;
     size_t live;  /* bytes libpng holds now */
     int limit_hit;
+    char dropped[200]; /* the first chunk libpng dropped with a warning (a text
+                          chunk inflating past the limit is one), or "" */
 } png_errctx;
 
 /* A header before each block records its size for png_mem_free. */
@@ -76,7 +78,13 @@ static void on_png_error(png_structp png, png_const_charp msg) {
 }
 
 static void on_png_warning(png_structp png, png_const_charp msg) {
-    (void)png; (void)msg; /* warnings (bad ancillary chunk CRC, ...) are not errors */
+    /* warnings (bad ancillary chunk CRC, ...) are not errors, but a text
+     * chunk libpng drops (a compressed one inflating past the chunk limit
+     * gives "iTXt: truncated") is remembered, so that "no such chunk" can
+     * say why instead of suggesting the file never had it */
+    png_errctx *ec = (png_errctx *)png_get_error_ptr(png);
+    int text_chunk = msg && (!strncmp(msg, "tEXt", 4) || !strncmp(msg, "zTXt", 4) || !strncmp(msg, "iTXt", 4));
+    if (ec && !ec->dropped[0] && text_chunk) snprintf(ec->dropped, sizeof ec->dropped, "%s", msg);
 }
 
 static png_structp new_reader(png_errctx *ec) {
@@ -371,6 +379,11 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
     }
     if (!t) {
         text_state_free(sp);
+        if (ec.dropped[0])
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "%s: no text chunk '%s' could be read: libpng dropped one (%s; a compressed "
+                                "text chunk may inflate to at most %u MiB, SD_PNG_CHUNK_MAX)",
+                                path, key, ec.dropped, (unsigned)(SD_PNG_CHUNK_MAX >> 20));
         return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: no text chunk '%s'", path, key);
     }
     *out = text_value_utf8(t);

@@ -345,10 +345,51 @@ static cJSON *output_ids(const sd_graph *g) {
     return a;
 }
 
+/* The client's prompt_id as ComfyUI keeps it (str(json_data.get("prompt_id"))):
+ * a string as it is, a whole number in decimal; absent or null: a new
+ * uuid4. What sdflow cannot keep is refused rather than silently replaced
+ * (it was): an empty or over-long (> n-1 bytes) string, control characters,
+ * a fraction, any other JSON type. NULL when kept, else why not. */
+static const char *take_prompt_id(const cJSON *pid, char *id, size_t n) {
+    if (!pid || cJSON_IsNull(pid)) {
+        srv_uuid4(id);
+        return NULL;
+    }
+    if (cJSON_IsString(pid)) {
+        const char *s = pid->valuestring;
+        size_t len = strlen(s);
+        if (len == 0) return "prompt_id is empty";
+        if (len >= n) return "prompt_id is too long (at most 63 bytes)";
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+            if (*p < 0x20 || *p == 0x7f) return "prompt_id holds a control character";
+        snprintf(id, n, "%s", s);
+        return NULL;
+    }
+    if (cJSON_IsRaw(pid) && pid->valuestring) { /* an integer beyond 2^53, digits kept by the exact parser */
+        const char *s = pid->valuestring + (pid->valuestring[0] == '-');
+        if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(pid->valuestring) >= n)
+            return "prompt_id must be a string or a whole number";
+        snprintf(id, n, "%s", pid->valuestring);
+        return NULL;
+    }
+    if (cJSON_IsNumber(pid) && isfinite(pid->valuedouble) && pid->valuedouble == floor(pid->valuedouble) &&
+        fabs(pid->valuedouble) <= 9007199254740992.0) {
+        snprintf(id, n, "%.0f", pid->valuedouble);
+        return NULL;
+    }
+    return "prompt_id must be a string or a whole number";
+}
+
 int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **reply, char *note, size_t note_n) {
     *out = NULL;
     *reply = NULL;
     if (note_n) note[0] = 0;
+    char pid_buf[sizeof((srv_job *)0)->id];
+    const char *bad_id = take_prompt_id(cJSON_GetObjectItemCaseSensitive(body, "prompt_id"), pid_buf, sizeof pid_buf);
+    if (bad_id) {
+        *reply = refusal("invalid_prompt_id", bad_id, "");
+        return 400;
+    }
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(body, "prompt");
     if (!prompt) {
         *reply = refusal("no_prompt", "No prompt provided", "No prompt provided");
@@ -417,11 +458,7 @@ int srv_job_admit(const sd_env *env, const cJSON *body, srv_job **out, cJSON **r
         cJSON_DeleteItemFromObjectCaseSensitive(j->extra_data, "client_id");
         cJSON_AddStringToObject(j->extra_data, "client_id", cid->valuestring);
     }
-    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(body, "prompt_id");
-    if (cJSON_IsString(pid) && pid->valuestring[0] && strlen(pid->valuestring) < sizeof j->id)
-        snprintf(j->id, sizeof j->id, "%s", pid->valuestring);
-    else
-        srv_uuid4(j->id);
+    snprintf(j->id, sizeof j->id, "%s", pid_buf);
     j->outputs = output_ids(j->graph);
     if (!j->prompt || !j->extra_data || !j->outputs) {
         srv_job_free(j);

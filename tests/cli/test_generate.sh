@@ -147,6 +147,14 @@ check_usage "--mask needs the picture" -m "$CK" -p x --mask "$T/pics/mask.png"
 check_usage "init image '$T/nope.png'" -m "$CK" -p x -i "$T/nope.png"
 check_usage "--seed must be a whole number" -m "$CK" -p x --seed -1 --print-workflow
 check_usage "--steps needs a whole number" -m "$CK" -p x --steps many
+# -o is checked before any work (issue 23: a folder failed only at the end
+# and lost the picture; x.jpg got PNG bytes)
+check_usage "-o $T/pics/ is a folder" -m "$CK" -p x -o "$T/pics/"
+check_usage "-o $T/pics is a folder" -m "$CK" -p x -o "$T/pics"
+check_usage "writes PNG pictures" -m "$CK" -p x -o "$T/x.jpg"
+[ -e "$T/x.jpg" ] && fail "-o x.jpg wrote a file"
+check_usage "does not exist" -m "$CK" -p x -o "$T/no/such/dir/x.png"
+ls -a "$T/pics" | grep -q 'sdflow-generate' && fail "a refused -o left a private folder: $(ls -a "$T/pics")"
 "$SDFLOW_BIN" generate -m "$CK" -p x --lora ':0.5' --print-workflow > /dev/null 2> "$T/err" && fail "an empty LoRA name was taken"
 grep -q "expected NAME or NAME:WEIGHT" "$T/err" || fail "empty LoRA name: $(cat "$T/err")"
 

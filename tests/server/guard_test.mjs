@@ -108,6 +108,22 @@ try {
   ok((await wsTry(p, null)) === 'open', 'a WebSocket without Origin (a script) opens');
   await until(async () => (await historyCount(p)) === 3, 'the three accepted prompts to finish');
   ok(!s.log().includes('Access-Control-Allow-Origin'), 'no CORS header is mentioned');
+  // prompt_id: kept as ComfyUI keeps it (str(...)), or refused; never replaced
+  const withId = (id) => JSON.stringify({ ...JSON.parse(tinyPrompt()), prompt_id: id });
+  for (const [id, want] of [['my-id-1', 'my-id-1'], [42, '42'], [null, null]]) {
+    r = await request(p, 'POST', '/prompt', { 'Content-Type': 'application/json' }, withId(id));
+    const got = r.status === 200 ? JSON.parse(r.body).prompt_id : null;
+    ok(r.status === 200 && (want === null ? /^[0-9a-f-]{36}$/.test(got) : got === want),
+       `prompt_id ${JSON.stringify(id)}: kept as ${JSON.stringify(want)} (${r.status} ${got})`);
+  }
+  r = await request(p, 'POST', '/prompt', { 'Content-Type': 'application/json' },
+                    JSON.stringify({ ...JSON.parse(tinyPrompt()), prompt_id: 12345678901234567890 }).replace('12345678901234567000', '12345678901234567890'));
+  ok(r.status === 200 && JSON.parse(r.body).prompt_id === '12345678901234567890', `a prompt_id beyond 2^53 keeps its digits (${r.status} ${r.body.slice(0, 80)})`);
+  for (const id of ['x'.repeat(100), '', 1.5, true, { a: 1 }, 'a\nb']) {
+    r = await request(p, 'POST', '/prompt', { 'Content-Type': 'application/json' }, withId(id));
+    ok(r.status === 400 && r.body.includes('prompt_id'), `prompt_id ${JSON.stringify(id).slice(0, 20)}: refused 400 (${r.status} ${r.body.slice(0, 80)})`);
+  }
+  await until(async () => (await historyCount(p)) === 7, 'the prompts with kept ids to finish');
   // NUL in a query value: refused, never cut short
   r = await request(p, 'GET', '/view?filename=ok.txt');
   ok(r.status === 200 && r.body === 'ok', `/view?filename=ok.txt serves it (${r.status})`);
