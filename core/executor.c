@@ -558,16 +558,30 @@ static void describe_outputs(plan_node *p, sd_exec_record *rec) {
                                                       sd_value_list_get(outs, (size_t)k));
 }
 
-static sd_value *make_entry(sd_value **out, int n_out, sd_value *ui) {
+static sd_value *make_entry(sd_value **out, const int *is_list, int n_out, sd_value *ui) {
     sd_value *entry = sd_value_dict(), *list = sd_value_list();
     if (!entry || !list) { sd_value_unref(entry); sd_value_unref(list); return NULL; }
+    int any_list = 0;
     for (int k = 0; k < n_out; k++) {
+        any_list |= is_list[k];
         if (sd_value_list_append(list, out[k])) { out[k] = NULL; sd_value_unref(list); sd_value_unref(entry); return NULL; }
         out[k] = NULL; /* moved into the list */
     }
     if (sd_value_dict_set(entry, "outputs", list)) { sd_value_unref(entry); return NULL; }
     if (ui && sd_value_dict_set(entry, "ui", sd_value_ref(ui))) { sd_value_unref(entry); return NULL; }
+    if (any_list) {
+        sd_value *flags = sd_value_list();
+        for (int k = 0; flags && k < n_out; k++)
+            if (sd_value_list_append(flags, sd_value_bool(is_list[k]))) { sd_value_unref(flags); flags = NULL; }
+        if (!flags || sd_value_dict_set(entry, "list_outputs", flags)) { sd_value_unref(entry); return NULL; }
+    }
     return entry;
+}
+
+/* 1 when output k of a result is a list of items (executor.h, "Lists"). */
+static int entry_output_is_list(const sd_value *entry, int k) {
+    const sd_value *flags = sd_value_dict_get(entry, "list_outputs");
+    return flags && sd_value_as_bool(sd_value_list_get(flags, (size_t)k));
 }
 
 /* Runs node p's function; on success p->entry holds the result. */
@@ -612,20 +626,28 @@ static void obs_preview(void *user, const char *node_id, int64_t step, int64_t s
 
 static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_error *err) {
     sd_value *small_in[32], *small_out[16];
+    int small_lin[32], small_lout[16];
     size_t n_in = p->n_in ? (size_t)p->n_in : 1, n_out = p->n_out ? (size_t)p->n_out : 1;
     sd_value **in = n_in <= 32 ? small_in : calloc(n_in, sizeof *in);
     sd_value **out = n_out <= 16 ? small_out : calloc(n_out, sizeof *out);
-    if (!in || !out) {
-        if (in != small_in) free(in);
-        if (out != small_out) free(out);
-        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    int *in_list = n_in <= 32 ? small_lin : calloc(n_in, sizeof *in_list);
+    int *out_list = n_out <= 16 ? small_lout : calloc(n_out, sizeof *out_list);
+    sd_status rc = SD_OK;
+    sd_error nerr;
+    sd_error_clear(&nerr);
+    if (!in || !out || !in_list || !out_list) {
+        rc = sd_error_set(&nerr, SD_ERR_NOMEM, "out of memory");
+        goto done;
     }
     memset(in, 0, n_in * sizeof *in);
     memset(out, 0, n_out * sizeof *out);
+    memset(in_list, 0, n_in * sizeof *in_list);
+    memset(out_list, 0, n_out * sizeof *out_list);
     for (int k = 0; k < p->n_in; k++) {
         if (p->src[k] >= 0) {
-            const sd_value *outs = sd_value_dict_get(r->nodes[p->src[k]].entry, "outputs");
-            in[k] = sd_value_list_get(outs, (size_t)p->src_index[k]);
+            const sd_value *entry = r->nodes[p->src[k]].entry;
+            in[k] = sd_value_list_get(sd_value_dict_get(entry, "outputs"), (size_t)p->src_index[k]);
+            in_list[k] = entry_output_is_list(entry, p->src_index[k]);
         } else {
             in[k] = p->lit[k];
         }
@@ -648,28 +670,19 @@ static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_erro
         ctx.preview = obs_preview; /* latents only with opts->previews (obs_preview) */
         ctx.preview_user = &obs;
     }
-    sd_error nerr;
-    sd_error_clear(&nerr);
-    sd_status rc = p->def->run(&ctx, in, out, &nerr);
-    /* A model file truncated or rewritten while the node read it (formats/mapguard.h:
-     * zeros instead of SIGBUS) makes its outputs garbage: fail the node. */
-    if (rc == SD_OK) rc = sd_st_check_all(&nerr);
+    sd_value *ui = NULL;
+    rc = sd_exec_map_node(p->def, &ctx, in, in_list, out, out_list, &ui, &nerr);
     if (rc == SD_OK) {
-        for (int k = 0; k < p->n_out; k++) {
-            if (out[k]) continue;
-            rc = sd_error_set(&nerr, SD_ERR_INTERNAL, "node returned no value for output %d (%s)", k,
-                              p->def->outputs[k].name);
-            break;
-        }
-    }
-    if (rc == SD_OK) {
-        p->entry = make_entry(out, p->n_out, ctx.ui);
+        p->entry = make_entry(out, out_list, p->n_out, ui);
         if (!p->entry) rc = sd_error_set(&nerr, SD_ERR_NOMEM, "out of memory storing results");
     }
     for (int k = 0; k < p->n_out; k++) sd_value_unref(out[k]);
-    sd_value_unref(ctx.ui);
-    if (in != small_in) free(in);
-    if (out != small_out) free(out);
+    sd_value_unref(ui);
+done:
+    if (in && in != small_in) free(in);
+    if (out && out != small_out) free(out);
+    if (in_list && in_list != small_lin) free(in_list);
+    if (out_list && out_list != small_lout) free(out_list);
     if (rc) {
         if (!nerr.code) nerr.code = rc;
         if (err) *err = nerr;

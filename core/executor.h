@@ -23,6 +23,19 @@
  * Two caches: an in-process memo (all values, handles included; lives as long
  * as the sd_exec, so a REPL keeps loaded models) and an optional persistent
  * cache for data values reached through sd_cache_i (SQLite, cache/).
+ *
+ * Lists (ComfyUI's OUTPUT_IS_LIST / INPUT_IS_LIST, execution.py
+ * _map_node_over_list): an output is a list when its def says is_list (the
+ * node returns an SD_VAL_LIST of items) or when its node ran once per item.
+ * A node reading a list runs once per item: N times for the longest list
+ * among its inputs, input k getting item i (or the last item of a shorter
+ * list; a plain value every time), and each of its outputs becomes the list
+ * of the N results (an is_list output: their items concatenated). An empty
+ * list runs it no time at all and its outputs are empty lists. An output
+ * node's "ui" results are merged, list by list. A node with
+ * SD_NODE_INPUT_IS_LIST instead runs once with each input as an SD_VAL_LIST
+ * (a plain value or a literal as a list of one). Which outputs are lists is
+ * part of the node's result (cached with it).
  */
 #ifndef SD_EXECUTOR_H
 #define SD_EXECUTOR_H

@@ -2,8 +2,9 @@
  * (not a public contract).
  *
  * A node result ("entry") is one SD_VAL_DICT {"outputs": LIST aligned with
- * def->outputs, "ui"?: DICT}; the same shape goes into the in-process memo
- * and the persistent cache. */
+ * def->outputs, "ui"?: DICT, "list_outputs"?: LIST of BOOL aligned with the
+ * outputs, present when one is a list of items (executor.h, "Lists")}; the
+ * same shape goes into the in-process memo and the persistent cache. */
 #ifndef SD_EXECUTOR_INTERNAL_H
 #define SD_EXECUTOR_INTERNAL_H
 
@@ -25,5 +26,16 @@ sd_status sd_exec_dump_node(const char *dir, const char *node_id, const sd_node_
  * ui["sha256"] (so a file that someone else wrote under that name is not
  * taken for ours). env may be NULL (no folder check). */
 int sd_exec_ui_files_ok(const sd_env *env, const sd_value *ui);
+
+/* Runs def on in[] (aligned with def->inputs; in_is_list[k]: in[k] is an
+ * SD_VAL_LIST of items from a list output) with ComfyUI's list semantics
+ * (executor.h, "Lists"): once, once per item, or once with every input
+ * wrapped in a list (SD_NODE_INPUT_IS_LIST). Stores one new reference per
+ * output in out[] and sets out_is_list[k]; *ui receives the (merged) ui
+ * result or NULL. ctx->ui must be NULL on entry. On failure nothing is left
+ * in out[] and *ui is NULL. */
+sd_status sd_exec_map_node(const sd_node_def *def, sd_node_ctx *ctx, sd_value *const *in,
+                           const int *in_is_list, sd_value **out, int *out_is_list, sd_value **ui,
+                           sd_error *err);
 
 #endif

@@ -72,6 +72,10 @@ typedef struct sd_input_def {
 typedef struct sd_output_def {
     const char *name;
     const char *type;
+    /* ComfyUI's OUTPUT_IS_LIST: the node returns an SD_VAL_LIST whose items
+     * the nodes reading this output receive one at a time (core/executor.h,
+     * "Lists"). */
+    int is_list;
 } sd_output_def;
 
 enum {
@@ -85,7 +89,11 @@ enum {
     /* What /object_info reports as "deprecated" / "experimental" (ComfyUI's
      * editor hides the first and marks the second); no effect on running. */
     SD_NODE_DEPRECATED = 1u << 4,
-    SD_NODE_EXPERIMENTAL = 1u << 5
+    SD_NODE_EXPERIMENTAL = 1u << 5,
+    /* ComfyUI's INPUT_IS_LIST: the node runs once with every input as an
+     * SD_VAL_LIST of what it was given (a list output's items, or the one
+     * value of anything else), instead of once per item (executor.h). */
+    SD_NODE_INPUT_IS_LIST = 1u << 6
 };
 
 /* A node function. `in` is aligned with def->inputs (NULL for an absent

@@ -77,7 +77,7 @@ cJSON *sd_object_info_node(const sd_node_def *def, const char *name, const sd_en
     cJSON *out_name = cJSON_AddArrayToObject(o, "output_name");
     for (int i = 0; def->outputs && def->outputs[i].name; i++) {
         cJSON_AddItemToArray(out, cJSON_CreateString(def->outputs[i].type));
-        cJSON_AddItemToArray(is_list, cJSON_CreateFalse());
+        cJSON_AddItemToArray(is_list, cJSON_CreateBool(def->outputs[i].is_list != 0));
         cJSON_AddItemToArray(out_name, cJSON_CreateString(def->outputs[i].name));
     }
     cJSON_AddStringToObject(o, "name", name);

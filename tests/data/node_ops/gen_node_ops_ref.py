@@ -53,9 +53,10 @@ import comfy_extras.nodes_latent as nodes_latent  # noqa: E402
 import comfy_extras.nodes_primitive as nodes_primitive  # noqa: E402
 import comfy_extras.nodes_string as nodes_string  # noqa: E402
 import comfy_extras.nodes_preview_any as nodes_preview_any  # noqa: E402
+import comfy_extras.nodes_rebatch as nodes_rebatch  # noqa: E402
 
 MODULES = [nodes_mask, nodes_compositing, nodes_images, nodes_post_processing, nodes_morphology, nodes_latent,
-           nodes_primitive, nodes_string, nodes_preview_any]
+           nodes_primitive, nodes_string, nodes_preview_any, nodes_rebatch]
 
 tensors = {}
 cases = []
@@ -556,10 +557,32 @@ def text_cases():
         case("preview_any_%d" % i, "PreviewAny", {"source": v})
 
 
+
+# ---- RebatchImages / RebatchLatents (nodes_rebatch.py): INPUT_IS_LIST, a list out --------------
+
+def rebatch_cases():
+    imgs = [T(rand(70, 3, 8, 8, 3)), T(rand(71, 2, 8, 8, 3)), T(rand(72, 1, 8, 8, 3))]
+    case("rebatch_images", "RebatchImages", {"images": imgs, "batch_size": [4]})
+    case("rebatch_images_one", "RebatchImages", {"images": imgs[:1], "batch_size": [2]})
+    case("rebatch_images_sizes", "RebatchImages", {"images": [T(rand(73, 2, 6, 6, 3)), T(rand(74, 1, 5, 6, 3))],
+                                                   "batch_size": [3]})
+    lat = [Latent(rand(75, 3, 4, 4, 5)), Latent(rand(76, 2, 4, 4, 5), noise_mask=rand(77, 1, 1, 32, 40)),
+           Latent(rand(78, 1, 4, 4, 5), batch_index=[9])]
+    case("rebatch_latents", "RebatchLatents", {"latents": lat, "batch_size": [2]})
+    case("rebatch_latents_big", "RebatchLatents", {"latents": lat, "batch_size": [8]})
+    case("rebatch_latents_sizes", "RebatchLatents",
+         {"latents": [Latent(rand(79, 2, 4, 4, 4)), Latent(rand(80, 3, 4, 5, 5)), Latent(rand(81, 1, 4, 5, 5))],
+          "batch_size": [4]})
+    case("rebatch_latents_mask_sizes", "RebatchLatents",
+         {"latents": [Latent(rand(82, 1, 4, 4, 4)), Latent(rand(83, 1, 4, 4, 4), noise_mask=rand(84, 1, 1, 4, 4))],
+          "batch_size": [4]})
+
+
 mask_cases()
 image_cases()
 latent_cases()
 text_cases()
+rebatch_cases()
 
 manifest = {
     "generator": "tests/data/node_ops/gen_node_ops_ref.py",
