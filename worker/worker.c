@@ -193,7 +193,7 @@ static sd_status fetch_inputs(wk *w, const srv_job *j, sd_error *err) {
     const char *dir = w->o->env->input_dir;
     size_t n = 0, cap = 0;
     char **keys = NULL;
-    const char **rel = NULL;
+    char **rel = NULL;
     sd_status rc = SD_OK;
     const cJSON *node;
     cJSON_ArrayForEach(node, j->prompt) {
@@ -204,15 +204,24 @@ static sd_status fetch_inputs(wk *w, const srv_job *j, sd_error *err) {
                 cap = cap ? cap * 2 : 16;
                 char **k2 = realloc(keys, cap * sizeof *k2);
                 if (k2) keys = k2;
-                const char **r2 = realloc(rel, cap * sizeof *r2);
+                char **r2 = realloc(rel, cap * sizeof *r2);
                 if (r2) rel = r2;
                 if (!k2 || !r2) { rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory"); continue; }
             }
-            if (asprintf(&keys[n], "%s:file:input/%s", w->prefix, in->valuestring) < 0) {
+            /* ComfyUI's annotated name of an input file ("clipspace/a.png
+             * [input]", what its mask editor gives LoadImage) is that file */
+            size_t len = strlen(in->valuestring);
+            if (len > 8 && !strcmp(in->valuestring + len - 8, " [input]")) len -= 8;
+            if (!(rel[n] = strndup(in->valuestring, len))) {
                 rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
                 continue;
             }
-            rel[n++] = in->valuestring;
+            if (asprintf(&keys[n], "%s:file:input/%s", w->prefix, rel[n]) < 0) {
+                free(rel[n]);
+                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+                continue;
+            }
+            n++;
         }
     }
     redisReply **shas = rc || !n ? NULL : calloc(n, sizeof *shas);
@@ -241,6 +250,7 @@ static sd_status fetch_inputs(wk *w, const srv_job *j, sd_error *err) {
     }
     for (size_t i = 0; i < n; i++) {
         free(keys[i]);
+        free(rel[i]);
         if (shas && shas[i]) freeReplyObject(shas[i]);
     }
     free(keys);
