@@ -11,8 +11,15 @@
  * 4 MiB score block overflowed L2. Q/K/V heads are read in place through the
  * GEMM leading dimension (H*D), so nothing is transposed or copied; with
  * grouped-query attention several query heads read one k/v head. An
- * additive bias (T5's positions, masks) is added to each score block. */
+ * additive bias (T5's positions, masks) is added to each score block.
+ *
+ * In bf16 precision the two products take bf16 inputs, as the matrix ops
+ * do (dnnl_bf16.h): on the oneDNN path sd_dnnl_attention computes them with
+ * bf16 primitives (softmax in f32 between them); elsewhere (the emulation,
+ * grouped-query attention) this kernel rounds q, k, v and each block's
+ * probabilities to bf16 values and multiplies them in f32. */
 #include "cpu.h"
+#include "dnnl_bf16.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +33,7 @@ typedef struct {
     float *o;
     int64_t Lq, Lk, D, HD, KD, bq, qblocks; /* HD, KD: row strides of q/o and of k/v */
     int heads, group, causal;               /* group: query heads per k/v head */
+    int round_p;                            /* bf16: probabilities rounded before P V */
     int64_t bst[3];                         /* bias strides (sd_attn_args) */
     float scale;
     float **scores;
@@ -72,6 +80,7 @@ static void attn_task(void *ctx, int64_t t, int thread) {
                     row[c] = -INFINITY;
             float m_old = mx[i];
             double s = sd_cpu_exp_row(row, kn, &mx[i]);
+            if (j->round_p) sd_bf16_round_f32_isa(NULL, SD_F32, row, row, kn, sd_cpu_isa());
             if (m_old != mx[i] && m_old != -INFINITY) {
                 float a = expf(m_old - mx[i]);
                 float *oi = o + i * j->HD;
@@ -93,6 +102,10 @@ static void attn_task(void *ctx, int64_t t, int thread) {
 
 sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
                            const sd_bt *v, const sd_attn_args *a) {
+    int bf16 = be->precision == SD_PREC_BF16;
+    if (bf16 && sd_dnnl_compiled() && ((sd_cpu *)be->impl)->bf16_path == SD_BF16_PATH_ONEDNN &&
+        a->kv_heads == a->heads)
+        return sd_dnnl_attention(be, out, q, k, v, a);
     sd_pool *pool = sd_cpu_pool(be);
     attn_job j = {0};
     j.q = sd_cpu_f32(q);
@@ -113,6 +126,23 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
     if (j.Lk == 0) { /* no keys: zeros */
         memset(j.o, 0, out->nbytes);
         return SD_OK;
+    }
+    /* bf16 inputs as f32 values (the products of two are exact in f32) */
+    float *rq = NULL, *rk = NULL, *rv = NULL;
+    if (bf16) {
+        int64_t nq = sd_bt_numel(q), nk = sd_bt_numel(k);
+        rq = sd_cpu_alloc((size_t)(nq ? nq : 1) * sizeof *rq);
+        rk = sd_cpu_alloc((size_t)(nk ? nk : 1) * sizeof *rk);
+        rv = sd_cpu_alloc((size_t)(nk ? nk : 1) * sizeof *rv);
+        if (!rq || !rk || !rv) {
+            free(rq), free(rk), free(rv);
+            return sd_backend_fail(be, SD_ERR_NOMEM, "attention (bf16): out of memory rounding "
+                                   "q, k, v");
+        }
+        sd_bf16_round_f32(pool, SD_F32, j.q, rq, nq);
+        sd_bf16_round_f32(pool, SD_F32, j.k, rk, nk);
+        sd_bf16_round_f32(pool, SD_F32, j.v, rv, nk);
+        j.q = rq, j.k = rk, j.v = rv, j.round_p = 1;
     }
     j.scale = a->scale;
     int64_t bq = j.Lq < QUERY_BLOCK ? j.Lq : QUERY_BLOCK;
@@ -141,6 +171,7 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
     free(bufs);
     free(sums);
     free(maxes);
+    free(rq), free(rk), free(rv);
     if (!ok)
         return sd_backend_fail(be, SD_ERR_NOMEM, "attention: out of memory for scores (%zu bytes)",
                                bytes);

@@ -68,6 +68,14 @@ sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt
 sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                          const sd_bt *b, int stride, int pad_h, int pad_w);
 
+/* Attention on the oneDNN path (heads == kv_heads): q, k, v rounded to
+ * bf16, S = scale Q K^T by a bf16 matmul with f32 accumulation, the bias,
+ * mask and softmax in f32 (ours), P rounded to bf16, O = P V by a bf16
+ * matmul, f32 out. Query rows in blocks of at most 256 so the [N, H, rows,
+ * Lk] scores stay within 64 MiB. Inputs F32 (backend.c widened them). */
+sd_status sd_dnnl_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                            const sd_bt *v, const sd_attn_args *a);
+
 sd_status sd_bf16e_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                           const sd_bt *b);
 sd_status sd_bf16e_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt *b,
@@ -86,6 +94,8 @@ static inline uint16_t sd_bf16_from_f32(float f) {
 /* n values of dtype dt (F32, F16 or BF16) at src rounded to bf16 at dst,
  * split over the pool. */
 void sd_bf16_round(sd_pool *pool, sd_dtype dt, const void *src, uint16_t *dst, int64_t n);
+/* n F32 values rounded to bf16 on the calling thread. */
+void sd_bf16_round_row(const float *src, uint16_t *dst, int64_t n);
 /* The same rounding with the result kept as f32 (the low 16 bits zero), on
  * the path sd_cpu_isa() or the given lower one. */
 void sd_bf16_round_f32(sd_pool *pool, sd_dtype dt, const void *src, float *dst, int64_t n);

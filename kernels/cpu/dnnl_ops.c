@@ -14,6 +14,7 @@
 #include "dnnl_bf16.h"
 #include "dnnl_pack.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -380,6 +381,133 @@ sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt
     return mm(be, "matmul", B, Bw, M, K, N, a, b, trans_b, NULL, alpha, out->data, 0);
 }
 
+/* ---- attention -------------------------------------------------------------------- */
+
+#define ATTN_SCORES ((size_t)64 << 20) /* at most, bytes of f32 scores per query block */
+
+typedef struct {
+    float *S;          /* [N, H, rows, Lk] scores, then probabilities */
+    uint16_t *P;       /* the same rounded to bf16 */
+    const float *bias; /* at query row q0 */
+    int64_t H, rows, Lk, q0, bst[3];
+    int causal;
+} softmax_job;
+
+/* Rows of (n, h): bias, causal mask, softmax in f32, then bf16. */
+static void softmax_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const softmax_job *j = ctx;
+    int64_t n = t / j->H, h = t % j->H;
+    for (int64_t i = 0; i < j->rows; i++) {
+        float *row = j->S + (t * j->rows + i) * j->Lk;
+        if (j->bias) {
+            const float *br = j->bias + n * j->bst[0] + h * j->bst[1] + i * j->bst[2];
+            for (int64_t c = 0; c < j->Lk; c++) row[c] += br[c];
+        }
+        if (j->causal)
+            for (int64_t c = j->q0 + i + 1; c < j->Lk; c++) row[c] = -INFINITY;
+        sd_cpu_softmax_row(row, j->Lk); /* an all -inf row becomes zeros */
+        sd_bf16_round_row(row, j->P + (t * j->rows + i) * j->Lk, j->Lk);
+    }
+}
+
+/* A 4-D [N, H, r, c] descriptor over strided memory. */
+static int md4(op_ctx *o, dnnl_memory_desc_t *md, dnnl_data_type_t dt, int64_t N, int64_t H,
+               int64_t r, int64_t c, int64_t sN, int64_t sH, int64_t sr, int64_t sc) {
+    dnnl_dims_t d = {N, H, r, c}, st = {sN, sH, sr, sc};
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(md, 4, d, dt, st);
+    return s == dnnl_success ? 1 : dfail(o, "attention memory description", s);
+}
+
+/* dst = scale * src @ wei as a 4-D batched matmul on `threads` threads. */
+static int bmm(op_ctx *o, const dnnl_memory_desc_t *src, void *ps, const dnnl_memory_desc_t *wei,
+               void *pw, const dnnl_memory_desc_t *dst, void *pd_, float scale, int threads) {
+    dnnl_matmul_desc_t desc;
+    dnnl_status_t s = dnnl_matmul_desc_init(&desc, src, wei, NULL, dst);
+    if (s != dnnl_success) return dfail(o, "attention matmul description", s);
+    dnnl_primitive_attr_t attr = NULL;
+    if (scale != 1.0f) {
+        s = dnnl_primitive_attr_create(&attr);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale);
+        if (s != dnnl_success) {
+            if (attr) dnnl_primitive_attr_destroy(attr);
+            return dfail(o, "attention scale attribute", s);
+        }
+    }
+    omp_set_num_threads(threads);
+    dnnl_primitive_desc_t pd = NULL;
+    s = dnnl_primitive_desc_create(&pd, &desc, attr, o->d->eng, NULL);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (s != dnnl_success) return dfail(o, "attention matmul primitive descriptor", s);
+    o->pd[o->n_pd++] = pd;
+    dnnl_memory_t ms = mem(o, src, ps), mw = ms ? mem(o, wei, pw) : NULL;
+    dnnl_memory_t md = mw ? mem(o, dst, pd_) : NULL;
+    if (!md) return 0;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+    return run(o, pd, 3, args, "attention matmul", threads);
+}
+
+/* Releases what one query block's primitives made (op_ctx holds at most
+ * 8 descriptors and 16 memories). */
+static void block_end(op_ctx *o) {
+    for (int i = 0; i < o->n_mem; i++) dnnl_memory_destroy(o->mem[i]);
+    for (int i = 0; i < o->n_prim; i++) dnnl_primitive_destroy(o->prim[i]);
+    for (int i = 0; i < o->n_pd; i++) dnnl_primitive_desc_destroy(o->pd[i]);
+    o->n_mem = o->n_prim = o->n_pd = 0;
+}
+
+sd_status sd_dnnl_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                            const sd_bt *v, const sd_attn_args *a) {
+    int64_t N = q->shape[0], Lq = q->shape[1], Lk = k->shape[1], HD = q->shape[2];
+    int64_t H = a->heads, D = HD / H, KD = k->shape[2];
+    if (N == 0 || Lq == 0 || D == 0) return SD_OK;
+    if (Lk == 0) { /* no keys: zeros */
+        memset(out->data, 0, out->nbytes);
+        return SD_OK;
+    }
+    op_ctx o;
+    if (!op_begin(&o, be, "attention")) return be->err.code;
+    sd_pool *pool = sd_cpu_pool(be);
+    uint16_t *qb = as_bf16(&o, q, BUF_SRC0, "bf16 queries");
+    uint16_t *kb = qb ? as_bf16(&o, k, BUF_SRC, "bf16 keys") : NULL;
+    uint16_t *vb = kb ? as_bf16(&o, v, BUF_WEI0, "bf16 values") : NULL;
+    if (!vb) return op_end(&o);
+    /* query rows per block: the [N, H, rows, Lk] scores within ATTN_SCORES */
+    int64_t per_row = N * H * Lk * (int64_t)sizeof(float);
+    int64_t bq = (int64_t)ATTN_SCORES / per_row;
+    if (bq > 256) bq = 256; /* rows per matmul: plenty for the kernels' blocking */
+    if (bq < 1) bq = 1;
+    if (bq > Lq) bq = Lq;
+    float *S = buf(o.d, BUF_DST, (size_t)(per_row * bq));
+    uint16_t *P = S ? buf(o.d, BUF_WEI, (size_t)(per_row / 2 * bq)) : NULL;
+    if (!P) return nomem(&o, "attention scores", (size_t)(per_row * bq)), op_end(&o);
+    const float *bias = a->bias ? a->bias->data : NULL;
+    for (int64_t q0 = 0; q0 < Lq; q0 += bq) {
+        int64_t rows = Lq - q0 < bq ? Lq - q0 : bq;
+        int threads = threads_for(&o, 4.0 * N * H * rows * Lk * D < SMALL_FLOPS);
+        dnnl_memory_desc_t mq, mk, ms, mp, mv, mo;
+        int ok = md4(&o, &mq, dnnl_bf16, N, H, rows, D, Lq * HD, D, HD, 1) &&
+                 md4(&o, &mk, dnnl_bf16, N, H, D, Lk, Lk * KD, D, 1, KD) &&
+                 md4(&o, &ms, dnnl_f32, N, H, rows, Lk, H * rows * Lk, rows * Lk, Lk, 1) &&
+                 md4(&o, &mp, dnnl_bf16, N, H, rows, Lk, H * rows * Lk, rows * Lk, Lk, 1) &&
+                 md4(&o, &mv, dnnl_bf16, N, H, Lk, D, Lk * KD, D, KD, 1) &&
+                 md4(&o, &mo, dnnl_f32, N, H, rows, D, Lq * HD, D, HD, 1);
+        /* S = scale Q K^T */
+        ok = ok && bmm(&o, &mq, qb + q0 * HD, &mk, kb, &ms, S, a->scale, threads);
+        if (ok) {
+            softmax_job j = {S, P, bias ? bias + q0 * a->bias_stride[2] : NULL, H, rows, Lk, q0,
+                             {a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]},
+                             a->causal};
+            sd_pool_run(pool, N * H, softmax_task, &j);
+        }
+        /* O = P V, straight into out's rows */
+        ok = ok && bmm(&o, &mp, P, &mv, vb, &mo, (float *)out->data + q0 * HD, 1.0f, threads);
+        block_end(&o);
+        if (!ok) break;
+    }
+    return op_end(&o);
+}
+
 sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                          const sd_bt *b, int stride, int pad_h, int pad_w) {
     if (sd_bt_numel(out) == 0) return SD_OK;
@@ -489,6 +617,11 @@ sd_status sd_dnnl_matmul(sd_backend *be, sd_bt *out, const sd_bt *a, const sd_bt
 sd_status sd_dnnl_conv2d(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                          const sd_bt *b, int stride, int pad_h, int pad_w) {
     return no_path(be, "conv2d");
+}
+
+sd_status sd_dnnl_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                            const sd_bt *v, const sd_attn_args *a) {
+    return no_path(be, "attention");
 }
 
 #endif

@@ -162,6 +162,10 @@ void sd_bf16_round(sd_pool *pool, sd_dtype dt, const void *src, uint16_t *dst, i
     sd_pool_run(pool, sd_cpu_chunks(n, ROUND_GRAIN), round_task, &j);
 }
 
+void sd_bf16_round_row(const float *src, uint16_t *dst, int64_t n) {
+    round_range(SD_F32, (const char *)src, dst, n, sd_cpu_isa() >= SD_ISA_AVX512);
+}
+
 void sd_bf16_round_f32_isa(sd_pool *pool, sd_dtype dt, const void *src, float *dst, int64_t n,
                            int isa) {
     round_job j = {dt, src, dst, n, isa, 1};

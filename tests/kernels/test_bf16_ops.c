@@ -205,6 +205,94 @@ static void test_conv(sd_backend *be, int64_t N, int64_t C, int64_t H, int64_t W
     sd_bt_free(x), sd_bt_free(w), sd_bt_free(b);
 }
 
+/* Attention in bf16 (q, k, v and the probabilities rounded, f32 softmax)
+ * against a double reference on the bf16-rounded q, k, v. Per output, with
+ * u = 2^-24, A = sum_j p_j |v_j| and E the largest error of a score (f32
+ * sums of D exact products, the scale, the bias: (D + 4) u scale sum|q k| +
+ * u |bias|): the probabilities move by at most e^{2E} - 1 relatively (their
+ * numerator and denominator by e^{+-E}), the f32 softmax adds ~6u, rounding
+ * them to bf16 at most 2^-8 (bf16's unit roundoff: 8 significant bits), and
+ * P V's f32 sums (Lk + 4) u, so
+ *     |o - o_ref| <= 1.01 A ((e^{2E} - 1) + 2^-8 + (Lk + 16) u).
+ * The same op in f32 mode must differ from the bf16 one (it rounds nothing).
+ * Cases: causal, an additive bias broadcast over heads, grouped-query k/v
+ * (the oneDNN path hands that to the f32 kernel), key blocks past 1024 and
+ * query blocks past 256. */
+static void test_attention(sd_backend *be, int64_t N, int64_t Lq, int64_t Lk, int H, int Hkv,
+                           int64_t D, int causal, int with_bias) {
+    int64_t qs[3] = {N, Lq, H * D}, ks[3] = {N, Lk, Hkv * D}, bs[4] = {N, 1, Lq, Lk};
+    sd_bt *q = rand_bt(be, SD_F32, 3, qs, 1.5f), *k = rand_bt(be, SD_F32, 3, ks, 1.5f);
+    sd_bt *v = rand_bt(be, SD_F32, 3, ks, 1.0f);
+    sd_bt *bias = with_bias ? rand_bt(be, SD_F32, 4, bs, 2.0f) : NULL;
+    float *hq = host(q), *hk = host(k), *hv = host(v), *hb = bias ? host(bias) : NULL;
+    double scale = 1.0 / sqrt((double)D);
+    int64_t n_out = N * Lq * H * D;
+    double *ref = calloc((size_t)n_out, sizeof *ref), *bound = calloc((size_t)n_out, sizeof *bound);
+    double *sc = malloc((size_t)Lk * sizeof *sc), *ab = malloc((size_t)Lk * sizeof *ab);
+    for (int64_t n = 0; n < N; n++)
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < Lq; i++) {
+                int kh = h / (H / Hkv);
+                double mx = -INFINITY, E = 0;
+                for (int64_t j = 0; j < Lk; j++) {
+                    double s = 0, a = 0;
+                    for (int64_t d = 0; d < D; d++) {
+                        double p = bf(hq[(n * Lq + i) * H * D + h * D + d]) *
+                                   bf(hk[(n * Lk + j) * Hkv * D + kh * D + d]);
+                        s += p, a += fabs(p);
+                    }
+                    double b = hb ? hb[(n * Lq + i) * Lk + j] : 0;
+                    sc[j] = causal && j > i ? -INFINITY : s * scale + b;
+                    double e = (D + 4) * U * scale * a + U * fabs(b) + 2 * U * fabs(sc[j]);
+                    if (!(causal && j > i) && e > E) E = e;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < Lk; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int64_t d = 0; d < D; d++) {
+                    double o = 0, A = 0;
+                    for (int64_t j = 0; j < Lk; j++) {
+                        double vv = bf(hv[(n * Lk + j) * Hkv * D + kh * D + d]);
+                        o += sc[j] / sum * vv;
+                        A += sc[j] / sum * fabs(vv);
+                    }
+                    int64_t at = (n * Lq + i) * H * D + h * D + d;
+                    ref[at] = o;
+                    bound[at] = 1.01 * A * (expm1(2 * E) + 1.0 / 256 + (Lk + 16) * U);
+                }
+            }
+    sd_attn_opts o = {0, causal, Hkv, bias};
+    sd_backend_set_precision(be, SD_PREC_BF16);
+    sd_bt *got = sd_op_attention_ex(q, k, v, H, &o);
+    sd_backend_set_precision(be, SD_PREC_F32);
+    sd_bt *f32 = sd_op_attention_ex(q, k, v, H, &o);
+    sd_backend_set_precision(be, SD_PREC_BF16);
+    char what[128];
+    snprintf(what, sizeof what, "attention N%lld Lq%lld Lk%lld H%d/%d D%lld%s%s", (long long)N,
+             (long long)Lq, (long long)Lk, H, Hkv, (long long)D, causal ? " causal" : "",
+             bias ? " +bias" : "");
+    CHECK_MSG(got && f32, "%s: op failed", what);
+    if (got && f32) {
+        const float *g = got->data, *f = f32->data;
+        double worst = 0, diff = 0, big = 0;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n_out; i++) {
+            double err = fabs(g[i] - ref[i]);
+            if (!(err <= bound[i])) bad++;
+            if (bound[i] > 0 && err / bound[i] > worst) worst = err / bound[i];
+            if (fabs(g[i] - f[i]) > diff) diff = fabs(g[i] - f[i]);
+            if (fabs(ref[i]) > big) big = fabs(ref[i]);
+        }
+        printf("%-34s worst err/bound %.3f, bf16 vs f32 op up to %.3g\n", what, worst, diff);
+        CHECK_MSG(bad == 0, "%s: %lld of %lld outputs outside the bound", what, (long long)bad,
+                  (long long)n_out);
+        CHECK_MSG(diff > 1e-4 * big, "%s: bf16 and f32 results agree: nothing was rounded", what);
+    }
+    sd_bt_free(got), sd_bt_free(f32);
+    sd_bt_free(q), sd_bt_free(k), sd_bt_free(v), sd_bt_free(bias);
+    free(hq), free(hk), free(hv), free(hb), free(ref), free(bound), free(sc), free(ab);
+}
+
 /* The pooled rounding kernel against the scalar RNE on awkward bit patterns:
  * ties, NaN, inf, denormals, values that round up into the exponent. */
 static void test_rounding(sd_backend *be) {
@@ -310,6 +398,10 @@ static void test_ops(sd_backend *be) {
     test_conv(be, 1, 3, 40, 36, 64, 3, 3, 1, 1, 1, SD_F16, 1);
     test_conv(be, 1, 64, 20, 18, 64, 3, 3, 2, 1, 1, SD_F16, 0);
     test_conv(be, 1, 64, 10, 9, 64, 3, 3, 1, 1, 1, SD_F16, 1);
+    test_attention(be, 2, 37, 29, 3, 3, 16, 0, 0);
+    test_attention(be, 1, 21, 21, 2, 2, 24, 1, 1);
+    test_attention(be, 1, 9, 13, 4, 2, 8, 0, 1);
+    test_attention(be, 1, 300, 1100, 2, 2, 8, 0, 0);
 }
 
 /* The oneDNN path's packed weights (dnnl_pack.h): a linear's and a conv's
