@@ -14,6 +14,7 @@
 #include "models/unet/unet.h"
 #include "models/vae/vae.h"
 #include "models/text/clip.h"
+#include "models/flux/flux.h"
 
 #define SD_BENCH_MAX_REPEAT 64
 
@@ -44,7 +45,8 @@ typedef enum sd_bench_phase_kind {
     SD_BENCH_UNET = 0,
     SD_BENCH_VAE,
     SD_BENCH_CLIP,
-    SD_BENCH_TXT2IMG
+    SD_BENCH_TXT2IMG,
+    SD_BENCH_FLUX
 } sd_bench_phase_kind;
 
 typedef struct sd_bench_job {
@@ -76,6 +78,14 @@ void sd_bench_run_torch(char *const *argv, sd_bench_result *r);
 /* This process's VmHWM in KiB (ru_maxrss when /proc is unavailable). */
 long sd_bench_peak_kb(void);
 double sd_bench_now(void);
+/* ---- the Flux block stack (bench_flux.c) -------------------------------------
+ * A real-width Flux.1 with 2 double + 2 single blocks, fp8 matrices; one
+ * forward at 1024 image + 512 text tokens. */
+sd_status sd_bench_flux_write(const char *path, sd_error *err);
+double sd_bench_flux_flops(const sd_flux_config *c, int batch, int img, int txt);
+void sd_bench_flux_phase(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
+                         sd_bench_result *r);
+
 /* --kernels: GFLOP/s table of the UNet's matrix shapes (bench_kernels.c). */
 int sd_bench_kernels(int repeat);
 double sd_bench_median(const double *v, int n);

@@ -2,7 +2,7 @@
  * shapes through PyTorch on the same weights when python3-torch is present.
  *
  *   sdflow-bench [--work-dir DIR] [--repeat N] [--quick] [--threads N]
- *                [--phases unet,vae,clip,txt2img,unet_sdxl] [--steps N] [--preset sd1]
+ *                [--phases unet,vae,clip,txt2img,unet_sdxl,flux] [--steps N] [--preset sd1]
  *                [--no-torch] [--python PATH] [--torch-script PATH] [--device cpu|cuda]
  *
  * See bench/README.md for what each row measures and how FLOPs are counted.
@@ -46,6 +46,12 @@ static sd_status write_sdxl(const char *preset, const char *path, sd_error *err)
     return sd_synth_sdxl_write(cfg, 1, path, err);
 }
 
+static sd_status write_flux(const char *preset, const char *path, sd_error *err)
+{
+    (void)preset;
+    return sd_bench_flux_write(path, err);
+}
+
 /* Model families the bench can synthesize. --preset picks the family of the
  * unet/vae/clip/txt2img phases (sd1 only so far); the unet_sdxl phase always
  * uses the sdxl entry. The rest of SDXL (both text encoders, txt2img, a
@@ -61,6 +67,7 @@ typedef struct bench_preset {
 static const bench_preset presets[] = {
     {"sd1", "sd1", write_sd1, 512, 1},
     {"sdxl", "sdxl", write_sdxl, 1024, 0}, /* the unet_sdxl phase only */
+    {"flux", "flux", write_flux, 512, 0},  /* the flux phase only (bench_flux.c) */
 };
 
 typedef struct opts {
@@ -78,10 +85,11 @@ static void usage(FILE *o)
             "  --device cpu|cuda   the backend ours runs on, and PyTorch's device (default cpu)\n"
             "  --quick             smoke run: 1 repeat, batch 1 only\n"
             "  --threads N         compute threads, ours and PyTorch's (default: all cores)\n"
-            "  --phases LIST       comma list of unet,vae,clip,txt2img,unet_sdxl (default\n"
+            "  --phases LIST       comma list of unet,vae,clip,txt2img,unet_sdxl,flux (default\n"
             "                      unet,vae,clip,txt2img; unet_sdxl is the full-size SDXL\n"
             "                      UNet at 1024x1024, ~5 GB checkpoint, 1 repeat unless\n"
-            "                      --repeat is given)\n"
+            "                      --repeat is given; flux is a real-width Flux.1 with 2+2\n"
+            "                      blocks, fp8 weights, 1024 image + 512 text tokens)\n"
             "  --steps N           txt2img steps actually run; < 20 scales the sampling time\n"
             "                      to 20 steps and says so (default 20)\n"
             "  --preset NAME       sd1 (default; SDXL: --phases unet_sdxl)\n"
@@ -190,7 +198,7 @@ static int ensure_checkpoint(const bench_preset *p, const char *path)
         fprintf(stderr, "sdflow-bench: reusing %s\n", path);
         return 0;
     }
-    fprintf(stderr, "sdflow-bench: synthesizing full-size %s checkpoint (random F16 weights) "
+    fprintf(stderr, "sdflow-bench: synthesizing full-size %s checkpoint (random weights) "
                     "-> %s\n", p->name, path);
     double t0 = sd_bench_now();
     fflush(NULL);
@@ -278,11 +286,13 @@ static void run_torch(const opts *o, const char *ckpt, const row *rw, sd_bench_r
 {
     char threads[16], repeat[16], batch[16], size[16];
     snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-    snprintf(repeat, sizeof repeat, "%d", o->repeat);
+    snprintf(repeat, sizeof repeat, "%d", rw->job.repeat);
     snprintf(batch, sizeof batch, "%d", rw->job.batch > 0 ? rw->job.batch : 1);
     snprintf(size, sizeof size, "%d", rw->job.size);
-    const char *phase = rw->job.kind == SD_BENCH_UNET ? "unet"
-                        : rw->job.kind == SD_BENCH_VAE ? "vae" : "clip";
+    const char *phase = rw->job.kind == SD_BENCH_UNET   ? "unet"
+                        : rw->job.kind == SD_BENCH_VAE  ? "vae"
+                        : rw->job.kind == SD_BENCH_FLUX ? "flux"
+                                                        : "clip";
     char *argv[] = {(char *)o->python, (char *)o->script, "--ckpt", (char *)ckpt,
                     "--phase", (char *)phase, "--dtype", rw->job.bf16 ? "bf16" : "f32",
                     "--batch", batch, "--threads", threads, "--repeat", repeat,
@@ -316,13 +326,13 @@ int main(int argc, char **argv)
                 preset ? "; for SDXL use --phases unet_sdxl (bench/README.md)" : "");
         return 2;
     }
-    static const char *known[] = {"unet", "vae", "clip", "txt2img", "unet_sdxl"};
+    static const char *known[] = {"unet", "vae", "clip", "txt2img", "unet_sdxl", "flux"};
     for (const char *p = o.phases; *p;) {
         size_t len = strcspn(p, ","), ok = 0;
-        for (size_t i = 0; i < 5; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
+        for (size_t i = 0; i < 6; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
         if (!ok) {
             fprintf(stderr, "sdflow-bench: unknown phase '%.*s' (unet,vae,clip,txt2img,"
-                            "unet_sdxl)\n", (int)len, p);
+                            "unet_sdxl,flux)\n", (int)len, p);
             return 2;
         }
         p += len + (p[len] == ',');
@@ -330,17 +340,20 @@ int main(int argc, char **argv)
     int want_main = has_phase(o.phases, "unet") || has_phase(o.phases, "vae") ||
                     has_phase(o.phases, "clip") || has_phase(o.phases, "txt2img");
     int want_xl = has_phase(o.phases, "unet_sdxl");
+    int want_flux = has_phase(o.phases, "flux");
 
     if (mkdirs(o.work_dir)) {
         fprintf(stderr, "sdflow-bench: cannot create %s: %s\n", o.work_dir, strerror(errno));
         return 1;
     }
-    const bench_preset *xl = &presets[1];
-    char ckpt[4096], ckpt_xl[4096];
+    const bench_preset *xl = &presets[1], *fx = &presets[2];
+    char ckpt[4096], ckpt_xl[4096], ckpt_fx[4096];
     snprintf(ckpt, sizeof ckpt, "%s/%s-random-f16.safetensors", o.work_dir, preset->name);
     snprintf(ckpt_xl, sizeof ckpt_xl, "%s/%s-random-f16.safetensors", o.work_dir, xl->name);
+    snprintf(ckpt_fx, sizeof ckpt_fx, "%s/flux-2+2-blocks-random-fp8.safetensors", o.work_dir);
     if (want_main && ensure_checkpoint(preset, ckpt)) return 1;
     if (want_xl && ensure_checkpoint(xl, ckpt_xl)) return 1;
+    if (want_flux && ensure_checkpoint(fx, ckpt_fx)) return 1;
 
     char model[256], flags[256], tv[64] = "";
     cpu_info(model, sizeof model, flags, sizeof flags);
@@ -408,6 +421,20 @@ int main(int argc, char **argv)
                           "64-channel heads not written)";
         }
 
+    /* The Flux block stack from fp8 weights: f32, then bf16 compute (the
+     * issue's comparison: PyTorch in bf16 from bf16 weights). One repeat
+     * unless --repeat says otherwise (a forward is ~1.5 TFLOP). */
+    if (want_flux)
+        for (int bf = 0; bf < 2; bf++) {
+            row *r = &rows[nr++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "Flux 2+2 blocks (3072, fp8 weights) %s",
+                     bf ? "bf16" : "f32");
+            r->job = (sd_bench_job){SD_BENCH_FLUX, ckpt_fx, o.threads, o.repeat_set ? o.repeat : 1,
+                                    1, bf, 0, fx->size, o.weights, o.device};
+            r->torch_kind = 1;
+        }
+
     for (int i = 0; i < nr; i++) {
         row *r = &rows[i];
         fprintf(stderr, "sdflow-bench: %s ...\n", r->name);
@@ -418,7 +445,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "sdflow-bench:   ours %.3f s (load %.1f s)\n",
                     sd_bench_median(r->ours.secs, r->ours.n), r->ours.load_s);
         if (r->torch_kind && tv[0]) {
-            run_torch(&o, ckpt, r, &r->torch);
+            run_torch(&o, r->job.ckpt, r, &r->torch);
             if (r->torch.ok)
                 fprintf(stderr, "sdflow-bench:   torch %.3f s (load %.1f s)\n",
                         sd_bench_median(r->torch.secs, r->torch.n), r->torch.load_s);
@@ -432,7 +459,8 @@ int main(int argc, char **argv)
     time_t now = time(NULL);
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    printf("\n## sdflow-bench %s, %s\n\n", want_main ? preset->name : xl->name, date);
+    printf("\n## sdflow-bench %s, %s\n\n", want_main ? preset->name : want_xl ? xl->name : fx->name,
+           date);
     printf("- machine: %s, %d cores online, flags: %s\n", model, cores, flags[0] ? flags : "-");
     printf("- device: %s\n", o.device ? o.device : "cpu");
     printf("- threads: %d; repeats per figure: %d (median)%s%s; build: %s\n",
@@ -442,11 +470,16 @@ int main(int argc, char **argv)
            SDFLOW_BENCH_BUILD);
     int held = -1;
     for (int i = 0; i < nr && held < 0; i++) held = rows[i].ours.unet_wdtype;
+    if (want_main || want_xl)
     printf("- checkpoint: %s (random weights, F16 on disk); weights requested %s, UNet weights "
            "held as %s\n", want_main ? ckpt : ckpt_xl,
            o.weights == SD_F16 ? "F16" : "F32 (the loader's default)",
            held >= 0 ? sd_dtype_name((sd_dtype)held) : "?");
     if (want_main && want_xl) printf("- SDXL checkpoint: %s\n", ckpt_xl);
+    if (want_flux)
+        printf("- Flux checkpoint: %s (hidden 3072, 24 heads, 2 double + 2 single blocks; "
+               "matrices F8_E4M3, PyTorch decodes them to its dtype); 1024 image + 512 text "
+               "tokens, 1 repeat unless --repeat\n", ckpt_fx);
     printf("- PyTorch: %s\n\n", tv[0] ? tv : o.no_torch ? "skipped (--no-torch)"
                                                          : "not available (apt-get install python3-torch)");
     printf("| phase | seconds (median) | min | GFLOP/s | PyTorch s | ratio (PyTorch/ours) | peak RSS | PyTorch peak RSS | load s |\n");

@@ -465,6 +465,10 @@ void sd_bench_run_phase(const sd_bench_job *job, sd_bench_result *r)
         case SD_BENCH_VAE: phase_vae(job, be, &f, r); break;
         case SD_BENCH_CLIP: phase_clip(job, be, &f, r); break;
         case SD_BENCH_TXT2IMG: phase_txt2img(job, be, &f, r); break;
+        case SD_BENCH_FLUX:
+            if (job->bf16 && !backend_has_bf16(be, r->msg, sizeof r->msg)) r->na = 1;
+            else sd_bench_flux_phase(job, be, &f, r);
+            break;
         }
     }
     if (f) sd_st_close(f);

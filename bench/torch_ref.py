@@ -18,11 +18,12 @@ scaled_dot_product_attention).
 The safetensors file is read with a small reader (header JSON + numpy views
 of the mapped file); the `safetensors` package is not needed.
 
-Usage: torch_ref.py --ckpt FILE --phase unet|vae|clip [--dtype f32|bf16] [--device cpu|cuda]
+Usage: torch_ref.py --ckpt FILE --phase unet|vae|clip|flux [--dtype f32|bf16] [--device cpu|cuda]
                     [--batch N] [--threads N] [--repeat N] [--size 512]
        torch_ref.py --check-golden TESTDATA_DIR   (e.g. ../shared/testdata)
 The second form checks these networks against ComfyUI's reference tensors
-for the tiny SD1 model (bench/README.md).
+for the tiny SD1 model, and the Flux DiT against the tiny Flux.1 models of
+TESTDATA/flux when that set is there (bench/README.md).
 """
 import argparse
 import json
@@ -54,6 +55,26 @@ except ImportError as e:  # the bench checks first; this is for direct runs
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64, "I32": np.int32}
 
 
+def _f8_table(exp_bits, bias, finite_max_code):
+    """All 256 values of an 8-bit float (torch 1.13 has no float8 dtypes):
+    float8_e4m3fn (no inf, S.1111.111 NaN) or float8_e5m2 (IEEE-like)."""
+    man_bits = 7 - exp_bits
+    t = np.zeros(256, dtype=np.float32)
+    for c in range(256):
+        s, e, m = c >> 7, (c >> man_bits) & ((1 << exp_bits) - 1), c & ((1 << man_bits) - 1)
+        if (c & 0x7F) > finite_max_code:
+            v = float("nan") if exp_bits == 4 or m else float("inf")
+        elif e == 0:
+            v = m * 2.0 ** (1 - bias - man_bits)
+        else:
+            v = (1 + m / 2.0 ** man_bits) * 2.0 ** (e - bias)
+        t[c] = -v if s else v
+    return t
+
+
+F8_TABLES = {"F8_E4M3": _f8_table(4, 7, 0x7E), "F8_E5M2": _f8_table(5, 15, 0x7B)}
+
+
 def log(msg):
     print(f"torch_ref: {msg}", file=sys.stderr, flush=True)
 
@@ -74,6 +95,9 @@ def load_safetensors(path, prefix, dtype):
         if st == "BF16":
             raw = np.frombuffer(mm, dtype=np.int16, count=(b - a) // 2, offset=base + a)
             t = torch.from_numpy(raw.copy()).view(torch.bfloat16)
+        elif st in F8_TABLES:  # exact in bf16 and f32
+            raw = np.frombuffer(mm, dtype=np.uint8, count=b - a, offset=base + a)
+            t = torch.from_numpy(F8_TABLES[st][raw])
         elif st in DTYPES and DTYPES[st] is not None:
             npd = DTYPES[st]
             raw = np.frombuffer(mm, dtype=npd, count=(b - a) // np.dtype(npd).itemsize,
@@ -258,8 +282,137 @@ def clip_forward(W, ids):
 
 # ---- driver ---------------------------------------------------------------------------
 
+# ---- Flux.1 DiT (comfy/ldm/flux: model.py, layers.py, math.py) -------------------------
+
+def flux_timestep_embedding(t, dim, time_factor=1000.0):
+    t = time_factor * t
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+    args = t[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+def flux_rope(pos, dim, theta):
+    scale = torch.linspace(0, (dim - 2) / dim, steps=dim // 2, dtype=torch.float64)
+    omega = 1.0 / (theta ** scale)
+    out = torch.einsum("...n,d->...nd", pos.to(torch.float64), omega)
+    out = torch.stack([torch.cos(out), -torch.sin(out), torch.sin(out), torch.cos(out)], dim=-1)
+    return out.reshape(*out.shape[:-1], 2, 2).to(torch.float32)
+
+
+def flux_apply_rope(x, pe):
+    x_ = x.to(pe.dtype).reshape(*x.shape[:-1], -1, 1, 2)
+    out = pe[..., 0] * x_[..., 0] + pe[..., 1] * x_[..., 1]
+    return out.reshape(*x.shape).type_as(x)
+
+
+def flux_attention(q, k, v, pe, chunk=1024):
+    """q, k, v [B, H, L, D] -> [B, L, H*D]: RoPE, then softmax(QK^T/sqrt(D))V
+    in query chunks (torch 1.13 has no scaled_dot_product_attention)."""
+    q, k = flux_apply_rope(q, pe), flux_apply_rope(k, pe)
+    b, h, lq, d = q.shape
+    q, k, v = q.reshape(b * h, lq, d), k.reshape(b * h, -1, d), v.reshape(b * h, -1, d)
+    out = torch.empty_like(q)
+    kt, scale = k.transpose(1, 2), 1.0 / math.sqrt(d)
+    for s in range(0, lq, chunk):
+        e = min(lq, s + chunk)
+        out[:, s:e] = torch.bmm((torch.bmm(q[:, s:e], kt) * scale).softmax(dim=-1), v)
+    return out.reshape(b, h, lq, d).permute(0, 2, 1, 3).reshape(b, lq, h * d)
+
+
+def flux_rms(x, scale):
+    return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6) * scale
+
+
+def flux_ln(x):
+    return F.layer_norm(x, (x.shape[-1],), eps=1e-6)
+
+
+def flux_embed(W, p, x):
+    return lin(W, p + ".out_layer", F.silu(lin(W, p + ".in_layer", x)))
+
+
+def flux_mod(W, p, vec, n):
+    return lin(W, p, F.silu(vec))[:, None, :].chunk(n, dim=-1)
+
+
+def flux_qkv(W, p, x, heads):
+    b, l, _ = x.shape
+    q, k, v = lin(W, p + ".qkv", x).view(b, l, 3, heads, -1).permute(2, 0, 3, 1, 4)
+    q = flux_rms(q, W[p + ".norm.query_norm.scale"])
+    k = flux_rms(k, W[p + ".norm.key_norm.scale"])
+    return q.to(v), k.to(v), v
+
+
+def flux_double(W, p, img, txt, vec, pe, heads):
+    i1s, i1c, i1g, i2s, i2c, i2g = flux_mod(W, p + ".img_mod.lin", vec, 6)
+    t1s, t1c, t1g, t2s, t2c, t2g = flux_mod(W, p + ".txt_mod.lin", vec, 6)
+    iq, ik, iv = flux_qkv(W, p + ".img_attn", (1 + i1c) * flux_ln(img) + i1s, heads)
+    tq, tk, tv = flux_qkv(W, p + ".txt_attn", (1 + t1c) * flux_ln(txt) + t1s, heads)
+    a = flux_attention(torch.cat((tq, iq), 2), torch.cat((tk, ik), 2), torch.cat((tv, iv), 2), pe)
+    ta, ia = a[:, :txt.shape[1]], a[:, txt.shape[1]:]
+    img = img + i1g * lin(W, p + ".img_attn.proj", ia)
+    m = (1 + i2c) * flux_ln(img) + i2s
+    img = img + i2g * lin(W, p + ".img_mlp.2", F.gelu(lin(W, p + ".img_mlp.0", m), approximate="tanh"))
+    txt = txt + t1g * lin(W, p + ".txt_attn.proj", ta)
+    m = (1 + t2c) * flux_ln(txt) + t2s
+    txt = txt + t2g * lin(W, p + ".txt_mlp.2", F.gelu(lin(W, p + ".txt_mlp.0", m), approximate="tanh"))
+    return img, txt
+
+
+def flux_single(W, p, x, vec, pe, heads):
+    shift, scale, gate = flux_mod(W, p + ".modulation.lin", vec, 3)
+    hid = x.shape[-1]
+    qkv, mlp = torch.split(lin(W, p + ".linear1", (1 + scale) * flux_ln(x) + shift),
+                           [3 * hid, W[p + ".linear1.weight"].shape[0] - 3 * hid], dim=-1)
+    b, l, _ = x.shape
+    q, k, v = qkv.reshape(b, l, 3, heads, -1).permute(2, 0, 3, 1, 4)
+    q = flux_rms(q, W[p + ".norm.query_norm.scale"]).to(v)
+    k = flux_rms(k, W[p + ".norm.key_norm.scale"]).to(v)
+    a = flux_attention(q, k, v, pe)
+    return x + gate * lin(W, p + ".linear2", torch.cat((a, F.gelu(mlp, approximate="tanh")), 2))
+
+
+def flux_forward(W, x, sigma, ctx, y, guidance):
+    """Flux.forward: x [B, C, H, W] -> velocity [B, C, H, W] (patch 2, RoPE
+    axes [d/4, 3d/8, 3d/8] (ComfyUI's [16, 56, 56] at d = 128), theta 10000)."""
+    d = W["double_blocks.0.img_attn.norm.query_norm.scale"].shape[0]
+    hid = W["img_in.weight"].shape[0]
+    heads = hid // d
+    axes = [d // 4, 3 * d // 8, 3 * d // 8]
+    bs, c, h, w = x.shape
+    x = F.pad(x, (0, w % 2, 0, h % 2), mode="circular")
+    hl, wl = (h + 1) // 2, (w + 1) // 2
+    img = x.reshape(bs, c, hl, 2, wl, 2).permute(0, 2, 4, 1, 3, 5).reshape(bs, hl * wl, c * 4)
+    img_ids = torch.zeros(hl, wl, 3)
+    img_ids[..., 1] = torch.linspace(0, hl - 1, steps=hl)[:, None]
+    img_ids[..., 2] = torch.linspace(0, wl - 1, steps=wl)[None, :]
+    ids = torch.cat((torch.zeros(bs, ctx.shape[1], 3), img_ids.reshape(1, hl * wl, 3).repeat(bs, 1, 1)), 1)
+    pe = torch.cat([flux_rope(ids[..., i], axes[i], 10000) for i in range(3)], dim=-3).unsqueeze(1)
+    img = lin(W, "img_in", img)
+    vec = flux_embed(W, "time_in", flux_timestep_embedding(sigma, 256).to(img.dtype))
+    if "guidance_in.in_layer.weight" in W and guidance is not None:
+        vec = vec + flux_embed(W, "guidance_in", flux_timestep_embedding(guidance, 256).to(img.dtype))
+    vec = vec + flux_embed(W, "vector_in", y[:, :W["vector_in.in_layer.weight"].shape[1]])
+    txt = lin(W, "txt_in", ctx)
+    i = 0
+    while f"double_blocks.{i}.img_mod.lin.weight" in W:
+        img, txt = flux_double(W, f"double_blocks.{i}", img, txt, vec, pe, heads)
+        i += 1
+    img = torch.cat((txt, img), 1)
+    i = 0
+    while f"single_blocks.{i}.modulation.lin.weight" in W:
+        img = flux_single(W, f"single_blocks.{i}", img, vec, pe, heads)
+        i += 1
+    img = img[:, txt.shape[1]:]
+    shift, scale = lin(W, "final_layer.adaLN_modulation.1", F.silu(vec)).chunk(2, dim=1)
+    img = lin(W, "final_layer.linear", (1 + scale[:, None, :]) * flux_ln(img) + shift[:, None, :])
+    out = img.reshape(bs, hl, wl, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(bs, c, 2 * hl, 2 * wl)
+    return out[:, :, :h, :w]
+
+
 PREFIX = {"unet": "model.diffusion_model.", "vae": "first_stage_model.",
-          "clip": "cond_stage_model.transformer."}
+          "clip": "cond_stage_model.transformer.", "flux": ""}
 
 
 def check_golden(testdata):
@@ -290,6 +443,22 @@ def check_golden(testdata):
                 continue
             o = clip_forward(w, g[p + ".ids"].long())
             worst[f"clip {p}"] = (o - g[p + ".cond_last"]).abs().max().item()
+    flux = f"{testdata}/flux"
+    if os.path.exists(f"{flux}/manifest.json"):
+        with open(f"{flux}/manifest.json") as fp:
+            man = json.load(fp)
+        with torch.inference_mode():
+            for case in man["cases"]:
+                if case.get("component") != "dit":
+                    continue
+                model = man["models"][case["id"].replace("dit_", "")]["file"]
+                w = load_safetensors(f"{flux}/{model}", "", f32)
+                g = load_safetensors(f"{flux}/{case['file']}", "", f32)
+                for c in sorted({k.split(".")[0] for k in g if k.endswith(".out")}):
+                    gd = g.get(c + ".guidance")
+                    o = flux_forward(w, g[c + ".x"], g[c + ".sigma"], g[c + ".context"],
+                                     g[c + ".y"], gd)
+                    worst[f"{case['id']} {c}"] = (o - g[c + ".out"]).abs().max().item()
     for k, v in worst.items():
         print(f"{k}: max abs error {v:.3g}")
     ok = all(v < 1e-4 for v in worst.values()) and worst
@@ -343,6 +512,18 @@ def main():
         elif a.phase == "vae":
             z = torch.randn(a.batch, 4, lat, lat, generator=g, device="cpu").to(dev, dt) / 0.18215
             fn = lambda: vae_decode(W, z)
+        elif a.phase == "flux":
+            # bench_flux.c's shapes: a 64x64 latent (1024 image tokens), 512
+            # text tokens, sigma 1, guidance 3.5
+            cin = W["img_in.weight"].shape[1] // 4
+            x = torch.randn(a.batch, cin, lat, lat, generator=g, device="cpu").to(dev, dt)
+            ctx = torch.randn(a.batch, 512, W["txt_in.weight"].shape[1], generator=g,
+                              device="cpu").to(dev, dt)
+            yv = torch.randn(a.batch, W["vector_in.in_layer.weight"].shape[1], generator=g,
+                             device="cpu").to(dev, dt)
+            sig = torch.full((a.batch,), 1.0, device=dev)
+            gd = torch.full((a.batch,), 3.5, device=dev)
+            fn = lambda: flux_forward(W, x, sig, ctx, yv, gd)
         else:
             ids = torch.full((a.batch, 77), 49407, dtype=torch.long, device=dev)
             ids[:, 0] = 49406
