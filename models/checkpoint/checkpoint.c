@@ -24,6 +24,7 @@ struct sd_checkpoint {
     char *comfyui_dir;
     int clip_l_heads;
     sd_dtype weight_dtype;
+    sd_dequant_math dequant;
     sd_backend *be;
     sd_st_file *file; /* dropped once every present part is loaded */
     sd_ckpt_info info;
@@ -218,6 +219,7 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
     c->be = be;
     c->file = f;
     c->weight_dtype = opts->weight_dtype;
+    c->dequant = opts->dequant;
     c->path = strdup(path);
     c->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
     c->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
@@ -362,6 +364,29 @@ static sd_status missing(const sd_checkpoint *c, const char *what, const char *w
                         where);
 }
 
+/* ComfyUI-GGUF's dequant_dtype on the Linear layers: each 2-D weight, and
+ * the bias beside it. */
+typedef struct dq_walk {
+    sd_dequant_math math;
+    void *model;
+    int flux;
+} dq_walk;
+
+static void set_dequant(void *ud, const char *key, sd_bt **slot) {
+    dq_walk *w = ud;
+    size_t n = strlen(key);
+    sd_bt *weight = NULL;
+    if (n > 7 && strcmp(key + n - 7, ".weight") == 0) {
+        weight = *slot;
+    } else if (n > 5 && strcmp(key + n - 5, ".bias") == 0 && n < 400) {
+        char wk[410];
+        snprintf(wk, sizeof wk, "%.*s.weight", (int)(n - 5), key);
+        sd_bt **ws = w->flux ? sd_flux_param(w->model, wk) : sd_unet_param(w->model, wk);
+        weight = ws ? *ws : NULL;
+    }
+    if (weight && weight->ndim == 2 && *slot) (*slot)->dequant = w->math;
+}
+
 /* Loads the diffusion model part (called locked). */
 static sd_status load_dmodel(sd_checkpoint *c, sd_error *err) {
     if (c->unet || c->flux) return SD_OK;
@@ -376,6 +401,11 @@ static sd_status load_dmodel(sd_checkpoint *c, sd_error *err) {
         name_nonfinite(c, pre, flux ? "diffusion model" : "UNet", err);
         prefix_part(c, err, flux ? "Flux diffusion model" : "UNet");
     } else {
+        if (c->dequant != SD_DQ_F16) {
+            dq_walk w = {c->dequant, flux ? (void *)c->flux : (void *)c->unet, flux};
+            if (flux) sd_flux_param_each(c->flux, set_dequant, &w);
+            else sd_unet_param_each(c->unet, set_dequant, &w);
+        }
         maybe_close_file(c);
     }
     return rc;
@@ -516,6 +546,7 @@ typedef struct store_entry {
     int clip_l_heads;
     sd_backend *be;
     sd_dtype weight_dtype;
+    sd_dequant_math dequant;
     long long size, mtime_ns;
     sd_checkpoint *ckpt;
 } store_entry;
@@ -587,7 +618,8 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     store_entry *slot = NULL;
     for (size_t i = 0; i < s->n; i++) {
         store_entry *e = &s->v[i];
-        if (e->path && e->be == be && e->weight_dtype == opts->weight_dtype && strcmp(e->path, path) == 0 &&
+        if (e->path && e->be == be && e->weight_dtype == opts->weight_dtype && e->dequant == opts->dequant &&
+            strcmp(e->path, path) == 0 &&
             str_eq(e->tokenizer_dir, opts->tokenizer_dir) &&
             str_eq(e->comfyui_dir, opts->comfyui_dir) && e->clip_l_heads == opts->clip_l_heads) {
             if (e->size == size && e->mtime_ns == mtime) {
@@ -630,6 +662,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     slot->clip_l_heads = opts->clip_l_heads;
     slot->be = be;
     slot->weight_dtype = opts->weight_dtype;
+    slot->dequant = opts->dequant;
     slot->size = size;
     slot->mtime_ns = mtime;
     slot->ckpt = sd_checkpoint_ref(c);

@@ -94,6 +94,10 @@ typedef struct sd_checkpoint_opts {
      * per op; F8_E4M3 / F8_E5M2 convert every diffusion-model tensor to it at
      * load (UNETLoader's weight_dtype). Text encoders and VAEs keep theirs. */
     sd_dtype weight_dtype;
+    /* The rounding of the diffusion model's quantized Linear weights (GGUF;
+     * ComfyUI-GGUF's dequant_dtype, which it applies to Linear layers only:
+     * every 2-D weight and its bias here). 0 = SD_DQ_F16, its default. */
+    sd_dequant_math dequant;
 } sd_checkpoint_opts;
 
 void sd_checkpoint_opts_default(sd_checkpoint_opts *o);

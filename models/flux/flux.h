@@ -131,5 +131,9 @@ void sd_flux_rope_table(const sd_flux_config *c, int64_t txt, int64_t h, int64_t
  * LoRA patching and merging; NULL when the model has no such parameter. The
  * slot belongs to m. */
 sd_bt **sd_flux_param(sd_flux *m, const char *key);
+/* Calls fn(ud, key, slot) for every parameter, keyed as sd_flux_param
+ * reaches it (`key` valid during the call only). */
+typedef void (*sd_flux_param_fn)(void *ud, const char *key, sd_bt **slot);
+void sd_flux_param_each(sd_flux *m, sd_flux_param_fn fn, void *ud);
 
 #endif

@@ -185,6 +185,10 @@ void sd_flux_set_tap(sd_flux *m, sd_flux_tap_fn fn, void *user) {
     m->tap_user = user;
 }
 
+void sd_flux_param_each(sd_flux *m, sd_flux_param_fn fn, void *ud) {
+    for (int i = 0; i < m->n_params; i++) fn(ud, m->params[i].key, m->params[i].slot);
+}
+
 sd_bt **sd_flux_param(sd_flux *m, const char *key) {
     for (int i = 0; i < m->n_params; i++)
         if (strcmp(m->params[i].key, key) == 0) return m->params[i].slot;

@@ -149,6 +149,12 @@ sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const 
 sd_status sd_nodes_open_model_ex(const sd_node_ctx *ctx, const char *folder, const char *name,
                                  const char *input, sd_dtype weight_dtype, sd_checkpoint **out,
                                  sd_error *err) {
+    return sd_nodes_open_model_dq(ctx, folder, name, input, weight_dtype, SD_DQ_F16, out, err);
+}
+
+sd_status sd_nodes_open_model_dq(const sd_node_ctx *ctx, const char *folder, const char *name,
+                                 const char *input, sd_dtype weight_dtype, sd_dequant_math dequant,
+                                 sd_checkpoint **out, sd_error *err) {
     *out = NULL;
     const sd_env *env = ctx->env;
     char *path = NULL;
@@ -157,6 +163,7 @@ sd_status sd_nodes_open_model_ex(const sd_node_ctx *ctx, const char *folder, con
         sd_checkpoint_opts o;
         sd_checkpoint_opts_default(&o);
         o.weight_dtype = weight_dtype;
+        o.dequant = dequant;
         o.tokenizer_dir = env->tokenizer_dir;
         o.comfyui_dir = env->comfyui_dir; /* its comfy/text_encoders/t5_tokenizer */
         /* A ComfyUI installation ships the CLIP vocabulary in

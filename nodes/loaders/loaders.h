@@ -141,6 +141,12 @@ sd_status sd_nodes_open_model(const sd_node_ctx *ctx, const char *folder, const 
 sd_status sd_nodes_open_model_ex(const sd_node_ctx *ctx, const char *folder, const char *name,
                                  const char *input, sd_dtype weight_dtype, sd_checkpoint **out,
                                  sd_error *err);
+/* The same with the rounding of the diffusion model's quantized (GGUF)
+ * Linear weights (sd_checkpoint_opts.dequant; UnetLoaderGGUFAdvanced's
+ * dequant_dtype), also part of the store's key. */
+sd_status sd_nodes_open_model_dq(const sd_node_ctx *ctx, const char *folder, const char *name,
+                                 const char *input, sd_dtype weight_dtype, sd_dequant_math dequant,
+                                 sd_checkpoint **out, sd_error *err);
 
 /* Registers the family's table and the LoadCheckpoint alias. */
 sd_status sd_nodes_loaders_register(sd_error *err);

@@ -225,6 +225,7 @@ def main():
                                 "on EmptySD3LatentImage; CLIPTextEncode(positive)",
                       "ksampler": "CLIPTextEncode + FluxGuidance(positive), CLIPTextEncode(negative), "
                                   "EmptySD3LatentImage, KSampler"}[case["graph"]],
+            "graph_kind": case["graph"],
             "unet_loader": {"node": node, "inputs": kw},
             "clip_loader": {"node": "DualCLIPLoaderGGUF",
                             "inputs": {"clip_name1": "clip_l.safetensors", "clip_name2": case["t5"], "type": "flux"}},
