@@ -6,6 +6,7 @@
 
 #include "image.h"
 #include "models/image/filters.h"
+#include "models/image/quantize.h"
 
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 
@@ -211,3 +212,62 @@ const sd_node_def sd_node_Morphology = {
     .description = "Erosion, dilation, opening, closing, gradient, top hat or bottom hat with a square "
                    "kernel_size window (kornia's flat morphology; the image's outside never counts).",
     .inputs = morph_inputs, .outputs = image_out, .run = morph_run};
+
+/* ---- ImageQuantize -------------------------------------------------------------------------- */
+
+static const char *const dithers[] = {"none", "floyd-steinberg", "bayer-2", "bayer-4", "bayer-8", "bayer-16", NULL};
+
+static sd_status quantize_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    sd_tensor *img;
+    sd_status rc = sd_nodes_in_tensor(in, 0, "image", 4, &img, err);
+    if (rc) return rc;
+    int64_t colors = sd_value_as_int(in[1]);
+    const char *d = sd_value_as_string(in[2]);
+    int k = -1;
+    for (int i = 0; d && dithers[i]; i++) if (!strcmp(d, dithers[i])) k = i;
+    if (k < 0) return sd_nodes_bad_input(err, "dither", "unknown dither '%s'", d ? d : "");
+    if (colors < 1 || colors > 256) return sd_nodes_bad_input(err, "colors", "colors %lld is not within 1..256", (long long)colors);
+    int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    if (C != 3)
+        return sd_nodes_bad_input(err, "image", "ComfyUI quantizes RGB pictures (Image.fromarray(mode='RGB')), "
+                                  "not %lld channels", (long long)C);
+    sd_dither dither = k == 0 ? SD_DITHER_NONE : k == 1 ? SD_DITHER_FLOYD_STEINBERG : SD_DITHER_BAYER;
+    int order = k >= 2 ? 1 << (k - 1) : 0;
+    sd_tensor *o = sd_tensor_new(SD_F32, 4, img->shape);
+    uint8_t *px = malloc((size_t)(H * W * 3)), *q = malloc((size_t)(H * W * 3));
+    if (!o || !px || !q) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (int64_t b = 0; b < B && !rc; b++) {
+        const float *s = sd_tensor_f32(img) + b * H * W * 3;
+        /* (image * 255).to(torch.uint8): float32 product, truncated, wrapped to 8 bits */
+        for (int64_t i = 0; i < H * W * 3; i++) {
+            float v = s[i] * 255.0f;
+            px[i] = (uint8_t)(int)v;
+        }
+        uint8_t pal[256 * 3];
+        int n_pal = 0;
+        if (sd_quantize_palette(px, (size_t)(H * W), (int)colors, pal, &n_pal) ||
+            sd_quantize_map(px, W, H, pal, n_pal, dither, order, q)) {
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            break;
+        }
+        float *dst = sd_tensor_f32(o) + b * H * W * 3;
+        for (int64_t i = 0; i < H * W * 3; i++) dst[i] = (float)q[i] / 255.0f;
+        rc = sd_node_progress(ctx, b + 1, B, err);
+    }
+    free(px);
+    free(q);
+    if (rc) { sd_tensor_unref(o); return rc; }
+    return sd_nodes_set_tensor(&out[0], o, err);
+}
+
+static const sd_input_def quantize_inputs[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "colors", .type = SD_T_INT, .def = 256, .min = 1, .max = 256, .step = 1, .has_range = 1},
+    {.name = "dither", .type = SD_T_COMBO, .options = dithers, .def_str = "none"},
+    {0}};
+
+const sd_node_def sd_node_ImageQuantize = {
+    .version = 1, .class_type = "ImageQuantize", .display_name = "ImageQuantize", .category = "image/postprocessing",
+    .description = "Reduces each image to at most `colors` colours (Pillow's median cut, as ComfyUI), mapped "
+                   "without dithering, with Floyd-Steinberg, or with an ordered Bayer matrix.",
+    .inputs = quantize_inputs, .outputs = image_out, .run = quantize_run};

@@ -67,9 +67,22 @@ static sd_status run_node(const char *name, const cJSON *inputs, sd_value **out,
     return rc;
 }
 
-static sd_value *tensor_value(const char *name) {
+/* A stored tensor as F32; u8: a picture stored as its 8-bit values k, read
+ * back as k / 255 in float32. */
+static sd_tensor *ref_f32(const char *name, int u8) {
     sd_error err;
     sd_tensor *t = sd_st_tensor_f32(ref, name, &err);
+    if (t && u8) {
+        sd_tensor *c = sd_tensor_clone(t);
+        sd_tensor_unref(t);
+        t = c;
+        for (int64_t i = 0, n = t ? sd_tensor_numel(t) : 0; i < n; i++) sd_tensor_f32(t)[i] = sd_tensor_f32(t)[i] / 255.0f;
+    }
+    return t;
+}
+
+static sd_value *tensor_value(const char *name, int u8) {
+    sd_tensor *t = ref_f32(name, u8);
     CHECK_MSG(t != NULL, "%s: no tensor %s in the reference file", case_id, name);
     if (!t) return NULL;
     sd_value *v = sd_value_tensor(t);
@@ -81,8 +94,8 @@ static sd_value *latent_value(const cJSON *l) {
     sd_value *d = sd_value_dict();
     const cJSON *s = cJSON_GetObjectItem(l, "samples"), *m = cJSON_GetObjectItem(l, "noise_mask");
     const cJSON *bi = cJSON_GetObjectItem(l, "batch_index");
-    if (s) sd_value_dict_set(d, "samples", tensor_value(s->valuestring));
-    if (m) sd_value_dict_set(d, "noise_mask", tensor_value(m->valuestring));
+    if (s) sd_value_dict_set(d, "samples", tensor_value(s->valuestring, 0));
+    if (m) sd_value_dict_set(d, "noise_mask", tensor_value(m->valuestring, 0));
     if (bi) {
         sd_value *list = sd_value_list();
         const cJSON *x;
@@ -139,7 +152,8 @@ static sd_value *literal(const cJSON *spec, const char *type) {
 
 static sd_value *build(const cJSON *spec, const char *type) {
     const cJSON *x;
-    if ((x = cJSON_GetObjectItem(spec, "tensor"))) return tensor_value(x->valuestring);
+    if ((x = cJSON_GetObjectItem(spec, "tensor")))
+        return tensor_value(x->valuestring, cJSON_IsTrue(cJSON_GetObjectItem(spec, "u8")));
     if ((x = cJSON_GetObjectItem(spec, "latent"))) return latent_value(x);
     if ((x = cJSON_GetObjectItem(spec, "list"))) {
         sd_value *list = sd_value_list();
@@ -160,9 +174,9 @@ static sd_value *build(const cJSON *spec, const char *type) {
     return literal(spec, type);
 }
 
-static void compare_tensor(const char *what, const sd_tensor *got, const char *name, double atol, double rtol) {
-    sd_error err;
-    sd_tensor *want = sd_st_tensor_f32(ref, name, &err);
+static void compare_tensor(const char *what, const sd_tensor *got, const char *name, double atol, double rtol,
+                           int u8) {
+    sd_tensor *want = ref_f32(name, u8);
     CHECK_MSG(want != NULL, "%s: no reference %s", case_id, name);
     CHECK_MSG(got != NULL && got->dtype == SD_F32, "%s: %s is not an F32 tensor", case_id, what);
     if (want && got && got->dtype == SD_F32) {
@@ -191,7 +205,8 @@ static double num(const cJSON *o, const char *k) {
 static void compare(const char *what, const sd_value *got, const cJSON *want) {
     const cJSON *x;
     if ((x = cJSON_GetObjectItem(want, "tensor"))) {
-        compare_tensor(what, sd_value_as_tensor(got), x->valuestring, num(want, "atol"), num(want, "rtol"));
+        compare_tensor(what, sd_value_as_tensor(got), x->valuestring, num(want, "atol"), num(want, "rtol"),
+                       cJSON_IsTrue(cJSON_GetObjectItem(want, "u8")));
     } else if ((x = cJSON_GetObjectItem(want, "latent"))) {
         CHECK_MSG(sd_value_kind_of(got) == SD_VAL_DICT, "%s: %s is not a LATENT", case_id, what);
         const cJSON *keys = cJSON_GetObjectItem(want, "keys"), *k;
@@ -205,7 +220,7 @@ static void compare(const char *what, const sd_value *got, const cJSON *want) {
             if (!p) continue;
             char w[160];
             snprintf(w, sizeof w, "%s.%s", what, parts[i]);
-            compare_tensor(w, sd_value_dict_tensor(got, parts[i]), p->valuestring, num(want, "atol"), num(want, "rtol"));
+            compare_tensor(w, sd_value_dict_tensor(got, parts[i]), p->valuestring, num(want, "atol"), num(want, "rtol"), 0);
         }
         const cJSON *bi = cJSON_GetObjectItem(x, "batch_index");
         if (bi) {

@@ -1,11 +1,16 @@
 #!/usr/bin/python3
 """Reference results of ComfyUI's own mask, image, latent, primitive and string nodes.
 
-usage: /usr/bin/python3 gen_node_ops_ref.py COMFY EINOPS CLIP [KORNIA] [OUT_DIR]
+usage: /usr/bin/python3 gen_node_ops_ref.py COMFY EINOPS CLIP KORNIA PILLOW [OUT_DIR]
   COMFY EINOPS CLIP: the trees ../shared/tools/comfyref/extract_refs.sh extracts (ComfyUI at
                      the commit in COMFY_COMMIT there);
-  KORNIA:            a kornia source tree (github kornia/kornia, the commit in the manifest) for
-                     Morphology; "-" when not needed;
+  KORNIA:            a kornia source tree (github kornia/kornia at tag v0.7.1, the oldest ComfyUI
+                     accepts) for Morphology;
+  PILLOW:            a Pillow source tree (github python-pillow/Pillow at tag 11.0.0) built in
+                     place (`python3 setup.py build_ext --inplace` with the optional codecs
+                     disabled), whose src/ is put first on the path: ComfyUI installs a current
+                     Pillow, and ImageQuantize's palette differs from Debian's 9.4 (which pads
+                     every palette to 256 entries with black); "-": the system's Pillow;
   OUT_DIR:           default: this script's folder.
 Writes manifest.json and node_ops_ref.safetensors beside this script.
 
@@ -26,15 +31,16 @@ import os
 import sys
 import types
 
-comfy_root, einops_root, clip_root = sys.argv[1:4]
-kornia_root = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
-out_dir = sys.argv[5] if len(sys.argv) > 5 else os.path.dirname(os.path.abspath(__file__))
+comfy_root, einops_root, clip_root, kornia_root, pillow_root = sys.argv[1:6]
+out_dir = sys.argv[6] if len(sys.argv) > 6 else os.path.dirname(os.path.abspath(__file__))
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "../../../../shared/tools/comfyref"))
 import comfy_env  # noqa: E402
 
-if kornia_root:  # before the shims, which stub kornia when it cannot be imported
-    sys.path.insert(0, kornia_root)
+# before the shims, which stub kornia when it cannot be imported
+sys.path.insert(0, kornia_root)
+if pillow_root != "-":
+    sys.path.insert(0, os.path.join(pillow_root, "src"))
 comfy_env.setup(comfy_root, einops_root, clip_root)
 # nodes_images imports the server (for GetImageSize's progress text): a stand-in
 server = types.ModuleType("server")
@@ -64,8 +70,8 @@ stored = {}  # (shape, bytes) -> name: an input used by several cases is stored 
 
 
 def put_input(name, t):
-    t = t.contiguous().float()
-    k = (tuple(t.shape), t.numpy().tobytes())
+    t = t.contiguous()
+    k = (tuple(t.shape), str(t.dtype), t.numpy().tobytes())
     if k not in stored:
         stored[k] = name
         tensors[name] = t
@@ -117,10 +123,13 @@ def blobs(seed, b, h, w):
 
 
 class T:
-    """An input tensor, stored under <case>/in/<name>."""
+    """An input tensor, stored under <case>/in/<name>; u8: a picture of k / 255
+    values, stored as its uint8 k (the test divides by 255 in float32, as
+    torch.tensor(u8).float() / 255 does)."""
 
-    def __init__(self, t):
+    def __init__(self, t, u8=False):
         self.t = t.contiguous().float()
+        self.u8 = u8
 
 
 class Latent:
@@ -137,14 +146,18 @@ class Node:
 
 def store_input(case_id, name, v):
     """(manifest entry, python value) of one input."""
+    if isinstance(v, T) and v.u8:
+        k = torch.round(v.t * 255).to(torch.uint8)
+        assert torch.equal(k.float() / 255, v.t), name
+        return {"tensor": put_input("%s/in/%s" % (case_id, name), k), "u8": True}, v.t.clone()
     if isinstance(v, T):
-        return {"tensor": put_input("%s/in/%s" % (case_id, name), v.t)}, v.t.clone()
+        return {"tensor": put_input("%s/in/%s" % (case_id, name), v.t.float())}, v.t.clone()
     if isinstance(v, Latent):
         e, d = {"latent": {}}, {}
         for part in ("samples", "noise_mask"):
             t = getattr(v, part)
             if t is not None:
-                e["latent"][part] = put_input("%s/in/%s/%s" % (case_id, name, part), t)
+                e["latent"][part] = put_input("%s/in/%s/%s" % (case_id, name, part), t.float())
                 d[part] = t.clone()
         if v.batch_index is not None:
             e["latent"]["batch_index"] = list(v.batch_index)
@@ -185,9 +198,15 @@ def kind(v):
             else "FLOAT" if isinstance(v, float) else "STRING" if isinstance(v, str) else type(v).__name__)
 
 
-def store_output(case_id, k, v, tol):
+def store_output(case_id, k, v, tol, u8=False):
     if isinstance(v, UI):
         return {"ui_text": list(v.ui["text"])}
+    if isinstance(v, torch.Tensor) and u8:
+        q = torch.round(v * 255).to(torch.uint8)
+        assert torch.equal(q.float() / 255, v)
+        key = "%s/out%d" % (case_id, k)
+        tensors[key] = q
+        return {"tensor": key, "u8": True, "atol": tol[0], "rtol": tol[1]}
     if isinstance(v, torch.Tensor):
         key = "%s/out%d" % (case_id, k)
         tensors[key] = v.contiguous().float()
@@ -208,7 +227,7 @@ def store_output(case_id, k, v, tol):
     return literal(v)
 
 
-def case(case_id, node, inputs, tol=(0.0, 0.0), note=None):
+def case(case_id, node, inputs, tol=(0.0, 0.0), note=None, u8=False):
     assert all(c["id"] != case_id for c in cases), case_id
     entry = {"id": case_id, "node": node, "inputs": {}}
     kw = {}
@@ -216,7 +235,7 @@ def case(case_id, node, inputs, tol=(0.0, 0.0), note=None):
         entry["inputs"][name], kw[name] = store_input(case_id, name, v)
     try:
         result = call(node, kw)
-        entry["outputs"] = [store_output(case_id, k, v, tol) for k, v in enumerate(result)]
+        entry["outputs"] = [store_output(case_id, k, v, tol, u8) for k, v in enumerate(result)]
     except Exception as ex:  # ComfyUI refuses these inputs: so must sdflow
         entry["error"] = "%s: %s" % (type(ex).__name__, ex)
     if note:
@@ -413,14 +432,13 @@ def image_cases():
     for r, sigma, alpha in ((1, 1.0, 1.0), (2, 0.7, 0.3)):
         case("sharpen_%d" % r, "ImageSharpen", {"image": T(img), "sharpen_radius": r, "sigma": sigma, "alpha": alpha},
              tol=(sharpen_tol(r, alpha), 0.0), note="float32 convolution with the sharpen kernel: see sharpen_tol")
-    if kornia_root:
-        m = blobs(42, 1, 11, 13)
-        mimg = torch.stack([m[0], rand(43, 11, 13), 1 - m[0]], dim=-1).unsqueeze(0)
-        for op in ("erode", "dilate", "open", "close", "gradient", "bottom_hat", "top_hat"):
-            for k in (3, 4):
-                case("morphology_%s_%d" % (op, k), "Morphology", {"image": T(mimg), "operation": op,
-                                                                 "kernel_size": k})
-        case("morphology_dilate_wide", "Morphology", {"image": T(mimg), "operation": "dilate", "kernel_size": 30})
+    m = blobs(42, 1, 11, 13)
+    mimg = torch.stack([m[0], rand(43, 11, 13), 1 - m[0]], dim=-1).unsqueeze(0)
+    for op in ("erode", "dilate", "open", "close", "gradient", "bottom_hat", "top_hat"):
+        for k in (3, 4):
+            case("morphology_%s_%d" % (op, k), "Morphology", {"image": T(mimg), "operation": op,
+                                                             "kernel_size": k})
+    case("morphology_dilate_wide", "Morphology", {"image": T(mimg), "operation": "dilate", "kernel_size": 30})
 
 
 # ---- latents (nodes_latent.py) ----------------------------------------------------------------
@@ -558,6 +576,36 @@ def text_cases():
 
 
 
+# ---- ImageQuantize (nodes_post_processing.py): Pillow's median cut and palette mapping --------
+
+def u8_picture(seed, b, h, w, levels=256):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, levels, (b, h, w, 3), generator=g).float() * (255 // (levels - 1)) / 255
+
+
+def quantize_cases():
+    small = u8_picture(90, 2, 12, 10)
+    grad = torch.stack(torch.meshgrid(torch.arange(24.0), torch.arange(20.0), indexing="ij") +
+                       (torch.full((24, 20), 7.0),), dim=-1).unsqueeze(0) * 10 / 255
+    few = u8_picture(91, 1, 9, 13, levels=4)
+    for dither in ("none", "floyd-steinberg", "bayer-2", "bayer-4", "bayer-8", "bayer-16"):
+        for colors in (8, 256):
+            case("quantize_%s_%d" % (dither, colors), "ImageQuantize",
+                 {"image": T(small, u8=True), "colors": colors, "dither": dither}, u8=True)
+        case("quantize_grad_%s" % dither, "ImageQuantize", {"image": T(grad, u8=True), "colors": 5, "dither": dither},
+             u8=True)
+    case("quantize_few_colors", "ImageQuantize", {"image": T(few, u8=True), "colors": 40, "dither": "none"}, u8=True)
+    case("quantize_one", "ImageQuantize", {"image": T(few, u8=True), "colors": 1, "dither": "floyd-steinberg"},
+         u8=True)
+    # more than 65536 distinct colours: Pillow's table drops a bit of each channel (scale 1)
+    big = torch.stack(torch.meshgrid(torch.arange(257.0), torch.arange(256.0), indexing="ij") +
+                      (torch.full((257, 256), 0.0),), dim=-1) % 256
+    big[..., 2] = (big[..., 0] * 7 + big[..., 1] * 13) % 256
+    big[:, :, 0] = (torch.arange(257.0).unsqueeze(1) * 3 + torch.arange(256.0).unsqueeze(0)) % 256
+    case("quantize_many_colors", "ImageQuantize", {"image": T(big.unsqueeze(0) / 255, u8=True), "colors": 64,
+                                                   "dither": "none"}, u8=True)
+
+
 # ---- RebatchImages / RebatchLatents (nodes_rebatch.py): INPUT_IS_LIST, a list out --------------
 
 def rebatch_cases():
@@ -583,14 +631,17 @@ image_cases()
 latent_cases()
 text_cases()
 rebatch_cases()
+quantize_cases()
 
 manifest = {
     "generator": "tests/data/node_ops/gen_node_ops_ref.py",
-    "command": "/usr/bin/python3 gen_node_ops_ref.py COMFY EINOPS CLIP [KORNIA] (trees from "
-               "../shared/tools/comfyref/extract_refs.sh)",
+    "command": "/usr/bin/python3 gen_node_ops_ref.py COMFY EINOPS CLIP KORNIA PILLOW (trees from "
+               "../shared/tools/comfyref/extract_refs.sh, kornia v0.7.1, Pillow 11.0.0 built in place)",
     "comfyui_commit": open(os.path.join(here, "../../../../shared/tools/comfyref/COMFY_COMMIT")).read().strip(),
     "torch": "Debian python3-torch %s, CPU, float32" % torch.__version__,
     "kornia": "kornia/kornia v0.7.1 (ComfyUI requires >= 0.7.1), for Morphology",
+    "pillow": "Pillow %s (%s)" % (__import__("PIL").__version__, "python-pillow/Pillow tag, built in place"
+                                  if pillow_root != "-" else "the system's"),
     "file": "node_ops_ref.safetensors",
     "cases": cases,
 }
