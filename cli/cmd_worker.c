@@ -13,7 +13,7 @@ int sd_cli_worker(int argc, char **argv) {
     memset(&wo, 0, sizeof wo);
     const char *budget = NULL, *shared = "1M";
     long long max_attempts = 3, ttl = 86400;
-    double claim_timeout = 60, preview_interval = 0.5;
+    double claim_timeout = 60, preview_interval = 0.5, oom_retry = 30;
     int no_previews = 0;
     const sd_cli_option own[] = {
         {"--redis", NULL, SD_CLI_STR, &wo.redis_url, "URL",
@@ -27,6 +27,9 @@ int sd_cli_worker(int argc, char **argv) {
         {"--max-attempts", NULL, SD_CLI_INT, &max_attempts, "N",
          "runs of one prompt before it is recorded as failed (default 3)", NULL},
         {"--ttl", NULL, SD_CLI_INT, &ttl, "SECONDS", "how long output files stay in Redis (default 86400)", NULL},
+        {"--oom-retry", NULL, SD_CLI_FLOAT, &oom_retry, "SECONDS",
+         "how long a prompt waits for room when Redis is full (maxmemory) before it fails saying so "
+         "(default 30)", NULL},
         {"--memory-budget", NULL, SD_CLI_STR, &budget, "SIZE",
          "resident memory above which results and models are released between prompts (default 4G)", NULL},
         {"--shared-cache", NULL, SD_CLI_STR, &shared, "SIZE",
@@ -49,6 +52,7 @@ int sd_cli_worker(int argc, char **argv) {
                       : claim_timeout <= 0 ? "--claim-timeout must be positive"
                       : max_attempts < 1 ? "--max-attempts must be at least 1"
                       : ttl < 1 ? "--ttl must be positive"
+                      : !(oom_retry >= 0 && oom_retry <= 86400) ? "--oom-retry must be 0 to 86400 seconds"
                       : preview_interval < 0 ? "--preview-interval must not be negative" : NULL;
     if (bad) {
         fprintf(stderr, "sdflow worker: %s\n", bad);
@@ -58,6 +62,7 @@ int sd_cli_worker(int argc, char **argv) {
     wo.claim_timeout = claim_timeout;
     wo.max_attempts = (int)max_attempts;
     wo.ttl = (long)ttl;
+    wo.oom_retry = oom_retry > 0 ? oom_retry : 0.001; /* 0: no waiting (0 in the options means the default) */
     wo.preview_interval = preview_interval;
     if (sd_cli_size_opt("worker", "--memory-budget", budget, &wo.memo_budget) ||
         (strcmp(shared, "0") && !a.no_cache && /* --no-cache: every node computes */

@@ -73,6 +73,14 @@ typedef struct srv_run_opts {
     void *preview_user;
     double preview_interval;  /* least seconds between two frames of a node */
     srv_sink sink;
+    /* Where the outputs must go before the prompt may end (the worker: its
+     * files into Redis, for a /view on another machine); NULL = nowhere.
+     * Called once the run is over with the entry's outputs; when it fails
+     * a successful run ends as an error with its message instead (so
+     * `success` means every output can be fetched) and the entry lists no
+     * outputs. */
+    sd_status (*publish)(void *user, const srv_job *j, const cJSON *outputs, sd_error *err);
+    void *publish_user;
 } srv_run_opts;
 
 /* Runs the job to its end (success, error or interruption), sending

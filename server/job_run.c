@@ -327,6 +327,20 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
     sd_error_clear(&err);
     sd_status rc = sd_exec_run(ex, j->graph, &xo, &rep, &probs, &err);
     free(extra);
+    if (o->publish && r.outputs && r.outputs->child) {
+        /* before execution_success: a client told "success" can fetch them */
+        sd_error perr;
+        sd_error_clear(&perr);
+        if (o->publish(o->publish_user, j, r.outputs, &perr)) {
+            run_log(&r, "error: prompt %s: %s", j->id, perr.msg);
+            cJSON_Delete(r.outputs);
+            r.outputs = cJSON_CreateObject(); /* nothing listed that cannot be fetched */
+            if (rc == SD_OK) {
+                rc = perr.code ? perr.code : SD_ERR_IO;
+                err = perr;
+            }
+        }
+    }
     const char *status_str = "success";
     if (rc == SD_OK) {
         d = base_data(&r);

@@ -133,6 +133,41 @@ redisReply *srv_redis_cmd(redisContext *c, sd_error *err, int argc, const char *
     return r;
 }
 
+int srv_redis_is_oom(const sd_error *err) {
+    return err && err->msg[0] && strstr(err->msg, "OOM ") != NULL;
+}
+
+/* "#!lua flags=allow-oom" is Redis 7's way to let a script write past
+ * maxmemory; Redis 6.2 (the oldest with XAUTOCLAIM) cannot compile it, so
+ * a script it refuses to compile runs again as it is. */
+#define ALLOW_OOM "#!lua flags=allow-oom\n"
+
+redisReply *srv_redis_eval_allow_oom(redisContext *c, sd_error *err, const char *script, ...) {
+    const char *argv[34];
+    int argc = 2;
+    va_list ap;
+    va_start(ap, script);
+    for (const char *a; argc < 34 && (a = va_arg(ap, const char *));) argv[argc++] = a;
+    va_end(ap);
+    size_t n = strlen(script);
+    char *flagged = malloc(sizeof ALLOW_OOM + n);
+    if (!flagged) {
+        sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    memcpy(flagged, ALLOW_OOM, sizeof ALLOW_OOM - 1);
+    memcpy(flagged + sizeof ALLOW_OOM - 1, script, n + 1);
+    argv[0] = "EVAL";
+    argv[1] = flagged;
+    redisReply *r = srv_redis_cmd(c, err, argc, argv, NULL);
+    free(flagged);
+    if (!r && !c->err && strstr(err->msg, "compiling script")) {
+        argv[1] = script;
+        r = srv_redis_cmd(c, err, argc, argv, NULL);
+    }
+    return r;
+}
+
 redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...) {
     const char *argv[32];
     int argc = 0;

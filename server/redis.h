@@ -51,6 +51,20 @@ redisReply *srv_redis_cmd(redisContext *c, sd_error *err, int argc, const char *
 #define SRV_REDIS_END ((const char *)0)
 redisReply *srv_redis_cmdl(redisContext *c, sd_error *err, ...) __attribute__((sentinel));
 
+/* 1 when err is Redis refusing a write because it reached maxmemory (its
+ * "OOM command not allowed ..." reply, from a command or inside a script). */
+int srv_redis_is_oom(const sd_error *err);
+
+/* EVAL script numkeys keys... args... SRV_REDIS_END, allowed to write past
+ * maxmemory (Redis 7's allow-oom flag; on Redis 6.2, which cannot read the
+ * flag, the script runs as it is). For the bookkeeping that moves a prompt
+ * from one state to the next (start, finish, cancel): each moves data
+ * rather than adds it, and refusing it would leave prompts half-way (a
+ * finished prompt never recorded, rerun by another worker). New work
+ * (enqueue) and file bytes stay subject to maxmemory. */
+redisReply *srv_redis_eval_allow_oom(redisContext *c, sd_error *err, const char *script, ...)
+    __attribute__((sentinel));
+
 /* `cmd key args...` for each of n keys, sent together and read back in one
  * round trip (a pipeline): replies[i] answers keys[i] (caller frees each
  * with freeReplyObject; NULL where Redis answered an error). SD_ERR_IO when

@@ -29,6 +29,10 @@ static redisContext *rq_connect(srv *s, sd_error *err) {
 
 static int reply_redis_down(srv *s, struct mg_connection *c, const sd_error *err) {
     srv_log(s, "error: %s", err->msg);
+    if (srv_redis_is_oom(err))
+        return srv_reply_error(c, 503, "redis_full",
+                               "Redis is full (its maxmemory is reached): nothing was queued or stored; try again "
+                               "once the prompts running now have finished (%s)", err->msg);
     return srv_reply_error(c, 503, "redis_unavailable", "%s", err->msg);
 }
 
@@ -234,7 +238,7 @@ static sd_status cancel(srv *s, redisContext *rc, const char *id, sd_error *err)
     key(kjob, sizeof kjob, s, "job:", id);
     key(kqueue, sizeof kqueue, s, "queue", NULL);
     key(kjobs, sizeof kjobs, s, "jobs", NULL);
-    redisReply *r = srv_redis_cmdl(rc, err, "EVAL", srv_redis_lua_cancel, "3", kjob, kqueue, kjobs, id, SRV_REDIS_END);
+    redisReply *r = srv_redis_eval_allow_oom(rc, err, srv_redis_lua_cancel, "3", kjob, kqueue, kjobs, id, SRV_REDIS_END);
     if (!r) return err->code;
     long long what = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);

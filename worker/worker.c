@@ -26,6 +26,7 @@ typedef struct wk {
     double claim_timeout;
     int max_attempts;
     long ttl;
+    double oom_retry;
     size_t budget;
     FILE *log;
     pthread_mutex_t log_mu;
@@ -79,6 +80,18 @@ static void sleep_s(double s) {
 
 static int stopping(const wk *w) {
     return w->o->stop && *w->o->stop;
+}
+
+/* Waits before retry k (0.1 s doubling up to 2 s): 0 when the worker is
+ * stopping or the running prompt was interrupted (give up), else 1. */
+static int backoff(const wk *w, int k) {
+    double s = 0.1 * (double)(1u << (k < 5 ? k : 5));
+    if (s > 2) s = 2;
+    for (double t = 0; t < s; t += 0.05) {
+        if (stopping(w) || w->interrupt) return 0;
+        sleep_s(0.05);
+    }
+    return !stopping(w) && !w->interrupt;
 }
 
 /* ---- messages to the servers (P:events) ------------------------------------------ */
@@ -150,9 +163,13 @@ static sd_status claim_name(void *user, const char *type, const char *subfolder,
     snprintf(val, sizeof val, "claim:%s", w->name);
     snprintf(ttl, sizeof ttl, "%ld", w->ttl);
     if (!w->c) return sd_error_set(err, SD_ERR_IO, "redis: not connected (output name %s)", path);
-    redisReply *r = srv_redis_cmdl(w->c, err, "SET", k, val, "NX", "EX", ttl, SRV_REDIS_END);
+    /* a name claim is bookkeeping: taken even when Redis is full (the
+     * file's bytes are what waits for room) */
+    static const char script[] = "local r = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2])\n"
+                                 "if r then return 1 end\nreturn 0\n";
+    redisReply *r = srv_redis_eval_allow_oom(w->c, err, script, "1", k, val, ttl, SRV_REDIS_END);
     if (!r) return err->code;
-    *taken = r->type == REDIS_REPLY_NIL;
+    *taken = !(r->type == REDIS_REPLY_INTEGER && r->integer == 1);
     freeReplyObject(r);
     return SD_OK;
 }
@@ -259,11 +276,36 @@ static sd_status fetch_inputs(wk *w, const srv_job *j, sd_error *err) {
     return rc;
 }
 
-/* Every file the history entry names goes to Redis, so /view finds it
- * whichever machine made it. */
-static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
+/* One file into Redis; a full Redis (OOM) is waited for with back-off
+ * until *deadline (set at the first OOM of the prompt). */
+static sd_status put_output(wk *w, const srv_job *j, const char *path, const char *bytes, size_t n, double *deadline,
+                            sd_error *err) {
+    for (int k = 0;; k++) {
+        sd_error_clear(err);
+        sd_status rc = srv_redis_put_file(w->c, w->prefix, path, bytes, n, w->ttl, NULL, err);
+        if (!rc || !srv_redis_is_oom(err)) return rc;
+        if (*deadline == 0) {
+            *deadline = srv_now() + w->oom_retry;
+            wlog(w, "prompt %s: redis is full (maxmemory): output %s waits for room (up to %gs)", j->id, path,
+                 w->oom_retry);
+        }
+        if (srv_now() >= *deadline || !backoff(w, k)) {
+            sd_error_set(err, SD_ERR_IO,
+                         "Redis is full (its maxmemory is reached): output %s could not be stored in %gs, so this "
+                         "prompt's pictures cannot be fetched", path, w->oom_retry);
+            return SD_ERR_IO;
+        }
+    }
+}
+
+/* Every file the outputs name goes to Redis, so /view finds it whichever
+ * machine made it (srv_run_opts.publish: the prompt is `success` only when
+ * this succeeds). */
+static sd_status publish_outputs(void *user, const srv_job *j, const cJSON *outputs, sd_error *err) {
+    wk *w = user;
+    double deadline = 0;
     const cJSON *node;
-    cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(entry, "outputs")) {
+    cJSON_ArrayForEach(node, outputs) {
         const cJSON *list;
         cJSON_ArrayForEach(list, node) {
             if (!cJSON_IsArray(list)) continue;
@@ -281,15 +323,16 @@ static void publish_outputs(wk *w, const srv_job *j, const cJSON *entry) {
                 srv_redis_file_path(path, sizeof path, type->valuestring, sf, fn->valuestring);
                 size_t n = 0;
                 char *bytes = srv_read_file(local, &n);
-                sd_error err;
-                sd_error_clear(&err);
-                if (!bytes) wlog(w, "error: prompt %s: cannot read its output %s: %s", j->id, local, strerror(errno));
-                else if (srv_redis_put_file(w->c, w->prefix, path, bytes, n, w->ttl, NULL, &err))
-                    wlog(w, "error: prompt %s: output %s not stored in redis: %s", j->id, path, err.msg);
+                if (!bytes)
+                    return sd_error_set(err, SD_ERR_IO, "cannot read the output %s/%s%s%s: %s", type->valuestring, sf,
+                                        sf[0] ? "/" : "", fn->valuestring, strerror(errno));
+                sd_status rc = put_output(w, j, path, bytes, n, &deadline, err);
                 free(bytes);
+                if (rc) return rc;
             }
         }
     }
+    return SD_OK;
 }
 
 /* ---- the heartbeat and control threads ---------------------------------------------- */
@@ -437,8 +480,8 @@ static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entr
     if (!text) return -1;
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_finish, "6", kjob, kq, kjobs, kh, khist, kseq,
-                                   id, text, SRV_REDIS_GROUP, entry_id, maxh, hpre, SRV_REDIS_END);
+    redisReply *r = srv_redis_eval_allow_oom(w->c, &err, srv_redis_lua_finish, "6", kjob, kq, kjobs, kh, khist, kseq,
+                                             id, text, SRV_REDIS_GROUP, entry_id, maxh, hpre, SRV_REDIS_END);
     free(text);
     if (!r) {
         wlog(w, "error: prompt %s: cannot record it: %s", id, err.msg);
@@ -447,6 +490,28 @@ static int finish(wk *w, const char *id, const char *entry_id, const cJSON *entr
     int ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
     return ok;
+}
+
+/* finish, until it is recorded (or another worker's run was): a lost
+ * connection is reconnected and retried with back-off. -1 only when the
+ * worker is stopping: the entry stays pending and another worker takes
+ * the prompt over after the claim timeout. */
+static int finish_retry(wk *w, const char *id, const char *entry_id, const cJSON *entry, long long max_history) {
+    for (int k = 0;; k++) {
+        if (!w->c) {
+            sd_error e;
+            sd_error_clear(&e);
+            if (srv_redis_connect(w->o->redis_url, COMMAND_TIMEOUT_S, &w->c, &e)) w->c = NULL;
+        }
+        int rec = w->c ? finish(w, id, entry_id, entry, max_history) : -1;
+        if (rec >= 0) return rec;
+        if (w->c && w->c->err) {
+            redisFree(w->c);
+            w->c = NULL;
+        }
+        if (stopping(w)) return -1;
+        sleep_s(k < 5 ? 0.1 * (double)(1u << k) : 2.0);
+    }
 }
 
 static void ack_only(wk *w, const char *entry_id) {
@@ -482,7 +547,7 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
     key(kjob, sizeof kjob, w, "job:", id);
     sd_error err;
     sd_error_clear(&err);
-    redisReply *r = srv_redis_cmdl(w->c, &err, "EVAL", srv_redis_lua_start, "1", kjob, entry_id, w->name, SRV_REDIS_END);
+    redisReply *r = srv_redis_eval_allow_oom(w->c, &err, srv_redis_lua_start, "1", kjob, entry_id, w->name, SRV_REDIS_END);
     if (!r) {
         wlog(w, "error: prompt %s: %s", id, err.msg);
         return;
@@ -546,6 +611,8 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
             .preview_user = w->o->preview_user,
             .preview_interval = w->o->preview_interval,
             .sink = {sink_send, sink_binary, sink_log, w},
+            .publish = publish_outputs,
+            .publish_user = w,
         };
         entry = srv_job_run(ex, j, &ro, &run_rc);
     }
@@ -555,8 +622,7 @@ static void run_entry(wk *w, sd_exec *ex, const char *entry_id, const char *id) 
         /* shutting down: not this prompt's fault; another worker takes it after the claim timeout */
         wlog(w, "prompt %s left for another worker (this one is stopping)", id);
     } else if (entry) {
-        publish_outputs(w, j ? j : NULL, entry);
-        int rec = finish(w, id, entry_id, entry, max_history);
+        int rec = finish_retry(w, id, entry_id, entry, max_history);
         if (rec == 0) wlog(w, "prompt %s: another worker recorded it first; this run is not kept", id);
         publish_status(w); /* ComfyUI's order: the queue status, then executing null */
         if (rec >= 0 && j) {
@@ -665,14 +731,26 @@ sd_status sd_worker_run(const sd_worker_opts *o, sd_error *err) {
     }
     if (!o->env) return sd_error_set(err, SD_ERR_INVALID, "sd_worker_run: no environment");
     if (srv_redis_check_prefix(w.prefix, err)) return err->code;
-    sd_status rc = srv_redis_connect(o->redis_url, COMMAND_TIMEOUT_S, &w.c, err);
-    if (!rc) rc = srv_redis_ensure_group(w.c, w.prefix, err);
-    if (rc) {
-        if (w.c) redisFree(w.c);
-        return rc;
-    }
+    w.oom_retry = o->oom_retry > 0 ? o->oom_retry : 30;
     pthread_mutex_init(&w.mu, NULL);
     pthread_mutex_init(&w.log_mu, NULL);
+    sd_status rc = srv_redis_connect(o->redis_url, COMMAND_TIMEOUT_S, &w.c, err);
+    /* a full Redis refuses to create the stream and group: wait for room
+     * (an outage of hours must not need someone to restart the workers) */
+    for (int k = 0; !rc; k++) {
+        rc = srv_redis_ensure_group(w.c, w.prefix, err);
+        if (!rc || !srv_redis_is_oom(err) || stopping(&w)) break;
+        if (!k) wlog(&w, "redis is full (maxmemory): waiting for room to join the queue (%s)", err->msg);
+        sleep_s(k < 4 ? 0.25 * (double)(1u << k) : 2.0);
+        sd_error_clear(err);
+        rc = SD_OK;
+    }
+    if (rc) {
+        if (w.c) redisFree(w.c);
+        pthread_mutex_destroy(&w.mu);
+        pthread_mutex_destroy(&w.log_mu);
+        return rc;
+    }
     w.started_ms = srv_time_ms();
     w.cache = o->cache;
     if (o->shared_cache_max) {

@@ -34,6 +34,8 @@ typedef struct sd_worker_opts {
                                  takes it; 0 = 60 */
     int max_attempts;         /* runs of one prompt before it is recorded as failed; 0 = 3 */
     long ttl;                 /* seconds output files stay in Redis; 0 = 86400 */
+    double oom_retry;         /* seconds a prompt waits for room when Redis is full (its
+                                 maxmemory reached) before it fails saying so; 0 = 30 */
     size_t memo_budget;       /* resident bytes above which cached results go; 0 = 4 GiB */
     sd_env *env;              /* directories, backend, model store */
     const sd_cache_i *cache;  /* persistent cache, or NULL */
@@ -49,7 +51,17 @@ typedef struct sd_worker_opts {
 } sd_worker_opts;
 
 /* Serves until *opts->stop. SD_ERR_INVALID for a bad URL, SD_ERR_IO when
- * Redis cannot be reached at start (later outages are waited out). */
+ * Redis cannot be reached at start (later outages are waited out; a Redis
+ * that is full at start is waited for too).
+ *
+ * A full Redis (maxmemory, noeviction) refuses writes that add data. Every
+ * prompt still ends in exactly one recorded outcome: the bookkeeping that
+ * moves a prompt between states (start, finish, cancel, output-name
+ * claims) may write past the limit (redis.h srv_redis_eval_allow_oom), the
+ * heartbeat (XCLAIM) is never refused, so no live worker's prompt is taken
+ * over; the output files are stored with back-off and retry for up to
+ * oom_retry seconds, and a prompt whose files cannot be stored in that time
+ * fails, saying so: `success` always means its files can be fetched. */
 sd_status sd_worker_run(const sd_worker_opts *opts, sd_error *err);
 
 #endif
