@@ -143,6 +143,12 @@ struct sd_env {
     uint64_t max_image_pixels; /* LoadImage refuses larger images (formats/png.h); 0 = no limit */
     uint64_t max_memory;       /* bytes one allocation estimate may need (core/membudget.h); 0 = no limit */
     uint64_t gpu_memory;       /* cap on the GPU backend's device memory (--gpu-memory); 0 = the card's */
+    /* CLIP-L attention heads when they are not width / 64: only tiny test
+     * models need it (the reference sets' ComfyUI runs pass it as
+     * clip_l_model_config); 0 = width / 64. Reaches every CLIP-L the model
+     * loaders open (sd_checkpoint_opts.clip_l_heads). Like tokenizer_dir it
+     * does not enter cache keys. */
+    int clip_l_heads;
     void *models;              /* process-lifetime store of loaded models (nodes/) */
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;
