@@ -20,13 +20,20 @@ static int mkdirs(const char *path) {
 }
 
 static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok);
+static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, unsigned long long seed, int force,
+                      const char *models);
 
 int sd_cli_synth(int argc, char **argv) {
-    const char *preset = "sd1-tiny";
+    const char *preset = "sd1-tiny", *layout = "all";
     long long seed = 1;
     int force = 0;
     const sd_cli_option own[] = {
-        {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)", "sd1-tiny|sd1|sdxl-tiny|sdxl|sd2-tiny|sd2-tiny-eps|sd2"},
+        {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)",
+         "sd1-tiny|sd1|sdxl-tiny|sdxl|sd2-tiny|sd2-tiny-eps|sd2|flux-dev|flux-schnell|flux-dev-tiny|"
+         "flux-schnell-tiny"},
+        {"--layout", NULL, SD_CLI_STR, &layout, "WHICH",
+         "Flux presets: split (diffusion model, t5xxl_fp16, clip_l, ae), fp8 (the single-file "
+         "checkpoint) or all (default)", "split|fp8|all"},
         {"--seed", NULL, SD_CLI_INT, &seed, "N", "seed of the random weights (default 1)", NULL},
         {"--force", NULL, SD_CLI_FLAG, &force, NULL, "rewrite the checkpoint when it exists", NULL},
         {0}};
@@ -34,7 +41,11 @@ int sd_cli_synth(int argc, char **argv) {
         "synth", "[--preset NAME] [--models-dir DIR] [--tokenizer-dir DIR]",
         "Writes MODELS/checkpoints/sdflow-random-NAME.safetensors with RANDOM weights, so that workflows\n"
         "run on a machine without downloaded models (the pictures are noise). With --tokenizer-dir it\n"
-        "also writes a stand-in CLIP vocabulary there.",
+        "also writes a stand-in CLIP vocabulary there. The Flux presets write the files ComfyUI's Flux\n"
+        "workflows load, in their real layouts: diffusion_models/sdflow-random-NAME.safetensors (BF16),\n"
+        "text_encoders/sdflow-random[-tiny]-{t5xxl_fp16,clip_l}.safetensors, vae/sdflow-random[-tiny]-\n"
+        "ae.safetensors, and checkpoints/sdflow-random-NAME-fp8.safetensors (the fp8 single file with\n"
+        "T5, CLIP-L and VAE); full size they take 24 + 9.5 + 0.2 + 0.3 GB and 17 GB of disk.",
         SD_CLI_G_MODELS, own, 0, 0};
     sd_cli_args a;
     int code = sd_cli_parse(&cmd, argc, argv, &a);
@@ -42,7 +53,9 @@ int sd_cli_synth(int argc, char **argv) {
     sd_env env;
     sd_error err = {0};
     if (sd_cli_env_init(&env, &a, &err)) { sd_cli_print_error(&err); sd_env_cleanup(&env); sd_cli_args_free(&a); return 1; }
-    code = synth(preset, (unsigned long long)seed, force, env.models_dir, a.tokenizer_dir);
+    const sd_synth_flux_config *flux = sd_synth_flux_preset(preset);
+    code = flux ? synth_flux(flux, layout, (unsigned long long)seed, force, env.models_dir)
+                : synth(preset, (unsigned long long)seed, force, env.models_dir, a.tokenizer_dir);
     sd_env_cleanup(&env);
     sd_cli_args_free(&a);
     return code;
@@ -55,7 +68,7 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
     if (!cfg && !xl && !v2) {
         fprintf(stderr,
                 "sdflow synth: unknown preset '%s' (sd1-tiny, sd1, sdxl-tiny, sdxl, sd2-tiny, "
-                "sd2-tiny-eps, sd2)\n",
+                "sd2-tiny-eps, sd2, flux-dev, flux-schnell, flux-dev-tiny, flux-schnell-tiny)\n",
                 preset);
         return 1;
     }
@@ -79,5 +92,54 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
         printf("wrote a stand-in tokenizer vocabulary to %s\n", tok);
     }
     printf("note: these weights are RANDOM: images made with them are noise, not pictures.\n");
+    return 0;
+}
+
+/* One Flux file into MODELS/folder/name, kept when it exists (unless force). */
+static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, unsigned long long seed, int force,
+                     const char *models, const char *folder, const char *name) {
+    char dir[4096], path[4400];
+    snprintf(dir, sizeof dir, "%s/%s", models, folder);
+    if (mkdirs(dir)) { fprintf(stderr, "sdflow synth: cannot create %s: %s\n", dir, strerror(errno)); return 1; }
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    if (!force && stat(path, &st) == 0) {
+        printf("kept %s (use --force to rewrite)\n", path);
+        return 0;
+    }
+    printf("writing %s (%s)...\n", path, sd_synth_flux_part_name(part));
+    fflush(stdout);
+    sd_error err = {0};
+    if (sd_synth_flux_write(cfg, part, seed, path, &err)) { sd_cli_print_error(&err); return 1; }
+    printf("wrote %s\n", path);
+    return 0;
+}
+
+static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, unsigned long long seed, int force,
+                      const char *models) {
+    int split = strcmp(layout, "fp8") != 0, fp8 = strcmp(layout, "split") != 0;
+    /* the text encoders and the VAE are the same for dev and schnell: one
+     * copy per size serves both */
+    const char *size = strstr(cfg->name, "-tiny") ? "tiny-" : "";
+    char name[256];
+    int rc = 0;
+    if (split) {
+        snprintf(name, sizeof name, "sdflow-random-%s.safetensors", cfg->name);
+        rc |= flux_file(cfg, SD_SYNTH_FLUX_DIT, seed, force, models, "diffusion_models", name);
+        snprintf(name, sizeof name, "sdflow-random-%st5xxl_fp16.safetensors", size);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_T5, seed, force, models, "text_encoders", name);
+        snprintf(name, sizeof name, "sdflow-random-%sclip_l.safetensors", size);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_CLIP_L, seed, force, models, "text_encoders", name);
+        snprintf(name, sizeof name, "sdflow-random-%sae.safetensors", size);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_AE, seed, force, models, "vae", name);
+    }
+    if (fp8 && !rc) {
+        snprintf(name, sizeof name, "sdflow-random-%s-fp8.safetensors", cfg->name);
+        rc |= flux_file(cfg, SD_SYNTH_FLUX_CKPT_FP8, seed, force, models, "checkpoints", name);
+    }
+    if (rc) return 1;
+    printf("note: these weights are RANDOM: images made with them are noise, not pictures.\n"
+           "note: Flux also needs the T5 tokenizer, ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json\n"
+           "      (--comfyui-dir, or --tokenizer-dir DIR holding DIR/t5_tokenizer/tokenizer.json).\n");
     return 0;
 }

@@ -721,7 +721,9 @@ sd_tensor *sd_st_tensor_f32(sd_st_file *f, const char *name, sd_error *err) {
 
 typedef struct wr_item {
     char *name;
-    sd_tensor *t;
+    sd_tensor *t;    /* lazy items: dtype and shape only (data NULL) */
+    sd_st_fill_fn fill; /* lazy items: makes the bytes at save time */
+    void *user;
     uint64_t offset; /* in the data section; set while building the header */
 } wr_item;
 
@@ -750,7 +752,8 @@ void sd_st_writer_free(sd_st_writer *w) {
     free(w);
 }
 
-sd_status sd_st_writer_add(sd_st_writer *w, const char *name, sd_tensor *t, sd_error *err) {
+static sd_status writer_add(sd_st_writer *w, const char *name, sd_tensor *t, sd_st_fill_fn fill,
+                            void *user, sd_error *err) {
     if (!name || !*name || !t)
         return sd_error_set(err, SD_ERR_INVALID, "safetensors writer: tensor needs a non-empty name and data");
     if (strcmp(name, "__metadata__") == 0)
@@ -767,11 +770,29 @@ sd_status sd_st_writer_add(sd_st_writer *w, const char *name, sd_tensor *t, sd_e
     }
     char *nm = strdup(name);
     if (!nm) return sd_error_set(err, SD_ERR_NOMEM, "safetensors writer: out of memory");
-    w->items[w->n].name = nm;
-    w->items[w->n].t = sd_tensor_ref(t);
+    w->items[w->n] = (wr_item){.name = nm, .t = sd_tensor_ref(t), .fill = fill, .user = user};
     w->n++;
     return SD_OK;
 }
+
+sd_status sd_st_writer_add(sd_st_writer *w, const char *name, sd_tensor *t, sd_error *err) {
+    return writer_add(w, name, t, NULL, NULL, err);
+}
+
+sd_status sd_st_writer_add_lazy(sd_st_writer *w, const char *name, sd_dtype dtype, int ndim,
+                                const int64_t *shape, sd_st_fill_fn fill, void *user,
+                                sd_error *err) {
+    if (!fill) return sd_error_set(err, SD_ERR_INVALID, "safetensors writer: lazy tensor '%s' without a fill", name);
+    sd_tensor *t = sd_tensor_new_borrowed(dtype, ndim, shape, NULL, NULL, NULL);
+    if (!t)
+        return sd_error_set(err, SD_ERR_INVALID, "safetensors writer: tensor '%s': bad dtype or shape", name);
+    sd_status rc = writer_add(w, name, t, fill, user, err);
+    sd_tensor_unref(t);
+    return rc;
+}
+
+/* A lazy item's bytes in chunks of this size (a multiple of every element size). */
+#define LAZY_CHUNK ((size_t)8 << 20)
 
 sd_status sd_st_writer_meta(sd_st_writer *w, const char *key, const char *value, sd_error *err) {
     if (!key || !value) return sd_error_set(err, SD_ERR_INVALID, "safetensors writer: metadata needs key and value");
@@ -952,12 +973,21 @@ sd_status sd_st_writer_to_memory(sd_st_writer *w, void **out, size_t *size, sd_e
     }
     memcpy(buf, hb.p, hb.n);
     size_t o = hb.n;
-    for (size_t i = 0; i < w->n; i++) {
-        memcpy(buf + o, order[i]->t->data, order[i]->t->nbytes);
-        o += order[i]->t->nbytes;
+    for (size_t i = 0; i < w->n && !st; i++) {
+        const wr_item *it = order[i];
+        for (size_t k = 0; it->fill && k < it->t->nbytes && !st; k += LAZY_CHUNK) {
+            size_t n = it->t->nbytes - k < LAZY_CHUNK ? it->t->nbytes - k : LAZY_CHUNK;
+            st = it->fill(it->user, it->name, k, buf + o + k, n, err);
+        }
+        if (!it->fill) memcpy(buf + o, it->t->data, it->t->nbytes);
+        o += it->t->nbytes;
     }
     free(hb.p);
     free(order);
+    if (st) {
+        free(buf);
+        return st;
+    }
     *out = buf;
     *size = total;
     return SD_OK;
@@ -1000,8 +1030,32 @@ sd_status sd_st_writer_save(sd_st_writer *w, const char *path, sd_error *err) {
         goto out;
     }
     int bad = write_all(fd, hb.p, hb.n);
-    for (size_t i = 0; i < w->n && !bad; i++) bad = write_all(fd, order[i]->t->data, order[i]->t->nbytes);
     int e = errno;
+    uint8_t *chunk = NULL;
+    for (size_t i = 0; i < w->n && !bad && !st; i++) {
+        const wr_item *it = order[i];
+        if (!it->fill) {
+            bad = write_all(fd, it->t->data, it->t->nbytes);
+            e = errno;
+            continue;
+        }
+        if (!chunk && !(chunk = malloc(LAZY_CHUNK))) {
+            st = sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        for (size_t k = 0; k < it->t->nbytes && !bad && !st; k += LAZY_CHUNK) {
+            size_t n = it->t->nbytes - k < LAZY_CHUNK ? it->t->nbytes - k : LAZY_CHUNK;
+            st = it->fill(it->user, it->name, k, chunk, n, err);
+            if (!st) bad = write_all(fd, chunk, n);
+            e = errno;
+        }
+    }
+    free(chunk);
+    if (st) {
+        close(fd);
+        unlink(tmp);
+        goto out;
+    }
     if (!bad && fsync(fd) != 0) {
         bad = 1;
         e = errno;

@@ -134,6 +134,18 @@ sd_st_writer *sd_st_writer_new(void);
 /* Adds a tensor (takes a reference). Names must be unique. */
 sd_status sd_st_writer_add(sd_st_writer *w, const char *name, sd_tensor *t,
                            sd_error *err);
+/* A tensor whose bytes are made while the file is written, so that a file
+ * of many gigabytes (sdflow synth's full-size Flux presets) never sits in
+ * memory: fill(user, name, offset, buf, n) writes bytes [offset, offset + n)
+ * of the tensor's data into buf (the chunks of one tensor come in order,
+ * each at most a few MiB, n a multiple of the element size). A non-zero
+ * return stops the save with that status (fill sets err). user is
+ * borrowed and must outlive the save. */
+typedef sd_status (*sd_st_fill_fn)(void *user, const char *name, uint64_t offset, void *buf,
+                                   size_t n, sd_error *err);
+sd_status sd_st_writer_add_lazy(sd_st_writer *w, const char *name, sd_dtype dtype, int ndim,
+                                const int64_t *shape, sd_st_fill_fn fill, void *user,
+                                sd_error *err);
 sd_status sd_st_writer_meta(sd_st_writer *w, const char *key, const char *value,
                             sd_error *err);
 /* Writes atomically (temporary file + rename). */

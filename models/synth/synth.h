@@ -120,4 +120,58 @@ void sd_synth_sd2_keys(const sd_synth_sd2_config *cfg, sd_synth_key_fn fn, void 
 sd_status sd_synth_sd2_write(const sd_synth_sd2_config *cfg, uint64_t seed, const char *path,
                              sd_error *err);
 
+/* ---- Flux.1 (models/synth/synth_flux.c): the files ComfyUI's Flux
+ * workflows load, each in its published layout:
+ *   SD_SYNTH_FLUX_DIT       diffusion_models/flux1-{dev,schnell}.safetensors:
+ *                           bare BFL keys (double_blocks.N..., single_blocks.N...,
+ *                           guidance_in for dev), BF16
+ *   SD_SYNTH_FLUX_T5        text_encoders/t5xxl_fp16.safetensors: HF
+ *                           T5EncoderModel keys (encoder.block.N..., shared), F16
+ *   SD_SYNTH_FLUX_CLIP_L    text_encoders/clip_l.safetensors: HF CLIPTextModel
+ *                           keys (text_model.*, text_projection), F16
+ *   SD_SYNTH_FLUX_AE        vae/ae.safetensors: encoder.* / decoder.*, 16
+ *                           latent channels, no quant_conv, F32
+ *   SD_SYNTH_FLUX_CKPT_FP8  checkpoints/flux1-dev-fp8.safetensors (Comfy-Org's
+ *                           single file): model.diffusion_model.* and
+ *                           text_encoders.t5xxl.transformer.* with F8_E4M3
+ *                           matrices (1-D tensors BF16 / F16),
+ *                           text_encoders.clip_l.transformer.* F16, vae.* BF16
+ * The writer streams: a full-size file (24 GB for the BF16 DiT) is written
+ * chunk by chunk with a few MiB of memory. Values come from a table of 4096
+ * N(0, 1) quantiles (see synth_flux.c), norms 1 / 0 as in synth.h's rule;
+ * the metadata says "sdflow_random_weights": "true". ---- */
+typedef struct sd_synth_flux_config {
+    const char *name;
+    /* DiT: hidden width, heads, double / single blocks, MLP ratio, latent
+     * channels (before the 2x2 patch), pooled (vector_in) and T5 widths */
+    int hidden, heads, depth, depth_single, mlp_ratio, in_channels, vec_in, context_in;
+    int guidance_embed; /* dev: 1 */
+    int t5_d_model, t5_d_kv, t5_heads, t5_d_ff, t5_layers, t5_vocab, t5_buckets;
+    int clip_hidden, clip_layers, clip_mlp, clip_vocab, clip_positions;
+    int vae_ch, vae_ch_mult[4], vae_levels, vae_res_blocks, vae_z;
+} sd_synth_flux_config;
+
+typedef enum sd_synth_flux_part {
+    SD_SYNTH_FLUX_DIT = 0,
+    SD_SYNTH_FLUX_T5,
+    SD_SYNTH_FLUX_CLIP_L,
+    SD_SYNTH_FLUX_AE,
+    SD_SYNTH_FLUX_CKPT_FP8
+} sd_synth_flux_part;
+
+/* Presets: "flux-dev", "flux-schnell" (FLUX.1 full size: hidden 3072, 24
+ * heads, 19 + 38 blocks; T5-XXL; CLIP-L; ae), "flux-dev-tiny",
+ * "flux-schnell-tiny" (hidden 64, 4 heads, 2 + 2 blocks, a 2-layer T5 of
+ * width 64 with the real vocabulary, a 2-layer CLIP-L of width 128, a small
+ * ae: each file a few MB, for tests). NULL if unknown. */
+const sd_synth_flux_config *sd_synth_flux_preset(const char *name);
+/* "diffusion model", "t5xxl_fp16", "clip_l", "ae", "fp8 checkpoint". */
+const char *sd_synth_flux_part_name(sd_synth_flux_part part);
+/* Enumerate every key of one file of the layout. */
+void sd_synth_flux_keys(const sd_synth_flux_config *cfg, sd_synth_flux_part part, sd_synth_key_fn fn,
+                        void *user);
+/* Write one file (atomically: temporary file + rename). */
+sd_status sd_synth_flux_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, uint64_t seed,
+                              const char *path, sd_error *err);
+
 #endif

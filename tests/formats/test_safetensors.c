@@ -157,6 +157,82 @@ static void test_round_trip(void) {
 
 /* ---- valid edge cases ---------------------------------------------------- */
 
+/* ---- lazy tensors: bytes made while saving ------------------------------------- */
+
+/* The fill gives byte i of tensor `seed` the value of fill_pattern, and
+ * records that the chunks of one tensor come in order, covering it once. */
+typedef struct lazy_src {
+    unsigned seed;
+    uint64_t next;  /* the offset the next chunk must start at */
+    int bad_order;
+    int fail_at;    /* 1: fail on the first chunk */
+} lazy_src;
+
+static sd_status lazy_fill(void *user, const char *name, uint64_t offset, void *buf, size_t n, sd_error *err) {
+    lazy_src *l = user;
+    if (l->fail_at) return sd_error_set(err, SD_ERR_IO, "fill of %s failed on purpose", name);
+    if (offset != l->next) l->bad_order = 1;
+    l->next = offset + n;
+    uint8_t *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)((offset + i) * 131 + l->seed * 17 + 3);
+    return SD_OK;
+}
+
+static void test_lazy(void) {
+    sd_error err;
+    sd_error_clear(&err);
+    /* the same tensors eagerly and lazily: one of 20 MiB (3 chunks of the
+     * writer's 8 MiB), a small one, and an eager one beside them */
+    const int64_t big[2] = {5 << 20, 2}, small[1] = {3};
+    sd_tensor *tb = sd_tensor_new(SD_F16, 2, big), *ts = sd_tensor_new(SD_F32, 1, small),
+              *te = sd_tensor_new(SD_BF16, 1, small);
+    fill_pattern(tb, 1);
+    fill_pattern(ts, 2);
+    fill_pattern(te, 3);
+    sd_st_writer *we = sd_st_writer_new(), *wl = sd_st_writer_new();
+    CHECK_OK(sd_st_writer_add(we, "big", tb, &err), &err);
+    CHECK_OK(sd_st_writer_add(we, "small", ts, &err), &err);
+    CHECK_OK(sd_st_writer_add(we, "eager", te, &err), &err);
+    lazy_src lb = {1, 0, 0, 0}, ls = {2, 0, 0, 0};
+    CHECK_OK(sd_st_writer_add_lazy(wl, "big", SD_F16, 2, big, lazy_fill, &lb, &err), &err);
+    CHECK_OK(sd_st_writer_add_lazy(wl, "small", SD_F32, 1, small, lazy_fill, &ls, &err), &err);
+    CHECK_OK(sd_st_writer_add(wl, "eager", te, &err), &err);
+    CHECK(sd_st_writer_add_lazy(wl, "small", SD_F32, 1, small, lazy_fill, &ls, &err) == SD_ERR_INVALID);
+    CHECK(sd_st_writer_add_lazy(wl, "nofill", SD_F32, 1, small, NULL, NULL, &err) == SD_ERR_INVALID);
+    void *me = NULL, *ml = NULL;
+    size_t ne = 0, nl = 0;
+    CHECK_OK(sd_st_writer_to_memory(we, &me, &ne, &err), &err);
+    CHECK_OK(sd_st_writer_to_memory(wl, &ml, &nl, &err), &err);
+    CHECK_MSG(me && ml && ne == nl && memcmp(me, ml, ne) == 0, "lazy to_memory equals the eager file");
+    CHECK_MSG(!lb.bad_order && lb.next == tb->nbytes && !ls.bad_order && ls.next == ts->nbytes,
+              "chunks in order, each tensor covered once");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lazy.safetensors", sd_test_tmpdir("safetensors_lazy"));
+    lb = (lazy_src){1, 0, 0, 0};
+    ls = (lazy_src){2, 0, 0, 0};
+    CHECK_OK(sd_st_writer_save(wl, path, &err), &err);
+    size_t nf = 0;
+    char *file = sd_test_read_file(path, &nf);
+    CHECK_MSG(file && nf == ne && memcmp(file, me, ne) == 0, "lazy save equals the eager file");
+    free(file);
+    /* a failing fill fails the save and leaves neither the file nor a temporary */
+    char failed[4300];
+    snprintf(failed, sizeof failed, "%s.failed", path);
+    ls.fail_at = 1;
+    lb = (lazy_src){1, 0, 0, 0};
+    sd_status rc = sd_st_writer_save(wl, failed, &err);
+    CHECK_MSG(rc == SD_ERR_IO && strstr(err.msg, "on purpose"), "a fill error is the save's (%s)", err.msg);
+    struct stat st;
+    CHECK(stat(failed, &st) != 0);
+    free(me);
+    free(ml);
+    sd_st_writer_free(we);
+    sd_st_writer_free(wl);
+    sd_tensor_unref(tb);
+    sd_tensor_unref(ts);
+    sd_tensor_unref(te);
+}
+
 static void test_valid_edges(void) {
     sd_error err;
     sd_error_clear(&err);
@@ -411,6 +487,7 @@ static int check_dir(const char *dir, int must_match) {
 
 int main(void) {
     test_round_trip();
+    test_lazy();
     test_valid_edges();
     test_malformed();
     const char *td = getenv("SDFLOW_TESTDATA");
