@@ -360,9 +360,24 @@ static sd_status check_model_latent(sd_node_ctx *ctx, sd_checkpoint *ckpt, const
     return SD_OK;
 }
 
+static sd_status common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
+                                 sd_error *err);
+
 sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
                                    sd_error *err) {
     *out = NULL;
+    sd_ksample_args fixed = *a;
+    sd_value *latent = NULL;
+    sd_status rc = sd_nodes_fix_empty_latent(a->ckpt, a->latent, &latent, err);
+    if (rc) return rc;
+    fixed.latent = latent;
+    rc = common_ksampler(ctx, &fixed, out, err);
+    sd_value_unref(latent);
+    return rc;
+}
+
+static sd_status common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_value **out,
+                                 sd_error *err) {
     sd_tensor *samples;
     sd_status rc = check_model_latent(ctx, a->ckpt, a->latent, "model", &samples, err);
     if (rc) return rc;
@@ -464,10 +479,25 @@ static sd_status complete_conds(sd_value **lists, int n, sd_error *err) {
     return SD_OK;
 }
 
+static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **out,
+                        sd_value **out_denoised, sd_error *err);
+
 sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **out,
                           sd_value **out_denoised, sd_error *err) {
     *out = NULL;
     if (out_denoised) *out_denoised = NULL;
+    sd_sample_args fixed = *a;
+    sd_value *latent = NULL;
+    sd_status rc = sd_nodes_fix_empty_latent(a->guide.ckpt, a->latent, &latent, err);
+    if (rc) return rc;
+    fixed.latent = latent;
+    rc = sample(ctx, &fixed, out, out_denoised, err);
+    sd_value_unref(latent);
+    return rc;
+}
+
+static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **out,
+                        sd_value **out_denoised, sd_error *err) {
     const sd_guide *g = &a->guide;
     sd_tensor *samples;
     sd_status rc = check_model_latent(ctx, g->ckpt, a->latent, "model", &samples, err);

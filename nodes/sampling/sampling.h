@@ -120,6 +120,16 @@ typedef struct sd_ksample_args {
     const sd_ksample_hooks *hooks;
 } sd_ksample_args;
 
+/* comfy.sample.fix_empty_latent_channels, which KSampler, KSamplerAdvanced,
+ * SamplerCustom and SamplerCustomAdvanced apply to their latent first (so
+ * sd_nodes_common_ksampler and sd_nodes_sample do): an all-zero latent
+ * whose channel count is not the MODEL's latent channels becomes zeros of
+ * the MODEL's width (EmptyLatentImage's 4 channels given to Flux: 16),
+ * other keys kept; any other latent is returned as it is. *out is a new
+ * reference (the input itself when nothing changes). latent may be NULL. */
+sd_status sd_nodes_fix_empty_latent(sd_checkpoint *ckpt, const sd_value *latent, sd_value **out,
+                                    sd_error *err);
+
 /* Fills the KSampler node defaults (seed 0, 20 steps, cfg 8, euler, normal,
  * denoise 1, no step range). */
 void sd_ksample_args_init(sd_ksample_args *a);

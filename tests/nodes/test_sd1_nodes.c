@@ -224,8 +224,11 @@ static void test_txt2img(fixture *f) {
     sd_value *b = ksample(f, f->pos, f->neg, lat, 1, 3, 1.0, "euler", &err);
     sd_value *c = ksample(f, f->pos, f->neg, lat, 2, 3, 1.0, "euler", &err);
     {
-        /* a latent the model cannot take is an error naming latent_image */
+        /* a latent the model cannot take is an error naming latent_image
+         * (not all zeros: an empty one is widened to the model's channels,
+         * as ComfyUI's fix_empty_latent_channels; nodes.latent_channels) */
         sd_tensor *t3 = sd_tensor_new4(SD_F32, 4, 1, 3, 8, 8);
+        if (t3) sd_tensor_f32(t3)[5] = 0.5f;
         sd_value *l3 = sd_value_dict();
         CHECK(t3 && l3 && sd_value_dict_set(l3, "samples", sd_value_tensor(t3)) == 0);
         sd_tensor_unref(t3);
