@@ -32,6 +32,10 @@
  *   and byte_fallback, a tiny precompiled charsmap, a BPE model.
  * OUT_DIR/pyregex: regex node inputs (flags byte, pattern, replacement,
  *   subject) with groups, empty matches, Python-only syntax, bad patterns.
+ * OUT_DIR/clip_tokenizer: prompt texts: weights syntax, accents and
+ *   combining marks, CJK, emoji, digits, a long word, special tokens.
+ * OUT_DIR/origin: request names for server/origin.c (listen, CORS origin,
+ *   method, Host, Origin, Sec-Fetch-Site, Sec-Fetch-Mode, one a line).
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -824,6 +828,40 @@ static int t5_seeds(const char *out, const char *testdata) {
 
 /* ---- regex nodes: flags byte, pattern NUL replacement NUL subject ------------- */
 
+static int clip_seeds(const char *out) {
+    static const char *const seeds[] = {
+        "a photograph of an astronaut riding a horse, (masterpiece:1.2), 4k",
+        "Caf\xc3\xa9 na\xc3\xafve a\xcc\x81\xcc\x96\xcc\x81 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x99\x82 \xce\xa3\xce\xa3",
+        "<|startoftext|>don't stop<|endoftext|> 1234567 \t\r\n !!!???",
+        "supercalifragilisticexpialidocioussupercalifragilisticexpialidocious",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabababababababababababab",
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "seed%zu", i);
+        rc |= write_seed(out, name, seeds[i], strlen(seeds[i]));
+    }
+    return rc;
+}
+
+static int origin_seeds(const char *out) {
+    static const char *const seeds[] = {
+        "127.0.0.1\n\nPOST\n127.0.0.1:8188\nhttp://127.0.0.1:8188\n-\n-",
+        "127.0.0.1\n\nPOST\nlocalhost:8188\nhttp://evil.example\ncross-site\ncors",
+        "0.0.0.0\n*\nOPTIONS\ngpu-box.lan:8188\nhttps://app.example:3000\nsame-site\ncors",
+        "127.0.0.1\n\nGET\n[::1]:8188\nnull\ncross-site\nnavigate",
+        "10.0.0.5\nhttp://a.example\nGET\n10.0.0.5\nhttp://a.example\n-\nwebsocket",
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "seed%zu", i);
+        rc |= write_seed(out, name, seeds[i], strlen(seeds[i]));
+    }
+    return rc;
+}
+
 static int pyregex_seeds(const char *out) {
     static const char *const seeds[][3] = {
         {"(\\w+)@(?P<dom>\\w+)", "\\2 at \\g<dom>/\\g<1>", "Write to ann@example.org or BOB@test.io."},
@@ -991,6 +1029,12 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/flux", argv[1]);
     mkdir_p(dir);
     rc |= flux_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/clip_tokenizer", argv[1]);
+    mkdir_p(dir);
+    rc |= clip_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/origin", argv[1]);
+    mkdir_p(dir);
+    rc |= origin_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }
