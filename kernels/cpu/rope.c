@@ -20,6 +20,17 @@
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
+/* Lane shuffles with constant indices: GCC's __builtin_shuffle takes a mask
+ * vector, clang (the fuzz and sanitizer builds) only __builtin_shufflevector
+ * with the indices as constants; the same shuffle either way. */
+#ifdef __clang__
+#define SHUF1(v, ...) __builtin_shufflevector((v), (v), __VA_ARGS__)
+#define SHUF2(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define SHUF1(v, ...) __builtin_shuffle((v), (v16i){__VA_ARGS__})
+#define SHUF2(a, b, ...) __builtin_shuffle((a), (b), (v16i){__VA_ARGS__})
+#endif
+
 /* unaligned 16-float load / store (macros: a function returning a 64-byte
  * vector has an ISA-dependent ABI) */
 #define ld(p) ({ v16 v_; __builtin_memcpy(&v_, (p), sizeof v_); v_; })
@@ -31,14 +42,12 @@ ALWAYS void head_body(const float *xh, float *yh, const float *cs, int64_t D, in
     int64_t half = D / 2, i = 0;
     if (interleaved) {
         if (vec) {
-            const v16i ev = {0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14};
-            const v16i od = {1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15};
-            const v16i sw = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
             const v16 sg = {-1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1};
             for (; 2 * i + 16 <= D; i += 8) {
                 v16 x = ld(xh + 2 * i), t = ld(cs + 2 * i);
-                v16 c = __builtin_shuffle(t, ev), s = __builtin_shuffle(t, od);
-                v16 p = x * c, q = __builtin_shuffle(x, sw) * s;
+                v16 c = SHUF1(t, 0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+                v16 s = SHUF1(t, 1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+                v16 p = x * c, q = SHUF1(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14) * s;
                 st(yh + 2 * i, p + q * sg); /* q * +-1 is exact */
             }
         }
@@ -51,11 +60,10 @@ ALWAYS void head_body(const float *xh, float *yh, const float *cs, int64_t D, in
         return;
     }
     if (vec) {
-        v16i evn, odd;
-        for (int k = 0; k < 16; k++) evn[k] = 2 * k, odd[k] = 2 * k + 1;
         for (; i + 16 <= half; i += 16) {
             v16 t0 = ld(cs + 2 * i), t1 = ld(cs + 2 * i + 16);
-            v16 c = __builtin_shuffle(t0, t1, evn), s = __builtin_shuffle(t0, t1, odd);
+            v16 c = SHUF2(t0, t1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            v16 s = SHUF2(t0, t1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
             v16 a = ld(xh + i), b = ld(xh + i + half);
             v16 ac = a * c, bs = b * s, as = a * s, bc = b * c;
             st(yh + i, ac - bs);
