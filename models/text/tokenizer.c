@@ -1,6 +1,7 @@
 /* tokenizer.c - CLIP byte-level BPE: vocabulary loading, text clean-up,
  * pre-tokenization and merges. The behaviour contract is in tokenizer.h. */
 #include "models/text/tokenizer.h"
+#include "models/text/tokenizer_internal.h"
 #include "models/text/unicode.h"
 
 #include <cjson/cJSON.h>
@@ -814,7 +815,7 @@ static bpe_entry heap_pop(bpe_entry *h, size_t *n)
 }
 
 static long bpe_piece(const sd_tokenizer *t, const unsigned char *s, size_t len, int32_t *w,
-                      const volatile sig_atomic_t *stop)
+                      const volatile sig_atomic_t *stop, size_t *work)
 {
     if (len == 0)
         return 0;
@@ -840,6 +841,8 @@ static long bpe_piece(const sd_tokenizer *t, const unsigned char *s, size_t len,
         if (ms)
             heap_push(heap, &nh, (bpe_entry){ms->rank, (int32_t)i});
     }
+    if (work)
+        *work += nh;
     int32_t round = -1;
     unsigned long polls = 0;
     for (;;) {
@@ -847,6 +850,8 @@ static long bpe_piece(const sd_tokenizer *t, const unsigned char *s, size_t len,
             /* the round of `round` is over: its new pairs join */
             for (size_t k = 0; k < np; k++)
                 heap_push(heap, &nh, pend[k]);
+            if (work)
+                *work += np;
             np = 0;
             if (nh == 0)
                 break;
@@ -857,6 +862,8 @@ static long bpe_piece(const sd_tokenizer *t, const unsigned char *s, size_t len,
             goto done;
         }
         bpe_entry e = heap_pop(heap, &nh);
+        if (work)
+            ++*work;
         int32_t p = e.pos, q = nx[p];
         if (w[p] < 0 || q < 0)
             continue;
@@ -891,7 +898,7 @@ done:
  * stopped. */
 #define CACHE_MAX_PIECE 256
 static int encode_piece(sd_tokenizer *t, const char *s, size_t len, idbuf *out,
-                        const volatile sig_atomic_t *stop)
+                        const volatile sig_atomic_t *stop, size_t *work)
 {
     if (len == strlen(BOS_STR) && memcmp(s, BOS_STR, len) == 0)
         return idbuf_push(out, t->bos);
@@ -912,7 +919,7 @@ static int encode_piece(sd_tokenizer *t, const char *s, size_t len, idbuf *out,
     int32_t *w = malloc((len ? len : 1) * sizeof *w);
     if (!w)
         return -1;
-    long got = bpe_piece(t, (const unsigned char *)s, len, w, stop);
+    long got = bpe_piece(t, (const unsigned char *)s, len, w, stop, work);
     if (got < 0) {
         free(w);
         return (int)got;
@@ -959,6 +966,13 @@ sd_status sd_tokenizer_encode_ex(const sd_tokenizer *tok, const char *text, size
                                  const volatile sig_atomic_t *stop, int32_t **ids, size_t *n,
                                  sd_error *err)
 {
+    return sd_tokenizer_encode_work(tok, text, len, stop, NULL, ids, n, err);
+}
+
+sd_status sd_tokenizer_encode_work(const sd_tokenizer *tok, const char *text, size_t len,
+                                   const volatile sig_atomic_t *stop, size_t *work, int32_t **ids,
+                                   size_t *n, sd_error *err)
+{
     /* The cache is the only mutable state and is mutex-guarded. */
     sd_tokenizer *t = (sd_tokenizer *)tok;
     uint32_t *c = NULL;
@@ -980,7 +994,7 @@ sd_status sd_tokenizer_encode_ex(const sd_tokenizer *tok, const char *text, size
         size_t pl = piece_len(c, nc, i), bl = 0;
         for (size_t k = 0; k < pl; k++)
             bl += sd_uc_encode_utf8(c[i + k], piece + bl);
-        int rc = encode_piece(t, piece, bl, &out, stop);
+        int rc = encode_piece(t, piece, bl, &out, stop, work);
         if (rc == -2 || (stop && *stop))
             goto stopped;
         if (rc < 0)

@@ -5,16 +5,17 @@
  *     reference written here from that algorithm (strings, the lowest-rank
  *     pair, all its occurrences left to right, repeat) on merges.txt gives
  *     the same ids for thousands of random and repetitive words;
- *   - a 4 MiB word of random letters and a 1 MiB run of combining marks
- *     (canonical reordering) tokenize: O(n log n) instead of one pass per
- *     merge applied and an insertion sort (the test's timeout, 120 s, is the
- *     guard: the quadratic code needed many minutes);
- *   - a stop flag set before tokenizing one 4 MiB word ends it inside the
+ *   - a 1 MiB word of random letters costs at most 6 heap operations per
+ *     byte (counted by the tokenizer: tokenizer_internal.h), the word twice
+ *     twice that; a 256 KiB run of combining marks is sorted stably by
+ *     class (counting sort; the insertion sort it replaced was quadratic);
+ *   - a stop flag set before tokenizing one 1 MiB word ends it inside the
  *     word with SD_ERR_CANCELLED.
  * Data: the CLIP vocabulary in $SDFLOW_SHARED/data/clip (vocab.json +
  * merges.txt); without it the test skips. */
 #include "testutil.h"
 #include "models/text/tokenizer.h"
+#include "models/text/tokenizer_internal.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -192,20 +193,35 @@ static char *random_word(size_t n) {
 }
 
 static void test_huge(const sd_tokenizer *tok) {
-    size_t n = (size_t)4 << 20;
+    size_t n = (size_t)1 << 20;
     char *s = random_word(n);
     int32_t *ids = NULL;
-    size_t k = 0;
+    size_t k = 0, work = 0;
     sd_error e;
-    CHECK_OK(sd_tokenizer_encode(tok, s, n, &ids, &k, &e), &e);
-    CHECK_MSG(k >= n / 8 && k <= n, "4 MiB word: %zu tokens", k);
+    CHECK_OK(sd_tokenizer_encode_work(tok, s, n, NULL, &work, &ids, &k, &e), &e);
+    CHECK_MSG(k >= n / 8 && k <= n, "1 MiB word: %zu tokens", k);
+    /* linear: at most 3 pushes and 3 pops of the heap per byte (the
+     * transformers loop's pass per merge is ~n^2/2 pair looks here) */
+    CHECK_MSG(work > 0 && work <= 6 * n, "1 MiB word: %zu heap operations for %zu bytes", work, n);
     free(ids);
+    /* the same word twice (one piece, so no cache: 2x the work), and a
+     * text of 65536 short words: linear too */
+    char *two = malloc(2 * n + 2);
+    memcpy(two, s, n);
+    two[n] = ' ';
+    memcpy(two + n + 1, s, n);
+    size_t w2 = 0;
+    CHECK_OK(sd_tokenizer_encode_work(tok, two, 2 * n + 1, NULL, &w2, &ids, &k, &e), &e);
+    CHECK_MSG(w2 <= 2 * work, "two copies of the word: %zu heap operations, one: %zu", w2, work);
+    free(ids);
+    free(two);
     free(s);
-    printf("4 MiB word: %zu tokens\n", k);
+    printf("1 MiB word: %zu tokens, %zu heap operations\n", k / 2, work);
 
-    /* 'a' then 1 MiB of combining marks of classes 230 and 220 in turn:
-     * canonical reordering must sort the whole run (stably) */
-    size_t marks = (size_t)1 << 19; /* 2 bytes each */
+    /* 'a' then 256 KiB of combining marks of classes 230 and 220 in turn:
+     * canonical reordering must sort the whole run (stably; the insertion
+     * sort it replaced needed ~2x10^9 swaps for it) */
+    size_t marks = (size_t)1 << 17; /* 2 bytes each */
     char *m = malloc(1 + 2 * marks + 1);
     m[0] = 'a';
     for (size_t i = 0; i < marks; i++) {
@@ -237,7 +253,7 @@ static void test_huge(const sd_tokenizer *tok) {
 }
 
 static void test_stop(const sd_tokenizer *tok) {
-    size_t n = (size_t)4 << 20;
+    size_t n = (size_t)1 << 20;
     char *s = random_word(n);
     volatile sig_atomic_t stop = 1;
     int32_t *ids = (int32_t *)&stop; /* must be reset */
