@@ -50,7 +50,7 @@ J
 start() {
     local name=$1
     shift
-    "$SDFLOW_BIN" run "$T/${WF:-wf.json}" --cache "$T/cache.db" --input-dir "$T/input" --output-dir "$T/output" \
+    SDFLOW_PROGRESS_INTERVAL=0 "$SDFLOW_BIN" run "$T/${WF:-wf.json}" --cache "$T/cache.db" --input-dir "$T/input" --output-dir "$T/output" \
         --report "$T/$name.json" "$@" > /dev/null 2> "$T/$name.err" < /dev/null &
     pid=$!
 }
