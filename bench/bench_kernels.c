@@ -1,10 +1,16 @@
 /* bench_kernels.c - `sdflow-bench --kernels`: GFLOP/s of the UNet's matrix
- * shapes (SD1.5, 512x512, batch 2) through each path the CPU backend has:
- * our f32 ops (OpenBLAS GEMM / conv2d.c), our bf16 ops (oneDNN, inputs
- * rounded and reordered per call, as a UNet step runs them), and oneDNN's
- * f32 primitives alone (weights pre-reordered, the f32 ceiling oneDNN
- * offers). Each figure: median of `repeat` runs after one warm-up, in wall
- * and CPU seconds (CLOCK_PROCESS_CPUTIME_ID), at 1 and 2 threads. */
+ * shapes (SD1.5, 512x512, batch 2) and of attention (SD1.5's 64x64 level,
+ * a Flux block's joint sequence) through each path the CPU backend has: our
+ * f32 ops (OpenBLAS GEMM / conv2d.c / attention.c), bf16 emulated on those
+ * (dnnl_bf16.h), bf16 through oneDNN with the weights packed once (the
+ * warm-up run packs them: a sampler's every step after the first), the same
+ * with nothing kept (weights rounded and reordered on every call, as before
+ * issue 28), and oneDNN's f32 primitives alone (weights pre-reordered, the
+ * f32 ceiling oneDNN offers). Each figure: median of `repeat` runs after
+ * one warm-up, in wall and CPU seconds (CLOCK_PROCESS_CPUTIME_ID), at 1 and
+ * 2 threads. The header names the instruction sets oneDNN and our kernels
+ * use; the oneDNN bf16 columns are n/a where oneDNN has no bf16 primitives
+ * (below AVX-512). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +18,9 @@
 
 #include "bench.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/dnnl_bf16.h"
+#include "kernels/cpu/dnnl_pack.h"
 
 #ifdef SDFLOW_HAVE_DNNL
 #include <omp.h>
@@ -20,9 +29,10 @@
 
 typedef struct {
     const char *name;
-    int conv; /* 0: linear M x K -> N; 1: 3x3 (or k x k) conv */
-    int64_t m, k, n;          /* linear */
-    int64_t b, c, h, w, o, kk; /* conv: NCHW, O outputs, kk x kk, stride 1, same padding */
+    int conv; /* 0: linear M x K -> N; 1: 3x3 (or k x k) conv; 2: attention */
+    int64_t m, k, n;          /* linear; attention: tokens m, heads k, head width n */
+    int64_t b, c, h, w, o, kk; /* conv: NCHW, O outputs, kk x kk, stride 1, same padding;
+                                * attention: batch b */
 } shape;
 
 static const shape shapes[] = {
@@ -33,6 +43,8 @@ static const shape shapes[] = {
     {"conv3x3 320->320 @64x64 b2", 1, 0, 0, 0, 2, 320, 64, 64, 320, 3},
     {"conv3x3 640->640 @32x32 b2", 1, 0, 0, 0, 2, 640, 32, 32, 640, 3},
     {"conv3x3 1280->1280 @16x16 b2", 1, 0, 0, 0, 2, 1280, 16, 16, 1280, 3},
+    {"attention 4096 tokens, 8x40 heads b2 (64x64)", 2, 4096, 8, 40, 2},
+    {"attention 1536 tokens, 24x128 heads (Flux)", 2, 1536, 24, 128, 1},
     {"conv1x1 640->320 @64x64 b2 (skip)", 1, 0, 0, 0, 2, 640, 64, 64, 320, 1},
 };
 
@@ -43,6 +55,7 @@ static double cpu_now(void) {
 }
 
 static double flops_of(const shape *s) {
+    if (s->conv == 2) return 4.0 * s->b * s->m * s->m * s->k * s->n; /* QK^T and PV */
     return s->conv ? 2.0 * s->b * s->o * s->h * s->w * s->c * s->kk * s->kk
                    : 2.0 * s->m * s->k * s->n;
 }
@@ -68,7 +81,11 @@ typedef struct {
  * stores them; median of repeat runs. */
 static int time_op(sd_backend *be, const shape *s, sd_precision p, int repeat, timing *t) {
     sd_bt *x, *w, *b;
-    if (s->conv) {
+    if (s->conv == 2) { /* q, k, v */
+        int64_t qs[3] = {s->b, s->m, s->k * s->n};
+        x = rand_bt(be, SD_F32, 3, qs, 1), w = rand_bt(be, SD_F32, 3, qs, 2);
+        b = rand_bt(be, SD_F32, 3, qs, 3);
+    } else if (s->conv) {
         int64_t xs[4] = {s->b, s->c, s->h, s->w}, ws[4] = {s->o, s->c, s->kk, s->kk};
         x = rand_bt(be, SD_F32, 4, xs, 1), w = rand_bt(be, SD_F16, 4, ws, 2);
         b = rand_bt(be, SD_F16, 1, &s->o, 3);
@@ -82,7 +99,9 @@ static int time_op(sd_backend *be, const shape *s, sd_precision p, int repeat, t
     int ok = x && w && b;
     for (int r = -1; ok && r < repeat; r++) {
         double w0 = sd_bench_now(), c0 = cpu_now();
-        sd_bt *y = s->conv ? sd_op_conv2d(x, w, b, 1, s->kk / 2, s->kk / 2) : sd_op_linear(x, w, b);
+        sd_bt *y = s->conv == 2 ? sd_op_attention(x, w, b, (int)s->k, 0)
+                   : s->conv    ? sd_op_conv2d(x, w, b, 1, s->kk / 2, s->kk / 2)
+                                : sd_op_linear(x, w, b);
         double w1 = sd_bench_now(), c1 = cpu_now();
         ok = y != NULL;
         sd_bt_free(y);
@@ -99,6 +118,7 @@ static int time_op(sd_backend *be, const shape *s, sd_precision p, int repeat, t
 #ifdef SDFLOW_HAVE_DNNL
 /* oneDNN f32 primitive alone: src/weights already in the layouts it picked. */
 static int time_dnnl_f32(const shape *s, int threads, int repeat, timing *t) {
+    if (s->conv == 2) return 0; /* no oneDNN attention primitive in 2.6 */
     omp_set_num_threads(threads);
     dnnl_engine_t eng;
     dnnl_stream_t st;
@@ -176,25 +196,41 @@ int sd_bench_kernels(int repeat) {
 #else
     printf("built without oneDNN: bf16 and oneDNN f32 columns are n/a\n");
 #endif
+    printf("our kernels: level %s, vector path %d; bf16 by default: %s\n",
+           sd_cpu_level_name(sd_cpu_level()), sd_cpu_isa(),
+           sd_cpu_bf16_default_path() == SD_BF16_PATH_ONEDNN ? "oneDNN" : "emulated");
     printf("GFLOP/s by wall time (by CPU time in parentheses); weights F16 as stored; median of %d\n\n",
            repeat);
     for (int threads = 1; threads <= 2; threads++) {
-        sd_backend *be = NULL;
+        /* a second backend keeps nothing packed: every call rounds and
+         * reorders its weight, as the oneDNN path did before packing */
+        sd_backend *be = NULL, *nopack = NULL;
         sd_error err;
-        if (sd_backend_new("cpu", threads, &be, &err)) {
+        if (sd_backend_new("cpu", threads, &be, &err) ||
+            sd_backend_new("cpu", threads, &nopack, &err)) {
             fprintf(stderr, "sdflow-bench: %s\n", err.msg);
+            sd_backend_free(be);
             return 1;
         }
-        printf("%d thread%s\n\n| shape | ours f32 | ours bf16 (oneDNN) | oneDNN f32 primitive |\n"
-               "|---|---|---|---|\n", threads, threads > 1 ? "s" : "");
+        int bf = sd_backend_supports_precision(be, SD_PREC_BF16);
+        int onednn = bf && sd_dnnl_has_bf16();
+        ((sd_cpu *)be->impl)->bf16_path = SD_BF16_PATH_ONEDNN;
+        ((sd_cpu *)nopack->impl)->bf16_path = SD_BF16_PATH_ONEDNN;
+        if (onednn) sd_dnnl_set_pack_budget(nopack, 0);
+        printf("%d thread%s\n\n| shape | ours f32 | bf16 emulated | bf16 oneDNN, packed | "
+               "bf16 oneDNN, per call | oneDNN f32 primitive |\n|---|---|---|---|---|---|\n",
+               threads, threads > 1 ? "s" : "");
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             const shape *s = &shapes[i];
             timing t;
             printf("| %s |", s->name);
             fflush(stdout);
             cell(s, time_op(be, s, SD_PREC_F32, repeat, &t), &t);
-            int bf = sd_backend_supports_precision(be, SD_PREC_BF16);
+            ((sd_cpu *)be->impl)->bf16_path = SD_BF16_PATH_EMULATE;
             cell(s, bf && time_op(be, s, SD_PREC_BF16, repeat, &t), &t);
+            ((sd_cpu *)be->impl)->bf16_path = SD_BF16_PATH_ONEDNN;
+            cell(s, onednn && time_op(be, s, SD_PREC_BF16, repeat, &t), &t);
+            cell(s, onednn && time_op(nopack, s, SD_PREC_BF16, repeat, &t), &t);
 #ifdef SDFLOW_HAVE_DNNL
             cell(s, time_dnnl_f32(s, threads, repeat, &t), &t);
 #else
@@ -205,6 +241,7 @@ int sd_bench_kernels(int repeat) {
         }
         printf("\n");
         sd_backend_free(be);
+        sd_backend_free(nopack);
     }
     return 0;
 }

@@ -97,9 +97,10 @@ static void usage(FILE *o)
             "                      f32, as sdflow run asks; loaders may keep F16 as stored\n"
             "                      when the backend computes with it: the table says)\n"
             "  --no-torch          skip the PyTorch reference\n"
-            "  --kernels           only the UNet's linear/conv shapes: GFLOP/s of our f32,\n"
-            "                      our bf16 (oneDNN) and oneDNN's f32 primitive, 1 and 2\n"
-            "                      threads (no checkpoint needed)\n"
+            "  --kernels           only the UNet's linear/conv shapes and two attention\n"
+            "                      shapes: GFLOP/s of our f32, bf16 emulated, bf16 oneDNN\n"
+            "                      with packed weights and per call, oneDNN's f32\n"
+            "                      primitive, 1 and 2 threads (no checkpoint needed)\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
             "                      python3, /usr/bin/python3 that can import torch)\n"
             "  --torch-script PATH torch_ref.py location (default the source tree's)\n");
