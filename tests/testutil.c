@@ -39,12 +39,13 @@ const char *sd_test_tmpdir(const char *name) {
     static char buf[4096];
     const char *base = getenv("SDFLOW_TEST_TMP");
     if (!base || !*base) base = "/tmp/sdflow-test";
-    /* The .bf16 / .bf16_<path> / .cuda variants of a test run the same
+    /* The .bf16 / .bf16_<path> / .avx2 / .cuda variants of a test run the same
      * program at the same time as it (ctest -j): each gets its own folder. */
     const char *prec = getenv("SDFLOW_TEST_PRECISION"), *backend = getenv("SDFLOW_TEST_BACKEND");
-    const char *path = getenv("SDFLOW_CPU_BF16");
-    snprintf(buf, sizeof buf, "%s/%s%s%s%s%s%s%s", base, name, prec && *prec ? "." : "", prec ? prec : "",
-             path && *path ? "_" : "", path ? path : "", backend && *backend ? "." : "", backend ? backend : "");
+    const char *path = getenv("SDFLOW_CPU_BF16"), *isa = getenv("SDFLOW_MAX_CPU_ISA");
+    snprintf(buf, sizeof buf, "%s/%s%s%s%s%s%s%s%s%s", base, name, prec && *prec ? "." : "", prec ? prec : "",
+             path && *path ? "_" : "", path ? path : "", isa && *isa ? "_" : "", isa ? isa : "",
+             backend && *backend ? "." : "", backend ? backend : "");
     char cmd[8300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", buf);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not clean %s\n", buf);
