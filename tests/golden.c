@@ -115,6 +115,22 @@ const char *sd_golden_family_dir(const char *family) {
     return buf;
 }
 
+int sd_golden_resolve_path(const char *dir, const char *ref, char *out, size_t n) {
+    if (n) out[0] = 0;
+    if (!ref || !*ref) return 0;
+    char word[1024];
+    size_t k = 0;
+    while (ref[k] && ref[k] != ' ' && k + 1 < sizeof word) word[k] = ref[k], k++;
+    word[k] = 0;
+    if (strncmp(word, "shared/testdata/", 16) == 0) snprintf(out, n, "%s/%s", sd_golden_dir(), word + 16);
+    else if (strncmp(word, "shared/", 7) == 0) snprintf(out, n, "%s/%s", sd_test_shared_dir(), word + 7);
+    else if (word[0] == '/') snprintf(out, n, "%s", word);
+    else snprintf(out, n, "%s/%s", dir, word);
+    FILE *f = fopen(out, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
 cJSON *sd_golden_manifest(const char *dir) {
     char path[1200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);

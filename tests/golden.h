@@ -93,6 +93,12 @@ const char *sd_golden_dir(void);
  * sd_golden_dir()/<family>. The string lives until the next call. */
 const char *sd_golden_family_dir(const char *family);
 
+/* The file a manifest string names (its first word; what follows is a
+ * description): "shared/testdata/..." under sd_golden_dir(), "shared/..."
+ * under sd_test_shared_dir(), an absolute path as is, else relative to the
+ * set's dir. Writes the path to out; 1 when that file exists. */
+int sd_golden_resolve_path(const char *dir, const char *ref, char *out, size_t n);
+
 /* Parses <dir>/manifest.json. Skips the test (exit 77) when the file is
  * absent; records a failed check and returns NULL when it is not valid JSON.
  * The caller owns the result (cJSON_Delete). */

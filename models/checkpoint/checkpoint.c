@@ -22,7 +22,7 @@ struct sd_checkpoint {
     char *path;
     char *tokenizer_dir;
     char *comfyui_dir;
-    int clip_l_heads;
+    int clip_l_heads, clip_g_heads;
     sd_dtype weight_dtype;
     sd_dequant_math dequant;
     sd_backend *be;
@@ -224,6 +224,7 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
     c->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
     c->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
     c->clip_l_heads = opts->clip_l_heads;
+    c->clip_g_heads = opts->clip_g_heads;
     if (!c->path || (opts->tokenizer_dir && !c->tokenizer_dir) ||
         (opts->comfyui_dir && !c->comfyui_dir)) {
         sd_checkpoint_unref(c);
@@ -447,21 +448,20 @@ sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd
     pthread_mutex_lock(&c->mu);
     sd_status rc = SD_OK;
     if (!c->te) rc = ensure_file(c, err);
-    sd_te_kind kind = !rc && c->file ? sd_text_encoder_detect(c->file) : 0;
+    unsigned vocabs = !rc && c->file ? sd_text_encoder_file_vocabs(c->file) : 0;
+    int need_clip = !c->tok && (vocabs & SD_TE_VOCAB_CLIP), need_t5 = !c->t5tok && (vocabs & SD_TE_VOCAB_T5);
     /* a tokenizer beside the model wins, as with ComfyUI's bundled one */
     char *tmp = NULL;
-    if (!rc && ((!c->tok && sd_te_kind_needs_clip_tokenizer(kind)) ||
-                (!c->t5tok && sd_te_kind_needs_t5_tokenizer(kind))) &&
-        !(tmp = strdup(c->path)))
+    if (!rc && (need_clip || need_t5) && !(tmp = strdup(c->path)))
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     const char *dir = tmp ? dirname(tmp) : NULL;
-    if (!rc && !c->tok && sd_te_kind_needs_clip_tokenizer(kind))
-        rc = sd_tokenizer_resolve(dir, c->tokenizer_dir, &c->tok, err);
-    if (!rc && !c->t5tok && sd_te_kind_needs_t5_tokenizer(kind))
+    if (!rc && need_clip) rc = sd_tokenizer_resolve(dir, c->tokenizer_dir, &c->tok, err);
+    if (!rc && need_t5)
         rc = sd_t5_tokenizer_resolve(dir, c->tokenizer_dir, c->comfyui_dir, &c->t5tok, err);
     free(tmp);
     if (!rc && !c->te) {
-        sd_te_load_opts o = {.tok = c->tok, .t5tok = c->t5tok, .clip_l_heads = c->clip_l_heads};
+        sd_te_load_opts o = {.tok = c->tok, .t5tok = c->t5tok, .clip_l_heads = c->clip_l_heads,
+                             .clip_g_heads = c->clip_g_heads};
         rc = sd_text_encoder_load_ex(c->be, c->file, &o, &c->te, err);
         if (rc) {
             static const char *const pre[] = {"cond_stage_model.", "conditioner.", "text_encoders.",
@@ -543,7 +543,7 @@ typedef struct store_entry {
     char *path;
     char *tokenizer_dir;
     char *comfyui_dir;
-    int clip_l_heads;
+    int clip_l_heads, clip_g_heads;
     sd_backend *be;
     sd_dtype weight_dtype;
     sd_dequant_math dequant;
@@ -556,6 +556,7 @@ struct sd_model_store {
     store_entry *v;
     size_t n, cap;
     int free_unused; /* sd_model_store_free_unused */
+    sd_checkpoint_opts dflt; /* sd_model_store_set_defaults (directories unused) */
 };
 
 sd_model_store *sd_model_store_new(void) {
@@ -581,6 +582,15 @@ void sd_model_store_free(sd_model_store *s) {
 }
 
 size_t sd_model_store_count(const sd_model_store *s) { return s ? s->n : 0; }
+
+void sd_model_store_set_defaults(sd_model_store *s, const sd_checkpoint_opts *o) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    if (o) s->dflt = *o;
+    else memset(&s->dflt, 0, sizeof s->dflt);
+    s->dflt.tokenizer_dir = s->dflt.comfyui_dir = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
 
 void sd_model_store_free_unused(sd_model_store *s, int on) {
     if (!s) return;
@@ -609,6 +619,13 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
         opts = &dflt;
     }
     if (!s) return sd_checkpoint_open(be, path, opts, out, err);
+    /* the store's model options fill what the caller leaves unset */
+    sd_checkpoint_opts merged = *opts;
+    pthread_mutex_lock(&s->mu);
+    if (!merged.clip_l_heads) merged.clip_l_heads = s->dflt.clip_l_heads;
+    if (!merged.clip_g_heads) merged.clip_g_heads = s->dflt.clip_g_heads;
+    pthread_mutex_unlock(&s->mu);
+    opts = &merged;
     struct stat st;
     if (stat(path, &st) != 0)
         return sd_error_set(err, SD_ERR_NOT_FOUND, "model file '%s' not found", path);
@@ -621,7 +638,8 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
         if (e->path && e->be == be && e->weight_dtype == opts->weight_dtype && e->dequant == opts->dequant &&
             strcmp(e->path, path) == 0 &&
             str_eq(e->tokenizer_dir, opts->tokenizer_dir) &&
-            str_eq(e->comfyui_dir, opts->comfyui_dir) && e->clip_l_heads == opts->clip_l_heads) {
+            str_eq(e->comfyui_dir, opts->comfyui_dir) && e->clip_l_heads == opts->clip_l_heads &&
+            e->clip_g_heads == opts->clip_g_heads) {
             if (e->size == size && e->mtime_ns == mtime) {
                 set_free_unused(e->ckpt, s->free_unused);
                 *out = sd_checkpoint_ref(e->ckpt);
@@ -660,6 +678,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     slot->tokenizer_dir = opts->tokenizer_dir ? strdup(opts->tokenizer_dir) : NULL;
     slot->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
     slot->clip_l_heads = opts->clip_l_heads;
+    slot->clip_g_heads = opts->clip_g_heads;
     slot->be = be;
     slot->weight_dtype = opts->weight_dtype;
     slot->dequant = opts->dequant;

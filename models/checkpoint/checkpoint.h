@@ -86,9 +86,10 @@ typedef struct sd_checkpoint_opts {
     /* --comfyui-dir, where a T5 vocabulary may be found
      * (models/text/t5_tokenizer.h resolution order); NULL = none. Copied. */
     const char *comfyui_dir;
-    /* CLIP-L attention heads when not width / 64 (tiny test models; see
-     * sd_te_load_opts); 0 = width / 64. */
+    /* CLIP-L / bigG attention heads when not width / 64 (tiny test models;
+     * see sd_te_load_opts); 0 = width / 64. */
     int clip_l_heads;
+    int clip_g_heads;
     /* dtype of the diffusion model's weights on the backend: SD_F32 keeps
      * narrow (F16/BF16/fp8) weights as stored where the backend widens them
      * per op; F8_E4M3 / F8_E5M2 convert every diffusion-model tensor to it at
@@ -172,6 +173,12 @@ void sd_model_store_free(sd_model_store *s); /* NULL-safe */
 sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *path,
                               const sd_checkpoint_opts *opts, sd_checkpoint **out,
                               sd_error *err);
+/* ComfyUI's model_options for text encoders whose configuration the
+ * shapes do not give (clip_l_heads, clip_g_heads: tiny test models, as the
+ * reference's *_model_config overrides): every later open through the store
+ * whose opts leave one of them 0 takes the store's. Directories in o are
+ * ignored; NULL clears. */
+void sd_model_store_set_defaults(sd_model_store *s, const sd_checkpoint_opts *o);
 /* Number of entries (tests). */
 size_t sd_model_store_count(const sd_model_store *s);
 /* One-shot runs (`sdflow run`): checkpoints opened through the store from

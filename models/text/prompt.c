@@ -40,6 +40,12 @@ void sd_prompt_opts_t5xxl(sd_prompt_opts *o)
     o->embedding_key = "t5xxl";
 }
 
+void sd_prompt_opts_t5xxl_sd3(sd_prompt_opts *o)
+{
+    sd_prompt_opts_t5xxl(o);
+    o->min_length = 77;
+}
+
 static sd_status clip_encode(const void *tok, const char *text, size_t len,
                              const volatile sig_atomic_t *stop, int32_t **ids, size_t *n, sd_error *err)
 {

@@ -76,6 +76,8 @@ void sd_prompt_opts_clip_g(sd_prompt_opts *o);
 /* T5-XXL (ComfyUI's T5XXLTokenizer for Flux): one chunk, no start token,
  * padded with 0 to min_length 256, key t5xxl. */
 void sd_prompt_opts_t5xxl(sd_prompt_opts *o);
+/* The same as SD3Tokenizer makes it: min_length 77. */
+void sd_prompt_opts_t5xxl_sd3(sd_prompt_opts *o);
 
 /* The vocabulary a prompt is tokenized with: an encoder of plain text (no
  * start/end tokens added) and the special tokens ComfyUI's SDTokenizer puts

@@ -2,34 +2,15 @@
  * transformers: per-encoder chunk batches, the empty-prompt weighting,
  * textual-inversion splicing, SDXL's channel concatenation. */
 #include "models/text/text_encode.h"
+#include "models/text/text_encode_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* How one transformer is used within a family. */
-typedef struct te_role {
-    sd_clip *clip;
-    int default_layer; /* 0 = "last" (final-LN last layer), else hidden index < 0 */
-    int ln_hidden;     /* final LN on a selected hidden layer */
-    int32_t pad;       /* pad token of the tokenizer for this encoder */
-    int projected;     /* pooled output is text_projection'd */
-    char name;         /* tokenized as 'l' (pad with end, key clip_l), 'g' or 'h'
-                        * (pad 0, embedding key clip_g / clip_h) */
-} te_role;
-
-struct sd_text_encoder {
-    sd_te_kind kind;
-    te_role l, g; /* CLIP-L and the OpenCLIP tower (bigG, or H for SD2); clip == NULL when absent */
-    sd_t5 *t5;    /* FLUX, T5 */
-    const sd_tokenizer *tok;
-    const sd_t5_tokenizer *t5tok;
-    int borrowed; /* the models belong to other encoders (sd_text_encoder_combine) */
-};
-
 /* The roles a kind gives its CLIP transformers. */
-static void set_roles(sd_text_encoder *te, sd_clip *clip_l, sd_clip *clip_g) {
+void sd_te_set_roles(sd_text_encoder *te, sd_clip *clip_l, sd_clip *clip_g) {
     sd_te_kind kind = te->kind;
     int sd1_like = kind == SD_TE_SD1 || kind == SD_TE_FLUX;
     /* SD1 and Flux's CLIP-L: "last"; SDXL's: penultimate without final LN;
@@ -46,7 +27,7 @@ static void set_roles(sd_text_encoder *te, sd_clip *clip_l, sd_clip *clip_g) {
 sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
-    if (kind == SD_TE_FLUX || kind == SD_TE_T5) {
+    if (kind == SD_TE_FLUX || kind == SD_TE_T5 || kind == SD_TE_SD3) {
         sd_clip_free(clip_l);
         sd_clip_free(clip_g);
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
@@ -73,7 +54,7 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
     }
     te->kind = kind;
     te->tok = tok;
-    set_roles(te, clip_l, clip_g);
+    sd_te_set_roles(te, clip_l, clip_g);
     *out = te;
     return SD_OK;
 }
@@ -104,8 +85,20 @@ static sd_te_kind bare_clip_kind(const sd_st_file *f) {
     return SD_TE_SD1;
 }
 
+/* ComfyUI's SD3 clip_target: which parts a single file holds. */
+static int sd3_has_l(sd_st_file *f) {
+    return has_key(f, SD_TE_PREFIX_SD3_L, "text_model.final_layer_norm.weight");
+}
+static int sd3_has_g(sd_st_file *f) {
+    return has_key(f, SD_TE_PREFIX_SD3_G, "text_model.final_layer_norm.weight");
+}
+
 sd_te_kind sd_text_encoder_detect(const sd_st_file *f) {
     sd_st_file *ff = (sd_st_file *)f;
+    /* the bigG, or the MMDiT beside the text encoders, makes it SD3 */
+    if (has_prefix(ff, SD_TE_PREFIX_SD3_G) ||
+        (has_prefix(ff, "text_encoders.") && has_prefix(ff, "model.diffusion_model.joint_blocks.")))
+        return SD_TE_SD3;
     if (sd_t5_present(f, SD_TE_PREFIX_FLUX_T5)) return SD_TE_FLUX;
     if (has_prefix(ff, "conditioner.embedders.1.")) return SD_TE_SDXL;
     if (has_prefix(ff, SD_TE_PREFIX_REFINER_G)) {
@@ -123,6 +116,20 @@ sd_te_kind sd_text_encoder_detect(const sd_st_file *f) {
     return 0;
 }
 
+unsigned sd_text_encoder_file_vocabs(const sd_st_file *f) {
+    sd_st_file *ff = (sd_st_file *)f;
+    sd_te_kind k = sd_text_encoder_detect(f);
+    if (!k) return 0;
+    switch (k) {
+    case SD_TE_T5: return SD_TE_VOCAB_T5;
+    case SD_TE_FLUX: return SD_TE_VOCAB_CLIP | SD_TE_VOCAB_T5;
+    case SD_TE_SD3:
+        return (sd3_has_l(ff) || sd3_has_g(ff) ? SD_TE_VOCAB_CLIP : 0) |
+               (sd_t5_present(f, SD_TE_PREFIX_SD3_T5) ? SD_TE_VOCAB_T5 : 0);
+    default: return SD_TE_VOCAB_CLIP;
+    }
+}
+
 /* A CLIP under prefix with the caller's head count for a CLIP-L. */
 static sd_status load_clip(sd_backend *be, sd_st_file *f, const char *prefix, int heads,
                            sd_clip **out, sd_error *err) {
@@ -132,11 +139,24 @@ static sd_status load_clip(sd_backend *be, sd_st_file *f, const char *prefix, in
     return sd_clip_load(be, f, prefix, &co, out, err);
 }
 
-static sd_status new_t5_encoder(sd_te_kind kind, sd_clip *l, sd_t5 *t5, const sd_te_load_opts *o,
-                                sd_text_encoder **out, sd_error *err) {
+/* A bigG: exact GELU whatever its width (ComfyUI's clip_config_bigg.json;
+ * the HF layout would otherwise pick by width) and the caller's heads. */
+static sd_status load_g(sd_backend *be, sd_st_file *f, const char *prefix, int heads,
+                        sd_clip **out, sd_error *err) {
+    sd_clip_opts co;
+    sd_clip_opts_default(&co);
+    co.act = SD_CLIP_ACT_GELU;
+    co.heads = heads;
+    return sd_clip_load(be, f, prefix, &co, out, err);
+}
+
+/* An encoder owning l, g and t5 (each may be NULL; freed on failure). */
+static sd_status new_t5_encoder(sd_te_kind kind, sd_clip *l, sd_clip *g, sd_t5 *t5,
+                                const sd_te_load_opts *o, sd_text_encoder **out, sd_error *err) {
     sd_text_encoder *te = calloc(1, sizeof *te);
     if (!te) {
         sd_clip_free(l);
+        sd_clip_free(g);
         sd_t5_free(t5);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
@@ -144,9 +164,32 @@ static sd_status new_t5_encoder(sd_te_kind kind, sd_clip *l, sd_t5 *t5, const sd
     te->tok = o->tok;
     te->t5tok = o->t5tok;
     te->t5 = t5;
-    set_roles(te, l, NULL);
+    sd_te_set_roles(te, l, g);
     *out = te;
     return SD_OK;
+}
+
+/* The parts of an SD3 single file, as ComfyUI's SD3 clip_target finds them. */
+static sd_status load_sd3(sd_backend *be, sd_st_file *f, const sd_te_load_opts *o,
+                          sd_text_encoder **out, sd_error *err) {
+    sd_clip *l = NULL, *g = NULL;
+    sd_t5 *t5 = NULL;
+    sd_status rc = SD_OK;
+    if (sd3_has_l(f)) rc = load_clip(be, f, SD_TE_PREFIX_SD3_L, o->clip_l_heads, &l, err);
+    if (!rc && sd3_has_g(f)) rc = load_g(be, f, SD_TE_PREFIX_SD3_G, o->clip_g_heads, &g, err);
+    if (!rc && sd_t5_present(f, SD_TE_PREFIX_SD3_T5)) rc = sd_t5_load(be, f, SD_TE_PREFIX_SD3_T5, &t5, err);
+    if (!rc && !l && !g && !t5)
+        rc = sd_error_set(err, SD_ERR_NOT_FOUND,
+                          "%s: no SD3 text encoder (looked for %stext_model.*, %stext_model.*, "
+                          "%sencoder.*)",
+                          sd_st_path(f), SD_TE_PREFIX_SD3_L, SD_TE_PREFIX_SD3_G, SD_TE_PREFIX_SD3_T5);
+    if (rc) {
+        sd_clip_free(l);
+        sd_clip_free(g);
+        sd_t5_free(t5);
+        return rc;
+    }
+    return new_t5_encoder(SD_TE_SD3, l, g, t5, o, out, err);
 }
 
 sd_status sd_text_encoder_load_ex(sd_backend *be, sd_st_file *f, const sd_te_load_opts *o,
@@ -168,18 +211,24 @@ sd_status sd_text_encoder_load_ex(sd_backend *be, sd_st_file *f, const sd_te_loa
             sd_t5_free(t5);
             return rc;
         }
-        return new_t5_encoder(SD_TE_FLUX, l, t5, o, out, err);
+        return new_t5_encoder(SD_TE_FLUX, l, NULL, t5, o, out, err);
     case SD_TE_T5:
         if ((rc = sd_t5_load(be, f, "", &t5, err))) return rc;
-        return new_t5_encoder(SD_TE_T5, NULL, t5, o, out, err);
+        return new_t5_encoder(SD_TE_T5, NULL, NULL, t5, o, out, err);
+    case SD_TE_SD3:
+        return load_sd3(be, f, o, out, err);
     case SD_TE_SDXL:
         if ((rc = load_clip(be, f, SD_TE_PREFIX_SDXL_L, o->clip_l_heads, &l, err))) return rc;
-        if ((rc = sd_clip_load(be, f, SD_TE_PREFIX_SDXL_G, NULL, &g, err)) != SD_OK) {
+        if ((rc = load_g(be, f, SD_TE_PREFIX_SDXL_G, o->clip_g_heads, &g, err)) != SD_OK) {
             sd_clip_free(l);
             return rc;
         }
         return sd_text_encoder_new(SD_TE_SDXL, l, g, tok, out, err);
     case SD_TE_SDXL_REFINER:
+        if (bare) rc = load_g(be, f, "", o->clip_g_heads, &g, err);
+        else rc = load_g(be, f, SD_TE_PREFIX_REFINER_G, o->clip_g_heads, &g, err);
+        if (rc) return rc;
+        return sd_text_encoder_new(kind, NULL, g, tok, out, err);
     case SD_TE_SD2:
         if (bare) rc = sd_clip_load(be, f, "", NULL, &g, err);
         else if (has_prefix(f, SD_TE_PREFIX_REFINER_G))
@@ -206,50 +255,52 @@ sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer
 
 /* ---- composing parts -------------------------------------------------------------- */
 
+static const char *part_label(sd_te_kind k) {
+    return k == SD_TE_SD1 ? "CLIP-L" : k == SD_TE_T5 ? "T5-XXL" : k == SD_TE_SDXL_REFINER ? "CLIP-G"
+         : k == SD_TE_SD2 ? "CLIP-H" : sd_te_kind_name(k);
+}
+
 sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
                                   sd_text_encoder **out, sd_error *err) {
     *out = NULL;
     const sd_text_encoder *lp = NULL, *gp = NULL, *tp = NULL;
     char got[160] = "";
     size_t used = 0;
+    int bad = 0;
     for (int i = 0; i < n; i++) {
         sd_te_kind k = parts[i]->kind;
         if (used < sizeof got) {
-            int w = snprintf(got + used, sizeof got - used, "%s%s", i ? ", " : "",
-                             k == SD_TE_SD1 ? "CLIP-L" : k == SD_TE_T5 ? "T5-XXL"
-                             : k == SD_TE_SDXL_REFINER ? "CLIP-G" : k == SD_TE_SD2 ? "CLIP-H"
-                             : sd_te_kind_name(k));
+            int w = snprintf(got + used, sizeof got - used, "%s%s", i ? ", " : "", part_label(k));
             if (w > 0) used += (size_t)w;
         }
         if (k == SD_TE_SD1 && !lp) lp = parts[i];
         else if (k == SD_TE_T5 && !tp) tp = parts[i];
         else if (k == SD_TE_SDXL_REFINER && !gp) gp = parts[i];
-        else lp = gp = tp = (const sd_text_encoder *)-1; /* a part this kind cannot use */
+        else bad = 1; /* a part this kind cannot use, or one twice */
     }
-    const sd_text_encoder *bad = (const sd_text_encoder *)-1;
     int ok = 0;
-    if (kind == SD_TE_FLUX) ok = n == 2 && lp && tp && lp != bad && tp != bad;
-    else if (kind == SD_TE_SDXL) ok = n == 2 && lp && gp && lp != bad && gp != bad;
+    if (kind == SD_TE_FLUX) ok = n == 2 && lp && tp && !bad;
+    else if (kind == SD_TE_SDXL) ok = n == 2 && lp && gp && !bad;
+    else if (kind == SD_TE_SD3) ok = n >= 1 && !bad;
     if (!ok)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "a %s text encoder is made of %s files; got %s",
                             sd_te_kind_name(kind),
                             kind == SD_TE_FLUX   ? "a CLIP-L and a T5-XXL"
                             : kind == SD_TE_SDXL ? "a CLIP-L and a CLIP-G (bigG)"
+                            : kind == SD_TE_SD3  ? "distinct CLIP-L, CLIP-G (bigG) and T5-XXL"
                                                  : "no separate",
                             got);
     sd_text_encoder *te = calloc(1, sizeof *te);
     if (!te) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     te->kind = kind;
     te->borrowed = 1;
-    te->tok = lp->tok;
-    if (kind == SD_TE_FLUX) {
+    te->tok = lp ? lp->tok : gp ? gp->tok : NULL;
+    if (tp) {
         te->t5 = tp->t5;
         te->t5tok = tp->t5tok;
-        set_roles(te, lp->l.clip, NULL);
-    } else {
-        set_roles(te, lp->l.clip, gp->g.clip);
     }
+    sd_te_set_roles(te, lp ? lp->l.clip : NULL, gp ? gp->g.clip : NULL);
     *out = te;
     return SD_OK;
 }
@@ -274,6 +325,7 @@ const char *sd_te_kind_name(sd_te_kind kind) {
     case SD_TE_SD2: return "sd2";
     case SD_TE_FLUX: return "flux";
     case SD_TE_T5: return "t5xxl";
+    case SD_TE_SD3: return "sd3";
     }
     return "unknown";
 }
@@ -287,24 +339,28 @@ void sd_text_encoder_set_t5_tokenizer(sd_text_encoder *te, const sd_t5_tokenizer
     te->t5tok = tok;
 }
 const sd_t5_tokenizer *sd_text_encoder_t5_tokenizer(const sd_text_encoder *te) { return te->t5tok; }
-int sd_te_kind_needs_clip_tokenizer(sd_te_kind kind) { return kind != SD_TE_T5; }
-int sd_te_kind_needs_t5_tokenizer(sd_te_kind kind) {
-    return kind == SD_TE_FLUX || kind == SD_TE_T5;
-}
 
 int sd_text_encoder_cond_dim(const sd_text_encoder *te) {
     if (te->t5) return sd_t5_get_config(te->t5)->d_model;
+    if (te->kind == SD_TE_SD3) return SD_TE_SD3_CONTEXT;
     int d = 0;
     if (te->l.clip) d += sd_clip_get_config(te->l.clip)->hidden;
     if (te->g.clip) d += sd_clip_get_config(te->g.clip)->hidden;
     return d;
 }
 
-int sd_text_encoder_pooled_dim(const sd_text_encoder *te) {
-    if (!te->g.clip && !te->l.clip) return 0;
-    const te_role *r = te->g.clip ? &te->g : &te->l;
+/* The width of a role's pooled output. */
+static int pooled_width(const te_role *r) {
     const sd_clip_config *c = sd_clip_get_config(r->clip);
     return r->projected && c->proj_dim ? c->proj_dim : c->hidden;
+}
+
+int sd_text_encoder_pooled_dim(const sd_text_encoder *te) {
+    if (te->kind == SD_TE_SD3)
+        return (te->l.clip ? pooled_width(&te->l) : SD_TE_SD3_L_WIDTH) +
+               (te->g.clip ? pooled_width(&te->g) : SD_TE_SD3_G_WIDTH);
+    if (!te->g.clip && !te->l.clip) return 0;
+    return pooled_width(te->g.clip ? &te->g : &te->l);
 }
 
 /* ---- one encoder ------------------------------------------------------------ */
@@ -317,9 +373,9 @@ static sd_clip_layer pick_layer(const te_role *r, int clip_skip) {
     return (sd_clip_layer){idx, r->ln_hidden};
 }
 
-static void warnf(const sd_text_encode_opts *o, const char *fmt, ...)
+void sd_te_warnf(const sd_text_encode_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static void warnf(const sd_text_encode_opts *o, const char *fmt, ...) {
+void sd_te_warnf(const sd_text_encode_opts *o, const char *fmt, ...) {
     if (!o || !o->warn) return;
     char msg[512];
     va_list ap;
@@ -349,7 +405,7 @@ static void build_slots(int W, int32_t pad, int32_t e0, int32_t e1, const sd_pro
                 int64_t dim = 0;
                 const float *v = sd_prompt_token_vector(t, tk, &dim);
                 if (!v || dim != W) {
-                    warnf(o, "embedding '%s' row %d has width %lld, the text encoder %d: ignored",
+                    sd_te_warnf(o, "embedding '%s' row %d has width %lld, the text encoder %d: ignored",
                           t->embeds[tk->embed].name, tk->row, (long long)dim, W);
                     continue;
                 }
@@ -491,7 +547,7 @@ static sd_status clip_forward_batched(sd_clip *clip, const sd_clip_tokens *in, s
 
 /* One encoder over all chunks of t: *cond [1, len*k, W] and *pooled [1, P]
  * (backend tensors owned by the caller). */
-static sd_status encode_role(const te_role *r, const sd_prompt_tokens *t, int clip_skip,
+sd_status sd_te_encode_role(const te_role *r, const sd_prompt_tokens *t, int clip_skip,
                              const sd_text_encode_opts *o, sd_bt **cond, sd_bt **pooled,
                              sd_error *err) {
     *cond = *pooled = NULL;
@@ -560,7 +616,7 @@ static sd_status encode_role(const te_role *r, const sd_prompt_tokens *t, int cl
 }
 
 /* Download and free a backend tensor. */
-static sd_tensor *to_host(sd_bt *t) {
+sd_tensor *sd_te_to_host(sd_bt *t) {
     sd_tensor *h = t ? sd_bt_to_host(t) : NULL;
     sd_bt_free(t);
     return h;
@@ -573,7 +629,7 @@ static sd_tensor *to_host(sd_bt *t) {
 #define T5_PAD 0
 
 /* The T5 over the one chunk of t: *cond [1, len, d_model] (backend). */
-static sd_status encode_t5(const sd_text_encoder *te, const sd_prompt_tokens *t, int clip_skip,
+sd_status sd_te_encode_t5(const sd_text_encoder *te, const sd_prompt_tokens *t, int clip_skip,
                            const sd_text_encode_opts *o, sd_bt **cond, sd_error *err) {
     *cond = NULL;
     const sd_t5_config *cfg = sd_t5_get_config(te->t5);
@@ -597,7 +653,7 @@ static sd_status encode_t5(const sd_text_encoder *te, const sd_prompt_tokens *t,
     int layer = clip_skip < 0 && -clip_skip <= cfg->layers ? clip_skip : 0;
     sd_precision prev = sd_backend_precision(be);
     if (prev == SD_PREC_F16) {
-        warnf(o, "T5-XXL overflows in f16: the text encoder computes it in f32");
+        sd_te_warnf(o, "T5-XXL overflows in f16: the text encoder computes it in f32");
         sd_backend_set_precision(be, SD_PREC_F32);
     }
     sd_bt *out = NULL;
@@ -643,12 +699,12 @@ sd_status sd_text_encode_flux_tokens(const sd_text_encoder *te, const sd_prompt_
                             "clip skip %d: CLIPSetLastLayer takes -1 or lower (0 = not set)",
                             clip_skip);
     sd_bt *zl = NULL, *pl = NULL, *z = NULL;
-    sd_status rc = encode_role(&te->l, l, clip_skip, opts, &zl, &pl, err);
+    sd_status rc = sd_te_encode_role(&te->l, l, clip_skip, opts, &zl, &pl, err);
     sd_bt_free(zl); /* FluxClipModel keeps only CLIP-L's pooled output */
-    if (rc == SD_OK) rc = encode_t5(te, t5, clip_skip, opts, &z, err);
+    if (rc == SD_OK) rc = sd_te_encode_t5(te, t5, clip_skip, opts, &z, err);
     if (rc == SD_OK) {
-        *cond = to_host(z);
-        *pooled = to_host(pl);
+        *cond = sd_te_to_host(z);
+        *pooled = sd_te_to_host(pl);
         z = pl = NULL;
         if (!*cond || !*pooled) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory downloading conditioning");
     }
@@ -682,8 +738,8 @@ sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_token
                             te->l.clip && te->g.clip ? " and " : "", te->g.clip ? "'g'" : "");
     sd_bt *zl = NULL, *pl = NULL, *zg = NULL, *pg = NULL, *z = NULL;
     sd_status rc = SD_OK;
-    if (l) rc = encode_role(&te->l, l, clip_skip, opts, &zl, &pl, err);
-    if (rc == SD_OK && g) rc = encode_role(&te->g, g, clip_skip, opts, &zg, &pg, err);
+    if (l) rc = sd_te_encode_role(&te->l, l, clip_skip, opts, &zl, &pl, err);
+    if (rc == SD_OK && g) rc = sd_te_encode_role(&te->g, g, clip_skip, opts, &zg, &pg, err);
     if (rc != SD_OK) goto done;
     if (zl && zg) {
         /* SDXL: cut both to the shorter token count, l's channels first */
@@ -696,20 +752,20 @@ sd_status sd_text_encode_tokens(const sd_text_encoder *te, const sd_prompt_token
         rc = sd_backend_take_error(be, err);
         sd_backend_clear_error(be);
         if (rc != SD_OK) goto done;
-        *pooled = to_host(pg);
+        *pooled = sd_te_to_host(pg);
         pg = NULL;
     } else if (zl) {
         z = zl;
         zl = NULL;
-        *pooled = to_host(pl);
+        *pooled = sd_te_to_host(pl);
         pl = NULL;
     } else {
         z = zg;
         zg = NULL;
-        *pooled = to_host(pg);
+        *pooled = sd_te_to_host(pg);
         pg = NULL;
     }
-    *cond = to_host(z);
+    *cond = sd_te_to_host(z);
     z = NULL;
     if (!*cond || !*pooled) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory downloading conditioning");
 done:
@@ -728,7 +784,7 @@ done:
 
 /* ---- from text ---------------------------------------------------------------- */
 
-static void prompt_opts(const te_role *r, const sd_text_encode_opts *o, sd_prompt_opts *po) {
+void sd_te_prompt_opts(const te_role *r, const sd_text_encode_opts *o, sd_prompt_opts *po) {
     if (r->name == 'h') sd_prompt_opts_clip_h(po);
     else if (r->name == 'g') sd_prompt_opts_clip_g(po);
     else sd_prompt_opts_clip_l(po);
@@ -741,14 +797,37 @@ static void prompt_opts(const te_role *r, const sd_text_encode_opts *o, sd_promp
     }
 }
 
-static sd_status tokenize(const sd_text_encoder *te, const te_role *r, const char *text,
+sd_status sd_te_tokenize(const sd_text_encoder *te, const te_role *r, const char *text,
                           const sd_text_encode_opts *o, sd_prompt_tokens **t, sd_error *err) {
     *t = NULL;
     if (!r->clip) return SD_OK;
     sd_prompt_opts po;
-    prompt_opts(r, o, &po);
+    sd_te_prompt_opts(r, o, &po);
     po.max_length = sd_clip_get_config(r->clip)->positions;
     return sd_prompt_tokenize(te->tok, text ? text : "", &po, t, err);
+}
+
+sd_status sd_te_tokenize_t5(const sd_text_encoder *te, const char *text, int sd3,
+                            const sd_text_encode_opts *o, sd_prompt_tokens **t, sd_error *err) {
+    *t = NULL;
+    if (!te->t5tok)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "text encoder has no T5 tokenizer (configure --tokenizer-dir DIR with "
+                            "DIR/" SD_T5_TOKENIZER_SUBDIR "/tokenizer.json, or --comfyui-dir)");
+    sd_prompt_vocab v5;
+    sd_status rc = sd_t5_tokenizer_prompt_vocab(te->t5tok, &v5, err);
+    if (rc != SD_OK) return rc;
+    sd_prompt_opts po;
+    if (sd3) sd_prompt_opts_t5xxl_sd3(&po);
+    else sd_prompt_opts_t5xxl(&po);
+    if (o) {
+        po.embedding_dirs = o->embedding_dirs;
+        po.n_embedding_dirs = o->n_embedding_dirs;
+        po.warn = o->warn;
+        po.warn_ud = o->warn_ud;
+        po.stop = o->interrupt;
+    }
+    return sd_prompt_tokenize_vocab(&v5, text ? text : "", &po, t, err);
 }
 
 static sd_status encode_texts(const sd_text_encoder *te, const char *text_l, const char *text_g,
@@ -760,15 +839,15 @@ static sd_status encode_texts(const sd_text_encoder *te, const char *text_l, con
                             "text encoder has no tokenizer (configure --tokenizer-dir or %s)",
                             SD_TOKENIZER_DIR_ENV);
     sd_prompt_tokens *l = NULL, *g = NULL;
-    sd_status rc = tokenize(te, &te->l, text_l, o, &l, err);
-    if (rc == SD_OK) rc = tokenize(te, &te->g, text_g, o, &g, err);
+    sd_status rc = sd_te_tokenize(te, &te->l, text_l, o, &l, err);
+    if (rc == SD_OK) rc = sd_te_tokenize(te, &te->g, text_g, o, &g, err);
     if (rc == SD_OK && pad_equal && l && g && l->n_chunks != g->n_chunks) {
         sd_prompt_opts po;
         if (l->n_chunks < g->n_chunks) {
-            prompt_opts(&te->l, o, &po);
+            sd_te_prompt_opts(&te->l, o, &po);
             rc = sd_prompt_tokens_pad_chunks(te->tok, &po, l, g->n_chunks, err);
         } else {
-            prompt_opts(&te->g, o, &po);
+            sd_te_prompt_opts(&te->g, o, &po);
             rc = sd_prompt_tokens_pad_chunks(te->tok, &po, g, l->n_chunks, err);
         }
     }
@@ -796,21 +875,8 @@ sd_status sd_text_encode_flux(const sd_text_encoder *te, const char *clip_l, con
                             "text encoder has no T5 tokenizer (configure --tokenizer-dir DIR with "
                             "DIR/" SD_T5_TOKENIZER_SUBDIR "/tokenizer.json, or --comfyui-dir)");
     sd_prompt_tokens *l = NULL, *t = NULL;
-    sd_prompt_vocab v5;
-    sd_prompt_opts po;
-    sd_status rc = tokenize(te, &te->l, clip_l, opts, &l, err);
-    if (rc == SD_OK) rc = sd_t5_tokenizer_prompt_vocab(te->t5tok, &v5, err);
-    if (rc == SD_OK) {
-        sd_prompt_opts_t5xxl(&po);
-        if (opts) {
-            po.embedding_dirs = opts->embedding_dirs;
-            po.n_embedding_dirs = opts->n_embedding_dirs;
-            po.warn = opts->warn;
-            po.warn_ud = opts->warn_ud;
-            po.stop = opts->interrupt;
-        }
-        rc = sd_prompt_tokenize_vocab(&v5, t5xxl ? t5xxl : "", &po, &t, err);
-    }
+    sd_status rc = sd_te_tokenize(te, &te->l, clip_l, opts, &l, err);
+    if (rc == SD_OK) rc = sd_te_tokenize_t5(te, t5xxl, 0, opts, &t, err);
     if (rc == SD_OK) rc = sd_text_encode_flux_tokens(te, l, t, clip_skip, opts, cond, pooled, err);
     sd_prompt_tokens_free(l);
     sd_prompt_tokens_free(t);
@@ -822,12 +888,15 @@ sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_s
                          sd_error *err) {
     if (te->kind == SD_TE_FLUX)
         return sd_text_encode_flux(te, text, text, clip_skip, opts, cond, pooled, err);
+    if (te->kind == SD_TE_SD3)
+        return sd_text_encode_sd3(te, text, text, text, 1, clip_skip, opts, cond, pooled, err);
     if (te->kind == SD_TE_T5) {
         *cond = *pooled = NULL;
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "a T5-XXL file alone is the text encoder of families sdflow does not "
-                            "run (SD3, Mochi, ...); for Flux load it with a CLIP-L through "
-                            "DualCLIPLoader type flux");
+                            "run (Mochi, ...); load it with a CLIP-L through DualCLIPLoader type "
+                            "flux for Flux, or as an SD3 text encoder (CLIPLoader type sd3, "
+                            "TripleCLIPLoader)");
     }
     return encode_texts(te, text, text, 0, clip_skip, opts, cond, pooled, err);
 }

@@ -22,10 +22,27 @@
  *                hidden states are discarded. T5 runs in f32 (bf16 allowed);
  *                a text encoder asked for f16 computes the T5 in f32 and
  *                warns, as T5 overflows f16.
- *   T5           a T5-XXL file alone (the part a Flux CLIP is made of with a
- *                CLIP-L file: sd_text_encoder_combine); encoding with it
+ *   SD3          CLIP-L + bigG + T5-XXL, any of them absent
+ *                (comfy/text_encoders/sd3_clip.py SD3ClipModel): l and g
+ *                give layer num_layers-2 WITHOUT final LN (CLIP-L's pooled
+ *                output unprojected, bigG's projected); lg = concat(l, g)
+ *                along channels cut to the shorter token count (g alone is
+ *                put after CLIP-L's width of zeros), zero-padded on the
+ *                right to the context width; cond = concat(lg, t5) on the
+ *                token axis (T5: final-LN hidden state of ComfyUI's
+ *                T5XXLTokenizer tokens, min_length 77, no mask); pooled =
+ *                concat(l pooled, g pooled), zeros for an absent part or
+ *                when no CLIP tokens are given. Widths come from the
+ *                models (ComfyUI's literals 768 / 1280 / 4096 are the real
+ *                models' widths; an absent part takes its literal). No CLIP
+ *                tokens and no T5: zeros [1, 77, context width]; empty T5
+ *                tokens: the T5 of [</s>] (one token). CLIPTextEncodeSD3's
+ *                empty-text rules: sd_text_encode_sd3.
+ *   T5           a T5-XXL file alone (the part a Flux or SD3 CLIP is made of
+ *                with CLIP files: sd_text_encoder_combine); encoding with it
  *                alone is SD_ERR_UNSUPPORTED (ComfyUI uses a lone T5 for
- *                families sdflow does not run).
+ *                families sdflow does not run; CLIPLoader type sd3 makes it
+ *                an SD3 encoder).
  *   SD2          OpenCLIP ViT-H ('h', pads with 0, embedding key clip_h;
  *                held in the 'g' slot): layer num_layers-2 WITH final LN by
  *                default (ComfyUI's sd2_clip.py "penultimate" on
@@ -72,10 +89,17 @@ typedef enum sd_te_kind {
     SD_TE_SDXL_REFINER = 3,
     SD_TE_SD2 = 4,
     SD_TE_FLUX = 5, /* CLIP-L (pooled) + T5-XXL (cond) */
-    SD_TE_T5 = 6    /* a T5 alone (standalone t5xxl file) */
+    SD_TE_T5 = 6,   /* a T5 alone (standalone t5xxl file) */
+    SD_TE_SD3 = 7   /* CLIP-L + bigG + T5-XXL, each optional */
 } sd_te_kind;
 
 typedef struct sd_text_encoder sd_text_encoder;
+
+/* ComfyUI's SD3ClipModel literals: the context width lg is padded to and
+ * the widths an absent CLIP-L / bigG takes (their real widths). */
+#define SD_TE_SD3_CONTEXT 4096
+#define SD_TE_SD3_L_WIDTH 768
+#define SD_TE_SD3_G_WIDTH 1280
 
 /* Single-file checkpoint key prefixes. */
 #define SD_TE_PREFIX_SD1 "cond_stage_model.transformer."
@@ -86,6 +110,11 @@ typedef struct sd_text_encoder sd_text_encoder;
 /* The Comfy-Org single-file Flux checkpoints (flux1-dev-fp8.safetensors). */
 #define SD_TE_PREFIX_FLUX_T5 "text_encoders.t5xxl.transformer."
 #define SD_TE_PREFIX_FLUX_L "text_encoders.clip_l.transformer."
+/* SD3 / SD3.5 single files (sd3.5_medium_incl_clips_t5xxlfp8): the same
+ * CLIP-L and T5 prefixes as Flux's, plus the bigG. */
+#define SD_TE_PREFIX_SD3_L SD_TE_PREFIX_FLUX_L
+#define SD_TE_PREFIX_SD3_G "text_encoders.clip_g.transformer."
+#define SD_TE_PREFIX_SD3_T5 SD_TE_PREFIX_FLUX_T5
 
 /* Assemble an encoder from loaded models. Takes ownership of clip_l and
  * clip_g (also on failure). SD1 needs clip_l only, SDXL both, SDXL_REFINER
@@ -95,7 +124,8 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err);
 
 /* What a file's text-encoder keys make (0 when it has none): the
- * single-file layouts below, or a standalone text-encoder file with bare
+ * single-file layouts below (text_encoders.clip_g.* makes SD3, else
+ * text_encoders.t5xxl.* Flux), or a standalone text-encoder file with bare
  * keys: an HF T5 encoder (encoder.block.N..., shared.weight) is T5; an HF
  * CLIP (text_model.*) or an OpenCLIP text tower (transformer.resblocks.N) is
  * told apart by ComfyUI's detect_te_model layer counts: a layer 30 makes a
@@ -103,13 +133,21 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
  * CLIP-L (SD1). Names and shapes only. */
 sd_te_kind sd_text_encoder_detect(const sd_st_file *f);
 
+/* The vocabularies encoding with a file's text encoder needs (0 when it
+ * has none): SD_TE_VOCAB_* bits, by the parts the file holds (an SD3 file
+ * without its T5 needs no T5 vocabulary). */
+enum { SD_TE_VOCAB_CLIP = 1, SD_TE_VOCAB_T5 = 2 };
+unsigned sd_text_encoder_file_vocabs(const sd_st_file *f);
+
 /* What loading needs beyond the file. */
 typedef struct sd_te_load_opts {
     const sd_tokenizer *tok;         /* CLIP vocabulary (borrowed; may be NULL, set later) */
     const sd_t5_tokenizer *t5tok;    /* T5 vocabulary for T5 / FLUX (borrowed; may be NULL) */
-    /* CLIP-L attention heads when not width / 64: tiny test models, as
-     * ComfyUI's clip_l_model_config (model_options); 0 = width / 64 */
+    /* CLIP-L / bigG attention heads when not width / 64: tiny test models,
+     * as ComfyUI's clip_l_model_config / clip_g_model_config
+     * (model_options); 0 = width / 64 */
     int clip_l_heads;
+    int clip_g_heads;
 } sd_te_load_opts;
 
 /* sd_text_encoder_load with those options (NULL = none). */
@@ -120,8 +158,10 @@ sd_status sd_text_encoder_load_ex(sd_backend *be, sd_st_file *f, const sd_te_loa
  * (SDXL: conditioner.embedders.0.transformer + .1.model; refiner:
  * conditioner.embedders.0.model; SD1: cond_stage_model.transformer; SD2:
  * cond_stage_model.model, or conditioner.embedders.0.model in a file whose
- * UNet has no label_emb, the SGM layout of SD2) and load it. Errors: SD_ERR_NOT_FOUND (no text
- * encoder), sd_clip_load's errors. */
+ * UNet has no label_emb, the SGM layout of SD2; Flux and SD3 single files:
+ * text_encoders.{clip_l,clip_g,t5xxl}.transformer.*, each part present or
+ * not as ComfyUI's SD3 clip_target finds them) and load it. Errors:
+ * SD_ERR_NOT_FOUND (no text encoder), sd_clip_load's errors. */
 sd_status sd_text_encoder_load(sd_backend *be, sd_st_file *f, const sd_tokenizer *tok,
                                sd_text_encoder **out, sd_error *err);
 void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
@@ -131,7 +171,9 @@ void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
  * it borrows, tokenizers included: the parts must outlive it. FLUX takes a
  * CLIP-L part (SD1) and a T5 part, SDXL a CLIP-L part and a bigG part
  * (SDXL_REFINER), in any order, as ComfyUI's FluxClipModel / SDXLClipModel
- * sort files by their keys; a single part of another kind may also be taken
+ * sort files by their keys; SD3 any non-empty set of distinct CLIP-L, bigG
+ * and T5 parts (TripleCLIPLoader: all three; DualCLIPLoader / CLIPLoader
+ * type sd3: two / one); a single part of another kind may also be taken
  * as itself (CLIPLoader: kind = the part's own). Errors: SD_ERR_UNSUPPORTED
  * (a kind that is not made this way, or parts that do not make it; the
  * message names what was given and what is needed), SD_ERR_NOMEM. */
@@ -139,7 +181,8 @@ sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const 
                                   sd_text_encoder **out, sd_error *err);
 
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
-const char *sd_te_kind_name(sd_te_kind kind); /* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux" */
+/* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux", "t5xxl", "sd3" */
+const char *sd_te_kind_name(sd_te_kind kind);
 const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te); /* NULL when absent */
 const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te);
 const sd_t5 *sd_text_encoder_t5(const sd_text_encoder *te);       /* NULL when absent */
@@ -147,11 +190,8 @@ void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok)
 const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te);
 void sd_text_encoder_set_t5_tokenizer(sd_text_encoder *te, const sd_t5_tokenizer *tok);
 const sd_t5_tokenizer *sd_text_encoder_t5_tokenizer(const sd_text_encoder *te);
-/* 1 when the kind's encoding needs the CLIP / the T5 vocabulary. */
-int sd_te_kind_needs_clip_tokenizer(sd_te_kind kind);
-int sd_te_kind_needs_t5_tokenizer(sd_te_kind kind);
 /* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner, 1024 SD2, 4096
- * Flux/T5) and of pooled (0 for T5 alone). */
+ * Flux/T5/SD3) and of pooled (0 for T5 alone, 2048 SD3). */
 int sd_text_encoder_cond_dim(const sd_text_encoder *te);
 int sd_text_encoder_pooled_dim(const sd_text_encoder *te);
 
@@ -188,6 +228,28 @@ sd_status sd_text_encode_sdxl(const sd_text_encoder *te, const char *text_g, con
 sd_status sd_text_encode_flux(const sd_text_encoder *te, const char *clip_l, const char *t5xxl,
                               int clip_skip, const sd_text_encode_opts *opts, sd_tensor **cond,
                               sd_tensor **pooled, sd_error *err);
+
+/* CLIPTextEncodeSD3's text part (comfy_extras/nodes_sd3.py): each text
+ * for its encoder; with empty_prompt_padding 0 (empty_padding "none") an
+ * empty text gives that encoder no tokens at all (empty l and g: no CLIP
+ * conditioning and zero pooled; empty t5xxl: the T5 of [</s>]), with 1
+ * ("empty_prompt") the empty text is tokenized as any other; when l and g
+ * then have different chunk counts the shorter is extended with empty
+ * chunks. Needs an SD3 encoder (SD_ERR_INVALID otherwise). */
+sd_status sd_text_encode_sd3(const sd_text_encoder *te, const char *clip_l, const char *clip_g,
+                             const char *t5xxl, int empty_prompt_padding, int clip_skip,
+                             const sd_text_encode_opts *opts, sd_tensor **cond, sd_tensor **pooled,
+                             sd_error *err);
+
+/* The SD3 encoding of tokenized prompts; NULL = an empty token list (no
+ * tokens for that encoder). l and g must both be given or both be NULL
+ * when the encoder has both CLIPs (what the nodes produce); tokens of an
+ * encoder the model lacks are ignored. t5: one chunk of any length. Only
+ * opts->warn is used. */
+sd_status sd_text_encode_sd3_tokens(const sd_text_encoder *te, const sd_prompt_tokens *l,
+                                    const sd_prompt_tokens *g, const sd_prompt_tokens *t5,
+                                    int clip_skip, const sd_text_encode_opts *opts,
+                                    sd_tensor **cond, sd_tensor **pooled, sd_error *err);
 
 /* The FLUX encoding of tokenized prompts: l as for CLIP-L (77-token chunks),
  * t5 one chunk of any length (sd_prompt_opts_t5xxl). Only opts->warn is used. */

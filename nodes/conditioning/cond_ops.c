@@ -195,11 +195,13 @@ const sd_node_def sd_node_ConditioningZeroOut = {
 extern const sd_node_def sd_node_CLIPTextEncode, sd_node_CLIPSetLastLayer;
 extern const sd_node_def sd_node_CLIPTextEncodeSDXL, sd_node_CLIPTextEncodeSDXLRefiner;
 extern const sd_node_def sd_node_CLIPTextEncodeFlux; /* flux_encode.c */
+extern const sd_node_def sd_node_CLIPTextEncodeSD3;  /* sd3_encode.c */
 
 const sd_node_def *const sd_nodes_conditioning[] = {
     &sd_node_CLIPTextEncode,      &sd_node_CLIPSetLastLayer,   &sd_node_ConditioningCombine,
     &sd_node_ConditioningSetArea, &sd_node_ConditioningZeroOut, &sd_node_CLIPTextEncodeSDXL,
-    &sd_node_CLIPTextEncodeSDXLRefiner, &sd_node_CLIPTextEncodeFlux, NULL};
+    &sd_node_CLIPTextEncodeSDXLRefiner, &sd_node_CLIPTextEncodeFlux,
+    &sd_node_CLIPTextEncodeSD3, NULL};
 
 sd_status sd_nodes_conditioning_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_conditioning, err);

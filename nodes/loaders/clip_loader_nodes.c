@@ -1,19 +1,27 @@
-/* clip_loader_nodes.c - CLIPLoader and DualCLIPLoader: CLIP handles made of
- * standalone text-encoder files (models/text_encoders/), with ComfyUI's
- * `type` lists.
+/* clip_loader_nodes.c - CLIPLoader, DualCLIPLoader and TripleCLIPLoader:
+ * CLIP handles made of standalone text-encoder files (models/text_encoders/),
+ * with ComfyUI's `type` lists.
  *
  * A file's part is told by its keys (sd_text_encoder_detect: T5-XXL, or a
  * CLIP-L / CLIP-H / CLIP-G by ComfyUI's layer counts); `type` says what the
  * files make together, as comfy.sd.load_text_encoder_state_dicts decides:
+ *   TripleCLIPLoader  a CLIP-L, a CLIP-G and a T5-XXL in any order
+ *                   (SD3ClipModel; ComfyUI loads any three files into its
+ *                   three slots by their keys, a part given twice or missing
+ *                   is refused here rather than left uninitialised).
  *   DualCLIPLoader  flux: a CLIP-L and a T5-XXL (FluxClipModel);
  *                   sdxl: a CLIP-L and a CLIP-G (SDXLClipModel);
+ *                   sd3: two different parts of CLIP-L, CLIP-G, T5-XXL
+ *                   (SD3ClipModel with the third absent);
  *                   the other types belong to families sdflow does not run
  *                   and are refused naming the type.
- *   CLIPLoader      a CLIP-L: SD1's encoder (sd3 / hidream refused); a CLIP-H:
- *                   SD2's; a CLIP-G: SDXL's refiner encoder (stable_cascade /
- *                   sd3 / hidream refused); a T5 alone is only ever the
- *                   encoder of a family sdflow lacks (refused; Flux takes it
- *                   through DualCLIPLoader).
+ *   CLIPLoader      a CLIP-L: SD1's encoder, type sd3 SD3's with CLIP-L only
+ *                   (hidream refused); a CLIP-H: SD2's whatever the type; a
+ *                   CLIP-G: SDXL's refiner encoder, type sd3 SD3's with the
+ *                   bigG only (stable_cascade / hidream refused); a T5-XXL:
+ *                   type sd3 SD3's with the T5 only, else refused (the
+ *                   encoder of families sdflow lacks; Flux takes it through
+ *                   DualCLIPLoader).
  * `device` (default / cpu) is accepted; the encoder runs on the run's
  * backend. Weights load when a text-encode node first uses them. */
 #include <stdio.h>
@@ -87,22 +95,53 @@ static sd_status open_part(sd_node_ctx *ctx, sd_value *const *in, int i, const c
 static sd_status refuse_type(const char *node, const char *type, const char *what, sd_error *err) {
     sd_error_set(err, SD_ERR_UNSUPPORTED,
                  "%s type '%s' %s: sdflow does not run that family yet (supported: %s)", node, type,
-                 what, strcmp(node, "DualCLIPLoader") == 0 ? "flux, sdxl" : "stable_diffusion");
+                 what, strcmp(node, "DualCLIPLoader") == 0 ? "flux, sdxl, sd3" : "stable_diffusion, sd3");
     sd_error_at(err, NULL, NULL, "type");
     return SD_ERR_UNSUPPORTED;
 }
 
 /* ---- DualCLIPLoader ------------------------------------------------------------- */
 
+static int is_sd3_part(sd_te_kind k) {
+    return k == SD_TE_SD1 || k == SD_TE_SDXL_REFINER || k == SD_TE_T5;
+}
+
+/* SD3 from n files: distinct CLIP-L / CLIP-G / T5-XXL parts (all three when
+ * need_all); the error names the offending input. */
+static sd_status check_sd3_parts(const char *node, sd_checkpoint *const *c, int n, int need_all,
+                                 const char *const *inputs, sd_error *err) {
+    for (int i = 0; i < n; i++) {
+        sd_te_kind k = sd_checkpoint_info(c[i])->te_kind;
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= sd_checkpoint_info(c[j])->te_kind == k;
+        if (!is_sd3_part(k) || dup) {
+            sd_error_set(err, SD_ERR_UNSUPPORTED,
+                         "%s%s needs %s CLIP-L, CLIP-G and T5-XXL files; %s is %s %s%s", node,
+                         need_all ? "" : " type sd3", need_all ? "one each of the" : "two different parts of",
+                         inputs[i], dup ? "a second" : "a", part_name(k),
+                         dup ? "" : " (not an SD3 text encoder part)");
+            sd_error_at(err, NULL, NULL, inputs[i]);
+            return SD_ERR_UNSUPPORTED;
+        }
+    }
+    return SD_OK;
+}
+
 static sd_status dual_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     const char *type = sd_value_as_string(in[2]);
     if (!type) type = "";
-    sd_te_kind kind = strcmp(type, "flux") == 0 ? SD_TE_FLUX : strcmp(type, "sdxl") == 0 ? SD_TE_SDXL : 0;
+    sd_te_kind kind = strcmp(type, "flux") == 0   ? SD_TE_FLUX
+                      : strcmp(type, "sdxl") == 0 ? SD_TE_SDXL
+                      : strcmp(type, "sd3") == 0  ? SD_TE_SD3
+                                                  : 0;
     if (!kind) return refuse_type("DualCLIPLoader", type, "is not supported", err);
+    static const char *const inputs[] = {"clip_name1", "clip_name2"};
     sd_checkpoint *c[2] = {NULL, NULL};
-    sd_status rc = open_part(ctx, in, 0, "clip_name1", &c[0], err);
-    if (!rc) rc = open_part(ctx, in, 1, "clip_name2", &c[1], err);
-    if (!rc) {
+    sd_status rc = open_part(ctx, in, 0, inputs[0], &c[0], err);
+    if (!rc) rc = open_part(ctx, in, 1, inputs[1], &c[1], err);
+    if (!rc && kind == SD_TE_SD3) {
+        rc = check_sd3_parts("DualCLIPLoader", c, 2, 0, inputs, err);
+    } else if (!rc) {
         /* what the type needs, as FluxClipModel / SDXLClipModel sort the
          * files: one CLIP-L plus the T5 (flux) or the CLIP-G (sdxl) */
         sd_te_kind k0 = sd_checkpoint_info(c[0])->te_kind, k1 = sd_checkpoint_info(c[1])->te_kind;
@@ -140,8 +179,8 @@ const sd_node_def sd_node_DualCLIPLoader = {
     .display_name = "DualCLIPLoader",
     .category = "advanced/loaders",
     .description = "Loads two standalone text-encoder files as one CLIP: type flux takes a "
-                   "CLIP-L and a T5-XXL (t5xxl_fp16 / fp8), sdxl a CLIP-L and a CLIP-G. Weights "
-                   "load when first used.",
+                   "CLIP-L and a T5-XXL (t5xxl_fp16 / fp8), sdxl a CLIP-L and a CLIP-G, sd3 two of "
+                   "CLIP-L, CLIP-G and T5-XXL. Weights load when first used.",
     .inputs = dual_inputs,
     .outputs = clip_outputs,
     .run = dual_run,
@@ -156,19 +195,20 @@ static sd_status single_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     sd_status rc = open_part(ctx, in, 0, "clip_name", &c, err);
     if (rc) return rc;
     sd_te_kind k = sd_checkpoint_info(c)->te_kind;
-    int is = 0;
-    static const char *const l_refused[] = {"sd3", "hidream", NULL};
-    static const char *const g_refused[] = {"stable_cascade", "sd3", "hidream", NULL};
+    int sd3 = strcmp(type, "sd3") == 0 && is_sd3_part(k), is = 0;
+    static const char *const l_refused[] = {"hidream", NULL};
+    static const char *const g_refused[] = {"stable_cascade", "hidream", NULL};
     const char *const *refused = k == SD_TE_SD1 ? l_refused : k == SD_TE_SDXL_REFINER ? g_refused : NULL;
     for (int i = 0; refused && refused[i]; i++) is |= strcmp(type, refused[i]) == 0;
-    if (k == SD_TE_T5 || is) {
-        char what[128];
+    if (!sd3 && (k == SD_TE_T5 || is)) {
+        char what[160];
         snprintf(what, sizeof what, "with a %s file%s", part_name(k),
-                 k == SD_TE_T5 ? " (for Flux, load it with a CLIP-L through DualCLIPLoader type flux)"
+                 k == SD_TE_T5 ? " (for Flux, load it with a CLIP-L through DualCLIPLoader type "
+                                 "flux; type sd3 makes it an SD3 text encoder)"
                                : "");
         rc = refuse_type("CLIPLoader", type, what, err);
     } else {
-        out[0] = sd_nodes_clip_value(c, 0);
+        out[0] = sd3 ? sd_nodes_clip_value_files(&c, 1, SD_TE_SD3) : sd_nodes_clip_value(c, 0);
         if (!out[0]) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
     sd_checkpoint_unref(c);
@@ -188,7 +228,8 @@ const sd_node_def sd_node_CLIPLoader = {
     .display_name = "Load CLIP",
     .category = "advanced/loaders",
     .description = "Loads one standalone text-encoder file as a CLIP: a CLIP-L (SD1), CLIP-H "
-                   "(SD2) or CLIP-G (SDXL refiner). Weights load when first used.",
+                   "(SD2) or CLIP-G (SDXL refiner); type sd3 makes a CLIP-L, CLIP-G or T5-XXL an "
+                   "SD3 text encoder with that part alone. Weights load when first used.",
     .inputs = single_inputs,
     .outputs = clip_outputs,
     .run = single_run,
@@ -283,4 +324,40 @@ const sd_node_def sd_node_CLIPLoaderGGUF = {
     .inputs = single_gguf_inputs,
     .outputs = clip_outputs,
     .run = single_run,
+};
+
+/* ---- TripleCLIPLoader ------------------------------------------------------------ */
+
+static sd_status triple_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    static const char *const inputs[] = {"clip_name1", "clip_name2", "clip_name3"};
+    sd_checkpoint *c[3] = {NULL, NULL, NULL};
+    sd_status rc = SD_OK;
+    for (int i = 0; i < 3 && !rc; i++) rc = open_part(ctx, in, i, inputs[i], &c[i], err);
+    if (!rc) rc = check_sd3_parts("TripleCLIPLoader", c, 3, 1, inputs, err);
+    if (!rc) {
+        out[0] = sd_nodes_clip_value_files(c, 3, SD_TE_SD3);
+        if (!out[0]) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < 3; i++) sd_checkpoint_unref(c[i]);
+    return rc;
+}
+
+static const sd_input_def triple_inputs[] = {
+    {.name = "clip_name1", .type = SD_T_COMBO, .options_fn = list_text_encoders,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "clip_name2", .type = SD_T_COMBO, .options_fn = list_text_encoders,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "clip_name3", .type = SD_T_COMBO, .options_fn = list_text_encoders,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {0}};
+
+const sd_node_def sd_node_TripleCLIPLoader = {
+    .version = 1,
+    .class_type = "TripleCLIPLoader",
+    .display_name = "TripleCLIPLoader",
+    .category = "advanced/loaders",
+    .description = "[Recipes]\n\nsd3: clip-l, clip-g, t5",
+    .inputs = triple_inputs,
+    .outputs = clip_outputs,
+    .run = triple_run,
 };

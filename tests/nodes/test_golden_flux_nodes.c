@@ -259,8 +259,8 @@ int main(void) {
     sd_value *bad = clip_of(&env, l_name, "other_clip_l.safetensors", "flux", &err);
     expect_error(bad ? SD_OK : err.code, &err, "clip_name2", "needs a CLIP-L and a T5-XXL", "two CLIP-L");
     sd_value_unref(bad);
-    bad = clip_of(&env, l_name, t_name, "sd3", &err);
-    expect_error(bad ? SD_OK : err.code, &err, "type", "sd3", "type sd3");
+    bad = clip_of(&env, l_name, t_name, "hidream", &err);
+    expect_error(bad ? SD_OK : err.code, &err, "type", "hidream", "type hidream");
     sd_value_unref(bad);
     bad = clip_of(&env, "not_a_text_encoder.safetensors", t_name, "flux", &err);
     expect_error(bad ? SD_OK : err.code, &err, "clip_name1", "not a standalone text encoder", "an ae file");
