@@ -22,7 +22,7 @@ struct sd_checkpoint {
     char *path;
     char *tokenizer_dir;
     char *comfyui_dir;
-    int clip_l_heads, clip_g_heads;
+    int clip_l_heads, clip_g_heads, qwen3_4b_width;
     sd_dtype weight_dtype;
     sd_dequant_math dequant;
     sd_backend *be;
@@ -33,6 +33,7 @@ struct sd_checkpoint {
     sd_text_encoder *te;
     sd_tokenizer *tok;
     sd_t5_tokenizer *t5tok;
+    sd_qwen_tokenizer *qtok;
     sd_vae *vae;
     int holds[3];     /* per part (SD_CKPT_PART_* bit index): live handle holds */
     int free_unused;  /* free a part when its last hold goes */
@@ -225,6 +226,7 @@ sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoi
     c->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
     c->clip_l_heads = opts->clip_l_heads;
     c->clip_g_heads = opts->clip_g_heads;
+    c->qwen3_4b_width = opts->qwen3_4b_width;
     if (!c->path || (opts->tokenizer_dir && !c->tokenizer_dir) ||
         (opts->comfyui_dir && !c->comfyui_dir)) {
         sd_checkpoint_unref(c);
@@ -259,6 +261,7 @@ void sd_checkpoint_unref(sd_checkpoint *c) {
     sd_text_encoder_free(c->te);
     sd_tokenizer_free(c->tok);
     sd_t5_tokenizer_free(c->t5tok);
+    sd_qwen_tokenizer_free(c->qtok);
     sd_vae_free(c->vae);
     sd_st_close(c->file);
     pthread_mutex_destroy(&c->mu);
@@ -450,22 +453,27 @@ sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd
     if (!c->te) rc = ensure_file(c, err);
     unsigned vocabs = !rc && c->file ? sd_text_encoder_file_vocabs(c->file) : 0;
     int need_clip = !c->tok && (vocabs & SD_TE_VOCAB_CLIP), need_t5 = !c->t5tok && (vocabs & SD_TE_VOCAB_T5);
+    int need_qwen = !c->qtok && (vocabs & SD_TE_VOCAB_QWEN);
     /* a tokenizer beside the model wins, as with ComfyUI's bundled one */
     char *tmp = NULL;
-    if (!rc && (need_clip || need_t5) && !(tmp = strdup(c->path)))
+    if (!rc && (need_clip || need_t5 || need_qwen) && !(tmp = strdup(c->path)))
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     const char *dir = tmp ? dirname(tmp) : NULL;
     if (!rc && need_clip) rc = sd_tokenizer_resolve(dir, c->tokenizer_dir, &c->tok, err);
     if (!rc && need_t5)
         rc = sd_t5_tokenizer_resolve(dir, c->tokenizer_dir, c->comfyui_dir, &c->t5tok, err);
+    if (!rc && need_qwen)
+        rc = sd_qwen_tokenizer_resolve(dir, c->tokenizer_dir, c->comfyui_dir, &c->qtok, err);
     free(tmp);
     if (!rc && !c->te) {
-        sd_te_load_opts o = {.tok = c->tok, .t5tok = c->t5tok, .clip_l_heads = c->clip_l_heads,
-                             .clip_g_heads = c->clip_g_heads};
+        sd_te_load_opts o = {.tok = c->tok, .t5tok = c->t5tok, .qtok = c->qtok,
+                             .clip_l_heads = c->clip_l_heads, .clip_g_heads = c->clip_g_heads,
+                             .qwen3_4b_width = c->qwen3_4b_width};
         rc = sd_text_encoder_load_ex(c->be, c->file, &o, &c->te, err);
         if (rc) {
             static const char *const pre[] = {"cond_stage_model.", "conditioner.", "text_encoders.",
-                                              "text_model.", "encoder.", "shared.", NULL};
+                                              "text_model.", "encoder.", "shared.", "model.embed_tokens.",
+                                              "model.layers.", "model.norm.", NULL};
             name_nonfinite(c, pre, "text encoder", err);
             prefix_part(c, err, "text encoder");
         }
@@ -543,7 +551,7 @@ typedef struct store_entry {
     char *path;
     char *tokenizer_dir;
     char *comfyui_dir;
-    int clip_l_heads, clip_g_heads;
+    int clip_l_heads, clip_g_heads, qwen3_4b_width;
     sd_backend *be;
     sd_dtype weight_dtype;
     sd_dequant_math dequant;
@@ -624,6 +632,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     pthread_mutex_lock(&s->mu);
     if (!merged.clip_l_heads) merged.clip_l_heads = s->dflt.clip_l_heads;
     if (!merged.clip_g_heads) merged.clip_g_heads = s->dflt.clip_g_heads;
+    if (!merged.qwen3_4b_width) merged.qwen3_4b_width = s->dflt.qwen3_4b_width;
     pthread_mutex_unlock(&s->mu);
     opts = &merged;
     struct stat st;
@@ -639,7 +648,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
             strcmp(e->path, path) == 0 &&
             str_eq(e->tokenizer_dir, opts->tokenizer_dir) &&
             str_eq(e->comfyui_dir, opts->comfyui_dir) && e->clip_l_heads == opts->clip_l_heads &&
-            e->clip_g_heads == opts->clip_g_heads) {
+            e->clip_g_heads == opts->clip_g_heads && e->qwen3_4b_width == opts->qwen3_4b_width) {
             if (e->size == size && e->mtime_ns == mtime) {
                 set_free_unused(e->ckpt, s->free_unused);
                 *out = sd_checkpoint_ref(e->ckpt);
@@ -679,6 +688,7 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
     slot->comfyui_dir = opts->comfyui_dir ? strdup(opts->comfyui_dir) : NULL;
     slot->clip_l_heads = opts->clip_l_heads;
     slot->clip_g_heads = opts->clip_g_heads;
+    slot->qwen3_4b_width = opts->qwen3_4b_width;
     slot->be = be;
     slot->weight_dtype = opts->weight_dtype;
     slot->dequant = opts->dequant;

@@ -90,6 +90,9 @@ typedef struct sd_checkpoint_opts {
      * see sd_te_load_opts); 0 = width / 64. */
     int clip_l_heads;
     int clip_g_heads;
+    /* The width that makes a Qwen3 Qwen3-4B (tiny test models; see
+     * sd_te_load_opts); 0 = 2560. */
+    int qwen3_4b_width;
     /* dtype of the diffusion model's weights on the backend: SD_F32 keeps
      * narrow (F16/BF16/fp8) weights as stored where the backend widens them
      * per op; F8_E4M3 / F8_E5M2 convert every diffusion-model tensor to it at
@@ -174,8 +177,8 @@ sd_status sd_model_store_open(sd_model_store *s, sd_backend *be, const char *pat
                               const sd_checkpoint_opts *opts, sd_checkpoint **out,
                               sd_error *err);
 /* ComfyUI's model_options for text encoders whose configuration the
- * shapes do not give (clip_l_heads, clip_g_heads: tiny test models, as the
- * reference's *_model_config overrides): every later open through the store
+ * shapes do not give (clip_l_heads, clip_g_heads, qwen3_4b_width: tiny
+ * test models, as the reference's *_model_config and detection overrides): every later open through the store
  * whose opts leave one of them 0 takes the store's. Directories in o are
  * ignored; NULL clears. */
 void sd_model_store_set_defaults(sd_model_store *s, const sd_checkpoint_opts *o);

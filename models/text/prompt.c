@@ -46,6 +46,16 @@ void sd_prompt_opts_t5xxl_sd3(sd_prompt_opts *o)
     o->min_length = 77;
 }
 
+void sd_prompt_opts_qwen3(sd_prompt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_length = 0;
+    o->min_length = 1;
+    o->pad_token = 151643;
+    o->embedding_key = "qwen3_4b";
+    o->disable_weights = 1;
+}
+
 static sd_status clip_encode(const void *tok, const char *text, size_t len,
                              const volatile sig_atomic_t *stop, int32_t **ids, size_t *n, sd_error *err)
 {

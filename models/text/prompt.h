@@ -78,6 +78,10 @@ void sd_prompt_opts_clip_g(sd_prompt_opts *o);
 void sd_prompt_opts_t5xxl(sd_prompt_opts *o);
 /* The same as SD3Tokenizer makes it: min_length 77. */
 void sd_prompt_opts_t5xxl_sd3(sd_prompt_opts *o);
+/* ComfyUI's Qwen3Tokenizer (Z-Image): one chunk of any length, no start or
+ * end token, at least 1 slot (padded with 151643), weights syntax off
+ * (disable_weights; "\(" escapes still apply), key qwen3_4b. */
+void sd_prompt_opts_qwen3(sd_prompt_opts *o);
 
 /* The vocabulary a prompt is tokenized with: an encoder of plain text (no
  * start/end tokens added) and the special tokens ComfyUI's SDTokenizer puts

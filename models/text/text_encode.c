@@ -27,11 +27,11 @@ void sd_te_set_roles(sd_text_encoder *te, sd_clip *clip_l, sd_clip *clip_g) {
 sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
                               const sd_tokenizer *tok, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
-    if (kind == SD_TE_FLUX || kind == SD_TE_T5 || kind == SD_TE_SD3) {
+    if (kind == SD_TE_FLUX || kind == SD_TE_T5 || kind == SD_TE_SD3 || kind == SD_TE_ZIMAGE) {
         sd_clip_free(clip_l);
         sd_clip_free(clip_g);
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "a %s text encoder holds a T5: LoRA and merges on it are not "
+                            "a %s text encoder holds a T5 or Qwen3: LoRA and merges on it are not "
                             "supported yet",
                             sd_te_kind_name(kind));
     }
@@ -95,6 +95,7 @@ static int sd3_has_g(sd_st_file *f) {
 
 sd_te_kind sd_text_encoder_detect(const sd_st_file *f) {
     sd_st_file *ff = (sd_st_file *)f;
+    if (sd_qwen3_present(f, SD_TE_PREFIX_ZIMAGE) || sd_qwen3_present(f, "")) return SD_TE_ZIMAGE;
     /* the bigG, or the MMDiT beside the text encoders, makes it SD3 */
     if (has_prefix(ff, SD_TE_PREFIX_SD3_G) ||
         (has_prefix(ff, "text_encoders.") && has_prefix(ff, "model.diffusion_model.joint_blocks.")))
@@ -123,6 +124,7 @@ unsigned sd_text_encoder_file_vocabs(const sd_st_file *f) {
     switch (k) {
     case SD_TE_T5: return SD_TE_VOCAB_T5;
     case SD_TE_FLUX: return SD_TE_VOCAB_CLIP | SD_TE_VOCAB_T5;
+    case SD_TE_ZIMAGE: return SD_TE_VOCAB_QWEN;
     case SD_TE_SD3:
         return (sd3_has_l(ff) || sd3_has_g(ff) ? SD_TE_VOCAB_CLIP : 0) |
                (sd_t5_present(f, SD_TE_PREFIX_SD3_T5) ? SD_TE_VOCAB_T5 : 0);
@@ -165,6 +167,34 @@ static sd_status new_t5_encoder(sd_te_kind kind, sd_clip *l, sd_clip *g, sd_t5 *
     te->t5tok = o->t5tok;
     te->t5 = t5;
     sd_te_set_roles(te, l, g);
+    *out = te;
+    return SD_OK;
+}
+
+/* Z-Image's Qwen3-4B, bare or under the single-file prefix; another
+ * Qwen3 width is another family (ComfyUI: 2048 Ovis, else HiDream's). */
+static sd_status load_zimage(sd_backend *be, sd_st_file *f, const sd_te_load_opts *o,
+                             sd_text_encoder **out, sd_error *err) {
+    const char *pre = sd_qwen3_present(f, SD_TE_PREFIX_ZIMAGE) ? SD_TE_PREFIX_ZIMAGE : "";
+    int want = o->qwen3_4b_width ? o->qwen3_4b_width : SD_TE_QWEN3_4B_WIDTH;
+    int w = sd_qwen3_width(f, pre);
+    if (w != want)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "%s: a Qwen3 text encoder %d wide is not Qwen3-4B (Z-Image's, %d wide)%s; "
+                            "sdflow does not run that family",
+                            sd_st_path(f), w, want, w == 2048 ? ": it is Qwen3-2B (Ovis)" : "");
+    sd_qwen3 *q = NULL;
+    sd_status rc = sd_qwen3_load(be, f, pre, &q, err);
+    if (rc) return rc;
+    sd_text_encoder *te = calloc(1, sizeof *te);
+    if (!te) {
+        sd_qwen3_free(q);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    te->kind = SD_TE_ZIMAGE;
+    te->qwen = q;
+    te->qtok = o->qtok;
+    sd_te_set_roles(te, NULL, NULL);
     *out = te;
     return SD_OK;
 }
@@ -217,6 +247,8 @@ sd_status sd_text_encoder_load_ex(sd_backend *be, sd_st_file *f, const sd_te_loa
         return new_t5_encoder(SD_TE_T5, NULL, NULL, t5, o, out, err);
     case SD_TE_SD3:
         return load_sd3(be, f, o, out, err);
+    case SD_TE_ZIMAGE:
+        return load_zimage(be, f, o, out, err);
     case SD_TE_SDXL:
         if ((rc = load_clip(be, f, SD_TE_PREFIX_SDXL_L, o->clip_l_heads, &l, err))) return rc;
         if ((rc = load_g(be, f, SD_TE_PREFIX_SDXL_G, o->clip_g_heads, &g, err)) != SD_OK) {
@@ -311,6 +343,7 @@ void sd_text_encoder_free(sd_text_encoder *te) {
         sd_clip_free(te->l.clip);
         sd_clip_free(te->g.clip);
         sd_t5_free(te->t5);
+        sd_qwen3_free(te->qwen);
     }
     free(te);
 }
@@ -326,6 +359,7 @@ const char *sd_te_kind_name(sd_te_kind kind) {
     case SD_TE_FLUX: return "flux";
     case SD_TE_T5: return "t5xxl";
     case SD_TE_SD3: return "sd3";
+    case SD_TE_ZIMAGE: return "zimage";
     }
     return "unknown";
 }
@@ -335,12 +369,18 @@ const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te) { return te->g.
 void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok) { te->tok = tok; }
 const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te) { return te->tok; }
 const sd_t5 *sd_text_encoder_t5(const sd_text_encoder *te) { return te->t5; }
+const sd_qwen3 *sd_text_encoder_qwen3(const sd_text_encoder *te) { return te->qwen; }
+void sd_text_encoder_set_qwen_tokenizer(sd_text_encoder *te, const sd_qwen_tokenizer *tok) {
+    te->qtok = tok;
+}
+const sd_qwen_tokenizer *sd_text_encoder_qwen_tokenizer(const sd_text_encoder *te) { return te->qtok; }
 void sd_text_encoder_set_t5_tokenizer(sd_text_encoder *te, const sd_t5_tokenizer *tok) {
     te->t5tok = tok;
 }
 const sd_t5_tokenizer *sd_text_encoder_t5_tokenizer(const sd_text_encoder *te) { return te->t5tok; }
 
 int sd_text_encoder_cond_dim(const sd_text_encoder *te) {
+    if (te->qwen) return sd_qwen3_get_config(te->qwen)->hidden;
     if (te->t5) return sd_t5_get_config(te->t5)->d_model;
     if (te->kind == SD_TE_SD3) return SD_TE_SD3_CONTEXT;
     int d = 0;
@@ -886,6 +926,21 @@ sd_status sd_text_encode_flux(const sd_text_encoder *te, const char *clip_l, con
 sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_skip,
                          const sd_text_encode_opts *opts, sd_tensor **cond, sd_tensor **pooled,
                          sd_error *err) {
+    return sd_text_encode_masked(te, text, clip_skip, opts, cond, pooled, NULL, err);
+}
+
+sd_status sd_text_encode_masked(const sd_text_encoder *te, const char *text, int clip_skip,
+                                const sd_text_encode_opts *opts, sd_tensor **cond,
+                                sd_tensor **pooled, sd_tensor **mask, sd_error *err) {
+    if (mask) *mask = NULL;
+    if (te->kind == SD_TE_ZIMAGE) {
+        sd_tensor *m = NULL;
+        *pooled = NULL;
+        sd_status rc = sd_text_encode_zimage(te, text, clip_skip, opts, cond, &m, err);
+        if (mask) *mask = m;
+        else sd_tensor_unref(m);
+        return rc;
+    }
     if (te->kind == SD_TE_FLUX)
         return sd_text_encode_flux(te, text, text, clip_skip, opts, cond, pooled, err);
     if (te->kind == SD_TE_SD3)

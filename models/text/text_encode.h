@@ -38,6 +38,18 @@
  *                tokens and no T5: zeros [1, 77, context width]; empty T5
  *                tokens: the T5 of [</s>] (one token). CLIPTextEncodeSD3's
  *                empty-text rules: sd_text_encode_sd3.
+ *   ZIMAGE       Qwen3-4B (comfy/text_encoders/z_image.py): the prompt in
+ *                ComfyUI's chat template ('<|im_start|>user\n{}<|im_end|>\n
+ *                <|im_start|>assistant\n'), tokenized by the Qwen2 tokenizer
+ *                as one sequence (weights syntax off, "\(" escapes kept,
+ *                special tokens typed in the prompt are single tokens, no
+ *                textual inversion); cond = the residual stream after layer
+ *                num_layers-2 (no final norm) [1, n, hidden] with the
+ *                attention mask [1, n] (1 up to the first <|endoftext|>,
+ *                0 from there, as ComfyUI's pad rule); no pooled output.
+ *                CLIPSetLastLayer picks another layer (without the final
+ *                norm; deeper than the model: the final-normed last layer).
+ *                Weights as stored (BF16); f16 compute is lifted to f32.
  *   T5           a T5-XXL file alone (the part a Flux or SD3 CLIP is made of
  *                with CLIP files: sd_text_encoder_combine); encoding with it
  *                alone is SD_ERR_UNSUPPORTED (ComfyUI uses a lone T5 for
@@ -79,6 +91,8 @@
 #include "formats/safetensors.h"
 #include "models/text/clip.h"
 #include "models/text/prompt.h"
+#include "models/text/qwen3.h"
+#include "models/text/qwen_tokenizer.h"
 #include "models/text/t5.h"
 #include "models/text/t5_tokenizer.h"
 #include "models/text/tokenizer.h"
@@ -90,7 +104,8 @@ typedef enum sd_te_kind {
     SD_TE_SD2 = 4,
     SD_TE_FLUX = 5, /* CLIP-L (pooled) + T5-XXL (cond) */
     SD_TE_T5 = 6,   /* a T5 alone (standalone t5xxl file) */
-    SD_TE_SD3 = 7   /* CLIP-L + bigG + T5-XXL, each optional */
+    SD_TE_SD3 = 7,  /* CLIP-L + bigG + T5-XXL, each optional */
+    SD_TE_ZIMAGE = 8 /* Qwen3-4B (Z-Image) */
 } sd_te_kind;
 
 typedef struct sd_text_encoder sd_text_encoder;
@@ -115,6 +130,12 @@ typedef struct sd_text_encoder sd_text_encoder;
 #define SD_TE_PREFIX_SD3_L SD_TE_PREFIX_FLUX_L
 #define SD_TE_PREFIX_SD3_G "text_encoders.clip_g.transformer."
 #define SD_TE_PREFIX_SD3_T5 SD_TE_PREFIX_FLUX_T5
+/* Z-Image single files (ComfyUI's ZImage clip_target). */
+#define SD_TE_PREFIX_ZIMAGE "text_encoders.qwen3_4b.transformer."
+/* ComfyUI's Qwen3-4B width (detect_te_model: a Qwen3 2560 wide is
+ * Z-Image's; 2048 is Ovis's Qwen3-2B), and its pad token. */
+#define SD_TE_QWEN3_4B_WIDTH 2560
+#define SD_TE_QWEN3_PAD 151643
 
 /* Assemble an encoder from loaded models. Takes ownership of clip_l and
  * clip_g (also on failure). SD1 needs clip_l only, SDXL both, SDXL_REFINER
@@ -130,13 +151,15 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
  * CLIP (text_model.*) or an OpenCLIP text tower (transformer.resblocks.N) is
  * told apart by ComfyUI's detect_te_model layer counts: a layer 30 makes a
  * bigG (SDXL_REFINER, the lone-G encoder), a layer 22 a ViT-H (SD2), else a
- * CLIP-L (SD1). Names and shapes only. */
+ * CLIP-L (SD1); a Qwen3 decoder (model.layers.N.self_attn.q_norm) is
+ * ZIMAGE whatever its width (loading checks the width). Names and shapes
+ * only. */
 sd_te_kind sd_text_encoder_detect(const sd_st_file *f);
 
 /* The vocabularies encoding with a file's text encoder needs (0 when it
  * has none): SD_TE_VOCAB_* bits, by the parts the file holds (an SD3 file
  * without its T5 needs no T5 vocabulary). */
-enum { SD_TE_VOCAB_CLIP = 1, SD_TE_VOCAB_T5 = 2 };
+enum { SD_TE_VOCAB_CLIP = 1, SD_TE_VOCAB_T5 = 2, SD_TE_VOCAB_QWEN = 4 };
 unsigned sd_text_encoder_file_vocabs(const sd_st_file *f);
 
 /* What loading needs beyond the file. */
@@ -148,6 +171,11 @@ typedef struct sd_te_load_opts {
      * (model_options); 0 = width / 64 */
     int clip_l_heads;
     int clip_g_heads;
+    /* The width a Qwen3 must have to be taken for Qwen3-4B (Z-Image's): 0 =
+     * SD_TE_QWEN3_4B_WIDTH. Tiny test models, as the reference's
+     * detect_te_model override; another width is refused naming the file. */
+    int qwen3_4b_width;
+    const sd_qwen_tokenizer *qtok; /* Qwen2 vocabulary for ZIMAGE (borrowed; may be NULL) */
 } sd_te_load_opts;
 
 /* sd_text_encoder_load with those options (NULL = none). */
@@ -181,17 +209,21 @@ sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const 
                                   sd_text_encoder **out, sd_error *err);
 
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
-/* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux", "t5xxl", "sd3" */
+/* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux", "t5xxl", "sd3", "zimage" */
 const char *sd_te_kind_name(sd_te_kind kind);
 const sd_clip *sd_text_encoder_clip_l(const sd_text_encoder *te); /* NULL when absent */
 const sd_clip *sd_text_encoder_clip_g(const sd_text_encoder *te);
 const sd_t5 *sd_text_encoder_t5(const sd_text_encoder *te);       /* NULL when absent */
+const sd_qwen3 *sd_text_encoder_qwen3(const sd_text_encoder *te); /* NULL when absent */
+void sd_text_encoder_set_qwen_tokenizer(sd_text_encoder *te, const sd_qwen_tokenizer *tok);
+const sd_qwen_tokenizer *sd_text_encoder_qwen_tokenizer(const sd_text_encoder *te);
 void sd_text_encoder_set_tokenizer(sd_text_encoder *te, const sd_tokenizer *tok);
 const sd_tokenizer *sd_text_encoder_tokenizer(const sd_text_encoder *te);
 void sd_text_encoder_set_t5_tokenizer(sd_text_encoder *te, const sd_t5_tokenizer *tok);
 const sd_t5_tokenizer *sd_text_encoder_t5_tokenizer(const sd_text_encoder *te);
 /* Channel width of cond (768 SD1, 2048 SDXL, 1280 refiner, 1024 SD2, 4096
- * Flux/T5/SD3) and of pooled (0 for T5 alone, 2048 SD3). */
+ * Flux/T5/SD3, 2560 Z-Image) and of pooled (0 for T5 alone and Z-Image,
+ * 2048 SD3). */
 int sd_text_encoder_cond_dim(const sd_text_encoder *te);
 int sd_text_encoder_pooled_dim(const sd_text_encoder *te);
 
@@ -215,6 +247,29 @@ typedef struct sd_text_encode_opts {
 sd_status sd_text_encode(const sd_text_encoder *te, const char *text, int clip_skip,
                          const sd_text_encode_opts *opts, sd_tensor **cond, sd_tensor **pooled,
                          sd_error *err);
+
+/* sd_text_encode plus the attention mask a family stores in the
+ * conditioning (*mask [1, n] I64, host; NULL for the families without one:
+ * all but ZIMAGE); *pooled is NULL for ZIMAGE. mask may be NULL when the
+ * caller does not want it. */
+sd_status sd_text_encode_masked(const sd_text_encoder *te, const char *text, int clip_skip,
+                                const sd_text_encode_opts *opts, sd_tensor **cond,
+                                sd_tensor **pooled, sd_tensor **mask, sd_error *err);
+
+/* ComfyUI's ZImageTokenizer: text in the chat template, tokenized as one
+ * sequence (prompt.h's sd_prompt_opts_qwen3). */
+sd_status sd_text_tokenize_zimage(const sd_qwen_tokenizer *tok, const char *text,
+                                  sd_prompt_tokens **out, sd_error *err);
+/* The same, stopping with SD_ERR_CANCELLED once *stop is non-zero. */
+sd_status sd_text_tokenize_zimage_ex(const sd_qwen_tokenizer *tok, const char *text,
+                                     const volatile sig_atomic_t *stop, sd_prompt_tokens **out,
+                                     sd_error *err);
+
+/* The ZIMAGE encoding of tokens (one chunk, as sd_text_tokenize_zimage
+ * makes): *cond [1, n, hidden], *mask [1, n] I64 (both host). */
+sd_status sd_text_encode_zimage_tokens(const sd_text_encoder *te, const sd_prompt_tokens *t,
+                                       int clip_skip, const sd_text_encode_opts *opts,
+                                       sd_tensor **cond, sd_tensor **mask, sd_error *err);
 
 /* CLIPTextEncodeSDXL's text part: text_g for bigG, text_l for CLIP-L, the
  * shorter one padded with empty chunks to the other's chunk count. Needs an

@@ -1,6 +1,7 @@
 /* text_encode_internal.h - what the text-encoder family files share
  * (text_encode.c: loading, composing, the CLIP / T5 / Flux encodings;
- * text_encode_sd3.c: SD3's three encoders). Private to models/text. */
+ * text_encode_sd3.c: SD3's three encoders; text_encode_zimage.c: Z-Image's
+ * Qwen3). Private to models/text. */
 #ifndef SD_TEXT_ENCODE_INTERNAL_H
 #define SD_TEXT_ENCODE_INTERNAL_H
 
@@ -21,8 +22,10 @@ struct sd_text_encoder {
     sd_te_kind kind;
     te_role l, g; /* CLIP-L and the OpenCLIP tower (bigG, or H for SD2); clip == NULL when absent */
     sd_t5 *t5;    /* FLUX, SD3, T5 */
+    sd_qwen3 *qwen; /* ZIMAGE */
     const sd_tokenizer *tok;
     const sd_t5_tokenizer *t5tok;
+    const sd_qwen_tokenizer *qtok;
     int borrowed; /* the models belong to other encoders (sd_text_encoder_combine) */
 };
 
@@ -59,5 +62,10 @@ sd_status sd_te_tokenize(const sd_text_encoder *te, const te_role *r, const char
  * Flux (sd3 0: sd_prompt_opts_t5xxl) or SD3 (sd_prompt_opts_t5xxl_sd3). */
 sd_status sd_te_tokenize_t5(const sd_text_encoder *te, const char *text, int sd3,
                             const sd_text_encode_opts *o, sd_prompt_tokens **t, sd_error *err);
+
+/* ZIMAGE from text: the chat template, the Qwen2 tokenizer, the Qwen3. */
+sd_status sd_text_encode_zimage(const sd_text_encoder *te, const char *text, int clip_skip,
+                                const sd_text_encode_opts *o, sd_tensor **cond, sd_tensor **mask,
+                                sd_error *err);
 
 #endif

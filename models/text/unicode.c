@@ -123,17 +123,37 @@ enum {
 
 static int ccc_of(uint32_t cp)
 {
-    size_t lo = 0, hi = sd_uc_ccc_count;
     if (cp < 0x300)
         return 0;
+    return sd_uc_ccc_lookup(sd_uc_ccc, sd_uc_ccc_count, cp);
+}
+
+int sd_uc_ccc_lookup(const sd_uc_class *t, size_t n, uint32_t cp)
+{
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cp < sd_uc_ccc[mid].lo)
+        if (cp < t[mid].lo)
             hi = mid;
-        else if (cp > sd_uc_ccc[mid].hi)
+        else if (cp > t[mid].hi)
             lo = mid + 1;
         else
-            return sd_uc_ccc[mid].ccc;
+            return t[mid].ccc;
+    }
+    return 0;
+}
+
+uint32_t sd_uc_comp_lookup(const sd_uc_triple *t, size_t n, uint32_t a, uint32_t b)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a < t[mid].a || (a == t[mid].a && b < t[mid].b))
+            hi = mid;
+        else if (a > t[mid].a || b > t[mid].b)
+            lo = mid + 1;
+        else
+            return t[mid].c;
     }
     return 0;
 }
@@ -153,26 +173,26 @@ static const sd_uc_triple *decomp_of(uint32_t cp)
     return NULL;
 }
 
-/* Composite of (a, b), or 0. */
-static uint32_t compose_pair(uint32_t a, uint32_t b)
+/* Full decomposition from the one-level table (Python's unicodedata). */
+static size_t decomp_rec(uint32_t cp, uint32_t *out, size_t k, int depth)
 {
-    if (a >= L_BASE && a < L_BASE + L_COUNT && b >= V_BASE && b < V_BASE + V_COUNT)
-        return S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT;
-    if (a >= S_BASE && a < S_BASE + S_COUNT && (a - S_BASE) % T_COUNT == 0 &&
-        b > T_BASE && b < T_BASE + T_COUNT)
-        return a + (b - T_BASE);
-    size_t lo = 0, hi = sd_uc_comp_count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const sd_uc_triple *t = &sd_uc_comp[mid];
-        if (a < t->a || (a == t->a && b < t->b))
-            hi = mid;
-        else if (a > t->a || b > t->b)
-            lo = mid + 1;
-        else
-            return t->c;
+    const sd_uc_triple *d = depth < 8 ? decomp_of(cp) : NULL;
+    if (!d || k + 2 > SD_UC_MAX_DECOMP) {
+        out[k] = cp;
+        return k + 1;
     }
-    return 0;
+    k = decomp_rec(d->b, out, k, depth + 1);
+    return d->c ? decomp_rec(d->c, out, k, depth + 1) : k;
+}
+
+static size_t decompose_py(uint32_t cp, uint32_t *out)
+{
+    return decomp_of(cp) ? decomp_rec(cp, out, 0, 0) : 0;
+}
+
+static uint32_t compose_py(uint32_t a, uint32_t b)
+{
+    return sd_uc_comp_lookup(sd_uc_comp, sd_uc_comp_count, a, b);
 }
 
 typedef struct cpbuf { uint32_t *v; size_t n, cap; } cpbuf;
@@ -191,7 +211,18 @@ static int push(cpbuf *b, uint32_t cp)
     return 0;
 }
 
-static int decompose(cpbuf *b, uint32_t cp, int depth)
+/* Composite of (a, b), or 0: Hangul by the algorithm, the rest by d. */
+static uint32_t compose_pair(const sd_uc_norm *d, uint32_t a, uint32_t b)
+{
+    if (a >= L_BASE && a < L_BASE + L_COUNT && b >= V_BASE && b < V_BASE + V_COUNT)
+        return S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT;
+    if (a >= S_BASE && a < S_BASE + S_COUNT && (a - S_BASE) % T_COUNT == 0 &&
+        b > T_BASE && b < T_BASE + T_COUNT)
+        return a + (b - T_BASE);
+    return d->compose(a, b);
+}
+
+static int decompose(const sd_uc_norm *d, cpbuf *b, uint32_t cp)
 {
     if (cp >= S_BASE && cp < S_BASE + S_COUNT) {
         uint32_t s = cp - S_BASE;
@@ -201,46 +232,18 @@ static int decompose(cpbuf *b, uint32_t cp, int depth)
             return -1;
         return 0;
     }
-    const sd_uc_triple *d = depth < 8 ? decomp_of(cp) : NULL;
-    if (!d)
+    uint32_t full[SD_UC_MAX_DECOMP];
+    size_t k = cp < 0x80 ? 0 : d->decompose(cp, full);
+    if (!k)
         return push(b, cp);
-    if (decompose(b, d->b, depth + 1) < 0)
-        return -1;
-    return d->c ? decompose(b, d->c, depth + 1) : 0;
-}
-
-/* Stable sort of n non-starters by canonical combining class. */
-static int sort_run(uint32_t *v, size_t n)
-{
-    if (n <= 32) {
-        for (size_t i = 1; i < n; i++) {
-            uint32_t x = v[i];
-            int c = ccc_of(x);
-            size_t j = i;
-            while (j > 0 && ccc_of(v[j - 1]) > c) {
-                v[j] = v[j - 1];
-                j--;
-            }
-            v[j] = x;
-        }
-        return 0;
-    }
-    uint32_t *tmp = malloc(n * sizeof *tmp);
-    if (!tmp)
-        return -1;
-    size_t start[257] = {0};
-    for (size_t i = 0; i < n; i++)
-        start[ccc_of(v[i]) + 1]++;
-    for (int c = 0; c < 256; c++)
-        start[c + 1] += start[c];
-    for (size_t i = 0; i < n; i++)
-        tmp[start[ccc_of(v[i])]++] = v[i];
-    memcpy(v, tmp, n * sizeof *v);
-    free(tmp);
+    for (size_t i = 0; i < k; i++)
+        if (push(b, full[i]))
+            return -1;
     return 0;
 }
 
-int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n)
+int sd_uc_nfc_with(const sd_uc_norm *d, const uint32_t *cps, size_t n, uint32_t **out,
+                   size_t *out_n)
 {
     cpbuf b = {0};
     size_t i;
@@ -258,52 +261,89 @@ int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n)
         return 0;
     }
     for (i = 0; i < n; i++)
-        if (decompose(&b, cps[i], 0) < 0) {
+        if (decompose(d, &b, cps[i]) < 0) {
             free(b.v);
             return -1;
         }
-    /* Canonical ordering: stable sort of each run of non-starters by ccc.
-     * Short runs (every accented letter) by insertion; a long run (a text of
-     * nothing but combining marks) by counting sort on the 256 classes, so
-     * the cost stays linear whatever the text. */
+    /* Canonical ordering: a stable sort of each run of non-starters by ccc;
+     * insertion sort for short runs, a counting sort for long ones, so a
+     * hostile run of marks costs linear time. */
+    uint8_t *cc = malloc(b.n + 1);
+    uint32_t *tmp = NULL;
+    if (!cc) {
+        free(b.v);
+        return -1;
+    }
+    for (i = 0; i < b.n; i++)
+        cc[i] = (uint8_t)d->ccc(b.v[i]);
     for (i = 0; i < b.n;) {
-        if (!ccc_of(b.v[i])) {
+        if (!cc[i]) {
             i++;
             continue;
         }
         size_t e = i;
-        while (e < b.n && ccc_of(b.v[e]))
+        while (e < b.n && cc[e])
             e++;
-        if (sort_run(b.v + i, e - i) < 0) {
-            free(b.v);
-            return -1;
+        if (e - i <= 32) {
+            for (size_t k = i + 1; k < e; k++)
+                for (size_t j = k; j > i && cc[j - 1] > cc[j]; j--) {
+                    uint32_t t = b.v[j - 1];
+                    uint8_t tc = cc[j - 1];
+                    b.v[j - 1] = b.v[j], cc[j - 1] = cc[j];
+                    b.v[j] = t, cc[j] = tc;
+                }
+        } else {
+            size_t start[257] = {0};
+            if (!tmp && !(tmp = malloc(b.n * sizeof *tmp))) {
+                free(cc);
+                free(b.v);
+                return -1;
+            }
+            for (size_t k = i; k < e; k++)
+                start[cc[k] + 1]++;
+            for (int c = 1; c <= 256; c++)
+                start[c] += start[c - 1];
+            for (size_t k = i; k < e; k++)
+                tmp[start[cc[k]]++] = b.v[k];
+            for (size_t k = i; k < e; k++) {
+                b.v[k] = tmp[k - i];
+                cc[k] = (uint8_t)d->ccc(b.v[k]);
+            }
         }
         i = e;
     }
+    free(tmp);
     /* Canonical composition (UAX #15). */
     if (b.n) {
         size_t starter = 0, w = 1;
-        int last = ccc_of(b.v[0]) ? 256 : 0;
+        int last = cc[0] ? 256 : 0;
         for (i = 1; i < b.n; i++) {
             uint32_t ch = b.v[i];
-            int cc = ccc_of(ch);
-            uint32_t comp = compose_pair(b.v[starter], ch);
-            if (comp && (last < cc || last == 0)) {
+            int c = cc[i];
+            uint32_t comp = compose_pair(d, b.v[starter], ch);
+            if (comp && (last < c || last == 0)) {
                 b.v[starter] = comp;
                 continue;
             }
-            if (cc == 0)
+            if (c == 0)
                 starter = w;
-            last = cc;
+            last = c;
             b.v[w++] = ch;
         }
         b.n = w;
     }
+    free(cc);
     if (!b.v && !(b.v = malloc(sizeof *b.v)))
         return -1;
     *out = b.v;
     *out_n = b.n;
     return 0;
+}
+
+int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n)
+{
+    static const sd_uc_norm py = {ccc_of, decompose_py, compose_py};
+    return sd_uc_nfc_with(&py, cps, n, out, out_n);
 }
 
 /* ---- lowercase ------------------------------------------------------------------ */

@@ -65,6 +65,25 @@ size_t sd_uc_encode_utf8(uint32_t cp, char *buf);
  * Returns 0, or -1 when allocation fails. */
 int sd_uc_nfc(const uint32_t *cps, size_t n, uint32_t **out, size_t *out_n);
 
+/* NFC over another Unicode database (models/text/unicode_hf.h): its
+ * canonical combining class, full canonical decomposition (cp -> out, at
+ * most SD_UC_MAX_DECOMP code points; 0 = none) and primary composite (0 =
+ * none). Hangul syllables are decomposed and composed algorithmically.
+ * Same contract as sd_uc_nfc. */
+#define SD_UC_MAX_DECOMP 18
+typedef struct sd_uc_norm {
+    int (*ccc)(uint32_t cp);
+    size_t (*decompose)(uint32_t cp, uint32_t *out);
+    uint32_t (*compose)(uint32_t a, uint32_t b);
+} sd_uc_norm;
+int sd_uc_nfc_with(const sd_uc_norm *d, const uint32_t *cps, size_t n, uint32_t **out,
+                   size_t *out_n);
+
+/* Lookups in generated tables: the ccc of cp in sorted ranges (0 outside
+ * them); the composite of (a, b) in triples sorted by (a, b), 0 = none. */
+int sd_uc_ccc_lookup(const sd_uc_class *t, size_t n, uint32_t cp);
+uint32_t sd_uc_comp_lookup(const sd_uc_triple *t, size_t n, uint32_t a, uint32_t b);
+
 /* Python str.lower() of cps[0..n) into a new malloc'd array (*out, *out_n):
  * full mappings (U+0130 becomes two code points) and CPython's final-sigma
  * rule. Returns 0, or -1 when allocation fails. */

@@ -23,10 +23,11 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
     char *dirs[SD_NODES_MAX_EMBEDDING_DIRS];
     sd_text_encode_opts o;
     size_t nd = sd_nodes_text_opts(ctx, dirs, &o);
-    sd_tensor *cond = NULL, *pooled = NULL;
+    sd_tensor *cond = NULL, *pooled = NULL, *mask = NULL;
     sd_precision prev;
     if (!(rc = sd_nodes_precision_begin(ctx, SD_NODE_TEXT_ENCODER, &prev, err))) {
-        rc = sd_text_encode(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, err);
+        rc = sd_text_encode_masked(te, text ? text : "", clip->clip_skip, &o, &cond, &pooled, &mask,
+                                   err);
         sd_nodes_precision_end(ctx, prev);
     }
     sd_model_paths_free_list(dirs, nd);
@@ -34,7 +35,18 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
         sd_error_at(err, NULL, NULL, "text");
         return rc;
     }
-    return sd_nodes_text_cond(cond, pooled, NULL, 0, &out[0], err);
+    /* the families with a mask store it (ComfyUI's attention_mask key) */
+    sd_nodes_cond_extra ex = {"attention_mask", NULL};
+    if (mask) {
+        ex.v = sd_value_tensor(mask);
+        sd_tensor_unref(mask);
+        if (!ex.v) {
+            sd_tensor_unref(cond);
+            sd_tensor_unref(pooled);
+            return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        }
+    }
+    return sd_nodes_text_cond(cond, pooled, &ex, mask ? 1 : 0, &out[0], err);
 }
 
 static const sd_input_def clip_text_encode_inputs[] = {

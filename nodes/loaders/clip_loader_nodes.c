@@ -16,7 +16,9 @@
  *                   the other types belong to families sdflow does not run
  *                   and are refused naming the type.
  *   CLIPLoader      a CLIP-L: SD1's encoder, type sd3 SD3's with CLIP-L only
- *                   (hidream refused); a CLIP-H: SD2's whatever the type; a
+ *                   (hidream refused); a Qwen3-4B: Z-Image's whatever the
+ *                   type (lumina2 in its workflows; ComfyUI decides by the
+ *                   file alone); a CLIP-H: SD2's whatever the type; a
  *                   CLIP-G: SDXL's refiner encoder, type sd3 SD3's with the
  *                   bigG only (stable_cascade / hidream refused); a T5-XXL:
  *                   type sd3 SD3's with the T5 only, else refused (the
@@ -53,12 +55,14 @@ static const char *part_name(sd_te_kind k) {
     case SD_TE_SD2: return "CLIP-H";
     case SD_TE_SDXL_REFINER: return "CLIP-G";
     case SD_TE_T5: return "T5-XXL";
+    case SD_TE_ZIMAGE: return "Qwen3-4B";
     default: return "checkpoint text encoder";
     }
 }
 
 static int standalone(sd_te_kind k) {
-    return k == SD_TE_SD1 || k == SD_TE_SD2 || k == SD_TE_SDXL_REFINER || k == SD_TE_T5;
+    return k == SD_TE_SD1 || k == SD_TE_SD2 || k == SD_TE_SDXL_REFINER || k == SD_TE_T5 ||
+           k == SD_TE_ZIMAGE;
 }
 
 /* A standalone text-encoder file, shared by the nodes and their probes. */
@@ -66,7 +70,7 @@ static sd_status require_text_encoder(const char *path, const sd_ckpt_info *info
     if (info->has_text_encoder && standalone(info->te_kind)) return SD_OK;
     return sd_error_set(err, SD_ERR_UNSUPPORTED,
                         "%s is not a standalone text encoder (a T5-XXL with encoder.block.N keys, "
-                        "or a CLIP with text_model.* keys)%s",
+                        "a CLIP with text_model.* keys, or a Qwen3 with model.layers.N keys)%s",
                         path, info->has_unet ? ": it is a checkpoint; use CheckpointLoaderSimple" : "");
 }
 
@@ -228,8 +232,9 @@ const sd_node_def sd_node_CLIPLoader = {
     .display_name = "Load CLIP",
     .category = "advanced/loaders",
     .description = "Loads one standalone text-encoder file as a CLIP: a CLIP-L (SD1), CLIP-H "
-                   "(SD2) or CLIP-G (SDXL refiner); type sd3 makes a CLIP-L, CLIP-G or T5-XXL an "
-                   "SD3 text encoder with that part alone. Weights load when first used.",
+                   "(SD2) or CLIP-G (SDXL refiner), a Qwen3-4B (Z-Image, any type; lumina2 in its "
+                   "workflows); type sd3 makes a CLIP-L, CLIP-G or T5-XXL an SD3 text encoder "
+                   "with that part alone. Weights load when first used.",
     .inputs = single_inputs,
     .outputs = clip_outputs,
     .run = single_run,

@@ -36,6 +36,11 @@
  *   combining marks, CJK, emoji, digits, a long word, special tokens.
  * OUT_DIR/origin: request names for server/origin.c (listen, CORS origin,
  *   method, Host, Origin, Sec-Fetch-Site, Sec-Fetch-Mode, one a line).
+ * OUT_DIR/qwen_tokenizer: vocab.json, merges.txt and tokenizer_config.json
+ *   joined by "\n#==#\n" (fuzz_qwen_tokenizer's format): a small byte-level
+ *   vocabulary written here with merges and added tokens, variants with a
+ *   bad line, an unknown merge, flagged added tokens; and the Z-Image set's
+ *   real files cut to their first entries (TESTDATA_DIR/zimage/tokenizer).
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -983,6 +988,101 @@ static int flux_seeds(const char *out) {
     return rc;
 }
 
+/* ---- Qwen2 tokenizer files ------------------------------------------------------ */
+
+/* The byte-level character of byte b as JSON string text. */
+static size_t byte_key(int b, char *out) {
+    uint32_t cp = ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) ? (uint32_t)b : 0;
+    if (!cp) {
+        uint32_t n = 0;
+        for (int c = 0; c < b; c++)
+            if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) n++;
+        cp = 256 + n;
+    }
+    if (cp == '"' || cp == '\\') return (size_t)sprintf(out, "\\%c", (char)cp);
+    if (cp < 0x80) return (size_t)sprintf(out, "%c", (char)cp);
+    return (size_t)sprintf(out, "%c%c", (char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F)));
+}
+
+static int qwen_seeds(const char *out, const char *testdata) {
+    int rc = 0;
+    char *v = malloc(8192);
+    if (!v) return -1;
+    size_t k = (size_t)sprintf(v, "{");
+    for (int b = 0; b < 256; b++) {
+        char key[8];
+        byte_key(b, key);
+        k += (size_t)sprintf(v + k, "%s\"%s\":%d", b ? "," : "", key, b);
+    }
+    k += (size_t)sprintf(v + k, ",\"he\":256,\"ll\":257,\"hell\":258,\"\u0120t\":259,\"'s\":260}");
+    static const char *const merges[] = {
+        "#version: 0.2\nh e\nl l\nhe ll\n\u0120 t\n' s\n",
+        "#version: 0.2\nh e x\n",
+        "#version: 0.2\nq zz\n",
+        "h e\nh e\n\n\r\nl l\r\n",
+    };
+    static const char *const configs[] = {
+        "{\"added_tokens_decoder\":{\"300\":{\"content\":\"<|im_end|>\",\"lstrip\":false,"
+        "\"normalized\":false,\"rstrip\":false,\"single_word\":false,\"special\":true},"
+        "\"301\":{\"content\":\"<|im\",\"normalized\":false,\"special\":false}}}",
+        "{\"added_tokens_decoder\":{\"300\":{\"content\":\"<x>\",\"lstrip\":true,\"normalized\":false}}}",
+        "{\"split_special_tokens\":true}",
+        "",
+    };
+    for (size_t i = 0; i < sizeof merges / sizeof merges[0]; i++)
+        for (size_t j = 0; j < sizeof configs / sizeof configs[0]; j++) {
+            if (i && j) continue;
+            size_t n = k + strlen(merges[i]) + strlen(configs[j]) + 16;
+            char *s = malloc(n);
+            if (!s) continue;
+            int w = *configs[j] ? snprintf(s, n, "%s\n#==#\n%s\n#==#\n%s", v, merges[i], configs[j])
+                                : snprintf(s, n, "%s\n#==#\n%s", v, merges[i]);
+            char name[64];
+            snprintf(name, sizeof name, "small%zu-%zu.txt", i, j);
+            if (w > 0) rc |= write_seed(out, name, s, (size_t)w);
+            free(s);
+        }
+    free(v);
+    /* the real files cut short, the vocabulary closed after its last whole
+     * entry: real bytes for the readers (the merges naming tokens the cut
+     * dropped make the loader refuse at that line) */
+    static const char *const real[3] = {"vocab.json", "merges.txt", "tokenizer_config.json"};
+    size_t cut[3] = {24000, 8000, 1u << 20};
+    char *part[3] = {NULL, NULL, NULL};
+    size_t pn[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        char src[4096];
+        snprintf(src, sizeof src, "%s/zimage/tokenizer/%s", testdata, real[i]);
+        FILE *f = fopen(src, "rb");
+        if (!f) continue;
+        part[i] = malloc(cut[i]);
+        pn[i] = part[i] ? fread(part[i], 1, cut[i], f) : 0;
+        fclose(f);
+    }
+    if (part[0] && part[1] && part[2]) {
+        /* close the cut vocabulary after its last complete entry */
+        size_t e = pn[0];
+        while (e > 0 && part[0][e - 1] != ',') e--;
+        if (e > 0) part[0][e - 1] = '}';
+        size_t m = pn[1];
+        while (m > 0 && part[1][m - 1] != '\n') m--;
+        size_t n = e + m + pn[2] + 16;
+        char *s = malloc(n);
+        if (s) {
+            size_t w = 0;
+            memcpy(s + w, part[0], e), w += e;
+            memcpy(s + w, "\n#==#\n", 6), w += 6;
+            memcpy(s + w, part[1], m), w += m;
+            memcpy(s + w, "\n#==#\n", 6), w += 6;
+            memcpy(s + w, part[2], pn[2]), w += pn[2];
+            rc |= write_seed(out, "real-cut.txt", s, w);
+            free(s);
+        }
+    }
+    for (int i = 0; i < 3; i++) free(part[i]);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: fuzz_seeds OUT_DIR TESTDATA_DIR [JSON_DIR...]\n");
@@ -1035,6 +1135,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/origin", argv[1]);
     mkdir_p(dir);
     rc |= origin_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/qwen_tokenizer", argv[1]);
+    mkdir_p(dir);
+    rc |= qwen_seeds(dir, argv[2]);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }
