@@ -10,7 +10,15 @@
  * then renamed onto OUT (atomic on one file system; an existing OUT is
  * replaced). Models are names in the models folder, as in any graph;
  * -i/--mask are paths, named relative to the input folder in the graph. A cached rerun still gets its file: the executor writes a cached
- * output node's files again when they are not in this run's folder. */
+ * output node's files again when they are not in this run's folder.
+ *
+ * Families: the model file's family (read from its keys, nothing loaded)
+ * picks the graph and the defaults. Flux is ComfyUI's Flux checkpoint
+ * example: EmptySD3LatentImage, FluxGuidance on the positive prompt (dev),
+ * KSampler at cfg 1, euler / simple, 20 steps for dev and 4 for schnell, at
+ * 1024 x 1024; with split files (--diffusion-model, --t5xxl, --clip-l,
+ * --vae) UNETLoader, DualCLIPLoader (type flux) and VAELoader stand where
+ * CheckpointLoaderSimple stood. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -25,14 +33,25 @@
 #include "core/json_util.h"
 #include "core/node.h"
 #include "core/value.h"
+#include "models/checkpoint/checkpoint.h"
+#include "models/checkpoint/model_paths.h"
+
+/* What the model file is, for the graph and the defaults. */
+typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL } gen_family;
 
 typedef struct gen_opts {
     const char *model, *prompt, *negative, *init, *mask, *output, *seed, *sampler, *scheduler;
+    const char *diffusion_model, *t5xxl, *clip_l, *vae, *weight_dtype;
     long long width, height, steps;
-    double cfg, strength;
+    double cfg, strength, guidance;
     int strength_given, print_workflow;
     sd_cli_list loras;
+    gen_family family;
 } gen_opts;
+
+/* Options a family sets when they are not given (see the defaults below). */
+#define GEN_UNSET_INT LLONG_MIN
+#define GEN_UNSET_NUM (-1e300)
 
 /* ---- the graph ----------------------------------------------------------------- */
 
@@ -141,8 +160,14 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     sd_status rc = SD_OK;
     cJSON *root = cJSON_CreateObject();
     if (!rc && !root) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    /* where MODEL and CLIP come from: the checkpoint, then each LoRA in turn */
-    char model_src[16] = "4", lora_ids[64][16];
+    /* where MODEL, CLIP and VAE come from: the checkpoint #4 (outputs 0, 1,
+     * 2) or the split loaders (UNETLoader #12, DualCLIPLoader #13,
+     * VAELoader #14; --vae alone replaces the checkpoint's VAE), then each
+     * LoRA in turn for MODEL and CLIP */
+    int split = g->diffusion_model != NULL, flux = g->family != GEN_SD;
+    const char *model0 = split ? "12" : "4", *clip0 = split ? "13" : "4", *vae_src = g->vae ? "14" : "4";
+    int clip0_out = split ? 0 : 1, vae_out = g->vae ? 0 : 2;
+    char lora_ids[64][16];
     int n_loras = 0;
     for (int i = 0; !rc && i < g->loras.n; i++) {
         char name[1024];
@@ -156,6 +181,9 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     }
     double denoise = g->strength_given ? g->strength : g->mask ? 1.0 : g->init ? 0.75 : 1.0;
     const char *latent_src = g->init ? "10" : "5";
+    /* FluxGuidance #15 on the positive prompt: dev always, schnell when
+     * --guidance asks (schnell has no guidance embedding: it is ignored) */
+    int guided = flux && (g->family == GEN_FLUX_DEV || g->guidance != GEN_UNSET_NUM);
     if (!rc) {
         cJSON *in;
         if (init) {
@@ -167,8 +195,9 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             cJSON_AddStringToObject(in, "image", mask);
             cJSON_AddStringToObject(in, "channel", "red"); /* white = repaint */
         }
-        const char *clip_src = n_loras ? lora_ids[n_loras - 1] : "4";
-        if (n_loras) snprintf(model_src, sizeof model_src, "%s", lora_ids[n_loras - 1]);
+        const char *model_src = n_loras ? lora_ids[n_loras - 1] : model0;
+        const char *clip_src = n_loras ? lora_ids[n_loras - 1] : clip0;
+        int clip_out = n_loras ? 1 : clip0_out;
         in = add_node(root, "3", "KSampler");
         cJSON_AddRawToObject(in, "seed", seed_digits);
         cJSON_AddNumberToObject(in, "steps", (double)g->steps);
@@ -177,47 +206,67 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
         cJSON_AddStringToObject(in, "scheduler", g->scheduler);
         cJSON_AddNumberToObject(in, "denoise", denoise);
         add_link(in, "model", model_src, 0);
-        add_link(in, "positive", "6", 0);
+        add_link(in, "positive", guided ? "15" : "6", 0);
         add_link(in, "negative", "7", 0);
         /* a partial-strength inpaint keeps the picture under the mask as a
          * start (SetLatentNoiseMask); a full one blanks it (VAEEncodeForInpaint) */
         int soft_mask = mask && denoise < 1.0;
         add_link(in, "latent_image", soft_mask ? "11" : latent_src, 0);
-        in = add_node(root, "4", "CheckpointLoaderSimple");
-        cJSON_AddStringToObject(in, "ckpt_name", g->model);
+        if (!split) {
+            in = add_node(root, "4", "CheckpointLoaderSimple");
+            cJSON_AddStringToObject(in, "ckpt_name", g->model);
+        }
         if (!init) {
-            in = add_node(root, "5", "EmptyLatentImage");
+            in = add_node(root, "5", flux ? "EmptySD3LatentImage" : "EmptyLatentImage");
             cJSON_AddNumberToObject(in, "width", (double)g->width);
             cJSON_AddNumberToObject(in, "height", (double)g->height);
             cJSON_AddNumberToObject(in, "batch_size", 1);
         }
         in = add_node(root, "6", "CLIPTextEncode");
         cJSON_AddStringToObject(in, "text", g->prompt);
-        add_link(in, "clip", clip_src, 1);
+        add_link(in, "clip", clip_src, clip_out);
         in = add_node(root, "7", "CLIPTextEncode");
         cJSON_AddStringToObject(in, "text", g->negative);
-        add_link(in, "clip", clip_src, 1);
+        add_link(in, "clip", clip_src, clip_out);
         in = add_node(root, "8", "VAEDecode");
         add_link(in, "samples", "3", 0);
-        add_link(in, "vae", "4", 2);
+        add_link(in, "vae", vae_src, vae_out);
         in = add_node(root, "9", "SaveImage");
         cJSON_AddStringToObject(in, "filename_prefix", "sdflow");
         add_link(in, "images", "8", 0);
         if (init && mask && !soft_mask) {
             in = add_node(root, "10", "VAEEncodeForInpaint");
             add_link(in, "pixels", "1", 0);
-            add_link(in, "vae", "4", 2);
+            add_link(in, "vae", vae_src, vae_out);
             add_link(in, "mask", "2", 0);
             cJSON_AddNumberToObject(in, "grow_mask_by", 6);
         } else if (init) {
             in = add_node(root, "10", "VAEEncode");
             add_link(in, "pixels", "1", 0);
-            add_link(in, "vae", "4", 2);
+            add_link(in, "vae", vae_src, vae_out);
         }
         if (soft_mask) {
             in = add_node(root, "11", "SetLatentNoiseMask");
             add_link(in, "samples", "10", 0);
             add_link(in, "mask", "2", 0);
+        }
+        if (split) {
+            in = add_node(root, "12", "UNETLoader");
+            cJSON_AddStringToObject(in, "unet_name", g->diffusion_model);
+            cJSON_AddStringToObject(in, "weight_dtype", g->weight_dtype ? g->weight_dtype : "default");
+            in = add_node(root, "13", "DualCLIPLoader");
+            cJSON_AddStringToObject(in, "clip_name1", g->t5xxl);
+            cJSON_AddStringToObject(in, "clip_name2", g->clip_l);
+            cJSON_AddStringToObject(in, "type", "flux");
+        }
+        if (g->vae) {
+            in = add_node(root, "14", "VAELoader");
+            cJSON_AddStringToObject(in, "vae_name", g->vae);
+        }
+        if (guided) {
+            in = add_node(root, "15", "FluxGuidance");
+            add_link(in, "conditioning", "6", 0);
+            cJSON_AddNumberToObject(in, "guidance", g->guidance == GEN_UNSET_NUM ? 3.5 : g->guidance);
         }
         for (int i = 0; i < n_loras; i++) {
             char name[1024];
@@ -227,13 +276,61 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             cJSON_AddStringToObject(in, "lora_name", name);
             cJSON_AddNumberToObject(in, "strength_model", w);
             cJSON_AddNumberToObject(in, "strength_clip", w);
-            add_link(in, "model", i ? lora_ids[i - 1] : "4", 0);
-            add_link(in, "clip", i ? lora_ids[i - 1] : "4", 1);
+            add_link(in, "model", i ? lora_ids[i - 1] : model0, 0);
+            add_link(in, "clip", i ? lora_ids[i - 1] : clip0, i ? 1 : clip0_out);
         }
     }
     if (!rc && !(*json = sd_json_print(root, 0))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     cJSON_Delete(root);
     return rc;
+}
+
+/* ---- the model's family and its defaults ------------------------------------------------- */
+
+/* Reads the family of -m (checkpoints/) or --diffusion-model
+ * (diffusion_models/) from its keys and checks the options fit it. */
+static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
+    const char *opt = g->diffusion_model ? "--diffusion-model" : "-m";
+    const char *folder = g->diffusion_model ? SD_FOLDER_DIFFUSION_MODELS : SD_FOLDER_CHECKPOINTS;
+    const char *name = g->diffusion_model ? g->diffusion_model : g->model;
+    char *path = NULL;
+    sd_ckpt_info info;
+    sd_status rc = sd_model_paths_resolve(env, folder, name, &path, err);
+    if (!rc) rc = sd_checkpoint_probe(path, &info, err);
+    free(path);
+    if (rc) {
+        sd_error_prefix(err, opt);
+        return rc;
+    }
+    g->family = info.family != SD_CKPT_FLUX ? GEN_SD : info.flux.guidance_embed ? GEN_FLUX_DEV : GEN_FLUX_SCHNELL;
+    if (g->diffusion_model && g->family == GEN_SD)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "--diffusion-model %s is %s, not a Flux model: generate takes split files for Flux "
+                            "only (use -m with a checkpoint)",
+                            name, info.has_unet ? sd_ckpt_family_name(info.family) : "no diffusion model");
+    if (!g->diffusion_model && g->family != GEN_SD && (!info.has_text_encoder || !info.has_vae))
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "-m %s is a Flux diffusion model without %s: give it as --diffusion-model with "
+                            "--t5xxl, --clip-l and --vae",
+                            name, !info.has_text_encoder ? "text encoders" : "a VAE");
+    if (g->family == GEN_SD && g->guidance != GEN_UNSET_NUM)
+        return sd_error_set(err, SD_ERR_INVALID, "--guidance is Flux's (FluxGuidance); %s is %s", name,
+                            sd_ckpt_family_name(info.family));
+    return SD_OK;
+}
+
+/* The family's usual settings for what the command line left out: SD
+ * cfg 8, euler / normal, 20 steps, 512 x 512; Flux cfg 1 (the positive
+ * prompt only), euler / simple, 1024 x 1024, dev 20 steps with
+ * FluxGuidance 3.5, schnell 4 steps (ComfyUI's Flux examples). */
+static void apply_defaults(gen_opts *g) {
+    int flux = g->family != GEN_SD;
+    if (g->steps == GEN_UNSET_INT) g->steps = g->family == GEN_FLUX_SCHNELL ? 4 : 20;
+    if (g->cfg == GEN_UNSET_NUM) g->cfg = flux ? 1.0 : 8.0;
+    if (!g->sampler) g->sampler = "euler";
+    if (!g->scheduler) g->scheduler = flux ? "simple" : "normal";
+    if (g->width == GEN_UNSET_INT) g->width = flux ? 1024 : 512;
+    if (g->height == GEN_UNSET_INT) g->height = flux ? 1024 : 512;
 }
 
 /* ---- -o: a private folder beside OUT, then a rename ---------------------------------- */
@@ -302,25 +399,46 @@ static const char gen_about[] =
     "each --lora a LoraLoader), which runs like `sdflow run` (same cache, progress and report\n"
     "options). --print-workflow prints that graph (API JSON) instead: `sdflow run` of that file\n"
     "makes the same picture. Models are names inside the models folder (checkpoints/, loras/);\n"
+    "the model's family (read from the file) sets the defaults and the graph: Flux gets\n"
+    "EmptySD3LatentImage, FluxGuidance 3.5 (dev), cfg 1, euler/simple, 20 steps (schnell 4),\n"
+    "1024x1024; Flux split files come as --diffusion-model, --t5xxl, --clip-l and --vae.\n"
     "-i and --mask are files: named relative to --input-dir when inside it, else the folder of\n"
     "-i becomes the input folder.";
 
 int sd_cli_generate(int argc, char **argv) {
-    gen_opts g = {.negative = "", .sampler = "euler", .scheduler = "normal", .width = 512, .height = 512,
-                  .steps = 20, .cfg = 8.0, .strength = 0.75};
+    gen_opts g = {.negative = "", .width = GEN_UNSET_INT, .height = GEN_UNSET_INT, .steps = GEN_UNSET_INT,
+                  .cfg = GEN_UNSET_NUM, .guidance = GEN_UNSET_NUM, .strength = 0.75};
     const char *report = NULL, *dump = NULL, *strength = NULL;
     const sd_cli_option own[] = {
-        {"--model", "-m", SD_CLI_STR, &g.model, "NAME", "checkpoint: a name in MODELS/checkpoints/",
-         NULL},
+        {"--model", "-m", SD_CLI_STR, &g.model, "NAME",
+         "checkpoint: a name in MODELS/checkpoints/ (SD1, SD2, SDXL, the Flux fp8 single file)", NULL},
+        {"--diffusion-model", NULL, SD_CLI_STR, &g.diffusion_model, "NAME",
+         "Flux split files instead of -m: the DiT, a name in MODELS/diffusion_models/ (UNETLoader)", NULL},
+        {"--t5xxl", NULL, SD_CLI_STR, &g.t5xxl, "NAME",
+         "with --diffusion-model: the T5-XXL, a name in MODELS/text_encoders/ (DualCLIPLoader)", NULL},
+        {"--clip-l", NULL, SD_CLI_STR, &g.clip_l, "NAME",
+         "with --diffusion-model: the CLIP-L, a name in MODELS/text_encoders/ (DualCLIPLoader)", NULL},
+        {"--vae", NULL, SD_CLI_STR, &g.vae, "NAME",
+         "a VAE file in MODELS/vae/ (VAELoader): needed with --diffusion-model, else replaces the "
+         "checkpoint's", NULL},
+        {"--weight-dtype", NULL, SD_CLI_STR, &g.weight_dtype, "TYPE",
+         "with --diffusion-model: UNETLoader's weight_dtype (default keeps the file's)",
+         "default|fp8_e4m3fn|fp8_e4m3fn_fast|fp8_e5m2"},
         {"--prompt", "-p", SD_CLI_STR, &g.prompt, "TEXT", "what to draw", NULL},
         {"--negative", "-n", SD_CLI_STR, &g.negative, "TEXT", "what not to draw (default empty)", NULL},
-        {"--width", "-W", SD_CLI_INT, &g.width, "N", "picture width (default 512; txt2img only)", NULL},
-        {"--height", "-H", SD_CLI_INT, &g.height, "N", "picture height (default 512; txt2img only)", NULL},
-        {"--steps", NULL, SD_CLI_INT, &g.steps, "N", "sampling steps (default 20)", NULL},
-        {"--cfg", NULL, SD_CLI_FLOAT, &g.cfg, "SCALE", "classifier-free guidance scale (default 8.0)", NULL},
+        {"--width", "-W", SD_CLI_INT, &g.width, "N", "picture width (default 512, Flux 1024; txt2img only)",
+         NULL},
+        {"--height", "-H", SD_CLI_INT, &g.height, "N", "picture height (default 512, Flux 1024; txt2img only)",
+         NULL},
+        {"--steps", NULL, SD_CLI_INT, &g.steps, "N", "sampling steps (default 20; Flux schnell 4)", NULL},
+        {"--cfg", NULL, SD_CLI_FLOAT, &g.cfg, "SCALE", "classifier-free guidance scale (default 8.0; Flux 1.0)",
+         NULL},
+        {"--guidance", NULL, SD_CLI_FLOAT, &g.guidance, "X",
+         "Flux: FluxGuidance on the prompt (default 3.5 for dev; none for schnell)", NULL},
         {"--seed", NULL, SD_CLI_STR, &g.seed, "N", "noise seed, 0 to 2^64-1 (default 0)", NULL},
         {"--sampler", NULL, SD_CLI_STR, &g.sampler, "NAME", "KSampler sampler_name (default euler)", NULL},
-        {"--scheduler", NULL, SD_CLI_STR, &g.scheduler, "NAME", "KSampler scheduler (default normal)", NULL},
+        {"--scheduler", NULL, SD_CLI_STR, &g.scheduler, "NAME", "KSampler scheduler (default normal; Flux simple)",
+         NULL},
         {"--init-img", "-i", SD_CLI_STR, &g.init, "INIT.png", "img2img: start from this picture (its size)", NULL},
         {"--strength", NULL, SD_CLI_STR, &strength, "X",
          "how much of -i to repaint, 0..1 (default 0.75; 1 with --mask)", NULL},
@@ -334,14 +452,32 @@ int sd_cli_generate(int argc, char **argv) {
         {"--report", NULL, SD_CLI_STR, &report, "FILE.json", "write what ran, what hit the cache and timings", NULL},
         {"--dump", NULL, SD_CLI_STR, &dump, "DIR", "save every output tensor as DIR/<id>_<n>.safetensors", NULL},
         {0}};
-    const sd_cli_command cmd = {"generate", "-m MODEL -p PROMPT [options] [-o OUT.png]", gen_about,
+    const sd_cli_command cmd = {"generate",
+                                "-m MODEL -p PROMPT [options] [-o OUT.png]\n"
+                                "       sdflow generate --diffusion-model DIT --t5xxl T5 --clip-l CLIP --vae VAE -p PROMPT "
+                                "[options]",
+                                gen_about,
                                 SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS, own, 0, 0};
     sd_cli_args a;
     int code = sd_cli_parse(&cmd, argc, argv, &a);
     if (code != SD_CLI_CONTINUE) goto out;
     code = 1;
-    if (!g.model || !g.prompt) {
+    if ((!g.model && !g.diffusion_model) || !g.prompt) {
         fprintf(stderr, "sdflow generate: -m MODEL and -p PROMPT are required (sdflow generate --help)\n");
+        goto out;
+    }
+    if (g.model && g.diffusion_model) {
+        fprintf(stderr, "sdflow generate: -m (a checkpoint) and --diffusion-model (split files) exclude each other\n");
+        goto out;
+    }
+    if (g.diffusion_model && (!g.t5xxl || !g.clip_l || !g.vae)) {
+        fprintf(stderr, "sdflow generate: --diffusion-model needs its text encoders and VAE: --t5xxl, --clip-l and "
+                        "--vae\n");
+        goto out;
+    }
+    if (!g.diffusion_model && (g.t5xxl || g.clip_l || g.weight_dtype)) {
+        fprintf(stderr, "sdflow generate: %s goes with --diffusion-model (split files)\n",
+                g.t5xxl ? "--t5xxl" : g.clip_l ? "--clip-l" : "--weight-dtype");
         goto out;
     }
     if (strength) {
@@ -369,9 +505,11 @@ int sd_cli_generate(int argc, char **argv) {
     if (!rc) {
         sd_env env; /* only for the input folder the options and environment name */
         rc = sd_cli_env_init(&env, &a, &err);
+        if (!rc) rc = detect_family(&g, &env, &err);
         if (!rc) rc = place_inputs(&g, env.input_dir, &input_dir, &init, &mask, &err);
         sd_env_cleanup(&env);
     }
+    if (!rc) apply_defaults(&g);
     if (!rc) rc = build_graph(&g, init, mask, &json, &err);
     free(init);
     free(mask);

@@ -40,6 +40,9 @@ static const shared_opt shared[] = {
      "an existing ComfyUI install to find models and inputs in too (env SDFLOW_COMFYUI_DIR)", NULL},
     {SD_CLI_G_MODELS, "--tokenizer-dir", NULL, SD_CLI_STR, OFF(tokenizer_dir), "DIR",
      "CLIP vocabulary folder (env SDFLOW_TOKENIZER_DIR; default: beside the model)", NULL},
+    {SD_CLI_G_MODELS, "--clip-l-heads", NULL, SD_CLI_STR, OFF(clip_l_heads), "N",
+     "attention heads of every CLIP-L the loaders open, for test models that are not 64 wide per "
+     "head (default: width / 64, as every real CLIP-L)", NULL},
     {G_IO, "--input-dir", NULL, SD_CLI_STR, OFF(input_dir), "DIR", "LoadImage folder (default ./input)", NULL},
     {G_IO, "--output-dir", NULL, SD_CLI_STR, OFF(output_dir), "DIR", "SaveImage folder (default ./output)",
      NULL},
@@ -311,6 +314,14 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
             setenv("SDFLOW_CUDA_DEVICE", idx, 1); /* what the CUDA backend reads (kernels/cuda) */
             rc = sd_env_set(env, &env->device, "cuda", err);
         }
+    }
+    if (!rc && a->clip_l_heads) {
+        char *end = NULL;
+        long n = strtol(a->clip_l_heads, &end, 10);
+        if (!*a->clip_l_heads || *end || n < 1 || n > 1024)
+            rc = sd_error_set(err, SD_ERR_INVALID, "--clip-l-heads must be a whole number from 1 to 1024, not '%s'",
+                              a->clip_l_heads);
+        else env->clip_l_heads = (int)n;
     }
     if (!rc && a->max_image_pixels) {
         rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);

@@ -48,9 +48,14 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
         sd_node_log(ctx, SD_LOG_WARN,
                     "%s has RANDOM weights (made by sdflow synth): images will be noise",
                     name);
-    sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: %s%s%s, UNet %d channels", name,
-                sd_ckpt_family_name(info->family), info->inpaint ? " inpainting" : "",
-                info->prediction == SD_PRED_V ? " v-prediction" : "", info->unet.model_channels);
+    if (info->dmodel_kind == SD_DMODEL_FLUX)
+        sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: flux %s, DiT width %d, %d + %d blocks", name,
+                    info->flux.guidance_embed ? "dev" : "schnell", info->flux.hidden_size, info->flux.depth,
+                    info->flux.depth_single_blocks);
+    else
+        sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: %s%s%s, UNet %d channels", name,
+                    sd_ckpt_family_name(info->family), info->inpaint ? " inpainting" : "",
+                    info->prediction == SD_PRED_V ? " v-prediction" : "", info->unet.model_channels);
     out[0] = sd_nodes_model_value(c);
     out[1] = sd_nodes_clip_value(c, 0);
     out[2] = sd_nodes_vae_value(c);
