@@ -285,6 +285,22 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     return rc;
 }
 
+/* The option values the graph takes as written (--seed, --lora), checked
+ * before anything is looked up. */
+static sd_status check_specs(const gen_opts *g, sd_error *err) {
+    uint64_t seed = 0;
+    if (g->seed && sd_json_parse_u64(g->seed, &seed))
+        return sd_error_set(err, SD_ERR_INVALID, "--seed must be a whole number from 0 to 2^64-1, not '%s'", g->seed);
+    if (g->loras.n > 64) return sd_error_set(err, SD_ERR_INVALID, "--lora: at most 64");
+    for (int i = 0; i < g->loras.n; i++) {
+        char name[1024];
+        double w;
+        if (split_lora(g->loras.items[i], name, sizeof name, &w))
+            return sd_error_set(err, SD_ERR_INVALID, "--lora '%s': expected NAME or NAME:WEIGHT", g->loras.items[i]);
+    }
+    return SD_OK;
+}
+
 /* ---- the model's family and its defaults ------------------------------------------------- */
 
 /* Reads the family of -m (checkpoints/) or --diffusion-model
@@ -502,11 +518,12 @@ int sd_cli_generate(int argc, char **argv) {
     }
     char *json = NULL, *input_dir = NULL, *init = NULL, *mask = NULL;
     sd_status rc = sd_nodes_register_all(&err);
+    if (!rc) rc = check_specs(&g, &err);
     if (!rc) {
-        sd_env env; /* only for the input folder the options and environment name */
+        sd_env env; /* the input folder and the models folder the options and environment name */
         rc = sd_cli_env_init(&env, &a, &err);
-        if (!rc) rc = detect_family(&g, &env, &err);
         if (!rc) rc = place_inputs(&g, env.input_dir, &input_dir, &init, &mask, &err);
+        if (!rc) rc = detect_family(&g, &env, &err); /* after the cheap checks */
         sd_env_cleanup(&env);
     }
     if (!rc) apply_defaults(&g);

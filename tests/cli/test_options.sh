@@ -25,7 +25,7 @@ for c in $cmds; do
     # "--opt=x --bogus-probe" so that parsing always ends in an error and
     # nothing runs (no REPL, no server, no file written): a flag refuses
     # "=x", a valued option takes it and the probe is then unknown.
-    for opt in $(printf '%s\n' "$out" | grep -o '^  \(-[a-zA-Z], \)\?--[a-z-]*' | sed 's/.*--/--/'); do
+    for opt in $(printf '%s\n' "$out" | grep -o '^  \(-[a-zA-Z], \)\?--[a-z0-9-]*' | sed 's/.*--/--/'); do
         [ "$opt" = --help ] && continue
         if "$SDFLOW_BIN" "$c" "$opt=x" --bogus-probe < /dev/null > /dev/null 2> "$T/probe"; then
             fail "sdflow $c $opt=x --bogus-probe succeeded"
