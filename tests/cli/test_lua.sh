@@ -84,12 +84,13 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
     "$SDFLOW_BIN" export --json "$T/$base.exp.lua" > "$T/$base.back.json" || fail "export --json $base"
     "$SDFLOW_BIN" export --lua "$T/$base.back.json" | tail -n +2 > "$T/$base.exp3.lua"
     cmp -s "$T/$base.exp1.lua" "$T/$base.exp3.lua" || fail "$base: JSON -> Lua -> JSON changed the graph"
-    if grep -q '"CheckpointLoaderSimple"' "$json" && [ $have_model = 0 ]; then
+    if grep -q '"CheckpointLoaderSimple"' "$json" && ! grep -q '"flux1-' "$json" && [ $have_model = 0 ]; then
         [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no tiny-sd1 checkpoint"
         echo "note: not running workflows/$base.lua (no tiny-sd1 checkpoint)"
         continue
     fi
-    if grep -q '"UNETLoader"\|"UnetLoaderGGUF"\|"DualCLIPLoader' "$json" && [ $have_flux = 0 ]; then
+    # (the Flux fp8 checkpoint example loads through CheckpointLoaderSimple)
+    if grep -q '"UNETLoader"\|"UnetLoaderGGUF"\|"DualCLIPLoader\|"flux1-' "$json" && [ $have_flux = 0 ]; then
         [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no Flux reference set"
         echo "note: not running workflows/$base.lua (no Flux reference set)"
         continue

@@ -99,7 +99,7 @@ both() {
     local name=$1
     shift
     local a="$T/run/$name/api" u="$T/run/$name/ui"
-    local common=(--models-dir "$T/models" --input-dir "$T/input" --tokenizer-dir "$TOK" --no-cache --quiet "$@")
+    local common=(--models-dir "$T/models" --input-dir "$T/input" --tokenizer-dir "${UI_TOK:-$TOK}" --no-cache --quiet "$@")
     if ! "$SDFLOW_BIN" run "$WF/$name.json" "${common[@]}" --output-dir "$a" > /dev/null 2> "$T/$name.api.err"; then
         fail "$name (API): $(cat "$T/$name.api.err")"
         return 1
@@ -152,6 +152,28 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
     fi
 else
     echo "  (no tiny checkpoint or tokenizer: only the model-free workflow ran)"
+fi
+
+# The Flux examples on the Flux set's tiny files under ComfyUI's names, with
+# the T5 tokenizer beside the CLIP vocabulary
+FLUX="$DATA/flux"
+if [ -d "$TOK" ] && [ -f "$FLUX/manifest.json" ]; then
+    mkdir -p "$T/models/diffusion_models" "$T/models/text_encoders" "$T/models/vae" "$T/tok/t5_tokenizer"
+    for f in vocab.json merges.txt; do ln -s "$TOK/$f" "$T/tok/$f"; done
+    ln -s "$FLUX/tokenizer/tokenizer.json" "$T/tok/t5_tokenizer/tokenizer.json"
+    for f in "flux1-dev diffusion_models/flux1-dev" "flux1-schnell diffusion_models/flux1-schnell" \
+        "flux1-dev-fp8 checkpoints/flux1-dev-fp8" "t5xxl_fp16 text_encoders/t5xxl_fp16" \
+        "clip_l text_encoders/clip_l" "ae vae/ae"; do
+        set -- $f
+        ln -s "$FLUX/models/tiny-$1.safetensors" "$T/models/$2.safetensors"
+    done
+    UI_TOK="$T/tok"
+    FLUXSMALL=(--set 27.width=64 --set 27.height=48)
+    both txt2img_flux_dev "${FLUXSMALL[@]}" --set 3.steps=2
+    both txt2img_flux_dev_fp8 "${FLUXSMALL[@]}" --set 3.steps=2
+    both txt2img_flux_schnell "${FLUXSMALL[@]}" --set 17.steps=2
+else
+    echo "  (no Flux reference set or tokenizer: the Flux examples did not run)"
 fi
 
 # ---- files that are not workflows --------------------------------------------------------

@@ -59,7 +59,10 @@ export function startServer(bin, args, logPath) {
 export function tweak(name, wf, models, image) {
   for (const [id, n] of Object.entries(wf)) {
     const i = n.inputs;
-    if (n.class_type === 'CheckpointLoaderSimple') i.ckpt_name = name.includes('sdxl') ? models.sdxl : models.sd1;
+    // (the Flux examples keep their file names: without Flux stand-ins in the
+    // models folder they are left out as naming a file the server lacks)
+    if (n.class_type === 'CheckpointLoaderSimple' && !name.includes('flux')) i.ckpt_name = name.includes('sdxl') ? models.sdxl : models.sd1;
+    if (n.class_type === 'EmptySD3LatentImage') Object.assign(i, { width: 64, height: 48 });
     if (n.class_type === 'EmptyLatentImage') Object.assign(i, name.includes('sdxl') ? { width: 128, height: 96 } : { width: 64, height: 64 });
     if (n.class_type === 'CLIPTextEncodeSDXL') Object.assign(i, { width: 128, height: 96, target_width: 128, target_height: 96 });
     if (['KSampler', 'KSamplerAdvanced', 'BasicScheduler'].includes(n.class_type)) i.steps = 2;
