@@ -13,7 +13,10 @@
  *                                    SDXL), or bare (a diffusion_models/ file)
  *   DiT   the Flux DiT's keys (models/flux/flux.h) under model.diffusion_model.
  *         (Comfy-Org single-file checkpoints) or bare (diffusion_models/
- *         flux1-dev.safetensors); family SD_CKPT_FLUX
+ *         flux1-dev.safetensors); family SD_CKPT_FLUX. Z-Image's NextDiT
+ *         (models/zimage/zimage.h: cap_embedder.*, bare as in
+ *         diffusion_models/z_image_turbo_bf16.safetensors, or under
+ *         model.diffusion_model.); family SD_CKPT_ZIMAGE
  *   VAE   first_stage_model.*       ("" for a standalone VAE file such as
  *                                    Flux's 16-channel ae; vae.* in the
  *                                    single-file Flux checkpoints)
@@ -51,13 +54,16 @@
 #include "models/text/text_encode.h"
 #include "models/unet/unet.h"
 #include "models/vae/vae.h"
+#include "models/zimage/zimage.h"
 
 typedef enum sd_ckpt_family {
     SD_CKPT_NONE = 0, /* no UNet (a standalone VAE or text-encoder file) */
     SD_CKPT_SD1 = 1,
     SD_CKPT_SDXL = 2,
     SD_CKPT_SD2 = 3,  /* SD2.x: OpenCLIP-H text encoder, linear proj_in, eps or v */
-    SD_CKPT_FLUX = 4  /* Flux.1 DiT (dev: guidance_embed; schnell) */
+    SD_CKPT_FLUX = 4,  /* Flux.1 DiT (dev: guidance_embed; schnell) */
+    /* 5: kept for SD3 */
+    SD_CKPT_ZIMAGE = 6 /* Z-Image's NextDiT (models/zimage) */
 } sd_ckpt_family;
 
 typedef struct sd_ckpt_info {
@@ -70,9 +76,11 @@ typedef struct sd_ckpt_info {
     const char *dmodel_prefix; /* "model.diffusion_model." or "" (a bare model file) */
     sd_unet_config unet;     /* valid when dmodel_kind is SD_DMODEL_UNET */
     sd_flux_config flux;     /* valid when dmodel_kind is SD_DMODEL_FLUX */
+    sd_zimage_config zimage; /* valid when dmodel_kind is SD_DMODEL_ZIMAGE */
     const char *vae_prefix;  /* "first_stage_model.", "vae." or "" */
     /* the MODEL's latent format (process_latent_in/out at sampling, previews):
-     * SD1's for SD1/SD2 and a bare VAE, SDXL's for SDXL, Flux's for FLUX */
+     * SD1's for SD1/SD2 and a bare VAE, SDXL's for SDXL, Flux's for FLUX and
+     * ZIMAGE */
     const sd_latent_format *latent_format;
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
@@ -125,7 +133,7 @@ void sd_checkpoint_unref(sd_checkpoint *c);         /* NULL-safe */
 const sd_ckpt_info *sd_checkpoint_info(const sd_checkpoint *c);
 const char *sd_checkpoint_path(const sd_checkpoint *c);
 sd_backend *sd_checkpoint_backend(const sd_checkpoint *c);
-/* "sd1", "sd2", "sdxl", "flux" or "none". */
+/* "sd1", "sd2", "sdxl", "flux", "zimage" or "none". */
 const char *sd_ckpt_family_name(sd_ckpt_family f);
 
 /* The parts, loaded on first call (borrowed; NULL never returned on SD_OK).

@@ -13,6 +13,7 @@ const char *sd_dmodel_kind_name(sd_dmodel_kind kind) {
     switch (kind) {
     case SD_DMODEL_UNET: return "unet";
     case SD_DMODEL_FLUX: return "flux";
+    case SD_DMODEL_ZIMAGE: return "zimage";
     default: return "?";
     }
 }

@@ -13,7 +13,8 @@
  *   x          [N, in_channels, H, W], after ModelSampling.calculate_input
  *              (and the inpainting concat for 9-channel UNets)
  *   timesteps  N host floats: ModelSampling.timestep(sigma) (the discrete
- *              index for the SD schedules, sigma itself for Flux)
+ *              index for the SD schedules, sigma itself for Flux and
+ *              Z-Image)
  *   context    [N, L, context_dim]: cross-attention / text tokens
  *   y          [N, y_dim] (SDXL's adm vector, Flux's pooled CLIP-L) or NULL
  *   guidance   N host floats (Flux dev's distilled guidance) or NULL: none
@@ -30,7 +31,9 @@
 
 typedef enum sd_dmodel_kind {
     SD_DMODEL_UNET = 1, /* SD1 / SD2 / SDXL */
-    SD_DMODEL_FLUX = 2  /* Flux.1 dev / schnell */
+    SD_DMODEL_FLUX = 2,  /* Flux.1 dev / schnell */
+    /* 3: kept for SD3's MMDiT */
+    SD_DMODEL_ZIMAGE = 4 /* Z-Image's NextDiT (models/zimage) */
 } sd_dmodel_kind;
 
 typedef struct sd_dmodel_info {
@@ -66,7 +69,7 @@ typedef struct sd_dmodel {
 /* m->vt->forward, with a NULL-model check. */
 sd_status sd_dmodel_forward(const sd_dmodel *m, const sd_dmodel_input *in, sd_bt **out,
                             sd_error *err);
-/* "unet", "flux". */
+/* "unet", "flux", "zimage". */
 const char *sd_dmodel_kind_name(sd_dmodel_kind kind);
 
 #endif

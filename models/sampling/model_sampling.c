@@ -193,6 +193,11 @@ void sd_model_sampling_init_flux_schnell(sd_model_sampling *ms)
     sd_model_sampling_init_flow(ms, 1.0, 1.0);
 }
 
+void sd_model_sampling_init_zimage(sd_model_sampling *ms)
+{
+    sd_model_sampling_init_flow(ms, SD_MS_ZIMAGE_DEFAULT_SHIFT, 1.0);
+}
+
 double sd_ms_flux_shift(double max_shift, double base_shift, int width, int height)
 {
     const double x1 = 256, x2 = 4096;

@@ -120,6 +120,10 @@ void sd_model_sampling_init_flux(sd_model_sampling *ms, double shift);
 #define SD_MS_FLUX_DEFAULT_SHIFT 1.15
 void sd_model_sampling_init_flux_dev(sd_model_sampling *ms);
 void sd_model_sampling_init_flux_schnell(sd_model_sampling *ms);
+/* A Z-Image MODEL without a model-sampling node (supported_models.ZImage's
+ * sampling_settings): ModelSamplingDiscreteFlow, shift 3, multiplier 1. */
+#define SD_MS_ZIMAGE_DEFAULT_SHIFT 3.0
+void sd_model_sampling_init_zimage(sd_model_sampling *ms);
 /* The ModelSamplingFlux node's shift for a picture of width x height pixels:
  * a line through (256, base_shift) and (4096, max_shift) evaluated at
  * width * height / 256 (the number of 2x2 latent patches), in double as

@@ -218,6 +218,10 @@ sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error 
             return sd_error_set(err, SD_ERR_UNSUPPORTED,
                                 "LoRA on a Flux model is not supported yet (%s)",
                                 sd_checkpoint_path(m->ckpt));
+        if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_ZIMAGE)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                "LoRA on a Z-Image model is not supported yet (%s)",
+                                sd_checkpoint_path(m->ckpt));
         sd_unet *u = NULL;
         sd_status rc = sd_lora_stack_unet(m->loras, m->ckpt, &u, err);
         if (!rc) sd_unet_as_dmodel(u, out);
@@ -253,6 +257,7 @@ void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
     else if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
     else if (info->family == SD_CKPT_FLUX && info->flux.guidance_embed) sd_model_sampling_init_flux_dev(ms);
     else if (info->family == SD_CKPT_FLUX) sd_model_sampling_init_flux_schnell(ms);
+    else if (info->family == SD_CKPT_ZIMAGE) sd_model_sampling_init_zimage(ms);
     else sd_model_sampling_init(ms, info->prediction);
 }
 

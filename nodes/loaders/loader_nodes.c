@@ -52,6 +52,9 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
         sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: flux %s, DiT width %d, %d + %d blocks", name,
                     info->flux.guidance_embed ? "dev" : "schnell", info->flux.hidden_size, info->flux.depth,
                     info->flux.depth_single_blocks);
+    else if (info->dmodel_kind == SD_DMODEL_ZIMAGE)
+        sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: zimage NextDiT, dim %d, %d+%d layers", name,
+                    info->zimage.dim, info->zimage.n_refiner_layers, info->zimage.n_layers);
     else
         sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: %s%s%s, UNet %d channels", name,
                     sd_ckpt_family_name(info->family), info->inpaint ? " inpainting" : "",

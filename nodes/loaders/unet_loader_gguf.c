@@ -76,6 +76,8 @@ static sd_status load(sd_node_ctx *ctx, const char *name, sd_dequant_math dq, sd
         sd_node_log(ctx, SD_LOG_INFO, "GGUF diffusion model %s: flux %s, hidden %d, %d+%d blocks", name,
                     info->flux.guidance_embed ? "dev" : "schnell", info->flux.hidden_size, info->flux.depth,
                     info->flux.depth_single_blocks);
+    else if (info->family == SD_CKPT_ZIMAGE)
+        sd_node_log(ctx, SD_LOG_INFO, "GGUF diffusion model %s: zimage NextDiT, dim %d", name, info->zimage.dim);
     else
         sd_node_log(ctx, SD_LOG_INFO, "GGUF diffusion model %s: %s UNet", name, sd_ckpt_family_name(info->family));
     out[0] = sd_nodes_model_value(c);

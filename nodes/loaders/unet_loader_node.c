@@ -28,7 +28,7 @@ static sd_status list_models(const sd_env *env, sd_value **out, sd_error *err) {
 static sd_status require_dmodel(const char *path, const sd_ckpt_info *info, sd_error *err) {
     if (info->has_unet) return SD_OK;
     return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                        "%s holds no diffusion model (no Flux DiT or UNet keys, bare or under "
+                        "%s holds no diffusion model (no Flux DiT, Z-Image NextDiT or UNet keys, bare or under "
                         "model.diffusion_model.)%s",
                         path, info->has_vae || info->has_text_encoder
                                   ? ": it is a VAE or text encoder file; use VAELoader or a CLIP loader"
@@ -67,6 +67,9 @@ static sd_status unet_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
         sd_node_log(ctx, SD_LOG_INFO, "diffusion model %s: flux %s, hidden %d, %d+%d blocks, weights %s", name,
                     info->flux.guidance_embed ? "dev" : "schnell", info->flux.hidden_size, info->flux.depth,
                     info->flux.depth_single_blocks, wd);
+    else if (info->family == SD_CKPT_ZIMAGE)
+        sd_node_log(ctx, SD_LOG_INFO, "diffusion model %s: zimage NextDiT, dim %d, %d+%d layers, weights %s",
+                    name, info->zimage.dim, info->zimage.n_refiner_layers, info->zimage.n_layers, wd);
     else
         sd_node_log(ctx, SD_LOG_INFO, "diffusion model %s: %s UNet, %d channels, weights %s", name,
                     sd_ckpt_family_name(info->family), info->unet.model_channels, wd);

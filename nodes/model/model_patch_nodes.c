@@ -1,5 +1,5 @@
-/* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingFlux and
- * RescaleCFG (comfy_extras/nodes_model_advanced.py) as data on the MODEL
+/* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingFlux,
+ * ModelSamplingAuraFlow and RescaleCFG (comfy_extras/nodes_model_advanced.py) as data on the MODEL
  * handle. */
 #include "model_nodes.h"
 
@@ -54,6 +54,25 @@ static sd_status model_sampling_flux_run(sd_node_ctx *ctx, sd_value *const *in, 
     p.zsnr = 0;
     p.shift = sd_ms_flux_shift(sd_value_as_float(in[1]), sd_value_as_float(in[2]),
                                (int)sd_value_as_int(in[3]), (int)sd_value_as_int(in[4]));
+    p.multiplier = 1.0;
+    return model_with(m, &p, &out[0], err);
+}
+
+/* ModelSamplingAuraFlow: ModelSamplingSD3.patch(shift, multiplier=1.0), a
+ * ModelSamplingDiscreteFlow + CONST replacing the model_sampling object
+ * (Z-Image's and AuraFlow's timesteps are sigma itself). */
+static sd_status model_sampling_aura_flow_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                              sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    p.sampling_set = 1;
+    p.sampling_base = SD_MS_FLOW;
+    p.sampling = SD_PRED_CONST;
+    p.zsnr = 0;
+    p.shift = sd_value_as_float(in[1]);
     p.multiplier = 1.0;
     return model_with(m, &p, &out[0], err);
 }
@@ -119,6 +138,24 @@ static const sd_node_def node_model_sampling_flux = {
     .run = model_sampling_flux_run,
 };
 
+static const sd_input_def model_sampling_aura_flow_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "shift", .type = SD_T_FLOAT, .def = 1.73, .min = 0.0, .max = 100.0, .step = 0.01,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_model_sampling_aura_flow = {
+    .version = 1,
+    .class_type = "ModelSamplingAuraFlow",
+    .display_name = "ModelSamplingAuraFlow",
+    .category = "advanced/model",
+    .description = "Flow-matching sampling with a fixed shift (Z-Image, AuraFlow): "
+                   "sigma(t) = shift*t / (1 + (shift-1)*t), timestep = sigma.",
+    .inputs = model_sampling_aura_flow_inputs,
+    .outputs = model_out,
+    .run = model_sampling_aura_flow_run,
+};
+
 static const sd_input_def rescale_cfg_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "multiplier", .type = SD_T_FLOAT, .def = 0.7, .min = 0.0, .max = 1.0, .step = 0.01,
@@ -138,5 +175,6 @@ static const sd_node_def node_rescale_cfg = {
 };
 
 const sd_node_def *const sd_nodes_model_patch[] = {&node_model_sampling_discrete,
-                                                   &node_model_sampling_flux, &node_rescale_cfg,
+                                                   &node_model_sampling_flux,
+                                                   &node_model_sampling_aura_flow, &node_rescale_cfg,
                                                    NULL};

@@ -1,5 +1,5 @@
-/* cond_model.c - the diffusion model (models/dmodel/dmodel.h: the UNet or
- * Flux's DiT) as the CFG guider's model call, with ComfyUI's conditioning
+/* cond_model.c - the diffusion model (models/dmodel/dmodel.h: the UNet,
+ * Flux's DiT or Z-Image's NextDiT) as the CFG guider's model call, with ComfyUI's conditioning
  * semantics (comfy.samplers.calc_cond_batch / get_area_and_mult, and each
  * model_base's extra_conds). Float32 arithmetic in torch's order. */
 #include <math.h>
@@ -119,6 +119,28 @@ static sd_status entry_guidance(const sd_cond_model *m, chunk *c, sd_error *err)
                             sd_value_kind_name(k));
     c->guided = 1;
     c->guidance = (float)sd_value_as_float(g);
+    return SD_OK;
+}
+
+/* model_base.Lumina2.extra_conds passes the conditioning's attention_mask
+ * to the NextDiT only when it masks a token; an all-ones mask (every
+ * prompt without a typed pad token) changes nothing. The masked case is
+ * not run: ComfyUI's NextDiT applies that mask to the caption refiner only,
+ * against the caption padded with pad tokens the mask does not cover. */
+static sd_status entry_mask(const sd_cond_model *m, const chunk *c, sd_error *err) {
+    if (m->dm.info.kind != SD_DMODEL_ZIMAGE) return SD_OK;
+    sd_tensor *mask = sd_value_dict_tensor(c->entry, "attention_mask");
+    if (!mask) return SD_OK;
+    sd_tensor *f = sd_tensor_to_dtype(mask, SD_F32);
+    if (!f) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    int64_t n = sd_tensor_numel(f), zeros = 0;
+    for (int64_t i = 0; i < n; i++) zeros += sd_tensor_f32(f)[i] == 0.0f;
+    sd_tensor_unref(f);
+    if (zeros)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "the Z-Image conditioning's attention_mask masks %lld of %lld tokens "
+                            "(a pad token in the prompt?); masked captions are not supported",
+                            (long long)zeros, (long long)n);
     return SD_OK;
 }
 
@@ -370,6 +392,10 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                                   "%s conditioning entry %zu: 'cond' must be F32 [1, L, %d] "
                                   "(does the text encoder belong to this model?)",
                                   which, k, m->dm.info.context_dim);
+                break;
+            }
+            if ((rc = entry_mask(m, c, err))) {
+                sd_error_prefix(err, "%s conditioning entry %zu", which, k);
                 break;
             }
             if ((rc = entry_guidance(m, c, err))) {

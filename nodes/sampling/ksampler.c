@@ -321,6 +321,17 @@ static double flux_bytes(const sd_flux_config *c, int64_t b, int64_t h, int64_t 
     return tokens * widths * c->hidden_size * sizeof(float) * (double)b;
 }
 
+/* The same for Z-Image's NextDiT: the joint stream of the image tokens and
+ * 512 caption tokens (each padded to a multiple of 32) and a block's
+ * working set over it: the stream, qkv, q/k/v after the norms and RoPE,
+ * the attention output, and the SwiGLU's three FFN-wide activations. */
+static double zimage_bytes(const sd_zimage_config *c, int64_t b, int64_t h, int64_t w) {
+    double img = (double)((h + 1) / 2) * (double)((w + 1) / 2);
+    double tokens = 32.0 * ceil(img / 32.0) + 512.0;
+    double widths = 8.0 + 3.0 * (double)c->ffn_hidden / (double)c->dim;
+    return tokens * widths * c->dim * sizeof(float) * (double)b;
+}
+
 /* The model's checkpoint facts every sampling entry checks first, and the
  * UNet's activations against the memory budget (core/membudget.h): cond
  * and uncond run as one batch, so 2 x the latent batch. */
@@ -346,13 +357,14 @@ static sd_status check_model_latent(sd_node_ctx *ctx, sd_checkpoint *ckpt, const
         sd_error_at(err, NULL, NULL, "latent_image");
         return SD_ERR_INVALID;
     }
-    int flux = info->dmodel_kind == SD_DMODEL_FLUX;
+    int flux = info->dmodel_kind == SD_DMODEL_FLUX, zimage = info->dmodel_kind == SD_DMODEL_ZIMAGE;
     int64_t b2 = 2 * samples->shape[0];
-    double need = flux ? flux_bytes(&info->flux, b2, samples->shape[2], samples->shape[3])
-                       : unet_bytes(&info->unet, b2, samples->shape[2], samples->shape[3]);
+    double need = flux     ? flux_bytes(&info->flux, b2, samples->shape[2], samples->shape[3])
+                  : zimage ? zimage_bytes(&info->zimage, b2, samples->shape[2], samples->shape[3])
+                           : unet_bytes(&info->unet, b2, samples->shape[2], samples->shape[3]);
     char what[160];
     snprintf(what, sizeof what, "the %s's activations for the latent [%lld, %lld, %lld, %lld] "
-             "(cond and uncond together)", flux ? "DiT" : "UNet", (long long)samples->shape[0],
+             "(cond and uncond together)", flux || zimage ? "DiT" : "UNet", (long long)samples->shape[0],
              (long long)samples->shape[1], (long long)samples->shape[2], (long long)samples->shape[3]);
     sd_status rc = sd_mem_check(ctx, "latent_image", need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, what, err);
     if (rc) return rc;
