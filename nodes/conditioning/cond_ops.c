@@ -69,11 +69,8 @@ const sd_node_def sd_node_ConditioningCombine = {
 
 /* ---- ConditioningSetArea ---------------------------------------------------------------- */
 
-/* New list whose dicts are copies of `src`'s with `fn` applied. */
-typedef int (*entry_fn)(sd_value *dict, const void *arg);
-
-static sd_status map_entries(const sd_value *src, entry_fn fn, const void *arg, sd_value **out,
-                             sd_error *err) {
+sd_status sd_nodes_conditioning_map(const sd_value *src, sd_cond_entry_fn fn, const void *arg,
+                                    sd_value **out, sd_error *err) {
     sd_value *list = sd_value_list();
     int bad = !list;
     for (size_t k = 0; !bad && k < sd_value_list_len(src); k++) {
@@ -126,7 +123,7 @@ static sd_status set_area_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
                    .x = floordiv8(sd_value_as_int(in[3])),
                    .y = floordiv8(sd_value_as_int(in[4])),
                    .strength = sd_value_as_float(in[5])};
-    return map_entries(c, set_area, &a, &out[0], err);
+    return sd_nodes_conditioning_map(c, set_area, &a, &out[0], err);
 }
 
 static const sd_input_def set_area_inputs[] = {
@@ -173,7 +170,7 @@ static sd_status zero_out_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
     sd_value *c;
     sd_status rc = sd_nodes_in_conditioning(in, 0, "conditioning", &c, err);
     if (rc) return rc;
-    return map_entries(c, zero_entry, NULL, &out[0], err);
+    return sd_nodes_conditioning_map(c, zero_entry, NULL, &out[0], err);
 }
 
 static const sd_input_def zero_out_inputs[] = {{.name = "conditioning", .type = "CONDITIONING"},
@@ -196,12 +193,18 @@ extern const sd_node_def sd_node_CLIPTextEncode, sd_node_CLIPSetLastLayer;
 extern const sd_node_def sd_node_CLIPTextEncodeSDXL, sd_node_CLIPTextEncodeSDXLRefiner;
 extern const sd_node_def sd_node_CLIPTextEncodeFlux; /* flux_encode.c */
 extern const sd_node_def sd_node_CLIPTextEncodeSD3;  /* sd3_encode.c */
+extern const sd_node_def sd_node_ConditioningSetAreaPercentage, sd_node_ConditioningSetAreaStrength,
+    sd_node_ConditioningSetMask, sd_node_ConditioningSetTimestepRange; /* cond_set.c */
+extern const sd_node_def sd_node_ConditioningConcat, sd_node_ConditioningAverage; /* cond_mix.c */
 
 const sd_node_def *const sd_nodes_conditioning[] = {
     &sd_node_CLIPTextEncode,      &sd_node_CLIPSetLastLayer,   &sd_node_ConditioningCombine,
     &sd_node_ConditioningSetArea, &sd_node_ConditioningZeroOut, &sd_node_CLIPTextEncodeSDXL,
     &sd_node_CLIPTextEncodeSDXLRefiner, &sd_node_CLIPTextEncodeFlux,
-    &sd_node_CLIPTextEncodeSD3, NULL};
+    &sd_node_CLIPTextEncodeSD3, &sd_node_ConditioningSetAreaPercentage,
+    &sd_node_ConditioningSetAreaStrength, &sd_node_ConditioningSetMask,
+    &sd_node_ConditioningSetTimestepRange, &sd_node_ConditioningConcat,
+    &sd_node_ConditioningAverage, NULL};
 
 sd_status sd_nodes_conditioning_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_conditioning, err);

@@ -1,6 +1,7 @@
 /* cond_model.c - the diffusion model (models/dmodel/dmodel.h: the UNet,
- * Flux's DiT or Z-Image's NextDiT) as the CFG guider's model call, with ComfyUI's conditioning
- * semantics (comfy.samplers.calc_cond_batch / get_area_and_mult, and each
+ * Flux's DiT or Z-Image's NextDiT) as the CFG guider's model call, with
+ * ComfyUI's conditioning semantics (comfy.samplers.calc_cond_batch /
+ * get_area_and_mult: areas, masks, strengths, timestep ranges; and each
  * model_base's extra_conds). Float32 arithmetic in torch's order. */
 #include <math.h>
 #include <stdlib.h>
@@ -37,14 +38,12 @@ static double dict_float(const sd_value *d, const char *key, double dflt) {
     return k == SD_VAL_FLOAT || k == SD_VAL_INT ? sd_value_as_float(v) : dflt;
 }
 
-/* get_area_and_mult: region, weights, or 0 when the entry does not apply. */
-static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_t W, float sigma,
+/* get_area_and_mult: region, weights ([B, ah, aw]: one plane per batch
+ * item), or 0 when the entry does not apply at this sigma. */
+static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t B, int64_t H, int64_t W, float sigma,
                              int *use, sd_error *err) {
     *use = 0;
     const sd_value *e = c->entry;
-    if (sd_value_dict_get(e, "mask"))
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "conditioning masks (ConditioningSetMask) are not supported");
     sd_value *sp = sd_value_dict_get(e, "start_percent"), *ep = sd_value_dict_get(e, "end_percent");
     if (sp && sigma > (float)sd_ms_percent_to_sigma(m->ms, sd_value_as_float(sp))) return SD_OK;
     if (ep && sigma < (float)sd_ms_percent_to_sigma(m->ms, sd_value_as_float(ep))) return SD_OK;
@@ -53,7 +52,10 @@ static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_
     c->ay = c->ax = 0;
     int has_area = 0;
     sd_value *area = sd_value_dict_get(e, "area");
-    if (area && sd_value_kind_of(area) == SD_VAL_LIST && sd_value_list_len(area) == 4) {
+    if (area) {
+        if (sd_value_kind_of(area) != SD_VAL_LIST || sd_value_list_len(area) != 4)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "conditioning area must be 4 integers (height, width, y, x) in latent units");
         int64_t a[4];
         for (int i = 0; i < 4; i++) a[i] = sd_value_as_int(sd_value_list_get(area, i));
         if (a[2] < 0 || a[3] < 0)
@@ -65,11 +67,36 @@ static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_
         c->aw = a[1] < W - a[3] ? a[1] : W - a[3];
         if (c->ah <= 0 || c->aw <= 0) return SD_OK; /* nothing of it inside the latent */
     }
-    float strength = (float)dict_float(e, "strength", 1.0);
-    c->mult = malloc((size_t)(c->ah * c->aw) * sizeof(float));
+    const float strength = (float)dict_float(e, "strength", 1.0);
+    const sd_tensor *mask = sd_value_dict_tensor(e, "mask");
+    int64_t mb = 0;
+    if (mask) {
+        /* resolved to the latent size before sampling (sd_cond_resolve) */
+        if (mask->dtype != SD_F32 || mask->ndim != 3 || mask->shape[1] != H || mask->shape[2] != W)
+            return sd_error_set(err, SD_ERR_INVALID, "conditioning mask is not [B, %lld, %lld] (not resolved "
+                                "to the latent)", (long long)H, (long long)W);
+        /* mask[:B], repeated B // its batch times: it must fill the batch */
+        mb = mask->shape[0] < B ? mask->shape[0] : B;
+        if (B % mb != 0)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "conditioning mask has %lld items, which do not repeat to the latent batch of %lld",
+                                (long long)mask->shape[0], (long long)B);
+    }
+    const int64_t plane = c->ah * c->aw;
+    c->mult = malloc((size_t)(B * plane) * sizeof(float));
     if (!c->mult) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < c->ah * c->aw; i++) c->mult[i] = 1.0f * strength;
-    if (has_area) {
+    if (mask) {
+        const float ms = (float)dict_float(e, "mask_strength", 1.0);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = 0; r < c->ah; r++)
+                for (int64_t q = 0; q < c->aw; q++) {
+                    float v = ((const float *)mask->data)[((b % mb) * H + c->ay + r) * W + c->ax + q] * ms;
+                    c->mult[(b * c->ah + r) * c->aw + q] = v * strength;
+                }
+    } else {
+        for (int64_t i = 0; i < plane; i++) c->mult[i] = 1.0f * strength;
+    }
+    if (has_area && !mask) {
         /* feather the edges that do not touch the latent border (fuzz 8) */
         int64_t size[2] = {c->ah, c->aw}, off[2] = {c->ay, c->ax}, full[2] = {H, W};
         for (int d = 0; d < 2; d++) {
@@ -87,6 +114,8 @@ static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t H, int64_
             }
         }
     }
+    if (!mask) /* the same weights for every batch item */
+        for (int64_t b = 1; b < B; b++) memcpy(c->mult + b * plane, c->mult, (size_t)plane * sizeof(float));
     *use = 1;
     return SD_OK;
 }
@@ -317,7 +346,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
             for (int64_t ch = 0; ch < C; ch++)
                 for (int64_t r = 0; r < ah; r++) {
                     const float *src = ev + ((n * C + ch) * ah + r) * aw;
-                    const float *mu = c->mult + r * aw;
+                    const float *mu = c->mult + (b * ah + r) * aw;
                     int64_t o = ((b * C + ch) * H + c->ay + r) * W + c->ax;
                     for (int64_t q = 0; q < aw; q++) {
                         float w = src[q] * mu[q];
@@ -403,7 +432,8 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                 break;
             }
             int use = 0;
-            rc = chunk_setup(m, c, H, W, sigma, &use, err);
+            rc = chunk_setup(m, c, x->shape[0], H, W, sigma, &use, err);
+            if (rc) sd_error_prefix(err, "%s conditioning entry %zu", which, k);
             if (use) order[nc++] = c;
         }
     }

@@ -110,17 +110,6 @@ static sd_tensor *inpaint_concat(const sd_tensor *mask, const sd_tensor *latent_
 
 /* ---- conditioning pre-processing (comfy.samplers.process_conds) ---------------- */
 
-/* A new list holding the same entries. */
-static sd_value *list_copy(const sd_value *l) {
-    sd_value *o = sd_value_list();
-    for (size_t i = 0; o && i < sd_value_list_len(l); i++)
-        if (sd_value_list_append(o, sd_value_ref(sd_value_list_get(l, i)))) {
-            sd_value_unref(o);
-            o = NULL;
-        }
-    return o;
-}
-
 /* The entry's area (h, w, y, x); 0 when it has none. */
 static int entry_area(const sd_value *e, int64_t a[4]) {
     sd_value *v = sd_value_dict_get(e, "area");
@@ -618,8 +607,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         sd_value *ordered[3] = {NULL, NULL, NULL};
         for (int k = 0; k < 3; k++) {
             if (!given[order[k]]) continue;
-            if (!(lists[order[k]] = list_copy(given[order[k]]))) {
-                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            if ((rc = sd_cond_resolve(given[order[k]], shape[2], shape[3], &lists[order[k]], err))) {
+                sd_error_at(err, NULL, NULL, cond_names[order[k]]);
                 goto done;
             }
         }

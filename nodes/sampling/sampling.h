@@ -20,10 +20,14 @@ extern const sd_node_def *const sd_nodes_custom_sampling[];
 /* ---- the conditioned model (comfy.samplers.calc_cond_batch) -----------------
  * For conditioning list k (0 = positive, 1 = negative) every entry is run
  * on its area of x (the whole latent when it has none), its x0 prediction
- * weighted by strength times the 8-latent-pixel edge feather of areas that
- * do not touch the border, summed, and divided by the summed weights (plus
- * 1e-37, so a lone full-size entry is returned exactly). Entries outside
- * their start/end_percent window are skipped. Compatible entries (same area
+ * weighted by strength times either its mask (cut to the area, times
+ * mask_strength; a mask batch of 1 or one that divides the latent batch is
+ * repeated over it) or, without a mask, the 8-latent-pixel edge feather of
+ * areas that do not touch the border; the weighted predictions are summed
+ * and divided by the summed weights (plus 1e-37, so a lone full-size entry
+ * is returned exactly). Entries outside their start/end_percent window
+ * (percent_to_sigma of the MODEL's schedule) are skipped. Areas and masks
+ * must have been resolved to the latent first (sd_cond_resolve). Compatible entries (same area
  * size and token count, the same "control" value or none, the same
  * guidance presence) go through the diffusion model as one batch; an
  * entry's ControlNet chain ("control", see nodes/controlnet/controlnet_nodes.h,
@@ -69,6 +73,16 @@ typedef struct sd_cond_model {
     sd_cond_model_forward_tap_fn forward_tap;
     void *tap_ud;
 } sd_cond_model;
+
+/* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of
+ * H x W: *out is a new list whose entries with a percentage area
+ * (["percentage", h, w, y, x]) get (max(1, round(h H)), max(1, round(w W)),
+ * round(y H), round(x W)) with Python's rounding, and whose entries with a
+ * "mask" get it resized to H x W (bilinear, a 2-dim mask lifted to one
+ * batch item); with set_area_to_bounds their area becomes the bounding box
+ * of the mask's non-zero values over the batch, at least 8 x 8 ((8, 8, 0,
+ * 0) for an empty mask). Other entries are shared. Errors name the entry. */
+sd_status sd_cond_resolve(const sd_value *list, int64_t H, int64_t W, sd_value **out, sd_error *err);
 
 /* sd_guider_model_fn over an sd_cond_model (ud). */
 sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
