@@ -210,7 +210,7 @@ static void node_case(const sd_env *env, const cJSON *c) {
 
 /* What ComfyUI cannot apply is refused naming the input or entry: a 4-dim
  * mask at the node, a mask batch that does not repeat to the latent batch
- * in the sampler (3 masks, 2 latents). */
+ * in the sampler (2 masks, 3 latents; 3 masks on 2 are cut to 2, as mask[:B]). */
 static void refusals(const sd_env *env, sd_value *const ck[3]) {
     sd_error err;
     const char *en[] = {"clip", "text"};
@@ -227,12 +227,12 @@ static void refusals(const sd_env *env, sd_value *const ck[3]) {
     CHECK_MSG(rc == SD_ERR_INVALID && !strcmp(err.input, "mask"), "a 4-dim mask: %d %s", rc, err.msg);
     nt_free_values(out, 8);
     sd_value_unref(mv[1]);
-    mv[1] = nt_tensor_value(sd_tensor_new4(SD_F32, 3, 3, 8, 8, 0));
+    mv[1] = nt_tensor_value(sd_tensor_new4(SD_F32, 3, 2, 8, 8, 0));
     rc = nt_run_named(&mctx, mn, mv, 4, out, &err);
     CHECK_OK(rc, &err);
     sd_value *masked = out[0];
     const char *ln[] = {"width", "height", "batch_size"};
-    sd_value *lv[] = {sd_value_int(64), sd_value_int(64), sd_value_int(2)};
+    sd_value *lv[] = {sd_value_int(64), sd_value_int(64), sd_value_int(3)};
     int lo[] = {1, 1, 1};
     sd_node_ctx lctx = {.env = env, .node_id = "5", .class_type = "EmptyLatentImage"};
     sd_value *latent = nt_run1_named(&lctx, ln, lv, 3, lo, &err);
@@ -249,7 +249,7 @@ static void refusals(const sd_env *env, sd_value *const ck[3]) {
     rc = masked && latent ? sd_nodes_common_ksampler(&ctx, &a, &res, &err) : SD_ERR_INVALID;
     CHECK_MSG(rc == SD_ERR_INVALID && strstr(err.msg, "do not repeat to the latent batch") &&
                   strstr(err.msg, "entry 0"),
-              "a mask batch of 3 on 2 latents: %d %s", rc, err.msg);
+              "a mask batch of 2 on 3 latents: %d %s", rc, err.msg);
     sd_value_unref(res);
     sd_value_unref(latent);
     for (int i = 1; i < 4; i++) sd_value_unref(mv[i]);
