@@ -2,6 +2,15 @@
 # A 16x16 RGB gradient PNG.
 SD_TEST_PNG_B64='iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAABlklEQVR42hXRURVEIQhFUSMYgQhGMAIRiGCEE8EIRiACEYhABCLMG7/ZrMt1jMEcyGAN9kAHNjgDBnfwBj6IQQ5q0IMxJnMikzXZE53Y5EyY3Mmb+CQmOalJzw8IUxBhCVtQwYQjIFzhCS6EkEIJLR9YzIUs1mIvdGGLs2BxF2/hi1jkoha9PrCZG9mszd7oxjZnw+Zu3sY3sclNbXp/QJmKKEvZiiqmHAXlKk9xJZRUSmn9gDENMZaxDTXMOAbGNZ7hRhhplNH2gcM8yGEd9kEPdjgHDvfwDn6IQx7q0OcD/wK/Sr4jv9hfkG/1N/x/Fx44BCQU9Pc94zIvclmXfdGLXc79j9/Lu/glLnmpS98PPOZDHuuxH/qwx3n/5ffxHv6IRz7q0e8DznTEWc521DHn+D/KdZ7jTjjplNP+gWAGEqxgBxpYcOIf/AYv8CCCDCro+EAyE0lWshNNLDn5P/MmL/Ekkkwq6fxAMQspVrELLaw49S/lFq/wIoosquj6QDMbaVazG22sOf2v8Dav8SaabKrp5geIAnAQC3NfwAAAAABJRU5ErkJggg=='
 
+# The output cache ctest gives this test (SDFLOW_CACHE under
+# $SDFLOW_TEST_TMP/cli-cache/, tests/CMakeLists.txt) starts empty every run:
+# results cached by an earlier run (another CPU path or build, which rounds
+# differently) must not stand in for this run's computations.
+case "${SDFLOW_CACHE:-}" in
+"${SDFLOW_TEST_TMP:-/nonexistent}"/cli-cache/*.db)
+    mkdir -p "${SDFLOW_CACHE%/*}" && rm -f "$SDFLOW_CACHE" "$SDFLOW_CACHE-wal" "$SDFLOW_CACHE-shm" "$SDFLOW_CACHE-journal" ;;
+esac
+
 sd_test_write_png() { printf '%s' "$SD_TEST_PNG_B64" | base64 -d > "$1"; }
 
 # Fail (exit 1) unless every named node type is registered: a node missing
