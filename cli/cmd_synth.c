@@ -20,11 +20,11 @@ static int mkdirs(const char *path) {
 }
 
 static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok);
-static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, unsigned long long seed, int force,
-                      const char *models);
+static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const char *quant, const char *te_quant,
+                      unsigned long long seed, int force, const char *models);
 
 int sd_cli_synth(int argc, char **argv) {
-    const char *preset = "sd1-tiny", *layout = "all";
+    const char *preset = "sd1-tiny", *layout = "all", *quant = "Q4_K_S", *te_quant = "Q8_0";
     long long seed = 1;
     int force = 0;
     const sd_cli_option own[] = {
@@ -33,7 +33,13 @@ int sd_cli_synth(int argc, char **argv) {
          "flux-schnell-tiny"},
         {"--layout", NULL, SD_CLI_STR, &layout, "WHICH",
          "Flux presets: split (diffusion model, t5xxl_fp16, clip_l, ae), fp8 (the single-file "
-         "checkpoint) or all (default)", "split|fp8|all"},
+         "checkpoint), all (default: both), or gguf (the diffusion model and T5 as GGUF files, with "
+         "clip_l and ae)", "split|fp8|all|gguf"},
+        {"--quant", NULL, SD_CLI_STR, &quant, "TYPE",
+         "--layout gguf: the diffusion model's GGUF type (default Q4_K_S)",
+         "F16|BF16|Q8_0|Q4_0|Q5_0|Q4_K_S|Q5_K_S|Q6_K"},
+        {"--text-encoder-quant", NULL, SD_CLI_STR, &te_quant, "TYPE",
+         "--layout gguf: the T5-XXL's GGUF type (default Q8_0)", "F16|BF16|Q8_0|Q4_0|Q5_0|Q4_K_S|Q5_K_S|Q6_K"},
         {"--seed", NULL, SD_CLI_INT, &seed, "N", "seed of the random weights (default 1)", NULL},
         {"--force", NULL, SD_CLI_FLAG, &force, NULL, "rewrite the checkpoint when it exists", NULL},
         {0}};
@@ -45,7 +51,10 @@ int sd_cli_synth(int argc, char **argv) {
         "workflows load, in their real layouts: diffusion_models/sdflow-random-NAME.safetensors (BF16),\n"
         "text_encoders/sdflow-random[-tiny]-{t5xxl_fp16,clip_l}.safetensors, vae/sdflow-random[-tiny]-\n"
         "ae.safetensors, and checkpoints/sdflow-random-NAME-fp8.safetensors (the fp8 single file with\n"
-        "T5, CLIP-L and VAE); full size they take 24 + 9.5 + 0.2 + 0.3 GB and 17 GB of disk.",
+        "T5, CLIP-L and VAE); full size they take 24 + 9.5 + 0.2 + 0.3 GB and 17 GB of disk. --layout\n"
+        "gguf writes diffusion_models/sdflow-random-NAME-QUANT.gguf and text_encoders/sdflow-random[-tiny]-\n"
+        "t5xxl-QUANT.gguf as city96's GGUF files are made (6.7 + 5.1 GB for Q4_K_S and Q8_0), with\n"
+        "clip_l and ae.",
         SD_CLI_G_MODELS, own, 0, 0};
     sd_cli_args a;
     int code = sd_cli_parse(&cmd, argc, argv, &a);
@@ -54,7 +63,7 @@ int sd_cli_synth(int argc, char **argv) {
     sd_error err = {0};
     if (sd_cli_env_init(&env, &a, &err)) { sd_cli_print_error(&err); sd_env_cleanup(&env); sd_cli_args_free(&a); return 1; }
     const sd_synth_flux_config *flux = sd_synth_flux_preset(preset);
-    code = flux ? synth_flux(flux, layout, (unsigned long long)seed, force, env.models_dir)
+    code = flux ? synth_flux(flux, layout, quant, te_quant, (unsigned long long)seed, force, env.models_dir)
                 : synth(preset, (unsigned long long)seed, force, env.models_dir, a.tokenizer_dir);
     sd_env_cleanup(&env);
     sd_cli_args_free(&a);
@@ -96,8 +105,9 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
 }
 
 /* One Flux file into MODELS/folder/name, kept when it exists (unless force). */
-static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, unsigned long long seed, int force,
-                     const char *models, const char *folder, const char *name) {
+/* gguf: the GGUF type to write the part in (NULL: safetensors). */
+static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *gguf, unsigned long long seed,
+                     int force, const char *models, const char *folder, const char *name) {
     char dir[4096], path[4400];
     snprintf(dir, sizeof dir, "%s/%s", models, folder);
     if (mkdirs(dir)) { fprintf(stderr, "sdflow synth: cannot create %s: %s\n", dir, strerror(errno)); return 1; }
@@ -110,14 +120,23 @@ static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, u
     printf("writing %s (%s)...\n", path, sd_synth_flux_part_name(part));
     fflush(stdout);
     sd_error err = {0};
-    if (sd_synth_flux_write(cfg, part, seed, path, &err)) { sd_cli_print_error(&err); return 1; }
+    if (gguf ? sd_synth_flux_gguf_write(cfg, part, gguf, seed, path, &err) : sd_synth_flux_write(cfg, part, seed, path, &err)) {
+        sd_cli_print_error(&err);
+        return 1;
+    }
     printf("wrote %s\n", path);
     return 0;
 }
 
-static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, unsigned long long seed, int force,
-                      const char *models) {
-    int split = strcmp(layout, "fp8") != 0, fp8 = strcmp(layout, "split") != 0;
+static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const char *quant, const char *te_quant,
+                      unsigned long long seed, int force, const char *models) {
+    int gguf = strcmp(layout, "gguf") == 0;
+    int split = !gguf && strcmp(layout, "fp8") != 0, fp8 = !gguf && strcmp(layout, "split") != 0;
+    if (gguf && (!sd_synth_gguf_type(quant, NULL) || !sd_synth_gguf_type(te_quant, NULL))) {
+        fprintf(stderr, "sdflow synth: unknown GGUF type '%s' (F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K_S, Q5_K_S, Q6_K)\n",
+                sd_synth_gguf_type(quant, NULL) ? te_quant : quant);
+        return 1;
+    }
     /* the text encoders and the VAE are the same for dev and schnell: one
      * copy per size serves both */
     const char *size = strstr(cfg->name, "-tiny") ? "tiny-" : "";
@@ -125,17 +144,27 @@ static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, unsig
     int rc = 0;
     if (split) {
         snprintf(name, sizeof name, "sdflow-random-%s.safetensors", cfg->name);
-        rc |= flux_file(cfg, SD_SYNTH_FLUX_DIT, seed, force, models, "diffusion_models", name);
+        rc |= flux_file(cfg, SD_SYNTH_FLUX_DIT, NULL, seed, force, models, "diffusion_models", name);
         snprintf(name, sizeof name, "sdflow-random-%st5xxl_fp16.safetensors", size);
-        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_T5, seed, force, models, "text_encoders", name);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_T5, NULL, seed, force, models, "text_encoders", name);
         snprintf(name, sizeof name, "sdflow-random-%sclip_l.safetensors", size);
-        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_CLIP_L, seed, force, models, "text_encoders", name);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_CLIP_L, NULL, seed, force, models, "text_encoders", name);
         snprintf(name, sizeof name, "sdflow-random-%sae.safetensors", size);
-        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_AE, seed, force, models, "vae", name);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_AE, NULL, seed, force, models, "vae", name);
+    }
+    if (gguf) {
+        snprintf(name, sizeof name, "sdflow-random-%s-%s.gguf", cfg->name, quant);
+        rc |= flux_file(cfg, SD_SYNTH_FLUX_DIT, quant, seed, force, models, "diffusion_models", name);
+        snprintf(name, sizeof name, "sdflow-random-%st5xxl-%s.gguf", size, te_quant);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_T5, te_quant, seed, force, models, "text_encoders", name);
+        snprintf(name, sizeof name, "sdflow-random-%sclip_l.safetensors", size);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_CLIP_L, NULL, seed, force, models, "text_encoders", name);
+        snprintf(name, sizeof name, "sdflow-random-%sae.safetensors", size);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_AE, NULL, seed, force, models, "vae", name);
     }
     if (fp8 && !rc) {
         snprintf(name, sizeof name, "sdflow-random-%s-fp8.safetensors", cfg->name);
-        rc |= flux_file(cfg, SD_SYNTH_FLUX_CKPT_FP8, seed, force, models, "checkpoints", name);
+        rc |= flux_file(cfg, SD_SYNTH_FLUX_CKPT_FP8, NULL, seed, force, models, "checkpoints", name);
     }
     if (rc) return 1;
     printf("note: these weights are RANDOM: images made with them are noise, not pictures.\n"

@@ -52,6 +52,16 @@ void sd_quant_dequant(sd_dtype dt, sd_dequant_math math, const void *src, float 
  * one is Inf or NaN: a corrupted tensor. Non-quantized dtypes: 1. */
 int sd_quant_scales_finite(sd_dtype dt, const void *src, int64_t n);
 
+/* Quantizes n float32 values (a multiple of the block size) into blocks of
+ * dt at dst, the layouts above, byte for byte as ggml's reference
+ * quantizers (quantize_row_*_ref: llama-quantize without an importance
+ * matrix) compute them in ISO C float32 (core/quantize.c says where a
+ * build that fuses multiply-adds may differ). 1 on success, 0 when sdflow
+ * has no quantizer for dt (it has Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
+ * and Q6_K). */
+int sd_quant_quantize(sd_dtype dt, const float *src, void *dst, int64_t n);
+int sd_quant_can_quantize(sd_dtype dt);
+
 /* The 16 values of the IQ4_NL / IQ4_XS code book (ggml's kvalues_iq4nl). */
 extern const int8_t sd_quant_iq4nl_values[16];
 

@@ -174,4 +174,24 @@ void sd_synth_flux_keys(const sd_synth_flux_config *cfg, sd_synth_flux_part part
 sd_status sd_synth_flux_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, uint64_t seed,
                               const char *path, sd_error *err);
 
+/* ---- GGUF (models/synth/synth_gguf.c): the DiT and the T5 as the files
+ * people run Flux from on small machines:
+ *   SD_SYNTH_FLUX_DIT  city96's DiT files (arch flux, BFL keys): ComfyUI-GGUF's
+ *                      convert.py (1-D and <= 1024-element tensors F32), then
+ *                      llama-quantize with its image-model rules (the blocks'
+ *                      2-D weights in the type, F16 where rows are not whole
+ *                      blocks of it; txt_in., img_in., time_in., vector_in.,
+ *                      guidance_in., final_layer. kept BF16);
+ *   SD_SYNTH_FLUX_T5   a llama.cpp T5 encoder (arch t5encoder, enc.blk.N.attn_q
+ *                      ... names; 1-D F32, the relative position bias F16,
+ *                      the matrices in the type).
+ * quant: llama.cpp's type names F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K_S (Q4_K),
+ * Q5_K_S (Q5_K), Q6_K, quantized by core/quantize.c. Each tensor is made
+ * while the file is written (memory: one layer). SD_ERR_INVALID for another
+ * type or part. */
+sd_status sd_synth_flux_gguf_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *quant,
+                                   uint64_t seed, const char *path, sd_error *err);
+/* 1 when name is one of those types (*dt, when not NULL: its tensor type). */
+int sd_synth_gguf_type(const char *name, sd_dtype *dt);
+
 #endif

@@ -9,7 +9,10 @@
 #   - the GGUF loaders list .gguf files, UNETLoader and DualCLIPLoader do not
 #     (ComfyUI's lists), so the same files named in them fail validation;
 #   - a file that is no GGUF named in UnetLoaderGGUF is refused at
-#     validation naming the file.
+#     validation naming the file;
+#   - `sdflow synth --preset flux-schnell-tiny` (our GGUF writer and
+#     quantizer) writes files the workflow runs on; existing files are kept,
+#     unknown types refused.
 # Needs the Flux reference set, a CLIP vocabulary and python3.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -77,4 +80,20 @@ grep -q "flux1-schnell-Q4_K_S.gguf" "$T/unetloader.err" || fail "UNETLoader refu
     --set 10.unet_name=not-gguf.gguf > /dev/null 2> "$T/notgguf.err" && fail "a file that is no GGUF ran"
 grep -q "not-gguf.gguf" "$T/notgguf.err" && grep -q "not a GGUF file" "$T/notgguf.err" ||
     fail "no-GGUF refusal: $(tail -2 "$T/notgguf.err")"
-sd_test_end "ok: the ComfyUI-GGUF workflow ran as JSON, Lua and UI"
+# files written by `sdflow synth` (our own GGUF writer and quantizer) run the same workflow
+S="$T/synth"
+"$SDFLOW_BIN" synth --preset flux-schnell-tiny --layout gguf --quant Q8_0 --text-encoder-quant Q4_0 --models-dir "$S" > "$T/synth.out" 2>&1 ||
+    fail "synth flux-schnell-tiny: $(tail -2 "$T/synth.out")"
+grep -q "sdflow-random-flux-schnell-tiny-Q8_0.gguf" "$T/synth.out" || fail "synth: $(cat "$T/synth.out")"
+"$SDFLOW_BIN" synth --preset flux-schnell-tiny --layout gguf --quant Q8_0 --models-dir "$S" 2>&1 | grep -q "^kept " ||
+    fail "synth rewrote existing files without --force"
+"$SDFLOW_BIN" synth --preset flux-schnell-tiny --layout gguf --quant Q3_K_M --models-dir "$S" > /dev/null 2> "$T/synth_bad.err" &&
+    fail "synth took an unknown type"
+grep -q "Q3_K_M" "$T/synth_bad.err" || fail "synth's refusal: $(cat "$T/synth_bad.err")"
+"$SDFLOW_BIN" run "$WF/txt2img_flux_schnell_gguf.json" --set 5.width=64 --set 5.height=48 --models-dir "$S" \
+    --tokenizer-dir "$T/tok" --no-cache --quiet --output-dir "$T/out/synth" \
+    --set 10.unet_name=sdflow-random-flux-schnell-tiny-Q8_0.gguf --set 11.clip_name1=sdflow-random-tiny-clip_l.safetensors \
+    --set 11.clip_name2=sdflow-random-tiny-t5xxl-Q4_0.gguf --set 12.vae_name=sdflow-random-tiny-ae.safetensors \
+    > /dev/null 2> "$T/synth_run.err" || fail "the workflow on synth files: $(tail -3 "$T/synth_run.err")"
+ls "$T/out/synth"/*.png > /dev/null 2>&1 || fail "synth run: no PNG"
+sd_test_end "ok: the ComfyUI-GGUF workflow ran as JSON, Lua and UI, and on synth's GGUF files"
