@@ -247,6 +247,16 @@ sd_status sd_cuda_backend_init(sd_backend *be, int n_threads, sd_error *err) {
                                 count);
         dev = (int)d;
     }
+    /* the tensor-core attention's scratch per query chunk (cuda_attn.c) */
+    size_t attn_scratch = (size_t)256 << 20;
+    if ((env = getenv("SDFLOW_CUDA_ATTN_SCRATCH")) && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (*end || *env == '-')
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "SDFLOW_CUDA_ATTN_SCRATCH='%s': expected a byte count", env);
+        attn_scratch = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
+    }
     sd_cuda *c = calloc(1, sizeof *c);
     if (!c) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating the CUDA backend");
     c->device = dev;
@@ -265,6 +275,7 @@ sd_status sd_cuda_backend_init(sd_backend *be, int n_threads, sd_error *err) {
         cudaSuccess)
         goto cuda_fail;
     c->max_smem_optin = (size_t)smem;
+    c->attn_scratch = attn_scratch;
     step = "cudaStreamCreate";
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
         goto cuda_fail;

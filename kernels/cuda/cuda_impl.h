@@ -55,6 +55,9 @@ typedef struct sd_cuda {
     char device_name[320];
     int n_devices;
     size_t max_smem_optin; /* shared memory per block after opting in */
+    /* scratch bound of one query chunk of the tensor-core attention
+     * (cuda_attn.c); 0 = always the F32 kernel. SDFLOW_CUDA_ATTN_SCRATCH */
+    size_t attn_scratch;
     cudaStream_t stream;
     cublasHandle_t cublas;
     cudnnHandle_t cudnn;
@@ -128,6 +131,7 @@ sd_status sd_cuda_op_group_norm(sd_backend *be, sd_bt *out, const sd_bt *x, int 
                                 const sd_bt *gamma, const sd_bt *beta, float eps, int silu);
 sd_status sd_cuda_op_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
                                 const sd_bt *beta, float eps);
+/* cuda_attn.c: tensor-core GEMMs in BF16/F16 modes, else the F32 kernel */
 sd_status sd_cuda_op_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
                                const sd_bt *v, const sd_attn_args *a);
 sd_status sd_cuda_op_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,

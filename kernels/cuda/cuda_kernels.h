@@ -120,6 +120,24 @@ typedef struct sd_cuda_attn_shape {
 cudaError_t sd_cuda_attention(cudaStream_t s, const float *q, const float *k, const float *v,
                               float *o, const sd_cuda_attn_shape *sh, size_t max_smem);
 
+/* ---- attention_tc.cu: around the tensor-core attention's GEMMs (attn_plan.h) ---- */
+/* y (elem: SD_CUDA_ELEM_BF16 or _F16) [N, Hkv, L, group, D] = x [N, L, Hkv*group*D]
+ * rounded to nearest even; head j*group + g of x goes to (j, g). */
+cudaError_t sd_cuda_attn_pack(cudaStream_t s, const float *x, void *y, int elem, int64_t N,
+                              int64_t L, int64_t Hkv, int64_t group, int64_t D);
+/* P (16-bit, `elem`) = softmax over each of `rows` rows of S [rows, Lk]
+ * (scores already scaled), F32 max and sum. Row r = (b*qc + qi)*group + g
+ * is query q0 + qi of head (b % Hkv)*group + g, batch item b / Hkv: its bias
+ * row bias[n*bs[0] + h*bs[1] + q*bs[2]] (NULL: none) is added first; causal
+ * masks keys > q; a row with no live key is zeros. */
+cudaError_t sd_cuda_attn_softmax(cudaStream_t s, const float *S, void *P, int elem, int64_t rows,
+                                 int64_t Lk, int64_t qc, int64_t group, int64_t Hkv, int64_t q0,
+                                 int causal, const float *bias, const int64_t *bias_stride);
+/* out [N, Lq, Hkv*group*D] rows q0 .. q0+qc-1 = O [batch = N*Hkv, qc, group, D]. */
+cudaError_t sd_cuda_attn_scatter(cudaStream_t s, const float *O, float *out, int64_t batch,
+                                 int64_t qc, int64_t group, int64_t D, int64_t Hkv, int64_t Lq,
+                                 int64_t q0);
+
 /* ---- rope.cu ---- */
 /* sd_op_rope on x [N, L, heads*D]; rot [L, D/2, 2] (rot_batched 0) or
  * [N, L, D/2, 2]. */

@@ -59,33 +59,6 @@ sd_status sd_cuda_op_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, cons
                                      sd_bt_numel(x) / C, C, eps));
 }
 
-sd_status sd_cuda_op_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
-                               const sd_bt *v, const sd_attn_args *a) {
-    sd_cuda *c = sd_cuda_of(be);
-    int heads = a->heads;
-    int64_t N = q->shape[0], Lq = q->shape[1], Lk = k->shape[1], D = q->shape[2] / heads;
-    if (sd_bt_numel(out) == 0) return SD_OK;
-    if (Lk == 0) /* no keys: zeros, as on the CPU */
-        return sd_cuda_check(be, cudaMemsetAsync(out->data, 0, out->nbytes, c->stream),
-                             "attention", "zero fill");
-    size_t smem = sd_cuda_attention_smem(D);
-    if (!smem || smem > c->max_smem_optin)
-        return sd_backend_fail(be, SD_ERR_UNSUPPORTED,
-                               "cuda attention: head dim %lld needs %zu bytes of shared memory "
-                               "per block; %s allows %zu (head dims up to 512 are supported)",
-                               (long long)D, smem, c->device_name, c->max_smem_optin);
-    if (N * heads > 65535)
-        return sd_backend_fail(be, SD_ERR_UNSUPPORTED,
-                               "cuda attention: batch %lld x %d heads exceeds the grid limit 65535",
-                               (long long)N, heads);
-    sd_cuda_attn_shape sh = {N, Lq, Lk, heads, a->kv_heads, D, a->causal, a->scale,
-                             a->bias ? sd_cuda_f32(a->bias) : NULL,
-                             {a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]}};
-    return LAUNCH(be, "attention",
-                  sd_cuda_attention(c->stream, sd_cuda_f32(q), sd_cuda_f32(k), sd_cuda_f32(v),
-                                    sd_cuda_f32(out), &sh, c->max_smem_optin));
-}
-
 sd_status sd_cuda_op_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
                               float eps) {
     int64_t C = x->shape[x->ndim - 1];

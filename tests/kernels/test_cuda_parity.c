@@ -7,6 +7,7 @@
  * matmul, conv2d), on the precision mode (docs/cuda.md lists them).
  * Skipped (exit 77) when the build has no CUDA backend or no GPU is found.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@
 #define TOL_EXACT 0.0   /* data movement: bit-identical */
 #define TOL_POINT 2e-6  /* elementwise math: a few ulps of libm vs CUDA math */
 #define TOL_NORM 1e-5   /* norms, softmax: reduction order */
-#define TOL_ATTN 2e-5   /* attention is F32 in every mode */
+#define TOL_ATTN 2e-5   /* the F32 attention kernel */
 
 static double tol_gemm(sd_precision p) {
     switch (p) {
@@ -30,6 +31,12 @@ static double tol_gemm(sd_precision p) {
     default: return 2e-5;           /* F32 FMA, summation order only */
     }
 }
+
+/* Attention in BF16/F16 runs its two products on tensor cores with q, k, v
+ * and the probabilities rounded to 16 bits and F32 accumulation: the same
+ * input rounding, and so the same bound, as linear/matmul; F32 mode keeps
+ * the F32 kernel. */
+static double tol_attn(sd_precision p) { return p == SD_PREC_F32 ? TOL_ATTN : tol_gemm(p); }
 
 static const char *prec_name(sd_precision p) {
     return p == SD_PREC_BF16 ? "bf16" : p == SD_PREC_F16 ? "f16" : "f32";
@@ -298,9 +305,35 @@ static void test_attention(ctx *c) {
         snprintf(what, sizeof what, "N %lld Lq %lld Lk %lld heads %lld D %lld causal %lld",
                  (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
                  (long long)k[4], (long long)k[5]);
-        compare(c, "attention", what, r, TOL_ATTN);
+        compare(c, "attention", what, r, tol_attn(c->prec));
         release(&q), release(&kk), release(&vv);
     }
+}
+
+/* One sd_op_attention_ex case on both backends. k: N, Lq, Lk, heads,
+ * kv_heads, D, causal, bias kind (0 none, 1 [1,H,Lq,Lk], 2 [N,1,1,Lk] mask
+ * with every third key of batch item 1 masked). */
+static void attn_case(ctx *c, const int64_t *k, const char *op, double tol) {
+    int64_t HD = k[3] * k[5], KD = k[4] * k[5];
+    pair q = rnd(c, 2, 3, k[0], k[1], HD, 0), kk = rnd(c, 2, 3, k[0], k[2], KD, 0),
+         vv = rnd(c, 1, 3, k[0], k[2], KD, 0), bias = {{NULL, NULL}}, r;
+    if (k[7] == 1) bias = rnd(c, 3, 4, 1, k[3], k[1], k[2]);
+    if (k[7] == 2) { /* every third key of batch item 1 masked */
+        sd_tensor *h = sd_tensor_new4(SD_F32, 4, k[0], 1, 1, k[2]);
+        float *v = sd_tensor_f32(h);
+        for (int64_t j = 0; j < k[0] * k[2]; j++)
+            v[j] = j >= k[2] && j % 3 == 0 ? -INFINITY : 0.5f * uniform(c);
+        bias = upload(c, h);
+    }
+    sd_attn_opts o[2] = {{k[7] == 1 ? 1.0f : 0.0f, (int)k[6], (int)k[4], bias.t[0]},
+                         {k[7] == 1 ? 1.0f : 0.0f, (int)k[6], (int)k[4], bias.t[1]}};
+    BOTH(r, sd_op_attention_ex(S(q), S(kk), S(vv), (int)k[3], &o[s]));
+    char what[96];
+    snprintf(what, sizeof what, "N %lld Lq %lld Lk %lld heads %lld/%lld D %lld bias %lld",
+             (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
+             (long long)k[4], (long long)k[5], (long long)k[7]);
+    compare(c, op, what, r, tol);
+    release(&q), release(&kk), release(&vv), release(&bias);
 }
 
 /* The transformer families' ops: attention with a bias (T5), masks and
@@ -310,29 +343,7 @@ static void test_transformer(ctx *c) {
     /* N, Lq, Lk, heads, kv_heads, D, causal, bias kind (0 none, 1 [1,H,Lq,Lk], 2 [N,1,1,Lk] mask) */
     int64_t cases[][8] = {{2, 19, 19, 4, 4, 16, 0, 1}, {2, 9, 13, 2, 2, 64, 0, 2},
                           {1, 33, 33, 8, 2, 128, 1, 0}, {2, 40, 70, 6, 3, 40, 0, 2}};
-    for (int i = 0; i < 4; i++) {
-        int64_t *k = cases[i];
-        int64_t HD = k[3] * k[5], KD = k[4] * k[5];
-        pair q = rnd(c, 2, 3, k[0], k[1], HD, 0), kk = rnd(c, 2, 3, k[0], k[2], KD, 0),
-             vv = rnd(c, 1, 3, k[0], k[2], KD, 0), bias = {{NULL, NULL}}, r;
-        if (k[7] == 1) bias = rnd(c, 3, 4, 1, k[3], k[1], k[2]);
-        if (k[7] == 2) { /* every third key of batch item 1 masked */
-            sd_tensor *h = sd_tensor_new4(SD_F32, 4, k[0], 1, 1, k[2]);
-            float *v = sd_tensor_f32(h);
-            for (int64_t j = 0; j < k[0] * k[2]; j++)
-                v[j] = j >= k[2] && j % 3 == 0 ? -INFINITY : 0.5f * uniform(c);
-            bias = upload(c, h);
-        }
-        sd_attn_opts o[2] = {{k[7] == 1 ? 1.0f : 0.0f, (int)k[6], (int)k[4], bias.t[0]},
-                             {k[7] == 1 ? 1.0f : 0.0f, (int)k[6], (int)k[4], bias.t[1]}};
-        BOTH(r, sd_op_attention_ex(S(q), S(kk), S(vv), (int)k[3], &o[s]));
-        char what[96];
-        snprintf(what, sizeof what, "N %lld Lq %lld Lk %lld heads %lld/%lld D %lld bias %lld",
-                 (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
-                 (long long)k[4], (long long)k[5], (long long)k[7]);
-        compare(c, "attention_ex", what, r, TOL_ATTN);
-        release(&q), release(&kk), release(&vv), release(&bias);
-    }
+    for (int i = 0; i < 4; i++) attn_case(c, cases[i], "attention_ex", tol_attn(c->prec));
     int64_t C = dim(c, 2, 700);
     pair x = rnd(c, 4, 3, 3, 5, C, 0), g = rnd(c, 1, 1, C, 0, 0, 0), none = {{NULL, NULL}}, r;
     BOTH(r, sd_op_rms_norm(S(x), S(g), 1e-6f));
@@ -547,6 +558,34 @@ static void test_pixel(ctx *c) {
     }
 }
 
+/* The tensor-core attention (BF16/F16) over many query chunks: a second
+ * CUDA backend with a 64 KiB chunk budget (SDFLOW_CUDA_ATTN_SCRATCH) runs
+ * these in chunks of 8 or 24 queries with a shorter last one, grouped heads,
+ * bias and causal mask included; with a budget of 0 the op must fall back to
+ * the F32 kernel, at the F32 kernel's tolerance. */
+static void test_attention_chunks(ctx *c) {
+    static const char *budgets[2] = {"65536", "0"};
+    /* N, Lq, Lk, heads, kv_heads, D, causal, bias kind (attn_case) */
+    int64_t cases[][8] = {{2, 300, 77, 4, 2, 40, 0, 1}, {1, 150, 150, 2, 2, 64, 1, 0},
+                          {2, 97, 61, 6, 3, 24, 1, 2}};
+    for (int b = 0; b < 2; b++) {
+        sd_backend *small = NULL, *keep = c->be[1];
+        sd_error err;
+        setenv("SDFLOW_CUDA_ATTN_SCRATCH", budgets[b], 1);
+        sd_status rc = sd_backend_new("cuda", 0, &small, &err);
+        unsetenv("SDFLOW_CUDA_ATTN_SCRATCH");
+        CHECK_OK(rc, &err);
+        if (rc != SD_OK) return;
+        sd_backend_set_precision(small, c->prec);
+        c->be[1] = small;
+        for (int i = 0; i < 3; i++)
+            attn_case(c, cases[i], b ? "attention_fallback" : "attention_chunks",
+                      b ? TOL_ATTN : tol_attn(c->prec));
+        c->be[1] = keep;
+        sd_backend_free(small);
+    }
+}
+
 /* ---- run to run: the same inputs give the same bytes on the GPU ------------------ */
 
 static int same_bytes(sd_bt *a, sd_bt *b) {
@@ -660,6 +699,7 @@ int main(void) {
             test_norms(&c);
             test_attention(&c);
             test_transformer(&c);
+            test_attention_chunks(&c);
             test_elementwise(&c);
             test_layout(&c);
             test_pixel(&c);
