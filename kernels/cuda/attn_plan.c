@@ -49,6 +49,7 @@ int sd_cuda_attn_plan_make(int64_t N, int64_t Lq, int64_t Lk, int64_t D, int hea
     if (N < 1 || Lq < 1 || Lk < 1 || D < 1 || heads < 1 || kv_heads < 1 || elem < 1 ||
         heads % kv_heads != 0)
         return -1;
+    p->elem = elem;
     p->batch = N * kv_heads;
     p->group = heads / kv_heads;
     /* cuBLAS's int arguments: m, n, k, leading dimensions and the batch;
@@ -91,4 +92,38 @@ void sd_cuda_attn_plan_chunk(const sd_cuda_attn_plan *p, int64_t Lq, int64_t i, 
                              int64_t *qc) {
     *q0 = i * p->q_chunk;
     *qc = Lq - *q0 < p->q_chunk ? Lq - *q0 : p->q_chunk;
+}
+
+void sd_cuda_attn_plan_gemms(const sd_cuda_attn_plan *p, int64_t Lq, int64_t Lk, int64_t D,
+                             int64_t q0, int64_t qc, sd_cuda_attn_gemm *scores,
+                             sd_cuda_attn_gemm *values) {
+    int64_t rows = qc * p->group;
+    *scores = (sd_cuda_attn_gemm){.trans_a = 1,
+                                  .m = (int)Lk,
+                                  .n = (int)rows,
+                                  .k = (int)D,
+                                  .lda = (int)D,
+                                  .ldb = (int)D,
+                                  .ldc = (int)Lk,
+                                  .batch = (int)p->batch,
+                                  .stride_a = (long long)(Lk * D),
+                                  .stride_b = (long long)(Lq * p->group * D),
+                                  .stride_c = (long long)(rows * Lk),
+                                  .a_off = p->off_k,
+                                  .b_off = (size_t)(q0 * p->group * D) * p->elem,
+                                  .c_off = 0};
+    *values = (sd_cuda_attn_gemm){.trans_a = 0,
+                                  .m = (int)D,
+                                  .n = (int)rows,
+                                  .k = (int)Lk,
+                                  .lda = (int)D,
+                                  .ldb = (int)Lk,
+                                  .ldc = (int)D,
+                                  .batch = (int)p->batch,
+                                  .stride_a = (long long)(Lk * D),
+                                  .stride_b = (long long)(rows * Lk),
+                                  .stride_c = (long long)(rows * D),
+                                  .a_off = p->off_v,
+                                  .b_off = p->off_p,
+                                  .c_off = p->off_o};
 }

@@ -24,6 +24,7 @@ extern "C" {
 #endif
 
 typedef struct sd_cuda_attn_plan {
+    size_t elem;     /* bytes per element of Q16/K16/V16/P16 */
     int64_t batch;   /* GEMM batch: N * kv_heads */
     int64_t group;   /* query heads per key/value head */
     int64_t q_chunk; /* queries per chunk (the last chunk may be shorter) */
@@ -50,6 +51,27 @@ int sd_cuda_attn_plan_make(int64_t N, int64_t Lq, int64_t Lk, int64_t D, int hea
 /* Queries [*q0, *q0 + *qc) of chunk i < p->n_chunks of Lq queries. */
 void sd_cuda_attn_plan_chunk(const sd_cuda_attn_plan *p, int64_t Lq, int64_t i, int64_t *q0,
                              int64_t *qc);
+
+/* One cublasGemmStridedBatchedEx call of a chunk, column-major as cuBLAS
+ * sees it: C = alpha op(A) B for `batch` matrices, op(A) = A^T when
+ * trans_a, B never transposed. Strides in elements; offsets in bytes from
+ * the start of the buffers: the scores GEMM reads A (K16) and B (Q16) in
+ * the packed buffer and writes C (S) in the chunk scratch; the values GEMM
+ * reads A (V16) in the packed buffer, B (P16) and C (O) in the scratch. */
+typedef struct sd_cuda_attn_gemm {
+    int trans_a;
+    int m, n, k, lda, ldb, ldc, batch;
+    long long stride_a, stride_b, stride_c;
+    size_t a_off, b_off, c_off;
+} sd_cuda_attn_gemm;
+
+/* The two GEMMs of chunk [q0, q0 + qc): row-major S [rows, Lk] = Q K^T is
+ * column-major S^T = op(K16) Q16^T-view (A = K16 transposed, B = Q16); O
+ * [rows, D] = P V is O^T = V16^T-view P16^T-view (A = V16, B = P16); rows
+ * = qc * group per batch item. */
+void sd_cuda_attn_plan_gemms(const sd_cuda_attn_plan *p, int64_t Lq, int64_t Lk, int64_t D,
+                             int64_t q0, int64_t qc, sd_cuda_attn_gemm *scores,
+                             sd_cuda_attn_gemm *values);
 
 #ifdef __cplusplus
 }

@@ -42,48 +42,45 @@ static sd_status attention_f32(sd_backend *be, sd_bt *out, const sd_bt *q, const
                          "attention", "kernel launch");
 }
 
-/* One chunk: queries [q0, q0 + qc) of every (batch item, head). Row-major
- * S [rows, Lk] = Q [rows, D] K^T is column-major S^T = K^T-view . Q^T-view:
- * cuBLAS's A = K16 (op T, lda D), B = Q16 (op N, ldb D). O [rows, D] =
- * P [rows, Lk] V [Lk, D] is O^T = V^T-view . P^T-view: A = V16 (op N, lda D),
- * B = P16 (op N, ldb Lk). */
+static sd_status gemm(sd_backend *be, const sd_cuda_attn_gemm *g, float alpha, const char *a,
+                      const char *b, char *c, cudaDataType dt, cudaDataType ct, const char *what) {
+    float zero = 0.0f;
+    return sd_cuda_check_blas(
+        be,
+        cublasGemmStridedBatchedEx(sd_cuda_of(be)->cublas, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   CUBLAS_OP_N, g->m, g->n, g->k, &alpha, a + g->a_off, dt, g->lda,
+                                   g->stride_a, b + g->b_off, dt, g->ldb, g->stride_b, &zero,
+                                   c + g->c_off, ct, g->ldc, g->stride_c, g->batch,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "attention", what);
+}
+
+/* One chunk: queries [q0, q0 + qc) of every (batch item, head), with the
+ * GEMMs attn_plan.c describes (kernels.cuda_attn_plan runs the same
+ * descriptors through a CPU emulation of cuBLAS). */
 static sd_status chunk(sd_backend *be, sd_bt *out, const sd_attn_args *a,
                        const sd_cuda_attn_plan *p, char *packed, char *scratch, cudaDataType dt,
                        int elem, int64_t Lq, int64_t Lk, int64_t D, int64_t q0, int64_t qc) {
     sd_cuda *c = sd_cuda_of(be);
-    int64_t rows = qc * p->group, Hkv = a->kv_heads;
-    const char *Q16 = packed + (size_t)(q0 * p->group * D) * 2;
-    const char *K16 = packed + p->off_k, *V16 = packed + p->off_v;
-    float *S = (float *)scratch, *O = (float *)(scratch + p->off_o);
-    void *P16 = scratch + p->off_p;
-    float alpha = a->scale, one = 1.0f, zero = 0.0f;
-    sd_status rc = sd_cuda_check_blas(
-        be,
-        cublasGemmStridedBatchedEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Lk, (int)rows, (int)D,
-                                   &alpha, K16, dt, (int)D, (long long)(Lk * D), Q16, dt, (int)D,
-                                   (long long)(Lq * p->group * D), &zero, S, CUDA_R_32F, (int)Lk,
-                                   (long long)(rows * Lk), (int)p->batch, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT),
-        "attention", "scores: cublasGemmStridedBatchedEx");
+    sd_cuda_attn_gemm gs, gv;
+    sd_cuda_attn_plan_gemms(p, Lq, Lk, D, q0, qc, &gs, &gv);
+    sd_status rc = gemm(be, &gs, a->scale, packed, packed, scratch, dt, CUDA_R_32F,
+                        "scores: cublasGemmStridedBatchedEx");
     if (rc != SD_OK) return rc;
     rc = sd_cuda_check(be,
-                       sd_cuda_attn_softmax(c->stream, S, P16, elem, p->batch * rows, Lk, qc,
-                                            p->group, Hkv, q0, a->causal,
+                       sd_cuda_attn_softmax(c->stream, (const float *)scratch, scratch + p->off_p,
+                                            elem, p->batch * qc * p->group, Lk, qc, p->group,
+                                            a->kv_heads, q0, a->causal,
                                             a->bias ? sd_cuda_f32(a->bias) : NULL, a->bias_stride),
                        "attention", "softmax kernel launch");
     if (rc != SD_OK) return rc;
-    rc = sd_cuda_check_blas(
-        be,
-        cublasGemmStridedBatchedEx(c->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)D, (int)rows, (int)Lk,
-                                   &one, V16, dt, (int)D, (long long)(Lk * D), P16, dt, (int)Lk,
-                                   (long long)(rows * Lk), &zero, O, CUDA_R_32F, (int)D,
-                                   (long long)(rows * D), (int)p->batch, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT),
-        "attention", "values: cublasGemmStridedBatchedEx");
+    rc = gemm(be, &gv, 1.0f, packed, scratch, scratch, dt, CUDA_R_32F,
+              "values: cublasGemmStridedBatchedEx");
     if (rc != SD_OK) return rc;
     return sd_cuda_check(be,
-                         sd_cuda_attn_scatter(c->stream, O, sd_cuda_f32(out), p->batch, qc,
-                                              p->group, D, Hkv, Lq, q0),
+                         sd_cuda_attn_scatter(c->stream, (const float *)(scratch + p->off_o),
+                                              sd_cuda_f32(out), p->batch, qc, p->group, D,
+                                              a->kv_heads, Lq, q0),
                          "attention", "scatter kernel launch");
 }
 
