@@ -1,4 +1,6 @@
-/* clip_loader_nodes.c - CLIPLoader, DualCLIPLoader and TripleCLIPLoader:
+/* clip_loader_nodes.c - CLIPLoader, DualCLIPLoader and TripleCLIPLoader,
+ * and ComfyUI-GGUF's CLIPLoaderGGUF, DualCLIPLoaderGGUF and
+ * TripleCLIPLoaderGGUF:
  * CLIP handles made of standalone text-encoder files (models/text_encoders/),
  * with ComfyUI's `type` lists.
  *
@@ -363,6 +365,31 @@ const sd_node_def sd_node_TripleCLIPLoader = {
     .category = "advanced/loaders",
     .description = "[Recipes]\n\nsd3: clip-l, clip-g, t5",
     .inputs = triple_inputs,
+    .outputs = clip_outputs,
+    .run = triple_run,
+};
+
+/* ComfyUI-GGUF's TripleCLIPLoaderGGUF: no type input (its load_clip's
+ * default "sd3"), so TripleCLIPLoader's run over the list with .gguf files:
+ * SD3's CLIP-L, CLIP-G and T5-XXL, typically the T5 as a llama.cpp GGUF. */
+static const sd_input_def triple_gguf_inputs[] = {
+    {.name = "clip_name1", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "clip_name2", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {.name = "clip_name3", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
+     .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
+    {0}};
+
+const sd_node_def sd_node_TripleCLIPLoaderGGUF = {
+    .version = 1,
+    .class_type = "TripleCLIPLoaderGGUF",
+    .display_name = "TripleCLIPLoader (GGUF)",
+    .category = "bootleg",
+    .description = "ComfyUI-GGUF's TripleCLIPLoader: SD3's CLIP-L, CLIP-G and T5-XXL, each a GGUF "
+                   "(T5 in llama.cpp naming, quantized weights kept quantized) or safetensors file, "
+                   "in any order, as one CLIP.",
+    .inputs = triple_gguf_inputs,
     .outputs = clip_outputs,
     .run = triple_run,
 };

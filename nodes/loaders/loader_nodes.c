@@ -139,7 +139,7 @@ const sd_node_def sd_node_VAELoader = {
 /* ---- registration ------------------------------------------------------------------ */
 
 extern const sd_node_def sd_node_CLIPLoader, sd_node_DualCLIPLoader, sd_node_CLIPLoaderGGUF,
-    sd_node_DualCLIPLoaderGGUF, sd_node_TripleCLIPLoader; /* clip_loader_nodes.c */
+    sd_node_DualCLIPLoaderGGUF, sd_node_TripleCLIPLoader, sd_node_TripleCLIPLoaderGGUF; /* clip_loader_nodes.c */
 extern const sd_node_def sd_node_UNETLoader; /* unet_loader_node.c */
 extern const sd_node_def sd_node_UnetLoaderGGUF, sd_node_UnetLoaderGGUFAdvanced; /* unet_loader_gguf.c */
 
@@ -148,6 +148,7 @@ const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple, 
                                                &sd_node_UNETLoader, &sd_node_CLIPLoaderGGUF,
                                                &sd_node_DualCLIPLoaderGGUF, &sd_node_UnetLoaderGGUF,
                                                &sd_node_UnetLoaderGGUFAdvanced, &sd_node_TripleCLIPLoader,
+                                               &sd_node_TripleCLIPLoaderGGUF,
                                                NULL};
 
 sd_status sd_nodes_loaders_register(sd_error *err) {
