@@ -67,7 +67,27 @@ typedef struct sd_input_def {
      * PrimitiveFloat): /object_info prints those exact integers, and an INT
      * is checked against them exactly (min/max are their nearest doubles). */
     int maxsize_range;
+    /* How ComfyUI's editor shows the input (/object_info only; nothing
+     * here changes how a node runs). `tooltip`: the hover text. `round`: a
+     * FLOAT's "round" (the precision the editor rounds to; 0 = not printed,
+     * SD_ROUND_FALSE = printed as false: no rounding). `display`: "number",
+     * "slider" or "color". `advanced`: shown behind the node's advanced
+     * toggle. `dynamic_prompts`: ComfyUI's dynamicPrompts on a STRING, the
+     * editor replacing each {a|b|c} with one choice when it queues the
+     * prompt (the server receives the chosen text, as from ComfyUI). */
+    const char *tooltip;
+    double round;
+    const char *display;
+    int advanced;
+    int dynamic_prompts;
 } sd_input_def;
+
+/* A NULL-terminated list of strings written in place, for sd_node_def's
+ * hidden and output_tooltips: .hidden = SD_STRINGS("prompt", "extra_pnginfo"). */
+#define SD_STRINGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* sd_input_def.round printed as false (ComfyUI's round=False). */
+#define SD_ROUND_FALSE (-1.0)
 
 typedef struct sd_output_def {
     const char *name;
@@ -93,7 +113,14 @@ enum {
     /* ComfyUI's INPUT_IS_LIST: the node runs once with every input as an
      * SD_VAL_LIST of what it was given (a list output's items, or the one
      * value of anything else), instead of once per item (executor.h). */
-    SD_NODE_INPUT_IS_LIST = 1u << 6
+    SD_NODE_INPUT_IS_LIST = 1u << 6,
+    /* ComfyUI defines the node with a V3 schema (comfy_api io.Schema):
+     * /object_info prints it as its GET_NODE_INFO_V1 does (every input with
+     * an options object, combos as "COMBO" with "options" and "multiselect",
+     * STRING's "multiline" always, one output tooltip per output, null for
+     * an unset display_name, hidden inputs as lists, deprecated,
+     * experimental, api_node and output_matchtypes always). */
+    SD_NODE_V3 = 1u << 7
 };
 
 /* A node function. `in` is aligned with def->inputs (NULL for an absent
@@ -105,16 +132,38 @@ enum {
 typedef sd_status (*sd_node_fn)(sd_node_ctx *ctx, sd_value *const *in,
                                 sd_value **out, sd_error *err);
 
+/* display_name, category, description, python_module, hidden and
+ * output_tooltips are what ComfyUI's /object_info says of the node, copied
+ * from its definition (NODE_DISPLAY_NAME_MAPPINGS, CATEGORY, DESCRIPTION,
+ * RELATIVE_PYTHON_MODULE, hidden inputs, OUTPUT_TOOLTIPS, or its V3 schema);
+ * cli.object_info checks every node against tests/data/comfyui_object_info.json,
+ * made from ComfyUI by scripts/comfyui_object_info.py (docs/nodes.md, "Adding
+ * a node"). Fields after `run` are set by name (.python_module = ...). */
 typedef struct sd_node_def {
     int version;             /* bump when results change: enters the cache key */
     const char *class_type;
-    const char *display_name;
+    const char *display_name; /* NULL: the class_type (V1), null (SD_NODE_V3) */
     const char *category;
-    const char *description;
+    const char *description;  /* ComfyUI's, "" when NULL (the editor's hover text) */
     const sd_input_def *inputs;   /* terminated by an entry with name == NULL */
     const sd_output_def *outputs; /* terminated by an entry with name == NULL */
     unsigned flags;               /* SD_NODE_* */
     sd_node_fn run;
+    /* ComfyUI's module of the node, which the editor reads for its source
+     * badge: "nodes", "comfy_extras.nodes_mask", "custom_nodes.ComfyUI-GGUF".
+     * NULL: "custom_nodes.sdflow", a node of sdflow's own. */
+    const char *python_module;
+    /* ComfyUI's hidden inputs, NULL-terminated ("prompt", "extra_pnginfo",
+     * "unique_id", "dynprompt"): listed by /object_info only; the executor
+     * gives every node the prompt and extra_pnginfo (sd_node_ctx). */
+    const char *const *hidden;
+    /* ComfyUI's OUTPUT_TOOLTIPS, NULL-terminated, as it declares them (one
+     * per output, or more: LoraLoaderModelOnly inherits LoraLoader's two).
+     * A V3 node prints one per output, null past the end of this list. */
+    const char *const *output_tooltips;
+    /* sdflow's own notes on the node (how it computes, what it refuses):
+     * shown by the Lua REPL's help, never sent to ComfyUI's clients. */
+    const char *help;
 } sd_node_def;
 
 /* Progress/log callbacks owned by the front end (CLI, REPL). */

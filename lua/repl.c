@@ -97,6 +97,7 @@ static int l_help(lua_State *L) {
     if (def->category) fprintf(o, " [%s]", def->category);
     fputc('\n', o);
     if (def->description && *def->description) fprintf(o, "  %s\n", def->description);
+    if (def->help && *def->help) fprintf(o, "  %s\n", def->help);
     fputs("  inputs:\n", o);
     for (int i = 0; def->inputs[i].name; i++) print_input_def(o, &def->inputs[i]);
     fputs("  outputs:\n", o);

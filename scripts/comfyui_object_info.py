@@ -1,316 +1,143 @@
 #!/usr/bin/env python3
-"""comfyui_object_info.py - derive ComfyUI's /object_info entries for the
-node types sdflow implements, from a ComfyUI checkout, without torch.
+"""comfyui_object_info.py - ComfyUI's /object_info entries for the node types
+sdflow implements, made by ComfyUI's own code.
 
-usage: comfyui_object_info.py COMFYUI_DIR NODES.json OUT.json
+usage: /usr/bin/python3 comfyui_object_info.py REF_DIR NODES.json OUT.json
 
-NODES.json is `sdflow nodes --json` (only its class names are used). The
-script runs nodes.py (and the V1 modules of comfy_extras it knows) with
-every heavy import replaced by a stub, calls
-INPUT_TYPES() of the V1 node classes (the sampler/scheduler lists are read
-from comfy/samplers.py), and turns the V3 schemas (io.Schema in
-comfy_extras/) into the same V1 shape. File lists (models, input files) are
-written as the marker "<files>": they depend on the machine. The result is
-tests/data/comfyui_object_info.json, which tests/cli/test_object_info.sh
-compares with `sdflow nodes --json`; regenerate it when moving to a newer
-ComfyUI and review the diff.
+REF_DIR: the trees ../shared/tools/comfyref/extract_refs.sh extracts (ComfyUI/,
+einops/, CLIP/; Debian's python3-torch runs them, see that folder's README).
+NODES.json: `sdflow nodes --json` (only its class names are used).
+
+ComfyUI is imported as `main.py` starts it (nodes.py, then init_extra_nodes:
+every comfy_extras module, V1 and V3 alike; the example custom node
+custom_nodes/websocket_image_save.py that ComfyUI's repository ships, as
+ComfyUI loads a custom node). Each entry is what server.py's node_info
+answers for the class, written here by reading server.py: a V3 node's
+GET_NODE_INFO_V1(), else the V1 fields (input, input_order, output,
+output_is_list, output_name, name, display_name, description, python_module,
+category, output_node, output_tooltips, deprecated/experimental when set,
+api_node). Everything a client sees is kept, tooltips included. The only
+change: lists of files (models folders, the input folder) are the marker
+"<files>", since they depend on the machine.
+
+The result is tests/data/comfyui_object_info.json, which
+tests/cli/test_object_info.sh compares with `sdflow nodes --json` field by
+field. Regenerate it when adding a node or moving to a newer ComfyUI and
+review the diff. node_info() is also used by the generators of custom node
+packs' entries (tests/data/gguf/gen/make_object_info.py).
 """
-import ast
-import importlib.abc
-import importlib.machinery
+import asyncio
 import json
+import logging
 import os
-import re
 import sys
 import tempfile
 import types
 
 FILES = "<files>"
+HERE = os.path.dirname(os.path.abspath(__file__))
+# custom nodes shipped inside ComfyUI's own repository that sdflow implements
+SHIPPED_CUSTOM_NODES = ["custom_nodes/websocket_image_save.py"]
 
 
-class Stub(types.ModuleType):
-    """Any attribute or call gives another stub; enough for module bodies."""
-
-    def __init__(self, name="stub"):
-        super().__init__(name)
-
-    def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        s = Stub(self.__name__ + "." + name)
-        setattr(self, name, s)
-        return s
-
-    def __call__(self, *a, **k):
-        return Stub(self.__name__ + "()")
-
-    def __iter__(self):
-        return iter(())
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
-class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Stubs every module except the standard library and ours."""
-
-    def __init__(self, real):
-        self.real = real
-
-    def find_spec(self, name, path, target=None):
-        if name in sys.modules or name.split(".")[0] in self.real:
-            return None
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec):
-        return Stub(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
-
-
-def sampler_lists(comfy_dir):
-    tree = ast.parse(open(os.path.join(comfy_dir, "comfy", "samplers.py")).read())
-    env = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if name in ("KSAMPLER_NAMES", "SAMPLER_NAMES"):
-                env[name] = eval(compile(ast.Expression(node.value), "samplers", "eval"), {}, env)
-            if name == "SCHEDULER_HANDLERS":
-                env["SCHEDULER_NAMES"] = [k.value for k in node.value.keys]
-    return env["SAMPLER_NAMES"], env["SCHEDULER_NAMES"]
-
-
-class IOType(str):
-    pass
-
-
-class IOEnum(type):
-    def __getattr__(cls, name):
-        return "*" if name == "ANY" else name
-
-
-class IO(metaclass=IOEnum):
-    pass
-
-
-def install_stubs(comfy_dir, input_dir):
-    samplers, schedulers = sampler_lists(comfy_dir)
-    real = set(sys.stdlib_module_names) | {"nodes"}
-    sys.meta_path.insert(0, Finder(real))
-    import comfy.samplers  # a stub package
-    comfy.samplers.KSampler = type("KSampler", (), {"SAMPLERS": samplers, "SCHEDULERS": schedulers})
-    comfy.samplers.SAMPLER_NAMES = samplers
-    comfy.samplers.SCHEDULER_NAMES = schedulers
-    import comfy.comfy_types
-    comfy.comfy_types.IO = IO
-    import comfy.comfy_types.node_typing
-    comfy.comfy_types.node_typing.IO = IO
-    comfy.comfy_types.ComfyNodeABC = object
-    comfy.comfy_types.InputTypeDict = dict
-    comfy.comfy_types.FileLocator = dict
+def setup(ref_dir):
+    """Imports ComfyUI from REF_DIR on the comfyref shims, with file lists as FILES."""
+    comfyref = os.environ.get("COMFYREF", os.path.join(HERE, "..", "..", "shared", "tools", "comfyref"))
+    sys.path.insert(0, comfyref)
+    import comfy_env
+    logging.disable(logging.CRITICAL)  # ComfyUI's import warnings (no GPU, old torch) are not ours
+    comfy_env.setup(os.path.join(ref_dir, "ComfyUI"), os.path.join(ref_dir, "einops"),
+                    os.path.join(ref_dir, "CLIP"))
+    logging.disable(logging.CRITICAL)
+    # nodes_images imports server.py (aiohttp) for PromptServer.instance only
+    server = types.ModuleType("server")
+    server.PromptServer = type("PromptServer", (), {"instance": None})
+    sys.modules.setdefault("server", server)
     import folder_paths
+    empty = tempfile.mkdtemp()
     folder_paths.get_filename_list = lambda *a, **k: [FILES]
-    folder_paths.get_input_directory = lambda *a, **k: input_dir
-    folder_paths.get_output_directory = lambda *a, **k: input_dir
-    folder_paths.get_temp_directory = lambda *a, **k: input_dir
+    folder_paths.get_input_directory = lambda *a, **k: empty
     folder_paths.filter_files_content_types = lambda files, *a, **k: [FILES]
     folder_paths.filter_files_extensions = lambda files, *a, **k: [FILES]
+    return folder_paths
 
 
-# ---- V3 schemas (comfy_api.latest.io) turned into V1 entries --------------------------
-
-class V3Input:
-    def __init__(self, kind, name, **opts):
-        self.kind, self.name, self.opts = kind, name, opts
-
-
-class V3Output:
-    def __init__(self, kind, display_name=None, is_output_list=False, **opts):
-        self.kind, self.display_name, self.is_output_list = kind, display_name, is_output_list
-
-
-class AnyAttr:
-    """io.Hidden.prompt, io.NumberDisplay.number, ...: values the entries leave out."""
-
-    def __getattr__(self, name):
-        return name
+def load_comfyui(ref_dir):
+    """ComfyUI's node classes as main.py loads them (api nodes and installed packs left out)."""
+    setup(ref_dir)
+    import nodes
+    failed = asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
+    for f in SHIPPED_CUSTOM_NODES:
+        if not asyncio.run(nodes.load_custom_node(os.path.join(ref_dir, "ComfyUI", f))):
+            failed.append(f)
+    return nodes, failed
 
 
-# io.<Kind> -> the type name ComfyUI gives it (the rest are Kind.upper())
-V3_TYPES = {"Clip": "CLIP", "Vae": "VAE", "UpscaleModel": "UPSCALE_MODEL",
-            "LatentOperation": "LATENT_OPERATION"}
+def node_info(nodes, node_class):
+    """server.py's node_info for one class."""
+    from comfy_api.internal import _ComfyNodeInternal
+    cls = nodes.NODE_CLASS_MAPPINGS[node_class]
+    if issubclass(cls, _ComfyNodeInternal):
+        return cls.GET_NODE_INFO_V1()
+    it = cls.INPUT_TYPES()
+    info = {"input": it, "input_order": {sec: list(v.keys()) for sec, v in cls.INPUT_TYPES().items()},
+            "output": cls.RETURN_TYPES,
+            "output_is_list": getattr(cls, "OUTPUT_IS_LIST", [False] * len(cls.RETURN_TYPES))}
+    info["output_name"] = getattr(cls, "RETURN_NAMES", info["output"])
+    info["name"] = node_class
+    info["display_name"] = nodes.NODE_DISPLAY_NAME_MAPPINGS.get(node_class, node_class)
+    info["description"] = getattr(cls, "DESCRIPTION", "")
+    info["python_module"] = getattr(cls, "RELATIVE_PYTHON_MODULE", "nodes")
+    info["category"] = getattr(cls, "CATEGORY", "sd")
+    info["output_node"] = getattr(cls, "OUTPUT_NODE", False) is True
+    if hasattr(cls, "OUTPUT_TOOLTIPS"):
+        info["output_tooltips"] = cls.OUTPUT_TOOLTIPS
+    if getattr(cls, "DEPRECATED", False):
+        info["deprecated"] = True
+    if getattr(cls, "EXPERIMENTAL", False):
+        info["experimental"] = True
+    if hasattr(cls, "API_NODE"):
+        info["api_node"] = cls.API_NODE
+    return info
 
 
-class V3IO:
-    """comfy_api.latest.io as a schema reads it: io.<Kind>.Input / .Output for any kind."""
-
-    def __init__(self):
-        self.Schema = lambda **k: k
-        self.Hidden = AnyAttr()
-        self.NumberDisplay = AnyAttr()
-
-    def __getattr__(self, kind):
-        tname = V3_TYPES.get(kind, kind.upper())
-        ns = types.SimpleNamespace()
-        ns.Input = lambda name, *a, **o: V3Input(tname, name, **o)
-        ns.Output = lambda display_name=None, *a, **o: V3Output(tname, display_name, **o)
-        ns.Template = ns.TemplatePrefix = ns.Option = lambda *a, **o: None
-        setattr(self, kind, ns)
-        return ns
+def files_marked(entry):
+    """A combo listing only FILES (several folders joined) lists it once."""
+    for sec, inputs in entry["input"].items():
+        for name, spec in inputs.items():
+            if isinstance(spec, (list, tuple)) and spec and isinstance(spec[0], (list, tuple)) \
+                    and spec[0] and all(x == FILES for x in spec[0]):
+                inputs[name] = [[FILES]] + list(spec[1:])
+    return entry
 
 
-def v3_io():
-    return V3IO()
-
-
-def v3_entry(schema):
-    req, opt, order_r, order_o = {}, {}, [], []
-    for i in schema["inputs"]:
-        o = {k: v for k, v in i.opts.items() if k not in ("tooltip", "optional", "display_mode")}
-        if i.kind == "COMBO":
-            spec = [o.pop("options")] + ([o] if o else [])
-        else:
-            spec = [i.kind] + ([o] if o else [])
-        (opt if i.opts.get("optional") else req)[i.name] = spec
-        (order_o if i.opts.get("optional") else order_r).append(i.name)
-    outs = schema.get("outputs", [])
-    e = {"input": {"required": req}, "input_order": {"required": order_r},
-         "output": [o.kind for o in outs], "output_name": [o.display_name or o.kind for o in outs],
-         "output_is_list": [bool(o.is_output_list) for o in outs],
-         "display_name": schema.get("display_name") or schema["node_id"],
-         "category": schema.get("category", ""), "output_node": bool(schema.get("is_output_node")),
-         "deprecated": bool(schema.get("is_deprecated")), "experimental": bool(schema.get("is_experimental"))}
-    if opt:
-        e["input"]["optional"] = opt
-        e["input_order"]["optional"] = order_o
-    return e
-
-
-def v3_nodes(comfy_dir, files, unread):
-    """The V3 entries of files; unread[node class name] says why a schema was not read."""
-    io = v3_io()
-    import comfy.samplers  # the stub with the real sampler/scheduler lists
-    out = {}
-    for f in files:
-        src = open(os.path.join(comfy_dir, f)).read()
-        tree = ast.parse(src)
-        for cls in tree.body:
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            for fn in cls.body:
-                if isinstance(fn, ast.FunctionDef) and fn.name == "define_schema":
-                    ret = next(s for s in ast.walk(fn) if isinstance(s, ast.Return))
-                    # class attributes a schema may read through cls. (upscale_methods, ...)
-                    attrs = {}
-                    for st in cls.body:
-                        if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
-                            try:
-                                attrs[st.targets[0].id] = ast.literal_eval(st.value)
-                            except ValueError:
-                                pass
-                    env = {"io": io, "IO": io, "comfy": comfy, "sys": sys,
-                           "cls": types.SimpleNamespace(**attrs),
-                           "nodes": types.SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION),
-                           "MAX_RESOLUTION": MAX_RESOLUTION,
-                           "folder_paths": types.SimpleNamespace(get_filename_list=lambda f: [FILES])}
-                    # enums a schema lists (PorterDuffMode)
-                    for st in tree.body:
-                        if isinstance(st, ast.ClassDef) and any(getattr(b, "id", "") == "Enum" for b in st.bases):
-                            members = [t.targets[0].id for t in st.body if isinstance(t, ast.Assign)]
-                            env[st.name] = EnumStub(members)
-                    try:
-                        schema = eval(compile(ast.Expression(ret.value), f, "eval"), env)
-                    except Exception as ex:  # a node of a kind this reading does not model
-                        node_id = re.search(r'node_id="([^"]+)"', ast.get_source_segment(src, fn) or "")
-                        unread[node_id.group(1) if node_id else cls.name] = "%s: %s" % (f, ex)
-                        continue
-                    out[schema["node_id"]] = v3_entry(schema)
-    return out
-
-
-class EnumStub:
-    """A class-level Enum as a schema reads it: iteration gives members with .name, and
-    Enum.MEMBER.name the member's name."""
-
-    def __init__(self, members):
-        self._members = [types.SimpleNamespace(name=m) for m in members]
-        for m in self._members:
-            setattr(self, m.name, m)
-
-    def __iter__(self):
-        return iter(self._members)
-
-
-MAX_RESOLUTION = None
-# comfy_extras modules whose nodes are V3 schemas (comfy_api.latest.io), read without running them
-V3_FILES = ["nodes_canny", "nodes_clip_sdxl", "nodes_align_your_steps", "nodes_upscale_model",
-            "nodes_custom_sampler", "nodes_mask", "nodes_images", "nodes_post_processing",
-            "nodes_compositing", "nodes_morphology", "nodes_rebatch", "nodes_latent",
-            "nodes_primitive", "nodes_string", "nodes_sd3", "nodes_flux"]
-# comfy_extras modules of V1 nodes (INPUT_TYPES), run with their imports stubbed
-EXTRA_V1 = ["nodes_model_merging", "nodes_model_advanced", "nodes_preview_any"]
+def plain(entry):
+    """The entry as the JSON a client receives (tuples as lists, enums as values)."""
+    return json.loads(json.dumps(entry, default=lambda o: getattr(o, "value", str(o))))
 
 
 def main(argv):
-    global MAX_RESOLUTION
     if len(argv) != 4:
         sys.exit(__doc__)
-    comfy_dir, ours = argv[1], json.load(open(argv[2]))
-    tmp = tempfile.mkdtemp()
-    install_stubs(comfy_dir, tmp)
-    sys.path.insert(0, comfy_dir)
-    import nodes
-    MAX_RESOLUTION = nodes.MAX_RESOLUTION
-    unread = {}
-    v3 = v3_nodes(comfy_dir, ["comfy_extras/%s.py" % f for f in V3_FILES], unread)
-    # V1 nodes of comfy_extras: their own NODE_CLASS_MAPPINGS
-    classes, display = dict(nodes.NODE_CLASS_MAPPINGS), dict(nodes.NODE_DISPLAY_NAME_MAPPINGS)
-    import importlib.util
-    for f in EXTRA_V1:
-        spec = importlib.util.spec_from_file_location("comfy_extras_" + f,
-                                                      os.path.join(comfy_dir, "comfy_extras", f + ".py"))
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-        classes.update(getattr(m, "NODE_CLASS_MAPPINGS", {}))
-        display.update(getattr(m, "NODE_DISPLAY_NAME_MAPPINGS", {}))
+    ref_dir, ours = argv[1], json.load(open(argv[2]))
+    nodes, failed = load_comfyui(ref_dir)
     result = {}
-    for name, info in sorted(ours.items()):
-        if "alias_of" in info:
-            continue
-        if name in v3:
-            result[name] = v3[name]
-            continue
-        cls = classes.get(name)
-        if name in unread:
-            sys.exit("%s: its V3 schema could not be read: %s" % (name, unread[name]))
-        if cls is None:
+    for name in sorted(ours):
+        if name not in nodes.NODE_CLASS_MAPPINGS:
             print("not in ComfyUI's core: %s" % name, file=sys.stderr)
             continue
-        it = cls.INPUT_TYPES()
-        e = {"input": {}, "input_order": {}}
-        for sec in ("required", "optional"):
-            if sec in it:
-                e["input"][sec] = {}
-                for k, v in it[sec].items():
-                    o = {kk: vv for kk, vv in v[1].items() if kk != "tooltip"} if len(v) > 1 else {}
-                    e["input"][sec][k] = [v[0]] + ([o] if o else [])
-                e["input_order"][sec] = list(it[sec])
-        e["output"] = list(cls.RETURN_TYPES)
-        e["output_name"] = list(getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES)
-        e["output_is_list"] = list(getattr(cls, "OUTPUT_IS_LIST", None) or [False] * len(cls.RETURN_TYPES))
-        e["display_name"] = display.get(name, name)
-        e["category"] = cls.CATEGORY
-        e["output_node"] = bool(getattr(cls, "OUTPUT_NODE", False))
-        e["deprecated"] = bool(getattr(cls, "DEPRECATED", False))
-        e["experimental"] = bool(getattr(cls, "EXPERIMENTAL", False))
-        result[name] = e
-    result["_source"] = {"comfyui": "a ComfyUI tree as ../shared/tools/comfyref/extract_refs.sh extracts it", "commit": os.environ.get("COMFYUI_COMMIT", "unknown"),
-                         "generated_by": "scripts/comfyui_object_info.py",
-                         "note": "file lists are \"<files>\"; tooltips are left out"}
+        result[name] = files_marked(plain(node_info(nodes, name)))
+    commit = os.environ.get("COMFYUI_COMMIT")
+    if not commit:
+        pin = os.path.join(os.environ.get("COMFYREF", os.path.join(HERE, "..", "..", "shared", "tools", "comfyref")),
+                           "COMFY_COMMIT")
+        commit = open(pin).read().strip() if os.path.exists(pin) else "unknown"
+    result["_source"] = {"comfyui": "ComfyUI as ../shared/tools/comfyref/extract_refs.sh extracts it",
+                         "commit": commit, "generated_by": "scripts/comfyui_object_info.py",
+                         "modules_not_imported": sorted(failed),
+                         "note": "server.py's node_info for each class; file lists are \"<files>\""}
     with open(argv[3], "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
+        json.dump(result, f, indent=1, sort_keys=True, ensure_ascii=False)
         f.write("\n")
 
 

@@ -14,8 +14,9 @@ static int get_object_info(srv *s, struct mg_connection *c, const char *cls) {
     if (!cls) return srv_reply_json(c, 200, sd_object_info(s->env));
     cJSON *root = cJSON_CreateObject();
     const sd_node_def *d = sd_registry_find(cls);
-    if (root && d) cJSON_AddItemToObject(root, cls, sd_object_info_node(d, cls, s->env));
-    return srv_reply_json(c, 200, root); /* ComfyUI: {} for an unknown class */
+    /* ComfyUI: {} for an unknown class; an alias (CLIPEncode) is no class of its */
+    if (root && d && !strcmp(d->class_type, cls)) cJSON_AddItemToObject(root, cls, sd_object_info_node(d, s->env));
+    return srv_reply_json(c, 200, root);
 }
 
 static int get_system_stats(srv *s, struct mg_connection *c) {

@@ -50,18 +50,23 @@ static sd_status clip_text_encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_
 }
 
 static const sd_input_def clip_text_encode_inputs[] = {
-    {.name = "text", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
-    {.name = "clip", .type = "CLIP"},
+    {.name = "text", .type = SD_T_STRING, .multiline = 1, .def_str = "", .tooltip = "The text to be encoded.",
+     .no_default = 1, .dynamic_prompts = 1},
+    {.name = "clip", .type = "CLIP", .tooltip = "The CLIP model used for encoding the text."},
     {0}};
 static const sd_output_def conditioning_out[] = {{"CONDITIONING", "CONDITIONING"}, {0}};
 
 const sd_node_def sd_node_CLIPTextEncode = {
     .version = 1,
     .class_type = "CLIPTextEncode",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("A conditioning containing the embedded text used to guide the diffusion model."),
+    .description = "Encodes a text prompt using a CLIP model into an embedding that can be used to guide the "
+                   "diffusion model towards generating specific images.",
     .display_name = "CLIP Text Encode (Prompt)",
     .category = "conditioning",
-    .description = "Encodes a prompt with the CLIP text encoder (ComfyUI weight syntax, "
-                   "embedding:NAME, 77-token chunks).",
+    .help = "Encodes a prompt with the CLIP text encoder (ComfyUI weight syntax, "
+            "embedding:NAME, 77-token chunks).",
     .inputs = clip_text_encode_inputs,
     .outputs = conditioning_out,
     .flags = SD_NODE_TEXT_ENCODER,
@@ -97,10 +102,11 @@ static const sd_output_def clip_out[] = {{"CLIP", "CLIP"}, {0}};
 const sd_node_def sd_node_CLIPSetLastLayer = {
     .version = 1,
     .class_type = "CLIPSetLastLayer",
+    .python_module = "nodes",
     .display_name = "CLIP Set Last Layer",
     .category = "conditioning",
-    .description = "Clip skip: text encodes use the output of this layer (-1 = last, "
-                   "-2 = penultimate).",
+    .help = "Clip skip: text encodes use the output of this layer (-1 = last, "
+            "-2 = penultimate).",
     .inputs = clip_set_last_layer_inputs,
     .outputs = clip_out,
     .run = clip_set_last_layer_run,

@@ -101,10 +101,11 @@ static const sd_input_def mix_inputs_def[] = {
 const sd_node_def sd_node_ConditioningConcat = {
     .version = 1,
     .class_type = "ConditioningConcat",
+    .python_module = "nodes",
     .display_name = "Conditioning (Concat)",
     .category = "conditioning",
-    .description = "Appends the tokens of conditioning_from's first entry to every entry of "
-                   "conditioning_to (one longer prompt, attended as a whole).",
+    .help = "Appends the tokens of conditioning_from's first entry to every entry of "
+            "conditioning_to (one longer prompt, attended as a whole).",
     .inputs = mix_inputs_def,
     .outputs = conditioning_out,
     .run = concat_run,
@@ -181,12 +182,13 @@ static const sd_input_def average_inputs[] = {
 const sd_node_def sd_node_ConditioningAverage = {
     .version = 1,
     .class_type = "ConditioningAverage",
+    .python_module = "nodes",
     /* ComfyUI's display-name table spells the key "ConditioningAverage " (with
      * a space), so its editor shows the class name */
     .display_name = "ConditioningAverage",
     .category = "conditioning",
-    .description = "Blends every entry of conditioning_to with conditioning_from's first entry: "
-                   "to * strength + from * (1 - strength), tokens and pooled output.",
+    .help = "Blends every entry of conditioning_to with conditioning_from's first entry: "
+            "to * strength + from * (1 - strength), tokens and pooled output.",
     .inputs = average_inputs,
     .outputs = conditioning_out,
     .run = average_run,

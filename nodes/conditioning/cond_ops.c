@@ -58,10 +58,11 @@ static const sd_input_def combine_inputs[] = {
 const sd_node_def sd_node_ConditioningCombine = {
     .version = 1,
     .class_type = "ConditioningCombine",
+    .python_module = "nodes",
     .display_name = "Conditioning (Combine)",
     .category = "conditioning",
-    .description = "Concatenates two conditioning lists; the sampler denoises with each entry "
-                   "and averages the predictions (weighted by area and strength).",
+    .help = "Concatenates two conditioning lists; the sampler denoises with each entry "
+            "and averages the predictions (weighted by area and strength).",
     .inputs = combine_inputs,
     .outputs = conditioning_out,
     .run = combine_run,
@@ -138,10 +139,11 @@ static const sd_input_def set_area_inputs[] = {
 const sd_node_def sd_node_ConditioningSetArea = {
     .version = 1,
     .class_type = "ConditioningSetArea",
+    .python_module = "nodes",
     .display_name = "Conditioning (Set Area)",
     .category = "conditioning",
-    .description = "Restricts conditioning to a rectangle (pixels, stored in latent units) "
-                   "with a strength; combine with others through ConditioningCombine.",
+    .help = "Restricts conditioning to a rectangle (pixels, stored in latent units) "
+            "with a strength; combine with others through ConditioningCombine.",
     .inputs = set_area_inputs,
     .outputs = conditioning_out,
     .run = set_area_run,
@@ -179,9 +181,10 @@ static const sd_input_def zero_out_inputs[] = {{.name = "conditioning", .type = 
 const sd_node_def sd_node_ConditioningZeroOut = {
     .version = 1,
     .class_type = "ConditioningZeroOut",
+    .python_module = "nodes",
     .display_name = "ConditioningZeroOut",
     .category = "advanced/conditioning",
-    .description = "The same conditioning with cond and pooled_output set to zeros.",
+    .help = "The same conditioning with cond and pooled_output set to zeros.",
     .inputs = zero_out_inputs,
     .outputs = conditioning_out,
     .run = zero_out_run,

@@ -67,10 +67,11 @@ static const sd_input_def area_pct_inputs[] = {
 const sd_node_def sd_node_ConditioningSetAreaPercentage = {
     .version = 1,
     .class_type = "ConditioningSetAreaPercentage",
+    .python_module = "nodes",
     .display_name = "Conditioning (Set Area with Percentage)",
     .category = "conditioning",
-    .description = "Restricts conditioning to a rectangle given as fractions of the latent "
-                   "(rounded to latent pixels when sampling starts) with a strength.",
+    .help = "Restricts conditioning to a rectangle given as fractions of the latent "
+            "(rounded to latent pixels when sampling starts) with a strength.",
     .inputs = area_pct_inputs,
     .outputs = conditioning_out,
     .run = area_pct_run,
@@ -92,9 +93,10 @@ static const sd_input_def strength_inputs[] = {
 const sd_node_def sd_node_ConditioningSetAreaStrength = {
     .version = 1,
     .class_type = "ConditioningSetAreaStrength",
+    .python_module = "nodes",
     .display_name = "ConditioningSetAreaStrength",
     .category = "conditioning",
-    .description = "Sets the weight of every entry's prediction where entries overlap.",
+    .help = "Sets the weight of every entry's prediction where entries overlap.",
     .inputs = strength_inputs,
     .outputs = conditioning_out,
     .run = strength_run,
@@ -126,16 +128,17 @@ static const sd_input_def set_mask_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     {.name = "mask", .type = "MASK"},
     {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 10.0, .step = 0.01, .has_range = 1},
-    {.name = "set_cond_area", .type = SD_T_COMBO, .options = cond_area_modes, .def_str = "default"},
+    {.name = "set_cond_area", .type = SD_T_COMBO, .options = cond_area_modes, .def_str = "default", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_ConditioningSetMask = {
     .version = 1,
     .class_type = "ConditioningSetMask",
+    .python_module = "nodes",
     .display_name = "Conditioning (Set Mask)",
     .category = "conditioning",
-    .description = "Restricts conditioning to a mask (resized to the latent when sampling starts) "
-                   "with a strength; 'mask bounds' runs the model only on the mask's bounding box.",
+    .help = "Restricts conditioning to a mask (resized to the latent when sampling starts) "
+            "with a strength; 'mask bounds' runs the model only on the mask's bounding box.",
     .inputs = set_mask_inputs,
     .outputs = conditioning_out,
     .run = set_mask_run,
@@ -160,10 +163,11 @@ static const sd_input_def range_inputs[] = {
 const sd_node_def sd_node_ConditioningSetTimestepRange = {
     .version = 1,
     .class_type = "ConditioningSetTimestepRange",
+    .python_module = "nodes",
     .display_name = "ConditioningSetTimestepRange",
     .category = "advanced/conditioning",
-    .description = "Uses the conditioning only between start and end (fractions of the "
-                   "sampling schedule, 0 = the first step).",
+    .help = "Uses the conditioning only between start and end (fractions of the "
+            "sampling schedule, 0 = the first step).",
     .inputs = range_inputs,
     .outputs = conditioning_out,
     .run = range_run,

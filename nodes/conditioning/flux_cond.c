@@ -50,11 +50,10 @@ static const sd_input_def flux_guidance_inputs[] = {
 
 const sd_node_def sd_node_FluxGuidance = {
     .version = 1,
-    .class_type = "FluxGuidance",
-    .display_name = "FluxGuidance",
+    .class_type = "FluxGuidance", .python_module = "comfy_extras.nodes_flux", .flags = SD_NODE_V3,
     .category = "advanced/conditioning/flux",
-    .description = "Sets the guidance a guidance-distilled model (Flux dev) is conditioned on "
-                   "(its embedded CFG scale; the sampler's cfg stays 1).",
+    .help = "Sets the guidance a guidance-distilled model (Flux dev) is conditioned on "
+            "(its embedded CFG scale; the sampler's cfg stays 1).",
     .inputs = flux_guidance_inputs,
     .outputs = conditioning_out,
     .run = flux_guidance_run,
@@ -77,9 +76,9 @@ static const sd_input_def flux_disable_guidance_inputs[] = {
 const sd_node_def sd_node_FluxDisableGuidance = {
     .version = 1,
     .class_type = "FluxDisableGuidance",
-    .display_name = "FluxDisableGuidance",
+    .python_module = "comfy_extras.nodes_flux",
+    .description = "This node completely disables the guidance embed on Flux and Flux like models", .flags = SD_NODE_V3,
     .category = "advanced/conditioning/flux",
-    .description = "This node completely disables the guidance embed on Flux and Flux like models",
     .inputs = flux_disable_guidance_inputs,
     .outputs = conditioning_out,
     .run = flux_disable_guidance_run,
@@ -135,9 +134,9 @@ static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 const sd_node_def sd_node_FluxKontextImageScale = {
     .version = 1,
     .class_type = "FluxKontextImageScale",
-    .display_name = "FluxKontextImageScale",
+    .python_module = "comfy_extras.nodes_flux",
+    .description = "This node resizes the image to one that is more optimal for flux kontext.", .flags = SD_NODE_V3,
     .category = "advanced/conditioning/flux",
-    .description = "This node resizes the image to one that is more optimal for flux kontext.",
     .inputs = kontext_scale_inputs,
     .outputs = image_out,
     .run = kontext_scale_run,

@@ -50,8 +50,8 @@ static sd_status encode_flux_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
 
 static const sd_input_def encode_flux_inputs[] = {
     {.name = "clip", .type = "CLIP"},
-    {.name = "clip_l", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
-    {.name = "t5xxl", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
+    {.name = "clip_l", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1, .dynamic_prompts = 1},
+    {.name = "t5xxl", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1, .dynamic_prompts = 1},
     {.name = "guidance", .type = SD_T_FLOAT, .def = 3.5, .min = 0.0, .max = 100.0, .step = 0.1,
      .has_range = 1},
     {0}};
@@ -60,12 +60,12 @@ static const sd_output_def conditioning_out[] = {{"CONDITIONING", "CONDITIONING"
 const sd_node_def sd_node_CLIPTextEncodeFlux = {
     .version = 1,
     .class_type = "CLIPTextEncodeFlux",
-    .display_name = "CLIPTextEncodeFlux",
+    .python_module = "comfy_extras.nodes_flux",
     .category = "advanced/conditioning/flux",
-    .description = "Encodes clip_l with Flux's CLIP-L (pooled output) and t5xxl with its T5-XXL "
-                   "(conditioning), and stores the guidance the Flux model is given.",
+    .help = "Encodes clip_l with Flux's CLIP-L (pooled output) and t5xxl with its T5-XXL "
+            "(conditioning), and stores the guidance the Flux model is given.",
     .inputs = encode_flux_inputs,
     .outputs = conditioning_out,
-    .flags = SD_NODE_TEXT_ENCODER,
+    .flags = SD_NODE_TEXT_ENCODER | SD_NODE_V3,
     .run = encode_flux_run,
 };

@@ -61,23 +61,26 @@ static sd_status encode_sd3_run(sd_node_ctx *ctx, sd_value *const *in, sd_value 
 
 static const sd_input_def encode_sd3_inputs[] = {
     {.name = "clip", .type = "CLIP"},
-    {.name = "clip_l", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
-    {.name = "clip_g", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
-    {.name = "t5xxl", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
-    {.name = "empty_padding", .type = SD_T_COMBO, .options = paddings, .def_str = "none"},
+    {.name = "clip_l", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1,
+     .dynamic_prompts = 1},
+    {.name = "clip_g", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1,
+     .dynamic_prompts = 1},
+    {.name = "t5xxl", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1,
+     .dynamic_prompts = 1},
+    {.name = "empty_padding", .type = SD_T_COMBO, .options = paddings, .def_str = "none", .no_default = 1},
     {0}};
 static const sd_output_def conditioning_out[] = {{"CONDITIONING", "CONDITIONING"}, {0}};
 
 const sd_node_def sd_node_CLIPTextEncodeSD3 = {
     .version = 1,
     .class_type = "CLIPTextEncodeSD3",
-    .display_name = "CLIPTextEncodeSD3",
+    .python_module = "comfy_extras.nodes_sd3",
     .category = "advanced/conditioning",
-    .description = "Encodes clip_l, clip_g and t5xxl with SD3's CLIP-L, bigG and T5-XXL; "
-                   "empty_padding none leaves an empty text out, empty_prompt encodes it as the "
-                   "empty prompt.",
+    .help = "Encodes clip_l, clip_g and t5xxl with SD3's CLIP-L, bigG and T5-XXL; "
+            "empty_padding none leaves an empty text out, empty_prompt encodes it as the "
+            "empty prompt.",
     .inputs = encode_sd3_inputs,
     .outputs = conditioning_out,
-    .flags = SD_NODE_TEXT_ENCODER,
+    .flags = SD_NODE_TEXT_ENCODER | SD_NODE_V3,
     .run = encode_sd3_run,
 };

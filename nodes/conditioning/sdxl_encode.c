@@ -69,8 +69,7 @@ static sd_status sdxl_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 }
 
 #define SIZE_INPUT(n, d) \
-    {.name = n, .type = SD_T_INT, .def = d, .min = 0, .max = MAX_RESOLUTION, .step = 1, \
-     .has_range = 1}
+    {.name = n, .type = SD_T_INT, .def = d, .min = 0, .max = MAX_RESOLUTION, .has_range = 1}
 
 static const sd_input_def sdxl_inputs[] = {
     {.name = "clip", .type = "CLIP"},
@@ -80,21 +79,21 @@ static const sd_input_def sdxl_inputs[] = {
     SIZE_INPUT("crop_h", 0),
     SIZE_INPUT("target_width", 1024),
     SIZE_INPUT("target_height", 1024),
-    {.name = "text_g", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
-    {.name = "text_l", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
+    {.name = "text_g", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1, .dynamic_prompts = 1},
+    {.name = "text_l", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1, .dynamic_prompts = 1},
     {0}};
 static const sd_output_def conditioning_out[] = {{"CONDITIONING", "CONDITIONING"}, {0}};
 
 const sd_node_def sd_node_CLIPTextEncodeSDXL = {
     .version = 1,
     .class_type = "CLIPTextEncodeSDXL",
-    .display_name = "CLIPTextEncodeSDXL",
+    .python_module = "comfy_extras.nodes_clip_sdxl",
     .category = "advanced/conditioning",
-    .description = "SDXL text encode: text_g through OpenCLIP bigG, text_l through CLIP-L, with "
-                   "the original size, crop and target size the UNet is conditioned on.",
+    .help = "SDXL text encode: text_g through OpenCLIP bigG, text_l through CLIP-L, with "
+            "the original size, crop and target size the UNet is conditioned on.",
     .inputs = sdxl_inputs,
     .outputs = conditioning_out,
-    .flags = SD_NODE_TEXT_ENCODER,
+    .flags = SD_NODE_TEXT_ENCODER | SD_NODE_V3,
     .run = sdxl_run,
 };
 
@@ -137,19 +136,19 @@ static const sd_input_def refiner_inputs[] = {
      .has_range = 1},
     SIZE_INPUT("width", 1024),
     SIZE_INPUT("height", 1024),
-    {.name = "text", .type = SD_T_STRING, .multiline = 1, .def_str = ""},
+    {.name = "text", .type = SD_T_STRING, .multiline = 1, .def_str = "", .no_default = 1, .dynamic_prompts = 1},
     {.name = "clip", .type = "CLIP"},
     {0}};
 
 const sd_node_def sd_node_CLIPTextEncodeSDXLRefiner = {
     .version = 1,
     .class_type = "CLIPTextEncodeSDXLRefiner",
-    .display_name = "CLIPTextEncodeSDXLRefiner",
+    .python_module = "comfy_extras.nodes_clip_sdxl",
     .category = "advanced/conditioning",
-    .description = "SDXL refiner text encode with the aesthetic score and image size the "
-                   "refiner UNet is conditioned on.",
+    .help = "SDXL refiner text encode with the aesthetic score and image size the "
+            "refiner UNet is conditioned on.",
     .inputs = refiner_inputs,
     .outputs = conditioning_out,
-    .flags = SD_NODE_TEXT_ENCODER,
+    .flags = SD_NODE_TEXT_ENCODER | SD_NODE_V3,
     .run = refiner_run,
 };

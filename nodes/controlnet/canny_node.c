@@ -27,11 +27,10 @@ static const sd_output_def canny_outputs[] = {{"IMAGE", "IMAGE"}, {0}};
 
 const sd_node_def sd_node_Canny = {
     .version = 1,
-    .class_type = "Canny",
-    .display_name = "Canny",
+    .class_type = "Canny", .python_module = "comfy_extras.nodes_canny", .flags = SD_NODE_V3,
     .category = "image/preprocessors",
-    .description = "Canny edge map (kornia semantics: 5x5 Gaussian sigma 1, Sobel, non-maximum "
-                   "suppression, hysteresis) as a white-on-black IMAGE.",
+    .help = "Canny edge map (kornia semantics: 5x5 Gaussian sigma 1, Sobel, non-maximum "
+            "suppression, hysteresis) as a white-on-black IMAGE.",
     .inputs = canny_inputs,
     .outputs = canny_outputs,
     .run = canny_run,

@@ -61,9 +61,10 @@ static const sd_output_def loader_outputs[] = {{"CONTROL_NET", "CONTROL_NET"}, {
 static const sd_node_def node_loader = {
     .version = 1,
     .class_type = "ControlNetLoader",
+    .python_module = "nodes",
     .display_name = "Load ControlNet Model",
     .category = "loaders",
-    .description = "Loads an SD1/SDXL ControlNet (original control_model.* or diffusers layout).",
+    .help = "Loads an SD1/SDXL ControlNet (original control_model.* or diffusers layout).",
     .inputs = loader_inputs,
     .outputs = loader_outputs,
     .run = loader_run,
@@ -226,10 +227,11 @@ static const sd_output_def apply_outputs[] = {{"CONDITIONING", "CONDITIONING"}, 
 static const sd_node_def node_apply = {
     .version = 1,
     .class_type = "ControlNetApply",
+    .python_module = "nodes",
     .display_name = "Apply ControlNet (OLD)",
     .category = "conditioning/controlnet",
-    .description = "Deprecated: attaches a ControlNet with a hint image to the conditioning "
-                   "(also used for the negative prompt).",
+    .help = "Deprecated: attaches a ControlNet with a hint image to the conditioning "
+            "(also used for the negative prompt).",
     .inputs = apply_inputs,
     .outputs = apply_outputs,
     .flags = SD_NODE_DEPRECATED,
@@ -256,10 +258,11 @@ static const sd_output_def adv_outputs[] = {{"positive", "CONDITIONING"},
 static const sd_node_def node_adv = {
     .version = 1,
     .class_type = "ControlNetApplyAdvanced",
+    .python_module = "nodes",
     .display_name = "Apply ControlNet",
     .category = "conditioning/controlnet",
-    .description = "Attaches a ControlNet with a hint image to the positive and negative "
-                   "conditioning, active between start_percent and end_percent of sampling.",
+    .help = "Attaches a ControlNet with a hint image to the positive and negative "
+            "conditioning, active between start_percent and end_percent of sampling.",
     .inputs = adv_inputs,
     .outputs = adv_outputs,
     .run = adv_run,

@@ -7,8 +7,7 @@
 
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 
-#define RANGE_INT(n, d, lo, hi) \
-    {.name = n, .type = SD_T_INT, .def = d, .min = lo, .max = hi, .step = 1, .has_range = 1}
+#define RANGE_INT(n, d, lo, hi) {.name = n, .type = SD_T_INT, .def = d, .min = lo, .max = hi, .has_range = 1}
 
 /* ---- GetImageSize ------------------------------------------------------------------ */
 
@@ -27,8 +26,10 @@ static const sd_input_def image_only[] = {{.name = "image", .type = "IMAGE"}, {0
 static const sd_output_def size_outputs[] = {{"width", "INT"}, {"height", "INT"}, {"batch_size", "INT"}, {0}};
 
 const sd_node_def sd_node_GetImageSize = {
-    .version = 1, .class_type = "GetImageSize", .display_name = "Get Image Size", .category = "image",
-    .description = "Returns width and height of the image, and passes it through unchanged.",
+    .version = 1, .class_type = "GetImageSize", .python_module = "comfy_extras.nodes_images",
+    .hidden = SD_STRINGS("unique_id"),
+    .description = "Returns width and height of the image, and passes it through unchanged.", .flags = SD_NODE_V3,
+    .display_name = "Get Image Size", .category = "image",
     .inputs = image_only, .outputs = size_outputs, .run = size_run};
 
 /* ---- RepeatImageBatch: image.repeat((amount, 1, 1, 1)) ------------------------------- */
@@ -50,8 +51,9 @@ static sd_status repeat_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 static const sd_input_def repeat_inputs[] = {{.name = "image", .type = "IMAGE"}, RANGE_INT("amount", 1, 1, 4096), {0}};
 
 const sd_node_def sd_node_RepeatImageBatch = {
-    .version = 1, .class_type = "RepeatImageBatch", .display_name = "RepeatImageBatch", .category = "image/batch",
-    .description = "The whole batch repeated amount times.", .inputs = repeat_inputs, .outputs = image_out,
+    .version = 1, .class_type = "RepeatImageBatch", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
+    .category = "image/batch",
+    .help = "The whole batch repeated amount times.", .inputs = repeat_inputs, .outputs = image_out,
     .run = repeat_run};
 
 /* ---- ImageFromBatch -------------------------------------------------------------------- */
@@ -78,8 +80,9 @@ static const sd_input_def from_batch_inputs[] = {
     {.name = "image", .type = "IMAGE"}, RANGE_INT("batch_index", 0, 0, 4095), RANGE_INT("length", 1, 1, 4096), {0}};
 
 const sd_node_def sd_node_ImageFromBatch = {
-    .version = 1, .class_type = "ImageFromBatch", .display_name = "ImageFromBatch", .category = "image/batch",
-    .description = "length images of the batch from batch_index on (both cut to the batch).",
+    .version = 1, .class_type = "ImageFromBatch", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
+    .category = "image/batch",
+    .help = "length images of the batch from batch_index on (both cut to the batch).",
     .inputs = from_batch_inputs, .outputs = image_out, .run = from_batch_run};
 
 /* ---- ImageAddNoise: clip(image + strength * randn(seed), 0, 1) --------------------------- */
@@ -110,11 +113,13 @@ static sd_status add_noise_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
 
 static const sd_input_def add_noise_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = 18446744073709551615.0, .step = 1, .has_range = 1},
+    {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = 18446744073709551615.0, .has_range = 1,
+     .tooltip = "The random seed used for creating the noise."},
     {.name = "strength", .type = SD_T_FLOAT, .def = 0.5, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_ImageAddNoise = {
-    .version = 1, .class_type = "ImageAddNoise", .display_name = "ImageAddNoise", .category = "image",
-    .description = "Adds strength times torch's CPU normal noise for the seed, clipped to 0..1.",
+    .version = 1, .class_type = "ImageAddNoise", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
+    .category = "image",
+    .help = "Adds strength times torch's CPU normal noise for the seed, clipped to 0..1.",
     .inputs = add_noise_inputs, .outputs = image_out, .run = add_noise_run};

@@ -59,9 +59,9 @@ static const sd_input_def composite_inputs[] = {
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 
 const sd_node_def sd_node_ImageCompositeMasked = {
-    .version = 1, .class_type = "ImageCompositeMasked", .display_name = "ImageCompositeMasked",
+    .version = 1, .class_type = "ImageCompositeMasked", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
     .category = "image",
-    .description = "Pastes source into destination at (x, y), blended by mask (resized to the "
-                   "source; all of it without one); resize_source first scales the source to the "
-                   "destination's size.",
+    .help = "Pastes source into destination at (x, y), blended by mask (resized to the "
+            "source; all of it without one); resize_source first scales the source to the "
+            "destination's size.",
     .inputs = composite_inputs, .outputs = image_out, .run = composite_run};

@@ -37,17 +37,19 @@ static sd_status empty_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
 static const sd_input_def empty_image_inputs[] = {
     {.name = "width", .type = SD_T_INT, .def = 512, .min = 1, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
     {.name = "height", .type = SD_T_INT, .def = 512, .min = 1, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
-    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .step = 1, .has_range = 1},
-    {.name = "color", .type = SD_T_INT, .def = 0, .min = 0, .max = 0xFFFFFF, .step = 1, .has_range = 1},
+    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .has_range = 1},
+    {.name = "color", .type = SD_T_INT, .def = 0, .min = 0, .max = 0xFFFFFF, .step = 1, .has_range = 1,
+     .display = "color"},
     {0}};
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 
 const sd_node_def sd_node_EmptyImage = {
     .version = 1,
     .class_type = "EmptyImage",
+    .python_module = "nodes",
     .display_name = "EmptyImage",
     .category = "image",
-    .description = "A batch of images filled with one colour (0xRRGGBB).",
+    .help = "A batch of images filled with one colour (0xRRGGBB).",
     .inputs = empty_image_inputs,
     .outputs = image_out,
     .run = empty_image_run,
@@ -133,10 +135,11 @@ static const sd_output_def pad_outputs[] = {{"IMAGE", "IMAGE"}, {"MASK", "MASK"}
 const sd_node_def sd_node_ImagePadForOutpaint = {
     .version = 1,
     .class_type = "ImagePadForOutpaint",
+    .python_module = "nodes",
     .display_name = "Pad Image for Outpainting",
     .category = "image",
-    .description = "Pads images with grey (0.5) and returns a mask that is 1 on the padding and "
-                   "fades quadratically over `feathering` pixels inside the original edges.",
+    .help = "Pads images with grey (0.5) and returns a mask that is 1 on the padding and "
+            "fades quadratically over `feathering` pixels inside the original edges.",
     .inputs = pad_outpaint_inputs,
     .outputs = pad_outputs,
     .run = pad_outpaint_run,

@@ -41,9 +41,10 @@ static const sd_input_def crop_inputs[] = {
     RANGE_INT("x", 0, 0, SD_MAX_RESOLUTION), RANGE_INT("y", 0, 0, SD_MAX_RESOLUTION), {0}};
 
 const sd_node_def sd_node_ImageCrop = {
-    .version = 1, .class_type = "ImageCrop", .display_name = "Image Crop", .category = "image/transform",
-    .description = "The part width x height at (x, y), cut at the edges (x and y are first moved "
-                   "inside the image).",
+    .version = 1, .class_type = "ImageCrop", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
+    .display_name = "Image Crop", .category = "image/transform",
+    .help = "The part width x height at (x, y), cut at the edges (x and y are first moved "
+            "inside the image).",
     .inputs = crop_inputs, .outputs = image_out, .run = crop_run};
 
 /* ---- ImageFlip / ImageRotate ------------------------------------------------------------ */
@@ -74,11 +75,13 @@ static sd_status flip_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 
 static const sd_input_def flip_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "flip_method", .type = SD_T_COMBO, .options = flips, .def_str = "x-axis: vertically"}, {0}};
+    {.name = "flip_method", .type = SD_T_COMBO, .options = flips, .def_str = "x-axis: vertically", .no_default = 1},
+    {0}};
 
 const sd_node_def sd_node_ImageFlip = {
-    .version = 1, .class_type = "ImageFlip", .display_name = "ImageFlip", .category = "image/transform",
-    .description = "Flips the images top to bottom (x-axis) or left to right (y-axis).",
+    .version = 1, .class_type = "ImageFlip", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
+    .category = "image/transform",
+    .help = "Flips the images top to bottom (x-axis) or left to right (y-axis).",
     .inputs = flip_inputs, .outputs = image_out, .run = flip_run};
 
 static const char *const rotations[] = {"none", "90 degrees", "180 degrees", "270 degrees", NULL};
@@ -115,11 +118,12 @@ static sd_status rotate_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 
 static const sd_input_def rotate_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "rotation", .type = SD_T_COMBO, .options = rotations, .def_str = "none"}, {0}};
+    {.name = "rotation", .type = SD_T_COMBO, .options = rotations, .def_str = "none", .no_default = 1}, {0}};
 
 const sd_node_def sd_node_ImageRotate = {
-    .version = 1, .class_type = "ImageRotate", .display_name = "ImageRotate", .category = "image/transform",
-    .description = "Rotates the images clockwise by quarter turns.", .inputs = rotate_inputs,
+    .version = 1, .class_type = "ImageRotate", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
+    .category = "image/transform",
+    .help = "Rotates the images clockwise by quarter turns.", .inputs = rotate_inputs,
     .outputs = image_out, .run = rotate_run};
 
 /* ---- ImageStitch ------------------------------------------------------------------------- */
@@ -287,7 +291,8 @@ static const sd_input_def stitch_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_ImageStitch = {
-    .version = 1, .class_type = "ImageStitch", .display_name = "Image Stitch", .category = "image/transform",
+    .version = 1, .class_type = "ImageStitch", .python_module = "comfy_extras.nodes_images",
     .description = "Stitches image2 to image1 in the specified direction.\nIf image2 is not provided, "
                    "returns image1 unchanged.\nOptional spacing can be added between images.",
+    .flags = SD_NODE_V3, .display_name = "Image Stitch", .category = "image/transform",
     .inputs = stitch_inputs, .outputs = image_out, .run = stitch_run};

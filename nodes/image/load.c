@@ -84,10 +84,11 @@ static const sd_output_def load_image_outputs[] = {{"IMAGE", "IMAGE"}, {"MASK", 
 const sd_node_def sd_node_LoadImage = {
     .version = 1,
     .class_type = "LoadImage",
+    .python_module = "nodes",
     .display_name = "Load Image",
     .category = "image",
-    .description = "Loads a PNG from the input directory as an IMAGE and its alpha as a MASK "
-                   "(1 - alpha; 64x64 zeros when the file has no alpha channel).",
+    .help = "Loads a PNG from the input directory as an IMAGE and its alpha as a MASK "
+            "(1 - alpha; 64x64 zeros when the file has no alpha channel).",
     .inputs = load_image_inputs,
     .outputs = load_image_outputs,
     .run = load_image_run,
@@ -136,17 +137,18 @@ static sd_status load_image_mask_run(sd_node_ctx *ctx, sd_value *const *in, sd_v
 static const sd_input_def load_image_mask_inputs[] = {
     {.name = "image", .type = SD_T_COMBO, .options_fn = list_input_images, .file_folder = "input",
      .image_upload = 1},
-    {.name = "channel", .type = SD_T_COMBO, .options = mask_channels, .def_str = "alpha"},
+    {.name = "channel", .type = SD_T_COMBO, .options = mask_channels, .def_str = "alpha", .no_default = 1},
     {0}};
 static const sd_output_def load_image_mask_outputs[] = {{"MASK", "MASK"}, {0}};
 
 const sd_node_def sd_node_LoadImageMask = {
     .version = 1,
     .class_type = "LoadImageMask",
+    .python_module = "nodes",
     .display_name = "Load Image (as Mask)",
     .category = "mask",
-    .description = "Loads one channel of a PNG from the input directory as a MASK "
-                   "(alpha is inverted: 1 - alpha).",
+    .help = "Loads one channel of a PNG from the input directory as a MASK "
+            "(alpha is inverted: 1 - alpha).",
     .inputs = load_image_mask_inputs,
     .outputs = load_image_mask_outputs,
     .run = load_image_mask_run,

@@ -63,13 +63,14 @@ static const sd_input_def blend_inputs[] = {
     {.name = "image1", .type = "IMAGE"},
     {.name = "image2", .type = "IMAGE"},
     {.name = "blend_factor", .type = SD_T_FLOAT, .def = 0.5, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1},
-    {.name = "blend_mode", .type = SD_T_COMBO, .options = sd_blend_mode_names, .def_str = "normal"},
+    {.name = "blend_mode", .type = SD_T_COMBO, .options = sd_blend_mode_names, .def_str = "normal", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_ImageBlend = {
-    .version = 1, .class_type = "ImageBlend", .display_name = "ImageBlend", .category = "image/postprocessing",
-    .description = "image1 mixed with blend_mode(image1, image2) by blend_factor, clamped to 0..1; image2 is "
-                   "resized (bicubic, centre crop) to image1 when they differ.",
+    .version = 1, .class_type = "ImageBlend", .python_module = "comfy_extras.nodes_post_processing",
+    .flags = SD_NODE_V3, .category = "image/postprocessing",
+    .help = "image1 mixed with blend_mode(image1, image2) by blend_factor, clamped to 0..1; image2 is "
+            "resized (bicubic, centre crop) to image1 when they differ.",
     .inputs = blend_inputs, .outputs = image_out, .run = blend_run};
 
 /* ---- ImageBlur / ImageSharpen ----------------------------------------------------------------- */
@@ -120,9 +121,10 @@ static const sd_input_def blur_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_ImageBlur = {
-    .version = 1, .class_type = "ImageBlur", .display_name = "ImageBlur", .category = "image/postprocessing",
-    .description = "Gaussian blur over (2 blur_radius + 1)^2 pixels (sigma relative to the radius, as in "
-                   "ComfyUI), reflecting at the edges.",
+    .version = 1, .class_type = "ImageBlur", .python_module = "comfy_extras.nodes_post_processing",
+    .flags = SD_NODE_V3, .category = "image/postprocessing",
+    .help = "Gaussian blur over (2 blur_radius + 1)^2 pixels (sigma relative to the radius, as in "
+            "ComfyUI), reflecting at the edges.",
     .inputs = blur_inputs, .outputs = image_out, .run = blur_run};
 
 static sd_status sharpen_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
@@ -151,9 +153,10 @@ static const sd_input_def sharpen_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_ImageSharpen = {
-    .version = 1, .class_type = "ImageSharpen", .display_name = "ImageSharpen", .category = "image/postprocessing",
-    .description = "Unsharp-mask sharpening with ComfyUI's kernel (alpha * 10 times the gaussian taken "
-                   "off around the centre), reflecting at the edges, clamped to 0..1.",
+    .version = 1, .class_type = "ImageSharpen", .python_module = "comfy_extras.nodes_post_processing",
+    .flags = SD_NODE_V3, .category = "image/postprocessing",
+    .help = "Unsharp-mask sharpening with ComfyUI's kernel (alpha * 10 times the gaussian taken "
+            "off around the centre), reflecting at the edges, clamped to 0..1.",
     .inputs = sharpen_inputs, .outputs = image_out, .run = sharpen_run};
 
 /* ---- Morphology --------------------------------------------------------------------------------- */
@@ -203,14 +206,15 @@ static sd_status morph_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
 
 static const sd_input_def morph_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "operation", .type = SD_T_COMBO, .options = morph_ops, .def_str = "erode"},
+    {.name = "operation", .type = SD_T_COMBO, .options = morph_ops, .def_str = "erode", .no_default = 1},
     {.name = "kernel_size", .type = SD_T_INT, .def = 3, .min = 3, .max = 999, .step = 1, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_Morphology = {
-    .version = 1, .class_type = "Morphology", .display_name = "ImageMorphology", .category = "image/postprocessing",
-    .description = "Erosion, dilation, opening, closing, gradient, top hat or bottom hat with a square "
-                   "kernel_size window (kornia's flat morphology; the image's outside never counts).",
+    .version = 1, .class_type = "Morphology", .python_module = "comfy_extras.nodes_morphology", .flags = SD_NODE_V3,
+    .display_name = "ImageMorphology", .category = "image/postprocessing",
+    .help = "Erosion, dilation, opening, closing, gradient, top hat or bottom hat with a square "
+            "kernel_size window (kornia's flat morphology; the image's outside never counts).",
     .inputs = morph_inputs, .outputs = image_out, .run = morph_run};
 
 /* ---- ImageQuantize -------------------------------------------------------------------------- */
@@ -263,11 +267,12 @@ static sd_status quantize_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
 static const sd_input_def quantize_inputs[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "colors", .type = SD_T_INT, .def = 256, .min = 1, .max = 256, .step = 1, .has_range = 1},
-    {.name = "dither", .type = SD_T_COMBO, .options = dithers, .def_str = "none"},
+    {.name = "dither", .type = SD_T_COMBO, .options = dithers, .def_str = "none", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_ImageQuantize = {
-    .version = 1, .class_type = "ImageQuantize", .display_name = "ImageQuantize", .category = "image/postprocessing",
-    .description = "Reduces each image to at most `colors` colours (Pillow's median cut, as ComfyUI), mapped "
-                   "without dithering, with Floyd-Steinberg, or with an ordered Bayer matrix.",
+    .version = 1, .class_type = "ImageQuantize", .python_module = "comfy_extras.nodes_post_processing",
+    .flags = SD_NODE_V3, .category = "image/postprocessing",
+    .help = "Reduces each image to at most `colors` colours (Pillow's median cut, as ComfyUI), mapped "
+            "without dithering, with Floyd-Steinberg, or with an ordered Bayer matrix.",
     .inputs = quantize_inputs, .outputs = image_out, .run = quantize_run};

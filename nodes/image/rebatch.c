@@ -62,12 +62,13 @@ static sd_status rebatch_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 
 static const sd_input_def rebatch_inputs[] = {
     {.name = "images", .type = "IMAGE"},
-    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .step = 1, .has_range = 1},
+    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .has_range = 1},
     {0}};
 static const sd_output_def rebatch_out[] = {{"IMAGE", "IMAGE", .is_list = 1}, {0}};
 
 const sd_node_def sd_node_RebatchImages = {
-    .version = 1, .class_type = "RebatchImages", .display_name = "Rebatch Images", .category = "image/batch",
-    .description = "The images of all incoming batches regrouped into batches of batch_size (a list: the "
-                   "nodes after it run once per batch).",
-    .inputs = rebatch_inputs, .outputs = rebatch_out, .flags = SD_NODE_INPUT_IS_LIST, .run = rebatch_run};
+    .version = 1, .class_type = "RebatchImages", .python_module = "comfy_extras.nodes_rebatch",
+    .display_name = "Rebatch Images", .category = "image/batch",
+    .help = "The images of all incoming batches regrouped into batches of batch_size (a list: the "
+            "nodes after it run once per batch).",
+    .inputs = rebatch_inputs, .outputs = rebatch_out, .flags = SD_NODE_INPUT_IS_LIST | SD_NODE_V3, .run = rebatch_run};

@@ -49,16 +49,18 @@ static sd_status total_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
 
 static const sd_input_def total_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = SD_T_COMBO, .options = total_methods, .def_str = "nearest-exact"},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = total_methods, .def_str = "nearest-exact",
+     .no_default = 1},
     {.name = "megapixels", .type = SD_T_FLOAT, .def = 1.0, .min = 0.01, .max = 16.0, .step = 0.01, .has_range = 1},
-    {.name = "resolution_steps", .type = SD_T_INT, .def = 1, .min = 1, .max = 256, .step = 1, .has_range = 1},
+    {.name = "resolution_steps", .type = SD_T_INT, .def = 1, .min = 1, .max = 256, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_ImageScaleToTotalPixels = {
-    .version = 1, .class_type = "ImageScaleToTotalPixels", .display_name = "ImageScaleToTotalPixels",
+    .version = 1, .class_type = "ImageScaleToTotalPixels", .python_module = "comfy_extras.nodes_post_processing",
+    .flags = SD_NODE_V3,
     .category = "image/upscaling",
-    .description = "Resizes to about megapixels * 2^20 pixels, keeping the aspect ratio; each side "
-                   "rounded (half to even) to a multiple of resolution_steps.",
+    .help = "Resizes to about megapixels * 2^20 pixels, keeping the aspect ratio; each side "
+            "rounded (half to even) to a multiple of resolution_steps.",
     .inputs = total_inputs, .outputs = image_out, .run = total_run};
 
 /* ---- ImageScaleToMaxDimension ------------------------------------------------------------- */
@@ -87,14 +89,16 @@ static sd_status max_dim_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 
 static const sd_input_def max_dim_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = SD_T_COMBO, .options = max_methods, .def_str = "area"},
-    {.name = "largest_size", .type = SD_T_INT, .def = 512, .min = 0, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = max_methods, .def_str = "area", .no_default = 1},
+    {.name = "largest_size", .type = SD_T_INT, .def = 512, .min = 0, .max = SD_MAX_RESOLUTION, .step = 1,
+     .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_ImageScaleToMaxDimension = {
-    .version = 1, .class_type = "ImageScaleToMaxDimension", .display_name = "ImageScaleToMaxDimension",
+    .version = 1, .class_type = "ImageScaleToMaxDimension", .python_module = "comfy_extras.nodes_images",
+    .flags = SD_NODE_V3,
     .category = "image/upscaling",
-    .description = "Resizes so that the longer side is largest_size, keeping the aspect ratio.",
+    .help = "Resizes so that the longer side is largest_size, keeping the aspect ratio.",
     .inputs = max_dim_inputs, .outputs = image_out, .run = max_dim_run};
 
 /* ---- ResizeAndPadImage --------------------------------------------------------------------- */
@@ -140,15 +144,17 @@ static sd_status resize_pad_run(sd_node_ctx *ctx, sd_value *const *in, sd_value 
 
 static const sd_input_def resize_pad_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "target_width", .type = SD_T_INT, .def = 512, .min = 1, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
-    {.name = "target_height", .type = SD_T_INT, .def = 512, .min = 1, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
-    {.name = "padding_color", .type = SD_T_COMBO, .options = pad_colors, .def_str = "white"},
-    {.name = "interpolation", .type = SD_T_COMBO, .options = pad_methods, .def_str = "area"},
+    {.name = "target_width", .type = SD_T_INT, .def = 512, .min = 1, .max = SD_MAX_RESOLUTION, .step = 1,
+     .has_range = 1},
+    {.name = "target_height", .type = SD_T_INT, .def = 512, .min = 1, .max = SD_MAX_RESOLUTION, .step = 1,
+     .has_range = 1},
+    {.name = "padding_color", .type = SD_T_COMBO, .options = pad_colors, .def_str = "white", .no_default = 1},
+    {.name = "interpolation", .type = SD_T_COMBO, .options = pad_methods, .def_str = "area", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_ResizeAndPadImage = {
-    .version = 1, .class_type = "ResizeAndPadImage", .display_name = "ResizeAndPadImage",
+    .version = 1, .class_type = "ResizeAndPadImage", .python_module = "comfy_extras.nodes_images", .flags = SD_NODE_V3,
     .category = "image/transform",
-    .description = "Resizes to fit target_width x target_height keeping the aspect ratio, then pads "
-                   "(centred) with white or black.",
+    .help = "Resizes to fit target_width x target_height keeping the aspect ratio, then pads "
+            "(centred) with white or black.",
     .inputs = resize_pad_inputs, .outputs = image_out, .run = resize_pad_run};

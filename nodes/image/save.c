@@ -83,18 +83,23 @@ static sd_status save_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_value 
 }
 
 static const sd_input_def save_image_inputs[] = {
-    {.name = "images", .type = "IMAGE"},
-    {.name = "filename_prefix", .type = SD_T_STRING, .def_str = "ComfyUI"},
+    {.name = "images", .type = "IMAGE", .tooltip = "The images to save."},
+    {.name = "filename_prefix", .type = SD_T_STRING, .def_str = "ComfyUI",
+     .tooltip = "The prefix for the file to save. This may include formatting information such as %date:yyyy-MM-dd% "
+                "or %Empty Latent Image.width% to include values from nodes."},
     {0}};
 static const sd_output_def no_outputs[] = {{0}};
 
 const sd_node_def sd_node_SaveImage = {
     .version = 1,
     .class_type = "SaveImage",
+    .python_module = "nodes",
+    .hidden = SD_STRINGS("prompt", "extra_pnginfo"),
+    .description = "Saves the input images to your ComfyUI output directory.",
     .display_name = "Save Image",
     .category = "image",
-    .description = "Saves the input images to the output directory as "
-                   "<prefix>_<counter:05>_.png with the workflow embedded.",
+    .help = "Saves the input images to the output directory as "
+            "<prefix>_<counter:05>_.png with the workflow embedded.",
     .inputs = save_image_inputs,
     .outputs = no_outputs,
     .flags = SD_NODE_OUTPUT,
@@ -154,10 +159,11 @@ static sd_status save_image_ws_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
 const sd_node_def sd_node_SaveImageWebsocket = {
     .version = 1,
     .class_type = "SaveImageWebsocket",
+    .python_module = "custom_nodes.websocket_image_save",
     .display_name = "SaveImageWebsocket",
     .category = "api/image",
-    .description = "Sends the images to the client over the server's WebSocket as PNG preview frames, "
-                   "without writing files (no metadata).",
+    .help = "Sends the images to the client over the server's WebSocket as PNG preview frames, "
+            "without writing files (no metadata).",
     .inputs = preview_image_inputs,
     .outputs = no_outputs,
     .flags = SD_NODE_OUTPUT | SD_NODE_NOT_IDEMPOTENT, /* ComfyUI: IS_CHANGED = time() */
@@ -167,9 +173,12 @@ const sd_node_def sd_node_SaveImageWebsocket = {
 const sd_node_def sd_node_PreviewImage = {
     .version = 1,
     .class_type = "PreviewImage",
+    .python_module = "nodes",
+    .hidden = SD_STRINGS("prompt", "extra_pnginfo"),
+    .description = "Saves the input images to your ComfyUI output directory.",
     .display_name = "Preview Image",
     .category = "image",
-    .description = "Saves the input images to the temporary directory (fast compression).",
+    .help = "Saves the input images to the temporary directory (fast compression).",
     .inputs = preview_image_inputs,
     .outputs = no_outputs,
     .flags = SD_NODE_OUTPUT,

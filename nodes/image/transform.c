@@ -57,19 +57,21 @@ static sd_status image_scale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
 
 static const sd_input_def image_scale_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = SD_T_COMBO, .options = image_methods, .def_str = "nearest-exact"},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = image_methods, .def_str = "nearest-exact",
+     .no_default = 1},
     {.name = "width", .type = SD_T_INT, .def = 512, .min = 0, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
     {.name = "height", .type = SD_T_INT, .def = 512, .min = 0, .max = SD_MAX_RESOLUTION, .step = 1, .has_range = 1},
-    {.name = "crop", .type = SD_T_COMBO, .options = crop_methods, .def_str = "disabled"},
+    {.name = "crop", .type = SD_T_COMBO, .options = crop_methods, .def_str = "disabled", .no_default = 1},
     {0}};
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 
 const sd_node_def sd_node_ImageScale = {
     .version = 1,
     .class_type = "ImageScale",
+    .python_module = "nodes",
     .display_name = "Upscale Image",
     .category = "image/upscaling",
-    .description = "Resizes images to width x height (0 keeps the aspect ratio).",
+    .help = "Resizes images to width x height (0 keeps the aspect ratio).",
     .inputs = image_scale_inputs,
     .outputs = image_out,
     .run = image_scale_run,
@@ -101,16 +103,18 @@ static sd_status image_scale_by_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
 
 static const sd_input_def image_scale_by_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = SD_T_COMBO, .options = image_methods, .def_str = "nearest-exact"},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = image_methods, .def_str = "nearest-exact",
+     .no_default = 1},
     {.name = "scale_by", .type = SD_T_FLOAT, .def = 1.0, .min = 0.01, .max = 8.0, .step = 0.01, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_ImageScaleBy = {
     .version = 1,
     .class_type = "ImageScaleBy",
+    .python_module = "nodes",
     .display_name = "Upscale Image By",
     .category = "image/upscaling",
-    .description = "Resizes images by a factor (sizes rounded half to even).",
+    .help = "Resizes images by a factor (sizes rounded half to even).",
     .inputs = image_scale_by_inputs,
     .outputs = image_out,
     .run = image_scale_by_run,
@@ -137,9 +141,10 @@ static const sd_input_def image_only_input[] = {{.name = "image", .type = "IMAGE
 const sd_node_def sd_node_ImageInvert = {
     .version = 1,
     .class_type = "ImageInvert",
+    .python_module = "nodes",
     .display_name = "Invert Image",
     .category = "image",
-    .description = "1 - image.",
+    .help = "1 - image.",
     .inputs = image_only_input,
     .outputs = image_out,
     .run = image_invert_run,
@@ -184,10 +189,11 @@ static const sd_input_def image_batch_inputs[] = {
 const sd_node_def sd_node_ImageBatch = {
     .version = 1,
     .class_type = "ImageBatch",
+    .python_module = "nodes",
     .display_name = "Batch Images",
     .category = "image",
-    .description = "Concatenates two image batches; the second is resized (bilinear, center "
-                   "crop) to the first's size when they differ.",
+    .help = "Concatenates two image batches; the second is resized (bilinear, center "
+            "crop) to the first's size when they differ.",
     .inputs = image_batch_inputs,
     .outputs = image_out,
     .flags = SD_NODE_DEPRECATED,

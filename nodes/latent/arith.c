@@ -71,13 +71,15 @@ static sd_status sub_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
 }
 
 const sd_node_def sd_node_LatentAdd = {
-    .version = 1, .class_type = "LatentAdd", .display_name = "LatentAdd", .category = "latent/advanced",
-    .description = "samples1 + samples2 (samples2 resized and repeated to samples1).", .inputs = two_latents,
+    .version = 1, .class_type = "LatentAdd", .python_module = "comfy_extras.nodes_latent", .flags = SD_NODE_V3,
+    .category = "latent/advanced",
+    .help = "samples1 + samples2 (samples2 resized and repeated to samples1).", .inputs = two_latents,
     .outputs = latent_out, .run = add_run};
 
 const sd_node_def sd_node_LatentSubtract = {
-    .version = 1, .class_type = "LatentSubtract", .display_name = "LatentSubtract", .category = "latent/advanced",
-    .description = "samples1 - samples2 (samples2 resized and repeated to samples1).", .inputs = two_latents,
+    .version = 1, .class_type = "LatentSubtract", .python_module = "comfy_extras.nodes_latent", .flags = SD_NODE_V3,
+    .category = "latent/advanced",
+    .help = "samples1 - samples2 (samples2 resized and repeated to samples1).", .inputs = two_latents,
     .outputs = latent_out, .run = sub_run};
 
 /* ---- LatentMultiply -------------------------------------------------------------------- */
@@ -102,8 +104,9 @@ static const sd_input_def multiply_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_LatentMultiply = {
-    .version = 1, .class_type = "LatentMultiply", .display_name = "LatentMultiply", .category = "latent/advanced",
-    .description = "samples * multiplier.", .inputs = multiply_inputs, .outputs = latent_out, .run = multiply_run};
+    .version = 1, .class_type = "LatentMultiply", .python_module = "comfy_extras.nodes_latent", .flags = SD_NODE_V3,
+    .category = "latent/advanced",
+    .help = "samples * multiplier.", .inputs = multiply_inputs, .outputs = latent_out, .run = multiply_run};
 
 /* ---- LatentInterpolate ------------------------------------------------------------------- */
 
@@ -129,10 +132,10 @@ static const sd_input_def interpolate_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_LatentInterpolate = {
-    .version = 1, .class_type = "LatentInterpolate", .display_name = "LatentInterpolate",
+    .version = 1, .class_type = "LatentInterpolate", .python_module = "comfy_extras.nodes_latent", .flags = SD_NODE_V3,
     .category = "latent/advanced",
-    .description = "Interpolates directions and magnitudes (per pixel, across channels) separately: ratio 1 "
-                   "gives samples1.",
+    .help = "Interpolates directions and magnitudes (per pixel, across channels) separately: ratio 1 "
+            "gives samples1.",
     .inputs = interpolate_inputs, .outputs = latent_out, .run = interpolate_run};
 
 /* ---- LatentBatch -------------------------------------------------------------------------- */
@@ -172,9 +175,9 @@ static sd_status batch_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
 }
 
 const sd_node_def sd_node_LatentBatch = {
-    .version = 1, .class_type = "LatentBatch", .display_name = "LatentBatch", .category = "latent/batch",
-    .description = "samples1 and samples2 (resized to samples1) in one batch, with their batch indices.",
-    .inputs = two_latents, .outputs = latent_out, .flags = SD_NODE_DEPRECATED, .run = batch_run};
+    .version = 1, .class_type = "LatentBatch", .python_module = "comfy_extras.nodes_latent", .category = "latent/batch",
+    .help = "samples1 and samples2 (resized to samples1) in one batch, with their batch indices.",
+    .inputs = two_latents, .outputs = latent_out, .flags = SD_NODE_DEPRECATED | SD_NODE_V3, .run = batch_run};
 
 /* ---- LatentBatchSeedBehavior ---------------------------------------------------------------- */
 
@@ -217,8 +220,9 @@ static const sd_input_def seed_behavior_inputs[] = {
     {.name = "seed_behavior", .type = SD_T_COMBO, .options = behaviors, .def_str = "fixed"}, {0}};
 
 const sd_node_def sd_node_LatentBatchSeedBehavior = {
-    .version = 1, .class_type = "LatentBatchSeedBehavior", .display_name = "LatentBatchSeedBehavior",
+    .version = 1, .class_type = "LatentBatchSeedBehavior", .python_module = "comfy_extras.nodes_latent",
+    .flags = SD_NODE_V3,
     .category = "latent/advanced",
-    .description = "fixed: every latent of the batch gets the first one's noise (batch_index all the "
-                   "first index); random: batch_index removed, each latent its own noise.",
+    .help = "fixed: every latent of the batch gets the first one's noise (batch_index all the "
+            "first index); random: batch_index removed, each latent its own noise.",
     .inputs = seed_behavior_inputs, .outputs = latent_out, .run = seed_behavior_run};

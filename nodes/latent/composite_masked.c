@@ -32,8 +32,9 @@ static const sd_input_def composite_inputs[] = {
 static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
 
 const sd_node_def sd_node_LatentCompositeMasked = {
-    .version = 1, .class_type = "LatentCompositeMasked", .display_name = "LatentCompositeMasked",
+    .version = 1, .class_type = "LatentCompositeMasked", .python_module = "comfy_extras.nodes_mask",
+    .flags = SD_NODE_V3,
     .category = "latent",
-    .description = "Pastes source into destination at (x/8, y/8) in latent pixels, blended by mask "
-                   "(resized to the source); keeps the destination's other keys.",
+    .help = "Pastes source into destination at (x/8, y/8) in latent pixels, blended by mask "
+            "(resized to the source); keeps the destination's other keys.",
     .inputs = composite_inputs, .outputs = latent_out, .run = composite_run};

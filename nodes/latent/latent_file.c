@@ -67,10 +67,12 @@ static const sd_output_def no_outputs[] = {{0}};
 const sd_node_def sd_node_SaveLatent = {
     .version = 1,
     .class_type = "SaveLatent",
+    .python_module = "nodes",
+    .hidden = SD_STRINGS("prompt", "extra_pnginfo"),
     .display_name = "SaveLatent",
     .category = "_for_testing",
-    .description = "Saves latents to the output directory as <prefix>_<counter:05>_.latent "
-                   "(safetensors, ComfyUI format, workflow in the metadata).",
+    .help = "Saves latents to the output directory as <prefix>_<counter:05>_.latent "
+            "(safetensors, ComfyUI format, workflow in the metadata).",
     .inputs = save_latent_inputs,
     .outputs = no_outputs,
     .flags = SD_NODE_OUTPUT,
@@ -136,9 +138,10 @@ static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
 const sd_node_def sd_node_LoadLatent = {
     .version = 1,
     .class_type = "LoadLatent",
+    .python_module = "nodes",
     .display_name = "LoadLatent",
     .category = "_for_testing",
-    .description = "Loads a .latent file from the input directory.",
+    .help = "Loads a .latent file from the input directory.",
     .inputs = load_latent_inputs,
     .outputs = latent_out,
     .run = load_latent_run,

@@ -46,17 +46,23 @@ static sd_status empty_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_valu
 }
 
 static const sd_input_def empty_latent_inputs[] = {
-    {.name = "width", .type = SD_T_INT, .def = 512, .min = 16, .max = SD_MAX_RESOLUTION, .step = 8, .has_range = 1},
-    {.name = "height", .type = SD_T_INT, .def = 512, .min = 16, .max = SD_MAX_RESOLUTION, .step = 8, .has_range = 1},
-    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .step = 1, .has_range = 1},
+    {.name = "width", .type = SD_T_INT, .def = 512, .min = 16, .max = SD_MAX_RESOLUTION, .step = 8, .has_range = 1,
+     .tooltip = "The width of the latent images in pixels."},
+    {.name = "height", .type = SD_T_INT, .def = 512, .min = 16, .max = SD_MAX_RESOLUTION, .step = 8, .has_range = 1,
+     .tooltip = "The height of the latent images in pixels."},
+    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .has_range = 1,
+     .tooltip = "The number of latent images in the batch."},
     {0}};
 
 const sd_node_def sd_node_EmptyLatentImage = {
     .version = 1,
     .class_type = "EmptyLatentImage",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("The empty latent image batch."),
+    .description = "Create a new batch of empty latent images to be denoised via sampling.",
     .display_name = "Empty Latent Image",
     .category = "latent",
-    .description = "A batch of zero latents [batch_size, 4, height/8, width/8].",
+    .help = "A batch of zero latents [batch_size, 4, height/8, width/8].",
     .inputs = empty_latent_inputs,
     .outputs = latent_out,
     .run = empty_latent_run,
@@ -74,16 +80,15 @@ static sd_status empty_sd3_latent_run(sd_node_ctx *ctx, sd_value *const *in, sd_
 static const sd_input_def empty_sd3_latent_inputs[] = {
     {.name = "width", .type = SD_T_INT, .def = 1024, .min = 16, .max = SD_MAX_RESOLUTION, .step = 16, .has_range = 1},
     {.name = "height", .type = SD_T_INT, .def = 1024, .min = 16, .max = SD_MAX_RESOLUTION, .step = 16, .has_range = 1},
-    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .step = 1, .has_range = 1},
+    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_EmptySD3LatentImage = {
     .version = 1,
-    .class_type = "EmptySD3LatentImage",
-    .display_name = "EmptySD3LatentImage",
+    .class_type = "EmptySD3LatentImage", .python_module = "comfy_extras.nodes_sd3", .flags = SD_NODE_V3,
     .category = "latent/sd3",
-    .description = "A batch of zero 16-channel latents [batch_size, 16, height/8, width/8] "
-                   "(SD3 and Flux).",
+    .help = "A batch of zero 16-channel latents [batch_size, 16, height/8, width/8] "
+            "(SD3 and Flux).",
     .inputs = empty_sd3_latent_inputs,
     .outputs = latent_out,
     .run = empty_sd3_latent_run,
@@ -132,19 +137,21 @@ static sd_status latent_upscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
 
 static const sd_input_def latent_upscale_inputs[] = {
     {.name = "samples", .type = "LATENT"},
-    {.name = "upscale_method", .type = SD_T_COMBO, .options = latent_methods, .def_str = "nearest-exact"},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = latent_methods, .def_str = "nearest-exact",
+     .no_default = 1},
     {.name = "width", .type = SD_T_INT, .def = 512, .min = 0, .max = SD_MAX_RESOLUTION, .step = 8, .has_range = 1},
     {.name = "height", .type = SD_T_INT, .def = 512, .min = 0, .max = SD_MAX_RESOLUTION, .step = 8, .has_range = 1},
-    {.name = "crop", .type = SD_T_COMBO, .options = crop_methods, .def_str = "disabled"},
+    {.name = "crop", .type = SD_T_COMBO, .options = crop_methods, .def_str = "disabled", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_LatentUpscale = {
     .version = 1,
     .class_type = "LatentUpscale",
+    .python_module = "nodes",
     .display_name = "Upscale Latent",
     .category = "latent",
-    .description = "Resizes latents to width/8 x height/8 (sizes in pixels, at least 64; "
-                   "0 keeps the aspect ratio).",
+    .help = "Resizes latents to width/8 x height/8 (sizes in pixels, at least 64; "
+            "0 keeps the aspect ratio).",
     .inputs = latent_upscale_inputs,
     .outputs = latent_out,
     .run = latent_upscale_run,
@@ -173,16 +180,18 @@ static sd_status latent_upscale_by_run(sd_node_ctx *ctx, sd_value *const *in, sd
 
 static const sd_input_def latent_upscale_by_inputs[] = {
     {.name = "samples", .type = "LATENT"},
-    {.name = "upscale_method", .type = SD_T_COMBO, .options = latent_methods, .def_str = "nearest-exact"},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = latent_methods, .def_str = "nearest-exact",
+     .no_default = 1},
     {.name = "scale_by", .type = SD_T_FLOAT, .def = 1.5, .min = 0.01, .max = 8.0, .step = 0.01, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_LatentUpscaleBy = {
     .version = 1,
     .class_type = "LatentUpscaleBy",
+    .python_module = "nodes",
     .display_name = "Upscale Latent By",
     .category = "latent",
-    .description = "Resizes latents by a factor (sizes rounded half to even).",
+    .help = "Resizes latents by a factor (sizes rounded half to even).",
     .inputs = latent_upscale_by_inputs,
     .outputs = latent_out,
     .run = latent_upscale_by_run,
@@ -252,15 +261,16 @@ oom:
 
 static const sd_input_def repeat_latent_inputs[] = {
     {.name = "samples", .type = "LATENT"},
-    {.name = "amount", .type = SD_T_INT, .def = 1, .min = 1, .max = 64, .step = 1, .has_range = 1},
+    {.name = "amount", .type = SD_T_INT, .def = 1, .min = 1, .max = 64, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_RepeatLatentBatch = {
     .version = 1,
     .class_type = "RepeatLatentBatch",
+    .python_module = "nodes",
     .display_name = "Repeat Latent Batch",
     .category = "latent/batch",
-    .description = "Repeats the batch `amount` times (noise masks and batch_index follow).",
+    .help = "Repeats the batch `amount` times (noise masks and batch_index follow).",
     .inputs = repeat_latent_inputs,
     .outputs = latent_out,
     .run = repeat_latent_run,
@@ -366,10 +376,11 @@ static const sd_input_def latent_composite_inputs[] = {
 const sd_node_def sd_node_LatentComposite = {
     .version = 1,
     .class_type = "LatentComposite",
+    .python_module = "nodes",
     .display_name = "Latent Composite",
     .category = "latent",
-    .description = "Pastes samples_from into samples_to at (x/8, y/8), optionally feathering "
-                   "the inner edges over feather/8 latent pixels.",
+    .help = "Pastes samples_from into samples_to at (x/8, y/8), optionally feathering "
+            "the inner edges over feather/8 latent pixels.",
     .inputs = latent_composite_inputs,
     .outputs = latent_out,
     .run = latent_composite_run,
@@ -398,10 +409,11 @@ static const sd_input_def set_noise_mask_inputs[] = {
 const sd_node_def sd_node_SetLatentNoiseMask = {
     .version = 1,
     .class_type = "SetLatentNoiseMask",
+    .python_module = "nodes",
     .display_name = "Set Latent Noise Mask",
     .category = "latent/inpaint",
-    .description = "Attaches a mask (reshaped to [B, 1, H, W]) limiting where sampling changes "
-                   "the latent.",
+    .help = "Attaches a mask (reshaped to [B, 1, H, W]) limiting where sampling changes "
+            "the latent.",
     .inputs = set_noise_mask_inputs,
     .outputs = latent_out,
     .run = set_noise_mask_run,

@@ -113,17 +113,18 @@ fail:
 
 static const sd_input_def from_batch_inputs[] = {
     {.name = "samples", .type = "LATENT"},
-    {.name = "batch_index", .type = SD_T_INT, .def = 0, .min = 0, .max = 63, .step = 1, .has_range = 1},
-    {.name = "length", .type = SD_T_INT, .def = 1, .min = 1, .max = 64, .step = 1, .has_range = 1},
+    {.name = "batch_index", .type = SD_T_INT, .def = 0, .min = 0, .max = 63, .has_range = 1},
+    {.name = "length", .type = SD_T_INT, .def = 1, .min = 1, .max = 64, .has_range = 1},
     {0}};
 
 const sd_node_def sd_node_LatentFromBatch = {
     .version = 1,
     .class_type = "LatentFromBatch",
+    .python_module = "nodes",
     .display_name = "Latent From Batch",
     .category = "latent/batch",
-    .description = "Takes `length` latents starting at batch_index (noise masks and "
-                   "batch_index follow, so the noise matches the full batch).",
+    .help = "Takes `length` latents starting at batch_index (noise masks and "
+            "batch_index follow, so the noise matches the full batch).",
     .inputs = from_batch_inputs,
     .outputs = latent_out,
     .run = from_batch_run,
@@ -177,10 +178,11 @@ static const sd_input_def blend_inputs[] = {
 const sd_node_def sd_node_LatentBlend = {
     .version = 1,
     .class_type = "LatentBlend",
+    .python_module = "nodes",
     .display_name = "Latent Blend",
     .category = "_for_testing",
-    .description = "samples1 * blend_factor + samples2 * (1 - blend_factor); samples2 is "
-                   "resized (bicubic, center crop) when the shapes differ.",
+    .help = "samples1 * blend_factor + samples2 * (1 - blend_factor); samples2 is "
+            "resized (bicubic, center crop) when the shapes differ.",
     .inputs = blend_inputs,
     .outputs = latent_out,
     .run = blend_run,
@@ -223,9 +225,10 @@ static const sd_input_def crop_inputs[] = {
 const sd_node_def sd_node_LatentCrop = {
     .version = 1,
     .class_type = "LatentCrop",
+    .python_module = "nodes",
     .display_name = "Crop Latent",
     .category = "latent/transform",
-    .description = "Crops latents to width/8 x height/8 at (x/8, y/8).",
+    .help = "Crops latents to width/8 x height/8 at (x/8, y/8).",
     .inputs = crop_inputs,
     .outputs = latent_out,
     .run = crop_run,
@@ -296,19 +299,21 @@ static sd_status rotate_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 
 static const sd_input_def flip_inputs[] = {
     {.name = "samples", .type = "LATENT"},
-    {.name = "flip_method", .type = SD_T_COMBO, .options = flip_methods, .def_str = "x-axis: vertically"},
+    {.name = "flip_method", .type = SD_T_COMBO, .options = flip_methods, .def_str = "x-axis: vertically",
+     .no_default = 1},
     {0}};
 static const sd_input_def rotate_inputs[] = {
     {.name = "samples", .type = "LATENT"},
-    {.name = "rotation", .type = SD_T_COMBO, .options = rotations, .def_str = "none"},
+    {.name = "rotation", .type = SD_T_COMBO, .options = rotations, .def_str = "none", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_LatentFlip = {
     .version = 1,
     .class_type = "LatentFlip",
+    .python_module = "nodes",
     .display_name = "Flip Latent",
     .category = "latent/transform",
-    .description = "Flips latents vertically (x-axis) or horizontally (y-axis).",
+    .help = "Flips latents vertically (x-axis) or horizontally (y-axis).",
     .inputs = flip_inputs,
     .outputs = latent_out,
     .run = flip_run,
@@ -317,9 +322,10 @@ const sd_node_def sd_node_LatentFlip = {
 const sd_node_def sd_node_LatentRotate = {
     .version = 1,
     .class_type = "LatentRotate",
+    .python_module = "nodes",
     .display_name = "Rotate Latent",
     .category = "latent/transform",
-    .description = "Rotates latents by 90, 180 or 270 degrees (torch.rot90 over dims [3, 2]).",
+    .help = "Rotates latents by 90, 180 or 270 degrees (torch.rot90 over dims [3, 2]).",
     .inputs = rotate_inputs,
     .outputs = latent_out,
     .run = rotate_run,

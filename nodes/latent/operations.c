@@ -75,11 +75,11 @@ static const sd_input_def sharpen_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_LatentOperationSharpen = {
-    .version = 1, .class_type = "LatentOperationSharpen", .display_name = "LatentOperationSharpen",
+    .version = 1, .class_type = "LatentOperationSharpen", .python_module = "comfy_extras.nodes_latent",
     .category = "latent/advanced/operations",
-    .description = "An operation sharpening a latent's per-pixel direction (ImageSharpen's kernel on the "
-                   "latent divided by its channel norm, then scaled back).",
-    .inputs = sharpen_inputs, .outputs = op_out, .flags = SD_NODE_EXPERIMENTAL, .run = sharpen_run};
+    .help = "An operation sharpening a latent's per-pixel direction (ImageSharpen's kernel on the "
+            "latent divided by its channel norm, then scaled back).",
+    .inputs = sharpen_inputs, .outputs = op_out, .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3, .run = sharpen_run};
 
 static sd_status tonemap_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
@@ -92,11 +92,11 @@ static const sd_input_def tonemap_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_LatentOperationTonemapReinhard = {
-    .version = 1, .class_type = "LatentOperationTonemapReinhard", .display_name = "LatentOperationTonemapReinhard",
+    .version = 1, .class_type = "LatentOperationTonemapReinhard", .python_module = "comfy_extras.nodes_latent",
     .category = "latent/advanced/operations",
-    .description = "An operation compressing a latent's per-pixel magnitudes with Reinhard's curve (white "
-                   "point: mean + 5 standard deviations, times multiplier).",
-    .inputs = tonemap_inputs, .outputs = op_out, .flags = SD_NODE_EXPERIMENTAL, .run = tonemap_run};
+    .help = "An operation compressing a latent's per-pixel magnitudes with Reinhard's curve (white "
+            "point: mean + 5 standard deviations, times multiplier).",
+    .inputs = tonemap_inputs, .outputs = op_out, .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3, .run = tonemap_run};
 
 /* ---- LatentApplyOperation ------------------------------------------------------------------ */
 
@@ -115,9 +115,9 @@ static const sd_input_def apply_inputs[] = {
     {.name = "samples", .type = "LATENT"}, {.name = "operation", .type = "LATENT_OPERATION"}, {0}};
 
 const sd_node_def sd_node_LatentApplyOperation = {
-    .version = 1, .class_type = "LatentApplyOperation", .display_name = "LatentApplyOperation",
-    .category = "latent/advanced/operations", .description = "The operation applied to the latent.",
-    .inputs = apply_inputs, .outputs = latent_out, .flags = SD_NODE_EXPERIMENTAL, .run = apply_run};
+    .version = 1, .class_type = "LatentApplyOperation", .python_module = "comfy_extras.nodes_latent",
+    .category = "latent/advanced/operations", .help = "The operation applied to the latent.",
+    .inputs = apply_inputs, .outputs = latent_out, .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3, .run = apply_run};
 
 /* ---- LatentApplyOperationCFG ------------------------------------------------------------------ */
 
@@ -142,7 +142,7 @@ static const sd_input_def apply_cfg_inputs[] = {
     {.name = "model", .type = "MODEL"}, {.name = "operation", .type = "LATENT_OPERATION"}, {0}};
 
 const sd_node_def sd_node_LatentApplyOperationCFG = {
-    .version = 1, .class_type = "LatentApplyOperationCFG", .display_name = "LatentApplyOperationCFG",
+    .version = 1, .class_type = "LatentApplyOperationCFG", .python_module = "comfy_extras.nodes_latent",
     .category = "latent/advanced/operations",
-    .description = "A model whose sampler applies the operation to cond - uncond at every step, before CFG.",
-    .inputs = apply_cfg_inputs, .outputs = model_out, .flags = SD_NODE_EXPERIMENTAL, .run = apply_cfg_run};
+    .help = "A model whose sampler applies the operation to cond - uncond at every step, before CFG.",
+    .inputs = apply_cfg_inputs, .outputs = model_out, .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3, .run = apply_cfg_run};

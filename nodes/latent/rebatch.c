@@ -194,12 +194,13 @@ static sd_status rebatch_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 
 static const sd_input_def rebatch_inputs[] = {
     {.name = "latents", .type = "LATENT"},
-    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .step = 1, .has_range = 1},
+    {.name = "batch_size", .type = SD_T_INT, .def = 1, .min = 1, .max = 4096, .has_range = 1},
     {0}};
 static const sd_output_def rebatch_out[] = {{"LATENT", "LATENT", .is_list = 1}, {0}};
 
 const sd_node_def sd_node_RebatchLatents = {
-    .version = 1, .class_type = "RebatchLatents", .display_name = "Rebatch Latents", .category = "latent/batch",
-    .description = "The latents of all incoming batches regrouped into batches of batch_size (a list: the "
-                   "nodes after it run once per batch).",
-    .inputs = rebatch_inputs, .outputs = rebatch_out, .flags = SD_NODE_INPUT_IS_LIST, .run = rebatch_run};
+    .version = 1, .class_type = "RebatchLatents", .python_module = "comfy_extras.nodes_rebatch",
+    .display_name = "Rebatch Latents", .category = "latent/batch",
+    .help = "The latents of all incoming batches regrouped into batches of batch_size (a list: the "
+            "nodes after it run once per batch).",
+    .inputs = rebatch_inputs, .outputs = rebatch_out, .flags = SD_NODE_INPUT_IS_LIST | SD_NODE_V3, .run = rebatch_run};

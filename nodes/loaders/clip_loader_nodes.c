@@ -174,19 +174,24 @@ static const sd_input_def dual_inputs[] = {
      .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
     {.name = "clip_name2", .type = SD_T_COMBO, .options_fn = list_text_encoders,
      .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
-    {.name = "type", .type = SD_T_COMBO, .options = dual_types, .def_str = "sdxl"},
-    {.name = "device", .type = SD_T_COMBO, .options = devices, .def_str = "default", .optional = 1},
+    {.name = "type", .type = SD_T_COMBO, .options = dual_types, .def_str = "sdxl", .no_default = 1},
+    {.name = "device", .type = SD_T_COMBO, .options = devices, .def_str = "default", .optional = 1, .no_default = 1,
+     .advanced = 1},
     {0}};
 static const sd_output_def clip_outputs[] = {{"CLIP", "CLIP"}, {0}};
 
 const sd_node_def sd_node_DualCLIPLoader = {
     .version = 1,
     .class_type = "DualCLIPLoader",
+    .python_module = "nodes",
+    .description = "[Recipes]\n\nsdxl: clip-l, clip-g\nsd3: clip-l, clip-g / clip-l, t5 / clip-g, t5\nflux: clip-l, "
+                   "t5\nhidream: at least one of t5 or llama, recommended t5 and llama\nhunyuan_image: qwen2.5vl 7b "
+                   "and byt5 small\nnewbie: gemma-3-4b-it, jina clip v2",
     .display_name = "DualCLIPLoader",
     .category = "advanced/loaders",
-    .description = "Loads two standalone text-encoder files as one CLIP: type flux takes a "
-                   "CLIP-L and a T5-XXL (t5xxl_fp16 / fp8), sdxl a CLIP-L and a CLIP-G, sd3 two of "
-                   "CLIP-L, CLIP-G and T5-XXL. Weights load when first used.",
+    .help = "Loads two standalone text-encoder files as one CLIP: type flux takes a "
+            "CLIP-L and a T5-XXL (t5xxl_fp16 / fp8), sdxl a CLIP-L and a CLIP-G, sd3 two of "
+            "CLIP-L, CLIP-G and T5-XXL. Weights load when first used.",
     .inputs = dual_inputs,
     .outputs = clip_outputs,
     .run = dual_run,
@@ -224,19 +229,24 @@ static sd_status single_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 static const sd_input_def single_inputs[] = {
     {.name = "clip_name", .type = SD_T_COMBO, .options_fn = list_text_encoders,
      .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
-    {.name = "type", .type = SD_T_COMBO, .options = single_types, .def_str = "stable_diffusion"},
-    {.name = "device", .type = SD_T_COMBO, .options = devices, .def_str = "default", .optional = 1},
+    {.name = "type", .type = SD_T_COMBO, .options = single_types, .def_str = "stable_diffusion", .no_default = 1},
+    {.name = "device", .type = SD_T_COMBO, .options = devices, .def_str = "default", .optional = 1, .no_default = 1,
+     .advanced = 1},
     {0}};
 
 const sd_node_def sd_node_CLIPLoader = {
     .version = 1,
     .class_type = "CLIPLoader",
+    .python_module = "nodes",
+    .description = "[Recipes]\n\nstable_diffusion: clip-l\nstable_cascade: clip-g\nsd3: t5 xxl/ clip-g / "
+                   "clip-l\nstable_audio: t5 base\nmochi: t5 xxl\ncosmos: old t5 xxl\nlumina2: gemma 2 2B\nwan: umt5 "
+                   "xxl\n hidream: llama-3.1 (Recommend) or t5\nomnigen2: qwen vl 2.5 3B",
     .display_name = "Load CLIP",
     .category = "advanced/loaders",
-    .description = "Loads one standalone text-encoder file as a CLIP: a CLIP-L (SD1), CLIP-H "
-                   "(SD2) or CLIP-G (SDXL refiner), a Qwen3-4B (Z-Image, any type; lumina2 in its "
-                   "workflows); type sd3 makes a CLIP-L, CLIP-G or T5-XXL an SD3 text encoder "
-                   "with that part alone. Weights load when first used.",
+    .help = "Loads one standalone text-encoder file as a CLIP: a CLIP-L (SD1), CLIP-H "
+            "(SD2) or CLIP-G (SDXL refiner), a Qwen3-4B (Z-Image, any type; lumina2 in its "
+            "workflows); type sd3 makes a CLIP-L, CLIP-G or T5-XXL an SD3 text encoder "
+            "with that part alone. Weights load when first used.",
     .inputs = single_inputs,
     .outputs = clip_outputs,
     .run = single_run,
@@ -299,17 +309,18 @@ static const sd_input_def dual_gguf_inputs[] = {
      .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
     {.name = "clip_name2", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
      .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
-    {.name = "type", .type = SD_T_COMBO, .options = dual_types, .def_str = "sdxl"},
+    {.name = "type", .type = SD_T_COMBO, .options = dual_types, .def_str = "sdxl", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_DualCLIPLoaderGGUF = {
     .version = 1,
     .class_type = "DualCLIPLoaderGGUF",
+    .python_module = "custom_nodes.ComfyUI-GGUF",
     .display_name = "DualCLIPLoader (GGUF)",
     .category = "bootleg",
-    .description = "ComfyUI-GGUF's DualCLIPLoader: two text-encoder files, GGUF (T5 in "
-                   "llama.cpp naming, quantized weights kept quantized) or safetensors, as one "
-                   "CLIP; type flux takes a CLIP-L and a T5-XXL.",
+    .help = "ComfyUI-GGUF's DualCLIPLoader: two text-encoder files, GGUF (T5 in "
+            "llama.cpp naming, quantized weights kept quantized) or safetensors, as one "
+            "CLIP; type flux takes a CLIP-L and a T5-XXL.",
     .inputs = dual_gguf_inputs,
     .outputs = clip_outputs,
     .run = dual_run,
@@ -318,16 +329,17 @@ const sd_node_def sd_node_DualCLIPLoaderGGUF = {
 static const sd_input_def single_gguf_inputs[] = {
     {.name = "clip_name", .type = SD_T_COMBO, .options_fn = list_text_encoders_gguf,
      .file_folder = SD_FOLDER_TEXT_ENCODERS, .file_probe = te_probe},
-    {.name = "type", .type = SD_T_COMBO, .options = single_types, .def_str = "stable_diffusion"},
+    {.name = "type", .type = SD_T_COMBO, .options = single_types, .def_str = "stable_diffusion", .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_CLIPLoaderGGUF = {
     .version = 1,
     .class_type = "CLIPLoaderGGUF",
+    .python_module = "custom_nodes.ComfyUI-GGUF",
     .display_name = "CLIPLoader (GGUF)",
     .category = "bootleg",
-    .description = "ComfyUI-GGUF's CLIPLoader: one text-encoder file, GGUF or safetensors, as a "
-                   "CLIP, with CLIPLoader's types.",
+    .help = "ComfyUI-GGUF's CLIPLoader: one text-encoder file, GGUF or safetensors, as a "
+            "CLIP, with CLIPLoader's types.",
     .inputs = single_gguf_inputs,
     .outputs = clip_outputs,
     .run = single_run,
@@ -361,9 +373,12 @@ static const sd_input_def triple_inputs[] = {
 const sd_node_def sd_node_TripleCLIPLoader = {
     .version = 1,
     .class_type = "TripleCLIPLoader",
-    .display_name = "TripleCLIPLoader",
+    .python_module = "comfy_extras.nodes_sd3",
     .category = "advanced/loaders",
     .description = "[Recipes]\n\nsd3: clip-l, clip-g, t5",
+    .flags = SD_NODE_V3,
+    .help = "Loads a CLIP-L, a CLIP-G and a T5-XXL file (any order) as SD3's text encoder. "
+            "Weights load when first used.",
     .inputs = triple_inputs,
     .outputs = clip_outputs,
     .run = triple_run,
@@ -384,11 +399,12 @@ static const sd_input_def triple_gguf_inputs[] = {
 const sd_node_def sd_node_TripleCLIPLoaderGGUF = {
     .version = 1,
     .class_type = "TripleCLIPLoaderGGUF",
+    .python_module = "custom_nodes.ComfyUI-GGUF",
     .display_name = "TripleCLIPLoader (GGUF)",
     .category = "bootleg",
-    .description = "ComfyUI-GGUF's TripleCLIPLoader: SD3's CLIP-L, CLIP-G and T5-XXL, each a GGUF "
-                   "(T5 in llama.cpp naming, quantized weights kept quantized) or safetensors file, "
-                   "in any order, as one CLIP.",
+    .help = "ComfyUI-GGUF's TripleCLIPLoader: SD3's CLIP-L, CLIP-G and T5-XXL, each a GGUF "
+            "(T5 in llama.cpp naming, quantized weights kept quantized) or safetensors file, "
+            "in any order, as one CLIP.",
     .inputs = triple_gguf_inputs,
     .outputs = clip_outputs,
     .run = triple_run,

@@ -69,7 +69,8 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
 
 static const sd_input_def ckpt_loader_inputs[] = {
     {.name = "ckpt_name", .type = SD_T_COMBO, .options_fn = list_checkpoints,
-     .file_folder = SD_FOLDER_CHECKPOINTS, .file_probe = ckpt_probe},
+     .file_folder = SD_FOLDER_CHECKPOINTS, .file_probe = ckpt_probe,
+     .tooltip = "The name of the checkpoint (model) to load."},
     {0}};
 static const sd_output_def ckpt_loader_outputs[] = {
     {"MODEL", "MODEL"}, {"CLIP", "CLIP"}, {"VAE", "VAE"}, {0}};
@@ -77,10 +78,15 @@ static const sd_output_def ckpt_loader_outputs[] = {
 const sd_node_def sd_node_CheckpointLoaderSimple = {
     .version = 1,
     .class_type = "CheckpointLoaderSimple",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("The model used for denoising latents.",
+                                  "The CLIP model used for encoding text prompts.",
+                                  "The VAE model used for encoding and decoding images to and from latent space."),
+    .description = "Loads a diffusion model checkpoint, diffusion models are used to denoise latents.",
     .display_name = "Load Checkpoint",
     .category = "loaders",
-    .description = "Loads a single-file .safetensors checkpoint (SD1.x, SDXL): the diffusion "
-                   "model, its text encoder and its VAE. Weights load when first used.",
+    .help = "Loads a single-file .safetensors checkpoint (SD1.x, SDXL): the diffusion "
+            "model, its text encoder and its VAE. Weights load when first used.",
     .inputs = ckpt_loader_inputs,
     .outputs = ckpt_loader_outputs,
     .run = ckpt_loader_run,
@@ -127,10 +133,11 @@ static const sd_output_def vae_loader_outputs[] = {{"VAE", "VAE"}, {0}};
 const sd_node_def sd_node_VAELoader = {
     .version = 1,
     .class_type = "VAELoader",
+    .python_module = "nodes",
     .display_name = "Load VAE",
     .category = "loaders",
-    .description = "Loads a standalone VAE file (.safetensors, or a .ckpt/.pt read weights-only; "
-                   "single-file key layout).",
+    .help = "Loads a standalone VAE file (.safetensors, or a .ckpt/.pt read weights-only; "
+            "single-file key layout).",
     .inputs = vae_loader_inputs,
     .outputs = vae_loader_outputs,
     .run = vae_loader_run,

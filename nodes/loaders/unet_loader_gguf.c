@@ -112,11 +112,12 @@ static const sd_input_def basic_inputs[] = {
 const sd_node_def sd_node_UnetLoaderGGUF = {
     .version = 1,
     .class_type = "UnetLoaderGGUF",
+    .python_module = "custom_nodes.ComfyUI-GGUF",
     .display_name = "Unet Loader (GGUF)",
     .category = "bootleg",
-    .description = "ComfyUI-GGUF's Unet loader: a GGUF diffusion model (Flux) from diffusion_models/ "
-                   "or unet/, its quantized weights kept quantized and widened per op as "
-                   "ComfyUI-GGUF does.",
+    .help = "ComfyUI-GGUF's Unet loader: a GGUF diffusion model (Flux) from diffusion_models/ "
+            "or unet/, its quantized weights kept quantized and widened per op as "
+            "ComfyUI-GGUF does.",
     .inputs = basic_inputs,
     .outputs = model_out,
     .run = run_basic,
@@ -133,11 +134,12 @@ static const sd_input_def advanced_inputs[] = {
 const sd_node_def sd_node_UnetLoaderGGUFAdvanced = {
     .version = 1,
     .class_type = "UnetLoaderGGUFAdvanced",
+    .python_module = "custom_nodes.ComfyUI-GGUF",
     .display_name = "Unet Loader (GGUF/Advanced)",
     .category = "bootleg",
-    .description = "UnetLoaderGGUF with ComfyUI-GGUF's dequant_dtype (the arithmetic of the Linear "
-                   "weights' widening: default/float16, float32, bfloat16, target); patch_dtype and "
-                   "patch_on_device only concern LoRA patches, which GGUF models do not take yet.",
+    .help = "UnetLoaderGGUF with ComfyUI-GGUF's dequant_dtype (the arithmetic of the Linear "
+            "weights' widening: default/float16, float32, bfloat16, target); patch_dtype and "
+            "patch_on_device only concern LoRA patches, which GGUF models do not take yet.",
     .inputs = advanced_inputs,
     .outputs = model_out,
     .run = run_advanced,

@@ -88,10 +88,11 @@ static const sd_output_def unet_loader_outputs[] = {{"MODEL", "MODEL"}, {0}};
 const sd_node_def sd_node_UNETLoader = {
     .version = 1,
     .class_type = "UNETLoader",
+    .python_module = "nodes",
     .display_name = "Load Diffusion Model",
     .category = "advanced/loaders",
-    .description = "Loads a diffusion model file (Flux DiT or SD UNet, bare or in a checkpoint) from "
-                   "diffusion_models/ or unet/; weight_dtype converts its weights to fp8 at load.",
+    .help = "Loads a diffusion model file (Flux DiT or SD UNet, bare or in a checkpoint) from "
+            "diffusion_models/ or unet/; weight_dtype converts its weights to fp8 at load.",
     .inputs = unet_loader_inputs,
     .outputs = unet_loader_outputs,
     .run = unet_loader_run,

@@ -66,41 +66,53 @@ static sd_status lora_model_only_run(sd_node_ctx *ctx, sd_value *const *in, sd_v
     return lora_run(ctx, in, out, 0, err);
 }
 
-#define STRENGTH(n) \
+/* tip: ComfyUI's tooltip (LoraLoader has them, LoraLoaderModelOnly not) */
+#define STRENGTH(n, tip) \
     {.name = n, .type = SD_T_FLOAT, .def = 1.0, .min = -100.0, .max = 100.0, .step = 0.01, \
-     .has_range = 1}
-#define LORA_NAME \
+     .has_range = 1, .tooltip = tip}
+#define LORA_NAME(tip) \
     {.name = "lora_name", .type = SD_T_COMBO, .options_fn = list_loras, \
-     .file_folder = SD_FOLDER_LORAS}
+     .file_folder = SD_FOLDER_LORAS, .tooltip = tip}
 
 static const sd_input_def lora_loader_inputs[] = {
-    {.name = "model", .type = "MODEL"}, {.name = "clip", .type = "CLIP"}, LORA_NAME,
-    STRENGTH("strength_model"), STRENGTH("strength_clip"), {0}};
+    {.name = "model", .type = "MODEL", .tooltip = "The diffusion model the LoRA will be applied to."},
+    {.name = "clip", .type = "CLIP", .tooltip = "The CLIP model the LoRA will be applied to."},
+    LORA_NAME("The name of the LoRA."),
+    STRENGTH("strength_model", "How strongly to modify the diffusion model. This value can be negative."),
+    STRENGTH("strength_clip", "How strongly to modify the CLIP model. This value can be negative."), {0}};
 static const sd_output_def lora_loader_outputs[] = {{"MODEL", "MODEL"}, {"CLIP", "CLIP"}, {0}};
 
 static const sd_node_def node_lora_loader = {
     .version = 1,
     .class_type = "LoraLoader",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("The modified diffusion model.", "The modified CLIP model."),
+    .description = "LoRAs are used to modify diffusion and CLIP models, altering the way in which latents are "
+                   "denoised such as applying styles. Multiple LoRA nodes can be linked together.",
     .display_name = "Load LoRA",
     .category = "loaders",
-    .description = "Applies a LoRA/LyCORIS file (Kohya, diffusers/PEFT names) to the diffusion "
-                   "model and the text encoder. Keys that match nothing are logged.",
+    .help = "Applies a LoRA/LyCORIS file (Kohya, diffusers/PEFT names) to the diffusion "
+            "model and the text encoder. Keys that match nothing are logged.",
     .inputs = lora_loader_inputs,
     .outputs = lora_loader_outputs,
     .run = lora_loader_run,
 };
 
 static const sd_input_def lora_model_only_inputs[] = {
-    {.name = "model", .type = "MODEL"}, LORA_NAME, STRENGTH("strength_model"), {0}};
+    {.name = "model", .type = "MODEL"}, LORA_NAME(NULL), STRENGTH("strength_model", NULL), {0}};
 static const sd_output_def lora_model_only_outputs[] = {{"MODEL", "MODEL"}, {0}};
 
 static const sd_node_def node_lora_model_only = {
     .version = 1,
     .class_type = "LoraLoaderModelOnly",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("The modified diffusion model.", "The modified CLIP model."),
+    .description = "LoRAs are used to modify diffusion and CLIP models, altering the way in which latents are "
+                   "denoised such as applying styles. Multiple LoRA nodes can be linked together.",
     .display_name = "LoraLoaderModelOnly",
     .category = "loaders",
-    .description = "Applies a LoRA to the diffusion model only (its text-encoder keys count as "
-                   "unmatched).",
+    .help = "Applies a LoRA to the diffusion model only (its text-encoder keys count as "
+            "unmatched).",
     .inputs = lora_model_only_inputs,
     .outputs = lora_model_only_outputs,
     .run = lora_model_only_run,

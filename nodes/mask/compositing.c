@@ -43,9 +43,10 @@ static const sd_input_def join_inputs[] = {{.name = "image", .type = "IMAGE"}, {
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 
 const sd_node_def sd_node_JoinImageWithAlpha = {
-    .version = 1, .class_type = "JoinImageWithAlpha", .display_name = "Join Image with Alpha",
+    .version = 1, .class_type = "JoinImageWithAlpha", .python_module = "comfy_extras.nodes_compositing",
+    .flags = SD_NODE_V3, .display_name = "Join Image with Alpha",
     .category = "mask/compositing",
-    .description = "The image's first three channels plus 1 - alpha (resized to the image) as a fourth.",
+    .help = "The image's first three channels plus 1 - alpha (resized to the image) as a fourth.",
     .inputs = join_inputs, .outputs = image_out, .run = join_run};
 
 /* ---- SplitImageWithAlpha --------------------------------------------------------------- */
@@ -74,9 +75,10 @@ static const sd_input_def split_inputs[] = {{.name = "image", .type = "IMAGE"}, 
 static const sd_output_def image_mask_out[] = {{"IMAGE", "IMAGE"}, {"MASK", "MASK"}, {0}};
 
 const sd_node_def sd_node_SplitImageWithAlpha = {
-    .version = 1, .class_type = "SplitImageWithAlpha", .display_name = "Split Image with Alpha",
+    .version = 1, .class_type = "SplitImageWithAlpha", .python_module = "comfy_extras.nodes_compositing",
+    .flags = SD_NODE_V3, .display_name = "Split Image with Alpha",
     .category = "mask/compositing",
-    .description = "The first three channels, and 1 - the fourth as a mask (0 without one).",
+    .help = "The first three channels, and 1 - the fourth as a mask (0 without one).",
     .inputs = split_inputs, .outputs = image_mask_out, .run = split_run};
 
 /* ---- PorterDuffImageComposite ------------------------------------------------------------ */
@@ -169,9 +171,10 @@ static const sd_input_def porter_duff_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_PorterDuffImageComposite = {
-    .version = 1, .class_type = "PorterDuffImageComposite", .display_name = "Porter-Duff Image Composite",
+    .version = 1, .class_type = "PorterDuffImageComposite", .python_module = "comfy_extras.nodes_compositing",
+    .flags = SD_NODE_V3, .display_name = "Porter-Duff Image Composite",
     .category = "mask/compositing",
-    .description = "Composites source over destination with one of the Porter-Duff operators; the "
-                   "alphas are ComfyUI masks (1 - alpha). Mismatched sizes are resized to the "
-                   "destination (bicubic, centre crop).",
+    .help = "Composites source over destination with one of the Porter-Duff operators; the "
+            "alphas are ComfyUI masks (1 - alpha). Mismatched sizes are resized to the "
+            "destination (bicubic, centre crop).",
     .inputs = porter_duff_inputs, .outputs = image_mask_out, .run = porter_duff_run};

@@ -34,8 +34,9 @@ static sd_status invert_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
 }
 
 const sd_node_def sd_node_InvertMask = {
-    .version = 1, .class_type = "InvertMask", .display_name = "InvertMask", .category = "mask",
-    .description = "1 - mask.", .inputs = mask_only, .outputs = mask_out, .run = invert_run};
+    .version = 1, .class_type = "InvertMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "1 - mask.", .inputs = mask_only, .outputs = mask_out, .run = invert_run};
 
 /* ---- SolidMask ---------------------------------------------------------------------- */
 
@@ -59,8 +60,9 @@ static const sd_input_def solid_inputs[] = {
     RANGE_INT("width", 512, 1, SD_MAX_RESOLUTION), RANGE_INT("height", 512, 1, SD_MAX_RESOLUTION), {0}};
 
 const sd_node_def sd_node_SolidMask = {
-    .version = 1, .class_type = "SolidMask", .display_name = "SolidMask", .category = "mask",
-    .description = "One mask [1, height, width] filled with value.", .inputs = solid_inputs,
+    .version = 1, .class_type = "SolidMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "One mask [1, height, width] filled with value.", .inputs = solid_inputs,
     .outputs = mask_out, .run = solid_run};
 
 /* ---- ThresholdMask: (mask > value) as 0/1, the input's shape ------------------------- */
@@ -87,8 +89,9 @@ static const sd_input_def threshold_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_ThresholdMask = {
-    .version = 1, .class_type = "ThresholdMask", .display_name = "ThresholdMask", .category = "mask",
-    .description = "1 where mask > value, else 0.", .inputs = threshold_inputs, .outputs = mask_out,
+    .version = 1, .class_type = "ThresholdMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "1 where mask > value, else 0.", .inputs = threshold_inputs, .outputs = mask_out,
     .run = threshold_run};
 
 /* ---- CropMask: mask[:, y:y+height, x:x+width] (Python slicing: may be empty) ------- */
@@ -129,9 +132,10 @@ static const sd_input_def crop_inputs[] = {
     RANGE_INT("width", 512, 1, SD_MAX_RESOLUTION), RANGE_INT("height", 512, 1, SD_MAX_RESOLUTION), {0}};
 
 const sd_node_def sd_node_CropMask = {
-    .version = 1, .class_type = "CropMask", .display_name = "CropMask", .category = "mask",
-    .description = "The part [y, y + height) x [x, x + width) of each mask (cut at the edges; "
-                   "empty when x or y lies outside, as in ComfyUI).",
+    .version = 1, .class_type = "CropMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "The part [y, y + height) x [x, x + width) of each mask (cut at the edges; "
+            "empty when x or y lies outside, as in ComfyUI).",
     .inputs = crop_inputs, .outputs = mask_out, .run = crop_run};
 
 /* ---- ImageToMask: one channel of the image ------------------------------------------ */
@@ -161,11 +165,12 @@ static sd_status image_to_mask_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
 
 static const sd_input_def image_to_mask_inputs[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "channel", .type = SD_T_COMBO, .options = channels, .def_str = "red"}, {0}};
+    {.name = "channel", .type = SD_T_COMBO, .options = channels, .def_str = "red", .no_default = 1}, {0}};
 
 const sd_node_def sd_node_ImageToMask = {
-    .version = 1, .class_type = "ImageToMask", .display_name = "Convert Image to Mask", .category = "mask",
-    .description = "One channel of the image as a mask.", .inputs = image_to_mask_inputs,
+    .version = 1, .class_type = "ImageToMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .display_name = "Convert Image to Mask", .category = "mask",
+    .help = "One channel of the image as a mask.", .inputs = image_to_mask_inputs,
     .outputs = mask_out, .run = image_to_mask_run};
 
 /* ---- MaskToImage: the mask in three channels ---------------------------------------- */
@@ -187,8 +192,9 @@ static sd_status mask_to_image_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
 }
 
 const sd_node_def sd_node_MaskToImage = {
-    .version = 1, .class_type = "MaskToImage", .display_name = "Convert Mask to Image", .category = "mask",
-    .description = "The mask as a grey RGB image.", .inputs = mask_only, .outputs = image_out,
+    .version = 1, .class_type = "MaskToImage", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .display_name = "Convert Mask to Image", .category = "mask",
+    .help = "The mask as a grey RGB image.", .inputs = mask_only, .outputs = image_out,
     .run = mask_to_image_run};
 
 /* ---- ImageColorToMask: 1 where round(clamp(rgb) * 255) is the colour ----------------- */
@@ -221,9 +227,12 @@ static sd_status color_to_mask_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
 }
 
 static const sd_input_def color_to_mask_inputs[] = {
-    {.name = "image", .type = "IMAGE"}, RANGE_INT("color", 0, 0, 0xFFFFFF), {0}};
+    {.name = "image", .type = "IMAGE"}, {.name = "color", .type = SD_T_INT, .def = 0, .min = 0, .max = 0xFFFFFF,
+     .step = 1, .has_range = 1,
+     .display = "number"}, {0}};
 
 const sd_node_def sd_node_ImageColorToMask = {
-    .version = 1, .class_type = "ImageColorToMask", .display_name = "ImageColorToMask", .category = "mask",
-    .description = "1 where the pixel's colour, rounded to 8 bits per channel, is color (0xRRGGBB).",
+    .version = 1, .class_type = "ImageColorToMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "1 where the pixel's colour, rounded to 8 bits per channel, is color (0xRRGGBB).",
     .inputs = color_to_mask_inputs, .outputs = mask_out, .run = color_to_mask_run};

@@ -37,6 +37,10 @@ static const sd_input_def mask_preview_inputs[] = {{.name = "mask", .type = "MAS
 static const sd_output_def no_outputs[] = {{0}};
 
 const sd_node_def sd_node_MaskPreview = {
-    .version = 1, .class_type = "MaskPreview", .display_name = "Preview Mask", .category = "mask",
-    .description = "Previews the masks as grey images (PNGs in the temporary directory).",
-    .inputs = mask_preview_inputs, .outputs = no_outputs, .flags = SD_NODE_OUTPUT, .run = mask_preview_run};
+    .version = 1, .class_type = "MaskPreview", .python_module = "comfy_extras.nodes_mask",
+    .hidden = SD_STRINGS("prompt", "extra_pnginfo"),
+    .description = "Saves the input images to your ComfyUI output directory.", .display_name = "Preview Mask",
+    .category = "mask",
+    .help = "Previews the masks as grey images (PNGs in the temporary directory).",
+    .inputs = mask_preview_inputs, .outputs = no_outputs, .flags = SD_NODE_OUTPUT | SD_NODE_V3,
+    .run = mask_preview_run};

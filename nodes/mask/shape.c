@@ -37,9 +37,10 @@ static const sd_input_def grow_inputs[] = {
     {.name = "tapered_corners", .type = SD_T_BOOLEAN, .def = 1}, {0}};
 
 const sd_node_def sd_node_GrowMask = {
-    .version = 1, .class_type = "GrowMask", .display_name = "Grow Mask", .category = "mask",
-    .description = "Dilates (expand > 0) or erodes (expand < 0) each mask by |expand| pixels "
-                   "(3x3 steps; tapered corners use a cross).",
+    .version = 1, .class_type = "GrowMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .display_name = "Grow Mask", .category = "mask",
+    .help = "Dilates (expand > 0) or erodes (expand < 0) each mask by |expand| pixels "
+            "(3x3 steps; tapered corners use a cross).",
     .inputs = grow_inputs, .outputs = mask_out, .run = grow_run};
 
 /* ---- FeatherMask ---------------------------------------------------------------------- */
@@ -63,10 +64,11 @@ static const sd_input_def feather_inputs[] = {
     RANGE_INT("right", 0, 0, SD_MAX_RESOLUTION), RANGE_INT("bottom", 0, 0, SD_MAX_RESOLUTION), {0}};
 
 const sd_node_def sd_node_FeatherMask = {
-    .version = 1, .class_type = "FeatherMask", .display_name = "FeatherMask", .category = "mask",
-    .description = "Fades each mask linearly to 0 over the given number of pixels at each edge "
-                   "(ComfyUI's ramps, including its Python indexing of the right and bottom "
-                   "edges, where the first step lands on column / row 0).",
+    .version = 1, .class_type = "FeatherMask", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "Fades each mask linearly to 0 over the given number of pixels at each edge "
+            "(ComfyUI's ramps, including its Python indexing of the right and bottom "
+            "edges, where the first step lands on column / row 0).",
     .inputs = feather_inputs, .outputs = mask_out, .run = feather_run};
 
 /* ---- MaskComposite -------------------------------------------------------------------- */
@@ -95,10 +97,11 @@ static sd_status composite_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
 static const sd_input_def composite_inputs[] = {
     {.name = "destination", .type = "MASK"}, {.name = "source", .type = "MASK"},
     RANGE_INT("x", 0, 0, SD_MAX_RESOLUTION), RANGE_INT("y", 0, 0, SD_MAX_RESOLUTION),
-    {.name = "operation", .type = SD_T_COMBO, .options = operations, .def_str = "multiply"}, {0}};
+    {.name = "operation", .type = SD_T_COMBO, .options = operations, .def_str = "multiply", .no_default = 1}, {0}};
 
 const sd_node_def sd_node_MaskComposite = {
-    .version = 1, .class_type = "MaskComposite", .display_name = "MaskComposite", .category = "mask",
-    .description = "Combines source into destination at (x, y) (multiply, add, subtract, or the "
-                   "logical and/or/xor of the rounded values), clamped to [0, 1].",
+    .version = 1, .class_type = "MaskComposite", .python_module = "comfy_extras.nodes_mask", .flags = SD_NODE_V3,
+    .category = "mask",
+    .help = "Combines source into destination at (x, y) (multiply, add, subtract, or the "
+            "logical and/or/xor of the rounded values), clamped to [0, 1].",
     .inputs = composite_inputs, .outputs = mask_out, .run = composite_run};

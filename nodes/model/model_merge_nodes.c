@@ -130,7 +130,8 @@ static const sd_output_def clip_out[] = {{"CLIP", "CLIP"}, {0}};
 
 #define MERGE_NODE(var, type, in, outs, fn, desc) \
     static const sd_node_def var = {.version = 1, .class_type = type, .display_name = type, \
-                                    .category = "advanced/model_merging", .description = desc, \
+                                    .python_module = "comfy_extras.nodes_model_merging", \
+                                    .category = "advanced/model_merging", .help = desc, \
                                     .inputs = in, .outputs = outs, .run = fn}
 
 MERGE_NODE(node_mm_simple, "ModelMergeSimple", mm_simple_in, model_out, model_simple_run,

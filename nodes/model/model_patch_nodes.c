@@ -96,7 +96,7 @@ static const char *const sampling_kinds[] = {"eps", "v_prediction", "lcm", "x0",
 
 static const sd_input_def model_sampling_inputs[] = {
     {.name = "model", .type = "MODEL"},
-    {.name = "sampling", .type = SD_T_COMBO, .options = sampling_kinds, .def_str = "eps"},
+    {.name = "sampling", .type = SD_T_COMBO, .options = sampling_kinds, .def_str = "eps", .no_default = 1},
     {.name = "zsnr", .type = SD_T_BOOLEAN, .def = 0},
     {0}};
 static const sd_output_def model_out[] = {{"MODEL", "MODEL"}, {0}};
@@ -104,11 +104,12 @@ static const sd_output_def model_out[] = {{"MODEL", "MODEL"}, {0}};
 static const sd_node_def node_model_sampling_discrete = {
     .version = 1,
     .class_type = "ModelSamplingDiscrete",
+    .python_module = "comfy_extras.nodes_model_advanced",
     .display_name = "ModelSamplingDiscrete",
     .category = "advanced/model",
-    .description = "Overrides how the model's output is read (eps, v_prediction, lcm, x0, "
-                   "img_to_img) and optionally rescales the noise schedule to zero terminal "
-                   "SNR (zsnr).",
+    .help = "Overrides how the model's output is read (eps, v_prediction, lcm, x0, "
+            "img_to_img) and optionally rescales the noise schedule to zero terminal "
+            "SNR (zsnr).",
     .inputs = model_sampling_inputs,
     .outputs = model_out,
     .run = model_sampling_run,
@@ -129,10 +130,11 @@ static const sd_input_def model_sampling_flux_inputs[] = {
 static const sd_node_def node_model_sampling_flux = {
     .version = 1,
     .class_type = "ModelSamplingFlux",
+    .python_module = "comfy_extras.nodes_model_advanced",
     .display_name = "ModelSamplingFlux",
     .category = "advanced/model",
-    .description = "Flow-matching sampling with Flux's resolution-dependent shift: "
-                   "shift = base_shift + (max_shift - base_shift) * (width*height/256 - 256) / 3840.",
+    .help = "Flow-matching sampling with Flux's resolution-dependent shift: "
+            "shift = base_shift + (max_shift - base_shift) * (width*height/256 - 256) / 3840.",
     .inputs = model_sampling_flux_inputs,
     .outputs = model_out,
     .run = model_sampling_flux_run,
@@ -147,10 +149,11 @@ static const sd_input_def model_sampling_aura_flow_inputs[] = {
 static const sd_node_def node_model_sampling_aura_flow = {
     .version = 1,
     .class_type = "ModelSamplingAuraFlow",
+    .python_module = "comfy_extras.nodes_model_advanced",
     .display_name = "ModelSamplingAuraFlow",
     .category = "advanced/model",
-    .description = "Flow-matching sampling with a fixed shift (Z-Image, AuraFlow): "
-                   "sigma(t) = shift*t / (1 + (shift-1)*t), timestep = sigma.",
+    .help = "Flow-matching sampling with a fixed shift (Z-Image, AuraFlow): "
+            "sigma(t) = shift*t / (1 + (shift-1)*t), timestep = sigma.",
     .inputs = model_sampling_aura_flow_inputs,
     .outputs = model_out,
     .run = model_sampling_aura_flow_run,
@@ -165,10 +168,11 @@ static const sd_input_def rescale_cfg_inputs[] = {
 static const sd_node_def node_rescale_cfg = {
     .version = 1,
     .class_type = "RescaleCFG",
+    .python_module = "comfy_extras.nodes_model_advanced",
     .display_name = "RescaleCFG",
     .category = "advanced/model",
-    .description = "Rescales the CFG result (in v space) to the standard deviation of the "
-                   "positive prediction, mixed by multiplier (for v-prediction / zsnr models).",
+    .help = "Rescales the CFG result (in v space) to the standard deviation of the "
+            "positive prediction, mixed by multiplier (for v-prediction / zsnr models).",
     .inputs = rescale_cfg_inputs,
     .outputs = model_out,
     .run = rescale_cfg_run,

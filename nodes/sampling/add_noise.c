@@ -110,8 +110,9 @@ static const sd_input_def add_noise_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"}, {.name = "latent_image", .type = "LATENT"}, {0}};
 static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
 const sd_node_def sd_node_AddNoise = {
-    .version = 1, .class_type = "AddNoise", .display_name = "AddNoise",
+    .version = 1, .class_type = "AddNoise", .python_module = "comfy_extras.nodes_custom_sampler",
     .category = "_for_testing/custom_sampling/noise",
-    .description = "Adds the NOISE times |sigmas[0] - sigmas[-1]| to the latent (in model space), "
-                   "without sampling.",
-    .inputs = add_noise_inputs, .outputs = latent_out, .flags = SD_NODE_EXPERIMENTAL, .run = add_noise_run};
+    .help = "Adds the NOISE times |sigmas[0] - sigmas[-1]| to the latent (in model space), "
+            "without sampling.",
+    .inputs = add_noise_inputs, .outputs = latent_out, .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3,
+    .run = add_noise_run};

@@ -290,12 +290,14 @@ static sd_status sampler_custom_adv_run(sd_node_ctx *ctx, sd_value *const *in, s
 
 #define SEED_MAX 18446744073709551615.0
 #define CAT_SAMPLERS "sampling/custom_sampling/samplers"
-#define FLOAT_IN(n, d, lo, hi, st) \
-    {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1}
+/* rnd: ComfyUI's round (SD_ROUND_FALSE for its sampler settings, 0.01 for cfg) */
+#define FLOAT_IN(n, d, lo, hi, st, rnd) \
+    {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1, .round = rnd}
 #define DEF(ct, dn, cat, desc, ins, outs, fn) \
     const sd_node_def sd_node_##ct = {.version = 1, .class_type = #ct, .display_name = dn, \
-                                      .category = cat, .description = desc, .inputs = ins, \
-                                      .outputs = outs, .run = fn}
+                                      .python_module = "comfy_extras.nodes_custom_sampler", \
+                                      .flags = SD_NODE_V3, .category = cat, .help = desc, \
+                                      .inputs = ins, .outputs = outs, .run = fn}
 
 static const char *const gpu_cpu[] = {"gpu", "cpu", NULL};
 static const char *const midpoint_heun[] = {"midpoint", "heun", NULL};
@@ -307,78 +309,81 @@ static const sd_output_def guider_out[] = {{"GUIDER", "GUIDER"}, {0}};
 static const sd_output_def two_latents[] = {{"output", "LATENT"}, {"denoised_output", "LATENT"}, {0}};
 
 static const sd_input_def select_inputs[] = {
-    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler"}, {0}};
-DEF(KSamplerSelect, "KSamplerSelect", CAT_SAMPLERS, "One of KSampler's samplers, with its default options.",
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler",
+     .no_default = 1}, {0}};
+DEF(KSamplerSelect, NULL, CAT_SAMPLERS, "One of KSampler's samplers, with its default options.",
     select_inputs, sampler_out, ksampler_select_run);
 
 static const sd_input_def eta_snoise[] = {
-    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01), {0}};
-DEF(SamplerEulerAncestral, "SamplerEulerAncestral", CAT_SAMPLERS, "euler_ancestral with eta and s_noise.",
+    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01,
+    SD_ROUND_FALSE), {0}};
+DEF(SamplerEulerAncestral, NULL, CAT_SAMPLERS, "euler_ancestral with eta and s_noise.",
     eta_snoise, sampler_out, euler_anc_run);
-DEF(SamplerDPMPP_2S_Ancestral, "SamplerDPMPP_2S_Ancestral", CAT_SAMPLERS,
+DEF(SamplerDPMPP_2S_Ancestral, NULL, CAT_SAMPLERS,
     "dpmpp_2s_ancestral with eta and s_noise.", eta_snoise, sampler_out, dpmpp_2s_anc_run);
 
 static const sd_input_def cfgpp_inputs[] = {
-    FLOAT_IN("eta", 1.0, 0.0, 1.0, 0.01), FLOAT_IN("s_noise", 1.0, 0.0, 10.0, 0.01), {0}};
+    FLOAT_IN("eta", 1.0, 0.0, 1.0, 0.01, SD_ROUND_FALSE), FLOAT_IN("s_noise", 1.0, 0.0, 10.0, 0.01, SD_ROUND_FALSE),
+    {0}};
 DEF(SamplerEulerAncestralCFGPP, "SamplerEulerAncestralCFG++", CAT_SAMPLERS,
     "euler_ancestral_cfg_pp with eta and s_noise.", cfgpp_inputs, sampler_out, euler_anc_cfgpp_run);
 
 static const sd_input_def lms_inputs[] = {
-    {.name = "order", .type = SD_T_INT, .def = 4, .min = 1, .max = 100, .step = 1, .has_range = 1}, {0}};
-DEF(SamplerLMS, "SamplerLMS", CAT_SAMPLERS, "lms with its order.", lms_inputs, sampler_out, lms_run);
+    {.name = "order", .type = SD_T_INT, .def = 4, .min = 1, .max = 100, .has_range = 1}, {0}};
+DEF(SamplerLMS, NULL, CAT_SAMPLERS, "lms with its order.", lms_inputs, sampler_out, lms_run);
 
 static const sd_input_def sde3_inputs[] = {
-    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01),
-    {.name = "noise_device", .type = SD_T_COMBO, .options = gpu_cpu, .def_str = "gpu"}, {0}};
-DEF(SamplerDPMPP_3M_SDE, "SamplerDPMPP_3M_SDE", CAT_SAMPLERS,
+    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE),
+    {.name = "noise_device", .type = SD_T_COMBO, .options = gpu_cpu, .def_str = "gpu", .no_default = 1}, {0}};
+DEF(SamplerDPMPP_3M_SDE, NULL, CAT_SAMPLERS,
     "dpmpp_3m_sde (noise_device gpu: dpmpp_3m_sde_gpu) with eta and s_noise.", sde3_inputs,
     sampler_out, dpmpp_3m_sde_run);
 
 static const sd_input_def sde2_inputs[] = {
-    {.name = "solver_type", .type = SD_T_COMBO, .options = midpoint_heun, .def_str = "midpoint"},
-    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01),
-    {.name = "noise_device", .type = SD_T_COMBO, .options = gpu_cpu, .def_str = "gpu"}, {0}};
-DEF(SamplerDPMPP_2M_SDE, "SamplerDPMPP_2M_SDE", CAT_SAMPLERS,
+    {.name = "solver_type", .type = SD_T_COMBO, .options = midpoint_heun, .def_str = "midpoint", .no_default = 1},
+    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE),
+    {.name = "noise_device", .type = SD_T_COMBO, .options = gpu_cpu, .def_str = "gpu", .no_default = 1}, {0}};
+DEF(SamplerDPMPP_2M_SDE, NULL, CAT_SAMPLERS,
     "dpmpp_2m_sde (noise_device gpu: dpmpp_2m_sde_gpu) with solver_type, eta and s_noise.",
     sde2_inputs, sampler_out, dpmpp_2m_sde_run);
 
 static const sd_input_def sde_inputs[] = {
-    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01),
-    FLOAT_IN("r", 0.5, 0.0, 100.0, 0.01),
-    {.name = "noise_device", .type = SD_T_COMBO, .options = gpu_cpu, .def_str = "gpu"}, {0}};
-DEF(SamplerDPMPP_SDE, "SamplerDPMPP_SDE", CAT_SAMPLERS,
+    FLOAT_IN("eta", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE), FLOAT_IN("s_noise", 1.0, 0.0, 100.0, 0.01, SD_ROUND_FALSE),
+    FLOAT_IN("r", 0.5, 0.0, 100.0, 0.01, SD_ROUND_FALSE),
+    {.name = "noise_device", .type = SD_T_COMBO, .options = gpu_cpu, .def_str = "gpu", .no_default = 1}, {0}};
+DEF(SamplerDPMPP_SDE, NULL, CAT_SAMPLERS,
     "dpmpp_sde (noise_device gpu: dpmpp_sde_gpu) with eta, s_noise and r.", sde_inputs, sampler_out,
     dpmpp_sde_run);
 
 static const sd_input_def random_noise_inputs[] = {
-    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1}, {0}};
+    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .has_range = 1}, {0}};
 static const sd_input_def no_inputs[] = {{0}};
-DEF(RandomNoise, "RandomNoise", "sampling/custom_sampling/noise",
+DEF(RandomNoise, NULL, "sampling/custom_sampling/noise",
     "The initial noise KSampler makes from a seed (prepare_noise over the whole batch).",
     random_noise_inputs, noise_out, random_noise_run);
-DEF(DisableNoise, "DisableNoise", "sampling/custom_sampling/noise",
+DEF(DisableNoise, NULL, "sampling/custom_sampling/noise",
     "Zero initial noise (for a latent that is already noisy).", no_inputs, noise_out, disable_noise_run);
 
 #define CAT_GUIDERS "sampling/custom_sampling/guiders"
 static const sd_input_def basic_guider_inputs[] = {
     {.name = "model", .type = "MODEL"}, {.name = "conditioning", .type = "CONDITIONING"}, {0}};
-DEF(BasicGuider, "BasicGuider", CAT_GUIDERS, "The model on one conditioning, without CFG.",
+DEF(BasicGuider, NULL, CAT_GUIDERS, "The model on one conditioning, without CFG.",
     basic_guider_inputs, guider_out, basic_guider_run);
 static const sd_input_def cfg_guider_inputs[] = {
     {.name = "model", .type = "MODEL"}, {.name = "positive", .type = "CONDITIONING"},
-    {.name = "negative", .type = "CONDITIONING"}, FLOAT_IN("cfg", 8.0, 0.0, 100.0, 0.1), {0}};
-DEF(CFGGuider, "CFGGuider", CAT_GUIDERS, "Classifier-free guidance, as KSampler's.", cfg_guider_inputs,
+    {.name = "negative", .type = "CONDITIONING"}, FLOAT_IN("cfg", 8.0, 0.0, 100.0, 0.1, 0.01), {0}};
+DEF(CFGGuider, NULL, CAT_GUIDERS, "Classifier-free guidance, as KSampler's.", cfg_guider_inputs,
     guider_out, cfg_guider_run);
 static const sd_input_def dual_guider_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "cond1", .type = "CONDITIONING"},
     {.name = "cond2", .type = "CONDITIONING"},
     {.name = "negative", .type = "CONDITIONING"},
-    FLOAT_IN("cfg_conds", 8.0, 0.0, 100.0, 0.1),
-    FLOAT_IN("cfg_cond2_negative", 8.0, 0.0, 100.0, 0.1),
-    {.name = "style", .type = SD_T_COMBO, .options = regular_nested, .def_str = "regular"},
+    FLOAT_IN("cfg_conds", 8.0, 0.0, 100.0, 0.1, 0.01),
+    FLOAT_IN("cfg_cond2_negative", 8.0, 0.0, 100.0, 0.1, 0.01),
+    {.name = "style", .type = SD_T_COMBO, .options = regular_nested, .def_str = "regular", .no_default = 1},
     {0}};
-DEF(DualCFGGuider, "DualCFGGuider", CAT_GUIDERS,
+DEF(DualCFGGuider, NULL, CAT_GUIDERS,
     "Two CFG scales: cond1 against cond2 (cfg_conds) and cond2 against negative "
     "(cfg_cond2_negative); nested applies one inside the other.",
     dual_guider_inputs, guider_out, dual_guider_run);
@@ -386,22 +391,22 @@ DEF(DualCFGGuider, "DualCFGGuider", CAT_GUIDERS,
 static const sd_input_def sampler_custom_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "add_noise", .type = SD_T_BOOLEAN, .def = 1},
-    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
-    FLOAT_IN("cfg", 8.0, 0.0, 100.0, 0.1),
+    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .has_range = 1},
+    FLOAT_IN("cfg", 8.0, 0.0, 100.0, 0.1, 0.01),
     {.name = "positive", .type = "CONDITIONING"},
     {.name = "negative", .type = "CONDITIONING"},
     {.name = "sampler", .type = "SAMPLER"},
     {.name = "sigmas", .type = "SIGMAS"},
     {.name = "latent_image", .type = "LATENT"},
     {0}};
-DEF(SamplerCustom, "SamplerCustom", "sampling/custom_sampling",
+DEF(SamplerCustom, NULL, "sampling/custom_sampling",
     "KSampler with the sampler and sigmas given as inputs; also returns the last denoised estimate.",
     sampler_custom_inputs, two_latents, sampler_custom_run);
 static const sd_input_def sampler_custom_adv_inputs[] = {
     {.name = "noise", .type = "NOISE"},   {.name = "guider", .type = "GUIDER"},
     {.name = "sampler", .type = "SAMPLER"}, {.name = "sigmas", .type = "SIGMAS"},
     {.name = "latent_image", .type = "LATENT"}, {0}};
-DEF(SamplerCustomAdvanced, "SamplerCustomAdvanced", "sampling/custom_sampling",
+DEF(SamplerCustomAdvanced, NULL, "sampling/custom_sampling",
     "Samples with a NOISE, GUIDER, SAMPLER and SIGMAS; also returns the last denoised estimate.",
     sampler_custom_adv_inputs, two_latents, sampler_custom_adv_run);
 

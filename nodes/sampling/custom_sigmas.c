@@ -234,93 +234,106 @@ static sd_status flip_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 #define CAT_SIGMAS "sampling/custom_sampling/sigmas"
 #define FLOAT_IN(n, d, lo, hi, st) \
     {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1}
-#define INT_IN(n, d, lo, hi) \
-    {.name = n, .type = SD_T_INT, .def = d, .min = lo, .max = hi, .step = 1, .has_range = 1}
+#define INT_IN(n, d, lo, hi) {.name = n, .type = SD_T_INT, .def = d, .min = lo, .max = hi, .has_range = 1}
+/* a FLOAT ComfyUI declares with round=False (its sigma and noise settings) */
+#define FLOAT_NR(n, d, lo, hi, st) \
+    {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1, .round = SD_ROUND_FALSE}
 
 static const sd_output_def sigmas_out[] = {{"SIGMAS", "SIGMAS"}, {0}};
 static const sd_output_def split_out[] = {{"high_sigmas", "SIGMAS"}, {"low_sigmas", "SIGMAS"}, {0}};
 
 static const sd_input_def basic_inputs[] = {
     {.name = "model", .type = "MODEL"},
-    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple"},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple",
+     .no_default = 1},
     INT_IN("steps", 20, 1, 10000),
     FLOAT_IN("denoise", 1.0, 0.0, 1.0, 0.01),
     {0}};
 const sd_node_def sd_node_BasicScheduler = {
-    .version = 1, .class_type = "BasicScheduler", .display_name = "BasicScheduler",
+    .version = 1, .class_type = "BasicScheduler", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
     .category = CAT_SCHED,
-    .description = "The MODEL's sigmas for a KSampler scheduler; denoise < 1 keeps the last steps + 1 "
-                   "of int(steps / denoise) (no sampler-specific rule, unlike KSampler).",
+    .help = "The MODEL's sigmas for a KSampler scheduler; denoise < 1 keeps the last steps + 1 "
+            "of int(steps / denoise) (no sampler-specific rule, unlike KSampler).",
     .inputs = basic_inputs, .outputs = sigmas_out, .run = basic_scheduler_run};
 
 static const sd_input_def karras_inputs[] = {
-    INT_IN("steps", 20, 1, 10000), FLOAT_IN("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
-    FLOAT_IN("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), FLOAT_IN("rho", 7.0, 0.0, 100.0, 0.01), {0}};
+    INT_IN("steps", 20, 1, 10000), FLOAT_NR("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
+    FLOAT_NR("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), FLOAT_NR("rho", 7.0, 0.0, 100.0, 0.01), {0}};
 const sd_node_def sd_node_KarrasScheduler = {
-    .version = 1, .class_type = "KarrasScheduler", .display_name = "KarrasScheduler",
-    .category = CAT_SCHED, .description = "Karras et al. sigmas between sigma_max and sigma_min.",
+    .version = 1, .class_type = "KarrasScheduler", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
+    .category = CAT_SCHED, .help = "Karras et al. sigmas between sigma_max and sigma_min.",
     .inputs = karras_inputs, .outputs = sigmas_out, .run = karras_run};
 
 static const sd_input_def exp_inputs[] = {
-    INT_IN("steps", 20, 1, 10000), FLOAT_IN("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
-    FLOAT_IN("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), {0}};
+    INT_IN("steps", 20, 1, 10000), FLOAT_NR("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
+    FLOAT_NR("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), {0}};
 const sd_node_def sd_node_ExponentialScheduler = {
-    .version = 1, .class_type = "ExponentialScheduler", .display_name = "ExponentialScheduler",
-    .category = CAT_SCHED, .description = "Sigmas evenly spaced in log between sigma_max and sigma_min.",
+    .version = 1, .class_type = "ExponentialScheduler", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
+    .category = CAT_SCHED, .help = "Sigmas evenly spaced in log between sigma_max and sigma_min.",
     .inputs = exp_inputs, .outputs = sigmas_out, .run = exponential_run};
 
 static const sd_input_def polyexp_inputs[] = {
-    INT_IN("steps", 20, 1, 10000), FLOAT_IN("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
-    FLOAT_IN("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), FLOAT_IN("rho", 1.0, 0.0, 100.0, 0.01), {0}};
+    INT_IN("steps", 20, 1, 10000), FLOAT_NR("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
+    FLOAT_NR("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), FLOAT_NR("rho", 1.0, 0.0, 100.0, 0.01), {0}};
 const sd_node_def sd_node_PolyexponentialScheduler = {
-    .version = 1, .class_type = "PolyexponentialScheduler", .display_name = "PolyexponentialScheduler",
-    .category = CAT_SCHED, .description = "Log-sigmas on a polynomial ramp (rho 1 = exponential).",
+    .version = 1, .class_type = "PolyexponentialScheduler", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
+    .category = CAT_SCHED, .help = "Log-sigmas on a polynomial ramp (rho 1 = exponential).",
     .inputs = polyexp_inputs, .outputs = sigmas_out, .run = polyexp_run};
 
 static const sd_input_def turbo_inputs[] = {
     {.name = "model", .type = "MODEL"}, INT_IN("steps", 1, 1, 10), FLOAT_IN("denoise", 1.0, 0.0, 1.0, 0.01), {0}};
 const sd_node_def sd_node_SDTurboScheduler = {
-    .version = 1, .class_type = "SDTurboScheduler", .display_name = "SDTurboScheduler",
+    .version = 1, .class_type = "SDTurboScheduler", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
     .category = CAT_SCHED,
-    .description = "SD-Turbo's sigmas: timesteps 999, 899, ... from 10 - int(10 * denoise), then 0.",
+    .help = "SD-Turbo's sigmas: timesteps 999, 899, ... from 10 - int(10 * denoise), then 0.",
     .inputs = turbo_inputs, .outputs = sigmas_out, .run = sd_turbo_run};
 
 static const sd_input_def beta_inputs[] = {
     {.name = "model", .type = "MODEL"}, INT_IN("steps", 20, 1, 10000),
-    FLOAT_IN("alpha", 0.6, 0.0, 50.0, 0.01), FLOAT_IN("beta", 0.6, 0.0, 50.0, 0.01), {0}};
+    FLOAT_NR("alpha", 0.6, 0.0, 50.0, 0.01), FLOAT_NR("beta", 0.6, 0.0, 50.0, 0.01), {0}};
 const sd_node_def sd_node_BetaSamplingScheduler = {
-    .version = 1, .class_type = "BetaSamplingScheduler", .display_name = "BetaSamplingScheduler",
+    .version = 1, .class_type = "BetaSamplingScheduler", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
     .category = CAT_SCHED,
-    .description = "The beta scheduler with its distribution's alpha and beta (0.6, 0.6 = \"beta\").",
+    .help = "The beta scheduler with its distribution's alpha and beta (0.6, 0.6 = \"beta\").",
     .inputs = beta_inputs, .outputs = sigmas_out, .run = beta_run};
 
 static const char *const ays_types[] = {"SD1", "SDXL", "SVD", NULL};
 static const sd_input_def ays_inputs[] = {
-    {.name = "model_type", .type = SD_T_COMBO, .options = ays_types, .def_str = "SD1"},
+    {.name = "model_type", .type = SD_T_COMBO, .options = ays_types, .def_str = "SD1", .no_default = 1},
     INT_IN("steps", 10, 1, 10000), FLOAT_IN("denoise", 1.0, 0.0, 1.0, 0.01), {0}};
 const sd_node_def sd_node_AlignYourStepsScheduler = {
-    .version = 1, .class_type = "AlignYourStepsScheduler", .display_name = "AlignYourStepsScheduler",
+    .version = 1, .class_type = "AlignYourStepsScheduler", .python_module = "comfy_extras.nodes_align_your_steps",
+    .flags = SD_NODE_V3,
     .category = CAT_SCHED,
-    .description = "NVIDIA's Align Your Steps noise levels for SD1/SDXL/SVD, log-linearly "
-                   "interpolated to other step counts.",
+    .help = "NVIDIA's Align Your Steps noise levels for SD1/SDXL/SVD, log-linearly "
+            "interpolated to other step counts.",
     .inputs = ays_inputs, .outputs = sigmas_out, .run = ays_run};
 
 static const sd_input_def split_inputs[] = {{.name = "sigmas", .type = "SIGMAS"}, INT_IN("step", 0, 0, 10000), {0}};
 const sd_node_def sd_node_SplitSigmas = {
-    .version = 1, .class_type = "SplitSigmas", .display_name = "SplitSigmas", .category = CAT_SIGMAS,
-    .description = "sigmas[:step + 1] and sigmas[step:] (they share sigmas[step]).",
+    .version = 1, .class_type = "SplitSigmas", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3, .category = CAT_SIGMAS,
+    .help = "sigmas[:step + 1] and sigmas[step:] (they share sigmas[step]).",
     .inputs = split_inputs, .outputs = split_out, .run = split_run};
 
 static const sd_input_def split_denoise_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"}, FLOAT_IN("denoise", 1.0, 0.0, 1.0, 0.01), {0}};
 const sd_node_def sd_node_SplitSigmasDenoise = {
-    .version = 1, .class_type = "SplitSigmasDenoise", .display_name = "SplitSigmasDenoise",
+    .version = 1, .class_type = "SplitSigmasDenoise", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3,
     .category = CAT_SIGMAS,
-    .description = "Splits off the last round(steps * denoise) steps as low_sigmas.",
+    .help = "Splits off the last round(steps * denoise) steps as low_sigmas.",
     .inputs = split_denoise_inputs, .outputs = split_out, .run = split_denoise_run};
 
 static const sd_input_def flip_inputs[] = {{.name = "sigmas", .type = "SIGMAS"}, {0}};
 const sd_node_def sd_node_FlipSigmas = {
-    .version = 1, .class_type = "FlipSigmas", .display_name = "FlipSigmas", .category = CAT_SIGMAS,
-    .description = "The sigmas reversed (ascending); a first 0 becomes 0.0001.",
+    .version = 1, .class_type = "FlipSigmas", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3, .category = CAT_SIGMAS,
+    .help = "The sigmas reversed (ascending); a first 0 becomes 0.0001.",
     .inputs = flip_inputs, .outputs = sigmas_out, .run = flip_run};

@@ -802,26 +802,41 @@ sd_status sd_nodes_scheduler_names(const sd_env *env, sd_value **out, sd_error *
 #define SEED_MAX 18446744073709551615.0 /* 0xffffffffffffffff */
 
 static const sd_input_def ksampler_inputs[] = {
-    {.name = "model", .type = "MODEL"},
-    {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
-    {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1},
-    {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1},
-    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler"},
-    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple"},
-    {.name = "positive", .type = "CONDITIONING"},
-    {.name = "negative", .type = "CONDITIONING"},
-    {.name = "latent_image", .type = "LATENT"},
-    {.name = "denoise", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1},
+    {.name = "model", .type = "MODEL", .tooltip = "The model used for denoising the input latent."},
+    {.name = "seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .has_range = 1,
+     .tooltip = "The random seed used for creating the noise."},
+    {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .has_range = 1,
+     .tooltip = "The number of steps used in the denoising process."},
+    {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1,
+     .tooltip = "The Classifier-Free Guidance scale balances creativity and adherence to the prompt. Higher values "
+                "result in images more closely matching the prompt however too high values will negatively impact "
+                "quality.", .round = 0.01},
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler",
+     .tooltip = "The algorithm used when sampling, this can affect the quality, speed, and style of the generated "
+                "output.", .no_default = 1},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple",
+     .tooltip = "The scheduler controls how noise is gradually removed to form the image.", .no_default = 1},
+    {.name = "positive", .type = "CONDITIONING",
+     .tooltip = "The conditioning describing the attributes you want to include in the image."},
+    {.name = "negative", .type = "CONDITIONING",
+     .tooltip = "The conditioning describing the attributes you want to exclude from the image."},
+    {.name = "latent_image", .type = "LATENT", .tooltip = "The latent image to denoise."},
+    {.name = "denoise", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1,
+     .tooltip = "The amount of denoising applied, lower values will maintain the structure of the initial image "
+                "allowing for image to image sampling."},
     {0}};
 static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
 
 const sd_node_def sd_node_KSampler = {
     .version = 1,
     .class_type = "KSampler",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("The denoised latent."),
+    .description = "Uses the provided model, positive and negative conditioning to denoise the latent image.",
     .display_name = "KSampler",
     .category = "sampling",
-    .description = "Denoises a latent with the model, guided by positive and negative "
-                   "conditioning (CFG); denoise < 1 keeps part of the input latent.",
+    .help = "Denoises a latent with the model, guided by positive and negative "
+            "conditioning (CFG); denoise < 1 keeps part of the input latent.",
     .inputs = ksampler_inputs,
     .outputs = latent_out,
     .run = ksampler_run,
@@ -832,27 +847,32 @@ static const char *const disable_enable[] = {"disable", "enable", NULL};
 
 static const sd_input_def ksampler_adv_inputs[] = {
     {.name = "model", .type = "MODEL"},
-    {.name = "add_noise", .type = SD_T_COMBO, .options = enable_disable, .def_str = "enable"},
-    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .step = 1, .has_range = 1},
-    {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1},
-    {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1},
-    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler"},
-    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple"},
+    {.name = "add_noise", .type = SD_T_COMBO, .options = enable_disable, .def_str = "enable", .no_default = 1},
+    {.name = "noise_seed", .type = SD_T_INT, .def = 0, .min = 0, .max = SEED_MAX, .has_range = 1},
+    {.name = "steps", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .has_range = 1},
+    {.name = "cfg", .type = SD_T_FLOAT, .def = 8.0, .min = 0.0, .max = 100.0, .step = 0.1, .has_range = 1,
+     .round = 0.01},
+    {.name = "sampler_name", .type = SD_T_COMBO, .options_fn = sd_nodes_sampler_names, .def_str = "euler",
+     .no_default = 1},
+    {.name = "scheduler", .type = SD_T_COMBO, .options_fn = sd_nodes_scheduler_names, .def_str = "simple",
+     .no_default = 1},
     {.name = "positive", .type = "CONDITIONING"},
     {.name = "negative", .type = "CONDITIONING"},
     {.name = "latent_image", .type = "LATENT"},
-    {.name = "start_at_step", .type = SD_T_INT, .def = 0, .min = 0, .max = 10000, .step = 1, .has_range = 1},
-    {.name = "end_at_step", .type = SD_T_INT, .def = 10000, .min = 0, .max = 10000, .step = 1, .has_range = 1},
-    {.name = "return_with_leftover_noise", .type = SD_T_COMBO, .options = disable_enable, .def_str = "disable"},
+    {.name = "start_at_step", .type = SD_T_INT, .def = 0, .min = 0, .max = 10000, .has_range = 1},
+    {.name = "end_at_step", .type = SD_T_INT, .def = 10000, .min = 0, .max = 10000, .has_range = 1},
+    {.name = "return_with_leftover_noise", .type = SD_T_COMBO, .options = disable_enable, .def_str = "disable",
+     .no_default = 1},
     {0}};
 
 const sd_node_def sd_node_KSamplerAdvanced = {
     .version = 1,
     .class_type = "KSamplerAdvanced",
+    .python_module = "nodes",
     .display_name = "KSampler (Advanced)",
     .category = "sampling",
-    .description = "KSampler with a step range (start_at_step, end_at_step), optional noise "
-                   "and leftover noise, for base + refiner chains.",
+    .help = "KSampler with a step range (start_at_step, end_at_step), optional noise "
+            "and leftover noise, for base + refiner chains.",
     .inputs = ksampler_adv_inputs,
     .outputs = latent_out,
     .run = ksampler_adv_run,

@@ -210,50 +210,53 @@ static sd_status percent_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 #define CAT_SIGMAS "sampling/custom_sampling/sigmas"
 #define FLOAT_IN(n, d, lo, hi, st) \
     {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1}
-#define INT_IN(n, d, lo, hi) \
-    {.name = n, .type = SD_T_INT, .def = d, .min = lo, .max = hi, .step = 1, .has_range = 1}
+#define INT_IN(n, d, lo, hi) {.name = n, .type = SD_T_INT, .def = d, .min = lo, .max = hi, .has_range = 1}
+/* a FLOAT ComfyUI declares with round=False (its sigma and noise settings) */
+#define FLOAT_NR(n, d, lo, hi, st) \
+    {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1, .round = SD_ROUND_FALSE}
 #define DEF(sym, cat, desc, ins, outs, fn)                                                  \
-    const sd_node_def sd_node_##sym = {.version = 1, .class_type = #sym, .display_name = #sym, \
-                                       .category = cat, .description = desc, .inputs = ins,  \
-                                       .outputs = outs, .run = fn}
+    const sd_node_def sd_node_##sym = {.version = 1, .class_type = #sym,                   \
+                                       .python_module = "comfy_extras.nodes_custom_sampler", \
+                                       .flags = SD_NODE_V3, .category = cat, .help = desc,    \
+                                       .inputs = ins, .outputs = outs, .run = fn}
 
 static const sd_output_def sigmas_out[] = {{"SIGMAS", "SIGMAS"}, {0}};
 static const sd_output_def float_out[] = {{"sigma_value", "FLOAT"}, {0}};
 
 static const sd_input_def laplace_inputs[] = {
-    INT_IN("steps", 20, 1, 10000), FLOAT_IN("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
-    FLOAT_IN("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), FLOAT_IN("mu", 0.0, -10.0, 10.0, 0.1),
-    FLOAT_IN("beta", 0.5, 0.0, 10.0, 0.1), {0}};
+    INT_IN("steps", 20, 1, 10000), FLOAT_NR("sigma_max", 14.614642, 0.0, 5000.0, 0.01),
+    FLOAT_NR("sigma_min", 0.0291675, 0.0, 5000.0, 0.01), FLOAT_NR("mu", 0.0, -10.0, 10.0, 0.1),
+    FLOAT_NR("beta", 0.5, 0.0, 10.0, 0.1), {0}};
 DEF(LaplaceScheduler, CAT_SCHED,
     "Tiankai et al.'s Laplace schedule, clamped to [sigma_min, sigma_max]; steps values with no "
     "trailing 0 (as ComfyUI).",
     laplace_inputs, sigmas_out, laplace_run);
 
 static const sd_input_def vp_inputs[] = {
-    INT_IN("steps", 20, 1, 10000), FLOAT_IN("beta_d", 19.9, 0.0, 5000.0, 0.01),
-    FLOAT_IN("beta_min", 0.1, 0.0, 5000.0, 0.01), FLOAT_IN("eps_s", 0.001, 0.0, 1.0, 0.0001), {0}};
+    INT_IN("steps", 20, 1, 10000), FLOAT_NR("beta_d", 19.9, 0.0, 5000.0, 0.01),
+    FLOAT_NR("beta_min", 0.1, 0.0, 5000.0, 0.01), FLOAT_NR("eps_s", 0.001, 0.0, 1.0, 0.0001), {0}};
 DEF(VPScheduler, CAT_SCHED, "The continuous VP schedule sqrt(expm1(beta_d t^2/2 + beta_min t)), then 0.",
     vp_inputs, sigmas_out, vp_run);
 
 static const sd_input_def manual_inputs[] = {
     {.name = "sigmas", .type = SD_T_STRING, .def_str = "1, 0.5"}, {0}};
 const sd_node_def sd_node_ManualSigmas = {
-    .version = 1, .class_type = "ManualSigmas", .display_name = "ManualSigmas",
+    .version = 1, .class_type = "ManualSigmas", .python_module = "comfy_extras.nodes_custom_sampler",
     .category = "_for_testing/custom_sampling",
-    .description = "SIGMAS from the numbers in a string (\"1, 0.5\"), as ComfyUI's regex finds them.",
-    .inputs = manual_inputs, .outputs = sigmas_out, .flags = SD_NODE_EXPERIMENTAL, .run = manual_run};
+    .help = "SIGMAS from the numbers in a string (\"1, 0.5\"), as ComfyUI's regex finds them.",
+    .inputs = manual_inputs, .outputs = sigmas_out, .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3, .run = manual_run};
 
 static const sd_input_def set_first_inputs[] = {
-    {.name = "sigmas", .type = "SIGMAS"}, FLOAT_IN("sigma", 136.0, 0.0, 20000.0, 0.001), {0}};
+    {.name = "sigmas", .type = "SIGMAS"}, FLOAT_NR("sigma", 136.0, 0.0, 20000.0, 0.001), {0}};
 DEF(SetFirstSigma, CAT_SIGMAS, "The sigmas with the first one replaced.", set_first_inputs,
     sigmas_out, set_first_run);
 
 static const char *const spacings[] = {"linear", "cosine", "sine", NULL};
 static const sd_input_def extend_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"}, INT_IN("steps", 2, 1, 100),
-    FLOAT_IN("start_at_sigma", -1.0, -1.0, 20000.0, 0.01),
-    FLOAT_IN("end_at_sigma", 12.0, 0.0, 20000.0, 0.01),
-    {.name = "spacing", .type = SD_T_COMBO, .options = spacings, .def_str = "linear"}, {0}};
+    FLOAT_NR("start_at_sigma", -1.0, -1.0, 20000.0, 0.01),
+    FLOAT_NR("end_at_sigma", 12.0, 0.0, 20000.0, 0.01),
+    {.name = "spacing", .type = SD_T_COMBO, .options = spacings, .def_str = "linear", .no_default = 1}, {0}};
 DEF(ExtendIntermediateSigmas, CAT_SIGMAS,
     "Inserts steps - 1 sigmas after each sigma between end_at_sigma and start_at_sigma "
     "(-1: no upper bound).",
@@ -261,7 +264,9 @@ DEF(ExtendIntermediateSigmas, CAT_SIGMAS,
 
 static const sd_input_def percent_inputs[] = {
     {.name = "model", .type = "MODEL"}, FLOAT_IN("sampling_percent", 0.0, 0.0, 1.0, 0.0001),
-    {.name = "return_actual_sigma", .type = SD_T_BOOLEAN, .def = 0}, {0}};
+    {.name = "return_actual_sigma", .type = SD_T_BOOLEAN, .def = 0,
+     .tooltip = "Return the actual sigma value instead of the value used for interval checks.\nThis only affects "
+                "results at 0.0 and 1.0."}, {0}};
 DEF(SamplingPercentToSigma, CAT_SIGMAS,
     "The MODEL's sigma at a sampling percent (0 -> 999999999.9, 1 -> 0 unless "
     "return_actual_sigma gives sigma_max / sigma_min).",

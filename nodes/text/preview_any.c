@@ -247,6 +247,7 @@ static const sd_input_def preview_inputs[] = {{.name = "source", .type = "*"}, {
 static const sd_output_def no_outputs[] = {{0}};
 
 const sd_node_def sd_node_PreviewAny = {
-    .version = 1, .class_type = "PreviewAny", .display_name = "Preview as Text", .category = "utils",
-    .description = "Shows any value as text (the node's \"ui\" result: {\"text\": [text]}).",
+    .version = 1, .class_type = "PreviewAny", .python_module = "comfy_extras.nodes_preview_any",
+    .display_name = "Preview as Text", .category = "utils",
+    .help = "Shows any value as text (the node's \"ui\" result: {\"text\": [text]}).",
     .inputs = preview_inputs, .outputs = no_outputs, .flags = SD_NODE_OUTPUT, .run = preview_any_run};

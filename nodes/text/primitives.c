@@ -37,18 +37,23 @@ static const sd_output_def string_out[] = {{"STRING", "STRING"}, {0}};
 static const sd_output_def bool_out[] = {{"BOOLEAN", "BOOLEAN"}, {0}};
 
 const sd_node_def sd_node_PrimitiveInt = {
-    .version = 1, .class_type = "PrimitiveInt", .display_name = "Int", .category = "utils/primitive",
-    .description = "The value as an INT.", .inputs = int_inputs, .outputs = int_out, .run = pass_run};
+    .version = 1, .class_type = "PrimitiveInt", .python_module = "comfy_extras.nodes_primitive", .flags = SD_NODE_V3,
+    .display_name = "Int", .category = "utils/primitive",
+    .help = "The value as an INT.", .inputs = int_inputs, .outputs = int_out, .run = pass_run};
 const sd_node_def sd_node_PrimitiveFloat = {
-    .version = 1, .class_type = "PrimitiveFloat", .display_name = "Float", .category = "utils/primitive",
-    .description = "The value as a FLOAT.", .inputs = float_inputs, .outputs = float_out, .run = float_run};
+    .version = 1, .class_type = "PrimitiveFloat", .python_module = "comfy_extras.nodes_primitive",
+    .flags = SD_NODE_V3, .display_name = "Float", .category = "utils/primitive",
+    .help = "The value as a FLOAT.", .inputs = float_inputs, .outputs = float_out, .run = float_run};
 const sd_node_def sd_node_PrimitiveString = {
-    .version = 1, .class_type = "PrimitiveString", .display_name = "String", .category = "utils/primitive",
-    .description = "The value as a STRING.", .inputs = string_inputs, .outputs = string_out, .run = pass_run};
+    .version = 1, .class_type = "PrimitiveString", .python_module = "comfy_extras.nodes_primitive",
+    .flags = SD_NODE_V3, .display_name = "String", .category = "utils/primitive",
+    .help = "The value as a STRING.", .inputs = string_inputs, .outputs = string_out, .run = pass_run};
 const sd_node_def sd_node_PrimitiveStringMultiline = {
-    .version = 1, .class_type = "PrimitiveStringMultiline", .display_name = "String (Multiline)",
-    .category = "utils/primitive", .description = "The value as a STRING (a multi-line text box).",
+    .version = 1, .class_type = "PrimitiveStringMultiline", .python_module = "comfy_extras.nodes_primitive",
+    .flags = SD_NODE_V3, .display_name = "String (Multiline)",
+    .category = "utils/primitive", .help = "The value as a STRING (a multi-line text box).",
     .inputs = multiline_inputs, .outputs = string_out, .run = pass_run};
 const sd_node_def sd_node_PrimitiveBoolean = {
-    .version = 1, .class_type = "PrimitiveBoolean", .display_name = "Boolean", .category = "utils/primitive",
-    .description = "The value as a BOOLEAN.", .inputs = bool_inputs, .outputs = bool_out, .run = pass_run};
+    .version = 1, .class_type = "PrimitiveBoolean", .python_module = "comfy_extras.nodes_primitive",
+    .flags = SD_NODE_V3, .display_name = "Boolean", .category = "utils/primitive",
+    .help = "The value as a BOOLEAN.", .inputs = bool_inputs, .outputs = bool_out, .run = pass_run};

@@ -52,9 +52,10 @@ static const sd_input_def match_inputs[] = {
 static const sd_output_def matches_out[] = {{"matches", "BOOLEAN"}, {0}};
 
 const sd_node_def sd_node_RegexMatch = {
-    .version = 1, .class_type = "RegexMatch", .display_name = "Regex Match", .category = "utils/string",
-    .description = "Whether the pattern matches anywhere in the string (false for a pattern that does not "
-                   "compile).",
+    .version = 1, .class_type = "RegexMatch", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Regex Match", .category = "utils/string",
+    .help = "Whether the pattern matches anywhere in the string (false for a pattern that does not "
+            "compile).",
     .inputs = match_inputs, .outputs = matches_out, .run = match_run};
 
 /* ---- RegexExtract --------------------------------------------------------------------------- */
@@ -160,18 +161,19 @@ static sd_status extract_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 
 static const sd_input_def extract_inputs[] = {
     MULTI("string"), MULTI("regex_pattern"),
-    {.name = "mode", .type = SD_T_COMBO, .options = extract_modes, .def_str = "First Match"},
+    {.name = "mode", .type = SD_T_COMBO, .options = extract_modes, .def_str = "First Match", .no_default = 1},
     {.name = "case_insensitive", .type = SD_T_BOOLEAN, .def = 1},
     {.name = "multiline", .type = SD_T_BOOLEAN, .def = 0},
     {.name = "dotall", .type = SD_T_BOOLEAN, .def = 0},
-    {.name = "group_index", .type = SD_T_INT, .def = 1, .min = 0, .max = 100, .step = 1, .has_range = 1}, {0}};
+    {.name = "group_index", .type = SD_T_INT, .def = 1, .min = 0, .max = 100, .has_range = 1}, {0}};
 static const sd_output_def string_out[] = {{"STRING", "STRING"}, {0}};
 
 const sd_node_def sd_node_RegexExtract = {
-    .version = 1, .class_type = "RegexExtract", .display_name = "Regex Extract", .category = "utils/string",
-    .description = "The first match, all matches (group 1 of each when the pattern has groups), the first "
-                   "match's group group_index, or that group of every match, joined by newlines (\"\" for a "
-                   "pattern that does not compile).",
+    .version = 1, .class_type = "RegexExtract", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Regex Extract", .category = "utils/string",
+    .help = "The first match, all matches (group 1 of each when the pattern has groups), the first "
+            "match's group group_index, or that group of every match, joined by newlines (\"\" for a "
+            "pattern that does not compile).",
     .inputs = extract_inputs, .outputs = string_out, .run = extract_run};
 
 /* ---- RegexReplace ------------------------------------------------------------------------------ */
@@ -203,11 +205,17 @@ static const sd_input_def replace_inputs[] = {
     MULTI("string"), MULTI("regex_pattern"), MULTI("replace"),
     {.name = "case_insensitive", .type = SD_T_BOOLEAN, .def = 1, .optional = 1},
     {.name = "multiline", .type = SD_T_BOOLEAN, .def = 0, .optional = 1},
-    {.name = "dotall", .type = SD_T_BOOLEAN, .def = 0, .optional = 1},
-    {.name = "count", .type = SD_T_INT, .def = 0, .min = 0, .max = 100, .step = 1, .has_range = 1, .optional = 1},
+    {.name = "dotall", .type = SD_T_BOOLEAN, .def = 0, .optional = 1,
+     .tooltip = "When enabled, the dot (.) character will match any character including newline characters. When "
+                "disabled, dots won't match newlines."},
+    {.name = "count", .type = SD_T_INT, .def = 0, .min = 0, .max = 100, .has_range = 1, .optional = 1,
+     .tooltip = "Maximum number of replacements to make. Set to 0 to replace all occurrences (default). Set to 1 to "
+                "replace only the first match, 2 for the first two matches, etc."},
     {0}};
 
 const sd_node_def sd_node_RegexReplace = {
-    .version = 1, .class_type = "RegexReplace", .display_name = "Regex Replace", .category = "utils/string",
-    .description = "Find and replace text using regex patterns.", .inputs = replace_inputs, .outputs = string_out,
+    .version = 1, .class_type = "RegexReplace", .python_module = "comfy_extras.nodes_string",
+    .description = "Find and replace text using regex patterns.", .flags = SD_NODE_V3,
+    .display_name = "Regex Replace", .category = "utils/string",
+    .help = "Find and replace text using regex patterns.", .inputs = replace_inputs, .outputs = string_out,
     .run = replace_run};

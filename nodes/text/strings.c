@@ -50,8 +50,9 @@ static const sd_input_def concat_inputs[] = {
     MULTI("string_a"), MULTI("string_b"), {.name = "delimiter", .type = SD_T_STRING, .def_str = ""}, {0}};
 
 const sd_node_def sd_node_StringConcatenate = {
-    .version = 1, .class_type = "StringConcatenate", .display_name = "Concatenate", .category = "utils/string",
-    .description = "string_a, delimiter, string_b.", .inputs = concat_inputs, .outputs = string_out,
+    .version = 1, .class_type = "StringConcatenate", .python_module = "comfy_extras.nodes_string",
+    .flags = SD_NODE_V3, .display_name = "Concatenate", .category = "utils/string",
+    .help = "string_a, delimiter, string_b.", .inputs = concat_inputs, .outputs = string_out,
     .run = concat_run};
 
 /* ---- StringSubstring: string[start:end] --------------------------------------------------------- */
@@ -69,9 +70,10 @@ static const sd_input_def substring_inputs[] = {
     {0}};
 
 const sd_node_def sd_node_StringSubstring = {
-    .version = 1, .class_type = "StringSubstring", .display_name = "Substring", .category = "utils/string",
-    .description = "string[start:end], counting characters (code points); negative indices count from "
-                   "the end, as in Python.",
+    .version = 1, .class_type = "StringSubstring", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Substring", .category = "utils/string",
+    .help = "string[start:end], counting characters (code points); negative indices count from "
+            "the end, as in Python.",
     .inputs = substring_inputs, .outputs = string_out, .run = substring_run};
 
 /* ---- StringLength ------------------------------------------------------------------------------ */
@@ -89,8 +91,9 @@ static const sd_input_def length_inputs[] = {MULTI("string"), {0}};
 static const sd_output_def length_out[] = {{"length", "INT"}, {0}};
 
 const sd_node_def sd_node_StringLength = {
-    .version = 1, .class_type = "StringLength", .display_name = "Length", .category = "utils/string",
-    .description = "The number of characters (code points) of the string.", .inputs = length_inputs,
+    .version = 1, .class_type = "StringLength", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Length", .category = "utils/string",
+    .help = "The number of characters (code points) of the string.", .inputs = length_inputs,
     .outputs = length_out, .run = length_run};
 
 /* ---- CaseConverter -------------------------------------------------------------------------------- */
@@ -112,11 +115,13 @@ static sd_status case_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 }
 
 static const sd_input_def case_inputs[] = {
-    MULTI("string"), {.name = "mode", .type = SD_T_COMBO, .options = case_modes, .def_str = "UPPERCASE"}, {0}};
+    MULTI("string"), {.name = "mode", .type = SD_T_COMBO, .options = case_modes, .def_str = "UPPERCASE",
+    .no_default = 1}, {0}};
 
 const sd_node_def sd_node_CaseConverter = {
-    .version = 1, .class_type = "CaseConverter", .display_name = "Case Converter", .category = "utils/string",
-    .description = "Python's str.upper(), lower(), capitalize() or title().", .inputs = case_inputs,
+    .version = 1, .class_type = "CaseConverter", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Case Converter", .category = "utils/string",
+    .help = "Python's str.upper(), lower(), capitalize() or title().", .inputs = case_inputs,
     .outputs = string_out, .run = case_run};
 
 /* ---- StringTrim -------------------------------------------------------------------------------------- */
@@ -134,11 +139,13 @@ static sd_status trim_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 }
 
 static const sd_input_def trim_inputs[] = {
-    MULTI("string"), {.name = "mode", .type = SD_T_COMBO, .options = trim_modes, .def_str = "Both"}, {0}};
+    MULTI("string"), {.name = "mode", .type = SD_T_COMBO, .options = trim_modes, .def_str = "Both", .no_default = 1},
+    {0}};
 
 const sd_node_def sd_node_StringTrim = {
-    .version = 1, .class_type = "StringTrim", .display_name = "Trim", .category = "utils/string",
-    .description = "Python's str.strip() (Both), lstrip() (Left) or rstrip() (Right).", .inputs = trim_inputs,
+    .version = 1, .class_type = "StringTrim", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Trim", .category = "utils/string",
+    .help = "Python's str.strip() (Both), lstrip() (Left) or rstrip() (Right).", .inputs = trim_inputs,
     .outputs = string_out, .run = trim_run};
 
 /* ---- StringReplace ---------------------------------------------------------------------------------------- */
@@ -156,9 +163,10 @@ static sd_status replace_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 static const sd_input_def replace_inputs[] = {MULTI("string"), MULTI("find"), MULTI("replace"), {0}};
 
 const sd_node_def sd_node_StringReplace = {
-    .version = 1, .class_type = "StringReplace", .display_name = "Replace", .category = "utils/string",
-    .description = "Every occurrence of find replaced (Python's str.replace; an empty find inserts the "
-                   "replacement between all characters).",
+    .version = 1, .class_type = "StringReplace", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Replace", .category = "utils/string",
+    .help = "Every occurrence of find replaced (Python's str.replace; an empty find inserts the "
+            "replacement between all characters).",
     .inputs = replace_inputs, .outputs = string_out, .run = replace_run};
 
 /* ---- StringContains / StringCompare ------------------------------------------------------------------------- */
@@ -190,8 +198,9 @@ static const sd_input_def contains_inputs[] = {
 static const sd_output_def contains_out[] = {{"contains", "BOOLEAN"}, {0}};
 
 const sd_node_def sd_node_StringContains = {
-    .version = 1, .class_type = "StringContains", .display_name = "Contains", .category = "utils/string",
-    .description = "Whether substring occurs in string (both lowercased first unless case_sensitive).",
+    .version = 1, .class_type = "StringContains", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Contains", .category = "utils/string",
+    .help = "Whether substring occurs in string (both lowercased first unless case_sensitive).",
     .inputs = contains_inputs, .outputs = contains_out, .run = contains_run};
 
 static const char *const compare_modes[] = {"Starts With", "Ends With", "Equal", NULL};
@@ -219,12 +228,13 @@ static sd_status compare_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 
 static const sd_input_def compare_inputs[] = {
     MULTI("string_a"), MULTI("string_b"),
-    {.name = "mode", .type = SD_T_COMBO, .options = compare_modes, .def_str = "Starts With"},
+    {.name = "mode", .type = SD_T_COMBO, .options = compare_modes, .def_str = "Starts With", .no_default = 1},
     {.name = "case_sensitive", .type = SD_T_BOOLEAN, .def = 1}, {0}};
 static const sd_output_def bool_out[] = {{"BOOLEAN", "BOOLEAN"}, {0}};
 
 const sd_node_def sd_node_StringCompare = {
-    .version = 1, .class_type = "StringCompare", .display_name = "Compare", .category = "utils/string",
-    .description = "Whether string_a starts with, ends with or equals string_b (both lowercased first "
-                   "unless case_sensitive).",
+    .version = 1, .class_type = "StringCompare", .python_module = "comfy_extras.nodes_string", .flags = SD_NODE_V3,
+    .display_name = "Compare", .category = "utils/string",
+    .help = "Whether string_a starts with, ends with or equals string_b (both lowercased first "
+            "unless case_sensitive).",
     .inputs = compare_inputs, .outputs = bool_out, .run = compare_run};

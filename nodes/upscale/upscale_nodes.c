@@ -54,13 +54,13 @@ static const sd_output_def loader_outputs[] = {{"UPSCALE_MODEL", "UPSCALE_MODEL"
 
 static const sd_node_def node_loader = {
     .version = 1,
-    .class_type = "UpscaleModelLoader",
+    .class_type = "UpscaleModelLoader", .python_module = "comfy_extras.nodes_upscale_model", .flags = SD_NODE_V3,
     .display_name = "Load Upscale Model",
     .category = "loaders",
-    .description = "Loads an image upscale model from models/upscale_models (.safetensors or "
-                   ".pth): ESRGAN/RRDBNet in its old and new key layouts, Real-ESRGAN "
-                   "pixel-unshuffle variants, and the compact SRVGGNet. Other architectures are "
-                   "refused.",
+    .help = "Loads an image upscale model from models/upscale_models (.safetensors or "
+            ".pth): ESRGAN/RRDBNet in its old and new key layouts, Real-ESRGAN "
+            "pixel-unshuffle variants, and the compact SRVGGNet. Other architectures are "
+            "refused.",
     .inputs = loader_inputs,
     .outputs = loader_outputs,
     .run = loader_run,
@@ -142,12 +142,12 @@ static const sd_output_def upscale_outputs[] = {{"IMAGE", "IMAGE"}, {0}};
 
 static const sd_node_def node_upscale = {
     .version = 1,
-    .class_type = "ImageUpscaleWithModel",
+    .class_type = "ImageUpscaleWithModel", .python_module = "comfy_extras.nodes_upscale_model", .flags = SD_NODE_V3,
     .display_name = "Upscale Image (using Model)",
     .category = "image/upscaling",
-    .description = "Upscales an image with an upscale model, in 512-pixel tiles overlapping by "
-                   "32 blended linearly (halved down to 128 when memory runs out); the result is "
-                   "clamped to [0, 1].",
+    .help = "Upscales an image with an upscale model, in 512-pixel tiles overlapping by "
+            "32 blended linearly (halved down to 128 when memory runs out); the result is "
+            "clamped to [0, 1].",
     .inputs = upscale_inputs,
     .outputs = upscale_outputs,
     .run = upscale_run,

@@ -221,18 +221,22 @@ static sd_status vae_decode_tiled_run(sd_node_ctx *ctx, sd_value *const *in, sd_
 }
 
 static const sd_input_def vae_decode_inputs[] = {
-    {.name = "samples", .type = "LATENT"}, {.name = "vae", .type = "VAE"}, {0}};
+    {.name = "samples", .type = "LATENT", .tooltip = "The latent to be decoded."}, {.name = "vae", .type = "VAE",
+     .tooltip = "The VAE model used for decoding the latent."}, {0}};
 static const sd_output_def image_out[] = {{"IMAGE", "IMAGE"}, {0}};
 static const sd_output_def latent_out[] = {{"LATENT", "LATENT"}, {0}};
 
 const sd_node_def sd_node_VAEDecode = {
     .version = 1,
     .class_type = "VAEDecode",
+    .python_module = "nodes",
+    .output_tooltips = SD_STRINGS("The decoded image."),
+    .description = "Decodes latent images back into pixel space images.",
     .display_name = "VAE Decode",
     .category = "latent",
-    .description = "Decodes latents (VAE space) into images; in 512 px tiles (a warning says "
-                   "so) when the whole image would not fit in the available memory "
-                   "(SDFLOW_VAE_DECODE_LIMIT bytes overrides MemAvailable).",
+    .help = "Decodes latents (VAE space) into images; in 512 px tiles (a warning says "
+            "so) when the whole image would not fit in the available memory "
+            "(SDFLOW_VAE_DECODE_LIMIT bytes overrides MemAvailable).",
     .inputs = vae_decode_inputs,
     .outputs = image_out,
     .flags = SD_NODE_VAE,
@@ -244,17 +248,20 @@ static const sd_input_def vae_decode_tiled_inputs[] = {
     {.name = "vae", .type = "VAE"},
     {.name = "tile_size", .type = SD_T_INT, .def = 512, .min = 64, .max = 4096, .step = 32, .has_range = 1},
     {.name = "overlap", .type = SD_T_INT, .def = 64, .min = 0, .max = 4096, .step = 32, .has_range = 1},
-    {.name = "temporal_size", .type = SD_T_INT, .def = 64, .min = 8, .max = 4096, .step = 4, .has_range = 1},
-    {.name = "temporal_overlap", .type = SD_T_INT, .def = 8, .min = 4, .max = 4096, .step = 4, .has_range = 1},
+    {.name = "temporal_size", .type = SD_T_INT, .def = 64, .min = 8, .max = 4096, .step = 4, .has_range = 1,
+     .tooltip = "Only used for video VAEs: Amount of frames to decode at a time."},
+    {.name = "temporal_overlap", .type = SD_T_INT, .def = 8, .min = 4, .max = 4096, .step = 4, .has_range = 1,
+     .tooltip = "Only used for video VAEs: Amount of frames to overlap."},
     {0}};
 
 const sd_node_def sd_node_VAEDecodeTiled = {
     .version = 1,
     .class_type = "VAEDecodeTiled",
+    .python_module = "nodes",
     .display_name = "VAE Decode (Tiled)",
     .category = "_for_testing",
-    .description = "Decodes in overlapping tiles (pixels; overlap at most tile_size/4) to bound "
-                   "memory. temporal_* are for video VAEs and unused here.",
+    .help = "Decodes in overlapping tiles (pixels; overlap at most tile_size/4) to bound "
+            "memory. temporal_* are for video VAEs and unused here.",
     .inputs = vae_decode_tiled_inputs,
     .outputs = image_out,
     .flags = SD_NODE_VAE,
@@ -340,10 +347,11 @@ static const sd_input_def vae_encode_inputs[] = {
 const sd_node_def sd_node_VAEEncode = {
     .version = 1,
     .class_type = "VAEEncode",
+    .python_module = "nodes",
     .display_name = "VAE Encode",
     .category = "latent",
-    .description = "Encodes images into latents (posterior mean, VAE space); sizes are "
-                   "centre-cropped to multiples of 8.",
+    .help = "Encodes images into latents (posterior mean, VAE space); sizes are "
+            "centre-cropped to multiples of 8.",
     .inputs = vae_encode_inputs,
     .outputs = latent_out,
     .flags = SD_NODE_VAE,
@@ -355,17 +363,20 @@ static const sd_input_def vae_encode_tiled_inputs[] = {
     {.name = "vae", .type = "VAE"},
     {.name = "tile_size", .type = SD_T_INT, .def = 512, .min = 64, .max = 4096, .step = 64, .has_range = 1},
     {.name = "overlap", .type = SD_T_INT, .def = 64, .min = 0, .max = 4096, .step = 32, .has_range = 1},
-    {.name = "temporal_size", .type = SD_T_INT, .def = 64, .min = 8, .max = 4096, .step = 4, .has_range = 1},
-    {.name = "temporal_overlap", .type = SD_T_INT, .def = 8, .min = 4, .max = 4096, .step = 4, .has_range = 1},
+    {.name = "temporal_size", .type = SD_T_INT, .def = 64, .min = 8, .max = 4096, .step = 4, .has_range = 1,
+     .tooltip = "Only used for video VAEs: Amount of frames to encode at a time."},
+    {.name = "temporal_overlap", .type = SD_T_INT, .def = 8, .min = 4, .max = 4096, .step = 4, .has_range = 1,
+     .tooltip = "Only used for video VAEs: Amount of frames to overlap."},
     {0}};
 
 const sd_node_def sd_node_VAEEncodeTiled = {
     .version = 1,
     .class_type = "VAEEncodeTiled",
+    .python_module = "nodes",
     .display_name = "VAE Encode (Tiled)",
     .category = "_for_testing",
-    .description = "Encodes in overlapping tiles (pixels) to bound memory. temporal_* are for "
-                   "video VAEs and unused here.",
+    .help = "Encodes in overlapping tiles (pixels) to bound memory. temporal_* are for "
+            "video VAEs and unused here.",
     .inputs = vae_encode_tiled_inputs,
     .outputs = latent_out,
     .flags = SD_NODE_VAE,
@@ -496,10 +507,11 @@ static const sd_input_def vae_encode_inpaint_inputs[] = {
 const sd_node_def sd_node_VAEEncodeForInpaint = {
     .version = 1,
     .class_type = "VAEEncodeForInpaint",
+    .python_module = "nodes",
     .display_name = "VAE Encode (for Inpainting)",
     .category = "latent/inpaint",
-    .description = "Encodes the image with the masked region set to grey and attaches the mask "
-                   "(grown by grow_mask_by pixels) as the latent's noise_mask.",
+    .help = "Encodes the image with the masked region set to grey and attaches the mask "
+            "(grown by grow_mask_by pixels) as the latent's noise_mask.",
     .inputs = vae_encode_inpaint_inputs,
     .outputs = latent_out,
     .flags = SD_NODE_VAE,

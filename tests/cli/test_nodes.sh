@@ -14,8 +14,11 @@ list=$("$SDFLOW_BIN" nodes) || fail "nodes failed"
 printf '%s\n' "$list" | grep -q '^ImageScale ' || { echo "FAIL: node type ImageScale is not registered"; exit 1; }
 json=$("$SDFLOW_BIN" nodes --json | tr -d ' \t\n') || fail "nodes --json failed"
 case "$json" in "{"*"}") ;; *) fail "nodes --json is not an object" ;; esac
-# Every class and alias in the table appears in the JSON with the object_info keys.
-n_table=$(printf '%s\n' "$list" | grep -c .)
+# Every class of the table appears in the JSON with the object_info keys; the
+# CLI's aliases (CLIPEncode, ...) are listed by the table only, as aliases.
+n_table=$(printf '%s\n' "$list" | grep -vc ' alias of ')
+printf '%s\n' "$list" | grep -q '^CLIPEncode  *alias of CLIPTextEncode' || fail "nodes: CLIPEncode not listed as an alias"
+printf '%s' "$json" | grep -q '"CLIPEncode":' && fail "nodes --json lists the alias CLIPEncode"
 n_json=$(printf '%s' "$json" | grep -o '"output_node":' | wc -l)
 [ "$n_table" -eq "$n_json" ] || fail "nodes: $n_table in the table, $n_json in --json"
 for key in input input_order output output_is_list output_name name display_name description category output_node; do
@@ -30,7 +33,7 @@ if "$SDFLOW_BIN" nodes | grep -q '^KSampler '; then
     "$SDFLOW_BIN" nodes --json | tr -d ' \t\n' | grep -q '"seed":\["INT",{"default":0,"min":0,"max":18446744073709551615,' ||
         fail "KSampler seed spec lacks max 18446744073709551615"
 fi
-printf '%s' "$scale" | grep -q '"upscale_method":\[\["nearest-exact",[^]]*\],{"default":"nearest-exact"}' || fail "ImageScale combo spec: $scale"
+printf '%s' "$scale" | grep -q '"upscale_method":\[\["nearest-exact",[^]]*\]\]' || fail "ImageScale combo spec: $scale"
 printf '%s' "$json" | grep -q '"input_order":{"required":\["image","upscale_method","width","height","crop"\]}' \
     || fail "ImageScale input_order"
 printf '%s' "$json" | grep -q '"output":\["IMAGE"\],"output_is_list":\[false\],"output_name":\["IMAGE"\],"name":"ImageScale"' \
