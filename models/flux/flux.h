@@ -131,6 +131,12 @@ void sd_flux_rope_table(const sd_flux_config *c, int64_t txt, int64_t h, int64_t
  * LoRA patching and merging; NULL when the model has no such parameter. The
  * slot belongs to m. */
 sd_bt **sd_flux_param(sd_flux *m, const char *key);
+/* A new model sharing base's weights: every slot a backend view of base's
+ * tensor (sd_bt_view), so replacing a slot of the view (a LoRA-patched
+ * weight) leaves base untouched. No tap. Free it with sd_flux_free; base
+ * must outlive it. SD_ERR_NOMEM, or the backend's error. */
+sd_status sd_flux_view(const sd_flux *base, sd_flux **out, sd_error *err);
+
 /* Calls fn(ud, key, slot) for every parameter, keyed as sd_flux_param
  * reaches it (`key` valid during the call only). */
 typedef void (*sd_flux_param_fn)(void *ud, const char *key, sd_bt **slot);

@@ -194,3 +194,77 @@ sd_bt **sd_flux_param(sd_flux *m, const char *key) {
         if (strcmp(m->params[i].key, key) == 0) return m->params[i].slot;
     return NULL;
 }
+
+/* base's slot pointer moved into v: slots live in the model struct or in
+ * its dbl / sgl arrays */
+static sd_bt **moved(const sd_flux *base, sd_flux *v, sd_bt **slot) {
+    const char *p = (const char *)slot;
+    const char *b = (const char *)base, *d = (const char *)base->dbl, *g = (const char *)base->sgl;
+    size_t nd = (size_t)(base->cfg.depth ? base->cfg.depth : 1) * sizeof *base->dbl;
+    size_t ng = (size_t)(base->cfg.depth_single_blocks ? base->cfg.depth_single_blocks : 1) * sizeof *base->sgl;
+    if (p >= b && p < b + sizeof *base) return (sd_bt **)((char *)v + (p - b));
+    if (p >= d && p < d + nd) return (sd_bt **)((char *)v->dbl + (p - d));
+    if (p >= g && p < g + ng) return (sd_bt **)((char *)v->sgl + (p - g));
+    return NULL;
+}
+
+sd_status sd_flux_view(const sd_flux *base, sd_flux **out, sd_error *err) {
+    *out = NULL;
+    size_t nd = (size_t)(base->cfg.depth ? base->cfg.depth : 1);
+    size_t ng = (size_t)(base->cfg.depth_single_blocks ? base->cfg.depth_single_blocks : 1);
+    sd_flux *v = calloc(1, sizeof *v);
+    if (v) {
+        *v = *base;
+        v->dbl = malloc(nd * sizeof *v->dbl);
+        v->sgl = malloc(ng * sizeof *v->sgl);
+        v->params = calloc((size_t)(base->n_params ? base->n_params : 1), sizeof *v->params);
+        v->n_params = v->cap_params = 0;
+        v->one = NULL;
+        v->tap = NULL;
+        v->tap_user = NULL;
+    }
+    if (!v || !v->dbl || !v->sgl || !v->params) {
+        if (v) {
+            free(v->dbl);
+            free(v->sgl);
+            free(v->params);
+        }
+        free(v);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a Flux view");
+    }
+    memcpy(v->dbl, base->dbl, nd * sizeof *v->dbl);
+    memcpy(v->sgl, base->sgl, ng * sizeof *v->sgl);
+    v->cap_params = base->n_params;
+    int failed = 0;
+    /* every slot of v still points at base's tensor: each becomes a view
+     * (owned by v) before anything can free it */
+    for (int i = 0; i < base->n_params; i++) {
+        sd_bt **slot = moved(base, v, base->params[i].slot);
+        char *key = strdup(base->params[i].key);
+        if (!slot || !key) {
+            free(key);
+            failed = 1;
+            break;
+        }
+        sd_bt *t = *slot;
+        *slot = sd_bt_view(t, t->ndim, t->shape);
+        v->params[v->n_params++] = (flux_param){key, slot};
+        if (!*slot) {
+            failed = 1;
+            break;
+        }
+    }
+    if (!failed) v->one = sd_bt_view(base->one, base->one->ndim, base->one->shape);
+    if (failed || !v->one) {
+        /* slots not yet viewed still borrow base's tensors: clear them */
+        for (int i = v->n_params; i < base->n_params; i++) {
+            sd_bt **slot = moved(base, v, base->params[i].slot);
+            if (slot) *slot = NULL;
+        }
+        sd_flux_free(v);
+        sd_status rc = sd_backend_take_error(base->be, err);
+        return rc ? rc : sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a Flux view");
+    }
+    *out = v;
+    return SD_OK;
+}

@@ -50,6 +50,7 @@
 #include <stddef.h>
 
 #include "formats/safetensors.h"
+#include "models/flux/flux.h"
 #include "models/text/text_encode.h"
 #include "models/unet/unet.h"
 
@@ -78,6 +79,17 @@ typedef struct sd_lora_plan sd_lora_plan;
  * matches is not an error here; callers decide (see sd_lora_plan_count). */
 sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *te,
                            sd_lora_plan **out, sd_error *err);
+/* The same against a Flux DiT (part SD_LORA_UNET; targets relative to the
+ * model's prefix, "double_blocks.0.img_attn.qkv.weight"). The names are
+ * ComfyUI's for Flux: BFL / ComfyUI "diffusion_model.<key>", Kohya
+ * "lora_unet_<key with _>", diffusers "transformer.<diffusers name>" (and
+ * "lycoris_" / "lora_transformer_" spellings) whose q, k, v (and
+ * proj_mlp) are row slices of the fused qkv / linear1 and whose
+ * norm_out.linear is the final modulation with shift and scale swapped,
+ * "diffusion_model.single_blocks.N.linear1_qkv" (linear1's first 3 * hidden
+ * rows). A name whose target the model lacks (guidance_in on schnell)
+ * stays unmatched. */
+sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out, sd_error *err);
 sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p); /* NULL-safe */
 void sd_lora_plan_unref(sd_lora_plan *p);        /* NULL-safe */
 
@@ -129,6 +141,13 @@ size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
  * LoRA uses with strength 0 are skipped. Errors: SD_ERR_NOMEM, the adapter
  * errors (SD_ERR_FORMAT for a malformed adapter, naming the LoRA key). */
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
+                            sd_error *err);
+/* A view of a Flux DiT with the patches of uses[0..n) applied in order (the
+ * plans made by sd_lora_plan_new_flux; a merge use is SD_ERR_UNSUPPORTED).
+ * Patched weights are kept in F32 whatever the stored type (BF16, F16, fp8):
+ * ComfyUI computes base + patch in float32 on its float32 CPU weights.
+ * Free with sd_flux_free; base must outlive the view. */
+sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n, sd_flux **out,
                             sd_error *err);
 /* The same for a text encoder: a new encoder over views of base's CLIP
  * models sharing its tokenizer. */

@@ -413,9 +413,15 @@ sd_status sd_lora_patch_add(sd_lora *l, const lora_patch *p, float *w, int64_t n
     if (!d) return err->code ? err->code : SD_ERR_NOMEM;
     double alpha = 1.0;
     if (p->has_alpha && rank > 0) alpha = p->alpha / (double)rank;
-    /* weight += ((strength * alpha) * diff) in float32 */
+    /* weight += ((strength * alpha) * diff) in float32; swap_scale_shift
+     * puts the second half of the (row-major) patch first */
     float s = (float)(strength * alpha);
-    for (int64_t i = 0; i < n; i++) w[i] += s * d[i];
+    if (p->swap) {
+        int64_t h = n / 2;
+        for (int64_t i = 0; i < n; i++) w[i] += s * d[i < n - h ? i + h : i - (n - h)];
+    } else {
+        for (int64_t i = 0; i < n; i++) w[i] += s * d[i];
+    }
     free(d);
     return SD_OK;
 }
@@ -465,7 +471,10 @@ static sd_status commit(tset *s, sd_error *err) {
             /* A patched weight stays in F32, as ComfyUI keeps it on the CPU:
              * rounding base + delta back to F16 would move results past the
              * reference tolerance. Only touched weights pay the 2x. */
-            sd_dtype dt = old->dtype == SD_F16 || old->dtype == SD_BF16 ? SD_F32 : old->dtype;
+            sd_dtype dt = old->dtype == SD_F16 || old->dtype == SD_BF16 || old->dtype == SD_F8_E4M3 ||
+                                  old->dtype == SD_F8_E5M2
+                              ? SD_F32
+                              : old->dtype;
             sd_bt *nw = sd_bt_from_host(old->be, s->t[i].acc, dt);
             if (!nw) {
                 rc = sd_backend_take_error(old->be, err);
@@ -573,6 +582,10 @@ static sd_status apply_part(void *m, lookup_fn lookup, each_fn each, sd_lora_par
             if (p->part != part) continue;
             int64_t row0 = 0, rows = 0;
             sd_bt **slot = lookup(m, p->target, &row0, &rows);
+            if (p->rows > 0) { /* a slice the key map gave (Flux's q, k, v) */
+                row0 = p->row0;
+                rows = p->rows;
+            }
             if (!slot || !*slot) {
                 drop(&s);
                 return sd_error_set(err, SD_ERR_INVALID, "%s: LoRA target '%s' is not in this model",
@@ -604,6 +617,15 @@ static sd_bt **unet_lookup(void *m, const char *key, int64_t *row0, int64_t *row
 
 static sd_bt **clip_lookup(void *m, const char *key, int64_t *row0, int64_t *rows) {
     return sd_clip_param(m, key, row0, rows);
+}
+
+static sd_bt **flux_lookup(void *m, const char *key, int64_t *row0, int64_t *rows) {
+    *row0 = *rows = 0;
+    return sd_flux_param(m, key);
+}
+
+static void flux_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
+    sd_flux_param_each(m, fn, ud);
 }
 
 static void unet_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
@@ -704,6 +726,26 @@ sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n,
     free(src);
     if (rc) {
         sd_unet_free(v);
+        return rc;
+    }
+    *out = v;
+    return SD_OK;
+}
+
+sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n, sd_flux **out,
+                            sd_error *err) {
+    *out = NULL;
+    for (int i = 0; i < n; i++)
+        if (!uses[i].plan)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "model merges on a Flux model are not supported yet");
+    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* no merge sources */
+    if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_flux *v = NULL;
+    sd_status rc = sd_flux_view(base, &v, err);
+    if (!rc) rc = apply_part(v, flux_lookup, flux_each, SD_LORA_UNET, uses, n, src, err);
+    free(src);
+    if (rc) {
+        sd_flux_free(v);
         return rc;
     }
     *out = v;

@@ -3,18 +3,37 @@
 #define SD_LORA_INTERNAL_H
 
 #include "models/lora/lora.h"
+#include "models/flux/flux.h"
 
 /* One entry of the LoRA-name -> model-parameter map (ComfyUI key_map). */
 typedef struct lora_key {
     char *name;         /* LoRA module name, without adapter suffix */
     sd_lora_part part;
     char *target;       /* parameter key relative to the part ("...weight") */
+    int64_t row0, rows; /* rows > 0: the patch covers rows [row0, row0 + rows)
+                         * of the target (ComfyUI's (key, (0, offset, size))
+                         * targets: q, k, v of a fused qkv) */
+    int swap;           /* the patch's two halves swapped along dim 0 before it
+                         * is added (ComfyUI's swap_scale_shift) */
 } lora_key;
 
-/* Builds the map for the given parts (either may be NULL), duplicates
- * resolved as a Python dict would (the later insertion wins). */
-sd_status sd_lora_keymap_build(sd_unet *unet, const sd_text_encoder *te, lora_key **out,
-                               size_t *n, sd_error *err);
+/* The networks a plan is matched against (any may be NULL; unet and flux
+ * are the diffusion model, part SD_LORA_UNET, one at most). */
+typedef struct lora_model {
+    sd_unet *unet;
+    sd_flux *flux;
+    const sd_text_encoder *te;
+} lora_model;
+
+/* Builds the map for the given parts, duplicates resolved as a Python dict
+ * would (the later insertion wins). */
+sd_status sd_lora_keymap_build(const lora_model *m, lora_key **out, size_t *n, sd_error *err);
+/* The Flux DiT's names (lora_keys_flux.c): ComfyUI's model_lora_keys_unet
+ * for a Flux model (its state-dict keys, comfy.utils.flux_to_diffusers'
+ * diffusers names, linear1_qkv). add(ud, name, target, row0, rows, swap). */
+typedef void (*lora_key_add_fn)(void *ud, const char *name, const char *target, int64_t row0,
+                                int64_t rows, int swap);
+void sd_lora_flux_keys(sd_flux *f, lora_key_add_fn add, void *ud);
 void sd_lora_keymap_free(lora_key *k, size_t n);
 
 struct sd_lora {
@@ -36,6 +55,8 @@ typedef enum lora_kind {
 typedef struct lora_patch {
     sd_lora_part part;
     char *target;
+    int64_t row0, rows; /* as lora_key */
+    int swap;
     lora_kind kind;
     const char *t[LORA_MAX_T]; /* per kind, see lora_apply.c; NULL = absent */
     int has_alpha;

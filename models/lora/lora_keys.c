@@ -13,7 +13,8 @@ typedef struct kbuf {
     int oom;
 } kbuf;
 
-static void add(kbuf *b, const char *name, sd_lora_part part, const char *target) {
+static void add_ex(kbuf *b, const char *name, sd_lora_part part, const char *target, int64_t row0,
+                   int64_t rows, int swap) {
     if (b->oom) return;
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 1024;
@@ -32,7 +33,16 @@ static void add(kbuf *b, const char *name, sd_lora_part part, const char *target
         b->oom = 1;
         return;
     }
-    b->k[b->n++] = (lora_key){n, part, t};
+    b->k[b->n++] = (lora_key){n, part, t, row0, rows, swap};
+}
+
+static void add(kbuf *b, const char *name, sd_lora_part part, const char *target) {
+    add_ex(b, name, part, target, 0, 0, 0);
+}
+
+static void add_flux(void *ud, const char *name, const char *target, int64_t row0, int64_t rows,
+                     int swap) {
+    add_ex(ud, name, SD_LORA_UNET, target, row0, rows, swap);
 }
 
 static void dots_to_underscores(char *s) {
@@ -318,12 +328,13 @@ void sd_lora_keymap_free(lora_key *k, size_t n) {
     free(k);
 }
 
-sd_status sd_lora_keymap_build(sd_unet *unet, const sd_text_encoder *te, lora_key **out,
-                               size_t *n, sd_error *err) {
+sd_status sd_lora_keymap_build(const lora_model *m, lora_key **out, size_t *n, sd_error *err) {
     *out = NULL;
     *n = 0;
     kbuf b = {0};
-    if (unet) unet_keys(unet, &b);
+    const sd_text_encoder *te = m->te;
+    if (m->unet) unet_keys(m->unet, &b);
+    if (m->flux) sd_lora_flux_keys(m->flux, add_flux, &b);
     if (te) {
         sd_clip *l = (sd_clip *)sd_text_encoder_clip_l(te), *g = (sd_clip *)sd_text_encoder_clip_g(te);
         int is_h = sd_text_encoder_kind(te) == SD_TE_SD2;
@@ -342,17 +353,17 @@ sd_status sd_lora_keymap_build(sd_unet *unet, const sd_text_encoder *te, lora_ke
     }
     for (size_t i = 0; i < b.n; i++) o[i] = (ord){b.k[i], i};
     qsort(o, b.n, sizeof *o, by_name_then_order);
-    size_t m = 0;
+    size_t kept = 0;
     for (size_t i = 0; i < b.n; i++) {
         if (i + 1 < b.n && strcmp(o[i].k.name, o[i + 1].k.name) == 0) {
             free(o[i].k.name);
             free(o[i].k.target);
             continue;
         }
-        b.k[m++] = o[i].k;
+        b.k[kept++] = o[i].k;
     }
     free(o);
     *out = b.k;
-    *n = m;
+    *n = kept;
     return SD_OK;
 }

@@ -122,13 +122,16 @@ static void free_patches(lora_patch *p, size_t n) {
 }
 
 /* The numel and shape (for messages) of the target slot of a patch. */
-static int target_numel(sd_unet *unet, const sd_text_encoder *te, sd_lora_part part,
-                        const char *key, int64_t *numel, int *ndim, int64_t *dims, char *shape,
-                        size_t n) {
+static int target_numel(const lora_model *m, sd_lora_part part, const char *key, int64_t krows,
+                        int64_t *numel, int *ndim, int64_t *dims, char *shape, size_t n) {
     sd_bt **slot = NULL;
     int64_t row0 = 0, rows = 0;
-    if (part == SD_LORA_UNET) {
-        slot = sd_unet_param(unet, key);
+    const sd_text_encoder *te = m->te;
+    if (part == SD_LORA_UNET && m->flux) {
+        slot = sd_flux_param(m->flux, key);
+        rows = krows; /* the key's row slice (the map checked it fits) */
+    } else if (part == SD_LORA_UNET) {
+        slot = m->unet ? sd_unet_param(m->unet, key) : NULL;
     } else {
         sd_clip *c = (sd_clip *)(part == SD_LORA_CLIP_L ? sd_text_encoder_clip_l(te)
                                                          : sd_text_encoder_clip_g(te));
@@ -179,11 +182,13 @@ static const char *part_name(sd_lora_part p) {
  * adapter's size against the target. *added = 1 when a patch was made. */
 static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *target,
                            lora_kind kind, const char *const *t, int has_alpha, double alpha,
-                           sd_unet *unet, const sd_text_encoder *te, sd_error *err) {
+                           const lora_model *m, sd_error *err) {
     int64_t want = 0, dims[SD_MAX_DIMS];
     int ndim = 0;
     char shape[128];
-    if (!target_numel(unet, te, k->part, target, &want, &ndim, dims, shape, sizeof shape))
+    /* (a bias diff of a key is never sliced: match_one skips those) */
+    int64_t rows = target == k->target ? k->rows : 0;
+    if (!target_numel(m, k->part, target, rows, &want, &ndim, dims, shape, sizeof shape))
         return sd_error_set(err, SD_ERR_INVALID, "%s: LoRA key '%s' targets %s '%s', which this model lacks",
                             sd_lora_path(l), k->name, part_name(k->part), target);
     lora_patch *p = push(b);
@@ -195,6 +200,9 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
     }
     p->part = k->part;
     p->target = tg;
+    p->row0 = rows ? k->row0 : 0;
+    p->rows = rows;
+    p->swap = target == k->target ? k->swap : 0;
     p->kind = kind;
     for (int i = 0; i < LORA_MAX_T; i++) p->t[i] = t[i];
     p->has_alpha = has_alpha;
@@ -232,8 +240,8 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
     return SD_OK;
 }
 
-static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, sd_unet *unet,
-                           const sd_text_encoder *te, sd_error *err) {
+static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, const lora_model *m,
+                           sd_error *err) {
     sd_st_file *f = l->f;
     int has_alpha = 0;
     double alpha = 0;
@@ -266,7 +274,7 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, sd
         t[0] = take(pr, lora_suffixes[s][0]);
         t[1] = take(pr, lora_suffixes[s][1]);
         if (s == 0) t[2] = take(pr, ".lora_mid.weight");
-        if ((rc = add_patch(l, b, k, k->target, LK_LORA, t, has_alpha, alpha, unet, te, err)))
+        if ((rc = add_patch(l, b, k, k->target, LK_LORA, t, has_alpha, alpha, m, err)))
             return rc;
         break;
     }
@@ -278,7 +286,7 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, sd
         if (!t[1] || !t[2] || !t[3])
             return sd_error_set(err, SD_ERR_FORMAT, "%s: LoHa '%s' lacks hada_w1_b/w2_a/w2_b",
                                 sd_st_path(f), pr->x);
-        if ((rc = add_patch(l, b, k, k->target, LK_LOHA, t, has_alpha, alpha, unet, te, err)))
+        if ((rc = add_patch(l, b, k, k->target, LK_LOHA, t, has_alpha, alpha, m, err)))
             return rc;
     }
     {
@@ -292,7 +300,7 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, sd
             if ((!t[0] && (!t[2] || !t[3])) || (!t[1] && (!t[4] || !t[5])))
                 return sd_error_set(err, SD_ERR_FORMAT, "%s: LoKr '%s' lacks w1 or w2 factors",
                                     sd_st_path(f), pr->x);
-            if ((rc = add_patch(l, b, k, k->target, LK_LOKR, t, has_alpha, alpha, unet, te, err)))
+            if ((rc = add_patch(l, b, k, k->target, LK_LOKR, t, has_alpha, alpha, m, err)))
                 return rc;
         }
     }
@@ -302,22 +310,24 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, sd
     snprintf(bias, sizeof bias, "%.*sbias", (int)(tl > 6 ? tl - 6 : 0), k->target);
     static const char *const dx[][2] = {{".w_norm", "w"}, {".b_norm", "b"}, {".diff", "w"}, {".diff_b", "b"}};
     for (size_t i = 0; i < 4; i++) {
+        /* a bias patch of a sliced key goes nowhere in ComfyUI (it names no
+         * parameter): left unmatched, so it is reported */
+        if (dx[i][1][0] == 'b' && k->rows > 0) continue;
         if (!present(pr, dx[i][0])) continue;
         memset(t, 0, sizeof t);
         t[0] = take(pr, dx[i][0]);
-        if ((rc = add_patch(l, b, k, dx[i][1][0] == 'w' ? k->target : bias, LK_DIFF, t, 0, 0, unet,
-                            te, err)))
+        if ((rc = add_patch(l, b, k, dx[i][1][0] == 'w' ? k->target : bias, LK_DIFF, t, 0, 0, m,
+                            err)))
             return rc;
     }
     return SD_OK;
 }
 
-sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *te,
-                           sd_lora_plan **out, sd_error *err) {
+static sd_status plan_new(sd_lora *lora, const lora_model *m, sd_lora_plan **out, sd_error *err) {
     *out = NULL;
     lora_key *map = NULL;
     size_t nmap = 0;
-    sd_status rc = sd_lora_keymap_build(unet, te, &map, &nmap, err);
+    sd_status rc = sd_lora_keymap_build(m, &map, &nmap, err);
     if (rc) return rc;
     size_t nf = sd_st_count(lora->f);
     sd_lora_plan *p = calloc(1, sizeof *p);
@@ -329,7 +339,7 @@ sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *
     }
     for (size_t i = 0; i < nmap; i++) {
         probe pr = {lora->f, used, map[i].name};
-        rc = match_one(lora, &pr, &map[i], &b, unet, te, err);
+        rc = match_one(lora, &pr, &map[i], &b, m, err);
         if (rc) goto fail;
     }
     for (size_t i = 0; i < b.n; i++) {
@@ -359,6 +369,30 @@ fail:
     if (p) free(p->unmatched);
     free(p);
     sd_lora_keymap_free(map, nmap);
+    return rc;
+}
+
+sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *te,
+                           sd_lora_plan **out, sd_error *err) {
+    lora_model m = {unet, NULL, te};
+    return plan_new(lora, &m, out, err);
+}
+
+sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out, sd_error *err) {
+    lora_model m = {NULL, flux, NULL};
+    sd_status rc = plan_new(lora, &m, out, err);
+    /* GGUF-quantized weights: ComfyUI-GGUF patches them per forward in its
+     * patch_dtype, which nothing here reproduces or checks yet */
+    for (size_t i = 0; !rc && i < (*out)->n; i++) {
+        sd_bt **slot = sd_flux_param(flux, (*out)->p[i].target);
+        if (slot && *slot && sd_dtype_is_quantized((*slot)->dtype)) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                              "%s: LoRA on GGUF-quantized weights ('%s' is %s) is not supported yet",
+                              sd_lora_path(lora), (*out)->p[i].target, sd_dtype_name((*slot)->dtype));
+            sd_lora_plan_unref(*out);
+            *out = NULL;
+        }
+    }
     return rc;
 }
 

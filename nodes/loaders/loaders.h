@@ -107,8 +107,9 @@ sd_value *sd_nodes_clip_value_like(const sd_clip_ref *base, int clip_skip,
 sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err);
 /* The MODEL's diffusion network behind the interface the sampler uses
  * (models/dmodel/dmodel.h): the UNet (LoRA-patched when the handle has a
- * stack) or the Flux DiT (LoRA stacks on Flux are SD_ERR_UNSUPPORTED for
- * now). *out borrows the network, valid while the handle lives. */
+ * stack) or the Flux DiT (likewise; a model merge on Flux is
+ * SD_ERR_UNSUPPORTED). *out borrows the network, valid while the handle
+ * lives. */
 sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error *err);
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
 

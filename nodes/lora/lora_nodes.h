@@ -44,6 +44,8 @@ size_t sd_lora_stack_count(const sd_lora_stack *s);
  * valid while the stack lives). A NULL or empty stack gives the base part.
  * c must be the checkpoint the stack's plans were made for. */
 sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, sd_error *err);
+/* The same for a Flux checkpoint's DiT (its stack holds LoRAs only). */
+sd_status sd_lora_stack_flux(sd_lora_stack *s, sd_checkpoint *c, sd_flux **out, sd_error *err);
 sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
                                      sd_error *err);
 

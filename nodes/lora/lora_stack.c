@@ -22,6 +22,7 @@ struct sd_lora_stack {
     size_t n;
     stack_entry *e;
     sd_unet *unet;          /* built on first use */
+    sd_flux *flux;          /* (a Flux checkpoint's) */
     sd_text_encoder *te;
 };
 
@@ -79,6 +80,7 @@ void sd_lora_stack_unref(sd_lora_stack *s) {
     if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     /* the views first: they may share tensors with the merged models */
     sd_unet_free(s->unet);
+    sd_flux_free(s->flux);
     sd_text_encoder_free(s->te);
     for (size_t i = 0; i < s->n; i++) {
         sd_lora_plan_unref(s->e[i].plan);
@@ -135,6 +137,42 @@ sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, 
     return rc;
 }
 
+/* The checkpoint's Flux DiT (SD_ERR_INVALID when it holds none). */
+static sd_status checkpoint_flux(sd_checkpoint *c, sd_flux **out, sd_error *err) {
+    *out = NULL;
+    sd_dmodel dm;
+    sd_status rc = sd_checkpoint_dmodel(c, &dm, err);
+    if (rc) return rc;
+    if (dm.info.kind != SD_DMODEL_FLUX)
+        return sd_error_set(err, SD_ERR_INVALID, "%s holds no Flux model", sd_checkpoint_path(c));
+    *out = dm.net;
+    return SD_OK;
+}
+
+sd_status sd_lora_stack_flux(sd_lora_stack *s, sd_checkpoint *c, sd_flux **out, sd_error *err) {
+    *out = NULL;
+    sd_flux *base;
+    sd_status rc = checkpoint_flux(c, &base, err);
+    if (rc || !s || !s->n) {
+        if (!rc) *out = base;
+        return rc;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        if (s->e[i].merge)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: model merges on a Flux model are not supported yet",
+                                sd_checkpoint_path(c));
+    pthread_mutex_lock(&s->lock);
+    if (!s->flux) {
+        sd_lora_use *u = NULL;
+        rc = uses_of(s, 0, &u, err);
+        if (!rc) rc = sd_lora_flux_view(base, u, (int)s->n, &s->flux, err);
+        free(u);
+    }
+    *out = s->flux;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
                                      sd_error *err) {
     *out = NULL;
@@ -177,11 +215,31 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
     sd_lora_plan *plan = NULL;
     sd_unet *unet = NULL;
     sd_text_encoder *te = NULL;
+    sd_flux *flux = NULL;
+    int is_flux = sd_checkpoint_info(c)->family == SD_CKPT_FLUX;
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_LORAS, lora_name, &path, err);
     if (!rc) rc = sd_lora_open(path, &lora, err);
-    if (!rc) rc = sd_checkpoint_unet(c, &unet, err);
-    if (!rc && with_clip) rc = sd_checkpoint_text_encoder(clip_c, &te, err);
-    if (!rc) rc = sd_lora_plan_new(lora, unet, te, &plan, err);
+    if (is_flux) {
+        /* the DiT only: the caller passes a Flux CLIP through (lora_node_defs.c) */
+        if (!rc) rc = checkpoint_flux(c, &flux, err);
+        if (!rc) rc = sd_lora_plan_new_flux(lora, flux, &plan, err);
+        /* ComfyUI would patch the CLIP-L / T5 with a LoRA's text-encoder
+         * keys; without such keys its CLIP comes out as it went in */
+        for (size_t i = 0; !rc && with_clip && strength_clip != 0.0 && i < sd_lora_plan_unmatched_count(plan); i++) {
+            const char *k = sd_lora_plan_unmatched(plan, i);
+            if (strncmp(k, "lora_te", 7) == 0 || strncmp(k, "text_encoder", 12) == 0)
+                rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                  "%s: the LoRA has text-encoder keys ('%s'), and LoRA on a Flux CLIP "
+                                  "is not supported yet; set strength_clip to 0 or use "
+                                  "LoraLoaderModelOnly",
+                                  path, k);
+        }
+        with_clip = 0;
+    } else {
+        if (!rc) rc = sd_checkpoint_unet(c, &unet, err);
+        if (!rc && with_clip) rc = sd_checkpoint_text_encoder(clip_c, &te, err);
+        if (!rc) rc = sd_lora_plan_new(lora, unet, te, &plan, err);
+    }
     if (!rc) {
         size_t nm = sd_lora_plan_count(plan, SD_LORA_UNET),
                nc = sd_lora_plan_count(plan, SD_LORA_CLIP_L) + sd_lora_plan_count(plan, SD_LORA_CLIP_G);
@@ -194,8 +252,11 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
                               path, buf);
         } else {
             if (buf[0]) sd_node_log(ctx, SD_LOG_WARN, "LoRA %s: %s", lora_name, buf);
-            sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu UNet and %zu text-encoder weights patched",
-                        lora_name, nm, nc);
+            if (is_flux)
+                sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu Flux DiT weights patched", lora_name, nm);
+            else
+                sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu UNet and %zu text-encoder weights patched",
+                            lora_name, nm, nc);
         }
     }
     if (!rc) rc = sd_lora_stack_push(model_in, plan, strength_model, model_out, err);
