@@ -12,7 +12,7 @@
 # measurement, reported in the table, not a failure.
 #
 #   scripts/gpu-check.sh [--build DIR | --bin DIR] [--work DIR] [--out DIR]
-#                        [--only STEPS] [--skip STEPS] [--device cuda|cpu] [--list]
+#                        [--only STEPS] [--skip STEPS] [--device cuda|cpu] [--tiny] [--list]
 #
 # --build DIR: a build tree (sdflow, bench/sdflow-bench, tests/test_*);
 # default build-cuda/ when it has sdflow, else build/. --bin DIR: one folder
@@ -20,12 +20,14 @@
 # data: $SDFLOW_TESTDATA and $SDFLOW_SHARED (default ../shared). Steps, in
 # order: parity golden precision gpu_memory cold_start bench (docs/cuda.md).
 # --device cpu rehearses the script itself on the CPU backend (the goldens'
-# f16 runs skip there; nothing it reports is about the GPU).
+# f16 runs skip there; nothing it reports is about the GPU); --tiny runs
+# steps precision..cold_start on the tiny presets at 64x64, 3 steps (with
+# --device cpu: a rehearsal of those steps' logic in a minute).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STEPS_ALL="parity golden precision gpu_memory cold_start bench"
-DEV=cuda BUILD="" BIN="" WORK=${TMPDIR:-/tmp}/sdflow-gpu-check OUT="" ONLY="" SKIP=""
-usage() { sed -n '15,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+DEV=cuda TINY="" BUILD="" BIN="" WORK=${TMPDIR:-/tmp}/sdflow-gpu-check OUT="" ONLY="" SKIP=""
+usage() { sed -n '15,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --build) BUILD=$2; shift ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$(echo "$2" | tr , ' '); shift ;;
     --skip) SKIP=$(echo "$2" | tr , ' '); shift ;;
     --device) DEV=$2; shift ;;
+    --tiny) TINY=-tiny ;;
     --list) echo "$STEPS_ALL"; exit 0 ;;
     -h|--help) usage ;;
     *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
@@ -182,11 +185,15 @@ fi
 
 # ---- the full-size models for steps 3-6 (random weights, sdflow synth) -----------
 MODELS=$WORK/models
+# --tiny: the tiny presets with their stand-in vocabulary, small and short
+SMALL=()
+[ -n "$TINY" ] && SMALL=(--tokenizer-dir "$MODELS/tok" --set 5.width=64 --set 5.height=64 --set 3.steps=3)
 synth() { # synth PRESET: MODELS/checkpoints/sdflow-random-PRESET.safetensors (kept across runs)
     local f=$MODELS/checkpoints/sdflow-random-$1.safetensors t0
     [ -s "$f" ] && return 0
     t0=$(now)
-    if "$SDFLOW" synth --preset "$1" --models-dir "$MODELS" > "$LOG/synth.$1.log" 2>&1; then
+    local tok=(); [ -n "$TINY" ] && tok=(--tokenizer-dir "$MODELS/tok")
+    if "$SDFLOW" synth --preset "$1" --models-dir "$MODELS" "${tok[@]}" > "$LOG/synth.$1.log" 2>&1; then
         row PASS setup "sdflow synth --preset $1" $(($(now) - t0)) "$(du -h "$f" | cut -f1) $f"
     else
         row FAIL setup "sdflow synth --preset $1" $(($(now) - t0)) "$(tail -1 "$LOG/synth.$1.log" | clean)"
@@ -202,7 +209,7 @@ sd_run() {
     rm -rf "$d" "$d.json"; mkdir -p "$d"
     timeout "$tmo" "$SDFLOW" run "$ROOT/workflows/$wf" --device $DEV --models-dir "$MODELS" \
         --set "4.ckpt_name=sdflow-random-$ckpt.safetensors" --output-dir "$d" --report "$d.json" \
-        --progress json "$@" 2> "$LOG/run.$name.log" |
+        --progress json "${SMALL[@]}" "$@" 2> "$LOG/run.$name.log" |
         while IFS= read -r l; do printf '%s %s\n' "${EPOCHREALTIME:-$(date +%s.%N)}" "$l"; done > "$d.events"
     return "${PIPESTATUS[0]}"
 }
@@ -243,10 +250,10 @@ run_row() { # run_row STEP NAME WHAT rc seconds
 }
 
 # ---- 3. the precision options end to end (SD1.5 512x512, 20 steps) ----------------
-if wanted precision && synth sd1; then
+if wanted precision && synth sd1$TINY; then
     for v in "bf16 --vae-precision f16" "bf16 --vae-precision f32" "f16 --clip-precision f32" "f32"; do
         name=prec-$(echo "$v" | tr -d '-' | tr ' ' '_')
-        t0=$(now); sd_run "$name" txt2img_sd15.json sd1 300 --no-cache --precision $v; rc=$?
+        t0=$(now); sd_run "$name" txt2img_sd15.json sd1$TINY 300 --no-cache --precision $v; rc=$?
         run_row precision "$name" "txt2img_sd15 --precision $v" $rc $(($(now) - t0))
     done
     a=$(png_of prec-bf16_vaeprecision_f16) b=$(png_of prec-bf16_vaeprecision_f32)
@@ -274,8 +281,8 @@ watch_mem() {
 }
 
 # ---- 4. --gpu-memory on SDXL 1024x1024 bf16, and its peak device memory ---------------
-if wanted gpu_memory && synth sdxl; then
-    t0=$(now); sd_run xl-cap6g txt2img_sdxl.json sdxl 600 --no-cache --precision bf16 --gpu-memory 6G; rc=$?
+if wanted gpu_memory && synth sdxl$TINY; then
+    t0=$(now); sd_run xl-cap6g txt2img_sdxl.json sdxl$TINY 600 --no-cache --precision bf16 --gpu-memory 6G; rc=$?
     if [ $rc = 0 ] || { [ $rc = 1 ] && grep -q 'gpu-memory caps it at 6144 MiB' "$LOG/run.xl-cap6g.log"; }; then
         row PASS gpu_memory "txt2img_sdxl bf16 --gpu-memory 6G" $(($(now) - t0)) \
             "$([ $rc = 0 ] && echo ran || echo "refused naming the cap: $(grep -m1 'caps it at' "$LOG/run.xl-cap6g.log" | clean)")"
@@ -283,11 +290,11 @@ if wanted gpu_memory && synth sdxl; then
         run_row gpu_memory xl-cap6g "txt2img_sdxl bf16 --gpu-memory 6G" $rc $(($(now) - t0))
     fi
     watch_mem start
-    t0=$(now); sd_run xl-peak txt2img_sdxl.json sdxl 600 --no-cache --precision bf16; rc=$?
+    t0=$(now); sd_run xl-peak txt2img_sdxl.json sdxl$TINY 600 --no-cache --precision bf16; rc=$?
     watch_mem stop
     run_row gpu_memory xl-peak "txt2img_sdxl bf16 (no cap)" $rc $(($(now) - t0))
     if [ $rc = 0 ] && [ -n "${MEM_PEAK:-}" ]; then
-        wmib=$(( $(stat -L -c %s "$MODELS/checkpoints/sdflow-random-sdxl.safetensors") / 1048576 ))
+        wmib=$(( $(stat -L -c %s "$MODELS/checkpoints/sdflow-random-sdxl$TINY.safetensors") / 1048576 ))
         used=$((MEM_PEAK - ${MEM_BASE:-0}))
         verdict=missed; [ $used -le $((wmib + 4096)) ] && verdict=met
         row MEAS gpu_memory "peak device memory, SDXL bf16" 0 \
@@ -299,10 +306,10 @@ fi
 # Two processes on one fresh cache database (--no-cache: outputs are not
 # cached, the algorithm choices are). Time from the checkpoint loader's end
 # to the first sampler step, per process; the two images must be identical.
-if wanted cold_start && synth sd1; then
+if wanted cold_start && synth sd1$TINY; then
     rm -f "$WORK/cold.db"
     for i in 1 2; do
-        t0=$(now); SDFLOW_CACHE=$WORK/cold.db sd_run cold$i txt2img_sd15.json sd1 300 --no-cache --precision bf16; rc=$?
+        t0=$(now); SDFLOW_CACHE=$WORK/cold.db sd_run cold$i txt2img_sd15.json sd1$TINY 300 --no-cache --precision bf16; rc=$?
         run_row cold_start cold$i "process $i: txt2img_sd15 bf16, cache $WORK/cold.db" $rc $(($(now) - t0))
         ev=$WORK/runs/cold$i.events
         tl=$(grep '"node_done"' "$ev" | grep '"CheckpointLoaderSimple"' | head -1 | cut -d' ' -f1)
@@ -313,8 +320,12 @@ if wanted cold_start && synth sd1; then
             row MEAS cold_start "process $i: loader done -> first step" 0 "$dt s$verdict"
         fi
     done
-    n=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from algo_choices').fetchone()[0])" \
-        "$WORK/cold.db" 2>/dev/null || echo "?")
+    n=$(python3 -c "
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+t = c.execute(\"select count(*) from sqlite_master where name = 'algo_choices'\").fetchone()[0]
+print(c.execute('select count(*) from algo_choices').fetchone()[0] if t else 'none (no algo_choices table)')" \
+        "$WORK/cold.db" 2>/dev/null || echo "? (python3 sqlite3 failed)")
     a=$(png_of cold1) b=$(png_of cold2)
     if [ -n "$a" ] && [ -n "$b" ] && cmp -s "$a" "$b"; then
         row PASS cold_start "two processes: byte-identical PNGs" 0 "algo_choices rows: $n"
@@ -325,7 +336,9 @@ fi
 
 # ---- 6. sdflow-bench --device cuda beside torch_ref.py --device cuda ----------------
 if wanted bench; then
-    if [ ! -x "$BENCH" ]; then
+    if [ -n "$TINY" ]; then
+        row SKIP bench "sdflow-bench" 0 "--tiny: the bench runs full-size models only"
+    elif [ ! -x "$BENCH" ]; then
         row SKIP bench "sdflow-bench" 0 "not built/packed: $BENCH"
     else
         mkdir -p "$WORK/bench"

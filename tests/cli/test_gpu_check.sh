@@ -28,4 +28,16 @@ bash "$CHECK" --build "$T/nobuild" --work "$T/w3" > /dev/null 2> "$T/err3"
 [ $? = 2 ] && grep -q "no sdflow binary at $T/nobuild/sdflow" "$T/err3" || fail "missing binaries not named: $(cat "$T/err3")"
 [ "$(bash "$CHECK" --list)" = "parity golden precision gpu_memory cold_start bench" ] ||
     fail "--list: $(bash "$CHECK" --list)"
-sd_test_end "gpu-check refuses cleanly without a GPU"
+# The machinery of the model steps (synthesis, runs with timestamped
+# progress events, the timing rows, the PNG comparison, the summary) on the
+# CPU: --device cpu --tiny rehearses the cold-start step in seconds.
+bash "$CHECK" --build "$BUILD" --work "$T/r" --device cpu --tiny --only cold_start > "$T/r.out" 2>&1
+rc=$?
+[ $rc = 0 ] || fail "rehearsal: exit $rc: $(tail -20 "$T/r.out")"
+for what in "process 1: txt2img_sd15" "process 2: txt2img_sd15" "two processes: byte-identical PNGs"; do
+    grep -q "| cold_start | $what.* | PASS |" "$T/r/out/summary.md" || fail "rehearsal: no PASS row '$what'"
+done
+grep -q '| cold_start | process 2: loader done -> first step | MEAS | 0 | [0-9.]* s; target <= 1.5 s: \(met\|missed\) |' \
+    "$T/r/out/summary.md" || fail "rehearsal: no timing row: $(cat "$T/r/out/summary.md")"
+grep -q '^1 passed\|^[0-9]* passed, 0 failed' "$T/r/out/summary.md" || fail "rehearsal: the count line: $(tail -3 "$T/r/out/summary.md")"
+sd_test_end "gpu-check refuses cleanly without a GPU; its cold-start step rehearses on the CPU"
