@@ -36,7 +36,8 @@ case $PART in
 sd)  tests="test_kernels_cuda_parity $(backend_tests | grep -Ev "$family_re")"; args="--only parity,golden"; sets="" ;;
 flux|sd3|zimage)
      tests="$(backend_tests | grep -E "_golden_${PART}_")"
-     [ "$PART" = flux ] && tests="$tests test_models_golden_vae"   # tests/CMakeLists.txt: golden_vae_flux
+     # the VAE golden of a family set (tests/CMakeLists.txt: foreach(set ...) -> golden_vae_<set>)
+     grep -Eq "^foreach\(set .*\b$PART\b" tests/CMakeLists.txt && tests="$tests test_models_golden_vae"
      args="--only golden"; sets=$PART ;;
 runs) tests=""; args="--only precision,gpu_memory,cold_start,bench"; sets="" ;;
 *) echo "gpu-pack: unknown part '$PART' (sd, flux, sd3, zimage, runs)" >&2; exit 2 ;;
