@@ -624,6 +624,22 @@ static void obs_preview(void *user, const char *node_id, int64_t step, int64_t s
     emit_node(o->r, &ev, o->rec);
 }
 
+/* The node's inputs (borrowed), aligned with def->inputs: the outputs of
+ * its links' sources, or its literals; in_list[k]: a list output's items. */
+static void gather_inputs(run *r, const plan_node *p, sd_value **in, int *in_list) {
+    for (int k = 0; k < p->n_in; k++) {
+        in[k] = NULL;
+        in_list[k] = 0;
+        if (p->src[k] >= 0) {
+            const sd_value *entry = r->nodes[p->src[k]].entry;
+            in[k] = sd_value_list_get(sd_value_dict_get(entry, "outputs"), (size_t)p->src_index[k]);
+            in_list[k] = entry_output_is_list(entry, p->src_index[k]);
+        } else {
+            in[k] = p->lit[k];
+        }
+    }
+}
+
 static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_error *err) {
     sd_value *small_in[32], *small_out[16];
     int small_lin[32], small_lout[16];
@@ -639,19 +655,9 @@ static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_erro
         rc = sd_error_set(&nerr, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    memset(in, 0, n_in * sizeof *in);
     memset(out, 0, n_out * sizeof *out);
-    memset(in_list, 0, n_in * sizeof *in_list);
     memset(out_list, 0, n_out * sizeof *out_list);
-    for (int k = 0; k < p->n_in; k++) {
-        if (p->src[k] >= 0) {
-            const sd_value *entry = r->nodes[p->src[k]].entry;
-            in[k] = sd_value_list_get(sd_value_dict_get(entry, "outputs"), (size_t)p->src_index[k]);
-            in_list[k] = entry_output_is_list(entry, p->src_index[k]);
-        } else {
-            in[k] = p->lit[k];
-        }
-    }
+    gather_inputs(r, p, in, in_list);
     sd_node_ctx ctx = {
         .env = r->env,
         .node_id = p->gn->id,
@@ -907,8 +913,19 @@ static sd_status execute(run *r, sd_error *err) {
             if (rc) {
                 rec->status = SD_NODE_FAILED;
                 if (r->opts->on_node) r->opts->on_node(r->opts->on_node_user, rec, 1);
-                sd_exec_event ev = {.kind = SD_EXEC_NODE_ERROR, .seconds = rec->seconds, .status = rc, .error = err};
+                /* what the node was given, for the front end's error message
+                 * (the sources' outputs live on: nothing is released before
+                 * their last reader has finished) */
+                sd_value **in = p->n_in ? calloc((size_t)p->n_in, sizeof *in) : NULL;
+                int *in_list = p->n_in ? calloc((size_t)p->n_in, sizeof *in_list) : NULL;
+                int have = in && in_list;
+                if (have) gather_inputs(r, p, in, in_list);
+                sd_exec_event ev = {.kind = SD_EXEC_NODE_ERROR, .seconds = rec->seconds, .status = rc, .error = err,
+                                    .def = p->def, .inputs = have ? in : NULL,
+                                    .inputs_are_lists = have ? in_list : NULL};
                 emit_node(r, &ev, rec);
+                free(in);
+                free(in_list);
                 break;
             }
             /* The result was cached and only its files were written anew,

@@ -151,6 +151,13 @@ typedef struct sd_exec_event {
     const sd_error *error;     /* NODE_ERROR; RUN_DONE when status != SD_OK (NULL after a
                                   validation failure: see the problems list) */
     size_t n_executed, n_cached; /* RUN_DONE */
+    /* NODE_ERROR of a node that ran: its definition and the inputs it was
+     * given, aligned with def->inputs (NULL where absent); inputs_are_lists[k]:
+     * inputs[k] is an SD_VAL_LIST of the items of a list output. NULL when
+     * the node failed before its inputs were gathered. */
+    const sd_node_def *def;
+    sd_value *const *inputs;
+    const int *inputs_are_lists;
 } sd_exec_event;
 
 typedef void (*sd_exec_event_fn)(void *user, const sd_exec_event *ev);
@@ -213,6 +220,10 @@ void sd_exec_report_free(sd_exec_report *r);
  * "outputs", "ui"?, "delivered"?}}, "executed": n, "cached": n, "seconds": s}.
  * Caller frees. */
 char *sd_exec_report_json(const sd_exec_report *r);
+/* One line saying what a value is, for messages: "[1, 512, 512, 3] F32" for
+ * a tensor, "<MODEL>" for a handle, "samples=[1, 4, 64, 64] F32" for a dict,
+ * numbers and short strings as they are. Caller frees; NULL when out of memory. */
+char *sd_exec_describe_value(const sd_value *v);
 const char *sd_node_status_name(sd_node_status s);
 
 #endif

@@ -88,6 +88,12 @@ static void describe(sbuf *s, const sd_value *v, int depth) {
     }
 }
 
+char *sd_exec_describe_value(const sd_value *v) {
+    sbuf s = {0};
+    describe(&s, v, 0);
+    return s.buf ? s.buf : strdup("");
+}
+
 char *sd_exec_describe_output(const char *type, const sd_value *v) {
     sbuf s = {0};
     sb_add(&s, "%s ", type ? type : "?");

@@ -32,6 +32,7 @@ typedef struct run_ctx {
     cJSON *outputs;   /* node id -> ui */
     cJSON *meta;
     cJSON *executed;  /* ids of nodes that finished */
+    cJSON *current_inputs; /* the failed node's inputs (execution_error), or NULL */
 } run_ctx;
 
 static void run_log(run_ctx *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -239,9 +240,60 @@ static void on_progress(void *user, const char *node_id, int64_t value, int64_t 
  * The WebSocket hub (ws.c) turns it into the older event 1 (a 4-byte image
  * type, 2 = PNG, then the PNG) for each client that did not announce
  * supports_preview_metadata, as ComfyUI sends one or the other. */
+/* One input value in execution_error's current_inputs, as ComfyUI's
+ * format_value: numbers, booleans, strings and none as they are, anything
+ * else as text (ComfyUI's str(); here a line saying what it is). Strings are
+ * scrubbed of the server's paths like the error message. */
+static cJSON *input_value_json(const sd_env *env, const sd_value *v) {
+    switch (sd_value_kind_of(v)) {
+    case SD_VAL_NONE: return cJSON_CreateNull();
+    case SD_VAL_INT: return cJSON_CreateNumber((double)sd_value_as_int(v));
+    case SD_VAL_FLOAT: return cJSON_CreateNumber(sd_value_as_float(v));
+    case SD_VAL_BOOL: return cJSON_CreateBool(sd_value_as_bool(v));
+    default: break;
+    }
+    char *text = sd_value_kind_of(v) == SD_VAL_STRING ? strdup(sd_value_as_string(v)) : sd_exec_describe_value(v);
+    if (!text) return cJSON_CreateNull();
+    /* room for every folder named in it to become a longer "<models>" */
+    size_t len = strlen(text), cap = 4 * len + 64;
+    char *scrubbed = malloc(cap);
+    if (scrubbed) {
+        memcpy(scrubbed, text, len + 1);
+        srv_scrub_paths(env, scrubbed, cap);
+    }
+    cJSON *s = cJSON_CreateString(scrubbed ? scrubbed : "");
+    free(scrubbed);
+    free(text);
+    return s;
+}
+
+/* ComfyUI's current_inputs: {input: [value, ...]} for every input the node
+ * was given, in the node's input order; a list output's items one by one,
+ * any other value as a list of one. */
+static cJSON *current_inputs_json(const sd_env *env, const sd_exec_event *ev) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !ev->def || !ev->inputs) return o;
+    for (int k = 0; ev->def->inputs && ev->def->inputs[k].name; k++) {
+        const sd_value *v = ev->inputs[k];
+        if (!v) continue;
+        cJSON *a = cJSON_AddArrayToObject(o, ev->def->inputs[k].name);
+        if (ev->inputs_are_lists[k])
+            for (size_t i = 0; i < sd_value_list_len(v); i++)
+                cJSON_AddItemToArray(a, input_value_json(env, sd_value_list_get(v, i)));
+        else
+            cJSON_AddItemToArray(a, input_value_json(env, v));
+    }
+    return o;
+}
+
 static void on_event(void *user, const sd_exec_event *ev) {
     run_ctx *r = user;
     const srv_run_opts *o = r->o;
+    if (ev->kind == SD_EXEC_NODE_ERROR) {
+        cJSON_Delete(r->current_inputs);
+        r->current_inputs = current_inputs_json(o->env, ev);
+        return;
+    }
     /* a finished picture (SaveImageWebsocket) goes out whole, every time */
     int image = ev->kind == SD_EXEC_NODE_IMAGE;
     if (!image && (ev->kind != SD_EXEC_NODE_PREVIEW || !o->preview || r->preview_failed)) return;
@@ -288,6 +340,31 @@ static void on_event(void *user, const sd_exec_event *ev) {
         o->sink.send_binary(o->sink.user, r->j->client_id, 4, buf, n); /* NULL client: everyone, as ComfyUI */
     }
     free(buf);
+}
+
+/* execution_error's exception_type: ComfyUI sends the Python exception's
+ * class; sdflow's errors are status codes, named by the built-in exception
+ * Python code raises for that kind of failure. */
+static const char *exception_type(sd_status rc) {
+    switch (rc) {
+    case SD_ERR_NOMEM: return "MemoryError";
+    case SD_ERR_IO: return "OSError";
+    case SD_ERR_NOT_FOUND: return "FileNotFoundError";
+    case SD_ERR_UNSUPPORTED: return "NotImplementedError";
+    case SD_ERR_INVALID:
+    case SD_ERR_FORMAT:
+    case SD_ERR_VALIDATION: return "ValueError";
+    default: return "RuntimeError";
+    }
+}
+
+/* execution_error's current_outputs: ComfyUI's caches.outputs.all_node_ids()
+ * as the run began, which (with its default caches) is every node of the
+ * prompt; here in prompt order. */
+static cJSON *prompt_node_ids(const sd_graph *g) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < sd_graph_count(g); i++) cJSON_AddItemToArray(a, cJSON_CreateString(sd_graph_at(g, i)->id));
+    return a;
 }
 
 cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc_out) {
@@ -366,11 +443,11 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
         sd_error_format(&err, msg, sizeof msg);
         srv_scrub_paths(o->env, msg, sizeof msg);
         cJSON_AddStringToObject(d, "exception_message", msg);
-        cJSON_AddStringToObject(d, "exception_type", sd_status_name(rc));
-        cJSON_AddArrayToObject(d, "traceback");
-        cJSON_AddObjectToObject(d, "current_inputs");
-        /* ComfyUI: the ids of the nodes whose outputs were cached when the run began */
-        cJSON_AddItemToObject(d, "current_outputs", r.cached ? cJSON_Duplicate(r.cached, 1) : cJSON_CreateArray());
+        cJSON_AddStringToObject(d, "exception_type", exception_type(rc));
+        cJSON_AddArrayToObject(d, "traceback"); /* no Python frames to list */
+        cJSON_AddItemToObject(d, "current_inputs", r.current_inputs ? r.current_inputs : cJSON_CreateObject());
+        r.current_inputs = NULL;
+        cJSON_AddItemToObject(d, "current_outputs", prompt_node_ids(j->graph));
         cJSON_AddNumberToObject(d, "timestamp", (double)srv_time_ms());
         emit(&r, "execution_error", d, 1);
     }
@@ -384,6 +461,7 @@ cJSON *srv_job_run(sd_exec *ex, srv_job *j, const srv_run_opts *o, sd_status *rc
     cJSON_AddItemToObject(entry, "meta", r.meta);
     cJSON_Delete(r.executed);
     cJSON_Delete(r.cached);
+    cJSON_Delete(r.current_inputs);
     free(r.nodes);
     run_log(&r, "prompt %s %s: %zu executed, %zu cached, %.2fs%s%s", j->id,
             rc == SD_OK ? "done" : rc == SD_ERR_CANCELLED ? "interrupted" : "failed", rep.n_executed, rep.n_cached,
@@ -428,7 +506,7 @@ cJSON *srv_job_failed_entry(const srv_job *j, const char *message, cJSON **data_
     cJSON_AddStringToObject(d, "node_type", "");
     cJSON_AddArrayToObject(d, "executed");
     cJSON_AddStringToObject(d, "exception_message", message);
-    cJSON_AddStringToObject(d, "exception_type", "worker");
+    cJSON_AddStringToObject(d, "exception_type", "RuntimeError");
     cJSON_AddArrayToObject(d, "traceback");
     cJSON_AddObjectToObject(d, "current_inputs");
     cJSON_AddArrayToObject(d, "current_outputs");

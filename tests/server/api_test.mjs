@@ -237,6 +237,30 @@ try {
      ee.node_id === '1' && ee.node_type === 'LoadImage' && /broken\.png/.test(ee.exception_message) &&
      Array.isArray(ee.current_outputs) && Array.isArray(ee.traceback),
      `execution_error names the node and the file: ${JSON.stringify(ee)}`);
+  // ComfyUI's fields: the failed node's inputs as {name: [value]}, every node
+  // of the prompt in current_outputs, a Python-style exception class name
+  ok(JSON.stringify(ee.current_inputs) === '{"image":["broken.png"]}' &&
+     JSON.stringify([...ee.current_outputs].sort()) === JSON.stringify(Object.keys(inv).sort()) &&
+     typeof ee.exception_type === 'string' && /^[A-Z][A-Za-z]*Error$/.test(ee.exception_type) && ee.traceback.length === 0,
+     `execution_error: current_inputs, current_outputs, exception_type as ComfyUI's (${JSON.stringify(ee)})`);
+  // a node that fails with linked inputs: ImageBlur's radius beyond a 16x16 picture
+  const blur = {
+    1: { class_type: 'LoadImage', inputs: { image: 'example.png' } },
+    2: { class_type: 'ImageScale', inputs: { image: ['1', 0], upscale_method: 'nearest-exact', width: 16, height: 16, crop: 'disabled' } },
+    3: { class_type: 'ImageBlur', inputs: { image: ['2', 0], blur_radius: 31, sigma: 2.5 } },
+    4: { class_type: 'PreviewImage', inputs: { images: ['3', 0] } },
+  };
+  r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: blur, client_id: 'sdflow-api-test' }) });
+  const bb = await r.json();
+  ok(r.status === 200, `the blur prompt is accepted (${r.status} ${JSON.stringify(bb)})`);
+  await until(() => of('execution_error', bb.prompt_id).length > 0, 'execution_error of the blur');
+  const be = of('execution_error', bb.prompt_id)[0].data;
+  const ci = be.current_inputs || {};
+  ok(be.node_id === '3' && be.node_type === 'ImageBlur' && keys(ci) === 'blur_radius,image,sigma' &&
+     JSON.stringify(ci.blur_radius) === '[31]' && JSON.stringify(ci.sigma) === '[2.5]' &&
+     Array.isArray(ci.image) && ci.image.length === 1 && typeof ci.image[0] === 'string' && /16, 16, 3/.test(ci.image[0]) &&
+     JSON.stringify([...be.current_outputs].sort()) === '["1","2","3","4"]',
+     `execution_error of a node with a linked input: the picture described, the literals as they are (${JSON.stringify(be)})`);
   await until(async () => (await (await fetch(`${base}/history/${eb.prompt_id}`)).json())[eb.prompt_id], 'the failed prompt in the history');
   const he = (await (await fetch(`${base}/history/${eb.prompt_id}`)).json())[eb.prompt_id];
   ok(he.status.status_str === 'error' && he.status.messages.some((m) => m[0] === 'execution_error'), 'history of the failed prompt: status error');
