@@ -25,10 +25,10 @@
 #include "models/sampling/latent_format.h"
 #include "models/vae/taesd.h"
 
-#define N_FORMATS 3 /* sd1, sdxl, flux */
+#define N_FORMATS 4 /* sd1, sdxl, flux, sd3 */
 
 static const sd_latent_format *const formats[N_FORMATS] = {&sd_latent_sd1, &sd_latent_sdxl,
-                                                           &sd_latent_flux};
+                                                           &sd_latent_flux, &sd_latent_sd3};
 
 struct sd_cli_preview {
     char *path;

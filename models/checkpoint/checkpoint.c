@@ -31,6 +31,7 @@ struct sd_checkpoint {
     sd_unet *unet;
     sd_flux *flux; /* the diffusion model of a FLUX file (unet stays NULL) */
     sd_zimage *zimage; /* ... of a ZIMAGE file */
+    sd_sd3 *sd3;   /* the diffusion model of an SD3 file (unet stays NULL) */
     sd_text_encoder *te;
     sd_tokenizer *tok;
     sd_t5_tokenizer *t5tok;
@@ -52,6 +53,7 @@ const char *sd_ckpt_family_name(sd_ckpt_family f) {
     case SD_CKPT_SD2: return "sd2";
     case SD_CKPT_FLUX: return "flux";
     case SD_CKPT_ZIMAGE: return "zimage";
+    case SD_CKPT_SD3: return "sd3";
     default: return "none";
     }
 }
@@ -121,12 +123,14 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
     /* The diffusion model: Flux's DiT or an SD UNet, under the single-file
      * prefix or bare (a diffusion_models/ file) */
     const char *dp = NULL;
-    int flux = 0, zimage = 0;
+    int flux = 0, zimage = 0, sd3 = 0;
     if (sd_flux_present(f, SD_UNET_PREFIX)) dp = SD_UNET_PREFIX, flux = 1;
     else if (sd_zimage_present(f, SD_UNET_PREFIX)) dp = SD_UNET_PREFIX, zimage = 1;
+    else if (sd_sd3_present(f, SD_UNET_PREFIX)) dp = SD_UNET_PREFIX, sd3 = 1;
     else if (has_prefix(f, SD_UNET_PREFIX)) dp = SD_UNET_PREFIX;
     else if (sd_flux_present(f, "")) dp = "", flux = 1;
     else if (sd_zimage_present(f, "")) dp = "", zimage = 1;
+    else if (sd_sd3_present(f, "")) dp = "", sd3 = 1;
     else if (sd_st_find(f, "input_blocks.0.0.weight")) dp = "";
     if (dp && zimage) {
         sd_status rc = sd_zimage_detect(f, dp, &info->zimage, err);
@@ -137,6 +141,15 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
         info->family = SD_CKPT_ZIMAGE;
         info->prediction = SD_PRED_CONST;
         info->latent_format = &sd_latent_flux; /* supported_models.Lumina2: latent_formats.Flux */
+    } else if (dp && sd3) {
+        sd_status rc = sd_sd3_detect(f, dp, &info->sd3, err);
+        if (rc) return rc; /* the message names the file */
+        info->has_unet = 1;
+        info->dmodel_kind = SD_DMODEL_MMDIT;
+        info->dmodel_prefix = dp;
+        info->family = SD_CKPT_SD3;
+        info->prediction = SD_PRED_CONST;
+        info->latent_format = &sd_latent_sd3;
     } else if (dp && flux) {
         sd_status rc = sd_flux_detect(f, dp, &info->flux, err);
         if (rc) return rc; /* the message names the file */
@@ -193,7 +206,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: no model part found (no keys under model.diffusion_model., "
                             "first_stage_model., cond_stage_model., conditioner. or "
-                            "text_encoders., and not a bare UNet, Flux DiT, VAE, T5 or CLIP "
+                            "text_encoders., and not a bare UNet, Flux DiT, SD3 MMDiT, VAE, T5 or CLIP "
                             "file; %zu tensors, first '%s')",
                             path, sd_st_count(f),
                             sd_st_count(f) ? sd_st_at(f, 0)->name : "");
@@ -272,6 +285,7 @@ void sd_checkpoint_unref(sd_checkpoint *c) {
     sd_unet_free(c->unet);
     sd_flux_free(c->flux);
     sd_zimage_free(c->zimage);
+    sd_sd3_free(c->sd3);
     sd_text_encoder_free(c->te);
     sd_tokenizer_free(c->tok);
     sd_t5_tokenizer_free(c->t5tok);
@@ -292,7 +306,7 @@ sd_backend *sd_checkpoint_backend(const sd_checkpoint *c) { return c->be; }
 /* Drop the mapping once nothing is left to load from it (called locked). */
 static void maybe_close_file(sd_checkpoint *c) {
     if (!c->file) return;
-    if (c->info.has_unet && !c->unet && !c->flux && !c->zimage) return;
+    if (c->info.has_unet && !c->unet && !c->flux && !c->zimage && !c->sd3) return;
     if (c->info.has_text_encoder && !c->te) return;
     if (c->info.has_vae && !c->vae) return;
     sd_st_close(c->file);
@@ -401,6 +415,7 @@ static void set_dequant(void *ud, const char *key, sd_bt **slot) {
         snprintf(wk, sizeof wk, "%.*s.weight", (int)(n - 5), key);
         sd_bt **ws = w->kind == SD_DMODEL_FLUX     ? sd_flux_param(w->model, wk)
                      : w->kind == SD_DMODEL_ZIMAGE ? sd_zimage_param(w->model, wk)
+                     : w->kind == SD_DMODEL_MMDIT  ? sd_sd3_param(w->model, wk)
                                                    : sd_unet_param(w->model, wk);
         weight = ws ? *ws : NULL;
     }
@@ -409,25 +424,28 @@ static void set_dequant(void *ud, const char *key, sd_bt **slot) {
 
 /* Loads the diffusion model part (called locked). */
 static sd_status load_dmodel(sd_checkpoint *c, sd_error *err) {
-    if (c->unet || c->flux || c->zimage) return SD_OK;
+    if (c->unet || c->flux || c->zimage || c->sd3) return SD_OK;
     sd_status rc = ensure_file(c, err);
     if (rc) return rc;
     const char *dp = c->info.dmodel_prefix ? c->info.dmodel_prefix : SD_UNET_PREFIX;
     sd_dmodel_kind kind = c->info.dmodel_kind;
-    int flux = kind == SD_DMODEL_FLUX, zimage = kind == SD_DMODEL_ZIMAGE;
+    int flux = kind == SD_DMODEL_FLUX, zimage = kind == SD_DMODEL_ZIMAGE, sd3 = kind == SD_DMODEL_MMDIT;
     if (flux) rc = sd_flux_load(c->be, c->file, dp, c->weight_dtype, &c->flux, err);
     else if (zimage) rc = sd_zimage_load(c->be, c->file, dp, c->weight_dtype, &c->zimage, err);
+    else if (sd3) rc = sd_sd3_load(c->be, c->file, dp, c->weight_dtype, &c->sd3, err);
     else rc = sd_unet_load(c->be, c->file, dp, c->weight_dtype, &c->unet, err);
     if (rc) {
         const char *const pre[] = {dp, NULL};
-        name_nonfinite(c, pre, flux || zimage ? "diffusion model" : "UNet", err);
-        prefix_part(c, err, flux ? "Flux diffusion model" : zimage ? "Z-Image diffusion model" : "UNet");
+        name_nonfinite(c, pre, flux || zimage || sd3 ? "diffusion model" : "UNet", err);
+        prefix_part(c, err, flux ? "Flux diffusion model" : zimage ? "Z-Image diffusion model"
+                            : sd3 ? "SD3 diffusion model" : "UNet");
     } else {
         if (c->dequant != SD_DQ_F16) {
-            void *model = flux ? (void *)c->flux : zimage ? (void *)c->zimage : (void *)c->unet;
+            void *model = flux ? (void *)c->flux : zimage ? (void *)c->zimage : sd3 ? (void *)c->sd3 : (void *)c->unet;
             dq_walk w = {c->dequant, model, kind};
             if (flux) sd_flux_param_each(c->flux, set_dequant, &w);
             else if (zimage) sd_zimage_param_each(c->zimage, set_dequant, &w);
+            else if (sd3) sd_sd3_param_each(c->sd3, set_dequant, &w);
             else sd_unet_param_each(c->unet, set_dequant, &w);
         }
         maybe_close_file(c);
@@ -455,6 +473,7 @@ sd_status sd_checkpoint_dmodel(sd_checkpoint *c, sd_dmodel *out, sd_error *err) 
     sd_status rc = load_dmodel(c, err);
     if (!rc && c->flux) sd_flux_as_dmodel(c->flux, out);
     else if (!rc && c->zimage) sd_zimage_as_dmodel(c->zimage, out);
+    else if (!rc && c->sd3) sd_sd3_as_dmodel(c->sd3, out);
     else if (!rc) sd_unet_as_dmodel(c->unet, out);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -464,6 +483,7 @@ int sd_ckpt_info_latent_channels(const sd_ckpt_info *info) {
     if (!info->has_unet) return 0;
     if (info->dmodel_kind == SD_DMODEL_FLUX) return info->flux.out_channels;
     if (info->dmodel_kind == SD_DMODEL_ZIMAGE) return info->zimage.in_channels;
+    if (info->dmodel_kind == SD_DMODEL_MMDIT) return info->sd3.out_channels;
     return info->unet.out_channels;
 }
 
@@ -529,7 +549,7 @@ sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err) {
 
 void sd_checkpoint_loaded(sd_checkpoint *c, int *unet, int *text_encoder, int *vae) {
     pthread_mutex_lock(&c->mu);
-    if (unet) *unet = c->unet != NULL || c->flux != NULL || c->zimage != NULL;
+    if (unet) *unet = c->unet != NULL || c->flux != NULL || c->zimage != NULL || c->sd3 != NULL;
     if (text_encoder) *text_encoder = c->te != NULL;
     if (vae) *vae = c->vae != NULL;
     pthread_mutex_unlock(&c->mu);
@@ -562,6 +582,7 @@ void sd_checkpoint_release(sd_checkpoint *c, unsigned parts) {
             sd_unet_free(c->unet), c->unet = NULL;
             sd_flux_free(c->flux), c->flux = NULL;
             sd_zimage_free(c->zimage), c->zimage = NULL;
+            sd_sd3_free(c->sd3), c->sd3 = NULL;
         }
         if (bit == SD_CKPT_PART_TEXT) sd_text_encoder_free(c->te), c->te = NULL;
         if (bit == SD_CKPT_PART_VAE) sd_vae_free(c->vae), c->vae = NULL;

@@ -13,7 +13,10 @@
  *                                    SDXL), or bare (a diffusion_models/ file)
  *   DiT   the Flux DiT's keys (models/flux/flux.h) under model.diffusion_model.
  *         (Comfy-Org single-file checkpoints) or bare (diffusion_models/
- *         flux1-dev.safetensors); family SD_CKPT_FLUX. Z-Image's NextDiT
+ *         flux1-dev.safetensors); family SD_CKPT_FLUX. The SD3 MMDiT
+ *         (models/sd3/sd3.h: joint_blocks.*, the same two ways:
+ *         sd3.5_medium_incl_clips_t5xxlfp8.safetensors, diffusion_models/
+ *         sd3.5_medium.safetensors); family SD_CKPT_SD3. Z-Image's NextDiT
  *         (models/zimage/zimage.h: cap_embedder.*, bare as in
  *         diffusion_models/z_image_turbo_bf16.safetensors, or under
  *         model.diffusion_model.); family SD_CKPT_ZIMAGE
@@ -23,7 +26,8 @@
  *   text  cond_stage_model.transformer.* (SD1), cond_stage_model.model.*
  *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.* (SDXL; SD2.x
  *         in the SGM layout: embedders.0.model with a label_emb-less UNet),
- *         text_encoders.{t5xxl,clip_l}.transformer.* (Flux single files), or
+ *         text_encoders.{t5xxl,clip_l}.transformer.* (Flux single files),
+ *         text_encoders.{clip_l,clip_g,t5xxl}.transformer.* (SD3), or
  *         the bare keys of a standalone text-encoder file (a T5-XXL, a CLIP;
  *         sd_text_encoder_detect in models/text/text_encode.h)
  * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
@@ -49,6 +53,7 @@
 #include "kernels/backend.h"
 #include "models/dmodel/dmodel.h"
 #include "models/flux/flux.h"
+#include "models/sd3/sd3.h"
 #include "models/sampling/latent_format.h"
 #include "models/sampling/model_sampling.h"
 #include "models/text/text_encode.h"
@@ -62,25 +67,26 @@ typedef enum sd_ckpt_family {
     SD_CKPT_SDXL = 2,
     SD_CKPT_SD2 = 3,  /* SD2.x: OpenCLIP-H text encoder, linear proj_in, eps or v */
     SD_CKPT_FLUX = 4,  /* Flux.1 DiT (dev: guidance_embed; schnell) */
-    /* 5: kept for SD3 */
+    SD_CKPT_SD3 = 5,   /* SD3 / SD3.5 MMDiT (Medium's MMDiT-X, Large) */
     SD_CKPT_ZIMAGE = 6 /* Z-Image's NextDiT (models/zimage) */
 } sd_ckpt_family;
 
 typedef struct sd_ckpt_info {
     sd_ckpt_family family;
     /* has_unet: a diffusion model of any kind (the UNet, or the DiT of the
-     * FLUX family); dmodel_kind says which */
+     * FLUX / SD3 families); dmodel_kind says which */
     int has_unet, has_text_encoder, has_vae;
     sd_te_kind te_kind;      /* what the text-encoder keys make (0: none; sd_text_encoder_detect) */
     sd_dmodel_kind dmodel_kind;
     const char *dmodel_prefix; /* "model.diffusion_model." or "" (a bare model file) */
     sd_unet_config unet;     /* valid when dmodel_kind is SD_DMODEL_UNET */
     sd_flux_config flux;     /* valid when dmodel_kind is SD_DMODEL_FLUX */
+    sd_sd3_config sd3;       /* valid when dmodel_kind is SD_DMODEL_MMDIT */
     sd_zimage_config zimage; /* valid when dmodel_kind is SD_DMODEL_ZIMAGE */
     const char *vae_prefix;  /* "first_stage_model.", "vae." or "" */
     /* the MODEL's latent format (process_latent_in/out at sampling, previews):
      * SD1's for SD1/SD2 and a bare VAE, SDXL's for SDXL, Flux's for FLUX and
-     * ZIMAGE */
+     * ZIMAGE, SD3's for SD3 */
     const sd_latent_format *latent_format;
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
@@ -133,7 +139,7 @@ void sd_checkpoint_unref(sd_checkpoint *c);         /* NULL-safe */
 const sd_ckpt_info *sd_checkpoint_info(const sd_checkpoint *c);
 const char *sd_checkpoint_path(const sd_checkpoint *c);
 sd_backend *sd_checkpoint_backend(const sd_checkpoint *c);
-/* "sd1", "sd2", "sdxl", "flux", "zimage" or "none". */
+/* "sd1", "sd2", "sdxl", "flux", "sd3", "zimage" or "none". */
 const char *sd_ckpt_family_name(sd_ckpt_family f);
 
 /* The parts, loaded on first call (borrowed; NULL never returned on SD_OK).
@@ -145,12 +151,12 @@ const char *sd_ckpt_family_name(sd_ckpt_family f);
 sd_status sd_checkpoint_unet(sd_checkpoint *c, sd_unet **out, sd_error *err);
 /* The diffusion model of any kind behind the interface the sampler uses
  * (models/dmodel/dmodel.h), loaded on first call: the UNet (as
- * sd_checkpoint_unet) or the Flux DiT, weights in the checkpoint's
- * weight_dtype (sd_checkpoint_opts). sd_checkpoint_unet on a Flux file is
+ * sd_checkpoint_unet), the Flux DiT or the SD3 MMDiT, weights in the checkpoint's
+ * weight_dtype (sd_checkpoint_opts). sd_checkpoint_unet on a DiT file is
  * SD_ERR_UNSUPPORTED naming the family. *out borrows the network. */
 sd_status sd_checkpoint_dmodel(sd_checkpoint *c, sd_dmodel *out, sd_error *err);
 /* Latent channels of the diffusion model (4 for the SD families, the DiT's
- * out_channels for Flux), 0 without one. From detection: nothing loads. */
+ * out_channels for Flux and SD3), 0 without one. From detection: nothing loads. */
 int sd_ckpt_info_latent_channels(const sd_ckpt_info *info);
 sd_status sd_checkpoint_text_encoder(sd_checkpoint *c, sd_text_encoder **out, sd_error *err);
 sd_status sd_checkpoint_vae(sd_checkpoint *c, sd_vae **out, sd_error *err);

@@ -14,6 +14,7 @@ const char *sd_dmodel_kind_name(sd_dmodel_kind kind) {
     case SD_DMODEL_UNET: return "unet";
     case SD_DMODEL_FLUX: return "flux";
     case SD_DMODEL_ZIMAGE: return "zimage";
+    case SD_DMODEL_MMDIT: return "mmdit";
     default: return "?";
     }
 }

@@ -19,7 +19,8 @@
  *   y          [N, y_dim] (SDXL's adm vector, Flux's pooled CLIP-L) or NULL
  *   guidance   N host floats (Flux dev's distilled guidance) or NULL: none
  *   extra      kind-specific extra inputs (UNet: const sd_unet_control *,
- *              the ControlNet residuals) or NULL
+ *              the ControlNet residuals; MMDiT: const sd_sd3_extra *, the
+ *              blocks to skip) or NULL
  * The output is the raw network output [N, out_channels, H, W] (eps,
  * v or velocity: the ModelSampling's calculate_denoised reads it), a new
  * tensor the caller owns.
@@ -31,9 +32,9 @@
 
 typedef enum sd_dmodel_kind {
     SD_DMODEL_UNET = 1, /* SD1 / SD2 / SDXL */
-    SD_DMODEL_FLUX = 2,  /* Flux.1 dev / schnell */
-    /* 3: kept for SD3's MMDiT */
-    SD_DMODEL_ZIMAGE = 4 /* Z-Image's NextDiT (models/zimage) */
+    SD_DMODEL_FLUX = 2,   /* Flux.1 dev / schnell */
+    SD_DMODEL_MMDIT = 3,  /* SD3 / SD3.5 (models/sd3/sd3.h) */
+    SD_DMODEL_ZIMAGE = 4  /* Z-Image's NextDiT (models/zimage) */
 } sd_dmodel_kind;
 
 typedef struct sd_dmodel_info {
@@ -69,7 +70,7 @@ typedef struct sd_dmodel {
 /* m->vt->forward, with a NULL-model check. */
 sd_status sd_dmodel_forward(const sd_dmodel *m, const sd_dmodel_input *in, sd_bt **out,
                             sd_error *err);
-/* "unet", "flux", "zimage". */
+/* "unet", "flux", "mmdit", "zimage". */
 const char *sd_dmodel_kind_name(sd_dmodel_kind kind);
 
 #endif

@@ -1,4 +1,4 @@
-/* latent_format.c - ComfyUI's SD15, SDXL and Flux latent formats. */
+/* latent_format.c - ComfyUI's SD15, SDXL, SD3 and Flux latent formats. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -32,15 +32,27 @@ static const float flux_factors[16][3] = {
     {-0.1262f, -0.0982f, -0.0778f},
 };
 static const float flux_bias[3] = {-0.0329f, -0.0718f, -0.0851f};
+static const float sd3_factors[16][3] = {
+    {-0.0922f, -0.0175f, 0.0749f}, {0.0311f, 0.0633f, 0.0954f},   {0.1994f, 0.0927f, 0.0458f},
+    {0.0856f, 0.0339f, 0.0902f},   {0.0587f, 0.0272f, -0.0496f},  {-0.0006f, 0.1104f, 0.0309f},
+    {0.0978f, 0.0306f, 0.0427f},   {-0.0042f, 0.1038f, 0.1358f},  {-0.0194f, 0.0020f, 0.0669f},
+    {-0.0488f, 0.0130f, -0.0268f}, {0.0922f, 0.0988f, 0.0951f},   {-0.0278f, 0.0524f, -0.0542f},
+    {0.0332f, 0.0456f, 0.0895f},   {-0.0069f, -0.0030f, -0.0810f}, {-0.0596f, -0.0465f, -0.0293f},
+    {-0.1448f, -0.1463f, -0.1189f},
+};
+static const float sd3_bias[3] = {0.2394f, 0.2135f, 0.1925f};
 
 const sd_latent_format sd_latent_sd1 = {"sd1", 4, 0.18215f, 0.0f, sd1_factors, NULL, "taesd_decoder"};
 const sd_latent_format sd_latent_sdxl = {"sdxl", 4, 0.13025f, 0.0f, sdxl_factors, sdxl_bias,
                                          "taesdxl_decoder"};
 const sd_latent_format sd_latent_flux = {"flux", 16, 0.3611f, 0.1159f, flux_factors, flux_bias,
                                          "taef1_decoder"};
+const sd_latent_format sd_latent_sd3 = {"sd3", 16, 1.5305f, 0.0609f, sd3_factors, sd3_bias,
+                                        "taesd3_decoder"};
 
 const sd_latent_format *sd_latent_format_named(const char *name) {
-    static const sd_latent_format *const all[] = {&sd_latent_sd1, &sd_latent_sdxl, &sd_latent_flux};
+    static const sd_latent_format *const all[] = {&sd_latent_sd1, &sd_latent_sdxl, &sd_latent_flux,
+                                                  &sd_latent_sd3};
     for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
         if (strcmp(name, all[i]->name) == 0) return all[i];
     return NULL;

@@ -11,8 +11,9 @@
  * VAE -- and leaves an all-zero latent (an empty one) unshifted
  * (sd_latent_process_in_nonempty).
  *
- * Formats: "sd1" (SD1.x, SD2.x: scale 0.18215), "sdxl" (0.13025) and "flux"
- * (16 channels, scale 0.3611, shift 0.1159). The name is also what the
+ * Formats: "sd1" (SD1.x, SD2.x: scale 0.18215), "sdxl" (0.13025), "flux"
+ * (16 channels, scale 0.3611, shift 0.1159) and "sd3" (16 channels, scale
+ * 1.5305, shift 0.0609). The name is also what the
  * executor's preview events carry (core/node.h sd_node_preview). Plain
  * constant data: nothing to free.
  */
@@ -24,7 +25,7 @@
 #include "core/tensor.h"
 
 typedef struct sd_latent_format {
-    const char *name;               /* "sd1", "sdxl", "flux" */
+    const char *name;               /* "sd1", "sdxl", "flux", "sd3" */
     int channels;                   /* latent_channels */
     float scale, shift;             /* scale_factor, shift_factor (0 when none) */
     /* latent_rgb_factors [channels][R, G, B] and latent_rgb_factors_bias
@@ -33,11 +34,12 @@ typedef struct sd_latent_format {
     const float (*rgb_factors)[3];
     const float *rgb_bias;
     /* taesd_decoder_name: the stem of the preview decoder ComfyUI looks for
-     * in models/vae_approx/ ("taesd_decoder", "taesdxl_decoder", "taef1_decoder"). */
+     * in models/vae_approx/ ("taesd_decoder", "taesdxl_decoder", "taef1_decoder",
+     * "taesd3_decoder"). */
     const char *taesd_decoder;
 } sd_latent_format;
 
-extern const sd_latent_format sd_latent_sd1, sd_latent_sdxl, sd_latent_flux;
+extern const sd_latent_format sd_latent_sd1, sd_latent_sdxl, sd_latent_flux, sd_latent_sd3;
 
 /* The format of that name; NULL for an unknown (or NULL) name. */
 const sd_latent_format *sd_latent_format_named(const char *name);

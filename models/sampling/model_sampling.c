@@ -198,6 +198,11 @@ void sd_model_sampling_init_zimage(sd_model_sampling *ms)
     sd_model_sampling_init_flow(ms, SD_MS_ZIMAGE_DEFAULT_SHIFT, 1.0);
 }
 
+void sd_model_sampling_init_sd3(sd_model_sampling *ms)
+{
+    sd_model_sampling_init_flow(ms, SD_MS_SD3_DEFAULT_SHIFT, 1000.0);
+}
+
 double sd_ms_flux_shift(double max_shift, double base_shift, int width, int height)
 {
     const double x1 = 256, x2 = 4096;

@@ -124,6 +124,11 @@ void sd_model_sampling_init_flux_schnell(sd_model_sampling *ms);
  * sampling_settings): ModelSamplingDiscreteFlow, shift 3, multiplier 1. */
 #define SD_MS_ZIMAGE_DEFAULT_SHIFT 3.0
 void sd_model_sampling_init_zimage(sd_model_sampling *ms);
+/* The family default of an SD3 / SD3.5 MODEL without a ModelSamplingSD3
+ * node (comfy/supported_models.py SD3 sampling_settings): ModelSamplingDiscreteFlow
+ * with shift 3, multiplier 1000. */
+#define SD_MS_SD3_DEFAULT_SHIFT 3.0
+void sd_model_sampling_init_sd3(sd_model_sampling *ms);
 /* The ModelSamplingFlux node's shift for a picture of width x height pixels:
  * a line through (256, base_shift) and (4096, max_shift) evaluated at
  * width * height / 256 (the number of 2x2 latent patches), in double as

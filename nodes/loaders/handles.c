@@ -220,6 +220,9 @@ sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error 
             if (!rc) sd_flux_as_dmodel(f, out);
             return rc;
         }
+        if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_SD3)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "LoRA on an SD3 model is not supported yet (%s)",
+                                sd_checkpoint_path(m->ckpt));
         if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_ZIMAGE)
             return sd_error_set(err, SD_ERR_UNSUPPORTED,
                                 "LoRA on a Z-Image model is not supported yet (%s)",
@@ -260,6 +263,7 @@ void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
     else if (info->family == SD_CKPT_FLUX && info->flux.guidance_embed) sd_model_sampling_init_flux_dev(ms);
     else if (info->family == SD_CKPT_FLUX) sd_model_sampling_init_flux_schnell(ms);
     else if (info->family == SD_CKPT_ZIMAGE) sd_model_sampling_init_zimage(ms);
+    else if (info->family == SD_CKPT_SD3) sd_model_sampling_init_sd3(ms);
     else sd_model_sampling_init(ms, info->prediction);
 }
 

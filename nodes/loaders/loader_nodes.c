@@ -55,6 +55,9 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     else if (info->dmodel_kind == SD_DMODEL_ZIMAGE)
         sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: zimage NextDiT, dim %d, %d+%d layers", name,
                     info->zimage.dim, info->zimage.n_refiner_layers, info->zimage.n_layers);
+    else if (info->dmodel_kind == SD_DMODEL_MMDIT)
+        sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: sd3 MMDiT, width %d, %d joint blocks (%d MMDiT-X)", name,
+                    info->sd3.hidden_size, info->sd3.depth, info->sd3.n_self_attn);
     else
         sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: %s%s%s, UNet %d channels", name,
                     sd_ckpt_family_name(info->family), info->inpaint ? " inpainting" : "",
@@ -85,7 +88,7 @@ const sd_node_def sd_node_CheckpointLoaderSimple = {
     .description = "Loads a diffusion model checkpoint, diffusion models are used to denoise latents.",
     .display_name = "Load Checkpoint",
     .category = "loaders",
-    .help = "Loads a single-file .safetensors checkpoint (SD1.x, SDXL): the diffusion "
+    .help = "Loads a single-file .safetensors checkpoint (SD1.x, SDXL, Flux, SD3): the diffusion "
             "model, its text encoder and its VAE. Weights load when first used.",
     .inputs = ckpt_loader_inputs,
     .outputs = ckpt_loader_outputs,

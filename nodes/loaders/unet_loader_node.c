@@ -70,6 +70,9 @@ static sd_status unet_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     else if (info->family == SD_CKPT_ZIMAGE)
         sd_node_log(ctx, SD_LOG_INFO, "diffusion model %s: zimage NextDiT, dim %d, %d+%d layers, weights %s",
                     name, info->zimage.dim, info->zimage.n_refiner_layers, info->zimage.n_layers, wd);
+    else if (info->family == SD_CKPT_SD3)
+        sd_node_log(ctx, SD_LOG_INFO, "diffusion model %s: sd3 MMDiT, hidden %d, %d joint blocks (%d MMDiT-X), weights %s",
+                    name, info->sd3.hidden_size, info->sd3.depth, info->sd3.n_self_attn, wd);
     else
         sd_node_log(ctx, SD_LOG_INFO, "diffusion model %s: %s UNet, %d channels, weights %s", name,
                     sd_ckpt_family_name(info->family), info->unet.model_channels, wd);
@@ -91,7 +94,7 @@ const sd_node_def sd_node_UNETLoader = {
     .python_module = "nodes",
     .display_name = "Load Diffusion Model",
     .category = "advanced/loaders",
-    .help = "Loads a diffusion model file (Flux DiT or SD UNet, bare or in a checkpoint) from "
+    .help = "Loads a diffusion model file (Flux DiT, SD3 MMDiT or SD UNet, bare or in a checkpoint) from "
             "diffusion_models/ or unet/; weight_dtype converts its weights to fp8 at load.",
     .inputs = unet_loader_inputs,
     .outputs = unet_loader_outputs,

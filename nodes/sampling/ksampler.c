@@ -321,6 +321,16 @@ static double zimage_bytes(const sd_zimage_config *c, int64_t b, int64_t h, int6
     return tokens * widths * c->dim * sizeof(float) * (double)b;
 }
 
+/* The MMDiT's: the joint stream (~154 text tokens beside the patches) with
+ * the same per-token widths as a Flux double block, plus a second
+ * attention's q, k, v on the MMDiT-X blocks. */
+static double sd3_bytes(const sd_sd3_config *c, int64_t b, int64_t h, int64_t w) {
+    int64_t p = c->patch_size;
+    double tokens = (double)((h + p - 1) / p) * (double)((w + p - 1) / p) + 333.0;
+    double widths = 3.0 + 2.0 * (3.0 + (double)c->mlp_hidden / c->hidden_size) + (c->n_self_attn ? 3.0 : 0.0);
+    return tokens * widths * c->hidden_size * sizeof(float) * (double)b;
+}
+
 /* The model's checkpoint facts every sampling entry checks first, and the
  * UNet's activations against the memory budget (core/membudget.h): cond
  * and uncond run as one batch, so 2 x the latent batch. */
@@ -347,13 +357,15 @@ static sd_status check_model_latent(sd_node_ctx *ctx, sd_checkpoint *ckpt, const
         return SD_ERR_INVALID;
     }
     int flux = info->dmodel_kind == SD_DMODEL_FLUX, zimage = info->dmodel_kind == SD_DMODEL_ZIMAGE;
+    int sd3 = info->dmodel_kind == SD_DMODEL_MMDIT;
     int64_t b2 = 2 * samples->shape[0];
     double need = flux     ? flux_bytes(&info->flux, b2, samples->shape[2], samples->shape[3])
                   : zimage ? zimage_bytes(&info->zimage, b2, samples->shape[2], samples->shape[3])
+                  : sd3    ? sd3_bytes(&info->sd3, b2, samples->shape[2], samples->shape[3])
                            : unet_bytes(&info->unet, b2, samples->shape[2], samples->shape[3]);
     char what[160];
     snprintf(what, sizeof what, "the %s's activations for the latent [%lld, %lld, %lld, %lld] "
-             "(cond and uncond together)", flux || zimage ? "DiT" : "UNet", (long long)samples->shape[0],
+             "(cond and uncond together)", flux || zimage || sd3 ? "DiT" : "UNet", (long long)samples->shape[0],
              (long long)samples->shape[1], (long long)samples->shape[2], (long long)samples->shape[3]);
     sd_status rc = sd_mem_check(ctx, "latent_image", need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, what, err);
     if (rc) return rc;
