@@ -1,5 +1,5 @@
 /* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingFlux,
- * ModelSamplingAuraFlow and RescaleCFG (comfy_extras/nodes_model_advanced.py) as data on the MODEL
+ * ModelSamplingAuraFlow, ModelSamplingSD3 and RescaleCFG (comfy_extras/nodes_model_advanced.py) as data on the MODEL
  * handle. */
 #include "model_nodes.h"
 
@@ -74,6 +74,25 @@ static sd_status model_sampling_aura_flow_run(sd_node_ctx *ctx, sd_value *const 
     p.zsnr = 0;
     p.shift = sd_value_as_float(in[1]);
     p.multiplier = 1.0;
+    return model_with(m, &p, &out[0], err);
+}
+
+/* ModelSamplingSD3: ModelSamplingDiscreteFlow + CONST with `shift` and
+ * SD3's multiplier 1000 (timestep = sigma * 1000), replacing the
+ * model_sampling object. */
+static sd_status model_sampling_sd3_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                        sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    p.sampling_set = 1;
+    p.sampling_base = SD_MS_FLOW;
+    p.sampling = SD_PRED_CONST;
+    p.zsnr = 0;
+    p.shift = sd_value_as_float(in[1]);
+    p.multiplier = 1000.0;
     return model_with(m, &p, &out[0], err);
 }
 
@@ -159,6 +178,25 @@ static const sd_node_def node_model_sampling_aura_flow = {
     .run = model_sampling_aura_flow_run,
 };
 
+static const sd_input_def model_sampling_sd3_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "shift", .type = SD_T_FLOAT, .def = 3.0, .min = 0.0, .max = 100.0, .step = 0.01,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_model_sampling_sd3 = {
+    .version = 1,
+    .class_type = "ModelSamplingSD3",
+    .python_module = "comfy_extras.nodes_model_advanced",
+    .display_name = "ModelSamplingSD3",
+    .category = "advanced/model",
+    .help = "Flow-matching sampling with SD3's shifted schedule: sigma(t) = shift*t / "
+            "(1 + (shift - 1)*t), timestep = sigma * 1000.",
+    .inputs = model_sampling_sd3_inputs,
+    .outputs = model_out,
+    .run = model_sampling_sd3_run,
+};
+
 static const sd_input_def rescale_cfg_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "multiplier", .type = SD_T_FLOAT, .def = 0.7, .min = 0.0, .max = 1.0, .step = 0.01,
@@ -180,5 +218,5 @@ static const sd_node_def node_rescale_cfg = {
 
 const sd_node_def *const sd_nodes_model_patch[] = {&node_model_sampling_discrete,
                                                    &node_model_sampling_flux,
-                                                   &node_model_sampling_aura_flow, &node_rescale_cfg,
-                                                   NULL};
+                                                   &node_model_sampling_aura_flow, &node_model_sampling_sd3,
+                                                   &node_rescale_cfg, NULL};

@@ -15,12 +15,14 @@
  * The model of a case is the manifest "models" entry whose key is one of
  * the '_'-separated words of the case id and whose file holds a VAE (under
  * first_stage_model., vae. or no prefix), else the VAELoader's file (the
- * entry whose comfy_name is in vae/). Every file the manifest lists must be
+ * entry whose comfy_name is in vae/), else the only model whose file holds
+ * a VAE. Every file the manifest lists must be
  * present (an absent one fails); without the manifest, or with no VAE case
  * in it, the test exits 77.
  *
  * argv[1] names a family's reference set (sd_golden_family_dir) instead of
- * the top one: ctest runs it as models.golden_vae_flux with "flux".
+ * the top one: ctest runs it as models.golden_vae_flux with "flux" and
+ * models.golden_vae_sd3 with "sd3".
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -184,6 +186,17 @@ static model_slot *model_for(cJSON *manifest, cJSON *c, const char *id, float *s
             cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
             break;
         }
+    if (!s) { /* else the one model whose file holds a VAE (the SD3 set's checkpoint) */
+        int n_vae = 0;
+        cJSON_ArrayForEach(m, ms) {
+            model_slot *cand = slot_for(m);
+            if (cand && cand->vae && n_vae++ == 0) {
+                s = cand;
+                cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+            }
+        }
+        if (n_vae > 1) s = NULL;
+    }
     if (!s || !s->vae) {
         CHECK_MSG(0, "case %s: no model with a VAE in the manifest matches", id);
         return NULL;
