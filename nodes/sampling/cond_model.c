@@ -25,6 +25,7 @@ typedef struct chunk {
     int cond_index;             /* SD_COND_* */
     const sd_value *entry;      /* the conditioning dict */
     sd_tensor *cond, *pooled;   /* borrowed */
+    const sd_tensor *concat;    /* extra input channels [B, cc, H, W] or NULL (borrowed) */
     int64_t ah, aw, ay, ax;     /* region of x, latent units */
     float *mult;                /* [ah * aw] weights */
     int guided;                 /* guidance models: a guidance value is fed */
@@ -125,6 +126,7 @@ static int compatible(const chunk *a, const chunk *b) {
      * have the same conds (a guidance value or none) */
     if (sd_value_dict_get(a->entry, "control") != sd_value_dict_get(b->entry, "control"))
         return 0;
+    if ((a->concat ? a->concat->shape[1] : 0) != (b->concat ? b->concat->shape[1] : 0)) return 0;
     return a->ah == b->ah && a->aw == b->aw && a->cond->shape[1] == b->cond->shape[1] &&
            a->cond->shape[2] == b->cond->shape[2] && a->guided == b->guided;
 }
@@ -246,7 +248,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     const int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     const int64_t ah = g[0]->ah, aw = g[0]->aw, L = g[0]->cond->shape[1],
                   D = g[0]->cond->shape[2];
-    const int64_t cc = m->concat ? m->concat->shape[1] : 0, cin = C + cc;
+    const int64_t cc = g[0]->concat ? g[0]->concat->shape[1] : 0, cin = C + cc;
     const int64_t plane = ah * aw, N = (int64_t)ng * B;
     sd_status rc = SD_OK;
     sd_tensor *xin = sd_tensor_new4(SD_F32, 4, N, cin, ah, aw);
@@ -300,7 +302,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
             for (int64_t ch = 0; ch < cc; ch++) /* c_concat, cropped to the area */
                 for (int64_t r = 0; r < ah; r++)
                     memcpy(dst + ((C + ch) * ah + r) * aw,
-                           (const float *)m->concat->data +
+                           (const float *)c->concat->data +
                                ((b * cc + ch) * H + c->ay + r) * W + c->ax,
                            (size_t)aw * sizeof(float));
         }
@@ -412,6 +414,8 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
             c->entry = sd_value_list_get(list, k);
             c->cond = sd_value_dict_tensor(c->entry, "cond");
             c->pooled = sd_value_dict_tensor(c->entry, "pooled_output");
+            c->concat = sd_value_dict_tensor(c->entry, "c_concat");
+            if (!c->concat) c->concat = m->concat;
             const char *which = conds[j] == SD_COND_MIDDLE ? "middle"
                                 : conds[j]                 ? "negative"
                                                            : "positive";

@@ -84,30 +84,6 @@ static sd_status prepare_mask(const sd_tensor *mask, const int64_t *shape, sd_te
     return SD_OK;
 }
 
-/* BaseModel.concat_cond for 9-channel inpainting UNets: [B, 5, H, W] =
- * round(mask) | latent image (model space); without a mask, ones | the
- * latent of a neutral grey image. */
-static sd_tensor *inpaint_concat(const sd_tensor *mask, const sd_tensor *latent_in,
-                                 const int64_t *shape) {
-    static const float blank[4] = {0.8223f, -0.6876f, 0.6364f, 0.1380f};
-    const int64_t B = shape[0], C = shape[1], plane = shape[2] * shape[3];
-    sd_tensor *o = sd_tensor_new4(SD_F32, 4, B, C + 1, shape[2], shape[3]);
-    if (!o) return NULL;
-    float *ov = o->data;
-    for (int64_t b = 0; b < B; b++) {
-        float *dm = ov + b * (C + 1) * plane;
-        for (int64_t i = 0; i < plane; i++)
-            dm[i] = mask ? rintf(((const float *)mask->data)[b * C * plane + i]) : 1.0f;
-        for (int64_t c = 0; c < C; c++) {
-            float *d = dm + (1 + c) * plane;
-            const float *src = (const float *)latent_in->data + (b * C + c) * plane;
-            for (int64_t i = 0; i < plane; i++)
-                d[i] = mask ? src[i] : 1.0f * (c < 4 ? blank[c] : 1.0f);
-        }
-    }
-    return o;
-}
-
 /* ---- conditioning pre-processing (comfy.samplers.process_conds) ---------------- */
 
 /* The entry's area (h, w, y, x); 0 when it has none. */
@@ -147,7 +123,7 @@ static int same_area_if_none(sd_value *conds, const sd_value *c) {
     sd_value *out = sd_value_shallow_copy(c);
     if (!out) return -1;
     /* model_conds: the text conditioning and what SDXL's adm is built from */
-    static const char *const keys[] = {"cond",          "pooled_output", "width",
+    static const char *const keys[] = {"cond",          "pooled_output", "c_concat", "width",
                                        "height",        "crop_w",        "crop_h",
                                        "target_width",  "target_height", "aesthetic_score",
                                        NULL};
@@ -599,7 +575,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         sd_error_at(err, NULL, NULL, "latent_image");
         goto done;
     }
-    if (info->inpaint && !(concat = inpaint_concat(mask, latent_in, shape))) {
+    if (info->inpaint && !(concat = sd_inpaint_concat(mask, latent_in, shape))) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -623,6 +599,18 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                 sd_error_at(err, NULL, NULL, cond_names[order[k]]);
                 goto done;
             }
+        }
+        /* encode_model_conds: an inpainting UNet's entries with their own
+         * masked image or mask get their extra channels */
+        for (int k = 0; k < 3 && info->inpaint; k++) {
+            sd_value *withc = NULL;
+            if (!lists[k]) continue;
+            if ((rc = sd_cond_concat(lists[k], mask, latent_in, info->latent_format, &withc, err))) {
+                sd_error_at(err, NULL, NULL, cond_names[k]);
+                goto done;
+            }
+            sd_value_unref(lists[k]);
+            lists[k] = withc;
         }
         for (int k = 0; k < 3; k++)
             if (lists[order[k]]) ordered[nl++] = lists[order[k]];

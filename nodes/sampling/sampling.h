@@ -84,6 +84,25 @@ typedef struct sd_cond_model {
  * 0) for an empty mask). Other entries are shared. Errors name the entry. */
 sd_status sd_cond_resolve(const sd_value *list, int64_t H, int64_t W, sd_value **out, sd_error *err);
 
+/* ---- 9-channel inpainting UNets (BaseModel.concat_cond, concat_keys
+ * "mask", "masked_image") ------------------------------------------------------
+ * sd_inpaint_concat: [B, 1 + C, H, W] = round(mask's first channel) | image
+ * for a latent of `shape` [B, C, H, W]; mask [B, 1 or C, H, W] or NULL, then
+ * ones | the latent of a neutral grey image (the image is not read). NULL
+ * when out of memory.
+ * sd_cond_concat: *out is a new list whose entries carrying
+ * "concat_mask" (InpaintModelConditioning's, any [.., h, w]) or
+ * "concat_latent_image" (VAE space [b, C, h, w]) get "c_concat": the
+ * entry's mask (else denoise_mask, the run's [B, C, H, W] noise mask, or
+ * none) resized (bilinear, centre crop), rounded and batched
+ * (resize_to_batch_size), and the entry's latent in model space
+ * (process_latent_in, else latent_in) resized and batched likewise. The
+ * sampler feeds an entry's c_concat, or the run's concat, to the model. */
+sd_tensor *sd_inpaint_concat(const sd_tensor *mask, const sd_tensor *image, const int64_t *shape);
+struct sd_latent_format;
+sd_status sd_cond_concat(const sd_value *list, const sd_tensor *denoise_mask, const sd_tensor *latent_in,
+                         const struct sd_latent_format *fmt, sd_value **out, sd_error *err);
+
 /* sd_guider_model_fn over an sd_cond_model (ud). */
 sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
                              int n_conds, sd_tensor **outs, sd_error *err);
