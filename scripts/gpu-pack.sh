@@ -45,10 +45,20 @@ esac
 re="^($(echo $tests | tr ' ' '|'))\$"
 [ -z "$tests" ] && re='^$'
 echo "gpu-pack: part $PART: ${tests:-no tests}"
-GPU_TESTS=$re GPU_EXTRA="" SDFLOW_SHARED=$SHARED SDFLOW_TESTDATA=$TD bash "$KIT/pack.sh"
+# pack.sh appends /.gpu/ to .git/info/exclude, which is not a directory in a
+# git worktree (.git is a file there): run a copy that writes that line to a
+# scratch file instead of the main checkout's git folder. In a worktree .gpu/
+# then stays untracked (it travels with the working tree; never commit it).
+PACK=$KIT/pack.sh
+if [ -f .git ]; then
+    PACK=$(mktemp)
+    sed "s|\.git/info/exclude|$PACK.exclude|g; s|KIT=\$(cd \"\$(dirname \"\$0\")\" \&\& pwd)|KIT=$KIT|" \
+        "$KIT/pack.sh" > "$PACK"
+fi
+GPU_TESTS=$re GPU_EXTRA="" SDFLOW_SHARED=$SHARED SDFLOW_TESTDATA=$TD bash "$PACK"
 
 # Rework the archive: SD data only for the sd part, the family's set for its part.
-W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+W=$(mktemp -d); trap 'rm -rf "$W"; [ "$PACK" = "$KIT/pack.sh" ] || rm -f "$PACK" "$PACK.exclude"' EXIT
 xz -dc .gpu/payload.tar.xz | tar -C "$W" -xf -
 # (without the SD manifest the SD cases of a packed golden_vae skip as data absent)
 if [ "$PART" != sd ]; then
