@@ -25,7 +25,8 @@ void sd_guider_release(sd_guider *g)
         return;
     sd_tensor_unref(g->cond_buf);
     sd_tensor_unref(g->uncond_buf);
-    g->cond_buf = g->uncond_buf = NULL;
+    sd_tensor_unref(g->post_buf);
+    g->cond_buf = g->uncond_buf = g->post_buf = NULL;
 }
 
 int sd_cfg_is_one(double cfg)
@@ -153,6 +154,47 @@ sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *
     return rc;
 }
 
+int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma)
+{
+    if (!hook)
+        return 0;
+    for (int k = 0; k < hook->n_post; k++) {
+        const sd_cfg_slg *p = &hook->post[k];
+        if (p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start)
+            return 1;
+    }
+    return 0;
+}
+
+sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, void *skip_ud,
+                      const sd_tensor *x, float sigma, const float *cond, sd_tensor *out,
+                      sd_tensor *scratch, sd_error *err)
+{
+    if (!hook)
+        return SD_OK;
+    int64_t n = sd_tensor_numel(x);
+    for (int k = 0; k < hook->n_post; k++) {
+        const sd_cfg_slg *p = &hook->post[k];
+        /* sigma_ = sigma[0].item(); scale > 0 and sigma_end <= sigma_ <= sigma_start */
+        if (!(p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start))
+            continue;
+        if (!skip_model)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "skip layer guidance: this sampler has no model call for it");
+        sd_status st = skip_model(skip_ud, x, sigma, p->skip, p->n_skip, scratch, err);
+        if (st != SD_OK)
+            return st;
+        const float *sv = scratch->data;
+        float *ov = out->data;
+        const float s = (float)p->scale;
+        for (int64_t i = 0; i < n; i++) {
+            float d = cond[i] - sv[i];
+            d = d * s;
+            ov[i] = ov[i] + d; /* cfg_result + (cond_pred - slg) * scale */
+        }
+    }
+    return SD_OK;
+}
+
 /* scratch tensor of x's shape, reallocated when the shape changes */
 static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x)
 {
@@ -178,18 +220,32 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         sd_tensor *outs[1] = {denoised};
         g->model_calls++;
         sd_status st = g->model(g->model_ud, x, sigma, conds, 1, outs, err);
-        if (st != SD_OK || (!g->hook.rescale && g->hook.n_pre <= 0))
+        int post = sd_cfg_post_active(&g->hook, sigma);
+        if (st != SD_OK || (!g->hook.rescale && g->hook.n_pre <= 0 && !post))
             return st;
         /* a cfg function still sees the (zero) uncond prediction */
         sd_tensor *zb = scratch(&g->uncond_buf, x);
         if (!zb)
             return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
         memset(zb->data, 0, zb->nbytes);
-        if ((st = sd_cfg_pre(&g->hook, denoised, zb, err)) != SD_OK || !g->hook.rescale)
+        if ((st = sd_cfg_pre(&g->hook, denoised, zb, err)) != SD_OK)
             return st;
+        sd_tensor *cc = NULL;
+        if (post) { /* the post functions read the cond prediction */
+            if (!(cc = scratch(&g->cond_buf, x)))
+                return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+            memcpy(cc->data, denoised->data, (size_t)n * sizeof(float));
+        }
         float *dv = (float *)denoised->data;
-        sd_cfg_function(&g->hook, dv, zb->data, g->cfg, x->data, sigma, batch, n / batch, dv);
-        return SD_OK;
+        if (g->hook.rescale)
+            sd_cfg_function(&g->hook, dv, zb->data, g->cfg, x->data, sigma, batch, n / batch, dv);
+        if (!post)
+            return SD_OK;
+        sd_tensor *pb = scratch(&g->post_buf, x);
+        if (!pb)
+            return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+        g->model_calls++;
+        return sd_cfg_post(&g->hook, g->skip_model, g->skip_ud, x, sigma, cc->data, denoised, pb, err);
     }
     sd_tensor *cb = denoised;
     sd_tensor *ub = uncond_denoised ? uncond_denoised : scratch(&g->uncond_buf, x);
@@ -203,10 +259,23 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         st = sd_cfg_pre(&g->hook, cb, ub, err);
     if (st != SD_OK)
         return st;
+    int post = sd_cfg_post_active(&g->hook, sigma);
+    sd_tensor *cc = NULL;
+    if (post) { /* the post functions read the cond prediction */
+        if (!(cc = scratch(&g->cond_buf, x)))
+            return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+        memcpy(cc->data, cb->data, (size_t)n * sizeof(float));
+    }
     float *dv = (float *)denoised->data;
     sd_cfg_function(&g->hook, dv, (const float *)ub->data, g->cfg, x->data, sigma, batch,
                     n / batch, dv);
-    return SD_OK;
+    if (!post)
+        return SD_OK;
+    sd_tensor *pb = scratch(&g->post_buf, x);
+    if (!pb)
+        return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    g->model_calls++;
+    return sd_cfg_post(&g->hook, g->skip_model, g->skip_ud, x, sigma, cc->data, denoised, pb, err);
 }
 
 sd_denoiser sd_guider_denoiser(sd_guider *g)

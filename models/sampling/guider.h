@@ -43,12 +43,45 @@ typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigm
  * op(cond - uncond) + uncond (uncond = zeros when the cfg1 optimisation
  * skipped it). Zeroed = none, the plain CFG formula. */
 #define SD_CFG_MAX_PRE 8
+#define SD_CFG_MAX_POST 4
+#define SD_CFG_MAX_SKIP 16
+/* One SkipLayerGuidanceDiT / SkipLayerGuidanceSD3 post-CFG function
+ * (comfy_extras/nodes_slg.py): where sigma_end <= sigma <= sigma_start
+ * (sigma as a double, the sigmas from the MODEL's sampling at the node)
+ * and scale > 0, out = out + (cond - slg) * scale (float32, torch's op
+ * order), slg being the positive prediction of the model with the joint
+ * blocks `skip` left out (the guider's skip_model). */
+typedef struct sd_cfg_slg {
+    double scale, sigma_start, sigma_end;
+    int n_skip;
+    int skip[SD_CFG_MAX_SKIP];
+} sd_cfg_slg;
+
 typedef struct sd_cfg_hook {
     int rescale;       /* RescaleCFG applied */
     double multiplier; /* its multiplier */
     int n_pre;                        /* pre-CFG operations, applied in order */
     sd_latent_op pre[SD_CFG_MAX_PRE];
+    int n_post;                       /* post-CFG functions, applied in order */
+    sd_cfg_slg post[SD_CFG_MAX_POST];
 } sd_cfg_hook;
+
+/* The model call a post-CFG function makes: the positive prediction at x,
+ * sigma with the joint blocks skip[0..n_skip) left out, into out (x's
+ * shape). */
+typedef sd_status (*sd_guider_skip_fn)(void *ud, const sd_tensor *x, float sigma, const int *skip,
+                                       int n_skip, sd_tensor *out, sd_error *err);
+
+/* The hook's post-CFG functions on one evaluation (comfy.samplers.cfg_function's
+ * sampler_post_cfg_function list): cond is the positive prediction after the
+ * pre-CFG operations, out the CFG result, replaced in place; x the sampler's
+ * x. scratch: a tensor of x's shape for the extra prediction. SD_OK at once
+ * when no function applies at sigma. */
+sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, void *skip_ud,
+                      const sd_tensor *x, float sigma, const float *cond, sd_tensor *out,
+                      sd_tensor *scratch, sd_error *err);
+/* 1 when a post-CFG function of hook applies at sigma. */
+int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma);
 
 /* The hook's pre-CFG operations on one evaluation: cond, uncond are the x0
  * predictions, [B, C, H, W]; cond is replaced in place. SD_OK at once
@@ -77,12 +110,16 @@ typedef struct sd_guider {
      * cfg 1 still calls it with a zero uncond prediction, as ComfyUI's
      * cfg1 optimisation only drops the uncond model call. */
     sd_cfg_hook hook;
+    /* the post-CFG functions' model call (hook.n_post > 0); set after
+     * sd_guider_init */
+    sd_guider_skip_fn skip_model;
+    void *skip_ud;
     /* Counters for observability and tests: sampler calls (guider
      * evaluations) and model evaluations (one per conditioning). */
     int64_t guider_calls;
     int64_t model_calls;
     /* scratch for the cond/uncond predictions, allocated on first use */
-    sd_tensor *cond_buf, *uncond_buf;
+    sd_tensor *cond_buf, *uncond_buf, *post_buf;
 } sd_guider;
 
 /* Initialises g (counters zero, no scratch yet). */

@@ -109,8 +109,8 @@ void sd_sd3_set_tap(sd_sd3 *m, sd_sd3_tap_fn fn, void *user);
  *   y          [N, adm_in_channels] pooled vector, or NULL: no y_embedder
  *              term (as ComfyUI without y)
  *   skip       n_skip joint-block indices to leave out (SkipLayerGuidance's
- *              skip_layers: the block's inputs pass through unchanged), or
- *              NULL
+ *              layers: the block's inputs pass through unchanged; an index
+ *              the model has no block for skips nothing), or NULL
  * *out = [N, out_channels, H, W]. SD_ERR_INVALID for inputs that do not
  * fit the model, else the backend's error. */
 sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,

@@ -1,7 +1,11 @@
 /* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingFlux,
- * ModelSamplingAuraFlow, ModelSamplingSD3 and RescaleCFG (comfy_extras/nodes_model_advanced.py) as data on the MODEL
+ * ModelSamplingAuraFlow, ModelSamplingSD3, RescaleCFG and SkipLayerGuidanceSD3 (comfy_extras/nodes_model_advanced.py) as data on the MODEL
  * handle. */
 #include "model_nodes.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "nodes/image/image.h" /* SD_MAX_RESOLUTION */
 #include "nodes/loaders/loaders.h"
@@ -93,6 +97,57 @@ static sd_status model_sampling_sd3_run(sd_node_ctx *ctx, sd_value *const *in, s
     p.zsnr = 0;
     p.shift = sd_value_as_float(in[1]);
     p.multiplier = 1000.0;
+    return model_with(m, &p, &out[0], err);
+}
+
+/* SkipLayerGuidanceSD3 (comfy_extras/nodes_sd3.py, SkipLayerGuidanceDiT with
+ * double_layers = layers): a post-CFG function on the MODEL. The layer
+ * numbers are every run of digits in `layers` (re.findall(r'\d+')); none
+ * leaves the MODEL as it is. The sigma window comes from the MODEL's
+ * sampling as it is at this node (model_sampling.percent_to_sigma). */
+static sd_status slg_sd3_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    const char *layers = sd_value_as_string(in[1]);
+    sd_cfg_slg slg;
+    memset(&slg, 0, sizeof slg);
+    for (const char *p = layers ? layers : ""; *p;) {
+        if (*p < '0' || *p > '9') {
+            p++;
+            continue;
+        }
+        /* a number too long for an int names no block: it skips nothing */
+        long long v = 0;
+        int big = 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (v > 100000000) big = 1;
+            else v = v * 10 + (*p - '0');
+        }
+        if (slg.n_skip == SD_CFG_MAX_SKIP) {
+            sd_error_set(err, SD_ERR_INVALID, "more than %d layers to skip", SD_CFG_MAX_SKIP);
+            sd_error_at(err, NULL, NULL, "layers");
+            return SD_ERR_INVALID;
+        }
+        slg.skip[slg.n_skip++] = big ? INT32_MAX : (int)v;
+    }
+    if (slg.n_skip == 0) {
+        out[0] = sd_value_ref(in[0]);
+        return SD_OK;
+    }
+    sd_model_patches p = m->patches;
+    if (p.cfg.n_post == SD_CFG_MAX_POST)
+        return sd_error_set(err, SD_ERR_INVALID, "more than %d skip layer guidance nodes on one MODEL",
+                            SD_CFG_MAX_POST);
+    sd_model_sampling *ms = malloc(sizeof *ms); /* ~100 KiB: not on the stack */
+    if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_nodes_model_sampling_of(m->ckpt, &m->patches, ms);
+    slg.scale = sd_value_as_float(in[2]);
+    slg.sigma_start = sd_ms_percent_to_sigma(ms, sd_value_as_float(in[3]));
+    slg.sigma_end = sd_ms_percent_to_sigma(ms, sd_value_as_float(in[4]));
+    free(ms);
+    p.cfg.post[p.cfg.n_post++] = slg;
     return model_with(m, &p, &out[0], err);
 }
 
@@ -197,6 +252,28 @@ static const sd_node_def node_model_sampling_sd3 = {
     .run = model_sampling_sd3_run,
 };
 
+static const sd_input_def slg_sd3_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "layers", .type = SD_T_STRING, .multiline = 0, .def_str = "7, 8, 9"},
+    {.name = "scale", .type = SD_T_FLOAT, .def = 3.0, .min = 0.0, .max = 10.0, .step = 0.1, .has_range = 1},
+    {.name = "start_percent", .type = SD_T_FLOAT, .def = 0.01, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {.name = "end_percent", .type = SD_T_FLOAT, .def = 0.15, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_slg_sd3 = {
+    .version = 1,
+    .class_type = "SkipLayerGuidanceSD3",
+    .python_module = "comfy_extras.nodes_sd3",
+    .category = "advanced/guidance",
+    .description = "Generic version of SkipLayerGuidance node that can be used on every DiT model.",
+    .flags = SD_NODE_EXPERIMENTAL | SD_NODE_V3,
+    .inputs = slg_sd3_inputs,
+    .outputs = model_out,
+    .run = slg_sd3_run,
+};
+
 static const sd_input_def rescale_cfg_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "multiplier", .type = SD_T_FLOAT, .def = 0.7, .min = 0.0, .max = 1.0, .step = 0.01,
@@ -219,4 +296,4 @@ static const sd_node_def node_rescale_cfg = {
 const sd_node_def *const sd_nodes_model_patch[] = {&node_model_sampling_discrete,
                                                    &node_model_sampling_flux,
                                                    &node_model_sampling_aura_flow, &node_model_sampling_sd3,
-                                                   &node_rescale_cfg, NULL};
+                                                   &node_rescale_cfg, &node_slg_sd3, NULL};

@@ -9,6 +9,7 @@
 
 #include "sampling.h"
 #include "models/sampling/guider.h"
+#include "models/sd3/sd3.h"
 #include "models/unet/unet.h"
 #include "nodes/controlnet/controlnet_nodes.h"
 
@@ -327,7 +328,17 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
                                         &res, err)))
             goto done;
     }
-    sd_dmodel_input in = {bx, ts, bc, by, gd, res.active ? &res.control : NULL};
+    sd_sd3_extra skip = {m->skip, m->n_skip};
+    const void *extra = res.active ? (const void *)&res.control : NULL;
+    if (m->n_skip > 0) {
+        if (m->dm.info.kind != SD_DMODEL_MMDIT) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "skip layer guidance is not supported on a %s model",
+                              sd_dmodel_kind_name(m->dm.info.kind));
+            goto done;
+        }
+        extra = &skip;
+    }
+    sd_dmodel_input in = {bx, ts, bc, by, gd, extra};
     rc = sd_dmodel_forward(&m->dm, &in, &bo, err);
     if (rc) goto done;
     eps = sd_bt_to_host(bo);
@@ -466,4 +477,13 @@ done:
     free(acc);
     free(cnt);
     return rc;
+}
+
+sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const int *skip,
+                                  int n_skip, sd_tensor *out, sd_error *err) {
+    sd_cond_model m = *(const sd_cond_model *)ud;
+    m.skip = skip;
+    m.n_skip = n_skip;
+    int c = SD_COND_POSITIVE;
+    return sd_cond_model_eval(&m, x, sigma, &c, 1, &out, err);
 }

@@ -57,9 +57,15 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     memset(zeros->data, 0, zeros->nbytes);
     /* sampling_function runs the MODEL's pre-CFG functions here too */
     if (s->g->patches && (rc = sd_cfg_pre(&s->g->patches->cfg, denoised, zeros, err))) return rc;
+    const sd_cfg_hook *all = s->g->patches ? &s->g->patches->cfg : NULL;
+    int post = sd_cfg_post_active(all, sigma);
+    sd_tensor *cc = post ? scratch(&s->buf[1], x) : NULL, *pb = post ? scratch(&s->buf[2], x) : NULL;
+    if (post && (!cc || !pb)) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    if (post) memcpy(cc->data, denoised->data, (size_t)n * sizeof(float));
     float *dv = denoised->data;
     int64_t b = batch_of(x);
     sd_cfg_function(hook_of(s->g), dv, zeros->data, 1.0, x->data, sigma, b, n / b, dv);
+    if (post) return sd_cfg_post(all, sd_cond_model_eval_skip, s->cm, x, sigma, cc->data, denoised, pb, err);
     return SD_OK;
 }
 
@@ -71,6 +77,9 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
 static sd_status dual_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
                            sd_tensor *denoised, sd_tensor *uncond_denoised, sd_error *err) {
     const sd_guide *g = s->g;
+    if (g->patches && g->patches->cfg.n_post > 0) /* ComfyUI runs them on (middle, negative) here */
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "skip layer guidance (SkipLayerGuidanceSD3) with DualCFGGuider is not supported");
     int64_t n = sd_tensor_numel(x);
     sd_tensor *neg = scratch(&s->buf[0], x), *mid = scratch(&s->buf[1], x), *pos = denoised;
     if (!neg || !mid) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");

@@ -637,6 +637,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     if (g->kind == SD_GUIDE_CFG) {
         sd_guider_init(&guider, sd_cond_model_eval, &cm, g->cfg);
         if (g->patches) guider.hook = g->patches->cfg;
+        guider.skip_model = sd_cond_model_eval_skip;
+        guider.skip_ud = &cm;
         have_guider = 1;
         den = sd_guider_denoiser(&guider);
     } else {

@@ -72,6 +72,10 @@ typedef struct sd_cond_model {
     sd_cond_model_adm_tap_fn adm_tap;
     sd_cond_model_forward_tap_fn forward_tap;
     void *tap_ud;
+    /* joint blocks the network leaves out (skip layer guidance's extra
+     * prediction; MMDiT models only, others refuse); n_skip 0 = none */
+    const int *skip;
+    int n_skip;
 } sd_cond_model;
 
 /* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of
@@ -106,6 +110,10 @@ sd_status sd_cond_concat(const sd_value *list, const sd_tensor *denoise_mask, co
 /* sd_guider_model_fn over an sd_cond_model (ud). */
 sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
                              int n_conds, sd_tensor **outs, sd_error *err);
+/* sd_guider_skip_fn over an sd_cond_model (ud): its positive prediction with
+ * those blocks left out (a copy of the model with skip set). */
+sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const int *skip,
+                                  int n_skip, sd_tensor *out, sd_error *err);
 
 /* ---- common_ksampler ---------------------------------------------------------
  * Before sampling the conditioning lists are completed as process_conds
