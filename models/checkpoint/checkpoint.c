@@ -177,10 +177,11 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
             if (prc) return prc;
         }
         info->inpaint = info->unet.in_channels == 9;
-        if (info->unet.in_channels != 4 && info->unet.in_channels != 9)
+        info->ip2p = info->unet.in_channels == 8;
+        if (info->unet.in_channels != 4 && info->unet.in_channels != 9 && info->unet.in_channels != 8)
             return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                "%s: UNet with %d input channels (4 = regular, 9 = inpainting "
-                                "are supported; 8 is InstructPix2Pix)",
+                                "%s: UNet with %d input channels (4 = regular, 9 = inpainting, "
+                                "8 = InstructPix2Pix are supported)",
                                 path, info->unet.in_channels);
     }
     if (sd_st_find(f, "first_stage_model.decoder.conv_in.weight")) {

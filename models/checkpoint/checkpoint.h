@@ -90,6 +90,7 @@ typedef struct sd_ckpt_info {
     const sd_latent_format *latent_format;
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
+    int ip2p;                /* UNet in_channels == 8: latent | image latent (InstructPix2Pix) */
     int random_weights;      /* metadata "sdflow_random_weights" == "true" */
 } sd_ckpt_info;
 

@@ -60,7 +60,8 @@ static sd_status ckpt_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
                     info->sd3.hidden_size, info->sd3.depth, info->sd3.n_self_attn);
     else
         sd_node_log(ctx, SD_LOG_INFO, "checkpoint %s: %s%s%s, UNet %d channels", name,
-                    sd_ckpt_family_name(info->family), info->inpaint ? " inpainting" : "",
+                    sd_ckpt_family_name(info->family),
+                    info->inpaint ? " inpainting" : info->ip2p ? " InstructPix2Pix" : "",
                     info->prediction == SD_PRED_V ? " v-prediction" : "", info->unet.model_channels);
     out[0] = sd_nodes_model_value(c);
     out[1] = sd_nodes_clip_value(c, 0);

@@ -1,6 +1,8 @@
 /* concat_cond.c - the extra input channels of 9-channel inpainting UNets
  * (comfy.model_base.BaseModel.concat_cond with concat_keys ("mask",
- * "masked_image")), for the whole run and per conditioning entry. */
+ * "masked_image")) and of 8-channel InstructPix2Pix UNets
+ * (model_base.IP2P.concat_cond), for the whole run and per conditioning
+ * entry. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +86,8 @@ static sd_status entry_mask(const sd_tensor *cm, const int64_t *shape, sd_tensor
     return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
 
-/* The entry's masked-image latent in model space at the latent's size and batch. */
+/* The entry's latent at the latent's size and batch, in model space
+ * (process_latent_in) when fmt is given. */
 static sd_status entry_image(const sd_tensor *cl, const sd_latent_format *fmt, const int64_t *shape, sd_tensor **out,
                              sd_error *err) {
     *out = NULL;
@@ -93,7 +96,8 @@ static sd_status entry_image(const sd_tensor *cl, const sd_latent_format *fmt, c
                             (long long)shape[1]);
     sd_tensor *p = sd_tensor_new(SD_F32, 4, cl->shape), *r = NULL;
     if (!p) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    sd_latent_process_in(fmt, cl->data, p->data, (size_t)sd_tensor_numel(cl));
+    if (fmt) sd_latent_process_in(fmt, cl->data, p->data, (size_t)sd_tensor_numel(cl));
+    else memcpy(p->data, cl->data, p->nbytes);
     sd_status rc = to_size(p, shape[2], shape[3], &r, err);
     sd_tensor_unref(p);
     if (rc) return rc;
@@ -122,7 +126,7 @@ sd_tensor *sd_inpaint_concat(const sd_tensor *mask, const sd_tensor *image, cons
     return o;
 }
 
-sd_status sd_cond_concat(const sd_value *list, const sd_tensor *denoise_mask, const sd_tensor *latent_in,
+sd_status sd_cond_concat(const sd_value *list, int ip2p, const sd_tensor *denoise_mask, const sd_tensor *latent_in,
                          const sd_latent_format *fmt, sd_value **out, sd_error *err) {
     *out = NULL;
     const int64_t *shape = latent_in->shape;
@@ -130,7 +134,9 @@ sd_status sd_cond_concat(const sd_value *list, const sd_tensor *denoise_mask, co
     if (!o) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < sd_value_list_len(list); i++) {
         sd_value *e = sd_value_list_get(list, i);
-        const sd_tensor *cm = sd_value_dict_tensor(e, "concat_mask");
+        /* IP2P.concat_cond reads only the image, and as it is (SD1.5 and
+         * SDXL ip2p: process_ip2p_image_in is the identity) */
+        const sd_tensor *cm = ip2p ? NULL : sd_value_dict_tensor(e, "concat_mask");
         const sd_tensor *cl = sd_value_dict_tensor(e, "concat_latent_image");
         sd_status rc = SD_OK;
         sd_value *n = NULL;
@@ -139,9 +145,10 @@ sd_status sd_cond_concat(const sd_value *list, const sd_tensor *denoise_mask, co
         } else {
             sd_tensor *m = NULL, *img = NULL, *cc = NULL;
             if (cm) rc = entry_mask(cm, shape, &m, err);
-            if (!rc && cl) rc = entry_image(cl, fmt, shape, &img, err);
+            if (!rc && cl) rc = entry_image(cl, ip2p ? NULL : fmt, shape, &img, err);
             const sd_tensor *mk = m ? m : denoise_mask;
-            if (!rc && !(cc = sd_inpaint_concat(mk, img ? img : latent_in, shape)))
+            if (!rc && ip2p) cc = sd_tensor_ref(img);
+            else if (!rc && !(cc = sd_inpaint_concat(mk, img ? img : latent_in, shape)))
                 rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
             sd_tensor_unref(m);
             sd_tensor_unref(img);

@@ -575,7 +575,9 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         sd_error_at(err, NULL, NULL, "latent_image");
         goto done;
     }
-    if (info->inpaint && !(concat = sd_inpaint_concat(mask, latent_in, shape))) {
+    if (info->ip2p) /* IP2P.concat_cond without an image: zeros */
+        concat = sd_tensor_new(SD_F32, 4, shape);
+    if ((info->inpaint && !(concat = sd_inpaint_concat(mask, latent_in, shape))) || (info->ip2p && !concat)) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -602,10 +604,10 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         }
         /* encode_model_conds: an inpainting UNet's entries with their own
          * masked image or mask get their extra channels */
-        for (int k = 0; k < 3 && info->inpaint; k++) {
+        for (int k = 0; k < 3 && (info->inpaint || info->ip2p); k++) {
             sd_value *withc = NULL;
             if (!lists[k]) continue;
-            if ((rc = sd_cond_concat(lists[k], mask, latent_in, info->latent_format, &withc, err))) {
+            if ((rc = sd_cond_concat(lists[k], info->ip2p, mask, latent_in, info->latent_format, &withc, err))) {
                 sd_error_at(err, NULL, NULL, cond_names[k]);
                 goto done;
             }

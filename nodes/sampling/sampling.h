@@ -100,11 +100,14 @@ sd_status sd_cond_resolve(const sd_value *list, int64_t H, int64_t W, sd_value *
  * entry's mask (else denoise_mask, the run's [B, C, H, W] noise mask, or
  * none) resized (bilinear, centre crop), rounded and batched
  * (resize_to_batch_size), and the entry's latent in model space
- * (process_latent_in, else latent_in) resized and batched likewise. The
- * sampler feeds an entry's c_concat, or the run's concat, to the model. */
+ * (process_latent_in, else latent_in) resized and batched likewise. With
+ * ip2p (8-channel InstructPix2Pix UNets, IP2P.concat_cond) only
+ * "concat_latent_image" counts: c_concat is that latent as it is (not
+ * scaled), resized and batched; the run's concat is zeros [B, C, H, W].
+ * The sampler feeds an entry's c_concat, or the run's concat, to the model. */
 sd_tensor *sd_inpaint_concat(const sd_tensor *mask, const sd_tensor *image, const int64_t *shape);
 struct sd_latent_format;
-sd_status sd_cond_concat(const sd_value *list, const sd_tensor *denoise_mask, const sd_tensor *latent_in,
+sd_status sd_cond_concat(const sd_value *list, int ip2p, const sd_tensor *denoise_mask, const sd_tensor *latent_in,
                          const struct sd_latent_format *fmt, sd_value **out, sd_error *err);
 
 /* sd_guider_model_fn over an sd_cond_model (ud). */

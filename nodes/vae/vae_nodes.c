@@ -519,8 +519,9 @@ const sd_node_def sd_node_VAEEncodeForInpaint = {
 };
 
 extern const sd_node_def sd_node_InpaintModelConditioning; /* inpaint_cond.c */
+extern const sd_node_def sd_node_InstructPixToPixConditioning; /* ip2p_cond.c */
 
 const sd_node_def *const sd_nodes_vae[] = {&sd_node_VAEDecode,     &sd_node_VAEEncode,
                                            &sd_node_VAEDecodeTiled, &sd_node_VAEEncodeTiled,
                                            &sd_node_VAEEncodeForInpaint, &sd_node_InpaintModelConditioning,
-                                           NULL};
+                                           &sd_node_InstructPixToPixConditioning, NULL};

@@ -1,6 +1,6 @@
 /* vae_nodes.h - the VAE node family: VAEDecode, VAEEncode, VAEDecodeTiled,
  * VAEEncodeTiled, VAEEncodeForInpaint, InpaintModelConditioning
- * (inpaint_cond.c). Latents are VAE space (unscaled) as
+ * (inpaint_cond.c), InstructPixToPixConditioning (ip2p_cond.c). Latents are VAE space (unscaled) as
  * in ComfyUI; IMAGE tensors NHWC in [0, 1]. */
 #ifndef SD_NODES_VAE_H
 #define SD_NODES_VAE_H
