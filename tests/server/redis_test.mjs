@@ -168,12 +168,17 @@ async function history() {
   return { raw, h: JSON.parse(raw) };
 }
 const entriesOf = (raw, id) => (raw.match(new RegExp(`"${esc(id)}"\\s*:\\s*\\{`, 'g')) || []).length;
-// (polled every 200 ms: each /history reads every entry from Redis)
-async function waitHistory(ids, what, timeout_ms = 120000) {
-  for (const t0 = Date.now(); ;) {
+// (polled every 200 ms: each /history reads every entry from Redis).
+// Waits as long as prompts keep arriving in the history: it gives up only
+// when none has arrived for stall_ms (an ASan build on a loaded machine
+// takes many minutes for 60 prompts, and that is not a failure).
+async function waitHistory(ids, what, stall_ms = 120000) {
+  for (let t0 = Date.now(), seen = -1; ;) {
     const { h } = await history();
-    if (ids.every((id) => h[id])) return;
-    if (Date.now() - t0 > timeout_ms) throw new Error(`timed out waiting for ${what}`);
+    const n = ids.filter((id) => h[id]).length;
+    if (n === ids.length) return;
+    if (n > seen) { seen = n; t0 = Date.now(); }
+    if (Date.now() - t0 > stall_ms) throw new Error(`timed out waiting for ${what} (${n} there, none new for ${stall_ms / 1000} s)`);
     await sleep(200);
   }
 }
