@@ -177,6 +177,13 @@ try {
   // ---- change widgets, queue, follow the run
   step = 'txt2img';
   await setWidgets(page, [[4, 'ckpt_name', setup.sd1], [5, 'width', 64], [5, 'height', 64], [3, 'steps', 4], [3, 'control_after_generate', 'fixed'], [3, 'seed', 1234]]);
+  // every title the page takes, recorded in the page as it changes (a poll
+  // from here missed the short run's progress titles on a loaded machine)
+  await page.evaluate(() => {
+    window.__titles = [document.title];
+    new MutationObserver(() => window.__titles.push(document.title))
+      .observe(document.head, { subtree: true, childList: true, characterData: true });
+  });
   const titles = new Set();
   const tpoll = setInterval(async () => { try { titles.add(await page.title()); } catch { /* closed */ } }, 50);
   await queue(page);
@@ -185,6 +192,7 @@ try {
      p1.client_id && p1.extra_data?.extra_pnginfo?.workflow, `the changed widgets are in the prompt the frontend sends`);
   await waitDone('the first run');
   clearInterval(tpoll);
+  for (const t of await page.evaluate(() => window.__titles)) titles.add(t);
   const pid1 = ends()[0].data.prompt_id;
   ok(ends()[0].type === 'execution_success', `the run succeeds (${ends()[0].type} ${JSON.stringify(ends()[0].data).slice(0, 300)})`);
   const ps = frames.filter((f) => f.type === 'progress_state' && f.data.prompt_id === pid1);
@@ -198,7 +206,7 @@ try {
   const out9 = await page.evaluate(() => window.app.nodeOutputs?.['9']?.images?.[0]);
   ok(out9?.type === 'output' && /^ComfyUI_\d{5}_\.png$/.test(out9.filename), `the frontend has SaveImage's output (${JSON.stringify(out9)})`);
   // the picture the frontend shows for it, loaded through /api/view
-  await until(() => viewed.some((v) => v.url.includes(`filename=${out9.filename}`)), 'the frontend to load the final image', 30000);
+  await until(() => viewed.some((v) => v.url.includes(`filename=${out9.filename}`)), 'the frontend to load the final image', 120000);
   const v9 = viewed.find((v) => v.url.includes(`filename=${out9.filename}`));
   ok(v9.status === 200 && v9.type === 'image/png' && v9.w === 64 && v9.h === 64, `the final image is loaded and shown (${JSON.stringify(v9)})`);
   const h1 = await historyOf(pid1);
