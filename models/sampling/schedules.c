@@ -12,9 +12,11 @@
 #endif
 
 #include "models/sampling/schedules.h"
+#include "models/sampling/step_schedule_tables.h"
 #include "models/sampling/rng.h" /* torch float32 exp / tan */
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -623,52 +625,145 @@ static double np_linspace01(int i, int n)
     return (double)i * step + 0.0;
 }
 
+/* The loglinear_interp the table schedulers share (AYS, GITS, OptimalSteps):
+ * numpy.interp over the reversed log table at linspace(0, 1, num), exp,
+ * reversed again; all in double as numpy computes it (np.interp's
+ * x == xp[j] shortcut included). t: 2 <= len <= 64 descending values. */
+static void loglinear_interp(const double *t, int len, int num, double *out)
+{
+    double ys[64]; /* the longest table (OptimalSteps Chroma) has 41 */
+    for (int k = 0; k < len; k++)
+        ys[k] = log(t[len - 1 - k]);
+    for (int i = 0; i < num; i++) {
+        double x = np_linspace01(i, num), y;
+        if (x >= 1.0) {
+            y = ys[len - 1];
+        } else {
+            int j = 0;
+            while (j < len - 2 && np_linspace01(j + 1, len) <= x) /* x < 1: j <= len - 2 */
+                j++;
+            double xj = np_linspace01(j, len);
+            if (xj == x) {
+                y = ys[j];
+            } else {
+                double slope = (ys[j + 1] - ys[j]) / (np_linspace01(j + 1, len) - xj);
+                y = slope * (x - xj) + ys[j];
+            }
+        }
+        out[num - 1 - i] = exp(y);
+    }
+}
+
+/* The node's total steps: round(steps * denoise) (Python: half to even) when
+ * denoise < 1; 0 means an empty SIGMAS (denoise <= 0). */
+static int table_total_steps(int steps, double denoise)
+{
+    if (denoise >= 1.0)
+        return steps;
+    if (denoise <= 0.0)
+        return 0;
+    return (int)nearbyint((double)steps * denoise);
+}
+
+/* sigmas[-(total + 1):] as float32 with the last value 0; the count. */
+static int table_tail(const double *s, int num, int total, float *out)
+{
+    int keep = total + 1 < num ? total + 1 : num;
+    for (int i = 0; i < keep; i++)
+        out[i] = (float)s[num - keep + i];
+    out[keep - 1] = 0.0f;
+    return keep;
+}
+
 int sd_sigmas_ays(const char *model_type, int steps, double denoise, float *out)
 {
     const double *t = sd_ays_table(model_type);
     if (!t || steps < 1)
         return -1;
-    int total = steps;
-    if (denoise < 1.0) {
-        if (denoise <= 0.0)
-            return 0;
-        total = (int)nearbyint((double)steps * denoise); /* python round: half to even */
-    }
+    if (denoise <= 0.0)
+        return 0;
+    int total = table_total_steps(steps, denoise);
     int num = steps + 1;
     double *s = malloc((size_t)num * sizeof *s);
     if (!s)
         return -2;
-    if (num == 11) {
+    if (num == 11)
         memcpy(s, t, sizeof ays_sd1);
-    } else {
-        /* loglinear_interp: np.interp over the reversed log table, exp, reversed */
-        double ys[11];
-        for (int k = 0; k < 11; k++)
-            ys[k] = log(t[10 - k]);
-        for (int i = 0; i < num; i++) {
-            double x = np_linspace01(i, num), y;
-            if (x >= 1.0) {
-                y = ys[10];
-            } else {
-                int j = 0;
-                while (j < 9 && np_linspace01(j + 1, 11) <= x) /* x < 1: j <= 9 */
-                    j++;
-                double xj = np_linspace01(j, 11);
-                if (xj == x) {
-                    y = ys[j];
-                } else {
-                    double slope = (ys[j + 1] - ys[j]) / (np_linspace01(j + 1, 11) - xj);
-                    y = slope * (x - xj) + ys[j];
-                }
-            }
-            s[num - 1 - i] = exp(y);
-        }
-    }
-    /* sigmas[-(total + 1):], last = 0 */
-    int keep = total + 1 < num ? total + 1 : num;
-    for (int i = 0; i < keep; i++)
-        out[i] = (float)s[num - keep + i];
-    out[keep - 1] = 0.0f;
+    else
+        loglinear_interp(t, 11, num, s);
+    int n = table_tail(s, num, total, out);
     free(s);
-    return keep;
+    return n;
+}
+
+static const sd_gits_table *gits_table(double coeff)
+{
+    /* Python's round(coeff, 2) is the correctly rounded decimal, as glibc's
+     * %.2f; no double lies exactly halfway between two table keys. */
+    char key[32];
+    snprintf(key, sizeof key, "%.2f", coeff);
+    for (int i = 0; i < sd_gits_table_count; i++)
+        if (strcmp(sd_gits_tables[i].coeff, key) == 0)
+            return &sd_gits_tables[i];
+    return NULL;
+}
+
+int sd_gits_coeff_known(double coeff)
+{
+    return gits_table(coeff) != NULL;
+}
+
+int sd_sigmas_gits(double coeff, int steps, double denoise, float *out)
+{
+    const sd_gits_table *g = gits_table(coeff);
+    if (!g || steps < 2)
+        return -1;
+    if (denoise <= 0.0)
+        return 0;
+    int total = table_total_steps(steps, denoise);
+    int num = steps + 1;
+    double *s = malloc((size_t)num * sizeof *s);
+    if (!s)
+        return -2;
+    if (steps <= SD_GITS_ROWS + 1)
+        memcpy(s, g->rows[steps - 2], (size_t)num * sizeof *s);
+    else
+        loglinear_interp(g->rows[SD_GITS_ROWS - 1], SD_GITS_ROWS + 2, num, s);
+    int n = table_tail(s, num, total, out);
+    free(s);
+    return n;
+}
+
+static const sd_optimal_steps_table *optimal_steps_table(const char *model_type)
+{
+    for (int i = 0; model_type && i < sd_optimal_steps_table_count; i++)
+        if (strcmp(sd_optimal_steps_tables[i].model_type, model_type) == 0)
+            return &sd_optimal_steps_tables[i];
+    return NULL;
+}
+
+int sd_optimal_steps_known(const char *model_type)
+{
+    return optimal_steps_table(model_type) != NULL;
+}
+
+int sd_sigmas_optimal_steps(const char *model_type, int steps, double denoise, float *out)
+{
+    const sd_optimal_steps_table *o = optimal_steps_table(model_type);
+    if (!o || steps < 1)
+        return -1;
+    if (denoise <= 0.0)
+        return 0;
+    int total = table_total_steps(steps, denoise);
+    int num = steps + 1;
+    double *s = malloc((size_t)num * sizeof *s);
+    if (!s)
+        return -2;
+    if (num == o->len)
+        memcpy(s, o->sigmas, (size_t)num * sizeof *s);
+    else
+        loglinear_interp(o->sigmas, o->len, num, s);
+    int n = table_tail(s, num, total, out);
+    free(s);
+    return n;
 }

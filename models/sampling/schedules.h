@@ -116,5 +116,18 @@ int sd_sigmas_sd_turbo(const sd_model_sampling *ms, int steps, double denoise, f
  * -2 when out of memory. */
 const double *sd_ays_table(const char *model_type);
 int sd_sigmas_ays(const char *model_type, int steps, double denoise, float *out);
+/* GITSScheduler: the table set of round(coeff, 2) (0.80 ... 1.50 by 0.05;
+ * sd_gits_coeff_known says whether there is one); steps <= 20 take that
+ * step count's row as it is, more steps the 20-step row log-linearly
+ * interpolated to steps + 1 values; then as AYS (denoise tail, last 0,
+ * float32). At most steps + 1 values; 0 for denoise <= 0, -1 for no table or
+ * steps < 2, -2 when out of memory. */
+int sd_gits_coeff_known(double coeff);
+int sd_sigmas_gits(double coeff, int steps, double denoise, float *out);
+/* OptimalStepsScheduler: the model type's table ("FLUX" 11 values, "Wan" 21,
+ * "Chroma" 41), interpolated as AYS unless steps + 1 is its length; then as
+ * AYS. Returns as sd_sigmas_gits (-1: unknown type or steps < 1). */
+int sd_optimal_steps_known(const char *model_type);
+int sd_sigmas_optimal_steps(const char *model_type, int steps, double denoise, float *out);
 
 #endif

@@ -412,7 +412,8 @@ DEF(SamplerCustomAdvanced, NULL, "sampling/custom_sampling",
 
 extern const sd_node_def sd_node_BasicScheduler, sd_node_KarrasScheduler, sd_node_ExponentialScheduler,
     sd_node_PolyexponentialScheduler, sd_node_SDTurboScheduler, sd_node_BetaSamplingScheduler,
-    sd_node_AlignYourStepsScheduler, sd_node_SplitSigmas, sd_node_SplitSigmasDenoise,
+    sd_node_AlignYourStepsScheduler, sd_node_GITSScheduler, sd_node_OptimalStepsScheduler,
+    sd_node_SplitSigmas, sd_node_SplitSigmasDenoise,
     sd_node_FlipSigmas, sd_node_LaplaceScheduler, sd_node_VPScheduler, sd_node_ManualSigmas,
     sd_node_SetFirstSigma, sd_node_ExtendIntermediateSigmas, sd_node_SamplingPercentToSigma, sd_node_AddNoise;
 
@@ -424,6 +425,7 @@ const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_BasicGuider, &sd_node_CFGGuider, &sd_node_DualCFGGuider, &sd_node_BasicScheduler,
     &sd_node_KarrasScheduler, &sd_node_ExponentialScheduler, &sd_node_PolyexponentialScheduler,
     &sd_node_SDTurboScheduler, &sd_node_BetaSamplingScheduler, &sd_node_AlignYourStepsScheduler,
+    &sd_node_GITSScheduler, &sd_node_OptimalStepsScheduler,
     &sd_node_SplitSigmas, &sd_node_SplitSigmasDenoise, &sd_node_FlipSigmas,
     &sd_node_LaplaceScheduler, &sd_node_VPScheduler, &sd_node_ManualSigmas, &sd_node_SetFirstSigma,
     &sd_node_ExtendIntermediateSigmas, &sd_node_SamplingPercentToSigma, &sd_node_AddNoise, NULL};

@@ -1,5 +1,6 @@
 /* custom_sigmas.c - the SIGMAS nodes of ComfyUI's custom-sampling family
- * (comfy_extras/nodes_custom_sampler.py, nodes_align_your_steps.py):
+ * (comfy_extras/nodes_custom_sampler.py, nodes_align_your_steps.py, nodes_gits.py,
+ * nodes_optimalsteps.py):
  * schedulers that make a SIGMAS value (a 1-D F32 tensor, descending, usually
  * ending in 0) and the nodes that cut or flip one. Numbers come from
  * models/sampling/schedules.h, the code KSampler uses. */
@@ -174,6 +175,47 @@ static sd_status ays_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
     return rc;
 }
 
+/* GITS and OptimalSteps: published tables (models/sampling/step_schedule_tables.c). */
+static sd_status table_sigmas_out(int n, float *v, sd_value **out, sd_error *err) {
+    sd_status rc = n < 0 ? sd_error_set(err, SD_ERR_NOMEM, "out of memory") : sd_nodes_sigmas_value(v, n, out, err);
+    free(v);
+    return rc;
+}
+
+static sd_status gits_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    double coeff = sd_value_as_float(in[0]);
+    if (!sd_gits_coeff_known(coeff)) {
+        sd_error_set(err, SD_ERR_INVALID,
+                     "coeff %g has no GITS table: the tables are for 0.80 to 1.50 in steps of 0.05 "
+                     "(coeff is rounded to 2 decimals first)", coeff);
+        sd_error_at(err, NULL, NULL, "coeff");
+        return SD_ERR_INVALID;
+    }
+    int steps;
+    sd_status rc = steps_in(in[1], 1000, &steps, err);
+    if (rc) return rc;
+    if (steps < 2) return bad_input(err, "steps", "steps must be 2..1000 (GITS has no 1-step table)");
+    float *v = malloc((size_t)(steps + 1) * sizeof *v);
+    if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    return table_sigmas_out(sd_sigmas_gits(coeff, steps, sd_value_as_float(in[2]), v), v, out, err);
+}
+
+static sd_status optimal_steps_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                   sd_error *err) {
+    (void)ctx;
+    const char *type = sd_value_as_string(in[0]);
+    if (!sd_optimal_steps_known(type))
+        return bad_input(err, "model_type", "model_type must be FLUX, Wan or Chroma");
+    int steps;
+    sd_status rc = steps_in(in[1], 1000, &steps, err);
+    if (rc) return rc;
+    float *v = malloc((size_t)(steps + 1) * sizeof *v);
+    if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    return table_sigmas_out(sd_sigmas_optimal_steps(type, steps, sd_value_as_float(in[2]), v), v, out,
+                            err);
+}
+
 /* ---- sigma list operations -------------------------------------------------------------------- */
 
 /* sigmas[:step + 1], sigmas[step:] (python slices: clamped, maybe empty). */
@@ -314,6 +356,26 @@ const sd_node_def sd_node_AlignYourStepsScheduler = {
     .help = "NVIDIA's Align Your Steps noise levels for SD1/SDXL/SVD, log-linearly "
             "interpolated to other step counts.",
     .inputs = ays_inputs, .outputs = sigmas_out, .run = ays_run};
+
+static const sd_input_def gits_inputs[] = {
+    FLOAT_IN("coeff", 1.20, 0.80, 1.50, 0.05), INT_IN("steps", 10, 2, 1000), FLOAT_IN("denoise", 1.0, 0.0, 1.0, 0.01), {0}};
+const sd_node_def sd_node_GITSScheduler = {
+    .version = 1, .class_type = "GITSScheduler", .python_module = "comfy_extras.nodes_gits",
+    .flags = SD_NODE_V3, .category = CAT_SCHED,
+    .help = "GITS noise levels (Chen et al.) for SD1-range models: the coefficient's table up to "
+            "20 steps, log-linearly interpolated beyond.",
+    .inputs = gits_inputs, .outputs = sigmas_out, .run = gits_run};
+
+static const char *const optimal_steps_types[] = {"FLUX", "Wan", "Chroma", NULL};
+static const sd_input_def optimal_steps_inputs[] = {
+    {.name = "model_type", .type = SD_T_COMBO, .options = optimal_steps_types, .def_str = "FLUX", .no_default = 1},
+    INT_IN("steps", 20, 3, 1000), FLOAT_IN("denoise", 1.0, 0.0, 1.0, 0.01), {0}};
+const sd_node_def sd_node_OptimalStepsScheduler = {
+    .version = 1, .class_type = "OptimalStepsScheduler", .python_module = "comfy_extras.nodes_optimalsteps",
+    .flags = SD_NODE_V3, .category = CAT_SCHED,
+    .help = "Optimal Steps noise levels (flow models: FLUX, Wan, Chroma), log-linearly "
+            "interpolated to the step count.",
+    .inputs = optimal_steps_inputs, .outputs = sigmas_out, .run = optimal_steps_run};
 
 static const sd_input_def split_inputs[] = {{.name = "sigmas", .type = "SIGMAS"}, INT_IN("step", 0, 0, 10000), {0}};
 const sd_node_def sd_node_SplitSigmas = {
