@@ -88,13 +88,57 @@ const sd_unet_config *sd_unet_get_config(const sd_unet *u);
  *   skip[i]   added to the skip connection saved after input block i, when
  *             the output blocks pop it (ControlNet: zero_convs[i] output).
  * Scaling by strength is the caller's job. */
+struct sd_unet_patches;
 typedef struct sd_unet_control {
     int n_input;
     sd_bt *const *input;
     sd_bt *middle;
     int n_skip;
     sd_bt *const *skip;
+    /* the MODEL's patches (below) for this call; NULL = none */
+    const struct sd_unet_patches *patches;
 } sd_unet_control;
+
+/* ---- model patches (ComfyUI's transformer_options "patches" / "patches_replace") ----
+ * What a MODEL patch node (FreeU, ...) puts on a MODEL for the UNet: plain
+ * data, a kind and its parameters, so that a MODEL clone copies them, a
+ * later node stacks another on top (the list is applied in order, as
+ * ComfyUI's per-point lists are) and two MODELs with the same patches
+ * compute the same. The forward calls each patch's function
+ * (models/unet/unet_patch.c) at the point ComfyUI's openaimodel calls its
+ * list, over backend tensors:
+ *   SD_UNET_AT_OUTPUT_BLOCK  output_block_patch: (h, hsp) before output
+ *                            block i concatenates them (hsp: the popped skip,
+ *                            ControlNet residual added). */
+typedef enum sd_unet_patch_at { SD_UNET_AT_OUTPUT_BLOCK = 1 } sd_unet_patch_at;
+
+typedef enum sd_unet_patch_kind {
+    /* FreeU (comfy_extras/nodes_freelunch.py), p = {b1, b2, s1, s2}: where h
+     * has model_channels * 4 (b1, s1) or * 2 (b2, s2) channels, the first
+     * half of h's channels times b, and hsp through Fourier_filter(hsp, 1, s):
+     * its 2x2 lowest frequencies (fftshift's centre rows/cols H//2-1, H//2)
+     * times s, computed on the host in double */
+    SD_UNET_PATCH_FREEU = 1,
+    /* FreeU_V2: the same, the first half scaled by (b - 1) * m + 1 with m
+     * the channel mean of h min-max normalised over each item's pixels */
+    SD_UNET_PATCH_FREEU_V2 = 2
+} sd_unet_patch_kind;
+
+typedef struct sd_unet_patch {
+    sd_unet_patch_kind kind;
+    double p[4];
+} sd_unet_patch;
+
+#define SD_UNET_MAX_PATCHES 16
+typedef struct sd_unet_patches {
+    int n;
+    sd_unet_patch list[SD_UNET_MAX_PATCHES];
+} sd_unet_patches;
+
+/* Where the patch of `kind` is applied. */
+sd_unet_patch_at sd_unet_patch_point(sd_unet_patch_kind kind);
+/* Appends p to ps: SD_ERR_INVALID when the list is full. */
+sd_status sd_unet_patches_add(sd_unet_patches *ps, const sd_unet_patch *p, sd_error *err);
 
 /* Observation hook: called with every named activation during forward
  * ("t_emb", "time_embed", "label_emb", "input_blocks.3", "input_blocks.1.1",
@@ -126,6 +170,11 @@ void sd_unet_as_dmodel(sd_unet *u, sd_dmodel *out);
 /* ComfyUI timestep_embedding (max_period 10000, cos half first then sin),
  * computed in float32 as PyTorch does: out[i*dim + j] for n values. */
 void sd_unet_timestep_embedding(const float *t, int n, int dim, float *out);
+
+/* comfy_extras/nodes_freelunch.Fourier_filter(x, threshold=1, scale), FreeU's
+ * skip filter, in place on x [shape[0], shape[1], shape[2], shape[3]] F32
+ * (see SD_UNET_PATCH_FREEU). SD_ERR_NOMEM only. */
+sd_status sd_unet_fourier_filter(float *x, const int64_t shape[4], double scale, sd_error *err);
 
 /* SDXL size conditioning (ComfyUI SDXL.encode_adm). */
 typedef struct sd_sdxl_size {

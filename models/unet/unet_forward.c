@@ -193,6 +193,13 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
             }
             if (!skip) goto fail;
         }
+        if (control && control->patches) {
+            rc = sd_unet_patch_output_block(u, control->patches, &h, &skip, err);
+            if (rc) {
+                sd_bt_free(skip);
+                goto fail_rc;
+            }
+        }
         if (skip->shape[2] != h->shape[2] || skip->shape[3] != h->shape[3]) {
             sd_bt_free(skip);
             rc = sd_error_set(err, SD_ERR_INTERNAL, "UNet output block %d: skip and features differ in size", i);

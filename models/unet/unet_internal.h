@@ -68,6 +68,12 @@ struct sd_unet {
 sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
 sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context);
 
+/* The MODEL's output_block_patch functions (unet_patch.c) in order on the
+ * output block's h and popped skip hsp: each may replace *h / *hsp (the
+ * old tensor freed). */
+sd_status sd_unet_patch_output_block(const sd_unet *u, const sd_unet_patches *ps, sd_bt **h, sd_bt **hsp,
+                                     sd_error *err);
+
 /* ---- detection helpers (unet_config.c), shared with the ControlNet ---- */
 
 /* Entry for prefix + printf(fmt), or NULL. */

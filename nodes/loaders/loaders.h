@@ -18,6 +18,7 @@
 #include "models/checkpoint/checkpoint.h"
 #include "models/sampling/guider.h"
 #include "models/sampling/model_sampling.h"
+#include "models/unet/unet.h"
 
 struct sd_lora_stack; /* nodes/lora/lora_nodes.h */
 
@@ -35,6 +36,7 @@ typedef struct sd_model_patches {
     double shift, multiplier; /*   flow kinds: their parameters (sd_model_sampling_init_flux
                                *   / _flow) */
     sd_cfg_hook cfg;          /* RescaleCFG */
+    sd_unet_patches unet;     /* the UNet's patches (FreeU, ...; models/unet/unet.h) */
 } sd_model_patches;
 
 /* Handle payloads. Each owns one checkpoint reference and one reference on

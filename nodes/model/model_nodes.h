@@ -21,5 +21,8 @@
 
 extern const sd_node_def *const sd_nodes_model_patch[];
 extern const sd_node_def *const sd_nodes_model_merge[];
+/* FreeU, FreeU_V2 (model_guidance_nodes.c): a patch appended to the
+ * MODEL's UNet patch list (sd_model_patches.unet). */
+extern const sd_node_def *const sd_nodes_model_guidance[];
 
 #endif

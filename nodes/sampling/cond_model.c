@@ -330,6 +330,19 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     }
     sd_sd3_extra skip = {m->skip, m->n_skip};
     const void *extra = res.active ? (const void *)&res.control : NULL;
+    sd_unet_control patched;
+    if (m->unet_patches && m->unet_patches->n > 0) {
+        if (m->dm.info.kind != SD_DMODEL_UNET) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                              "UNet model patches (FreeU, ...) are not supported on a %s model",
+                              sd_dmodel_kind_name(m->dm.info.kind));
+            goto done;
+        }
+        if (res.active) patched = res.control;
+        else memset(&patched, 0, sizeof patched);
+        patched.patches = m->unet_patches;
+        extra = &patched;
+    }
     if (m->n_skip > 0) {
         if (m->dm.info.kind != SD_DMODEL_MMDIT) {
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "skip layer guidance is not supported on a %s model",

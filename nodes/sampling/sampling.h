@@ -76,6 +76,9 @@ typedef struct sd_cond_model {
      * prediction; MMDiT models only, others refuse); n_skip 0 = none */
     const int *skip;
     int n_skip;
+    /* the MODEL's UNet patches (FreeU, ...), handed to every UNet forward;
+     * NULL or none = none; other model kinds refuse them */
+    const struct sd_unet_patches *unet_patches;
 } sd_cond_model;
 
 /* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of

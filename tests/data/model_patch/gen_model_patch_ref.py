@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""MODEL patch nodes (FreeU, FreeU_V2, ...) in ComfyUI's sampler, on the tiny SD1 checkpoint of the shared
+test data.
+
+usage: /usr/bin/python3 gen_model_patch_ref.py COMFY EINOPS CLIP TESTDATA [OUT_DIR]
+  COMFY EINOPS CLIP: the trees ../shared/tools/comfyref/extract_refs.sh extracts;
+  TESTDATA: ../shared/testdata (models/tiny-sd1.safetensors and its manifest).
+Writes model_patch_ref.safetensors and manifest.json beside this script.
+
+Two kinds of case:
+  "fourier": comfy_extras.nodes_freelunch.Fourier_filter(x, threshold=1, scale) on a random x;
+    stored: x and the result.
+  "ksampler": nodes.common_ksampler on the tiny SD1 model (prompts through CLIPTextEncode,
+    EmptyLatentImage) with the model patched by the case's nodes in order (each node's own
+    execute on the previous one's MODEL); stored: the output latent. A case without nodes is the
+    unpatched run.
+Runs on Debian's python3-torch 1.13, CPU, float32.
+"""
+import json
+import math
+import os
+import sys
+
+comfy_root, einops_root, clip_root, testdata = sys.argv[1:5]
+out_dir = sys.argv[5] if len(sys.argv) > 5 else os.path.dirname(os.path.abspath(__file__))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "../../../../shared/tools/comfyref"))
+import comfy_env  # noqa: E402
+
+comfy_env.setup(comfy_root, einops_root, clip_root)
+import torch  # noqa: E402
+import stio  # noqa: E402
+import comfy.sd  # noqa: E402
+import comfy.supported_models as sm  # noqa: E402
+import comfy_extras.nodes_freelunch as freelunch  # noqa: E402
+import nodes  # noqa: E402
+
+cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
+u = cfg["unet_config"]
+
+
+class TinySD15(sm.SD15):
+    unet_config = {"context_dim": u["context_dim"], "model_channels": u["model_channels"],
+                   "use_linear_in_transformer": False, "adm_in_channels": None,
+                   "use_temporal_attention": False, "transformer_depth": u["transformer_depth"]}
+
+
+sm.models.insert(0, TinySD15)
+model, clip, _, _ = comfy.sd.load_checkpoint_guess_config(
+    os.path.join(testdata, "models/tiny-sd1.safetensors"), output_vae=False, output_clip=True,
+    te_model_options={"clip_l_model_config": dict(cfg["clip_l"])})
+
+NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2}
+tensors, cases = {}, []
+U = 2.0 ** -24
+
+
+def rand(seed, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ---- Fourier_filter on its own ------------------------------------------------------------------
+for cid, shape, scale in (("fourier_8x8", (2, 3, 8, 8), 0.2), ("fourier_5x7", (1, 2, 5, 7), 0.9),
+                          ("fourier_2x3", (1, 2, 2, 3), 1.7), ("fourier_1x4", (1, 1, 1, 4), 0.5)):
+    x = rand(len(cases) + 1, *shape)
+    out = freelunch.Fourier_filter(x, threshold=1, scale=scale)
+    tensors[cid + "/x"], tensors[cid + "/out"] = x, out
+    # torch's float32 FFT and inverse FFT of an n-point plane (n = H W) each err by at most about
+    # log2(n) + 1 roundings of the plane's 2-norm (the transform is orthogonal up to sqrt(n), its
+    # butterflies add one rounding per stage); ours is computed in double. Bound: both transforms
+    # of the largest plane, doubled, plus the final rounding to float32.
+    n = shape[2] * shape[3]
+    norm = float(x.flatten(0, 1).norm(dim=1).max())
+    tol = 2 * 2 * (math.log2(n) + 1) * U * norm * max(1.0, abs(scale)) + U * float(out.abs().max())
+    cases.append({"id": cid, "kind": "fourier", "scale": scale, "x": cid + "/x", "out": cid + "/out",
+                  "atol": tol, "rtol": 0.0,
+                  "tolerance_note": "float32 FFT + inverse FFT rounding of the largest plane's 2-norm (see the "
+                                    "generator); sdflow sums the four changed frequencies in double"})
+
+# ---- KSampler with the patched model ------------------------------------------------------------
+pos = nodes.CLIPTextEncode().encode(clip, "a red brick wall")[0]
+neg = nodes.CLIPTextEncode().encode(clip, "blurry")[0]
+latent = nodes.EmptyLatentImage().generate(128, 128, 1)[0]
+settings = {"width": 128, "height": 128, "seed": 7, "steps": 3, "cfg": 6.0, "sampler_name": "euler",
+            "scheduler": "normal", "positive": "a red brick wall", "negative": "blurry"}
+FREEU = {"b1": 1.1, "b2": 1.2, "s1": 0.9, "s2": 0.2}
+FREEU_V2 = {"b1": 1.3, "b2": 1.4, "s1": 0.9, "s2": 0.2}
+for cid, chain in (("ksampler_plain", []),
+                   ("ksampler_freeu", [("FreeU", FREEU)]),
+                   ("ksampler_freeu_b1", [("FreeU", dict(FREEU, b1=1.5))]),
+                   ("ksampler_freeu_v2", [("FreeU_V2", FREEU_V2)]),
+                   ("ksampler_freeu_stacked", [("FreeU", FREEU), ("FreeU_V2", dict(FREEU_V2, s2=0.5))])):
+    m = model
+    for node, inputs in chain:
+        m = NODES[node].execute(m, **inputs).result[0]
+    res = nodes.common_ksampler(m, settings["seed"], settings["steps"], settings["cfg"], settings["sampler_name"],
+                                settings["scheduler"], pos, neg, latent)[0]["samples"]
+    tensors[cid + "/latent"] = res.float()
+    cases.append({"id": cid, "kind": "ksampler",
+                  "nodes": [{"node": n, "inputs": [{"name": k, "type": "FLOAT", "value": v} for k, v in i.items()]}
+                            for n, i in chain],
+                  "settings": settings, "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
+                  "tolerance_note": "the final latent's tolerance of the shared e2e_sd1 case (same model and "
+                                    "sampler, 6 steps there): the UNet's float32 sums in another order"})
+
+stio.save({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out_dir, "model_patch_ref.safetensors"))
+with open(os.path.join(out_dir, "manifest.json"), "w") as f:
+    json.dump({"generator": "tests/data/model_patch/gen_model_patch_ref.py",
+               "comfyui_commit": open(os.path.join(here, "../../../../shared/tools/comfyref/COMFY_COMMIT")).read().strip(),
+               "torch": "Debian python3-torch %s, CPU, float32" % torch.__version__,
+               "model": "shared/testdata/models/tiny-sd1.safetensors",
+               "file": "model_patch_ref.safetensors", "cases": cases}, f, indent=1)
+    f.write("\n")
+print(len(cases), "cases")
