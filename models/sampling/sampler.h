@@ -95,6 +95,13 @@ typedef struct sd_sampler_params {
     double ge_gamma; /* gradient_estimation gamma (default 2) */
     int lms_order;   /* default 4 (0 = default) */
     sd_sde_solver sde_solver; /* dpmpp_2m_sde* solver_type */
+    int seeds_phi_2; /* seeds_2: SamplerSEEDS2's solver_type phi_2 (0 = phi_1) */
+    /* er_sde (SamplerER_SDE): max_stage 1..3 (0 = 3) and the noise scaler:
+     * ER-SDE's own unless er_reverse_time, then x^(er_eta + 1) (its
+     * "Reverse-time SDE" and "ODE" solver types). */
+    int er_max_stage;
+    int er_reverse_time;
+    double er_eta;
 
     /* Overrides the sampler's noise (default generator / Brownian tree);
      * NULL = ComfyUI's. Lets tests force zero noise. */
@@ -149,7 +156,8 @@ typedef struct sd_sampler {
                      const float *sigmas, int n_sigmas, sd_error *err);
 } sd_sampler;
 
-/* Lookup by exact ComfyUI name; NULL when unknown. */
+/* Lookup by exact ComfyUI name, or a node-only sampler's name ("euler_pp":
+ * SamplerEulerCFGpp's alternative); NULL when unknown. */
 const sd_sampler *sd_sampler_find(const char *name);
 /* NULL-terminated list of all names in comfy.samplers.SAMPLER_NAMES order;
  * *count (may be NULL) receives the number of names. */

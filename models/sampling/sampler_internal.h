@@ -102,6 +102,7 @@ const float *smp_snr_sigmas(smp_ctx *c, const float *sigmas, int n_sigmas, sd_er
 SMP_DECL(smp_euler);
 SMP_DECL(smp_euler_ancestral);
 SMP_DECL(smp_euler_cfg_pp);
+SMP_DECL(smp_euler_pp);
 SMP_DECL(smp_euler_ancestral_cfg_pp);
 SMP_DECL(smp_heun);
 SMP_DECL(smp_heunpp2);

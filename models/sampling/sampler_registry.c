@@ -61,6 +61,12 @@ static const sd_sampler k_samplers[] = {
 
 #define N_SAMPLERS (sizeof k_samplers / sizeof k_samplers[0])
 
+/* Samplers only a SamplerXxx node makes (not in SAMPLER_NAMES, so not in
+ * KSampler's list): ComfyUI builds them as KSAMPLER(function). */
+static const sd_sampler k_node_samplers[] = {
+    {"euler_pp", UNC, N_NONE, smp_euler_pp}, /* SamplerEulerCFGpp "alternative" */
+};
+
 static const char *const k_names[] = {
     "euler", "euler_cfg_pp", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "heunpp2",
     "exp_heun_2_x0", "exp_heun_2_x0_sde", "dpm_2", "dpm_2_ancestral", "lms", "dpm_fast",
@@ -82,6 +88,9 @@ const sd_sampler *sd_sampler_find(const char *name)
     for (size_t i = 0; i < N_SAMPLERS; i++)
         if (strcmp(k_samplers[i].name, name) == 0)
             return &k_samplers[i];
+    for (size_t i = 0; i < sizeof k_node_samplers / sizeof k_node_samplers[0]; i++)
+        if (strcmp(k_node_samplers[i].name, name) == 0)
+            return &k_node_samplers[i];
     return NULL;
 }
 

@@ -266,6 +266,33 @@ sd_status smp_euler_cfg_pp(smp_ctx *c, sd_tensor *x, const float *sigmas, int n,
     return euler_anc_cfg_pp(c, x, sigmas, n, 0.0, 0.0, err);
 }
 
+/* SamplerEulerCFGpp's "alternative" version (comfy_extras/
+ * nodes_advanced_samplers.py sample_euler_pp): Euler along
+ * d = (x - denoised + uncond_denoised - denoised) / sigma, no noise. */
+sd_status smp_euler_pp(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, sd_error *err)
+{
+    sd_tensor *den = smp_tmp(c, err);
+    if (!den)
+        return SD_ERR_NOMEM;
+    float *xv = smp_f(x), *denv = smp_f(den);
+    sd_status st;
+    for (int i = 0; i < n_sigmas - 1; i++) {
+        float s = sigmas[i];
+        if ((st = smp_denoise(c, x, s, den, err)) != SD_OK)
+            return st;
+        const float *uv = smp_f(c->uncond);
+        smp_progress(c, i, x, den);
+        float dt = sigmas[i + 1] - s;
+        FOR_N {
+            float a = xv[k] - denv[k];
+            a = a + uv[k];
+            float d = (a - denv[k]) / s;
+            xv[k] = xv[k] + d * dt;
+        }
+    }
+    return SD_OK;
+}
+
 /* ---- Heun++ (sample_heunpp2) ---------------------------------------------- */
 
 sd_status smp_heunpp2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, sd_error *err)

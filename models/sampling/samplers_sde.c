@@ -94,11 +94,18 @@ sd_status smp_lcm(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, s
 
 /* ---- er_sde (VP ER-SDE-Solver-3) ------------------------------------------------ */
 
-static inline float er_scaler(float v) { return v * (sd_torch_expf(powf(v, 0.3f)) + 10.0f); }
+/* The noise scaler: ER-SDE's default x * (exp(x^0.3) + 10), or the
+ * reverse-time SDE's x^(eta + 1) (SamplerER_SDE; pow in float32 as torch). */
+static inline float er_scaler(const sd_sampler_params *p, float v)
+{
+    if (p->er_reverse_time)
+        return powf(v, (float)(p->er_eta + 1.0));
+    return v * (sd_torch_expf(powf(v, 0.3f)) + 10.0f);
+}
 
 sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, sd_error *err)
 {
-    const int max_stage = 3;
+    const int max_stage = c->p->er_max_stage >= 1 && c->p->er_max_stage <= 3 ? c->p->er_max_stage : 3;
     float s_noise = (float)smp_opt(c->p->s_noise, 1.0);
     sd_tensor *den = smp_tmp(c, err), *old = smp_tmp(c, err), *dd = smp_tmp(c, err);
     sd_tensor *old_dd = smp_tmp(c, err), *nz = smp_tmp(c, err);
@@ -125,7 +132,7 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
             float er_s = er[i], er_t = er[i + 1];
             float alpha_s = s / er_s, alpha_t = sn / er_t;
             float r_alpha = alpha_t / alpha_s;
-            float r = er_scaler(er_t) / er_scaler(er_s);
+            float r = er_scaler(c->p, er_t) / er_scaler(c->p, er_s);
             float a = r_alpha * r, b = alpha_t * (1.0f - r);
             FOR_N {
                 float p = a * xv[k];
@@ -138,13 +145,13 @@ sd_status smp_er_sde(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas
                 double s1 = 0.0, su = 0.0;
                 for (int q = 0; q < 200; q++) {
                     float pos = er_t + (float)q * step;
-                    float sc = er_scaler(pos);
+                    float sc = er_scaler(c->p, pos);
                     s1 += (double)(1.0f / sc);
                     su += (double)((pos - er_s) / sc);
                 }
                 float sum1 = (float)s1 * step;
                 float sumu = (float)su * step;
-                float nt = er_scaler(er_t);
+                float nt = er_scaler(c->p, er_t);
                 float denom = er_s - er[i - 1];
                 float cf2 = alpha_t * (dt + sum1 * nt);
                 float cf3 = 0.0f, denom3 = 0.0f;
@@ -313,7 +320,7 @@ static sd_status seeds_2(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_si
 sd_status smp_seeds_2(smp_ctx *c, sd_tensor *x, const float *s, int n, sd_error *err)
 {
     return seeds_2(c, x, s, n, smp_opt(c->p->eta, 1.0), smp_opt(c->p->s_noise, 1.0),
-                   smp_opt(c->p->r, 0.5), 0, err);
+                   smp_opt(c->p->r, 0.5), c->p->seeds_phi_2, err);
 }
 
 sd_status smp_exp_heun_2_x0(smp_ctx *c, sd_tensor *x, const float *s, int n, sd_error *err)

@@ -3,8 +3,9 @@
  * The four graph types ComfyUI's custom sampling adds, as sdflow values:
  *   SIGMAS   SD_VAL_TENSOR, 1-D F32 (may be empty).
  *   SAMPLER  SD_VAL_DICT {"sampler_name": STRING, and the options a
- *            SamplerXxx node sets: "eta", "s_noise", "r" (FLOAT), "order"
- *            (INT), "solver_type" (STRING)}; plain data, so cacheable.
+ *            SamplerXxx node sets: "eta", "s_noise", "r" (FLOAT), "order",
+ *            "max_stage" (INT), "solver_type", "noise_scaler" (STRING); see
+ *            sampler_options.c}; plain data, so cacheable.
  *   NOISE    SD_VAL_DICT {"noise_type": "random" | "empty", "seed": INT}
  *            (DisableNoise's seed is 0, as ComfyUI's Noise_EmptyNoise).
  *   GUIDER   SD_VAL_DICT {"guider": "cfg" | "basic" | "dual_cfg",
@@ -26,6 +27,11 @@ sd_status sd_nodes_in_sigmas(sd_value *const *in, int i, const char *name, const
 /* COMBO lists of KSampler's sampler_name and scheduler. */
 sd_status sd_nodes_sampler_names(const sd_env *env, sd_value **out, sd_error *err);
 sd_status sd_nodes_scheduler_names(const sd_env *env, sd_value **out, sd_error *err);
+
+/* SAMPLER value -> the sampler's name (borrowed from v) and its options set
+ * in p (which the caller initialised); errors name `input`. */
+sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const char **name,
+                                   sd_sampler_params *p, sd_error *err);
 
 struct sd_model_ref;
 /* The ModelSamplingDiscrete a MODEL samples with (its checkpoint's

@@ -36,23 +36,7 @@ static sd_status bad(sd_error *err, const char *input, const char *fmt, const ch
 
 /* SAMPLER input -> sampler name and options. */
 static sd_status in_sampler(sd_value *v, const char *input, sd_sample_args *a, sd_error *err) {
-    sd_value *nv = v && sd_value_kind_of(v) == SD_VAL_DICT ? sd_value_dict_get(v, "sampler_name") : NULL;
-    const char *name = nv ? sd_value_as_string(nv) : NULL;
-    if (!name) return bad(err, input, "%s must be a SAMPLER (from KSamplerSelect or a Sampler node)", input);
-    if (!sd_sampler_find(name)) return bad(err, input, "unknown sampler '%s'", name);
-    a->sampler_name = name;
-    sd_value *o;
-    if ((o = sd_value_dict_get(v, "eta"))) a->options.eta = sd_value_as_float(o);
-    if ((o = sd_value_dict_get(v, "s_noise"))) a->options.s_noise = sd_value_as_float(o);
-    if ((o = sd_value_dict_get(v, "r"))) a->options.r = sd_value_as_float(o);
-    if ((o = sd_value_dict_get(v, "order"))) a->options.lms_order = (int)sd_value_as_int(o);
-    if ((o = sd_value_dict_get(v, "solver_type"))) {
-        const char *st = sd_value_as_string(o);
-        if (st && strcmp(st, "heun") == 0) a->options.sde_solver = SD_SDE_SOLVER_HEUN;
-        else if (st && strcmp(st, "midpoint") == 0) a->options.sde_solver = SD_SDE_SOLVER_MIDPOINT;
-        else return bad(err, input, "SAMPLER solver_type '%s' is not midpoint or heun", st ? st : "?");
-    }
-    return SD_OK;
+    return sd_nodes_sampler_options(v, input, &a->sampler_name, &a->options, err);
 }
 
 static sd_status in_noise(sd_value *v, sd_sample_args *a, sd_error *err) {
@@ -415,7 +399,8 @@ extern const sd_node_def sd_node_BasicScheduler, sd_node_KarrasScheduler, sd_nod
     sd_node_AlignYourStepsScheduler, sd_node_GITSScheduler, sd_node_OptimalStepsScheduler,
     sd_node_SplitSigmas, sd_node_SplitSigmasDenoise,
     sd_node_FlipSigmas, sd_node_LaplaceScheduler, sd_node_VPScheduler, sd_node_ManualSigmas,
-    sd_node_SetFirstSigma, sd_node_ExtendIntermediateSigmas, sd_node_SamplingPercentToSigma, sd_node_AddNoise;
+    sd_node_SetFirstSigma, sd_node_ExtendIntermediateSigmas, sd_node_SamplingPercentToSigma, sd_node_AddNoise,
+    sd_node_SamplerSEEDS2, sd_node_SamplerER_SDE, sd_node_SamplerEulerCFGpp;
 
 const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_SamplerCustom, &sd_node_SamplerCustomAdvanced, &sd_node_KSamplerSelect,
@@ -428,4 +413,5 @@ const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_GITSScheduler, &sd_node_OptimalStepsScheduler,
     &sd_node_SplitSigmas, &sd_node_SplitSigmasDenoise, &sd_node_FlipSigmas,
     &sd_node_LaplaceScheduler, &sd_node_VPScheduler, &sd_node_ManualSigmas, &sd_node_SetFirstSigma,
-    &sd_node_ExtendIntermediateSigmas, &sd_node_SamplingPercentToSigma, &sd_node_AddNoise, NULL};
+    &sd_node_ExtendIntermediateSigmas, &sd_node_SamplingPercentToSigma, &sd_node_AddNoise,
+    &sd_node_SamplerSEEDS2, &sd_node_SamplerER_SDE, &sd_node_SamplerEulerCFGpp, NULL};

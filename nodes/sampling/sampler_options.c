@@ -1,0 +1,181 @@
+/* sampler_options.c - what a SAMPLER value carries to the sampler, and the
+ * SamplerXxx nodes whose options go beyond eta / s_noise / r
+ * (comfy_extras/nodes_custom_sampler.py SamplerSEEDS2 and SamplerER_SDE,
+ * nodes_advanced_samplers.py SamplerEulerCFGpp).
+ *
+ * A SAMPLER stays plain data (see custom.h), so the options are keys of its
+ * dict: "eta", "s_noise", "r" (FLOAT), "order", "max_stage" (INT),
+ * "solver_type" (STRING: midpoint/heun for dpmpp_2m_sde, phi_1/phi_2 for
+ * seeds_2) and "noise_scaler" ("reverse_time": er_sde's x^(eta + 1)). */
+#include <string.h>
+
+#include "custom.h"
+
+static sd_status bad_sampler(sd_error *err, const char *input, const char *msg, const char *what) {
+    sd_error_set(err, SD_ERR_INVALID, msg, what ? what : "?");
+    sd_error_at(err, NULL, NULL, input);
+    return SD_ERR_INVALID;
+}
+
+sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const char **name,
+                                   sd_sampler_params *p, sd_error *err) {
+    sd_value *nv = v && sd_value_kind_of(v) == SD_VAL_DICT ? sd_value_dict_get(v, "sampler_name") : NULL;
+    const char *n = nv ? sd_value_as_string(nv) : NULL;
+    if (!n) return bad_sampler(err, input, "%s must be a SAMPLER (from KSamplerSelect or a Sampler node)", input);
+    if (!sd_sampler_find(n)) return bad_sampler(err, input, "unknown sampler '%s'", n);
+    *name = n;
+    sd_value *o;
+    if ((o = sd_value_dict_get(v, "eta"))) p->eta = sd_value_as_float(o);
+    if ((o = sd_value_dict_get(v, "s_noise"))) p->s_noise = sd_value_as_float(o);
+    if ((o = sd_value_dict_get(v, "r"))) p->r = sd_value_as_float(o);
+    if ((o = sd_value_dict_get(v, "order"))) p->lms_order = (int)sd_value_as_int(o);
+    if ((o = sd_value_dict_get(v, "max_stage"))) p->er_max_stage = (int)sd_value_as_int(o);
+    if ((o = sd_value_dict_get(v, "noise_scaler"))) {
+        const char *s = sd_value_as_string(o);
+        if (!s || strcmp(s, "reverse_time")) return bad_sampler(err, input, "SAMPLER noise_scaler '%s' is not reverse_time", s);
+        p->er_reverse_time = 1;
+        p->er_eta = p->eta; /* the scaler's exponent is the node's eta */
+    }
+    if ((o = sd_value_dict_get(v, "solver_type"))) {
+        const char *st = sd_value_as_string(o);
+        if (st && strcmp(st, "heun") == 0) p->sde_solver = SD_SDE_SOLVER_HEUN;
+        else if (st && strcmp(st, "midpoint") == 0) p->sde_solver = SD_SDE_SOLVER_MIDPOINT;
+        else if (st && strcmp(st, "phi_2") == 0) p->seeds_phi_2 = 1;
+        else if (!st || strcmp(st, "phi_1"))
+            return bad_sampler(err, input, "SAMPLER solver_type '%s' is not midpoint, heun, phi_1 or phi_2", st);
+    }
+    return SD_OK;
+}
+
+/* ---- nodes ---------------------------------------------------------------------------------- */
+
+static sd_status put_or_fail(sd_value *d, const char *key, sd_value *v) {
+    if (!v) return SD_ERR_NOMEM;
+    if (sd_value_dict_set(d, key, v)) {
+        sd_value_unref(v);
+        return SD_ERR_NOMEM;
+    }
+    return SD_OK;
+}
+
+/* A SAMPLER dict for `name`; the caller adds the options. */
+static sd_value *sampler_dict(const char *name) {
+    sd_value *d = sd_value_dict();
+    if (d && put_or_fail(d, "sampler_name", sd_value_string(name))) {
+        sd_value_unref(d);
+        return NULL;
+    }
+    return d;
+}
+
+static sd_status done(sd_value *d, sd_status rc, sd_value **out, sd_error *err) {
+    if (rc) {
+        sd_value_unref(d);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    *out = d;
+    return SD_OK;
+}
+
+/* SamplerSEEDS2: seeds_2 with solver_type, eta, s_noise, r. */
+static sd_status seeds2_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    const char *st = sd_value_as_string(in[0]);
+    if (!st || (strcmp(st, "phi_1") && strcmp(st, "phi_2")))
+        return bad_sampler(err, "solver_type", "solver_type must be phi_1 or phi_2, got '%s'", st);
+    sd_value *d = sampler_dict("seeds_2");
+    sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
+    if (!rc) rc = put_or_fail(d, "solver_type", sd_value_string(st));
+    if (!rc) rc = put_or_fail(d, "eta", sd_value_float(sd_value_as_float(in[1])));
+    if (!rc) rc = put_or_fail(d, "s_noise", sd_value_float(sd_value_as_float(in[2])));
+    if (!rc) rc = put_or_fail(d, "r", sd_value_float(sd_value_as_float(in[3])));
+    return done(d, rc, out, err);
+}
+
+/* SamplerER_SDE: "ODE" and "Reverse-time SDE" at eta 0 run without noise
+ * (eta = s_noise = 0); both non-default types use the x^(eta + 1) scaler. */
+static sd_status er_sde_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    const char *st = sd_value_as_string(in[0]);
+    int er = st && strcmp(st, "ER-SDE") == 0, ode = st && strcmp(st, "ODE") == 0;
+    if (!er && !ode && !(st && strcmp(st, "Reverse-time SDE") == 0))
+        return bad_sampler(err, "solver_type", "solver_type must be ER-SDE, Reverse-time SDE or ODE, got '%s'", st);
+    int64_t max_stage = sd_value_as_int(in[1]);
+    if (max_stage < 1 || max_stage > 3) return bad_sampler(err, "max_stage", "max_stage must be 1..3%s", "");
+    double eta = sd_value_as_float(in[2]), s_noise = sd_value_as_float(in[3]);
+    if (ode || (!er && eta == 0.0)) eta = s_noise = 0.0;
+    sd_value *d = sampler_dict("er_sde");
+    sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
+    if (!rc) rc = put_or_fail(d, "max_stage", sd_value_int(max_stage));
+    if (!rc) rc = put_or_fail(d, "s_noise", sd_value_float(s_noise));
+    if (!rc && !er) rc = put_or_fail(d, "eta", sd_value_float(eta));
+    if (!rc && !er) rc = put_or_fail(d, "noise_scaler", sd_value_string("reverse_time"));
+    return done(d, rc, out, err);
+}
+
+/* SamplerEulerCFGpp: "regular" is euler_cfg_pp, "alternative" ComfyUI's
+ * sample_euler_pp (a node-only sampler). */
+static sd_status euler_cfgpp_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    const char *v = sd_value_as_string(in[0]);
+    int alt = v && strcmp(v, "alternative") == 0;
+    if (!alt && !(v && strcmp(v, "regular") == 0))
+        return bad_sampler(err, "version", "version must be regular or alternative, got '%s'", v);
+    sd_value *d = sampler_dict(alt ? "euler_pp" : "euler_cfg_pp");
+    return done(d, d ? SD_OK : SD_ERR_NOMEM, out, err);
+}
+
+#define CAT_SAMPLERS "sampling/custom_sampling/samplers"
+#define FLOAT_NR(n, d, lo, hi, st) \
+    {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1, .round = SD_ROUND_FALSE}
+
+static const sd_output_def sampler_out[] = {{"SAMPLER", "SAMPLER"}, {0}};
+
+static const char *const seeds_types[] = {"phi_1", "phi_2", NULL};
+static const sd_input_def seeds2_inputs[] = {
+    {.name = "solver_type", .type = SD_T_COMBO, .options = seeds_types, .def_str = "phi_1", .no_default = 1},
+    {.name = "eta", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1,
+     .round = SD_ROUND_FALSE, .tooltip = "Stochastic strength"},
+    {.name = "s_noise", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1,
+     .round = SD_ROUND_FALSE, .tooltip = "SDE noise multiplier"},
+    {.name = "r", .type = SD_T_FLOAT, .def = 0.5, .min = 0.01, .max = 1.0, .step = 0.01, .has_range = 1,
+     .round = SD_ROUND_FALSE, .tooltip = "Relative step size for the intermediate stage (c2 node)"},
+    {0}};
+const sd_node_def sd_node_SamplerSEEDS2 = {
+    .version = 1, .class_type = "SamplerSEEDS2", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3, .category = CAT_SAMPLERS,
+    .description = "This sampler node can represent multiple samplers:\n\n"
+            "seeds_2\n"
+            "- default setting\n\n"
+            "exp_heun_2_x0\n"
+            "- solver_type=phi_2, r=1.0, eta=0.0\n\n"
+            "exp_heun_2_x0_sde\n"
+            "- solver_type=phi_2, r=1.0, eta=1.0, s_noise=1.0",
+    .help = "seeds_2 with its solver type (phi_1 / phi_2), eta, s_noise and r.",
+    .inputs = seeds2_inputs, .outputs = sampler_out, .run = seeds2_run};
+
+static const char *const er_types[] = {"ER-SDE", "Reverse-time SDE", "ODE", NULL};
+static const sd_input_def er_sde_inputs[] = {
+    {.name = "solver_type", .type = SD_T_COMBO, .options = er_types, .def_str = "ER-SDE", .no_default = 1},
+    {.name = "max_stage", .type = SD_T_INT, .def = 3, .min = 1, .max = 3, .has_range = 1},
+    {.name = "eta", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1,
+     .round = SD_ROUND_FALSE,
+     .tooltip = "Stochastic strength of reverse-time SDE.\nWhen eta=0, it reduces to deterministic ODE. "
+                "This setting doesn't apply to ER-SDE solver type."},
+    FLOAT_NR("s_noise", 1.0, 0.0, 100.0, 0.01), {0}};
+const sd_node_def sd_node_SamplerER_SDE = {
+    .version = 1, .class_type = "SamplerER_SDE", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3, .category = CAT_SAMPLERS,
+    .help = "er_sde with its solver type (ER-SDE's noise scaler, or the reverse-time SDE's x^(eta + 1); "
+            "ODE without noise) and max_stage.",
+    .inputs = er_sde_inputs, .outputs = sampler_out, .run = er_sde_run};
+
+static const char *const cfgpp_versions[] = {"regular", "alternative", NULL};
+static const sd_input_def euler_cfgpp_inputs[] = {
+    {.name = "version", .type = SD_T_COMBO, .options = cfgpp_versions, .def_str = "regular", .no_default = 1}, {0}};
+const sd_node_def sd_node_SamplerEulerCFGpp = {
+    .version = 1, .class_type = "SamplerEulerCFGpp", .display_name = "SamplerEulerCFG++",
+    .python_module = "comfy_extras.nodes_advanced_samplers", .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .category = "_for_testing",
+    .help = "Euler CFG++: regular is euler_cfg_pp; alternative steps along x - 2 denoised + uncond_denoised.",
+    .inputs = euler_cfgpp_inputs, .outputs = sampler_out, .run = euler_cfgpp_run};
