@@ -119,12 +119,27 @@ const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char
  * (ComfyUI: "WEIGHT NOT MERGED"; see sd_lora_merge_unmatched). merge_unet
  * serves unet views, merge_te text-encoder views (CLIP-L with CLIP-L,
  * bigG with bigG). A merge with strength 0 and strength_model 1 is skipped. */
+/* A weight scale (plan NULL, no merge model, `scale` set): ComfyUI's
+ * add_patches({key: (None,)}, 0.0, factor) as the attention-multiply nodes
+ * (comfy_extras/nodes_attention_multiply.py) put it on every key ending with
+ * one of their suffixes: W = W * factor in float32, in the stack's order.
+ * An OpenCLIP encoder's fused "self_attn.in_proj.weight/bias" (which
+ * ComfyUI holds as q_proj, k_proj, v_proj) is scaled third by third as the
+ * suffixes "self_attn.q_proj.weight" / k_proj / v_proj (".bias") say. */
+#define SD_LORA_SCALE_MAX 8
+typedef struct sd_lora_scale {
+    int n;
+    const char *suffix[SD_LORA_SCALE_MAX]; /* static strings */
+    double factor[SD_LORA_SCALE_MAX];
+} sd_lora_scale;
+
 typedef struct sd_lora_use {
     const sd_lora_plan *plan;
     double strength;
     const sd_unet *merge_unet;
     const sd_text_encoder *merge_te;
     double strength_model;
+    const sd_lora_scale *scale; /* a weight scale (above); NULL otherwise */
 } sd_lora_use;
 
 /* Parameters of `a` that `b` holds under the same key but in another shape

@@ -560,12 +560,83 @@ static sd_status apply_merge(void *m, each_fn each, void *src, lookup_fn lookup,
     return w.rc;
 }
 
+/* ---- weight scales ------------------------------------------------------------ */
+
+typedef struct scale_walk {
+    tset *s;
+    const sd_lora_scale *sc;
+    sd_error *err;
+    sd_status rc;
+} scale_walk;
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* factor of the suffix key ends with; 1 when none */
+static float scale_factor(const sd_lora_scale *sc, const char *key) {
+    float f = 1.0f;
+    int hit = 0;
+    for (int i = 0; i < sc->n; i++)
+        if (ends_with(key, sc->suffix[i])) {
+            /* add_patches per matching suffix: each multiplies in turn */
+            f = hit ? f * (float)sc->factor[i] : (float)sc->factor[i];
+            hit = 1;
+        }
+    return f;
+}
+
+static void scale_one(void *ud, const char *key, sd_bt **slot) {
+    scale_walk *w = ud;
+    if (w->rc) return;
+    /* an OpenCLIP fused projection: thirds as q, k, v */
+    static const char *const fused[2] = {"self_attn.in_proj.weight", "self_attn.in_proj.bias"};
+    float f[3] = {1.0f, 1.0f, 1.0f};
+    int thirds = 0;
+    for (int b = 0; b < 2; b++)
+        if (ends_with(key, fused[b])) {
+            static const char *const part[2][3] = {
+                {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+                {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}};
+            for (int j = 0; j < 3; j++) f[j] = scale_factor(w->sc, part[b][j]);
+            thirds = 1;
+        }
+    if (!thirds) f[0] = f[1] = f[2] = scale_factor(w->sc, key);
+    if (f[0] == 1.0f && f[1] == 1.0f && f[2] == 1.0f) return; /* torch: w * 1.0 is w */
+    touched *t = touch(w->s, slot, w->err);
+    if (!t) {
+        w->rc = w->err && w->err->code ? w->err->code : SD_ERR_NOMEM;
+        return;
+    }
+    float *wv = sd_tensor_f32(t->acc);
+    int64_t n = sd_tensor_numel(t->acc), third = n / 3;
+    for (int64_t i = 0; i < n; i++) {
+        int j = thirds ? (int)(i / third < 2 ? i / third : 2) : 0;
+        wv[i] = wv[i] * f[j];
+    }
+}
+
+static sd_status apply_scale(void *m, each_fn each, tset *s, const sd_lora_scale *sc, sd_error *err) {
+    scale_walk w = {s, sc, err, SD_OK};
+    each(m, scale_one, &w);
+    return w.rc;
+}
+
 static sd_status apply_part(void *m, lookup_fn lookup, each_fn each, sd_lora_part part,
                             const sd_lora_use *uses, int n, void *const *merge_src,
                             sd_error *err) {
     tset s = {0};
     for (int u = 0; u < n; u++) {
         const sd_lora_plan *pl = uses[u].plan;
+        if (!pl && uses[u].scale) {
+            sd_status rc = apply_scale(m, each, &s, uses[u].scale, err);
+            if (rc) {
+                drop(&s);
+                return rc;
+            }
+            continue;
+        }
         if (!pl) {
             if (!merge_src[u] || (uses[u].strength == 0.0 && uses[u].strength_model == 1.0))
                 continue;

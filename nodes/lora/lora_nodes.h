@@ -36,6 +36,10 @@ sd_status sd_lora_stack_push(const sd_lora_stack *base, sd_lora_plan *plan, doub
 sd_status sd_lora_stack_push_merge(const sd_lora_stack *base, sd_value *other,
                                    double strength_patch, double strength_model,
                                    sd_lora_stack **out, sd_error *err);
+/* New stack: base's entries followed by a weight scale (copied; its
+ * suffixes are static strings): the attention-multiply nodes' patches. */
+sd_status sd_lora_stack_push_scale(const sd_lora_stack *base, const sd_lora_scale *scale,
+                                   sd_lora_stack **out, sd_error *err);
 sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s); /* NULL-safe */
 void sd_lora_stack_unref(sd_lora_stack *s);         /* NULL-safe */
 size_t sd_lora_stack_count(const sd_lora_stack *s);

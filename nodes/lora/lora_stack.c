@@ -14,6 +14,8 @@ typedef struct stack_entry {
     sd_lora_plan *plan;
     sd_value *merge; /* a MODEL or CLIP handle value (one reference) */
     double strength, strength_model;
+    int has_scale;       /* a weight scale (sd_lora_stack_push_scale) */
+    sd_lora_scale scale;
 } stack_entry;
 
 struct sd_lora_stack {
@@ -71,6 +73,17 @@ sd_status sd_lora_stack_push_merge(const sd_lora_stack *base, sd_value *other,
     return SD_OK;
 }
 
+sd_status sd_lora_stack_push_scale(const sd_lora_stack *base, const sd_lora_scale *scale,
+                                   sd_lora_stack **out, sd_error *err) {
+    sd_status rc = grow(base, out, err);
+    if (rc) return rc;
+    stack_entry *e = &(*out)->e[(*out)->n - 1];
+    e->has_scale = 1;
+    e->scale = *scale;
+    e->strength_model = 1.0;
+    return SD_OK;
+}
+
 sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s) {
     if (s) __atomic_add_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL);
     return s;
@@ -101,7 +114,8 @@ static sd_status uses_of(const sd_lora_stack *s, int text, sd_lora_use **out, sd
     if (!u) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < s->n; i++) {
         const stack_entry *e = &s->e[i];
-        u[i] = (sd_lora_use){e->plan, e->strength, NULL, NULL, e->strength_model};
+        u[i] = (sd_lora_use){e->plan, e->strength, NULL, NULL, e->strength_model,
+                             e->has_scale ? &e->scale : NULL};
         if (!e->merge) continue;
         sd_status rc = SD_OK;
         sd_model_ref *m = sd_value_as_handle(e->merge, &sd_handle_model);

@@ -1,13 +1,17 @@
-/* model_guidance_nodes.c - the "model_patches" nodes that patch the UNet's
- * forward (ComfyUI's set_model_*_patch on a model clone): FreeU and
- * FreeU_V2 (comfy_extras/nodes_freelunch.py). Each returns a new MODEL
- * whose patch list (sd_model_patches.unet, models/unet/unet.h) is the
- * input's with one more patch; the input MODEL is untouched. */
+/* model_guidance_nodes.c - MODEL / CLIP patch nodes on a clone of the
+ * input (which stays untouched):
+ *   FreeU, FreeU_V2 (comfy_extras/nodes_freelunch.py): a patch appended to
+ *     the MODEL's UNet patch list (sd_model_patches.unet, models/unet/unet.h);
+ *   UNetSelfAttentionMultiply, UNetCrossAttentionMultiply,
+ *     CLIPAttentionMultiply (comfy_extras/nodes_attention_multiply.py): a
+ *     weight scale pushed on the handle's weight-patch stack
+ *     (sd_lora_stack_push_scale), in order with LoRAs and merges. */
 #include "model_nodes.h"
 
 #include <string.h>
 
 #include "nodes/loaders/loaders.h"
+#include "nodes/lora/lora_nodes.h"
 
 /* A new MODEL: m with patch pt appended to its UNet patches. ComfyUI's
  * patches read the UNet's config (unet_config["model_channels"]), which a
@@ -47,6 +51,77 @@ static sd_status freeu_v2_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
     return freeu_common(in, out, SD_UNET_PATCH_FREEU_V2, "FreeU_V2", err);
 }
 
+/* ---- attention multipliers ------------------------------------------------------------ */
+
+/* The four factors q, k, v, out (inputs 1..4) on the keys ending with
+ * <prefix>{to_q, to_k, to_v, to_out.0}.{weight, bias} (UNet) or
+ * self_attn.{q,k,v,out}_proj.{weight, bias} (CLIP). */
+static void attention_scale(sd_value *const *in, int clip, const char *attn, sd_lora_scale *sc) {
+    static const char *const unet1[8] = {"attn1.to_q.weight", "attn1.to_q.bias", "attn1.to_k.weight",
+                                         "attn1.to_k.bias", "attn1.to_v.weight", "attn1.to_v.bias",
+                                         "attn1.to_out.0.weight", "attn1.to_out.0.bias"};
+    static const char *const unet2[8] = {"attn2.to_q.weight", "attn2.to_q.bias", "attn2.to_k.weight",
+                                         "attn2.to_k.bias", "attn2.to_v.weight", "attn2.to_v.bias",
+                                         "attn2.to_out.0.weight", "attn2.to_out.0.bias"};
+    static const char *const te[8] = {"self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                                      "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+                                      "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                                      "self_attn.out_proj.weight", "self_attn.out_proj.bias"};
+    const char *const *names = clip ? te : !strcmp(attn, "attn1") ? unet1 : unet2;
+    memset(sc, 0, sizeof *sc);
+    for (int i = 0; i < 8; i++) {
+        sc->suffix[sc->n] = names[i];
+        sc->factor[sc->n++] = sd_value_as_float(in[1 + i / 2]);
+    }
+}
+
+static sd_status unet_attention_multiply(sd_value *const *in, sd_value **out, const char *attn, sd_error *err) {
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_ckpt_family fam = sd_checkpoint_info(m->ckpt)->family;
+    if (fam != SD_CKPT_SD1 && fam != SD_CKPT_SD2 && fam != SD_CKPT_SDXL) {
+        /* no key of a DiT ends with attn1.to_q.weight & co: ComfyUI's clone
+         * carries no patch */
+        out[0] = sd_value_ref(in[0]);
+        return SD_OK;
+    }
+    sd_lora_scale sc;
+    attention_scale(in, 0, attn, &sc);
+    sd_lora_stack *st = NULL;
+    if ((rc = sd_lora_stack_push_scale(m->loras, &sc, &st, err))) return rc;
+    out[0] = sd_nodes_model_value_patched(m->ckpt, st, &m->patches);
+    sd_lora_stack_unref(st);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+static sd_status unet_self_attention_multiply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                                  sd_error *err) {
+    (void)ctx;
+    return unet_attention_multiply(in, out, "attn1", err);
+}
+
+static sd_status unet_cross_attention_multiply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                                   sd_error *err) {
+    (void)ctx;
+    return unet_attention_multiply(in, out, "attn2", err);
+}
+
+static sd_status clip_attention_multiply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                             sd_error *err) {
+    (void)ctx;
+    sd_clip_ref *c;
+    sd_status rc = sd_nodes_in_clip(in, 0, "clip", &c, err);
+    if (rc) return rc;
+    sd_lora_scale sc;
+    attention_scale(in, 1, NULL, &sc);
+    sd_lora_stack *st = NULL;
+    if ((rc = sd_lora_stack_push_scale(c->loras, &sc, &st, err))) return rc;
+    out[0] = sd_nodes_clip_value_like(c, c->clip_skip, st);
+    sd_lora_stack_unref(st);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
 #define FREEU_IN(nm, d)                                                                                    \
     {.name = nm, .type = SD_T_FLOAT, .def = d, .min = 0.0, .max = 10.0, .step = 0.01, .has_range = 1}
 
@@ -57,6 +132,53 @@ static const sd_input_def freeu_v2_inputs[] = {
     {.name = "model", .type = "MODEL"}, FREEU_IN("b1", 1.3), FREEU_IN("b2", 1.4), FREEU_IN("s1", 0.9),
     FREEU_IN("s2", 0.2), {0}};
 static const sd_output_def model_out[] = {{"MODEL", "MODEL"}, {0}};
+static const sd_output_def clip_out[] = {{"CLIP", "CLIP"}, {0}};
+
+static const sd_input_def unet_attn_mult_inputs[] = {
+    {.name = "model", .type = "MODEL"}, FREEU_IN("q", 1.0), FREEU_IN("k", 1.0), FREEU_IN("v", 1.0),
+    FREEU_IN("out", 1.0), {0}};
+static const sd_input_def clip_attn_mult_inputs[] = {
+    {.name = "clip", .type = "CLIP"}, FREEU_IN("q", 1.0), FREEU_IN("k", 1.0), FREEU_IN("v", 1.0),
+    FREEU_IN("out", 1.0), {0}};
+
+static const sd_node_def node_unet_self_attention_multiply = {
+    .version = 1,
+    .class_type = "UNetSelfAttentionMultiply",
+    .python_module = "comfy_extras.nodes_attention_multiply",
+    .category = "_for_testing/attention_experiments",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "Multiplies the UNet's self-attention (attn1) q, k, v and output projection weights and biases "
+            "(a weight patch, in order with LoRAs and merges). A DiT MODEL passes through.",
+    .inputs = unet_attn_mult_inputs,
+    .outputs = model_out,
+    .run = unet_self_attention_multiply_run,
+};
+
+static const sd_node_def node_unet_cross_attention_multiply = {
+    .version = 1,
+    .class_type = "UNetCrossAttentionMultiply",
+    .python_module = "comfy_extras.nodes_attention_multiply",
+    .category = "_for_testing/attention_experiments",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "Multiplies the UNet's cross-attention (attn2) q, k, v and output projection weights and biases "
+            "(a weight patch, in order with LoRAs and merges). A DiT MODEL passes through.",
+    .inputs = unet_attn_mult_inputs,
+    .outputs = model_out,
+    .run = unet_cross_attention_multiply_run,
+};
+
+static const sd_node_def node_clip_attention_multiply = {
+    .version = 1,
+    .class_type = "CLIPAttentionMultiply",
+    .python_module = "comfy_extras.nodes_attention_multiply",
+    .category = "_for_testing/attention_experiments",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "Multiplies the text encoder's self-attention q, k, v and output projection weights and biases "
+            "(a weight patch on the CLIP, in order with LoRAs).",
+    .inputs = clip_attn_mult_inputs,
+    .outputs = clip_out,
+    .run = clip_attention_multiply_run,
+};
 
 static const sd_node_def node_freeu = {
     .version = 1,
@@ -83,4 +205,9 @@ static const sd_node_def node_freeu_v2 = {
     .run = freeu_v2_run,
 };
 
-const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu, &node_freeu_v2, NULL};
+const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu,
+                                                      &node_freeu_v2,
+                                                      &node_unet_self_attention_multiply,
+                                                      &node_unet_cross_attention_multiply,
+                                                      &node_clip_attention_multiply,
+                                                      NULL};

@@ -1,14 +1,16 @@
-/* test_golden_model_patch.c - the MODEL patch nodes (FreeU, FreeU_V2, ...)
+/* test_golden_model_patch.c - the MODEL / CLIP patch nodes (FreeU, FreeU_V2,
+ * UNetSelfAttentionMultiply, UNetCrossAttentionMultiply, CLIPAttentionMultiply, ...)
  * against ComfyUI (tests/data/model_patch, gen_model_patch_ref.py):
  *   "fourier" cases: sd_unet_fourier_filter against ComfyUI's
  *     nodes_freelunch.Fourier_filter on the stored x;
  *   "ksampler" cases: CheckpointLoaderSimple (the shared tiny SD1) ->
- *     CLIPTextEncode x2, EmptyLatentImage, the case's patch nodes in order ->
+ *     CLIPTextEncode x2, EmptyLatentImage, the case's patch nodes in order
+ *     (on the MODEL, or on the CLIP before the prompts are encoded) ->
  *     KSampler through the node functions, the latent against ComfyUI's
  *     nodes.common_ksampler with the model its own nodes patched. Every
  *     patched case must differ from the unpatched one by more than the
  *     tolerance (a patch that is not applied fails), and each node must
- *     leave its input MODEL as it was (one more patch on the output only).
+ *     leave its input as it was (one more patch on the output only).
  * Needs the shared tiny SD1 checkpoint and a tokenizer (SDFLOW_TOKENIZER_DIR
  * or <shared>/data/clip) for the ksampler cases: without them, exit 77. */
 #include <math.h>
@@ -27,6 +29,7 @@
 #include "models/checkpoint/checkpoint.h"
 #include "models/unet/unet.h"
 #include "nodes/loaders/loaders.h"
+#include "nodes/lora/lora_nodes.h"
 #include "nodes_ctx.h"
 #include "testutil.h"
 
@@ -76,17 +79,24 @@ static sd_value *run(const sd_env *env, const char *type, const char *const *nam
     return rc ? NULL : out[0];
 }
 
-static int unet_patch_count(const sd_value *m) {
+/* The patches a MODEL or CLIP carries: its own and its weight-patch stack's. */
+static int patch_count(const sd_value *m) {
     sd_model_ref *r = m ? sd_value_as_handle(m, &sd_handle_model) : NULL;
-    return r ? r->patches.unet.n + r->patches.cfg.n_pre + r->patches.cfg.n_post + r->patches.cfg.rescale : -1;
+    sd_clip_ref *c = m ? sd_value_as_handle(m, &sd_handle_clip) : NULL;
+    if (c) return (int)sd_lora_stack_count(c->loras);
+    return r ? r->patches.unet.n + r->patches.cfg.n_pre + r->patches.cfg.n_post + r->patches.cfg.rescale +
+                   (int)sd_lora_stack_count(r->loras)
+             : -1;
 }
 
-/* One patch node of the manifest on model: its inputs as the manifest types them. */
+/* One patch node of the manifest on model (a MODEL, or a CLIP for nodes "on"
+ * "clip"): its inputs as the manifest types them. */
 static sd_value *patch_node(const sd_env *env, sd_value *model, const cJSON *node) {
     const char *names[16];
     sd_value *vals[16];
     int n = 0;
-    names[n] = "model";
+    const char *on = str(node, "on");
+    names[n] = on && !strcmp(on, "clip") ? "clip" : "model";
     vals[n++] = sd_value_ref(model);
     const cJSON *in;
     cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(node, "inputs")) {
@@ -99,27 +109,32 @@ static sd_value *patch_node(const sd_env *env, sd_value *model, const cJSON *nod
                     : !strcmp(type, "STRING")  ? sd_value_string(cJSON_GetStringValue(v))
                                                : sd_value_float(cJSON_GetNumberValue(v));
     }
-    int before = unet_patch_count(model);
+    int before = patch_count(model);
     sd_value *out = run(env, str(node, "node"), names, vals, n);
     nt_free_values(vals, n);
     /* a clone: the input MODEL keeps what it had */
-    CHECK_MSG(unet_patch_count(model) == before, "%s changed its input MODEL", str(node, "node"));
-    CHECK_MSG(!out || unet_patch_count(out) > before, "%s added no patch", str(node, "node"));
+    CHECK_MSG(patch_count(model) == before, "%s changed its input MODEL", str(node, "node"));
+    CHECK_MSG(!out || patch_count(out) > before, "%s added no patch", str(node, "node"));
     return out;
 }
 
 static sd_tensor *ksampler_case(const sd_env *env, sd_value *const ck[3], const cJSON *c) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "settings");
-    sd_value *model = sd_value_ref(ck[0]);
+    sd_value *model = sd_value_ref(ck[0]), *clip = sd_value_ref(ck[1]);
     const cJSON *node;
     cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(c, "nodes")) {
-        sd_value *m2 = patch_node(env, model, node);
-        sd_value_unref(model);
-        model = m2;
-        if (!model) return NULL;
+        const char *on = str(node, "on");
+        sd_value **h = on && !strcmp(on, "clip") ? &clip : &model;
+        sd_value *m2 = patch_node(env, *h, node);
+        sd_value_unref(*h);
+        *h = m2;
+        if (!m2) {
+            sd_value_unref(model), sd_value_unref(clip);
+            return NULL;
+        }
     }
     const char *tn[] = {"clip", "text"};
-    sd_value *tp[] = {ck[1], sd_value_string(str(s, "positive"))}, *tg[] = {ck[1], sd_value_string(str(s, "negative"))};
+    sd_value *tp[] = {clip, sd_value_string(str(s, "positive"))}, *tg[] = {clip, sd_value_string(str(s, "negative"))};
     sd_value *pos = run(env, "CLIPTextEncode", tn, tp, 2), *neg = run(env, "CLIPTextEncode", tn, tg, 2);
     sd_value_unref(tp[1]), sd_value_unref(tg[1]);
     const char *ln[] = {"width", "height", "batch_size"};
@@ -134,7 +149,7 @@ static sd_tensor *ksampler_case(const sd_env *env, sd_value *const ck[3], const 
     sd_value *res = pos && neg && latent ? run(env, "KSampler", kn, kv, 10) : NULL;
     for (int i = 1; i < 6; i++) sd_value_unref(kv[i]);
     sd_value_unref(kv[9]);
-    sd_value_unref(model), sd_value_unref(pos), sd_value_unref(neg), sd_value_unref(latent);
+    sd_value_unref(model), sd_value_unref(clip), sd_value_unref(pos), sd_value_unref(neg), sd_value_unref(latent);
     sd_tensor *t = res ? sd_tensor_ref(sd_value_dict_tensor(res, "samples")) : NULL;
     sd_value_unref(res);
     return t;

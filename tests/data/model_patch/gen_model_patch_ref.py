@@ -11,9 +11,9 @@ Two kinds of case:
   "fourier": comfy_extras.nodes_freelunch.Fourier_filter(x, threshold=1, scale) on a random x;
     stored: x and the result.
   "ksampler": nodes.common_ksampler on the tiny SD1 model (prompts through CLIPTextEncode,
-    EmptyLatentImage) with the model patched by the case's nodes in order (each node's own
-    execute on the previous one's MODEL); stored: the output latent. A case without nodes is the
-    unpatched run.
+    EmptyLatentImage) with the model (or, for the nodes marked "on": "clip", the CLIP the prompts
+    are encoded with) patched by the case's nodes in order (each node's own execute on the
+    previous one's output); stored: the output latent. A case without nodes is the unpatched run.
 Runs on Debian's python3-torch 1.13, CPU, float32.
 """
 import json
@@ -33,6 +33,7 @@ import stio  # noqa: E402
 import comfy.sd  # noqa: E402
 import comfy.supported_models as sm  # noqa: E402
 import comfy_extras.nodes_freelunch as freelunch  # noqa: E402
+import comfy_extras.nodes_attention_multiply as attn_mult  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -50,7 +51,11 @@ model, clip, _, _ = comfy.sd.load_checkpoint_guess_config(
     os.path.join(testdata, "models/tiny-sd1.safetensors"), output_vae=False, output_clip=True,
     te_model_options={"clip_l_model_config": dict(cfg["clip_l"])})
 
-NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2}
+NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2,
+         "UNetSelfAttentionMultiply": attn_mult.UNetSelfAttentionMultiply,
+         "UNetCrossAttentionMultiply": attn_mult.UNetCrossAttentionMultiply,
+         "CLIPAttentionMultiply": attn_mult.CLIPAttentionMultiply}
+ON_CLIP = {"CLIPAttentionMultiply"}  # nodes patching the CLIP (the prompts are encoded with it)
 tensors, cases = {}, []
 U = 2.0 ** -24
 
@@ -78,8 +83,6 @@ for cid, shape, scale in (("fourier_8x8", (2, 3, 8, 8), 0.2), ("fourier_5x7", (1
                                     "generator); sdflow sums the four changed frequencies in double"})
 
 # ---- KSampler with the patched model ------------------------------------------------------------
-pos = nodes.CLIPTextEncode().encode(clip, "a red brick wall")[0]
-neg = nodes.CLIPTextEncode().encode(clip, "blurry")[0]
 latent = nodes.EmptyLatentImage().generate(128, 128, 1)[0]
 settings = {"width": 128, "height": 128, "seed": 7, "steps": 3, "cfg": 6.0, "sampler_name": "euler",
             "scheduler": "normal", "positive": "a red brick wall", "negative": "blurry"}
@@ -89,15 +92,26 @@ for cid, chain in (("ksampler_plain", []),
                    ("ksampler_freeu", [("FreeU", FREEU)]),
                    ("ksampler_freeu_b1", [("FreeU", dict(FREEU, b1=1.5))]),
                    ("ksampler_freeu_v2", [("FreeU_V2", FREEU_V2)]),
-                   ("ksampler_freeu_stacked", [("FreeU", FREEU), ("FreeU_V2", dict(FREEU_V2, s2=0.5))])):
-    m = model
+                   ("ksampler_freeu_stacked", [("FreeU", FREEU), ("FreeU_V2", dict(FREEU_V2, s2=0.5))]),
+                   ("ksampler_self_attn_mult", [("UNetSelfAttentionMultiply", {"q": 1.2, "k": 0.8, "v": 1.1, "out": 0.9})]),
+                   ("ksampler_cross_attn_mult", [("UNetCrossAttentionMultiply", {"q": 1.0, "k": 1.3, "v": 0.7, "out": 1.2})]),
+                   ("ksampler_clip_attn_mult", [("CLIPAttentionMultiply", {"q": 1.1, "k": 0.9, "v": 1.2, "out": 0.8})]),
+                   ("ksampler_freeu_cross_attn", [("FreeU", FREEU),
+                                                  ("UNetCrossAttentionMultiply", {"q": 1.0, "k": 1.0, "v": 1.5, "out": 1.0})])):
+    m, c = model, clip
     for node, inputs in chain:
-        m = NODES[node].execute(m, **inputs).result[0]
+        if node in ON_CLIP:
+            c = NODES[node].execute(c, **inputs).result[0]
+        else:
+            m = NODES[node].execute(m, **inputs).result[0]
+    pos = nodes.CLIPTextEncode().encode(c, "a red brick wall")[0]
+    neg = nodes.CLIPTextEncode().encode(c, "blurry")[0]
     res = nodes.common_ksampler(m, settings["seed"], settings["steps"], settings["cfg"], settings["sampler_name"],
                                 settings["scheduler"], pos, neg, latent)[0]["samples"]
     tensors[cid + "/latent"] = res.float()
     cases.append({"id": cid, "kind": "ksampler",
-                  "nodes": [{"node": n, "inputs": [{"name": k, "type": "FLOAT", "value": v} for k, v in i.items()]}
+                  "nodes": [{"node": n, "on": "clip" if n in ON_CLIP else "model",
+                             "inputs": [{"name": k, "type": "FLOAT", "value": v} for k, v in i.items()]}
                             for n, i in chain],
                   "settings": settings, "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
                   "tolerance_note": "the final latent's tolerance of the shared e2e_sd1 case (same model and "
