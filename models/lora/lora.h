@@ -50,6 +50,7 @@
 #include <stddef.h>
 
 #include "formats/safetensors.h"
+#include "models/dmodel/dmodel.h"
 #include "models/flux/flux.h"
 #include "models/text/text_encode.h"
 #include "models/unet/unet.h"
@@ -90,6 +91,19 @@ sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *
  * rows). A name whose target the model lacks (guidance_in on schnell)
  * stays unmatched. */
 sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out, sd_error *err);
+/* The same against any DiT behind the diffusion-model interface: Flux (as
+ * above), the SD3 / SD3.5 MMDiT and Z-Image's NextDiT (dm->net an sd_flux,
+ * sd_sd3 or sd_zimage; targets relative to the model's prefix). The names
+ * are ComfyUI's model_lora_keys_unet for the family (lora_keys_dit.c):
+ * "diffusion_model.<key>" and "lora_unet_<key with _>" for every
+ * parameter, then SD3's diffusers names ("transformer.", "base_model.model.",
+ * "lora_transformer_", "lycoris_": q/k/v row slices of the fused qkv,
+ * norm_out.linear and the last context block's modulation swapped) or
+ * Z-Image's ("diffusion_model.", "transformer.", "lycoris_" with
+ * attention.to_q/k/v slices of attention.qkv, to_out.0, all_x_embedder.2-1,
+ * all_final_layer.2-1). SD_ERR_INVALID for a UNet; SD_ERR_UNSUPPORTED for a
+ * patch on GGUF-quantized weights. */
+sd_status sd_lora_plan_new_dit(sd_lora *lora, const sd_dmodel *dm, sd_lora_plan **out, sd_error *err);
 sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p); /* NULL-safe */
 void sd_lora_plan_unref(sd_lora_plan *p);        /* NULL-safe */
 
@@ -164,6 +178,13 @@ sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n,
  * Free with sd_flux_free; base must outlive the view. */
 sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n, sd_flux **out,
                             sd_error *err);
+/* The same for any DiT (plans from sd_lora_plan_new_dit on base's network):
+ * *out describes a new network of base's kind (an sd_flux, sd_sd3 or
+ * sd_zimage view, patched weights F32) that sd_lora_dit_free frees; base's
+ * network must outlive it. A merge use is SD_ERR_UNSUPPORTED. */
+sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n, sd_dmodel *out,
+                           sd_error *err);
+void sd_lora_dit_free(sd_dmodel *view); /* NULL-safe, and on a zeroed sd_dmodel */
 /* The same for a text encoder: a new encoder over views of base's CLIP
  * models sharing its tokenizer. */
 sd_status sd_lora_text_encoder_view(const sd_text_encoder *base, const sd_lora_use *uses, int n,

@@ -803,24 +803,85 @@ sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n,
     return SD_OK;
 }
 
+static sd_bt **sd3_lookup(void *m, const char *key, int64_t *row0, int64_t *rows) {
+    *row0 = *rows = 0;
+    return sd_sd3_param(m, key);
+}
+
+static void sd3_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
+    sd_sd3_param_each(m, fn, ud);
+}
+
+static sd_bt **zimage_lookup(void *m, const char *key, int64_t *row0, int64_t *rows) {
+    *row0 = *rows = 0;
+    return sd_zimage_param(m, key);
+}
+
+static void zimage_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
+    sd_zimage_param_each(m, fn, ud);
+}
+
+sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n, sd_dmodel *out,
+                           sd_error *err) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++)
+        if (!uses[i].plan)
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "model merges on a %s model are not supported yet",
+                                sd_dmodel_kind_name(base->info.kind));
+    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* no merge sources */
+    if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_status rc;
+    switch (base->info.kind) {
+    case SD_DMODEL_FLUX: {
+        sd_flux *v = NULL;
+        rc = sd_flux_view(base->net, &v, err);
+        if (!rc) rc = apply_part(v, flux_lookup, flux_each, SD_LORA_UNET, uses, n, src, err);
+        if (!rc) sd_flux_as_dmodel(v, out);
+        else sd_flux_free(v);
+        break;
+    }
+    case SD_DMODEL_MMDIT: {
+        sd_sd3 *v = NULL;
+        rc = sd_sd3_view(base->net, &v, err);
+        if (!rc) rc = apply_part(v, sd3_lookup, sd3_each, SD_LORA_UNET, uses, n, src, err);
+        if (!rc) sd_sd3_as_dmodel(v, out);
+        else sd_sd3_free(v);
+        break;
+    }
+    case SD_DMODEL_ZIMAGE: {
+        sd_zimage *v = NULL;
+        rc = sd_zimage_view(base->net, &v, err);
+        if (!rc) rc = apply_part(v, zimage_lookup, zimage_each, SD_LORA_UNET, uses, n, src, err);
+        if (!rc) sd_zimage_as_dmodel(v, out);
+        else sd_zimage_free(v);
+        break;
+    }
+    default:
+        rc = sd_error_set(err, SD_ERR_INVALID, "a %s model is no DiT", sd_dmodel_kind_name(base->info.kind));
+    }
+    free(src);
+    return rc;
+}
+
+void sd_lora_dit_free(sd_dmodel *view) {
+    if (!view || !view->net) return;
+    switch (view->info.kind) {
+    case SD_DMODEL_FLUX: sd_flux_free(view->net); break;
+    case SD_DMODEL_MMDIT: sd_sd3_free(view->net); break;
+    case SD_DMODEL_ZIMAGE: sd_zimage_free(view->net); break;
+    default: break;
+    }
+    memset(view, 0, sizeof *view);
+}
+
 sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n, sd_flux **out,
                             sd_error *err) {
     *out = NULL;
-    for (int i = 0; i < n; i++)
-        if (!uses[i].plan)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED, "model merges on a Flux model are not supported yet");
-    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* no merge sources */
-    if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    sd_flux *v = NULL;
-    sd_status rc = sd_flux_view(base, &v, err);
-    if (!rc) rc = apply_part(v, flux_lookup, flux_each, SD_LORA_UNET, uses, n, src, err);
-    free(src);
-    if (rc) {
-        sd_flux_free(v);
-        return rc;
-    }
-    *out = v;
-    return SD_OK;
+    sd_dmodel b, v;
+    sd_flux_as_dmodel((sd_flux *)base, &b);
+    sd_status rc = sd_lora_dit_view(&b, uses, n, &v, err);
+    if (!rc) *out = v.net;
+    return rc;
 }
 
 sd_status sd_lora_text_encoder_view(const sd_text_encoder *base, const sd_lora_use *uses, int n,

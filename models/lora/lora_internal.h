@@ -4,6 +4,8 @@
 
 #include "models/lora/lora.h"
 #include "models/flux/flux.h"
+#include "models/sd3/sd3.h"
+#include "models/zimage/zimage.h"
 
 /* One entry of the LoRA-name -> model-parameter map (ComfyUI key_map). */
 typedef struct lora_key {
@@ -15,15 +17,23 @@ typedef struct lora_key {
                          * targets: q, k, v of a fused qkv) */
     int swap;           /* the patch's two halves swapped along dim 0 before it
                          * is added (ComfyUI's swap_scale_shift) */
+    size_t order;       /* where ComfyUI's key_map dict holds the name (its
+                         * first insertion): of two names patching the same
+                         * target, the later one's patch is kept */
 } lora_key;
 
-/* The networks a plan is matched against (any may be NULL; unet and flux
- * are the diffusion model, part SD_LORA_UNET, one at most). */
+/* The networks a plan is matched against (any may be NULL; unet, flux, sd3
+ * and zimage are the diffusion model, part SD_LORA_UNET, one at most). */
 typedef struct lora_model {
     sd_unet *unet;
     sd_flux *flux;
     const sd_text_encoder *te;
+    sd_sd3 *sd3;
+    sd_zimage *zimage;
 } lora_model;
+
+/* The DiT parameter slot of key (flux, sd3 or zimage), or NULL. */
+sd_bt **sd_lora_dit_param(const lora_model *m, const char *key);
 
 /* Builds the map for the given parts, duplicates resolved as a Python dict
  * would (the later insertion wins). */
@@ -34,6 +44,9 @@ sd_status sd_lora_keymap_build(const lora_model *m, lora_key **out, size_t *n, s
 typedef void (*lora_key_add_fn)(void *ud, const char *name, const char *target, int64_t row0,
                                 int64_t rows, int swap);
 void sd_lora_flux_keys(sd_flux *f, lora_key_add_fn add, void *ud);
+/* The SD3 MMDiT's and Z-Image NextDiT's names (lora_keys_dit.c). */
+void sd_lora_sd3_keys(sd_sd3 *m, lora_key_add_fn add, void *ud);
+void sd_lora_zimage_keys(sd_zimage *m, lora_key_add_fn add, void *ud);
 void sd_lora_keymap_free(lora_key *k, size_t n);
 
 struct sd_lora {
@@ -62,6 +75,8 @@ typedef struct lora_patch {
     int has_alpha;
     double alpha;
     const char *src; /* module name, for messages */
+    size_t order;    /* the key's order (lora_key), then */
+    size_t seq;      /* the patch's place in the plan */
 } lora_patch;
 
 struct sd_lora_plan {

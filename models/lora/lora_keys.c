@@ -33,7 +33,8 @@ static void add_ex(kbuf *b, const char *name, sd_lora_part part, const char *tar
         b->oom = 1;
         return;
     }
-    b->k[b->n++] = (lora_key){n, part, t, row0, rows, swap};
+    b->k[b->n] = (lora_key){n, part, t, row0, rows, swap, b->n};
+    b->n++;
 }
 
 static void add(kbuf *b, const char *name, sd_lora_part part, const char *target) {
@@ -335,6 +336,8 @@ sd_status sd_lora_keymap_build(const lora_model *m, lora_key **out, size_t *n, s
     const sd_text_encoder *te = m->te;
     if (m->unet) unet_keys(m->unet, &b);
     if (m->flux) sd_lora_flux_keys(m->flux, add_flux, &b);
+    if (m->sd3) sd_lora_sd3_keys(m->sd3, add_flux, &b);
+    if (m->zimage) sd_lora_zimage_keys(m->zimage, add_flux, &b);
     if (te) {
         sd_clip *l = (sd_clip *)sd_text_encoder_clip_l(te), *g = (sd_clip *)sd_text_encoder_clip_g(te);
         int is_h = sd_text_encoder_kind(te) == SD_TE_SD2;
@@ -353,9 +356,14 @@ sd_status sd_lora_keymap_build(const lora_model *m, lora_key **out, size_t *n, s
     }
     for (size_t i = 0; i < b.n; i++) o[i] = (ord){b.k[i], i};
     qsort(o, b.n, sizeof *o, by_name_then_order);
-    size_t kept = 0;
+    size_t kept = 0, first = 0;
+    int in_group = 0; /* o[i - 1] had o[i]'s name (and is freed) */
     for (size_t i = 0; i < b.n; i++) {
-        if (i + 1 < b.n && strcmp(o[i].k.name, o[i + 1].k.name) == 0) {
+        /* a dict keeps a reassigned name where it was first inserted */
+        if (!in_group) first = o[i].i;
+        o[i].k.order = first;
+        in_group = i + 1 < b.n && strcmp(o[i].k.name, o[i + 1].k.name) == 0;
+        if (in_group) {
             free(o[i].k.name);
             free(o[i].k.target);
             continue;

@@ -127,8 +127,8 @@ static int target_numel(const lora_model *m, sd_lora_part part, const char *key,
     sd_bt **slot = NULL;
     int64_t row0 = 0, rows = 0;
     const sd_text_encoder *te = m->te;
-    if (part == SD_LORA_UNET && m->flux) {
-        slot = sd_flux_param(m->flux, key);
+    if (part == SD_LORA_UNET && (m->flux || m->sd3 || m->zimage)) {
+        slot = sd_lora_dit_param(m, key);
         rows = krows; /* the key's row slice (the map checked it fits) */
     } else if (part == SD_LORA_UNET) {
         slot = m->unet ? sd_unet_param(m->unet, key) : NULL;
@@ -208,6 +208,8 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
     p->has_alpha = has_alpha;
     p->alpha = alpha;
     p->src = k->name;
+    p->order = k->order;
+    p->seq = b->n - 1;
     int64_t got = sd_lora_patch_check(l, p, NULL, err);
     if (got < 0) {
         p->src = NULL;
@@ -310,9 +312,10 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, co
     snprintf(bias, sizeof bias, "%.*sbias", (int)(tl > 6 ? tl - 6 : 0), k->target);
     static const char *const dx[][2] = {{".w_norm", "w"}, {".b_norm", "b"}, {".diff", "w"}, {".diff_b", "b"}};
     for (size_t i = 0; i < 4; i++) {
-        /* a bias patch of a sliced key goes nowhere in ComfyUI (it names no
-         * parameter): left unmatched, so it is reported */
-        if (dx[i][1][0] == 'b' && k->rows > 0) continue;
+        /* a bias patch of a sliced or swapped key (a tuple target in
+         * ComfyUI) goes nowhere there (it names no parameter): left
+         * unmatched, so it is reported */
+        if (dx[i][1][0] == 'b' && (k->rows > 0 || k->swap)) continue;
         if (!present(pr, dx[i][0])) continue;
         memset(t, 0, sizeof t);
         t[0] = take(pr, dx[i][0]);
@@ -321,6 +324,48 @@ static sd_status match_one(sd_lora *l, probe *pr, const lora_key *k, pbuf *b, co
             return rc;
     }
     return SD_OK;
+}
+
+/* Patches by target (part, key, rows, swap), then by when ComfyUI's
+ * load_lora assigns them (key order, then place). */
+static int by_target_then_order(const void *a, const void *b) {
+    const lora_patch *x = a, *y = b;
+    if (x->part != y->part) return x->part < y->part ? -1 : 1;
+    int c = strcmp(x->target, y->target);
+    if (c) return c;
+    if (x->row0 != y->row0) return x->row0 < y->row0 ? -1 : 1;
+    if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
+    if (x->swap != y->swap) return x->swap < y->swap ? -1 : 1;
+    if (x->order != y->order) return x->order < y->order ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int by_seq(const void *a, const void *b) {
+    const lora_patch *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* ComfyUI's load_lora keys its patches by target: of one file's patches
+ * on the same target (two spellings of one module, a LoRA and a .diff), the
+ * last assigned is the one applied; the others' tensors count as loaded.
+ * Keeps those and restores the plan's order. */
+static void one_patch_per_target(pbuf *b) {
+    if (b->n < 2) return;
+    qsort(b->p, b->n, sizeof *b->p, by_target_then_order);
+    size_t kept = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (i + 1 < b->n && by_target_then_order(&b->p[i], &b->p[i + 1]) != 0) {
+            const lora_patch *x = &b->p[i], *y = &b->p[i + 1];
+            if (x->part == y->part && !strcmp(x->target, y->target) && x->row0 == y->row0 &&
+                x->rows == y->rows && x->swap == y->swap) {
+                free(b->p[i].target);
+                continue;
+            }
+        }
+        b->p[kept++] = b->p[i];
+    }
+    b->n = kept;
+    qsort(b->p, b->n, sizeof *b->p, by_seq);
 }
 
 static sd_status plan_new(sd_lora *lora, const lora_model *m, sd_lora_plan **out, sd_error *err) {
@@ -342,6 +387,7 @@ static sd_status plan_new(sd_lora *lora, const lora_model *m, sd_lora_plan **out
         rc = match_one(lora, &pr, &map[i], &b, m, err);
         if (rc) goto fail;
     }
+    one_patch_per_target(&b);
     for (size_t i = 0; i < b.n; i++) {
         b.p[i].src = NULL; /* the map's names die with it */
         p->count[b.p[i].part]++;
@@ -374,17 +420,23 @@ fail:
 
 sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *te,
                            sd_lora_plan **out, sd_error *err) {
-    lora_model m = {unet, NULL, te};
+    lora_model m = {.unet = unet, .te = te};
     return plan_new(lora, &m, out, err);
 }
 
-sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out, sd_error *err) {
-    lora_model m = {NULL, flux, NULL};
-    sd_status rc = plan_new(lora, &m, out, err);
+sd_bt **sd_lora_dit_param(const lora_model *m, const char *key) {
+    if (m->flux) return sd_flux_param(m->flux, key);
+    if (m->sd3) return sd_sd3_param(m->sd3, key);
+    if (m->zimage) return sd_zimage_param(m->zimage, key);
+    return NULL;
+}
+
+static sd_status plan_new_dit(sd_lora *lora, const lora_model *m, sd_lora_plan **out, sd_error *err) {
+    sd_status rc = plan_new(lora, m, out, err);
     /* GGUF-quantized weights: ComfyUI-GGUF patches them per forward in its
      * patch_dtype, which nothing here reproduces or checks yet */
     for (size_t i = 0; !rc && i < (*out)->n; i++) {
-        sd_bt **slot = sd_flux_param(flux, (*out)->p[i].target);
+        sd_bt **slot = sd_lora_dit_param(m, (*out)->p[i].target);
         if (slot && *slot && sd_dtype_is_quantized((*slot)->dtype)) {
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
                               "%s: LoRA on GGUF-quantized weights ('%s' is %s) is not supported yet",
@@ -394,6 +446,25 @@ sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out
         }
     }
     return rc;
+}
+
+sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out, sd_error *err) {
+    lora_model m = {.flux = flux};
+    return plan_new_dit(lora, &m, out, err);
+}
+
+sd_status sd_lora_plan_new_dit(sd_lora *lora, const sd_dmodel *dm, sd_lora_plan **out, sd_error *err) {
+    *out = NULL;
+    lora_model m = {0};
+    switch (dm->info.kind) {
+    case SD_DMODEL_FLUX: m.flux = dm->net; break;
+    case SD_DMODEL_MMDIT: m.sd3 = dm->net; break;
+    case SD_DMODEL_ZIMAGE: m.zimage = dm->net; break;
+    default:
+        return sd_error_set(err, SD_ERR_INVALID, "%s: a %s model is no DiT", sd_lora_path(lora),
+                            sd_dmodel_kind_name(dm->info.kind));
+    }
+    return plan_new_dit(lora, &m, out, err);
 }
 
 sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p) {

@@ -131,5 +131,10 @@ void sd_sd3_as_dmodel(sd_sd3 *m, sd_dmodel *out);
 sd_bt **sd_sd3_param(sd_sd3 *m, const char *key);
 typedef void (*sd_sd3_param_fn)(void *ud, const char *key, sd_bt **slot);
 void sd_sd3_param_each(sd_sd3 *m, sd_sd3_param_fn fn, void *ud);
+/* A new model sharing base's weights (sd3_view.c): every slot a backend
+ * view of base's tensor (sd_bt_view), so replacing a slot of the view (a
+ * LoRA-patched weight) leaves base untouched. No tap. Free it with
+ * sd_sd3_free; base must outlive it. SD_ERR_NOMEM, or the backend's error. */
+sd_status sd_sd3_view(const sd_sd3 *base, sd_sd3 **out, sd_error *err);
 
 #endif

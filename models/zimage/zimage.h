@@ -120,5 +120,8 @@ void sd_zimage_rope_table(const sd_zimage_config *c, int64_t cap, int64_t h, int
 sd_bt **sd_zimage_param(sd_zimage *m, const char *key);
 typedef void (*sd_zimage_param_fn)(void *ud, const char *key, sd_bt **slot);
 void sd_zimage_param_each(sd_zimage *m, sd_zimage_param_fn fn, void *ud);
+/* A new model sharing base's weights (zimage_view.c), as sd_sd3_view: free
+ * it with sd_zimage_free; base must outlive it. */
+sd_status sd_zimage_view(const sd_zimage *base, sd_zimage **out, sd_error *err);
 
 #endif

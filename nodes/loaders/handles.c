@@ -214,19 +214,7 @@ static sd_status combined_encoder(sd_clip_ref *c, sd_text_encoder **out, sd_erro
 sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error *err) {
     memset(out, 0, sizeof *out);
     if (m->loras && sd_lora_stack_count(m->loras) > 0) {
-        if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_FLUX) {
-            sd_flux *f = NULL;
-            sd_status rc = sd_lora_stack_flux(m->loras, m->ckpt, &f, err);
-            if (!rc) sd_flux_as_dmodel(f, out);
-            return rc;
-        }
-        if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_SD3)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED, "LoRA on an SD3 model is not supported yet (%s)",
-                                sd_checkpoint_path(m->ckpt));
-        if (sd_checkpoint_info(m->ckpt)->family == SD_CKPT_ZIMAGE)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                "LoRA on a Z-Image model is not supported yet (%s)",
-                                sd_checkpoint_path(m->ckpt));
+        if (sd_nodes_lora_on_dit(m->ckpt)) return sd_lora_stack_dit(m->loras, m->ckpt, out, err);
         sd_unet *u = NULL;
         sd_status rc = sd_lora_stack_unet(m->loras, m->ckpt, &u, err);
         if (!rc) sd_unet_as_dmodel(u, out);

@@ -32,11 +32,11 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
         return SD_OK;
     }
     /* A CLIP of several files (DualCLIPLoader) has no single network to
-     * match the LoRA's text keys against yet; with a Flux MODEL the loader
-     * passes the CLIP through when the LoRA has no text keys (as ComfyUI
-     * leaves it then) and refuses one that has */
-    int flux = sd_checkpoint_info(model->ckpt)->family == SD_CKPT_FLUX;
-    if (with_clip && sc != 0.0 && !flux && (clip->n_more > 0 || clip->kind)) {
+     * match the LoRA's text keys against yet; with a DiT MODEL (Flux, SD3,
+     * Z-Image) the loader passes the CLIP through when the LoRA has no text
+     * keys (as ComfyUI leaves it then) and refuses one that has */
+    int dit = sd_nodes_lora_on_dit(model->ckpt);
+    if (with_clip && sc != 0.0 && !dit && (clip->n_more > 0 || clip->kind)) {
         sd_error_set(err, SD_ERR_UNSUPPORTED,
                      "LoRA on a CLIP loaded as a %s text encoder is not supported yet; set "
                      "strength_clip to 0 or use LoraLoaderModelOnly",
@@ -52,7 +52,7 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                  sm, sc, with_clip, &ms, with_clip ? &cs : NULL, err);
     if (rc) return rc;
     out[0] = sd_nodes_model_value_patched(model->ckpt, ms, &model->patches);
-    if (with_clip) out[1] = flux ? sd_value_ref(in[1]) : sd_nodes_clip_value_like(clip, clip->clip_skip, cs);
+    if (with_clip) out[1] = dit ? sd_value_ref(in[1]) : sd_nodes_clip_value_like(clip, clip->clip_skip, cs);
     sd_lora_stack_unref(ms);
     sd_lora_stack_unref(cs);
     if (!out[0] || (with_clip && !out[1])) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");

@@ -48,8 +48,13 @@ size_t sd_lora_stack_count(const sd_lora_stack *s);
  * valid while the stack lives). A NULL or empty stack gives the base part.
  * c must be the checkpoint the stack's plans were made for. */
 sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, sd_error *err);
-/* The same for a Flux checkpoint's DiT (its stack holds LoRAs only). */
-sd_status sd_lora_stack_flux(sd_lora_stack *s, sd_checkpoint *c, sd_flux **out, sd_error *err);
+/* The same for a DiT checkpoint's network (Flux, SD3, Z-Image; its stack
+ * holds LoRAs only): *out is the checkpoint's diffusion model with the
+ * patched view as its net. */
+sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, sd_error *err);
+/* 1 when c's diffusion model is a DiT (Flux, SD3, Z-Image): LoRA patches its
+ * network only, and LoraLoader passes its CLIP through. */
+int sd_nodes_lora_on_dit(sd_checkpoint *c);
 sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
                                      sd_error *err);
 

@@ -24,7 +24,7 @@ struct sd_lora_stack {
     size_t n;
     stack_entry *e;
     sd_unet *unet;          /* built on first use */
-    sd_flux *flux;          /* (a Flux checkpoint's) */
+    sd_dmodel dit;          /* (a DiT checkpoint's: Flux, SD3, Z-Image) */
     sd_text_encoder *te;
 };
 
@@ -93,7 +93,7 @@ void sd_lora_stack_unref(sd_lora_stack *s) {
     if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     /* the views first: they may share tensors with the merged models */
     sd_unet_free(s->unet);
-    sd_flux_free(s->flux);
+    sd_lora_dit_free(&s->dit);
     sd_text_encoder_free(s->te);
     for (size_t i = 0; i < s->n; i++) {
         sd_lora_plan_unref(s->e[i].plan);
@@ -151,38 +151,45 @@ sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, 
     return rc;
 }
 
-/* The checkpoint's Flux DiT (SD_ERR_INVALID when it holds none). */
-static sd_status checkpoint_flux(sd_checkpoint *c, sd_flux **out, sd_error *err) {
-    *out = NULL;
-    sd_dmodel dm;
-    sd_status rc = sd_checkpoint_dmodel(c, &dm, err);
+int sd_nodes_lora_on_dit(sd_checkpoint *c) {
+    sd_ckpt_family f = sd_checkpoint_info(c)->family;
+    return f == SD_CKPT_FLUX || f == SD_CKPT_SD3 || f == SD_CKPT_ZIMAGE;
+}
+
+/* The checkpoint's DiT (SD_ERR_INVALID when it holds a UNet). */
+static sd_status checkpoint_dit(sd_checkpoint *c, sd_dmodel *out, sd_error *err) {
+    sd_status rc = sd_checkpoint_dmodel(c, out, err);
     if (rc) return rc;
-    if (dm.info.kind != SD_DMODEL_FLUX)
-        return sd_error_set(err, SD_ERR_INVALID, "%s holds no Flux model", sd_checkpoint_path(c));
-    *out = dm.net;
+    if (out->info.kind != SD_DMODEL_FLUX && out->info.kind != SD_DMODEL_MMDIT &&
+        out->info.kind != SD_DMODEL_ZIMAGE)
+        return sd_error_set(err, SD_ERR_INVALID, "%s holds no DiT", sd_checkpoint_path(c));
     return SD_OK;
 }
 
-sd_status sd_lora_stack_flux(sd_lora_stack *s, sd_checkpoint *c, sd_flux **out, sd_error *err) {
-    *out = NULL;
-    sd_flux *base;
-    sd_status rc = checkpoint_flux(c, &base, err);
-    if (rc || !s || !s->n) {
-        if (!rc) *out = base;
-        return rc;
-    }
+sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, sd_error *err) {
+    sd_dmodel base;
+    sd_status rc = checkpoint_dit(c, &base, err);
+    *out = base;
+    if (rc || !s || !s->n) return rc;
     for (size_t i = 0; i < s->n; i++)
         if (s->e[i].merge)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: model merges on a Flux model are not supported yet",
-                                sd_checkpoint_path(c));
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: model merges on a %s model are not supported yet",
+                                sd_checkpoint_path(c), sd_dmodel_kind_name(base.info.kind));
     pthread_mutex_lock(&s->lock);
-    if (!s->flux) {
+    if (!s->dit.net) {
         sd_lora_use *u = NULL;
         rc = uses_of(s, 0, &u, err);
-        if (!rc) rc = sd_lora_flux_view(base, u, (int)s->n, &s->flux, err);
+        if (!rc) rc = sd_lora_dit_view(&base, u, (int)s->n, &s->dit, err);
         free(u);
     }
-    *out = s->flux;
+    if (!rc) {
+        /* the view keeps base's description (channels, y, guidance) */
+        void *net = s->dit.net;
+        const sd_dmodel_i *vt = s->dit.vt;
+        *out = base;
+        out->net = net;
+        out->vt = vt;
+    }
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -229,24 +236,27 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
     sd_lora_plan *plan = NULL;
     sd_unet *unet = NULL;
     sd_text_encoder *te = NULL;
-    sd_flux *flux = NULL;
-    int is_flux = sd_checkpoint_info(c)->family == SD_CKPT_FLUX;
+    sd_dmodel dit;
+    int is_dit = sd_nodes_lora_on_dit(c);
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_LORAS, lora_name, &path, err);
     if (!rc) rc = sd_lora_open(path, &lora, err);
-    if (is_flux) {
-        /* the DiT only: the caller passes a Flux CLIP through (lora_node_defs.c) */
-        if (!rc) rc = checkpoint_flux(c, &flux, err);
-        if (!rc) rc = sd_lora_plan_new_flux(lora, flux, &plan, err);
-        /* ComfyUI would patch the CLIP-L / T5 with a LoRA's text-encoder
+    if (!rc && sd_checkpoint_info(c)->family == SD_CKPT_ZIMAGE)
+        rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: LoRA on a Z-Image model is not supported yet",
+                          sd_checkpoint_path(c));
+    if (is_dit) {
+        /* the DiT only: the caller passes a DiT's CLIP through (lora_node_defs.c) */
+        if (!rc) rc = checkpoint_dit(c, &dit, err);
+        if (!rc) rc = sd_lora_plan_new_dit(lora, &dit, &plan, err);
+        /* ComfyUI would patch the text encoders with a LoRA's text-encoder
          * keys; without such keys its CLIP comes out as it went in */
         for (size_t i = 0; !rc && with_clip && strength_clip != 0.0 && i < sd_lora_plan_unmatched_count(plan); i++) {
             const char *k = sd_lora_plan_unmatched(plan, i);
             if (strncmp(k, "lora_te", 7) == 0 || strncmp(k, "text_encoder", 12) == 0)
                 rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                  "%s: the LoRA has text-encoder keys ('%s'), and LoRA on a Flux CLIP "
+                                  "%s: the LoRA has text-encoder keys ('%s'), and LoRA on a %s CLIP "
                                   "is not supported yet; set strength_clip to 0 or use "
                                   "LoraLoaderModelOnly",
-                                  path, k);
+                                  path, k, sd_ckpt_family_name(sd_checkpoint_info(c)->family));
         }
         with_clip = 0;
     } else {
@@ -266,8 +276,9 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
                               path, buf);
         } else {
             if (buf[0]) sd_node_log(ctx, SD_LOG_WARN, "LoRA %s: %s", lora_name, buf);
-            if (is_flux)
-                sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu Flux DiT weights patched", lora_name, nm);
+            if (is_dit)
+                sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu %s DiT weights patched", lora_name, nm,
+                            sd_dmodel_kind_name(dit.info.kind));
             else
                 sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu UNet and %zu text-encoder weights patched",
                             lora_name, nm, nc);
