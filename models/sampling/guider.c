@@ -154,15 +154,22 @@ sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *
     return rc;
 }
 
+/* whether post function p runs at sigma */
+static int post_applies(const sd_cfg_slg *p, float sigma)
+{
+    if (p->kind == SD_CFG_POST_PAG) /* if scale == 0: return cfg_result */
+        return p->scale != 0;
+    /* sigma_ = sigma[0].item(); scale > 0 and sigma_end <= sigma_ <= sigma_start */
+    return p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start;
+}
+
 int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma)
 {
     if (!hook)
         return 0;
-    for (int k = 0; k < hook->n_post; k++) {
-        const sd_cfg_slg *p = &hook->post[k];
-        if (p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start)
+    for (int k = 0; k < hook->n_post; k++)
+        if (post_applies(&hook->post[k], sigma))
             return 1;
-    }
     return 0;
 }
 
@@ -175,12 +182,12 @@ sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, voi
     int64_t n = sd_tensor_numel(x);
     for (int k = 0; k < hook->n_post; k++) {
         const sd_cfg_slg *p = &hook->post[k];
-        /* sigma_ = sigma[0].item(); scale > 0 and sigma_end <= sigma_ <= sigma_start */
-        if (!(p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start))
+        if (!post_applies(p, sigma))
             continue;
         if (!skip_model)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED, "skip layer guidance: this sampler has no model call for it");
-        sd_status st = skip_model(skip_ud, x, sigma, p->skip, p->n_skip, scratch, err);
+            return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: this sampler has no model call for it",
+                                p->kind == SD_CFG_POST_PAG ? "perturbed attention guidance" : "skip layer guidance");
+        sd_status st = skip_model(skip_ud, x, sigma, p, scratch, err);
         if (st != SD_OK)
             return st;
         const float *sv = scratch->data;

@@ -45,13 +45,21 @@ typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigm
 #define SD_CFG_MAX_PRE 8
 #define SD_CFG_MAX_POST 4
 #define SD_CFG_MAX_SKIP 16
-/* One SkipLayerGuidanceDiT / SkipLayerGuidanceSD3 post-CFG function
- * (comfy_extras/nodes_slg.py): where sigma_end <= sigma <= sigma_start
- * (sigma as a double, the sigmas from the MODEL's sampling at the node)
- * and scale > 0, out = out + (cond - slg) * scale (float32, torch's op
- * order), slg being the positive prediction of the model with the joint
- * blocks `skip` left out (the guider's skip_model). */
+/* One post-CFG function (comfy.samplers.cfg_function's
+ * sampler_post_cfg_function list) of the kinds that add a guidance term
+ * from one more positive prediction p made with the model changed:
+ * out = out + (cond - p) * scale (float32, torch's op order), p from the
+ * guider's skip_model.
+ *   SD_CFG_POST_SLG: SkipLayerGuidanceDiT / SkipLayerGuidanceSD3
+ *     (comfy_extras/nodes_slg.py): where sigma_end <= sigma <= sigma_start
+ *     (sigma as a double, the sigmas from the MODEL's sampling at the node)
+ *     and scale > 0, p with the joint blocks `skip` left out;
+ *   SD_CFG_POST_PAG: PerturbedAttentionGuidance (comfy_extras/nodes_pag.py):
+ *     where scale != 0, p with the UNet's middle-block self-attention
+ *     replaced by its value projection (the model's other patches kept). */
+enum { SD_CFG_POST_SLG = 0, SD_CFG_POST_PAG = 1 };
 typedef struct sd_cfg_slg {
+    int kind; /* SD_CFG_POST_* */
     double scale, sigma_start, sigma_end;
     int n_skip;
     int skip[SD_CFG_MAX_SKIP];
@@ -67,10 +75,11 @@ typedef struct sd_cfg_hook {
 } sd_cfg_hook;
 
 /* The model call a post-CFG function makes: the positive prediction at x,
- * sigma with the joint blocks skip[0..n_skip) left out, into out (x's
- * shape). */
-typedef sd_status (*sd_guider_skip_fn)(void *ud, const sd_tensor *x, float sigma, const int *skip,
-                                       int n_skip, sd_tensor *out, sd_error *err);
+ * sigma with the model changed as `post` says (its kind: the joint blocks
+ * post->skip[0..n_skip) left out, or the perturbed attention), into out
+ * (x's shape). */
+typedef sd_status (*sd_guider_skip_fn)(void *ud, const sd_tensor *x, float sigma, const sd_cfg_slg *post,
+                                       sd_tensor *out, sd_error *err);
 
 /* The hook's post-CFG functions on one evaluation (comfy.samplers.cfg_function's
  * sampler_post_cfg_function list): cond is the positive prediction after the

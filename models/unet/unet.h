@@ -109,8 +109,21 @@ typedef struct sd_unet_control {
  * list, over backend tensors:
  *   SD_UNET_AT_OUTPUT_BLOCK  output_block_patch: (h, hsp) before output
  *                            block i concatenates them (hsp: the popped skip,
- *                            ControlNet residual added). */
-typedef enum sd_unet_patch_at { SD_UNET_AT_OUTPUT_BLOCK = 1 } sd_unet_patch_at;
+ *                            ControlNet residual added);
+ *   SD_UNET_AT_ATTN1_REPLACE patches_replace["attn1"][(block, id)] or
+ *                            [(block, id, index)]: the self-attention of the
+ *                            transformer blocks there computed by the patch
+ *                            (from the to_q/to_k/to_v projections; to_out
+ *                            applied after it). The first matching patch
+ *                            wins, as ComfyUI's dict holds one per key. */
+typedef enum sd_unet_patch_at { SD_UNET_AT_OUTPUT_BLOCK = 1, SD_UNET_AT_ATTN1_REPLACE = 2 } sd_unet_patch_at;
+
+/* transformer_options["block"][0] */
+typedef enum sd_unet_block_kind {
+    SD_UNET_BLOCK_INPUT = 0,
+    SD_UNET_BLOCK_MIDDLE = 1,
+    SD_UNET_BLOCK_OUTPUT = 2
+} sd_unet_block_kind;
 
 typedef enum sd_unet_patch_kind {
     /* FreeU (comfy_extras/nodes_freelunch.py), p = {b1, b2, s1, s2}: where h
@@ -121,12 +134,19 @@ typedef enum sd_unet_patch_kind {
     SD_UNET_PATCH_FREEU = 1,
     /* FreeU_V2: the same, the first half scaled by (b - 1) * m + 1 with m
      * the channel mean of h min-max normalised over each item's pixels */
-    SD_UNET_PATCH_FREEU_V2 = 2
+    SD_UNET_PATCH_FREEU_V2 = 2,
+    /* attn1 replace (PerturbedAttentionGuidance's perturbed_attention,
+     * comfy_extras/nodes_pag.py): the attention's output is v */
+    SD_UNET_PATCH_ATTN1_IDENTITY = 3
 } sd_unet_patch_kind;
 
 typedef struct sd_unet_patch {
     sd_unet_patch_kind kind;
     double p[4];
+    /* replace patches: where (block kind, block id, transformer index
+     * within the block's SpatialTransformer; -1 = every index) */
+    sd_unet_block_kind block;
+    int block_id, index;
 } sd_unet_patch;
 
 #define SD_UNET_MAX_PATCHES 16

@@ -61,12 +61,24 @@ static sd_bt *attention(const unet_attn *a, sd_bt *x, sd_bt *kv, int heads) {
     return o;
 }
 
+/* attn1 under a replace patch: the patch computes the attention from the
+ * projections, to_out follows. ATTN1_IDENTITY returns v (to_q / to_k are
+ * computed by ComfyUI and unused: left out). */
+static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd_bt *x) {
+    (void)pt; /* SD_UNET_PATCH_ATTN1_IDENTITY, the only kind */
+    sd_bt *o = sd_op_linear(x, a->v, NULL);
+    if (o) step(&o, sd_op_linear(o, a->out_w, a->out_b));
+    return o;
+}
+
 /* BasicTransformerBlock on h: [N, L, C] (borrowed) -> new [N, L, C]:
- * h += attn1(norm1 h); h += attn2(norm2 h, context); h += ff(norm3 h). */
-static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, int heads) {
+ * h += attn1(norm1 h); h += attn2(norm2 h, context); h += ff(norm3 h).
+ * rep: attn1's replace patch or NULL. */
+static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, int heads,
+                             const sd_unet_patch *rep) {
     sd_bt *h = NULL, *n = NULL, *a = NULL;
     if (!(n = sd_op_layer_norm(h_in, b->norm1_w, b->norm1_b, 1e-5f))) goto fail;
-    if (!(a = attention(&b->attn1, n, n, heads))) goto fail;
+    if (!(a = rep ? attention_replaced(&b->attn1, rep, n) : attention(&b->attn1, n, n, heads))) goto fail;
     if (!(h = sd_op_add(a, h_in))) goto fail;
     if (!step(&n, sd_op_layer_norm(h, b->norm2_w, b->norm2_b, 1e-5f))) goto fail;
     if (!step(&a, attention(&b->attn2, n, context, heads))) goto fail;
@@ -88,7 +100,8 @@ fail:
 }
 
 /* x: [N, C, H, W], context: [N, L, D] -> [N, C, H, W]. */
-sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context) {
+sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const sd_unet_patches *ps,
+                          sd_unet_block_kind block, int block_id) {
     int64_t n = x->shape[0], c = x->shape[1], hh = x->shape[2], ww = x->shape[3];
     int64_t seq[3] = {n, hh * ww, c}, img[4] = {n, hh, ww, c};
     const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
@@ -100,7 +113,9 @@ sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context) {
     if (!step(&h, reshaped(h, 3, seq))) goto done;
     if (s->linear && !step(&h, sd_op_linear(h, s->proj_in_w, s->proj_in_b))) goto done;
     for (int k = 0; k < s->depth; k++)
-        if (!step(&h, tblock_forward(&s->blocks[k], h, context, s->heads))) goto done;
+        if (!step(&h, tblock_forward(&s->blocks[k], h, context, s->heads,
+                                     sd_unet_patch_attn1(ps, block, block_id, k))))
+            goto done;
     if (s->linear && !step(&h, sd_op_linear(h, s->proj_out_w, s->proj_out_b))) goto done;
     /* [N, H*W, C] -> [N, C, H, W] */
     if (!(p = sd_bt_view(h, 4, img))) goto done;

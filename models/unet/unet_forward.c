@@ -21,11 +21,18 @@ static void tap(sd_unet *u, const char *name, const sd_bt *t) {
 
 /* Forward of one layer; x borrowed. target_h/w: size the Upsample must
  * reach (ComfyUI passes the next skip's shape so odd sizes round-trip). */
+/* where a block sits, for its patches */
+typedef struct block_at {
+    const sd_unet_patches *ps;
+    sd_unet_block_kind kind;
+    int id;
+} block_at;
+
 static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_bt *context,
-                            int64_t target_h, int64_t target_w) {
+                            int64_t target_h, int64_t target_w, const block_at *at) {
     switch (l->kind) {
     case UL_RES: return sd_unet_res_forward(l->res, x, emb_silu);
-    case UL_ST: return sd_unet_st_forward(l->st, x, context);
+    case UL_ST: return sd_unet_st_forward(l->st, x, context, at->ps, at->kind, at->id);
     case UL_CONV: return sd_op_conv2d(x, l->conv_w, l->conv_b, 1, 1, 1);
     case UL_DOWN: return sd_op_conv2d(x, l->conv_w, l->conv_b, 2, 1, 1);
     case UL_UP: {
@@ -44,11 +51,11 @@ static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_b
 /* Run block b on h (borrowed) -> new tensor. name: "input_blocks.3" etc.,
  * each layer is also tapped as "<name>.<layer>". */
 static sd_bt *block_forward(sd_unet *u, const unet_block *b, const char *name, sd_bt *h_in,
-                            sd_bt *emb_silu, sd_bt *context, int64_t th, int64_t tw) {
+                            sd_bt *emb_silu, sd_bt *context, int64_t th, int64_t tw, const block_at *at) {
     sd_bt *h = NULL;
     char nm[96];
     for (int i = 0; i < b->n; i++) {
-        sd_bt *next = layer_forward(&b->layers[i], h ? h : h_in, emb_silu, context, th, tw);
+        sd_bt *next = layer_forward(&b->layers[i], h ? h : h_in, emb_silu, context, th, tw, at);
         if (!step(&h, next)) return NULL;
         if (u->tap) {
             snprintf(nm, sizeof nm, "%s.%d", name, i);
@@ -157,6 +164,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
 
     sd_bt *skips[SD_UNET_MAX_BLOCKS] = {0};
     int n_skips = 0;
+    const sd_unet_patches *ps = control ? control->patches : NULL;
     sd_bt *h = NULL, *emb = NULL;
     char nm[64];
 
@@ -164,7 +172,8 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
 
     for (int i = 0; i < u->n_in; i++) {
         snprintf(nm, sizeof nm, "input_blocks.%d", i);
-        h = block_forward(u, &u->in[i], nm, i ? skips[n_skips - 1] : x, emb, context, 0, 0);
+        block_at at = {ps, SD_UNET_BLOCK_INPUT, i};
+        h = block_forward(u, &u->in[i], nm, i ? skips[n_skips - 1] : x, emb, context, 0, 0, &at);
         if (!h) goto fail;
         if (control && i < control->n_input && control->input && control->input[i]) {
             if ((rc = add_control(&h, control->input[i], nm, err))) goto fail_rc;
@@ -174,7 +183,8 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
         h = NULL;
     }
 
-    h = block_forward(u, &u->middle, "middle_block", skips[n_skips - 1], emb, context, 0, 0);
+    block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0};
+    h = block_forward(u, &u->middle, "middle_block", skips[n_skips - 1], emb, context, 0, 0, &mid);
     if (!h) goto fail;
     if (control && control->middle) {
         if ((rc = add_control(&h, control->middle, "middle_block", err))) goto fail_rc;
@@ -211,7 +221,8 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
         int64_t th = n_skips ? skips[n_skips - 1]->shape[2] : 0;
         int64_t tw = n_skips ? skips[n_skips - 1]->shape[3] : 0;
         snprintf(nm, sizeof nm, "output_blocks.%d", i);
-        if (!step(&h, block_forward(u, &u->out[i], nm, h, emb, context, th, tw))) goto fail;
+        block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i};
+        if (!step(&h, block_forward(u, &u->out[i], nm, h, emb, context, th, tw, &at))) goto fail;
     }
     tap(u, "output_blocks.last", h);
 

@@ -64,9 +64,16 @@ struct sd_unet {
 };
 
 /* Forward of single layers (unet_blocks.c). Inputs are borrowed; results
- * are new tensors, NULL on failure (the backend's sticky error is set). */
+ * are new tensors, NULL on failure (the backend's sticky error is set).
+ * ps, block, block_id: the MODEL's patches and where the SpatialTransformer
+ * sits (its attn1 replace patches); ps NULL = none. */
 sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
-sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context);
+sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const sd_unet_patches *ps,
+                          sd_unet_block_kind block, int block_id);
+/* The attn1 replace patch for the transformer block (block, block_id,
+ * index), or NULL (unet_patch.c). */
+const sd_unet_patch *sd_unet_patch_attn1(const sd_unet_patches *ps, sd_unet_block_kind block, int block_id,
+                                         int index);
 
 /* The MODEL's output_block_patch functions (unet_patch.c) in order on the
  * output block's h and popped skip hsp: each may replace *h / *hsp (the

@@ -21,6 +21,7 @@ sd_unet_patch_at sd_unet_patch_point(sd_unet_patch_kind kind) {
     switch (kind) {
     case SD_UNET_PATCH_FREEU:
     case SD_UNET_PATCH_FREEU_V2: return SD_UNET_AT_OUTPUT_BLOCK;
+    case SD_UNET_PATCH_ATTN1_IDENTITY: return SD_UNET_AT_ATTN1_REPLACE;
     }
     return 0;
 }
@@ -189,8 +190,23 @@ sd_status sd_unet_patch_output_block(const sd_unet *u, const sd_unet_patches *ps
         switch (pt->kind) {
         case SD_UNET_PATCH_FREEU:
         case SD_UNET_PATCH_FREEU_V2: rc = freeu(u, pt, h, hsp, err); break;
+        default: break;
         }
         if (rc) return rc;
     }
     return SD_OK;
+}
+
+const sd_unet_patch *sd_unet_patch_attn1(const sd_unet_patches *ps, sd_unet_block_kind block, int block_id,
+                                         int index) {
+    /* ComfyUI looks the (block, id, index) key up first, then (block, id) */
+    for (int pass = 0; ps && pass < 2; pass++)
+        for (int i = 0; i < ps->n; i++) {
+            const sd_unet_patch *pt = &ps->list[i];
+            if (sd_unet_patch_point(pt->kind) != SD_UNET_AT_ATTN1_REPLACE || pt->block != block ||
+                pt->block_id != block_id)
+                continue;
+            if (pass == 0 ? pt->index == index : pt->index < 0) return pt;
+        }
+    return NULL;
 }

@@ -51,6 +51,34 @@ static sd_status freeu_v2_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
     return freeu_common(in, out, SD_UNET_PATCH_FREEU_V2, "FreeU_V2", err);
 }
 
+/* ---- PerturbedAttentionGuidance -------------------------------------------------------- */
+
+/* A post-CFG function (SD_CFG_POST_PAG, models/sampling/guider.h): the
+ * guider adds (cond - p) * scale, p the positive prediction with the
+ * middle block's self-attention replaced by v. A DiT has no such block
+ * (ComfyUI's replace patch is then never called and p equals the cond
+ * prediction): its MODEL passes through. */
+static sd_status pag_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_ckpt_family fam = sd_checkpoint_info(m->ckpt)->family;
+    if (fam != SD_CKPT_SD1 && fam != SD_CKPT_SD2 && fam != SD_CKPT_SDXL) {
+        out[0] = sd_value_ref(in[0]);
+        return SD_OK;
+    }
+    sd_model_patches p = m->patches;
+    if (p.cfg.n_post == SD_CFG_MAX_POST)
+        return sd_error_set(err, SD_ERR_INVALID, "more than %d post-CFG functions on one MODEL", SD_CFG_MAX_POST);
+    sd_cfg_slg *f = &p.cfg.post[p.cfg.n_post++];
+    memset(f, 0, sizeof *f);
+    f->kind = SD_CFG_POST_PAG;
+    f->scale = sd_value_as_float(in[1]);
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
 /* ---- attention multipliers ------------------------------------------------------------ */
 
 /* The four factors q, k, v, out (inputs 1..4) on the keys ending with
@@ -141,6 +169,26 @@ static const sd_input_def clip_attn_mult_inputs[] = {
     {.name = "clip", .type = "CLIP"}, FREEU_IN("q", 1.0), FREEU_IN("k", 1.0), FREEU_IN("v", 1.0),
     FREEU_IN("out", 1.0), {0}};
 
+static const sd_input_def pag_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "scale", .type = SD_T_FLOAT, .def = 3.0, .min = 0.0, .max = 100.0, .step = 0.01, .round = 0.01,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_pag = {
+    .version = 1,
+    .class_type = "PerturbedAttentionGuidance",
+    .python_module = "comfy_extras.nodes_pag",
+    .category = "model_patches/unet",
+    .flags = SD_NODE_V3,
+    .help = "Perturbed-attention guidance: after CFG, adds (cond - p) * scale, p the positive prediction with "
+            "the UNet's middle-block self-attention replaced by its value projection (one more UNet pass per "
+            "step). A DiT MODEL passes through.",
+    .inputs = pag_inputs,
+    .outputs = model_out,
+    .run = pag_run,
+};
+
 static const sd_node_def node_unet_self_attention_multiply = {
     .version = 1,
     .class_type = "UNetSelfAttentionMultiply",
@@ -207,6 +255,7 @@ static const sd_node_def node_freeu_v2 = {
 
 const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu,
                                                       &node_freeu_v2,
+                                                      &node_pag,
                                                       &node_unet_self_attention_multiply,
                                                       &node_unet_cross_attention_multiply,
                                                       &node_clip_attention_multiply,

@@ -331,16 +331,25 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     sd_sd3_extra skip = {m->skip, m->n_skip};
     const void *extra = res.active ? (const void *)&res.control : NULL;
     sd_unet_control patched;
-    if (m->unet_patches && m->unet_patches->n > 0) {
+    sd_unet_patches perturbed; /* the MODEL's patches + PAG's, for this call */
+    if ((m->unet_patches && m->unet_patches->n > 0) || m->perturb_attn) {
         if (m->dm.info.kind != SD_DMODEL_UNET) {
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                              "UNet model patches (FreeU, ...) are not supported on a %s model",
+                              "UNet model patches (FreeU, PerturbedAttentionGuidance, ...) are not supported on a %s model",
                               sd_dmodel_kind_name(m->dm.info.kind));
             goto done;
         }
         if (res.active) patched = res.control;
         else memset(&patched, 0, sizeof patched);
         patched.patches = m->unet_patches;
+        if (m->perturb_attn) {
+            if (m->unet_patches) perturbed = *m->unet_patches;
+            else memset(&perturbed, 0, sizeof perturbed);
+            sd_unet_patch pag = {.kind = SD_UNET_PATCH_ATTN1_IDENTITY, .block = SD_UNET_BLOCK_MIDDLE,
+                                 .block_id = 0, .index = -1};
+            if ((rc = sd_unet_patches_add(&perturbed, &pag, err))) goto done;
+            patched.patches = &perturbed;
+        }
         extra = &patched;
     }
     if (m->n_skip > 0) {
@@ -492,11 +501,15 @@ done:
     return rc;
 }
 
-sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const int *skip,
-                                  int n_skip, sd_tensor *out, sd_error *err) {
+sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const sd_cfg_slg *post,
+                                  sd_tensor *out, sd_error *err) {
     sd_cond_model m = *(const sd_cond_model *)ud;
-    m.skip = skip;
-    m.n_skip = n_skip;
+    if (post->kind == SD_CFG_POST_PAG) {
+        m.perturb_attn = 1;
+    } else {
+        m.skip = post->skip;
+        m.n_skip = post->n_skip;
+    }
     int c = SD_COND_POSITIVE;
     return sd_cond_model_eval(&m, x, sigma, &c, 1, &out, err);
 }

@@ -79,7 +79,8 @@ static sd_status dual_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     const sd_guide *g = s->g;
     if (g->patches && g->patches->cfg.n_post > 0) /* ComfyUI runs them on (middle, negative) here */
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "skip layer guidance (SkipLayerGuidanceSD3) with DualCFGGuider is not supported");
+                            "post-CFG functions (SkipLayerGuidanceSD3, PerturbedAttentionGuidance) with "
+                            "DualCFGGuider are not supported");
     int64_t n = sd_tensor_numel(x);
     sd_tensor *neg = scratch(&s->buf[0], x), *mid = scratch(&s->buf[1], x), *pos = denoised;
     if (!neg || !mid) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");

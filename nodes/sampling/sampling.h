@@ -79,6 +79,11 @@ typedef struct sd_cond_model {
     /* the MODEL's UNet patches (FreeU, ...), handed to every UNet forward;
      * NULL or none = none; other model kinds refuse them */
     const struct sd_unet_patches *unet_patches;
+    /* PerturbedAttentionGuidance's extra prediction: the UNet's middle-block
+     * self-attention replaced by its value projection (a patch added to
+     * unet_patches for this call, as ComfyUI's set_model_options_patch_replace
+     * on a copy of the model options) */
+    int perturb_attn;
 } sd_cond_model;
 
 /* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of
@@ -117,9 +122,11 @@ sd_status sd_cond_concat(const sd_value *list, int ip2p, const sd_tensor *denois
 sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,
                              int n_conds, sd_tensor **outs, sd_error *err);
 /* sd_guider_skip_fn over an sd_cond_model (ud): its positive prediction with
- * those blocks left out (a copy of the model with skip set). */
-sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const int *skip,
-                                  int n_skip, sd_tensor *out, sd_error *err);
+ * the post function's blocks left out (a copy of the model with skip set),
+ * or with the UNet's middle-block self-attention perturbed (perturb_attn). */
+struct sd_cfg_slg;
+sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const struct sd_cfg_slg *post,
+                                  sd_tensor *out, sd_error *err);
 
 /* ---- common_ksampler ---------------------------------------------------------
  * Before sampling the conditioning lists are completed as process_conds

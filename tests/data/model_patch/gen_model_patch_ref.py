@@ -34,6 +34,7 @@ import comfy.sd  # noqa: E402
 import comfy.supported_models as sm  # noqa: E402
 import comfy_extras.nodes_freelunch as freelunch  # noqa: E402
 import comfy_extras.nodes_attention_multiply as attn_mult  # noqa: E402
+import comfy_extras.nodes_pag as pag  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -54,7 +55,8 @@ model, clip, _, _ = comfy.sd.load_checkpoint_guess_config(
 NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2,
          "UNetSelfAttentionMultiply": attn_mult.UNetSelfAttentionMultiply,
          "UNetCrossAttentionMultiply": attn_mult.UNetCrossAttentionMultiply,
-         "CLIPAttentionMultiply": attn_mult.CLIPAttentionMultiply}
+         "CLIPAttentionMultiply": attn_mult.CLIPAttentionMultiply,
+         "PerturbedAttentionGuidance": pag.PerturbedAttentionGuidance}
 ON_CLIP = {"CLIPAttentionMultiply"}  # nodes patching the CLIP (the prompts are encoded with it)
 tensors, cases = {}, []
 U = 2.0 ** -24
@@ -97,7 +99,9 @@ for cid, chain in (("ksampler_plain", []),
                    ("ksampler_cross_attn_mult", [("UNetCrossAttentionMultiply", {"q": 1.0, "k": 1.3, "v": 0.7, "out": 1.2})]),
                    ("ksampler_clip_attn_mult", [("CLIPAttentionMultiply", {"q": 1.1, "k": 0.9, "v": 1.2, "out": 0.8})]),
                    ("ksampler_freeu_cross_attn", [("FreeU", FREEU),
-                                                  ("UNetCrossAttentionMultiply", {"q": 1.0, "k": 1.0, "v": 1.5, "out": 1.0})])):
+                                                  ("UNetCrossAttentionMultiply", {"q": 1.0, "k": 1.0, "v": 1.5, "out": 1.0})]),
+                   ("ksampler_pag", [("PerturbedAttentionGuidance", {"scale": 3.0})]),
+                   ("ksampler_freeu_pag", [("FreeU", FREEU), ("PerturbedAttentionGuidance", {"scale": 1.5})])):
     m, c = model, clip
     for node, inputs in chain:
         if node in ON_CLIP:
