@@ -387,6 +387,19 @@ static sd_status plan_new(sd_lora *lora, const lora_model *m, sd_lora_plan **out
         rc = match_one(lora, &pr, &map[i], &b, m, err);
         if (rc) goto fail;
     }
+    /* A parameter held by the root module (Z-Image's x_pad_token, SD3's
+     * pos_embed: no '.' in its key) is in ComfyUI's key map, but
+     * ModelPatcher's load patches leaf modules' parameters only: the LoRA's
+     * tensors count as loaded and change nothing. */
+    size_t kept = 0;
+    for (size_t i = 0; i < b.n; i++) {
+        if (!strchr(b.p[i].target, '.')) {
+            free(b.p[i].target);
+            continue;
+        }
+        b.p[kept++] = b.p[i];
+    }
+    b.n = kept;
     one_patch_per_target(&b);
     for (size_t i = 0; i < b.n; i++) {
         b.p[i].src = NULL; /* the map's names die with it */

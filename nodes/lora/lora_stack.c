@@ -240,9 +240,6 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
     int is_dit = sd_nodes_lora_on_dit(c);
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_LORAS, lora_name, &path, err);
     if (!rc) rc = sd_lora_open(path, &lora, err);
-    if (!rc && sd_checkpoint_info(c)->family == SD_CKPT_ZIMAGE)
-        rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: LoRA on a Z-Image model is not supported yet",
-                          sd_checkpoint_path(c));
     if (is_dit) {
         /* the DiT only: the caller passes a DiT's CLIP through (lora_node_defs.c) */
         if (!rc) rc = checkpoint_dit(c, &dit, err);
