@@ -102,6 +102,15 @@ typedef struct sd_sampler_params {
     int er_max_stage;
     int er_reverse_time;
     double er_eta;
+    /* sa_solver / sa_solver_pece (SamplerSASolver, sa_set): predictor order
+     * 1..6, corrector order 0..6, PECE, the paper's simple order-2
+     * coefficients, and the stochastic window: tau = sa_eta while
+     * sa_tau_start_sigma >= sigma >= sa_tau_end_sigma (the node resolves
+     * its percents with its MODEL). Without sa_set: orders 3 and 4, tau 1
+     * over the sampled model's percent_to_sigma(0.2) .. (0.8). */
+    int sa_set;
+    int sa_predictor_order, sa_corrector_order, sa_use_pece, sa_simple_order_2;
+    double sa_eta, sa_tau_start_sigma, sa_tau_end_sigma;
 
     /* Overrides the sampler's noise (default generator / Brownian tree);
      * NULL = ComfyUI's. Lets tests force zero noise. */

@@ -1,14 +1,16 @@
 /* samplers_sa_solver.c - SA-Solver (stochastic Adams predictor-corrector,
  * comfy.k_diffusion.sa_solver + sample_sa_solver): sa_solver and
  * sa_solver_pece, predictor order 3, corrector order 4, tau = 1 inside
- * ModelSampling.percent_to_sigma(0.2) >= sigma > percent_to_sigma(0.8).
+ * ModelSampling.percent_to_sigma(0.2) >= sigma >= percent_to_sigma(0.8) by
+ * default, SamplerSASolver's orders, PECE, simple order 2 and window when
+ * the params say (sd_sampler_params.sa_set).
  * The b coefficients (an exponential integral against a Lagrange basis in
  * half-logSNR) are computed in double; ComfyUI does them in float32. */
 #include <string.h>
 #include "models/sampling/sampler_internal.h"
 
 #define FOR_N for (int64_t k = 0; k < c->n; k++)
-#define SA_MAX_ORDER 4
+#define SA_MAX_ORDER 6 /* SamplerSASolver's orders go to 6 */
 
 /* Solve the n x n system A z = rhs (Gaussian elimination, partial pivoting). */
 static void solve(int n, double A[SA_MAX_ORDER][SA_MAX_ORDER], double *rhs, double *z)
@@ -44,12 +46,25 @@ static void solve(int n, double A[SA_MAX_ORDER][SA_MAX_ORDER], double *rhs, doub
     }
 }
 
-/* compute_stochastic_adams_b_coeffs (simple_order_2 = False) */
+/* compute_stochastic_adams_b_coeffs: simple2 with two lambdas is the
+ * paper's simple order-2 scheme (compute_simple_stochastic_adams_b_coeffs,
+ * the corrector's or the predictor's), else the Lagrange-basis integrals. */
 static void sa_b_coeffs(double sigma_next, const double *lambdas, int n, double lambda_s,
-                        double lambda_t, double tau, double *b)
+                        double lambda_t, double tau, int simple2, int corrector, double *b)
 {
     double tau_mul = 1.0 + tau * tau;
     double h = lambda_t - lambda_s;
+    if (simple2 && n == 2) {
+        double alpha_t = sigma_next * exp(lambda_t), e = -expm1(-h * tau_mul);
+        if (corrector) {
+            b[1] = alpha_t * (0.5 * tau_mul * h);
+            b[0] = alpha_t * e - b[1];
+        } else {
+            b[0] = alpha_t * (0.5 * tau_mul * h * h) / (lambdas[0] - lambda_s);
+            b[1] = alpha_t * e - b[0];
+        }
+        return;
+    }
     double prod[SA_MAX_ORDER], e[SA_MAX_ORDER];
     double ex = exp(-tau_mul * h);
     for (int p = 0; p < n; p++)
@@ -79,19 +94,31 @@ static void sa_b_coeffs(double sigma_next, const double *lambdas, int n, double 
 static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas, int pece,
                            sd_error *err)
 {
-    const int predictor_order = 3, corrector_order = 4;
+    const sd_sampler_params *P = c->p;
+    const int predictor_order = P->sa_set ? P->sa_predictor_order : 3;
+    const int corrector_order = P->sa_set ? P->sa_corrector_order : 4;
+    const int simple2 = P->sa_set && P->sa_simple_order_2;
+    if (P->sa_set && P->sa_use_pece)
+        pece = 1;
+    if (predictor_order < 1 || predictor_order > SA_MAX_ORDER || corrector_order < 0 ||
+        corrector_order > SA_MAX_ORDER)
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s: predictor_order must be 1..%d and "
+                            "corrector_order 0..%d", c->s->name, SA_MAX_ORDER, SA_MAX_ORDER);
     const int max_used = predictor_order > corrector_order ? predictor_order : corrector_order;
     double s_noise_d = smp_opt(c->p->s_noise, 1.0);
     float s_noise = (float)s_noise_d;
     double start_sigma, end_sigma;
-    if (c->p->percent_to_sigma) {
+    if (P->sa_set) {
+        start_sigma = P->sa_tau_start_sigma;
+        end_sigma = P->sa_tau_end_sigma;
+    } else if (c->p->percent_to_sigma) {
         start_sigma = c->p->percent_to_sigma(c->p->percent_to_sigma_ud, 0.2);
         end_sigma = c->p->percent_to_sigma(c->p->percent_to_sigma_ud, 0.8);
     } else {
         start_sigma = smp_default_percent_to_sigma(0.2);
         end_sigma = smp_default_percent_to_sigma(0.8);
     }
-    const double tau_eta = 1.0;
+    const double tau_eta = P->sa_set ? P->sa_eta : 1.0; /* get_tau_interval_func's eta */
 
     double *lambdas = smp_alloc(c, (size_t)n_sigmas * sizeof(double), err);
     if (!lambdas || !(sigmas = smp_snr_sigmas(c, sigmas, n_sigmas, err)))
@@ -143,7 +170,8 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
             smp_copy(c, xv, xpv);
         } else {
             double b[SA_MAX_ORDER];
-            sa_b_coeffs(s, lambdas + i - c_order + 1, c_order, lambdas[i - 1], lambdas[i], tau_t, b);
+            sa_b_coeffs(s, lambdas + i - c_order + 1, c_order, lambdas[i - 1], lambdas[i], tau_t, simple2, 1,
+                        b);
             float a = (s / sigmas[i - 1]) * sd_torch_expf((float)(-(tau_t * tau_t)) * (float)h);
             int add_noise = tau_t > 0.0 && s_noise_d > 0.0;
             FOR_N {
@@ -166,9 +194,9 @@ static sd_status sa_solver(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
             smp_copy(c, xpv, smp_f(pred[npred - 1]));
             continue;
         }
-        tau_t = (start_sigma >= (double)sn && (double)sn > end_sigma) ? tau_eta : 0.0;
+        tau_t = (tau_eta > 0.0 && start_sigma >= (double)sn && (double)sn >= end_sigma) ? tau_eta : 0.0;
         double b[SA_MAX_ORDER];
-        sa_b_coeffs(sn, lambdas + i - p_order + 1, p_order, lambdas[i], lambdas[i + 1], tau_t, b);
+        sa_b_coeffs(sn, lambdas + i - p_order + 1, p_order, lambdas[i], lambdas[i + 1], tau_t, simple2, 0, b);
         h = (double)((float)lambdas[i + 1] - (float)lambdas[i]);
         float a = (sn / s) * sd_torch_expf((float)(-(tau_t * tau_t)) * (float)h);
         int add_noise = tau_t > 0.0 && s_noise_d > 0.0;

@@ -1,15 +1,21 @@
 /* sampler_options.c - what a SAMPLER value carries to the sampler, and the
  * SamplerXxx nodes whose options go beyond eta / s_noise / r
- * (comfy_extras/nodes_custom_sampler.py SamplerSEEDS2 and SamplerER_SDE,
- * nodes_advanced_samplers.py SamplerEulerCFGpp).
+ * (comfy_extras/nodes_custom_sampler.py SamplerSEEDS2, SamplerER_SDE and
+ * SamplerSASolver, nodes_advanced_samplers.py SamplerEulerCFGpp).
  *
  * A SAMPLER stays plain data (see custom.h), so the options are keys of its
  * dict: "eta", "s_noise", "r" (FLOAT), "order", "max_stage" (INT),
  * "solver_type" (STRING: midpoint/heun for dpmpp_2m_sde, phi_1/phi_2 for
- * seeds_2) and "noise_scaler" ("reverse_time": er_sde's x^(eta + 1)). */
+ * seeds_2), "noise_scaler" ("reverse_time": er_sde's x^(eta + 1)), and
+ * sa_solver's "predictor_order", "corrector_order", "use_pece",
+ * "simple_order_2" (INT) with "tau_start_sigma" / "tau_end_sigma" (FLOAT:
+ * the node's percents through its MODEL's sampling, as ComfyUI resolves
+ * them when the node runs). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "custom.h"
+#include "nodes/loaders/loaders.h"
 
 static sd_status bad_sampler(sd_error *err, const char *input, const char *msg, const char *what) {
     sd_error_set(err, SD_ERR_INVALID, msg, what ? what : "?");
@@ -35,6 +41,21 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
         if (!s || strcmp(s, "reverse_time")) return bad_sampler(err, input, "SAMPLER noise_scaler '%s' is not reverse_time", s);
         p->er_reverse_time = 1;
         p->er_eta = p->eta; /* the scaler's exponent is the node's eta */
+    }
+    if ((o = sd_value_dict_get(v, "tau_start_sigma"))) {
+        sd_value *e = sd_value_dict_get(v, "tau_end_sigma"), *po = sd_value_dict_get(v, "predictor_order");
+        sd_value *co = sd_value_dict_get(v, "corrector_order"), *pe = sd_value_dict_get(v, "use_pece");
+        sd_value *s2 = sd_value_dict_get(v, "simple_order_2");
+        if (!e || !po || !co || !pe || !s2)
+            return bad_sampler(err, input, "SAMPLER %s: an sa_solver option set without all its keys", n);
+        p->sa_set = 1;
+        p->sa_tau_start_sigma = sd_value_as_float(o);
+        p->sa_tau_end_sigma = sd_value_as_float(e);
+        p->sa_predictor_order = (int)sd_value_as_int(po);
+        p->sa_corrector_order = (int)sd_value_as_int(co);
+        p->sa_use_pece = (int)sd_value_as_int(pe);
+        p->sa_simple_order_2 = (int)sd_value_as_int(s2);
+        p->sa_eta = p->eta;
     }
     if ((o = sd_value_dict_get(v, "solver_type"))) {
         const char *st = sd_value_as_string(o);
@@ -113,6 +134,36 @@ static sd_status er_sde_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     return done(d, rc, out, err);
 }
 
+/* SamplerSASolver: sa_solver with the window's sigmas from the node's MODEL
+ * (get_tau_interval_func(percent_to_sigma(start), percent_to_sigma(end),
+ * eta)) and its orders; use_pece runs it as sa_solver_pece. */
+static sd_status sa_solver_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    int64_t po = sd_value_as_int(in[5]), co = sd_value_as_int(in[6]);
+    if (po < 1 || po > 6) return bad_sampler(err, "predictor_order", "predictor_order must be 1..6%s", "");
+    if (co < 0 || co > 6) return bad_sampler(err, "corrector_order", "corrector_order must be 0..6%s", "");
+    sd_model_sampling *ms = malloc(sizeof *ms);
+    if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_nodes_model_sampling_init(m, ms);
+    double start = sd_ms_percent_to_sigma(ms, sd_value_as_float(in[2]));
+    double end = sd_ms_percent_to_sigma(ms, sd_value_as_float(in[3]));
+    free(ms);
+    sd_value *d = sampler_dict("sa_solver");
+    rc = d ? SD_OK : SD_ERR_NOMEM;
+    if (!rc) rc = put_or_fail(d, "eta", sd_value_float(sd_value_as_float(in[1])));
+    if (!rc) rc = put_or_fail(d, "s_noise", sd_value_float(sd_value_as_float(in[4])));
+    if (!rc) rc = put_or_fail(d, "tau_start_sigma", sd_value_float(start));
+    if (!rc) rc = put_or_fail(d, "tau_end_sigma", sd_value_float(end));
+    if (!rc) rc = put_or_fail(d, "predictor_order", sd_value_int(po));
+    if (!rc) rc = put_or_fail(d, "corrector_order", sd_value_int(co));
+    if (!rc) rc = put_or_fail(d, "use_pece", sd_value_int(sd_value_as_bool(in[7])));
+    if (!rc) rc = put_or_fail(d, "simple_order_2", sd_value_int(sd_value_as_bool(in[8])));
+    return done(d, rc, out, err);
+}
+
 /* SamplerEulerCFGpp: "regular" is euler_cfg_pp, "alternative" ComfyUI's
  * sample_euler_pp (a node-only sampler). */
 static sd_status euler_cfgpp_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
@@ -169,6 +220,24 @@ const sd_node_def sd_node_SamplerER_SDE = {
     .help = "er_sde with its solver type (ER-SDE's noise scaler, or the reverse-time SDE's x^(eta + 1); "
             "ODE without noise) and max_stage.",
     .inputs = er_sde_inputs, .outputs = sampler_out, .run = er_sde_run};
+
+static const sd_input_def sa_solver_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    FLOAT_NR("eta", 1.0, 0.0, 10.0, 0.01),
+    {.name = "sde_start_percent", .type = SD_T_FLOAT, .def = 0.2, .min = 0.0, .max = 1.0, .step = 0.001, .has_range = 1},
+    {.name = "sde_end_percent", .type = SD_T_FLOAT, .def = 0.8, .min = 0.0, .max = 1.0, .step = 0.001, .has_range = 1},
+    FLOAT_NR("s_noise", 1.0, 0.0, 100.0, 0.01),
+    {.name = "predictor_order", .type = SD_T_INT, .def = 3, .min = 1, .max = 6, .has_range = 1},
+    {.name = "corrector_order", .type = SD_T_INT, .def = 4, .min = 0, .max = 6, .has_range = 1},
+    {.name = "use_pece", .type = SD_T_BOOLEAN, .no_default = 1},
+    {.name = "simple_order_2", .type = SD_T_BOOLEAN, .no_default = 1},
+    {0}};
+const sd_node_def sd_node_SamplerSASolver = {
+    .version = 1, .class_type = "SamplerSASolver", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3, .category = CAT_SAMPLERS,
+    .help = "sa_solver (SA-Solver) with its orders, PECE, the simple order-2 scheme and its stochastic "
+            "window (sde_start/end_percent through the MODEL's sampling, strength eta).",
+    .inputs = sa_solver_inputs, .outputs = sampler_out, .run = sa_solver_run};
 
 static const char *const cfgpp_versions[] = {"regular", "alternative", NULL};
 static const sd_input_def euler_cfgpp_inputs[] = {

@@ -1,10 +1,14 @@
 /* test_golden_sampler_nodes.c - the SamplerXxx nodes whose options reach
- * inside the sampler (SamplerSEEDS2, SamplerER_SDE, SamplerEulerCFGpp)
+ * inside the sampler (SamplerSEEDS2, SamplerER_SDE, SamplerSASolver,
+ * SamplerEulerCFGpp)
  * against ComfyUI (tests/data/sampler_nodes: generator, manifest,
  * safetensors).
  *
  * For every case of the manifest: the node runs with the case's inputs, its
  * SAMPLER value gives the sampler and its options (sd_nodes_sampler_options,
+ * SamplerSASolver's MODEL being a synthesized tiny SD1 checkpoint whose
+ * sampling is made the config's: its own SD1 eps, or ModelSamplingFlux at
+ * the config's shift;
  * what SamplerCustom / SamplerCustomAdvanced use), and sd_guider_sample runs
  * it over the stored sigmas and noise on the manifest's analytic model (an
  * SD1 eps or a Flux CONST model sampling around the function F) behind the
@@ -28,7 +32,8 @@
 
 static double K1, K2, K3, K4, K5, K6, ca[2], cphi[2];
 static sd_st_file *g_file;
-static nt_env env;
+static nt_tiny_sd1 tiny;
+static sd_value *g_models[2]; /* the tiny SD1 MODEL as it is, and with ModelSamplingFlux */
 
 typedef struct model {
     sd_model_sampling *ms;
@@ -107,29 +112,59 @@ static sd_tensor *load(const char *a, const char *b) {
     return t;
 }
 
+static sd_node_ctx ctx_of(const char *class_type) {
+    return (sd_node_ctx){.env = &tiny.env, .node_id = "1", .class_type = class_type};
+}
+
+/* The MODEL whose sampling is the config's (NULL when it cannot be made). */
+static sd_value *config_model(const char *kind, double shift) {
+    sd_error err;
+    if (!g_models[0]) {
+        sd_value *name = sd_value_string("tiny.safetensors"), *ck[3] = {0};
+        sd_node_ctx ctx = ctx_of("CheckpointLoaderSimple");
+        CHECK_OK(nt_run_named(&ctx, (const char *[]){"ckpt_name"}, &name, 1, ck, &err), &err);
+        sd_value_unref(name);
+        sd_value_unref(ck[1]), sd_value_unref(ck[2]);
+        g_models[0] = ck[0];
+    }
+    if (strcmp(kind, "sd1_eps") == 0) return g_models[0];
+    if (strcmp(kind, "flux") != 0 || !g_models[0]) return NULL;
+    sd_value_unref(g_models[1]);
+    /* max_shift == base_shift: the node's shift is that value at any size */
+    const char *n[] = {"model", "max_shift", "base_shift", "width", "height"};
+    sd_value *v[] = {g_models[0], sd_value_float(shift), sd_value_float(shift), sd_value_int(1024), sd_value_int(1024)};
+    const int own[] = {0, 1, 1, 1, 1};
+    sd_node_ctx ctx = ctx_of("ModelSamplingFlux");
+    g_models[1] = nt_run1_named(&ctx, n, v, 5, own, &err);
+    return g_models[1];
+}
+
 /* The node's SAMPLER value for the case's inputs (NULL on failure). */
-static sd_value *node_sampler(const char *id, const char *node, const cJSON *inputs) {
+static sd_value *node_sampler(const char *id, const char *node, const cJSON *inputs, sd_value *mref) {
     const sd_node_def *def = sd_registry_find(node);
     CHECK_MSG(def != NULL, "%s: node %s is not registered", id, node);
     if (!def) return NULL;
-    sd_value *in[8] = {0};
+    sd_value *in[16] = {0};
     const cJSON *it;
     cJSON_ArrayForEach(it, inputs) {
         int k = sd_node_input_index(def, it->string);
-        CHECK_MSG(k >= 0 && k < 8, "%s: %s has no input %s", id, node, it->string);
-        if (k < 0 || k >= 8) continue;
+        CHECK_MSG(k >= 0 && k < 16, "%s: %s has no input %s", id, node, it->string);
+        if (k < 0 || k >= 16) continue;
         const char *t = def->inputs[k].type;
-        in[k] = !strcmp(t, SD_T_INT)     ? sd_value_int((int64_t)it->valuedouble)
-                : !strcmp(t, SD_T_FLOAT) ? sd_value_float(it->valuedouble)
-                                         : sd_value_string(it->valuestring);
+        in[k] = !strcmp(t, SD_T_INT)       ? sd_value_int((int64_t)it->valuedouble)
+                : !strcmp(t, SD_T_FLOAT)   ? sd_value_float(it->valuedouble)
+                : !strcmp(t, SD_T_BOOLEAN) ? sd_value_bool(cJSON_IsTrue(it))
+                                           : sd_value_string(it->valuestring);
     }
-    sd_node_ctx ctx = nt_ctx(&env, node);
+    int km = sd_node_input_index(def, "model");
+    if (mref && km >= 0 && km < 16) in[km] = sd_value_ref(mref);
+    sd_node_ctx ctx = ctx_of(node);
     sd_value *out[2] = {0};
     sd_error err;
     sd_error_clear(&err);
     CHECK_OK(def->run(&ctx, in, out, &err), &err);
     sd_value_unref(ctx.ui);
-    for (int k = 0; k < 8; k++) sd_value_unref(in[k]);
+    for (int k = 0; k < 16; k++) sd_value_unref(in[k]);
     sd_value_unref(out[1]);
     return out[0];
 }
@@ -152,7 +187,13 @@ static void run_case(const cJSON *m, const cJSON *cs, sd_model_sampling *ms) {
         CHECK_MSG(0, "%s: unknown model_sampling '%s'", id, kind);
         return;
     }
-    sd_value *sv = node_sampler(id, node, cJSON_GetObjectItemCaseSensitive(cs, "inputs"));
+    sd_value *mref = NULL;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cs, "model_input"))) {
+        mref = config_model(kind, jnum(st, "shift"));
+        CHECK_MSG(mref != NULL, "%s: no MODEL with the %s sampling", id, kind);
+        if (!mref) return;
+    }
+    sd_value *sv = node_sampler(id, node, cJSON_GetObjectItemCaseSensitive(cs, "inputs"), mref);
     sd_sampler_params p;
     sd_sampler_params_init(&p);
     const char *sname = NULL;
@@ -214,8 +255,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));
     CHECK_OK(sd_st_open(path, &g_file, &err), &err);
     if (!g_file) return sd_test_finish();
-    CHECK_OK(sd_nodes_register_all(&err), &err);
-    nt_env_init(&env, "golden_sampler_nodes");
+    nt_tiny_sd1_init(&tiny, "golden_sampler_nodes");
 
     const cJSON *mod = cJSON_GetObjectItemCaseSensitive(m, "model");
     const cJSON *kc = cJSON_GetObjectItemCaseSensitive(mod, "constants");
@@ -239,7 +279,7 @@ int main(void) {
     free(ms);
     sd_st_close(g_file);
     cJSON_Delete(m);
-    sd_env_cleanup(&env.env);
-    sd_registry_reset();
+    sd_value_unref(g_models[0]), sd_value_unref(g_models[1]);
+    nt_tiny_sd1_free(&tiny);
     return sd_test_finish();
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reference runs of ComfyUI's SamplerXxx nodes whose options reach inside the
-sampler (SamplerSEEDS2, SamplerER_SDE, SamplerEulerCFGpp), computed by
+sampler (SamplerSEEDS2, SamplerER_SDE, SamplerSASolver, SamplerEulerCFGpp), computed by
 ComfyUI's own code: each case calls the node's execute(**inputs) for its
 KSAMPLER and runs KSAMPLER.sample (noise_scaling, the sampler function with
 the node's options, inverse_noise_scaling) behind comfy.samplers.cfg_function
@@ -121,6 +121,16 @@ NODE_CASES = [
     ("SamplerEulerCFGpp", nas.SamplerEulerCFGpp, {"version": "regular"}),
     ("SamplerEulerCFGpp", nas.SamplerEulerCFGpp, {"version": "alternative"}),
 ]
+# SamplerSASolver takes the MODEL (its sampling resolves the window's percents): the config's
+SA = dict(eta=1.0, sde_start_percent=0.2, sde_end_percent=0.8, s_noise=1.0, predictor_order=3, corrector_order=4,
+          use_pece=False, simple_order_2=False)
+for over in ({}, {"eta": 0.6, "sde_start_percent": 0.1, "sde_end_percent": 0.9, "s_noise": 0.8,
+                  "predictor_order": 2, "corrector_order": 2, "use_pece": True, "simple_order_2": True},
+             {"predictor_order": 2, "corrector_order": 2, "simple_order_2": True},
+             {"predictor_order": 5, "corrector_order": 6, "sde_start_percent": 0.0, "sde_end_percent": 1.0},
+             {"predictor_order": 1, "corrector_order": 0, "eta": 0.0},
+             {"predictor_order": 4, "corrector_order": 3, "use_pece": True, "s_noise": 0.0}):
+    NODE_CASES.append(("SamplerSASolver", ncs.SamplerSASolver, dict(SA, **over)))
 
 
 def main():
@@ -133,7 +143,10 @@ def main():
         latent = torch.zeros(SHAPE)
         tensors[cid + "/sigmas"], tensors[cid + "/noise"] = sig, noise
         for k, (node_name, node, inputs) in enumerate(NODE_CASES):
-            sampler = node.execute(**inputs)
+            args = dict(inputs)
+            if node_name == "SamplerSASolver":
+                args["model"] = types.SimpleNamespace(get_model_object=lambda name: ms)
+            sampler = node.execute(**args)
             sampler = sampler.result[0] if hasattr(sampler, "result") else sampler[0]
             guider = Guider(ms, cfg["t_div"])
             traj_x, traj_d = [], []
@@ -148,6 +161,7 @@ def main():
             tensors[key + "/traj_x"] = torch.stack(traj_x)
             tensors[key + "/traj_denoised"] = torch.stack(traj_d)
             cases.append({"id": key, "config": cid, "node": node_name, "inputs": inputs,
+                          "model_input": node_name == "SamplerSASolver",
                           "guider_calls": guider.guider_calls, "model_calls": guider.model_calls,
                           "callbacks": len(traj_x)})
     stio.save(tensors, os.path.join(out_dir, "sampler_nodes.safetensors"),
@@ -170,6 +184,8 @@ def main():
         },
         "model_samplings": {"sd1_eps": "ModelSamplingDiscrete + EPS with model_config None (SD1's betas)",
                             "flux": "ModelSamplingFlux + CONST at the config's shift"},
+        "model_input": "a case with model_input gives the node a MODEL whose model_sampling is the config's "
+                       "(SamplerSASolver resolves sde_start/end_percent through it)",
         "cfg": CFG, "shape": list(SHAPE), "seed": SEED,
         "noise": "noise: torch.manual_seed(seed); torch.randn(shape); latent zeros; the samplers' own noise: "
                  "default_noise_sampler (generator seeded seed + 1)",
