@@ -159,6 +159,8 @@ static int post_applies(const sd_cfg_slg *p, float sigma)
 {
     if (p->kind == SD_CFG_POST_PAG) /* if scale == 0: return cfg_result */
         return p->scale != 0;
+    if (p->kind != SD_CFG_POST_SLG)
+        return 1;
     /* sigma_ = sigma[0].item(); scale > 0 and sigma_end <= sigma_ <= sigma_start */
     return p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start;
 }
@@ -173,17 +175,134 @@ int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma)
     return 0;
 }
 
+/* ---- post-CFG functions that recombine the predictions ---------------------- */
+
+static void post_zero_star(const float *xv, const float *c, const float *u, double cfg, float *o, int64_t B,
+                           int64_t per)
+{
+    const float s = (float)cfg;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t off = b * per;
+        double dot = 0.0, sq = 0.0;
+        for (int64_t i = 0; i < per; i++) {
+            float pf = xv[off + i] - c[off + i], nf = xv[off + i] - u[off + i];
+            dot += (double)(pf * nf);
+            sq += (double)(nf * nf);
+        }
+        float sqf = (float)sq + 1e-8f;
+        float alpha = (float)dot / sqf;
+        float am1 = alpha - 1.0f, oma = 1.0f - alpha;
+        for (int64_t i = off; i < off + per; i++) {
+            float t1 = u[i] * am1;
+            float t2 = s * u[i];
+            t2 = t2 * oma;
+            float r = o[i] + t1;
+            o[i] = r + t2;
+        }
+    }
+}
+
+/* per pixel over the C channels of [B, C, P] */
+static void post_norm(const float *c, float strength, float *o, int64_t B, int64_t C, int64_t P)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < P; q++) {
+            double sc = 0.0, so = 0.0;
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t i = (b * C + ch) * P + q;
+                sc += (double)c[i] * c[i];
+                so += (double)o[i] * o[i];
+            }
+            float nc = (float)sqrt(sc), no = (float)sqrt(so);
+            float r = nc / (no + 1e-8f);
+            r = r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r;
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t i = (b * C + ch) * P + q;
+                float t = o[i] * r;
+                o[i] = t * strength;
+            }
+        }
+}
+
+static void post_eps(const float *xv, float factor, float *o, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float noise = xv[i] - o[i];
+        noise = noise / factor;
+        o[i] = xv[i] - noise;
+    }
+}
+
+static float signed_sqrt(float v)
+{
+    float r = sqrtf(fabsf(v));
+    return v > 0 ? r : v < 0 ? -r : 0.0f * r;
+}
+
+static void post_mahiro(const float *c, const float *u, double cfg, float *o, int64_t B, int64_t C, int64_t P)
+{
+    const float s = (float)cfg;
+    /* sim: mean over B x P of the channel cosine similarity (eps 1e-8) */
+    double sum = 0.0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < P; q++) {
+            double w12 = 0.0, w1 = 0.0, w2 = 0.0;
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t i = (b * C + ch) * P + q;
+                float leap = c[i] * s, ul = u[i] * s;
+                float m = leap + o[i];
+                m = m / 2.0f;
+                float nu = signed_sqrt(ul), nm = signed_sqrt(m);
+                w12 += (double)nu * nm;
+                w1 += (double)nu * nu;
+                w2 += (double)nm * nm;
+            }
+            double den = sqrt(w1 * w2);
+            sum += w12 / (den > 1e-8 ? den : 1e-8);
+        }
+    float sim = (float)(sum / (double)(B * P));
+    float simsc = sim + 1.0f;
+    simsc = 2.0f * simsc;
+    float rest = 4.0f - simsc;
+    for (int64_t i = 0; i < B * C * P; i++) {
+        float leap = c[i] * s;
+        float a = simsc * o[i], bb = rest * leap;
+        float wm = a + bb;
+        o[i] = wm / 4.0f;
+    }
+}
+
 sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, void *skip_ud,
-                      const sd_tensor *x, float sigma, const float *cond, sd_tensor *out,
-                      sd_tensor *scratch, sd_error *err)
+                      const sd_tensor *x, float sigma, const float *cond, const float *uncond, double cfg,
+                      sd_tensor *out, sd_tensor *scratch, sd_error *err)
 {
     if (!hook)
         return SD_OK;
     int64_t n = sd_tensor_numel(x);
+    int64_t B = x->ndim > 0 && x->shape[0] > 0 ? x->shape[0] : 1;
+    int64_t C = x->ndim > 1 ? x->shape[1] : 1;
+    int64_t P = n / (B * C > 0 ? B * C : 1);
     for (int k = 0; k < hook->n_post; k++) {
         const sd_cfg_slg *p = &hook->post[k];
         if (!post_applies(p, sigma))
             continue;
+        float *ov = out->data;
+        switch (p->kind) {
+        case SD_CFG_POST_ZERO_STAR:
+            post_zero_star(x->data, cond, uncond, cfg, ov, B, n / B);
+            continue;
+        case SD_CFG_POST_NORM:
+            post_norm(cond, (float)p->scale, ov, B, C, P);
+            continue;
+        case SD_CFG_POST_EPS:
+            post_eps(x->data, (float)p->scale, ov, n);
+            continue;
+        case SD_CFG_POST_MAHIRO:
+            post_mahiro(cond, uncond, cfg, ov, B, C, P);
+            continue;
+        default:
+            break;
+        }
         if (!skip_model)
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: this sampler has no model call for it",
                                 p->kind == SD_CFG_POST_PAG ? "perturbed attention guidance" : "skip layer guidance");
@@ -191,7 +310,6 @@ sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, voi
         if (st != SD_OK)
             return st;
         const float *sv = scratch->data;
-        float *ov = out->data;
         const float s = (float)p->scale;
         for (int64_t i = 0; i < n; i++) {
             float d = cond[i] - sv[i];
@@ -252,7 +370,8 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         if (!pb)
             return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
         g->model_calls++;
-        return sd_cfg_post(&g->hook, g->skip_model, g->skip_ud, x, sigma, cc->data, denoised, pb, err);
+        return sd_cfg_post(&g->hook, g->skip_model, g->skip_ud, x, sigma, cc->data, zb->data, g->cfg, denoised, pb,
+                           err);
     }
     sd_tensor *cb = denoised;
     sd_tensor *ub = uncond_denoised ? uncond_denoised : scratch(&g->uncond_buf, x);
@@ -282,7 +401,7 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
     if (!pb)
         return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
     g->model_calls++;
-    return sd_cfg_post(&g->hook, g->skip_model, g->skip_ud, x, sigma, cc->data, denoised, pb, err);
+    return sd_cfg_post(&g->hook, g->skip_model, g->skip_ud, x, sigma, cc->data, ub->data, g->cfg, denoised, pb, err);
 }
 
 sd_denoiser sd_guider_denoiser(sd_guider *g)

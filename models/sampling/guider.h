@@ -56,8 +56,31 @@ typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigm
  *     and scale > 0, p with the joint blocks `skip` left out;
  *   SD_CFG_POST_PAG: PerturbedAttentionGuidance (comfy_extras/nodes_pag.py):
  *     where scale != 0, p with the UNet's middle-block self-attention
- *     replaced by its value projection (the model's other patches kept). */
-enum { SD_CFG_POST_SLG = 0, SD_CFG_POST_PAG = 1 };
+ *     replaced by its value projection (the model's other patches kept).
+ * And the kinds that only recombine the predictions (float32, torch's op
+ * order; sums over an item or over channels accumulated in double), with
+ * c, u the cond / uncond predictions (u zeros under the cfg 1 shortcut),
+ * s the cfg scale, x the sampler's x, out the CFG result so far:
+ *   SD_CFG_POST_ZERO_STAR: CFGZeroStar (nodes_cfg.py): per batch item
+ *     alpha = sum((x - c)(x - u)) / (sum((x - u)^2) + 1e-8);
+ *     out = out + u * (alpha - 1) + s * u * (1 - alpha);
+ *   SD_CFG_POST_NORM: CFGNorm, strength = scale: per pixel
+ *     r = clamp(|c| / (|out| + 1e-8), 0, 1) over the channels;
+ *     out = out * r * strength;
+ *   SD_CFG_POST_EPS: Epsilon Scaling (nodes_eps.py), factor = scale:
+ *     out = x - (x - out) / factor;
+ *   SD_CFG_POST_MAHIRO: Mahiro (nodes_mahiro.py): leap = c * s,
+ *     m = (leap + out) / 2, sim = the mean over items and pixels of the
+ *     channel cosine similarity of sqrt|u s| sign(u s) and sqrt|m| sign(m),
+ *     k = 2 (sim + 1); out = (k out + (4 - k) leap) / 4. */
+enum {
+    SD_CFG_POST_SLG = 0,
+    SD_CFG_POST_PAG = 1,
+    SD_CFG_POST_ZERO_STAR = 2,
+    SD_CFG_POST_NORM = 3,
+    SD_CFG_POST_EPS = 4,
+    SD_CFG_POST_MAHIRO = 5
+};
 typedef struct sd_cfg_slg {
     int kind; /* SD_CFG_POST_* */
     double scale, sigma_start, sigma_end;
@@ -82,13 +105,14 @@ typedef sd_status (*sd_guider_skip_fn)(void *ud, const sd_tensor *x, float sigma
                                        sd_tensor *out, sd_error *err);
 
 /* The hook's post-CFG functions on one evaluation (comfy.samplers.cfg_function's
- * sampler_post_cfg_function list): cond is the positive prediction after the
- * pre-CFG operations, out the CFG result, replaced in place; x the sampler's
- * x. scratch: a tensor of x's shape for the extra prediction. SD_OK at once
- * when no function applies at sigma. */
+ * sampler_post_cfg_function list), in order: cond, uncond are the positive
+ * and negative predictions after the pre-CFG operations (uncond zeros
+ * under the cfg 1 shortcut), cfg the scale, out the CFG result, replaced in
+ * place; x the sampler's x [B, C, ...]. scratch: a tensor of x's shape for
+ * an extra prediction. SD_OK at once when no function applies at sigma. */
 sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, void *skip_ud,
-                      const sd_tensor *x, float sigma, const float *cond, sd_tensor *out,
-                      sd_tensor *scratch, sd_error *err);
+                      const sd_tensor *x, float sigma, const float *cond, const float *uncond, double cfg,
+                      sd_tensor *out, sd_tensor *scratch, sd_error *err);
 /* 1 when a post-CFG function of hook applies at sigma. */
 int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma);
 

@@ -79,6 +79,47 @@ static sd_status pag_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
 
+/* ---- post-CFG functions that recombine the predictions ------------------------------------ */
+
+/* A new MODEL with post-CFG function (kind, scale) appended (ComfyUI's
+ * set_model_sampler_post_cfg_function). */
+static sd_status add_post(sd_value *const *in, int kind, double scale, sd_value **out, sd_error *err) {
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    if (p.cfg.n_post == SD_CFG_MAX_POST)
+        return sd_error_set(err, SD_ERR_INVALID, "more than %d post-CFG functions on one MODEL", SD_CFG_MAX_POST);
+    sd_cfg_slg *f = &p.cfg.post[p.cfg.n_post++];
+    memset(f, 0, sizeof *f);
+    f->kind = kind;
+    f->scale = scale;
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+static sd_status cfg_zero_star_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return add_post(in, SD_CFG_POST_ZERO_STAR, 0.0, out, err);
+}
+
+static sd_status cfg_norm_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return add_post(in, SD_CFG_POST_NORM, sd_value_as_float(in[1]), out, err);
+}
+
+static sd_status epsilon_scaling_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    double f = sd_value_as_float(in[1]);
+    if (f == 0) f = 1e-9; /* as ComfyUI guards the division */
+    return add_post(in, SD_CFG_POST_EPS, f, out, err);
+}
+
+static sd_status mahiro_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return add_post(in, SD_CFG_POST_MAHIRO, 0.0, out, err);
+}
+
 /* ---- attention multipliers ------------------------------------------------------------ */
 
 /* The four factors q, k, v, out (inputs 1..4) on the keys ending with
@@ -189,6 +230,71 @@ static const sd_node_def node_pag = {
     .run = pag_run,
 };
 
+static const sd_input_def model_only_inputs[] = {{.name = "model", .type = "MODEL"}, {0}};
+static const sd_output_def patched_model_out[] = {{"patched_model", "MODEL"}, {0}};
+static const sd_input_def cfg_norm_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1},
+    {0}};
+static const sd_input_def eps_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "scaling_factor", .type = SD_T_FLOAT, .def = 1.005, .min = 0.5, .max = 1.5, .step = 0.001,
+     .has_range = 1, .display = "number"},
+    {0}};
+
+static const sd_node_def node_cfg_zero_star = {
+    .version = 1,
+    .class_type = "CFGZeroStar",
+    .python_module = "comfy_extras.nodes_cfg",
+    .category = "advanced/guidance",
+    .flags = SD_NODE_V3,
+    .help = "CFG-Zero*: after CFG, rescales the unconditional part by the per-item projection of the "
+            "positive on the negative prediction (in noise space).",
+    .inputs = model_only_inputs,
+    .outputs = patched_model_out,
+    .run = cfg_zero_star_run,
+};
+
+static const sd_node_def node_cfg_norm = {
+    .version = 1,
+    .class_type = "CFGNorm",
+    .python_module = "comfy_extras.nodes_cfg",
+    .category = "advanced/guidance",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "After CFG, scales each pixel's prediction down to at most the positive prediction's channel norm, "
+            "times strength.",
+    .inputs = cfg_norm_inputs,
+    .outputs = patched_model_out,
+    .run = cfg_norm_run,
+};
+
+static const sd_node_def node_epsilon_scaling = {
+    .version = 1,
+    .class_type = "Epsilon Scaling",
+    .python_module = "comfy_extras.nodes_eps",
+    .category = "model_patches/unet",
+    .flags = SD_NODE_V3,
+    .help = "Epsilon scaling (exposure bias): after CFG, the predicted noise x - denoised divided by "
+            "scaling_factor.",
+    .inputs = eps_inputs,
+    .outputs = model_out,
+    .run = epsilon_scaling_run,
+};
+
+static const sd_node_def node_mahiro = {
+    .version = 1,
+    .class_type = "Mahiro",
+    .python_module = "comfy_extras.nodes_mahiro",
+    .display_name = "Mahiro CFG",
+    .category = "_for_testing",
+    .description = "Modify the guidance to scale more on the 'direction' of the positive prompt rather than the "
+                   "difference between the negative prompt.",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .inputs = model_only_inputs,
+    .outputs = patched_model_out,
+    .run = mahiro_run,
+};
+
 static const sd_node_def node_unet_self_attention_multiply = {
     .version = 1,
     .class_type = "UNetSelfAttentionMultiply",
@@ -256,6 +362,10 @@ static const sd_node_def node_freeu_v2 = {
 const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu,
                                                       &node_freeu_v2,
                                                       &node_pag,
+                                                      &node_cfg_zero_star,
+                                                      &node_cfg_norm,
+                                                      &node_epsilon_scaling,
+                                                      &node_mahiro,
                                                       &node_unet_self_attention_multiply,
                                                       &node_unet_cross_attention_multiply,
                                                       &node_clip_attention_multiply,

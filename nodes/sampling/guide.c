@@ -65,7 +65,9 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     float *dv = denoised->data;
     int64_t b = batch_of(x);
     sd_cfg_function(hook_of(s->g), dv, zeros->data, 1.0, x->data, sigma, b, n / b, dv);
-    if (post) return sd_cfg_post(all, sd_cond_model_eval_skip, s->cm, x, sigma, cc->data, denoised, pb, err);
+    if (post)
+        return sd_cfg_post(all, sd_cond_model_eval_skip, s->cm, x, sigma, cc->data, zeros->data, 1.0, denoised, pb,
+                           err);
     return SD_OK;
 }
 

@@ -201,16 +201,30 @@ int main(void) {
     sd_node_ctx ctx = {.env = &env, .node_id = "4", .class_type = "CheckpointLoaderSimple"};
     CHECK_OK(nt_run_named(&ctx, cn, cv, 1, ck, &err), &err);
     sd_value_unref(cv[0]);
-    sd_tensor *plain = NULL;
+    /* the unpatched latents, by cfg (the manifest lists each before the
+     * patched cases at that cfg) */
+    sd_tensor *plains[8] = {0};
+    double plain_cfg[8];
+    int n_plain = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(man, "cases")) {
         if (strcmp(str(c, "kind"), "ksampler") || !ck[0]) continue;
         const char *id = str(c, "id");
+        double cfg = num(cJSON_GetObjectItemCaseSensitive(c, "settings"), "cfg");
         sd_tensor *want = ref_tensor(str(c, "latent")), *got = ksampler_case(&env, ck, c);
         compare(id, got, want, num(c, "atol"), num(c, "rtol"));
+        sd_tensor *plain = NULL;
+        for (int i = 0; i < n_plain; i++)
+            if (plain_cfg[i] == cfg) plain = plains[i];
         if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "nodes")) == 0) {
-            sd_tensor_unref(plain);
-            plain = sd_tensor_ref(got);
-        } else if (plain && want) {
+            CHECK_MSG(!plain && n_plain < 8, "%s: a second unpatched case at cfg %g", id, cfg);
+            if (!plain && n_plain < 8) {
+                plain_cfg[n_plain] = cfg;
+                plains[n_plain++] = sd_tensor_ref(got);
+            }
+        } else {
+            CHECK_MSG(plain != NULL, "%s: no unpatched case at cfg %g before it", id, cfg);
+        }
+        if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "nodes")) > 0 && plain && want) {
             /* the patch must show: the unpatched latent lies outside the tolerance */
             double mx = 0;
             long worst = -1;
@@ -219,7 +233,7 @@ int main(void) {
         }
         sd_tensor_unref(want), sd_tensor_unref(got);
     }
-    sd_tensor_unref(plain);
+    for (int i = 0; i < n_plain; i++) sd_tensor_unref(plains[i]);
     for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
     sd_model_store_free(store);
     sd_backend_free(be);

@@ -35,6 +35,9 @@ import comfy.supported_models as sm  # noqa: E402
 import comfy_extras.nodes_freelunch as freelunch  # noqa: E402
 import comfy_extras.nodes_attention_multiply as attn_mult  # noqa: E402
 import comfy_extras.nodes_pag as pag  # noqa: E402
+import comfy_extras.nodes_cfg as nodes_cfg  # noqa: E402
+import comfy_extras.nodes_eps as nodes_eps  # noqa: E402
+import comfy_extras.nodes_mahiro as nodes_mahiro  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -56,7 +59,9 @@ NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2,
          "UNetSelfAttentionMultiply": attn_mult.UNetSelfAttentionMultiply,
          "UNetCrossAttentionMultiply": attn_mult.UNetCrossAttentionMultiply,
          "CLIPAttentionMultiply": attn_mult.CLIPAttentionMultiply,
-         "PerturbedAttentionGuidance": pag.PerturbedAttentionGuidance}
+         "PerturbedAttentionGuidance": pag.PerturbedAttentionGuidance,
+         "CFGZeroStar": nodes_cfg.CFGZeroStar, "CFGNorm": nodes_cfg.CFGNorm,
+         "Epsilon Scaling": nodes_eps.EpsilonScaling, "Mahiro": nodes_mahiro.Mahiro}
 ON_CLIP = {"CLIPAttentionMultiply"}  # nodes patching the CLIP (the prompts are encoded with it)
 tensors, cases = {}, []
 U = 2.0 ** -24
@@ -90,7 +95,7 @@ settings = {"width": 128, "height": 128, "seed": 7, "steps": 3, "cfg": 6.0, "sam
             "scheduler": "normal", "positive": "a red brick wall", "negative": "blurry"}
 FREEU = {"b1": 1.1, "b2": 1.2, "s1": 0.9, "s2": 0.2}
 FREEU_V2 = {"b1": 1.3, "b2": 1.4, "s1": 0.9, "s2": 0.2}
-for cid, chain in (("ksampler_plain", []),
+for cid, chain, *case_cfg in (("ksampler_plain", []),
                    ("ksampler_freeu", [("FreeU", FREEU)]),
                    ("ksampler_freeu_b1", [("FreeU", dict(FREEU, b1=1.5))]),
                    ("ksampler_freeu_v2", [("FreeU_V2", FREEU_V2)]),
@@ -101,7 +106,15 @@ for cid, chain in (("ksampler_plain", []),
                    ("ksampler_freeu_cross_attn", [("FreeU", FREEU),
                                                   ("UNetCrossAttentionMultiply", {"q": 1.0, "k": 1.0, "v": 1.5, "out": 1.0})]),
                    ("ksampler_pag", [("PerturbedAttentionGuidance", {"scale": 3.0})]),
-                   ("ksampler_freeu_pag", [("FreeU", FREEU), ("PerturbedAttentionGuidance", {"scale": 1.5})])):
+                   ("ksampler_freeu_pag", [("FreeU", FREEU), ("PerturbedAttentionGuidance", {"scale": 1.5})]),
+                   ("ksampler_cfg_zero_star", [("CFGZeroStar", {})]),
+                   ("ksampler_cfg_norm", [("CFGNorm", {"strength": 0.9})]),
+                   ("ksampler_eps_scaling", [("Epsilon Scaling", {"scaling_factor": 1.02})]),
+                   ("ksampler_mahiro", [("Mahiro", {})]),
+                   ("ksampler_zero_star_norm", [("CFGZeroStar", {}), ("CFGNorm", {"strength": 1.0})]),
+                   ("ksampler_plain_cfg1", [], 1.0),
+                   # (Mahiro and CFGZeroStar change nothing at cfg 1: the zero uncond leaves out as it is)
+                   ("ksampler_eps_scaling_cfg1", [("Epsilon Scaling", {"scaling_factor": 1.05})], 1.0)):
     m, c = model, clip
     for node, inputs in chain:
         if node in ON_CLIP:
@@ -110,14 +123,15 @@ for cid, chain in (("ksampler_plain", []),
             m = NODES[node].execute(m, **inputs).result[0]
     pos = nodes.CLIPTextEncode().encode(c, "a red brick wall")[0]
     neg = nodes.CLIPTextEncode().encode(c, "blurry")[0]
-    res = nodes.common_ksampler(m, settings["seed"], settings["steps"], settings["cfg"], settings["sampler_name"],
+    case_settings = dict(settings, cfg=case_cfg[0]) if case_cfg else settings
+    res = nodes.common_ksampler(m, settings["seed"], settings["steps"], case_settings["cfg"], settings["sampler_name"],
                                 settings["scheduler"], pos, neg, latent)[0]["samples"]
     tensors[cid + "/latent"] = res.float()
     cases.append({"id": cid, "kind": "ksampler",
                   "nodes": [{"node": n, "on": "clip" if n in ON_CLIP else "model",
                              "inputs": [{"name": k, "type": "FLOAT", "value": v} for k, v in i.items()]}
                             for n, i in chain],
-                  "settings": settings, "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
+                  "settings": case_settings, "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
                   "tolerance_note": "the final latent's tolerance of the shared e2e_sd1 case (same model and "
                                     "sampler, 6 steps there): the UNet's float32 sums in another order"})
 
