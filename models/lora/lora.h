@@ -101,8 +101,8 @@ sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out
  * norm_out.linear and the last context block's modulation swapped) or
  * Z-Image's ("diffusion_model.", "transformer.", "lycoris_" with
  * attention.to_q/k/v slices of attention.qkv, to_out.0, all_x_embedder.2-1,
- * all_final_layer.2-1). SD_ERR_INVALID for a UNet; SD_ERR_UNSUPPORTED for a
- * patch on GGUF-quantized weights. */
+ * all_final_layer.2-1). SD_ERR_INVALID for a UNet. GGUF-quantized targets
+ * are patched as ComfyUI-GGUF patches them (sd_lora_dit_view). */
 sd_status sd_lora_plan_new_dit(sd_lora *lora, const sd_dmodel *dm, sd_lora_plan **out, sd_error *err);
 sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p); /* NULL-safe */
 void sd_lora_plan_unref(sd_lora_plan *p);        /* NULL-safe */
@@ -181,7 +181,11 @@ sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n,
 /* The same for any DiT (plans from sd_lora_plan_new_dit on base's network):
  * *out describes a new network of base's kind (an sd_flux, sd_sd3 or
  * sd_zimage view, patched weights F32) that sd_lora_dit_free frees; base's
- * network must outlive it. A merge use is SD_ERR_UNSUPPORTED. */
+ * network must outlive it. A merge use is SD_ERR_UNSUPPORTED.
+ * On a GGUF model (one holding quantized weights) a quantized target is
+ * widened with its dequant rounding and patched in F32 (ComfyUI-GGUF's
+ * get_weight with patch_dtype default, its result kept), and an F16 target
+ * is patched in F32 and rounded back to F16 (GGUFModelPatcher). */
 sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n, sd_dmodel *out,
                            sd_error *err);
 void sd_lora_dit_free(sd_dmodel *view); /* NULL-safe, and on a zeroed sd_dmodel */

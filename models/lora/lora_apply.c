@@ -437,6 +437,7 @@ typedef struct touched {
 typedef struct tset {
     touched *t;
     size_t n, cap;
+    int gguf; /* the model holds GGUF-quantized weights (see commit) */
 } tset;
 
 static touched *touch(tset *s, sd_bt **slot, sd_error *err) {
@@ -475,6 +476,15 @@ static sd_status commit(tset *s, sd_error *err) {
                                   old->dtype == SD_F8_E5M2
                               ? SD_F32
                               : old->dtype;
+            /* A GGUF model (ComfyUI-GGUF's GGMLOps + GGUFModelPatcher): a
+             * quantized weight (BF16 counts as one there) is widened with
+             * its dequant_dtype arithmetic (sd_bt_to_host) and patched in
+             * float32, as its get_weight does per forward; an F16 one is
+             * patched in float32 and stored back as F16
+             * (patch_weight_to_device's stochastic_rounding, a plain cast
+             * for F16). */
+            if (sd_dtype_is_quantized(old->dtype)) dt = SD_F32;
+            else if (s->gguf && old->dtype == SD_F16) dt = SD_F16;
             sd_bt *nw = sd_bt_from_host(old->be, s->t[i].acc, dt);
             if (!nw) {
                 rc = sd_backend_take_error(old->be, err);
@@ -623,10 +633,16 @@ static sd_status apply_scale(void *m, each_fn each, tset *s, const sd_lora_scale
     return w.rc;
 }
 
+static void find_quantized(void *ud, const char *key, sd_bt **slot) {
+    (void)key;
+    if (*slot && sd_dtype_is_quantized((*slot)->dtype)) *(int *)ud = 1;
+}
+
 static sd_status apply_part(void *m, lookup_fn lookup, each_fn each, sd_lora_part part,
                             const sd_lora_use *uses, int n, void *const *merge_src,
                             sd_error *err) {
     tset s = {0};
+    each(m, find_quantized, &s.gguf);
     for (int u = 0; u < n; u++) {
         const sd_lora_plan *pl = uses[u].plan;
         if (!pl && uses[u].scale) {

@@ -445,20 +445,9 @@ sd_bt **sd_lora_dit_param(const lora_model *m, const char *key) {
 }
 
 static sd_status plan_new_dit(sd_lora *lora, const lora_model *m, sd_lora_plan **out, sd_error *err) {
-    sd_status rc = plan_new(lora, m, out, err);
-    /* GGUF-quantized weights: ComfyUI-GGUF patches them per forward in its
-     * patch_dtype, which nothing here reproduces or checks yet */
-    for (size_t i = 0; !rc && i < (*out)->n; i++) {
-        sd_bt **slot = sd_lora_dit_param(m, (*out)->p[i].target);
-        if (slot && *slot && sd_dtype_is_quantized((*slot)->dtype)) {
-            rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                              "%s: LoRA on GGUF-quantized weights ('%s' is %s) is not supported yet",
-                              sd_lora_path(lora), (*out)->p[i].target, sd_dtype_name((*slot)->dtype));
-            sd_lora_plan_unref(*out);
-            *out = NULL;
-        }
-    }
-    return rc;
+    /* GGUF-quantized targets are patched on their widened values
+     * (lora_apply.c, as ComfyUI-GGUF does) */
+    return plan_new(lora, m, out, err);
 }
 
 sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out, sd_error *err) {

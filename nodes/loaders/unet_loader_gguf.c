@@ -13,8 +13,10 @@
  *                  bfloat16, target (the compute precision of the run:
  *                  float32 unless --precision bf16 / f16);
  *   patch_dtype    the dtype LoRA patches are computed in on quantized
- *                  weights; sdflow applies no LoRA to GGUF models yet, so it
- *                  changes nothing (accepted so that workflows run);
+ *                  weights; sdflow always patches them in float32 (the
+ *                  default's arithmetic, models/lora/lora.h
+ *                  sd_lora_dit_view); other values are accepted so that
+ *                  workflows run, without their lower-precision patching;
  *   patch_on_device  where ComfyUI keeps LoRA patches (GPU or CPU memory):
  *                  no effect on results, accepted.
  * ComfyUI-GGUF stores dequant_dtype on a class shared by every GGUF model
@@ -139,7 +141,7 @@ const sd_node_def sd_node_UnetLoaderGGUFAdvanced = {
     .category = "bootleg",
     .help = "UnetLoaderGGUF with ComfyUI-GGUF's dequant_dtype (the arithmetic of the Linear "
             "weights' widening: default/float16, float32, bfloat16, target); patch_dtype and "
-            "patch_on_device only concern LoRA patches, which GGUF models do not take yet.",
+            "patch_on_device only concern LoRA patches (computed in float32 whatever patch_dtype says).",
     .inputs = advanced_inputs,
     .outputs = model_out,
     .run = run_advanced,
