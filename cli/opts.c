@@ -43,6 +43,9 @@ static const shared_opt shared[] = {
     {SD_CLI_G_MODELS, "--clip-l-heads", NULL, SD_CLI_STR, OFF(clip_l_heads), "N",
      "attention heads of every CLIP-L the loaders open, for test models that are not 64 wide per "
      "head (default: width / 64, as every real CLIP-L)", NULL},
+    {SD_CLI_G_MODELS, "--clip-g-heads", NULL, SD_CLI_STR, OFF(clip_g_heads), "N",
+     "attention heads of every CLIP-G (bigG) the loaders open, for test models that are not 64 wide "
+     "per head (default: width / 64, as every real CLIP-G)", NULL},
     {G_IO, "--input-dir", NULL, SD_CLI_STR, OFF(input_dir), "DIR", "LoadImage folder (default ./input)", NULL},
     {G_IO, "--output-dir", NULL, SD_CLI_STR, OFF(output_dir), "DIR", "SaveImage folder (default ./output)",
      NULL},
@@ -283,6 +286,16 @@ void sd_cli_help(const sd_cli_command *cmd, FILE *f) {
 
 /* ---- what the shared options do --------------------------------------------------- */
 
+/* --clip-l-heads / --clip-g-heads: a head count no real file needs. */
+static sd_status parse_heads(const char *opt, const char *v, int *out, sd_error *err) {
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 1 || n > 1024)
+        return sd_error_set(err, SD_ERR_INVALID, "%s must be a whole number from 1 to 1024, not '%s'", opt, v);
+    *out = (int)n;
+    return SD_OK;
+}
+
 sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
     sd_status rc = sd_env_init(env, err);
     struct {
@@ -315,14 +328,8 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
             rc = sd_env_set(env, &env->device, "cuda", err);
         }
     }
-    if (!rc && a->clip_l_heads) {
-        char *end = NULL;
-        long n = strtol(a->clip_l_heads, &end, 10);
-        if (!*a->clip_l_heads || *end || n < 1 || n > 1024)
-            rc = sd_error_set(err, SD_ERR_INVALID, "--clip-l-heads must be a whole number from 1 to 1024, not '%s'",
-                              a->clip_l_heads);
-        else env->clip_l_heads = (int)n;
-    }
+    if (!rc && a->clip_l_heads) rc = parse_heads("--clip-l-heads", a->clip_l_heads, &env->clip_l_heads, err);
+    if (!rc && a->clip_g_heads) rc = parse_heads("--clip-g-heads", a->clip_g_heads, &env->clip_g_heads, err);
     if (!rc && a->max_image_pixels) {
         rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);
         if (rc) sd_error_prefix(err, "--max-image-pixels");

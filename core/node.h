@@ -198,6 +198,9 @@ struct sd_env {
      * loaders open (sd_checkpoint_opts.clip_l_heads). Like tokenizer_dir it
      * does not enter cache keys. */
     int clip_l_heads;
+    /* The same for every CLIP-G (bigG: SDXL's, SD3's) the loaders open
+     * (sd_checkpoint_opts.clip_g_heads); 0 = width / 64. */
+    int clip_g_heads;
     void *models;              /* process-lifetime store of loaded models (nodes/) */
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;

@@ -23,7 +23,7 @@ of API.json exactly (`sdflow export --json` prints the same text).
 import json
 import sys
 
-LITERALS = ("INT", "FLOAT", "STRING", "BOOLEAN")
+LITERALS = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")  # COMBO: a V3 choice list
 # A node that passes a value of this type through when bypassed, with the
 # widgets_values ComfyUI saves for it.
 BYPASS_NODES = {

@@ -165,6 +165,7 @@ sd_status sd_nodes_open_model_dq(const sd_node_ctx *ctx, const char *folder, con
         o.weight_dtype = weight_dtype;
         o.dequant = dequant;
         o.clip_l_heads = env->clip_l_heads;
+        o.clip_g_heads = env->clip_g_heads;
         o.tokenizer_dir = env->tokenizer_dir;
         o.comfyui_dir = env->comfyui_dir; /* its comfy/text_encoders/t5_tokenizer */
         /* A ComfyUI installation ships the CLIP vocabulary in

@@ -53,6 +53,23 @@ if [ -f "$FLUX/manifest.json" ] && [ -d "$TOK" ]; then
         ln -sf "$1" "$T/models/$2"
     done
 fi
+# The SD3.5 examples name ComfyUI's SD3.5 files; the SD3 set's tiny ones
+# stand in for them in a models folder of their own (their clip_l and
+# t5xxl_fp16 are not the Flux set's), run with the head counts of the set's
+# tiny CLIP-L and CLIP-G (manifest.json; no file says them).
+have_sd3=0
+SD3="$DATA/sd3"
+SD3ARGS=()
+if [ -f "$SD3/manifest.json" ] && [ -d "$TOK" ] && command -v python3 > /dev/null; then
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/sd3_models.py" "$SD3" "$T/sd3/models" "$T/sd3/tok" "$TOK" ||
+        fail "placing the SD3 set's files"
+    heads=$(python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))["models"]
+print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_attention_heads"])' "$SD3/manifest.json")
+    set -- $heads
+    SD3ARGS=(--models-dir "$T/sd3/models" --tokenizer-dir "$T/sd3/tok" --clip-l-heads "$1" --clip-g-heads "$2")
+    have_sd3=1
+fi
 # example.png: 64x64, made by sdflow itself from a Lua one-liner
 printf 'SaveImage{images = EmptyImage{width = 64, height = 64, batch_size = 1, color = 8405184}, filename_prefix = "ex"}\n' \
     > "$T/make_example.lua"
@@ -60,9 +77,12 @@ printf 'SaveImage{images = EmptyImage{width = 64, height = 64, batch_size = 1, c
     fail "making example.png: $(cat "$T/err")"
 cp "$T/gen/ex_00001_.png" "$T/input/example.png" 2> /dev/null || fail "no example.png"
 
+# (the folders come before the arguments: a later --models-dir wins)
 run() {
-    "$SDFLOW_BIN" run "$@" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/out" --temp-dir "$T/temp" \
-        --models-dir "$T/models" --tokenizer-dir "$TOKS"
+    local file=$1
+    shift
+    "$SDFLOW_BIN" run "$file" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/out" --temp-dir "$T/temp" \
+        --models-dir "$T/models" --tokenizer-dir "$TOKS" "$@"
 }
 
 # --- every example exists in both forms; both build the same graph and run ------------
@@ -84,13 +104,23 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
     "$SDFLOW_BIN" export --json "$T/$base.exp.lua" > "$T/$base.back.json" || fail "export --json $base"
     "$SDFLOW_BIN" export --lua "$T/$base.back.json" | tail -n +2 > "$T/$base.exp3.lua"
     cmp -s "$T/$base.exp1.lua" "$T/$base.exp3.lua" || fail "$base: JSON -> Lua -> JSON changed the graph"
-    if grep -q '"CheckpointLoaderSimple"' "$json" && ! grep -q '"flux1-' "$json" && [ $have_model = 0 ]; then
+    # the SD3.5 examples: the SD3 set's files (after the ones given above)
+    extra=()
+    if grep -q '"sd3\.5_' "$json"; then
+        if [ $have_sd3 = 0 ]; then
+            [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no SD3 reference set"
+            echo "note: not running workflows/$base.lua (no SD3 reference set)"
+            continue
+        fi
+        extra=("${SD3ARGS[@]}")
+    elif grep -q '"CheckpointLoaderSimple"' "$json" && ! grep -q '"flux1-' "$json" && [ $have_model = 0 ]; then
         [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no tiny-sd1 checkpoint"
         echo "note: not running workflows/$base.lua (no tiny-sd1 checkpoint)"
         continue
     fi
     # (the Flux fp8 checkpoint example loads through CheckpointLoaderSimple)
-    if grep -q '"UNETLoader"\|"UnetLoaderGGUF"\|"DualCLIPLoader\|"flux1-' "$json" && [ $have_flux = 0 ]; then
+    if [ ${#extra[@]} = 0 ] && grep -q '"UNETLoader"\|"UnetLoaderGGUF"\|"DualCLIPLoader\|"flux1-' "$json" &&
+        [ $have_flux = 0 ]; then
         [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no Flux reference set"
         echo "note: not running workflows/$base.lua (no Flux reference set)"
         continue
@@ -101,7 +131,7 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
     grep -q '"BasicScheduler"' "$json" && sets+=(--set BasicScheduler.steps=2)
     grep -q '"EmptyLatentImage"' "$json" && sets+=(--set EmptyLatentImage.width=64 --set EmptyLatentImage.height=64)
     grep -q '"EmptySD3LatentImage"' "$json" && sets+=(--set EmptySD3LatentImage.width=64 --set EmptySD3LatentImage.height=48)
-    run "$lua" "${sets[@]}" > "$T/files" 2> "$T/err" || fail "sdflow run workflows/$base.lua: $(cat "$T/err")"
+    run "$lua" "${sets[@]}" "${extra[@]}" > "$T/files" 2> "$T/err" || fail "sdflow run workflows/$base.lua: $(cat "$T/err")"
     [ -s "$T/files" ] || fail "workflows/$base.lua wrote no file"
 done
 [ $n -gt 0 ] || fail "no JSON workflow in workflows/"

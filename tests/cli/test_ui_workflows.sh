@@ -176,6 +176,25 @@ else
     echo "  (no Flux reference set or tokenizer: the Flux examples did not run)"
 fi
 
+# The SD3.5 examples on the SD3 set's tiny files under ComfyUI's names (a
+# models folder of their own), with the head counts of its tiny CLIP-L and
+# CLIP-G from its manifest
+SD3="$DATA/sd3"
+if [ -d "$TOK" ] && [ -f "$SD3/manifest.json" ]; then
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/sd3_models.py" "$SD3" "$T/sd3/models" "$T/sd3/tok" "$TOK" ||
+        fail "placing the SD3 set's files"
+    heads=$(python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))["models"]
+print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_attention_heads"])' "$SD3/manifest.json")
+    set -- $heads
+    SD3ARGS=(--models-dir "$T/sd3/models" --tokenizer-dir "$T/sd3/tok" --clip-l-heads "$1" --clip-g-heads "$2"
+        --set 53.width=64 --set 53.height=48 --set 3.steps=2)
+    both txt2img_sd35_medium "${SD3ARGS[@]}"
+    both txt2img_sd35_medium_ckpt "${SD3ARGS[@]}"
+else
+    echo "  (no SD3 reference set or tokenizer: the SD3.5 examples did not run)"
+fi
+
 # ---- files that are not workflows --------------------------------------------------------
 printf 'RIFF\022\000\000\000WEBPVP8L\006\000\000\000\057\000\000\000\000\000' > "$T/photo.webp"
 "$SDFLOW_BIN" run "$T/photo.webp" --no-cache > /dev/null 2> "$T/webp.err" && fail "a WebP without a workflow ran"
