@@ -18,7 +18,15 @@
  * KSampler at cfg 1, euler / simple, 20 steps for dev and 4 for schnell, at
  * 1024 x 1024; with split files (--diffusion-model, --t5xxl, --clip-l,
  * --vae) UNETLoader, DualCLIPLoader (type flux) and VAELoader stand where
- * CheckpointLoaderSimple stood. */
+ * CheckpointLoaderSimple stood. SD3 / SD3.5 is ComfyUI's SD3.5 example
+ * (EmptySD3LatentImage, KSampler euler / sgm_uniform, 20 steps, 1024 x
+ * 1024, the model's own shift 3) at cfg 4.5, Stability's for Medium (the
+ * example's 4.01 is for Large fp8); its split files are --diffusion-model,
+ * --clip-l, --clip-g, --t5xxl (TripleCLIPLoader) and --vae, and a
+ * checkpoint without text encoders (Stability's sd3.5_medium.safetensors:
+ * MMDiT + VAE) takes the three through TripleCLIPLoader beside
+ * CheckpointLoaderSimple, as ComfyUI's SD3.5 text-encoder example; --shift
+ * adds ModelSamplingSD3. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -37,13 +45,13 @@
 #include "models/checkpoint/model_paths.h"
 
 /* What the model file is, for the graph and the defaults. */
-typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL } gen_family;
+typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL, GEN_SD3 } gen_family;
 
 typedef struct gen_opts {
     const char *model, *prompt, *negative, *init, *mask, *output, *seed, *sampler, *scheduler;
-    const char *diffusion_model, *t5xxl, *clip_l, *vae, *weight_dtype;
+    const char *diffusion_model, *t5xxl, *clip_l, *clip_g, *vae, *weight_dtype;
     long long width, height, steps;
-    double cfg, strength, guidance;
+    double cfg, strength, guidance, shift;
     int strength_given, print_workflow;
     sd_cli_list loras;
     gen_family family;
@@ -161,12 +169,14 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     cJSON *root = cJSON_CreateObject();
     if (!rc && !root) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     /* where MODEL, CLIP and VAE come from: the checkpoint #4 (outputs 0, 1,
-     * 2) or the split loaders (UNETLoader #12, DualCLIPLoader #13,
-     * VAELoader #14; --vae alone replaces the checkpoint's VAE), then each
-     * LoRA in turn for MODEL and CLIP */
-    int split = g->diffusion_model != NULL, flux = g->family != GEN_SD;
-    const char *model0 = split ? "12" : "4", *clip0 = split ? "13" : "4", *vae_src = g->vae ? "14" : "4";
-    int clip0_out = split ? 0 : 1, vae_out = g->vae ? 0 : 2;
+     * 2) or the split loaders (UNETLoader #12, DualCLIPLoader #13 for Flux
+     * or TripleCLIPLoader #13 for SD3, VAELoader #14; --vae alone replaces
+     * the checkpoint's VAE, SD3's text encoder files its CLIP), then each
+     * LoRA in turn for MODEL and CLIP, then ModelSamplingSD3 #16 (--shift) */
+    int split = g->diffusion_model != NULL, te_files = g->t5xxl != NULL, flux = g->family != GEN_SD;
+    int sd3 = g->family == GEN_SD3, shifted = sd3 && g->shift != GEN_UNSET_NUM;
+    const char *model0 = split ? "12" : "4", *clip0 = te_files ? "13" : "4", *vae_src = g->vae ? "14" : "4";
+    int clip0_out = te_files ? 0 : 1, vae_out = g->vae ? 0 : 2;
     char lora_ids[64][16];
     int n_loras = 0;
     for (int i = 0; !rc && i < g->loras.n; i++) {
@@ -183,7 +193,7 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     const char *latent_src = g->init ? "10" : "5";
     /* FluxGuidance #15 on the positive prompt: dev always, schnell when
      * --guidance asks (schnell has no guidance embedding: it is ignored) */
-    int guided = flux && (g->family == GEN_FLUX_DEV || g->guidance != GEN_UNSET_NUM);
+    int guided = flux && !sd3 && (g->family == GEN_FLUX_DEV || g->guidance != GEN_UNSET_NUM);
     if (!rc) {
         cJSON *in;
         if (init) {
@@ -195,7 +205,8 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             cJSON_AddStringToObject(in, "image", mask);
             cJSON_AddStringToObject(in, "channel", "red"); /* white = repaint */
         }
-        const char *model_src = n_loras ? lora_ids[n_loras - 1] : model0;
+        const char *model_lora = n_loras ? lora_ids[n_loras - 1] : model0;
+        const char *model_src = shifted ? "16" : model_lora;
         const char *clip_src = n_loras ? lora_ids[n_loras - 1] : clip0;
         int clip_out = n_loras ? 1 : clip0_out;
         in = add_node(root, "3", "KSampler");
@@ -254,10 +265,22 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             in = add_node(root, "12", "UNETLoader");
             cJSON_AddStringToObject(in, "unet_name", g->diffusion_model);
             cJSON_AddStringToObject(in, "weight_dtype", g->weight_dtype ? g->weight_dtype : "default");
+        }
+        if (te_files && sd3) { /* ComfyUI's SD3.5 example order */
+            in = add_node(root, "13", "TripleCLIPLoader");
+            cJSON_AddStringToObject(in, "clip_name1", g->clip_l);
+            cJSON_AddStringToObject(in, "clip_name2", g->clip_g);
+            cJSON_AddStringToObject(in, "clip_name3", g->t5xxl);
+        } else if (te_files) {
             in = add_node(root, "13", "DualCLIPLoader");
             cJSON_AddStringToObject(in, "clip_name1", g->t5xxl);
             cJSON_AddStringToObject(in, "clip_name2", g->clip_l);
             cJSON_AddStringToObject(in, "type", "flux");
+        }
+        if (shifted) {
+            in = add_node(root, "16", "ModelSamplingSD3");
+            add_link(in, "model", model_lora, 0);
+            cJSON_AddNumberToObject(in, "shift", g->shift);
         }
         if (g->vae) {
             in = add_node(root, "14", "VAELoader");
@@ -318,33 +341,59 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
         sd_error_prefix(err, opt);
         return rc;
     }
-    g->family = info.family != SD_CKPT_FLUX ? GEN_SD : info.flux.guidance_embed ? GEN_FLUX_DEV : GEN_FLUX_SCHNELL;
-    if (g->diffusion_model && g->family == GEN_SD)
+    g->family = info.family == SD_CKPT_SD3    ? GEN_SD3
+                : info.family != SD_CKPT_FLUX ? GEN_SD
+                : info.flux.guidance_embed    ? GEN_FLUX_DEV
+                                              : GEN_FLUX_SCHNELL;
+    const char *fam = info.has_unet ? sd_ckpt_family_name(info.family) : "no diffusion model";
+    int sd3 = g->family == GEN_SD3, flux = g->family == GEN_FLUX_DEV || g->family == GEN_FLUX_SCHNELL;
+    if (g->diffusion_model && !flux && !sd3)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "--diffusion-model %s is %s, not a Flux model: generate takes split files for Flux "
-                            "only (use -m with a checkpoint)",
-                            name, info.has_unet ? sd_ckpt_family_name(info.family) : "no diffusion model");
-    if (!g->diffusion_model && g->family != GEN_SD && (!info.has_text_encoder || !info.has_vae))
+                            "--diffusion-model %s is %s, not a Flux or SD3 model: generate takes split files for "
+                            "Flux and SD3 only (use -m with a checkpoint)",
+                            name, fam);
+    /* SD3's text encoders are three files (TripleCLIPLoader), Flux's two */
+    if (sd3 && (g->t5xxl || g->clip_l || g->clip_g) && !(g->t5xxl && g->clip_l && g->clip_g))
+        return sd_error_set(err, SD_ERR_INVALID, "%s %s is SD3: its text encoders are --clip-l, --clip-g and --t5xxl "
+                            "together (TripleCLIPLoader)", opt, name);
+    if (!sd3 && g->clip_g)
+        return sd_error_set(err, SD_ERR_INVALID, "--clip-g is SD3's (TripleCLIPLoader); %s is %s", name, fam);
+    if (!sd3 && g->shift != GEN_UNSET_NUM)
+        return sd_error_set(err, SD_ERR_INVALID, "--shift is SD3's (ModelSamplingSD3); %s is %s", name, fam);
+    if (!g->diffusion_model && !sd3 && (g->t5xxl || g->clip_l))
+        return sd_error_set(err, SD_ERR_INVALID, "%s goes with --diffusion-model (split files)",
+                            g->t5xxl ? "--t5xxl" : "--clip-l");
+    if (!g->diffusion_model && flux && (!info.has_text_encoder || !info.has_vae))
         return sd_error_set(err, SD_ERR_INVALID,
                             "-m %s is a Flux diffusion model without %s: give it as --diffusion-model with "
                             "--t5xxl, --clip-l and --vae",
                             name, !info.has_text_encoder ? "text encoders" : "a VAE");
-    if (g->family == GEN_SD && g->guidance != GEN_UNSET_NUM)
-        return sd_error_set(err, SD_ERR_INVALID, "--guidance is Flux's (FluxGuidance); %s is %s", name,
-                            sd_ckpt_family_name(info.family));
+    /* Stability's sd3.5_medium.safetensors: MMDiT + VAE, the text encoders
+     * apart (ComfyUI's SD3.5 text-encoder example) */
+    if (!g->diffusion_model && sd3 && !info.has_text_encoder && !g->t5xxl)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "-m %s is an SD3 model without text encoders: give them as --clip-l, --clip-g and "
+                            "--t5xxl (TripleCLIPLoader)",
+                            name);
+    if (!g->diffusion_model && sd3 && !info.has_vae && !g->vae)
+        return sd_error_set(err, SD_ERR_INVALID, "-m %s is an SD3 model without a VAE: give one as --vae", name);
+    if (!flux && g->guidance != GEN_UNSET_NUM)
+        return sd_error_set(err, SD_ERR_INVALID, "--guidance is Flux's (FluxGuidance); %s is %s", name, fam);
     return SD_OK;
 }
 
 /* The family's usual settings for what the command line left out: SD
  * cfg 8, euler / normal, 20 steps, 512 x 512; Flux cfg 1 (the positive
  * prompt only), euler / simple, 1024 x 1024, dev 20 steps with
- * FluxGuidance 3.5, schnell 4 steps (ComfyUI's Flux examples). */
+ * FluxGuidance 3.5, schnell 4 steps (ComfyUI's Flux examples); SD3 cfg 4.5,
+ * euler / sgm_uniform, 20 steps, 1024 x 1024 (ComfyUI's SD3.5 example, at
+ * Stability's cfg for Medium; the shift is the model's 3). */
 static void apply_defaults(gen_opts *g) {
-    int flux = g->family != GEN_SD;
+    int flux = g->family != GEN_SD, sd3 = g->family == GEN_SD3;
     if (g->steps == GEN_UNSET_INT) g->steps = g->family == GEN_FLUX_SCHNELL ? 4 : 20;
-    if (g->cfg == GEN_UNSET_NUM) g->cfg = flux ? 1.0 : 8.0;
+    if (g->cfg == GEN_UNSET_NUM) g->cfg = sd3 ? 4.5 : flux ? 1.0 : 8.0;
     if (!g->sampler) g->sampler = "euler";
-    if (!g->scheduler) g->scheduler = flux ? "simple" : "normal";
+    if (!g->scheduler) g->scheduler = sd3 ? "sgm_uniform" : flux ? "simple" : "normal";
     if (g->width == GEN_UNSET_INT) g->width = flux ? 1024 : 512;
     if (g->height == GEN_UNSET_INT) g->height = flux ? 1024 : 512;
 }
@@ -418,22 +467,30 @@ static const char gen_about[] =
     "the model's family (read from the file) sets the defaults and the graph: Flux gets\n"
     "EmptySD3LatentImage, FluxGuidance 3.5 (dev), cfg 1, euler/simple, 20 steps (schnell 4),\n"
     "1024x1024; Flux split files come as --diffusion-model, --t5xxl, --clip-l and --vae.\n"
+    "SD3/SD3.5 gets EmptySD3LatentImage, cfg 4.5, euler/sgm_uniform, 20 steps, 1024x1024 (the\n"
+    "model's shift 3; --shift adds ModelSamplingSD3); its split files are --diffusion-model,\n"
+    "--clip-l, --clip-g, --t5xxl (TripleCLIPLoader) and --vae, and a checkpoint without text\n"
+    "encoders (Stability's sd3.5_medium.safetensors) takes --clip-l, --clip-g and --t5xxl.\n"
     "-i and --mask are files: named relative to --input-dir when inside it, else the folder of\n"
     "-i becomes the input folder.";
 
 int sd_cli_generate(int argc, char **argv) {
     gen_opts g = {.negative = "", .width = GEN_UNSET_INT, .height = GEN_UNSET_INT, .steps = GEN_UNSET_INT,
-                  .cfg = GEN_UNSET_NUM, .guidance = GEN_UNSET_NUM, .strength = 0.75};
+                  .cfg = GEN_UNSET_NUM, .guidance = GEN_UNSET_NUM, .shift = GEN_UNSET_NUM, .strength = 0.75};
     const char *report = NULL, *dump = NULL, *strength = NULL;
     const sd_cli_option own[] = {
         {"--model", "-m", SD_CLI_STR, &g.model, "NAME",
-         "checkpoint: a name in MODELS/checkpoints/ (SD1, SD2, SDXL, the Flux fp8 single file)", NULL},
+         "checkpoint: a name in MODELS/checkpoints/ (SD1, SD2, SDXL, the Flux fp8 single file, SD3/SD3.5)",
+         NULL},
         {"--diffusion-model", NULL, SD_CLI_STR, &g.diffusion_model, "NAME",
-         "Flux split files instead of -m: the DiT, a name in MODELS/diffusion_models/ (UNETLoader)", NULL},
+         "Flux or SD3 split files instead of -m: the DiT, a name in MODELS/diffusion_models/ (UNETLoader)",
+         NULL},
         {"--t5xxl", NULL, SD_CLI_STR, &g.t5xxl, "NAME",
-         "with --diffusion-model: the T5-XXL, a name in MODELS/text_encoders/ (DualCLIPLoader)", NULL},
+         "with --diffusion-model (or an SD3 checkpoint): the T5-XXL, a name in MODELS/text_encoders/", NULL},
         {"--clip-l", NULL, SD_CLI_STR, &g.clip_l, "NAME",
-         "with --diffusion-model: the CLIP-L, a name in MODELS/text_encoders/ (DualCLIPLoader)", NULL},
+         "with --diffusion-model (or an SD3 checkpoint): the CLIP-L, a name in MODELS/text_encoders/", NULL},
+        {"--clip-g", NULL, SD_CLI_STR, &g.clip_g, "NAME",
+         "SD3: the CLIP-G, a name in MODELS/text_encoders/ (TripleCLIPLoader with --clip-l and --t5xxl)", NULL},
         {"--vae", NULL, SD_CLI_STR, &g.vae, "NAME",
          "a VAE file in MODELS/vae/ (VAELoader): needed with --diffusion-model, else replaces the "
          "checkpoint's", NULL},
@@ -442,19 +499,21 @@ int sd_cli_generate(int argc, char **argv) {
          "default|fp8_e4m3fn|fp8_e4m3fn_fast|fp8_e5m2"},
         {"--prompt", "-p", SD_CLI_STR, &g.prompt, "TEXT", "what to draw", NULL},
         {"--negative", "-n", SD_CLI_STR, &g.negative, "TEXT", "what not to draw (default empty)", NULL},
-        {"--width", "-W", SD_CLI_INT, &g.width, "N", "picture width (default 512, Flux 1024; txt2img only)",
-         NULL},
-        {"--height", "-H", SD_CLI_INT, &g.height, "N", "picture height (default 512, Flux 1024; txt2img only)",
-         NULL},
+        {"--width", "-W", SD_CLI_INT, &g.width, "N",
+         "picture width (default 512, Flux and SD3 1024; txt2img only)", NULL},
+        {"--height", "-H", SD_CLI_INT, &g.height, "N",
+         "picture height (default 512, Flux and SD3 1024; txt2img only)", NULL},
         {"--steps", NULL, SD_CLI_INT, &g.steps, "N", "sampling steps (default 20; Flux schnell 4)", NULL},
-        {"--cfg", NULL, SD_CLI_FLOAT, &g.cfg, "SCALE", "classifier-free guidance scale (default 8.0; Flux 1.0)",
-         NULL},
+        {"--cfg", NULL, SD_CLI_FLOAT, &g.cfg, "SCALE",
+         "classifier-free guidance scale (default 8.0; Flux 1.0; SD3 4.5)", NULL},
         {"--guidance", NULL, SD_CLI_FLOAT, &g.guidance, "X",
          "Flux: FluxGuidance on the prompt (default 3.5 for dev; none for schnell)", NULL},
+        {"--shift", NULL, SD_CLI_FLOAT, &g.shift, "X",
+         "SD3: ModelSamplingSD3's shift (default: none, the model's own 3)", NULL},
         {"--seed", NULL, SD_CLI_STR, &g.seed, "N", "noise seed, 0 to 2^64-1 (default 0)", NULL},
         {"--sampler", NULL, SD_CLI_STR, &g.sampler, "NAME", "KSampler sampler_name (default euler)", NULL},
-        {"--scheduler", NULL, SD_CLI_STR, &g.scheduler, "NAME", "KSampler scheduler (default normal; Flux simple)",
-         NULL},
+        {"--scheduler", NULL, SD_CLI_STR, &g.scheduler, "NAME",
+         "KSampler scheduler (default normal; Flux simple; SD3 sgm_uniform)", NULL},
         {"--init-img", "-i", SD_CLI_STR, &g.init, "INIT.png", "img2img: start from this picture (its size)", NULL},
         {"--strength", NULL, SD_CLI_STR, &strength, "X",
          "how much of -i to repaint, 0..1 (default 0.75; 1 with --mask)", NULL},
@@ -470,8 +529,8 @@ int sd_cli_generate(int argc, char **argv) {
         {0}};
     const sd_cli_command cmd = {"generate",
                                 "-m MODEL -p PROMPT [options] [-o OUT.png]\n"
-                                "       sdflow generate --diffusion-model DIT --t5xxl T5 --clip-l CLIP --vae VAE -p PROMPT "
-                                "[options]",
+                                "       sdflow generate --diffusion-model DIT --t5xxl T5 --clip-l CLIP [--clip-g CLIP] "
+                                "--vae VAE -p PROMPT [options]",
                                 gen_about,
                                 SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS, own, 0, 0};
     sd_cli_args a;
@@ -491,9 +550,8 @@ int sd_cli_generate(int argc, char **argv) {
                         "--vae\n");
         goto out;
     }
-    if (!g.diffusion_model && (g.t5xxl || g.clip_l || g.weight_dtype)) {
-        fprintf(stderr, "sdflow generate: %s goes with --diffusion-model (split files)\n",
-                g.t5xxl ? "--t5xxl" : g.clip_l ? "--clip-l" : "--weight-dtype");
+    if (!g.diffusion_model && g.weight_dtype) { /* --t5xxl, --clip-l: SD3 checkpoints take them too */
+        fprintf(stderr, "sdflow generate: --weight-dtype goes with --diffusion-model (split files)\n");
         goto out;
     }
     if (strength) {

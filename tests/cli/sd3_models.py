@@ -13,9 +13,13 @@ its single-file checkpoint, their tensors' bytes as they are:
   - checkpoints/sd3.5_medium.safetensors (and sd3.5_large.safetensors):
     the checkpoint without text_encoders.*, i.e. MMDiT + VAE, what Stability
     publishes as sd3.5_medium.safetensors / sd3.5_large.safetensors.
+  - checkpoints/sd3_medium_incl_clips_t5xxlfp8.safetensors and
+    sd3_medium.safetensors (without text encoders): the single file as SD3
+    Medium (2024) was, without MMDiT-X's second attention and q/k norms, for
+    ComfyUI's SD3 examples.
 The set's comfy_name of each model (manifest.json) gives the names; the
 single file is also placed as sd3.5_large_fp8_scaled.safetensors (the name
-ComfyUI's SD3.5 example loads)."""
+ComfyUI's SD3.5 example loads; the tiny file is not fp8-scaled)."""
 import json
 import os
 import struct
@@ -28,8 +32,9 @@ def read(path):
     return json.loads(data[8:8 + n]), data[8 + n:]
 
 
-def write(dst, head, body, keep):
-    """the tensors keep(name) maps to a new name (None = dropped)"""
+def write(dst, head, body, keep, rows=None):
+    """the tensors keep(name) maps to a new name (None = dropped); rows(name)
+    (when given) may cut a tensor to its first rows (None = all)"""
     out, parts, pos = {}, [], 0
     for k, v in head.items():
         if k == "__metadata__":
@@ -39,8 +44,13 @@ def write(dst, head, body, keep):
         if nk is None:
             continue
         a, b = v["data_offsets"]
+        shape = list(v["shape"])
+        r = rows(k) if rows else None
+        if r is not None:
+            b = a + (b - a) // shape[0] * r
+            shape[0] = r
         parts.append(body[a:b])
-        out[nk] = dict(v, data_offsets=[pos, pos + b - a])
+        out[nk] = dict(v, shape=shape, data_offsets=[pos, pos + b - a])
         pos += b - a
     h = json.dumps(out).encode()
     h += b" " * (-len(h) % 8)
@@ -71,6 +81,16 @@ def main(set_dir, models, tok, clip_tok):
     for name in ("sd3.5_medium.safetensors", "sd3.5_large.safetensors"):
         write(os.path.join(models, "checkpoints", name), head, body,
               lambda k: None if k.startswith("text_encoders.") else k)
+    # SD3 Medium (2024) for the old examples: the joint blocks without
+    # MMDiT-X's second attention (attn2, and the last 3 of its 9 adaLN
+    # chunks: shift, scale, gate of attn2) and without q/k norms (head width
+    # 64, ComfyUI's rule without ln_q)
+    hidden = m["models"]["mmdit"]["config"]["hidden_size"]
+    old_sd3 = lambda k: None if (".x_block.attn2." in k or ".attn.ln_q." in k or ".attn.ln_k." in k) else k
+    mods = lambda k: 6 * hidden if ".x_block.adaLN_modulation.1." in k and head[k]["shape"][0] == 9 * hidden else None
+    write(os.path.join(models, "checkpoints", "sd3_medium_incl_clips_t5xxlfp8.safetensors"), head, body, old_sd3, mods)
+    write(os.path.join(models, "checkpoints", "sd3_medium.safetensors"), head, body,
+          lambda k: None if k.startswith("text_encoders.") else old_sd3(k), mods)
     for f in ("vocab.json", "merges.txt"):
         link(os.path.join(clip_tok, f), os.path.join(tok, f))
     t5 = os.path.join(set_dir, "..", "flux", "tokenizer", "tokenizer.json")

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""extract.py PNG... : write the ComfyUI workflows a PNG carries in its tEXt
-chunks, as they are: NAME.api.json from the "prompt" chunk (the API form the
-frontend queued) and NAME.ui.json from the "workflow" chunk (the UI save),
-beside this script. Used on comfyanonymous/ComfyUI_examples' flux/*.png
-(README.md here names the commit)."""
+"""extract.py DIR/NAME.png... : write the ComfyUI workflows a PNG carries in
+its tEXt chunks, as they are: NAME.api.json from the "prompt" chunk (the API
+form the frontend queued) and NAME.ui.json from the "workflow" chunk (the UI
+save), in the folder DIR beside this script (DIR: the name of the picture's
+folder). Used on comfyanonymous/ComfyUI_examples' flux/*.png and sd3/*.png
+(each folder's README.md names the commit)."""
 import os
 import struct
 import sys
@@ -12,8 +13,10 @@ KEYS = {b"prompt": "api", b"workflow": "ui"}
 
 
 def main(paths):
-    here = os.path.dirname(os.path.abspath(__file__))
+    top = os.path.dirname(os.path.abspath(__file__))
     for path in paths:
+        here = os.path.join(top, os.path.basename(os.path.dirname(os.path.abspath(path))))
+        os.makedirs(here, exist_ok=True)
         data = open(path, "rb").read()
         if data[:8] != b"\x89PNG\r\n\x1a\n":
             sys.exit("%s: not a PNG" % path)
