@@ -85,8 +85,8 @@ typedef struct sd_sampler_params {
     /* Options of ComfyUI's sampler functions / SamplerXxx nodes. */
     double eta;      /* ancestral / SDE strength (default per sampler; the
                       * samplers ComfyUI runs with a fixed eta -- euler_cfg_pp,
-                      * res_multistep(_cfg_pp), exp_heun_2_x0, dpm_fast,
-                      * dpm_adaptive -- ignore it) */
+                      * res_multistep(_cfg_pp), exp_heun_2_x0, dpm_fast --
+                      * ignore it; dpm_adaptive's default is 0) */
     double s_noise;  /* noise multiplier (default 1) */
     double s_churn;  /* euler/heun/dpm_2/heunpp2 churn (default 0) */
     double s_tmin;   /* default 0 */
@@ -111,6 +111,12 @@ typedef struct sd_sampler_params {
     int sa_set;
     int sa_predictor_order, sa_corrector_order, sa_use_pece, sa_simple_order_2;
     double sa_eta, sa_tau_start_sigma, sa_tau_end_sigma;
+    /* dpm_adaptive (SamplerDPMAdaptative, dpm_set): order 2 or 3 and the PID
+     * step controller's settings; eta and s_noise above (eta > 0 makes the
+     * steps ancestral). Without dpm_set: sample_dpm_adaptive's defaults. */
+    int dpm_set;
+    int dpm_order;
+    double dpm_rtol, dpm_atol, dpm_h_init, dpm_pcoeff, dpm_icoeff, dpm_dcoeff, dpm_accept_safety;
 
     /* Overrides the sampler's noise (default generator / Brownian tree);
      * NULL = ComfyUI's. Lets tests force zero noise. */

@@ -1,8 +1,9 @@
 /* samplers_dpm.c - DPM-Solver (k_diffusion.sampling.DPMSolver) as ComfyUI's
  * ksampler() wraps it: dpm_fast (fixed orders 3/2/1 over
- * len(sigmas)-1 evaluations) and dpm_adaptive (DPM-Solver-23 with PID step
- * control). Both only use the first and last non-zero sigma. eta = 0 (the
- * KSampler defaults), so no noise is added. */
+ * len(sigmas)-1 evaluations) and dpm_adaptive (DPM-Solver-12 or -23 with
+ * PID step control; SamplerDPMAdaptative sets its order, tolerances and
+ * controller, and eta > 0 makes its steps ancestral). Both only use the
+ * first and last non-zero sigma. dpm_fast runs at eta 0, as KSampler does. */
 #include "models/sampling/sampler_internal.h"
 
 #define FOR_N for (int64_t k = 0; k < c->n; k++)
@@ -212,10 +213,17 @@ sd_status smp_dpm_fast(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigm
 sd_status smp_dpm_adaptive(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_sigmas,
                            sd_error *err)
 {
-    /* sample_dpm_adaptive defaults (order 3) */
-    const double rtol = 0.05, atol = 0.0078, h_init = 0.05;
-    const double pcoeff = 0.0, icoeff = 1.0, dcoeff = 0.0, accept_safety = 0.81;
-    const int order = 3;
+    /* sample_dpm_adaptive's defaults unless SamplerDPMAdaptative set them */
+    const sd_sampler_params *P = c->p;
+    const int set = P->dpm_set;
+    const double rtol = set ? P->dpm_rtol : 0.05, atol = set ? P->dpm_atol : 0.0078;
+    const double h_init = set ? fabs(P->dpm_h_init) : 0.05;
+    const double pcoeff = set ? P->dpm_pcoeff : 0.0, icoeff = set ? P->dpm_icoeff : 1.0;
+    const double dcoeff = set ? P->dpm_dcoeff : 0.0, accept_safety = set ? P->dpm_accept_safety : 0.81;
+    const int order = set ? P->dpm_order : 3;
+    const double eta = smp_opt(P->eta, 0.0), s_noise_d = smp_opt(P->s_noise, 1.0);
+    if (order != 2 && order != 3)
+        return sd_error_set(err, SD_ERR_INVALID, "sampler dpm_adaptive: order must be 2 or 3");
     float sigma_min = dpm_sigma_min(sigmas, n_sigmas), sigma_max = sigmas[0];
     if (!(sigma_min > 0.0f) || !(sigma_max > 0.0f))
         return sd_error_set(err, SD_ERR_INVALID, "sampler dpm_adaptive: sigma_min and sigma_max "
@@ -229,9 +237,14 @@ sd_status smp_dpm_adaptive(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
     smp_copy(c, xpv, xv);
     /* PIDStepSizeController */
     double ph = h_init;
-    double b1 = (pcoeff + icoeff + dcoeff) / order;
-    double b2 = -(pcoeff + 2.0 * dcoeff) / order;
-    double b3 = dcoeff / order;
+    /* PIDStepSizeController(h, pcoeff, icoeff, dcoeff, 1.5 if eta else order) */
+    double ctl_order = eta != 0.0 ? 1.5 : (double)order;
+    double b1 = (pcoeff + icoeff + dcoeff) / ctl_order;
+    double b2 = -(pcoeff + 2.0 * dcoeff) / ctl_order;
+    double b3 = dcoeff / ctl_order;
+    sd_tensor *nz = eta != 0.0 ? smp_tmp(c, err) : NULL;
+    if (eta != 0.0 && !nz)
+        return SD_ERR_NOMEM;
     double errs[3] = {0};
     int have_errs = 0;
     float f_atol = (float)atol, f_rtol = (float)rtol;
@@ -244,6 +257,17 @@ sd_status smp_dpm_adaptive(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         float t = s + (float)ph;
         if (t_end < t)
             t = t_end;
+        /* the ancestral split: step to t_ = t(sigma_down), add su of noise */
+        float t_ = t, su = 0.0f;
+        if (eta != 0.0) {
+            float sdn, sup;
+            smp_ancestral_step(sigma_of(s), sigma_of(t), eta, &sdn, &sup);
+            t_ = t_of(sdn);
+            if (t_end < t_)
+                t_ = t_end;
+            float a = sigma_of(t), b = sigma_of(t_);
+            su = sqrtf(a * a - b * b);
+        }
         if ((st = dpm_eps(c, &b, x, s, b.eps, err)) != SD_OK)
             return st;
         float ss = sigma_of(s);
@@ -257,12 +281,19 @@ sd_status smp_dpm_adaptive(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
                 keep[k] = xv[k] - q;
             }
         }
-        float h = t - s;
-        if ((st = dpm_stage_r1(c, &b, x, s, h, 1.0 / 3.0, err)) != SD_OK)
-            return st;
-        dpm_2_finish(c, &b, x, s, t, 1.0 / 3.0, b.out); /* x_low */
-        if ((st = dpm_3_finish(c, &b, x, s, t, xh, err)) != SD_OK) /* x_high */
-            return st;
+        float h = t_ - s;
+        if (order == 2) {
+            dpm_1_step(c, &b, x, s, t_, b.out); /* x_low */
+            if ((st = dpm_stage_r1(c, &b, x, s, h, 0.5, err)) != SD_OK)
+                return st;
+            dpm_2_finish(c, &b, x, s, t_, 0.5, xh); /* x_high */
+        } else {
+            if ((st = dpm_stage_r1(c, &b, x, s, h, 1.0 / 3.0, err)) != SD_OK)
+                return st;
+            dpm_2_finish(c, &b, x, s, t_, 1.0 / 3.0, b.out); /* x_low */
+            if ((st = dpm_3_finish(c, &b, x, s, t_, xh, err)) != SD_OK) /* x_high */
+                return st;
+        }
         const float *lo = smp_f(b.out), *hi = smp_f(xh);
         double sum = 0.0;
         FOR_N {
@@ -292,6 +323,12 @@ sd_status smp_dpm_adaptive(smp_ctx *c, sd_tensor *x, const float *sigmas, int n_
         if (accept) {
             smp_copy(c, xpv, lo);
             smp_copy(c, xv, hi);
+            if (eta != 0.0) { /* x_high + su * s_noise * noise (ComfyUI draws it at eta 0 too, times 0) */
+                float *nv = smp_f(nz), amp = su * (float)s_noise_d;
+                if ((st = smp_noise(c, sigma_of(s), sigma_of(t), nv, err)) != SD_OK)
+                    return st;
+                FOR_N xv[k] = xv[k] + amp * nv[k];
+            }
             s = t;
         }
         steps++;

@@ -1,7 +1,8 @@
 /* sampler_options.c - what a SAMPLER value carries to the sampler, and the
  * SamplerXxx nodes whose options go beyond eta / s_noise / r
- * (comfy_extras/nodes_custom_sampler.py SamplerSEEDS2, SamplerER_SDE and
- * SamplerSASolver, nodes_advanced_samplers.py SamplerEulerCFGpp).
+ * (comfy_extras/nodes_custom_sampler.py SamplerSEEDS2, SamplerER_SDE,
+ * SamplerSASolver and SamplerDPMAdaptative, nodes_advanced_samplers.py
+ * SamplerEulerCFGpp).
  *
  * A SAMPLER stays plain data (see custom.h), so the options are keys of its
  * dict: "eta", "s_noise", "r" (FLOAT), "order", "max_stage" (INT),
@@ -10,7 +11,8 @@
  * sa_solver's "predictor_order", "corrector_order", "use_pece",
  * "simple_order_2" (INT) with "tau_start_sigma" / "tau_end_sigma" (FLOAT:
  * the node's percents through its MODEL's sampling, as ComfyUI resolves
- * them when the node runs). */
+ * them when the node runs), and dpm_adaptive's "dpm_order" (INT), "rtol",
+ * "atol", "h_init", "pcoeff", "icoeff", "dcoeff", "accept_safety" (FLOAT). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +58,18 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
         p->sa_use_pece = (int)sd_value_as_int(pe);
         p->sa_simple_order_2 = (int)sd_value_as_int(s2);
         p->sa_eta = p->eta;
+    }
+    if ((o = sd_value_dict_get(v, "dpm_order"))) {
+        static const char *const k[] = {"rtol", "atol", "h_init", "pcoeff", "icoeff", "dcoeff", "accept_safety"};
+        double *dst[] = {&p->dpm_rtol, &p->dpm_atol, &p->dpm_h_init, &p->dpm_pcoeff, &p->dpm_icoeff, &p->dpm_dcoeff,
+                         &p->dpm_accept_safety};
+        for (int i = 0; i < 7; i++) {
+            sd_value *x = sd_value_dict_get(v, k[i]);
+            if (!x) return bad_sampler(err, input, "SAMPLER %s: a dpm_adaptive option set without all its keys", n);
+            *dst[i] = sd_value_as_float(x);
+        }
+        p->dpm_set = 1;
+        p->dpm_order = (int)sd_value_as_int(o);
     }
     if ((o = sd_value_dict_get(v, "solver_type"))) {
         const char *st = sd_value_as_string(o);
@@ -164,6 +178,21 @@ static sd_status sa_solver_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
     return done(d, rc, out, err);
 }
 
+/* SamplerDPMAdaptative: dpm_adaptive with every option of
+ * sample_dpm_adaptive. */
+static sd_status dpm_adaptive_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    static const char *const k[] = {"rtol", "atol", "h_init", "pcoeff", "icoeff", "dcoeff", "accept_safety",
+                                    "eta", "s_noise"};
+    int64_t order = sd_value_as_int(in[0]);
+    if (order != 2 && order != 3) return bad_sampler(err, "order", "order must be 2 or 3%s", "");
+    sd_value *d = sampler_dict("dpm_adaptive");
+    sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
+    if (!rc) rc = put_or_fail(d, "dpm_order", sd_value_int(order));
+    for (int i = 0; i < 9 && !rc; i++) rc = put_or_fail(d, k[i], sd_value_float(sd_value_as_float(in[1 + i])));
+    return done(d, rc, out, err);
+}
+
 /* SamplerEulerCFGpp: "regular" is euler_cfg_pp, "alternative" ComfyUI's
  * sample_euler_pp (a node-only sampler). */
 static sd_status euler_cfgpp_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
@@ -238,6 +267,20 @@ const sd_node_def sd_node_SamplerSASolver = {
     .help = "sa_solver (SA-Solver) with its orders, PECE, the simple order-2 scheme and its stochastic "
             "window (sde_start/end_percent through the MODEL's sampling, strength eta).",
     .inputs = sa_solver_inputs, .outputs = sampler_out, .run = sa_solver_run};
+
+static const sd_input_def dpm_adaptive_inputs[] = {
+    {.name = "order", .type = SD_T_INT, .def = 3, .min = 2, .max = 3, .has_range = 1},
+    FLOAT_NR("rtol", 0.05, 0.0, 100.0, 0.01), FLOAT_NR("atol", 0.0078, 0.0, 100.0, 0.01),
+    FLOAT_NR("h_init", 0.05, 0.0, 100.0, 0.01), FLOAT_NR("pcoeff", 0.0, 0.0, 100.0, 0.01),
+    FLOAT_NR("icoeff", 1.0, 0.0, 100.0, 0.01), FLOAT_NR("dcoeff", 0.0, 0.0, 100.0, 0.01),
+    FLOAT_NR("accept_safety", 0.81, 0.0, 100.0, 0.01), FLOAT_NR("eta", 0.0, 0.0, 100.0, 0.01),
+    FLOAT_NR("s_noise", 1.0, 0.0, 100.0, 0.01), {0}};
+const sd_node_def sd_node_SamplerDPMAdaptative = {
+    .version = 1, .class_type = "SamplerDPMAdaptative", .python_module = "comfy_extras.nodes_custom_sampler",
+    .flags = SD_NODE_V3, .category = CAT_SAMPLERS,
+    .help = "dpm_adaptive (DPM-Solver-12/23 with PID step control) with its order, tolerances, controller "
+            "coefficients, and eta / s_noise for ancestral steps.",
+    .inputs = dpm_adaptive_inputs, .outputs = sampler_out, .run = dpm_adaptive_run};
 
 static const char *const cfgpp_versions[] = {"regular", "alternative", NULL};
 static const sd_input_def euler_cfgpp_inputs[] = {

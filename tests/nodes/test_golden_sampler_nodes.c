@@ -1,6 +1,6 @@
 /* test_golden_sampler_nodes.c - the SamplerXxx nodes whose options reach
  * inside the sampler (SamplerSEEDS2, SamplerER_SDE, SamplerSASolver,
- * SamplerEulerCFGpp)
+ * SamplerDPMAdaptative, SamplerEulerCFGpp)
  * against ComfyUI (tests/data/sampler_nodes: generator, manifest,
  * safetensors).
  *
@@ -217,7 +217,9 @@ static void run_case(const cJSON *m, const cJSON *cs, sd_model_sampling *ms) {
         CHECK_OK(sd_guider_sample(&g, ms, smp, sig->data, (int)sd_tensor_numel(sig), noise, lat, NULL, &p, &x, &err),
                  &err);
         sd_guider_release(&g);
-        double atol = jnum(tol, "atol"), rtol = jnum(tol, "rtol"), worst = 0, wtx = 0, wtd = 0;
+        /* a node with its own tolerance in the manifest (dpm_adaptive's step control) */
+        const cJSON *ntol = cJSON_GetObjectItemCaseSensitive(tol, node);
+        double atol = jnum(ntol ? ntol : tol, "atol"), rtol = jnum(ntol ? ntol : tol, "rtol"), worst = 0, wtx = 0, wtd = 0;
         int ok = x && close_arr(x->data, xf->data, n, atol, rtol, &worst);
         int64_t nt = sd_tensor_numel(tx) / n;
         CHECK_MSG(tr.seen == nt, "%s (%s %s): %d callbacks, ComfyUI %lld", id, node, sname, tr.seen, (long long)nt);
