@@ -3,6 +3,12 @@
  * (sd_lora_plan_new) and, when that succeeds, applied to both
  * (sd_lora_unet_view, sd_lora_text_encoder_view), so every adapter kind's
  * shape checks and patch arithmetic run on whatever the planner accepts.
+ * The same input is then matched against and applied to tiny DiTs
+ * (sd_lora_plan_new_dit, sd_lora_dit_view): a Flux DiT (BF16), the same as
+ * a Q8_0 GGUF file (the quantized-weight patching), an SD3 MMDiT-X and a
+ * Z-Image NextDiT (zero weights in their real key layouts), so the Flux,
+ * SD3 and Z-Image key maps (row slices, swapped halves, root parameters)
+ * run too.
  * Errors are fine; a crash, an ASan report, UB or a leak is a finding.
  * The seeds (fuzz_seeds.c) are valid files of every kind with the tiny
  * model's key names: Kohya LoRA, LoCon, LoHa (plain and Tucker), LoKr
@@ -11,17 +17,140 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "kernels/backend.h"
+#include "models/flux/flux.h"
 #include "models/lora/lora.h"
+#include "models/sd3/sd3.h"
 #include "models/synth/synth.h"
+#include "models/zimage/zimage.h"
 
 static sd_backend *be;
 static int verbose; /* FUZZ_LORA_VERBOSE=1: print why an input was refused (seed triage) */
 static sd_unet *unet;
 static sd_text_encoder *te;
+static void die(const char *what, sd_error *err);
+enum { N_DIT = 4 };
+static sd_dmodel dits[N_DIT];
+static int n_dits;
+
+/* ---- tiny DiT files -------------------------------------------------------------- */
+
+/* Adds a zero F32 tensor name [d0, d1, d2, d3] (ndim of them). */
+static void zeros(sd_st_writer *w, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3, const char *name) {
+    sd_error err;
+    sd_tensor *t = sd_tensor_new4(SD_F32, ndim, d0, d1, d2, d3);
+    if (!t) abort();
+    memset(t->data, 0, (size_t)sd_tensor_numel(t) * sizeof(float));
+    if (sd_st_writer_add(w, name, t, &err)) die("writing a DiT", &err);
+    sd_tensor_unref(t);
+}
+
+static void lin(sd_st_writer *w, int64_t out, int64_t in, const char *fmt, int i, const char *which) {
+    char n[160], k[200];
+    snprintf(n, sizeof n, fmt, i, which);
+    snprintf(k, sizeof k, "%s.weight", n);
+    zeros(w, 2, out, in, 0, 0, k);
+    snprintf(k, sizeof k, "%s.bias", n);
+    zeros(w, 1, out, 0, 0, 0, k);
+}
+
+/* SD3.5 Medium's layout: 2 joint blocks (block 0 MMDiT-X), hidden 64 (one
+ * head of 64, ComfyUI's depth 1), patch 2, 4 channels, qk RMSNorm, y. */
+static void write_sd3(sd_st_writer *w) {
+    const int64_t h = 64, C = 4, M = 4;
+    zeros(w, 4, h, C, 2, 2, "x_embedder.proj.weight");
+    zeros(w, 1, h, 0, 0, 0, "x_embedder.proj.bias");
+    zeros(w, 3, 1, M * M, h, 0, "pos_embed");
+    lin(w, h, 256, "t_embedder.mlp.%d%s", 0, "");
+    lin(w, h, h, "t_embedder.mlp.%d%s", 2, "");
+    lin(w, h, 8, "y_embedder.mlp.%d%s", 0, "");
+    lin(w, h, h, "y_embedder.mlp.%d%s", 2, "");
+    lin(w, h, 16, "context_embedder%.0d%s", 0, "");
+    for (int i = 0; i < 2; i++) {
+        static const char *const which[2] = {"x_block", "context_block"};
+        for (int b = 0; b < 2; b++) {
+            int pre = b == 1 && i == 1, sa = b == 0 && i == 0;
+            char n[160];
+            lin(w, (sa ? 9 : pre ? 2 : 6) * h, h, "joint_blocks.%d.%s.adaLN_modulation.1", i, which[b]);
+            lin(w, 3 * h, h, "joint_blocks.%d.%s.attn.qkv", i, which[b]);
+            snprintf(n, sizeof n, "joint_blocks.%d.%s.attn.ln_q.weight", i, which[b]);
+            zeros(w, 1, h, 0, 0, 0, n);
+            snprintf(n, sizeof n, "joint_blocks.%d.%s.attn.ln_k.weight", i, which[b]);
+            zeros(w, 1, h, 0, 0, 0, n);
+            if (!pre) {
+                lin(w, h, h, "joint_blocks.%d.%s.attn.proj", i, which[b]);
+                lin(w, 4 * h, h, "joint_blocks.%d.%s.mlp.fc1", i, which[b]);
+                lin(w, h, 4 * h, "joint_blocks.%d.%s.mlp.fc2", i, which[b]);
+            }
+            if (sa) {
+                lin(w, 3 * h, h, "joint_blocks.%d.%s.attn2.qkv", i, which[b]);
+                lin(w, h, h, "joint_blocks.%d.%s.attn2.proj", i, which[b]);
+                snprintf(n, sizeof n, "joint_blocks.%d.%s.attn2.ln_q.weight", i, which[b]);
+                zeros(w, 1, h, 0, 0, 0, n);
+                snprintf(n, sizeof n, "joint_blocks.%d.%s.attn2.ln_k.weight", i, which[b]);
+                zeros(w, 1, h, 0, 0, 0, n);
+            }
+        }
+    }
+    lin(w, 2 * h, h, "final_layer.adaLN_modulation.%d%s", 1, "");
+    lin(w, 4 * C, h, "final_layer.linear%.0d%s", 0, "");
+}
+
+/* Z-Image's layout: dim 64 (two heads of 32), one layer, two refiners of
+ * each kind, pad tokens, 4 channels, caption features 8. */
+static void zi_block(sd_st_writer *w, const char *what, int i, int modulated) {
+    const int64_t d = 64, f = 128;
+    char n[160];
+    snprintf(n, sizeof n, "%s.%d.attention.qkv.weight", what, i);
+    zeros(w, 2, 3 * d, d, 0, 0, n);
+    snprintf(n, sizeof n, "%s.%d.attention.out.weight", what, i);
+    zeros(w, 2, d, d, 0, 0, n);
+    static const char *const vecs[] = {"attention.q_norm", "attention.k_norm"};
+    for (int v = 0; v < 2; v++) {
+        snprintf(n, sizeof n, "%s.%d.%s.weight", what, i, vecs[v]);
+        zeros(w, 1, 32, 0, 0, 0, n);
+    }
+    static const char *const norms[] = {"attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"};
+    for (int v = 0; v < 4; v++) {
+        snprintf(n, sizeof n, "%s.%d.%s.weight", what, i, norms[v]);
+        zeros(w, 1, d, 0, 0, 0, n);
+    }
+    snprintf(n, sizeof n, "%s.%d.feed_forward.w1.weight", what, i);
+    zeros(w, 2, f, d, 0, 0, n);
+    snprintf(n, sizeof n, "%s.%d.feed_forward.w2.weight", what, i);
+    zeros(w, 2, d, f, 0, 0, n);
+    snprintf(n, sizeof n, "%s.%d.feed_forward.w3.weight", what, i);
+    zeros(w, 2, f, d, 0, 0, n);
+    if (modulated) {
+        snprintf(n, sizeof n, "%s.%d.adaLN_modulation.0.weight", what, i);
+        zeros(w, 2, 4 * d, 64, 0, 0, n);
+        snprintf(n, sizeof n, "%s.%d.adaLN_modulation.0.bias", what, i);
+        zeros(w, 1, 4 * d, 0, 0, 0, n);
+    }
+}
+
+static void write_zimage(sd_st_writer *w) {
+    const int64_t d = 64;
+    zeros(w, 1, 8, 0, 0, 0, "cap_embedder.0.weight");
+    lin(w, d, 8, "cap_embedder.%d%s", 1, "");
+    lin(w, d, 16, "x_embedder%.0d%s", 0, "");
+    lin(w, 64, 256, "t_embedder.mlp.%d%s", 0, "");
+    lin(w, 64, 64, "t_embedder.mlp.%d%s", 2, "");
+    zeros(w, 2, 1, d, 0, 0, "x_pad_token");
+    zeros(w, 2, 1, d, 0, 0, "cap_pad_token");
+    zi_block(w, "layers", 0, 1);
+    for (int i = 0; i < 2; i++) {
+        zi_block(w, "noise_refiner", i, 1);
+        zi_block(w, "context_refiner", i, 0);
+    }
+    lin(w, d, 64, "final_layer.adaLN_modulation.%d%s", 1, "");
+    lin(w, 16, d, "final_layer.linear%.0d%s", 0, "");
+}
 
 static void die(const char *what, sd_error *err) {
     fprintf(stderr, "fuzz_lora: %s: %s\n", what, err->msg);
@@ -49,6 +178,45 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (sd_unet_load(be, f, NULL, SD_F32, &unet, &err)) die("UNet", &err);
     if (sd_text_encoder_load(be, f, NULL, &te, &err)) die("text encoder", &err);
     sd_st_close(f); /* the models keep what they borrow */
+
+    /* the DiTs: a temporary file each, unlinked once mapped */
+    const sd_synth_flux_config *fc = sd_synth_flux_preset("flux-dev-tiny");
+    if (!fc) abort();
+    for (int k = 0; k < N_DIT; k++) {
+        char p[] = "/tmp/fuzz_lora_dit_XXXXXX";
+        int d = mkstemp(p);
+        if (d < 0) abort();
+        close(d);
+        sd_st_file *df = NULL;
+        if (k == 0 && sd_synth_flux_write(fc, SD_SYNTH_FLUX_DIT, 7, p, &err)) die("writing Flux", &err);
+        if (k == 1 && sd_synth_flux_gguf_write(fc, SD_SYNTH_FLUX_DIT, "Q8_0", 7, p, &err)) die("writing GGUF", &err);
+        if (k >= 2) {
+            sd_st_writer *w = sd_st_writer_new();
+            if (!w) abort();
+            if (k == 2) write_sd3(w);
+            else write_zimage(w);
+            if (sd_st_writer_save(w, p, &err)) die("writing a DiT", &err);
+            sd_st_writer_free(w);
+        }
+        if ((k == 1 ? sd_gguf_open(p, &df, &err) : sd_st_open(p, &df, &err))) die("opening a DiT", &err);
+        unlink(p);
+        sd_dmodel *dm = &dits[n_dits];
+        if (k <= 1) {
+            sd_flux *m = NULL;
+            if (sd_flux_load(be, df, "", SD_F32, &m, &err)) die("Flux", &err);
+            sd_flux_as_dmodel(m, dm);
+        } else if (k == 2) {
+            sd_sd3 *m = NULL;
+            if (sd_sd3_load(be, df, "", SD_F32, &m, &err)) die("SD3", &err);
+            sd_sd3_as_dmodel(m, dm);
+        } else {
+            sd_zimage *m = NULL;
+            if (sd_zimage_load(be, df, "", SD_F32, &m, &err)) die("Z-Image", &err);
+            sd_zimage_as_dmodel(m, dm);
+        }
+        n_dits++;
+        sd_st_close(df);
+    }
     return 0;
 }
 
@@ -70,6 +238,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (verbose)
         fprintf(stderr, "fuzz_lora: %s\n", err.code ? err.msg : plan ? "applied" : "not a LoRA");
+    for (int k = 0; l && k < n_dits; k++) {
+        sd_lora_plan *dp = NULL;
+        sd_error_clear(&err);
+        if (sd_lora_plan_new_dit(l, &dits[k], &dp, &err) == SD_OK) {
+            sd_lora_use use = {dp, -1.5};
+            sd_dmodel v;
+            if (sd_lora_dit_view(&dits[k], &use, 1, &v, &err) == SD_OK && !v.net) abort();
+            sd_lora_dit_free(&v);
+        }
+        if (verbose)
+            fprintf(stderr, "fuzz_lora: %s: %s\n", sd_dmodel_kind_name(dits[k].info.kind),
+                    err.code ? err.msg : sd_lora_plan_count(dp, SD_LORA_UNET) ? "applied" : "nothing matched");
+        sd_lora_plan_unref(dp);
+    }
     sd_lora_plan_unref(plan);
     sd_lora_unref(l);
     sd_st_close(f);

@@ -716,6 +716,33 @@ static const lseed LORA_SEEDS[] = {
                    {"text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.down.weight", 2, {4, 128}},
                    {"text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.up.weight", 2, {128, 4}}}},
     {"diff", {{SO ".diff", 2, {32, 32}}, {SO ".diff_b", 1, {32}}}},
+    /* the DiTs of fuzz_lora: flux-dev-tiny (hidden 64, MLP 256), its SD3
+     * (hidden 64, MMDiT-X block 0) and Z-Image (dim 64, FFN 128) */
+    {"flux_bfl", {{"diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight", 2, {4, 64}},
+                  {"diffusion_model.double_blocks.0.img_attn.qkv.lora_B.weight", 2, {192, 4}},
+                  {"diffusion_model.double_blocks.0.img_attn.qkv.alpha", 0, {0}},
+                  {"diffusion_model.single_blocks.0.linear1_qkv.lora_A.weight", 2, {4, 64}},
+                  {"diffusion_model.single_blocks.0.linear1_qkv.lora_B.weight", 2, {192, 4}}}},
+    {"flux_diffusers", {{"transformer.transformer_blocks.0.attn.to_k.lora_A.weight", 2, {4, 64}},
+                        {"transformer.transformer_blocks.0.attn.to_k.lora_B.weight", 2, {64, 4}},
+                        {"transformer.norm_out.linear.lora_A.weight", 2, {4, 64}},
+                        {"transformer.norm_out.linear.lora_B.weight", 2, {128, 4}},
+                        {"transformer.single_transformer_blocks.0.proj_mlp.lora_A.weight", 2, {4, 64}},
+                        {"transformer.single_transformer_blocks.0.proj_mlp.lora_B.weight", 2, {256, 4}}}},
+    {"sd3_diffusers", {{"transformer.transformer_blocks.0.attn2.to_v.lora_A.weight", 2, {4, 64}},
+                       {"transformer.transformer_blocks.0.attn2.to_v.lora_B.weight", 2, {64, 4}},
+                       {"transformer.transformer_blocks.0.norm1_context.linear.lora_A.weight", 2, {4, 64}},
+                       {"transformer.transformer_blocks.0.norm1_context.linear.lora_B.weight", 2, {384, 4}},
+                       {"lora_unet_joint_blocks_1_x_block_attn_qkv.lora_down.weight", 2, {4, 64}},
+                       {"lora_unet_joint_blocks_1_x_block_attn_qkv.lora_up.weight", 2, {192, 4}},
+                       {"diffusion_model.pos_embed.diff", 3, {1, 16, 64}}}},
+    {"zimage", {{"diffusion_model.layers.0.attention.to_q.lora_A.weight", 2, {4, 64}},
+                {"diffusion_model.layers.0.attention.to_q.lora_B.weight", 2, {64, 4}},
+                {"transformer.all_final_layer.2-1.adaLN_modulation.1.lora_A.weight", 2, {4, 64}},
+                {"transformer.all_final_layer.2-1.adaLN_modulation.1.lora_B.weight", 2, {64, 4}},
+                {"lycoris_context_refiner_1_feed_forward_w2.lora_down.weight", 2, {4, 128}},
+                {"lycoris_context_refiner_1_feed_forward_w2.lora_up.weight", 2, {64, 4}},
+                {"diffusion_model.x_pad_token.diff", 2, {1, 64}}}},
 };
 
 static int lora_seeds(const char *out) {
