@@ -44,15 +44,21 @@ sd_status nt_run_named(sd_node_ctx *ctx, const char *const *names, sd_value *con
     const char *type = ctx->class_type;
     const sd_node_def *def = sd_registry_find(type);
     if (!def) return sd_error_set(err, SD_ERR_NOT_FOUND, "node %s not registered", type);
-    sd_value *in[32] = {0};
+    /* ModelMergeFlux1 has 65 inputs */
+    sd_value **in = calloc((size_t)sd_node_input_count(def) + 1, sizeof *in);
+    if (!in) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         int k = sd_node_input_index(def, names[i]);
-        if (k < 0) return sd_error_set(err, SD_ERR_INVALID, "%s has no input %s", type, names[i]);
+        if (k < 0) {
+            free(in);
+            return sd_error_set(err, SD_ERR_INVALID, "%s has no input %s", type, names[i]);
+        }
         in[k] = vals[i];
     }
     for (int i = 0; i < sd_node_output_count(def); i++) out[i] = NULL;
     sd_error_clear(err);
     sd_status rc = def->run(ctx, in, out, err);
+    free(in);
     sd_value_unref(ctx->ui);
     ctx->ui = NULL;
     return rc;

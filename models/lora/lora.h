@@ -119,6 +119,14 @@ const char *sd_lora_plan_unmatched(const sd_lora_plan *p, size_t i);
  * buf; returns buf ("" when every key matched). */
 const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char *buf, size_t n);
 
+/* A block ratio of a per-block merge (ModelMergeBlocks and the
+ * model-specific ModelMerge* nodes): parameters whose key starts with
+ * prefix take ratio. */
+typedef struct sd_lora_ratio {
+    const char *prefix;
+    double ratio;
+} sd_lora_ratio;
+
 /* One patch of a stack: a LoRA applied with a strength, or a model merge.
  *
  * A merge (plan NULL, merge_unet / merge_te set) is ComfyUI's
@@ -132,7 +140,14 @@ const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char
  * Parameters the other model lacks or has in another shape stay as they are
  * (ComfyUI: "WEIGHT NOT MERGED"; see sd_lora_merge_unmatched). merge_unet
  * serves unet views, merge_te text-encoder views (CLIP-L with CLIP-L,
- * bigG with bigG). A merge with strength 0 and strength_model 1 is skipped. */
+ * bigG with bigG), merge_flux Flux views. A merge with strength 0 and
+ * strength_model 1 is skipped.
+ *
+ * With n_ratios > 0 the merge is per block, as ComfyUI's ModelMergeBlocks:
+ * a parameter's ratio is that of the longest prefix of ratios[] its key
+ * starts with (the first of equal length), else ratios[0]'s, and it is
+ * merged with strength 1 - ratio, strength_model ratio (strength and
+ * strength_model of the use are then not read). */
 /* A weight scale (plan NULL, no merge model, `scale` set): ComfyUI's
  * add_patches({key: (None,)}, 0.0, factor) as the attention-multiply nodes
  * (comfy_extras/nodes_attention_multiply.py) put it on every key ending with
@@ -154,7 +169,14 @@ typedef struct sd_lora_use {
     const sd_text_encoder *merge_te;
     double strength_model;
     const sd_lora_scale *scale; /* a weight scale (above); NULL otherwise */
+    const sd_flux *merge_flux;
+    const sd_lora_ratio *ratios;
+    int n_ratios;
 } sd_lora_use;
+
+/* The ratio ComfyUI's ModelMergeBlocks gives the parameter `key` (see
+ * sd_lora_use); n must be > 0. */
+double sd_lora_block_ratio(const sd_lora_ratio *ratios, int n, const char *key);
 
 /* Parameters of `a` that `b` holds under the same key but in another shape
  * (a merge of b into a leaves them alone): the count, and "k1, k2, ..." (at
@@ -166,13 +188,19 @@ size_t sd_lora_merge_unmatched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta
 size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
                              const sd_text_encoder *tb);
 
+/* The same for two Flux DiTs: the count of parameters of a that b holds in
+ * another shape (names into buf as above), and in *matched (when not NULL)
+ * those of the same key and shape. */
+size_t sd_lora_merge_flux_unmatched(sd_flux *a, sd_flux *b, size_t *matched, int show, char *buf,
+                                    size_t n);
+
 /* A view of base with the UNet patches of uses[0..n) applied in order.
  * LoRA uses with strength 0 are skipped. Errors: SD_ERR_NOMEM, the adapter
  * errors (SD_ERR_FORMAT for a malformed adapter, naming the LoRA key). */
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
                             sd_error *err);
 /* A view of a Flux DiT with the patches of uses[0..n) applied in order (the
- * plans made by sd_lora_plan_new_flux; a merge use is SD_ERR_UNSUPPORTED).
+ * plans made by sd_lora_plan_new_flux; merges with merge_flux).
  * Patched weights are kept in F32 whatever the stored type (BF16, F16, fp8):
  * ComfyUI computes base + patch in float32 on its float32 CPU weights.
  * Free with sd_flux_free; base must outlive the view. */
@@ -181,7 +209,8 @@ sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n,
 /* The same for any DiT (plans from sd_lora_plan_new_dit on base's network):
  * *out describes a new network of base's kind (an sd_flux, sd_sd3 or
  * sd_zimage view, patched weights F32) that sd_lora_dit_free frees; base's
- * network must outlive it. A merge use is SD_ERR_UNSUPPORTED.
+ * network must outlive it. A merge use is SD_ERR_UNSUPPORTED except a Flux
+ * one with merge_flux.
  * On a GGUF model (one holding quantized weights) a quantized target is
  * widened with its dequant rounding and patched in F32 (ComfyUI-GGUF's
  * get_weight with patch_dtype default, its result kept), and an F16 target

@@ -522,12 +522,26 @@ static int same_shape(const sd_bt *a, const sd_bt *b) {
 
 /* ---- merges ------------------------------------------------------------------- */
 
+double sd_lora_block_ratio(const sd_lora_ratio *ratios, int n, const char *key) {
+    double r = ratios[0].ratio;
+    size_t best = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(ratios[i].prefix);
+        if (len > best && strncmp(key, ratios[i].prefix, len) == 0) {
+            r = ratios[i].ratio;
+            best = len;
+        }
+    }
+    return r;
+}
+
 typedef struct merge_walk {
     tset *s;
     void *src;
     lookup_fn lookup;
     float strength, strength_model;
     int scale; /* strength_model != 1 */
+    const sd_lora_use *u; /* its ratios, for a per-block merge */
     sd_error *err;
     sd_status rc;
 } merge_walk;
@@ -538,6 +552,13 @@ static void merge_one(void *ud, const char *key, sd_bt **slot) {
     int64_t r0 = 0, rows = 0;
     sd_bt **src = w->lookup(w->src, key, &r0, &rows);
     if (!src || !*src || rows || !same_shape(*slot, *src)) return; /* not merged */
+    if (w->u->n_ratios > 0) {
+        /* ComfyUI: add_patches({k: kp[k]}, 1.0 - ratio, ratio), ratio in double */
+        double r = sd_lora_block_ratio(w->u->ratios, w->u->n_ratios, key);
+        w->strength = (float)(1.0 - r);
+        w->strength_model = (float)r;
+        w->scale = r != 1.0;
+    }
     touched *t = touch(w->s, slot, w->err);
     if (!t) {
         w->rc = w->err && w->err->code ? w->err->code : SD_ERR_NOMEM;
@@ -565,7 +586,7 @@ static void merge_one(void *ud, const char *key, sd_bt **slot) {
 static sd_status apply_merge(void *m, each_fn each, void *src, lookup_fn lookup, tset *s,
                              const sd_lora_use *u, sd_error *err) {
     merge_walk w = {s,   src, lookup, (float)u->strength, (float)u->strength_model,
-                    u->strength_model != 1.0, err, SD_OK};
+                    u->strength_model != 1.0, u, err, SD_OK};
     each(m, merge_one, &w);
     return w.rc;
 }
@@ -654,7 +675,8 @@ static sd_status apply_part(void *m, lookup_fn lookup, each_fn each, sd_lora_par
             continue;
         }
         if (!pl) {
-            if (!merge_src[u] || (uses[u].strength == 0.0 && uses[u].strength_model == 1.0))
+            if (!merge_src[u] ||
+                (!uses[u].n_ratios && uses[u].strength == 0.0 && uses[u].strength_model == 1.0))
                 continue;
             sd_status rc = apply_merge(m, each, merge_src[u], lookup, &s, &uses[u], err);
             if (rc) {
@@ -802,6 +824,20 @@ size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
     return w.matched;
 }
 
+size_t sd_lora_merge_flux_unmatched(sd_flux *a, sd_flux *b, size_t *matched, int show, char *buf,
+                                    size_t n) {
+    cmp_walk w = {0};
+    w.show = show;
+    w.buf = buf;
+    w.n = n;
+    if (buf && n) buf[0] = '\0';
+    w.b = b;
+    w.lookup = flux_lookup;
+    sd_flux_param_each(a, cmp_one, &w);
+    if (matched) *matched = w.matched;
+    return w.mismatched;
+}
+
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
                             sd_error *err) {
     *out = NULL;
@@ -840,12 +876,15 @@ static void zimage_each(void *m, void (*fn)(void *, const char *, sd_bt **), voi
 sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n, sd_dmodel *out,
                            sd_error *err) {
     memset(out, 0, sizeof *out);
+    int flux = base->info.kind == SD_DMODEL_FLUX;
     for (int i = 0; i < n; i++)
-        if (!uses[i].plan)
+        if (!uses[i].plan && !(flux && uses[i].merge_flux))
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "model merges on a %s model are not supported yet",
                                 sd_dmodel_kind_name(base->info.kind));
-    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* no merge sources */
+    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* the merge sources (Flux's) */
     if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (int i = 0; flux && i < n; i++)
+        if (!uses[i].plan) src[i] = (void *)uses[i].merge_flux;
     sd_status rc;
     switch (base->info.kind) {
     case SD_DMODEL_FLUX: {

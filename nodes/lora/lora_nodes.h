@@ -40,6 +40,12 @@ sd_status sd_lora_stack_push_merge(const sd_lora_stack *base, sd_value *other,
  * suffixes are static strings): the attention-multiply nodes' patches. */
 sd_status sd_lora_stack_push_scale(const sd_lora_stack *base, const sd_lora_scale *scale,
                                    sd_lora_stack **out, sd_error *err);
+/* The same as a per-block merge (ModelMergeBlocks, ModelMergeSD1, ...): each
+ * weight with its own ratio (sd_lora_use's rule over ratios[0..n_ratios),
+ * copied). SD_ERR_INVALID when n_ratios < 1. */
+sd_status sd_lora_stack_push_merge_blocks(const sd_lora_stack *base, sd_value *other,
+                                          const sd_lora_ratio *ratios, int n_ratios,
+                                          sd_lora_stack **out, sd_error *err);
 sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s); /* NULL-safe */
 void sd_lora_stack_unref(sd_lora_stack *s);         /* NULL-safe */
 size_t sd_lora_stack_count(const sd_lora_stack *s);
@@ -49,8 +55,9 @@ size_t sd_lora_stack_count(const sd_lora_stack *s);
  * c must be the checkpoint the stack's plans were made for. */
 sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, sd_error *err);
 /* The same for a DiT checkpoint's network (Flux, SD3, Z-Image; its stack
- * holds LoRAs only): *out is the checkpoint's diffusion model with the
- * patched view as its net. */
+ * holds LoRAs): *out is the checkpoint's diffusion model with the
+ * patched view as its net. A Flux stack may also hold merges with other Flux
+ * MODELs. */
 sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, sd_error *err);
 /* 1 when c's diffusion model is a DiT (Flux, SD3, Z-Image): LoRA patches its
  * network only, and LoraLoader passes its CLIP through. */

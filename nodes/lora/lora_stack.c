@@ -16,6 +16,8 @@ typedef struct stack_entry {
     double strength, strength_model;
     int has_scale;       /* a weight scale (sd_lora_stack_push_scale) */
     sd_lora_scale scale;
+    sd_lora_ratio *ratios; /* a per-block merge's (owned, prefixes too) */
+    int n_ratios;
 } stack_entry;
 
 struct sd_lora_stack {
@@ -27,6 +29,31 @@ struct sd_lora_stack {
     sd_dmodel dit;          /* (a DiT checkpoint's: Flux, SD3, Z-Image) */
     sd_text_encoder *te;
 };
+
+static void free_ratios(stack_entry *e) {
+    for (int i = 0; i < e->n_ratios; i++) free((char *)e->ratios[i].prefix);
+    free(e->ratios);
+    e->ratios = NULL;
+    e->n_ratios = 0;
+}
+
+/* e's own copy of ratios[0..n); nonzero when out of memory (e left empty). */
+static int copy_ratios(stack_entry *e, const sd_lora_ratio *ratios, int n) {
+    e->ratios = calloc((size_t)n, sizeof *e->ratios);
+    if (!e->ratios) return 1;
+    e->n_ratios = n;
+    for (int i = 0; i < n; i++) {
+        e->ratios[i].ratio = ratios[i].ratio;
+        e->ratios[i].prefix = strdup(ratios[i].prefix);
+        if (!e->ratios[i].prefix) {
+            free_ratios(e);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void sd_lora_stack_unref(sd_lora_stack *s);
 
 /* A new stack: base's entries and room for one more (filled by the caller). */
 static sd_status grow(const sd_lora_stack *base, sd_lora_stack **out, sd_error *err) {
@@ -40,12 +67,19 @@ static sd_status grow(const sd_lora_stack *base, sd_lora_stack **out, sd_error *
     }
     s->refcount = 1;
     pthread_mutex_init(&s->lock, NULL);
+    s->n = n;
     for (size_t i = 0; base && i < base->n; i++) {
         s->e[i] = base->e[i];
+        s->e[i].ratios = NULL;
+        s->e[i].n_ratios = 0;
         sd_lora_plan_ref(s->e[i].plan);
         sd_value_ref(s->e[i].merge);
+        if (base->e[i].n_ratios &&
+            copy_ratios(&s->e[i], base->e[i].ratios, base->e[i].n_ratios)) {
+            sd_lora_stack_unref(s);
+            return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        }
     }
-    s->n = n;
     *out = s;
     return SD_OK;
 }
@@ -84,6 +118,22 @@ sd_status sd_lora_stack_push_scale(const sd_lora_stack *base, const sd_lora_scal
     return SD_OK;
 }
 
+sd_status sd_lora_stack_push_merge_blocks(const sd_lora_stack *base, sd_value *other,
+                                          const sd_lora_ratio *ratios, int n_ratios,
+                                          sd_lora_stack **out, sd_error *err) {
+    if (n_ratios < 1) return sd_error_set(err, SD_ERR_INVALID, "a block merge needs a ratio");
+    sd_status rc = grow(base, out, err);
+    if (rc) return rc;
+    stack_entry *e = &(*out)->e[(*out)->n - 1];
+    e->merge = sd_value_ref(other);
+    if (copy_ratios(e, ratios, n_ratios)) {
+        sd_lora_stack_unref(*out);
+        *out = NULL;
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    return SD_OK;
+}
+
 sd_lora_stack *sd_lora_stack_ref(sd_lora_stack *s) {
     if (s) __atomic_add_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL);
     return s;
@@ -98,6 +148,7 @@ void sd_lora_stack_unref(sd_lora_stack *s) {
     for (size_t i = 0; i < s->n; i++) {
         sd_lora_plan_unref(s->e[i].plan);
         sd_value_unref(s->e[i].merge);
+        free_ratios(&s->e[i]);
     }
     free(s->e);
     pthread_mutex_destroy(&s->lock);
@@ -115,12 +166,16 @@ static sd_status uses_of(const sd_lora_stack *s, int text, sd_lora_use **out, sd
     for (size_t i = 0; i < s->n; i++) {
         const stack_entry *e = &s->e[i];
         u[i] = (sd_lora_use){e->plan, e->strength, NULL, NULL, e->strength_model,
-                             e->has_scale ? &e->scale : NULL};
+                             e->has_scale ? &e->scale : NULL, NULL, e->ratios, e->n_ratios};
         if (!e->merge) continue;
         sd_status rc = SD_OK;
         sd_model_ref *m = sd_value_as_handle(e->merge, &sd_handle_model);
         sd_clip_ref *c = sd_value_as_handle(e->merge, &sd_handle_clip);
-        if (!text && m) rc = sd_nodes_model_unet(m, (sd_unet **)&u[i].merge_unet, err);
+        if (!text && m && sd_checkpoint_info(m->ckpt)->family == SD_CKPT_FLUX) {
+            sd_dmodel dm;
+            rc = sd_nodes_model_dmodel(m, &dm, err);
+            if (!rc) u[i].merge_flux = dm.net;
+        } else if (!text && m) rc = sd_nodes_model_unet(m, (sd_unet **)&u[i].merge_unet, err);
         if (text && c) rc = sd_nodes_clip_encoder(c, (sd_text_encoder **)&u[i].merge_te, err);
         if (rc) {
             free(u);
@@ -172,7 +227,7 @@ sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, 
     *out = base;
     if (rc || !s || !s->n) return rc;
     for (size_t i = 0; i < s->n; i++)
-        if (s->e[i].merge)
+        if (s->e[i].merge && base.info.kind != SD_DMODEL_FLUX)
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: model merges on a %s model are not supported yet",
                                 sd_checkpoint_path(c), sd_dmodel_kind_name(base.info.kind));
     pthread_mutex_lock(&s->lock);

@@ -39,23 +39,69 @@ static sd_status check_pair(sd_node_ctx *ctx, sd_unet *ua, sd_unet *ub, const sd
     return SD_OK;
 }
 
-static sd_status model_merge(sd_node_ctx *ctx, sd_value *const *in, double strength,
-                             double strength_model, sd_value **out, sd_error *err) {
-    sd_model_ref *m1, *m2;
-    sd_status rc = sd_nodes_in_model(in, 0, "model1", &m1, err);
-    if (!rc) rc = sd_nodes_in_model(in, 1, "model2", &m2, err);
-    if (rc) return rc;
-    sd_unet *u1 = NULL, *u2 = NULL;
+/* model1's and model2's Flux DiTs as their stacks patched them, checked as
+ * check_pair does. */
+static sd_status check_flux_pair(sd_node_ctx *ctx, const sd_model_ref *m1, const sd_model_ref *m2,
+                                 sd_error *err) {
+    sd_dmodel d1, d2;
     const char *at = "model1";
-    rc = sd_checkpoint_unet(m1->ckpt, &u1, err);
-    if (!rc) at = "model2", rc = sd_checkpoint_unet(m2->ckpt, &u2, err);
+    sd_status rc = sd_nodes_model_dmodel(m1, &d1, err);
+    if (!rc) at = "model2", rc = sd_nodes_model_dmodel(m2, &d2, err);
     if (rc) {
         sd_error_at(err, NULL, NULL, at);
         return rc;
     }
-    if ((rc = check_pair(ctx, u1, u2, NULL, NULL, "model2", err))) return rc;
+    char names[512];
+    size_t matched = 0;
+    size_t bad = sd_lora_merge_flux_unmatched(d1.net, d2.net, &matched, 4, names, sizeof names);
+    if (matched == 0) {
+        sd_error_set(err, SD_ERR_INVALID,
+                     "model2 has no weight of the same name and shape as model1 (%zu differ in "
+                     "shape: %s); a model of another architecture?",
+                     bad, bad ? names : "none in common");
+        sd_error_at(err, NULL, NULL, "model2");
+        return SD_ERR_INVALID;
+    }
+    if (bad)
+        sd_node_log(ctx, SD_LOG_WARN, "%zu weights not merged (shapes differ): %s%s", bad, names,
+                    bad > 4 ? ", ..." : "");
+    return SD_OK;
+}
+
+sd_status sd_nodes_model_merge_push(sd_node_ctx *ctx, sd_value *const *in, double strength,
+                                    double strength_model, const sd_lora_ratio *ratios,
+                                    int n_ratios, sd_value **out, sd_error *err) {
+    sd_model_ref *m1, *m2;
+    sd_status rc = sd_nodes_in_model(in, 0, "model1", &m1, err);
+    if (!rc) rc = sd_nodes_in_model(in, 1, "model2", &m2, err);
+    if (rc) return rc;
+    int f1 = sd_checkpoint_info(m1->ckpt)->family == SD_CKPT_FLUX;
+    int f2 = sd_checkpoint_info(m2->ckpt)->family == SD_CKPT_FLUX;
+    if (f1 != f2) {
+        sd_error_set(err, SD_ERR_INVALID, "model2 is %sa Flux model and model1 is %s; merging needs "
+                     "two models of one architecture", f2 ? "" : "not ", f1 ? "" : "not");
+        sd_error_at(err, NULL, NULL, "model2");
+        return SD_ERR_INVALID;
+    }
+    if (f1) {
+        if ((rc = check_flux_pair(ctx, m1, m2, err))) return rc;
+    } else {
+        sd_unet *u1 = NULL, *u2 = NULL;
+        const char *at = "model1";
+        rc = sd_checkpoint_unet(m1->ckpt, &u1, err);
+        if (!rc) at = "model2", rc = sd_checkpoint_unet(m2->ckpt, &u2, err);
+        if (rc) {
+            sd_error_at(err, NULL, NULL, at);
+            return rc;
+        }
+        if ((rc = check_pair(ctx, u1, u2, NULL, NULL, "model2", err))) return rc;
+    }
     sd_lora_stack *s = NULL;
-    if ((rc = sd_lora_stack_push_merge(m1->loras, in[1], strength, strength_model, &s, err))) return rc;
+    if (n_ratios > 0)
+        rc = sd_lora_stack_push_merge_blocks(m1->loras, in[1], ratios, n_ratios, &s, err);
+    else
+        rc = sd_lora_stack_push_merge(m1->loras, in[1], strength, strength_model, &s, err);
+    if (rc) return rc;
     out[0] = sd_nodes_model_value_patched(m1->ckpt, s, &m1->patches);
     sd_lora_stack_unref(s);
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -95,14 +141,14 @@ static sd_status clip_merge(sd_node_ctx *ctx, sd_value *const *in, double streng
 
 static sd_status model_simple_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     double ratio = sd_value_as_float(in[2]);
-    return model_merge(ctx, in, 1.0 - ratio, ratio, out, err);
+    return sd_nodes_model_merge_push(ctx, in, 1.0 - ratio, ratio, NULL, 0, out, err);
 }
 static sd_status model_subtract_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     double m = sd_value_as_float(in[2]);
-    return model_merge(ctx, in, -m, m, out, err);
+    return sd_nodes_model_merge_push(ctx, in, -m, m, NULL, 0, out, err);
 }
 static sd_status model_add_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
-    return model_merge(ctx, in, 1.0, 1.0, out, err);
+    return sd_nodes_model_merge_push(ctx, in, 1.0, 1.0, NULL, 0, out, err);
 }
 static sd_status clip_simple_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     double ratio = sd_value_as_float(in[2]);

@@ -10,6 +10,9 @@
  *     stack (nodes/lora/lora_nodes.h), applied with the LoRAs when the
  *     patched view is built; nothing is copied at the node.
  *
+ *   ModelMergeBlocks, ModelMergeSD1 / SD2 / SDXL / Flux1
+ *     (model_merge_blocks.c): the same with one ratio per block prefix.
+ *
  * Every node returns a new handle value over the same loaded checkpoint, so
  * the cache key of anything downstream changes with the patch (the
  * executor's keys are structural) while the weights are shared.
@@ -18,11 +21,22 @@
 #define SD_NODES_MODEL_H
 
 #include "core/node.h"
+#include "models/lora/lora.h"
 
 extern const sd_node_def *const sd_nodes_model_patch[];
 extern const sd_node_def *const sd_nodes_model_merge[];
 /* FreeU, FreeU_V2 (model_guidance_nodes.c): a patch appended to the
  * MODEL's UNet patch list (sd_model_patches.unet). */
 extern const sd_node_def *const sd_nodes_model_guidance[];
+extern const sd_node_def *const sd_nodes_model_merge_blocks[];
+
+/* A merge node's work: in[0] model1, in[1] model2 (UNet models, or two Flux
+ * models), checked to share weights (a warning names those whose shapes
+ * differ), then model1 with a merge entry on its patch stack: ratios[0..n)
+ * per block when n_ratios > 0 (sd_lora_stack_push_merge_blocks), else
+ * add_patches(strength, strength_model). Errors name model1 / model2. */
+sd_status sd_nodes_model_merge_push(sd_node_ctx *ctx, sd_value *const *in, double strength,
+                                    double strength_model, const sd_lora_ratio *ratios,
+                                    int n_ratios, sd_value **out, sd_error *err);
 
 #endif
