@@ -27,6 +27,7 @@ void sd_guider_release(sd_guider *g)
     sd_tensor_unref(g->uncond_buf);
     sd_tensor_unref(g->post_buf);
     g->cond_buf = g->uncond_buf = g->post_buf = NULL;
+    sd_cfg_state_release(&g->pre_state);
 }
 
 int sd_cfg_is_one(double cfg)
@@ -126,10 +127,171 @@ void sd_cfg_function(const sd_cfg_hook *hook, const float *cond, const float *un
     }
 }
 
+void sd_cfg_state_release(sd_cfg_state *st)
+{
+    for (int i = 0; st && i < SD_CFG_MAX_PRE; i++) {
+        sd_tensor_unref(st->avg[i]);
+        st->avg[i] = NULL;
+        st->has_prev[i] = 0;
+    }
+}
+
+/* APG's pre_cfg_function on [B, per] (pm = {eta, norm_threshold, momentum}) */
+static sd_status pre_apg(const double *pm, sd_cfg_state *st, int k, float sigma, double cfg, sd_tensor *cond,
+                         const sd_tensor *uncond, sd_error *err)
+{
+    const int64_t n = sd_tensor_numel(cond), B = cond->ndim > 0 && cond->shape[0] > 0 ? cond->shape[0] : 1;
+    const int64_t per = n / B;
+    float *c = cond->data;
+    const float *u = uncond->data;
+    const float eta = (float)pm[0], thr = (float)pm[1], mom = (float)pm[2], cs = (float)cfg;
+    sd_tensor *gt = sd_tensor_new(SD_F32, cond->ndim, cond->shape);
+    if (!gt)
+        return sd_error_set(err, SD_ERR_NOMEM, "APG: out of memory");
+    float *g = gt->data;
+    for (int64_t i = 0; i < n; i++)
+        g[i] = c[i] - u[i];
+    if (st) {
+        if (st->has_prev[k] && (double)sigma > st->prev_sigma[k]) { /* a new run: running_avg = 0 */
+            sd_tensor_unref(st->avg[k]);
+            st->avg[k] = NULL;
+        }
+        st->prev_sigma[k] = sigma;
+        st->has_prev[k] = 1;
+    }
+    if (pm[2] != 0 && st) {
+        if (!st->avg[k] || sd_tensor_numel(st->avg[k]) != n) {
+            sd_tensor_unref(st->avg[k]);
+            st->avg[k] = sd_tensor_clone(gt);
+            if (!st->avg[k]) {
+                sd_tensor_unref(gt);
+                return sd_error_set(err, SD_ERR_NOMEM, "APG: out of memory");
+            }
+        } else {
+            float *a = st->avg[k]->data;
+            for (int64_t i = 0; i < n; i++) {
+                float t = mom * a[i];
+                a[i] = t + g[i];
+            }
+        }
+        memcpy(g, st->avg[k]->data, (size_t)n * sizeof(float));
+    }
+    for (int64_t b = 0; b < B; b++) {
+        float *gb = g + b * per, *cb = c + b * per;
+        const float *ub = u + b * per;
+        if (pm[1] > 0) {
+            double sq = 0.0;
+            for (int64_t i = 0; i < per; i++)
+                sq += (double)gb[i] * gb[i];
+            float gn = (float)sqrt(sq);
+            float sc = thr / gn;
+            sc = sc < 1.0f ? sc : 1.0f; /* torch.minimum(ones, threshold / norm) */
+            for (int64_t i = 0; i < per; i++)
+                gb[i] = gb[i] * sc;
+        }
+        /* v1 = normalize(cond) (eps 1e-12), parallel = (g . v1) v1 */
+        double cn = 0.0;
+        for (int64_t i = 0; i < per; i++)
+            cn += (double)cb[i] * cb[i];
+        float cnf = (float)sqrt(cn);
+        if (cnf < 1e-12f)
+            cnf = 1e-12f;
+        double dot = 0.0;
+        for (int64_t i = 0; i < per; i++) {
+            float v1 = cb[i] / cnf;
+            dot += (double)(gb[i] * v1);
+        }
+        const float d = (float)dot;
+        for (int64_t i = 0; i < per; i++) {
+            float v1 = cb[i] / cnf;
+            float par = d * v1;
+            float orth = gb[i] - par;
+            float mg = eta * par;
+            mg = orth + mg;
+            float r = ub[i] + mg;
+            float t = cb[i] - ub[i];
+            t = t / cs;
+            cb[i] = r + t;
+        }
+    }
+    sd_tensor_unref(gt);
+    return SD_OK;
+}
+
+/* TCFG's tangential damping of the uncond prediction */
+static void pre_tcfg(const sd_tensor *x, const sd_tensor *cond, sd_tensor *uncond)
+{
+    const int64_t n = sd_tensor_numel(cond), B = cond->ndim > 0 && cond->shape[0] > 0 ? cond->shape[0] : 1;
+    const int64_t per = n / B;
+    const float *xv = x->data, *c = cond->data;
+    float *u = uncond->data;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t o = b * per;
+        double a = 0.0, bb = 0.0, d = 0.0; /* Gram matrix [[u.u, u.c], [u.c, c.c]] */
+        for (int64_t i = o; i < o + per; i++) {
+            double us = (double)(xv[i] - u[i]), cs = (double)(xv[i] - c[i]);
+            a += us * us;
+            bb += us * cs;
+            d += cs * cs;
+        }
+        double l1 = 0.5 * (a + d) + sqrt(0.25 * (a - d) * (a - d) + bb * bb);
+        /* its eigenvector (e0, e1): the better conditioned of the two forms */
+        double e0 = bb, e1 = l1 - a, f0 = l1 - d, f1 = bb;
+        if (e0 * e0 + e1 * e1 < f0 * f0 + f1 * f1)
+            e0 = f0, e1 = f1;
+        double en = sqrt(e0 * e0 + e1 * e1);
+        if (en == 0.0 || l1 <= 0.0) /* u and c both zero: nothing to project on */
+            e0 = 1.0, e1 = 0.0, en = 1.0;
+        e0 /= en;
+        e1 /= en;
+        /* v1 = (e0 u + e1 c) / sigma1, sigma1^2 = l1; (u . v1) v1 */
+        double uv = (e0 * a + e1 * bb) / (l1 > 0.0 ? l1 : 1.0);
+        for (int64_t i = o; i < o + per; i++) {
+            double us = (double)(xv[i] - u[i]), cs = (double)(xv[i] - c[i]);
+            float td = (float)(uv * (e0 * us + e1 * cs));
+            u[i] = xv[i] - td;
+        }
+    }
+}
+
+sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tensor *x, float sigma, double cfg,
+                        int have_uncond, sd_tensor *cond, sd_tensor *uncond, sd_error *err)
+{
+    if (!hook || hook->n_pre <= 0)
+        return SD_OK;
+    for (int k = 0; k < hook->n_pre; k++) {
+        sd_status rc = SD_OK;
+        switch (hook->pre_kind[k]) {
+        case SD_CFG_PRE_APG:
+            rc = pre_apg(hook->pre_param[k], st, k, sigma, cfg, cond, uncond, err);
+            break;
+        case SD_CFG_PRE_TCFG:
+            if (!x)
+                return sd_error_set(err, SD_ERR_INVALID, "TCFG needs the sampler's x");
+            if (have_uncond)
+                pre_tcfg(x, cond, uncond);
+            break;
+        default: {
+            sd_cfg_hook one = *hook;
+            one.n_pre = 1;
+            one.pre[0] = hook->pre[k];
+            one.pre_kind[0] = SD_CFG_PRE_OP;
+            rc = sd_cfg_pre(&one, cond, uncond, err);
+        }
+        }
+        if (rc)
+            return rc;
+    }
+    return SD_OK;
+}
+
 sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *uncond, sd_error *err)
 {
     if (!hook || hook->n_pre <= 0)
         return SD_OK;
+    for (int k = 0; k < hook->n_pre; k++)
+        if (hook->pre_kind[k] != SD_CFG_PRE_OP)
+            return sd_error_set(err, SD_ERR_INVALID, "sd_cfg_pre runs latent operations only");
     int64_t n = sd_tensor_numel(cond);
     sd_tensor *d = sd_tensor_new(SD_F32, cond->ndim, cond->shape);
     if (!d)
@@ -353,7 +515,7 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         if (!zb)
             return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
         memset(zb->data, 0, zb->nbytes);
-        if ((st = sd_cfg_pre(&g->hook, denoised, zb, err)) != SD_OK)
+        if ((st = sd_cfg_pre_ex(&g->hook, &g->pre_state, x, sigma, g->cfg, 0, denoised, zb, err)) != SD_OK)
             return st;
         sd_tensor *cc = NULL;
         if (post) { /* the post functions read the cond prediction */
@@ -382,7 +544,7 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
     g->model_calls += 2;
     sd_status st = g->model(g->model_ud, x, sigma, conds, 2, outs, err);
     if (st == SD_OK)
-        st = sd_cfg_pre(&g->hook, cb, ub, err);
+        st = sd_cfg_pre_ex(&g->hook, &g->pre_state, x, sigma, g->cfg, 1, cb, ub, err);
     if (st != SD_OK)
         return st;
     int post = sd_cfg_post_active(&g->hook, sigma);

@@ -88,11 +88,29 @@ typedef struct sd_cfg_slg {
     int skip[SD_CFG_MAX_SKIP];
 } sd_cfg_slg;
 
+/* Kinds of pre-CFG function (sd_cfg_hook.pre_kind[i]):
+ *   SD_CFG_PRE_OP: the latent operation pre[i] (above);
+ *   SD_CFG_PRE_APG: APG (comfy_extras/nodes_apg.py), pre_param[i] = {eta,
+ *     norm_threshold, momentum}: per batch item, g = cond - uncond (with
+ *     momentum != 0 the running average momentum * avg + g, reset when sigma
+ *     rises; state per sampling run, sd_cfg_state), scaled by
+ *     min(1, threshold / |g|) when threshold > 0, split into its part along
+ *     cond and the rest; cond = (uncond + rest + eta * part) +
+ *     (cond - uncond) / cfg;
+ *   SD_CFG_PRE_TCFG: TCFG (nodes_tcfg.py), only with an uncond prediction
+ *     (not under the cfg 1 shortcut nor in BasicGuider): per item, with
+ *     c = x - cond, u = x - uncond flattened, v1 the top right singular
+ *     vector of the 2 x N matrix [u; c], uncond = x - (u . v1) v1 (in
+ *     double: the 2 x 2 Gram matrix's top eigenvector). */
+enum { SD_CFG_PRE_OP = 0, SD_CFG_PRE_APG = 1, SD_CFG_PRE_TCFG = 2 };
+
 typedef struct sd_cfg_hook {
     int rescale;       /* RescaleCFG applied */
     double multiplier; /* its multiplier */
     int n_pre;                        /* pre-CFG operations, applied in order */
     sd_latent_op pre[SD_CFG_MAX_PRE];
+    int pre_kind[SD_CFG_MAX_PRE];     /* SD_CFG_PRE_* (0: the latent op) */
+    double pre_param[SD_CFG_MAX_PRE][3];
     int n_post;                       /* post-CFG functions, applied in order */
     sd_cfg_slg post[SD_CFG_MAX_POST];
 } sd_cfg_hook;
@@ -119,8 +137,26 @@ int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma);
 /* The hook's pre-CFG operations on one evaluation: cond, uncond are the x0
  * predictions, [B, C, H, W]; cond is replaced in place. SD_OK at once
  * without operations; an operation's error otherwise (the latent too small
- * for a sharpen radius, out of memory). */
+ * for a sharpen radius, out of memory). Latent operations only: another
+ * kind is SD_ERR_INVALID here (sd_cfg_pre_ex runs them). */
 sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *uncond, sd_error *err);
+
+/* What pre-CFG functions keep across the evaluations of one sampling run
+ * (APG's running average). Zero-initialise; sd_cfg_state_release frees. */
+typedef struct sd_cfg_state {
+    sd_tensor *avg[SD_CFG_MAX_PRE];
+    double prev_sigma[SD_CFG_MAX_PRE];
+    int has_prev[SD_CFG_MAX_PRE];
+} sd_cfg_state;
+void sd_cfg_state_release(sd_cfg_state *st);
+
+/* Every kind of pre-CFG function in order (sampling_function's
+ * sampler_pre_cfg_function list): x the sampler's x, cfg the scale,
+ * have_uncond 0 when the uncond prediction is the zeros of the cfg 1
+ * shortcut or of BasicGuider (ComfyUI's None conds entry); cond and uncond
+ * may be replaced in place. */
+sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tensor *x, float sigma, double cfg,
+                        int have_uncond, sd_tensor *cond, sd_tensor *uncond, sd_error *err);
 
 /* comfy.samplers.cfg_function for one batch: cond, uncond are x0
  * predictions, x the sampler's x (the model input before calculate_input),
@@ -153,6 +189,7 @@ typedef struct sd_guider {
     int64_t model_calls;
     /* scratch for the cond/uncond predictions, allocated on first use */
     sd_tensor *cond_buf, *uncond_buf, *post_buf;
+    sd_cfg_state pre_state; /* the pre-CFG functions' state for this run */
 } sd_guider;
 
 /* Initialises g (counters zero, no scratch yet). */

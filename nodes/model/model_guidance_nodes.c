@@ -120,6 +120,36 @@ static sd_status mahiro_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     return add_post(in, SD_CFG_POST_MAHIRO, 0.0, out, err);
 }
 
+/* ---- pre-CFG functions ---------------------------------------------------------------------- */
+
+/* A new MODEL with pre-CFG function kind (parameters pm) appended (ComfyUI's
+ * set_model_sampler_pre_cfg_function). */
+static sd_status add_pre(sd_value *const *in, int kind, const double pm[3], sd_value **out, sd_error *err) {
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    if (p.cfg.n_pre == SD_CFG_MAX_PRE)
+        return sd_error_set(err, SD_ERR_INVALID, "more than %d pre-CFG functions on one MODEL", SD_CFG_MAX_PRE);
+    int k = p.cfg.n_pre++;
+    memset(&p.cfg.pre[k], 0, sizeof p.cfg.pre[k]);
+    p.cfg.pre_kind[k] = kind;
+    for (int i = 0; i < 3; i++) p.cfg.pre_param[k][i] = pm ? pm[i] : 0.0;
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+static sd_status apg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    const double pm[3] = {sd_value_as_float(in[1]), sd_value_as_float(in[2]), sd_value_as_float(in[3])};
+    return add_pre(in, SD_CFG_PRE_APG, pm, out, err);
+}
+
+static sd_status tcfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return add_pre(in, SD_CFG_PRE_TCFG, NULL, out, err);
+}
+
 /* ---- attention multipliers ------------------------------------------------------------ */
 
 /* The four factors q, k, v, out (inputs 1..4) on the keys ending with
@@ -241,6 +271,45 @@ static const sd_input_def eps_inputs[] = {
     {.name = "scaling_factor", .type = SD_T_FLOAT, .def = 1.005, .min = 0.5, .max = 1.5, .step = 0.001,
      .has_range = 1, .display = "number"},
     {0}};
+
+static const sd_input_def apg_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "eta", .type = SD_T_FLOAT, .def = 1.0, .min = -10.0, .max = 10.0, .step = 0.01, .has_range = 1,
+     .tooltip = "Controls the scale of the parallel guidance vector. Default CFG behavior at a setting of 1."},
+    {.name = "norm_threshold", .type = SD_T_FLOAT, .def = 5.0, .min = 0.0, .max = 50.0, .step = 0.1, .has_range = 1,
+     .tooltip = "Normalize guidance vector to this value, normalization disable at a setting of 0."},
+    {.name = "momentum", .type = SD_T_FLOAT, .def = 0.0, .min = -5.0, .max = 1.0, .step = 0.01, .has_range = 1,
+     .tooltip = "Controls a running average of guidance during diffusion, disabled at a setting of 0."},
+    {0}};
+
+static const sd_node_def node_apg = {
+    .version = 1,
+    .class_type = "APG",
+    .python_module = "comfy_extras.nodes_apg",
+    .display_name = "Adaptive Projected Guidance",
+    .category = "sampling/custom_sampling",
+    .flags = SD_NODE_V3,
+    .help = "Adaptive projected guidance (a pre-CFG function): the guidance cond - uncond, optionally averaged "
+            "over the steps (momentum; per sampling run) and norm-limited, with its part along the positive "
+            "prediction scaled by eta.",
+    .inputs = apg_inputs,
+    .outputs = model_out,
+    .run = apg_run,
+};
+
+static const sd_node_def node_tcfg = {
+    .version = 1,
+    .class_type = "TCFG",
+    .python_module = "comfy_extras.nodes_tcfg",
+    .display_name = "Tangential Damping CFG",
+    .category = "advanced/guidance",
+    .description = "TCFG \u2013 Tangential Damping CFG (2503.18137)\n\nRefine the uncond (negative) to align with the "
+                   "cond (positive) for improving quality.",
+    .flags = SD_NODE_V3,
+    .inputs = model_only_inputs,
+    .outputs = patched_model_out,
+    .run = tcfg_run,
+};
 
 static const sd_node_def node_cfg_zero_star = {
     .version = 1,
@@ -366,6 +435,8 @@ const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu,
                                                       &node_cfg_norm,
                                                       &node_epsilon_scaling,
                                                       &node_mahiro,
+                                                      &node_apg,
+                                                      &node_tcfg,
                                                       &node_unet_self_attention_multiply,
                                                       &node_unet_cross_attention_multiply,
                                                       &node_clip_attention_multiply,

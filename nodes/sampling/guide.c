@@ -34,6 +34,7 @@ void sd_guide_state_release(sd_guide_state *s) {
         sd_tensor_unref(s->buf[i]);
         s->buf[i] = NULL;
     }
+    sd_cfg_state_release(&s->pre_state);
 }
 
 static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x) {
@@ -56,7 +57,9 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     if (!zeros) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
     memset(zeros->data, 0, zeros->nbytes);
     /* sampling_function runs the MODEL's pre-CFG functions here too */
-    if (s->g->patches && (rc = sd_cfg_pre(&s->g->patches->cfg, denoised, zeros, err))) return rc;
+    if (s->g->patches &&
+        (rc = sd_cfg_pre_ex(&s->g->patches->cfg, &s->pre_state, x, sigma, 1.0, 0, denoised, zeros, err)))
+        return rc;
     const sd_cfg_hook *all = s->g->patches ? &s->g->patches->cfg : NULL;
     int post = sd_cfg_post_active(all, sigma);
     sd_tensor *cc = post ? scratch(&s->buf[1], x) : NULL, *pb = post ? scratch(&s->buf[2], x) : NULL;

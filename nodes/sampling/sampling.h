@@ -10,6 +10,7 @@
 #include "core/node.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/dmodel/dmodel.h"
+#include "models/sampling/guider.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/sampler.h"
 
@@ -251,6 +252,7 @@ typedef struct sd_guide_state {
     const sd_guide *g;
     sd_cond_model *cm;
     sd_tensor *buf[3]; /* scratch for two predictions and a CFG result, allocated on first use */
+    sd_cfg_state pre_state; /* the pre-CFG functions' state for this run */
 } sd_guide_state;
 
 void sd_guide_state_init(sd_guide_state *s, const sd_guide *g, sd_cond_model *cm);

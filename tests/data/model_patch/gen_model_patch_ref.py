@@ -38,6 +38,8 @@ import comfy_extras.nodes_pag as pag  # noqa: E402
 import comfy_extras.nodes_cfg as nodes_cfg  # noqa: E402
 import comfy_extras.nodes_eps as nodes_eps  # noqa: E402
 import comfy_extras.nodes_mahiro as nodes_mahiro  # noqa: E402
+import comfy_extras.nodes_apg as nodes_apg  # noqa: E402
+import comfy_extras.nodes_tcfg as nodes_tcfg  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -61,7 +63,8 @@ NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2,
          "CLIPAttentionMultiply": attn_mult.CLIPAttentionMultiply,
          "PerturbedAttentionGuidance": pag.PerturbedAttentionGuidance,
          "CFGZeroStar": nodes_cfg.CFGZeroStar, "CFGNorm": nodes_cfg.CFGNorm,
-         "Epsilon Scaling": nodes_eps.EpsilonScaling, "Mahiro": nodes_mahiro.Mahiro}
+         "Epsilon Scaling": nodes_eps.EpsilonScaling, "Mahiro": nodes_mahiro.Mahiro,
+         "APG": nodes_apg.APG, "TCFG": nodes_tcfg.TCFG}
 ON_CLIP = {"CLIPAttentionMultiply"}  # nodes patching the CLIP (the prompts are encoded with it)
 tensors, cases = {}, []
 U = 2.0 ** -24
@@ -112,7 +115,12 @@ for cid, chain, *case_cfg in (("ksampler_plain", []),
                    ("ksampler_eps_scaling", [("Epsilon Scaling", {"scaling_factor": 1.02})]),
                    ("ksampler_mahiro", [("Mahiro", {})]),
                    ("ksampler_zero_star_norm", [("CFGZeroStar", {}), ("CFGNorm", {"strength": 1.0})]),
+                   ("ksampler_apg", [("APG", {"eta": 1.0, "norm_threshold": 5.0, "momentum": 0.0})]),
+                   ("ksampler_apg_momentum", [("APG", {"eta": 0.5, "norm_threshold": 2.0, "momentum": 0.5})]),
+                   ("ksampler_tcfg", [("TCFG", {})]),
+                   ("ksampler_tcfg_apg", [("TCFG", {}), ("APG", {"eta": 0.0, "norm_threshold": 0.0, "momentum": -0.5})]),
                    ("ksampler_plain_cfg1", [], 1.0),
+                   ("ksampler_apg_cfg1", [("APG", {"eta": 2.0, "norm_threshold": 0.0, "momentum": 0.2})], 1.0),
                    # (Mahiro and CFGZeroStar change nothing at cfg 1: the zero uncond leaves out as it is)
                    ("ksampler_eps_scaling_cfg1", [("Epsilon Scaling", {"scaling_factor": 1.05})], 1.0)):
     m, c = model, clip
