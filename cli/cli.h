@@ -87,7 +87,7 @@ enum {
     SD_CLI_G_CACHE = 1u << 2,    /* --cache PATH, --no-cache */
     SD_CLI_G_PROGRESS = 1u << 3, /* --quiet/-q, --progress MODE, --preview PATH.png */
     SD_CLI_G_LUA = 1u << 4,      /* --allow-unsafe-lua --lua-max-instructions --lua-timeout */
-    SD_CLI_G_MODELS = 1u << 5    /* --models-dir --comfyui-dir --tokenizer-dir --clip-l-heads --clip-g-heads only (part of
+    SD_CLI_G_MODELS = 1u << 5    /* --models-dir --comfyui-dir --tokenizer-dir --clip-l-heads --clip-g-heads --qwen3-4b-width only (part of
                                     SD_CLI_G_ENV) */
 };
 
@@ -99,6 +99,7 @@ typedef struct sd_cli_args {
     const char *precision, *vae_precision, *clip_precision, *device;
     const char *clip_l_heads;     /* --clip-l-heads N (sd_env.clip_l_heads) */
     const char *clip_g_heads;     /* --clip-g-heads N (sd_env.clip_g_heads) */
+    const char *qwen3_4b_width;   /* --qwen3-4b-width N (sd_env.qwen3_4b_width) */
     const char *max_image_pixels; /* decimal, "0" = no limit */
     const char *max_memory;       /* "16G", bytes, "0" = no limit */
     const char *gpu_memory;       /* --gpu-memory "10G": cap on the CUDA backend's memory */

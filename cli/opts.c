@@ -46,6 +46,9 @@ static const shared_opt shared[] = {
     {SD_CLI_G_MODELS, "--clip-g-heads", NULL, SD_CLI_STR, OFF(clip_g_heads), "N",
      "attention heads of every CLIP-G (bigG) the loaders open, for test models that are not 64 wide "
      "per head (default: width / 64, as every real CLIP-G)", NULL},
+    {SD_CLI_G_MODELS, "--qwen3-4b-width", NULL, SD_CLI_STR, OFF(qwen3_4b_width), "N",
+     "hidden width the loaders take as Qwen3-4B (Z-Image's text encoder), for test models that are "
+     "not 2560 wide (default 2560, the real model's)", NULL},
     {G_IO, "--input-dir", NULL, SD_CLI_STR, OFF(input_dir), "DIR", "LoadImage folder (default ./input)", NULL},
     {G_IO, "--output-dir", NULL, SD_CLI_STR, OFF(output_dir), "DIR", "SaveImage folder (default ./output)",
      NULL},
@@ -296,6 +299,17 @@ static sd_status parse_heads(const char *opt, const char *v, int *out, sd_error 
     return SD_OK;
 }
 
+/* --qwen3-4b-width: a width no real file needs. */
+static sd_status parse_width(const char *v, int *out, sd_error *err) {
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 1 || n > 65536)
+        return sd_error_set(err, SD_ERR_INVALID, "--qwen3-4b-width must be a whole number from 1 to 65536, not '%s'",
+                            v);
+    *out = (int)n;
+    return SD_OK;
+}
+
 sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
     sd_status rc = sd_env_init(env, err);
     struct {
@@ -330,6 +344,7 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
     }
     if (!rc && a->clip_l_heads) rc = parse_heads("--clip-l-heads", a->clip_l_heads, &env->clip_l_heads, err);
     if (!rc && a->clip_g_heads) rc = parse_heads("--clip-g-heads", a->clip_g_heads, &env->clip_g_heads, err);
+    if (!rc && a->qwen3_4b_width) rc = parse_width(a->qwen3_4b_width, &env->qwen3_4b_width, err);
     if (!rc && a->max_image_pixels) {
         rc = sd_env_set_max_pixels(env, a->max_image_pixels, err);
         if (rc) sd_error_prefix(err, "--max-image-pixels");

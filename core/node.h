@@ -201,6 +201,9 @@ struct sd_env {
     /* The same for every CLIP-G (bigG: SDXL's, SD3's) the loaders open
      * (sd_checkpoint_opts.clip_g_heads); 0 = width / 64. */
     int clip_g_heads;
+    /* The hidden width taken as Qwen3-4B (Z-Image's text encoder) by the
+     * loaders (sd_checkpoint_opts.qwen3_4b_width); 0 = 2560, the real one's. */
+    int qwen3_4b_width;
     void *models;              /* process-lifetime store of loaded models (nodes/) */
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;

@@ -166,6 +166,7 @@ sd_status sd_nodes_open_model_dq(const sd_node_ctx *ctx, const char *folder, con
         o.dequant = dequant;
         o.clip_l_heads = env->clip_l_heads;
         o.clip_g_heads = env->clip_g_heads;
+        o.qwen3_4b_width = env->qwen3_4b_width;
         o.tokenizer_dir = env->tokenizer_dir;
         o.comfyui_dir = env->comfyui_dir; /* its comfy/text_encoders/t5_tokenizer */
         /* A ComfyUI installation ships the CLIP vocabulary in

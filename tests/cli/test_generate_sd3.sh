@@ -93,7 +93,7 @@ expect "$T/opt.json" 3 'KSampler {"cfg": 6, "denoise": 1, "latent_image": ["5", 
 expect "$T/opt.json" 5 'EmptySD3LatentImage {"batch_size": 1, "height": 768, "width": 512}'
 expect "$T/opt.json" 16 'ModelSamplingSD3 {"model": ["4", 0], "shift": 6}'
 expect "$T/opt.json" 7 'CLIPTextEncode {"clip": ["4", 1], "text": "blurry"}'
-# the LoRAs come before the shift (the graph only: LoRA on SD3 does not run yet)
+# the LoRAs come before the shift (the graph only)
 "$SDFLOW_BIN" generate -m "$CKPT" -p x "${E[@]}" --print-workflow --shift 2 --lora a.safetensors:0.5 > "$T/lora.json" \
     2> "$T/err" || fail "--lora --shift: $(cat "$T/err")"
 expect "$T/lora.json" 16 'ModelSamplingSD3 {"model": ["20", 0], "shift": 2}'

@@ -70,6 +70,18 @@ print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_a
     SD3ARGS=(--models-dir "$T/sd3/models" --tokenizer-dir "$T/sd3/tok" --clip-l-heads "$1" --clip-g-heads "$2")
     have_sd3=1
 fi
+# The Z-Image example names ComfyUI's Z-Image files; the Z-Image set's tiny
+# ones stand in for them in a folder of their own (its ae is not the Flux
+# set's), with its Qwen2 tokenizer and its tiny Qwen3's width (manifest).
+have_zi=0
+ZI="$DATA/zimage"
+ZIARGS=()
+if [ -f "$ZI/manifest.json" ] && command -v python3 > /dev/null; then
+    width=$(python3 "$SDFLOW_SOURCE_DIR/tests/cli/zimage_models.py" "$ZI" "$T/zi/models" "$T/zi/tok") ||
+        fail "placing the Z-Image set's files"
+    ZIARGS=(--models-dir "$T/zi/models" --tokenizer-dir "$T/zi/tok" --qwen3-4b-width "$width")
+    have_zi=1
+fi
 # example.png: 64x64, made by sdflow itself from a Lua one-liner
 printf 'SaveImage{images = EmptyImage{width = 64, height = 64, batch_size = 1, color = 8405184}, filename_prefix = "ex"}\n' \
     > "$T/make_example.lua"
@@ -113,6 +125,13 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
             continue
         fi
         extra=("${SD3ARGS[@]}")
+    elif grep -q '"z_image_' "$json"; then
+        if [ $have_zi = 0 ]; then
+            [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no Z-Image reference set"
+            echo "note: not running workflows/$base.lua (no Z-Image reference set)"
+            continue
+        fi
+        extra=("${ZIARGS[@]}")
     elif grep -q '"CheckpointLoaderSimple"' "$json" && ! grep -q '"flux1-' "$json" && [ $have_model = 0 ]; then
         [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no tiny-sd1 checkpoint"
         echo "note: not running workflows/$base.lua (no tiny-sd1 checkpoint)"

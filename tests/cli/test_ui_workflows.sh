@@ -195,6 +195,19 @@ else
     echo "  (no SD3 reference set or tokenizer: the SD3.5 examples did not run)"
 fi
 
+# The Z-Image example on the Z-Image set's tiny files under ComfyUI's names
+# (a models folder of their own), its Qwen2 tokenizer and its tiny Qwen3's
+# width from its manifest
+ZI="$DATA/zimage"
+if [ -f "$ZI/manifest.json" ]; then
+    width=$(python3 "$SDFLOW_SOURCE_DIR/tests/cli/zimage_models.py" "$ZI" "$T/zi/models" "$T/zi/tok") ||
+        fail "placing the Z-Image set's files"
+    both txt2img_zimage_turbo --models-dir "$T/zi/models" --tokenizer-dir "$T/zi/tok" --qwen3-4b-width "$width" \
+        --set 13.width=64 --set 13.height=48 --set 3.steps=2
+else
+    echo "  (no Z-Image reference set: the Z-Image example did not run)"
+fi
+
 # ---- files that are not workflows --------------------------------------------------------
 printf 'RIFF\022\000\000\000WEBPVP8L\006\000\000\000\057\000\000\000\000\000' > "$T/photo.webp"
 "$SDFLOW_BIN" run "$T/photo.webp" --no-cache > /dev/null 2> "$T/webp.err" && fail "a WebP without a workflow ran"
