@@ -45,14 +45,14 @@
 #include "models/checkpoint/model_paths.h"
 
 /* What the model file is, for the graph and the defaults. */
-typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL, GEN_SD3 } gen_family;
+typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL, GEN_SD3, GEN_ZIMAGE } gen_family;
 
 typedef struct gen_opts {
     const char *model, *prompt, *negative, *init, *mask, *output, *seed, *sampler, *scheduler;
-    const char *diffusion_model, *t5xxl, *clip_l, *clip_g, *vae, *weight_dtype;
+    const char *diffusion_model, *t5xxl, *clip_l, *clip_g, *text_encoder, *vae, *weight_dtype;
     long long width, height, steps;
     double cfg, strength, guidance, shift;
-    int strength_given, print_workflow;
+    int strength_given, print_workflow, negative_given;
     sd_cli_list loras;
     gen_family family;
 } gen_opts;
@@ -173,8 +173,10 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
      * or TripleCLIPLoader #13 for SD3, VAELoader #14; --vae alone replaces
      * the checkpoint's VAE, SD3's text encoder files its CLIP), then each
      * LoRA in turn for MODEL and CLIP, then ModelSamplingSD3 #16 (--shift) */
-    int split = g->diffusion_model != NULL, te_files = g->t5xxl != NULL, flux = g->family != GEN_SD;
-    int sd3 = g->family == GEN_SD3, shifted = sd3 && g->shift != GEN_UNSET_NUM;
+    int split = g->diffusion_model != NULL, te_files = g->t5xxl || g->text_encoder, flux = g->family != GEN_SD;
+    int sd3 = g->family == GEN_SD3, zimage = g->family == GEN_ZIMAGE;
+    /* Z-Image's template has ModelSamplingAuraFlow 3 and a zeroed negative */
+    int shifted = zimage || (sd3 && g->shift != GEN_UNSET_NUM), zero_neg = zimage && !g->negative_given;
     const char *model0 = split ? "12" : "4", *clip0 = te_files ? "13" : "4", *vae_src = g->vae ? "14" : "4";
     int clip0_out = te_files ? 0 : 1, vae_out = g->vae ? 0 : 2;
     char lora_ids[64][16];
@@ -193,7 +195,7 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     const char *latent_src = g->init ? "10" : "5";
     /* FluxGuidance #15 on the positive prompt: dev always, schnell when
      * --guidance asks (schnell has no guidance embedding: it is ignored) */
-    int guided = flux && !sd3 && (g->family == GEN_FLUX_DEV || g->guidance != GEN_UNSET_NUM);
+    int guided = flux && !sd3 && !zimage && (g->family == GEN_FLUX_DEV || g->guidance != GEN_UNSET_NUM);
     if (!rc) {
         cJSON *in;
         if (init) {
@@ -236,9 +238,14 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
         in = add_node(root, "6", "CLIPTextEncode");
         cJSON_AddStringToObject(in, "text", g->prompt);
         add_link(in, "clip", clip_src, clip_out);
-        in = add_node(root, "7", "CLIPTextEncode");
-        cJSON_AddStringToObject(in, "text", g->negative);
-        add_link(in, "clip", clip_src, clip_out);
+        if (zero_neg) {
+            in = add_node(root, "7", "ConditioningZeroOut");
+            add_link(in, "conditioning", "6", 0);
+        } else {
+            in = add_node(root, "7", "CLIPTextEncode");
+            cJSON_AddStringToObject(in, "text", g->negative);
+            add_link(in, "clip", clip_src, clip_out);
+        }
         in = add_node(root, "8", "VAEDecode");
         add_link(in, "samples", "3", 0);
         add_link(in, "vae", vae_src, vae_out);
@@ -271,6 +278,10 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             cJSON_AddStringToObject(in, "clip_name1", g->clip_l);
             cJSON_AddStringToObject(in, "clip_name2", g->clip_g);
             cJSON_AddStringToObject(in, "clip_name3", g->t5xxl);
+        } else if (te_files && zimage) {
+            in = add_node(root, "13", "CLIPLoader");
+            cJSON_AddStringToObject(in, "clip_name", g->text_encoder);
+            cJSON_AddStringToObject(in, "type", "lumina2");
         } else if (te_files) {
             in = add_node(root, "13", "DualCLIPLoader");
             cJSON_AddStringToObject(in, "clip_name1", g->t5xxl);
@@ -278,9 +289,9 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             cJSON_AddStringToObject(in, "type", "flux");
         }
         if (shifted) {
-            in = add_node(root, "16", "ModelSamplingSD3");
+            in = add_node(root, "16", zimage ? "ModelSamplingAuraFlow" : "ModelSamplingSD3");
             add_link(in, "model", model_lora, 0);
-            cJSON_AddNumberToObject(in, "shift", g->shift);
+            cJSON_AddNumberToObject(in, "shift", g->shift == GEN_UNSET_NUM ? 3.0 : g->shift);
         }
         if (g->vae) {
             in = add_node(root, "14", "VAELoader");
@@ -341,25 +352,48 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
         sd_error_prefix(err, opt);
         return rc;
     }
-    g->family = info.family == SD_CKPT_SD3    ? GEN_SD3
-                : info.family != SD_CKPT_FLUX ? GEN_SD
+    g->family = info.family == SD_CKPT_SD3      ? GEN_SD3
+                : info.family == SD_CKPT_ZIMAGE ? GEN_ZIMAGE
+                : info.family != SD_CKPT_FLUX   ? GEN_SD
                 : info.flux.guidance_embed    ? GEN_FLUX_DEV
                                               : GEN_FLUX_SCHNELL;
     const char *fam = info.has_unet ? sd_ckpt_family_name(info.family) : "no diffusion model";
     int sd3 = g->family == GEN_SD3, flux = g->family == GEN_FLUX_DEV || g->family == GEN_FLUX_SCHNELL;
-    if (g->diffusion_model && !flux && !sd3)
+    int zimage = g->family == GEN_ZIMAGE;
+    if (g->diffusion_model && !flux && !sd3 && !zimage)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "--diffusion-model %s is %s, not a Flux or SD3 model: generate takes split files for "
-                            "Flux and SD3 only (use -m with a checkpoint)",
+                            "--diffusion-model %s is %s, not a Flux, SD3 or Z-Image model: generate takes split "
+                            "files for those only (use -m with a checkpoint)",
                             name, fam);
+    /* Z-Image's text encoder is one Qwen3-4B file (CLIPLoader type lumina2) */
+    if (zimage && (g->t5xxl || g->clip_l || g->clip_g))
+        return sd_error_set(err, SD_ERR_INVALID, "%s %s is Z-Image: its text encoder is --text-encoder (Qwen3-4B)",
+                            opt, name);
+    if (zimage && g->diffusion_model && !g->text_encoder)
+        return sd_error_set(err, SD_ERR_INVALID, "--diffusion-model %s is Z-Image: give its text encoder as "
+                            "--text-encoder (qwen_3_4b.safetensors)", name);
+    if (!zimage && g->text_encoder)
+        return sd_error_set(err, SD_ERR_INVALID, "--text-encoder is Z-Image's (CLIPLoader lumina2); %s is %s", name,
+                            fam);
+    if (flux && g->diffusion_model && !(g->t5xxl && g->clip_l))
+        return sd_error_set(err, SD_ERR_INVALID, "--diffusion-model %s is Flux: give its text encoders as --t5xxl and "
+                            "--clip-l", name);
+    if (sd3 && g->diffusion_model && !g->t5xxl && !g->clip_l && !g->clip_g)
+        return sd_error_set(err, SD_ERR_INVALID, "--diffusion-model %s is SD3: its text encoders are --clip-l, "
+                            "--clip-g and --t5xxl together (TripleCLIPLoader)", name);
+    if (!g->diffusion_model && zimage && (!info.has_text_encoder || !info.has_vae) && !(g->text_encoder && g->vae))
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "-m %s is a Z-Image model without %s: give it as --diffusion-model with --text-encoder "
+                            "and --vae", name, !info.has_text_encoder ? "a text encoder" : "a VAE");
     /* SD3's text encoders are three files (TripleCLIPLoader), Flux's two */
     if (sd3 && (g->t5xxl || g->clip_l || g->clip_g) && !(g->t5xxl && g->clip_l && g->clip_g))
         return sd_error_set(err, SD_ERR_INVALID, "%s %s is SD3: its text encoders are --clip-l, --clip-g and --t5xxl "
                             "together (TripleCLIPLoader)", opt, name);
     if (!sd3 && g->clip_g)
         return sd_error_set(err, SD_ERR_INVALID, "--clip-g is SD3's (TripleCLIPLoader); %s is %s", name, fam);
-    if (!sd3 && g->shift != GEN_UNSET_NUM)
-        return sd_error_set(err, SD_ERR_INVALID, "--shift is SD3's (ModelSamplingSD3); %s is %s", name, fam);
+    if (!sd3 && !zimage && g->shift != GEN_UNSET_NUM)
+        return sd_error_set(err, SD_ERR_INVALID, "--shift is SD3's and Z-Image's (ModelSamplingSD3, "
+                            "ModelSamplingAuraFlow); %s is %s", name, fam);
     if (!g->diffusion_model && !sd3 && (g->t5xxl || g->clip_l))
         return sd_error_set(err, SD_ERR_INVALID, "%s goes with --diffusion-model (split files)",
                             g->t5xxl ? "--t5xxl" : "--clip-l");
@@ -387,12 +421,15 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
  * prompt only), euler / simple, 1024 x 1024, dev 20 steps with
  * FluxGuidance 3.5, schnell 4 steps (ComfyUI's Flux examples); SD3 cfg 4.5,
  * euler / sgm_uniform, 20 steps, 1024 x 1024 (ComfyUI's SD3.5 example, at
- * Stability's cfg for Medium; the shift is the model's 3). */
+ * Stability's cfg for Medium; the shift is the model's 3); Z-Image-Turbo
+ * ComfyUI's template: ModelSamplingAuraFlow 3, cfg 1, res_multistep /
+ * simple, 8 steps, 1024 x 1024, ConditioningZeroOut of the prompt as the
+ * negative (never evaluated at cfg 1) unless -n gives one. */
 static void apply_defaults(gen_opts *g) {
-    int flux = g->family != GEN_SD, sd3 = g->family == GEN_SD3;
-    if (g->steps == GEN_UNSET_INT) g->steps = g->family == GEN_FLUX_SCHNELL ? 4 : 20;
+    int flux = g->family != GEN_SD, sd3 = g->family == GEN_SD3, zimage = g->family == GEN_ZIMAGE;
+    if (g->steps == GEN_UNSET_INT) g->steps = g->family == GEN_FLUX_SCHNELL ? 4 : zimage ? 8 : 20;
     if (g->cfg == GEN_UNSET_NUM) g->cfg = sd3 ? 4.5 : flux ? 1.0 : 8.0;
-    if (!g->sampler) g->sampler = "euler";
+    if (!g->sampler) g->sampler = zimage ? "res_multistep" : "euler";
     if (!g->scheduler) g->scheduler = sd3 ? "sgm_uniform" : flux ? "simple" : "normal";
     if (g->width == GEN_UNSET_INT) g->width = flux ? 1024 : 512;
     if (g->height == GEN_UNSET_INT) g->height = flux ? 1024 : 512;
@@ -475,7 +512,7 @@ static const char gen_about[] =
     "-i becomes the input folder.";
 
 int sd_cli_generate(int argc, char **argv) {
-    gen_opts g = {.negative = "", .width = GEN_UNSET_INT, .height = GEN_UNSET_INT, .steps = GEN_UNSET_INT,
+    gen_opts g = {.width = GEN_UNSET_INT, .height = GEN_UNSET_INT, .steps = GEN_UNSET_INT,
                   .cfg = GEN_UNSET_NUM, .guidance = GEN_UNSET_NUM, .shift = GEN_UNSET_NUM, .strength = 0.75};
     const char *report = NULL, *dump = NULL, *strength = NULL;
     const sd_cli_option own[] = {
@@ -489,6 +526,8 @@ int sd_cli_generate(int argc, char **argv) {
          "with --diffusion-model (or an SD3 checkpoint): the T5-XXL, a name in MODELS/text_encoders/", NULL},
         {"--clip-l", NULL, SD_CLI_STR, &g.clip_l, "NAME",
          "with --diffusion-model (or an SD3 checkpoint): the CLIP-L, a name in MODELS/text_encoders/", NULL},
+        {"--text-encoder", NULL, SD_CLI_STR, &g.text_encoder, "NAME",
+         "Z-Image: the Qwen3-4B, a name in MODELS/text_encoders/ (CLIPLoader type lumina2)", NULL},
         {"--clip-g", NULL, SD_CLI_STR, &g.clip_g, "NAME",
          "SD3: the CLIP-G, a name in MODELS/text_encoders/ (TripleCLIPLoader with --clip-l and --t5xxl)", NULL},
         {"--vae", NULL, SD_CLI_STR, &g.vae, "NAME",
@@ -498,7 +537,8 @@ int sd_cli_generate(int argc, char **argv) {
          "with --diffusion-model: UNETLoader's weight_dtype (default keeps the file's)",
          "default|fp8_e4m3fn|fp8_e4m3fn_fast|fp8_e5m2"},
         {"--prompt", "-p", SD_CLI_STR, &g.prompt, "TEXT", "what to draw", NULL},
-        {"--negative", "-n", SD_CLI_STR, &g.negative, "TEXT", "what not to draw (default empty)", NULL},
+        {"--negative", "-n", SD_CLI_STR, &g.negative, "TEXT",
+         "what not to draw (default empty; Z-Image: the prompt's ConditioningZeroOut)", NULL},
         {"--width", "-W", SD_CLI_INT, &g.width, "N",
          "picture width (default 512, Flux and SD3 1024; txt2img only)", NULL},
         {"--height", "-H", SD_CLI_INT, &g.height, "N",
@@ -509,7 +549,8 @@ int sd_cli_generate(int argc, char **argv) {
         {"--guidance", NULL, SD_CLI_FLOAT, &g.guidance, "X",
          "Flux: FluxGuidance on the prompt (default 3.5 for dev; none for schnell)", NULL},
         {"--shift", NULL, SD_CLI_FLOAT, &g.shift, "X",
-         "SD3: ModelSamplingSD3's shift (default: none, the model's own 3)", NULL},
+         "SD3: ModelSamplingSD3's shift (default: none, the model's own 3); Z-Image: ModelSamplingAuraFlow's "
+         "(default 3)", NULL},
         {"--seed", NULL, SD_CLI_STR, &g.seed, "N", "noise seed, 0 to 2^64-1 (default 0)", NULL},
         {"--sampler", NULL, SD_CLI_STR, &g.sampler, "NAME", "KSampler sampler_name (default euler)", NULL},
         {"--scheduler", NULL, SD_CLI_STR, &g.scheduler, "NAME",
@@ -537,6 +578,8 @@ int sd_cli_generate(int argc, char **argv) {
     int code = sd_cli_parse(&cmd, argc, argv, &a);
     if (code != SD_CLI_CONTINUE) goto out;
     code = 1;
+    g.negative_given = g.negative != NULL;
+    if (!g.negative) g.negative = "";
     if ((!g.model && !g.diffusion_model) || !g.prompt) {
         fprintf(stderr, "sdflow generate: -m MODEL and -p PROMPT are required (sdflow generate --help)\n");
         goto out;
@@ -545,9 +588,9 @@ int sd_cli_generate(int argc, char **argv) {
         fprintf(stderr, "sdflow generate: -m (a checkpoint) and --diffusion-model (split files) exclude each other\n");
         goto out;
     }
-    if (g.diffusion_model && (!g.t5xxl || !g.clip_l || !g.vae)) {
-        fprintf(stderr, "sdflow generate: --diffusion-model needs its text encoders and VAE: --t5xxl, --clip-l and "
-                        "--vae\n");
+    if (g.diffusion_model && (!g.vae || (!g.t5xxl && !g.clip_l && !g.clip_g && !g.text_encoder))) {
+        fprintf(stderr, "sdflow generate: --diffusion-model needs its text encoders and VAE: --t5xxl and --clip-l "
+                        "(Flux), --clip-l, --clip-g and --t5xxl (SD3) or --text-encoder (Z-Image), and --vae\n");
         goto out;
     }
     if (!g.diffusion_model && g.weight_dtype) { /* --t5xxl, --clip-l: SD3 checkpoints take them too */

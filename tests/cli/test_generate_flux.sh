@@ -131,7 +131,7 @@ check_usage "needs its text encoders and VAE" --diffusion-model sdflow-random-fl
 check_usage "exclude each other" -m "$DEV" "${SPLIT[@]}" -p x
 check_usage "--guidance is Flux's" -m sdflow-random-sd1-tiny.safetensors --guidance 3 -p x --print-workflow
 check_usage "give it as --diffusion-model" -m bare-dit.safetensors -p x --print-workflow
-check_usage "not a Flux or SD3 model" --diffusion-model sd1.safetensors --t5xxl a --clip-l b --vae c -p x --print-workflow
+check_usage "not a Flux, SD3 or Z-Image model" --diffusion-model sd1.safetensors --t5xxl a --clip-l b --vae c -p x --print-workflow
 check_usage "-m: " -m nope.safetensors -p x --print-workflow
 grep -q "nope.safetensors" "$T/err" || fail "a missing model is not named: $(cat "$T/err")"
 check_usage "--weight-dtype" "${SPLIT[@]}" --weight-dtype fp16 -p x
