@@ -32,6 +32,8 @@ typedef struct sd_bench_result {
     int na;            /* not applicable on this backend (e.g. bf16 compute) */
     int n;             /* repeats measured */
     double secs[SD_BENCH_MAX_REPEAT];
+    double cpu[SD_BENCH_MAX_REPEAT]; /* flux: process CPU seconds of each repeat (all threads) */
+    int ncpu;          /* entries of cpu (0: not measured) */
     double load_s;     /* model load time in this process */
     double flops;      /* counted FLOP per repeat (0: not counted) */
     double extra_s;    /* txt2img: seconds of the sampling loop (median run) */
@@ -78,6 +80,10 @@ void sd_bench_run_torch(char *const *argv, sd_bench_result *r);
 /* This process's VmHWM in KiB (ru_maxrss when /proc is unavailable). */
 long sd_bench_peak_kb(void);
 double sd_bench_now(void);
+/* CPU seconds this process has used, all threads (CLOCK_PROCESS_CPUTIME_ID):
+ * on a shared machine the wall time says how many cores the process got,
+ * this says how much work it did. */
+double sd_bench_cpu_now(void);
 /* ---- the Flux block stack (bench_flux.c) -------------------------------------
  * A real-width Flux.1 with 2 double + 2 single blocks, fp8 matrices; one
  * forward at 1024 image + 512 text tokens. */
@@ -86,8 +92,10 @@ double sd_bench_flux_flops(const sd_flux_config *c, int batch, int img, int txt)
 void sd_bench_flux_phase(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
                          sd_bench_result *r);
 
-/* --kernels: GFLOP/s table of the UNet's matrix shapes (bench_kernels.c). */
-int sd_bench_kernels(int repeat);
+/* --kernels: GFLOP/s table of the UNet's and Flux's matrix shapes
+ * (bench_kernels.c); match (may be NULL) keeps the shapes whose name
+ * contains it. */
+int sd_bench_kernels(int repeat, const char *match);
 double sd_bench_median(const double *v, int n);
 
 #endif

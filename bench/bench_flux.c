@@ -190,6 +190,7 @@ void sd_bench_flux_phase(const sd_bench_job *job, sd_backend *be, sd_st_file **f
         for (int i = 0; i < job->repeat; i++) {
             sd_bt *out = NULL;
             t0 = sd_bench_now();
+            double c0 = sd_bench_cpu_now();
             if (sd_flux_forward(m, bx, &sigma, bc, by, &guidance, &out, &err)) {
                 snprintf(r->msg, sizeof r->msg, "flux forward: %s", err.msg);
                 break;
@@ -199,6 +200,7 @@ void sd_bench_flux_phase(const sd_bench_job *job, sd_backend *be, sd_st_file **f
                 sd_tensor_unref(h);
             }
             r->secs[r->n++] = sd_bench_now() - t0;
+            r->cpu[r->ncpu++] = sd_bench_cpu_now() - c0;
             sd_bt_free(out);
         }
         r->ok = r->n == job->repeat;

@@ -33,6 +33,7 @@ typedef struct {
     int64_t m, k, n;          /* linear; attention: tokens m, heads k, head width n */
     int64_t b, c, h, w, o, kk; /* conv: NCHW, O outputs, kk x kk, stride 1, same padding;
                                 * attention: batch b */
+    int fp8;                   /* linear: weight stored F8_E4M3 (Flux checkpoints), not F16 */
 } shape;
 
 static const shape shapes[] = {
@@ -46,6 +47,10 @@ static const shape shapes[] = {
     {"attention 4096 tokens, 8x40 heads b2 (64x64)", 2, 4096, 8, 40, 2},
     {"attention 1536 tokens, 24x128 heads (Flux)", 2, 1536, 24, 128, 1},
     {"conv1x1 640->320 @64x64 b2 (skip)", 1, 0, 0, 0, 2, 640, 64, 64, 320, 1},
+    /* the Flux block stack's GEMMs (bench_flux.c), weights fp8 */
+    {"linear 1024x3072 -> 9216 fp8 (Flux img qkv)", 0, 1024, 3072, 9216, .fp8 = 1},
+    {"linear 1024x12288 -> 3072 fp8 (Flux img MLP out)", 0, 1024, 12288, 3072, .fp8 = 1},
+    {"linear 1536x3072 -> 21504 fp8 (Flux single linear1)", 0, 1536, 3072, 21504, .fp8 = 1},
 };
 
 static double cpu_now(void) {
@@ -77,8 +82,8 @@ typedef struct {
     double wall, cpu;
 } timing;
 
-/* One op of shape s on be in precision p, weights F16 as the checkpoint
- * stores them; median of repeat runs. */
+/* One op of shape s on be in precision p, weights F16 (Flux shapes: F8_E4M3)
+ * as the checkpoint stores them; median of repeat runs. */
 static int time_op(sd_backend *be, const shape *s, sd_precision p, int repeat, timing *t) {
     sd_bt *x, *w, *b;
     if (s->conv == 2) { /* q, k, v */
@@ -91,8 +96,9 @@ static int time_op(sd_backend *be, const shape *s, sd_precision p, int repeat, t
         b = rand_bt(be, SD_F16, 1, &s->o, 3);
     } else {
         int64_t xs[2] = {s->m, s->k}, ws[2] = {s->n, s->k};
-        x = rand_bt(be, SD_F32, 2, xs, 1), w = rand_bt(be, SD_F16, 2, ws, 2);
-        b = rand_bt(be, SD_F16, 1, &s->n, 3);
+        x = rand_bt(be, SD_F32, 2, xs, 1);
+        w = rand_bt(be, s->fp8 ? SD_F8_E4M3 : SD_F16, 2, ws, 2);
+        b = rand_bt(be, s->fp8 ? SD_BF16 : SD_F16, 1, &s->n, 3);
     }
     sd_backend_set_precision(be, p);
     double wall[16], cpu[16];
@@ -180,7 +186,7 @@ static void cell(const shape *s, int ok, const timing *t) {
     else printf(" %15s |", "n/a");
 }
 
-int sd_bench_kernels(int repeat) {
+int sd_bench_kernels(int repeat, const char *match) {
     if (repeat > 16) repeat = 16;
 #ifdef SDFLOW_HAVE_DNNL
     static const char *isa[] = {"?", "sse41", "?", "avx", "?", "?", "?", "avx2"};
@@ -222,6 +228,7 @@ int sd_bench_kernels(int repeat) {
                threads, threads > 1 ? "s" : "");
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             const shape *s = &shapes[i];
+            if (match && !strstr(s->name, match)) continue;
             timing t;
             printf("| %s |", s->name);
             fflush(stdout);

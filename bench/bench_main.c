@@ -73,6 +73,7 @@ static const bench_preset presets[] = {
 typedef struct opts {
     const char *work_dir, *phases, *python, *script, *preset, *device;
     int repeat, repeat_set, quick, threads, steps, no_torch, kernels;
+    const char *kernels_match;
     sd_dtype weights;
 } opts;
 
@@ -101,6 +102,8 @@ static void usage(FILE *o)
             "                      shapes: GFLOP/s of our f32, bf16 emulated, bf16 oneDNN\n"
             "                      with packed weights and per call, oneDNN's f32\n"
             "                      primitive, 1 and 2 threads (no checkpoint needed)\n"
+            "  --kernels-match S   with --kernels: only the shapes whose name contains S\n"
+            "                      (e.g. Flux)\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
             "                      python3, /usr/bin/python3 that can import torch)\n"
             "  --torch-script PATH torch_ref.py location (default the source tree's)\n");
@@ -128,6 +131,7 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--quick")) o->quick = 1;
         else if (!strcmp(a, "--no-torch")) o->no_torch = 1;
         else if (!strcmp(a, "--kernels")) o->kernels = 1;
+        else if (VAL("--kernels-match")) o->kernels_match = next;
         else if (VAL("--work-dir")) o->work_dir = next;
         else if (VAL("--phases")) o->phases = next;
         else if (VAL("--python")) o->python = next;
@@ -318,7 +322,7 @@ int main(int argc, char **argv)
     sd_backend_tune_allocator(); /* as the sdflow command does */
     opts o;
     if (parse_args(argc, argv, &o)) return 2;
-    if (o.kernels) return sd_bench_kernels(o.repeat);
+    if (o.kernels) return sd_bench_kernels(o.repeat, o.kernels_match);
     const bench_preset *preset = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcmp(presets[i].name, o.preset)) preset = &presets[i];
@@ -516,6 +520,24 @@ int main(int argc, char **argv)
         }
         printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r->name, s, mn, gf, ts, ratio, pk,
                tpk, ld);
+    }
+    /* Process CPU seconds (all threads) where measured: on a shared machine
+     * the wall time depends on how many cores each side got; the CPU time
+     * is the work done, so its ratio is the comparison that survives load
+     * (spinning threads and cache contention still inflate it somewhat). */
+    int cpu_rows = 0;
+    for (int i = 0; i < nr; i++) {
+        const row *r = &rows[i];
+        if (!r->ours.ok || !r->ours.ncpu) continue;
+        double oc = sd_bench_median(r->ours.cpu, r->ours.ncpu);
+        printf("%s- by CPU time (process, all threads, median): %s: ours %.1f CPU s (%.1f GFLOP "
+               "per CPU s)", cpu_rows++ ? "" : "\n", r->name, oc,
+               r->ours.flops > 0 && oc > 0 ? r->ours.flops / oc * 1e-9 : 0.0);
+        if (r->torch.ok && r->torch.ncpu) {
+            double tc = sd_bench_median(r->torch.cpu, r->torch.ncpu);
+            printf(", PyTorch %.1f CPU s, ratio %.2f", tc, oc > 0 ? tc / oc : 0.0);
+        }
+        printf("\n");
     }
     int notes = 0;
     for (int i = 0; i < nr; i++) {

@@ -26,6 +26,13 @@ double sd_bench_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double sd_bench_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -124,7 +131,19 @@ void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r)
     if (r->peak_kb <= 0) r->peak_kb = ru.ru_maxrss;
 }
 
-/* "RESULT ok load=S peak_kb=K flops=F secs=a,b,c" | "RESULT na msg" | "RESULT error msg" */
+/* Comma-separated numbers at p into v[*n...]. */
+static void parse_list(const char *p, double *v, int *n)
+{
+    while (*p && *n < SD_BENCH_MAX_REPEAT) {
+        char *end;
+        double x = strtod(p, &end);
+        if (end == p) break;
+        v[(*n)++] = x;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+/* "RESULT ok load=S peak_kb=K flops=F secs=a,b,c [cpu=a,b,c]" | "RESULT na msg" | "RESULT error msg" */
 static void parse_torch_line(const char *line, sd_bench_result *r)
 {
     if (!strncmp(line, "na ", 3)) {
@@ -139,16 +158,8 @@ static void parse_torch_line(const char *line, sd_bench_result *r)
     const char *p;
     if ((p = strstr(line, "load="))) r->load_s = strtod(p + 5, NULL);
     if ((p = strstr(line, "peak_kb="))) r->peak_kb = strtol(p + 8, NULL, 10);
-    if ((p = strstr(line, "secs="))) {
-        p += 5;
-        while (*p && r->n < SD_BENCH_MAX_REPEAT) {
-            char *end;
-            double v = strtod(p, &end);
-            if (end == p) break;
-            r->secs[r->n++] = v;
-            p = *end == ',' ? end + 1 : end;
-        }
-    }
+    if ((p = strstr(line, "secs="))) parse_list(p + 5, r->secs, &r->n);
+    if ((p = strstr(line, "cpu="))) parse_list(p + 4, r->cpu, &r->ncpu);
     r->ok = r->n > 0;
     if (!r->ok) snprintf(r->msg, sizeof r->msg, "no timings in: %s", line);
 }

@@ -529,14 +529,15 @@ def main():
             ids[:, 0] = 49406
             ids[:, 1:13] = 1000 + 37 * torch.arange(12, device=dev)
             fn = lambda: clip_forward(W, ids)
-        secs = []
+        secs, cpu = [], []
         with torch.inference_mode():
             for r in range(a.repeat):
                 sync()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 out = fn()
                 sync()  # GPU kernels are asynchronous: wait, as ours downloads
                 secs.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)  # all threads: the work, whatever the load
                 log(f"  run {r + 1}: {secs[-1]:.3f} s, out {tuple(out.shape)}")
                 del out
     except Exception as e:  # an op without a bf16 kernel in this build, ...
@@ -546,7 +547,8 @@ def main():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if a.device == "cuda":
         log(f"  peak device memory allocated by torch: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-    print(f"RESULT ok load={load_s:.3f} peak_kb={peak} secs=" + ",".join(f"{s:.4f}" for s in secs))
+    print(f"RESULT ok load={load_s:.3f} peak_kb={peak} secs=" + ",".join(f"{s:.4f}" for s in secs)
+          + " cpu=" + ",".join(f"{c:.4f}" for c in cpu))
 
 
 if __name__ == "__main__":
