@@ -590,7 +590,8 @@ void sd_inpaint_release(sd_inpaint *ip)
     if (!ip)
         return;
     sd_tensor_unref(ip->xbuf);
-    ip->xbuf = NULL;
+    sd_tensor_unref(ip->mbuf);
+    ip->xbuf = ip->mbuf = NULL;
 }
 
 static sd_status inpaint_eval(void *ud, const sd_tensor *x, float sigma, sd_tensor *denoised,
@@ -604,10 +605,31 @@ static sd_status inpaint_eval(void *ud, const sd_tensor *x, float sigma, sd_tens
     sd_tensor *xb = scratch(&ip->xbuf, x);
     if (!xb)
         return sd_error_set(err, SD_ERR_NOMEM, "inpaint: out of memory");
+    const float *mask = ip->mask;
+    if (ip->diff_diff) {
+        sd_tensor *mb = scratch(&ip->mbuf, x);
+        if (!mb)
+            return sd_error_set(err, SD_ERR_NOMEM, "inpaint: out of memory");
+        float cur = sd_ms_timestep(ip->dd_ms, sigma);
+        float num = cur - ip->dd_ts_to, den = ip->dd_ts_from - ip->dd_ts_to;
+        float thr = num / den;
+        const int blend = ip->dd_strength != 0 && ip->dd_strength < 1;
+        const float s = (float)ip->dd_strength, s1 = (float)(1.0 - ip->dd_strength);
+        float *mv = mb->data;
+        for (int64_t i = 0; i < n; i++) {
+            float b = ip->mask[i] >= thr ? 1.0f : 0.0f;
+            if (blend) {
+                float a = s * b, c = s1 * ip->mask[i];
+                b = a + c;
+            }
+            mv[i] = b;
+        }
+        mask = mv;
+    }
     const float *xv = x->data;
     float *bv = xb->data;
     for (int64_t i = 0; i < n; i++) {
-        float m = ip->mask[i];
+        float m = mask[i];
         float lm = 1.0f - m;
         float sc; /* model_sampling.noise_scaling(sigma, noise, latent) */
         if (ip->flow) {
@@ -627,7 +649,7 @@ static sd_status inpaint_eval(void *ud, const sd_tensor *x, float sigma, sd_tens
         return st;
     float *dv = denoised->data;
     for (int64_t i = 0; i < n; i++) {
-        float m = ip->mask[i];
+        float m = mask[i];
         float lm = 1.0f - m;
         float a = dv[i] * m;
         float b = ip->latent[i] * lm;

@@ -229,7 +229,18 @@ typedef struct sd_inpaint {
      * re-noised as sigma * noise + (1 - sigma) * latent. 0 after
      * sd_inpaint_init; the caller sets it. */
     int flow;
+    /* DifferentialDiffusion's denoise_mask_function (0 after
+     * sd_inpaint_init): at each evaluation the mask m becomes
+     * b = (m >= (t(sigma) - dd_ts_to) / (dd_ts_from - dd_ts_to)), t the
+     * model sampling's timestep, and with 0 < dd_strength < 1
+     * strength * b + (1 - strength) * m (float32); the caller sets dd_ms,
+     * dd_ts_from = t(sigmas[0]), dd_ts_to = t(max(sigma_min, sigmas[-1])). */
+    int diff_diff;
+    double dd_strength;
+    const struct sd_model_sampling *dd_ms;
+    float dd_ts_from, dd_ts_to;
     sd_tensor *xbuf; /* scratch for x', allocated on first use */
+    sd_tensor *mbuf; /* the mask of this evaluation (diff_diff) */
 } sd_inpaint;
 
 void sd_inpaint_init(sd_inpaint *ip, sd_denoiser inner, const float *latent, const float *noise,

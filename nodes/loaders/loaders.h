@@ -37,6 +37,8 @@ typedef struct sd_model_patches {
                                *   / _flow) */
     sd_cfg_hook cfg;          /* RescaleCFG */
     sd_unet_patches unet;     /* the UNet's patches (FreeU, ...; models/unet/unet.h) */
+    int diff_diff;            /* DifferentialDiffusion's denoise_mask_function (the last */
+    double diff_diff_strength; /*   one set wins), its strength (sd_inpaint.diff_diff) */
 } sd_model_patches;
 
 /* Handle payloads. Each owns one checkpoint reference and one reference on

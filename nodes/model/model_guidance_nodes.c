@@ -150,6 +150,21 @@ static sd_status tcfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
     return add_pre(in, SD_CFG_PRE_TCFG, NULL, out, err);
 }
 
+/* ---- DifferentialDiffusion ------------------------------------------------------------ */
+
+/* set_model_denoise_mask_function: one per MODEL, the last one set wins. */
+static sd_status diff_diff_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    p.diff_diff = 1;
+    p.diff_diff_strength = in[1] ? sd_value_as_float(in[1]) : 1.0;
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
 /* ---- attention multipliers ------------------------------------------------------------ */
 
 /* The four factors q, k, v, out (inputs 1..4) on the keys ending with
@@ -311,6 +326,26 @@ static const sd_node_def node_tcfg = {
     .run = tcfg_run,
 };
 
+static const sd_input_def diff_diff_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1,
+     .optional = 1},
+    {0}};
+
+static const sd_node_def node_diff_diff = {
+    .version = 1,
+    .class_type = "DifferentialDiffusion",
+    .python_module = "comfy_extras.nodes_differential_diffusion",
+    .display_name = "Differential Diffusion",
+    .category = "_for_testing",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "With a noise mask, each step regenerates only where the mask reaches the step's threshold (the "
+            "timestep's position in the run), blended with the soft mask by strength < 1.",
+    .inputs = diff_diff_inputs,
+    .outputs = model_out,
+    .run = diff_diff_run,
+};
+
 static const sd_node_def node_cfg_zero_star = {
     .version = 1,
     .class_type = "CFGZeroStar",
@@ -437,6 +472,7 @@ const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu,
                                                       &node_mahiro,
                                                       &node_apg,
                                                       &node_tcfg,
+                                                      &node_diff_diff,
                                                       &node_unet_self_attention_multiply,
                                                       &node_unet_cross_attention_multiply,
                                                       &node_clip_attention_multiply,

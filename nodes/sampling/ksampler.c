@@ -661,6 +661,16 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         }
         sd_inpaint_init(&ip, den, latent_in->data, inoise, mask->data, n);
         ip.flow = ms->prediction == SD_PRED_CONST;
+        if (g->patches && g->patches->diff_diff && a->n_sigmas > 0) {
+            /* DifferentialDiffusion.forward's step range */
+            float sigma_to = ms->sigma_min;
+            if (sigmas[a->n_sigmas - 1] > sigma_to) sigma_to = sigmas[a->n_sigmas - 1];
+            ip.diff_diff = 1;
+            ip.dd_strength = g->patches->diff_diff_strength;
+            ip.dd_ms = ms;
+            ip.dd_ts_from = sd_ms_timestep(ms, sigmas[0]);
+            ip.dd_ts_to = sd_ms_timestep(ms, sigma_to);
+        }
         have_ip = 1;
         den = sd_inpaint_denoiser(&ip);
     }

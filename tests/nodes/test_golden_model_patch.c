@@ -6,7 +6,8 @@
  *   "ksampler" cases: CheckpointLoaderSimple (the shared tiny SD1) ->
  *     CLIPTextEncode x2, EmptyLatentImage, the case's patch nodes in order
  *     (on the MODEL, or on the CLIP before the prompts are encoded) ->
- *     KSampler through the node functions, the latent against ComfyUI's
+ *     KSampler (on a SetLatentNoiseMask latent for cases with a "noise_mask")
+ *     through the node functions, the latent against ComfyUI's
  *     nodes.common_ksampler with the model its own nodes patched. Every
  *     patched case must differ from the unpatched one by more than the
  *     tolerance (a patch that is not applied fails), and each node must
@@ -85,6 +86,7 @@ static int patch_count(const sd_value *m) {
     sd_clip_ref *c = m ? sd_value_as_handle(m, &sd_handle_clip) : NULL;
     if (c) return (int)sd_lora_stack_count(c->loras);
     return r ? r->patches.unet.n + r->patches.cfg.n_pre + r->patches.cfg.n_post + r->patches.cfg.rescale +
+                   r->patches.diff_diff +
                    (int)sd_lora_stack_count(r->loras)
              : -1;
 }
@@ -141,6 +143,17 @@ static sd_tensor *ksampler_case(const sd_env *env, sd_value *const ck[3], const 
     sd_value *lv[] = {sd_value_int((int64_t)num(s, "width")), sd_value_int((int64_t)num(s, "height")), sd_value_int(1)};
     sd_value *latent = run(env, "EmptyLatentImage", ln, lv, 3);
     nt_free_values(lv, 3);
+    const char *mask_name = str(c, "noise_mask");
+    if (mask_name && latent) { /* SetLatentNoiseMask with the stored mask */
+        sd_tensor *mk = ref_tensor(mask_name);
+        const char *mn[] = {"samples", "mask"};
+        sd_value *mv[] = {latent, mk ? sd_value_tensor(mk) : NULL};
+        sd_value *masked = mv[1] ? run(env, "SetLatentNoiseMask", mn, mv, 2) : NULL;
+        sd_value_unref(mv[1]);
+        sd_tensor_unref(mk);
+        sd_value_unref(latent);
+        latent = masked;
+    }
     const char *kn[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler", "positive", "negative",
                         "latent_image", "denoise"};
     sd_value *kv[] = {model, sd_value_int((int64_t)num(s, "seed")), sd_value_int((int64_t)num(s, "steps")),
@@ -209,7 +222,8 @@ int main(void) {
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(man, "cases")) {
         if (strcmp(str(c, "kind"), "ksampler") || !ck[0]) continue;
         const char *id = str(c, "id");
-        double cfg = num(cJSON_GetObjectItemCaseSensitive(c, "settings"), "cfg");
+        /* the plain case of the same cfg and masking */
+        double cfg = num(cJSON_GetObjectItemCaseSensitive(c, "settings"), "cfg") + (str(c, "noise_mask") ? 1000.0 : 0.0);
         sd_tensor *want = ref_tensor(str(c, "latent")), *got = ksampler_case(&env, ck, c);
         compare(id, got, want, num(c, "atol"), num(c, "rtol"));
         sd_tensor *plain = NULL;

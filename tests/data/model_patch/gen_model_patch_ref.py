@@ -40,6 +40,7 @@ import comfy_extras.nodes_eps as nodes_eps  # noqa: E402
 import comfy_extras.nodes_mahiro as nodes_mahiro  # noqa: E402
 import comfy_extras.nodes_apg as nodes_apg  # noqa: E402
 import comfy_extras.nodes_tcfg as nodes_tcfg  # noqa: E402
+import comfy_extras.nodes_differential_diffusion as nodes_dd  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -64,7 +65,8 @@ NODES = {"FreeU": freelunch.FreeU, "FreeU_V2": freelunch.FreeU_V2,
          "PerturbedAttentionGuidance": pag.PerturbedAttentionGuidance,
          "CFGZeroStar": nodes_cfg.CFGZeroStar, "CFGNorm": nodes_cfg.CFGNorm,
          "Epsilon Scaling": nodes_eps.EpsilonScaling, "Mahiro": nodes_mahiro.Mahiro,
-         "APG": nodes_apg.APG, "TCFG": nodes_tcfg.TCFG}
+         "APG": nodes_apg.APG, "TCFG": nodes_tcfg.TCFG,
+         "DifferentialDiffusion": nodes_dd.DifferentialDiffusion}
 ON_CLIP = {"CLIPAttentionMultiply"}  # nodes patching the CLIP (the prompts are encoded with it)
 tensors, cases = {}, []
 U = 2.0 ** -24
@@ -120,6 +122,9 @@ for cid, chain, *case_cfg in (("ksampler_plain", []),
                    ("ksampler_tcfg", [("TCFG", {})]),
                    ("ksampler_tcfg_apg", [("TCFG", {}), ("APG", {"eta": 0.0, "norm_threshold": 0.0, "momentum": -0.5})]),
                    ("ksampler_plain_cfg1", [], 1.0),
+                   ("ksampler_plain_masked", [], 6.0, "mask"),
+                   ("ksampler_diff_diff", [("DifferentialDiffusion", {"strength": 1.0})], 6.0, "mask"),
+                   ("ksampler_diff_diff_half", [("DifferentialDiffusion", {"strength": 0.5})], 6.0, "mask"),
                    ("ksampler_apg_cfg1", [("APG", {"eta": 2.0, "norm_threshold": 0.0, "momentum": 0.2})], 1.0),
                    # (Mahiro and CFGZeroStar change nothing at cfg 1: the zero uncond leaves out as it is)
                    ("ksampler_eps_scaling_cfg1", [("Epsilon Scaling", {"scaling_factor": 1.05})], 1.0)):
@@ -132,14 +137,20 @@ for cid, chain, *case_cfg in (("ksampler_plain", []),
     pos = nodes.CLIPTextEncode().encode(c, "a red brick wall")[0]
     neg = nodes.CLIPTextEncode().encode(c, "blurry")[0]
     case_settings = dict(settings, cfg=case_cfg[0]) if case_cfg else settings
+    lat = latent
+    if len(case_cfg) > 1:  # a noise mask: a horizontal ramp over the image (SetLatentNoiseMask resizes it)
+        mask = torch.linspace(0.0, 1.0, settings["width"]).reshape(1, 1, -1).repeat(1, settings["height"], 1)
+        tensors["noise_mask"] = mask
+        lat = nodes.SetLatentNoiseMask().set_mask(latent, mask)[0]
     res = nodes.common_ksampler(m, settings["seed"], settings["steps"], case_settings["cfg"], settings["sampler_name"],
-                                settings["scheduler"], pos, neg, latent)[0]["samples"]
+                                settings["scheduler"], pos, neg, lat)[0]["samples"]
     tensors[cid + "/latent"] = res.float()
     cases.append({"id": cid, "kind": "ksampler",
                   "nodes": [{"node": n, "on": "clip" if n in ON_CLIP else "model",
                              "inputs": [{"name": k, "type": "FLOAT", "value": v} for k, v in i.items()]}
                             for n, i in chain],
                   "settings": case_settings, "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
+                  **({"noise_mask": "noise_mask"} if len(case_cfg) > 1 else {}),
                   "tolerance_note": "the final latent's tolerance of the shared e2e_sd1 case (same model and "
                                     "sampler, 6 steps there): the UNet's float32 sums in another order"})
 
