@@ -4,6 +4,7 @@
 #define SD_FLUX_INTERNAL_H
 
 #include "models/flux/flux.h"
+#include "models/dit/dit_params.h"
 
 /* A Linear layer: w [out, in], b [out] or NULL. */
 typedef struct flux_lin {
@@ -33,12 +34,6 @@ typedef struct flux_embedder {
     flux_lin in, out;
 } flux_embedder;
 
-/* A parameter by its key relative to the prefix (sd_flux_param). */
-typedef struct flux_param {
-    char *key;
-    sd_bt **slot;
-} flux_param;
-
 struct sd_flux {
     sd_backend *be;
     sd_flux_config cfg;
@@ -47,8 +42,7 @@ struct sd_flux {
     flux_double *dbl;
     flux_single *sgl;
     flux_lin final_ada, final_linear; /* final_layer.adaLN_modulation.1, .linear */
-    flux_param *params;
-    int n_params, cap_params;
+    sd_dit_params params; /* every weight by its key (sd_*_param) */
     sd_bt *one; /* [1] = 1.0: the "1 +" of every modulation scale */
     sd_flux_tap_fn tap;
     void *tap_user;

@@ -4,6 +4,7 @@
 #define SD_SD3_INTERNAL_H
 
 #include "models/sd3/sd3.h"
+#include "models/dit/dit_params.h"
 
 /* A Linear layer: w [out, in], b [out] or NULL. */
 typedef struct sd3_lin {
@@ -30,11 +31,6 @@ typedef struct sd3_joint {
     sd3_stream ctx, x;
 } sd3_joint;
 
-typedef struct sd3_param {
-    char *key;
-    sd_bt **slot;
-} sd3_param;
-
 struct sd_sd3 {
     sd_backend *be;
     sd_sd3_config cfg;
@@ -45,8 +41,7 @@ struct sd_sd3 {
     sd3_lin ctx_emb;            /* context_embedder */
     sd3_joint *blocks;
     sd3_lin final_ada, final_lin;
-    sd3_param *params;
-    int n_params, cap_params;
+    sd_dit_params params; /* every weight by its key (sd_*_param) */
     sd_bt *one; /* [1] = 1.0: the "1 +" of every modulation scale */
     sd_sd3_tap_fn tap;
     void *tap_user;

@@ -4,6 +4,7 @@
 #define SD_ZIMAGE_INTERNAL_H
 
 #include "models/zimage/zimage.h"
+#include "models/dit/dit_params.h"
 
 /* A Linear layer: w [out, in], b [out] or NULL. */
 typedef struct zi_lin {
@@ -21,11 +22,6 @@ typedef struct zi_block {
     zi_lin ada;                          /* adaLN_modulation.0: adaln_dim -> 4 dim */
 } zi_block;
 
-typedef struct zi_param {
-    char *key;
-    sd_bt **slot;
-} zi_param;
-
 struct sd_zimage {
     sd_backend *be;
     sd_zimage_config cfg;
@@ -36,8 +32,7 @@ struct sd_zimage {
     zi_block *noise_refiner, *context_refiner, *layers;
     zi_lin final_ada, final_linear; /* final_layer.adaLN_modulation.1, .linear */
     sd_bt *x_pad, *cap_pad;         /* [1, dim] or NULL */
-    zi_param *params;
-    int n_params, cap_params;
+    sd_dit_params params; /* every weight by its key (sd_*_param) */
     sd_bt *one; /* [1] = 1.0: the "1 +" of every modulation scale */
     sd_zimage_tap_fn tap;
     void *tap_user;

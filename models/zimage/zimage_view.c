@@ -10,7 +10,9 @@ static int layers(const sd_zimage *m) { return m->cfg.n_layers ? m->cfg.n_layers
 
 /* base's slot pointer moved into v: slots live in the model struct or in one
  * of its three block arrays (sized as zimage_load.c allocates them) */
-static sd_bt **moved(const sd_zimage *base, sd_zimage *v, sd_bt **slot) {
+static sd_bt **moved(const void *basep, void *vp, sd_bt **slot) {
+    const sd_zimage *base = basep;
+    sd_zimage *v = vp;
     const char *p = (const char *)slot, *b = (const char *)base;
     if (p >= b && p < b + sizeof *base) return (sd_bt **)((char *)v + (p - b));
     const zi_block *arr[3] = {base->noise_refiner, base->context_refiner, base->layers};
@@ -32,19 +34,16 @@ sd_status sd_zimage_view(const sd_zimage *base, sd_zimage **out, sd_error *err) 
         v->noise_refiner = malloc(nr * sizeof *v->noise_refiner);
         v->context_refiner = malloc(nr * sizeof *v->context_refiner);
         v->layers = malloc(nl * sizeof *v->layers);
-        v->params = calloc((size_t)(base->n_params ? base->n_params : 1), sizeof *v->params);
-        v->n_params = 0;
-        v->cap_params = base->n_params;
+        v->params = (sd_dit_params){0};
         v->one = NULL;
         v->tap = NULL;
         v->tap_user = NULL;
     }
-    if (!v || !v->noise_refiner || !v->context_refiner || !v->layers || !v->params) {
+    if (!v || !v->noise_refiner || !v->context_refiner || !v->layers) {
         if (v) {
             free(v->noise_refiner);
             free(v->context_refiner);
             free(v->layers);
-            free(v->params);
         }
         free(v);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a Z-Image view");
@@ -52,35 +51,11 @@ sd_status sd_zimage_view(const sd_zimage *base, sd_zimage **out, sd_error *err) 
     memcpy(v->noise_refiner, base->noise_refiner, nr * sizeof *v->noise_refiner);
     memcpy(v->context_refiner, base->context_refiner, nr * sizeof *v->context_refiner);
     memcpy(v->layers, base->layers, nl * sizeof *v->layers);
-    int failed = 0;
-    /* every slot of v still points at base's tensor: each becomes a view
-     * (owned by v) before anything can free it */
-    for (int i = 0; i < base->n_params; i++) {
-        sd_bt **slot = moved(base, v, base->params[i].slot);
-        char *key = strdup(base->params[i].key);
-        if (!slot || !key) {
-            free(key);
-            failed = 1;
-            break;
-        }
-        sd_bt *t = *slot;
-        *slot = sd_bt_view(t, t->ndim, t->shape);
-        v->params[v->n_params++] = (zi_param){key, slot};
-        if (!*slot) {
-            failed = 1;
-            break;
-        }
-    }
-    if (!failed) v->one = sd_bt_view(base->one, base->one->ndim, base->one->shape);
-    if (failed || !v->one) {
-        /* slots not yet viewed still borrow base's tensors: clear them */
-        for (int i = v->n_params; i < base->n_params; i++) {
-            sd_bt **slot = moved(base, v, base->params[i].slot);
-            if (slot) *slot = NULL;
-        }
+    sd_status rc = sd_dit_params_rebind(&base->params, &v->params, base, v, moved, base->one, &v->one, base->be,
+                                        "a Z-Image view", err);
+    if (rc) {
         sd_zimage_free(v);
-        sd_status rc = sd_backend_take_error(base->be, err);
-        return rc ? rc : sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a Z-Image view");
+        return rc;
     }
     *out = v;
     return SD_OK;
