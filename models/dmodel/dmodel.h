@@ -20,7 +20,8 @@
  *   guidance   N host floats (Flux dev's distilled guidance) or NULL: none
  *   extra      kind-specific extra inputs (UNet: const sd_unet_control *,
  *              the ControlNet residuals; MMDiT: const sd_sd3_extra *, the
- *              blocks to skip) or NULL
+ *              blocks to skip; Flux: const sd_flux_refs *, Kontext's
+ *              reference latents) or NULL
  * The output is the raw network output [N, out_channels, H, W] (eps,
  * v or velocity: the ModelSampling's calculate_denoised reads it), a new
  * tensor the caller owns.

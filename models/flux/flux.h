@@ -23,8 +23,11 @@
  * be a multiple of 16). Flux variants this module does not run are
  * SD_ERR_UNSUPPORTED naming what was found: Flux.2 (global modulation),
  * Chroma (distilled guidance layer), models with a gated MLP or a text
- * norm, and Fill/Depth/Canny/Kontext-style models whose input has more
- * channels than their output (concatenated image conditioning).
+ * norm, and Fill/Depth/Canny-style models whose input has more channels
+ * than their output (concatenated image conditioning). Kontext models are
+ * plain Flux dev files (16 channels in and out; ComfyUI detects them as
+ * Flux): their image conditioning comes as reference latents
+ * (sd_flux_forward_refs).
  *
  * Weights are kept as stored (BF16, F16, F32, F8_E4M3 or F8_E5M2) on a
  * backend that widens them per op (sd_backend_accepts_dtype), so a model
@@ -93,10 +96,41 @@ sd_backend *sd_flux_backend(const sd_flux *m);
  * output), "pe_embedder" ([N, 1, L, D/2, 2, 2], ComfyUI's rotation
  * matrices), "double_blocks.<i>" (the image stream after block i),
  * "single_blocks.<i>" and "single_blocks.last" (the joint [txt, img]
- * stream), "final_layer" ([N, tokens, patch^2 * out_channels]). Borrowed
+ * stream, reference tokens after the image's), "final_layer" ([N, tokens,
+ * patch^2 * out_channels], the image tokens only). Borrowed
  * for the call. For debugging and golden tests; NULL disables it. */
 typedef void (*sd_flux_tap_fn)(void *user, const char *name, const sd_bt *t);
 void sd_flux_set_tap(sd_flux *m, sd_flux_tap_fn fn, void *user);
+
+/* Flux Kontext's reference latents (model_base.Flux.extra_conds
+ * "ref_latents", already in model space: process_latent_in applied), each
+ * [N, in_channels, Hr, Wr] with any Hr, Wr >= 1. Their patches are appended
+ * to the image tokens (through img_in as the image's are), with RoPE ids per
+ * `method` (ComfyUI's ref_latents_method; positions in latent pixels turned
+ * to patches as (p + 1) / 2), and the output is cut back to the image
+ * tokens:
+ *   OFFSET (Flux's default_ref_method "offset", and every name ComfyUI does
+ *          not treat otherwise) index 1; a reference goes right of the ones
+ *          before it (w offset = their total width) when its height plus
+ *          theirs exceeds its width plus theirs, else below them;
+ *   INDEX  ("index") index 1, 2, ... (ref_index_scale 1), no offset;
+ *   UXO    ("uxo"; FluxKontextMultiReferenceLatentMethod's "uxo/uno")
+ *          index 0, offsets H + the heights and W + the widths of the ones
+ *          before it (H, W: x's size rounded up to the patch). */
+typedef enum sd_flux_ref_method {
+    SD_FLUX_REF_OFFSET = 0,
+    SD_FLUX_REF_INDEX = 1,
+    SD_FLUX_REF_UXO = 2
+} sd_flux_ref_method;
+
+typedef struct sd_flux_refs {
+    sd_bt *const *latents; /* borrowed */
+    int n;
+    sd_flux_ref_method method;
+} sd_flux_refs;
+
+/* ComfyUI's ref_latents_method string -> method (NULL: OFFSET). */
+sd_flux_ref_method sd_flux_ref_method_from_name(const char *name);
 
 /* One forward (Flux.forward: the raw velocity).
  *   x          [N, in_channels, H, W], any H, W >= 1 (padded to the patch
@@ -113,9 +147,13 @@ void sd_flux_set_tap(sd_flux *m, sd_flux_tap_fn fn, void *user);
  * fit the model, else the backend's error. */
 sd_status sd_flux_forward(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
                           const float *guidance, sd_bt **out, sd_error *err);
+/* The same with reference latents (refs NULL or n 0: sd_flux_forward).
+ * SD_ERR_INVALID for a reference that is not [N, in_channels, Hr, Wr]. */
+sd_status sd_flux_forward_refs(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
+                               const float *guidance, const sd_flux_refs *refs, sd_bt **out, sd_error *err);
 
 /* The model behind the diffusion model interface (models/dmodel/dmodel.h):
- * *out borrows m (extra inputs: none). */
+ * *out borrows m (extra inputs: const sd_flux_refs *, or NULL). */
 void sd_flux_as_dmodel(sd_flux *m, sd_dmodel *out);
 
 /* ---- host-side helpers ------------------------------------------------------- */
@@ -126,6 +164,15 @@ void sd_flux_as_dmodel(sd_flux *m, sd_dmodel *out);
  * pos_axis(l) * theta^-scale_j, computed in float64 (torch.linspace
  * scales, float64 frequencies) and rounded to float32. D = head_dim. */
 void sd_flux_rope_table(const sd_flux_config *c, int64_t txt, int64_t h, int64_t w, float *out);
+/* One grid of image tokens: h x w patches with ids (index, row + h_off,
+ * col + w_off), rows and offsets in patches. */
+typedef struct sd_flux_grid {
+    double index;
+    int64_t h, w, h_off, w_off;
+} sd_flux_grid;
+/* The table for `txt` text tokens followed by each grid's tokens in order
+ * (row-major), as sd_flux_rope_table. */
+void sd_flux_rope_table_grids(const sd_flux_config *c, int64_t txt, const sd_flux_grid *g, int n, float *out);
 
 /* Parameters by key relative to the model's prefix ("img_in.weight"), for
  * LoRA patching and merging; NULL when the model has no such parameter. The

@@ -3,7 +3,7 @@
 #include "flux_internal.h"
 
 static sd_status forward(void *net, const sd_dmodel_input *in, sd_bt **out, sd_error *err) {
-    return sd_flux_forward(net, in->x, in->timesteps, in->context, in->y, in->guidance, out, err);
+    return sd_flux_forward_refs(net, in->x, in->timesteps, in->context, in->y, in->guidance, in->extra, out, err);
 }
 
 static const sd_dmodel_i flux_dmodel_i = {forward};

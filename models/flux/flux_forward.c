@@ -339,24 +339,90 @@ static sd_status check_inputs(const sd_flux *m, sd_bt *x, sd_bt *context, sd_bt 
     return SD_OK;
 }
 
+sd_flux_ref_method sd_flux_ref_method_from_name(const char *name) {
+    /* Flux._forward: "index" and "uxo" are their own; every other name
+     * (none, "offset", "index_timestep_zero") takes the offset branch */
+    if (name && strcmp(name, "index") == 0) return SD_FLUX_REF_INDEX;
+    if (name && strcmp(name, "uxo") == 0) return SD_FLUX_REF_UXO;
+    return SD_FLUX_REF_OFFSET;
+}
+
+/* The grids of the image (g[0]) and of each reference latent (Flux._forward
+ * and process_img: offsets in latent pixels, made patches as (p + 1) / 2). */
+static void ref_grids(const sd_flux_refs *refs, int64_t h, int64_t w, sd_flux_grid *g) {
+    g[0] = (sd_flux_grid){0.0, h, w, 0, 0};
+    int64_t th = 0, tw = 0;
+    double index = 0.0;
+    for (int i = 0; i < refs->n; i++) {
+        int64_t rh = refs->latents[i]->shape[2], rw = refs->latents[i]->shape[3], ho = 0, wo = 0;
+        if (refs->method == SD_FLUX_REF_INDEX) {
+            index += 1.0;
+        } else if (refs->method == SD_FLUX_REF_UXO) {
+            index = 0.0;
+            ho = h * 2 + th;
+            wo = w * 2 + tw;
+            th += rh;
+            tw += rw;
+        } else {
+            index = 1.0;
+            if (rh + th > rw + tw) wo = tw;
+            else ho = th;
+            th = th > rh + ho ? th : rh + ho;
+            tw = tw > rw + wo ? tw : rw + wo;
+        }
+        g[i + 1] = (sd_flux_grid){index, (rh + 1) / 2, (rw + 1) / 2, (ho + 1) / 2, (wo + 1) / 2};
+    }
+}
+
 sd_status sd_flux_forward(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
                           const float *guidance, sd_bt **out, sd_error *err) {
+    return sd_flux_forward_refs(m, x, timesteps, context, y, guidance, NULL, out, err);
+}
+
+sd_status sd_flux_forward_refs(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
+                               const float *guidance, const sd_flux_refs *refs, sd_bt **out, sd_error *err) {
     *out = NULL;
     sd_status rc = check_inputs(m, x, context, y, timesteps, err);
     if (rc) return rc;
     const sd_flux_config *cfg = &m->cfg;
     sd_backend *be = m->be;
     int64_t N = x->shape[0], H = x->shape[2], W = x->shape[3];
-    int64_t h = (H + 1) / 2, w = (W + 1) / 2, Lt = context->shape[1], L = Lt + h * w;
+    int64_t h = (H + 1) / 2, w = (W + 1) / 2, Lt = context->shape[1], Li = h * w, L = Lt + Li;
+    int nref = refs ? refs->n : 0;
+    for (int i = 0; i < nref; i++) {
+        const sd_bt *r = refs->latents[i];
+        if (!r || r->ndim != 4 || r->shape[0] != N || r->shape[1] != cfg->in_channels || r->shape[2] < 1 ||
+            r->shape[3] < 1)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "Flux forward: reference latent %d must be [%lld, %d, H, W] (got %d dims%s)", i,
+                                (long long)N, cfg->in_channels, r ? r->ndim : 0,
+                                r && r->ndim == 4 ? ", other batch or channels" : "");
+    }
+    sd_flux_grid *grids = malloc((size_t)(nref + 1) * sizeof *grids);
+    if (!grids) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (nref) ref_grids(refs, h, w, grids);
+    else grids[0] = (sd_flux_grid){0.0, h, w, 0, 0};
+    for (int i = 1; i <= nref; i++) L += grids[i].h * grids[i].w;
     fctx c = {m, N, cfg->hidden_size, NULL, NULL};
     sd_bt *img = NULL, *txt = NULL, *vec = NULL, *res = NULL;
     int64_t rshape[3] = {L, cfg->head_dim / 2, 2};
     sd_tensor *rt = sd_tensor_new(SD_F32, 3, rshape);
-    if (!rt) return sd_error_set(err, SD_ERR_NOMEM, "out of memory (RoPE table for %lld tokens)", (long long)L);
+    if (!rt) {
+        free(grids);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory (RoPE table for %lld tokens)", (long long)L);
+    }
     const float *tab = sd_tensor_f32(rt);
 
-    /* img_in on the patches */
+    /* img_in on the patches: the image's, then each reference's
+     * (Flux._forward concatenates them before forward_orig's img_in) */
     sd_bt *patches = patchify(x);
+    for (int i = 0; i < nref && patches; i++) {
+        sd_bt *rp = patchify(refs->latents[i]);
+        sd_bt *cat = rp ? sd_op_concat(patches, rp, 1) : NULL;
+        sd_bt_free(rp);
+        sd_bt_free(patches);
+        patches = cat;
+    }
     img = linear(patches, &m->img_in);
     sd_bt_free(patches);
     tap(&c, "img_in", img);
@@ -391,7 +457,7 @@ sd_status sd_flux_forward(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *c
     tap(&c, "txt_in", txt);
 
     /* positions */
-    sd_flux_rope_table(cfg, Lt, h, w, sd_tensor_f32(rt));
+    sd_flux_rope_table_grids(cfg, Lt, grids, nref + 1, sd_tensor_f32(rt));
     c.rot = sd_bt_from_host(be, rt, SD_F32);
     if (m->tap) {
         sd_bt *pe = pe_for_tap(&c, tab, L);
@@ -426,7 +492,9 @@ sd_status sd_flux_forward(sd_flux *m, sd_bt *x, const float *timesteps, sd_bt *c
         tap(&c, name, joint);
         if (i == cfg->depth_single_blocks - 1) tap(&c, "single_blocks.last", joint);
     }
-    img = sd_op_slice(joint, 1, Lt, L);
+    /* the image tokens only (the final layer works per token, so cutting
+     * before it equals ComfyUI's out[:, :img_tokens] after it) */
+    img = sd_op_slice(joint, 1, Lt, Lt + Li);
     sd_bt_free(joint);
 
     /* final layer: adaLN (shift, scale) from SiLU(vec), then Linear */
@@ -458,5 +526,6 @@ done:
     sd_bt_free(c.silu_vec);
     sd_bt_free(c.rot);
     sd_tensor_unref(rt);
+    free(grids);
     return rc;
 }

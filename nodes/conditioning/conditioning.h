@@ -24,7 +24,10 @@
 extern const sd_node_def *const sd_nodes_conditioning[];
 /* FluxGuidance, FluxDisableGuidance, FluxKontextImageScale (flux_cond.c):
  * "guidance" on every entry (a FLOAT, or none = the model's guidance
- * embedding left out; absent = 3.5). */
+ * embedding left out; absent = 3.5); ReferenceLatent and
+ * FluxKontextMultiReferenceLatentMethod (edit_model.c): "reference_latents"
+ * (a list of latents, appended to) and "reference_latents_method" (a
+ * string) on every entry. */
 extern const sd_node_def *const sd_nodes_flux_conditioning[];
 
 /* Registers the family's table and the CLIPEncode alias. */

@@ -142,5 +142,8 @@ const sd_node_def sd_node_FluxKontextImageScale = {
     .run = kontext_scale_run,
 };
 
+extern const sd_node_def sd_node_ReferenceLatent, sd_node_FluxKontextMultiReferenceLatentMethod; /* edit_model.c */
+
 const sd_node_def *const sd_nodes_flux_conditioning[] = {
-    &sd_node_FluxGuidance, &sd_node_FluxDisableGuidance, &sd_node_FluxKontextImageScale, NULL};
+    &sd_node_FluxGuidance, &sd_node_FluxDisableGuidance, &sd_node_FluxKontextImageScale,
+    &sd_node_ReferenceLatent, &sd_node_FluxKontextMultiReferenceLatentMethod, NULL};

@@ -9,6 +9,8 @@
 
 #include "sampling.h"
 #include "models/sampling/guider.h"
+#include "models/flux/flux.h"
+#include "models/sampling/latent_format.h"
 #include "models/sd3/sd3.h"
 #include "models/unet/unet.h"
 #include "nodes/controlnet/controlnet_nodes.h"
@@ -31,6 +33,8 @@ typedef struct chunk {
     float *mult;                /* [ah * aw] weights */
     int guided;                 /* guidance models: a guidance value is fed */
     float guidance;
+    const sd_value *refs;       /* Flux: "reference_latents" (a list) or NULL */
+    const char *ref_method;     /* "reference_latents_method" or NULL */
 } chunk;
 
 static double dict_float(const sd_value *d, const char *key, double dflt) {
@@ -122,12 +126,86 @@ static sd_status chunk_setup(const sd_cond_model *m, chunk *c, int64_t B, int64_
     return SD_OK;
 }
 
+/* CONDList.can_concat and CONDConstant.can_concat: the same number of
+ * reference latents of the same shapes, the same method. */
+static int same_refs(const chunk *a, const chunk *b) {
+    size_t na = a->refs ? sd_value_list_len(a->refs) : 0, nb = b->refs ? sd_value_list_len(b->refs) : 0;
+    if (na != nb) return 0;
+    for (size_t i = 0; i < na; i++) {
+        const sd_tensor *ta = sd_value_as_tensor(sd_value_list_get(a->refs, i));
+        const sd_tensor *tb = sd_value_as_tensor(sd_value_list_get(b->refs, i));
+        if (ta->ndim != tb->ndim || memcmp(ta->shape, tb->shape, (size_t)ta->ndim * sizeof ta->shape[0]))
+            return 0;
+    }
+    if (!na) return 1;
+    return (a->ref_method == NULL) == (b->ref_method == NULL) &&
+           (!a->ref_method || strcmp(a->ref_method, b->ref_method) == 0);
+}
+
+/* model_base.Flux.extra_conds: an entry's "reference_latents" (checked
+ * here: F32 [b, C, h, w] with the model's channels) and
+ * "reference_latents_method". Other kinds ignore them. */
+static sd_status entry_refs(const sd_cond_model *m, chunk *c, sd_error *err) {
+    c->refs = NULL;
+    c->ref_method = NULL;
+    if (m->dm.info.kind != SD_DMODEL_FLUX) return SD_OK;
+    const sd_value *r = sd_value_dict_get(c->entry, "reference_latents");
+    if (!r || sd_value_kind_of(r) == SD_VAL_NONE) return SD_OK;
+    if (sd_value_kind_of(r) != SD_VAL_LIST)
+        return sd_error_set(err, SD_ERR_INVALID, "conditioning 'reference_latents' must be a list of latents");
+    for (size_t i = 0; i < sd_value_list_len(r); i++) {
+        const sd_tensor *t = sd_value_as_tensor(sd_value_list_get(r, i));
+        if (!t || t->dtype != SD_F32 || t->ndim != 4 || t->shape[0] < 1 || t->shape[1] != m->dm.info.in_channels ||
+            t->shape[2] < 1 || t->shape[3] < 1)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "conditioning reference latent %zu must be F32 [B, %d, H, W] (a latent of this "
+                                "model's VAE)",
+                                i, m->dm.info.in_channels);
+    }
+    c->refs = sd_value_list_len(r) ? r : NULL;
+    const sd_value *meth = sd_value_dict_get(c->entry, "reference_latents_method");
+    if (meth && sd_value_kind_of(meth) == SD_VAL_STRING) c->ref_method = sd_value_as_string(meth);
+    else if (meth && sd_value_kind_of(meth) != SD_VAL_NONE)
+        return sd_error_set(err, SD_ERR_INVALID, "conditioning 'reference_latents_method' must be a string");
+    return SD_OK;
+}
+
+/* The group's reference latents on the backend: ref i as [N, C, h, w] with
+ * item k * B + b = process_latent_in(chunk k's ref i [b % its batch]). */
+static sd_status group_refs(const sd_cond_model *m, chunk **g, int ng, int64_t B, sd_bt **out, int nref,
+                            sd_error *err) {
+    const int64_t N = (int64_t)ng * B;
+    for (int i = 0; i < nref; i++) {
+        const sd_tensor *t0 = sd_value_as_tensor(sd_value_list_get(g[0]->refs, (size_t)i));
+        const int64_t C = t0->shape[1], item = C * t0->shape[2] * t0->shape[3];
+        sd_tensor *h = sd_tensor_new4(SD_F32, 4, N, C, t0->shape[2], t0->shape[3]);
+        if (!h) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < ng; k++) {
+            const sd_tensor *t = sd_value_as_tensor(sd_value_list_get(g[k]->refs, (size_t)i));
+            for (int64_t b = 0; b < B; b++) {
+                const float *src = (const float *)t->data + (b % t->shape[0]) * item;
+                float *dst = (float *)h->data + ((int64_t)k * B + b) * item;
+                if (m->fmt) sd_latent_process_in(m->fmt, src, dst, (size_t)item);
+                else memcpy(dst, src, (size_t)item * sizeof(float));
+            }
+        }
+        out[i] = sd_bt_from_host(m->be, h, SD_F32);
+        sd_tensor_unref(h);
+        if (!out[i]) {
+            sd_status rc = sd_backend_take_error(m->be, err);
+            return rc ? rc : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        }
+    }
+    return SD_OK;
+}
+
 static int compatible(const chunk *a, const chunk *b) {
     /* ComfyUI batches entries only when they share the control object and
      * have the same conds (a guidance value or none) */
     if (sd_value_dict_get(a->entry, "control") != sd_value_dict_get(b->entry, "control"))
         return 0;
     if ((a->concat ? a->concat->shape[1] : 0) != (b->concat ? b->concat->shape[1] : 0)) return 0;
+    if (!same_refs(a, b)) return 0;
     return a->ah == b->ah && a->aw == b->aw && a->cond->shape[1] == b->cond->shape[1] &&
            a->cond->shape[2] == b->cond->shape[2] && a->guided == b->guided;
 }
@@ -259,7 +337,8 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     sd_tensor *yv = NULL;
     float *ts = malloc((size_t)N * sizeof(float));
     float *gd = g[0]->guided ? malloc((size_t)N * sizeof(float)) : NULL;
-    sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL;
+    sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL, **brefs = NULL;
+    int nref = 0;
     sd_tensor *eps = NULL;
     sd_control_residuals res;
     memset(&res, 0, sizeof res);
@@ -352,6 +431,17 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         }
         extra = &patched;
     }
+    nref = g[0]->refs ? (int)sd_value_list_len(g[0]->refs) : 0;
+    sd_flux_refs frefs = {NULL, 0, SD_FLUX_REF_OFFSET};
+    if (nref) {
+        if (!(brefs = calloc((size_t)nref, sizeof *brefs))) {
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        if ((rc = group_refs(m, g, ng, B, brefs, nref, err))) goto done;
+        frefs = (sd_flux_refs){brefs, nref, sd_flux_ref_method_from_name(g[0]->ref_method)};
+        extra = &frefs;
+    }
     if (m->n_skip > 0) {
         if (m->dm.info.kind != SD_DMODEL_MMDIT) {
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "skip layer guidance is not supported on a %s model",
@@ -393,6 +483,8 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     }
 done:
     sd_control_residuals_free(&res);
+    for (int i = 0; brefs && i < nref; i++) sd_bt_free(brefs[i]);
+    free(brefs);
     sd_bt_free(bx);
     sd_bt_free(bc);
     sd_bt_free(by);
@@ -461,6 +553,10 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                 break;
             }
             if ((rc = entry_mask(m, c, err))) {
+                sd_error_prefix(err, "%s conditioning entry %zu", which, k);
+                break;
+            }
+            if ((rc = entry_refs(m, c, err))) {
                 sd_error_prefix(err, "%s conditioning entry %zu", which, k);
                 break;
             }

@@ -635,7 +635,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                         .adm_tap = a->hooks ? a->hooks->on_adm : NULL,
                         .forward_tap = a->hooks ? a->hooks->on_forward : NULL,
                         .tap_ud = a->hooks ? a->hooks->ud : NULL,
-                        .unet_patches = g->patches ? &g->patches->unet : NULL};
+                        .unet_patches = g->patches ? &g->patches->unet : NULL,
+                        .fmt = info->latent_format};
     sd_denoiser den;
     if (g->kind == SD_GUIDE_CFG) {
         sd_guider_init(&guider, sd_cond_model_eval, &cm, g->cfg);

@@ -41,7 +41,13 @@ extern const sd_node_def *const sd_nodes_custom_sampling[];
  * "pooled_output" and the size keys; Flux "pooled_output" as y (required,
  * as ComfyUI's encode_adm) and "guidance" (a float; absent = 3.5, ComfyUI's
  * default; none = no guidance embedding, FluxDisableGuidance), repeated
- * over the batch. */
+ * over the batch; Flux also "reference_latents" (ReferenceLatent's list of
+ * VAE-space latents [b, C, h, w], any size: process_latent_in, each
+ * item b of the batch taking the latent's item b % b_ref, as
+ * repeat_to_batch_size) and "reference_latents_method" (a string, see
+ * models/flux/flux.h sd_flux_refs; entries batch together only with the
+ * same reference shapes and method). The other kinds ignore both keys, as
+ * their ComfyUI model_base does. */
 #define SD_COND_MIDDLE 2 /* beside SD_COND_POSITIVE / SD_COND_NEGATIVE (guider.h) */
 #define SD_COND_FLUX_GUIDANCE_DEFAULT 3.5 /* model_base.Flux.extra_conds */
 typedef void (*sd_cond_model_tap_fn)(void *ud, int cond_index, float sigma,
@@ -85,6 +91,9 @@ typedef struct sd_cond_model {
      * unet_patches for this call, as ComfyUI's set_model_options_patch_replace
      * on a copy of the model options) */
     int perturb_attn;
+    /* the MODEL's latent format: Flux reference latents are brought into
+     * model space with it (process_latent_in); NULL = as they are */
+    const struct sd_latent_format *fmt;
 } sd_cond_model;
 
 /* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of
