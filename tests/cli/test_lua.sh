@@ -28,7 +28,8 @@ if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
     done
 fi
 # The Flux examples name ComfyUI's Flux files; the Flux set's tiny ones (and
-# the tiny GGUF files of tests/data/gguf) stand in for them, with the T5
+# the tiny GGUF files of tests/data/gguf) stand in for them (the tiny dev
+# model for Kontext dev too: the same layout), with the T5
 # tokenizer beside the CLIP vocabulary.
 TOKS="$TOK"
 have_flux=0
@@ -42,6 +43,7 @@ if [ -f "$FLUX/manifest.json" ] && [ -d "$TOK" ]; then
     TOKS="$T/tok"
     for f in "$FLUX/models/tiny-flux1-dev.safetensors diffusion_models/flux1-dev.safetensors" \
         "$FLUX/models/tiny-flux1-schnell.safetensors diffusion_models/flux1-schnell.safetensors" \
+        "$FLUX/models/tiny-flux1-dev.safetensors diffusion_models/flux1-kontext-dev.safetensors" \
         "$FLUX/models/tiny-flux1-dev-fp8.safetensors checkpoints/flux1-dev-fp8.safetensors" \
         "$FLUX/models/tiny-t5xxl_fp16.safetensors text_encoders/t5xxl_fp16.safetensors" \
         "$FLUX/models/tiny-t5xxl_fp16.safetensors text_encoders/t5xxl_fp8_e4m3fn.safetensors" \

@@ -162,6 +162,7 @@ if [ -d "$TOK" ] && [ -f "$FLUX/manifest.json" ]; then
     for f in vocab.json merges.txt; do ln -s "$TOK/$f" "$T/tok/$f"; done
     ln -s "$FLUX/tokenizer/tokenizer.json" "$T/tok/t5_tokenizer/tokenizer.json"
     for f in "flux1-dev diffusion_models/flux1-dev" "flux1-schnell diffusion_models/flux1-schnell" \
+        "flux1-dev diffusion_models/flux1-kontext-dev" \
         "flux1-dev-fp8 checkpoints/flux1-dev-fp8" "t5xxl_fp16 text_encoders/t5xxl_fp16" \
         "clip_l text_encoders/clip_l" "ae vae/ae"; do
         set -- $f
@@ -172,6 +173,7 @@ if [ -d "$TOK" ] && [ -f "$FLUX/manifest.json" ]; then
     both txt2img_flux_dev "${FLUXSMALL[@]}" --set 3.steps=2
     both txt2img_flux_dev_fp8 "${FLUXSMALL[@]}" --set 3.steps=2
     both txt2img_flux_schnell "${FLUXSMALL[@]}" --set 17.steps=2
+    both edit_flux_kontext "${FLUXSMALL[@]}" --set 17.steps=2
 else
     echo "  (no Flux reference set or tokenizer: the Flux examples did not run)"
 fi
