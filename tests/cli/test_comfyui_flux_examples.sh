@@ -5,6 +5,8 @@
 #   - each UI save converts to the graph of its API twin (class types and
 #     inputs; these 2024 API forms carry no _meta titles);
 #   - the API and the UI form both run and save the same pixels;
+#   - the Kontext example edits a picture (input/fennec_girl_sing.png, any
+#     picture here) through ReferenceLatent;
 #   - the schnell example's 4-channel EmptyLatentImage is widened to Flux's
 #     16 channels as ComfyUI's fix_empty_latent_channels does: the same pixels
 #     as the graph with EmptySD3LatentImage;
@@ -17,7 +19,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_comfyui_flux_examples UNETLoader DualCLIPLoader ModelSamplingFlux FluxGuidance \
-    EmptySD3LatentImage SamplerCustomAdvanced
+    EmptySD3LatentImage SamplerCustomAdvanced ReferenceLatent FluxKontextImageScale
 FLUX="$DATA/flux"
 EX="$SDFLOW_SOURCE_DIR/tests/data/comfyui_examples/flux"
 sd_test_need_path "$FLUX/manifest.json" "the Flux reference set ($FLUX)"
@@ -27,6 +29,8 @@ sd_test_need_cmd python3
 M="$T/models"
 mkdir -p "$M/diffusion_models" "$M/unet" "$M/text_encoders" "$M/vae" "$M/checkpoints" "$T/tok/t5_tokenizer"
 ln -s "$FLUX/models/tiny-flux1-dev.safetensors" "$M/diffusion_models/flux1-dev.safetensors"
+# (Kontext dev is a dev-layout file: the tiny dev model stands in for it)
+ln -s "$FLUX/models/tiny-flux1-dev.safetensors" "$M/diffusion_models/flux1-kontext-dev.safetensors"
 ln -s "$FLUX/models/tiny-flux1-schnell.safetensors" "$M/unet/flux1-schnell.safetensors"
 ln -s "$FLUX/models/tiny-t5xxl_fp16.safetensors" "$M/text_encoders/t5xxl_fp16.safetensors"
 ln -s "$FLUX/models/tiny-clip_l.safetensors" "$M/text_encoders/clip_l.safetensors"
@@ -34,6 +38,9 @@ ln -s "$FLUX/models/tiny-ae.safetensors" "$M/vae/ae.safetensors"
 ln -s "$FLUX/models/tiny-flux1-dev-fp8.safetensors" "$M/checkpoints/flux1-dev-fp8.safetensors"
 ln -s "$FLUX/tokenizer/tokenizer.json" "$T/tok/t5_tokenizer/tokenizer.json"
 for f in vocab.json merges.txt; do ln -s "$TOK/$f" "$T/tok/$f"; done
+# the Kontext example edits this picture (any picture will do)
+mkdir -p "$T/input"
+sd_test_write_png "$T/input/fennec_girl_sing.png"
 
 cat > "$T/tool.py" << 'PY'
 import json, struct, sys
@@ -97,7 +104,8 @@ python3 "$T/tool.py" schnell_fp8 "$FLUX/models/tiny-flux1-dev-fp8.safetensors" \
 run() {
     local name=$1 file=$2
     shift 2
-    "$SDFLOW_BIN" run "$file" --models-dir "$M" --tokenizer-dir "$T/tok" --no-cache --output-dir "$T/out/$name" \
+    "$SDFLOW_BIN" run "$file" --models-dir "$M" --tokenizer-dir "$T/tok" --input-dir "$T/input" --no-cache \
+        --output-dir "$T/out/$name" \
         "$@" > "$T/$name.out" 2> "$T/$name.err" || { fail "$name: $(tail -3 "$T/$name.err")"; return 1; }
     local png
     png=$(ls "$T/out/$name"/*.png 2> /dev/null | head -1)
@@ -127,6 +135,9 @@ example flux_dev_example --set 27.width=64 --set 27.height=48 --set 30.width=64 
 example flux_schnell_example --set 5.width=64 --set 5.height=48 --set 17.steps=2
 example flux_dev_checkpoint_example --set 27.width=64 --set 27.height=48 --set 31.steps=2
 example flux_schnell_checkpoint_example --set 27.width=64 --set 27.height=48 --set 31.steps=2
+# Kontext: LoadImage, FluxKontextImageScale, VAEEncode, ReferenceLatent
+example flux_kontext_example --set 27.width=64 --set 27.height=48 --set 30.width=64 --set 30.height=48 \
+    --set 17.steps=2
 
 # the 4-channel empty latent of the schnell example is Flux's 16-channel one
 python3 "$T/tool.py" retype "$EX/flux_schnell_example.api.json" 5 EmptySD3LatentImage "$T/schnell_sd3.json"
