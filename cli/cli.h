@@ -103,6 +103,7 @@ typedef struct sd_cli_args {
     const char *max_image_pixels; /* decimal, "0" = no limit */
     const char *max_memory;       /* "16G", bytes, "0" = no limit */
     const char *gpu_memory;       /* --gpu-memory "10G": cap on the CUDA backend's memory */
+    int lora_strict;              /* --lora-strict (sd_env.lora_strict) */
     sd_cli_list sets;           /* SD_CLI_G_SET */
     const char *cache;          /* SD_CLI_G_CACHE */
     int no_cache;

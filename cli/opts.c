@@ -67,6 +67,9 @@ static const shared_opt shared[] = {
      "f32|bf16|f16"},
     {G_IO, "--clip-precision", NULL, SD_CLI_STR, OFF(clip_precision), "f32|bf16|f16",
      "precision of the text-encoder nodes (default: --precision)", "f32|bf16|f16"},
+    {G_IO, "--lora-strict", NULL, SD_CLI_FLAG, OFF(lora_strict), NULL,
+     "refuse a LoRA any patch of which does not fit the model (default: apply what fits and warn, as "
+     "ComfyUI)", NULL},
     {G_IO, "--device", NULL, SD_CLI_STR, OFF(device), "cpu|cuda|cuda:N",
      "compute device (default cuda when this build has it and a GPU is present, else cpu; cuda:N = card N)", NULL},
     {G_IO, "--gpu-memory", NULL, SD_CLI_STR, OFF(gpu_memory), "BYTES",
@@ -342,6 +345,7 @@ sd_status sd_cli_env_init(sd_env *env, const sd_cli_args *a, sd_error *err) {
             rc = sd_env_set(env, &env->device, "cuda", err);
         }
     }
+    if (!rc) env->lora_strict = a->lora_strict;
     if (!rc && a->clip_l_heads) rc = parse_heads("--clip-l-heads", a->clip_l_heads, &env->clip_l_heads, err);
     if (!rc && a->clip_g_heads) rc = parse_heads("--clip-g-heads", a->clip_g_heads, &env->clip_g_heads, err);
     if (!rc && a->qwen3_4b_width) rc = parse_width(a->qwen3_4b_width, &env->qwen3_4b_width, err);

@@ -605,6 +605,16 @@ typedef struct node_obs {
     double t0;
 } node_obs;
 
+/* A node's warning, kept in its record of the report (memory short: the
+ * log still has it). */
+static void keep_warning(void *user, const char *msg) {
+    sd_exec_record *rec = user;
+    char **w = realloc(rec->warnings, (rec->n_warnings + 1) * sizeof *w);
+    if (!w) return;
+    rec->warnings = w;
+    if ((w[rec->n_warnings] = strdup(msg))) rec->n_warnings++;
+}
+
 static void obs_progress(void *user, const char *node_id, int64_t value, int64_t max) {
     node_obs *o = user;
     const sd_exec_opts *opts = o->r->opts;
@@ -668,6 +678,8 @@ static sd_status run_node(run *r, plan_node *p, const char *prompt_json, sd_erro
         .progress = r->opts->progress,
         .progress_user = r->opts->progress_user,
         .ui = NULL,
+        .on_warning = keep_warning,
+        .warning_user = &r->report->items[p->record],
     };
     node_obs obs = {r, &r->report->items[p->record], now_s()};
     if (r->opts->on_event) {

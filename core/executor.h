@@ -89,6 +89,9 @@ typedef struct sd_exec_record {
                             owned by the report; NULL when none */
     int delivered;       /* status CACHED/MEMO, but the output node wrote its
                             files again (see "Output files" above) */
+    char **warnings;     /* what the node logged as warnings while it ran
+                            (a LoRA's left-out patches, ...), owned */
+    size_t n_warnings;
 } sd_exec_record;
 
 typedef struct sd_exec_report {

@@ -142,6 +142,8 @@ void sd_exec_report_free(sd_exec_report *r) {
         free(rec->class_type);
         for (size_t k = 0; k < rec->n_outputs; k++) free(rec->output_desc[k]);
         free(rec->output_desc);
+        for (size_t k = 0; k < rec->n_warnings; k++) free(rec->warnings[k]);
+        free(rec->warnings);
         sd_value_unref(rec->ui);
     }
     free(r->items);
@@ -194,6 +196,10 @@ char *sd_exec_report_json(const sd_exec_report *r) {
         for (size_t k = 0; outs && k < rec->n_outputs; k++)
             cJSON_AddItemToArray(outs, cJSON_CreateString(rec->output_desc[k] ? rec->output_desc[k] : ""));
         if (rec->ui) cJSON_AddItemToObject(o, "ui", ui_json(rec->ui));
+        if (rec->n_warnings) {
+            cJSON *w = cJSON_AddArrayToObject(o, "warnings");
+            for (size_t k = 0; w && k < rec->n_warnings; k++) cJSON_AddItemToArray(w, cJSON_CreateString(rec->warnings[k]));
+        }
         char hex[65];
         sd_sha256_hex(rec->key, hex);
         cJSON_AddStringToObject(o, "key", hex);

@@ -204,6 +204,10 @@ struct sd_env {
     /* The hidden width taken as Qwen3-4B (Z-Image's text encoder) by the
      * loaders (sd_checkpoint_opts.qwen3_4b_width); 0 = 2560, the real one's. */
     int qwen3_4b_width;
+    /* LoraLoader refuses a LoRA any patch of which does not fit the model
+     * (--lora-strict); 0 = apply what fits and warn, as ComfyUI. A refusal
+     * is an error, never a result, so it is not part of cache keys. */
+    int lora_strict;
     void *models;              /* process-lifetime store of loaded models (nodes/) */
     void *backend;             /* compute backend (kernels/backend.h) */
     sd_log_fn log;
@@ -237,6 +241,11 @@ struct sd_node_ctx {
      * its current denoised estimate through sd_node_preview(). */
     sd_preview_fn preview;
     void *preview_user;
+    /* Sees every warning the node logs (sd_node_log at SD_LOG_WARN or
+     * worse) besides env->log: the executor keeps them in the run's report
+     * (sd_exec_record.warnings). NULL = the log alone. */
+    void (*on_warning)(void *user, const char *msg);
+    void *warning_user;
 };
 
 /* Report progress inside a long node. Returns SD_ERR_CANCELLED (with err

@@ -139,11 +139,12 @@ void sd_node_image(sd_node_ctx *ctx, int64_t index, int64_t count, const struct 
 }
 
 void sd_node_log(const sd_node_ctx *ctx, int level, const char *fmt, ...) {
-    if (!ctx || !ctx->env || !ctx->env->log) return;
+    if (!ctx || ((!ctx->env || !ctx->env->log) && !(ctx->on_warning && level <= SD_LOG_WARN))) return;
     char buf[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    ctx->env->log(ctx->env->log_user, level, buf);
+    if (ctx->on_warning && level <= SD_LOG_WARN) ctx->on_warning(ctx->warning_user, buf);
+    if (ctx->env && ctx->env->log) ctx->env->log(ctx->env->log_user, level, buf);
 }

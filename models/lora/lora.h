@@ -75,9 +75,12 @@ typedef struct sd_lora_plan sd_lora_plan;
 /* Match `lora` against the parts it may patch: unet and/or te (either may be
  * NULL: LoraLoaderModelOnly passes no text encoder, whose LoRA tensors then
  * count as unmatched). Shapes are checked here: a patch whose size differs
- * from its target is SD_ERR_INVALID naming the LoRA key, the target and both
- * shapes (a LoRA made for another architecture). A LoRA of which nothing
- * matches is not an error here; callers decide (see sd_lora_plan_count). */
+ * from its target is left out, as ComfyUI leaves it out with a logged
+ * warning, and listed by sd_lora_plan_skipped (the LoRA key, the target and
+ * both shapes); the rest applies. A malformed adapter (inconsistent ranks,
+ * NaN) is an error. A LoRA of which nothing matches, or which has patches
+ * left out, is not an error here; callers decide (sd_lora_plan_count,
+ * sd_lora_plan_skipped_count). */
 sd_status sd_lora_plan_new(sd_lora *lora, sd_unet *unet, const sd_text_encoder *te,
                            sd_lora_plan **out, sd_error *err);
 /* The same against a Flux DiT (part SD_LORA_UNET; targets relative to the
@@ -118,6 +121,14 @@ const char *sd_lora_plan_unmatched(const sd_lora_plan *p, size_t i);
 /* "N LoRA keys matched nothing: a, b, c, ..." (at most `show` names) into
  * buf; returns buf ("" when every key matched). */
 const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char *buf, size_t n);
+/* Patches left out because they do not fit the model, each "'TENSOR' does
+ * not fit: its patch has N values, UNet 'KEY' is [..]" (or "... targets
+ * UNet 'KEY', which this model lacks"), in match order. */
+size_t sd_lora_plan_skipped_count(const sd_lora_plan *p);
+const char *sd_lora_plan_skipped(const sd_lora_plan *p, size_t i);
+/* "N LoRA patches did not fit the model and were left out: a; b; ..." (at
+ * most `show`) into buf; returns buf ("" when none was left out). */
+const char *sd_lora_plan_skipped_summary(const sd_lora_plan *p, int show, char *buf, size_t n);
 
 /* A block ratio of a per-block merge (ModelMergeBlocks and the
  * model-specific ModelMerge* nodes): parameters whose key starts with

@@ -87,6 +87,8 @@ struct sd_lora_plan {
     size_t count[3];
     const char **unmatched;
     size_t n_unmatched;
+    char **skipped; /* "'KEY' ...: why" per patch that did not fit, owned */
+    size_t n_skipped;
 };
 
 /* Adds the adapter's delta, times scale, into w (n floats, the target's

@@ -4,6 +4,7 @@
 #include "formats/torch_ckpt.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,35 @@ static const char *const lora_suffixes[][2] = {
 typedef struct pbuf {
     lora_patch *p;
     size_t n, cap;
+    char **skip; /* why each patch that did not fit was left out (owned) */
+    size_t nskip, capskip;
 } pbuf;
+
+/* Records a patch left out (ComfyUI skips it with a logged warning: "lora
+ * key not loaded", "WEIGHT NOT MERGED"). Only running out of memory fails. */
+static sd_status skip_patch(pbuf *b, sd_error *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static sd_status skip_patch(pbuf *b, sd_error *err, const char *fmt, ...) {
+    if (b->nskip == b->capskip) {
+        size_t cap = b->capskip ? 2 * b->capskip : 16;
+        char **s = realloc(b->skip, cap * sizeof *s);
+        if (!s) return sd_error_set(err, SD_ERR_NOMEM, "out of memory matching a LoRA");
+        b->skip = s;
+        b->capskip = cap;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!(b->skip[b->nskip] = strdup(msg))) return sd_error_set(err, SD_ERR_NOMEM, "out of memory matching a LoRA");
+    b->nskip++;
+    return SD_OK;
+}
+
+static void free_skipped(char **s, size_t n) {
+    for (size_t i = 0; s && i < n; i++) free(s[i]);
+    free(s);
+}
 
 static lora_patch *push(pbuf *b) {
     if (b->n == b->cap) {
@@ -189,8 +218,8 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
     /* (a bias diff of a key is never sliced: match_one skips those) */
     int64_t rows = target == k->target ? k->rows : 0;
     if (!target_numel(m, k->part, target, rows, &want, &ndim, dims, shape, sizeof shape))
-        return sd_error_set(err, SD_ERR_INVALID, "%s: LoRA key '%s' targets %s '%s', which this model lacks",
-                            sd_lora_path(l), k->name, part_name(k->part), target);
+        return skip_patch(b, err, "'%s' targets %s '%s', which this model lacks", k->name,
+                          part_name(k->part), target);
     lora_patch *p = push(b);
     char *tg = strdup(target);
     if (!p || !tg) {
@@ -233,12 +262,13 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
             return sd_error_set(err, SD_ERR_FORMAT, "%s: LoRA tensor '%s' contains NaN or Inf (corrupted LoRA)",
                                 sd_lora_path(l), p->t[i]);
     }
-    if (got != want || !same)
-        return sd_error_set(err, SD_ERR_INVALID,
-                            "%s: LoRA '%s' does not fit this model: its patch has %lld values, "
-                            "%s '%s' is %s (a LoRA for another architecture?)",
-                            sd_lora_path(l), k->name, (long long)got, part_name(k->part), target,
-                            shape);
+    if (got != want || !same) {
+        /* left out, as ComfyUI leaves it (the caller decides whether to refuse) */
+        free(p->target);
+        b->n--;
+        return skip_patch(b, err, "'%s' does not fit: its patch has %lld values, %s '%s' is %s",
+                          k->name, (long long)got, part_name(k->part), target, shape);
+    }
     return SD_OK;
 }
 
@@ -418,12 +448,15 @@ static sd_status plan_new(sd_lora *lora, const lora_model *m, sd_lora_plan **out
     p->lora = sd_lora_ref(lora);
     p->p = b.p;
     p->n = b.n;
+    p->skipped = b.skip;
+    p->n_skipped = b.nskip;
     free(used);
     sd_lora_keymap_free(map, nmap);
     *out = p;
     return SD_OK;
 fail:
     free_patches(b.p, b.n);
+    free_skipped(b.skip, b.nskip);
     free(used);
     if (p) free(p->unmatched);
     free(p);
@@ -478,6 +511,7 @@ void sd_lora_plan_unref(sd_lora_plan *p) {
     if (!p || __atomic_sub_fetch(&p->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     free_patches(p->p, p->n);
     free(p->unmatched);
+    free_skipped(p->skipped, p->n_skipped);
     sd_lora_unref(p->lora);
     free(p);
 }
@@ -507,5 +541,23 @@ const char *sd_lora_plan_unmatched_summary(const sd_lora_plan *p, int show, char
     for (size_t i = 0; i < p->n_unmatched && (int)i < show && o < n; i++)
         o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", p->unmatched[i]);
     if ((int)p->n_unmatched > show && o < n) snprintf(buf + o, n - o, ", ...");
+    return buf;
+}
+
+size_t sd_lora_plan_skipped_count(const sd_lora_plan *p) { return p ? p->n_skipped : 0; }
+
+const char *sd_lora_plan_skipped(const sd_lora_plan *p, size_t i) {
+    return p && i < p->n_skipped ? p->skipped[i] : NULL;
+}
+
+const char *sd_lora_plan_skipped_summary(const sd_lora_plan *p, int show, char *buf, size_t n) {
+    if (!n) return buf;
+    buf[0] = '\0';
+    if (!p || !p->n_skipped) return buf;
+    size_t o = (size_t)snprintf(buf, n, "%zu LoRA patch%s did not fit the model and %s left out: ", p->n_skipped,
+                                p->n_skipped == 1 ? "" : "es", p->n_skipped == 1 ? "was" : "were");
+    for (size_t i = 0; i < p->n_skipped && (int)i < show && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? "; " : "", p->skipped[i]);
+    if ((int)p->n_skipped > show && o < n) snprintf(buf + o, n - o, "; ...");
     return buf;
 }

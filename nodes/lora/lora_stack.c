@@ -319,14 +319,24 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
     if (!rc) {
         size_t nm = sd_lora_plan_count(plan, SD_LORA_UNET),
                nc = sd_lora_plan_count(plan, SD_LORA_CLIP_L) + sd_lora_plan_count(plan, SD_LORA_CLIP_G);
-        char buf[1024];
+        char buf[1024], skipped[1536];
         sd_lora_plan_unmatched_summary(plan, 5, buf, sizeof buf);
-        if (nm + nc == 0) {
+        sd_lora_plan_skipped_summary(plan, 3, skipped, sizeof skipped);
+        size_t ns = sd_lora_plan_skipped_count(plan);
+        if (nm + nc == 0 && ns) {
+            rc = sd_error_set(err, SD_ERR_INVALID,
+                              "%s: this LoRA does not fit this model: %s (a LoRA for another architecture?)",
+                              path, skipped);
+        } else if (nm + nc == 0) {
             rc = sd_error_set(err, SD_ERR_INVALID,
                               "%s: no key of this LoRA matches the model (%s); a LoRA made for "
                               "another architecture?",
                               path, buf);
+        } else if (ns && ctx->env->lora_strict) {
+            rc = sd_error_set(err, SD_ERR_INVALID, "%s: %s (refused under --lora-strict)", path, skipped);
         } else {
+            /* ComfyUI applies the rest and logs each left-out patch */
+            if (ns) sd_node_log(ctx, SD_LOG_WARN, "LoRA %s: %s", lora_name, skipped);
             if (buf[0]) sd_node_log(ctx, SD_LOG_WARN, "LoRA %s: %s", lora_name, buf);
             if (is_dit)
                 sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu %s DiT weights patched", lora_name, nm,

@@ -226,8 +226,24 @@ fi
 # an SD1 LoRA on SDXL, a LoRA that matches nothing
 tool edit "$WF/lora_sd15.json" "$T/lora_xl.json" '4.ckpt_name="tiny-sdxl.safetensors"' \
     '10.lora_name="tiny-lora-sd1.safetensors"' 5.width=64 5.height=64 3.steps=1
-fails_with lora_xl "$T/lora_xl.json" "node 10 (LoraLoader) input 'lora_name'" "does not fit this model" \
-    "another architecture"
+# ComfyUI applies the patches whose shapes fit and leaves the rest out with a warning: so does
+# sdflow, naming the count and the first in the log and the --report; --lora-strict refuses it
+if ok lora_xl "$T/lora_xl.json" --report "$T/lora_xl.report.json"; then
+    grep -q "LoRA tiny-lora-sd1.safetensors: [0-9]* LoRA patches did not fit the model and were left out: '" "$T/lora_xl.err" ||
+        fail "lora_xl: the left-out patches are not reported: $(cat "$T/lora_xl.err")"
+    python3 - "$T/lora_xl.report.json" <<'PY' || fail "lora_xl: the report lacks LoraLoader's warning"
+import json, sys
+w = json.load(open(sys.argv[1]))["nodes"]["10"].get("warnings", [])
+sys.exit(0 if any("did not fit the model and were left out" in x for x in w) else 1)
+PY
+fi
+if run lora_xl_strict "$T/lora_xl.json" --lora-strict; then
+    fail "lora_xl_strict: ran although --lora-strict should refuse the LoRA"
+else
+    for p in "node 10 (LoraLoader) input 'lora_name'" "does not fit" "refused under --lora-strict"; do
+        grep -qF -- "$p" "$T/lora_xl_strict.err" || fail "lora_xl_strict: error lacks '$p': $(cat "$T/lora_xl_strict.err")"
+    done
+fi
 tool edit "$WF/lora_sd15.json" "$T/lora_nothing.json" '4.ckpt_name="tiny-sd1.safetensors"' \
     '10.lora_name="nothing.safetensors"' 5.width=64 5.height=64 3.steps=1
 fails_with lora_nothing "$T/lora_nothing.json" "node 10 (LoraLoader) input 'lora_name'" \
