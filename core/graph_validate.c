@@ -15,10 +15,12 @@
  *   dependency_cycle          the links form a cycle
  *   prompt_no_outputs         no output node
  *
- * Literal inputs with a default (INT/FLOAT/BOOLEAN always, STRING/COMBO when
- * def_str is set) may be absent: the executor fills the default, as
- * ComfyUI's frontend always sends widget values. Unknown extra inputs are
- * ignored, as ComfyUI does. */
+ * Every required input must be there, widgets included: ComfyUI refuses a
+ * prompt without one (required_input_missing) rather than guessing a value,
+ * and so does sdflow (UI-format files get the frontend's defaults for widget
+ * values they lack when they are converted, formats/workflow_ui.c). Only
+ * optional inputs may be absent. Unknown extra inputs are ignored, as
+ * ComfyUI does. */
 #include "graph.h"
 
 #include <math.h>
@@ -398,21 +400,13 @@ static void check_literal(sd_graph_problems *p, const sd_graph_node *n, const sd
         add_problem(p, n, d->name, "value_bigger_than_max", "value %s bigger than max of %g", got, d->max);
 }
 
-static int literal_has_default(const sd_input_def *d) {
-    if (strcmp(d->type, SD_T_INT) == 0 || strcmp(d->type, SD_T_FLOAT) == 0 ||
-        strcmp(d->type, SD_T_BOOLEAN) == 0)
-        return 1;
-    return (strcmp(d->type, SD_T_STRING) == 0 || strcmp(d->type, SD_T_COMBO) == 0) && d->def_str;
-}
-
 static void check_node(sd_graph_problems *p, const sd_graph *g, const sd_graph_node *n,
                        const sd_node_def *def, const sd_env *env, combo_memo *memo) {
     for (int i = 0; def->inputs && def->inputs[i].name; i++) {
         const sd_input_def *d = &def->inputs[i];
         const sd_graph_input *in = sd_graph_node_input(n, d->name);
         if (!in) {
-            int literal = sd_type_is_literal(d->type);
-            if (!d->optional && !(literal && literal_has_default(d)))
+            if (!d->optional)
                 add_problem(p, n, d->name, "required_input_missing", "required input is missing (%s)", d->type);
             continue;
         }

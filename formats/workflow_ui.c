@@ -615,9 +615,23 @@ static int input_linked(const unode *n, const char *name) {
     return 0;
 }
 
+/* The value the frontend gives a new widget: the input's default, else 0,
+ * "" or the first choice (the frontend's rules for a node definition
+ * without a default); NULL for a list read from the folders (its first
+ * entry depends on the machine: validation then says the value is missing). */
+static cJSON *widget_default(const sd_input_def *d) {
+    if (!strcmp(d->type, SD_T_INT) || !strcmp(d->type, SD_T_FLOAT)) return cJSON_CreateNumber(d->def);
+    if (!strcmp(d->type, SD_T_BOOLEAN)) return cJSON_CreateBool(d->def != 0);
+    if (!strcmp(d->type, SD_T_STRING)) return cJSON_CreateString(d->def_str ? d->def_str : "");
+    if (!strcmp(d->type, SD_T_COMBO)) {
+        if (d->def_str) return cJSON_CreateString(d->def_str);
+        if (d->options && d->options[0]) return cJSON_CreateString(d->options[0]);
+    }
+    return NULL;
+}
+
 static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *inputs) {
     const sd_node_def *def = n->def;
-    if (!n->wv) return SD_OK;
     if (!def) {
         /* an unknown type: only widgets saved by name can be kept */
         if (cJSON_IsObject(n->wv))
@@ -631,14 +645,14 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
     int nw = node_widgets(def, w);
     char names[1024];
     sd_status rc = SD_OK;
-    int by_name = cJSON_IsObject(n->wv), nv = cJSON_GetArraySize(n->wv);
+    int by_name = cJSON_IsObject(n->wv), nv = n->wv ? cJSON_GetArraySize(n->wv) : 0;
     if (!by_name && nv > nw) {
         widget_names(w, nw, names, sizeof names);
         rc = node_fail(c, SD_ERR_INVALID, in, n, NULL,
                        "widgets_values has %d values but sdflow's %s has %d widget%s (%s): saved by a different "
                        "version of this node?", nv, def->class_type, nw, nw == 1 ? "" : "s", names);
     }
-    const cJSON *v = by_name ? NULL : n->wv->child;
+    const cJSON *v = by_name || !n->wv ? NULL : n->wv->child;
     for (int i = 0; !rc && i < nw; i++, v = v ? v->next : NULL) {
         const cJSON *val = by_name ? (w[i].d ? cJSON_GetObjectItemCaseSensitive(n->wv, w[i].d->name) : NULL) : v;
         if (w[i].kind == W_UPLOAD) continue;
@@ -654,7 +668,14 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
             }
             continue;
         }
-        if (!val) continue; /* not saved: the executor uses the input's default */
+        if (!val) {
+            /* not saved (an older save, or a widget added since): the
+             * frontend gives a new widget its default, so does this */
+            if (input_linked(n, w[i].d->name)) continue;
+            cJSON *dv = widget_default(w[i].d);
+            if (dv && put(inputs, w[i].d->name, dv)) rc = sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
+            continue;
+        }
         if (!value_fits(w[i].d, val) && !input_linked(n, w[i].d->name)) {
             widget_names(w, nw, names, sizeof names);
             char *s = sd_json_print(val, 0);

@@ -245,6 +245,38 @@ static int cmp_named(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+/* The declared default of a required literal input (def / def_str: for an
+ * input ComfyUI declares without one, what its editor fills in, core/node.h),
+ * as a new value, or NULL when there is none: a combo read from the folders
+ * (ckpt_name), a STRING declared without one. */
+static sd_value *declared_default(const sd_input_def *d) {
+    if (d->optional || !sd_type_is_literal(d->type)) return NULL;
+    const char *t = d->type;
+    if (!strcmp(t, SD_T_INT)) return sd_value_int((int64_t)llround(d->def));
+    if (!strcmp(t, SD_T_FLOAT)) return number_value(d->def); /* as the same number in JSON */
+    if (!strcmp(t, SD_T_BOOLEAN)) return sd_value_bool(d->def != 0);
+    if ((!strcmp(t, SD_T_STRING) || !strcmp(t, SD_T_COMBO)) && d->def_str) return sd_value_string(d->def_str);
+    return NULL;
+}
+
+/* A constructor fills each required literal input the table leaves out with
+ * its declared default, as a Lua function's default arguments would (and as
+ * ComfyUI's editor gives a new node's widgets their defaults): the graph it
+ * makes is a complete prompt, which validation requires (ComfyUI refuses a
+ * prompt without one, required_input_missing). An input without a declared
+ * default stays absent and validation names it at the constructor's line. */
+static sd_status fill_defaults(const sd_node_def *def, sd_graph_node *n, sd_error *err) {
+    for (int i = 0; def && def->inputs && def->inputs[i].name; i++) {
+        const sd_input_def *d = &def->inputs[i];
+        if (sd_graph_node_input(n, d->name)) continue;
+        sd_value *v = declared_default(d);
+        if (!v) continue;
+        sd_status rc = sd_graph_set_literal(n, d->name, v, err);
+        if (rc) return rc;
+    }
+    return SD_OK;
+}
+
 /* Creates a node of class `ct` from the input table at tidx (may be none) and
  * pushes its handle. Inputs are set in schema order (unknown names after, by
  * name) so the graph does not depend on Lua's table order. */
@@ -320,6 +352,11 @@ static int construct(lua_State *L, const char *ct, int tidx) {
             sd_graph_remove_node(g, id, NULL); /* a half-made node must not stay */
             return luaL_error(L, "node %s (%s): %s", id, ct, msg);
         }
+    }
+    if (fill_defaults(def, n, &err)) {
+        const char *id = lua_pushstring(L, n->id);
+        sd_graph_remove_node(g, id, NULL);
+        return luaL_error(L, "node %s (%s): %s", id, ct, err.msg);
     }
     sd_lua_push_node(L, n->id);
     return 1;

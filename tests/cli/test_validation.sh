@@ -31,66 +31,78 @@ run_bad() {
 run_bad unknown_class invalid_prompt 5 NoSuchNode - <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "5": {"class_type": "NoSuchNode", "inputs": {"image": ["1", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0]}}}
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "v"}}}
 J
 run_bad missing_input required_input_missing 9 SaveImage images <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "x"}}}
 J
+# A literal input with a default is required all the same: ComfyUI refuses
+# such a prompt rather than guessing the value, and so does the CLI.
+run_bad missing_literal required_input_missing 9 SaveImage filename_prefix <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0]}}}
+J
+grep -q "1 problem" "$T/missing_literal.err" || fail "missing_literal: not the only problem: $(cat "$T/missing_literal.err")"
+run_bad missing_combo required_input_missing 2 ImageScale crop <<'J'
+{"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "nearest-exact", "width": 8, "height": 8}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "v"}}}
+J
 run_bad missing_node bad_linked_input 9 SaveImage images <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["42", 0]}}}
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["42", 0], "filename_prefix": "v"}}}
 J
 run_bad bad_index bad_linked_input 3 ImageInvert image <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "3": {"class_type": "ImageInvert", "inputs": {"image": ["1", 7]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}}}
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}}}
 J
 run_bad type_mismatch return_type_mismatch 3 ImageInvert image <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "3": {"class_type": "ImageInvert", "inputs": {"image": ["1", 1]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}}}
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}}}
 J
 run_bad wrong_kind invalid_input_type 2 ImageScale width <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
- "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 64}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 64, "upscale_method": "nearest-exact", "crop": "disabled"}},
  "3": {"class_type": "ImageInvert", "inputs": {}},
- "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "v"}}}
 J
 run_bad literal_for_link invalid_input_type 9 SaveImage images <<'J'
-{"9": {"class_type": "SaveImage", "inputs": {"images": "pic.png"}}}
+{"9": {"class_type": "SaveImage", "inputs": {"images": "pic.png", "filename_prefix": "v"}}}
 J
 run_bad too_big value_bigger_than_max 2 ImageScale height <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
- "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": 64, "height": 100000}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": 64, "height": 100000, "upscale_method": "nearest-exact", "crop": "disabled"}},
  "3": {"class_type": "ImageInvert", "inputs": {}},
- "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "v"}}}
 J
 run_bad too_small value_smaller_than_min 2 ImageScale width <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
- "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": -8, "height": 64}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": -8, "height": 64, "upscale_method": "nearest-exact", "crop": "disabled"}},
  "3": {"class_type": "ImageInvert", "inputs": {}},
- "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "v"}}}
 J
 run_bad not_in_list value_not_in_list 2 ImageScale upscale_method <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
- "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "magic"}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "magic", "width": 64, "height": 64, "crop": "disabled"}},
  "3": {"class_type": "ImageInvert", "inputs": {}},
- "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "v"}}}
 J
 run_bad missing_file value_not_in_list 1 LoadImage image <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "nope.png"}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0]}}}
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "v"}}}
 J
 run_bad cycle dependency_cycle 3 ImageInvert image <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
  "3": {"class_type": "ImageInvert", "inputs": {"image": ["4", 0]}},
  "4": {"class_type": "ImageInvert", "inputs": {"image": ["3", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["4", 0]}}}
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "v"}}}
 J
 run_bad no_output prompt_no_outputs - - - <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
@@ -100,10 +112,10 @@ J
 # All problems of one workflow are reported at once.
 cat > "$T/many.json" <<'J'
 {"1": {"class_type": "LoadImage", "inputs": {"image": "nope.png"}},
- "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 100000}},
+ "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "width": "64", "height": 100000, "upscale_method": "nearest-exact", "crop": "disabled"}},
  "3": {"class_type": "ImageInvert", "inputs": {}},
- "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0]}},
- "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}}}
+ "8": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "v"}},
+ "9": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "v"}}}
 J
 "$SDFLOW_BIN" run "$T/many.json" --no-cache --quiet --input-dir "$T/input" --output-dir "$T/output" 2> "$T/many.err"
 [ $? -eq 1 ] || fail "many: exit code"

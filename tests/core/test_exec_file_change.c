@@ -78,7 +78,7 @@ int main(void) {
     sd_exec *ex = sd_exec_new();
     if (file && ex) {
         sd_error_clear(&err);
-        sd_status rc = run_json(ex, &env, "{\"9\": {\"class_type\": \"TReadMapped\", \"inputs\": {}}}", &err);
+        sd_status rc = run_json(ex, &env, "{\"9\": {\"class_type\": \"TReadMapped\", \"inputs\": {\"value\": 7}}}", &err);
         CHECK_MSG(rc == SD_ERR_IO && !strcmp(err.node_id, "9") && !strcmp(err.class_type, "TReadMapped") &&
                       strstr(err.msg, path) && strstr(err.msg, "truncated"),
                   "run over a truncated mapping: rc %d, node '%s': %s", rc, err.node_id, err.msg);

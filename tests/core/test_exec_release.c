@@ -125,7 +125,7 @@ static const char *PIPE =
     " \"2\": {\"class_type\": \"RUseA\", \"inputs\": {\"a\": [\"1\", 0], \"x\": 1}},"
     " \"3\": {\"class_type\": \"RUseB\", \"inputs\": {\"b\": [\"1\", 1]}},"
     " \"4\": {\"class_type\": \"RSum\", \"inputs\": {\"p\": [\"2\", 0], \"q\": [\"3\", 0]}},"
-    " \"5\": {\"class_type\": \"ROut\", \"inputs\": {\"value\": [\"4\", 0]}}}";
+    " \"5\": {\"class_type\": \"ROut\", \"inputs\": {\"value\": [\"4\", 0], \"tag\": \"\"}}}";
 
 /* Same, plus 6: a duplicate of 2 (same key) read by 7 after 4. */
 static const char *DUP =
@@ -135,7 +135,7 @@ static const char *DUP =
     " \"4\": {\"class_type\": \"RSum\", \"inputs\": {\"p\": [\"2\", 0], \"q\": [\"3\", 0]}},"
     " \"6\": {\"class_type\": \"RUseA\", \"inputs\": {\"a\": [\"1\", 0], \"x\": 1}},"
     " \"7\": {\"class_type\": \"RSum\", \"inputs\": {\"p\": [\"4\", 0], \"q\": [\"6\", 0]}},"
-    " \"5\": {\"class_type\": \"ROut\", \"inputs\": {\"value\": [\"7\", 0]}}}";
+    " \"5\": {\"class_type\": \"ROut\", \"inputs\": {\"value\": [\"7\", 0], \"tag\": \"\"}}}";
 
 static sd_status run(sd_exec *ex, const char *json, const char *set, int release,
                      const sd_cache_i *cache, sd_exec_report *rep) {

@@ -285,9 +285,9 @@ static sd_status run_json(sd_exec *ex, const char *json, const sd_cache_i *cache
 static const char *DIAMOND =
     "{\"1\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 2}},"
     " \"6\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 99}},"
-    " \"2\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0]}},"
+    " \"2\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0], \"bias\": 0}},"
     " \"3\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0], \"bias\": 1}},"
-    " \"4\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"2\", 0], \"b\": [\"3\", 0]}},"
+    " \"4\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"2\", 0], \"b\": [\"3\", 0], \"bias\": 0}},"
     " \"5\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"4\", 0], \"prefix\": \"diamond\"}}}";
 
 static long read_number(const char *name) {
@@ -451,9 +451,9 @@ static void test_persistent_cache(void) {
     ex = sd_exec_new();
     CHECK_OK(run_json(ex,
         "{\"50\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"40\", 0], \"prefix\": \"diamond\"}},"
-        " \"40\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"20\", 0], \"b\": [\"30\", 0]}},"
+        " \"40\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"20\", 0], \"b\": [\"30\", 0], \"bias\": 0}},"
         " \"30\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"10\", 0], \"b\": [\"10\", 0], \"bias\": 1}},"
-        " \"20\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"10\", 0], \"b\": [\"10\", 0]}},"
+        " \"20\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"10\", 0], \"b\": [\"10\", 0], \"bias\": 0}},"
         " \"10\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 2}}}",
         &cache_i, &rep, &err), &err);
     CHECK_MSG(rep.n_executed == 0, "ran %s", call_log);
@@ -486,7 +486,7 @@ static void test_persistent_cache(void) {
      * written out keeps the keys. */
     static const char vae_graph[] =
         "{\"1\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 21}},"
-        " \"2\": {\"class_type\": \"TAddVae\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0]}},"
+        " \"2\": {\"class_type\": \"TAddVae\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0], \"bias\": 0}},"
         " \"3\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"2\", 0], \"prefix\": \"vae_prec\"}}}";
     const struct { const char *vae, *clip; size_t executed; } pv[] = {
         {NULL, NULL, 3}, {"bf16", NULL, 2}, {NULL, "bf16", 0}, {"f32", NULL, 0}, {"bf16", "f16", 0}};
@@ -512,9 +512,9 @@ static void test_duplicates(void) {
     /* Two identical branches 1->2 and 3->4 feeding two outputs. */
     CHECK_OK(run_json(ex,
         "{\"1\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 5}},"
-        " \"2\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0]}},"
+        " \"2\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"1\", 0], \"bias\": 0}},"
         " \"3\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 5}},"
-        " \"4\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"3\", 0], \"b\": [\"3\", 0]}},"
+        " \"4\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"3\", 0], \"b\": [\"3\", 0], \"bias\": 0}},"
         " \"5\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"2\", 0], \"prefix\": \"dup_a\"}},"
         " \"6\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"4\", 0], \"prefix\": \"dup_b\"}}}",
         NULL, &rep, &err), &err);
@@ -626,7 +626,7 @@ static void test_not_idempotent(void) {
     const char *wf =
         "{\"1\": {\"class_type\": \"TRandom\", \"inputs\": {}},"
         " \"2\": {\"class_type\": \"TRandom\", \"inputs\": {}},"
-        " \"3\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"2\", 0]}},"
+        " \"3\": {\"class_type\": \"TAdd\", \"inputs\": {\"a\": [\"1\", 0], \"b\": [\"2\", 0], \"bias\": 0}},"
         " \"4\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"3\", 0], \"prefix\": \"rand\"}}}";
     sd_exec *ex = sd_exec_new();
     sd_exec_report rep;
@@ -698,9 +698,9 @@ static void test_cancel_and_failure(void) {
     sd_graph_free(g);
 
     /* A failing node: the error names it; later nodes are skipped. */
-    g = parse("{\"1\": {\"class_type\": \"TConst\", \"inputs\": {}},"
+    g = parse("{\"1\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": 7}},"
               " \"2\": {\"class_type\": \"TFail\", \"inputs\": {\"x\": [\"1\", 0]}},"
-              " \"3\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"2\", 0]}}}");
+              " \"3\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"2\", 0], \"prefix\": \"out\"}}}");
     CHECK(run_graph(ex, g, NULL, &rep, &err) == SD_ERR_INVALID);
     CHECK(strcmp(err.node_id, "2") == 0 && strcmp(err.class_type, "TFail") == 0 &&
           strcmp(err.input, "value") == 0 && strstr(err.msg, "always fails"));
@@ -710,7 +710,7 @@ static void test_cancel_and_failure(void) {
 
     /* Validation failure: nothing runs, problems returned. */
     g = parse("{\"1\": {\"class_type\": \"TConst\", \"inputs\": {\"value\": \"x\"}},"
-              " \"3\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"1\", 0]}}}");
+              " \"3\": {\"class_type\": \"TOut\", \"inputs\": {\"value\": [\"1\", 0], \"prefix\": \"out\"}}}");
     sd_graph_problems probs = {0};
     reset_calls();
     CHECK(sd_exec_run(ex, g, &o, &rep, &probs, &err) == SD_ERR_VALIDATION);

@@ -265,8 +265,8 @@ static void test_set(void) {
  * printed and range-checked as unsigned; negative or past 2^64-1 rejected by
  * name; an ordinary INT input never wraps. */
 static void test_u64_seed(void) {
-    sd_graph *g = parse("{\"1\": {\"class_type\": \"TSeeded\", \"inputs\": {\"seed\": 18446744073709551615}},"
-                        " \"2\": {\"class_type\": \"TSeeded\", \"inputs\": {\"seed\": 9223372036854775808}}}");
+    sd_graph *g = parse("{\"1\": {\"class_type\": \"TSeeded\", \"inputs\": {\"seed\": 18446744073709551615, \"count\": 1}},"
+                        " \"2\": {\"class_type\": \"TSeeded\", \"inputs\": {\"seed\": 9223372036854775808, \"count\": 1}}}");
     if (!g) return;
     const sd_value *s1 = sd_graph_node_input(sd_graph_find(g, "1"), "seed")->literal;
     const sd_value *s2 = sd_graph_node_input(sd_graph_find(g, "2"), "seed")->literal;
@@ -327,10 +327,11 @@ static void test_validate(void) {
     sd_env env;
     sd_error err;
     CHECK_OK(sd_env_init(&env, &err), &err);
-    /* Good graph: absent literals with defaults are fine, optional link absent. */
-    sd_graph *g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"label\": \"x\", \"extra\": 5}},"
+    /* Good graph: every required input given, an optional link absent, an
+     * unknown extra input ignored. */
+    sd_graph *g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"width\": 64, \"label\": \"x\", \"extra\": 5}},"
                         " \"2\": {\"class_type\": \"TFilter\", \"inputs\": {\"samples\": [\"1\", 0],"
-                        "        \"sampler\": \"ddim\", \"cfg\": 7, \"mask\": null}},"
+                        "        \"sampler\": \"ddim\", \"cfg\": 7, \"flag\": false, \"mask\": null}},"
                         " \"3\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": [\"2\", 0]}}}");
     sd_graph_problems p = {0};
     sd_error_clear(&err);
@@ -354,6 +355,9 @@ static void test_validate(void) {
     CHECK(err.code == SD_ERR_VALIDATION && err.node_id[0]);
     CHECK(find_problem(&p, "value_smaller_than_min", "1", "width"));
     CHECK(find_problem(&p, "required_input_missing", "1", "label"));
+    /* a literal with a default is required all the same, as ComfyUI has it */
+    CHECK(find_problem(&p, "required_input_missing", "3", "flag"));
+    CHECK(!find_problem(&p, "required_input_missing", "2", "flag"));
     CHECK(find_problem(&p, "return_type_mismatch", "2", "samples"));
     CHECK(find_problem(&p, "invalid_input_type", "2", "cfg")); /* numeric string */
     CHECK(find_problem(&p, "value_not_in_list", "2", "sampler"));
@@ -379,7 +383,7 @@ static void test_validate(void) {
     sd_graph_free(g);
 
     /* Nodes with an origin (built by a script) say where they were defined. */
-    g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"label\": 5}},"
+    g = parse("{\"1\": {\"class_type\": \"TSource\", \"inputs\": {\"width\": 64, \"label\": 5}},"
               " \"2\": {\"class_type\": \"TSink\", \"inputs\": {\"anything\": [\"1\", 1]}}}");
     sd_graph_node_set_origin(sd_graph_find(g, "1"), "wf.lua:12");
     sd_error_clear(&err);

@@ -159,7 +159,8 @@ static void test_big_cycle(void) {
     sd_error_clear(&err);
     sd_graph_node *n;
     char id[16], next[16];
-    CHECK_OK(sd_graph_add_node(g, "c", "LConst", NULL, &err), &err);
+    CHECK_OK(sd_graph_add_node(g, "c", "LConst", &n, &err), &err);
+    CHECK_OK(sd_graph_set_literal(n, "value", sd_value_int(1), &err), &err);
     for (int i = 1; i <= N; i++) {
         snprintf(id, sizeof id, "%d", i);
         snprintf(next, sizeof next, "%d", i % N + 1);
@@ -180,7 +181,8 @@ static void test_big_cycle(void) {
     /* 50,000 two-node cycles: reported, but not one line each */
     sd_graph_free(g);
     g = sd_graph_new();
-    sd_graph_add_node(g, "c", "LConst", NULL, &err);
+    sd_graph_add_node(g, "c", "LConst", &n, &err);
+    sd_graph_set_literal(n, "value", sd_value_int(1), &err);
     for (int i = 1; i <= N; i++) {
         snprintf(id, sizeof id, "%d", i);
         snprintf(next, sizeof next, "%d", i % 2 ? i + 1 : i - 1);

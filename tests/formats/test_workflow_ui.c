@@ -164,7 +164,7 @@ static const char *BASE_API =
     "{'4': {'inputs': {'ckpt_name': 'b.safetensors'}, 'class_type': 'TLoader', '_meta': {'title': 'Load Thing'}},"
     " '5': {'inputs': {'width': 64, 'height': 64}, 'class_type': 'TLatent', '_meta': {'title': 'Empty Thing'}},"
     " '6': {'inputs': {'text': 'a photo of a cat', 'clip': ['4', 1]}, 'class_type': 'TEncode', '_meta': {'title': 'Positive'}},"
-    " '9': {'inputs': {'images': ['10', 0]}, 'class_type': 'TSave', '_meta': {'title': 'Save Thing'}},"
+    " '9': {'inputs': {'filename_prefix': 'T', 'images': ['10', 0]}, 'class_type': 'TSave', '_meta': {'title': 'Save Thing'}},"
     " '10': {'inputs': {'seed': 156680208700286, 'steps': 20, 'cfg': 8, 'sampler_name': 'euler', 'denoise': 1,"
     "   'extra': 3, 'model': ['4', 0], 'positive': ['6', 0], 'latent_image': ['5', 0]},"
     "   'class_type': 'TSampler', '_meta': {'title': 'Sample Thing'}}}";
@@ -206,6 +206,41 @@ static void test_upload_and_named(void) {
     expect_api("upload.json", ui,
                "{'1': {'inputs': {'image': 'a.safetensors', 'channel': 'red'}, 'class_type': 'TLoadImage'},"
                " '2': {'inputs': {'filename_prefix': 'named', 'images': ['1', 0]}, 'class_type': 'TSave'}}");
+}
+
+/* An old save whose widgets_values is missing or short: the frontend gives
+ * every widget without a saved value its default (the input's default, else
+ * 0, "" or the first fixed choice), so the conversion does too, and the
+ * result is a complete prompt; a widget fed by a link gets no value. */
+static void test_missing_widgets(void) {
+    const char *ui =
+        "{'nodes': ["
+        " {'id': 1, 'type': 'TLoader', 'mode': 0, 'outputs': [{'name': 'MODEL', 'type': 'MODEL', 'links': [1]},"
+        "   {'name': 'CLIP', 'type': 'CLIP', 'links': [2]}]},"
+        " {'id': 2, 'type': 'TEncode', 'mode': 0, 'inputs': [{'name': 'clip', 'type': 'CLIP', 'link': 2}],"
+        "  'outputs': [{'name': 'CONDITIONING', 'type': 'CONDITIONING', 'links': [3]}], 'widgets_values': []},"
+        " {'id': 3, 'type': 'TLatent', 'mode': 0, 'outputs': [{'name': 'LATENT', 'type': 'LATENT', 'links': [4]}],"
+        "  'widgets_values': [128]},"
+        " {'id': 4, 'type': 'TSampler', 'mode': 0,"
+        "  'inputs': [{'name': 'model', 'type': 'MODEL', 'link': 1}, {'name': 'positive', 'type': 'CONDITIONING', 'link': 3},"
+        "   {'name': 'latent_image', 'type': 'LATENT', 'link': 4}],"
+        "  'outputs': [{'name': 'LATENT', 'type': 'LATENT', 'links': [5]}], 'widgets_values': [7, 'fixed', 30]},"
+        " {'id': 5, 'type': 'TInt', 'mode': 0, 'outputs': [{'name': 'INT', 'type': 'INT', 'links': []}]},"
+        " {'id': 6, 'type': 'TLatentOp', 'mode': 0, 'inputs': [{'name': 'samples', 'type': 'LATENT', 'link': 5},"
+        "   {'name': 'scale', 'type': 'FLOAT', 'widget': {'name': 'scale'}, 'link': 6}]},"
+        " {'id': 7, 'type': 'TLatentOp', 'mode': 0, 'inputs': [{'name': 'samples', 'type': 'LATENT', 'link': 7}]}"
+        "], 'links': [[1, 1, 0, 4, 0, 'MODEL'], [2, 1, 1, 2, 0, 'CLIP'], [3, 2, 0, 4, 1, 'CONDITIONING'],"
+        " [4, 3, 0, 4, 2, 'LATENT'], [5, 4, 0, 6, 0, 'LATENT'], [6, 5, 0, 6, 1, 'INT'], [7, 6, 0, 7, 0, 'LATENT']],"
+        " 'version': 0.4}";
+    expect_api("missing-widgets.json", ui,
+               "{'1': {'inputs': {'ckpt_name': 'a.safetensors'}, 'class_type': 'TLoader'},"
+               " '2': {'inputs': {'text': '', 'clip': ['1', 1]}, 'class_type': 'TEncode'},"
+               " '3': {'inputs': {'width': 128, 'height': 512}, 'class_type': 'TLatent'},"
+               " '4': {'inputs': {'seed': 7, 'steps': 30, 'cfg': 8, 'sampler_name': 'euler', 'denoise': 1, 'extra': 3,"
+               "   'model': ['1', 0], 'positive': ['2', 0], 'latent_image': ['3', 0]}, 'class_type': 'TSampler'},"
+               " '5': {'inputs': {'value': 0}, 'class_type': 'TInt'},"
+               " '6': {'inputs': {'samples': ['4', 0], 'scale': ['5', 0]}, 'class_type': 'TLatentOp'},"
+               " '7': {'inputs': {'scale': 1.5, 'samples': ['6', 0]}, 'class_type': 'TLatentOp'}}");
 }
 
 /* Reroutes (two in a row), a PrimitiveNode through a reroute into a
@@ -495,6 +530,7 @@ int main(void) {
     CHECK_OK(sd_registry_add(table, &err), &err);
     test_base();
     test_upload_and_named();
+    test_missing_widgets();
     test_reroute_primitive_converted();
     test_mute_bypass();
     test_subgraph();

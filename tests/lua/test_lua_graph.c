@@ -161,6 +161,65 @@ static void test_validation_origin(void) {
     sd_graph_free(g);
 }
 
+/* A constructor fills each required literal input left out with its
+ * declared default (an explicit value stays); one without a declared
+ * default (a combo read from the folders) stays absent, and validation
+ * refuses it as required_input_missing at the constructor's line. */
+static int count_kind(const sd_graph_problems *p, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < p->n; i++) n += !strcmp(p->items[i].kind, kind);
+    return n;
+}
+
+static void test_defaults(void) {
+    sd_graph *g = load_str("local img = LoadImage{image = 'a.png'}\n"
+                           "local s = ImageScale{image = img.IMAGE, width = 64}\n"
+                           "SaveImage{images = s}\n",
+                           SD_OK, NULL);
+    if (!g) return;
+    const sd_graph_node *s = sd_graph_find(g, "2"), *save = sd_graph_find(g, "3");
+    const sd_node_def *sd = sd_registry_find("ImageScale"), *vd = sd_registry_find("SaveImage");
+    CHECK(s && sd && save && vd);
+    if (s && sd && save && vd) {
+        for (int i = 0; sd->inputs[i].name; i++) {
+            const sd_input_def *d = &sd->inputs[i];
+            const sd_graph_input *in = sd_graph_node_input(s, d->name);
+            CHECK_MSG(in != NULL, "ImageScale input '%s' not filled", d->name);
+            if (!in || in->is_link) continue;
+            if (!strcmp(d->name, "width")) CHECK(sd_value_as_int(in->literal) == 64);
+            else if (!strcmp(d->type, SD_T_INT)) CHECK(sd_value_as_int(in->literal) == (int64_t)d->def);
+            else if (!strcmp(d->type, SD_T_COMBO))
+                CHECK(d->def_str && !strcmp(sd_value_as_string(in->literal), d->def_str));
+        }
+        const sd_graph_input *p = sd_graph_node_input(save, "filename_prefix");
+        const sd_input_def *pd = &vd->inputs[sd_node_input_index(vd, "filename_prefix")];
+        CHECK(p && !p->is_link && pd->def_str && !strcmp(sd_value_as_string(p->literal), pd->def_str));
+        round_trip(g, "defaults");
+    }
+    sd_graph_problems probs = {0};
+    sd_error err;
+    sd_error_clear(&err);
+    sd_graph_validate(g, NULL, &probs, &err); /* a.png is not there: only that may be reported */
+    CHECK_MSG(count_kind(&probs, "required_input_missing") == 0, "%zu problems, first %s", probs.n,
+              probs.n ? probs.items[0].message : "-");
+    sd_graph_problems_free(&probs);
+    sd_graph_free(g);
+
+    /* ckpt_name (the checkpoints folder's files) has no declared default */
+    g = load_str("local ck = CheckpointLoaderSimple{}\n"
+                 "SaveImage{images = VAEDecode{samples = EmptyLatentImage{}, vae = ck.VAE}}\n",
+                 SD_OK, NULL);
+    if (!g) return;
+    sd_error_clear(&err);
+    CHECK(sd_graph_validate(g, NULL, &probs, &err) == SD_ERR_VALIDATION);
+    CHECK_MSG(probs.n == 1 && !strcmp(probs.items[0].kind, "required_input_missing") &&
+                  !strcmp(probs.items[0].node_id, "1") && !strcmp(probs.items[0].input, "ckpt_name") &&
+                  strstr(probs.items[0].message, "wf.lua:1"),
+              "%zu problems, first %s", probs.n, probs.n ? probs.items[0].message : "-");
+    sd_graph_problems_free(&probs);
+    sd_graph_free(g);
+}
+
 static void test_sandbox(void) {
     sd_graph_free(load_str("assert(os.execute == nil and io == nil and require == nil and package == nil)\n"
                            "assert(dofile == nil and loadfile == nil and load == nil and debug == nil)\n"
@@ -331,6 +390,7 @@ int main(void) {
     test_u64_seeds();
     test_binding();
     test_validation_origin();
+    test_defaults();
     test_sandbox();
     test_round_trips();
     test_sweep_shares_work();
