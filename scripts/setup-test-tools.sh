@@ -3,7 +3,8 @@
 # Node.js and npm (Debian's, when the machine has none), Debian's chromium
 # (the server page test drives it headless), Debian's redis-server (the
 # worker tests start their own on a free port), Debian's python3-websocket
-# (ComfyUI's script_examples import it), and the npm packages pinned in
+# (ComfyUI's script_examples import it), Debian's python3-pil (cli.server_view
+# decodes /view's answers with it), and the npm packages pinned in
 # tests/server/package-lock.json (a ComfyUI API client, `ws`, playwright-core),
 # installed with `npm ci` into tests/server/node_modules. Idempotent.
 set -euo pipefail
@@ -14,6 +15,7 @@ command -v npm > /dev/null || missing="$missing npm"
 command -v chromium > /dev/null || missing="$missing chromium"
 command -v redis-server > /dev/null || missing="$missing redis-server"
 /usr/bin/python3 -c 'import websocket' 2> /dev/null || missing="$missing python3-websocket"
+/usr/bin/python3 -c 'import PIL' 2> /dev/null || missing="$missing python3-pil"
 if [ -n "$missing" ]; then
   echo "setup-test-tools: installing$missing"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

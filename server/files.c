@@ -81,7 +81,8 @@ static void send_headers(struct mg_connection *c, const char *filename, long lon
 
 /* With --redis a file may have been made on another machine: Redis knows
  * it by name (docs/scaling.md). 0 = not there (look in the folders). */
-static int view_from_redis(srv *s, struct mg_connection *c, const char *type, const char *sub, const char *filename) {
+static int view_from_redis(srv *s, struct mg_connection *c, const char *type, const char *sub, const char *filename,
+                           const char *preview, const char *channel) {
     sd_error err;
     sd_error_clear(&err);
     char *bytes = NULL;
@@ -92,6 +93,27 @@ static int view_from_redis(srv *s, struct mg_connection *c, const char *type, co
         srv_log(s, "error: /view: %s", err.msg);
         return srv_reply_error(c, 503, "redis_unavailable", "%s", err.msg);
     }
+    if (srv_view_wants_conversion(preview, channel)) {
+        /* converted from a private temporary copy (formats/png.h reads files) */
+        char tmp[] = "/tmp/sdflow-view-XXXXXX";
+        int fd = mkstemp(tmp);
+        int st = 0;
+        if (fd >= 0) {
+            size_t off = 0;
+            while (off < n) {
+                ssize_t w = write(fd, bytes + off, n - off);
+                if (w <= 0) break;
+                off += (size_t)w;
+            }
+            close(fd);
+            if (off == n) st = srv_view_convert(s, c, tmp, filename, preview, channel);
+            else st = srv_reply_error(c, 500, "view_failed", "converting the picture failed");
+            unlink(tmp);
+        } else {
+            st = srv_reply_error(c, 500, "view_failed", "converting the picture failed");
+        }
+        if (st) { free(bytes); return st; }
+    }
     send_headers(c, filename, (long long)n);
     mg_write(c, bytes, n);
     free(bytes);
@@ -100,6 +122,7 @@ static int view_from_redis(srv *s, struct mg_connection *c, const char *type, co
 
 int srv_view(srv *s, struct mg_connection *c) {
     char *filename = srv_query(c, "filename"), *type = srv_query(c, "type"), *sub = srv_query(c, "subfolder");
+    char *preview = srv_query(c, "preview"), *channel = srv_query(c, "channel");
     int st;
     char base_real[PATH_MAX], file_real[PATH_MAX], path[PATH_MAX * 2];
     const char *base = srv_folder_of_type(s->env, type && *type ? type : "output");
@@ -107,7 +130,8 @@ int srv_view(srv *s, struct mg_connection *c) {
     if (srv_bad_filename(filename)) { st = srv_reply_error(c, 400, "bad_filename", "file name not allowed"); goto out; }
     if (!base) { st = srv_reply_error(c, 400, "bad_type", "type must be output, input or temp"); goto out; }
     if (srv_bad_subfolder(sub)) { st = srv_reply_error(c, 403, "forbidden", "subfolder outside the folder"); goto out; }
-    if (s->rq && (st = view_from_redis(s, c, type && *type ? type : "output", sub, filename))) goto out;
+    if (s->rq && (st = view_from_redis(s, c, type && *type ? type : "output", sub, filename, preview, channel)))
+        goto out;
     if (!realpath(base, base_real)) { st = srv_reply_error(c, 404, "not_found", "no such file"); goto out; }
     snprintf(path, sizeof path, "%s/%s%s%s", base_real, sub && *sub ? sub : "", sub && *sub ? "/" : "", filename);
     if (!realpath(path, file_real)) { st = srv_reply_error(c, 404, "not_found", "no such file"); goto out; }
@@ -126,6 +150,14 @@ int srv_view(srv *s, struct mg_connection *c) {
         st = srv_reply_error(c, 404, "not_found", "no such file");
         goto out;
     }
+    if (srv_view_wants_conversion(preview, channel)) {
+        /* converted from the regular file just opened and checked: its
+         * /proc/self/fd name opens that same file, whatever the name now is */
+        char fdpath[64];
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+        st = srv_view_convert(s, c, fdpath, filename, preview, channel);
+        if (st) { close(fd); goto out; }
+    }
     send_headers(c, filename, (long long)sb.st_size);
     char buf[65536];
     for (;;) {
@@ -138,6 +170,8 @@ out:
     free(filename);
     free(type);
     free(sub);
+    free(preview);
+    free(channel);
     return st;
 }
 

@@ -154,6 +154,17 @@ int srv_route(srv *s, struct mg_connection *c, const char *method, const char *p
 
 /* ---- files.c: /view, and the confinement rules of every file route ------- */
 int srv_view(srv *s, struct mg_connection *c);
+
+/* ---- imgconv.c: /view's preview= and channel= (ComfyUI's view_image) ------ */
+/* 1 when the query asks for a converted picture: preview present (any
+ * value), or channel rgb or a. */
+int srv_view_wants_conversion(const char *preview, const char *channel);
+/* Answers the PNG at `path` (already confined) converted as preview= /
+ * channel= ask and returns the status; 0 when nothing is to be converted
+ * (no such query, or the file is not a PNG): the caller sends the file as
+ * it is. `filename` names it in Content-Disposition. */
+int srv_view_convert(srv *s, struct mg_connection *c, const char *path, const char *filename, const char *preview,
+                     const char *channel);
 /* A file name the routes accept: not empty, no '/', '\\' or "..", at most
  * 255 bytes. 1 when refused. */
 int srv_bad_filename(const char *f);

@@ -210,6 +210,8 @@ try {
   bad['4'].inputs.ckpt_name = 'no-such-model.safetensors';
   delete bad['6'].inputs.clip;
   bad['3'].inputs.steps = -5;
+  delete bad['3'].inputs.seed; // a widget with a default is required all the same (ComfyUI's rule)
+  delete bad['6'].inputs.text;
   r = await fetch(`${base}/prompt`, { method: 'POST', body: JSON.stringify({ prompt: bad, client_id: 'sdflow-api-test' }) });
   const vb = await r.json();
   ok(r.status === 400 && vb.error?.type === 'prompt_outputs_failed_validation' && typeof vb.error.message === 'string',
@@ -221,6 +223,11 @@ try {
   ok(ne['6']?.errors?.some((e) => e.type === 'required_input_missing' && e.extra_info.input_name === 'clip'),
      'node_errors[6]: required_input_missing on clip');
   ok(ne['3']?.errors?.some((e) => e.type === 'value_smaller_than_min'), 'node_errors[3]: value_smaller_than_min on steps');
+  for (const [id, input, ct] of [['3', 'seed', 'KSampler'], ['6', 'text', 'CLIPTextEncode']]) {
+    const e = ne[id]?.errors?.find((x) => x.type === 'required_input_missing' && x.extra_info.input_name === input);
+    ok(e && e.message === 'Required input is missing' && ne[id].class_type === ct && ne[id].dependent_outputs.includes('9'),
+       `node_errors[${id}]: required_input_missing on ${input} (${ct}), as ComfyUI: ${JSON.stringify(ne[id])}`);
+  }
   let threw = null;
   try { await client.queuePrompt(0, { prompt: bad }); } catch (e) { threw = e; }
   ok(threw !== null, 'the client rejects a prompt that fails validation');
