@@ -19,6 +19,7 @@ sd_test_need_path "$DATA/manifest.json" "tests/data/view_convert"
 /usr/bin/python3 -c 'import PIL' 2> /dev/null ||
     { echo "SKIP: python3-pil is not installed (bash scripts/setup-test-tools.sh installs it)"; exit 77; }
 "$SDFLOW_BIN" serve --help > /dev/null 2>&1 || { echo "FAIL: this sdflow has no server"; exit 1; }
+sd_test_need_cmd curl
 mkdir -p "$T/input/sub" "$T/out" "$T/temp" "$T/models"
 cp "$DATA"/src_*.png "$T/input/sub/"
 

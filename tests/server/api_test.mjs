@@ -223,6 +223,10 @@ try {
   ok(ne['6']?.errors?.some((e) => e.type === 'required_input_missing' && e.extra_info.input_name === 'clip'),
      'node_errors[6]: required_input_missing on clip');
   ok(ne['3']?.errors?.some((e) => e.type === 'value_smaller_than_min'), 'node_errors[3]: value_smaller_than_min on steps');
+  // no folder of the server in what the client reads (the missing checkpoint's message names the folder)
+  const vbText = JSON.stringify(vb);
+  ok(!vbText.includes(setup.models_dir) && !vbText.includes(fs.realpathSync(setup.models_dir)) && vbText.includes('<models>/checkpoints'),
+     `validation errors name the models folder as <models>, not its path: ${ne['4']?.errors?.[0]?.details}`);
   for (const [id, input, ct] of [['3', 'seed', 'KSampler'], ['6', 'text', 'CLIPTextEncode']]) {
     const e = ne[id]?.errors?.find((x) => x.type === 'required_input_missing' && x.extra_info.input_name === input);
     ok(e && e.message === 'Required input is missing' && ne[id].class_type === ct && ne[id].dependent_outputs.includes('9'),
