@@ -128,12 +128,27 @@ static int any_prefixed(sd_st_file *f) {
     return 0;
 }
 
-sd_status sd_gguf_model_open(const char *path, sd_gguf_use use, sd_st_file **out, char *arch, size_t n,
-                             sd_error *err) {
+/* Where the file's bytes are: a path, or a buffer (data) named path. */
+typedef struct source {
+    const char *path;
+    const void *data;
+    size_t size;
+} source;
+
+static sd_status open_view(const source *src, const sd_gguf_view_opts *o, sd_st_file **f, sd_error *err) {
+    if (src->data)
+        return o ? sd_gguf_open_memory_ex(src->data, src->size, src->path, o, f, err)
+                 : sd_gguf_open_memory(src->data, src->size, src->path, f, err);
+    return o ? sd_gguf_open_ex(src->path, o, f, err) : sd_gguf_open(src->path, f, err);
+}
+
+static sd_status model_open(const source *src, sd_gguf_use use, sd_st_file **out, char *arch, size_t n,
+                            sd_error *err) {
+    const char *path = src->path;
     *out = NULL;
     if (n) arch[0] = 0;
     sd_st_file *f = NULL;
-    sd_status rc = sd_gguf_open(path, &f, err);
+    sd_status rc = open_view(src, NULL, &f, err);
     if (rc) return rc;
     /* copies: the view may be reopened below */
     char abuf[64], tbuf[64];
@@ -174,7 +189,7 @@ sd_status sd_gguf_model_open(const char *path, sd_gguf_use use, sd_st_file **out
         sd_gguf_view_opts o = {DM_PREFIX, map};
         sd_st_close(f);
         f = NULL;
-        if ((rc = sd_gguf_open_ex(path, &o, &f, err))) return rc;
+        if ((rc = open_view(src, &o, &f, err))) return rc;
     }
     if (compat && (rc = detect_arch(path, f, arch, n, err))) {
         sd_st_close(f);
@@ -193,4 +208,16 @@ sd_status sd_gguf_model_open(const char *path, sd_gguf_use use, sd_st_file **out
     }
     *out = f;
     return SD_OK;
+}
+
+sd_status sd_gguf_model_open(const char *path, sd_gguf_use use, sd_st_file **out, char *arch, size_t n,
+                             sd_error *err) {
+    source src = {path, NULL, 0};
+    return model_open(&src, use, out, arch, n, err);
+}
+
+sd_status sd_gguf_model_open_memory(const void *data, size_t size, const char *name, sd_gguf_use use,
+                                    sd_st_file **out, char *arch, size_t n, sd_error *err) {
+    source src = {name, data, size};
+    return model_open(&src, use, out, arch, n, err);
 }

@@ -55,5 +55,9 @@ typedef enum sd_gguf_use {
  * diffusion model. */
 sd_status sd_gguf_model_open(const char *path, sd_gguf_use use, sd_st_file **out, char *arch, size_t n,
                              sd_error *err);
+/* The same over a buffer that outlives the view, named `name` in messages
+ * (fuzzing: tests/fuzz/fuzz_gguf.c). */
+sd_status sd_gguf_model_open_memory(const void *data, size_t size, const char *name, sd_gguf_use use,
+                                    sd_st_file **out, char *arch, size_t n, sd_error *err);
 
 #endif

@@ -4,7 +4,11 @@
  *
  * The file's architecture and names are read as ComfyUI-GGUF's loader reads
  * them (models/checkpoint/gguf_model.h); the model is detected from its keys
- * as UNETLoader's files are (a Flux DiT, bare BFL keys). Quantized weights
+ * as UNETLoader's files are, as ComfyUI detects the state dict ComfyUI-GGUF
+ * hands it: a Flux DiT (arch flux, bare BFL keys), an SD3 / SD3.5 MMDiT
+ * (arch sd3, joint_blocks.N), Z-Image's NextDiT (arch lumina2, the arch
+ * ComfyUI-GGUF's converter gives every Lumina 2 style model), or an SD UNet.
+ * Quantized weights
  * stay quantized in the file's mapping and are widened per op with
  * ComfyUI-GGUF's arithmetic (core/quant.h).
  * UnetLoaderGGUFAdvanced:
@@ -80,6 +84,9 @@ static sd_status load(sd_node_ctx *ctx, const char *name, sd_dequant_math dq, sd
                     info->flux.depth_single_blocks);
     else if (info->family == SD_CKPT_ZIMAGE)
         sd_node_log(ctx, SD_LOG_INFO, "GGUF diffusion model %s: zimage NextDiT, dim %d", name, info->zimage.dim);
+    else if (info->family == SD_CKPT_SD3)
+        sd_node_log(ctx, SD_LOG_INFO, "GGUF diffusion model %s: sd3 MMDiT, hidden %d, %d blocks", name,
+                    info->sd3.hidden_size, info->sd3.depth);
     else
         sd_node_log(ctx, SD_LOG_INFO, "GGUF diffusion model %s: %s UNet", name, sd_ckpt_family_name(info->family));
     out[0] = sd_nodes_model_value(c);
@@ -117,9 +124,9 @@ const sd_node_def sd_node_UnetLoaderGGUF = {
     .python_module = "custom_nodes.ComfyUI-GGUF",
     .display_name = "Unet Loader (GGUF)",
     .category = "bootleg",
-    .help = "ComfyUI-GGUF's Unet loader: a GGUF diffusion model (Flux) from diffusion_models/ "
-            "or unet/, its quantized weights kept quantized and widened per op as "
-            "ComfyUI-GGUF does.",
+    .help = "ComfyUI-GGUF's Unet loader: a GGUF diffusion model (Flux, SD3 / SD3.5, Z-Image) "
+            "from diffusion_models/ or unet/, its quantized weights kept quantized and widened "
+            "per op as ComfyUI-GGUF does.",
     .inputs = basic_inputs,
     .outputs = model_out,
     .run = run_basic,

@@ -3,13 +3,98 @@
  * key/value is read back through the typed accessors (strings of arrays
  * walked to the end), every tensor info checked against the input, and
  * every tensor of the view read in full and widened to F32 (the quantized
- * ones through core/quant.c). */
+ * ones through core/quant.c).
+ *
+ * Then the file as ComfyUI-GGUF's loaders read it (models/checkpoint/
+ * gguf_model.h) for each use (any, diffusion model, text encoder): the
+ * architecture from general.architecture or, without one, from the keys;
+ * the prefix cut; the llama.cpp names mapped back. A diffusion model's view
+ * goes through the DiT detections (Flux, SD3's MMDiT, Z-Image's NextDiT:
+ * the arches flux, sd3, lumina2), and a small one detected is loaded
+ * (every tensor's shape checked, quantized ones kept). The seeds
+ * (fuzz_seeds.c) include tiny SD3 and Z-Image files with and without the
+ * architecture and prefix. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "formats/gguf.h"
+#include "kernels/backend.h"
+#include "models/checkpoint/gguf_model.h"
+#include "models/flux/flux.h"
+#include "models/sd3/sd3.h"
+#include "models/zimage/zimage.h"
+
+static sd_backend *be;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    sd_error err;
+    if (sd_backend_new("cpu", 1, &be, &err)) abort();
+    return 0;
+}
+
+/* The DiT detections on a diffusion model's view; small models detected
+ * are loaded. Detection's own invariants must hold. */
+static void diffusion(sd_st_file *f) {
+    sd_error err;
+    sd_flux_config fc;
+    if (sd_flux_detect(f, "", &fc, &err) == SD_OK) {
+        if (fc.num_heads * fc.head_dim != fc.hidden_size) abort();
+        if (fc.hidden_size <= 128 && fc.mlp_hidden <= 512 && fc.depth + fc.depth_single_blocks <= 4) {
+            sd_flux *m = NULL;
+            (void)sd_flux_load(be, f, "", SD_F32, &m, &err);
+            sd_flux_free(m);
+        }
+    }
+    sd_sd3_config sc;
+    if (sd_sd3_detect(f, "", &sc, &err) == SD_OK) {
+        if (sc.num_heads * sc.head_dim != sc.hidden_size || sc.depth < 1 || sc.depth > SD_SD3_MAX_DEPTH) abort();
+        if (sc.hidden_size <= 128 && sc.mlp_hidden <= 512 && sc.depth <= 4 && sc.pos_embed_max_size <= 16 &&
+            sc.in_channels <= 64 && sc.context_in_dim <= 256 && sc.adm_in_channels <= 256) {
+            sd_sd3 *m = NULL;
+            (void)sd_sd3_load(be, f, "", SD_F32, &m, &err);
+            sd_sd3_free(m);
+        }
+    }
+    sd_zimage_config zc;
+    if (sd_zimage_detect(f, "", &zc, &err) == SD_OK) {
+        int axes = 0;
+        for (int a = 0; a < SD_ZIMAGE_AXES; a++) axes += zc.axes_dim[a];
+        if (zc.n_heads * zc.head_dim != zc.dim || axes != zc.head_dim || zc.n_heads % zc.n_kv_heads) abort();
+        if (zc.dim <= 128 && zc.ffn_hidden <= 512 && zc.n_layers + 2 * zc.n_refiner_layers <= 6 &&
+            zc.cap_feat_dim <= 256 && zc.in_channels <= 64 && zc.t_dim <= 256 && zc.adaln_dim <= 256) {
+            sd_zimage *m = NULL;
+            (void)sd_zimage_load(be, f, "", SD_F32, &m, &err);
+            sd_zimage_free(m);
+        }
+    }
+    sd_backend_clear_error(be);
+}
+
+static void as_model(const uint8_t *data, size_t size) {
+    static const char *const img[] = {"flux", "sd1", "sdxl", "sd3", "aura", "hidream", "cosmos",
+                                      "ltxv", "hyvid", "wan", "lumina2", "qwen_image", NULL};
+    for (int use = SD_GGUF_ANY; use <= SD_GGUF_TEXT_ENCODER; use++) {
+        sd_st_file *f = NULL;
+        sd_error err;
+        char arch[32];
+        if (sd_gguf_model_open_memory(data, size, "fuzz.gguf", (sd_gguf_use)use, &f, arch, sizeof arch, &err) !=
+            SD_OK) {
+            if (f) abort();
+            continue;
+        }
+        if (!arch[0]) abort();
+        int image = 0;
+        for (int i = 0; img[i]; i++) image |= strcmp(arch, img[i]) == 0;
+        if (use == SD_GGUF_DIFFUSION_MODEL && !image) abort();
+        for (size_t i = 0; i < sd_st_count(f); i++)
+            if (sd_st_find(f, sd_st_at(f, i)->name) != sd_st_at(f, i)) abort();
+        if (use == SD_GGUF_DIFFUSION_MODEL) diffusion(f);
+        sd_st_close(f);
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sd_error err;
@@ -70,5 +155,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!k || !v || sd_st_metadata(f, k) == NULL) abort();
     }
     sd_st_close(f);
+    as_model(data, size);
     return 0;
 }

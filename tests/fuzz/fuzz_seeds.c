@@ -8,7 +8,10 @@
  *   bytes of its data.
  * OUT_DIR/gguf: GGUF files from our writer (every dtype, orig_shape), one
  *   with key/values of every type (string arrays, nested arrays, an
- *   alignment), and the .gguf files under JSON_DIR/gguf (tests/data/gguf).
+ *   alignment), tiny SD3 (arch sd3) and Z-Image (arch lumina2) diffusion
+ *   models in city96's typing, each also without the architecture and
+ *   under model.diffusion_model. (compat mode), and the .gguf files under
+ *   JSON_DIR/gguf (tests/data/gguf).
  * OUT_DIR/value_io: blobs of LATENT / CONDITIONING / scalar trees.
  * OUT_DIR/workflow_json: a few API-format workflows written here, plus any
  *   *.json found directly in each JSON_DIR.
@@ -53,6 +56,7 @@
 
 #include <zip.h>
 
+#include "core/quant.h"
 #include "formats/gguf.h"
 #include "formats/png.h"
 #include "formats/safetensors.h"
@@ -216,6 +220,170 @@ static int gguf_copy_dir(const char *out, const char *dir, const char *prefix) {
     return rc;
 }
 
+/* A tiny DiT as a GGUF diffusion model, the way city96's files are typed:
+ * 2-D "*weight" tensors of the blocks (names starting with `quant`) Q8_0,
+ * other matrices F16, vectors F32. arch NULL: no general.architecture
+ * (ComfyUI-GGUF's compat mode); prefix: put before every name. */
+typedef struct dit_seed {
+    sd_gguf_writer *w;
+    const char *prefix, *quant;
+    unsigned k;
+} dit_seed;
+
+static void dit_t(dit_seed *d, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    sd_error err;
+    int64_t sh[4] = {d0, d1, d2, d3};
+    size_t l = strlen(name);
+    int quant = ndim == 2 && d0 > 1 && d1 % 32 == 0 && strncmp(name, d->quant, strlen(d->quant)) == 0 &&
+                l >= 6 && strcmp(name + l - 6, "weight") == 0;
+    sd_tensor *t = sd_tensor_new(SD_F32, ndim, sh);
+    float *v = sd_tensor_f32(t);
+    int64_t n = sd_tensor_numel(t);
+    int norm = ndim == 1 && strstr(name, "norm") != NULL;
+    for (int64_t i = 0; i < n; i++, d->k = d->k * 1103515245u + 12345u)
+        v[i] = norm ? 1.0f : ((float)(d->k >> 16 & 0x7fff) / 32768.0f - 0.5f) * 0.1f;
+    sd_tensor *o = quant ? sd_tensor_new(SD_Q8_0, ndim, sh) : sd_tensor_to_dtype(t, ndim == 1 ? SD_F32 : SD_F16);
+    if (quant) sd_quant_quantize(SD_Q8_0, v, o->data, n);
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", d->prefix, name);
+    sd_gguf_writer_add(d->w, full, o, &err);
+    sd_tensor_unref(o);
+    sd_tensor_unref(t);
+}
+
+/* Linear "<base>.weight" [out, in] and its bias. */
+static void dit_lin(dit_seed *d, const char *base, int64_t out, int64_t in) {
+    char n[200];
+    snprintf(n, sizeof n, "%s.weight", base);
+    dit_t(d, n, 2, out, in, 0, 0);
+    snprintf(n, sizeof n, "%s.bias", base);
+    dit_t(d, n, 1, out, 0, 0, 0);
+}
+
+/* SD3.5 Medium's layout at hidden 32 (one head of 32 with RMS q/k norms):
+ * two joint blocks, the first with MMDiT-X's attn2, the last context
+ * branch pre-only; y_embedder; 4 latent channels, pos_embed 4x4. */
+static void sd3_seed(dit_seed *d) {
+    const int64_t h = 32, mlp = 64;
+    dit_t(d, "x_embedder.proj.weight", 4, h, 4, 2, 2);
+    dit_t(d, "x_embedder.proj.bias", 1, h, 0, 0, 0);
+    dit_t(d, "pos_embed", 3, 1, 16, h, 0);
+    dit_lin(d, "t_embedder.mlp.0", h, 256);
+    dit_lin(d, "t_embedder.mlp.2", h, h);
+    dit_lin(d, "y_embedder.mlp.0", h, 32);
+    dit_lin(d, "y_embedder.mlp.2", h, h);
+    dit_lin(d, "context_embedder", h, 32);
+    for (int i = 0; i < 2; i++) {
+        for (int x = 0; x < 2; x++) {
+            int pre = !x && i == 1, sa = x && i == 0;
+            char b[96], n[160];
+            snprintf(b, sizeof b, "joint_blocks.%d.%s", i, x ? "x_block" : "context_block");
+            snprintf(n, sizeof n, "%s.adaLN_modulation.1", b);
+            dit_lin(d, n, (sa ? 9 : pre ? 2 : 6) * h, h);
+            for (int a = 0; a < 1 + sa; a++) {
+                const char *at = a ? "attn2" : "attn";
+                snprintf(n, sizeof n, "%s.%s.qkv", b, at);
+                dit_lin(d, n, 3 * h, h);
+                if (!pre) {
+                    snprintf(n, sizeof n, "%s.%s.proj", b, at);
+                    dit_lin(d, n, h, h);
+                }
+                snprintf(n, sizeof n, "%s.%s.ln_q.weight", b, at);
+                dit_t(d, n, 1, h, 0, 0, 0);
+                snprintf(n, sizeof n, "%s.%s.ln_k.weight", b, at);
+                dit_t(d, n, 1, h, 0, 0, 0);
+            }
+            if (!pre) {
+                snprintf(n, sizeof n, "%s.mlp.fc1", b);
+                dit_lin(d, n, mlp, h);
+                snprintf(n, sizeof n, "%s.mlp.fc2", b);
+                dit_lin(d, n, h, mlp);
+            }
+        }
+    }
+    dit_lin(d, "final_layer.adaLN_modulation.1", 2 * h, h);
+    dit_lin(d, "final_layer.linear", 4 * 4, h);
+}
+
+/* Z-Image's NextDiT at dim 32 (2 heads of 16, 2 kv heads, FFN 32): one
+ * noise and one context refiner block, one layer, pad tokens, caption
+ * features of 16, 4 latent channels. */
+static void zimage_block(dit_seed *d, const char *what, int i, int modulated) {
+    const int64_t dim = 32, hd = 16, f = 32;
+    char b[96], n[160];
+    snprintf(b, sizeof b, "%s.%d", what, i);
+    snprintf(n, sizeof n, "%s.attention.qkv.weight", b);
+    dit_t(d, n, 2, 6 * hd, dim, 0, 0);
+    snprintf(n, sizeof n, "%s.attention.out.weight", b);
+    dit_t(d, n, 2, dim, 2 * hd, 0, 0);
+    static const char *const norms[] = {"attention.q_norm", "attention.k_norm"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(n, sizeof n, "%s.%s.weight", b, norms[k]);
+        dit_t(d, n, 1, hd, 0, 0, 0);
+    }
+    static const char *const ff[] = {"w1", "w2", "w3"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(n, sizeof n, "%s.feed_forward.%s.weight", b, ff[k]);
+        dit_t(d, n, 2, k == 1 ? dim : f, k == 1 ? f : dim, 0, 0);
+    }
+    static const char *const dn[] = {"attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(n, sizeof n, "%s.%s.weight", b, dn[k]);
+        dit_t(d, n, 1, dim, 0, 0, 0);
+    }
+    if (modulated) {
+        snprintf(n, sizeof n, "%s.adaLN_modulation.0", b);
+        dit_lin(d, n, 4 * dim, 32);
+    }
+}
+
+static void zimage_seed(dit_seed *d) {
+    const int64_t dim = 32;
+    dit_lin(d, "x_embedder", dim, 4 * 4);
+    dit_t(d, "cap_embedder.0.weight", 1, 16, 0, 0, 0);
+    dit_lin(d, "cap_embedder.1", dim, 16);
+    dit_lin(d, "t_embedder.mlp.0", 32, 256);
+    dit_lin(d, "t_embedder.mlp.2", 32, 32);
+    zimage_block(d, "noise_refiner", 0, 1);
+    zimage_block(d, "context_refiner", 0, 0);
+    zimage_block(d, "layers", 0, 1);
+    dit_lin(d, "final_layer.adaLN_modulation.1", dim, 32);
+    dit_lin(d, "final_layer.linear", 4 * 4, dim);
+    dit_t(d, "x_pad_token", 2, 1, dim, 0, 0);
+    dit_t(d, "cap_pad_token", 2, 1, dim, 0, 0);
+}
+
+static int dit_seeds(const char *out) {
+    int rc = 0;
+    struct {
+        const char *file, *arch, *prefix, *quant;
+        void (*fill)(dit_seed *);
+    } seeds[] = {
+        {"sd3-tiny.gguf", "sd3", "", "joint_blocks.", sd3_seed},
+        {"sd3-tiny-compat.gguf", NULL, "model.diffusion_model.", "joint_blocks.", sd3_seed},
+        {"lumina2-tiny.gguf", "lumina2", "", "layers.", zimage_seed},
+        {"lumina2-tiny-compat.gguf", NULL, "model.diffusion_model.", "layers.", zimage_seed},
+    };
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        sd_error err;
+        dit_seed d = {sd_gguf_writer_new(), seeds[i].prefix, seeds[i].quant, 2601u + (unsigned)i};
+        if (seeds[i].arch) sd_gguf_writer_kv_str(d.w, "general.architecture", seeds[i].arch, &err);
+        sd_gguf_writer_kv_u32(d.w, "general.quantization_version", 2, &err);
+        seeds[i].fill(&d);
+        void *buf;
+        size_t n;
+        if (sd_gguf_writer_to_memory(d.w, &buf, &n, &err) == SD_OK) {
+            rc |= write_seed(out, seeds[i].file, buf, n);
+            free(buf);
+        } else {
+            fprintf(stderr, "fuzz_seeds: %s: %s\n", seeds[i].file, err.msg);
+            rc = 1;
+        }
+        sd_gguf_writer_free(d.w);
+    }
+    return rc;
+}
+
 static int gguf_seeds(const char *out, int argc, char **argv) {
     int rc = 0;
     sd_error err;
@@ -304,6 +472,7 @@ static int gguf_seeds(const char *out, int argc, char **argv) {
         snprintf(dir, sizeof dir, "%s/gguf", argv[a]);
         rc |= gguf_copy_dir(out, dir, "data");
     }
+    rc |= dit_seeds(out);
     return rc;
 }
 
