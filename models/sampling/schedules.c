@@ -654,24 +654,30 @@ static void loglinear_interp(const double *t, int len, int num, double *out)
     }
 }
 
-/* The node's total steps: round(steps * denoise) (Python: half to even) when
- * denoise < 1; 0 means an empty SIGMAS (denoise <= 0). */
-static int table_total_steps(int steps, double denoise)
+/* What the table schedulers (AYS, GITS, OptimalSteps) share: the table t
+ * (len descending values) as it is when it has steps + 1 values, else
+ * log-linearly interpolated to steps + 1; denoise < 1 keeps the last
+ * round(steps * denoise) + 1 (Python: half to even); the last value becomes
+ * 0; float32. Returns the count (0 for denoise <= 0), -2 when out of memory. */
+static int table_sigmas(const double *t, int len, int steps, double denoise, float *out)
 {
-    if (denoise >= 1.0)
-        return steps;
     if (denoise <= 0.0)
         return 0;
-    return (int)nearbyint((double)steps * denoise);
-}
-
-/* sigmas[-(total + 1):] as float32 with the last value 0; the count. */
-static int table_tail(const double *s, int num, int total, float *out)
-{
+    int total = denoise >= 1.0 ? steps : (int)nearbyint((double)steps * denoise);
+    int num = steps + 1;
+    double *s = malloc((size_t)num * sizeof *s);
+    if (!s)
+        return -2;
+    if (num == len)
+        memcpy(s, t, (size_t)num * sizeof *s);
+    else
+        loglinear_interp(t, len, num, s);
+    /* sigmas[-(total + 1):] */
     int keep = total + 1 < num ? total + 1 : num;
     for (int i = 0; i < keep; i++)
         out[i] = (float)s[num - keep + i];
     out[keep - 1] = 0.0f;
+    free(s);
     return keep;
 }
 
@@ -680,20 +686,7 @@ int sd_sigmas_ays(const char *model_type, int steps, double denoise, float *out)
     const double *t = sd_ays_table(model_type);
     if (!t || steps < 1)
         return -1;
-    if (denoise <= 0.0)
-        return 0;
-    int total = table_total_steps(steps, denoise);
-    int num = steps + 1;
-    double *s = malloc((size_t)num * sizeof *s);
-    if (!s)
-        return -2;
-    if (num == 11)
-        memcpy(s, t, sizeof ays_sd1);
-    else
-        loglinear_interp(t, 11, num, s);
-    int n = table_tail(s, num, total, out);
-    free(s);
-    return n;
+    return table_sigmas(t, 11, steps, denoise, out);
 }
 
 static const sd_gits_table *gits_table(double coeff)
@@ -718,20 +711,10 @@ int sd_sigmas_gits(double coeff, int steps, double denoise, float *out)
     const sd_gits_table *g = gits_table(coeff);
     if (!g || steps < 2)
         return -1;
-    if (denoise <= 0.0)
-        return 0;
-    int total = table_total_steps(steps, denoise);
-    int num = steps + 1;
-    double *s = malloc((size_t)num * sizeof *s);
-    if (!s)
-        return -2;
+    /* up to 20 steps the step count's own row, beyond it the 20-step row */
     if (steps <= SD_GITS_ROWS + 1)
-        memcpy(s, g->rows[steps - 2], (size_t)num * sizeof *s);
-    else
-        loglinear_interp(g->rows[SD_GITS_ROWS - 1], SD_GITS_ROWS + 2, num, s);
-    int n = table_tail(s, num, total, out);
-    free(s);
-    return n;
+        return table_sigmas(g->rows[steps - 2], steps + 1, steps, denoise, out);
+    return table_sigmas(g->rows[SD_GITS_ROWS - 1], SD_GITS_ROWS + 2, steps, denoise, out);
 }
 
 static const sd_optimal_steps_table *optimal_steps_table(const char *model_type)
@@ -752,18 +735,5 @@ int sd_sigmas_optimal_steps(const char *model_type, int steps, double denoise, f
     const sd_optimal_steps_table *o = optimal_steps_table(model_type);
     if (!o || steps < 1)
         return -1;
-    if (denoise <= 0.0)
-        return 0;
-    int total = table_total_steps(steps, denoise);
-    int num = steps + 1;
-    double *s = malloc((size_t)num * sizeof *s);
-    if (!s)
-        return -2;
-    if (num == o->len)
-        memcpy(s, o->sigmas, (size_t)num * sizeof *s);
-    else
-        loglinear_interp(o->sigmas, o->len, num, s);
-    int n = table_tail(s, num, total, out);
-    free(s);
-    return n;
+    return table_sigmas(o->sigmas, o->len, steps, denoise, out);
 }
