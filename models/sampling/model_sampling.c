@@ -13,6 +13,7 @@
 
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/rng.h" /* sd_torch_expf / sd_torch_logf */
+#include "models/sampling/schedules.h" /* sd_linspace_f32 */
 
 #include <math.h>
 #include <stdlib.h>
@@ -212,12 +213,46 @@ double sd_ms_flux_shift(double max_shift, double base_shift, int width, int heig
     return ((double)width * (double)height / 256.0) * mm + b;
 }
 
+#define SD_PI 3.14159265358979323846 /* math.pi */
+
+/* ---- the continuous schedules ------------------------------------------------ */
+
+void sd_model_sampling_init_continuous(sd_model_sampling *ms, sd_ms_kind kind, sd_prediction prediction,
+                                       double sigma_min, double sigma_max, double sigma_data)
+{
+    memset(ms, 0, sizeof *ms);
+    ms->kind = kind;
+    ms->prediction = prediction;
+    ms->sigma_data = (float)sigma_data;
+    ms->n = SD_MS_TIMESTEPS;
+    ms->skip = 1;
+    /* torch.linspace(math.log(sigma_min), math.log(sigma_max), 1000).exp():
+     * the Python logs rounded to float32, torch's float32 linspace and exp;
+     * log_sigmas = sigmas.log() */
+    sd_linspace_f32((float)log(sigma_min), (float)log(sigma_max), SD_MS_TIMESTEPS, ms->sigmas);
+    for (int i = 0; i < SD_MS_TIMESTEPS; i++) {
+        ms->sigmas[i] = sd_torch_expf(ms->sigmas[i]);
+        ms->log_sigmas[i] = sd_torch_logf(ms->sigmas[i]);
+    }
+    ms->sigma_min = ms->sigmas[0];
+    ms->sigma_max = ms->sigmas[ms->n - 1];
+}
+
+static int is_continuous(const sd_model_sampling *ms)
+{
+    return ms->kind == SD_MS_CONT_EDM || ms->kind == SD_MS_CONT_V || ms->kind == SD_MS_COSMOS;
+}
+
 static const char *const pred_names[] = {"eps", "v_prediction", "lcm", "x0", "img_to_img"};
 
 const char *sd_prediction_name(sd_prediction p)
 {
     if (p == SD_PRED_CONST)
         return "const";
+    if (p == SD_PRED_EDM)
+        return "edm";
+    if (p == SD_PRED_COSMOS_RFLOW)
+        return "cosmos_rflow";
     return (unsigned)p < sizeof pred_names / sizeof *pred_names ? pred_names[p] : "?";
 }
 
@@ -231,7 +266,7 @@ int sd_prediction_parse(const char *name)
 
 int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
 {
-    if (ms->kind != SD_MS_DISCRETE) {
+    if (ms->kind != SD_MS_DISCRETE) { /* (the continuous kinds: their table too) */
         int best = 0;
         float best_d = INFINITY;
         for (int k = 0; k < ms->n; k++) {
@@ -258,6 +293,15 @@ int sd_ms_timestep_index(const sd_model_sampling *ms, float sigma)
 
 float sd_ms_timestep(const sd_model_sampling *ms, float sigma)
 {
+    if (ms->kind == SD_MS_CONT_EDM) /* 0.25 * sigma.log() */
+        return 0.25f * sd_torch_logf(sigma);
+    if (ms->kind == SD_MS_CONT_V) { /* sigma.atan() / math.pi * 2 (glibc's atanf:
+                                     * torch's Sleef atanf may differ by an ulp) */
+        float t = atanf(sigma) / (float)SD_PI;
+        return t * 2.0f;
+    }
+    if (ms->kind == SD_MS_COSMOS)
+        return sigma / (sigma + 1.0f);
     if (ms->kind == SD_MS_FLUX)
         return sigma;
     if (ms->kind == SD_MS_FLOW)
@@ -268,6 +312,18 @@ float sd_ms_timestep(const sd_model_sampling *ms, float sigma)
 
 float sd_ms_sigma(const sd_model_sampling *ms, float t)
 {
+    if (ms->kind == SD_MS_CONT_EDM) /* (timestep / 0.25).exp() */
+        return sd_torch_expf(t / 0.25f);
+    if (ms->kind == SD_MS_CONT_V) { /* (timestep * math.pi / 2).tan() */
+        float a = t * (float)SD_PI;
+        return sd_torch_tanf(a / 2.0f);
+    }
+    if (ms->kind == SD_MS_COSMOS) {
+        float smax = ms->sigma_max;
+        if (t >= smax / (smax + 1.0f))
+            return smax;
+        return t / (1.0f - t);
+    }
     if (ms->kind == SD_MS_FLUX)
         return flux_time_shift_f((float)exp(ms->shift), t);
     if (ms->kind == SD_MS_FLOW)
@@ -289,6 +345,15 @@ float sd_ms_sigma(const sd_model_sampling *ms, float t)
 
 double sd_ms_percent_to_sigma(const sd_model_sampling *ms, double percent)
 {
+    if (is_continuous(ms)) { /* log-linear in Python floats */
+        if (percent <= 0.0)
+            return 999999999.9;
+        if (percent >= 1.0)
+            return 0.0;
+        percent = 1.0 - percent;
+        double lmin = log((double)ms->sigma_min);
+        return exp((log((double)ms->sigma_max) - lmin) * percent + lmin);
+    }
     if (ms->kind != SD_MS_DISCRETE) {
         if (percent <= 0.0)
             return 1.0;
@@ -324,6 +389,13 @@ void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
     if (ms->prediction == SD_PRED_IMG_TO_IMG || ms->prediction == SD_PRED_CONST) {
         if (out != x)
             memcpy(out, x, n * sizeof *out);
+        return;
+    }
+    if (ms->prediction == SD_PRED_COSMOS_RFLOW) { /* noise * (1.0 - sigma / (sigma + 1)) */
+        float s = sigma / (sigma + 1.0f);
+        float k = 1.0f - s;
+        for (size_t i = 0; i < n; i++)
+            out[i] = x[i] * k;
         return;
     }
     float sd2 = (float)((double)ms->sigma_data * ms->sigma_data);
@@ -364,8 +436,21 @@ void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
         }
         return;
     }
+    if (ms->prediction == SD_PRED_COSMOS_RFLOW) {
+        /* s = sigma / (sigma + 1): model_input * (1.0 - s) - model_output * s */
+        float s = sigma / (sigma + 1.0f);
+        float k = 1.0f - s;
+        for (size_t i = 0; i < n; i++) {
+            float a = x[i] * k;
+            float b = model_out[i] * s;
+            denoised[i] = a - b;
+        }
+        return;
+    }
     /* v: model_input * sd^2 / (sigma^2 + sd^2)
-     *    - model_output * sigma * sd / (sigma^2 + sd^2)^0.5 */
+     *    - model_output * sigma * sd / (sigma^2 + sd^2)^0.5
+     * edm: the same with + */
+    int edm = ms->prediction == SD_PRED_EDM;
     float sd = ms->sigma_data;
     float sd2 = (float)((double)sd * sd);
     float den = sigma * sigma + sd2;
@@ -376,7 +461,7 @@ void sd_ms_calculate_denoised(const sd_model_sampling *ms, float sigma,
         float b = model_out[i] * sigma;
         b = b * sd;
         b = b / root;
-        denoised[i] = a - b;
+        denoised[i] = edm ? a + b : a - b;
     }
 }
 
@@ -393,7 +478,8 @@ void sd_ms_noise_scaling(const sd_model_sampling *ms, float sigma, const float *
         }
         return;
     }
-    float s = max_denoise ? sqrtf(1.0f + sigma * sigma) : sigma;
+    /* COSMOS_RFLOW: noise * sigma + latent, whatever max_denoise */
+    float s = max_denoise && ms->prediction != SD_PRED_COSMOS_RFLOW ? sqrtf(1.0f + sigma * sigma) : sigma;
     for (size_t i = 0; i < n; i++) {
         float v = noise[i] * s;
         out[i] = v + (latent ? latent[i] : 0.0f); /* += zeros, as ComfyUI */

@@ -28,6 +28,15 @@
  * what the ModelSamplingFlux node derives from the resolution
  * (sd_ms_flux_shift).
  *
+ * The continuous schedules (ModelSamplingContinuousEDM / ContinuousV /
+ * CosmosRFlow, set only by the ModelSamplingContinuousEDM / V nodes): 1000
+ * float32 sigmas exp(linspace(log sigma_min, log sigma_max, 1000)) (torch's
+ * float32 linspace, then its exp; log_sigmas = float32 log of those);
+ * timestep(sigma) = 0.25 log sigma (EDM), atan(sigma) / pi * 2 (V),
+ * sigma / (sigma + 1) (Cosmos); sigma(t) the inverses (Cosmos: sigma_max
+ * from t >= sigma_max / (sigma_max + 1) on); percent_to_sigma log-linear
+ * between sigma_min and sigma_max in double.
+ *
  * Plus the prediction-type specific parts ComfyUI's EPS / V_PREDICTION /
  * CONST classes add: calculate_input, calculate_denoised, noise_scaling and
  * inverse_noise_scaling, all in float32 with torch's operation order (each
@@ -62,14 +71,24 @@ typedef enum sd_prediction {
     SD_PRED_IMG_TO_IMG = 4, /* X0 whose input is not scaled (calculate_input = identity) */
     /* Flow matching (comfy.model_sampling.CONST): the model predicts the
      * velocity noise - x0; set by the flow schedules' init functions. */
-    SD_PRED_CONST = 5
+    SD_PRED_CONST = 5,
+    /* ModelSamplingContinuousEDM's "edm" (comfy.model_sampling.EDM): v's
+     * denoised with the model term added, not subtracted. */
+    SD_PRED_EDM = 6,
+    /* Its "cosmos_rflow" (COSMOS_RFLOW): with s = sigma / (sigma + 1), input
+     * x * (1 - s), denoised x * (1 - s) - out * s, noise_scaling
+     * noise * sigma + latent (no max_denoise factor). */
+    SD_PRED_COSMOS_RFLOW = 7
 } sd_prediction;
 
 /* Which ComfyUI ModelSampling class the table is. */
 typedef enum sd_ms_kind {
     SD_MS_DISCRETE = 0, /* ModelSamplingDiscrete (+ Distilled for LCM) */
     SD_MS_FLOW = 1,     /* ModelSamplingDiscreteFlow */
-    SD_MS_FLUX = 2      /* ModelSamplingFlux */
+    SD_MS_FLUX = 2,     /* ModelSamplingFlux */
+    SD_MS_CONT_EDM = 3, /* ModelSamplingContinuousEDM */
+    SD_MS_CONT_V = 4,   /* ModelSamplingContinuousV */
+    SD_MS_COSMOS = 5    /* ModelSamplingCosmosRFlow */
 } sd_ms_kind;
 
 typedef struct sd_model_sampling {
@@ -106,6 +125,13 @@ void sd_model_sampling_init_linear(sd_model_sampling *ms, sd_prediction predicti
  * 4.8973451890853435e-08) before they are rounded to float32. */
 void sd_model_sampling_init_ex(sd_model_sampling *ms, sd_prediction prediction, int zsnr);
 
+/* A continuous schedule (kind SD_MS_CONT_EDM, SD_MS_CONT_V or SD_MS_COSMOS)
+ * with its prediction type, as ComfyUI's ModelSamplingAdvanced of the
+ * ModelSamplingContinuousEDM / V nodes after set_parameters(sigma_min,
+ * sigma_max, sigma_data). */
+void sd_model_sampling_init_continuous(sd_model_sampling *ms, sd_ms_kind kind, sd_prediction prediction,
+                                       double sigma_min, double sigma_max, double sigma_data);
+
 /* ModelSamplingDiscreteFlow + CONST with `shift` and `multiplier` (a
  * 1000-entry table): Flux schnell is (1, 1), SD3 (3, 1000), AuraFlow (1.73, 1). */
 void sd_model_sampling_init_flow(sd_model_sampling *ms, double shift, double multiplier);
@@ -137,7 +163,8 @@ void sd_model_sampling_init_sd3(sd_model_sampling *ms);
 double sd_ms_flux_shift(double max_shift, double base_shift, int width, int height);
 
 /* "eps", "v_prediction", "lcm", "x0", "img_to_img" (ModelSamplingDiscrete's
- * sampling names) <-> sd_prediction; SD_PRED_CONST is named "const" but not
+ * sampling names) <-> sd_prediction; SD_PRED_CONST, SD_PRED_EDM and
+ * SD_PRED_COSMOS_RFLOW are named "const", "edm" and "cosmos_rflow" but not
  * parsed (ModelSamplingDiscrete has no such choice). Parse returns -1 for an
  * unknown name. */
 const char *sd_prediction_name(sd_prediction p);
@@ -179,6 +206,8 @@ void sd_ms_calculate_input(const sd_model_sampling *ms, float sigma,
 /* Denoised estimate from the model output at `sigma`:
  *   eps, const: x - out * sigma
  *   v:   x * sd^2 / (sigma^2 + sd^2) - out * sigma * sd / sqrt(sigma^2 + sd^2)
+ *   edm: the same with + before the model term
+ *   cosmos_rflow: x * (1 - s) - out * s, s = sigma / (sigma + 1)
  *   lcm: c_out * (x - out * sigma) + c_skip * x with T = timestep(sigma) * 10,
  *        c_skip = 0.25 / (T^2 + 0.25), c_out = T / sqrt(T^2 + 0.25)
  *   x0, img_to_img: out

@@ -249,6 +249,10 @@ void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,
     if (p && p->sampling_set && p->sampling_base == SD_MS_FLUX) sd_model_sampling_init_flux(ms, p->shift);
     else if (p && p->sampling_set && p->sampling_base == SD_MS_FLOW)
         sd_model_sampling_init_flow(ms, p->shift, p->multiplier);
+    else if (p && p->sampling_set && (p->sampling_base == SD_MS_CONT_EDM || p->sampling_base == SD_MS_CONT_V ||
+                                      p->sampling_base == SD_MS_COSMOS))
+        sd_model_sampling_init_continuous(ms, p->sampling_base, p->sampling, p->sigma_min, p->sigma_max,
+                                          p->sigma_data);
     else if (p && p->sampling_set) sd_model_sampling_init_ex(ms, p->sampling, p->zsnr);
     else if (info->family == SD_CKPT_FLUX && info->flux.guidance_embed) sd_model_sampling_init_flux_dev(ms);
     else if (info->family == SD_CKPT_FLUX) sd_model_sampling_init_flux_schnell(ms);

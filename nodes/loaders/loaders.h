@@ -30,11 +30,14 @@ struct sd_lora_stack; /* nodes/lora/lora_nodes.h */
 typedef struct sd_model_patches {
     int sampling_set;         /* a ModelSampling* node applied: */
     sd_ms_kind sampling_base; /*   SD_MS_DISCRETE (ModelSamplingDiscrete), SD_MS_FLUX
-                               *   (ModelSamplingFlux) or SD_MS_FLOW */
-    sd_prediction sampling;   /*   discrete: its sampling kind */
+                               *   (ModelSamplingFlux), SD_MS_FLOW, or the continuous
+                               *   kinds (ModelSamplingContinuousEDM / V) */
+    sd_prediction sampling;   /*   discrete, continuous: its prediction type */
     int zsnr;                 /*   discrete: zsnr */
     double shift, multiplier; /*   flow kinds: their parameters (sd_model_sampling_init_flux
                                *   / _flow) */
+    double sigma_min, sigma_max, sigma_data; /* continuous kinds
+                                              * (sd_model_sampling_init_continuous) */
     sd_cfg_hook cfg;          /* RescaleCFG */
     sd_unet_patches unet;     /* the UNet's patches (FreeU, ...; models/unet/unet.h) */
     int diff_diff;            /* DifferentialDiffusion's denoise_mask_function (the last */

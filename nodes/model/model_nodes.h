@@ -2,7 +2,7 @@
  * families: MODEL / CLIP patches that change no input value, only what a
  * MODEL or CLIP stands for.
  *
- *   ModelSamplingDiscrete, ModelSamplingFlux, RescaleCFG (model_patch_nodes.c): plain data on
+ *   ModelSamplingDiscrete, ModelSamplingContinuousEDM / V, ModelSamplingFlux, RescaleCFG (model_patch_nodes.c): plain data on
  *     the MODEL handle (sd_model_patches, nodes/loaders/loaders.h) that the
  *     sampling nodes read (sd_nodes_model_sampling_of, the guider's cfg hook).
  *   ModelMergeSimple / Subtract / Add, CLIPMergeSimple / Subtract / Add

@@ -1,4 +1,5 @@
-/* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingFlux,
+/* model_patch_nodes.c - ModelSamplingDiscrete, ModelSamplingContinuousEDM,
+ * ModelSamplingContinuousV, ModelSamplingFlux,
  * ModelSamplingAuraFlow, ModelSamplingSD3, RescaleCFG and SkipLayerGuidanceSD3 (comfy_extras/nodes_model_advanced.py) as data on the MODEL
  * handle. */
 #include "model_nodes.h"
@@ -40,6 +41,61 @@ static sd_status model_sampling_run(sd_node_ctx *ctx, sd_value *const *in, sd_va
     p.sampling = (sd_prediction)kind;
     p.zsnr = sd_value_as_bool(in[2]);
     return model_with(m, &p, &out[0], err);
+}
+
+/* ModelSamplingContinuousEDM (cont_v = 0) and ModelSamplingContinuousV
+ * (cont_v = 1): a continuous log-spaced schedule between sigma_min and
+ * sigma_max replacing the model_sampling object. EDM's choices: "eps",
+ * "v_prediction" (sigma_data 1), "edm" (sigma_data 0.5), "cosmos_rflow"
+ * (ModelSamplingCosmosRFlow); "edm_playground_v2.5" also swaps the latent
+ * format for Playground's per-channel one, which sdflow does not have: it is
+ * refused by name. */
+static sd_status model_sampling_continuous(sd_value *const *in, int cont_v, sd_value **out, sd_error *err) {
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    const char *name = sd_value_as_string(in[1]);
+    name = name ? name : "";
+    sd_model_patches p = m->patches;
+    p.sampling_base = cont_v ? SD_MS_CONT_V : SD_MS_CONT_EDM;
+    p.sigma_data = 1.0;
+    if (!strcmp(name, "v_prediction")) p.sampling = SD_PRED_V;
+    else if (!cont_v && !strcmp(name, "eps")) p.sampling = SD_PRED_EPS;
+    else if (!cont_v && !strcmp(name, "edm")) p.sampling = SD_PRED_EDM, p.sigma_data = 0.5;
+    else if (!cont_v && !strcmp(name, "cosmos_rflow")) p.sampling = SD_PRED_COSMOS_RFLOW, p.sampling_base = SD_MS_COSMOS;
+    else if (!cont_v && !strcmp(name, "edm_playground_v2.5")) {
+        sd_error_set(err, SD_ERR_UNSUPPORTED,
+                     "sampling 'edm_playground_v2.5' is not supported: it needs Playground v2.5's "
+                     "per-channel latent format, which sdflow does not have (use 'edm')");
+        sd_error_at(err, NULL, NULL, "sampling");
+        return SD_ERR_UNSUPPORTED;
+    } else {
+        sd_error_set(err, SD_ERR_INVALID, "unknown sampling '%s' (%s)", name,
+                     cont_v ? "v_prediction" : "v_prediction, edm, edm_playground_v2.5, eps or cosmos_rflow");
+        sd_error_at(err, NULL, NULL, "sampling");
+        return SD_ERR_INVALID;
+    }
+    p.sampling_set = 1;
+    p.zsnr = 0;
+    p.sigma_max = sd_value_as_float(in[2]);
+    p.sigma_min = sd_value_as_float(in[3]);
+    /* log(0) would make every sigma 0 or inf: ComfyUI's math.log raises */
+    if (!(p.sigma_min > 0.0) || !(p.sigma_max > 0.0)) {
+        sd_error_set(err, SD_ERR_INVALID, "sigma_min and sigma_max must be above 0 (math domain error in ComfyUI)");
+        sd_error_at(err, NULL, NULL, p.sigma_min > 0.0 ? "sigma_max" : "sigma_min");
+        return SD_ERR_INVALID;
+    }
+    return model_with(m, &p, &out[0], err);
+}
+
+static sd_status model_sampling_edm_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return model_sampling_continuous(in, 0, out, err);
+}
+
+static sd_status model_sampling_v_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return model_sampling_continuous(in, 1, out, err);
 }
 
 /* ModelSamplingFlux: ModelSamplingFlux + CONST with the shift of the
@@ -189,6 +245,56 @@ static const sd_node_def node_model_sampling_discrete = {
     .run = model_sampling_run,
 };
 
+static const char *const edm_kinds[] = {"v_prediction", "edm", "edm_playground_v2.5", "eps", "cosmos_rflow",
+                                        NULL};
+static const sd_input_def model_sampling_edm_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "sampling", .type = SD_T_COMBO, .options = edm_kinds, .def_str = "v_prediction", .no_default = 1},
+    {.name = "sigma_max", .type = SD_T_FLOAT, .def = 120.0, .min = 0.0, .max = 1000.0, .step = 0.001,
+     .round = SD_ROUND_FALSE, .has_range = 1},
+    {.name = "sigma_min", .type = SD_T_FLOAT, .def = 0.002, .min = 0.0, .max = 1000.0, .step = 0.001,
+     .round = SD_ROUND_FALSE, .has_range = 1},
+    {0}};
+
+static const sd_node_def node_model_sampling_edm = {
+    .version = 1,
+    .class_type = "ModelSamplingContinuousEDM",
+    .python_module = "comfy_extras.nodes_model_advanced",
+    .display_name = "ModelSamplingContinuousEDM",
+    .category = "advanced/model",
+    .help = "A continuous noise schedule: 1000 sigmas log-spaced from sigma_min to sigma_max, "
+            "timestep 0.25 ln(sigma), read as eps, v_prediction, edm (sigma_data 0.5, the model "
+            "term added) or cosmos_rflow (timestep sigma/(sigma+1)); for EDM-trained models "
+            "(SDXL EDM2 / CosXL, Stable Cascade-style). edm_playground_v2.5 is refused: it needs "
+            "Playground's latent format.",
+    .inputs = model_sampling_edm_inputs,
+    .outputs = model_out,
+    .run = model_sampling_edm_run,
+};
+
+static const char *const v_kinds[] = {"v_prediction", NULL};
+static const sd_input_def model_sampling_v_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "sampling", .type = SD_T_COMBO, .options = v_kinds, .def_str = "v_prediction", .no_default = 1},
+    {.name = "sigma_max", .type = SD_T_FLOAT, .def = 500.0, .min = 0.0, .max = 1000.0, .step = 0.001,
+     .round = SD_ROUND_FALSE, .has_range = 1},
+    {.name = "sigma_min", .type = SD_T_FLOAT, .def = 0.03, .min = 0.0, .max = 1000.0, .step = 0.001,
+     .round = SD_ROUND_FALSE, .has_range = 1},
+    {0}};
+
+static const sd_node_def node_model_sampling_v = {
+    .version = 1,
+    .class_type = "ModelSamplingContinuousV",
+    .python_module = "comfy_extras.nodes_model_advanced",
+    .display_name = "ModelSamplingContinuousV",
+    .category = "advanced/model",
+    .help = "A continuous v-prediction noise schedule: 1000 sigmas log-spaced from sigma_min to "
+            "sigma_max, timestep atan(sigma) * 2 / pi.",
+    .inputs = model_sampling_v_inputs,
+    .outputs = model_out,
+    .run = model_sampling_v_run,
+};
+
 static const sd_input_def model_sampling_flux_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "max_shift", .type = SD_T_FLOAT, .def = 1.15, .min = 0.0, .max = 100.0, .step = 0.01,
@@ -294,6 +400,7 @@ static const sd_node_def node_rescale_cfg = {
 };
 
 const sd_node_def *const sd_nodes_model_patch[] = {&node_model_sampling_discrete,
+                                                   &node_model_sampling_edm, &node_model_sampling_v,
                                                    &node_model_sampling_flux,
                                                    &node_model_sampling_aura_flow, &node_model_sampling_sd3,
                                                    &node_rescale_cfg, &node_slg_sd3, NULL};
