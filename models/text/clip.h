@@ -143,6 +143,28 @@ sd_bt **sd_clip_param(sd_clip *c, const char *key, int64_t *row0, int64_t *rows)
 typedef void (*sd_clip_param_fn)(void *ud, const char *key, sd_bt **slot);
 void sd_clip_param_each(sd_clip *c, sd_clip_param_fn fn, void *ud);
 
+/* ---- export in a file layout (models/text/clip_export.c; CLIPSave, CheckpointSave) ---- */
+
+/* Calls fn(ud, key, t, err) for every weight of c as a host tensor in the
+ * file layout `layout` (keys relative to the encoder's prefix), stopping at
+ * the first non-OK return:
+ *   HF:       text_model.* with q/k/v apart (an OpenCLIP model's fused
+ *             in_proj split by rows), text_projection.weight [P, W];
+ *   OpenCLIP: token_embedding.weight, positional_embedding,
+ *             transformer.resblocks.N.{ln_1, attn.in_proj_weight/_bias (q, k,
+ *             v fused), attn.out_proj, ln_2, mlp.c_fc, mlp.c_proj}, ln_final,
+ *             text_projection [W, P] (ComfyUI's
+ *             diffusers_convert.convert_text_enc_state_dict_v20).
+ * A model without a projection gives the identity [W, W]: ComfyUI's
+ * CLIPTextModel always has the Linear and saves it, holding torch.empty's
+ * memory when the file had none. Half-precision weights come in the dtype
+ * held (exact: they were widened from it), others F32. t is lent for the
+ * call (take a reference to keep it). Errors: SD_ERR_NOMEM, backend errors,
+ * or fn's. */
+typedef sd_status (*sd_clip_export_fn)(void *ud, const char *key, sd_tensor *t, sd_error *err);
+sd_status sd_clip_export(sd_clip *c, sd_clip_layout layout, sd_clip_export_fn fn, void *ud,
+                         sd_error *err);
+
 /* A new encoder sharing every weight of `base` as backend views (no data
  * copied; tap not inherited). Free with sd_clip_free. */
 sd_status sd_clip_view(const sd_clip *base, sd_clip **out, sd_error *err);

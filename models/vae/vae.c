@@ -367,6 +367,103 @@ void sd_vae_set_tap(sd_vae *vae, sd_vae_tap_fn fn, void *user) {
     vae->tap_user = user;
 }
 
+/* ---- parameters by LDM name (sd_vae_param_each) --------------------------------- */
+
+typedef struct {
+    sd_vae_param_fn fn;
+    void *ud;
+} walker;
+
+static void visit(const walker *w, const sd_bt *t, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void visit(const walker *w, const sd_bt *t, const char *fmt, ...) {
+    if (!t) return;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    w->fn(w->ud, name, t, t->ndim, t->shape);
+}
+
+static void visit_res(const walker *w, const resblock *r, const char *p) {
+    visit(w, r->n1w, "%s.norm1.weight", p);
+    visit(w, r->n1b, "%s.norm1.bias", p);
+    visit(w, r->c1w, "%s.conv1.weight", p);
+    visit(w, r->c1b, "%s.conv1.bias", p);
+    visit(w, r->n2w, "%s.norm2.weight", p);
+    visit(w, r->n2b, "%s.norm2.bias", p);
+    visit(w, r->c2w, "%s.conv2.weight", p);
+    visit(w, r->c2b, "%s.conv2.bias", p);
+    visit(w, r->skw, "%s.nin_shortcut.weight", p);
+    visit(w, r->skb, "%s.nin_shortcut.bias", p);
+}
+
+static void visit_attn(const walker *w, const attnblock *a, const char *p) {
+    const char *names[4] = {"q", "k", "v", "proj_out"};
+    const sd_bt *ws[4] = {a->qw, a->kw, a->vw, a->pw}, *bs[4] = {a->qb, a->kb, a->vb, a->pb};
+    char key[256];
+    visit(w, a->nw, "%s.norm.weight", p);
+    visit(w, a->nb, "%s.norm.bias", p);
+    for (int i = 0; i < 4; i++) {
+        if (ws[i]) {
+            /* held as the linear [C, C]; stored as the 1x1 conv */
+            int64_t s[4] = {ws[i]->shape[0], ws[i]->shape[1], 1, 1};
+            snprintf(key, sizeof key, "%s.%s.weight", p, names[i]);
+            w->fn(w->ud, key, ws[i], 4, s);
+        }
+        visit(w, bs[i], "%s.%s.bias", p, names[i]);
+    }
+}
+
+void sd_vae_param_each(const sd_vae *v, sd_vae_param_fn fn, void *ud) {
+    if (!v || !fn) return;
+    const walker w = {fn, ud};
+    const sd_vae_config *c = &v->cfg;
+    int n = c->n_levels;
+    char p[128];
+    /* the order of the LDM state dict: encoder, decoder, quant convs */
+    visit(&w, v->e_in_w, "encoder.conv_in.weight");
+    visit(&w, v->e_in_b, "encoder.conv_in.bias");
+    for (int i = 0; c->has_encoder && i < n; i++) {
+        for (int j = 0; j < c->num_res_blocks; j++) {
+            snprintf(p, sizeof p, "encoder.down.%d.block.%d", i, j);
+            visit_res(&w, &v->e_blk[i][j], p);
+        }
+        visit(&w, v->e_down_w[i], "encoder.down.%d.downsample.conv.weight", i);
+        visit(&w, v->e_down_b[i], "encoder.down.%d.downsample.conv.bias", i);
+    }
+    if (c->has_encoder) {
+        visit_res(&w, &v->e_mid1, "encoder.mid.block_1");
+        visit_attn(&w, &v->e_attn, "encoder.mid.attn_1");
+        visit_res(&w, &v->e_mid2, "encoder.mid.block_2");
+    }
+    visit(&w, v->e_norm_w, "encoder.norm_out.weight");
+    visit(&w, v->e_norm_b, "encoder.norm_out.bias");
+    visit(&w, v->e_out_w, "encoder.conv_out.weight");
+    visit(&w, v->e_out_b, "encoder.conv_out.bias");
+    visit(&w, v->d_in_w, "decoder.conv_in.weight");
+    visit(&w, v->d_in_b, "decoder.conv_in.bias");
+    visit_res(&w, &v->d_mid1, "decoder.mid.block_1");
+    visit_attn(&w, &v->d_attn, "decoder.mid.attn_1");
+    visit_res(&w, &v->d_mid2, "decoder.mid.block_2");
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j <= c->num_res_blocks; j++) {
+            snprintf(p, sizeof p, "decoder.up.%d.block.%d", i, j);
+            visit_res(&w, &v->d_blk[i][j], p);
+        }
+        visit(&w, v->d_up_w[i], "decoder.up.%d.upsample.conv.weight", i);
+        visit(&w, v->d_up_b[i], "decoder.up.%d.upsample.conv.bias", i);
+    }
+    visit(&w, v->d_norm_w, "decoder.norm_out.weight");
+    visit(&w, v->d_norm_b, "decoder.norm_out.bias");
+    visit(&w, v->d_out_w, "decoder.conv_out.weight");
+    visit(&w, v->d_out_b, "decoder.conv_out.bias");
+    visit(&w, v->quant_w, "quant_conv.weight");
+    visit(&w, v->quant_b, "quant_conv.bias");
+    visit(&w, v->pq_w, "post_quant_conv.weight");
+    visit(&w, v->pq_b, "post_quant_conv.bias");
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
 #define STEP(x, expr) do { sd_bt *_n = (expr); sd_bt_free(x); (x) = _n; } while (0)

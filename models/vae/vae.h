@@ -64,6 +64,16 @@ typedef void (*sd_vae_tap_fn)(void *user, const char *name, const sd_bt *t);
 void sd_vae_set_tap(sd_vae *vae, sd_vae_tap_fn fn, void *user);
 unsigned sd_vae_f32_redos(const sd_vae *vae);
 
+/* Calls fn(ud, key, t, ndim, shape) for every weight the VAE holds, keyed
+ * by its LDM name ("decoder.mid.attn_1.q.weight", "post_quant_conv.bias")
+ * whatever layout the file had, with the shape the LDM layout stores
+ * (the mid attention's q/k/v/proj_out as 1x1 convs [C, C, 1, 1], held as
+ * [C, C]). What VAESave / CheckpointSave write, as ComfyUI's vae.get_sd()
+ * gives its LDM state dict. t is borrowed for the call; key likewise. */
+typedef void (*sd_vae_param_fn)(void *ud, const char *key, const sd_bt *t, int ndim,
+                                const int64_t *shape);
+void sd_vae_param_each(const sd_vae *vae, sd_vae_param_fn fn, void *ud);
+
 /* latent [N, E, h, w] F32 -> IMAGE [N, 8h, 8w, 3] in [0, 1].
  * Every decode (also raw and tiled) computes in the backend's precision;
  * when that is not F32 and the decoder's output holds a NaN or Inf, that
