@@ -47,6 +47,23 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
  * validation. */
 sd_status sd_controlnet_probe_file(const char *path, sd_error *err);
 void sd_controlnet_free(sd_controlnet *cn); /* NULL-safe */
+/* ---- diff ControlNets (models/controlnet/controlnet_diff.c; DiffControlNetLoader) ---
+ * A "diff" ControlNet stores each weight of its encoder as the difference
+ * from the UNet it was trained from, marked by a tensor named "difference"
+ * beside control_model.* keys (ComfyUI's load_controlnet_state_dict detects
+ * it so; without the control_model. prefix the marker is ignored, as
+ * there). */
+int sd_controlnet_is_diff(const sd_st_file *f);
+/* The file as ComfyUI merges it with a model: every control_model.K whose
+ * "K" the UNet `base` holds becomes K's weight rounded to the file tensor's
+ * dtype, added in F32 to the stored value and rounded to that dtype again
+ * (PyTorch's in-place `cd += model_sd[k].type(cd.dtype)` on the CPU);
+ * other tensors are kept as stored. *out is a new file view named like f
+ * (tensors are copies: f may be closed). A shape that differs from the
+ * UNet's is SD_ERR_FORMAT naming the key. */
+sd_status sd_controlnet_diff_merge(sd_st_file *f, sd_unet *base, sd_st_file **out, sd_error *err);
+
+
 
 /* The encoder's config in UNet terms (output-block fields are zero). */
 const sd_unet_config *sd_controlnet_config(const sd_controlnet *cn);

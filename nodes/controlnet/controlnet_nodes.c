@@ -9,6 +9,7 @@
 #include "formats/safetensors.h"
 #include "formats/torch_ckpt.h"
 #include "models/checkpoint/model_paths.h"
+#include "nodes/loaders/loaders.h"
 
 static void free_cn(void *p) { sd_controlnet_free(p); }
 const sd_handle_type sd_handle_control_net = {"CONTROL_NET", free_cn};
@@ -23,25 +24,42 @@ static sd_status list_controlnets(const sd_env *env, sd_value **out, sd_error *e
     return sd_model_paths_list(env, SD_FOLDER_CONTROLNET, out, err);
 }
 
-static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
-    const char *name = sd_value_as_string(in[0]);
+/* Loads control_net_name (input `name_input` ... index in[i]); with a MODEL
+ * (DiffControlNetLoader) a diff ControlNet is merged with its UNet first. */
+static sd_status load_controlnet(sd_node_ctx *ctx, const char *name, sd_model_ref *model, sd_value **out,
+                                 sd_error *err) {
     char *path = NULL;
-    sd_st_file *f = NULL;
+    sd_st_file *f = NULL, *merged = NULL;
     sd_controlnet *cn = NULL;
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_CONTROLNET, name ? name : "", &path, err);
     if (!rc && !ctx->env->backend)
         rc = sd_error_set(err, SD_ERR_INVALID, "no compute backend in the environment");
     /* .safetensors, or a torch .pth read weights-only */
     if (!rc) rc = sd_torch_open_any(path, &f, err);
-    if (!rc) rc = sd_controlnet_load((sd_backend *)ctx->env->backend, f, SD_F32, &cn, err);
+    int diff = !rc && model && sd_controlnet_is_diff(f);
+    if (diff) {
+        /* ComfyUI adds the model's diffusion_model.* weights where the keys
+         * match: a model without a UNet matches none */
+        const sd_ckpt_info *info = sd_checkpoint_info(model->ckpt);
+        sd_unet *u = NULL;
+        if (info->dmodel_kind == SD_DMODEL_UNET) {
+            rc = sd_nodes_model_unet(model, &u, err);
+            if (rc) sd_error_at(err, NULL, NULL, "model");
+        }
+        if (!rc && u) rc = sd_controlnet_diff_merge(f, u, &merged, err);
+        if (!rc && !u) sd_node_log(ctx, SD_LOG_WARN, "diff ControlNet %s: the MODEL has no UNet to add", name);
+    }
+    if (!rc) rc = sd_controlnet_load((sd_backend *)ctx->env->backend, merged ? merged : f, SD_F32, &cn, err);
+    sd_st_close(merged);
     sd_st_close(f);
     free(path);
     if (rc) {
-        sd_error_at(err, NULL, NULL, "control_net_name");
+        if (!err->input[0]) sd_error_at(err, NULL, NULL, "control_net_name");
         return rc;
     }
     const sd_unet_config *c = sd_controlnet_config(cn);
-    sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s: %s, %d channels, context %d, %d outputs", name,
+    sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s%s: %s, %d channels, context %d, %d outputs", name,
+                merged ? " (diff, merged with the model)" : "",
                 c->kind == SD_UNET_SDXL ? "SDXL" : c->kind == SD_UNET_SD2 ? "SD2" : "SD1", c->model_channels, c->context_dim,
                 sd_controlnet_n_outputs(cn));
     out[0] = sd_value_handle(&sd_handle_control_net, cn);
@@ -50,6 +68,19 @@ static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
     return SD_OK;
+}
+
+static sd_status loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    return load_controlnet(ctx, sd_value_as_string(in[0]), NULL, out, err);
+}
+
+/* DiffControlNetLoader (nodes.py): comfy.controlnet.load_controlnet(path,
+ * model). A normal ControlNet loads as ControlNetLoader loads it. */
+static sd_status diff_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    return load_controlnet(ctx, sd_value_as_string(in[1]), m, out, err);
 }
 
 static const sd_input_def loader_inputs[] = {
@@ -68,6 +99,25 @@ static const sd_node_def node_loader = {
     .inputs = loader_inputs,
     .outputs = loader_outputs,
     .run = loader_run,
+};
+
+static const sd_input_def diff_loader_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "control_net_name", .type = SD_T_COMBO, .options_fn = list_controlnets,
+     .file_folder = SD_FOLDER_CONTROLNET, .file_probe = sd_controlnet_probe_file},
+    {0}};
+
+static const sd_node_def node_diff_loader = {
+    .version = 1,
+    .class_type = "DiffControlNetLoader",
+    .python_module = "nodes",
+    .display_name = "Load ControlNet Model (diff)",
+    .category = "loaders",
+    .help = "Loads a ControlNet as ControlNetLoader does; a diff ControlNet (control_model.* with a "
+            "'difference' tensor) gets the MODEL's UNet weights added first, as ComfyUI does.",
+    .inputs = diff_loader_inputs,
+    .outputs = loader_outputs,
+    .run = diff_loader_run,
 };
 
 /* ---- applying ----------------------------------------------------------------------- */
@@ -318,7 +368,7 @@ sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *
 
 extern const sd_node_def sd_node_Canny;
 
-const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_apply, &node_adv, &sd_node_Canny,
+const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_diff_loader, &node_apply, &node_adv, &sd_node_Canny,
                                                   NULL};
 
 sd_status sd_nodes_controlnet_register(sd_error *err) {
