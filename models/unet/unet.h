@@ -97,6 +97,9 @@ typedef struct sd_unet_control {
     sd_bt *const *skip;
     /* the MODEL's patches (below) for this call; NULL = none */
     const struct sd_unet_patches *patches;
+    /* the call's sigma (transformer_options["sigmas"][0]), for the patches
+     * that act in a sigma window (PatchModelAddDownscale) */
+    float sigma;
 } sd_unet_control;
 
 /* ---- model patches (ComfyUI's transformer_options "patches" / "patches_replace") ----
@@ -115,8 +118,18 @@ typedef struct sd_unet_control {
  *                            transformer blocks there computed by the patch
  *                            (from the to_q/to_k/to_v projections; to_out
  *                            applied after it). The first matching patch
- *                            wins, as ComfyUI's dict holds one per key. */
-typedef enum sd_unet_patch_at { SD_UNET_AT_OUTPUT_BLOCK = 1, SD_UNET_AT_ATTN1_REPLACE = 2 } sd_unet_patch_at;
+ *                            wins, as ComfyUI's dict holds one per key;
+ *   SD_UNET_AT_INPUT_BLOCK   input_block_patch: h after input block i (and
+ *                            its ControlNet residual), before it is saved
+ *                            as the skip;
+ *   SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP  input_block_patch_after_skip: h after
+ *                            it was saved, so only the next blocks see it. */
+typedef enum sd_unet_patch_at {
+    SD_UNET_AT_OUTPUT_BLOCK = 1,
+    SD_UNET_AT_ATTN1_REPLACE = 2,
+    SD_UNET_AT_INPUT_BLOCK = 3,
+    SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP = 4
+} sd_unet_patch_at;
 
 /* transformer_options["block"][0] */
 typedef enum sd_unet_block_kind {
@@ -137,7 +150,19 @@ typedef enum sd_unet_patch_kind {
     SD_UNET_PATCH_FREEU_V2 = 2,
     /* attn1 replace (PerturbedAttentionGuidance's perturbed_attention,
      * comfy_extras/nodes_pag.py): the attention's output is v */
-    SD_UNET_PATCH_ATTN1_IDENTITY = 3
+    SD_UNET_PATCH_ATTN1_IDENTITY = 3,
+    /* PatchModelAddDownscale (comfy_extras/nodes_model_downscale.py)'s
+     * input block patch, p = {downscale_factor, sigma_start, sigma_end,
+     * method (sd_upscale_method)}, block_id = block_number: after input
+     * block block_id, where sigma_end <= sigma <= sigma_start, h resized by
+     * common_upscale to (round(W / factor), round(H / factor)) (Python
+     * round of W * (1.0 / factor)). Applied before the skip is saved, or
+     * after it for the _AFTER_SKIP kind. */
+    SD_UNET_PATCH_DOWNSCALE = 20,
+    SD_UNET_PATCH_DOWNSCALE_AFTER_SKIP = 21,
+    /* Its output block patch, p = {method}: where h's height differs from
+     * the skip's, h resized to the skip's (width, height). */
+    SD_UNET_PATCH_UPSCALE_TO_SKIP = 22
 } sd_unet_patch_kind;
 
 typedef struct sd_unet_patch {

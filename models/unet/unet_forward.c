@@ -36,6 +36,15 @@ static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_b
     case UL_CONV: return sd_op_conv2d(x, l->conv_w, l->conv_b, 1, 1, 1);
     case UL_DOWN: return sd_op_conv2d(x, l->conv_w, l->conv_b, 2, 1, 1);
     case UL_UP: {
+        /* a target not within one of twice the input (a skip resized by
+         * PatchModelAddDownscale): ComfyUI's interpolate to that size */
+        if ((target_h > 0 && (target_h > 2 * x->shape[2] || target_h < 2 * x->shape[2] - 1)) ||
+            (target_w > 0 && (target_w > 2 * x->shape[3] || target_w < 2 * x->shape[3] - 1))) {
+            sd_bt *h = sd_unet_nearest_resize(x, target_h > 0 ? target_h : 2 * x->shape[2],
+                                              target_w > 0 ? target_w : 2 * x->shape[3]);
+            if (h) step(&h, sd_op_conv2d(h, l->conv_w, l->conv_b, 1, 1, 1));
+            return h;
+        }
         sd_bt *h = sd_op_upsample_nearest2x(x);
         /* Nearest resize of h to 2h-1 picks the same rows as a crop of the
          * x2 upsample (floor(i*h/(2h-1)) == floor(i/2)), so crop. */
@@ -166,25 +175,41 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
     int n_skips = 0;
     const sd_unet_patches *ps = control ? control->patches : NULL;
     sd_bt *h = NULL, *emb = NULL;
+    /* after: what the next input block reads when an after-skip patch
+     * changed it, else NULL (the last skip) */
+    sd_bt *after = NULL;
     char nm[64];
 
     if (!(emb = embed(u, timesteps, x->shape[0], y, err))) goto fail;
 
+    const float sigma = control ? control->sigma : 0.0f;
     for (int i = 0; i < u->n_in; i++) {
         snprintf(nm, sizeof nm, "input_blocks.%d", i);
         block_at at = {ps, SD_UNET_BLOCK_INPUT, i};
-        h = block_forward(u, &u->in[i], nm, i ? skips[n_skips - 1] : x, emb, context, 0, 0, &at);
+        h = block_forward(u, &u->in[i], nm, after ? after : i ? skips[n_skips - 1] : x, emb, context, 0, 0, &at);
+        sd_bt_free(after);
+        after = NULL;
         if (!h) goto fail;
         if (control && i < control->n_input && control->input && control->input[i]) {
             if ((rc = add_control(&h, control->input[i], nm, err))) goto fail_rc;
             if (!h) goto fail;
         }
+        if (ps) {
+            sd_bt *np;
+            if ((rc = sd_unet_patch_input_block(u, ps, SD_UNET_AT_INPUT_BLOCK, i, sigma, h, &np, err))) goto fail_rc;
+            if (np) step(&h, np);
+        }
         skips[n_skips++] = h; /* the stack owns it; h continues as the next input */
         h = NULL;
+        if (ps && (rc = sd_unet_patch_input_block(u, ps, SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP, i, sigma,
+                                                  skips[n_skips - 1], &after, err)))
+            goto fail_rc;
     }
 
     block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0};
-    h = block_forward(u, &u->middle, "middle_block", skips[n_skips - 1], emb, context, 0, 0, &mid);
+    h = block_forward(u, &u->middle, "middle_block", after ? after : skips[n_skips - 1], emb, context, 0, 0, &mid);
+    sd_bt_free(after);
+    after = NULL;
     if (!h) goto fail;
     if (control && control->middle) {
         if ((rc = add_control(&h, control->middle, "middle_block", err))) goto fail_rc;
@@ -241,6 +266,7 @@ fail:
     sd_error_prefix(err, "UNet forward");
 fail_rc:
     sd_bt_free(h);
+    sd_bt_free(after);
     sd_bt_free(emb);
     for (int i = 0; i < n_skips; i++) sd_bt_free(skips[i]);
     return rc;

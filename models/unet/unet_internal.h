@@ -75,6 +75,19 @@ sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const sd_u
 const sd_unet_patch *sd_unet_patch_attn1(const sd_unet_patches *ps, sd_unet_block_kind block, int block_id,
                                          int index);
 
+/* F.interpolate(x, size=(th, tw), mode="nearest") on x [N, C, H, W]
+ * (PyTorch's legacy nearest: src = min(floor(dst * float(in / out)), in - 1),
+ * exact halving / copy when out is 2 in / in), computed on the host and
+ * uploaded in x's dtype: a new tensor, NULL with the backend's error set or
+ * out of memory. For the Upsample layers whose target is not about twice
+ * their input (only after PatchModelAddDownscale changed a size). */
+sd_bt *sd_unet_nearest_resize(const sd_bt *x, int64_t th, int64_t tw);
+
+/* The input block patches at `at` (SD_UNET_AT_INPUT_BLOCK or _AFTER_SKIP)
+ * after input block block_id, in list order, on h (borrowed): *out is a new
+ * tensor when one of them changed h, else NULL. */
+sd_status sd_unet_patch_input_block(const sd_unet *u, const sd_unet_patches *ps, sd_unet_patch_at at, int block_id,
+                                    float sigma, const sd_bt *h, sd_bt **out, sd_error *err);
 /* The MODEL's output_block_patch functions (unet_patch.c) in order on the
  * output block's h and popped skip hsp: each may replace *h / *hsp (the
  * old tensor freed). */

@@ -2,10 +2,12 @@
  * sd_unet_patches): what ComfyUI's patch callbacks compute, each applied
  * where openaimodel calls its patch list.
  *
- * FreeU's channel scaling and Fourier filter run on the host, as ComfyUI
+ * FreeU's channel scaling and Fourier filter, and PatchModelAddDownscale's
+ * resizes (comfy.utils.common_upscale, models/image/imageops.h) run on the host, as ComfyUI
  * runs Fourier_filter on the CPU for devices without torch.fft: the
  * activations are downloaded, changed and uploaded in their dtype. */
 #include "models/unet/unet_internal.h"
+#include "models/image/imageops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +24,9 @@ sd_unet_patch_at sd_unet_patch_point(sd_unet_patch_kind kind) {
     case SD_UNET_PATCH_FREEU:
     case SD_UNET_PATCH_FREEU_V2: return SD_UNET_AT_OUTPUT_BLOCK;
     case SD_UNET_PATCH_ATTN1_IDENTITY: return SD_UNET_AT_ATTN1_REPLACE;
+    case SD_UNET_PATCH_DOWNSCALE: return SD_UNET_AT_INPUT_BLOCK;
+    case SD_UNET_PATCH_DOWNSCALE_AFTER_SKIP: return SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP;
+    case SD_UNET_PATCH_UPSCALE_TO_SKIP: return SD_UNET_AT_OUTPUT_BLOCK;
     }
     return 0;
 }
@@ -181,6 +186,87 @@ static sd_status freeu(const sd_unet *u, const sd_unet_patch *pt, sd_bt **h, sd_
     return rc;
 }
 
+/* PyTorch's nearest_idx for one dimension. */
+static int64_t nearest_src(int64_t dst, int64_t in, int64_t out) {
+    if (out == in) return dst;
+    if (out == 2 * in) return dst >> 1;
+    float scale = (float)in / (float)out;
+    int64_t s = (int64_t)floorf((float)dst * scale);
+    return s < in - 1 ? s : in - 1;
+}
+
+sd_bt *sd_unet_nearest_resize(const sd_bt *x, int64_t th, int64_t tw) {
+    sd_tensor *h = sd_bt_to_host(x);
+    if (!h) return NULL;
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    sd_tensor *o = sd_tensor_new4(SD_F32, 4, N, C, th, tw);
+    int64_t *cols = malloc((size_t)tw * sizeof *cols);
+    sd_bt *r = NULL;
+    if (o && cols) {
+        const float *src = h->data;
+        float *dst = o->data;
+        for (int64_t j = 0; j < tw; j++) cols[j] = nearest_src(j, W, tw);
+        for (int64_t p = 0; p < N * C; p++)
+            for (int64_t i = 0; i < th; i++) {
+                const float *row = src + (p * H + nearest_src(i, H, th)) * W;
+                for (int64_t j = 0; j < tw; j++) dst[(p * th + i) * tw + j] = row[cols[j]];
+            }
+        r = sd_bt_from_host(x->be, o, x->dtype);
+    }
+    free(cols);
+    sd_tensor_unref(o);
+    sd_tensor_unref(h);
+    return r;
+}
+
+/* comfy.utils.common_upscale(h, width, height, method, "disabled") on the
+ * host (sd_imageops_upscale), the result uploaded in h's dtype: a new
+ * tensor. */
+static sd_status resize(const sd_bt *h, int64_t width, int64_t height, double method, sd_bt **out, sd_error *err) {
+    *out = NULL;
+    if (width < 1 || height < 1)
+        return sd_error_set(err, SD_ERR_INVALID, "PatchModelAddDownscale: the features would be resized to %lldx%lld",
+                            (long long)width, (long long)height);
+    sd_tensor *x = sd_bt_to_host(h), *y = NULL;
+    if (!x) return sd_error_set(err, SD_ERR_NOMEM, "out of memory (UNet patch)");
+    sd_status rc = sd_imageops_upscale(x, width, height, (sd_upscale_method)(int)method, SD_CROP_DISABLED, &y, err);
+    sd_tensor_unref(x);
+    if (rc) return rc;
+    *out = sd_bt_from_host(h->be, y, h->dtype);
+    sd_tensor_unref(y);
+    if (!*out) {
+        rc = sd_backend_take_error(h->be, err);
+        if (!rc) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory (UNet patch)");
+    }
+    return rc;
+}
+
+sd_status sd_unet_patch_input_block(const sd_unet *u, const sd_unet_patches *ps, sd_unet_patch_at at, int block_id,
+                                    float sigma, const sd_bt *h, sd_bt **out, sd_error *err) {
+    (void)u;
+    *out = NULL;
+    for (int i = 0; ps && i < ps->n; i++) {
+        const sd_unet_patch *pt = &ps->list[i];
+        if (sd_unet_patch_point(pt->kind) != at || pt->block_id != block_id) continue;
+        /* sigma <= sigma_start and sigma >= sigma_end, in Python floats */
+        if (!((double)sigma <= pt->p[1] && (double)sigma >= pt->p[2])) continue;
+        const sd_bt *cur = *out ? *out : h;
+        double f = 1.0 / pt->p[0];
+        /* round(h.shape[-1] * (1.0 / downscale_factor)): half to even */
+        int64_t w = (int64_t)nearbyint((double)cur->shape[3] * f), hh = (int64_t)nearbyint((double)cur->shape[2] * f);
+        sd_bt *next;
+        sd_status rc = resize(cur, w, hh, pt->p[3], &next, err);
+        if (rc) {
+            sd_bt_free(*out);
+            *out = NULL;
+            return rc;
+        }
+        sd_bt_free(*out);
+        *out = next;
+    }
+    return SD_OK;
+}
+
 sd_status sd_unet_patch_output_block(const sd_unet *u, const sd_unet_patches *ps, sd_bt **h, sd_bt **hsp,
                                      sd_error *err) {
     for (int i = 0; ps && i < ps->n; i++) {
@@ -190,6 +276,17 @@ sd_status sd_unet_patch_output_block(const sd_unet *u, const sd_unet_patches *ps
         switch (pt->kind) {
         case SD_UNET_PATCH_FREEU:
         case SD_UNET_PATCH_FREEU_V2: rc = freeu(u, pt, h, hsp, err); break;
+        case SD_UNET_PATCH_UPSCALE_TO_SKIP:
+            /* if h.shape[2] != hsp.shape[2]: h to hsp's (width, height) */
+            if ((*h)->shape[2] != (*hsp)->shape[2]) {
+                sd_bt *n;
+                rc = resize(*h, (*hsp)->shape[3], (*hsp)->shape[2], pt->p[0], &n, err);
+                if (!rc) {
+                    sd_bt_free(*h);
+                    *h = n;
+                }
+            }
+            break;
         default: break;
         }
         if (rc) return rc;

@@ -28,6 +28,9 @@ extern const sd_node_def *const sd_nodes_model_merge[];
 /* FreeU, FreeU_V2 (model_guidance_nodes.c): a patch appended to the
  * MODEL's UNet patch list (sd_model_patches.unet). */
 extern const sd_node_def *const sd_nodes_model_guidance[];
+/* PatchModelAddDownscale, ... (model_unet_nodes.c): UNet patches as
+ * FreeU's, at the UNet's input / output block points. */
+extern const sd_node_def *const sd_nodes_model_unet_patch[];
 extern const sd_node_def *const sd_nodes_model_merge_blocks[];
 
 /* A merge node's work: in[0] model1, in[1] model2 (UNet models, or two Flux

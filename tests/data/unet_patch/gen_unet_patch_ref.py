@@ -13,7 +13,7 @@ function on the previous one's output):
     comfy_extras.nodes_custom_sampler.BasicScheduler gives for each listed scheduler.
   "ksampler": nodes.common_ksampler on the tiny SD1 model (prompts through CLIPTextEncode,
     EmptyLatentImage) with the patched model; stored: the output latent. A case without nodes
-    is the unpatched run.
+    is the unpatched run (one for each settings the patched cases use, listed before them).
 Runs on Debian's python3-torch 1.13, CPU, float32.
 """
 import json
@@ -34,6 +34,7 @@ import comfy.sd  # noqa: E402
 import comfy.supported_models as sm  # noqa: E402
 import comfy_extras.nodes_model_advanced as advanced  # noqa: E402
 import comfy_extras.nodes_custom_sampler as custom_sampler  # noqa: E402
+import comfy_extras.nodes_model_downscale as downscale  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -57,7 +58,8 @@ def v1(cls, fn):
 
 
 NODES = {"ModelSamplingContinuousEDM": v1(advanced.ModelSamplingContinuousEDM, "patch"),
-         "ModelSamplingContinuousV": v1(advanced.ModelSamplingContinuousV, "patch")}
+         "ModelSamplingContinuousV": v1(advanced.ModelSamplingContinuousV, "patch"),
+         "PatchModelAddDownscale": lambda m, **kw: downscale.PatchModelAddDownscale.execute(m, **kw).result[0]}
 tensors, cases = {}, []
 U = 2.0 ** -24
 
@@ -114,16 +116,33 @@ for cid, chain in (("sigmas_edm_v", [("ModelSamplingContinuousEDM", {"sampling":
 latent = nodes.EmptyLatentImage().generate(128, 128, 1)[0]
 settings = {"width": 128, "height": 128, "seed": 7, "steps": 3, "cfg": 6.0, "sampler_name": "euler",
             "scheduler": "normal", "positive": "a red brick wall", "negative": "blurry"}
+DOWNSCALE = {"block_number": 3, "downscale_factor": 2.0, "start_percent": 0.0, "end_percent": 0.35,
+             "downscale_after_skip": True, "downscale_method": "bicubic", "upscale_method": "bicubic"}
 pos = nodes.CLIPTextEncode().encode(clip, settings["positive"])[0]
 neg = nodes.CLIPTextEncode().encode(clip, settings["negative"])[0]
 for cid, chain, *over in (("ksampler_plain", []),
+                          ("ksampler_plain_karras", [], {"scheduler": "karras"}),
+                          ("ksampler_plain_dpmpp", [], {"scheduler": "karras", "sampler_name": "dpmpp_2m"}),
+                          ("ksampler_plain_4", [], {"steps": 4}),
                           ("ksampler_edm_eps", [("ModelSamplingContinuousEDM", {"sampling": "eps", "sigma_max": 14.6, "sigma_min": 0.03})]),
                           ("ksampler_edm_v_karras", [("ModelSamplingContinuousEDM", {"sampling": "v_prediction", "sigma_max": 20.0, "sigma_min": 0.002})],
                            {"scheduler": "karras"}),
                           ("ksampler_edm_edm", [("ModelSamplingContinuousEDM", {"sampling": "edm", "sigma_max": 80.0, "sigma_min": 0.002})],
                            {"scheduler": "karras", "sampler_name": "dpmpp_2m"}),
                           ("ksampler_edm_cosmos", [("ModelSamplingContinuousEDM", {"sampling": "cosmos_rflow", "sigma_max": 80.0, "sigma_min": 0.002})]),
-                          ("ksampler_cont_v", [("ModelSamplingContinuousV", {"sampling": "v_prediction", "sigma_max": 500.0, "sigma_min": 0.03})])):
+                          ("ksampler_cont_v", [("ModelSamplingContinuousV", {"sampling": "v_prediction", "sigma_max": 500.0, "sigma_min": 0.03})]),
+                          ("ksampler_downscale", [("PatchModelAddDownscale", DOWNSCALE)]),
+                          ("ksampler_downscale_before_skip", [("PatchModelAddDownscale", dict(
+                              DOWNSCALE, block_number=1, downscale_factor=1.5, end_percent=0.7, downscale_after_skip=False,
+                              downscale_method="bilinear", upscale_method="nearest-exact"))]),
+                          ("ksampler_downscale_3x", [("PatchModelAddDownscale", dict(
+                              DOWNSCALE, block_number=4, downscale_factor=3.0, end_percent=0.7,
+                              downscale_method="area", upscale_method="bislerp"))]),
+                          ("ksampler_downscale_late", [("PatchModelAddDownscale", dict(
+                              DOWNSCALE, block_number=2, downscale_factor=1.7, start_percent=0.5, end_percent=1.0,
+                              downscale_method="bislerp", upscale_method="area"))], {"steps": 4}),
+                          ("ksampler_downscale_edm", [("ModelSamplingContinuousEDM", {"sampling": "eps", "sigma_max": 14.6, "sigma_min": 0.03}),
+                                                      ("PatchModelAddDownscale", dict(DOWNSCALE, end_percent=0.5))])):
     m = patched(chain)
     s = dict(settings, **(over[0] if over else {}))
     res = nodes.common_ksampler(m, s["seed"], s["steps"], s["cfg"], s["sampler_name"], s["scheduler"],

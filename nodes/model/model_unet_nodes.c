@@ -1,0 +1,116 @@
+/* model_unet_nodes.c - MODEL patch nodes that change how the UNet computes
+ * (issue 24), each a patch appended to the MODEL's UNet patch list
+ * (sd_model_patches.unet, models/unet/unet.h) on a clone of the input:
+ *   PatchModelAddDownscale (comfy_extras/nodes_model_downscale.py): Kohya's
+ *     Deep Shrink, an input block patch that shrinks the features after one
+ *     input block inside a sigma window and an output block patch that
+ *     brings them back to the skip's size. */
+#include "model_nodes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/image/imageops.h"
+#include "nodes/loaders/loaders.h"
+
+/* A new MODEL: m with the n patches pts appended to its UNet patches, in
+ * order. ComfyUI's UNet patch points exist in openaimodel only: a DiT's
+ * MODEL is refused, naming the family's file. */
+static sd_status add_unet_patches(const sd_model_ref *m, const sd_unet_patch *pts, int n, const char *node,
+                                  sd_value **out, sd_error *err) {
+    sd_ckpt_family fam = sd_checkpoint_info(m->ckpt)->family;
+    if (fam != SD_CKPT_SD1 && fam != SD_CKPT_SD2 && fam != SD_CKPT_SDXL)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s patches a UNet (SD1, SD2, SDXL); %s has none", node,
+                            sd_checkpoint_path(m->ckpt));
+    sd_model_patches p = m->patches;
+    for (int i = 0; i < n; i++) {
+        sd_status rc = sd_unet_patches_add(&p.unet, &pts[i], err);
+        if (rc) return rc;
+    }
+    *out = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+/* ---- PatchModelAddDownscale ------------------------------------------------------------- */
+
+static sd_status method_in(sd_value *const *in, int i, const char *name, sd_upscale_method *m, sd_error *err) {
+    const char *s = sd_value_as_string(in[i]);
+    if (sd_upscale_method_parse(s ? s : "", m) || *m == SD_UPSCALE_LANCZOS) {
+        sd_error_set(err, SD_ERR_INVALID, "unknown %s '%s' (bicubic, nearest-exact, bilinear, area or bislerp)", name,
+                     s ? s : "");
+        sd_error_at(err, NULL, NULL, name);
+        return SD_ERR_INVALID;
+    }
+    return SD_OK;
+}
+
+/* The sigma window comes from the MODEL's sampling as it is at this node
+ * (model_sampling.percent_to_sigma), as ComfyUI's execute reads it. */
+static sd_status downscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_upscale_method down, up;
+    if ((rc = method_in(in, 6, "downscale_method", &down, err)) || (rc = method_in(in, 7, "upscale_method", &up, err)))
+        return rc;
+    double factor = sd_value_as_float(in[2]);
+    if (!(factor > 0.0)) {
+        sd_error_set(err, SD_ERR_INVALID, "downscale_factor must be above 0");
+        sd_error_at(err, NULL, NULL, "downscale_factor");
+        return SD_ERR_INVALID;
+    }
+    sd_model_sampling *ms = malloc(sizeof *ms); /* ~100 KiB: not on the stack */
+    if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_nodes_model_sampling_of(m->ckpt, &m->patches, ms);
+    sd_unet_patch pts[2];
+    memset(pts, 0, sizeof pts);
+    pts[0].kind = sd_value_as_bool(in[5]) ? SD_UNET_PATCH_DOWNSCALE_AFTER_SKIP : SD_UNET_PATCH_DOWNSCALE;
+    pts[0].block = SD_UNET_BLOCK_INPUT;
+    pts[0].block_id = (int)sd_value_as_int(in[1]);
+    pts[0].index = -1;
+    pts[0].p[0] = factor;
+    pts[0].p[1] = sd_ms_percent_to_sigma(ms, sd_value_as_float(in[3]));
+    pts[0].p[2] = sd_ms_percent_to_sigma(ms, sd_value_as_float(in[4]));
+    pts[0].p[3] = (double)down;
+    free(ms);
+    pts[1].kind = SD_UNET_PATCH_UPSCALE_TO_SKIP;
+    pts[1].block = SD_UNET_BLOCK_OUTPUT;
+    pts[1].block_id = -1;
+    pts[1].index = -1;
+    pts[1].p[0] = (double)up;
+    return add_unet_patches(m, pts, 2, "PatchModelAddDownscale", &out[0], err);
+}
+
+static const char *const scale_methods[] = {"bicubic", "nearest-exact", "bilinear", "area", "bislerp", NULL};
+
+static const sd_input_def downscale_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "block_number", .type = SD_T_INT, .def = 3, .min = 1, .max = 32, .step = 1, .has_range = 1},
+    {.name = "downscale_factor", .type = SD_T_FLOAT, .def = 2.0, .min = 0.1, .max = 9.0, .step = 0.001,
+     .has_range = 1},
+    {.name = "start_percent", .type = SD_T_FLOAT, .def = 0.0, .min = 0.0, .max = 1.0, .step = 0.001, .has_range = 1},
+    {.name = "end_percent", .type = SD_T_FLOAT, .def = 0.35, .min = 0.0, .max = 1.0, .step = 0.001, .has_range = 1},
+    {.name = "downscale_after_skip", .type = SD_T_BOOLEAN, .def = 1},
+    {.name = "downscale_method", .type = SD_T_COMBO, .options = scale_methods, .def_str = "bicubic", .no_default = 1},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = scale_methods, .def_str = "bicubic", .no_default = 1},
+    {0}};
+static const sd_output_def model_out[] = {{"MODEL", "MODEL"}, {0}};
+
+static const sd_node_def node_downscale = {
+    .version = 1,
+    .class_type = "PatchModelAddDownscale",
+    .python_module = "comfy_extras.nodes_model_downscale",
+    .display_name = "PatchModelAddDownscale (Kohya Deep Shrink)",
+    .category = "model_patches/unet",
+    .flags = SD_NODE_V3,
+    .help = "Kohya's Deep Shrink: while the sigma is between start_percent's and end_percent's, the UNet's "
+            "features after input block block_number are shrunk by downscale_factor (downscale_method; "
+            "after the skip is saved when downscale_after_skip), and scaled back to the skip's size "
+            "(upscale_method) where the output blocks meet a skip of another size. SD1, SD2, SDXL.",
+    .inputs = downscale_inputs,
+    .outputs = model_out,
+    .run = downscale_run,
+};
+
+const sd_node_def *const sd_nodes_model_unet_patch[] = {&node_downscale, NULL};
