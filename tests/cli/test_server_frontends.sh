@@ -18,10 +18,12 @@ sd_server_models "$T"
 cd "$SRV" || exit 1
 rc=0
 mkdir -p "$T/current" && node frontend_test.mjs "$SDFLOW_BIN" "$T/current" "$T/models.json" "$CHROMIUM" "$FRONT/comfyui-frontend-1.35.9" local || rc=1
-if [ -f legacy_frontend_test.mjs ]; then
-    mkdir -p "$T/legacy" && node legacy_frontend_test.mjs "$SDFLOW_BIN" "$T/legacy" "$T/models.json" "$CHROMIUM" "$FRONT/comfyui-legacy-frontend/web" || rc=1
-fi
-command -v redis-server > /dev/null ||
-    { echo "SKIP: redis-server is not installed (bash scripts/setup-test-tools.sh installs it): the --redis half did not run"; exit 77; }
+mkdir -p "$T/legacy" && node legacy_frontend_test.mjs "$SDFLOW_BIN" "$T/legacy" "$T/models.json" "$CHROMIUM" "$FRONT/comfyui-legacy-frontend/web" || rc=1
+# a failure above is a failure, whether or not the --redis half can run
+command -v redis-server > /dev/null || {
+    [ $rc -eq 0 ] || exit $rc
+    echo "SKIP: redis-server is not installed (bash scripts/setup-test-tools.sh installs it): the --redis half did not run"
+    exit 77
+}
 mkdir -p "$T/redis" && node frontend_test.mjs "$SDFLOW_BIN" "$T/redis" "$T/models.json" "$CHROMIUM" "$FRONT/comfyui-frontend-1.35.9" redis || rc=1
 exit $rc

@@ -1,6 +1,7 @@
 // lib.mjs - helpers shared by the server tests (node, ES modules).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import zlib from 'node:zlib';
 
 let passed = 0, failed = 0;
 export function ok(cond, what) {
@@ -71,4 +72,38 @@ export function tweak(name, wf, models, image) {
     if (n.class_type === 'ControlNetLoader' && models.controlnet) i.control_net_name = models.controlnet;
   }
   return wf;
+}
+
+// Decodes an 8-bit, non-interlaced PNG (grey, RGB, grey+alpha or RGBA), the
+// kind the server writes: {w, h, ct (colour type), ch (channels), px (rows
+// of w * ch bytes, unfiltered)}. Throws on anything else.
+export function readPng(buf) {
+  if (buf.length < 8 || buf.readUInt32BE(0) !== 0x89504e47 || buf.readUInt32BE(4) !== 0x0d0a1a0a) throw new Error('not a PNG');
+  let off = 8, w = 0, h = 0, depth = 0, ct = -1, interlace = 0;
+  const idat = [];
+  while (off + 8 <= buf.length) {
+    const len = buf.readUInt32BE(off), type = buf.toString('latin1', off + 4, off + 8), data = buf.subarray(off + 8, off + 8 + len);
+    if (type === 'IHDR') { w = data.readUInt32BE(0); h = data.readUInt32BE(4); depth = data[8]; ct = data[9]; interlace = data[12]; }
+    else if (type === 'IDAT') idat.push(data);
+    else if (type === 'IEND') break;
+    off += 12 + len;
+  }
+  const ch = { 0: 1, 2: 3, 4: 2, 6: 4 }[ct];
+  if (depth !== 8 || !ch || interlace) throw new Error(`PNG kind not read here (depth ${depth}, colour type ${ct}, interlace ${interlace})`);
+  const raw = zlib.inflateSync(Buffer.concat(idat)), stride = w * ch, px = Buffer.alloc(stride * h);
+  if (raw.length < (stride + 1) * h) throw new Error('PNG data is short');
+  for (let y = 0; y < h; y++) {
+    const f = raw[y * (stride + 1)];
+    for (let x = 0; x < stride; x++) {
+      const a = x >= ch ? px[y * stride + x - ch] : 0, b = y ? px[(y - 1) * stride + x] : 0, c = x >= ch && y ? px[(y - 1) * stride + x - ch] : 0;
+      let pred = 0;
+      if (f === 1) pred = a;
+      else if (f === 2) pred = b;
+      else if (f === 3) pred = (a + b) >> 1;
+      else if (f === 4) { const p = a + b - c, pa = Math.abs(p - a), pb = Math.abs(p - b), pc = Math.abs(p - c); pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c; }
+      else if (f !== 0) throw new Error(`PNG filter ${f}`);
+      px[y * stride + x] = (raw[y * (stride + 1) + 1 + x] + pred) & 255;
+    }
+  }
+  return { w, h, ct, ch, px };
 }
