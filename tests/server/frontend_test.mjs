@@ -41,7 +41,10 @@ let redisArgs = [];
 if (mode === 'redis') {
   const port = await new Promise((res) => { const s = net.createServer(); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => res(p)); }); });
   children.push(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' }));
-  await sleep(300);
+  await until(() => new Promise((res) => {
+    const c = net.connect(port, '127.0.0.1', () => { c.end(); res(true); });
+    c.on('error', () => res(false));
+  }), 'redis-server to listen', 20000);
   redisArgs = ['--redis', `redis://127.0.0.1:${port}`];
   const log = fs.openSync(path.join(dir, 'worker.log'), 'w');
   children.push(spawn(bin, ['worker', ...redisArgs, '--name', 'fe-w1', '--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir,
@@ -83,6 +86,7 @@ const frames = [];   // WebSocket frames the page received: {bin, type, data}
 const posted = [];   // prompts the page sent
 const viewed = [];   // /api/view responses: {url, status, type, w, h}
 const fileGets = []; // GET /api/userdata/workflows%2F... requests
+const queued = [];   // each prompt the page sent, in order: {id} once answered
 let restarting = false;
 function watch(page) {
   page.on('response', (r) => {
@@ -101,7 +105,12 @@ function watch(page) {
   });
   page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
   page.on('request', (r) => {
-    if (r.method() === 'POST' && r.url().endsWith('/api/prompt')) posted.push(JSON.parse(r.postData()));
+    if (r.method() === 'POST' && r.url().endsWith('/api/prompt')) {
+      posted.push(JSON.parse(r.postData()));
+      const q = {}; // in the order sent; its id once the server's answer is read
+      queued.push(q);
+      r.response().then((res) => res?.json()).then((j) => { q.id = j?.prompt_id; }).catch(() => {});
+    }
     if (r.method() === 'GET' && /\/api\/userdata\/workflows%2F/.test(r.url())) fileGets.push(r.url());
   });
   page.on('response', async (r) => {
@@ -307,12 +316,19 @@ try {
   await page.evaluate(() => window.app.extensionManager.command.execute('Comfy.MaskEditor.OpenMaskEditor'));
   const editor = page.locator('.p-dialog', { hasText: 'Mask Editor' });
   await editor.waitFor({ timeout: 20000 });
-  await sleep(1500); // the editor lays out its canvases
-  const box = await page.evaluate(() => {
+  // the editor lays out its canvases: the largest one, once it stays put
+  const canvasBox = () => page.evaluate(() => {
     const cs = [...document.querySelectorAll('.p-dialog canvas')].map((c) => c.getBoundingClientRect()).filter((r) => r.width > 100);
     const r = cs.sort((a, b) => b.width * b.height - a.width * a.height)[0];
     return r && { x: r.x, y: r.y, w: r.width, h: r.height };
   });
+  let box = null, stable = 0;
+  await until(async () => {
+    const b = await canvasBox();
+    stable = b && JSON.stringify(b) === JSON.stringify(box) ? stable + 1 : 0;
+    box = b;
+    return stable >= 5; /* the same place in six polls in a row */
+  }, 'the mask editor to lay out its canvas', 30000);
   ok(box && box.w > 100, `the mask editor shows the picture (${JSON.stringify(box)})`);
   await page.mouse.move(box.x + box.w * 0.3, box.y + box.h * 0.3);
   await page.mouse.down();
@@ -336,22 +352,26 @@ try {
   // ---- interrupt a running prompt from the frontend
   step = 'interrupt';
   await setWidgets(page, [[3, 'steps', 10000]]);
-  const nEnds2 = ends().length;
+  const nEnds2 = ends().length, q0 = queued.length;
   await queue(page);
   await until(() => frames.some((f) => f.type === 'progress' && f.data.prompt_id && f.data.value >= 2 && f.data.max === 10000), 'the long prompt to run', 60000);
   // ---- clear the queue from the frontend while it runs
   step = 'clear queue';
   await queue(page);
   await queue(page);
-  await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_pending.length === 2, 'two pending prompts', 30000);
+  await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_pending.length === 2 && queued.length === q0 + 3 && queued.slice(q0).every((q) => q.id), 'two pending prompts', 30000);
+  const [longId, ...pendingIds] = queued.slice(q0).map((q) => q.id);
   await page.evaluate(() => window.app.extensionManager.command.execute('Comfy.ClearPendingTasks'));
   await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_pending.length === 0, 'the pending prompts to be cleared', 30000);
-  ok(true, 'the frontend\'s clear-queue command empties the pending list');
+  const running = (await (await fetch(`${base}/queue`)).json()).queue_running.map((q) => q[1]);
+  ok(running.length === 1 && running[0] === longId, `the frontend's clear-queue command empties the pending list, the running prompt runs on (${running})`);
   await page.evaluate(() => window.app.extensionManager.command.execute('Comfy.Interrupt'));
   await waitDone('the interrupted run', nEnds2 + 1, 60000);
-  ok(ends().at(-1).type === 'execution_interrupted', `the frontend's interrupt stops the running prompt (${ends().at(-1).type})`);
-  await sleep(1000);
-  ok(ends().length === nEnds2 + 1, 'the cleared prompts never ran');
+  ok(ends().at(-1).type === 'execution_interrupted' && ends().at(-1).data.prompt_id === longId, `the frontend's interrupt stops the running prompt (${ends().at(-1).type})`);
+  // once the queue is empty nothing is left to run: the cleared prompts never did
+  await until(async () => { const q = await (await fetch(`${base}/queue`)).json(); return !q.queue_running.length && !q.queue_pending.length; }, 'an empty queue', 30000);
+  const hist = await (await fetch(`${base}/history`)).json();
+  ok(hist[longId] && pendingIds.every((id) => !hist[id]) && ends().length === nEnds2 + 1, 'the cleared prompts never ran');
 
   ok(bad.length === 0, `no unexpected error response during the session (${bad.join('; ')})`);
   ok(errors.length === 0, `no console error during the session (${errors.join('; ')})`);

@@ -10,9 +10,11 @@
 // are in the prompt its Queue Prompt button sends; progress reaches it and
 // previews arrive as event 1 (it announces no metadata support) and are
 // held for the sampler; SaveImage shows the final image (64x64, through
-// /view); the workflow is saved through the workflow manager's Save (its
-// "Save workflow as:" prompt answered), the page reloaded, the workflow
-// found in the list read from the server and opened with its widgets; a
+// /view); with the frontend's new menu turned on in its settings (its
+// workflow management), the workflow is saved with its Save button (the
+// "Save workflow as:" prompt answered), the page reloaded with the
+// browser's storage cleared, the workflow found in the Workflows menu's
+// list read from the server and opened with its widgets; a
 // setting changed through the settings store survives a server restart; a
 // 2 MB photo goes through LoadImage's upload button (its file chooser) and
 // an img2img prompt runs on it; the mask editor, opened from a LoadImage
@@ -21,8 +23,9 @@
 // (subfolder clipspace, type input, original_ref without subfolder): the
 // server writes the original's pixels with the stroke as alpha, the node
 // names clipspace/<name> [input] and shows it, and an inpaint prompt
-// (VAEEncodeForInpaint on LoadImage's MASK) runs on it; a running prompt is
-// interrupted, queued ones cleared through the frontend's API calls.
+// (VAEEncodeForInpaint on LoadImage's MASK) runs on it; in the classic
+// menu's queue list, Clear Queue removes a pending prompt (it never runs)
+// and the running prompt's Cancel interrupts it.
 // usage: node legacy_frontend_test.mjs BIN WORKDIR MODELS_JSON CHROMIUM FRONTEND_DIR
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
@@ -56,7 +59,7 @@ function noisePng(w, h) {
   return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), chunk('IDAT', zlib.deflateSync(raw, { level: 0 })), chunk('IEND', Buffer.alloc(0))]);
 }
 
-const bad = [], errors = [], frames = [], posted = [], fileGets = [];
+const bad = [], errors = [], frames = [], posted = [], fileGets = [], queued = [];
 let restarting = false;
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
 await page.route(/^https?:\/\/(?!127\.0\.0\.1)/, (r) => r.fulfill({ status: 200, contentType: 'application/json', body: '[]' }));
@@ -72,7 +75,12 @@ page.on('console', (m) => {
 });
 page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
 page.on('request', (r) => {
-  if (r.method() === 'POST' && /\/prompt$/.test(r.url())) posted.push(JSON.parse(r.postData()));
+  if (r.method() === 'POST' && /\/prompt$/.test(r.url())) {
+    posted.push(JSON.parse(r.postData()));
+    const q = {}; // in the order sent; its id once the server's answer is read
+    queued.push(q);
+    r.response().then((res) => res?.json()).then((j) => { q.id = j?.prompt_id; }).catch(() => {});
+  }
   if (r.method() === 'GET' && /\/userdata\/workflows%2F[^.]/.test(r.url())) fileGets.push(r.url());
 });
 page.on('websocket', (ws) => ws.on('framereceived', (f) => {
@@ -125,18 +133,26 @@ try {
   ok(img.w === 64 && img.h === 64 && /\/view\?/.test(img.src), `SaveImage shows the final image (${JSON.stringify(img)})`);
 
   step = 'save workflow';
-  await page.evaluate(() => window.app.workflowManager.activeWorkflow.save());
+  // the legacy frontend keeps workflows on the server through its new menu
+  // ("[Beta] Use new menu and workflow management"): turned on in its
+  // settings, then its Save button (its "Save workflow as:" prompt answered)
+  await page.evaluate(() => window.app.ui.settings.setSettingValueAsync('Comfy.UseNewMenu', 'Top'));
+  await page.locator('nav.comfyui-menu [title="Save the current workflow"]').first().click({ timeout: 10000 });
   const saved = path.join(dir, 'user', 'default', 'workflows', 'legacy-wf.json');
   await until(() => fs.existsSync(saved), 'the saved workflow', 20000);
   ok(JSON.parse(fs.readFileSync(saved, 'utf8')).nodes.find((n) => n.id === 3).widgets_values.includes(4), 'the saved file holds the widgets');
   step = 'reopen';
+  // the browser forgets what it had open: the workflow must come from the server
   await page.evaluate(() => { localStorage.clear(); sessionStorage.clear(); });
   await open();
-  await until(() => page.evaluate(() => window.app.workflowManager.workflows.some((w) => w.path === 'legacy-wf.json')), 'the workflow in the list', 20000);
   const before = fileGets.length;
-  await page.evaluate(() => window.app.workflowManager.workflows.find((w) => w.path === 'legacy-wf.json').load());
+  await page.locator('nav.comfyui-menu .comfyui-workflows-button').click({ timeout: 10000 });
+  await page.locator('.comfyui-workflows-popup .comfyui-workflows-tree-file[title="legacy-wf.json"]').click({ timeout: 20000 });
   await page.waitForFunction(() => window.app.graph.getNodeById(3)?.widgets.find((w) => w.name === 'steps').value === 4, null, { timeout: 15000 });
-  ok(fileGets.length > before, 'after a reload the saved workflow is listed and opens from the server with its widgets');
+  ok(fileGets.length > before, 'after a reload the saved workflow is listed in the Workflows menu and opens from the server with its widgets');
+  // back to the classic menu, whose Queue Prompt button the rest uses
+  await page.evaluate(() => window.app.ui.settings.setSettingValueAsync('Comfy.UseNewMenu', 'Disabled'));
+  await page.locator('#queue-button').waitFor({ state: 'visible', timeout: 10000 });
 
   step = 'setting';
   await page.evaluate(() => window.app.ui.settings.setSettingValueAsync('Comfy.LinkRenderMode', 1));
@@ -261,19 +277,27 @@ try {
 
   step = 'interrupt and clear';
   await setWidgets([[3, 'steps', 10000]]);
-  const n2 = ends().length;
+  const n2 = ends().length, q0 = queued.length;
   await queue();
   await until(() => frames.some((f) => f.type === 'progress' && f.data.max === 10000 && f.data.value >= 2), 'the long prompt to run', 60000);
   await queue();
-  await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_pending.length === 1, 'one pending prompt', 30000);
-  await page.evaluate(() => window.comfyAPI?.api?.api?.clearItems?.('queue') ?? import('/scripts/api.js').then((m) => m.api.clearItems('queue')));
+  await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_pending.length === 1 && queued.length === q0 + 2 && queued.slice(q0).every((q) => q.id), 'one pending prompt', 30000);
+  const [longId, pendingId] = queued.slice(q0).map((q) => q.id);
+  // the classic menu's queue list: its Clear Queue button, then the running prompt's Cancel
+  await page.click('#comfy-view-queue-button');
+  const list = page.locator('.comfy-list:visible');
+  await list.getByRole('button', { name: 'Clear Queue' }).click({ timeout: 10000 });
   await until(async () => (await (await fetch(`${base}/queue`)).json()).queue_pending.length === 0, 'the queue to be cleared', 30000);
-  ok(true, 'the frontend clears the pending prompts');
-  await page.evaluate(() => import('/scripts/api.js').then((m) => m.api.interrupt()));
+  const running = (await (await fetch(`${base}/queue`)).json()).queue_running.map((q) => q[1]);
+  ok(running.length === 1 && running[0] === longId, `the queue list's Clear Queue removes the pending prompt, the running one runs on (${running})`);
+  await list.getByRole('button', { name: 'Cancel' }).click({ timeout: 10000 });
   await until(() => ends().length > n2, 'the interrupted run', 60000);
-  ok(ends().at(-1).type === 'execution_interrupted', `the frontend interrupts the running prompt (${ends().at(-1).type})`);
-  await sleep(1000);
-  ok(ends().length === n2 + 1, 'the cleared prompt never ran');
+  ok(ends().at(-1).type === 'execution_interrupted' && ends().at(-1).data.prompt_id === longId,
+     `the running prompt's Cancel in the queue list interrupts it (${ends().at(-1).type})`);
+  // once the queue is empty nothing is left to run: the cleared prompt never did
+  await until(async () => { const q = await (await fetch(`${base}/queue`)).json(); return !q.queue_running.length && !q.queue_pending.length; }, 'an empty queue', 30000);
+  const hist = await (await fetch(`${base}/history`)).json();
+  ok(hist[longId] && !hist[pendingId] && ends().length === n2 + 1, 'the cleared prompt never ran');
   ok(bad.length === 0, `no unexpected error response (${bad.join('; ')})`);
   ok(errors.length === 0, `no console error (${errors.join('; ')})`);
 } catch (e) {

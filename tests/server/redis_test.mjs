@@ -304,6 +304,9 @@ try {
   const hd = (await history()).h[d];
   ok(hd.status.status_str === 'error' && hd.status.messages.some((m) => m[0] === 'execution_interrupted'),
      `the cancelled prompt is recorded as interrupted: ${JSON.stringify(hd.status)}`);
+  // (the worker publishes the message before it records the entry, but the
+  // message reaches this client through the server, so /history can be first)
+  await until(() => of('execution_interrupted', d).length > 0, 'execution_interrupted for the cancelled prompt', 30000).catch(() => {});
   ok(of('execution_interrupted', d).length === 1, 'execution_interrupted for it on the WebSocket');
 
   // ---- two prompts longer than --claim-timeout on live workers (both busy),
