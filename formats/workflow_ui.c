@@ -17,6 +17,7 @@
 #include <string.h>
 #include "core/node.h"
 #include "core/json_util.h"
+#include "workflow_group_nodes.h"
 
 enum { MODE_NEVER = 2, MODE_BYPASS = 4 };
 /* MAX_HOPS bounds one input's walk through reroutes, bypassed nodes and
@@ -536,31 +537,27 @@ static sd_status resolve_output(conv *c, const uinst *in, const unode *n, int sl
 
 /* ---- widgets -------------------------------------------------------------------- */
 
-enum { W_INPUT, W_CONTROL, W_UPLOAD };
-typedef struct widget { const sd_input_def *d; int kind; } widget;
-
-/* The frontend's widgets of a node type, in order (see workflow_ui.h). */
-static int node_widgets(const sd_node_def *def, widget *w) {
+int sd_workflow_ui_widgets(const sd_node_def *def, sd_ui_widget *w) {
     int k = 0;
     for (int pass = 0; pass < 2; pass++) {
         int upload = 0;
         for (int i = 0; def->inputs && def->inputs[i].name; i++) {
             const sd_input_def *d = &def->inputs[i];
             if ((d->optional != 0) != pass || !sd_type_is_literal(d->type)) continue;
-            w[k++] = (widget){d, W_INPUT};
-            if (sd_input_has_control_after_generate(d)) w[k++] = (widget){d, W_CONTROL};
+            w[k++] = (sd_ui_widget){d, SD_UI_WIDGET_INPUT};
+            if (sd_input_has_control_after_generate(d)) w[k++] = (sd_ui_widget){d, SD_UI_WIDGET_CONTROL};
             if (d->image_upload) upload = 1;
         }
-        if (upload) w[k++] = (widget){NULL, W_UPLOAD};
+        if (upload) w[k++] = (sd_ui_widget){NULL, SD_UI_WIDGET_UPLOAD};
     }
     return k;
 }
 
-static void widget_names(const widget *w, int n, char *buf, size_t size) {
+static void widget_names(const sd_ui_widget *w, int n, char *buf, size_t size) {
     size_t off = 0;
     buf[0] = 0;
     for (int i = 0; i < n && off < size; i++) {
-        const char *name = w[i].kind == W_CONTROL ? "control_after_generate" : w[i].kind == W_UPLOAD ? "upload" : w[i].d->name;
+        const char *name = w[i].kind == SD_UI_WIDGET_CONTROL ? "control_after_generate" : w[i].kind == SD_UI_WIDGET_UPLOAD ? "upload" : w[i].input->name;
         off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", name);
     }
 }
@@ -640,9 +637,9 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
         return SD_OK;
     }
     int count = sd_node_input_count(def);
-    widget *w = malloc(((size_t)count * 2 + 2) * sizeof *w);
+    sd_ui_widget *w = malloc(((size_t)count * 2 + 2) * sizeof *w);
     if (!w) return sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
-    int nw = node_widgets(def, w);
+    int nw = sd_workflow_ui_widgets(def, w);
     char names[1024];
     sd_status rc = SD_OK;
     int by_name = cJSON_IsObject(n->wv), nv = n->wv ? cJSON_GetArraySize(n->wv) : 0;
@@ -654,16 +651,16 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
     }
     const cJSON *v = by_name || !n->wv ? NULL : n->wv->child;
     for (int i = 0; !rc && i < nw; i++, v = v ? v->next : NULL) {
-        const cJSON *val = by_name ? (w[i].d ? cJSON_GetObjectItemCaseSensitive(n->wv, w[i].d->name) : NULL) : v;
-        if (w[i].kind == W_UPLOAD) continue;
-        if (w[i].kind == W_CONTROL) {
+        const cJSON *val = by_name ? (w[i].input ? cJSON_GetObjectItemCaseSensitive(n->wv, w[i].input->name) : NULL) : v;
+        if (w[i].kind == SD_UI_WIDGET_UPLOAD) continue;
+        if (w[i].kind == SD_UI_WIDGET_CONTROL) {
             if (!by_name && !is_control_value(val)) {
                 widget_names(w, nw, names, sizeof names);
                 char *s = sd_json_print(val, 0);
-                rc = node_fail(c, SD_ERR_INVALID, in, n, w[i].d->name,
+                rc = node_fail(c, SD_ERR_INVALID, in, n, w[i].input->name,
                                "widgets_values[%d] is %.64s, not the control_after_generate choice (fixed, increment, "
                                "decrement, randomize) that follows '%s'; the values do not line up with sdflow's %s "
-                               "widgets (%s)", i, s ? s : "?", w[i].d->name, def->class_type, names);
+                               "widgets (%s)", i, s ? s : "?", w[i].input->name, def->class_type, names);
                 free(s);
             }
             continue;
@@ -671,22 +668,22 @@ static sd_status put_widgets(conv *c, const uinst *in, const unode *n, cJSON *in
         if (!val) {
             /* not saved (an older save, or a widget added since): the
              * frontend gives a new widget its default, so does this */
-            if (input_linked(n, w[i].d->name)) continue;
-            cJSON *dv = widget_default(w[i].d);
-            if (dv && put(inputs, w[i].d->name, dv)) rc = sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
+            if (input_linked(n, w[i].input->name)) continue;
+            cJSON *dv = widget_default(w[i].input);
+            if (dv && put(inputs, w[i].input->name, dv)) rc = sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
             continue;
         }
-        if (!value_fits(w[i].d, val) && !input_linked(n, w[i].d->name)) {
+        if (!value_fits(w[i].input, val) && !input_linked(n, w[i].input->name)) {
             widget_names(w, nw, names, sizeof names);
             char *s = sd_json_print(val, 0);
-            rc = node_fail(c, SD_ERR_INVALID, in, n, w[i].d->name,
+            rc = node_fail(c, SD_ERR_INVALID, in, n, w[i].input->name,
                            "widget '%s' (%s) gets widgets_values[%d] = %.64s; the values do not line up with "
-                           "sdflow's %s widgets (%s)", w[i].d->name, w[i].d->type, i, s ? s : "?",
+                           "sdflow's %s widgets (%s)", w[i].input->name, w[i].input->type, i, s ? s : "?",
                            def->class_type, names);
             free(s);
             break;
         }
-        if (put(inputs, w[i].d->name, literal(val))) rc = sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
+        if (put(inputs, w[i].input->name, literal(val))) rc = sd_error_set(c->err, SD_ERR_NOMEM, "out of memory");
     }
     free(w);
     return rc;
@@ -743,10 +740,6 @@ static sd_status emit_node(conv *c, const uinst *in, const unode *n) {
     if (meta) cJSON_AddStringToObject(meta, "title", title);
     if (rc) { cJSON_Delete(node); free(id); return rc; }
     return push(c, id, node);
-}
-
-static int is_group_node(const char *type) {
-    return !strncmp(type, "workflow>", 9) || !strncmp(type, "workflow/", 9);
 }
 
 /* ---- expansion size ------------------------------------------------------------------ */
@@ -830,10 +823,12 @@ static sd_status emit_level(conv *c, const uinst *in) {
             rc = enter(c, in, n, &child);
             if (!rc) rc = emit_level(c, &child);
             free((char *)child.prefix);
-        } else if (is_group_node(n->type) && !n->def) {
+        } else if (sd_workflow_is_group_node(n->type) && !n->def) {
+            /* the root's group nodes were expanded before; these are inside
+             * a subgraph definition, where the frontend has none either */
             rc = node_fail(c, SD_ERR_UNSUPPORTED, in, n, NULL,
-                           "'%s' is a legacy group node, which sdflow does not expand; in ComfyUI, convert it "
-                           "to a subgraph (or ungroup it) and save again", n->type);
+                           "'%s' is a legacy group node inside a subgraph, which sdflow does not expand; in "
+                           "ComfyUI, convert it to nodes and save again", n->type);
         } else {
             rc = emit_node(c, in, n);
         }
@@ -907,11 +902,15 @@ int sd_workflow_ui_detect(const cJSON *root) {
 sd_status sd_workflow_ui_to_api(const cJSON *root, const char *source, cJSON **api, sd_error *err) {
     *api = NULL;
     conv c = {.source = source ? source : "<workflow>", .err = err};
+    cJSON *expanded = NULL; /* the file with its group nodes expanded; read in its place */
     sd_status rc;
     if (!sd_workflow_ui_detect(root)) {
         rc = fail(&c, SD_ERR_FORMAT, "not a UI-format workflow (no \"nodes\" list and \"links\")");
         goto done;
     }
+    rc = sd_workflow_group_nodes_expand(root, c.source, &expanded, err);
+    if (rc) goto done;
+    if (expanded) root = expanded;
     rc = read_level(&c, cJSON_GetObjectItemCaseSensitive(root, "nodes"),
                     cJSON_GetObjectItemCaseSensitive(root, "links"), "", &c.root);
     if (!rc) rc = read_subgraphs(&c, root);
@@ -946,5 +945,6 @@ done:
     free_level(&c.root);
     for (size_t k = 0; k < c.n_subs; k++) free_level(&c.subs[k].g);
     free(c.subs);
+    cJSON_Delete(expanded);
     return rc;
 }

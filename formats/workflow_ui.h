@@ -22,7 +22,8 @@
  *     rule);
  *   - Note, MarkdownNote and groups are ignored;
  *   - subgraphs (definitions.subgraphs, a node whose type is a subgraph id)
- *     are expanded into their inner nodes with ids "<outer>:<inner>".
+ *     are expanded into their inner nodes with ids "<outer>:<inner>";
+ *   - legacy group nodes are expanded first (workflow_group_nodes.h).
  *
  * The API form lists integer ids in ascending order, as JSON.stringify of
  * the frontend's object does, and the inputs of each node widgets first,
@@ -35,6 +36,7 @@
 
 #include <cjson/cJSON.h>
 #include "core/error.h"
+#include "core/node.h"
 
 /* 1 when `root` is a UI-format workflow: an object with a "links" member and
  * a "nodes" member that is not an API node (one whose "nodes" is not a list
@@ -47,10 +49,23 @@ int sd_workflow_ui_detect(const cJSON *root);
  * names the file in errors. On failure *api is NULL and err names the node
  * (id, class_type and title), and the widget or input when one is concerned:
  * SD_ERR_FORMAT for a malformed file, SD_ERR_UNSUPPORTED for what is not
- * handled (legacy group nodes), SD_ERR_INVALID for widget values that do not
- * line up with our schema, or subgraphs that expand to more than 100,000
+ * handled (a group node without its definition, or inside a subgraph),
+ * SD_ERR_INVALID for widget values that do not line up with our schema, or
+ * subgraphs that expand to more than 100,000
  * nodes beyond those the file holds (checked before expanding). */
 sd_status sd_workflow_ui_to_api(const cJSON *root, const char *source, cJSON **api,
                                 sd_error *err);
+
+/* The frontend's widgets of a node type, in the order widgets_values lists
+ * them (see above): each literal input, required then optional, followed by
+ * its control_after_generate combo where it has one, and the upload button
+ * after the widgets of the section holding an image-upload input. `w` has
+ * room for 2 * sd_node_input_count(def) + 2 entries; returns the count. */
+typedef enum { SD_UI_WIDGET_INPUT, SD_UI_WIDGET_CONTROL, SD_UI_WIDGET_UPLOAD } sd_ui_widget_kind;
+typedef struct sd_ui_widget {
+    const sd_input_def *input; /* NULL for the upload button */
+    sd_ui_widget_kind kind;
+} sd_ui_widget;
+int sd_workflow_ui_widgets(const sd_node_def *def, sd_ui_widget *w);
 
 #endif

@@ -24,7 +24,8 @@
  *   model (Kohya LoRA, LoCon, LoHa, LoHa Tucker, LoKr plain/factored/Tucker,
  *   diffusers/PEFT names, full diffs), F32 and F16.
  * OUT_DIR/workflow_ui: UI-format workflows written here (reroute, primitive,
- *   bypass, subgraph), plus any *.json in each JSON_DIR/ui.
+ *   bypass, subgraph), plus any *.json in each JSON_DIR/ui and
+ *   JSON_DIR/group_nodes.
  * OUT_DIR/workflow_exif: WebP and JPEG pictures with ComfyUI's EXIF entries.
  * OUT_DIR/flux: tiny valid Flux DiT files (fuzz_flux): BF16 dev, F32
  *   schnell, and a single-file layout with F8_E4M3 matrices under
@@ -605,6 +606,9 @@ static int ui_seeds(const char *out, int argc, char **argv) {
     for (int a = 0; a < argc; a++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/ui", argv[a]);
+        rc |= copy_json_dir(out, a, dir);
+        /* legacy group nodes (tests/data/group_nodes) */
+        snprintf(dir, sizeof dir, "%s/group_nodes", argv[a]);
         rc |= copy_json_dir(out, a, dir);
     }
     return rc;
