@@ -26,6 +26,10 @@ if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
         set -- $f
         [ -f "$DATA/models/$1.safetensors" ] && ln -sf "$DATA/models/$1.safetensors" "$T/models/$2.safetensors"
     done
+    # the inpainting example's checkpoint: the tiny SD1 with 9 input channels
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/inpaint_model.py" "$DATA/models/tiny-sd1.safetensors" \
+        "$SDFLOW_SOURCE_DIR/tests/data/inpaint_cond" "$T/models/checkpoints/sd-v1-5-inpainting.safetensors" ||
+        fail "making the inpainting checkpoint"
 fi
 # The Flux examples name ComfyUI's Flux files; the Flux set's tiny ones (and
 # the tiny GGUF files of tests/data/gguf) stand in for them (the tiny dev

@@ -136,6 +136,13 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
         --set 13.steps=2 --set 5.width=64 --set 5.height=64
     both inpaint_sd15 "${SD1[@]}"
     both inpaint_composite_sd15 "${SD1[@]}"
+    both area_composition_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64
+    if python3 "$SDFLOW_SOURCE_DIR/tests/cli/inpaint_model.py" "$M/tiny-sd1.safetensors" \
+        "$SDFLOW_SOURCE_DIR/tests/data/inpaint_cond" "$T/models/checkpoints/tiny-sd1-inpainting.safetensors"; then
+        both inpaint_model_conditioning_sd15 --set 4.ckpt_name=tiny-sd1-inpainting.safetensors --set 3.steps=2
+    else
+        fail "making the inpainting checkpoint"
+    fi
     [ -f "$M/tiny-lora-sd1.safetensors" ] &&
         both lora_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 --set 10.lora_name=tiny-lora-sd1.safetensors
     both merge_sd15 "${SD1[@]}" --set 11.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64
