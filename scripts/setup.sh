@@ -5,7 +5,7 @@
 set -euo pipefail
 PKGS="cmake gcc make pkg-config liblua5.4-dev libcjson-dev libpng-dev \
 libsqlite3-dev libopenblas-dev libedit-dev clang libclang-rt-14-dev zlib1g-dev tmux python3 \
-libdnnl-dev libzip-dev libcivetweb-dev libhiredis-dev libpcre2-dev libjpeg-dev libwebp-dev"
+libdnnl-dev libzip-dev libcivetweb-dev libhiredis-dev libpcre2-dev libjpeg-dev libwebp-dev libyaml-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,10 +1,15 @@
-/* loader_nodes.c - CheckpointLoaderSimple (alias LoadCheckpoint), VAELoader.
+/* loader_nodes.c - CheckpointLoaderSimple (alias LoadCheckpoint), CheckpointLoader
+ * (deprecated, with a .yaml config), VAELoader.
  *
  * Running a loader opens and inspects the file (architecture detection, no
  * weights read); the parts load when a node first uses them. Validation runs
  * the same detection (file_probe), so a file the loader would refuse stops
  * the workflow before any node runs. */
 #include "loaders.h"
+
+#include <stdlib.h>
+
+#include "formats/ldm_config.h"
 #include "models/checkpoint/model_paths.h"
 
 static sd_status list_checkpoints(const sd_env *env, sd_value **out, sd_error *err) {
@@ -96,6 +101,85 @@ const sd_node_def sd_node_CheckpointLoaderSimple = {
     .run = ckpt_loader_run,
 };
 
+/* ---- CheckpointLoader (deprecated) --------------------------------------------------- */
+
+/* ComfyUI's "configs" folder lists .yaml files only (folder_paths). */
+static sd_status list_configs(const sd_env *env, sd_value **out, sd_error *err) {
+    static const char *const exts[] = {".yaml", NULL};
+    return sd_env_list_files(env, "configs", exts, out, err);
+}
+
+/* comfy.sd.load_checkpoint(config_path, ckpt_path): the checkpoint loads as
+ * CheckpointLoaderSimple loads it (the weights decide the model, whatever
+ * the config says); of the config only parameterization "v" (v-prediction
+ * sampling on the model's discrete schedule) and cond_stage_config's
+ * layer_idx (clip.clip_layer) are applied (formats/ldm_config.h). */
+static sd_status ckpt_config_loader_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
+                                        sd_error *err) {
+    sd_status rc = ckpt_loader_run(ctx, &in[1], out, err);
+    if (rc) {
+        if (!err->input[0]) sd_error_at(err, NULL, NULL, "ckpt_name");
+        return rc;
+    }
+    const char *cname = sd_value_as_string(in[0]);
+    char *path = NULL;
+    sd_ldm_config cfg;
+    rc = sd_model_paths_resolve(ctx->env, "configs", cname ? cname : "", &path, err);
+    if (!rc) rc = sd_ldm_config_read(path, &cfg, err);
+    free(path);
+    sd_model_ref *m = rc ? NULL : sd_value_as_handle(out[0], &sd_handle_model);
+    sd_clip_ref *c = rc ? NULL : sd_value_as_handle(out[1], &sd_handle_clip);
+    if (!rc && cfg.v_prediction) {
+        sd_model_patches p = m->patches;
+        p.sampling_set = 1;
+        p.sampling_base = SD_MS_DISCRETE;
+        p.sampling = SD_PRED_V;
+        p.zsnr = 0;
+        sd_value *v = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+        if (!v) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        else sd_value_unref(out[0]), out[0] = v;
+    }
+    if (!rc && cfg.has_layer_idx && cfg.layer_idx >= 0)
+        rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                          "%s: layer_idx %d: only a layer counted from the end (negative, as "
+                          "CLIPSetLastLayer's) is supported",
+                          cname, cfg.layer_idx);
+    if (!rc && cfg.has_layer_idx) {
+        sd_value *v = sd_nodes_clip_value_like(c, cfg.layer_idx, c->loras);
+        if (!v) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        else sd_value_unref(out[1]), out[1] = v;
+    }
+    if (rc) {
+        for (int i = 0; i < 3; i++) sd_value_unref(out[i]), out[i] = NULL;
+        sd_error_at(err, NULL, NULL, "config_name");
+        return rc;
+    }
+    sd_node_log(ctx, SD_LOG_INFO, "config %s:%s%s", cname, cfg.v_prediction ? " v-prediction" : "",
+                cfg.has_layer_idx ? " CLIP layer set" : " nothing to apply");
+    return SD_OK;
+}
+
+static const sd_input_def ckpt_config_loader_inputs[] = {
+    {.name = "config_name", .type = SD_T_COMBO, .options_fn = list_configs, .file_folder = "configs"},
+    {.name = "ckpt_name", .type = SD_T_COMBO, .options_fn = list_checkpoints,
+     .file_folder = SD_FOLDER_CHECKPOINTS, .file_probe = ckpt_probe},
+    {0}};
+
+const sd_node_def sd_node_CheckpointLoader = {
+    .version = 1,
+    .class_type = "CheckpointLoader",
+    .python_module = "nodes",
+    .display_name = "Load Checkpoint With Config (DEPRECATED)",
+    .category = "advanced/loaders",
+    .flags = SD_NODE_DEPRECATED,
+    .help = "Loads a checkpoint as CheckpointLoaderSimple does, then applies what ComfyUI still reads "
+            "from the .yaml config in models/configs: parameterization \"v\" (v-prediction) and "
+            "cond_stage_config's layer_idx (the CLIP's last layer). The rest of the config is ignored.",
+    .inputs = ckpt_config_loader_inputs,
+    .outputs = ckpt_loader_outputs,
+    .run = ckpt_config_loader_run,
+};
+
 /* ---- VAELoader ------------------------------------------------------------------------ */
 
 static sd_status require_vae(const char *path, const sd_ckpt_info *info, sd_error *err) {
@@ -154,7 +238,8 @@ extern const sd_node_def sd_node_CLIPLoader, sd_node_DualCLIPLoader, sd_node_CLI
 extern const sd_node_def sd_node_UNETLoader; /* unet_loader_node.c */
 extern const sd_node_def sd_node_UnetLoaderGGUF, sd_node_UnetLoaderGGUFAdvanced; /* unet_loader_gguf.c */
 
-const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple, &sd_node_VAELoader,
+const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple, &sd_node_CheckpointLoader,
+                                               &sd_node_VAELoader,
                                                &sd_node_CLIPLoader, &sd_node_DualCLIPLoader,
                                                &sd_node_UNETLoader, &sd_node_CLIPLoaderGGUF,
                                                &sd_node_DualCLIPLoaderGGUF, &sd_node_UnetLoaderGGUF,

@@ -45,6 +45,10 @@
  *   vocabulary written here with merges and added tokens, variants with a
  *   bad line, an unknown merge, flagged added tokens; and the Z-Image set's
  *   real files cut to their first entries (TESTDATA_DIR/zimage/tokenizer).
+ * OUT_DIR/ldm_config: LDM model configs (.yaml) written here in the shape of
+ *   ComfyUI's models/configs: v1 with layer_idx, v2 with parameterization
+ *   "v", flow style, anchors and aliases, a null and a quoted layer_idx,
+ *   and broken ones (no cond_stage_config, a tab, an unclosed flow).
  *
  * Missing test data is not an error: the corpus is just smaller. */
 #include <dirent.h>
@@ -667,6 +671,37 @@ static int copy_json_dir(const char *out, int a, const char *dirname) {
         rc |= write_seed(out, name, buf, n);
     }
     closedir(d);
+    return rc;
+}
+
+/* ---- ldm_config -------------------------------------------------------------- */
+
+static int ldm_config_seeds(const char *out) {
+    static const struct {
+        const char *file, *text;
+    } seeds[] = {
+        {"v1_clip_skip.yaml",
+         "model:\n  base_learning_rate: 1.0e-04\n  target: ldm.models.diffusion.ddpm.LatentDiffusion\n"
+         "  params:\n    linear_start: 0.00085\n    unet_config:\n      params:\n"
+         "        attention_resolutions: [ 4, 2, 1 ]\n    cond_stage_config:\n"
+         "      target: ldm.modules.encoders.modules.FrozenCLIPEmbedder\n      params:\n"
+         "        layer: \"hidden\"\n        layer_idx: -2\n"},
+        {"v2_v.yaml",
+         "model:\n  params:\n    parameterization: \"v\"\n    cond_stage_config:\n"
+         "      target: ldm.modules.encoders.modules.FrozenOpenCLIPEmbedder\n      params:\n"
+         "        freeze: True\n        layer: \"penultimate\"\n"},
+        {"flow.yaml", "{model: {params: {parameterization: v, cond_stage_config: {params: {layer_idx: 3}}}}}\n"},
+        {"anchors.yaml",
+         "base: &p {layer_idx: -1}\nmodel:\n  params:\n    cond_stage_config:\n      params: *p\n"},
+        {"null_idx.yaml", "model:\n  params:\n    cond_stage_config:\n      params:\n        layer_idx: ~\n"},
+        {"quoted_idx.yaml", "model:\n  params:\n    cond_stage_config:\n      params:\n        layer_idx: '-2'\n"},
+        {"no_cond.yaml", "model:\n  params:\n    parameterization: eps\n"},
+        {"tab.yaml", "model:\n\tparams: {}\n"},
+        {"unclosed.yaml", "model: {params: [1, 2\n"},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++)
+        rc |= write_seed(out, seeds[i].file, seeds[i].text, strlen(seeds[i].text));
     return rc;
 }
 
@@ -1338,6 +1373,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/qwen_tokenizer", argv[1]);
     mkdir_p(dir);
     rc |= qwen_seeds(dir, argv[2]);
+    snprintf(dir, sizeof dir, "%s/ldm_config", argv[1]);
+    mkdir_p(dir);
+    rc |= ldm_config_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }
