@@ -153,13 +153,15 @@ static sd_status add_clip_part(save_walk *s, const sd_clip *c, sd_clip_layout la
     return s->rc;
 }
 
-/* logit_scale of the OpenCLIP tower a CLIP holds: the value its file
- * stores under one of the single-file prefixes or bare, else ComfyUI's
- * initial value. A file sdflow cannot reopen as safetensors (a .ckpt)
- * gives the initial value too. */
+/* logit_scale of the OpenCLIP tower a CLIP holds: the value its
+ * checkpoint stores under the tower's single-file prefix (ComfyUI loads it
+ * only with a whole checkpoint, full_model=True: a standalone text-encoder
+ * file's goes to the transformer, which has none), else ComfyUI's initial
+ * value. A file sdflow cannot reopen as safetensors (a .ckpt) gives the
+ * initial value too. */
 static float clip_logit_scale(const sd_clip_ref *c) {
     static const char *const keys[] = {SD_TE_PREFIX_SDXL_G "logit_scale", SD_TE_PREFIX_REFINER_G "logit_scale",
-                                       SD_TE_PREFIX_SD2 "logit_scale", "logit_scale"};
+                                       SD_TE_PREFIX_SD2 "logit_scale"};
     for (int i = 0; i <= c->n_more; i++) {
         sd_checkpoint *ck = i == 0 ? c->ckpt : c->more[i - 1];
         sd_st_file *f = NULL;
