@@ -28,7 +28,7 @@ void sd_controlnet_result_free(sd_controlnet_result *r) {
 static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_bt *context) {
     switch (l->kind) {
     case UL_RES: return sd_unet_res_forward(l->res, x, emb_silu);
-    case UL_ST: return sd_unet_st_forward(l->st, x, context, NULL, SD_UNET_BLOCK_INPUT, 0);
+    case UL_ST: return sd_unet_st_forward(l->st, x, context, NULL);
     case UL_CONV: return sd_op_conv2d(x, l->conv_w, l->conv_b, 1, 1, 1);
     case UL_DOWN: return sd_op_conv2d(x, l->conv_w, l->conv_b, 2, 1, 1);
     case UL_UP: return NULL; /* not in an encoder */

@@ -256,7 +256,17 @@ sd_status sd_noise_prepare_ex(uint64_t seed, sd_rng_path path, int ndim,
                               size_t n_batch_index, sd_tensor **out,
                               sd_error *err)
 {
+    return sd_noise_prepare_rng(seed, path, ndim, shape, batch_index, n_batch_index, out, NULL, err);
+}
+
+sd_status sd_noise_prepare_rng(uint64_t seed, sd_rng_path path, int ndim,
+                               const int64_t *shape, const int64_t *batch_index,
+                               size_t n_batch_index, sd_tensor **out,
+                               sd_rng **rng_after, sd_error *err)
+{
     *out = NULL;
+    if (rng_after)
+        *rng_after = NULL;
     if (ndim < 1 || ndim > SD_MAX_DIMS || !shape)
         return sd_error_set(err, SD_ERR_INVALID,
                             "prepare_noise: bad latent rank %d", ndim);
@@ -310,7 +320,10 @@ sd_status sd_noise_prepare_ex(uint64_t seed, sd_rng_path path, int ndim,
         }
     }
     free(draw);
-    sd_rng_free(r);
+    if (rng_after)
+        *rng_after = r;
+    else
+        sd_rng_free(r);
     *out = t;
     return SD_OK;
 }

@@ -90,5 +90,14 @@ sd_status sd_noise_prepare_ex(uint64_t seed, sd_rng_path path, int ndim,
                               const int64_t *shape, const int64_t *batch_index,
                               size_t n_batch_index, sd_tensor **out,
                               sd_error *err);
+/* The same, also handing back (in *rng_after, a new generator the caller
+ * frees) the generator in the state prepare_noise leaves torch's default
+ * one: ComfyUI seeds the process-wide generator (torch.manual_seed), and
+ * what draws from it later in the sampling run (HyperTile's randint)
+ * continues that stream. */
+sd_status sd_noise_prepare_rng(uint64_t seed, sd_rng_path path, int ndim,
+                               const int64_t *shape, const int64_t *batch_index,
+                               size_t n_batch_index, sd_tensor **out,
+                               sd_rng **rng_after, sd_error *err);
 
 #endif

@@ -89,6 +89,7 @@ const sd_unet_config *sd_unet_get_config(const sd_unet *u);
  *             the output blocks pop it (ControlNet: zero_convs[i] output).
  * Scaling by strength is the caller's job. */
 struct sd_unet_patches;
+struct sd_rng;
 typedef struct sd_unet_control {
     int n_input;
     sd_bt *const *input;
@@ -100,6 +101,10 @@ typedef struct sd_unet_control {
     /* the call's sigma (transformer_options["sigmas"][0]), for the patches
      * that act in a sigma window (PatchModelAddDownscale) */
     float sigma;
+    /* the sampling run's stand-in for torch's default generator (the
+     * state prepare_noise left it in), which HyperTile draws from; NULL:
+     * none (a HyperTile that has to draw is then an error) */
+    struct sd_rng *rng;
 } sd_unet_control;
 
 /* ---- model patches (ComfyUI's transformer_options "patches" / "patches_replace") ----
@@ -123,12 +128,16 @@ typedef struct sd_unet_control {
  *                            its ControlNet residual), before it is saved
  *                            as the skip;
  *   SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP  input_block_patch_after_skip: h after
- *                            it was saved, so only the next blocks see it. */
+ *                            it was saved, so only the next blocks see it;
+ *   SD_UNET_AT_ATTN1_PATCH   attn1_patch + attn1_output_patch: every
+ *                            transformer block's self-attention input
+ *                            (before the projections) and output. */
 typedef enum sd_unet_patch_at {
     SD_UNET_AT_OUTPUT_BLOCK = 1,
     SD_UNET_AT_ATTN1_REPLACE = 2,
     SD_UNET_AT_INPUT_BLOCK = 3,
-    SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP = 4
+    SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP = 4,
+    SD_UNET_AT_ATTN1_PATCH = 5
 } sd_unet_patch_at;
 
 /* transformer_options["block"][0] */
@@ -162,7 +171,14 @@ typedef enum sd_unet_patch_kind {
     SD_UNET_PATCH_DOWNSCALE_AFTER_SKIP = 21,
     /* Its output block patch, p = {method}: where h's height differs from
      * the skip's, h resized to the skip's (width, height). */
-    SD_UNET_PATCH_UPSCALE_TO_SKIP = 22
+    SD_UNET_PATCH_UPSCALE_TO_SKIP = 22,
+    /* HyperTile (comfy_extras/nodes_hypertile.py), p = {latent_tile_size
+     * (max(32, tile_size) // 8), swap_size, max_depth, scale_depth}: where
+     * a self-attention's token count is (H/2^i)(W/2^i) for an i <= max_depth
+     * (H, W: the UNet input's), its queries are split into nh x nw tiles
+     * (random_divisor's choice, drawn from sd_unet_control.rng as torch's
+     * randint) attending to as many equal runs of the keys, and put back. */
+    SD_UNET_PATCH_HYPERTILE = 23
 } sd_unet_patch_kind;
 
 typedef struct sd_unet_patch {

@@ -5,6 +5,10 @@
  * an op failed (the backend's sticky error says why). Intermediates are
  * freed as soon as they are dead. */
 #include "models/unet/unet_internal.h"
+#include "models/sampling/rng.h" /* HyperTile's draws */
+
+#include <math.h>
+#include <string.h>
 
 /* Replace *h by next (freeing the old value); 0 when next is NULL. */
 static int step(sd_bt **h, sd_bt *next) {
@@ -71,14 +75,165 @@ static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd
     return o;
 }
 
+/* ---- HyperTile (comfy_extras/nodes_hypertile.py) ---------------------------------- */
+
+/* One HyperTile's split of the queries: nh x nw tiles of a sequence read as
+ * an h x w grid (h rows of w tokens). */
+typedef struct ht_split {
+    int64_t nh, nw, h, w;
+} ht_split;
+
+/* random_divisor(value, min_value, max_options): value // d for the first
+ * max_options divisors d >= min(min_value, value), one picked by
+ * torch.randint(0, count - 1) (u32 % (count - 1): the last is never
+ * picked) when there are at least two, with no draw otherwise. 0 when a
+ * draw is needed and there is no generator. */
+static int64_t random_divisor(struct sd_rng *rng, int64_t value, int64_t min_value, int64_t max_options) {
+    if (min_value > value) min_value = value;
+    int64_t count = 0;
+    for (int64_t i = min_value; i <= value && count < max_options; i++)
+        if (value % i == 0) count++;
+    int64_t idx = 0;
+    if (count - 1 > 0) {
+        if (!rng) return 0;
+        idx = (int64_t)(sd_rng_next_u32(rng) % (uint32_t)(count - 1));
+    }
+    for (int64_t i = min_value, k = 0; i <= value; i++)
+        if (value % i == 0 && k++ == idx) return value / i;
+    return 1;
+}
+
+/* hypertile_in on a self-attention input of `tokens` tokens: the split it
+ * chooses (nh * nw > 1) or none (*split zeroed). Draws as ComfyUI's does
+ * whenever the token count is one of the listed levels. */
+static sd_status hypertile_choose(const sd_unet_patch *pt, const unet_block_at *at, int64_t tokens, ht_split *split) {
+    memset(split, 0, sizeof *split);
+    const int64_t lts = (int64_t)pt->p[0], swap = (int64_t)pt->p[1];
+    const int max_depth = (int)pt->p[2], scale_depth = pt->p[3] != 0.0;
+    /* apply_to: (H / 2^i) * (W / 2^i) in Python floats; the first match */
+    int depth = -1;
+    for (int i = 0; i <= max_depth && depth < 0; i++) {
+        double d = ldexp(1.0, i);
+        if (((double)at->orig_h / d) * ((double)at->orig_w / d) == (double)tokens) depth = i;
+    }
+    if (depth < 0) return SD_OK;
+    /* aspect_ratio = W / H; h, w = round(sqrt(hw * ar)), round(sqrt(hw / ar)) */
+    double ar = (double)at->orig_w / (double)at->orig_h;
+    int64_t h = (int64_t)nearbyint(sqrt((double)tokens * ar)), w = (int64_t)nearbyint(sqrt((double)tokens / ar));
+    int64_t factor = scale_depth ? (int64_t)1 << depth : 1;
+    if (h < 1 || w < 1)
+        return sd_error_set(at->err, SD_ERR_INVALID, "HyperTile: a %lld-token attention makes a %lldx%lld grid",
+                            (long long)tokens, (long long)h, (long long)w);
+    int64_t nh = random_divisor(at->rng, h, lts * factor, swap);
+    int64_t nw = nh ? random_divisor(at->rng, w, lts * factor, swap) : 0;
+    if (!nh || !nw)
+        return sd_error_set(at->err, SD_ERR_UNSUPPORTED,
+                            "HyperTile draws its tiles from the sampler's generator; this model call has none");
+    if (nh * nw <= 1) return SD_OK;
+    /* einops' rearrange "b (nh h nw w) c" needs the grid to hold the tokens */
+    if (h * w != tokens)
+        return sd_error_set(at->err, SD_ERR_INVALID,
+                            "HyperTile: %lld tokens do not fill a %lldx%lld grid (ComfyUI's rearrange fails too)",
+                            (long long)tokens, (long long)h, (long long)w);
+    *split = (ht_split){nh, nw, h, w};
+    return SD_OK;
+}
+
+/* [B, nh*h'*nw*w', C] -> [B*nh*nw, h'*w', C] ("b (nh h nw w) c -> (b nh nw)
+ * (h w) c") when forward, the inverse when not. */
+static sd_bt *hypertile_rearrange(sd_bt *x, const ht_split *s, int forward) {
+    const int64_t hh = s->h / s->nh, ww = s->w / s->nw, C = x->shape[2];
+    const int64_t B = forward ? x->shape[0] : x->shape[0] / (s->nh * s->nw);
+    const int perm[4] = {0, 2, 1, 3};
+    int64_t a[4] = {B * s->nh, hh, s->nw, ww * C}, b[4] = {B * s->nh, s->nw, hh, ww * C};
+    int64_t out[3] = {forward ? B * s->nh * s->nw : B, forward ? hh * ww : s->h * s->w, C};
+    sd_bt *v = sd_bt_view(x, 4, forward ? a : b);
+    if (!v) return NULL;
+    sd_bt *p = sd_op_permute(v, perm);
+    sd_bt_free(v);
+    if (!p) return NULL;
+    sd_bt *r = reshaped(p, 3, out);
+    sd_bt_free(p);
+    return r;
+}
+
+/* attn1 with the HyperTile patches of the block on n [B, L, C] (borrowed):
+ * *done = 0 when none of them split the queries (the caller computes the
+ * plain attention or the replace patch). Otherwise the queries go to tiles,
+ * the keys and values of the untiled input are read with the tiled batch
+ * (the attention's view by q's batch: tile t of an item meets the t-th run
+ * of L / T consecutive tokens, as in ComfyUI) and the output is put back
+ * before to_out (a per-token linear: the same as after it). */
+static sd_bt *attention_hypertile(const unet_attn *a, sd_bt *n, int heads, const sd_unet_patch *rep,
+                                  const unet_block_at *at, int *done) {
+    *done = 0;
+    ht_split split = {0, 0, 0, 0};
+    int n_split = 0;
+    for (int i = 0; i < at->ps->n; i++) {
+        const sd_unet_patch *pt = &at->ps->list[i];
+        if (pt->kind != SD_UNET_PATCH_HYPERTILE) continue;
+        ht_split s;
+        /* a later HyperTile sees the queries as the earlier one left them */
+        int64_t tokens = n_split ? (split.h / split.nh) * (split.w / split.nw) : n->shape[1];
+        if (hypertile_choose(pt, at, tokens, &s)) {
+            *done = 1;
+            return NULL;
+        }
+        if (s.nh) {
+            split = s;
+            n_split++;
+        }
+    }
+    if (!n_split) return NULL;
+    *done = 1;
+    if (n_split > 1) {
+        sd_error_set(at->err, SD_ERR_UNSUPPORTED,
+                     "two HyperTile patches split the same attention (ComfyUI's output rearrange fails there)");
+        return NULL;
+    }
+    if (rep) {
+        sd_error_set(at->err, SD_ERR_UNSUPPORTED,
+                     "HyperTile and PerturbedAttentionGuidance on the same self-attention are not supported");
+        return NULL;
+    }
+    const int64_t T = split.nh * split.nw;
+    sd_bt *q = sd_op_linear(n, a->q, NULL), *k = NULL, *v = NULL, *o = NULL;
+    if (q) step(&q, hypertile_rearrange(q, &split, 1));
+    if (q) k = sd_op_linear(n, a->k, NULL);
+    if (k) v = sd_op_linear(n, a->v, NULL);
+    if (v) {
+        int64_t kv[3] = {q->shape[0], k->shape[1] / T, k->shape[2]};
+        sd_bt *kt = sd_bt_view(k, 3, kv), *vt = sd_bt_view(v, 3, kv);
+        if (kt && vt) o = sd_op_attention(q, kt, vt, heads, 0);
+        sd_bt_free(kt);
+        sd_bt_free(vt);
+    }
+    sd_bt_free(q);
+    sd_bt_free(k);
+    sd_bt_free(v);
+    if (o) step(&o, hypertile_rearrange(o, &split, 0));
+    if (o) step(&o, sd_op_linear(o, a->out_w, a->out_b));
+    return o;
+}
+
+static int has_attn1_patch(const unet_block_at *at) {
+    for (int i = 0; at && at->ps && i < at->ps->n; i++)
+        if (sd_unet_patch_point(at->ps->list[i].kind) == SD_UNET_AT_ATTN1_PATCH) return 1;
+    return 0;
+}
+
 /* BasicTransformerBlock on h: [N, L, C] (borrowed) -> new [N, L, C]:
  * h += attn1(norm1 h); h += attn2(norm2 h, context); h += ff(norm3 h).
- * rep: attn1's replace patch or NULL. */
+ * rep: attn1's replace patch or NULL; at: where the block sits (its attn1
+ * patches), NULL = none. */
 static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, int heads,
-                             const sd_unet_patch *rep) {
+                             const sd_unet_patch *rep, const unet_block_at *at) {
     sd_bt *h = NULL, *n = NULL, *a = NULL;
+    int done = 0;
     if (!(n = sd_op_layer_norm(h_in, b->norm1_w, b->norm1_b, 1e-5f))) goto fail;
-    if (!(a = rep ? attention_replaced(&b->attn1, rep, n) : attention(&b->attn1, n, n, heads))) goto fail;
+    if (has_attn1_patch(at)) a = attention_hypertile(&b->attn1, n, heads, rep, at, &done);
+    if (done && !a) goto fail;
+    if (!done && !(a = rep ? attention_replaced(&b->attn1, rep, n) : attention(&b->attn1, n, n, heads))) goto fail;
     if (!(h = sd_op_add(a, h_in))) goto fail;
     if (!step(&n, sd_op_layer_norm(h, b->norm2_w, b->norm2_b, 1e-5f))) goto fail;
     if (!step(&a, attention(&b->attn2, n, context, heads))) goto fail;
@@ -100,8 +255,7 @@ fail:
 }
 
 /* x: [N, C, H, W], context: [N, L, D] -> [N, C, H, W]. */
-sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const sd_unet_patches *ps,
-                          sd_unet_block_kind block, int block_id) {
+sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const unet_block_at *at) {
     int64_t n = x->shape[0], c = x->shape[1], hh = x->shape[2], ww = x->shape[3];
     int64_t seq[3] = {n, hh * ww, c}, img[4] = {n, hh, ww, c};
     const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
@@ -114,7 +268,7 @@ sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const sd_u
     if (s->linear && !step(&h, sd_op_linear(h, s->proj_in_w, s->proj_in_b))) goto done;
     for (int k = 0; k < s->depth; k++)
         if (!step(&h, tblock_forward(&s->blocks[k], h, context, s->heads,
-                                     sd_unet_patch_attn1(ps, block, block_id, k))))
+                                     at ? sd_unet_patch_attn1(at->ps, at->kind, at->id, k) : NULL, at)))
             goto done;
     if (s->linear && !step(&h, sd_op_linear(h, s->proj_out_w, s->proj_out_b))) goto done;
     /* [N, H*W, C] -> [N, C, H, W] */

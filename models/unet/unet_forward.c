@@ -21,18 +21,12 @@ static void tap(sd_unet *u, const char *name, const sd_bt *t) {
 
 /* Forward of one layer; x borrowed. target_h/w: size the Upsample must
  * reach (ComfyUI passes the next skip's shape so odd sizes round-trip). */
-/* where a block sits, for its patches */
-typedef struct block_at {
-    const sd_unet_patches *ps;
-    sd_unet_block_kind kind;
-    int id;
-} block_at;
 
 static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_bt *context,
-                            int64_t target_h, int64_t target_w, const block_at *at) {
+                            int64_t target_h, int64_t target_w, const unet_block_at *at) {
     switch (l->kind) {
     case UL_RES: return sd_unet_res_forward(l->res, x, emb_silu);
-    case UL_ST: return sd_unet_st_forward(l->st, x, context, at->ps, at->kind, at->id);
+    case UL_ST: return sd_unet_st_forward(l->st, x, context, at);
     case UL_CONV: return sd_op_conv2d(x, l->conv_w, l->conv_b, 1, 1, 1);
     case UL_DOWN: return sd_op_conv2d(x, l->conv_w, l->conv_b, 2, 1, 1);
     case UL_UP: {
@@ -60,7 +54,7 @@ static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_b
 /* Run block b on h (borrowed) -> new tensor. name: "input_blocks.3" etc.,
  * each layer is also tapped as "<name>.<layer>". */
 static sd_bt *block_forward(sd_unet *u, const unet_block *b, const char *name, sd_bt *h_in,
-                            sd_bt *emb_silu, sd_bt *context, int64_t th, int64_t tw, const block_at *at) {
+                            sd_bt *emb_silu, sd_bt *context, int64_t th, int64_t tw, const unet_block_at *at) {
     sd_bt *h = NULL;
     char nm[96];
     for (int i = 0; i < b->n; i++) {
@@ -183,9 +177,11 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
     if (!(emb = embed(u, timesteps, x->shape[0], y, err))) goto fail;
 
     const float sigma = control ? control->sigma : 0.0f;
+    struct sd_rng *rng = control ? control->rng : NULL;
+    const int64_t oh = x->shape[2], ow = x->shape[3];
     for (int i = 0; i < u->n_in; i++) {
         snprintf(nm, sizeof nm, "input_blocks.%d", i);
-        block_at at = {ps, SD_UNET_BLOCK_INPUT, i};
+        unet_block_at at = {ps, SD_UNET_BLOCK_INPUT, i, oh, ow, rng, err};
         h = block_forward(u, &u->in[i], nm, after ? after : i ? skips[n_skips - 1] : x, emb, context, 0, 0, &at);
         sd_bt_free(after);
         after = NULL;
@@ -206,7 +202,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
             goto fail_rc;
     }
 
-    block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0};
+    unet_block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0, oh, ow, rng, err};
     h = block_forward(u, &u->middle, "middle_block", after ? after : skips[n_skips - 1], emb, context, 0, 0, &mid);
     sd_bt_free(after);
     after = NULL;
@@ -246,7 +242,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
         int64_t th = n_skips ? skips[n_skips - 1]->shape[2] : 0;
         int64_t tw = n_skips ? skips[n_skips - 1]->shape[3] : 0;
         snprintf(nm, sizeof nm, "output_blocks.%d", i);
-        block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i};
+        unet_block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i, oh, ow, rng, err};
         if (!step(&h, block_forward(u, &u->out[i], nm, h, emb, context, th, tw, &at))) goto fail;
     }
     tap(u, "output_blocks.last", h);

@@ -63,13 +63,25 @@ struct sd_unet {
     void *tap_user;
 };
 
+/* Where a block sits, for its patches: the MODEL's patches (NULL = none),
+ * the block (kind, id), the UNet input's height and width
+ * (transformer_options["original_shape"]), the run's generator and where a
+ * patch's own error goes. */
+typedef struct unet_block_at {
+    const sd_unet_patches *ps;
+    sd_unet_block_kind kind;
+    int id;
+    int64_t orig_h, orig_w;
+    struct sd_rng *rng;
+    sd_error *err;
+} unet_block_at;
+
 /* Forward of single layers (unet_blocks.c). Inputs are borrowed; results
- * are new tensors, NULL on failure (the backend's sticky error is set).
- * ps, block, block_id: the MODEL's patches and where the SpatialTransformer
- * sits (its attn1 replace patches); ps NULL = none. */
+ * are new tensors, NULL on failure (the backend's sticky error is set, or
+ * at->err for a patch's own failure). at: where the SpatialTransformer sits
+ * (its attn1 patches); NULL = no patches. */
 sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
-sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const sd_unet_patches *ps,
-                          sd_unet_block_kind block, int block_id);
+sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const unet_block_at *at);
 /* The attn1 replace patch for the transformer block (block, block_id,
  * index), or NULL (unet_patch.c). */
 const sd_unet_patch *sd_unet_patch_attn1(const sd_unet_patches *ps, sd_unet_block_kind block, int block_id,

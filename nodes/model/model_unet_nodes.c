@@ -4,7 +4,9 @@
  *   PatchModelAddDownscale (comfy_extras/nodes_model_downscale.py): Kohya's
  *     Deep Shrink, an input block patch that shrinks the features after one
  *     input block inside a sigma window and an output block patch that
- *     brings them back to the skip's size. */
+ *     brings them back to the skip's size;
+ *   HyperTile (comfy_extras/nodes_hypertile.py): self-attention on tiles of
+ *     the queries, the tiling drawn from the run's generator. */
 #include "model_nodes.h"
 
 #include <stdlib.h>
@@ -113,4 +115,52 @@ static const sd_node_def node_downscale = {
     .run = downscale_run,
 };
 
-const sd_node_def *const sd_nodes_model_unet_patch[] = {&node_downscale, NULL};
+/* ---- HyperTile ------------------------------------------------------------------------ */
+
+static sd_status hypertile_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    int64_t tile = sd_value_as_int(in[1]);
+    sd_unet_patch pt;
+    memset(&pt, 0, sizeof pt);
+    pt.kind = SD_UNET_PATCH_HYPERTILE;
+    pt.block_id = -1;
+    pt.index = -1;
+    pt.p[0] = (double)((tile > 32 ? tile : 32) / 8); /* latent_tile_size = max(32, tile_size) // 8 */
+    pt.p[1] = (double)sd_value_as_int(in[2]);
+    pt.p[2] = (double)sd_value_as_int(in[3]);
+    pt.p[3] = sd_value_as_bool(in[4]) ? 1.0 : 0.0;
+    if (pt.p[1] < 1) {
+        sd_error_set(err, SD_ERR_INVALID, "swap_size must be at least 1");
+        sd_error_at(err, NULL, NULL, "swap_size");
+        return SD_ERR_INVALID;
+    }
+    return add_unet_patches(m, &pt, 1, "HyperTile", &out[0], err);
+}
+
+static const sd_input_def hypertile_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "tile_size", .type = SD_T_INT, .def = 256, .min = 1, .max = 2048, .has_range = 1},
+    {.name = "swap_size", .type = SD_T_INT, .def = 2, .min = 1, .max = 128, .has_range = 1},
+    {.name = "max_depth", .type = SD_T_INT, .def = 0, .min = 0, .max = 10, .has_range = 1},
+    {.name = "scale_depth", .type = SD_T_BOOLEAN, .def = 0},
+    {0}};
+
+static const sd_node_def node_hypertile = {
+    .version = 1,
+    .class_type = "HyperTile",
+    .python_module = "comfy_extras.nodes_hypertile",
+    .category = "model_patches/unet",
+    .flags = SD_NODE_V3,
+    .help = "Self-attention on tiles: at the levels whose token count is the latent's, halved up to "
+            "max_depth times, the queries are split into a grid of tiles of about tile_size / 8 latent "
+            "pixels (one of the swap_size largest divisors, drawn from the sampler's seeded generator as "
+            "ComfyUI's torch.randint; scale_depth doubles the size per level). SD1, SD2, SDXL.",
+    .inputs = hypertile_inputs,
+    .outputs = model_out,
+    .run = hypertile_run,
+};
+
+const sd_node_def *const sd_nodes_model_unet_patch[] = {&node_downscale, &node_hypertile, NULL};

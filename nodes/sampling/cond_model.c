@@ -422,6 +422,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         else memset(&patched, 0, sizeof patched);
         patched.patches = m->unet_patches;
         patched.sigma = sigma;
+        patched.rng = m->rng;
         if (m->perturb_attn) {
             if (m->unet_patches) perturbed = *m->unet_patches;
             else memset(&perturbed, 0, sizeof perturbed);

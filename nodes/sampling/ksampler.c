@@ -518,6 +518,10 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     int64_t *bidx = NULL;
     sd_tensor *noise = NULL, *latent_in = NULL, *mask = NULL, *concat = NULL, *x = NULL,
               *rnoise = NULL, *x0 = NULL;
+    /* torch's default generator as the run leaves it: prepare_noise seeds it
+     * (torch.manual_seed) and draws the noise; without noise ComfyUI's is in
+     * whatever state earlier work left it, here the seed's */
+    sd_rng *rng = NULL;
     sd_value *lists[3] = {NULL, NULL, NULL};
     sd_guider guider;
     sd_guide_state gs;
@@ -538,7 +542,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
             }
             for (size_t i = 0; i < nbi; i++) bidx[i] = sd_value_as_int(sd_value_list_get(bi, i));
         }
-        rc = sd_noise_prepare_ex(a->seed, SD_RNG_PATH_AVX2, 4, shape, bidx, nbi, &noise, err);
+        rc = sd_noise_prepare_rng(a->seed, SD_RNG_PATH_AVX2, 4, shape, bidx, nbi, &noise, &rng, err);
         if (rc) {
             sd_error_at(err, NULL, NULL, "latent_image");
             goto done;
@@ -654,10 +658,13 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         /* ddim uses fresh noise from seed + 1 for the kept region */
         const float *inoise = noise->data;
         if (strcmp(a->sampler_name, "ddim") == 0) {
-            if (!(rnoise = sd_noise_prepare(a->seed + 1, 4, shape, NULL, 0))) {
-                rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            /* inpaint_options {"random": True}: torch.manual_seed(seed + 1),
+             * which the default generator continues from */
+            sd_rng *r1 = NULL;
+            if ((rc = sd_noise_prepare_rng(a->seed + 1, SD_RNG_PATH_AVX2, 4, shape, NULL, 0, &rnoise, &r1, err)))
                 goto done;
-            }
+            sd_rng_free(rng);
+            rng = r1;
             inoise = rnoise->data;
         }
         sd_inpaint_init(&ip, den, latent_in->data, inoise, mask->data, n);
@@ -679,6 +686,11 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
+    if (!rng && !(rng = sd_rng_new(a->seed))) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    cm.rng = rng;
     run_state st = {ctx, a->hooks, info->latent_format->name, x0, 0};
     sd_sampler_params p = a->options;
     p.seed = a->seed;
@@ -719,6 +731,7 @@ done:
     free(bidx);
     sd_tensor_unref(noise);
     sd_tensor_unref(rnoise);
+    sd_rng_free(rng);
     sd_tensor_unref(latent_in);
     sd_tensor_unref(mask);
     sd_tensor_unref(concat);

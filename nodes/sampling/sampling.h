@@ -86,6 +86,9 @@ typedef struct sd_cond_model {
     /* the MODEL's UNet patches (FreeU, ...), handed to every UNet forward;
      * NULL or none = none; other model kinds refuse them */
     const struct sd_unet_patches *unet_patches;
+    /* the run's stand-in for torch's default generator, which HyperTile
+     * draws from (sd_unet_control.rng); NULL = none */
+    struct sd_rng *rng;
     /* PerturbedAttentionGuidance's extra prediction: the UNet's middle-block
      * self-attention replaced by its value projection (a patch added to
      * unet_patches for this call, as ComfyUI's set_model_options_patch_replace

@@ -35,6 +35,7 @@ import comfy.supported_models as sm  # noqa: E402
 import comfy_extras.nodes_model_advanced as advanced  # noqa: E402
 import comfy_extras.nodes_custom_sampler as custom_sampler  # noqa: E402
 import comfy_extras.nodes_model_downscale as downscale  # noqa: E402
+import comfy_extras.nodes_hypertile as hypertile  # noqa: E402
 import nodes  # noqa: E402
 
 cfg = json.load(open(os.path.join(testdata, "manifest.json")))["models"]["sd1"]["config"]
@@ -59,7 +60,9 @@ def v1(cls, fn):
 
 NODES = {"ModelSamplingContinuousEDM": v1(advanced.ModelSamplingContinuousEDM, "patch"),
          "ModelSamplingContinuousV": v1(advanced.ModelSamplingContinuousV, "patch"),
-         "PatchModelAddDownscale": lambda m, **kw: downscale.PatchModelAddDownscale.execute(m, **kw).result[0]}
+         "PatchModelAddDownscale": lambda m, **kw: downscale.PatchModelAddDownscale.execute(m, **kw).result[0],
+         # (HyperTile.execute returns a plain tuple at this commit)
+         "HyperTile": lambda m, **kw: hypertile.HyperTile.execute(m, **kw)[0]}
 tensors, cases = {}, []
 U = 2.0 ** -24
 
@@ -118,9 +121,11 @@ settings = {"width": 128, "height": 128, "seed": 7, "steps": 3, "cfg": 6.0, "sam
             "scheduler": "normal", "positive": "a red brick wall", "negative": "blurry"}
 DOWNSCALE = {"block_number": 3, "downscale_factor": 2.0, "start_percent": 0.0, "end_percent": 0.35,
              "downscale_after_skip": True, "downscale_method": "bicubic", "upscale_method": "bicubic"}
+HYPERTILE = {"tile_size": 32, "swap_size": 3, "max_depth": 0, "scale_depth": False}
 pos = nodes.CLIPTextEncode().encode(clip, settings["positive"])[0]
 neg = nodes.CLIPTextEncode().encode(clip, settings["negative"])[0]
 for cid, chain, *over in (("ksampler_plain", []),
+                          ("ksampler_plain_11", [], {"seed": 11}),
                           ("ksampler_plain_karras", [], {"scheduler": "karras"}),
                           ("ksampler_plain_dpmpp", [], {"scheduler": "karras", "sampler_name": "dpmpp_2m"}),
                           ("ksampler_plain_4", [], {"steps": 4}),
@@ -142,11 +147,22 @@ for cid, chain, *over in (("ksampler_plain", []),
                               DOWNSCALE, block_number=2, downscale_factor=1.7, start_percent=0.5, end_percent=1.0,
                               downscale_method="bislerp", upscale_method="area"))], {"steps": 4}),
                           ("ksampler_downscale_edm", [("ModelSamplingContinuousEDM", {"sampling": "eps", "sigma_max": 14.6, "sigma_min": 0.03}),
-                                                      ("PatchModelAddDownscale", dict(DOWNSCALE, end_percent=0.5))])):
+                                                      ("PatchModelAddDownscale", dict(DOWNSCALE, end_percent=0.5))]),
+                          # HyperTile draws its tiles from torch's default generator, which
+                          # prepare_noise seeded and drew the noise from
+                          ("ksampler_hypertile", [("HyperTile", HYPERTILE)]),
+                          ("ksampler_hypertile_depth", [("HyperTile", dict(HYPERTILE, swap_size=2, max_depth=1))]),
+                          ("ksampler_hypertile_scale", [("HyperTile", dict(HYPERTILE, max_depth=1, scale_depth=True))],
+                           {"seed": 11}),
+                          ("ksampler_plain_wide", [], {"width": 128, "height": 192}),
+                          ("ksampler_hypertile_wide", [("HyperTile", HYPERTILE)], {"width": 128, "height": 192}),
+                          ("ksampler_plain_tall", [], {"width": 192, "height": 128}),
+                          ("ksampler_hypertile_tall", [("HyperTile", dict(HYPERTILE, swap_size=4))], {"width": 192, "height": 128})):
     m = patched(chain)
     s = dict(settings, **(over[0] if over else {}))
+    lat = nodes.EmptyLatentImage().generate(s["width"], s["height"], 1)[0]
     res = nodes.common_ksampler(m, s["seed"], s["steps"], s["cfg"], s["sampler_name"], s["scheduler"],
-                                pos, neg, latent)[0]["samples"]
+                                pos, neg, lat)[0]["samples"]
     tensors[cid + "/latent"] = res.float()
     cases.append({"id": cid, "kind": "ksampler", "nodes": node_list(chain), "settings": s,
                   "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
