@@ -151,8 +151,12 @@ typedef struct sd_lora_ratio {
  * Parameters the other model lacks or has in another shape stay as they are
  * (ComfyUI: "WEIGHT NOT MERGED"; see sd_lora_merge_unmatched). merge_unet
  * serves unet views, merge_te text-encoder views (CLIP-L with CLIP-L,
- * bigG with bigG), merge_flux Flux views. A merge with strength 0 and
- * strength_model 1 is skipped.
+ * bigG with bigG), merge_dit DiT views (the other model's network, of
+ * the view's kind: an sd_flux, sd_sd3 or sd_zimage). A merge with strength
+ * 0 and strength_model 1 is skipped. A DiT's parameters held by its root
+ * module (no '.' in the key: SD3's pos_embed, Z-Image's x_pad_token and
+ * cap_pad_token) are not merged: ComfyUI's ModelPatcher patches the
+ * parameters of modules that hold no submodule's parameters only.
  *
  * With n_ratios > 0 the merge is per block, as ComfyUI's ModelMergeBlocks:
  * a parameter's ratio is that of the longest prefix of ratios[] its key
@@ -180,7 +184,7 @@ typedef struct sd_lora_use {
     const sd_text_encoder *merge_te;
     double strength_model;
     const sd_lora_scale *scale; /* a weight scale (above); NULL otherwise */
-    const sd_flux *merge_flux;
+    const void *merge_dit;
     const sd_lora_ratio *ratios;
     int n_ratios;
 } sd_lora_use;
@@ -199,11 +203,11 @@ size_t sd_lora_merge_unmatched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta
 size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
                              const sd_text_encoder *tb);
 
-/* The same for two Flux DiTs: the count of parameters of a that b holds in
- * another shape (names into buf as above), and in *matched (when not NULL)
- * those of the same key and shape. */
-size_t sd_lora_merge_flux_unmatched(sd_flux *a, sd_flux *b, size_t *matched, int show, char *buf,
-                                    size_t n);
+/* The same for two DiTs of one kind (a->info.kind == b->info.kind): the
+ * count of parameters of a that b holds in another shape (names into buf as
+ * above), and in *matched (when not NULL) those of the same key and shape. */
+size_t sd_lora_merge_dit_unmatched(const sd_dmodel *a, const sd_dmodel *b, size_t *matched, int show,
+                                   char *buf, size_t n);
 
 /* A view of base with the UNet patches of uses[0..n) applied in order.
  * LoRA uses with strength 0 are skipped. Errors: SD_ERR_NOMEM, the adapter
@@ -211,7 +215,7 @@ size_t sd_lora_merge_flux_unmatched(sd_flux *a, sd_flux *b, size_t *matched, int
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
                             sd_error *err);
 /* A view of a Flux DiT with the patches of uses[0..n) applied in order (the
- * plans made by sd_lora_plan_new_flux; merges with merge_flux).
+ * plans made by sd_lora_plan_new_flux; merges with merge_dit).
  * Patched weights are kept in F32 whatever the stored type (BF16, F16, fp8):
  * ComfyUI computes base + patch in float32 on its float32 CPU weights.
  * Free with sd_flux_free; base must outlive the view. */
@@ -220,8 +224,8 @@ sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n,
 /* The same for any DiT (plans from sd_lora_plan_new_dit on base's network):
  * *out describes a new network of base's kind (an sd_flux, sd_sd3 or
  * sd_zimage view, patched weights F32) that sd_lora_dit_free frees; base's
- * network must outlive it. A merge use is SD_ERR_UNSUPPORTED except a Flux
- * one with merge_flux.
+ * network must outlive it. A merge use brings merge_dit, a network of
+ * base's kind (SD_ERR_INVALID without one).
  * On a GGUF model (one holding quantized weights) a quantized target is
  * widened with its dequant rounding and patched in F32 (ComfyUI-GGUF's
  * get_weight with patch_dtype default, its result kept), and an F16 target

@@ -733,8 +733,23 @@ static sd_bt **flux_lookup(void *m, const char *key, int64_t *row0, int64_t *row
     return sd_flux_param(m, key);
 }
 
+/* A DiT's parameters as ComfyUI's ModelPatcher patches them: those of
+ * modules holding no submodule's parameters, so not the root module's own
+ * (a key without '.': SD3's pos_embed, Z-Image's pad tokens), which merges
+ * and weight scales leave as they are (LoRA plans drop them in lora_plan.c). */
+typedef struct leaf_walk {
+    void (*fn)(void *ud, const char *key, sd_bt **slot);
+    void *ud;
+} leaf_walk;
+
+static void leaf_only(void *ud, const char *key, sd_bt **slot) {
+    leaf_walk *w = ud;
+    if (strchr(key, '.')) w->fn(w->ud, key, slot);
+}
+
 static void flux_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
-    sd_flux_param_each(m, fn, ud);
+    leaf_walk w = {fn, ud};
+    sd_flux_param_each(m, leaf_only, &w);
 }
 
 static void unet_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
@@ -824,19 +839,6 @@ size_t sd_lora_merge_matched(sd_unet *a, sd_unet *b, const sd_text_encoder *ta,
     return w.matched;
 }
 
-size_t sd_lora_merge_flux_unmatched(sd_flux *a, sd_flux *b, size_t *matched, int show, char *buf,
-                                    size_t n) {
-    cmp_walk w = {0};
-    w.show = show;
-    w.buf = buf;
-    w.n = n;
-    if (buf && n) buf[0] = '\0';
-    w.b = b;
-    w.lookup = flux_lookup;
-    sd_flux_param_each(a, cmp_one, &w);
-    if (matched) *matched = w.matched;
-    return w.mismatched;
-}
 
 sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n, sd_unet **out,
                             sd_error *err) {
@@ -861,7 +863,8 @@ static sd_bt **sd3_lookup(void *m, const char *key, int64_t *row0, int64_t *rows
 }
 
 static void sd3_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
-    sd_sd3_param_each(m, fn, ud);
+    leaf_walk w = {fn, ud};
+    sd_sd3_param_each(m, leaf_only, &w);
 }
 
 static sd_bt **zimage_lookup(void *m, const char *key, int64_t *row0, int64_t *rows) {
@@ -870,21 +873,47 @@ static sd_bt **zimage_lookup(void *m, const char *key, int64_t *row0, int64_t *r
 }
 
 static void zimage_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
-    sd_zimage_param_each(m, fn, ud);
+    leaf_walk w = {fn, ud};
+    sd_zimage_param_each(m, leaf_only, &w);
+}
+
+/* The parameter table of a DiT network of the given kind; 0 when none. */
+static int dit_table(sd_dmodel_kind kind, lookup_fn *lookup, each_fn *each) {
+    switch (kind) {
+    case SD_DMODEL_FLUX: *lookup = flux_lookup, *each = flux_each; return 1;
+    case SD_DMODEL_MMDIT: *lookup = sd3_lookup, *each = sd3_each; return 1;
+    case SD_DMODEL_ZIMAGE: *lookup = zimage_lookup, *each = zimage_each; return 1;
+    default: return 0;
+    }
+}
+
+size_t sd_lora_merge_dit_unmatched(const sd_dmodel *a, const sd_dmodel *b, size_t *matched, int show,
+                                   char *buf, size_t n) {
+    cmp_walk w = {0};
+    w.show = show;
+    w.buf = buf;
+    w.n = n;
+    if (buf && n) buf[0] = '\0';
+    each_fn each;
+    if (a->info.kind == b->info.kind && dit_table(a->info.kind, &w.lookup, &each)) {
+        w.b = b->net;
+        each(a->net, cmp_one, &w);
+    }
+    if (matched) *matched = w.matched;
+    return w.mismatched;
 }
 
 sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n, sd_dmodel *out,
                            sd_error *err) {
     memset(out, 0, sizeof *out);
-    int flux = base->info.kind == SD_DMODEL_FLUX;
     for (int i = 0; i < n; i++)
-        if (!uses[i].plan && !(flux && uses[i].merge_flux))
-            return sd_error_set(err, SD_ERR_UNSUPPORTED, "model merges on a %s model are not supported yet",
+        if (!uses[i].plan && !uses[i].scale && !uses[i].merge_dit)
+            return sd_error_set(err, SD_ERR_INVALID, "a merge into a %s model without the other model",
                                 sd_dmodel_kind_name(base->info.kind));
-    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* the merge sources (Flux's) */
+    void **src = calloc(n > 0 ? (size_t)n : 1, sizeof *src); /* the merge sources */
     if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    for (int i = 0; flux && i < n; i++)
-        if (!uses[i].plan) src[i] = (void *)uses[i].merge_flux;
+    for (int i = 0; i < n; i++)
+        if (!uses[i].plan) src[i] = (void *)uses[i].merge_dit;
     sd_status rc;
     switch (base->info.kind) {
     case SD_DMODEL_FLUX: {

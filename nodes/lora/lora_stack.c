@@ -171,10 +171,10 @@ static sd_status uses_of(const sd_lora_stack *s, int text, sd_lora_use **out, sd
         sd_status rc = SD_OK;
         sd_model_ref *m = sd_value_as_handle(e->merge, &sd_handle_model);
         sd_clip_ref *c = sd_value_as_handle(e->merge, &sd_handle_clip);
-        if (!text && m && sd_checkpoint_info(m->ckpt)->family == SD_CKPT_FLUX) {
+        if (!text && m && sd_nodes_lora_on_dit(m->ckpt)) {
             sd_dmodel dm;
             rc = sd_nodes_model_dmodel(m, &dm, err);
-            if (!rc) u[i].merge_flux = dm.net;
+            if (!rc) u[i].merge_dit = dm.net;
         } else if (!text && m) rc = sd_nodes_model_unet(m, (sd_unet **)&u[i].merge_unet, err);
         if (text && c) rc = sd_nodes_clip_encoder(c, (sd_text_encoder **)&u[i].merge_te, err);
         if (rc) {
@@ -226,10 +226,13 @@ sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, 
     sd_status rc = checkpoint_dit(c, &base, err);
     *out = base;
     if (rc || !s || !s->n) return rc;
-    for (size_t i = 0; i < s->n; i++)
-        if (s->e[i].merge && base.info.kind != SD_DMODEL_FLUX)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: model merges on a %s model are not supported yet",
+    /* a merge's other model is a DiT of base's kind (sd_nodes_model_merge_push) */
+    for (size_t i = 0; i < s->n; i++) {
+        sd_model_ref *m = s->e[i].merge ? sd_value_as_handle(s->e[i].merge, &sd_handle_model) : NULL;
+        if (s->e[i].merge && (!m || !sd_nodes_lora_on_dit(m->ckpt)))
+            return sd_error_set(err, SD_ERR_INVALID, "%s: a merge of a %s model with no DiT",
                                 sd_checkpoint_path(c), sd_dmodel_kind_name(base.info.kind));
+    }
     pthread_mutex_lock(&s->lock);
     if (!s->dit.net) {
         sd_lora_use *u = NULL;

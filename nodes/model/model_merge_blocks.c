@@ -155,6 +155,88 @@ static const sd_input_def flux_in[] = {
     F("final_layer."),
     {0}};
 
+static const sd_input_def sd3_2b_in[] = {
+    MODELS,
+    F("pos_embed."),
+    F("x_embedder."),
+    F("context_embedder."),
+    F("y_embedder."),
+    F("t_embedder."),
+    F("joint_blocks.0."),
+    F("joint_blocks.1."),
+    F("joint_blocks.2."),
+    F("joint_blocks.3."),
+    F("joint_blocks.4."),
+    F("joint_blocks.5."),
+    F("joint_blocks.6."),
+    F("joint_blocks.7."),
+    F("joint_blocks.8."),
+    F("joint_blocks.9."),
+    F("joint_blocks.10."),
+    F("joint_blocks.11."),
+    F("joint_blocks.12."),
+    F("joint_blocks.13."),
+    F("joint_blocks.14."),
+    F("joint_blocks.15."),
+    F("joint_blocks.16."),
+    F("joint_blocks.17."),
+    F("joint_blocks.18."),
+    F("joint_blocks.19."),
+    F("joint_blocks.20."),
+    F("joint_blocks.21."),
+    F("joint_blocks.22."),
+    F("joint_blocks.23."),
+    F("final_layer."),
+    {0}};
+
+static const sd_input_def sd35_large_in[] = {
+    MODELS,
+    F("pos_embed."),
+    F("x_embedder."),
+    F("context_embedder."),
+    F("y_embedder."),
+    F("t_embedder."),
+    F("joint_blocks.0."),
+    F("joint_blocks.1."),
+    F("joint_blocks.2."),
+    F("joint_blocks.3."),
+    F("joint_blocks.4."),
+    F("joint_blocks.5."),
+    F("joint_blocks.6."),
+    F("joint_blocks.7."),
+    F("joint_blocks.8."),
+    F("joint_blocks.9."),
+    F("joint_blocks.10."),
+    F("joint_blocks.11."),
+    F("joint_blocks.12."),
+    F("joint_blocks.13."),
+    F("joint_blocks.14."),
+    F("joint_blocks.15."),
+    F("joint_blocks.16."),
+    F("joint_blocks.17."),
+    F("joint_blocks.18."),
+    F("joint_blocks.19."),
+    F("joint_blocks.20."),
+    F("joint_blocks.21."),
+    F("joint_blocks.22."),
+    F("joint_blocks.23."),
+    F("joint_blocks.24."),
+    F("joint_blocks.25."),
+    F("joint_blocks.26."),
+    F("joint_blocks.27."),
+    F("joint_blocks.28."),
+    F("joint_blocks.29."),
+    F("joint_blocks.30."),
+    F("joint_blocks.31."),
+    F("joint_blocks.32."),
+    F("joint_blocks.33."),
+    F("joint_blocks.34."),
+    F("joint_blocks.35."),
+    F("joint_blocks.36."),
+    F("joint_blocks.37."),
+    F("final_layer."),
+    {0}};
+
 /* in[2..] are the FLOAT inputs of defs[2..], in order. */
 static sd_status blocks_merge(sd_node_ctx *ctx, const sd_input_def *defs, sd_value *const *in,
                               sd_value **out, sd_error *err) {
@@ -176,6 +258,13 @@ static sd_status sdxl_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 }
 static sd_status flux_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     return blocks_merge(ctx, flux_in, in, out, err);
+}
+
+static sd_status sd3_2b_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    return blocks_merge(ctx, sd3_2b_in, in, out, err);
+}
+static sd_status sd35_large_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    return blocks_merge(ctx, sd35_large_in, in, out, err);
 }
 
 static const sd_output_def model_out[] = {{"MODEL", "MODEL"}, {0}};
@@ -206,5 +295,13 @@ SPECIFIC(node_flux1, "ModelMergeFlux1", flux_in, flux_run,
          "model1 * r + model2 * (1 - r) with one ratio r per part of a Flux.1 DiT (img_in, time_in, "
          "guidance_in, vector_in, txt_in, double_blocks.0-18, single_blocks.0-37, final_layer).");
 
+SPECIFIC(node_sd3_2b, "ModelMergeSD3_2B", sd3_2b_in, sd3_2b_run,
+         "model1 * r + model2 * (1 - r) with one ratio r per part of an SD3 / SD3.5 MMDiT "
+         "(x_embedder, context_embedder, y_embedder, t_embedder, joint_blocks.0-23, final_layer; "
+         "pos_embed is the model's own parameter, which ComfyUI leaves as model1's).");
+SPECIFIC(node_sd35_large, "ModelMergeSD35_Large", sd35_large_in, sd35_large_run,
+         "ModelMergeSD3_2B with SD3.5 Large's 38 joint blocks (joint_blocks.0-37).");
+
 const sd_node_def *const sd_nodes_model_merge_blocks[] = {&node_blocks, &node_sd1, &node_sd2,
-                                                          &node_sdxl, &node_flux1, NULL};
+                                                          &node_sdxl, &node_flux1, &node_sd3_2b,
+                                                          &node_sd35_large, NULL};

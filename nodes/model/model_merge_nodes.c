@@ -39,10 +39,10 @@ static sd_status check_pair(sd_node_ctx *ctx, sd_unet *ua, sd_unet *ub, const sd
     return SD_OK;
 }
 
-/* model1's and model2's Flux DiTs as their stacks patched them, checked as
- * check_pair does. */
-static sd_status check_flux_pair(sd_node_ctx *ctx, const sd_model_ref *m1, const sd_model_ref *m2,
-                                 sd_error *err) {
+/* model1's and model2's DiTs as their stacks patched them: one kind, some
+ * weight in common (as check_pair). */
+static sd_status check_dit_pair(sd_node_ctx *ctx, const sd_model_ref *m1, const sd_model_ref *m2,
+                                sd_error *err) {
     sd_dmodel d1, d2;
     const char *at = "model1";
     sd_status rc = sd_nodes_model_dmodel(m1, &d1, err);
@@ -51,9 +51,16 @@ static sd_status check_flux_pair(sd_node_ctx *ctx, const sd_model_ref *m1, const
         sd_error_at(err, NULL, NULL, at);
         return rc;
     }
+    if (d1.info.kind != d2.info.kind) {
+        sd_error_set(err, SD_ERR_INVALID, "model2 is a %s model and model1 a %s one; merging needs two "
+                     "models of one architecture", sd_dmodel_kind_name(d2.info.kind),
+                     sd_dmodel_kind_name(d1.info.kind));
+        sd_error_at(err, NULL, NULL, "model2");
+        return SD_ERR_INVALID;
+    }
     char names[512];
     size_t matched = 0;
-    size_t bad = sd_lora_merge_flux_unmatched(d1.net, d2.net, &matched, 4, names, sizeof names);
+    size_t bad = sd_lora_merge_dit_unmatched(&d1, &d2, &matched, 4, names, sizeof names);
     if (matched == 0) {
         sd_error_set(err, SD_ERR_INVALID,
                      "model2 has no weight of the same name and shape as model1 (%zu differ in "
@@ -75,16 +82,15 @@ sd_status sd_nodes_model_merge_push(sd_node_ctx *ctx, sd_value *const *in, doubl
     sd_status rc = sd_nodes_in_model(in, 0, "model1", &m1, err);
     if (!rc) rc = sd_nodes_in_model(in, 1, "model2", &m2, err);
     if (rc) return rc;
-    int f1 = sd_checkpoint_info(m1->ckpt)->family == SD_CKPT_FLUX;
-    int f2 = sd_checkpoint_info(m2->ckpt)->family == SD_CKPT_FLUX;
+    int f1 = sd_nodes_lora_on_dit(m1->ckpt), f2 = sd_nodes_lora_on_dit(m2->ckpt);
     if (f1 != f2) {
-        sd_error_set(err, SD_ERR_INVALID, "model2 is %sa Flux model and model1 is %s; merging needs "
-                     "two models of one architecture", f2 ? "" : "not ", f1 ? "" : "not");
+        sd_error_set(err, SD_ERR_INVALID, "model2 is %s and model1 %s; merging needs two models of "
+                     "one architecture", f2 ? "a DiT" : "a UNet model", f1 ? "a DiT" : "a UNet model");
         sd_error_at(err, NULL, NULL, "model2");
         return SD_ERR_INVALID;
     }
     if (f1) {
-        if ((rc = check_flux_pair(ctx, m1, m2, err))) return rc;
+        if ((rc = check_dit_pair(ctx, m1, m2, err))) return rc;
     } else {
         sd_unet *u1 = NULL, *u2 = NULL;
         const char *at = "model1";
