@@ -11,7 +11,9 @@
  *     patched case must differ from the unpatched one of the same settings
  *     (listed before it) by more than the
  *     tolerance (a patch that is not applied fails), and each node must
- *     leave its input as it was.
+ *     leave its input as it was;
+ * and what the nodes refuse (edm_playground_v2.5, a zero sigma, two
+ * HyperTiles splitting the same attention).
  * Needs the shared tiny SD1 checkpoint and a tokenizer (SDFLOW_TOKENIZER_DIR
  * or <shared>/data/clip): without them, exit 77. */
 #include <math.h>
@@ -197,6 +199,61 @@ static void sigmas_case(const sd_env *env, sd_value *model0, const cJSON *c) {
     sd_value_unref(model);
 }
 
+/* What the nodes refuse, as ComfyUI fails there (or sdflow cannot follow):
+ * the node (or the KSampler after it) returns `code`. */
+static sd_status run_status(const sd_env *env, const char *type, const char *const *names, sd_value *const *vals,
+                            int n, sd_value **out) {
+    sd_node_ctx ctx = {.env = env, .node_id = "9", .class_type = type};
+    sd_value *o[8] = {0};
+    sd_error err;
+    sd_status rc = nt_run_named(&ctx, names, vals, n, o, &err);
+    for (int i = 1; i < 8; i++) sd_value_unref(o[i]);
+    if (out) *out = o[0];
+    else sd_value_unref(o[0]);
+    return rc;
+}
+
+static void refusals(const sd_env *env, sd_value *const ck[3]) {
+    const char *en[] = {"model", "sampling", "sigma_max", "sigma_min"};
+    sd_value *ev[] = {ck[0], sd_value_string("edm_playground_v2.5"), sd_value_float(120.0), sd_value_float(0.002)};
+    CHECK(run_status(env, "ModelSamplingContinuousEDM", en, ev, 4, NULL) == SD_ERR_UNSUPPORTED);
+    sd_value_unref(ev[1]);
+    ev[1] = sd_value_string("edm");
+    sd_value_unref(ev[3]);
+    ev[3] = sd_value_float(0.0); /* math.log(0) */
+    CHECK(run_status(env, "ModelSamplingContinuousEDM", en, ev, 4, NULL) == SD_ERR_INVALID);
+    for (int i = 1; i < 4; i++) sd_value_unref(ev[i]);
+    /* two HyperTiles that both split the same attention: ComfyUI's output
+     * rearrange fails; sdflow's KSampler says so */
+    const char *hn[] = {"model", "tile_size", "swap_size", "max_depth", "scale_depth"};
+    /* on a 32x32 latent: the first (tiles of 16 latent pixels) splits the
+     * 1024 tokens into 2x2 tiles of 256, which the second (tiles of 4,
+     * depth 1: 256 tokens is its level) splits again */
+    sd_value *hv[] = {ck[0], sd_value_int(128), sd_value_int(2), sd_value_int(0), sd_value_bool(0)}, *m1 = NULL,
+             *m2 = NULL;
+    CHECK(run_status(env, "HyperTile", hn, hv, 5, &m1) == SD_OK);
+    for (int i = 1; i < 5; i++) sd_value_unref(hv[i]);
+    sd_value *hv2[] = {m1, sd_value_int(32), sd_value_int(2), sd_value_int(1), sd_value_bool(0)};
+    CHECK(m1 && run_status(env, "HyperTile", hn, hv2, 5, &m2) == SD_OK);
+    for (int i = 1; i < 5; i++) sd_value_unref(hv2[i]);
+    const char *tn[] = {"clip", "text"};
+    sd_value *tv[] = {ck[1], sd_value_string("x")}, *cond = NULL;
+    CHECK(run_status(env, "CLIPTextEncode", tn, tv, 2, &cond) == SD_OK);
+    sd_value_unref(tv[1]);
+    const char *ln[] = {"width", "height", "batch_size"};
+    sd_value *lv[] = {sd_value_int(256), sd_value_int(256), sd_value_int(1)}, *lat = NULL;
+    CHECK(run_status(env, "EmptyLatentImage", ln, lv, 3, &lat) == SD_OK);
+    nt_free_values(lv, 3);
+    const char *kn[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler", "positive", "negative",
+                        "latent_image", "denoise"};
+    sd_value *kv[] = {m2, sd_value_int(1), sd_value_int(1), sd_value_float(1.0), sd_value_string("euler"),
+                      sd_value_string("normal"), cond, cond, lat, sd_value_float(1.0)};
+    CHECK(m2 && cond && lat && run_status(env, "KSampler", kn, kv, 10, NULL) == SD_ERR_UNSUPPORTED);
+    for (int i = 1; i < 6; i++) sd_value_unref(kv[i]);
+    sd_value_unref(kv[9]);
+    sd_value_unref(m1), sd_value_unref(m2), sd_value_unref(cond), sd_value_unref(lat);
+}
+
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
@@ -274,6 +331,7 @@ int main(void) {
         sd_tensor_unref(want), sd_tensor_unref(got);
     }
     for (int i = 0; i < n_plain; i++) sd_tensor_unref(plains[i]);
+    if (ck[0] && ck[1]) refusals(&env, ck);
     for (int i = 0; i < 3; i++) sd_value_unref(ck[i]);
     sd_model_store_free(store);
     sd_backend_free(be);
