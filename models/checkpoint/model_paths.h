@@ -27,6 +27,7 @@
 #define SD_FOLDER_EMBEDDINGS "embeddings"
 #define SD_FOLDER_UPSCALE_MODELS "upscale_models"
 #define SD_FOLDER_DIFFUSION_MODELS "diffusion_models" /* also models/unet (core/env.h) */
+#define SD_FOLDER_CLIP_VISION "clip_vision"
 
 /* Extensions ComfyUI lists for model folders (supported_pt_extensions):
  * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Torch zip checkpoints

@@ -73,6 +73,13 @@ sd_status sd_imageops_upscale_nhwc(const sd_tensor *x, int64_t width, int64_t he
                                    sd_upscale_method method, sd_crop_mode crop,
                                    sd_tensor **out, sd_error *err);
 
+/* PyTorch's F.interpolate(x, size=(height, width), mode="bicubic",
+ * antialias=True, align_corners=False) on an NCHW F32 tensor x [N, C, H, W]
+ * (PIL-style support widened when shrinking, Keys cubic a = -0.5;
+ * models/image/resize_aa.c). ComfyUI's clip_preprocess resizes with it. */
+sd_status sd_imageops_bicubic_aa(const sd_tensor *x, int64_t width, int64_t height,
+                                 sd_tensor **out, sd_error *err);
+
 /* Layout helpers (new tensors; NULL on bad input or no memory). */
 sd_tensor *sd_imageops_nhwc_to_nchw(const sd_tensor *x);
 sd_tensor *sd_imageops_nchw_to_nhwc(const sd_tensor *x);

@@ -20,52 +20,6 @@ static void tap(const sd_clip *c, const char *name, const sd_bt *t) {
     if (c->tap && t) c->tap(c->tap_user, name, t);
 }
 
-/* Causal self-attention on h: [N, L, W] (already ln_1'd) -> out_proj output. */
-static sd_bt *self_attention(const sd_clip *c, const clip_layer_w *l, sd_bt *h) {
-    sd_bt *q = NULL, *k = NULL, *v = NULL, *o = NULL;
-    int64_t W = c->cfg.hidden;
-    if (l->qkv_w) {
-        sd_bt *qkv = sd_op_linear(h, l->qkv_w, l->qkv_b); /* [N, L, 3W]: q | k | v */
-        if (qkv) {
-            q = sd_op_slice(qkv, 2, 0, W);
-            k = sd_op_slice(qkv, 2, W, 2 * W);
-            v = sd_op_slice(qkv, 2, 2 * W, 3 * W);
-        }
-        sd_bt_free(qkv);
-    } else {
-        q = sd_op_linear(h, l->q_w, l->q_b);
-        k = sd_op_linear(h, l->k_w, l->k_b);
-        v = sd_op_linear(h, l->v_w, l->v_b);
-    }
-    if (q && k && v) o = sd_op_attention(q, k, v, c->cfg.heads, 1);
-    sd_bt_free(q);
-    sd_bt_free(k);
-    sd_bt_free(v);
-    if (o) step(&o, sd_op_linear(o, l->o_w, l->o_b));
-    return o;
-}
-
-/* One layer: x + attn(ln1 x), then + fc2(act(fc1(ln2 x))). x is borrowed. */
-static sd_bt *layer_forward(const sd_clip *c, const clip_layer_w *l, sd_bt *x) {
-    sd_bt *h = NULL, *a = NULL, *y = NULL;
-    if (!(h = sd_op_layer_norm(x, l->ln1_w, l->ln1_b, 1e-5f))) goto fail;
-    if (!(a = self_attention(c, l, h))) goto fail;
-    if (!(y = sd_op_add(x, a))) goto fail;
-    if (!step(&h, sd_op_layer_norm(y, l->ln2_w, l->ln2_b, 1e-5f))) goto fail;
-    if (!step(&h, sd_op_linear(h, l->fc1_w, l->fc1_b))) goto fail;
-    if (!step(&h, c->cfg.act == SD_CLIP_ACT_GELU ? sd_op_gelu(h) : sd_op_quick_gelu(h))) goto fail;
-    if (!step(&h, sd_op_linear(h, l->fc2_w, l->fc2_b))) goto fail;
-    if (!step(&y, sd_op_add(y, h))) goto fail;
-    sd_bt_free(h);
-    sd_bt_free(a);
-    return y;
-fail:
-    sd_bt_free(h);
-    sd_bt_free(a);
-    sd_bt_free(y);
-    return NULL;
-}
-
 /* Token embeddings [n, len, W] with embedding vectors spliced in:
  * x * keep + vec, where keep is 1 at token slots and 0 under a vector and
  * vec holds the vectors (0 elsewhere); exact for finite embeddings. */
@@ -190,7 +144,7 @@ sd_status sd_clip_forward(sd_clip *c, const sd_clip_tokens *in, sd_clip_layer la
     if (!step(&x, sd_op_add(x, pos ? pos : c->pos_emb))) goto done;
     tap(c, "embeddings", x);
     for (int i = 0; i < cfg->layers; i++) {
-        if (!step(&x, layer_forward(c, &c->layer[i], x))) goto done;
+        if (!step(&x, sd_clip_block_forward(&c->layer[i], c->cfg.heads, c->cfg.act, 1, x))) goto done;
         char name[32];
         snprintf(name, sizeof name, "layers.%d", i);
         tap(c, name, x);

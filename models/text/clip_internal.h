@@ -5,18 +5,10 @@
 
 #include "models/text/clip.h"
 #include "models/checkpoint/weights.h"
+#include "models/text/clip_block.h"
 
-/* One pre-LN transformer layer. HF layouts bind q/k/v separately; OpenCLIP
- * keeps the fused in_proj ([3W, W], rows q, k, v), applied as one linear
- * whose output is sliced. */
-typedef struct clip_layer_w {
-    sd_bt *ln1_w, *ln1_b;
-    sd_bt *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;
-    sd_bt *qkv_w, *qkv_b;
-    sd_bt *o_w, *o_b;
-    sd_bt *ln2_w, *ln2_b;
-    sd_bt *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-} clip_layer_w;
+/* One pre-LN transformer layer (models/text/clip_block.h). */
+typedef sd_clip_block clip_layer_w;
 
 struct sd_clip {
     sd_backend *be;

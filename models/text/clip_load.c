@@ -28,35 +28,7 @@ static sd_bt *get(loader *ld, int ndim, int64_t d0, int64_t d1, const char *fmt,
     return t;
 }
 
-/* Names of one layer's tensors in a layout (printf formats taking N). */
-typedef struct layer_names {
-    const char *ln1_w, *ln1_b, *ln2_w, *ln2_b;
-    const char *fc1_w, *fc1_b, *fc2_w, *fc2_b, *o_w, *o_b;
-    const char *q_w, *q_b, *k_w, *k_b, *v_w, *v_b; /* HF: separate projections */
-    const char *qkv_w, *qkv_b;                     /* OpenCLIP: fused in_proj */
-} layer_names;
-
-static const layer_names hf_names = {
-    "encoder.layers.%d.layer_norm1.weight", "encoder.layers.%d.layer_norm1.bias",
-    "encoder.layers.%d.layer_norm2.weight", "encoder.layers.%d.layer_norm2.bias",
-    "encoder.layers.%d.mlp.fc1.weight", "encoder.layers.%d.mlp.fc1.bias",
-    "encoder.layers.%d.mlp.fc2.weight", "encoder.layers.%d.mlp.fc2.bias",
-    "encoder.layers.%d.self_attn.out_proj.weight", "encoder.layers.%d.self_attn.out_proj.bias",
-    "encoder.layers.%d.self_attn.q_proj.weight", "encoder.layers.%d.self_attn.q_proj.bias",
-    "encoder.layers.%d.self_attn.k_proj.weight", "encoder.layers.%d.self_attn.k_proj.bias",
-    "encoder.layers.%d.self_attn.v_proj.weight", "encoder.layers.%d.self_attn.v_proj.bias",
-    NULL, NULL,
-};
-
-static const layer_names openclip_names = {
-    "transformer.resblocks.%d.ln_1.weight", "transformer.resblocks.%d.ln_1.bias",
-    "transformer.resblocks.%d.ln_2.weight", "transformer.resblocks.%d.ln_2.bias",
-    "transformer.resblocks.%d.mlp.c_fc.weight", "transformer.resblocks.%d.mlp.c_fc.bias",
-    "transformer.resblocks.%d.mlp.c_proj.weight", "transformer.resblocks.%d.mlp.c_proj.bias",
-    "transformer.resblocks.%d.attn.out_proj.weight", "transformer.resblocks.%d.attn.out_proj.bias",
-    NULL, NULL, NULL, NULL, NULL, NULL,
-    "transformer.resblocks.%d.attn.in_proj_weight", "transformer.resblocks.%d.attn.in_proj_bias",
-};
+typedef sd_clip_block_names layer_names;
 
 static int has_fmt(const sd_weights *w, const char *fmt, int i) {
     char name[256];
@@ -66,40 +38,13 @@ static int has_fmt(const sd_weights *w, const char *fmt, int i) {
 
 static void bind_layer(loader *ld, const layer_names *nm, const sd_clip_config *cfg, int i,
                        clip_layer_w *l) {
-    int64_t W = cfg->hidden, F = cfg->mlp;
-    l->ln1_w = get(ld, 1, W, 0, nm->ln1_w, i);
-    l->ln1_b = get(ld, 1, W, 0, nm->ln1_b, i);
-    if (nm->qkv_w) {
-        l->qkv_w = get(ld, 2, 3 * W, W, nm->qkv_w, i);
-        l->qkv_b = get(ld, 1, 3 * W, 0, nm->qkv_b, i);
-    } else {
-        l->q_w = get(ld, 2, W, W, nm->q_w, i);
-        l->q_b = get(ld, 1, W, 0, nm->q_b, i);
-        l->k_w = get(ld, 2, W, W, nm->k_w, i);
-        l->k_b = get(ld, 1, W, 0, nm->k_b, i);
-        l->v_w = get(ld, 2, W, W, nm->v_w, i);
-        l->v_b = get(ld, 1, W, 0, nm->v_b, i);
-    }
-    l->o_w = get(ld, 2, W, W, nm->o_w, i);
-    l->o_b = get(ld, 1, W, 0, nm->o_b, i);
-    l->ln2_w = get(ld, 1, W, 0, nm->ln2_w, i);
-    l->ln2_b = get(ld, 1, W, 0, nm->ln2_b, i);
-    l->fc1_w = get(ld, 2, F, W, nm->fc1_w, i);
-    l->fc1_b = get(ld, 1, F, 0, nm->fc1_b, i);
-    l->fc2_w = get(ld, 2, W, F, nm->fc2_w, i);
-    l->fc2_b = get(ld, 1, W, 0, nm->fc2_b, i);
-}
-
-static void free_layer(clip_layer_w *l) {
-    sd_bt *all[] = {l->ln1_w, l->ln1_b, l->q_w, l->q_b, l->k_w, l->k_b, l->v_w, l->v_b,
-                    l->qkv_w, l->qkv_b, l->o_w, l->o_b, l->ln2_w, l->ln2_b,
-                    l->fc1_w, l->fc1_b, l->fc2_w, l->fc2_b};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sd_bt_free(all[i]);
+    if (!ld->failed && sd_clip_block_bind(&ld->w, nm, cfg->hidden, cfg->mlp, i, l, ld->err))
+        ld->failed = 1;
 }
 
 void sd_clip_free(sd_clip *c) {
     if (!c) return;
-    for (int i = 0; c->layer && i < c->cfg.layers; i++) free_layer(&c->layer[i]);
+    for (int i = 0; c->layer && i < c->cfg.layers; i++) sd_clip_block_free(&c->layer[i]);
     free(c->layer);
     sd_bt_free(c->tok_emb);
     sd_bt_free(c->pos_emb);
@@ -162,7 +107,7 @@ sd_status sd_clip_load(sd_backend *be, sd_st_file *f, const char *prefix,
                             "token_embedding.weight + transformer.resblocks.N)",
                             sd_st_path(f), prefix);
     int hf = cfg.layout == SD_CLIP_LAYOUT_HF;
-    const layer_names *nm = hf ? &hf_names : &openclip_names;
+    const layer_names *nm = hf ? &sd_clip_block_hf : &sd_clip_block_openclip;
 
     loader ld = {.err = err};
     sd_weights_init(&ld.w, be, f, base);
