@@ -13,6 +13,9 @@
 #include "models/vision/clip_vision.h"
 
 extern const sd_handle_type sd_handle_clip_vision; /* "CLIP_VISION" */
+/* StyleModelLoader / StyleModelApply (style_nodes.c): an sd_style_model
+ * (models/vision/style_model.h). */
+extern const sd_handle_type sd_handle_style_model; /* "STYLE_MODEL" */
 
 /* The CLIP_VISION_OUTPUT dict for o (takes new references on its tensors);
  * NULL when out of memory. */

@@ -21,6 +21,8 @@
  *               last_hidden_state, penultimate_hidden_states under the
  *               case's tolerance; the model's detected configuration is
  *               checked against the manifest's entry for it.
+ *   style       the style model (T2I-Adapter StyleAdapter, tiny widths, F16)
+ *               on ComfyUI's own CLIP vision output: StyleModel.get_cond.
  * Skipped (77) when the manifest is absent; a listed file missing fails. */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include "golden.h"
 #include "models/image/imageops.h"
 #include "models/vision/clip_vision.h"
+#include "models/vision/style_model.h"
 #include "testutil.h"
 
 static sd_st_file *ref;
@@ -161,6 +164,38 @@ static void check_config(const char *id, const sd_clip_vision_config *cfg, const
     CHECK_MSG(cfg->act == (sd_clip_act)want_act, "%s: activation, want %s", id, act ? act : "?");
 }
 
+/* The style model (manifest "style_model") on ComfyUI's CLIP vision output
+ * of the case's encode case: StyleModel.get_cond. */
+static void run_style(sd_backend *be, const cJSON *manifest, const cJSON *c) {
+    const char *id = str(c, "id");
+    const cJSON *sm = item(manifest, "style_model");
+    printf("case %s (%s)\n", id, str(sm, "file"));
+    char path[4200], name[300];
+    snprintf(path, sizeof path, "%s/%s", dir, str(sm, "file"));
+    sd_error err;
+    sd_style_model *m = NULL;
+    CHECK_OK(sd_style_model_load_file(be, path, &m, &err), &err);
+    if (!m) return;
+    const sd_style_model_config *cfg = sd_style_model_get_config(m);
+    CHECK_MSG(cfg->width == (int)cJSON_GetNumberValue(item(sm, "width")) &&
+                  cfg->context == (int)cJSON_GetNumberValue(item(sm, "context")) &&
+                  cfg->heads == (int)cJSON_GetNumberValue(item(sm, "heads")) &&
+                  cfg->layers == (int)cJSON_GetNumberValue(item(sm, "layers")) &&
+                  cfg->tokens == (int)cJSON_GetNumberValue(item(sm, "tokens")),
+              "%s: style model config %d/%d/%d/%d/%d", id, cfg->width, cfg->context, cfg->heads,
+              cfg->layers, cfg->tokens);
+    snprintf(name, sizeof name, "%s/last_hidden_state", str(c, "clip_vision_output"));
+    sd_tensor *hidden = sd_st_tensor_f32(ref, name, &err), *cond = NULL;
+    CHECK_MSG(hidden != NULL, "%s: no %s", id, name);
+    if (hidden) CHECK_OK(sd_style_model_forward(m, hidden, &cond, &err), &err);
+    const cJSON *t = cJSON_GetArrayItem(item(c, "outputs"), 0);
+    compare(id, "get_cond", cond, str(t, "tensor"), cJSON_GetNumberValue(item(t, "atol")),
+            cJSON_GetNumberValue(item(t, "rtol")));
+    sd_tensor_unref(cond);
+    sd_tensor_unref(hidden);
+    sd_style_model_free(m);
+}
+
 static void run_encode(sd_backend *be, const cJSON *manifest, const cJSON *c) {
     const char *id = str(c, "id"), *mname = str(c, "model"), *crop = str(c, "crop");
     const cJSON *m = item(item(manifest, "models"), mname);
@@ -216,6 +251,8 @@ int main(void) {
         const char *comp = str(c, "component");
         if (comp && !strcmp(comp, "preprocess")) run_preprocess(c), n++;
         else if (comp && !strcmp(comp, "encode")) run_encode(be, manifest, c), n++;
+        else if (comp && !strcmp(comp, "style")) run_style(be, manifest, c), n++;
+        else if (comp && !strcmp(comp, "style_apply")) n++; /* nodes.golden_clip_vision_nodes */
     }
     CHECK_MSG(n == cJSON_GetArraySize(item(manifest, "cases")), "a case of an unknown component");
     CHECK(n > 0);

@@ -202,6 +202,104 @@ for cid, (seed, n, h, w, c), size, crop in PRE_CASES:
         "reference": "comfy.clip_model.clip_preprocess(image u8/255, size, crop) (ComfyUI's default mean/std)",
     })
 
+# ---- style models (StyleModelLoader / StyleModelApply) ------------------------------------------
+# ComfyUI builds StyleAdapter(width=1024, context_dim=768, num_head=8, n_layes=3, num_token=8) for any
+# file with style_embedding; the tiny one keeps the heads, layers and tokens, with the width of the
+# tiny ViT-L tower (its last_hidden_state is the input) and a context of STYLE_CTX.
+import comfy.sd  # noqa: E402
+import comfy.t2i_adapter.adapter as t2i  # noqa: E402
+
+STYLE_CTX = 24
+style_args = []
+_RealStyle = t2i.StyleAdapter
+
+
+class TinyStyleAdapter(_RealStyle):
+    def __init__(self, width=1024, context_dim=768, num_head=8, n_layes=3, num_token=4):
+        style_args.append(dict(width=width, context_dim=context_dim, num_head=num_head, n_layes=n_layes,
+                               num_token=num_token))
+        super().__init__(width=WIDTH, context_dim=STYLE_CTX, num_head=num_head, n_layes=n_layes,
+                         num_token=num_token)
+
+
+t2i.StyleAdapter = TinyStyleAdapter
+torch.manual_seed(200)
+sm = TinyStyleAdapter(width=1024, context_dim=768, num_head=8, n_layes=3, num_token=8)
+style_sd = {}
+for k, v in sm.state_dict().items():
+    g = torch.Generator().manual_seed(300 + len(style_sd))
+    if k.endswith("ln_1.weight") or k.endswith("ln_2.weight") or k in ("ln_pre.weight", "ln_post.weight"):
+        style_sd[k] = 1 + 0.1 * torch.randn(v.shape, generator=g)
+    elif k.endswith("bias"):
+        style_sd[k] = 0.05 * torch.randn(v.shape, generator=g)
+    else:
+        style_sd[k] = torch.randn(v.shape, generator=g) * (v.shape[-1] ** -0.5 if v.dim() == 2 else WIDTH ** -0.5)
+style_sd = {k: v.to(torch.float16) for k, v in style_sd.items()}  # stored F16 as the real file
+STYLE_FILE = "tiny_t2i_style.safetensors"
+stio.save(style_sd, os.path.join(out_dir, STYLE_FILE))
+del style_args[:]
+style = comfy.sd.load_style_model(os.path.join(out_dir, STYLE_FILE))
+assert style_args == [dict(width=1024, context_dim=768, num_head=8, n_layes=3, num_token=8)], style_args
+manifest["style_model"] = {"file": STYLE_FILE, "width": WIDTH, "context": STYLE_CTX, "heads": 8, "layers": 3,
+                           "tokens": 8, "dtype": "float16",
+                           "comfyui": "comfy.sd.load_style_model: StyleAdapter(width=1024, context_dim=768, "
+                                      "num_head=8, n_layes=3, num_token=8) with width and context_dim made tiny"}
+
+# The CLIP vision output of encode case l_center_wide (two images) feeds every style case.
+cvo = nodes.CLIPVisionEncode().encode(models["vit_l"], as_image(ref["l_center_wide/image"]), "center")[0]
+get_cond = style.get_cond(cvo).float()
+ref["style/get_cond"] = get_cond.contiguous()
+STYLE_TOL = {"atol": 1e-4, "rtol": 1e-4}
+manifest["cases"].append({
+    "id": "style_get_cond", "component": "style", "clip_vision_output": "l_center_wide",
+    "outputs": [dict(STYLE_TOL, tensor="style/get_cond", output="cond")],
+    "reference": "comfy.sd.load_style_model(file).get_cond(CLIPVisionEncode output of l_center_wide)",
+})
+
+g = torch.Generator().manual_seed(400)
+txt_a = torch.randn(1, 5, STYLE_CTX, generator=g)
+txt_b = torch.randn(1, 7, STYLE_CTX, generator=g)
+pooled = torch.randn(1, 12, generator=g)
+old_mask = (torch.randn(1, 7 + 6, 7 + 6, generator=g) * 2).to(torch.float16)
+ref["style/txt_a"], ref["style/txt_b"], ref["style/pooled"] = txt_a, txt_b, pooled
+ref["style/old_mask"] = old_mask
+APPLY_CASES = [  # id, strength, strength_type, entries with an existing mask
+    ("style_multiply", 0.7, "multiply", False),
+    ("style_attn_bias", 0.5, "attn_bias", False),
+    ("style_attn_bias_one", 1.0, "attn_bias", False),
+    ("style_attn_bias_zero", 0.0, "attn_bias", False),
+    ("style_mask_multiply", 1.25, "multiply", True),
+    ("style_mask_attn_bias", 2.0, "attn_bias", True),
+]
+for cid, strength, stype, with_mask in APPLY_CASES:
+    cond_in = [[txt_a, {"pooled_output": pooled}]]
+    entry_b = {"pooled_output": pooled}
+    if with_mask:
+        entry_b.update(attention_mask=old_mask, attention_mask_img_shape=(2, 3))
+    cond_in.append([txt_b, entry_b])
+    out = nodes.StyleModelApply().apply_stylemodel(cond_in, style, cvo, strength, stype)[0]
+    entries = []
+    for k, (t, keys) in enumerate(out):
+        e = {"cond": "%s/%d/cond" % (cid, k)}
+        ref[e["cond"]] = t.contiguous()
+        if "attention_mask" in keys:
+            e["attention_mask"] = "%s/%d/attention_mask" % (cid, k)
+            e["attention_mask_dtype"] = str(keys["attention_mask"].dtype).replace("torch.", "")
+            ref[e["attention_mask"]] = keys["attention_mask"].contiguous()
+            e["attention_mask_img_shape"] = list(keys["attention_mask_img_shape"])
+        entries.append(e)
+    manifest["cases"].append({
+        "id": cid, "component": "style_apply", "clip_vision_output": "l_center_wide",
+        "strength": strength, "strength_type": stype,
+        "conditioning": [{"cond": "style/txt_a", "pooled_output": "style/pooled"},
+                         dict({"cond": "style/txt_b", "pooled_output": "style/pooled"},
+                              **({"attention_mask": "style/old_mask", "attention_mask_img_shape": [2, 3]}
+                                 if with_mask else {}))],
+        "entries": entries, "tolerance": STYLE_TOL,
+        "reference": "nodes.StyleModelApply().apply_stylemodel(conditioning, style model, CLIPVisionEncode "
+                     "output of l_center_wide, strength, strength_type)",
+    })
+
 stio.save(ref, os.path.join(out_dir, manifest["file"]))
 with open(os.path.join(out_dir, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1, sort_keys=False)
