@@ -29,6 +29,14 @@
  *          text_encoders.clip_{l,g,h}.transformer.<hf key>; lora_te_ is CLIP-L
  *          on SD1, the bigG on an SDXL refiner and the ViT-H on SD2, which
  *          also answers to lora_te1_ (ComfyUI's choices).
+ *   T5     (Flux, SD3) text_encoders.t5xxl.transformer.<hf key> and Kohya /
+ *          OneTrainer lora_te<i>_<hf key with _>, i = 1 + (bigG present) +
+ *          (CLIP-L present): lora_te3_ on Flux (which also answers to
+ *          lora_te2_) and on SD3 with both CLIPs.
+ *   Qwen3  (Z-Image) text_encoders.qwen3_4b.transformer.<hf key> only.
+ *   Every ".weight" of a text encoder also answers to
+ *   text_encoders.<clip_l|clip_g|clip_h|t5xxl|qwen3_4b>.transformer.<key>
+ *   (ComfyUI's model_lora_keys_clip; Kohya CLIP names for layers < 32).
  *   Adapters: LoRA (x.lora_up/lora_down [+ lora_mid, LoCon], _lora.up/down,
  *          .lora_B/.lora_A, .lora.up/down, .lora_linear_layer.up/down,
  *          .lora_B/A.default), LoHa (hada_w1_a/b, hada_w2_a/b [, hada_t1/t2]),
@@ -66,9 +74,22 @@ sd_status sd_lora_from_file(sd_st_file *f, sd_lora **out, sd_error *err);
 sd_lora *sd_lora_ref(sd_lora *l); /* NULL-safe */
 void sd_lora_unref(sd_lora *l);   /* NULL-safe */
 const char *sd_lora_path(const sd_lora *l);
+/* 1 when a tensor name of the file has a prefix of ComfyUI's text-encoder
+ * LoRA names (lora_te, lora_prior_te, text_encoder, text_encoders.): only
+ * such a file can patch a text encoder, so a loader may skip loading one
+ * for the others (their text-encoder plan is empty either way). */
+int sd_lora_has_text_encoder_keys(const sd_lora *l);
 
-/* Which model part a patch targets. */
-typedef enum sd_lora_part { SD_LORA_UNET = 0, SD_LORA_CLIP_L = 1, SD_LORA_CLIP_G = 2 } sd_lora_part;
+/* Which model part a patch targets: the diffusion model, or one network of
+ * the text encoder (CLIP_G is the OpenCLIP tower: bigG, or SD2's ViT-H). */
+typedef enum sd_lora_part {
+    SD_LORA_UNET = 0,
+    SD_LORA_CLIP_L = 1,
+    SD_LORA_CLIP_G = 2,
+    SD_LORA_T5 = 3,
+    SD_LORA_QWEN3 = 4
+} sd_lora_part;
+#define SD_LORA_PARTS 5
 
 typedef struct sd_lora_plan sd_lora_plan;
 
@@ -107,6 +128,11 @@ sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out
  * all_final_layer.2-1). SD_ERR_INVALID for a UNet. GGUF-quantized targets
  * are patched as ComfyUI-GGUF patches them (sd_lora_dit_view). */
 sd_status sd_lora_plan_new_dit(sd_lora *lora, const sd_dmodel *dm, sd_lora_plan **out, sd_error *err);
+/* The same with a text encoder (NULL: none, as sd_lora_plan_new_dit):
+ * LoraLoader on a DiT MODEL and its CLIP. The text encoder's keys are
+ * matched as sd_lora_plan_new matches them. */
+sd_status sd_lora_plan_new_dit_te(sd_lora *lora, const sd_dmodel *dm, const sd_text_encoder *te,
+                                  sd_lora_plan **out, sd_error *err);
 sd_lora_plan *sd_lora_plan_ref(sd_lora_plan *p); /* NULL-safe */
 void sd_lora_plan_unref(sd_lora_plan *p);        /* NULL-safe */
 

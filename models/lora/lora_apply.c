@@ -438,6 +438,7 @@ typedef struct tset {
     touched *t;
     size_t n, cap;
     int gguf; /* the model holds GGUF-quantized weights (see commit) */
+    int keep_half; /* patched F16 / BF16 weights are rounded back (see commit) */
 } tset;
 
 static touched *touch(tset *s, sd_bt **slot, sd_error *err) {
@@ -485,6 +486,10 @@ static sd_status commit(tset *s, sd_error *err) {
              * for F16). */
             if (sd_dtype_is_quantized(old->dtype)) dt = SD_F32;
             else if (s->gguf && old->dtype == SD_F16) dt = SD_F16;
+            /* A text encoder ComfyUI holds in its file's half type (the
+             * Qwen3's dtype_llama, a T5-XXL's dtype_t5): patch_weight_to_device
+             * casts base + patch back to it (round to nearest) */
+            else if (s->keep_half && (old->dtype == SD_F16 || old->dtype == SD_BF16)) dt = old->dtype;
             sd_bt *nw = sd_bt_from_host(old->be, s->t[i].acc, dt);
             if (!nw) {
                 rc = sd_backend_take_error(old->be, err);
@@ -660,9 +665,10 @@ static void find_quantized(void *ud, const char *key, sd_bt **slot) {
 }
 
 static sd_status apply_part(void *m, lookup_fn lookup, each_fn each, sd_lora_part part,
-                            const sd_lora_use *uses, int n, void *const *merge_src,
+                            const sd_lora_use *uses, int n, void *const *merge_src, int keep_half,
                             sd_error *err) {
     tset s = {0};
+    s.keep_half = keep_half;
     each(m, find_quantized, &s.gguf);
     for (int u = 0; u < n; u++) {
         const sd_lora_plan *pl = uses[u].plan;
@@ -756,10 +762,6 @@ static void unet_each(void *m, void (*fn)(void *, const char *, sd_bt **), void 
     sd_unet_param_each(m, fn, ud);
 }
 
-static void clip_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
-    sd_clip_param_each(m, fn, ud);
-}
-
 /* The merge sources of uses for one part (NULL where a use is a LoRA or
  * its model lacks the part); calloc'd, the caller frees. */
 static void **merge_sources(const sd_lora_use *uses, int n, sd_lora_part part) {
@@ -767,9 +769,7 @@ static void **merge_sources(const sd_lora_use *uses, int n, sd_lora_part part) {
     for (int i = 0; src && i < n; i++) {
         if (uses[i].plan) continue;
         if (part == SD_LORA_UNET) src[i] = (void *)uses[i].merge_unet;
-        else if (uses[i].merge_te)
-            src[i] = (void *)(part == SD_LORA_CLIP_L ? sd_text_encoder_clip_l(uses[i].merge_te)
-                                                     : sd_text_encoder_clip_g(uses[i].merge_te));
+        else src[i] = sd_lora_te_net(uses[i].merge_te, part);
     }
     return src;
 }
@@ -847,7 +847,7 @@ sd_status sd_lora_unet_view(const sd_unet *base, const sd_lora_use *uses, int n,
     void **src = merge_sources(uses, n, SD_LORA_UNET);
     if (!src) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     sd_status rc = sd_unet_view(base, &v, err);
-    if (!rc) rc = apply_part(v, unet_lookup, unet_each, SD_LORA_UNET, uses, n, src, err);
+    if (!rc) rc = apply_part(v, unet_lookup, unet_each, SD_LORA_UNET, uses, n, src, 0, err);
     free(src);
     if (rc) {
         sd_unet_free(v);
@@ -919,7 +919,7 @@ sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n
     case SD_DMODEL_FLUX: {
         sd_flux *v = NULL;
         rc = sd_flux_view(base->net, &v, err);
-        if (!rc) rc = apply_part(v, flux_lookup, flux_each, SD_LORA_UNET, uses, n, src, err);
+        if (!rc) rc = apply_part(v, flux_lookup, flux_each, SD_LORA_UNET, uses, n, src, 0, err);
         if (!rc) sd_flux_as_dmodel(v, out);
         else sd_flux_free(v);
         break;
@@ -927,7 +927,7 @@ sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n
     case SD_DMODEL_MMDIT: {
         sd_sd3 *v = NULL;
         rc = sd_sd3_view(base->net, &v, err);
-        if (!rc) rc = apply_part(v, sd3_lookup, sd3_each, SD_LORA_UNET, uses, n, src, err);
+        if (!rc) rc = apply_part(v, sd3_lookup, sd3_each, SD_LORA_UNET, uses, n, src, 0, err);
         if (!rc) sd_sd3_as_dmodel(v, out);
         else sd_sd3_free(v);
         break;
@@ -935,7 +935,7 @@ sd_status sd_lora_dit_view(const sd_dmodel *base, const sd_lora_use *uses, int n
     case SD_DMODEL_ZIMAGE: {
         sd_zimage *v = NULL;
         rc = sd_zimage_view(base->net, &v, err);
-        if (!rc) rc = apply_part(v, zimage_lookup, zimage_each, SD_LORA_UNET, uses, n, src, err);
+        if (!rc) rc = apply_part(v, zimage_lookup, zimage_each, SD_LORA_UNET, uses, n, src, 0, err);
         if (!rc) sd_zimage_as_dmodel(v, out);
         else sd_zimage_free(v);
         break;
@@ -968,24 +968,68 @@ sd_status sd_lora_flux_view(const sd_flux *base, const sd_lora_use *uses, int n,
     return rc;
 }
 
+/* A text-encoder network with its part, as the lookup / walk of apply_part
+ * and of merges see it (lora_te.c does the per-part work). */
+typedef struct te_net {
+    sd_lora_part part;
+    void *net;
+} te_net;
+
+static sd_bt **te_lookup(void *m, const char *key, int64_t *row0, int64_t *rows) {
+    const te_net *t = m;
+    return sd_lora_te_param(t->part, t->net, key, row0, rows);
+}
+
+static void te_each(void *m, void (*fn)(void *, const char *, sd_bt **), void *ud) {
+    const te_net *t = m;
+    sd_lora_te_param_each(t->part, t->net, fn, ud);
+}
+
 sd_status sd_lora_text_encoder_view(const sd_text_encoder *base, const sd_lora_use *uses, int n,
                                     sd_text_encoder **out, sd_error *err) {
     *out = NULL;
-    const sd_clip *bl = sd_text_encoder_clip_l(base), *bg = sd_text_encoder_clip_g(base);
-    sd_clip *l = NULL, *g = NULL;
-    void **sl = merge_sources(uses, n, SD_LORA_CLIP_L), **sg = merge_sources(uses, n, SD_LORA_CLIP_G);
-    sd_status rc = sl && sg ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    if (!rc && bl) rc = sd_clip_view(bl, &l, err);
-    if (!rc && bg) rc = sd_clip_view(bg, &g, err);
-    if (!rc && l) rc = apply_part(l, clip_lookup, clip_each, SD_LORA_CLIP_L, uses, n, sl, err);
-    if (!rc && g) rc = apply_part(g, clip_lookup, clip_each, SD_LORA_CLIP_G, uses, n, sg, err);
-    free(sl);
-    free(sg);
+    /* every part of the encoder, one mechanism: a view of each network
+     * (sharing the base's tensors), then its patches */
+    void *net[SD_LORA_PARTS] = {0};
+    sd_status rc = SD_OK;
+    for (int p = SD_LORA_CLIP_L; p < SD_LORA_PARTS && !rc; p++) {
+        const void *b = sd_lora_te_net(base, (sd_lora_part)p);
+        if (!b) continue;
+        if (p == SD_LORA_CLIP_L || p == SD_LORA_CLIP_G) rc = sd_clip_view(b, (sd_clip **)&net[p], err);
+        else if (p == SD_LORA_T5) rc = sd_t5_view(b, (sd_t5 **)&net[p], err);
+        else rc = sd_qwen3_view(b, (sd_qwen3 **)&net[p], err);
+        if (rc) break;
+        /* the merge sources as te_net too (their lookup is te_lookup) */
+        void **src = merge_sources(uses, n, (sd_lora_part)p);
+        te_net *srcnet = calloc(n > 0 ? (size_t)n : 1, sizeof *srcnet);
+        if (!src || !srcnet) {
+            free(src);
+            free(srcnet);
+            rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (int u = 0; u < n; u++)
+            if (src[u]) {
+                srcnet[u] = (te_net){(sd_lora_part)p, src[u]};
+                src[u] = &srcnet[u];
+            }
+        te_net self = {(sd_lora_part)p, net[p]};
+        /* ComfyUI holds a Qwen3 in its file's type (llama_detect's
+         * dtype_llama) and a T5 with a block 23 in its final norm's
+         * (comfy.sd.t5xxl_detect's dtype_t5), so their patched weights
+         * round back to it */
+        int keep_half = p == SD_LORA_QWEN3 || (p == SD_LORA_T5 && sd_t5_get_config(b)->layers >= 24);
+        rc = apply_part(&self, te_lookup, te_each, (sd_lora_part)p, uses, n, src, keep_half, err);
+        free(src);
+        free(srcnet);
+    }
     if (rc) {
-        sd_clip_free(l);
-        sd_clip_free(g);
+        sd_clip_free(net[SD_LORA_CLIP_L]);
+        sd_clip_free(net[SD_LORA_CLIP_G]);
+        sd_t5_free(net[SD_LORA_T5]);
+        sd_qwen3_free(net[SD_LORA_QWEN3]);
         return rc;
     }
-    return sd_text_encoder_new(sd_text_encoder_kind(base), l, g, sd_text_encoder_tokenizer(base), out,
-                               err);
+    return sd_text_encoder_with_models(base, net[SD_LORA_CLIP_L], net[SD_LORA_CLIP_G], net[SD_LORA_T5],
+                                       net[SD_LORA_QWEN3], out, err);
 }

@@ -49,6 +49,22 @@ void sd_lora_sd3_keys(sd_sd3 *m, lora_key_add_fn add, void *ud);
 void sd_lora_zimage_keys(sd_zimage *m, lora_key_add_fn add, void *ud);
 void sd_lora_keymap_free(lora_key *k, size_t n);
 
+/* ---- text-encoder parts (lora_te.c): one mechanism for CLIP, T5 and Qwen3 ---- */
+
+/* The network of `part` in te (an sd_clip, sd_t5 or sd_qwen3), NULL when
+ * te lacks it (or part is SD_LORA_UNET). */
+void *sd_lora_te_net(const sd_text_encoder *te, sd_lora_part part);
+/* The slot of parameter key in net (a part's network): for a CLIP its HF
+ * name with *row0 / *rows the rows of a fused OpenCLIP projection (0, 0 =
+ * the whole tensor; both may be NULL), for a T5 / Qwen3 its HF name. */
+sd_bt **sd_lora_te_param(sd_lora_part part, void *net, const char *key, int64_t *row0, int64_t *rows);
+/* Every parameter of net, as sd_clip_param_each / sd_t5_param_each /
+ * sd_qwen3_param_each walk them. */
+void sd_lora_te_param_each(sd_lora_part part, void *net, void (*fn)(void *ud, const char *key, sd_bt **slot),
+                           void *ud);
+/* "CLIP-L", "CLIP-G", "T5", "Qwen3", "UNet" (messages) */
+const char *sd_lora_part_name(sd_lora_part part);
+
 struct sd_lora {
     int refcount;
     sd_st_file *f;
@@ -84,7 +100,7 @@ struct sd_lora_plan {
     sd_lora *lora;
     lora_patch *p;
     size_t n;
-    size_t count[3];
+    size_t count[SD_LORA_PARTS];
     const char **unmatched;
     size_t n_unmatched;
     char **skipped; /* "'KEY' ...: why" per patch that did not fit, owned */

@@ -241,7 +241,21 @@ static void unet_keys(sd_unet *u, kbuf *b) {
     free(L.p);
 }
 
-/* ---- CLIP ------------------------------------------------------------------ */
+/* ---- text encoders ---------------------------------------------------------------- */
+
+/* ComfyUI's model_lora_keys_clip over the encoder's parts, in its order:
+ *   1. "text_encoders.<part>.transformer.<key>" for every ".weight" of the
+ *      state dict (<part> clip_l / clip_g / clip_h / t5xxl / qwen3_4b, the
+ *      attribute names of ComfyUI's SD1ClipModel-style wrappers; parts in the
+ *      order their wrapper holds them);
+ *   2. per layer b < 32 and LORA_CLIP_MAP module: the Kohya lora_te*_ and
+ *      diffusers text_encoder[_2]. names of clip_h, clip_l, clip_g;
+ *   3. the T5's Kohya names lora_te<i>_<key with _>, i = 1 + (bigG present) +
+ *      (CLIP-L present), and also lora_te2_ when CLIP-L is there without the
+ *      bigG (OneTrainer's Flux LoRAs);
+ *   4. the text projections (lora_te1_ / lora_te2_ / lora_prior_te_).
+ * A CLIP's keys are the HF names (an OpenCLIP tower's q/k/v are row slices
+ * of its fused in_proj, resolved by sd_clip_param). */
 
 static const char *const clip_map[][2] = {
     {"mlp.fc1", "mlp_fc1"},
@@ -252,59 +266,143 @@ static const char *const clip_map[][2] = {
     {"self_attn.out_proj", "self_attn_out_proj"},
 };
 
-/* is_h: the OpenCLIP tower is SD2's ViT-H (ComfyUI's clip_h: lora_te_,
- * lora_te1_ and text_encoder. names, no text_projection keys). */
-static void clip_keys(sd_clip *c, sd_lora_part part, int has_l, int is_h, kbuf *b) {
-    const char *tag = part == SD_LORA_CLIP_L ? "clip_l" : is_h ? "clip_h" : "clip_g";
-    int layers = sd_clip_get_config(c)->layers;
+/* ComfyUI's CLIPTextModel state-dict order (HF names) */
+static const char *const clip_layer_mods[] = {"layer_norm1", "self_attn.q_proj", "self_attn.k_proj",
+                                              "self_attn.v_proj", "self_attn.out_proj", "layer_norm2",
+                                              "mlp.fc1", "mlp.fc2"};
+
+typedef struct generic_walk {
+    kbuf *b;
+    sd_lora_part part;
+    const char *tag;
+} generic_walk;
+
+/* step 1 for one key (".weight" keys only) */
+static void generic_key(void *ud, const char *key, sd_bt **slot) {
+    generic_walk *g = ud;
+    size_t n = strlen(key);
+    if (!*slot || !ends_with(key, ".weight")) return;
+    char name[320];
+    snprintf(name, sizeof name, "text_encoders.%s.transformer.%.*s", g->tag, (int)(n - 7), key);
+    add(g->b, name, g->part, key);
+}
+
+static void clip_generic(sd_clip *c, sd_lora_part part, const char *tag, kbuf *b) {
+    generic_walk g = {b, part, tag};
+    char k[200];
+    int64_t r0, rn;
+    static const char *const head[] = {"text_model.embeddings.token_embedding.weight",
+                                       "text_model.embeddings.position_embedding.weight"};
+    for (int i = 0; i < 2; i++) {
+        sd_bt **slot = sd_clip_param(c, head[i], &r0, &rn);
+        if (slot) generic_key(&g, head[i], slot);
+    }
+    for (int i = 0; i < sd_clip_get_config(c)->layers; i++)
+        for (size_t m = 0; m < sizeof clip_layer_mods / sizeof *clip_layer_mods; m++) {
+            snprintf(k, sizeof k, "text_model.encoder.layers.%d.%s.weight", i, clip_layer_mods[m]);
+            sd_bt **slot = sd_clip_param(c, k, &r0, &rn);
+            if (slot) generic_key(&g, k, slot);
+        }
+    static const char *const tail[] = {"text_model.final_layer_norm.weight", "text_projection.weight"};
+    for (int i = 0; i < 2; i++) {
+        sd_bt **slot = sd_clip_param(c, tail[i], &r0, &rn);
+        if (slot) generic_key(&g, tail[i], slot);
+    }
+}
+
+/* step 2 for one CLIP (role 'l', 'g' or 'h'), layer i, module m */
+static void clip_layer_names(sd_clip *c, char role, int has_l, int i, size_t m, kbuf *b) {
     char name[300], tgt[260];
-    for (int i = 0; i < layers; i++) {
-        static const char *const more[] = {"layer_norm1", "layer_norm2"};
-        for (size_t m = 0; m < 2; m++) { /* generic names of the other weights */
-            snprintf(tgt, sizeof tgt, "text_model.encoder.layers.%d.%s.weight", i, more[m]);
-            snprintf(name, sizeof name, "text_encoders.%s.transformer.text_model.encoder.layers.%d.%s",
-                     tag, i, more[m]);
-            if (sd_clip_param(c, tgt, NULL, NULL)) add(b, name, part, tgt);
-        }
+    sd_lora_part part = role == 'l' ? SD_LORA_CLIP_L : SD_LORA_CLIP_G;
+    snprintf(tgt, sizeof tgt, "text_model.encoder.layers.%d.%s.weight", i, clip_map[m][0]);
+    if (!sd_clip_param(c, tgt, NULL, NULL)) return;
+    if (role == 'h' || role == 'l') {
+        snprintf(name, sizeof name, "lora_te_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+        add(b, name, part, tgt);
+        snprintf(name, sizeof name, "lora_te1_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+        add(b, name, part, tgt);
+        snprintf(name, sizeof name, "text_encoder.text_model.encoder.layers.%d.%s", i, clip_map[m][0]);
+        add(b, name, part, tgt);
+    } else if (has_l) { /* SDXL base, SD3: the bigG is the second encoder */
+        snprintf(name, sizeof name, "lora_te2_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+        add(b, name, part, tgt);
+        snprintf(name, sizeof name, "text_encoder_2.text_model.encoder.layers.%d.%s", i, clip_map[m][0]);
+        add(b, name, part, tgt);
+    } else { /* a lone bigG (SDXL refiner; Cascade's prior) */
+        snprintf(name, sizeof name, "lora_te_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+        add(b, name, part, tgt);
+        snprintf(name, sizeof name, "text_encoder.text_model.encoder.layers.%d.%s", i, clip_map[m][0]);
+        add(b, name, part, tgt);
+        snprintf(name, sizeof name, "lora_prior_te_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
+        add(b, name, part, tgt);
+    }
+}
+
+typedef struct t5_walk {
+    kbuf *b;
+    int index; /* the lora_te<index>_ of the T5 */
+    int also_te2;
+} t5_walk;
+
+/* step 3 for one T5 key */
+static void t5_key(void *ud, const char *key, sd_bt **slot) {
+    t5_walk *w = ud;
+    size_t n = strlen(key);
+    if (!*slot || !ends_with(key, ".weight")) return;
+    char name[320];
+    if (w->also_te2) {
+        snprintf(name, sizeof name, "lora_te2_%.*s", (int)(n - 7), key);
+        dots_to_underscores(name + 9);
+        add(w->b, name, SD_LORA_T5, key);
+    }
+    snprintf(name, sizeof name, "lora_te%d_%.*s", w->index, (int)(n - 7), key);
+    dots_to_underscores(name + 9);
+    add(w->b, name, SD_LORA_T5, key);
+}
+
+static void te_keys(const sd_text_encoder *te, kbuf *b) {
+    sd_clip *l = (sd_clip *)sd_text_encoder_clip_l(te), *g = (sd_clip *)sd_text_encoder_clip_g(te);
+    sd_t5 *t5 = (sd_t5 *)sd_text_encoder_t5(te);
+    sd_qwen3 *qw = (sd_qwen3 *)sd_text_encoder_qwen3(te);
+    int is_h = sd_text_encoder_kind(te) == SD_TE_SD2;
+    /* 1 */
+    if (l) clip_generic(l, SD_LORA_CLIP_L, "clip_l", b);
+    if (g) clip_generic(g, SD_LORA_CLIP_G, is_h ? "clip_h" : "clip_g", b);
+    if (t5) {
+        generic_walk gw = {b, SD_LORA_T5, "t5xxl"};
+        sd_t5_param_each(t5, generic_key, &gw);
+    }
+    if (qw) {
+        generic_walk gw = {b, SD_LORA_QWEN3, "qwen3_4b"};
+        sd_qwen3_param_each(qw, generic_key, &gw);
+    }
+    /* 2: ComfyUI walks layers 0..31 only */
+    int layers = 0;
+    if (l) layers = sd_clip_get_config(l)->layers;
+    if (g && sd_clip_get_config(g)->layers > layers) layers = sd_clip_get_config(g)->layers;
+    if (layers > 32) layers = 32;
+    for (int i = 0; i < layers; i++)
         for (size_t m = 0; m < sizeof clip_map / sizeof *clip_map; m++) {
-            snprintf(tgt, sizeof tgt, "text_model.encoder.layers.%d.%s.weight", i, clip_map[m][0]);
-            if (!sd_clip_param(c, tgt, NULL, NULL)) continue;
-            snprintf(name, sizeof name, "text_encoders.%s.transformer.text_model.encoder.layers.%d.%s",
-                     tag, i, clip_map[m][0]);
-            add(b, name, part, tgt);
-            if (part == SD_LORA_CLIP_L || !has_l) {
-                /* SD1 CLIP-L, or the bigG of a refiner: lora_te_ */
-                snprintf(name, sizeof name, "lora_te_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
-                add(b, name, part, tgt);
-                snprintf(name, sizeof name, "text_encoder.text_model.encoder.layers.%d.%s", i,
-                         clip_map[m][0]);
-                add(b, name, part, tgt);
-            }
-            if (part == SD_LORA_CLIP_L || is_h) {
-                snprintf(name, sizeof name, "lora_te1_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
-                add(b, name, part, tgt);
-            } else if (has_l) {
-                snprintf(name, sizeof name, "lora_te2_text_model_encoder_layers_%d_%s", i, clip_map[m][1]);
-                add(b, name, part, tgt);
-                snprintf(name, sizeof name, "text_encoder_2.text_model.encoder.layers.%d.%s", i,
-                         clip_map[m][0]);
-                add(b, name, part, tgt);
-            } else {
-                snprintf(name, sizeof name, "lora_prior_te_text_model_encoder_layers_%d_%s", i,
-                         clip_map[m][1]);
-                add(b, name, part, tgt);
-            }
+            if (g && is_h) clip_layer_names(g, 'h', 0, i, m, b);
+            if (l) clip_layer_names(l, 'l', 1, i, m, b);
+            if (g && !is_h) clip_layer_names(g, 'g', l != NULL, i, m, b);
         }
+    /* 3 */
+    if (t5) {
+        int has_l = l != NULL, has_g = g != NULL && !is_h;
+        /* ComfyUI: index 1 (+1 bigG, +1 CLIP-L); an index of 2 reached by
+         * CLIP-L also names lora_te2_ and moves on to 3 */
+        int also_te2 = has_l && !has_g;
+        t5_walk w = {b, 1 + has_g + has_l + also_te2, also_te2};
+        sd_t5_param_each(t5, t5_key, &w);
     }
-    if (!is_h && sd_clip_param(c, "text_projection.weight", NULL, NULL)) {
-        if (part == SD_LORA_CLIP_L) {
-            add(b, "lora_te1_text_projection", part, "text_projection.weight");
-        } else {
-            add(b, "text_encoder.text_projection", part, "text_projection.weight");
-            add(b, "lora_te2_text_projection", part, "text_projection.weight");
-            add(b, "lora_prior_te_text_projection", part, "text_projection.weight");
-        }
+    /* 4 */
+    if (g && !is_h && sd_clip_param(g, "text_projection.weight", NULL, NULL)) {
+        add(b, "lora_prior_te_text_projection", SD_LORA_CLIP_G, "text_projection.weight");
+        add(b, "lora_te2_text_projection", SD_LORA_CLIP_G, "text_projection.weight");
     }
+    if (l && sd_clip_param(l, "text_projection.weight", NULL, NULL))
+        add(b, "lora_te1_text_projection", SD_LORA_CLIP_L, "text_projection.weight");
 }
 
 /* ---- map --------------------------------------------------------------------- */
@@ -338,12 +436,7 @@ sd_status sd_lora_keymap_build(const lora_model *m, lora_key **out, size_t *n, s
     if (m->flux) sd_lora_flux_keys(m->flux, add_flux, &b);
     if (m->sd3) sd_lora_sd3_keys(m->sd3, add_flux, &b);
     if (m->zimage) sd_lora_zimage_keys(m->zimage, add_flux, &b);
-    if (te) {
-        sd_clip *l = (sd_clip *)sd_text_encoder_clip_l(te), *g = (sd_clip *)sd_text_encoder_clip_g(te);
-        int is_h = sd_text_encoder_kind(te) == SD_TE_SD2;
-        if (l) clip_keys(l, SD_LORA_CLIP_L, 1, 0, &b);
-        if (g) clip_keys(g, SD_LORA_CLIP_G, l != NULL, is_h, &b);
-    }
+    if (te) te_keys(te, &b);
     if (b.oom) {
         sd_lora_keymap_free(b.k, b.n);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory building the LoRA key map");

@@ -162,9 +162,7 @@ static int target_numel(const lora_model *m, sd_lora_part part, const char *key,
     } else if (part == SD_LORA_UNET) {
         slot = m->unet ? sd_unet_param(m->unet, key) : NULL;
     } else {
-        sd_clip *c = (sd_clip *)(part == SD_LORA_CLIP_L ? sd_text_encoder_clip_l(te)
-                                                         : sd_text_encoder_clip_g(te));
-        slot = c ? sd_clip_param(c, key, &row0, &rows) : NULL;
+        slot = sd_lora_te_param(part, sd_lora_te_net(te, part), key, &row0, &rows);
     }
     if (!slot || !*slot) return 0;
     const sd_bt *t = *slot;
@@ -203,9 +201,6 @@ static int stored_finite(sd_lora *l, const char *name, sd_error *err) {
     return ok;
 }
 
-static const char *part_name(sd_lora_part p) {
-    return p == SD_LORA_UNET ? "UNet" : p == SD_LORA_CLIP_L ? "CLIP-L" : "CLIP-G";
-}
 
 /* Adds one patch for map entry k (tensor names under pr->x), checking the
  * adapter's size against the target. *added = 1 when a patch was made. */
@@ -219,7 +214,7 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
     int64_t rows = target == k->target ? k->rows : 0;
     if (!target_numel(m, k->part, target, rows, &want, &ndim, dims, shape, sizeof shape))
         return skip_patch(b, err, "'%s' targets %s '%s', which this model lacks", k->name,
-                          part_name(k->part), target);
+                          sd_lora_part_name(k->part), target);
     lora_patch *p = push(b);
     char *tg = strdup(target);
     if (!p || !tg) {
@@ -267,7 +262,7 @@ static sd_status add_patch(sd_lora *l, pbuf *b, const lora_key *k, const char *t
         free(p->target);
         b->n--;
         return skip_patch(b, err, "'%s' does not fit: its patch has %lld values, %s '%s' is %s",
-                          k->name, (long long)got, part_name(k->part), target, shape);
+                          k->name, (long long)got, sd_lora_part_name(k->part), target, shape);
     }
     return SD_OK;
 }
@@ -489,8 +484,13 @@ sd_status sd_lora_plan_new_flux(sd_lora *lora, sd_flux *flux, sd_lora_plan **out
 }
 
 sd_status sd_lora_plan_new_dit(sd_lora *lora, const sd_dmodel *dm, sd_lora_plan **out, sd_error *err) {
+    return sd_lora_plan_new_dit_te(lora, dm, NULL, out, err);
+}
+
+sd_status sd_lora_plan_new_dit_te(sd_lora *lora, const sd_dmodel *dm, const sd_text_encoder *te,
+                                  sd_lora_plan **out, sd_error *err) {
     *out = NULL;
-    lora_model m = {0};
+    lora_model m = {.te = te};
     switch (dm->info.kind) {
     case SD_DMODEL_FLUX: m.flux = dm->net; break;
     case SD_DMODEL_MMDIT: m.sd3 = dm->net; break;
@@ -517,7 +517,7 @@ void sd_lora_plan_unref(sd_lora_plan *p) {
 }
 
 size_t sd_lora_plan_count(const sd_lora_plan *p, sd_lora_part part) {
-    return p && part >= 0 && part <= 2 ? p->count[part] : 0;
+    return p && part >= 0 && part < SD_LORA_PARTS ? p->count[part] : 0;
 }
 
 const char *sd_lora_plan_target(const sd_lora_plan *p, sd_lora_part part, size_t i) {

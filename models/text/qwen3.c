@@ -6,6 +6,7 @@
 #include "models/text/qwen3.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,4 +408,96 @@ done:
         *out = NULL;
     }
     return rc;
+}
+
+/* ---- parameters by key, views (LoRA patching, models/lora/lora.h) ----------------- */
+
+/* Layer parameters in ComfyUI's state-dict order (llama.py TransformerBlock:
+ * self_attn, mlp, input_layernorm, post_attention_layernorm). */
+static const struct {
+    const char *name;
+    size_t off;
+} q3_map[] = {
+    {"self_attn.q_proj.weight", offsetof(q3_layer, q)},
+    {"self_attn.k_proj.weight", offsetof(q3_layer, k)},
+    {"self_attn.v_proj.weight", offsetof(q3_layer, v)},
+    {"self_attn.o_proj.weight", offsetof(q3_layer, o)},
+    {"self_attn.q_norm.weight", offsetof(q3_layer, q_norm)},
+    {"self_attn.k_norm.weight", offsetof(q3_layer, k_norm)},
+    {"mlp.gate_proj.weight", offsetof(q3_layer, gate)},
+    {"mlp.up_proj.weight", offsetof(q3_layer, up)},
+    {"mlp.down_proj.weight", offsetof(q3_layer, down)},
+    {"input_layernorm.weight", offsetof(q3_layer, ln_in)},
+    {"post_attention_layernorm.weight", offsetof(q3_layer, ln_post)},
+};
+
+sd_bt **sd_qwen3_param(sd_qwen3 *m, const char *key) {
+    if (!m || !key) return NULL;
+    sd_bt **slot = NULL;
+    if (strcmp(key, "model.embed_tokens.weight") == 0) {
+        slot = &m->embed;
+    } else if (strcmp(key, "model.norm.weight") == 0) {
+        slot = &m->norm;
+    } else if (strncmp(key, "model.layers.", 13) == 0) {
+        char *end;
+        long i = strtol(key + 13, &end, 10);
+        if (end == key + 13 || *end != '.' || i < 0 || i >= m->cfg.layers) return NULL;
+        for (size_t j = 0; j < sizeof q3_map / sizeof *q3_map; j++)
+            if (strcmp(end + 1, q3_map[j].name) == 0) slot = (sd_bt **)((char *)&m->layer[i] + q3_map[j].off);
+    }
+    return slot && *slot ? slot : NULL;
+}
+
+void sd_qwen3_param_each(sd_qwen3 *m, sd_qwen3_param_fn fn, void *ud) {
+    if (!m || !fn) return;
+    char k[160];
+    fn(ud, "model.embed_tokens.weight", &m->embed);
+    for (int i = 0; i < m->cfg.layers; i++)
+        for (size_t j = 0; j < sizeof q3_map / sizeof *q3_map; j++) {
+            snprintf(k, sizeof k, "model.layers.%d.%s", i, q3_map[j].name);
+            fn(ud, k, (sd_bt **)((char *)&m->layer[i] + q3_map[j].off));
+        }
+    fn(ud, "model.norm.weight", &m->norm);
+}
+
+sd_status sd_qwen3_view(const sd_qwen3 *base, sd_qwen3 **out, sd_error *err) {
+    *out = NULL;
+    sd_qwen3 *m = malloc(sizeof *m);
+    if (m) {
+        *m = *base;
+        m->layer = calloc((size_t)base->cfg.layers, sizeof *m->layer);
+    }
+    if (!m || !m->layer) {
+        free(m);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a Qwen3 view");
+    }
+    m->tap = NULL;
+    m->tap_user = NULL;
+    int failed = 0;
+    sd_bt **top[] = {&m->embed, &m->norm};
+    for (int i = 0; i < base->cfg.layers; i++) m->layer[i] = base->layer[i];
+    for (int i = -1; i < base->cfg.layers; i++) {
+        sd_bt **all[11];
+        int n = 0;
+        if (i < 0) {
+            all[n++] = top[0];
+            all[n++] = top[1];
+        } else {
+            for (size_t j = 0; j < sizeof q3_map / sizeof *q3_map; j++)
+                all[n++] = (sd_bt **)((char *)&m->layer[i] + q3_map[j].off);
+        }
+        for (int j = 0; j < n; j++) {
+            if (!*all[j]) continue;
+            sd_bt *v = sd_bt_view(*all[j], (*all[j])->ndim, (*all[j])->shape);
+            if (!v) failed++;
+            *all[j] = v;
+        }
+    }
+    if (failed) {
+        sd_qwen3_free(m);
+        sd_status rc = sd_backend_take_error(base->be, err);
+        return rc ? rc : sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a Qwen3 view");
+    }
+    *out = m;
+    return SD_OK;
 }

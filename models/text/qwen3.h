@@ -105,4 +105,19 @@ typedef struct sd_qwen3_tokens {
 sd_status sd_qwen3_forward(sd_qwen3 *m, const sd_qwen3_tokens *in, int layer, int final_norm,
                            sd_bt **out, sd_error *err);
 
+/* ---- parameters by key, views (used by LoRA, models/lora/lora.h) ---------------- */
+
+/* The slot holding the parameter named by its HF key relative to the
+ * prefix ("model.embed_tokens.weight", "model.layers.N.self_attn.q_proj.weight",
+ * "model.layers.N.mlp.down_proj.weight", "model.norm.weight", ...), NULL
+ * when absent. The slot belongs to m (replace tensors only on a view). */
+sd_bt **sd_qwen3_param(sd_qwen3 *m, const char *key);
+/* Calls fn(ud, key, slot) for every parameter, in ComfyUI's state-dict
+ * order (key valid during the call only). */
+typedef void (*sd_qwen3_param_fn)(void *ud, const char *key, sd_bt **slot);
+void sd_qwen3_param_each(sd_qwen3 *m, sd_qwen3_param_fn fn, void *ud);
+/* A new decoder sharing every weight of base as backend views (tap not
+ * inherited). Free with sd_qwen3_free; base must outlive it. */
+sd_status sd_qwen3_view(const sd_qwen3 *base, sd_qwen3 **out, sd_error *err);
+
 #endif

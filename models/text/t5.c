@@ -6,6 +6,7 @@
 #include "models/text/t5.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,4 +397,108 @@ done:
         *out = NULL;
     }
     return rc;
+}
+
+/* ---- parameters by key, views (LoRA patching, models/lora/lora.h) ----------------- */
+
+/* The slot of block b's parameter `rest` (after "encoder.block.N."), or NULL. */
+static sd_bt **block_param(t5_block *b, const char *rest) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } map[] = {
+        {"layer.0.layer_norm.weight", offsetof(t5_block, ln0)},
+        {"layer.0.SelfAttention.q.weight", offsetof(t5_block, q)},
+        {"layer.0.SelfAttention.k.weight", offsetof(t5_block, k)},
+        {"layer.0.SelfAttention.v.weight", offsetof(t5_block, v)},
+        {"layer.0.SelfAttention.o.weight", offsetof(t5_block, o)},
+        {"layer.0.SelfAttention.relative_attention_bias.weight", offsetof(t5_block, rel_bias)},
+        {"layer.1.layer_norm.weight", offsetof(t5_block, ln1)},
+        {"layer.1.DenseReluDense.wo.weight", offsetof(t5_block, wo)},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (strcmp(rest, map[i].name) == 0) return (sd_bt **)((char *)b + map[i].off);
+    /* gated files name the two input projections wi_0 / wi_1, others wi */
+    if (b->wi1 && strcmp(rest, "layer.1.DenseReluDense.wi_0.weight") == 0) return &b->wi0;
+    if (b->wi1 && strcmp(rest, "layer.1.DenseReluDense.wi_1.weight") == 0) return &b->wi1;
+    if (!b->wi1 && strcmp(rest, "layer.1.DenseReluDense.wi.weight") == 0) return &b->wi0;
+    return NULL;
+}
+
+sd_bt **sd_t5_param(sd_t5 *m, const char *key) {
+    if (!m || !key) return NULL;
+    sd_bt **slot = NULL;
+    if (strcmp(key, "shared.weight") == 0 || strcmp(key, "encoder.embed_tokens.weight") == 0) {
+        slot = &m->shared;
+    } else if (strcmp(key, "encoder.final_layer_norm.weight") == 0) {
+        slot = &m->final_ln;
+    } else if (strncmp(key, "encoder.block.", 14) == 0) {
+        char *end;
+        long i = strtol(key + 14, &end, 10);
+        if (end == key + 14 || *end != '.' || i < 0 || i >= m->cfg.layers) return NULL;
+        slot = block_param(&m->block[i], end + 1);
+    }
+    return slot && *slot ? slot : NULL;
+}
+
+void sd_t5_param_each(sd_t5 *m, sd_t5_param_fn fn, void *ud) {
+    if (!m || !fn) return;
+    char k[160];
+    /* ComfyUI's state-dict order: shared, then the blocks, then the final norm */
+    fn(ud, "shared.weight", &m->shared);
+    for (int i = 0; i < m->cfg.layers; i++) {
+        t5_block *b = &m->block[i];
+        static const char *const names[] = {
+            "layer.0.layer_norm.weight",      "layer.0.SelfAttention.q.weight",
+            "layer.0.SelfAttention.k.weight", "layer.0.SelfAttention.v.weight",
+            "layer.0.SelfAttention.o.weight", "layer.0.SelfAttention.relative_attention_bias.weight",
+            "layer.1.layer_norm.weight",      "layer.1.DenseReluDense.wi_0.weight",
+            "layer.1.DenseReluDense.wi_1.weight", "layer.1.DenseReluDense.wi.weight",
+            "layer.1.DenseReluDense.wo.weight"};
+        for (size_t j = 0; j < sizeof names / sizeof *names; j++) {
+            sd_bt **slot = block_param(b, names[j]);
+            if (!slot || !*slot) continue;
+            snprintf(k, sizeof k, "encoder.block.%d.%s", i, names[j]);
+            fn(ud, k, slot);
+        }
+    }
+    fn(ud, "encoder.final_layer_norm.weight", &m->final_ln);
+}
+
+static void t5_view_slot(sd_bt **slot, int *failed) {
+    if (!*slot) return;
+    sd_bt *v = sd_bt_view(*slot, (*slot)->ndim, (*slot)->shape);
+    if (!v) (*failed)++;
+    *slot = v;
+}
+
+sd_status sd_t5_view(const sd_t5 *base, sd_t5 **out, sd_error *err) {
+    *out = NULL;
+    sd_t5 *m = malloc(sizeof *m);
+    if (m) {
+        *m = *base;
+        m->block = calloc((size_t)base->cfg.layers, sizeof *m->block);
+    }
+    if (!m || !m->block) {
+        free(m);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a T5 view");
+    }
+    m->tap = NULL;
+    m->tap_user = NULL;
+    int failed = 0;
+    t5_view_slot(&m->shared, &failed);
+    t5_view_slot(&m->final_ln, &failed);
+    for (int i = 0; i < base->cfg.layers; i++) {
+        t5_block *b = &m->block[i];
+        *b = base->block[i];
+        sd_bt **all[] = {&b->ln0, &b->q, &b->k, &b->v, &b->o, &b->rel_bias, &b->ln1, &b->wi0, &b->wi1, &b->wo};
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) t5_view_slot(all[k], &failed);
+    }
+    if (failed) {
+        sd_t5_free(m);
+        sd_status rc = sd_backend_take_error(base->be, err);
+        return rc ? rc : sd_error_set(err, SD_ERR_NOMEM, "out of memory creating a T5 view");
+    }
+    *out = m;
+    return SD_OK;
 }

@@ -105,4 +105,21 @@ sd_status sd_t5_forward(sd_t5 *m, const sd_t5_tokens *in, int layer, sd_bt **out
  * ComfyUI's _relative_position_bucket computes it (bidirectional). */
 int sd_t5_bucket(int64_t rel, int buckets, int max_distance);
 
+/* ---- parameters by key, views (used by LoRA, models/lora/lora.h) ---------------- */
+
+/* The slot holding the parameter named by its HF key (as ComfyUI's T5
+ * state dict names it, relative to the encoder's prefix): "shared.weight",
+ * "encoder.block.N.layer.0.SelfAttention.q.weight",
+ * "encoder.block.N.layer.1.DenseReluDense.wi_0.weight",
+ * "encoder.final_layer_norm.weight", ...; NULL when absent. The slot belongs
+ * to m (replace tensors only on a view). */
+sd_bt **sd_t5_param(sd_t5 *m, const char *key);
+/* Calls fn(ud, key, slot) for every parameter m holds, in ComfyUI's
+ * state-dict order (key valid during the call only). */
+typedef void (*sd_t5_param_fn)(void *ud, const char *key, sd_bt **slot);
+void sd_t5_param_each(sd_t5 *m, sd_t5_param_fn fn, void *ud);
+/* A new encoder sharing every weight of base as backend views (no data
+ * copied; tap not inherited). Free with sd_t5_free; base must outlive it. */
+sd_status sd_t5_view(const sd_t5 *base, sd_t5 **out, sd_error *err);
+
 #endif

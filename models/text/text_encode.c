@@ -337,6 +337,30 @@ sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const 
     return SD_OK;
 }
 
+sd_status sd_text_encoder_with_models(const sd_text_encoder *base, sd_clip *l, sd_clip *g, sd_t5 *t5,
+                                      sd_qwen3 *qwen, sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    int same = !l == !base->l.clip && !g == !base->g.clip && !t5 == !base->t5 && !qwen == !base->qwen;
+    sd_text_encoder *te = same ? malloc(sizeof *te) : NULL;
+    if (!te) {
+        sd_clip_free(l);
+        sd_clip_free(g);
+        sd_t5_free(t5);
+        sd_qwen3_free(qwen);
+        return same ? sd_error_set(err, SD_ERR_NOMEM, "out of memory")
+                    : sd_error_set(err, SD_ERR_INVALID, "the models given are not the %s encoder's parts",
+                                   sd_te_kind_name(base->kind));
+    }
+    *te = *base; /* roles, tokenizers, kind */
+    te->l.clip = l;
+    te->g.clip = g;
+    te->t5 = t5;
+    te->qwen = qwen;
+    te->borrowed = 0;
+    *out = te;
+    return SD_OK;
+}
+
 void sd_text_encoder_free(sd_text_encoder *te) {
     if (!te) return;
     if (!te->borrowed) {

@@ -208,6 +208,15 @@ void sd_text_encoder_free(sd_text_encoder *te); /* NULL-safe */
 sd_status sd_text_encoder_combine(sd_te_kind kind, const sd_text_encoder *const *parts, int n,
                                   sd_text_encoder **out, sd_error *err);
 
+/* A new encoder like base (kind, roles, tokenizers, settings) over other
+ * models of the same parts, which it owns (also on failure): l, g, t5 and
+ * qwen replace base's CLIP-L, OpenCLIP tower, T5 and Qwen3; each must be
+ * given exactly where base has that part (LoRA views:
+ * sd_lora_text_encoder_view). Errors: SD_ERR_INVALID (parts that differ
+ * from base's), SD_ERR_NOMEM. */
+sd_status sd_text_encoder_with_models(const sd_text_encoder *base, sd_clip *l, sd_clip *g, sd_t5 *t5,
+                                      sd_qwen3 *qwen, sd_text_encoder **out, sd_error *err);
+
 sd_te_kind sd_text_encoder_kind(const sd_text_encoder *te);
 /* "sd1", "sdxl", "sdxl_refiner", "sd2", "flux", "t5xxl", "sd3", "zimage" */
 const char *sd_te_kind_name(sd_te_kind kind);

@@ -225,22 +225,23 @@ sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error 
     return sd_checkpoint_dmodel(m->ckpt, out, err);
 }
 
+sd_status sd_nodes_clip_base_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err) {
+    *out = NULL;
+    /* the handle's composition cache is its own business: values stay
+     * immutable to their users */
+    if (c->n_more > 0 || c->kind) return combined_encoder((sd_clip_ref *)c, out, err);
+    return sd_checkpoint_text_encoder(c->ckpt, out, err);
+}
+
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err) {
     *out = NULL;
-    if (c->n_more > 0 || c->kind) {
-        if (c->loras && sd_lora_stack_count(c->loras) > 0)
-            return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                "LoRA on a CLIP loaded as a %s text encoder (%s%s) is not supported "
-                                "yet",
-                                sd_te_kind_name(c->kind), sd_checkpoint_path(c->ckpt),
-                                c->n_more ? " and more files" : "");
-        /* the handle's composition cache is its own business: values stay
-         * immutable to their users */
-        return combined_encoder((sd_clip_ref *)c, out, err);
+    sd_text_encoder *base;
+    sd_status rc = sd_nodes_clip_base_encoder(c, &base, err);
+    if (rc || !c->loras || sd_lora_stack_count(c->loras) == 0) {
+        if (!rc) *out = base;
+        return rc;
     }
-    if (c->loras && sd_lora_stack_count(c->loras) > 0)
-        return sd_lora_stack_text_encoder(c->loras, c->ckpt, out, err);
-    return sd_checkpoint_text_encoder(c->ckpt, out, err);
+    return sd_lora_stack_text_encoder_on(c->loras, base, out, err);
 }
 
 void sd_nodes_model_sampling_of(sd_checkpoint *c, const sd_model_patches *p,

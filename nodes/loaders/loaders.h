@@ -108,9 +108,9 @@ sd_value *sd_nodes_clip_value_like(const sd_clip_ref *base, int clip_skip,
 
 /* The networks a MODEL / CLIP stands for: the checkpoint's part, or the
  * LoRA-patched view of it when the handle has a stack; for a CLIP of several
- * files, the encoder composed from their parts (LoRA stacks on such a CLIP
- * are SD_ERR_UNSUPPORTED for now). Borrowed (valid while the handle lives);
- * loads on first use. */
+ * files, the encoder composed from their parts (patched the same way when
+ * the handle has a stack). Borrowed (valid while the handle lives); loads
+ * on first use. */
 sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *err);
 /* The MODEL's diffusion network behind the interface the sampler uses
  * (models/dmodel/dmodel.h): the UNet (LoRA-patched when the handle has a
@@ -119,6 +119,9 @@ sd_status sd_nodes_model_unet(const sd_model_ref *m, sd_unet **out, sd_error *er
  * lives. */
 sd_status sd_nodes_model_dmodel(const sd_model_ref *m, sd_dmodel *out, sd_error *err);
 sd_status sd_nodes_clip_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
+/* The CLIP's encoder without its LoRA stack (what LoraLoader matches a
+ * LoRA's text-encoder keys against and its stack patches). */
+sd_status sd_nodes_clip_base_encoder(const sd_clip_ref *c, sd_text_encoder **out, sd_error *err);
 
 /* A VAE or text-encoder node computes in the precision the env sets for it
  * (sd_env_node_precision of its SD_NODE_VAE / SD_NODE_TEXT_ENCODER flag):

@@ -31,28 +31,18 @@ static sd_status lora_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
         if (with_clip) out[1] = sd_value_ref(in[1]);
         return SD_OK;
     }
-    /* A CLIP of several files (DualCLIPLoader) has no single network to
-     * match the LoRA's text keys against yet; with a DiT MODEL (Flux, SD3,
-     * Z-Image) the loader passes the CLIP through when the LoRA has no text
-     * keys (as ComfyUI leaves it then) and refuses one that has */
-    int dit = sd_nodes_lora_on_dit(model->ckpt);
-    if (with_clip && sc != 0.0 && !dit && (clip->n_more > 0 || clip->kind)) {
-        sd_error_set(err, SD_ERR_UNSUPPORTED,
-                     "LoRA on a CLIP loaded as a %s text encoder is not supported yet; set "
-                     "strength_clip to 0 or use LoraLoaderModelOnly",
-                     sd_te_kind_name(clip->kind));
-        sd_error_at(err, NULL, NULL, "clip");
-        return SD_ERR_UNSUPPORTED;
-    }
-    /* MODEL and CLIP may come from different checkpoints: each side's keys
-     * are matched against its own network */
+    /* MODEL and CLIP may come from different loaders: the LoRA's diffusion
+     * keys are matched against the MODEL's network, its text-encoder keys
+     * against the CLIP's encoder (one file's, or the one a CLIP of several
+     * files is composed of: DualCLIPLoader, TripleCLIPLoader) */
     sd_lora_stack *ms = NULL, *cs = NULL;
-    rc = sd_nodes_lora_load_pair(ctx, model->ckpt, with_clip ? clip->ckpt : NULL,
-                                 name ? name : "", model->loras, with_clip ? clip->loras : NULL,
-                                 sm, sc, with_clip, &ms, with_clip ? &cs : NULL, err);
+    rc = sd_nodes_lora_load_clip(ctx, model->ckpt, clip, name ? name : "", model->loras,
+                                 with_clip ? clip->loras : NULL, sm, sc, with_clip, &ms,
+                                 with_clip ? &cs : NULL, err);
     if (rc) return rc;
     out[0] = sd_nodes_model_value_patched(model->ckpt, ms, &model->patches);
-    if (with_clip) out[1] = dit ? sd_value_ref(in[1]) : sd_nodes_clip_value_like(clip, clip->clip_skip, cs);
+    /* no text-encoder patch (a DiT LoRA without text keys): the CLIP as it came */
+    if (with_clip) out[1] = cs ? sd_nodes_clip_value_like(clip, clip->clip_skip, cs) : sd_value_ref(in[1]);
     sd_lora_stack_unref(ms);
     sd_lora_stack_unref(cs);
     if (!out[0] || (with_clip && !out[1])) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");

@@ -59,11 +59,17 @@ sd_status sd_lora_stack_unet(sd_lora_stack *s, sd_checkpoint *c, sd_unet **out, 
  * patched view as its net. A Flux stack may also hold merges with other Flux
  * MODELs. */
 sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, sd_error *err);
-/* 1 when c's diffusion model is a DiT (Flux, SD3, Z-Image): LoRA patches its
- * network only, and LoraLoader passes its CLIP through. */
+/* 1 when c's diffusion model is a DiT (Flux, SD3, Z-Image): its MODEL stack
+ * patches the DiT (sd_lora_stack_dit). */
 int sd_nodes_lora_on_dit(sd_checkpoint *c);
 sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
                                      sd_error *err);
+/* The same over a given base encoder (a CLIP of several files: the encoder
+ * composed from them; sd_lora_stack_text_encoder passes c's). The stack's
+ * plans must have been matched against an encoder of base's parts; the
+ * view is built on first use against the first base given and kept. */
+sd_status sd_lora_stack_text_encoder_on(sd_lora_stack *s, const sd_text_encoder *base,
+                                        sd_text_encoder **out, sd_error *err);
 
 /* LoraLoader's work. Opens `lora_name` from the loras folder, matches it
  * against c's UNet and (with_clip) text encoder, logs a warning naming the
@@ -80,6 +86,20 @@ sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lor
  * loaders): UNet keys are matched against c's UNet and text-encoder keys
  * against clip_c's encoder, as ComfyUI maps each against its own model.
  * clip_c NULL = c. */
+/* The same with the CLIP as a handle (NULL when !with_clip): a CLIP of
+ * several files (DualCLIPLoader, TripleCLIPLoader, CLIPLoader with a type)
+ * is matched as the encoder composed from them, loaded only when the LoRA
+ * has text-encoder names. On a DiT (Flux, SD3, Z-Image) the text-encoder
+ * keys patch CLIP-L, bigG, T5 and Qwen3 (lora.h); a LoRA that patches no
+ * text-encoder weight there leaves *clip_out NULL (the caller passes the
+ * CLIP through, as ComfyUI's CLIP comes out unchanged). */
+struct sd_clip_ref;
+sd_status sd_nodes_lora_load_clip(sd_node_ctx *ctx, sd_checkpoint *c, const struct sd_clip_ref *clip,
+                                  const char *lora_name, const sd_lora_stack *model_in,
+                                  const sd_lora_stack *clip_in, double strength_model,
+                                  double strength_clip, int with_clip, sd_lora_stack **model_out,
+                                  sd_lora_stack **clip_out, sd_error *err);
+
 sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpoint *clip_c,
                                   const char *lora_name, const sd_lora_stack *model_in,
                                   const sd_lora_stack *clip_in, double strength_model,

@@ -252,15 +252,14 @@ sd_status sd_lora_stack_dit(sd_lora_stack *s, sd_checkpoint *c, sd_dmodel *out, 
     return rc;
 }
 
-sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
-                                     sd_error *err) {
+sd_status sd_lora_stack_text_encoder_on(sd_lora_stack *s, const sd_text_encoder *base,
+                                        sd_text_encoder **out, sd_error *err) {
     *out = NULL;
-    sd_text_encoder *base;
-    sd_status rc = sd_checkpoint_text_encoder(c, &base, err);
-    if (rc || !s || !s->n) {
-        if (!rc) *out = base;
-        return rc;
+    if (!s || !s->n) {
+        *out = (sd_text_encoder *)base;
+        return SD_OK;
     }
+    sd_status rc = SD_OK;
     pthread_mutex_lock(&s->lock);
     if (!s->te) {
         sd_lora_use *u = NULL;
@@ -273,6 +272,14 @@ sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text
     return rc;
 }
 
+sd_status sd_lora_stack_text_encoder(sd_lora_stack *s, sd_checkpoint *c, sd_text_encoder **out,
+                                     sd_error *err) {
+    *out = NULL;
+    sd_text_encoder *base;
+    sd_status rc = sd_checkpoint_text_encoder(c, &base, err);
+    return rc ? rc : sd_lora_stack_text_encoder_on(s, base, out, err);
+}
+
 sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lora_name,
                              const sd_lora_stack *model_in, const sd_lora_stack *clip_in,
                              double strength_model, double strength_clip, int with_clip,
@@ -281,47 +288,66 @@ sd_status sd_nodes_lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const char *lor
                                    strength_clip, with_clip, model_out, clip_out, err);
 }
 
+/* LoraLoader's work for both entry points: the text encoder is clip_ref's
+ * (a CLIP handle: its files composed) or clip_c's; loaded only when the LoRA
+ * has text-encoder names (a T5 or Qwen3 is large, and without such names
+ * its plan part is empty). */
+static sd_status lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const sd_clip_ref *clip_ref,
+                           sd_checkpoint *clip_c, const char *lora_name, const sd_lora_stack *model_in,
+                           const sd_lora_stack *clip_in, double strength_model, double strength_clip,
+                           int with_clip, sd_lora_stack **model_out, sd_lora_stack **clip_out,
+                           sd_error *err);
+
 sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpoint *clip_c,
                                   const char *lora_name, const sd_lora_stack *model_in,
                                   const sd_lora_stack *clip_in, double strength_model,
                                   double strength_clip, int with_clip, sd_lora_stack **model_out,
                                   sd_lora_stack **clip_out, sd_error *err) {
-    if (!clip_c) clip_c = c;
+    return lora_load(ctx, c, NULL, clip_c ? clip_c : c, lora_name, model_in, clip_in, strength_model,
+                     strength_clip, with_clip, model_out, clip_out, err);
+}
+
+sd_status sd_nodes_lora_load_clip(sd_node_ctx *ctx, sd_checkpoint *c, const sd_clip_ref *clip,
+                                  const char *lora_name, const sd_lora_stack *model_in,
+                                  const sd_lora_stack *clip_in, double strength_model,
+                                  double strength_clip, int with_clip, sd_lora_stack **model_out,
+                                  sd_lora_stack **clip_out, sd_error *err) {
+    return lora_load(ctx, c, clip, NULL, lora_name, model_in, clip_in, strength_model, strength_clip,
+                     with_clip && clip, model_out, clip_out, err);
+}
+
+static sd_status lora_load(sd_node_ctx *ctx, sd_checkpoint *c, const sd_clip_ref *clip_ref,
+                           sd_checkpoint *clip_c, const char *lora_name, const sd_lora_stack *model_in,
+                           const sd_lora_stack *clip_in, double strength_model, double strength_clip,
+                           int with_clip, sd_lora_stack **model_out, sd_lora_stack **clip_out,
+                           sd_error *err) {
     *model_out = NULL;
     if (clip_out) *clip_out = NULL;
+    sd_text_encoder *te = NULL;
     char *path = NULL;
     sd_lora *lora = NULL;
     sd_lora_plan *plan = NULL;
     sd_unet *unet = NULL;
-    sd_text_encoder *te = NULL;
     sd_dmodel dit;
     int is_dit = sd_nodes_lora_on_dit(c);
     sd_status rc = sd_model_paths_resolve(ctx->env, SD_FOLDER_LORAS, lora_name, &path, err);
     if (!rc) rc = sd_lora_open(path, &lora, err);
+    if (!rc && with_clip && sd_lora_has_text_encoder_keys(lora)) {
+        rc = clip_ref ? sd_nodes_clip_base_encoder(clip_ref, &te, err) : sd_checkpoint_text_encoder(clip_c, &te, err);
+        if (rc) sd_error_at(err, NULL, NULL, "clip");
+    }
     if (is_dit) {
-        /* the DiT only: the caller passes a DiT's CLIP through (lora_node_defs.c) */
         if (!rc) rc = checkpoint_dit(c, &dit, err);
-        if (!rc) rc = sd_lora_plan_new_dit(lora, &dit, &plan, err);
-        /* ComfyUI would patch the text encoders with a LoRA's text-encoder
-         * keys; without such keys its CLIP comes out as it went in */
-        for (size_t i = 0; !rc && with_clip && strength_clip != 0.0 && i < sd_lora_plan_unmatched_count(plan); i++) {
-            const char *k = sd_lora_plan_unmatched(plan, i);
-            if (strncmp(k, "lora_te", 7) == 0 || strncmp(k, "text_encoder", 12) == 0)
-                rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                  "%s: the LoRA has text-encoder keys ('%s'), and LoRA on a %s CLIP "
-                                  "is not supported yet; set strength_clip to 0 or use "
-                                  "LoraLoaderModelOnly",
-                                  path, k, sd_ckpt_family_name(sd_checkpoint_info(c)->family));
-        }
-        with_clip = 0;
+        if (!rc) rc = sd_lora_plan_new_dit_te(lora, &dit, te, &plan, err);
     } else {
         if (!rc) rc = sd_checkpoint_unet(c, &unet, err);
-        if (!rc && with_clip) rc = sd_checkpoint_text_encoder(clip_c, &te, err);
         if (!rc) rc = sd_lora_plan_new(lora, unet, te, &plan, err);
     }
+    size_t nc = 0;
     if (!rc) {
-        size_t nm = sd_lora_plan_count(plan, SD_LORA_UNET),
-               nc = sd_lora_plan_count(plan, SD_LORA_CLIP_L) + sd_lora_plan_count(plan, SD_LORA_CLIP_G);
+        size_t nm = sd_lora_plan_count(plan, SD_LORA_UNET);
+        for (int part = SD_LORA_CLIP_L; part < SD_LORA_PARTS; part++)
+            nc += sd_lora_plan_count(plan, (sd_lora_part)part);
         char buf[1024], skipped[1536];
         sd_lora_plan_unmatched_summary(plan, 5, buf, sizeof buf);
         sd_lora_plan_skipped_summary(plan, 3, skipped, sizeof skipped);
@@ -342,19 +368,21 @@ sd_status sd_nodes_lora_load_pair(sd_node_ctx *ctx, sd_checkpoint *c, sd_checkpo
             if (ns) sd_node_log(ctx, SD_LOG_WARN, "LoRA %s: %s", lora_name, skipped);
             if (buf[0]) sd_node_log(ctx, SD_LOG_WARN, "LoRA %s: %s", lora_name, buf);
             if (is_dit)
-                sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu %s DiT weights patched", lora_name, nm,
-                            sd_dmodel_kind_name(dit.info.kind));
+                sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu %s DiT and %zu text-encoder weights patched",
+                            lora_name, nm, sd_dmodel_kind_name(dit.info.kind), nc);
             else
                 sd_node_log(ctx, SD_LOG_INFO, "LoRA %s: %zu UNet and %zu text-encoder weights patched",
                             lora_name, nm, nc);
         }
     }
     if (!rc) rc = sd_lora_stack_push(model_in, plan, strength_model, model_out, err);
-    if (!rc && with_clip && clip_out) rc = sd_lora_stack_push(clip_in, plan, strength_clip, clip_out, err);
+    /* a DiT's CLIP without text-encoder patches comes out as it went in */
+    if (!rc && with_clip && clip_out && !(is_dit && nc == 0))
+        rc = sd_lora_stack_push(clip_in, plan, strength_clip, clip_out, err);
     if (rc) {
         sd_lora_stack_unref(*model_out);
         *model_out = NULL;
-        sd_error_at(err, NULL, NULL, "lora_name");
+        if (!err || !err->input[0]) sd_error_at(err, NULL, NULL, "lora_name");
     }
     sd_lora_plan_unref(plan);
     sd_lora_unref(lora);
