@@ -213,6 +213,11 @@ static void on_node(void *user, const sd_exec_record *rec, int finished) {
     cJSON_AddItemToObject(r->meta, rec->node_id, m);
     if (!rec->ui) return;
     cJSON *ui = value_json(rec->ui);
+    if (!ui->child) {
+        /* only the cache's file records (LoraSave): ComfyUI reports nothing */
+        cJSON_Delete(ui);
+        return;
+    }
     cJSON_DeleteItemFromObjectCaseSensitive(r->outputs, rec->node_id);
     cJSON_AddItemToObject(r->outputs, rec->node_id, cJSON_Duplicate(ui, 1));
     cJSON *d = cJSON_CreateObject();

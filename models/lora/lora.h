@@ -264,4 +264,25 @@ void sd_lora_dit_free(sd_dmodel *view); /* NULL-safe, and on a zeroed sd_dmodel 
 sd_status sd_lora_text_encoder_view(const sd_text_encoder *base, const sd_lora_use *uses, int n,
                                     sd_text_encoder **out, sd_error *err);
 
+/* ---- extraction (LoraSave) ------------------------------------------------ */
+
+/* ComfyUI's extract_lora(diff, rank): diff (F32, [out, in] or a conv kernel
+ * [out, in, kh, kw], flattened to [out, in*kh*kw]) decomposed by LAPACK's
+ * SVD (lora_extract.c), cut to r = min(rank, in, out) components,
+ *   up = U[:, :r] * S[:r]   ([out, r] or [out, r, 1, 1])
+ *   down = Vh[:r, :]        ([r, in] or [r, in, kh, kw])
+ * both clamped to [-q, q], q the 0.99 quantile (torch.quantile, linear) of
+ * their values together. F32 results, one reference each; sv (optional,
+ * room for r values) receives S[:r]. SD_ERR_INVALID for what ComfyUI's
+ * extraction raises on and skips (a 1x1 kernel with one in or out channel,
+ * a difference holding NaN, an SVD that does not converge) and for other
+ * ranks; SD_ERR_NOMEM. Up to a sign per component (see lora_extract.c) the
+ * factors are those of the rank-r truncation. */
+sd_status sd_lora_extract(const sd_tensor *diff, int rank, sd_tensor **up, sd_tensor **down,
+                          float *sv, sd_error *err);
+/* The thin SVD of the row-major m x n matrix a: s[min(m,n)] descending,
+ * u [m, min(m,n)] and vt [min(m,n), n] row-major (LAPACK sgesdd on a
+ * column-major copy, as torch.linalg.svd calls it). a is not modified. */
+sd_status sd_lora_svd(const float *a, int m, int n, float *s, float *u, float *vt, sd_error *err);
+
 #endif

@@ -408,13 +408,20 @@ sd_status sd_save_ui_add(sd_value **ui, const char *list_key, const char *filena
                          const uint8_t sha256[32], sd_error *err) {
     if (!*ui) *ui = sd_value_dict();
     if (!*ui) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    sd_value *list = dict_list(*ui, list_key);
     sd_value *files = dict_list(*ui, "files");
     sd_value *hashes = dict_list(*ui, "sha256");
-    sd_value *rec = sd_value_dict();
-    if (!list || !files || !hashes || !rec) { sd_value_unref(rec); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
+    if (!files || !hashes) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     char hex[65];
     sd_sha256_hex(sha256, hex);
+    if (!list_key) {
+        if (sd_value_list_append(files, sd_value_string(abs_path)) ||
+            sd_value_list_append(hashes, sd_value_string(hex)))
+            return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        return SD_OK;
+    }
+    sd_value *list = dict_list(*ui, list_key);
+    sd_value *rec = sd_value_dict();
+    if (!list || !rec) { sd_value_unref(rec); return sd_error_set(err, SD_ERR_NOMEM, "out of memory"); }
     if (sd_value_dict_set(rec, "filename", sd_value_string(filename)) ||
         sd_value_dict_set(rec, "subfolder", sd_value_string(subfolder)) ||
         sd_value_dict_set(rec, "type", sd_value_string(type))) {

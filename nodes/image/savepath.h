@@ -77,7 +77,9 @@ char *sd_pyjson_dumps(const cJSON *j);
 /* Append {"filename", "subfolder", "type"} to ui[list_key], the absolute
  * path to ui["files"] and the hex SHA-256 of the file's bytes to
  * ui["sha256"] (the executor checks a cached result's files against it, see
- * core/executor.h), creating *ui (a dict) and the lists on first use. */
+ * core/executor.h), creating *ui (a dict) and the lists on first use.
+ * list_key NULL: only the path and hash (a file ComfyUI's node writes
+ * without reporting it, as LoraSave: no output the clients see). */
 sd_status sd_save_ui_add(sd_value **ui, const char *list_key, const char *filename,
                          const char *subfolder, const char *type, const char *abs_path,
                          const uint8_t sha256[32], sd_error *err);
