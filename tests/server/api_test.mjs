@@ -86,6 +86,20 @@ try {
     ran.push(name);
     const wfPath = path.join(dir, `wf_${name}.json`);
     fs.writeFileSync(wfPath, JSON.stringify(wf));
+    if (Object.values(wf).some((n) => n.class_type === 'LoraSave')) {
+      // An output node that reports nothing to clients (ComfyUI's LoraSave
+      // returns no ui): no executed message, as ComfyUI sends none, so the
+      // client's enqueue (which waits for one) does not apply; the file is
+      // written under the output folder.
+      const q = await client.queuePrompt(0, { prompt: wf });
+      await until(() => of('execution_success', q.prompt_id).length > 0, `${name}: execution_success`, 180000);
+      ok(of('executed', q.prompt_id).length === 0, `${name}: no executed message (ComfyUI sends none for LoraSave)`);
+      const saved = path.join(dir, 'out', 'loras');
+      ok(fs.existsSync(saved) && fs.readdirSync(saved).some((f) => f.endsWith('_.safetensors')),
+         `${name}: the LoRA is written under the output folder`);
+      console.log(`ok: ${name} (a file, no client outputs)`);
+      continue;
+    }
     const progress = [];
     const previewsBefore = client_previews;
     let result;
