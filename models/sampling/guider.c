@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 #include "models/sampling/guider.h"
+#include "models/sampling/fresca.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/rng.h"
 
@@ -26,7 +27,8 @@ void sd_guider_release(sd_guider *g)
     sd_tensor_unref(g->cond_buf);
     sd_tensor_unref(g->uncond_buf);
     sd_tensor_unref(g->post_buf);
-    g->cond_buf = g->uncond_buf = g->post_buf = NULL;
+    sd_tensor_unref(g->empty_buf);
+    g->cond_buf = g->uncond_buf = g->post_buf = g->empty_buf = NULL;
     sd_cfg_state_release(&g->pre_state);
 }
 
@@ -125,6 +127,91 @@ void sd_cfg_function(const sd_cfg_hook *hook, const float *cond, const float *un
             out[o + i] = xv - ret; /* cfg_result = x - sampler_cfg_function(args) */
         }
     }
+}
+
+void sd_cfg_perp_neg(const float *cond, const float *uncond, const float *empty, double neg_scale, double scale,
+                     int64_t n, float *out)
+{
+    double dot = 0.0, sq = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float p = cond[i] - empty[i], q = uncond[i] - empty[i];
+        float m = q * p;
+        dot += (double)m;
+        sq += (double)p * (double)p;
+    }
+    float nrm = (float)sqrt(sq);
+    float nrm2 = nrm * nrm;
+    const float coef = (float)dot / nrm2, ns = (float)neg_scale, s = (float)scale;
+    for (int64_t i = 0; i < n; i++) {
+        float p = cond[i] - empty[i], q = uncond[i] - empty[i];
+        float t = coef * p;
+        float perp = q - t;
+        perp = perp * ns;
+        float d = p - perp;
+        d = s * d;
+        out[i] = empty[i] + d;
+    }
+}
+
+/* RenormCFG's function on [batch, per] (see SD_CFG_FN_RENORM) */
+static sd_status cfg_renorm(const double *pm, const float *cond, const float *uncond, double scale, float sigma,
+                            int64_t batch, int64_t per, float *out, sd_error *err)
+{
+    const int64_t n = batch * per;
+    if (!(sigma < (float)pm[0])) {
+        if (out != cond)
+            memcpy(out, cond, (size_t)n * sizeof(float));
+        return SD_OK;
+    }
+    if (pm[1] > 0.0 && batch > 1)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "RenormCFG: ComfyUI's norm test takes a batch of one "
+                            "latent (this batch has %lld)", (long long)batch);
+    double cn = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        cn += (double)cond[i] * (double)cond[i];
+    const float s = (float)scale;
+    double hn = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float t = cond[i] - uncond[i];
+        t = s * t;
+        out[i] = uncond[i] + t;
+        hn += (double)out[i] * (double)out[i];
+    }
+    if (pm[1] > 0.0) {
+        float maxn = (float)sqrt(cn) * (float)pm[1], newn = (float)sqrt(hn);
+        if (newn >= maxn) {
+            float f = maxn / newn;
+            for (int64_t i = 0; i < n; i++)
+                out[i] = out[i] * f;
+        }
+    }
+    return SD_OK;
+}
+
+sd_status sd_cfg_apply(const sd_cfg_hook *hook, const float *cond, const float *uncond, const float *empty,
+                       double scale, const float *x, float sigma, int64_t batch, int64_t per, float *out,
+                       sd_error *err)
+{
+    if (!hook || hook->fn == SD_CFG_FN_NONE) {
+        sd_cfg_function(hook, cond, uncond, scale, x, sigma, batch, per, out);
+        return SD_OK;
+    }
+    if (hook->fn == SD_CFG_FN_RENORM) {
+        sd_status rc = cfg_renorm(hook->fn_param, cond, uncond, scale, sigma, batch, per, out, err);
+        if (rc != SD_OK)
+            return rc;
+    } else if (hook->fn == SD_CFG_FN_PERP_NEG) {
+        if (!empty)
+            return sd_error_set(err, SD_ERR_INVALID, "PerpNeg: no prediction of the empty conditioning");
+        sd_cfg_perp_neg(cond, uncond, empty, hook->fn_param[0], scale, batch * per, out);
+    } else {
+        return sd_error_set(err, SD_ERR_INVALID, "unknown cfg function %d", hook->fn);
+    }
+    for (int64_t i = 0; i < batch * per; i++) {
+        float r = x[i] - out[i]; /* what the cfg function returns */
+        out[i] = x[i] - r;       /* cfg_result = x - sampler_cfg_function(args) */
+    }
+    return SD_OK;
 }
 
 void sd_cfg_state_release(sd_cfg_state *st)
@@ -254,6 +341,24 @@ static void pre_tcfg(const sd_tensor *x, const sd_tensor *cond, sd_tensor *uncon
     }
 }
 
+/* FreSca: cond = Fourier_filter(cond - uncond) + uncond (pm = {low, high, cutoff}) */
+static sd_status pre_fresca(const double *pm, sd_tensor *cond, const sd_tensor *uncond, sd_error *err)
+{
+    if (cond->ndim != 4)
+        return sd_error_set(err, SD_ERR_INVALID, "FreSca: the prediction is not [B, C, H, W]");
+    const int64_t n = sd_tensor_numel(cond);
+    float *c = cond->data;
+    const float *u = uncond->data;
+    for (int64_t i = 0; i < n; i++)
+        c[i] = c[i] - u[i];
+    sd_status rc = sd_fresca_filter(c, cond->shape, pm[0], pm[1], (int64_t)pm[2], err);
+    if (rc != SD_OK)
+        return rc;
+    for (int64_t i = 0; i < n; i++)
+        c[i] = c[i] + u[i];
+    return SD_OK;
+}
+
 sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tensor *x, float sigma, double cfg,
                         int have_uncond, sd_tensor *cond, sd_tensor *uncond, sd_error *err)
 {
@@ -264,6 +369,10 @@ sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tens
         switch (hook->pre_kind[k]) {
         case SD_CFG_PRE_APG:
             rc = pre_apg(hook->pre_param[k], st, k, sigma, cfg, cond, uncond, err);
+            break;
+        case SD_CFG_PRE_FRESCA:
+            if (have_uncond)
+                rc = pre_fresca(hook->pre_param[k], cond, uncond, err);
             break;
         case SD_CFG_PRE_TCFG:
             if (!x)
@@ -325,6 +434,14 @@ static int post_applies(const sd_cfg_slg *p, float sigma)
         return 1;
     /* sigma_ = sigma[0].item(); scale > 0 and sigma_end <= sigma_ <= sigma_start */
     return p->scale > 0 && p->n_skip > 0 && (double)sigma >= p->sigma_end && (double)sigma <= p->sigma_start;
+}
+
+int sd_cfg_hook_needs_uncond(const sd_cfg_hook *hook)
+{
+    for (int k = 0; hook && k < hook->n_post; k++)
+        if (hook->post[k].kind == SD_CFG_POST_SAG)
+            return 1;
+    return 0;
 }
 
 int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma)
@@ -467,12 +584,31 @@ sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, voi
         }
         if (!skip_model)
             return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: this sampler has no model call for it",
-                                p->kind == SD_CFG_POST_PAG ? "perturbed attention guidance" : "skip layer guidance");
-        sd_status st = skip_model(skip_ud, x, sigma, p, scratch, err);
+                                p->kind == SD_CFG_POST_PAG   ? "perturbed attention guidance"
+                                : p->kind == SD_CFG_POST_SAG ? "self-attention guidance"
+                                                             : "skip layer guidance");
+        const float s = (float)p->scale;
+        if (p->kind == SD_CFG_POST_SAG) {
+            /* if min(cfg_result.shape[2:]) <= 4: return cfg_result */
+            int small = x->ndim < 3;
+            for (int d = 2; d < x->ndim; d++)
+                small |= x->shape[d] <= 4;
+            if (small)
+                continue;
+            sd_status st = skip_model(skip_ud, x, sigma, p, uncond, scratch, err);
+            if (st != SD_OK)
+                return st;
+            const float *sv = scratch->data;
+            for (int64_t i = 0; i < n; i++) {
+                float d = sv[i] * s;
+                ov[i] = ov[i] + d; /* cfg_result + (degraded - sag) * sag_scale */
+            }
+            continue;
+        }
+        sd_status st = skip_model(skip_ud, x, sigma, p, uncond, scratch, err);
         if (st != SD_OK)
             return st;
         const float *sv = scratch->data;
-        const float s = (float)p->scale;
         for (int64_t i = 0; i < n; i++) {
             float d = cond[i] - sv[i];
             d = d * s;
@@ -492,6 +628,28 @@ static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x)
     return *slot;
 }
 
+/* cfg_function's combination for g (the hook's cfg function, with the
+ * empty conditioning's prediction for PerpNeg) */
+static sd_status guider_cfg(sd_guider *g, const sd_tensor *x, float sigma, const float *cond, const float *uncond,
+                            float *out, sd_error *err)
+{
+    int64_t n = sd_tensor_numel(x);
+    int64_t batch = x->ndim > 0 && x->shape[0] > 0 ? x->shape[0] : 1;
+    const float *empty = NULL;
+    if (g->hook.fn == SD_CFG_FN_PERP_NEG) {
+        sd_tensor *eb = scratch(&g->empty_buf, x);
+        if (!eb)
+            return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+        int c = SD_COND_EMPTY;
+        g->model_calls++;
+        sd_status st = g->model(g->model_ud, x, sigma, &c, 1, &eb, err);
+        if (st != SD_OK)
+            return st;
+        empty = eb->data;
+    }
+    return sd_cfg_apply(&g->hook, cond, uncond, empty, g->cfg, x->data, sigma, batch, n / batch, out, err);
+}
+
 static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tensor *denoised,
                              sd_tensor *uncond_denoised, sd_error *err)
 {
@@ -500,15 +658,14 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         return sd_error_set(err, SD_ERR_INVALID, "guider: no model");
     g->guider_calls++;
     int64_t n = sd_tensor_numel(x);
-    int64_t batch = x->ndim > 0 && x->shape[0] > 0 ? x->shape[0] : 1;
-    if (sd_cfg_is_one(g->cfg) && !uncond_denoised) {
+    if (sd_cfg_is_one(g->cfg) && !uncond_denoised && !sd_cfg_hook_needs_uncond(&g->hook)) {
         /* cfg1 optimisation: uncond treated as zeros, 0 + (cond - 0) * 1 == cond */
         int conds[1] = {SD_COND_POSITIVE};
         sd_tensor *outs[1] = {denoised};
         g->model_calls++;
         sd_status st = g->model(g->model_ud, x, sigma, conds, 1, outs, err);
         int post = sd_cfg_post_active(&g->hook, sigma);
-        if (st != SD_OK || (!g->hook.rescale && g->hook.n_pre <= 0 && !post))
+        if (st != SD_OK || (!g->hook.rescale && g->hook.fn == SD_CFG_FN_NONE && g->hook.n_pre <= 0 && !post))
             return st;
         /* a cfg function still sees the (zero) uncond prediction */
         sd_tensor *zb = scratch(&g->uncond_buf, x);
@@ -524,8 +681,9 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
             memcpy(cc->data, denoised->data, (size_t)n * sizeof(float));
         }
         float *dv = (float *)denoised->data;
-        if (g->hook.rescale)
-            sd_cfg_function(&g->hook, dv, zb->data, g->cfg, x->data, sigma, batch, n / batch, dv);
+        if ((g->hook.rescale || g->hook.fn != SD_CFG_FN_NONE) &&
+            (st = guider_cfg(g, x, sigma, dv, zb->data, dv, err)) != SD_OK)
+            return st;
         if (!post)
             return SD_OK;
         sd_tensor *pb = scratch(&g->post_buf, x);
@@ -555,8 +713,8 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         memcpy(cc->data, cb->data, (size_t)n * sizeof(float));
     }
     float *dv = (float *)denoised->data;
-    sd_cfg_function(&g->hook, dv, (const float *)ub->data, g->cfg, x->data, sigma, batch,
-                    n / batch, dv);
+    if ((st = guider_cfg(g, x, sigma, dv, (const float *)ub->data, dv, err)) != SD_OK)
+        return st;
     if (!post)
         return SD_OK;
     sd_tensor *pb = scratch(&g->post_buf, x);

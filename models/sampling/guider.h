@@ -25,7 +25,9 @@
 #include "models/image/latentops.h"
 #include "models/sampling/sampler.h"
 
-enum { SD_COND_POSITIVE = 0, SD_COND_NEGATIVE = 1 };
+/* SD_COND_EMPTY: a third conditioning list (DualCFGGuider's middle, the
+ * Perp-Neg empty prompt) */
+enum { SD_COND_POSITIVE = 0, SD_COND_NEGATIVE = 1, SD_COND_EMPTY = 2 };
 
 /* Evaluates the model on x at `sigma` for each of the n_conds conditionings
  * conds[j] (SD_COND_*), writing the x0 prediction for conds[j] into outs[j]
@@ -72,18 +74,28 @@ typedef sd_status (*sd_guider_model_fn)(void *ud, const sd_tensor *x, float sigm
  *   SD_CFG_POST_MAHIRO: Mahiro (nodes_mahiro.py): leap = c * s,
  *     m = (leap + out) / 2, sim = the mean over items and pixels of the
  *     channel cosine similarity of sqrt|u s| sign(u s) and sqrt|m| sign(m),
- *     k = 2 (sim + 1); out = (k out + (4 - k) leap) / 4. */
+ *     k = 2 (sim + 1); out = (k out + (4 - k) leap) / 4.
+ * And SD_CFG_POST_SAG: SelfAttentionGuidance (comfy_extras/nodes_sag.py),
+ *   scale and blur_sigma: where the latent is larger than 4 x 4,
+ *   out = out + (degraded - p) * scale, degraded - p what the guider's
+ *   skip_model returns for it (nodes: the uncond prediction blurred where
+ *   the recorded middle-block attention of the uncond pass is strong,
+ *   sd_sag_degrade, minus the uncond prediction at degraded + x - uncond).
+ *   It needs the uncond prediction at cfg 1 too (ComfyUI's
+ *   disable_cfg1_optimization: sd_cfg_hook_needs_uncond). */
 enum {
     SD_CFG_POST_SLG = 0,
     SD_CFG_POST_PAG = 1,
     SD_CFG_POST_ZERO_STAR = 2,
     SD_CFG_POST_NORM = 3,
     SD_CFG_POST_EPS = 4,
-    SD_CFG_POST_MAHIRO = 5
+    SD_CFG_POST_MAHIRO = 5,
+    SD_CFG_POST_SAG = 6
 };
 typedef struct sd_cfg_slg {
     int kind; /* SD_CFG_POST_* */
     double scale, sigma_start, sigma_end;
+    double blur_sigma; /* SD_CFG_POST_SAG */
     int n_skip;
     int skip[SD_CFG_MAX_SKIP];
 } sd_cfg_slg;
@@ -102,11 +114,33 @@ typedef struct sd_cfg_slg {
  *     c = x - cond, u = x - uncond flattened, v1 the top right singular
  *     vector of the 2 x N matrix [u; c], uncond = x - (u . v1) v1 (in
  *     double: the 2 x 2 Gram matrix's top eigenvector). */
-enum { SD_CFG_PRE_OP = 0, SD_CFG_PRE_APG = 1, SD_CFG_PRE_TCFG = 2 };
+enum { SD_CFG_PRE_OP = 0, SD_CFG_PRE_APG = 1, SD_CFG_PRE_TCFG = 2, SD_CFG_PRE_FRESCA = 3 };
+/*   SD_CFG_PRE_FRESCA: FreSca (nodes_fresca.py), pre_param[i] = {scale_low,
+ *     scale_high, freq_cutoff}, only with an uncond prediction: cond =
+ *     sd_fresca_filter(cond - uncond) + uncond (models/sampling/fresca.h). */
+
+/* The MODEL's sampler_cfg_function other than RescaleCFG (sd_cfg_hook.fn;
+ * one per MODEL, the last one set wins, RescaleCFG's included), with c, u
+ * the cond / uncond predictions (u zeros under the cfg 1 shortcut), s the
+ * cfg scale, x the sampler's x (float32, torch's op order; norms and dot
+ * products accumulated in double):
+ *   SD_CFG_FN_RENORM: RenormCFG (comfy_extras/nodes_lumina2.py), fn_param
+ *     = {cfg_trunc, renorm_cfg}: where sigma < cfg_trunc, r = u + s (c - u),
+ *     and with renorm_cfg > 0 scaled by max / |r| when |r| >= max =
+ *     |c| renorm_cfg (norms over the item; a batch of one: ComfyUI's
+ *     tensor truth test fails on more); elsewhere r = c;
+ *   SD_CFG_FN_PERP_NEG: PerpNeg (nodes_perpneg.py), fn_param = {neg_scale}:
+ *     with e the prediction of the empty conditioning (SD_COND_EMPTY, one
+ *     more model call), p = c - e, n = u - e over the whole batch,
+ *     r = e + s (p - (n - (n . p / |p|^2) p) neg_scale) (sd_cfg_perp_neg);
+ * then out = x - (x - r). */
+enum { SD_CFG_FN_NONE = 0, SD_CFG_FN_RENORM = 1, SD_CFG_FN_PERP_NEG = 2 };
 
 typedef struct sd_cfg_hook {
     int rescale;       /* RescaleCFG applied */
     double multiplier; /* its multiplier */
+    int fn;            /* SD_CFG_FN_* (not with rescale) */
+    double fn_param[2];
     int n_pre;                        /* pre-CFG operations, applied in order */
     sd_latent_op pre[SD_CFG_MAX_PRE];
     int pre_kind[SD_CFG_MAX_PRE];     /* SD_CFG_PRE_* (0: the latent op) */
@@ -118,9 +152,10 @@ typedef struct sd_cfg_hook {
 /* The model call a post-CFG function makes: the positive prediction at x,
  * sigma with the model changed as `post` says (its kind: the joint blocks
  * post->skip[0..n_skip) left out, or the perturbed attention), into out
- * (x's shape). */
+ * (x's shape); for SD_CFG_POST_SAG the term degraded - p (above), made
+ * from the uncond prediction `uncond` (x's shape). */
 typedef sd_status (*sd_guider_skip_fn)(void *ud, const sd_tensor *x, float sigma, const sd_cfg_slg *post,
-                                       sd_tensor *out, sd_error *err);
+                                       const float *uncond, sd_tensor *out, sd_error *err);
 
 /* The hook's post-CFG functions on one evaluation (comfy.samplers.cfg_function's
  * sampler_post_cfg_function list), in order: cond, uncond are the positive
@@ -133,6 +168,9 @@ sd_status sd_cfg_post(const sd_cfg_hook *hook, sd_guider_skip_fn skip_model, voi
                       sd_tensor *out, sd_tensor *scratch, sd_error *err);
 /* 1 when a post-CFG function of hook applies at sigma. */
 int sd_cfg_post_active(const sd_cfg_hook *hook, float sigma);
+/* 1 when a function of hook needs the uncond prediction at cfg 1 as well
+ * (ComfyUI's disable_cfg1_optimization: SelfAttentionGuidance). */
+int sd_cfg_hook_needs_uncond(const sd_cfg_hook *hook);
 
 /* The hook's pre-CFG operations on one evaluation: cond, uncond are the x0
  * predictions, [B, C, H, W]; cond is replaced in place. SD_OK at once
@@ -188,7 +226,7 @@ typedef struct sd_guider {
     int64_t guider_calls;
     int64_t model_calls;
     /* scratch for the cond/uncond predictions, allocated on first use */
-    sd_tensor *cond_buf, *uncond_buf, *post_buf;
+    sd_tensor *cond_buf, *uncond_buf, *post_buf, *empty_buf;
     sd_cfg_state pre_state; /* the pre-CFG functions' state for this run */
 } sd_guider;
 
@@ -199,6 +237,21 @@ void sd_guider_release(sd_guider *g);
 
 /* The sd_denoiser view of g (valid while g is). */
 sd_denoiser sd_guider_denoiser(sd_guider *g);
+
+/* The hook's cfg function (RescaleCFG, sd_cfg_function; or hook->fn) for
+ * one evaluation: cond, uncond, x as for sd_cfg_function, empty the
+ * SD_COND_EMPTY prediction (SD_CFG_FN_PERP_NEG only, else NULL), out may
+ * alias cond. SD_ERR_UNSUPPORTED for RenormCFG on a batch of more than one
+ * item whose norm test ComfyUI cannot take. */
+sd_status sd_cfg_apply(const sd_cfg_hook *hook, const float *cond, const float *uncond, const float *empty,
+                       double scale, const float *x, float sigma, int64_t batch, int64_t per, float *out,
+                       sd_error *err);
+
+/* perp_neg(x, pos, neg, empty, neg_scale, cfg) of nodes_perpneg.py on n
+ * floats (the whole batch): out = e + s (p - perp * neg_scale) (above);
+ * out may alias any input. */
+void sd_cfg_perp_neg(const float *cond, const float *uncond, const float *empty, double neg_scale, double scale,
+                     int64_t n, float *out);
 
 /* math.isclose(cfg, 1.0): relative tolerance 1e-9. */
 int sd_cfg_is_one(double cfg);

@@ -105,6 +105,10 @@ typedef struct sd_unet_control {
      * state prepare_noise left it in), which HyperTile draws from; NULL:
      * none (a HyperTile that has to draw is then an error) */
     struct sd_rng *rng;
+    /* where an SD_UNET_PATCH_ATTN1_RECORD patch leaves what it records in
+     * this call; NULL = record nothing (the patch then only computes the
+     * attention) */
+    struct sd_unet_attn_record *record;
 } sd_unet_control;
 
 /* ---- model patches (ComfyUI's transformer_options "patches" / "patches_replace") ----
@@ -178,7 +182,13 @@ typedef enum sd_unet_patch_kind {
      * (H, W: the UNet input's), its queries are split into nh x nw tiles
      * (random_divisor's choice, drawn from sd_unet_control.rng as torch's
      * randint) attending to as many equal runs of the keys, and put back. */
-    SD_UNET_PATCH_HYPERTILE = 23
+    SD_UNET_PATCH_HYPERTILE = 23,
+    /* attn1 replace (SelfAttentionGuidance's attn_and_record,
+     * comfy_extras/nodes_sag.py): the attention as usual; when the call's
+     * control has a record, also the attention probabilities of its batch
+     * rows [item0, item0 + n_items) (softmax(q k^T / sqrt(d)) per head),
+     * reduced to what SAG reads of them (sd_unet_attn_record) */
+    SD_UNET_PATCH_ATTN1_RECORD = 4
 } sd_unet_patch_kind;
 
 typedef struct sd_unet_patch {
@@ -195,6 +205,20 @@ typedef struct sd_unet_patches {
     int n;
     sd_unet_patch list[SD_UNET_MAX_PATCHES];
 } sd_unet_patches;
+
+/* What an SD_UNET_PATCH_ATTN1_RECORD patch records: for each recorded
+ * batch row b and key token j, mass[b, j] = the mean over heads of the sum
+ * over queries i of the attention probability p[b, h, i, j] (ComfyUI's
+ * attn.mean(1).sum(1) over the recorded scores; summed in double). The
+ * caller sets item0 / n_items before the forward; the UNet replaces mass
+ * ([n_items, L] F32, owned by the record: sd_unet_attn_record_clear) at
+ * each recording and sets failed when a host allocation failed. */
+typedef struct sd_unet_attn_record {
+    int64_t item0, n_items;
+    sd_tensor *mass;
+    int failed;
+} sd_unet_attn_record;
+void sd_unet_attn_record_clear(sd_unet_attn_record *r); /* frees mass; NULL-safe */
 
 /* Where the patch of `kind` is applied. */
 sd_unet_patch_at sd_unet_patch_point(sd_unet_patch_kind kind);

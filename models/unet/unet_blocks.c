@@ -10,6 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <math.h>
+
 /* Replace *h by next (freeing the old value); 0 when next is NULL. */
 static int step(sd_bt **h, sd_bt *next) {
     sd_bt_free(*h);
@@ -65,11 +67,75 @@ static sd_bt *attention(const unet_attn *a, sd_bt *x, sd_bt *kv, int heads) {
     return o;
 }
 
+/* An owned [N*heads, L, D] copy of rows [r0, r0 + n) of x: [N, L, heads*D]. */
+static sd_bt *heads_first(sd_bt *x, int64_t r0, int64_t n, int heads) {
+    const int64_t L = x->shape[1], D = x->shape[2] / heads;
+    const int64_t split[4] = {n, L, heads, D}, flat[3] = {n * heads, L, D};
+    const int perm[4] = {0, 2, 1, 3};
+    sd_bt *s = sd_op_slice(x, 0, r0, r0 + n), *v = s ? sd_bt_view(s, 4, split) : NULL;
+    sd_bt *p = v ? sd_op_permute(v, perm) : NULL;
+    sd_bt_free(v);
+    sd_bt_free(s);
+    if (p) step(&p, reshaped(p, 3, flat));
+    return p;
+}
+
+/* SAG's record (SD_UNET_PATCH_ATTN1_RECORD): the probabilities
+ * softmax(q k^T * D^-0.5) of the recorded rows, reduced on the host to
+ * rec->mass. 0 when an op failed (the backend's sticky error says why). */
+static int record_mass(sd_bt *q, sd_bt *k, int heads, sd_unet_attn_record *rec) {
+    const int64_t n = rec->n_items, L = q->shape[1], D = q->shape[2] / heads;
+    if (rec->item0 < 0 || rec->item0 + n > q->shape[0]) {
+        rec->failed = 1;
+        return 1;
+    }
+    sd_bt *qh = heads_first(q, rec->item0, n, heads), *kh = qh ? heads_first(k, rec->item0, n, heads) : NULL;
+    sd_bt *p = kh ? sd_op_matmul(qh, kh, 1, (float)pow((double)D, -0.5)) : NULL;
+    sd_bt_free(qh);
+    sd_bt_free(kh);
+    if (p) step(&p, sd_op_softmax(p)); /* [n * heads, L(query), L(key)] */
+    if (!p) return 0;
+    sd_tensor *h = sd_bt_to_host(p), *mass = sd_tensor_new4(SD_F32, 2, n, L, 0, 0);
+    sd_bt_free(p);
+    if (!h || !mass) {
+        sd_tensor_unref(h);
+        sd_tensor_unref(mass);
+        rec->failed = 1;
+        return 1;
+    }
+    const float *pv = h->data;
+    float *mv = mass->data;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t j = 0; j < L; j++) {
+            double s = 0.0;
+            for (int64_t hd = 0; hd < heads; hd++)
+                for (int64_t i = 0; i < L; i++) s += pv[((b * heads + hd) * L + i) * L + j];
+            mv[b * L + j] = (float)(s / (double)heads);
+        }
+    sd_tensor_unref(h);
+    sd_tensor_unref(rec->mass);
+    rec->mass = mass;
+    return 1;
+}
+
 /* attn1 under a replace patch: the patch computes the attention from the
  * projections, to_out follows. ATTN1_IDENTITY returns v (to_q / to_k are
- * computed by ComfyUI and unused: left out). */
-static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd_bt *x) {
-    (void)pt; /* SD_UNET_PATCH_ATTN1_IDENTITY, the only kind */
+ * computed by ComfyUI and unused: left out); ATTN1_RECORD is the usual
+ * attention, recording into rec when there is one. */
+static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd_bt *x, int heads,
+                                 sd_unet_attn_record *rec) {
+    if (pt->kind == SD_UNET_PATCH_ATTN1_RECORD) {
+        if (!rec || rec->n_items <= 0) return attention(a, x, x, heads);
+        sd_bt *q = sd_op_linear(x, a->q, NULL);
+        sd_bt *k = q ? sd_op_linear(x, a->k, NULL) : NULL;
+        sd_bt *v = k ? sd_op_linear(x, a->v, NULL) : NULL;
+        sd_bt *o = v && record_mass(q, k, heads, rec) ? sd_op_attention(q, k, v, heads, 0) : NULL;
+        sd_bt_free(q);
+        sd_bt_free(k);
+        sd_bt_free(v);
+        if (o) step(&o, sd_op_linear(o, a->out_w, a->out_b));
+        return o;
+    }
     sd_bt *o = sd_op_linear(x, a->v, NULL);
     if (o) step(&o, sd_op_linear(o, a->out_w, a->out_b));
     return o;
@@ -233,7 +299,9 @@ static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, 
     if (!(n = sd_op_layer_norm(h_in, b->norm1_w, b->norm1_b, 1e-5f))) goto fail;
     if (has_attn1_patch(at)) a = attention_hypertile(&b->attn1, n, heads, rep, at, &done);
     if (done && !a) goto fail;
-    if (!done && !(a = rep ? attention_replaced(&b->attn1, rep, n) : attention(&b->attn1, n, n, heads))) goto fail;
+    if (!done && !(a = rep ? attention_replaced(&b->attn1, rep, n, heads, at ? at->rec : NULL)
+                           : attention(&b->attn1, n, n, heads)))
+        goto fail;
     if (!(h = sd_op_add(a, h_in))) goto fail;
     if (!step(&n, sd_op_layer_norm(h, b->norm2_w, b->norm2_b, 1e-5f))) goto fail;
     if (!step(&a, attention(&b->attn2, n, context, heads))) goto fail;

@@ -168,6 +168,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
     sd_bt *skips[SD_UNET_MAX_BLOCKS] = {0};
     int n_skips = 0;
     const sd_unet_patches *ps = control ? control->patches : NULL;
+    sd_unet_attn_record *rec = control ? control->record : NULL;
     sd_bt *h = NULL, *emb = NULL;
     /* after: what the next input block reads when an after-skip patch
      * changed it, else NULL (the last skip) */
@@ -181,7 +182,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
     const int64_t oh = x->shape[2], ow = x->shape[3];
     for (int i = 0; i < u->n_in; i++) {
         snprintf(nm, sizeof nm, "input_blocks.%d", i);
-        unet_block_at at = {ps, SD_UNET_BLOCK_INPUT, i, oh, ow, rng, err};
+        unet_block_at at = {ps, SD_UNET_BLOCK_INPUT, i, oh, ow, rng, err, rec};
         h = block_forward(u, &u->in[i], nm, after ? after : i ? skips[n_skips - 1] : x, emb, context, 0, 0, &at);
         sd_bt_free(after);
         after = NULL;
@@ -202,7 +203,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
             goto fail_rc;
     }
 
-    unet_block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0, oh, ow, rng, err};
+    unet_block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0, oh, ow, rng, err, rec};
     h = block_forward(u, &u->middle, "middle_block", after ? after : skips[n_skips - 1], emb, context, 0, 0, &mid);
     sd_bt_free(after);
     after = NULL;
@@ -242,7 +243,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
         int64_t th = n_skips ? skips[n_skips - 1]->shape[2] : 0;
         int64_t tw = n_skips ? skips[n_skips - 1]->shape[3] : 0;
         snprintf(nm, sizeof nm, "output_blocks.%d", i);
-        unet_block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i, oh, ow, rng, err};
+        unet_block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i, oh, ow, rng, err, rec};
         if (!step(&h, block_forward(u, &u->out[i], nm, h, emb, context, th, tw, &at))) goto fail;
     }
     tap(u, "output_blocks.last", h);

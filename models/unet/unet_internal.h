@@ -74,12 +74,14 @@ typedef struct unet_block_at {
     int64_t orig_h, orig_w;
     struct sd_rng *rng;
     sd_error *err;
+    sd_unet_attn_record *rec;
 } unet_block_at;
 
 /* Forward of single layers (unet_blocks.c). Inputs are borrowed; results
  * are new tensors, NULL on failure (the backend's sticky error is set, or
  * at->err for a patch's own failure). at: where the SpatialTransformer sits
- * (its attn1 patches); NULL = no patches. */
+ * (its attn1 patches; at->rec: where an attn1 record patch records,
+ * sd_unet_control.record, NULL = nowhere); NULL = no patches. */
 sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
 sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const unet_block_at *at);
 /* The attn1 replace patch for the transformer block (block, block_id,

@@ -23,13 +23,21 @@ sd_unet_patch_at sd_unet_patch_point(sd_unet_patch_kind kind) {
     switch (kind) {
     case SD_UNET_PATCH_FREEU:
     case SD_UNET_PATCH_FREEU_V2: return SD_UNET_AT_OUTPUT_BLOCK;
-    case SD_UNET_PATCH_ATTN1_IDENTITY: return SD_UNET_AT_ATTN1_REPLACE;
+    case SD_UNET_PATCH_ATTN1_IDENTITY:
+    case SD_UNET_PATCH_ATTN1_RECORD: return SD_UNET_AT_ATTN1_REPLACE;
     case SD_UNET_PATCH_DOWNSCALE: return SD_UNET_AT_INPUT_BLOCK;
     case SD_UNET_PATCH_DOWNSCALE_AFTER_SKIP: return SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP;
     case SD_UNET_PATCH_UPSCALE_TO_SKIP: return SD_UNET_AT_OUTPUT_BLOCK;
     case SD_UNET_PATCH_HYPERTILE: return SD_UNET_AT_ATTN1_PATCH;
     }
     return 0;
+}
+
+void sd_unet_attn_record_clear(sd_unet_attn_record *r) {
+    if (!r) return;
+    sd_tensor_unref(r->mass);
+    r->mass = NULL;
+    r->failed = 0;
 }
 
 sd_status sd_unet_patches_add(sd_unet_patches *ps, const sd_unet_patch *p, sd_error *err) {

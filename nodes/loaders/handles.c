@@ -14,6 +14,7 @@ static void free_model_ref(void *p) {
     sd_model_ref *r = p;
     if (r) {
         sd_lora_stack_unref(r->loras); /* its patched view first: the base outlives it */
+        sd_value_unref(r->patches.perp_neg_empty);
         sd_checkpoint_release(r->ckpt, SD_CKPT_PART_UNET);
         sd_checkpoint_unref(r->ckpt);
     }
@@ -65,6 +66,7 @@ sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *l
     sd_checkpoint_hold(c, SD_CKPT_PART_UNET);
     r->loras = sd_lora_stack_ref(loras);
     if (p) r->patches = *p;
+    if (r->patches.perp_neg_empty) sd_value_ref(r->patches.perp_neg_empty);
     sd_value *v = sd_value_handle(&sd_handle_model, r);
     if (!v) free_model_ref(r);
     return v;

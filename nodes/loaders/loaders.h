@@ -38,7 +38,11 @@ typedef struct sd_model_patches {
                                *   / _flow) */
     double sigma_min, sigma_max, sigma_data; /* continuous kinds
                                               * (sd_model_sampling_init_continuous) */
-    sd_cfg_hook cfg;          /* RescaleCFG */
+    sd_cfg_hook cfg;          /* RescaleCFG and the other CFG functions */
+    /* PerpNeg's empty conditioning (cfg.fn == SD_CFG_FN_PERP_NEG): a
+     * CONDITIONING value; each MODEL value holds a reference to it
+     * (sd_nodes_model_value_patched takes one) */
+    sd_value *perp_neg_empty;
     sd_unet_patches unet;     /* the UNet's patches (FreeU, ...; models/unet/unet.h) */
     int diff_diff;            /* DifferentialDiffusion's denoise_mask_function (the last */
     double diff_diff_strength; /*   one set wins), its strength (sd_inpaint.diff_diff) */

@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "nodes/conditioning/conditioning.h"
 #include "nodes/loaders/loaders.h"
 #include "nodes/lora/lora_nodes.h"
 
@@ -79,6 +80,39 @@ static sd_status pag_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
 
+/* ---- SelfAttentionGuidance ------------------------------------------------------------------ */
+
+/* Two patches, as ComfyUI's node sets them: the middle block's first
+ * self-attention replaced by the recording one (set_model_attn1_replace
+ * "middle", 0, 0) and the post-CFG function SD_CFG_POST_SAG
+ * (models/sampling/guider.h), which also turns the cfg 1 shortcut off. A
+ * DiT has no such block: ComfyUI's function then fails on the scores it
+ * never got, refused here. */
+static sd_status sag_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_ckpt_family fam = sd_checkpoint_info(m->ckpt)->family;
+    if (fam != SD_CKPT_SD1 && fam != SD_CKPT_SD2 && fam != SD_CKPT_SDXL)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "SelfAttentionGuidance reads a UNet's middle-block attention (SD1, SD2, SDXL); %s "
+                            "has none", sd_checkpoint_path(m->ckpt));
+    sd_model_patches p = m->patches;
+    if (p.cfg.n_post == SD_CFG_MAX_POST)
+        return sd_error_set(err, SD_ERR_INVALID, "more than %d post-CFG functions on one MODEL", SD_CFG_MAX_POST);
+    sd_unet_patch rec = {.kind = SD_UNET_PATCH_ATTN1_RECORD, .block = SD_UNET_BLOCK_MIDDLE, .block_id = 0,
+                         .index = 0};
+    if ((rc = sd_unet_patches_add(&p.unet, &rec, err))) return rc;
+    sd_cfg_slg *f = &p.cfg.post[p.cfg.n_post++];
+    memset(f, 0, sizeof *f);
+    f->kind = SD_CFG_POST_SAG;
+    f->scale = sd_value_as_float(in[1]);
+    f->blur_sigma = sd_value_as_float(in[2]);
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
 /* ---- post-CFG functions that recombine the predictions ------------------------------------ */
 
 /* A new MODEL with post-CFG function (kind, scale) appended (ComfyUI's
@@ -120,6 +154,41 @@ static sd_status mahiro_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     return add_post(in, SD_CFG_POST_MAHIRO, 0.0, out, err);
 }
 
+/* ---- sampler CFG functions (set_model_sampler_cfg_function: the last one set wins) --------- */
+
+static sd_status renorm_cfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    p.cfg.rescale = 0;
+    p.cfg.fn = SD_CFG_FN_RENORM;
+    p.cfg.fn_param[0] = sd_value_as_float(in[1]);
+    p.cfg.fn_param[1] = sd_value_as_float(in[2]);
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+/* The empty conditioning rides on the MODEL (its patches hold a reference)
+ * and is evaluated at every step (models/sampling/guider.h,
+ * SD_CFG_FN_PERP_NEG). */
+static sd_status perp_neg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_value *empty;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (!rc) rc = sd_nodes_in_conditioning(in, 1, "empty_conditioning", &empty, err);
+    if (rc) return rc;
+    sd_model_patches p = m->patches;
+    p.cfg.rescale = 0;
+    p.cfg.fn = SD_CFG_FN_PERP_NEG;
+    p.cfg.fn_param[0] = sd_value_as_float(in[2]);
+    p.perp_neg_empty = empty;
+    out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
 /* ---- pre-CFG functions ---------------------------------------------------------------------- */
 
 /* A new MODEL with pre-CFG function kind (parameters pm) appended (ComfyUI's
@@ -143,6 +212,12 @@ static sd_status apg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
     (void)ctx;
     const double pm[3] = {sd_value_as_float(in[1]), sd_value_as_float(in[2]), sd_value_as_float(in[3])};
     return add_pre(in, SD_CFG_PRE_APG, pm, out, err);
+}
+
+static sd_status fresca_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    const double pm[3] = {sd_value_as_float(in[1]), sd_value_as_float(in[2]), (double)sd_value_as_int(in[3])};
+    return add_pre(in, SD_CFG_PRE_FRESCA, pm, out, err);
 }
 
 static sd_status tcfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
@@ -275,6 +350,29 @@ static const sd_node_def node_pag = {
     .run = pag_run,
 };
 
+static const sd_input_def sag_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "scale", .type = SD_T_FLOAT, .def = 0.5, .min = -2.0, .max = 5.0, .step = 0.01, .has_range = 1},
+    {.name = "blur_sigma", .type = SD_T_FLOAT, .def = 2.0, .min = 0.0, .max = 10.0, .step = 0.1, .has_range = 1},
+    {0}};
+
+static const sd_node_def node_sag = {
+    .version = 1,
+    .class_type = "SelfAttentionGuidance",
+    .python_module = "comfy_extras.nodes_sag",
+    .display_name = "Self-Attention Guidance",
+    .category = "_for_testing",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "Self-attention guidance: records the UNet's middle-block self-attention of the negative pass, blurs "
+            "the negative prediction (Gaussian, blur_sigma) where that attention is strong, and after CFG adds "
+            "(blurred - p) * scale, p the negative prediction of the blurred image re-noised (one more UNet "
+            "pass per step; the negative is evaluated at cfg 1 too). Needs a negative conditioning; UNet models "
+            "only.",
+    .inputs = sag_inputs,
+    .outputs = model_out,
+    .run = sag_run,
+};
+
 static const sd_input_def model_only_inputs[] = {{.name = "model", .type = "MODEL"}, {0}};
 static const sd_output_def patched_model_out[] = {{"patched_model", "MODEL"}, {0}};
 static const sd_input_def cfg_norm_inputs[] = {
@@ -324,6 +422,73 @@ static const sd_node_def node_tcfg = {
     .inputs = model_only_inputs,
     .outputs = patched_model_out,
     .run = tcfg_run,
+};
+
+static const sd_input_def renorm_cfg_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "cfg_trunc", .type = SD_T_FLOAT, .def = 100.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1},
+    {.name = "renorm_cfg", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1},
+    {0}};
+
+static const sd_node_def node_renorm_cfg = {
+    .version = 1,
+    .class_type = "RenormCFG",
+    .python_module = "comfy_extras.nodes_lumina2",
+    .category = "advanced/model",
+    .flags = SD_NODE_V3,
+    .help = "Lumina 2's renormalised CFG (a sampler CFG function): below sigma cfg_trunc the CFG result, scaled "
+            "down to renorm_cfg times the positive prediction's norm when larger (renorm_cfg 0: not limited); "
+            "above it the positive prediction alone. Batches of one latent when renorm_cfg > 0.",
+    .inputs = renorm_cfg_inputs,
+    .outputs = model_out,
+    .run = renorm_cfg_run,
+};
+
+static const sd_input_def perp_neg_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "empty_conditioning", .type = "CONDITIONING"},
+    {.name = "neg_scale", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 100.0, .step = 0.01, .has_range = 1},
+    {0}};
+
+static const sd_node_def node_perp_neg = {
+    .version = 1,
+    .class_type = "PerpNeg",
+    .python_module = "comfy_extras.nodes_perpneg",
+    .display_name = "Perp-Neg (DEPRECATED by PerpNegGuider)",
+    .category = "_for_testing",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL | SD_NODE_DEPRECATED,
+    .help = "Perp-Neg as a sampler CFG function: one more model call per step on empty_conditioning; the "
+            "guidance is the positive minus the part of the negative perpendicular to it (times neg_scale), "
+            "both against the empty prediction. Replaced by PerpNegGuider.",
+    .inputs = perp_neg_inputs,
+    .outputs = model_out,
+    .run = perp_neg_run,
+};
+
+static const sd_input_def fresca_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "scale_low", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 10.0, .step = 0.01, .has_range = 1,
+     .tooltip = "Scaling factor for low-frequency components"},
+    {.name = "scale_high", .type = SD_T_FLOAT, .def = 1.25, .min = 0.0, .max = 10.0, .step = 0.01, .has_range = 1,
+     .tooltip = "Scaling factor for high-frequency components"},
+    {.name = "freq_cutoff", .type = SD_T_INT, .def = 20, .min = 1, .max = 10000, .step = 1, .has_range = 1,
+     .tooltip = "Number of frequency indices around center to consider as low-frequency"},
+    {0}};
+
+static const sd_node_def node_fresca = {
+    .version = 1,
+    .class_type = "FreSca",
+    .python_module = "comfy_extras.nodes_fresca",
+    .display_name = "FreSca",
+    .category = "_for_testing",
+    .description = "Applies frequency-dependent scaling to the guidance",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "A pre-CFG function: the guidance cond - uncond through a 2-D Fourier filter, its low frequencies "
+            "(freq_cutoff around the centre of each spatial dimension) times scale_low, the rest times "
+            "scale_high. Nothing without a negative prediction.",
+    .inputs = fresca_inputs,
+    .outputs = model_out,
+    .run = fresca_run,
 };
 
 static const sd_input_def diff_diff_inputs[] = {
@@ -466,12 +631,16 @@ static const sd_node_def node_freeu_v2 = {
 const sd_node_def *const sd_nodes_model_guidance[] = {&node_freeu,
                                                       &node_freeu_v2,
                                                       &node_pag,
+                                                      &node_sag,
                                                       &node_cfg_zero_star,
                                                       &node_cfg_norm,
                                                       &node_epsilon_scaling,
                                                       &node_mahiro,
                                                       &node_apg,
                                                       &node_tcfg,
+                                                      &node_fresca,
+                                                      &node_renorm_cfg,
+                                                      &node_perp_neg,
                                                       &node_diff_diff,
                                                       &node_unet_self_attention_multiply,
                                                       &node_unet_cross_attention_multiply,

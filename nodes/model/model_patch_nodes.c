@@ -217,6 +217,7 @@ static sd_status rescale_cfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
      * one set wins */
     sd_model_patches p = m->patches;
     p.cfg.rescale = 1;
+    p.cfg.fn = SD_CFG_FN_NONE;
     p.cfg.multiplier = sd_value_as_float(in[1]);
     return model_with(m, &p, &out[0], err);
 }

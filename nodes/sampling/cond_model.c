@@ -11,6 +11,7 @@
 #include "models/sampling/guider.h"
 #include "models/flux/flux.h"
 #include "models/sampling/latent_format.h"
+#include "models/sampling/sag.h"
 #include "models/sd3/sd3.h"
 #include "models/unet/unet.h"
 #include "nodes/controlnet/controlnet_nodes.h"
@@ -411,6 +412,14 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     const void *extra = res.active ? (const void *)&res.control : NULL;
     sd_unet_control patched;
     sd_unet_patches perturbed; /* the MODEL's patches + PAG's, for this call */
+    sd_unet_attn_record *rec = NULL; /* SAG: the first negative entry's rows are recorded */
+    for (int k = 0; m->record && k < ng && !rec; k++)
+        if (g[k]->cond_index == SD_COND_NEGATIVE) {
+            rec = m->record;
+            rec->item0 = (int64_t)k * B;
+            rec->n_items = B;
+            rec->failed = 0;
+        }
     if ((m->unet_patches && m->unet_patches->n > 0) || m->perturb_attn) {
         if (m->dm.info.kind != SD_DMODEL_UNET) {
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
@@ -423,6 +432,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         patched.patches = m->unet_patches;
         patched.sigma = sigma;
         patched.rng = m->rng;
+        patched.record = rec;
         if (m->perturb_attn) {
             if (m->unet_patches) perturbed = *m->unet_patches;
             else memset(&perturbed, 0, sizeof perturbed);
@@ -454,6 +464,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     }
     sd_dmodel_input in = {bx, ts, bc, by, gd, extra};
     rc = sd_dmodel_forward(&m->dm, &in, &bo, err);
+    if (!rc && rec && rec->failed) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory (self-attention guidance)");
     if (rc) goto done;
     eps = sd_bt_to_host(bo);
     if (!eps || sd_tensor_numel(eps) != sd_tensor_numel(raw)) {
@@ -599,9 +610,48 @@ done:
     return rc;
 }
 
+/* SAG's term degraded - p (sd_cond_model_eval_skip). */
+static sd_status sag_term(sd_cond_model m, const sd_tensor *x, float sigma, const sd_cfg_slg *post,
+                          const float *uncond, sd_tensor *out, sd_error *err) {
+    const sd_unet_attn_record *rec = m.record;
+    const int64_t n = sd_tensor_numel(x);
+    if (!rec || !rec->mass || !uncond || x->ndim != 4)
+        return sd_error_set(err, SD_ERR_INVALID, "SelfAttentionGuidance: no attention of a negative prediction "
+                            "was recorded (it needs a negative conditioning and a UNet model)");
+    if (rec->mass->shape[0] != x->shape[0])
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "SelfAttentionGuidance: the recorded attention has %lld "
+                            "items, the latent batch %lld", (long long)rec->mass->shape[0], (long long)x->shape[0]);
+    sd_tensor *deg = sd_tensor_new(SD_F32, x->ndim, x->shape), *xn = sd_tensor_new(SD_F32, x->ndim, x->shape);
+    sd_status rc = SD_OK;
+    if (!deg || !xn) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory (self-attention guidance)");
+    if (!rc)
+        rc = sd_sag_degrade(uncond, x->shape, rec->mass->data, rec->mass->shape[1], post->blur_sigma, 1.0,
+                            deg->data, err);
+    if (!rc) {
+        const float *dv = deg->data, *xv = x->data;
+        float *nv = xn->data;
+        for (int64_t i = 0; i < n; i++) {
+            float t = dv[i] + xv[i];
+            nv[i] = t - uncond[i]; /* degraded + x - uncond_pred */
+        }
+        m.record = NULL; /* ComfyUI's call passes [uncond] as index 0: nothing recorded */
+        int c = SD_COND_NEGATIVE;
+        rc = sd_cond_model_eval(&m, xn, sigma, &c, 1, &out, err);
+    }
+    if (!rc) {
+        float *ov = out->data;
+        const float *dv = deg->data;
+        for (int64_t i = 0; i < n; i++) ov[i] = dv[i] - ov[i];
+    }
+    sd_tensor_unref(deg);
+    sd_tensor_unref(xn);
+    return rc;
+}
+
 sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const sd_cfg_slg *post,
-                                  sd_tensor *out, sd_error *err) {
+                                  const float *uncond, sd_tensor *out, sd_error *err) {
     sd_cond_model m = *(const sd_cond_model *)ud;
+    if (post->kind == SD_CFG_POST_SAG) return sag_term(m, x, sigma, post, uncond, out, err);
     if (post->kind == SD_CFG_POST_PAG) {
         m.perturb_attn = 1;
     } else {

@@ -55,11 +55,12 @@ static sd_status in_guider(sd_value *v, sd_sample_args *a, sd_error *err) {
     const char *k = kv ? sd_value_as_string(kv) : NULL;
     sd_value *mv = k ? sd_value_dict_get(v, "model") : NULL;
     sd_model_ref *m = mv ? sd_value_as_handle(mv, &sd_handle_model) : NULL;
-    if (!m) return bad(err, "guider", "%s must be a GUIDER (from CFGGuider, BasicGuider or DualCFGGuider)", "guider");
+    if (!m) return bad(err, "guider", "%s must be a GUIDER (from CFGGuider, BasicGuider, DualCFGGuider or PerpNegGuider)", "guider");
     sd_guide *g = &a->guide;
     if (!strcmp(k, "cfg")) g->kind = SD_GUIDE_CFG;
     else if (!strcmp(k, "basic")) g->kind = SD_GUIDE_BASIC;
     else if (!strcmp(k, "dual_cfg")) g->kind = SD_GUIDE_DUAL_CFG;
+    else if (!strcmp(k, "perp_neg")) g->kind = SD_GUIDE_PERP_NEG;
     else return bad(err, "guider", "unknown guider '%s'", k);
     g->ckpt = m->ckpt;
     g->loras = m->loras;
@@ -228,6 +229,20 @@ static sd_status dual_guider_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     return rc;
 }
 
+/* Guider_PerpNeg (comfy_extras/nodes_perpneg.py): the empty conditioning
+ * rides in the middle slot, neg_scale in cfg2 (sd_guide). */
+static sd_status perp_neg_guider_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    static const char *const keys[] = {"positive", "negative", "middle"},
+                             *const inputs[] = {"positive", "negative", "empty_conditioning"};
+    static const int idx[] = {1, 2, 3};
+    sd_status rc = guider_value("perp_neg", in, 0, keys, idx, inputs, 3, out, err);
+    if (!rc && (put(*out, "cfg", sd_value_float(sd_value_as_float(in[4]))) ||
+                put(*out, "cfg2", sd_value_float(sd_value_as_float(in[5])))))
+        rc = nomem(*out, err);
+    return rc;
+}
+
 /* ---- the samplers ---------------------------------------------------------------------------- */
 
 static sd_status sampler_custom_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
@@ -372,6 +387,28 @@ DEF(DualCFGGuider, NULL, CAT_GUIDERS,
     "(cfg_cond2_negative); nested applies one inside the other.",
     dual_guider_inputs, guider_out, dual_guider_run);
 
+static const sd_input_def perp_neg_guider_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "empty_conditioning", .type = "CONDITIONING"},
+    FLOAT_IN("cfg", 8.0, 0.0, 100.0, 0.1, 0.01),
+    FLOAT_IN("neg_scale", 1.0, 0.0, 100.0, 0.01, 0.0),
+    {0}};
+static const sd_node_def sd_node_PerpNegGuider = {
+    .version = 1,
+    .class_type = "PerpNegGuider",
+    .python_module = "comfy_extras.nodes_perpneg",
+    .category = "_for_testing",
+    .flags = SD_NODE_V3 | SD_NODE_EXPERIMENTAL,
+    .help = "Perp-Neg guidance: the positive, negative and empty conditioning evaluated together; the guidance "
+            "is the positive minus the part of the negative perpendicular to it (times neg_scale), both taken "
+            "against the empty prediction, scaled by cfg.",
+    .inputs = perp_neg_guider_inputs,
+    .outputs = guider_out,
+    .run = perp_neg_guider_run,
+};
+
 static const sd_input_def sampler_custom_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "add_noise", .type = SD_T_BOOLEAN, .def = 1},
@@ -408,7 +445,8 @@ const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_SamplerEulerAncestral, &sd_node_SamplerEulerAncestralCFGPP, &sd_node_SamplerLMS,
     &sd_node_SamplerDPMPP_3M_SDE, &sd_node_SamplerDPMPP_2M_SDE, &sd_node_SamplerDPMPP_SDE,
     &sd_node_SamplerDPMPP_2S_Ancestral, &sd_node_RandomNoise, &sd_node_DisableNoise,
-    &sd_node_BasicGuider, &sd_node_CFGGuider, &sd_node_DualCFGGuider, &sd_node_BasicScheduler,
+    &sd_node_BasicGuider, &sd_node_CFGGuider, &sd_node_DualCFGGuider, &sd_node_PerpNegGuider,
+    &sd_node_BasicScheduler,
     &sd_node_KarrasScheduler, &sd_node_ExponentialScheduler, &sd_node_PolyexponentialScheduler,
     &sd_node_SDTurboScheduler, &sd_node_BetaSamplingScheduler, &sd_node_AlignYourStepsScheduler,
     &sd_node_GITSScheduler, &sd_node_OptimalStepsScheduler,

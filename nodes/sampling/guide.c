@@ -30,7 +30,7 @@ static int64_t batch_of(const sd_tensor *x) {
 }
 
 void sd_guide_state_release(sd_guide_state *s) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         sd_tensor_unref(s->buf[i]);
         s->buf[i] = NULL;
     }
@@ -67,7 +67,18 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     if (post) memcpy(cc->data, denoised->data, (size_t)n * sizeof(float));
     float *dv = denoised->data;
     int64_t b = batch_of(x);
-    sd_cfg_function(hook_of(s->g), dv, zeros->data, 1.0, x->data, sigma, b, n / b, dv);
+    if (all && all->fn != SD_CFG_FN_NONE) { /* RenormCFG, PerpNeg (its empty prediction first) */
+        sd_tensor *eb = NULL;
+        if (all->fn == SD_CFG_FN_PERP_NEG) {
+            int e = SD_COND_EMPTY;
+            if (!(eb = scratch(&s->buf[3], x))) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+            if ((rc = sd_cond_model_eval(s->cm, x, sigma, &e, 1, &eb, err))) return rc;
+        }
+        if ((rc = sd_cfg_apply(all, dv, zeros->data, eb ? eb->data : NULL, 1.0, x->data, sigma, b, n / b, dv, err)))
+            return rc;
+    } else {
+        sd_cfg_function(hook_of(s->g), dv, zeros->data, 1.0, x->data, sigma, b, n / b, dv);
+    }
     if (post)
         return sd_cfg_post(all, sd_cond_model_eval_skip, s->cm, x, sigma, cc->data, zeros->data, 1.0, denoised, pb,
                            err);
@@ -84,8 +95,10 @@ static sd_status dual_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     const sd_guide *g = s->g;
     if (g->patches && g->patches->cfg.n_post > 0) /* ComfyUI runs them on (middle, negative) here */
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "post-CFG functions (SkipLayerGuidanceSD3, PerturbedAttentionGuidance) with "
-                            "DualCFGGuider are not supported");
+                            "post-CFG functions (SkipLayerGuidanceSD3, PerturbedAttentionGuidance, "
+                            "SelfAttentionGuidance) with DualCFGGuider are not supported");
+    if (g->patches && g->patches->cfg.fn != SD_CFG_FN_NONE)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "RenormCFG / PerpNeg with DualCFGGuider are not supported");
     int64_t n = sd_tensor_numel(x);
     sd_tensor *neg = scratch(&s->buf[0], x), *mid = scratch(&s->buf[1], x), *pos = denoised;
     if (!neg || !mid) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
@@ -156,9 +169,50 @@ static sd_status dual_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     return SD_OK;
 }
 
+/* Guider_PerpNeg.predict_noise: calc_cond_batch([positive, negative,
+ * empty]) (negative left out when neg_scale is 0, and then empty too at cfg
+ * 1, unless cfg 1 optimisation is off), the MODEL's pre-CFG functions,
+ * perp_neg, then the post-CFG functions with the negative as uncond. The
+ * MODEL's cfg function is not called (predict_noise skips cfg_function). */
+static sd_status perp_neg_eval(sd_guide_state *s, const sd_tensor *x, float sigma, sd_tensor *denoised,
+                               sd_tensor *uncond_denoised, sd_error *err) {
+    const sd_guide *g = s->g;
+    const sd_cfg_hook *all = g->patches ? &g->patches->cfg : NULL;
+    const int64_t n = sd_tensor_numel(x);
+    sd_tensor *neg = uncond_denoised ? uncond_denoised : scratch(&s->buf[0], x), *emp = scratch(&s->buf[1], x);
+    if (!neg || !emp) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    int use_neg = 1, use_emp = 1;
+    /* disable_cfg1_optimization: set by SelfAttentionGuidance and by the
+     * samplers that read the uncond prediction */
+    if (!uncond_denoised && !sd_cfg_hook_needs_uncond(all) && g->cfg2 == 0.0) { /* math.isclose(x, 0.0) */
+        use_neg = 0;
+        use_emp = !sd_cfg_is_one(g->cfg);
+    }
+    int conds[3] = {SD_COND_POSITIVE}, nc = 1;
+    sd_tensor *outs[3] = {denoised};
+    if (use_neg) conds[nc] = SD_COND_NEGATIVE, outs[nc++] = neg;
+    else memset(neg->data, 0, neg->nbytes);
+    if (use_emp) conds[nc] = SD_COND_EMPTY, outs[nc++] = emp;
+    else memset(emp->data, 0, emp->nbytes);
+    sd_status rc = sd_cond_model_eval(s->cm, x, sigma, conds, nc, outs, err);
+    if (!rc && all) rc = sd_cfg_pre_ex(all, &s->pre_state, x, sigma, g->cfg, use_neg, denoised, neg, err);
+    if (rc) return rc;
+    const int post = sd_cfg_post_active(all, sigma);
+    sd_tensor *cc = post ? scratch(&s->buf[2], x) : NULL, *pb = post ? scratch(&s->buf[3], x) : NULL;
+    if (post && (!cc || !pb)) return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
+    if (post) memcpy(cc->data, denoised->data, (size_t)n * sizeof(float));
+    float *dv = denoised->data;
+    sd_cfg_perp_neg(dv, neg->data, emp->data, g->cfg2, g->cfg, n, dv);
+    if (post)
+        return sd_cfg_post(all, sd_cond_model_eval_skip, s->cm, x, sigma, cc->data, neg->data, g->cfg, denoised, pb,
+                           err);
+    return SD_OK;
+}
+
 static sd_status guide_eval(void *ud, const sd_tensor *x, float sigma, sd_tensor *denoised,
                             sd_tensor *uncond_denoised, sd_error *err) {
     sd_guide_state *s = ud;
+    if (s->g->kind == SD_GUIDE_PERP_NEG) return perp_neg_eval(s, x, sigma, denoised, uncond_denoised, err);
     if (s->g->kind == SD_GUIDE_BASIC) return basic_eval(s, x, sigma, denoised, uncond_denoised, err);
     if (s->g->kind == SD_GUIDE_DUAL_CFG) return dual_eval(s, x, sigma, denoised, uncond_denoised, err);
     return sd_error_set(err, SD_ERR_INVALID, "guider: CFG guiders use models/sampling/guider.h");

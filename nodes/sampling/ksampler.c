@@ -501,7 +501,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         return SD_ERR_INVALID;
     }
     if (!g->positive || (g->kind != SD_GUIDE_BASIC && !g->negative) ||
-        (g->kind == SD_GUIDE_DUAL_CFG && !g->middle))
+        ((g->kind == SD_GUIDE_DUAL_CFG || g->kind == SD_GUIDE_PERP_NEG) && !g->middle))
         return sd_error_set(err, SD_ERR_INVALID, "the guider lacks a conditioning");
     if (a->n_sigmas < 0 || (a->n_sigmas > 0 && !a->sigmas))
         return sd_error_set(err, SD_ERR_INVALID, "bad sigmas");
@@ -527,6 +527,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     sd_guide_state gs;
     sd_inpaint ip;
     int have_guider = 0, have_gs = 0, have_ip = 0;
+    sd_unet_attn_record sag_rec = {0};
 
     /* noise: prepare_noise(latent, seed, batch_index), or zeros */
     if (!a->add_noise) {
@@ -560,9 +561,10 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         goto done;
     }
     sd_unet *unet = dm.info.kind == SD_DMODEL_UNET ? dm.net : NULL;
-    static const char *const cond_names[3] = {"positive", "negative", "middle"};
+    const char *const cond_names[3] = {"positive", "negative",
+                                       g->kind == SD_GUIDE_PERP_NEG ? "empty_conditioning" : "middle"};
     const sd_value *given[3] = {g->positive, g->kind == SD_GUIDE_BASIC ? NULL : g->negative,
-                                g->kind == SD_GUIDE_DUAL_CFG ? g->middle : NULL};
+                                g->kind == SD_GUIDE_DUAL_CFG || g->kind == SD_GUIDE_PERP_NEG ? g->middle : NULL};
     for (int k = 0; k < 3; k++)
         if (given[k] && (rc = check_controls(given[k], cond_names[k], unet, err))) goto done;
 
@@ -597,7 +599,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
      * positive, negative (CFGGuider) or positive, middle, negative (DualCFG) */
     {
         int order[3] = {0, 1, 2}, nl = 0;
-        if (g->kind == SD_GUIDE_DUAL_CFG) order[1] = 2, order[2] = 1;
+        if (g->kind == SD_GUIDE_DUAL_CFG || g->kind == SD_GUIDE_PERP_NEG) order[1] = 2, order[2] = 1;
         sd_value *ordered[3] = {NULL, NULL, NULL};
         for (int k = 0; k < 3; k++) {
             if (!given[order[k]]) continue;
@@ -627,6 +629,32 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
             if (lists[order[k]]) lists[order[k]] = ordered[nl++];
         if (rc) goto done;
     }
+    /* the PerpNeg node's empty conditioning: convert_cond + encode_model_conds
+     * at each step in ComfyUI, outside process_conds (no area completion) */
+    if (g->patches && g->patches->cfg.fn == SD_CFG_FN_PERP_NEG && !lists[2]) {
+        if (g->kind != SD_GUIDE_CFG && g->kind != SD_GUIDE_BASIC) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "a PerpNeg MODEL with a %s guider is not supported",
+                              g->kind == SD_GUIDE_DUAL_CFG ? "DualCFGGuider" : "PerpNegGuider");
+            goto done;
+        }
+        if (!g->patches->perp_neg_empty) {
+            rc = sd_error_set(err, SD_ERR_INVALID, "the PerpNeg MODEL lost its empty conditioning");
+            goto done;
+        }
+        if ((rc = sd_cond_resolve(g->patches->perp_neg_empty, shape[2], shape[3], &lists[2], err))) {
+            sd_error_at(err, NULL, NULL, "model");
+            goto done;
+        }
+        if (info->inpaint || info->ip2p) {
+            sd_value *withc = NULL;
+            if ((rc = sd_cond_concat(lists[2], info->ip2p, mask, latent_in, info->latent_format, &withc, err))) {
+                sd_error_at(err, NULL, NULL, "model");
+                goto done;
+            }
+            sd_value_unref(lists[2]);
+            lists[2] = withc;
+        }
+    }
     sd_cond_model cm = {.be = sd_checkpoint_backend(g->ckpt),
                         .dm = dm,
                         .cfg = unet ? sd_unet_get_config(unet) : NULL,
@@ -641,6 +669,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                         .tap_ud = a->hooks ? a->hooks->ud : NULL,
                         .unet_patches = g->patches ? &g->patches->unet : NULL,
                         .fmt = info->latent_format};
+    /* SelfAttentionGuidance's record of the uncond pass, for this run */
+    if (g->patches && sd_cfg_hook_needs_uncond(&g->patches->cfg)) cm.record = &sag_rec;
     sd_denoiser den;
     if (g->kind == SD_GUIDE_CFG) {
         sd_guider_init(&guider, sd_cond_model_eval, &cm, g->cfg);
@@ -723,6 +753,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     }
 
 done:
+    sd_unet_attn_record_clear(&sag_rec);
     if (have_ip) sd_inpaint_release(&ip);
     if (have_guider) sd_guider_release(&guider);
     if (have_gs) sd_guide_state_release(&gs);

@@ -94,6 +94,11 @@ typedef struct sd_cond_model {
      * unet_patches for this call, as ComfyUI's set_model_options_patch_replace
      * on a copy of the model options) */
     int perturb_attn;
+    /* SelfAttentionGuidance's record of the uncond pass (NULL = none): a
+     * forward that evaluates a negative entry records that entry's rows of
+     * the middle block's attention here (the MODEL's record patch); SAG's
+     * own prediction records nothing. Owned by the sampling run. */
+    struct sd_unet_attn_record *record;
     /* the MODEL's latent format: Flux reference latents are brought into
      * model space with it (process_latent_in); NULL = as they are */
     const struct sd_latent_format *fmt;
@@ -136,10 +141,13 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                              int n_conds, sd_tensor **outs, sd_error *err);
 /* sd_guider_skip_fn over an sd_cond_model (ud): its positive prediction with
  * the post function's blocks left out (a copy of the model with skip set),
- * or with the UNet's middle-block self-attention perturbed (perturb_attn). */
+ * or with the UNet's middle-block self-attention perturbed (perturb_attn);
+ * for SelfAttentionGuidance degraded - p: degraded = sd_sag_degrade of
+ * `uncond` with the recorded attention, p the negative prediction at
+ * degraded + x - uncond (recording nothing). */
 struct sd_cfg_slg;
 sd_status sd_cond_model_eval_skip(void *ud, const sd_tensor *x, float sigma, const struct sd_cfg_slg *post,
-                                  sd_tensor *out, sd_error *err);
+                                  const float *uncond, sd_tensor *out, sd_error *err);
 
 /* ---- common_ksampler ---------------------------------------------------------
  * Before sampling the conditioning lists are completed as process_conds
@@ -218,7 +226,8 @@ sd_status sd_nodes_common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, s
 typedef enum sd_guide_kind {
     SD_GUIDE_CFG = 0, /* CFGGuider (KSampler): positive, negative, cfg */
     SD_GUIDE_BASIC,   /* BasicGuider: positive only, cfg 1 */
-    SD_GUIDE_DUAL_CFG /* DualCFGGuider: positive (cond1), middle (cond2), negative */
+    SD_GUIDE_DUAL_CFG, /* DualCFGGuider: positive (cond1), middle (cond2), negative */
+    SD_GUIDE_PERP_NEG  /* PerpNegGuider: positive, negative, middle (the empty conditioning) */
 } sd_guide_kind;
 
 /* A guider: the MODEL and what drives it. Borrowed pointers. */
@@ -229,7 +238,7 @@ typedef struct sd_guide {
     const struct sd_model_patches *patches; /* NULL = none */
     const sd_value *positive, *negative, *middle;
     double cfg;  /* CFG: cfg; DUAL_CFG: cfg_conds (cond1 against cond2) */
-    double cfg2; /* DUAL_CFG: cfg_cond2_negative */
+    double cfg2; /* DUAL_CFG: cfg_cond2_negative; PERP_NEG: neg_scale */
     int nested;  /* DUAL_CFG: style "nested" */
 } sd_guide;
 
@@ -258,12 +267,13 @@ void sd_sample_args_init(sd_sample_args *a);
 sd_status sd_nodes_sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **out,
                           sd_value **out_denoised, sd_error *err);
 
-/* The BasicGuider / DualCFGGuider denoisers (nodes/sampling/guide.c), as
- * Guider_Basic and Guider_DualCFG.predict_noise compute them in float32. */
+/* The BasicGuider / DualCFGGuider / PerpNegGuider denoisers
+ * (nodes/sampling/guide.c), as Guider_Basic, Guider_DualCFG and
+ * Guider_PerpNeg.predict_noise compute them in float32. */
 typedef struct sd_guide_state {
     const sd_guide *g;
     sd_cond_model *cm;
-    sd_tensor *buf[3]; /* scratch for two predictions and a CFG result, allocated on first use */
+    sd_tensor *buf[4]; /* scratch for three predictions and a CFG result, allocated on first use */
     sd_cfg_state pre_state; /* the pre-CFG functions' state for this run */
 } sd_guide_state;
 
