@@ -154,7 +154,10 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
     sets=()
     grep -q '"KSampler"' "$json" && sets+=(--set KSampler.steps=2)
     grep -q '"BasicScheduler"' "$json" && sets+=(--set BasicScheduler.steps=2)
-    grep -q '"EmptyLatentImage"' "$json" && sets+=(--set EmptyLatentImage.width=64 --set EmptyLatentImage.height=64)
+    # (SelfAttentionGuidance lays its middle-block map out on 4 tokens or more: 128 x 128)
+    px=64
+    grep -q '"SelfAttentionGuidance"' "$json" && px=128
+    grep -q '"EmptyLatentImage"' "$json" && sets+=(--set EmptyLatentImage.width=$px --set EmptyLatentImage.height=$px)
     grep -q '"EmptySD3LatentImage"' "$json" && sets+=(--set EmptySD3LatentImage.width=64 --set EmptySD3LatentImage.height=48)
     run "$lua" "${sets[@]}" "${extra[@]}" > "$T/files" 2> "$T/err" || fail "sdflow run workflows/$base.lua: $(cat "$T/err")"
     [ -s "$T/files" ] || fail "workflows/$base.lua wrote no file"

@@ -147,6 +147,7 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
         both lora_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 --set 10.lora_name=tiny-lora-sd1.safetensors
     both merge_sd15 "${SD1[@]}" --set 11.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64
     both vpred_zsnr_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64
+    both freeu_sag_sd15 "${SD1[@]}" --set 5.width=128 --set 5.height=128
     [ -f "$M/tiny-controlnet-sd1.safetensors" ] &&
         both controlnet_canny_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 \
             --set 13.control_net_name=tiny-controlnet-sd1.safetensors
