@@ -64,7 +64,12 @@ export function tweak(name, wf, models, image) {
     // models folder they are left out as naming a file the server lacks)
     if (n.class_type === 'CheckpointLoaderSimple' && !name.includes('flux')) i.ckpt_name = name.includes('sdxl') ? models.sdxl : models.sd1;
     if (n.class_type === 'EmptySD3LatentImage') Object.assign(i, { width: 64, height: 48 });
-    if (n.class_type === 'EmptyLatentImage') Object.assign(i, name.includes('sdxl') ? { width: 128, height: 96 } : { width: 64, height: 64 });
+    // (SelfAttentionGuidance needs 128x128 at least: at 64x64 the middle
+    // block has one attention token, which ComfyUI's SAG refuses as well)
+    if (n.class_type === 'EmptyLatentImage') {
+      const sag = Object.values(wf).some((m) => m.class_type === 'SelfAttentionGuidance');
+      Object.assign(i, name.includes('sdxl') ? { width: 128, height: 96 } : sag ? { width: 128, height: 128 } : { width: 64, height: 64 });
+    }
     if (n.class_type === 'CLIPTextEncodeSDXL') Object.assign(i, { width: 128, height: 96, target_width: 128, target_height: 96 });
     if (['KSampler', 'KSamplerAdvanced', 'BasicScheduler'].includes(n.class_type)) i.steps = 2;
     if (n.class_type === 'LoadImage') i.image = image;
