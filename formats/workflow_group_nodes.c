@@ -67,6 +67,19 @@ static int as_int(const cJSON *j, int *v) {
     return 1;
 }
 
+/* A node id (a number, sometimes a string) as text, as workflow_ui.c reads
+ * it: 0 when it is neither an integer nor a non-empty string. */
+static int id_text(const cJSON *j, char *out, size_t size) {
+    if (cJSON_IsNumber(j) && isfinite(j->valuedouble) && j->valuedouble == floor(j->valuedouble) &&
+        fabs(j->valuedouble) <= 9007199254740992.0)
+        snprintf(out, size, "%lld", (long long)j->valuedouble);
+    else if (cJSON_IsString(j) && j->valuestring[0])
+        snprintf(out, size, "%s", j->valuestring);
+    else
+        return 0;
+    return 1;
+}
+
 static const char *str_of(const cJSON *o, const char *key) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(s) ? s->valuestring : NULL;
@@ -472,11 +485,7 @@ static const gslot *instance_input(const gdef *g, const cJSON *in, int plain_ind
 static int link_origin(cJSON *l, char *out, size_t size, int *slot) {
     const cJSON *o = cJSON_IsArray(l) ? cJSON_GetArrayItem(l, 1) : cJSON_GetObjectItemCaseSensitive(l, "origin_id");
     const cJSON *s = cJSON_IsArray(l) ? cJSON_GetArrayItem(l, 2) : cJSON_GetObjectItemCaseSensitive(l, "origin_slot");
-    if (!as_int(s, slot)) return 0;
-    if (cJSON_IsNumber(o) && as_int(o, &(int){0})) snprintf(out, size, "%d", (int)o->valuedouble);
-    else if (cJSON_IsString(o)) snprintf(out, size, "%s", o->valuestring);
-    else return 0;
-    return 1;
+    return as_int(s, slot) && id_text(o, out, size);
 }
 
 static int set_origin(cJSON *l, const char *id, int slot) {
@@ -506,9 +515,8 @@ static sd_status expand_one(gx *x, const cJSON *root, cJSON *out_nodes, cJSON *i
     const char *type = str_of(inst, "type");
     char outer[64], where[192];
     const cJSON *idj = cJSON_GetObjectItemCaseSensitive(inst, "id");
-    if (cJSON_IsNumber(idj)) snprintf(outer, sizeof outer, "%.0f", idj->valuedouble);
-    else if (cJSON_IsString(idj)) snprintf(outer, sizeof outer, "%s", idj->valuestring);
-    else return sd_error_set(x->err, SD_ERR_FORMAT, "%s: a node of type '%s' has no valid id", x->source, type);
+    if (!id_text(idj, outer, sizeof outer))
+        return sd_error_set(x->err, SD_ERR_FORMAT, "%s: a node of type '%s' has no valid id", x->source, type);
     snprintf(where, sizeof where, "group node %s ('%s')", outer, type);
     const cJSON *d = find_def(root, type);
     if (!cJSON_IsObject(d))
@@ -656,11 +664,9 @@ sd_status sd_workflow_group_nodes_expand(const cJSON *root, const char *source, 
             rc = expand_one(&x, root, fresh, n, links, &ids);
             if (rc) {
                 /* every refusal is about this group node */
-                const cJSON *id = cJSON_GetObjectItemCaseSensitive(n, "id");
-                char text[64] = "";
-                if (cJSON_IsNumber(id)) snprintf(text, sizeof text, "%.0f", id->valuedouble);
-                else if (cJSON_IsString(id)) snprintf(text, sizeof text, "%s", id->valuestring);
-                sd_error_at(err, text[0] ? text : NULL, str_of(n, "type"), NULL);
+                char text[64];
+                int has_id = id_text(cJSON_GetObjectItemCaseSensitive(n, "id"), text, sizeof text);
+                sd_error_at(err, has_id ? text : NULL, str_of(n, "type"), NULL);
                 cJSON_Delete(n);
             }
         } else {
