@@ -708,6 +708,11 @@ sd_bt *sd_op_relu(sd_bt *x) { return unary("relu", x, SD_UNARY_RELU, 0); }
 sd_bt *sd_op_leaky_relu(sd_bt *x, float slope) {
     return unary("leaky_relu", x, SD_UNARY_LEAKY_RELU, slope);
 }
+sd_bt *sd_op_elu(sd_bt *x, float alpha) { return unary("elu", x, SD_UNARY_ELU, alpha); }
+sd_bt *sd_op_hardswish(sd_bt *x) { return unary("hardswish", x, SD_UNARY_HARDSWISH, 0); }
+sd_bt *sd_op_sigmoid(sd_bt *x) { return unary("sigmoid", x, SD_UNARY_SIGMOID, 0); }
+sd_bt *sd_op_softsign(sd_bt *x) { return unary("softsign", x, SD_UNARY_SOFTSIGN, 0); }
+sd_bt *sd_op_mish(sd_bt *x) { return unary("mish", x, SD_UNARY_MISH, 0); }
 
 sd_bt *sd_op_geglu(sd_bt *x) {
     const sd_bt *in[1] = {x};

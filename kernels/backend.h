@@ -226,6 +226,18 @@ sd_bt *sd_op_copy(sd_bt *x);
 
 /* LeakyReLU: x >= 0 ? x : slope * x (torch.nn.LeakyReLU). */
 sd_bt *sd_op_leaky_relu(sd_bt *x, float slope);
+/* The other activations of torch.nn (A1111 hypernetworks' activation_func),
+ * each in torch's formula:
+ *   elu       x > 0 ? x : alpha * (exp(x) - 1)   (nn.ELU, expm1)
+ *   hardswish x * min(max(x + 3, 0), 6) / 6      (nn.Hardswish)
+ *   sigmoid   1 / (1 + exp(-x))                  (nn.Sigmoid)
+ *   softsign  x / (|x| + 1)                      (nn.Softsign)
+ *   mish      x * tanh(log1p(exp(x)))            (nn.Mish) */
+sd_bt *sd_op_elu(sd_bt *x, float alpha);
+sd_bt *sd_op_hardswish(sd_bt *x);
+sd_bt *sd_op_sigmoid(sd_bt *x);
+sd_bt *sd_op_softsign(sd_bt *x);
+sd_bt *sd_op_mish(sd_bt *x);
 /* PReLU with one slope per channel: x >= 0 ? x : w[c] * x for x [N, C, ...]
  * and w [C], or one slope for every channel when w has one element
  * (torch.nn.PReLU(num_parameters)). */

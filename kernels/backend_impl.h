@@ -120,7 +120,12 @@ enum sd_unary_op {
     SD_UNARY_TANH,
     SD_UNARY_RELU,
     SD_UNARY_LEAKY_RELU, /* s = negative slope */
-    SD_UNARY_GELU_TANH
+    SD_UNARY_GELU_TANH,
+    SD_UNARY_ELU,        /* s = alpha */
+    SD_UNARY_HARDSWISH,
+    SD_UNARY_SIGMOID,
+    SD_UNARY_SOFTSIGN,
+    SD_UNARY_MISH
 };
 
 struct sd_backend {

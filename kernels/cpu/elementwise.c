@@ -107,6 +107,22 @@ static void un_task(void *ctx, int64_t t, int thread) {
     case SD_UNARY_LEAKY_RELU:
         for (int64_t i = i0; i < i1; i++) y[i] = x[i] >= 0.0f ? x[i] : x[i] * j->s;
         break;
+    /* the rest in torch's scalar formulas (ATen's Activation kernels) */
+    case SD_UNARY_ELU:
+        for (int64_t i = i0; i < i1; i++) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]) * j->s;
+        break;
+    case SD_UNARY_HARDSWISH:
+        for (int64_t i = i0; i < i1; i++) y[i] = x[i] * fminf(fmaxf(x[i] + 3.0f, 0.0f), 6.0f) / 6.0f;
+        break;
+    case SD_UNARY_SIGMOID:
+        for (int64_t i = i0; i < i1; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    case SD_UNARY_SOFTSIGN:
+        for (int64_t i = i0; i < i1; i++) y[i] = x[i] / (fabsf(x[i]) + 1.0f);
+        break;
+    case SD_UNARY_MISH:
+        for (int64_t i = i0; i < i1; i++) y[i] = x[i] * tanhf(log1pf(expf(x[i])));
+        break;
     }
 }
 

@@ -27,7 +27,7 @@ typedef struct sd_cuda_dims {
 } sd_cuda_dims;
 
 /* ---- elementwise.cu ---- */
-/* op: enum sd_unary_op (backend_impl.h); s is SCALE's factor. */
+/* op: enum sd_unary_op (backend_impl.h); sc is SCALE's factor, LEAKY_RELU's slope, ELU's alpha. */
 cudaError_t sd_cuda_unary(cudaStream_t s, const float *x, float *y, int64_t n, int op, float sc);
 /* y = a (+|*) b[off(i)], off from b's broadcast strides over a's shape. op 0 add, 1 mul. */
 cudaError_t sd_cuda_binary(cudaStream_t s, const float *a, const float *b, float *y, int64_t n,

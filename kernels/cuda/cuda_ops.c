@@ -9,7 +9,9 @@
 /* elementwise.cu numbers the unary ops the same way */
 _Static_assert(SD_UNARY_SCALE == 0 && SD_UNARY_SILU == 1 && SD_UNARY_GELU == 2 &&
                    SD_UNARY_QUICK_GELU == 3 && SD_UNARY_TANH == 4 && SD_UNARY_RELU == 5 &&
-                   SD_UNARY_LEAKY_RELU == 6 && SD_UNARY_GELU_TANH == 7,
+                   SD_UNARY_LEAKY_RELU == 6 && SD_UNARY_GELU_TANH == 7 && SD_UNARY_ELU == 8 &&
+                   SD_UNARY_HARDSWISH == 9 && SD_UNARY_SIGMOID == 10 && SD_UNARY_SOFTSIGN == 11 &&
+                   SD_UNARY_MISH == 12,
                "sd_unary_op order changed: update elementwise.cu");
 
 #define STREAM(be) (sd_cuda_of(be)->stream)

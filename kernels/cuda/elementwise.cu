@@ -6,7 +6,10 @@
 #include "cuda_common.cuh"
 
 /* enum sd_unary_op in backend_impl.h (not includable from C++ here) */
-enum { U_SCALE = 0, U_SILU, U_GELU, U_QUICK_GELU, U_TANH, U_RELU, U_LEAKY_RELU, U_GELU_TANH };
+enum {
+    U_SCALE = 0, U_SILU, U_GELU, U_QUICK_GELU, U_TANH, U_RELU, U_LEAKY_RELU, U_GELU_TANH,
+    U_ELU, U_HARDSWISH, U_SIGMOID, U_SOFTSIGN, U_MISH
+};
 
 __global__ void unary_k(const float *x, float *y, int64_t n, int op, float sc) {
     SD_GRID_STRIDE(i, n) {
@@ -25,6 +28,12 @@ __global__ void unary_k(const float *x, float *y, int64_t n, int op, float sc) {
             v = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, tanhf(inner)));
             break;
         }
+        /* torch's formulas (nn.ELU, Hardswish, Sigmoid, Softsign, Mish) */
+        case U_ELU: v = v > 0.0f ? v : __fmul_rn(expm1f(v), sc); break;
+        case U_HARDSWISH: v = __fdiv_rn(__fmul_rn(v, fminf(fmaxf(__fadd_rn(v, 3.0f), 0.0f), 6.0f)), 6.0f); break;
+        case U_SIGMOID: v = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v))); break;
+        case U_SOFTSIGN: v = __fdiv_rn(v, __fadd_rn(fabsf(v), 1.0f)); break;
+        case U_MISH: v = __fmul_rn(v, tanhf(log1pf(expf(v)))); break;
         }
         y[i] = v;
     }

@@ -535,6 +535,17 @@ static void test_pixel(ctx *c) {
     pair x = rnd(c, 4, 4, N, C, H, W), r;
     BOTH(r, sd_op_leaky_relu(S(x), 0.2f));
     compare(c, "leaky_relu", "0.2", r, TOL_EXACT);
+    /* the hypernetworks' activations (libm vs CUDA's expf/tanhf: pointwise) */
+    BOTH(r, sd_op_elu(S(x), 1.0f));
+    compare(c, "elu", "1.0", r, TOL_POINT);
+    BOTH(r, sd_op_hardswish(S(x)));
+    compare(c, "hardswish", "NCHW", r, TOL_POINT);
+    BOTH(r, sd_op_sigmoid(S(x)));
+    compare(c, "sigmoid", "NCHW", r, TOL_POINT);
+    BOTH(r, sd_op_softsign(S(x)));
+    compare(c, "softsign", "NCHW", r, TOL_POINT);
+    BOTH(r, sd_op_mish(S(x)));
+    compare(c, "mish", "NCHW", r, TOL_POINT);
     pair w = rnd(c, 1, 1, C, 0, 0, 0), w1 = rnd(c, 1, 1, 1, 0, 0, 0);
     BOTH(r, sd_op_prelu(S(x), S(w)));
     compare(c, "prelu", "[C]", r, TOL_EXACT);

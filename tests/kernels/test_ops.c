@@ -423,6 +423,55 @@ static void test_unary(sd_backend *be) {
     free(ref); free(gp);
 }
 
+/* The torch.nn activations of A1111 hypernetworks, against torch's formulas
+ * evaluated in double (ELU with alpha 1 and 0.5, Hardswish, Sigmoid,
+ * Softsign, Mish), over random values and the extremes where exp over- or
+ * underflows. Each float result is one libm call and a few roundings away
+ * from the double formula: 2e-6 relative plus absolute. */
+static double act_ref(int op, double v) {
+    switch (op) {
+    case 0: return v > 0 ? v : expm1(v);
+    case 1: return v > 0 ? v : 0.5 * expm1(v);
+    case 2: return v * fmin(fmax(v + 3, 0), 6) / 6;
+    case 3: return 1 / (1 + exp(-v));
+    case 4: return v / (fabs(v) + 1);
+    default: return v * tanh(log1p(exp(v)));
+    }
+}
+
+static void test_activations(sd_backend *be) {
+    static const char *names[] = {"elu", "elu 0.5", "hardswish", "sigmoid", "softsign", "mish"};
+    static const float ext[19] = {-1e4f, -300.f, -100.f, -88.5f, -87.f, -20.f, -5.f, -3.f, -1e-30f, 0.f,
+                                  1e-30f, 1e-3f, 3.f, 5.f, 20.f, 87.f, 88.5f, 100.f, 1e4f};
+    int64_t shape[2] = {7, 9377}; /* > one 64K chunk */
+    float *x;
+    sd_bt *X = rand_bt(be, 2, shape, &x, 8);
+    int64_t es[1] = {19};
+    sd_tensor *eh = sd_tensor_new(SD_F32, 1, es);
+    memcpy(eh->data, ext, sizeof ext);
+    sd_bt *E = sd_bt_from_host(be, eh, SD_F32);
+    sd_tensor_unref(eh);
+    int64_t n = sd_bt_numel(X);
+    double *ref = dalloc(n);
+    for (int op = 0; op < 6; op++) {
+        for (int pass = 0; pass < 2; pass++) {
+            sd_bt *in = pass ? E : X;
+            int64_t m = pass ? 19 : n;
+            for (int64_t i = 0; i < m; i++) ref[i] = act_ref(op, pass ? ext[i] : x[i]);
+            sd_bt *y = op == 0 ? sd_op_elu(in, 1.0f) : op == 1 ? sd_op_elu(in, 0.5f) : op == 2 ? sd_op_hardswish(in)
+                     : op == 3 ? sd_op_sigmoid(in) : op == 4 ? sd_op_softsign(in) : sd_op_mish(in);
+            char what[64];
+            snprintf(what, sizeof what, "%s%s", names[op], pass ? " extremes" : "");
+            close_to(what, y, ref, m, 2e-6, 2e-6);
+            sd_bt_free(y);
+        }
+    }
+    free(ref);
+    free(x);
+    sd_bt_free(X);
+    sd_bt_free(E);
+}
+
 /* ---- data movement: exact ------------------------------------------------------------ */
 
 static void test_layout(sd_backend *be) {
@@ -674,6 +723,7 @@ int main(void) {
         test_attention(be);
         test_binary(be);
         test_unary(be);
+        test_activations(be);
         test_layout(be);
         test_errors(be);
         test_upload(be);
