@@ -69,7 +69,24 @@ typedef struct tc_build {
     size_t n, cap;
     size_t visits; /* dict entries walked, bounded by TC_MAX_VISITS */
     sd_error *err;
+    /* sd_torch_open_tree: every tensor object met and the entry name (its
+     * path) it was recorded under; the names belong to the entries */
+    struct tc_obj *objs;
+    size_t n_objs, cap_objs;
 } tc_build;
+
+typedef struct tc_obj {
+    const sd_pk_obj *o;
+    const char *path;
+} tc_obj;
+
+struct sd_torch_tree {
+    sd_st_file *file; /* the tensors, each named by its path */
+    sd_pickle *pk;    /* owns root and everything under it */
+    const sd_pk_obj *root;
+    tc_obj *objs;     /* sorted by object address */
+    size_t n;
+};
 
 static void ctx_free(void *p) {
     tc_ctx *c = p;
@@ -367,6 +384,58 @@ static sd_status walk(tc_build *b, const sd_pk_obj *d, const char *prefix, int d
     return SD_OK;
 }
 
+/* sd_torch_open_tree: every tensor under o, dicts, tuples and lists
+ * descended (dict keys: strings as they are, integers in decimal, other
+ * keys as <kind>; sequence items by index), recorded under its path. A
+ * tensor shared from two places is recorded twice (two names, one object:
+ * either is its path); two paths spelled alike (a key holding '.') are the
+ * file's error, as sd_st_open_source refuses repeated names. */
+static sd_status walk_tree(tc_build *b, const sd_pk_obj *o, const char *path, int depth) {
+    if (o->kind == SD_PK_TENSOR) {
+        sd_status rc = add_tensor(b, path, o);
+        if (rc) return rc;
+        if (b->n_objs == b->cap_objs) {
+            size_t nc = b->cap_objs ? b->cap_objs * 2 : 64;
+            tc_obj *no = realloc(b->objs, nc * sizeof *no);
+            if (!no) return sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
+            b->objs = no;
+            b->cap_objs = nc;
+        }
+        b->objs[b->n_objs++] = (tc_obj){o, b->entries[b->n - 1].name};
+        return SD_OK;
+    }
+    if (o->kind != SD_PK_DICT && o->kind != SD_PK_TUPLE && o->kind != SD_PK_LIST) return SD_OK;
+    if (depth > TC_MAX_DEPTH)
+        return sd_error_set(b->err, SD_ERR_UNSUPPORTED, "%s: containers nested deeper than %d levels (at '%s')",
+                            b->path, TC_MAX_DEPTH, path);
+    const int dict = o->kind == SD_PK_DICT;
+    for (size_t i = dict; i < o->u.seq.n; i += 1 + (size_t)dict) {
+        const sd_pk_obj *v = o->u.seq.items[i];
+        if (++b->visits > TC_MAX_VISITS)
+            return sd_error_set(b->err, SD_ERR_UNSUPPORTED,
+                                "%s: more than %zu dict entries to walk, list items included (one container "
+                                "shared from many places?): not a weights file",
+                                b->path, TC_MAX_VISITS);
+        if (v->kind != SD_PK_TENSOR && v->kind != SD_PK_DICT && v->kind != SD_PK_TUPLE && v->kind != SD_PK_LIST)
+            continue;
+        char comp[48];
+        const char *c = comp;
+        const sd_pk_obj *k = dict ? o->u.seq.items[i - 1] : NULL;
+        if (!dict) snprintf(comp, sizeof comp, "%zu", i);
+        else if (k->kind == SD_PK_STR && strlen(k->u.str.s) == k->u.str.len) c = k->u.str.s;
+        else if (k->kind == SD_PK_INT) snprintf(comp, sizeof comp, "%lld", (long long)k->u.i);
+        else snprintf(comp, sizeof comp, "<%s>", sd_pickle_kind_name(k->kind));
+        size_t pl = strlen(path), need = pl + 1 + strlen(c) + 1;
+        char *name = malloc(need);
+        if (!name) return sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
+        snprintf(name, need, "%s%s%s", path, pl ? "." : "", c);
+        sd_status rc = walk_tree(b, v, name, depth + 1);
+        free(name);
+        if (rc) return rc;
+    }
+    return SD_OK;
+}
+
 /* The archive directory: the one top-level folder holding data.pkl. */
 static sd_status find_prefix(zip_t *za, const char *path, char **prefix, zip_uint64_t *pkl, sd_error *err) {
     *prefix = NULL;
@@ -430,8 +499,33 @@ static sd_status finish(tc_build *b, sd_status rc, sd_st_file **out) {
     return sd_st_open_source(b->path, b->entries, b->n, &tc_source, b->c, out, b->err);
 }
 
-/* Takes ownership of za. */
-static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_error *err) {
+static int cmp_obj(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const tc_obj *)a)->o, y = (uintptr_t)((const tc_obj *)b)->o;
+    return x < y ? -1 : x > y;
+}
+
+/* finish() for sd_torch_open_tree: the tree takes the file, the pickle pk
+ * (root's owner) and the object list; everything is freed on error. */
+static sd_status finish_tree(tc_build *b, sd_status rc, sd_pickle *pk, const sd_pk_obj *root, sd_torch_tree **out) {
+    sd_st_file *f = NULL;
+    rc = finish(b, rc, &f);
+    sd_torch_tree *t = rc ? NULL : calloc(1, sizeof *t);
+    if (!rc && !t) rc = sd_error_set(b->err, SD_ERR_NOMEM, "%s: out of memory", b->path);
+    if (rc) {
+        sd_st_close(f);
+        sd_pickle_free(pk);
+        free(b->objs);
+        return rc;
+    }
+    *t = (sd_torch_tree){f, pk, root, b->objs, b->n_objs};
+    if (t->n) qsort(t->objs, t->n, sizeof *t->objs, cmp_obj);
+    *out = t;
+    return SD_OK;
+}
+
+/* Takes ownership of za. Fills *out, or *tree when tree is not NULL
+ * (sd_torch_open_tree). */
+static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_torch_tree **tree, sd_error *err) {
     tc_ctx *c = calloc(1, sizeof *c);
     if (c) c->path = strdup(path);
     if (!c || !c->path) {
@@ -461,10 +555,11 @@ static sd_status open_archive(zip_t *za, const char *path, sd_st_file **out, sd_
     snprintf(what, sizeof what, "%s: %s/data.pkl", path, prefix ? prefix : "");
     if (!rc) rc = read_entry(za, pkl_idx, TC_MAX_PKL, path, what + strlen(path) + 2, &pkl, &pkl_len, err);
     if (!rc) rc = sd_pickle_load(pkl, pkl_len, what, &pk, &root, NULL, err);
-    if (!rc) rc = walk_root(&b, root);
-    sd_pickle_free(pk);
+    if (!rc) rc = tree ? walk_tree(&b, root, "", 0) : walk_root(&b, root);
     free(pkl);
     free(prefix);
+    if (tree) return finish_tree(&b, rc, pk, root, tree);
+    sd_pickle_free(pk);
     return finish(&b, rc, out);
 }
 
@@ -544,9 +639,10 @@ static sd_status legacy_storages(tc_build *b, const sd_pickle *obj, const sd_pk_
     return rc;
 }
 
-/* Takes ownership of the mapping when `mapped`. */
+/* Takes ownership of the mapping when `mapped`. Fills *out, or *tree when
+ * tree is not NULL. */
 static sd_status open_legacy(const uint8_t *base, size_t size, int mapped, const char *path, sd_st_file **out,
-                             sd_error *err) {
+                             sd_torch_tree **tree, sd_error *err) {
     tc_ctx *c = calloc(1, sizeof *c);
     if (c) c->path = strdup(path);
     if (!c || !c->path) {
@@ -559,12 +655,13 @@ static sd_status open_legacy(const uint8_t *base, size_t size, int mapped, const
     c->mapped = mapped;
     c->guard = mapped ? sd_mapguard_add(base, size) : -1;
     tc_build b = {.c = c, .path = path, .err = err};
-    if (size < sizeof LEGACY_MAGIC || memcmp(base, LEGACY_MAGIC, sizeof LEGACY_MAGIC) != 0)
-        return finish(&b, sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                       "%s: a bare pickle stream without PyTorch's magic number, so not a "
-                                       "torch checkpoint",
-                                       path),
-                      out);
+    if (size < sizeof LEGACY_MAGIC || memcmp(base, LEGACY_MAGIC, sizeof LEGACY_MAGIC) != 0) {
+        sd_status rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
+                                    "%s: a bare pickle stream without PyTorch's magic number, so not a "
+                                    "torch checkpoint",
+                                    path);
+        return tree ? finish_tree(&b, rc, NULL, NULL, tree) : finish(&b, rc, out);
+    }
     sd_pickle *pk[4] = {0};
     const sd_pk_obj *o[4] = {0};
     static const char *const part[4] = {"protocol version", "sys_info", "object", "storage keys"};
@@ -585,10 +682,12 @@ static sd_status open_legacy(const uint8_t *base, size_t size, int mapped, const
                               path);
     }
     if (!rc) rc = legacy_storages(&b, pk[2], o[3], &pos);
-    if (!rc) rc = walk_root(&b, o[2]);
-    for (int i = 0; i < 4; i++) sd_pickle_free(pk[i]);
+    if (!rc) rc = tree ? walk_tree(&b, o[2], "", 0) : walk_root(&b, o[2]);
+    for (int i = 0; i < 4; i++)
+        if (i != 2 || !tree) sd_pickle_free(pk[i]);
     free(b.lg);
     b.lg = NULL;
+    if (tree) return finish_tree(&b, rc, pk[2], o[2], tree);
     return finish(&b, rc, out);
 }
 
@@ -601,11 +700,10 @@ int sd_torch_sniff(const void *head, size_t n) {
     return 0;
 }
 
-sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
-                               sd_error *err) {
-    *out = NULL;
+static sd_status open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
+                             sd_torch_tree **tree, sd_error *err) {
     if (!name) name = "<memory>";
-    if (sd_torch_sniff(data, size) == 2) return open_legacy(data, size, 0, name, out, err);
+    if (sd_torch_sniff(data, size) == 2) return open_legacy(data, size, 0, name, out, tree, err);
     zip_error_t ze;
     zip_error_init(&ze);
     static const char nothing[1];
@@ -623,11 +721,16 @@ sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, 
         return rc;
     }
     zip_error_fini(&ze);
-    return open_archive(za, name, out, err);
+    return open_archive(za, name, out, tree, err);
 }
 
-sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
+sd_status sd_torch_open_memory(const void *data, size_t size, const char *name, sd_st_file **out,
+                               sd_error *err) {
     *out = NULL;
+    return open_memory(data, size, name, out, NULL, err);
+}
+
+static sd_status open_path(const char *path, sd_st_file **out, sd_torch_tree **tree, sd_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -644,7 +747,7 @@ sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
         int e = errno;
         close(fd);
         if (m == MAP_FAILED) return sd_error_set(err, SD_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
-        return open_legacy(m, (size_t)sb.st_size, 1, path, out, err);
+        return open_legacy(m, (size_t)sb.st_size, 1, path, out, tree, err);
     }
     close(fd);
     int zerr = 0;
@@ -656,7 +759,53 @@ sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
         zip_error_fini(&ze);
         return rc;
     }
-    return open_archive(za, path, out, err);
+    return open_archive(za, path, out, tree, err);
+}
+
+sd_status sd_torch_open(const char *path, sd_st_file **out, sd_error *err) {
+    *out = NULL;
+    return open_path(path, out, NULL, err);
+}
+
+sd_status sd_torch_open_tree(const char *path, sd_torch_tree **out, sd_error *err) {
+    *out = NULL;
+    return open_path(path, NULL, out, err);
+}
+
+sd_status sd_torch_open_tree_memory(const void *data, size_t size, const char *name, sd_torch_tree **out,
+                                    sd_error *err) {
+    *out = NULL;
+    return open_memory(data, size, name, NULL, out, err);
+}
+
+void sd_torch_tree_free(sd_torch_tree *t) {
+    if (!t) return;
+    sd_st_close(t->file);
+    sd_pickle_free(t->pk);
+    free(t->objs);
+    free(t);
+}
+
+const sd_pk_obj *sd_torch_tree_root(const sd_torch_tree *t) { return t->root; }
+
+static const tc_obj *find_obj(const sd_torch_tree *t, const sd_pk_obj *o) {
+    tc_obj k = {o, NULL};
+    return t->n ? bsearch(&k, t->objs, t->n, sizeof k, cmp_obj) : NULL;
+}
+
+const char *sd_torch_tree_path(const sd_torch_tree *t, const sd_pk_obj *o) {
+    const tc_obj *hit = find_obj(t, o);
+    return hit ? hit->path : "?";
+}
+
+sd_tensor *sd_torch_tree_tensor(sd_torch_tree *t, const sd_pk_obj *o, sd_error *err) {
+    const tc_obj *hit = find_obj(t, o);
+    if (!hit) {
+        sd_error_set(err, SD_ERR_INVALID, "%s: a %s that is no tensor of the file", sd_st_path(t->file),
+                     o ? sd_pickle_kind_name(o->kind) : "NULL");
+        return NULL;
+    }
+    return sd_st_tensor(t->file, hit->path, err);
 }
 
 sd_status sd_torch_open_any(const char *path, sd_st_file **out, sd_error *err) {

@@ -55,4 +55,33 @@ int sd_torch_sniff(const void *head, size_t n);
  * that accept .ckpt/.pt/.pth/.bin call. */
 sd_status sd_torch_open_any(const char *path, sd_st_file **out, sd_error *err);
 
+/* ---- the whole pickled object ---------------------------------------------------
+ * Files that are not a flat dict of tensors, such as A1111 hypernetworks
+ * ({320: (state_dict, state_dict), ..., "activation_func": "relu",
+ * "layer_structure": [1.0, 2.0, 1.0], ...}: integer keys, tuples of dicts,
+ * scalars), are read as the typed object tree of formats/pickle.h. The
+ * checks are those of sd_torch_open (both formats, the same limits and
+ * refusals); every tensor reachable from the root through dicts, tuples and
+ * lists is checked against its storage at open, and read on demand. The
+ * root is the object torch.save was given (no "state_dict" unwrapping:
+ * that is the caller's reading of it). */
+typedef struct sd_torch_tree sd_torch_tree;
+struct sd_pk_obj;
+
+sd_status sd_torch_open_tree(const char *path, sd_torch_tree **out, sd_error *err);
+/* Same on a buffer, which must outlive the tree. */
+sd_status sd_torch_open_tree_memory(const void *data, size_t size, const char *name, sd_torch_tree **out,
+                                    sd_error *err);
+void sd_torch_tree_free(sd_torch_tree *t); /* NULL-safe */
+/* The root object (owned by the tree). */
+const struct sd_pk_obj *sd_torch_tree_root(const sd_torch_tree *t);
+/* The tensor object o (an SD_PK_TENSOR reachable from the root) as a new
+ * row-major tensor in its stored dtype, or NULL with err set (naming the
+ * file and the tensor's path; SD_ERR_INVALID for an object that is no
+ * tensor of this tree). */
+sd_tensor *sd_torch_tree_tensor(sd_torch_tree *t, const struct sd_pk_obj *o, sd_error *err);
+/* Where o was found, for messages: keys and indices joined with '.'
+ * ("320.0.linear.0.weight"); "?" for an object that is no tensor of it. */
+const char *sd_torch_tree_path(const sd_torch_tree *t, const struct sd_pk_obj *o);
+
 #endif

@@ -9,6 +9,9 @@
  *     (malicious __reduce__, unknown global, NEWOBJ, huge storage, bad
  *     shape, missing storage, bad memo index, deep nesting, truncation,
  *     legacy format, no data.pkl).
+ * The object tree (sd_torch_open_tree): the same tensors as the flat reader
+ * for files of plain dicts, the same refusals, lists read, and an A1111
+ * hypernetwork's integer keys, tuples and scalars (tests/data/hypernetwork).
  * Built here: limits of the machine (stack, MARKs, memo index, wide ints)
  * and every truncation of a good archive and of its pickle, on exact-size
  * heap buffers so that ASan sees any read past the end. */
@@ -86,6 +89,126 @@ done:
     free(exact);
 }
 
+/* ---- the object tree (sd_torch_open_tree) ------------------------------------------ */
+
+typedef struct tree_walk {
+    sd_torch_tree *t;
+    sd_st_file *twin; /* the tensors by their flat names, or NULL */
+    const char *what;
+    int tensors;
+} tree_walk;
+
+/* Every tensor under o has a path, reads in full, and (with a twin) has the
+ * twin's bytes under the same name. */
+static void walk_tree(tree_walk *w, const sd_pk_obj *o, int depth) {
+    if (o->kind == SD_PK_TENSOR) {
+        const char *p = sd_torch_tree_path(w->t, o);
+        sd_error err;
+        sd_tensor *x = sd_torch_tree_tensor(w->t, o, &err);
+        CHECK_MSG(x != NULL && strcmp(p, "?") != 0, "%s: tensor '%s' unreadable: %s", w->what, p, x ? "" : err.msg);
+        w->tensors++;
+        if (w->twin && x) {
+            /* the flat reader unwraps Lightning's state_dict */
+            const char *flat = strncmp(p, "state_dict.", 11) || sd_st_find(w->twin, p) ? p : p + 11;
+            sd_tensor *y = sd_st_tensor(w->twin, flat, &err);
+            CHECK_MSG(y && y->nbytes == x->nbytes && !memcmp(y->data, x->data, x->nbytes),
+                      "%s: tree tensor '%s' differs from the flat reader's", w->what, p);
+            sd_tensor_unref(y);
+        }
+        sd_tensor_unref(x);
+        return;
+    }
+    if ((o->kind != SD_PK_DICT && o->kind != SD_PK_TUPLE && o->kind != SD_PK_LIST) || depth > 16) return;
+    for (size_t i = o->kind == SD_PK_DICT; i < o->u.seq.n; i += 1 + (o->kind == SD_PK_DICT))
+        walk_tree(w, o->u.seq.items[i], depth + 1);
+}
+
+/* A file of plain dicts: the tree holds the flat reader's tensors under the
+ * same names, from a path and from memory. */
+static void tree_same_as_flat(const char *ckpt) {
+    char a[4200];
+    snprintf(a, sizeof a, "%s/%s", dir, ckpt);
+    sd_error err;
+    sd_st_file *flat = NULL;
+    sd_torch_tree *t = NULL, *tm = NULL;
+    CHECK_OK(sd_torch_open(a, &flat, &err), &err);
+    CHECK_OK(sd_torch_open_tree(a, &t, &err), &err);
+    size_t size = 0;
+    char *blob = sd_test_read_file(a, &size);
+    uint8_t *exact = blob ? malloc(size ? size : 1) : NULL;
+    if (exact) memcpy(exact, blob, size);
+    free(blob);
+    if (exact) CHECK_OK(sd_torch_open_tree_memory(exact, size, ckpt, &tm, &err), &err);
+    for (int i = 0; i < 2 && flat; i++) {
+        sd_torch_tree *x = i ? tm : t;
+        if (!x) continue;
+        tree_walk w = {x, flat, ckpt, 0};
+        const sd_pk_obj *root = sd_torch_tree_root(x), *sd = sd_pickle_dict_get(root, "state_dict");
+        walk_tree(&w, sd && sd->kind == SD_PK_DICT ? sd : root, 0);
+        CHECK_MSG(w.tensors == (int)sd_st_count(flat), "%s: %d tensors in the tree, %zu flat", ckpt, w.tensors,
+                  sd_st_count(flat));
+    }
+    /* an object that is no tensor of the tree */
+    if (t) {
+        sd_tensor *none = sd_torch_tree_tensor(t, sd_torch_tree_root(t), &err);
+        CHECK(none == NULL && err.code == SD_ERR_INVALID);
+    }
+    sd_torch_tree_free(t);
+    sd_torch_tree_free(tm);
+    free(exact);
+    sd_st_close(flat);
+}
+
+static const sd_pk_obj *dict_int(const sd_pk_obj *d, int64_t key) {
+    for (size_t i = 0; d && d->kind == SD_PK_DICT && i + 1 < d->u.seq.n; i += 2)
+        if (d->u.seq.items[i]->kind == SD_PK_INT && d->u.seq.items[i]->u.i == key) return d->u.seq.items[i + 1];
+    return NULL;
+}
+
+/* An A1111 hypernetwork as torch.save wrote it (tests/data/hypernetwork,
+ * gen_hypernetwork_ref.py): integer keys, tuples of two state dicts, and the
+ * metadata's str, bool, int, None and list-of-floats values. */
+static void tree_hypernetwork(const char *file, int legacy) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/../hypernetwork/%s", dir, file);
+    FILE *f = fopen(p, "rb");
+    if (!f) {
+        CHECK_MSG(0, "missing %s (tests/data/hypernetwork)", p);
+        return;
+    }
+    fclose(f);
+    sd_error err;
+    sd_torch_tree *t = NULL;
+    CHECK_OK(sd_torch_open_tree(p, &t, &err), &err);
+    if (!t) return;
+    const sd_pk_obj *root = sd_torch_tree_root(t), *pair = dict_int(root, 4);
+    CHECK(root->kind == SD_PK_DICT);
+    CHECK_MSG(pair && pair->kind == SD_PK_TUPLE && pair->u.seq.n == 2, "%s: key 4 is no pair", file);
+    const sd_pk_obj *act = sd_pickle_dict_get(root, "activation_func");
+    CHECK(act && act->kind == SD_PK_STR && !strcmp(act->u.str.s, legacy ? "mish" : "relu"));
+    const sd_pk_obj *ln = sd_pickle_dict_get(root, "is_layer_norm"), *oi = sd_pickle_dict_get(root, "optional_info");
+    CHECK(ln && ln->kind == SD_PK_BOOL && ln->u.b == !legacy);
+    CHECK(oi && oi->kind == SD_PK_NONE);
+    const sd_pk_obj *step = sd_pickle_dict_get(root, "step"), *ls = sd_pickle_dict_get(root, "layer_structure");
+    CHECK(step && step->kind == SD_PK_INT && step->u.i == 0);
+    CHECK(ls && ls->kind == SD_PK_LIST && ls->u.seq.n == 3 && ls->u.seq.items[1]->kind == SD_PK_FLOAT &&
+          ls->u.seq.items[1]->u.f == 2.0);
+    if (pair && pair->kind == SD_PK_TUPLE && pair->u.seq.n == 2) {
+        const sd_pk_obj *w = sd_pickle_dict_get(pair->u.seq.items[1], "linear.0.weight");
+        CHECK(w && w->kind == SD_PK_TENSOR && w->u.tensor.ndim == 2 && w->u.tensor.shape[0] == 8 &&
+              w->u.tensor.shape[1] == 4);
+        if (w) CHECK_MSG(!strcmp(sd_torch_tree_path(t, w), "4.1.linear.0.weight"), "path %s",
+                         sd_torch_tree_path(t, w));
+        sd_tensor *x = w ? sd_torch_tree_tensor(t, w, &err) : NULL;
+        CHECK(x && x->dtype == SD_F32 && x->nbytes == 8 * 4 * 4);
+        sd_tensor_unref(x);
+    }
+    tree_walk tw = {t, NULL, file, 0};
+    walk_tree(&tw, root, 0);
+    CHECK_MSG(tw.tensors > 0, "%s: no tensors", file);
+    sd_torch_tree_free(t);
+}
+
 static void bad_files(void) {
     DIR *d = opendir(dir);
     CHECK(d != NULL);
@@ -114,6 +237,14 @@ static void bad_files(void) {
         /* the same through the loaders' entry point */
         f = NULL;
         CHECK(sd_torch_open_any(p, &f, &err) != SD_OK && f == NULL);
+        /* and through the tree, which reads lists as they are (bad-lists.pt
+         * holds lists nested too deep for it) */
+        sd_torch_tree *t = (sd_torch_tree *)1;
+        rc = sd_torch_open_tree(p, &t, &err);
+        const char *tw = strcmp(de->d_name, "bad-lists.pt") ? want : "nested deeper than 16";
+        CHECK_MSG(rc != SD_OK && t == NULL, "%s was accepted as a tree", de->d_name);
+        CHECK_MSG(strstr(err.msg, tw) != NULL, "%s: tree error '%s' does not say '%s'", de->d_name, err.msg, tw);
+        if (rc == SD_OK) sd_torch_tree_free(t);
         free(want);
         n++;
     }
@@ -393,6 +524,12 @@ int main(void) {
         compare_pair("real-torch.pt", "real-torch.safetensors");
         compare_pair("real-legacy.pt", "real-torch.safetensors"); /* _use_new_zipfile_serialization=False */
     }
+    tree_same_as_flat("mixed.ckpt");
+    tree_same_as_flat("mixed-legacy.pt");
+    tree_same_as_flat("embedding.pt");
+    tree_same_as_flat("empty.pt");
+    tree_hypernetwork("seed_small.pt", 0);
+    tree_hypernetwork("seed_small_legacy.pt", 1);
     bad_files();
     safetensors_like_pickle();
     machine_limits();

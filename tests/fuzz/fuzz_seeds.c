@@ -18,7 +18,8 @@
  * OUT_DIR/png: PNGs from our writer (gray, RGB, RGBA, with text chunks) and
  *   crafted ones: a huge declared size, a huge declared tEXt chunk.
  * OUT_DIR/torch_ckpt: a zip checkpoint written here with libzip, plus the
- *   small .pt/.ckpt files of JSON_DIR/torch (tests/data/torch).
+ *   small .pt/.ckpt files of JSON_DIR/torch (tests/data/torch) and
+ *   JSON_DIR/hypernetwork (tests/data/hypernetwork).
  * OUT_DIR/pickle: pickles written here, plus the data.pkl of those files.
  * OUT_DIR/lora: valid LoRA files of every kind for fuzz_lora's tiny SD1
  *   model (Kohya LoRA, LoCon, LoHa, LoHa Tucker, LoKr plain/factored/Tucker,
@@ -853,9 +854,12 @@ static int torch_seeds(const char *pk_out, const char *zip_out, int argc, char *
     static const float two[2] = {1.5f, -2.0f};
     snprintf(path, sizeof path, "%s/builtin.ckpt", zip_out);
     rc |= zip_seed(path, TENSOR_PKL, sizeof TENSOR_PKL - 1, two, sizeof two);
-    for (int a = 0; a < argc; a++) {
+    /* the torch files of the data folders: tests/data/torch, and the A1111
+     * hypernetworks of tests/data/hypernetwork (integer keys, tuples of
+     * dicts, scalars, a legacy-format file) */
+    for (int a = 0; a < 2 * argc; a++) {
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s/torch", argv[a]);
+        snprintf(dir, sizeof dir, "%s/%s", argv[a / 2], a % 2 ? "hypernetwork" : "torch");
         DIR *d = opendir(dir);
         if (!d) continue;
         struct dirent *de;
