@@ -20,6 +20,7 @@ sd_status sd_nodes_register_all(sd_error *err) {
     { extern const sd_node_def *const sd_nodes_model_merge[]; sd_status rc = sd_registry_add(sd_nodes_model_merge, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_model_guidance[]; sd_status rc = sd_registry_add(sd_nodes_model_guidance, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_model_unet_patch[]; sd_status rc = sd_registry_add(sd_nodes_model_unet_patch, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_model_hypernet[]; sd_status rc = sd_registry_add(sd_nodes_model_hypernet, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_model_merge_blocks[]; sd_status rc = sd_registry_add(sd_nodes_model_merge_blocks, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_model_save[]; sd_status rc = sd_registry_add(sd_nodes_model_save, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_style[]; sd_status rc = sd_registry_add(sd_nodes_style, err); if (rc) return rc; }

@@ -135,13 +135,20 @@ typedef struct sd_unet_control {
  *                            it was saved, so only the next blocks see it;
  *   SD_UNET_AT_ATTN1_PATCH   attn1_patch + attn1_output_patch: every
  *                            transformer block's self-attention input
- *                            (before the projections) and output. */
+ *                            (before the projections) and output;
+ *   SD_UNET_AT_ATTN_KV       attn1_patch + attn2_patch that change only
+ *                            the key and value inputs (before to_k/to_v) of
+ *                            every transformer block's self- and
+ *                            cross-attention, in list order (the queries
+ *                            stay as they are, so they commute with
+ *                            HyperTile's query tiling). */
 typedef enum sd_unet_patch_at {
     SD_UNET_AT_OUTPUT_BLOCK = 1,
     SD_UNET_AT_ATTN1_REPLACE = 2,
     SD_UNET_AT_INPUT_BLOCK = 3,
     SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP = 4,
-    SD_UNET_AT_ATTN1_PATCH = 5
+    SD_UNET_AT_ATTN1_PATCH = 5,
+    SD_UNET_AT_ATTN_KV = 6
 } sd_unet_patch_at;
 
 /* transformer_options["block"][0] */
@@ -188,12 +195,21 @@ typedef enum sd_unet_patch_kind {
      * control has a record, also the attention probabilities of its batch
      * rows [item0, item0 + n_items) (softmax(q k^T / sqrt(d)) per head),
      * reduced to what SAG reads of them (sd_unet_attn_record) */
-    SD_UNET_PATCH_ATTN1_RECORD = 4
+    SD_UNET_PATCH_ATTN1_RECORD = 4,
+    /* HypernetworkLoader (comfy_extras/nodes_hypernetwork.py), p = {strength},
+     * hn = the hypernetwork (models/unet/hypernet.h): in attn1 and attn2 of
+     * every transformer block, k = k + mlp0(k) * strength and v = v +
+     * mlp1(v) * strength where the hypernetwork has the inputs' width */
+    SD_UNET_PATCH_HYPERNET = 5
 } sd_unet_patch_kind;
 
+struct sd_hypernet;
 typedef struct sd_unet_patch {
     sd_unet_patch_kind kind;
     double p[4];
+    /* SD_UNET_PATCH_HYPERNET: borrowed; whoever holds the patch list holds
+     * a reference (a MODEL value: nodes/loaders/handles.c) */
+    struct sd_hypernet *hn;
     /* replace patches: where (block kind, block id, transformer index
      * within the block's SpatialTransformer; -1 = every index) */
     sd_unet_block_kind block;

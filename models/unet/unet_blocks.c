@@ -6,6 +6,7 @@
  * freed as soon as they are dead. */
 #include "models/unet/unet_internal.h"
 #include "models/sampling/rng.h" /* HyperTile's draws */
+#include "models/unet/hypernet.h"
 
 #include <math.h>
 #include <string.h>
@@ -54,11 +55,13 @@ done:
     return out;
 }
 
-/* x: [N, L, C] normalized input; kv: [N, Lk, Ckv] -> [N, L, C] (to_out applied). */
-static sd_bt *attention(const unet_attn *a, sd_bt *x, sd_bt *kv, int heads) {
+/* x: [N, L, C] normalized input; kin, vin: [N, Lk, Ckv] the inputs of
+ * to_k and to_v (the same tensor unless a k/v patch changed them)
+ * -> [N, L, C] (to_out applied). */
+static sd_bt *attention(const unet_attn *a, sd_bt *x, sd_bt *kin, sd_bt *vin, int heads) {
     sd_bt *q = sd_op_linear(x, a->q, NULL);
-    sd_bt *k = q ? sd_op_linear(kv, a->k, NULL) : NULL;
-    sd_bt *v = k ? sd_op_linear(kv, a->v, NULL) : NULL;
+    sd_bt *k = q ? sd_op_linear(kin, a->k, NULL) : NULL;
+    sd_bt *v = k ? sd_op_linear(vin, a->v, NULL) : NULL;
     sd_bt *o = v ? sd_op_attention(q, k, v, heads, 0) : NULL;
     sd_bt_free(q);
     sd_bt_free(k);
@@ -119,16 +122,17 @@ static int record_mass(sd_bt *q, sd_bt *k, int heads, sd_unet_attn_record *rec) 
 }
 
 /* attn1 under a replace patch: the patch computes the attention from the
- * projections, to_out follows. ATTN1_IDENTITY returns v (to_q / to_k are
- * computed by ComfyUI and unused: left out); ATTN1_RECORD is the usual
- * attention, recording into rec when there is one. */
-static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd_bt *x, int heads,
-                                 sd_unet_attn_record *rec) {
+ * projections (of x, kin, vin: see attention), to_out follows.
+ * ATTN1_IDENTITY returns v (to_q / to_k are computed by ComfyUI and unused:
+ * left out); ATTN1_RECORD is the usual attention, recording into rec when
+ * there is one. */
+static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd_bt *x, sd_bt *kin, sd_bt *vin,
+                                 int heads, sd_unet_attn_record *rec) {
     if (pt->kind == SD_UNET_PATCH_ATTN1_RECORD) {
-        if (!rec || rec->n_items <= 0) return attention(a, x, x, heads);
+        if (!rec || rec->n_items <= 0) return attention(a, x, kin, vin, heads);
         sd_bt *q = sd_op_linear(x, a->q, NULL);
-        sd_bt *k = q ? sd_op_linear(x, a->k, NULL) : NULL;
-        sd_bt *v = k ? sd_op_linear(x, a->v, NULL) : NULL;
+        sd_bt *k = q ? sd_op_linear(kin, a->k, NULL) : NULL;
+        sd_bt *v = k ? sd_op_linear(vin, a->v, NULL) : NULL;
         sd_bt *o = v && record_mass(q, k, heads, rec) ? sd_op_attention(q, k, v, heads, 0) : NULL;
         sd_bt_free(q);
         sd_bt_free(k);
@@ -136,7 +140,7 @@ static sd_bt *attention_replaced(const unet_attn *a, const sd_unet_patch *pt, sd
         if (o) step(&o, sd_op_linear(o, a->out_w, a->out_b));
         return o;
     }
-    sd_bt *o = sd_op_linear(x, a->v, NULL);
+    sd_bt *o = sd_op_linear(vin, a->v, NULL);
     if (o) step(&o, sd_op_linear(o, a->out_w, a->out_b));
     return o;
 }
@@ -230,8 +234,8 @@ static sd_bt *hypertile_rearrange(sd_bt *x, const ht_split *s, int forward) {
  * (the attention's view by q's batch: tile t of an item meets the t-th run
  * of L / T consecutive tokens, as in ComfyUI) and the output is put back
  * before to_out (a per-token linear: the same as after it). */
-static sd_bt *attention_hypertile(const unet_attn *a, sd_bt *n, int heads, const sd_unet_patch *rep,
-                                  const unet_block_at *at, int *done) {
+static sd_bt *attention_hypertile(const unet_attn *a, sd_bt *n, sd_bt *kin, sd_bt *vin, int heads,
+                                  const sd_unet_patch *rep, const unet_block_at *at, int *done) {
     *done = 0;
     ht_split split = {0, 0, 0, 0};
     int n_split = 0;
@@ -265,8 +269,8 @@ static sd_bt *attention_hypertile(const unet_attn *a, sd_bt *n, int heads, const
     const int64_t T = split.nh * split.nw;
     sd_bt *q = sd_op_linear(n, a->q, NULL), *k = NULL, *v = NULL, *o = NULL;
     if (q) step(&q, hypertile_rearrange(q, &split, 1));
-    if (q) k = sd_op_linear(n, a->k, NULL);
-    if (k) v = sd_op_linear(n, a->v, NULL);
+    if (q) k = sd_op_linear(kin, a->k, NULL);
+    if (k) v = sd_op_linear(vin, a->v, NULL);
     if (v) {
         int64_t kv[3] = {q->shape[0], k->shape[1] / T, k->shape[2]};
         sd_bt *kt = sd_bt_view(k, 3, kv), *vt = sd_bt_view(v, 3, kv);
@@ -282,6 +286,27 @@ static sd_bt *attention_hypertile(const unet_attn *a, sd_bt *n, int heads, const
     return o;
 }
 
+/* The k/v patches (SD_UNET_AT_ATTN_KV: hypernetworks) in list order on an
+ * attention's key and value inputs, both x (borrowed) to begin with:
+ * *k / *v are new tensors where a patch changed them, else NULL (the
+ * caller reads x). 0 when an op failed (the backend's error says why). */
+static int kv_patch(const unet_block_at *at, sd_bt *x, sd_bt **k, sd_bt **v) {
+    *k = *v = NULL;
+    for (int i = 0; at && at->ps && i < at->ps->n; i++) {
+        const sd_unet_patch *pt = &at->ps->list[i];
+        if (pt->kind != SD_UNET_PATCH_HYPERNET) continue;
+        sd_bt *nk, *nv;
+        if (!sd_hypernet_apply(pt->hn, 0, *k ? *k : x, pt->p[0], &nk)) return 0;
+        if (!sd_hypernet_apply(pt->hn, 1, *v ? *v : x, pt->p[0], &nv)) {
+            sd_bt_free(nk);
+            return 0;
+        }
+        if (nk) step(k, nk);
+        if (nv) step(v, nv);
+    }
+    return 1;
+}
+
 static int has_attn1_patch(const unet_block_at *at) {
     for (int i = 0; at && at->ps && i < at->ps->n; i++)
         if (sd_unet_patch_point(at->ps->list[i].kind) == SD_UNET_AT_ATTN1_PATCH) return 1;
@@ -294,17 +319,21 @@ static int has_attn1_patch(const unet_block_at *at) {
  * patches), NULL = none. */
 static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, int heads,
                              const sd_unet_patch *rep, const unet_block_at *at) {
-    sd_bt *h = NULL, *n = NULL, *a = NULL;
+    sd_bt *h = NULL, *n = NULL, *a = NULL, *k = NULL, *v = NULL;
     int done = 0;
     if (!(n = sd_op_layer_norm(h_in, b->norm1_w, b->norm1_b, 1e-5f))) goto fail;
-    if (has_attn1_patch(at)) a = attention_hypertile(&b->attn1, n, heads, rep, at, &done);
+    if (!kv_patch(at, n, &k, &v)) goto fail;
+    if (has_attn1_patch(at)) a = attention_hypertile(&b->attn1, n, k ? k : n, v ? v : n, heads, rep, at, &done);
     if (done && !a) goto fail;
-    if (!done && !(a = rep ? attention_replaced(&b->attn1, rep, n, heads, at ? at->rec : NULL)
-                           : attention(&b->attn1, n, n, heads)))
+    if (!done && !(a = rep ? attention_replaced(&b->attn1, rep, n, k ? k : n, v ? v : n, heads, at ? at->rec : NULL)
+                           : attention(&b->attn1, n, k ? k : n, v ? v : n, heads)))
         goto fail;
+    step(&k, NULL), step(&v, NULL);
     if (!(h = sd_op_add(a, h_in))) goto fail;
     if (!step(&n, sd_op_layer_norm(h, b->norm2_w, b->norm2_b, 1e-5f))) goto fail;
-    if (!step(&a, attention(&b->attn2, n, context, heads))) goto fail;
+    if (!kv_patch(at, context, &k, &v)) goto fail;
+    if (!step(&a, attention(&b->attn2, n, k ? k : context, v ? v : context, heads))) goto fail;
+    step(&k, NULL), step(&v, NULL);
     if (!step(&h, sd_op_add(a, h))) goto fail;
     /* FeedForward: GEGLU (Linear to 2F, a * gelu(gate)), Linear back to C */
     if (!step(&n, sd_op_layer_norm(h, b->norm3_w, b->norm3_b, 1e-5f))) goto fail;
@@ -319,6 +348,8 @@ fail:
     sd_bt_free(n);
     sd_bt_free(a);
     sd_bt_free(h);
+    sd_bt_free(k);
+    sd_bt_free(v);
     return NULL;
 }
 

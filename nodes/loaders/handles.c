@@ -8,6 +8,7 @@
 #include "loaders.h"
 #include "models/checkpoint/model_paths.h"
 #include "models/text/tokenizer.h"
+#include "models/unet/hypernet.h"
 #include "nodes/lora/lora_nodes.h"
 
 static void free_model_ref(void *p) {
@@ -15,6 +16,7 @@ static void free_model_ref(void *p) {
     if (r) {
         sd_lora_stack_unref(r->loras); /* its patched view first: the base outlives it */
         sd_value_unref(r->patches.perp_neg_empty);
+        for (int i = 0; i < r->patches.unet.n; i++) sd_hypernet_unref(r->patches.unet.list[i].hn);
         sd_checkpoint_release(r->ckpt, SD_CKPT_PART_UNET);
         sd_checkpoint_unref(r->ckpt);
     }
@@ -67,6 +69,8 @@ sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *l
     r->loras = sd_lora_stack_ref(loras);
     if (p) r->patches = *p;
     if (r->patches.perp_neg_empty) sd_value_ref(r->patches.perp_neg_empty);
+    /* the hypernetworks of the UNet patches: one reference per MODEL value */
+    for (int i = 0; i < r->patches.unet.n; i++) sd_hypernet_ref(r->patches.unet.list[i].hn);
     sd_value *v = sd_value_handle(&sd_handle_model, r);
     if (!v) free_model_ref(r);
     return v;

@@ -43,7 +43,9 @@ typedef struct sd_model_patches {
      * CONDITIONING value; each MODEL value holds a reference to it
      * (sd_nodes_model_value_patched takes one) */
     sd_value *perp_neg_empty;
-    sd_unet_patches unet;     /* the UNet's patches (FreeU, ...; models/unet/unet.h) */
+    sd_unet_patches unet;     /* the UNet's patches (FreeU, ...; models/unet/unet.h);
+                               * each MODEL value holds a reference to their
+                               * hypernetworks (sd_unet_patch.hn) */
     int diff_diff;            /* DifferentialDiffusion's denoise_mask_function (the last */
     double diff_diff_strength; /*   one set wins), its strength (sd_inpaint.diff_diff) */
 } sd_model_patches;
