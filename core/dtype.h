@@ -64,6 +64,12 @@ int sd_dtype_is_float(sd_dtype t);
  * backends widen per op (F16, BF16, F8_E4M3, F8_E5M2). */
 int sd_dtype_is_narrow_float(sd_dtype t);
 
+/* 1 when none of the n stored values at data is NaN or Inf, judged on the
+ * stored bits with no conversion (for the block-quantized types: their f16
+ * scales, core/quant.h); integer types are always finite. n counts elements
+ * (a multiple of the block size for the quantized types). */
+int sd_dtype_all_finite(sd_dtype t, const void *data, size_t n);
+
 float sd_f16_to_f32(uint16_t h);
 uint16_t sd_f32_to_f16(float f);
 float sd_bf16_to_f32(uint16_t b);

@@ -358,23 +358,7 @@ static int entry_finite(sd_st_file *f, const sd_st_entry *e) {
     sd_error ignore;
     sd_tensor *t = sd_st_tensor(f, e->name, &ignore);
     if (!t) return 1; /* unreadable: the loader reports that itself */
-    size_t n = (size_t)sd_tensor_numel(t);
-    int ok = 1;
-    if (t->dtype == SD_F32) {
-        const float *p = t->data;
-        for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
-    } else if (t->dtype == SD_F64) {
-        const double *p = t->data;
-        for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]);
-    } else if (t->dtype == SD_F8_E4M3 || t->dtype == SD_F8_E5M2) {
-        const uint8_t *p = t->data;
-        const uint8_t m = t->dtype == SD_F8_E4M3 ? 0x7f : 0x7c; /* NaN code / all-ones exponent */
-        for (size_t i = 0; ok && i < n; i++) ok = (p[i] & m) != m;
-    } else {
-        const uint16_t *p = t->data;
-        const uint16_t m = t->dtype == SD_F16 ? 0x7c00 : 0x7f80; /* all-ones exponent */
-        for (size_t i = 0; ok && i < n; i++) ok = (p[i] & m) != m;
-    }
+    int ok = sd_dtype_all_finite(t->dtype, t->data, (size_t)sd_tensor_numel(t));
     sd_tensor_unref(t);
     return ok;
 }

@@ -38,20 +38,6 @@ static void shape_str(int ndim, const int64_t *s, char *buf, size_t n) {
     if (off < n) snprintf(buf + off, n - off, "]");
 }
 
-/* Finite check on the stored bytes, before any conversion. */
-static int all_finite(const sd_tensor *t) {
-    size_t n = (size_t)sd_tensor_numel(t);
-    switch (t->dtype) {
-    case SD_F32: { const float *p = t->data; for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0; return 1; }
-    case SD_F16: { const uint16_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7c00) == 0x7c00) return 0; return 1; }
-    case SD_BF16: { const uint16_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7f80) == 0x7f80) return 0; return 1; }
-    case SD_F64: { const double *p = t->data; for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0; return 1; }
-    case SD_F8_E4M3: { const uint8_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7f) == 0x7f) return 0; return 1; }
-    case SD_F8_E5M2: { const uint8_t *p = t->data; for (size_t i = 0; i < n; i++) if ((p[i] & 0x7c) == 0x7c) return 0; return 1; }
-    default: return sd_quant_scales_finite(t->dtype, t->data, (int64_t)n);
-    }
-}
-
 sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int64_t *shape,
                       sd_error *err) {
     char key[512];
@@ -75,7 +61,7 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
     }
     sd_tensor *t = sd_st_tensor(w->file, key, err);
     if (!t) return NULL;
-    if (!all_finite(t)) {
+    if (!sd_dtype_all_finite(t->dtype, t->data, (size_t)sd_tensor_numel(t))) {
         sd_tensor_unref(t);
         sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' contains NaN or Inf (corrupted checkpoint)",
                      sd_st_path(w->file), key);

@@ -188,15 +188,10 @@ static int target_numel(const lora_model *m, sd_lora_part part, const char *key,
 static int stored_finite(sd_lora *l, const char *name, sd_error *err) {
     sd_tensor *t = sd_st_tensor(l->f, name, err);
     if (!t) return -1;
-    size_t n = (size_t)sd_tensor_numel(t);
-    int ok = 1;
-    switch (t->dtype) {
-    case SD_F32: { const float *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]); break; }
-    case SD_F64: { const double *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = isfinite(p[i]); break; }
-    case SD_F16: { const uint16_t *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = (p[i] & 0x7c00) != 0x7c00; break; }
-    case SD_BF16: { const uint16_t *p = t->data; for (size_t i = 0; ok && i < n; i++) ok = (p[i] & 0x7f80) != 0x7f80; break; }
-    default: break;
-    }
+    /* float types only: an integer tensor where a LoRA factor belongs is
+     * reported by the shape/dtype checks, not here */
+    int ok = !sd_dtype_is_float(t->dtype) ||
+             sd_dtype_all_finite(t->dtype, t->data, (size_t)sd_tensor_numel(t));
     sd_tensor_unref(t);
     return ok;
 }

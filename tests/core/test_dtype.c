@@ -3,9 +3,11 @@
  * directions, overflow to infinity, subnormals, signed zero, NaN kept NaN
  * (never turned into an infinity by the rounding carry), every F16/BF16 value
  * round-trips through F32 exactly, and tensors convert element-wise with
- * reference counting intact. */
+ * reference counting intact; the finite check on stored bits finds one NaN
+ * or Inf anywhere. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -253,6 +255,45 @@ static void test_tensor_convert(void) {
     sd_tensor_unref(t);
 }
 
+/* sd_dtype_all_finite on the stored bits: a single NaN or Inf anywhere (the
+ * first element, inside a later scan block, a block's last element, the tail
+ * after the last whole block) is found; the largest finite value of each type
+ * is not taken for one. */
+static void test_all_finite(void) {
+    const size_t n = 3 * 4096 + 7;
+    struct { sd_dtype t; size_t size; uint64_t big, inf, nan; } types[] = {
+        {SD_F32, 4, 0x7f7fffffu, 0x7f800000u, 0x7fc00001u},
+        {SD_F64, 8, 0x7fefffffffffffffull, 0xfff0000000000000ull, 0x7ff8000000000000ull},
+        {SD_F16, 2, 0x7bff, 0xfc00, 0x7e01},
+        {SD_BF16, 2, 0x7f7f, 0x7f80, 0xffc1},
+        {SD_F8_E4M3, 1, 0x7e, 0x7f, 0xff}, /* e4m3fn has no inf: both codes are NaN */
+        {SD_F8_E5M2, 1, 0x7b, 0x7c, 0xfe},
+    };
+    const size_t at[] = {0, 1, 4095, 4096, 2 * 4096 + 17, 3 * 4096 - 1, 3 * 4096, n - 1};
+    unsigned char *buf = malloc(n * 8);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        size_t sz = types[k].size;
+        for (size_t i = 0; i < n; i++) /* little-endian stores of the largest finite value */
+            memcpy(buf + i * sz, &types[k].big, sz);
+        CHECK_MSG(sd_dtype_all_finite(types[k].t, buf, n) == 1, "%s all finite",
+                  sd_dtype_name(types[k].t));
+        for (size_t a = 0; a < sizeof at / sizeof at[0]; a++)
+            for (int which = 0; which < 2; which++) {
+                uint64_t bad = which ? types[k].nan : types[k].inf;
+                memcpy(buf + at[a] * sz, &bad, sz);
+                CHECK_MSG(sd_dtype_all_finite(types[k].t, buf, n) == 0, "%s %s at %zu",
+                          sd_dtype_name(types[k].t), which ? "NaN" : "Inf", at[a]);
+                CHECK_MSG(sd_dtype_all_finite(types[k].t, buf, at[a]) == 1, "%s prefix before %zu",
+                          sd_dtype_name(types[k].t), at[a]);
+                memcpy(buf + at[a] * sz, &types[k].big, sz);
+            }
+    }
+    CHECK(sd_dtype_all_finite(SD_I64, buf, n) == 1);
+    free(buf);
+}
+
 int main(void) {
     test_bf16();
     test_f16();
@@ -260,5 +301,6 @@ int main(void) {
     test_f8(1);
     test_f8(0);
     test_f8_edges();
+    test_all_finite();
     return sd_test_finish();
 }
