@@ -113,10 +113,10 @@ static sd_status flag(hn_read *r, const sd_pk_obj *sd, const char *key, int *out
 /* The dict entry of key `name` (a str) in state dict d, or NULL. */
 static const sd_pk_obj *sd_get(const sd_pk_obj *d, const char *name) { return sd_pickle_dict_get(d, name); }
 
-/* A tensor of the state dict under `key`, uploaded as F32 with ndim dims
- * (dims[i] >= 0 must match). */
-static sd_bt *tensor_of(hn_read *r, const sd_pk_obj *d, const char *where, const char *key, int ndim,
-                        const int64_t *dims) {
+/* The tensor of the state dict under `key`, checked to have ndim dims
+ * (dims[i] >= 0 must match); NULL with the error set. */
+static const sd_pk_obj *checked(hn_read *r, const sd_pk_obj *d, const char *where, const char *key, int ndim,
+                                const int64_t *dims) {
     const sd_pk_obj *o = sd_get(d, key);
     if (!o || o->kind != SD_PK_TENSOR) {
         sd_error_set(r->err, SD_ERR_FORMAT, "%s: %s: %s '%s' (the hypernetwork's layers are incomplete)", r->path,
@@ -138,19 +138,27 @@ static sd_bt *tensor_of(hn_read *r, const sd_pk_obj *d, const char *where, const
                      where, sd_torch_tree_path(r->tree, o), got, want);
         return NULL;
     }
+    return o;
+}
+
+/* o (from checked) read and uploaded as F32 into *slot; nothing when
+ * probing (r->be NULL). 0 with the error set when that failed. */
+static int take(hn_read *r, const sd_pk_obj *o, const char *where, const char *key, sd_bt **slot) {
+    if (!o) return 0;
+    if (!r->be) return 1;
     sd_tensor *t = sd_torch_tree_tensor(r->tree, o, r->err);
-    if (!t) return NULL;
+    if (!t) return 0;
     sd_tensor *f = t->dtype == SD_F32 ? t : sd_tensor_to_dtype(t, SD_F32);
     if (f != t) sd_tensor_unref(t);
     if (!f) {
         sd_error_set(r->err, SD_ERR_UNSUPPORTED, "%s: %s: '%s' has a dtype that does not widen to float32", r->path,
                      where, key);
-        return NULL;
+        return 0;
     }
-    sd_bt *b = sd_bt_from_host(r->be, f, SD_F32);
+    *slot = sd_bt_from_host(r->be, f, SD_F32);
     sd_tensor_unref(f);
-    if (!b) sd_backend_take_error(r->be, r->err);
-    return b;
+    if (!*slot) sd_backend_take_error(r->be, r->err);
+    return *slot != NULL;
 }
 
 /* The names of d's keys ending in ".weight", without it, in d's order. */
@@ -202,13 +210,14 @@ static sd_status read_mlp(hn_read *r, const sd_pk_obj *d, int64_t dim, int which
         hn_layer *l = &m->layers[m->n++];
         snprintf(key, sizeof key, "%.1000s.weight", names[i]);
         const int64_t wd[2] = {-1, width};
-        if (!(l->w = tensor_of(r, d, where, key, 2, wd))) {
+        const sd_pk_obj *wo = checked(r, d, where, key, 2, wd);
+        if (!take(r, wo, where, key, &l->w)) {
             rc = failed(r);
             break;
         }
-        const int64_t out = l->w->shape[0], bd[1] = {out};
+        const int64_t out = wo->u.tensor.shape[0], bd[1] = {out};
         snprintf(key, sizeof key, "%.1000s.bias", names[i]);
-        if (!(l->b = tensor_of(r, d, where, key, 1, bd))) {
+        if (!take(r, checked(r, d, where, key, 1, bd), where, key, &l->b)) {
             rc = failed(r);
             break;
         }
@@ -221,12 +230,12 @@ static sd_status read_mlp(hn_read *r, const sd_pk_obj *d, int64_t dim, int which
                 break;
             }
             snprintf(key, sizeof key, "%.1000s.weight", names[i]);
-            if (!(l->ln_w = tensor_of(r, d, where, key, 1, bd))) {
+            if (!take(r, checked(r, d, where, key, 1, bd), where, key, &l->ln_w)) {
                 rc = failed(r);
                 break;
             }
             snprintf(key, sizeof key, "%.1000s.bias", names[i]);
-            if (!(l->ln_b = tensor_of(r, d, where, key, 1, bd))) {
+            if (!take(r, checked(r, d, where, key, 1, bd), where, key, &l->ln_b)) {
                 rc = failed(r);
                 break;
             }
@@ -344,6 +353,13 @@ static sd_status read_hypernet(hn_read *r, sd_hypernet *h) {
                 return rc;
     }
     return SD_OK;
+}
+
+sd_status sd_hypernet_probe_file(const char *path, sd_error *err) {
+    sd_hypernet *h = NULL;
+    sd_status rc = sd_hypernet_load(NULL, path, &h, err);
+    sd_hypernet_unref(h);
+    return rc;
 }
 
 sd_status sd_hypernet_load(sd_backend *be, const char *path, sd_hypernet **out, sd_error *err) {

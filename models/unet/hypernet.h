@@ -37,7 +37,7 @@
  *     fails only when a mismatched MLP meets an attention of its width.
  *
  * Ownership: sd_hypernet_load returns one reference (the weights live on
- * the backend given); sd_hypernet_ref / _unref share it between MODEL
+ * the backend given; be NULL only checks: sd_hypernet_probe_file); sd_hypernet_ref / _unref share it between MODEL
  * values (thread-safe counts). The file is closed before load returns.
  */
 #ifndef SD_HYPERNET_H
@@ -72,6 +72,10 @@ typedef enum sd_hn_act {
  * that is no pair of state dicts, a missing bias or LayerNorm, shapes
  * that do not chain from the width back to it), and the reader's errors. */
 sd_status sd_hypernet_load(sd_backend *be, const char *path, sd_hypernet **out, sd_error *err);
+/* The same reading and checks without reading or uploading a weight (the
+ * node's file_probe: a file the loader would refuse is refused when the
+ * workflow is validated). */
+sd_status sd_hypernet_probe_file(const char *path, sd_error *err);
 sd_hypernet *sd_hypernet_ref(sd_hypernet *h); /* NULL-safe; returns h */
 void sd_hypernet_unref(sd_hypernet *h);       /* NULL-safe */
 

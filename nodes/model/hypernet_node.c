@@ -77,7 +77,7 @@ static sd_status hypernet_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
 static const sd_input_def hypernet_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "hypernetwork_name", .type = SD_T_COMBO, .options_fn = list_hypernetworks,
-     .file_folder = SD_FOLDER_HYPERNETWORKS},
+     .file_folder = SD_FOLDER_HYPERNETWORKS, .file_probe = sd_hypernet_probe_file},
     {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = -10.0, .max = 10.0, .step = 0.01, .has_range = 1},
     {0}};
 static const sd_output_def hypernet_outputs[] = {{"MODEL", "MODEL"}, {0}};

@@ -14,7 +14,8 @@
  *   "error" cases: the files the node refuses, each with its code, the
  *     file's name and what the manifest says the message holds, on the
  *     hypernetwork_name input;
- * and: the node leaves its input MODEL as it was, a truncated file and a
+ * and: the probe validation calls takes every listed file and refuses the
+ * error cases as the node does; the node leaves its input MODEL as it was, a truncated file and a
  * missing one are errors naming the file, the hypernetwork outlives the
  * node's own reference (MODEL values hold it).
  * Needs the shared tiny SD1 checkpoint and a tokenizer (SDFLOW_TOKENIZER_DIR
@@ -33,6 +34,7 @@
 #include "golden.h"
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
+#include "models/unet/hypernet.h"
 #include "models/unet/unet.h"
 #include "nodes/loaders/loaders.h"
 #include "nodes_ctx.h"
@@ -194,6 +196,14 @@ static void refused(const sd_env *env, sd_value *model, const char *id, const ch
     CHECK_MSG(out == NULL, "%s: an output despite the error", id);
     sd_value_unref(out);
     if (!rc) return;
+    /* the node's file_probe (validation) refuses it the same way */
+    if (code != SD_ERR_NOT_FOUND) {
+        char path[4400];
+        sd_error perr;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        CHECK_MSG(sd_hypernet_probe_file(path, &perr) == code && !strcmp(perr.msg, err.msg),
+                  "%s: the probe says %s", id, perr.msg);
+    }
     const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
     CHECK_MSG(strstr(err.msg, base) != NULL, "%s: the message does not name the file: %s", id, err.msg);
     CHECK_MSG(!strcmp(err.input, "hypernetwork_name"), "%s: error on input '%s'", id, err.input);
@@ -253,6 +263,7 @@ int main(void) {
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, str(c, "file"));
         CHECK_MSG(stat(path, &st) == 0, "missing %s", path);
+        CHECK_OK(sd_hypernet_probe_file(path, &err), &err); /* validation takes it */
     }
 
     const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
