@@ -10,7 +10,9 @@
  *     .safetensors file: no widths in ComfyUI), whose MODEL must come back
  *     unpatched;
  *   "ksampler" cases: CLIPTextEncode x2, EmptyLatentImage, the patched MODEL
- *     -> KSampler, against ComfyUI's nodes.common_ksampler;
+ *     -> KSampler, against ComfyUI's nodes.common_ksampler (one with
+ *     PerturbedAttentionGuidance after the hypernetwork: PAG's replaced
+ *     self-attention reads the patched value input);
  *   "error" cases: the files the node refuses, each with its code, the
  *     file's name and what the manifest says the message holds, on the
  *     hypernetwork_name input;
@@ -108,6 +110,16 @@ static sd_value *patched(const sd_env *env, sd_value *model0, const cJSON *c) {
         sd_model_patches before = patches_of(model);
         sd_value *m2 = NULL;
         sd_error err;
+        if (str(p, "node")) { /* another patch node in the chain (PerturbedAttentionGuidance, scale) */
+            const char *names[] = {"model", "scale"};
+            sd_value *vals[] = {model, sd_value_float(num(p, "scale"))};
+            m2 = run(env, str(p, "node"), names, vals, 2);
+            sd_value_unref(vals[1]);
+            sd_value_unref(model);
+            model = m2;
+            if (!model) return NULL;
+            continue;
+        }
         sd_status rc = hypernet(env, model, str(p, "file"), num(p, "strength"), &m2, &err);
         CHECK_MSG(rc == SD_OK, "%s: HypernetworkLoader %s: %s", str(c, "id"), str(p, "file"), err.msg);
         sd_model_patches after = patches_of(model), got = patches_of(m2);

@@ -39,6 +39,7 @@ import stio  # noqa: E402
 import comfy.sd  # noqa: E402
 import comfy.supported_models as sm  # noqa: E402
 import comfy_extras.nodes_hypernetwork as nodes_hn  # noqa: E402
+import comfy_extras.nodes_pag as nodes_pag  # noqa: E402
 import folder_paths  # noqa: E402
 import nodes  # noqa: E402
 
@@ -229,7 +230,10 @@ tensors["x"], tensors["context"], tensors["timesteps"] = x, ctx, ts
 def patched(chain, eval_dropout=False):
     m = model
     for f, s in chain:
-        m = nodes_hn.HypernetworkLoader.execute(m, f, s).result[0]
+        if f == "PerturbedAttentionGuidance":  # another patch in the chain: (node, scale)
+            m = nodes_pag.PerturbedAttentionGuidance.execute(m, s).result[0]
+        else:
+            m = nodes_hn.HypernetworkLoader.execute(m, f, s).result[0]
     if eval_dropout:  # ComfyUI leaves the Dropout modules in training mode (random): see the manifest
         for p in m.model_options["transformer_options"]["patches"]["attn1_patch"]:
             for d in p.hypernet:
@@ -288,12 +292,16 @@ pos = nodes.CLIPTextEncode().encode(clip, settings["positive"])[0]
 neg = nodes.CLIPTextEncode().encode(clip, settings["negative"])[0]
 for cid, chain in (("ksampler_plain", []),
                    ("ksampler_relu_ln", [("relu_ln.pt", 0.8)]),
-                   ("ksampler_stacked", [("swish_deep_ln.pt", 1.0), ("mish_out.pt", 0.5)])):
+                   ("ksampler_stacked", [("swish_deep_ln.pt", 1.0), ("mish_out.pt", 0.5)]),
+                   # PAG's replaced self-attention reads the hypernetwork's patched value input
+                   ("ksampler_relu_ln_pag", [("relu_ln.pt", 0.8), ("PerturbedAttentionGuidance", 3.0)])):
     m = patched(chain)
     res = nodes.common_ksampler(m, settings["seed"], settings["steps"], settings["cfg"], settings["sampler_name"],
                                 settings["scheduler"], pos, neg, latent)[0]["samples"]
     tensors[cid + "/latent"] = res.float()
-    cases.append({"id": cid, "kind": "ksampler", "patches": [{"file": f, "strength": s} for f, s in chain],
+    cases.append({"id": cid, "kind": "ksampler",
+                  "patches": [{"node": "PerturbedAttentionGuidance", "scale": s} if f == "PerturbedAttentionGuidance"
+                              else {"file": f, "strength": s} for f, s in chain],
                   "settings": settings, "latent": cid + "/latent", "atol": 0.04, "rtol": 0.002,
                   "tolerance_note": "tests/data/model_patch's KSampler tolerance (same model, sampler and steps): "
                                     "the UNet's float32 sums in another order"})
