@@ -249,6 +249,12 @@ void sd_rng_randn(sd_rng *r, float *out, int64_t n)
         out[i] = (float)normal_double(r);
 }
 
+void sd_rng_randn_serial(sd_rng *r, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)normal_double(r);
+}
+
 /* ---- comfy.sample.prepare_noise ------------------------------------------- */
 
 sd_status sd_noise_prepare_ex(uint64_t seed, sd_rng_path path, int ndim,

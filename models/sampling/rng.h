@@ -56,6 +56,13 @@ sd_rng_path sd_rng_get_path(const sd_rng *r);
  * n <= 0 writes nothing and draws nothing. */
 void sd_rng_randn(sd_rng *r, float *out, int64_t n);
 
+/* torch's normal_ on a float32 tensor it does not fill as a block (one
+ * that is not contiguous, e.g. channels-last strides): one
+ * at::normal_distribution<double> per element, in the tensor's memory
+ * order, with the generator's cached second value -- the n < 16 path of
+ * sd_rng_randn for any n. */
+void sd_rng_randn_serial(sd_rng *r, float *out, int64_t n);
+
 /* Lower-level draws, exposed for tests and for other torch ops built on the
  * same generator. */
 uint32_t sd_rng_next_u32(sd_rng *r);          /* one raw MT19937 output */

@@ -35,6 +35,8 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
+struct sd_rng;
+
 /* ---- what a sampler calls ------------------------------------------------ */
 
 /* Evaluates the guided model at noise level `sigma` on x (F32 [B, ...]).
@@ -118,9 +120,25 @@ typedef struct sd_sampler_params {
     int dpm_order;
     double dpm_rtol, dpm_atol, dpm_h_init, dpm_pcoeff, dpm_icoeff, dpm_dcoeff, dpm_accept_safety;
 
+    /* lcm_upscale (SamplerLCMUpscale, comfy_extras/nodes_advanced_samplers.py
+     * sample_lcm_upscale): the final scale (total_upscale), the number of
+     * steps that upscale (-1: ComfyUI's None, len(sigmas) // 2) and the
+     * common_upscale method (an sd_upscale_method, models/image/imageops.h). */
+    double lcm_total_upscale;
+    int lcm_upscale_steps;
+    int lcm_upscale_method;
+
     /* Overrides the sampler's noise (default generator / Brownian tree);
      * NULL = ComfyUI's. Lets tests force zero noise. */
     const sd_noise_source *noise;
+
+    /* The stand-in for torch's process-wide default generator in the state
+     * the run found it (ComfyUI's prepare_noise seeds it and draws the
+     * initial noise from it), which torch.randn_like draws in a sampler
+     * continue (s_churn, lcm_upscale); shared with the model's own draws
+     * (HyperTile, ToMe) and advanced by the run. Not owned. NULL: a
+     * generator seeded with `seed` after one draw of x's size. */
+    struct sd_rng *global_rng;
 
     /* The model is a flow-matching one (its model sampling is CONST): the
      * sampler takes ComfyUI's CONST branches (see above). 0 = VP. */
@@ -153,6 +171,9 @@ void sd_sampler_params_init(sd_sampler_params *p);
 /* In comfy.samplers.KSAMPLER_NAMES (k-diffusion functions); ddim, uni_pc and
  * uni_pc_bh2 are only in SAMPLER_NAMES. */
 #define SD_SAMPLER_KDIFFUSION 0x4u
+/* Changes x's height and width during the run (lcm_upscale): run it with
+ * sd_sampler_run_resizing. */
+#define SD_SAMPLER_RESIZES 0x8u
 
 typedef enum sd_sampler_noise_kind {
     SD_SAMPLER_NOISE_NONE = 0,  /* deterministic */
@@ -172,7 +193,8 @@ typedef struct sd_sampler {
 } sd_sampler;
 
 /* Lookup by exact ComfyUI name, or a node-only sampler's name ("euler_pp":
- * SamplerEulerCFGpp's alternative); NULL when unknown. */
+ * SamplerEulerCFGpp's alternative, "lcm_upscale": SamplerLCMUpscale's);
+ * NULL when unknown. */
 const sd_sampler *sd_sampler_find(const char *name);
 /* NULL-terminated list of all names in comfy.samplers.SAMPLER_NAMES order;
  * *count (may be NULL) receives the number of names. */
@@ -185,6 +207,10 @@ static inline int sd_sampler_discards_penultimate_sigma(const sd_sampler *s)
 static inline int sd_sampler_needs_uncond(const sd_sampler *s)
 {
     return (s->flags & SD_SAMPLER_NEEDS_UNCOND) != 0;
+}
+static inline int sd_sampler_resizes(const sd_sampler *s)
+{
+    return (s->flags & SD_SAMPLER_RESIZES) != 0;
 }
 
 /* The sigma KSAMPLER.sample then hands to inverse_noise_scaling: the last
@@ -206,5 +232,15 @@ float sd_sampler_final_sigma(const sd_sampler *s, const float *sigmas, int n_sig
 sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model,
                          const float *sigmas, int n_sigmas, sd_tensor *x,
                          const sd_sampler_params *params, sd_error *err);
+
+/* The same for every sampler, including those that change x's size
+ * (SD_SAMPLER_RESIZES; sd_sampler_run refuses them): *x (F32 [B, C, H, W]
+ * for those) is integrated in place or, when the result has another shape,
+ * replaced by a new tensor (the caller's reference to the old one
+ * released; *x is the caller's either way). The denoiser then sees x at
+ * each step's size. */
+sd_status sd_sampler_run_resizing(const sd_sampler *s, const sd_denoiser *model,
+                                  const float *sigmas, int n_sigmas, sd_tensor **x,
+                                  const sd_sampler_params *params, sd_error *err);
 
 #endif

@@ -40,6 +40,9 @@ typedef struct sd_sampler_run_ctx {
     int nmem;
     int total_steps;             /* len(sigmas) - 1, for progress */
     sd_tensor *uncond;           /* last uncond prediction (CFG++), else NULL */
+    sd_tensor *result;           /* a resizing sampler's result when its shape
+                                  * differs from x's (owned; handed to the
+                                  * caller by sd_sampler_run_resizing) */
 } smp_ctx;
 
 /* New zeroed temporary of x's shape owned by the context; NULL on OOM
@@ -61,6 +64,10 @@ sd_status smp_noise(smp_ctx *c, float sigma, float sigma_next, float *out,
                     sd_error *err);
 /* torch.randn_like(x) on the global generator (s_churn noise). */
 sd_status smp_global_randn(smp_ctx *c, float *out, sd_error *err);
+/* torch.randn_like of an n-element tensor on the global generator; serial:
+ * the tensor is not contiguous (torch's element-by-element path, values in
+ * its memory order). */
+sd_status smp_global_randn_n(smp_ctx *c, float *out, int64_t n, int serial, sd_error *err);
 
 /* Option with a per-sampler default. */
 static inline double smp_opt(double v, double dflt) { return isnan(v) ? dflt : v; }
@@ -121,6 +128,7 @@ SMP_DECL(smp_dpmpp_2m_sde_heun);
 SMP_DECL(smp_dpmpp_3m_sde);
 SMP_DECL(smp_ddpm);
 SMP_DECL(smp_lcm);
+SMP_DECL(smp_lcm_upscale);
 SMP_DECL(smp_ipndm);
 SMP_DECL(smp_ipndm_v);
 SMP_DECL(smp_deis);

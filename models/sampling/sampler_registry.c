@@ -65,6 +65,8 @@ static const sd_sampler k_samplers[] = {
  * KSampler's list): ComfyUI builds them as KSAMPLER(function). */
 static const sd_sampler k_node_samplers[] = {
     {"euler_pp", UNC, N_NONE, smp_euler_pp}, /* SamplerEulerCFGpp "alternative" */
+    /* SamplerLCMUpscale: its noise is randn_like on torch's default generator */
+    {"lcm_upscale", SD_SAMPLER_RESIZES, N_NONE, smp_lcm_upscale},
 };
 
 static const char *const k_names[] = {

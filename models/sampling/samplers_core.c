@@ -6,6 +6,7 @@
 #include "models/sampling/brownian.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/rng.h"
+#include "models/image/imageops.h"
 
 void sd_sampler_params_init(sd_sampler_params *p)
 {
@@ -18,6 +19,9 @@ void sd_sampler_params_init(sd_sampler_params *p)
     p->r = SD_SAMPLER_DEFAULT;
     p->ge_gamma = SD_SAMPLER_DEFAULT;
     p->sde_solver = SD_SDE_SOLVER_DEFAULT;
+    p->lcm_total_upscale = 1.0; /* SamplerLCMUpscale's defaults */
+    p->lcm_upscale_steps = -1;
+    p->lcm_upscale_method = SD_UPSCALE_BISLERP;
 }
 
 sd_tensor *smp_tmp(smp_ctx *c, sd_error *err)
@@ -81,23 +85,32 @@ sd_status smp_noise(smp_ctx *c, float sigma, float sigma_next, float *out, sd_er
     return st;
 }
 
+sd_status smp_global_randn_n(smp_ctx *c, float *out, int64_t n, int serial, sd_error *err)
+{
+    struct sd_rng *r = c->p->global_rng;
+    if (!r) {
+        /* no generator from the caller: ComfyUI's state after
+         * prepare_noise seeded it with the seed and drew x's noise */
+        if (!c->global_rng) {
+            c->global_rng = sd_rng_new(c->p->seed);
+            float *skip = c->global_rng ? malloc((size_t)c->n * sizeof(float)) : NULL;
+            if (!skip)
+                return sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", c->s->name);
+            sd_rng_randn(c->global_rng, skip, c->n);
+            free(skip);
+        }
+        r = c->global_rng;
+    }
+    if (serial)
+        sd_rng_randn_serial(r, out, n);
+    else
+        sd_rng_randn(r, out, n);
+    return SD_OK;
+}
+
 sd_status smp_global_randn(smp_ctx *c, float *out, sd_error *err)
 {
-    /* ComfyUI seeds torch's global generator with the seed and draws the
-     * initial noise from it (prepare_noise); randn_like(x) inside a sampler
-     * continues that stream. We model the common single-draw case. */
-    if (!c->global_rng) {
-        c->global_rng = sd_rng_new(c->p->seed);
-        if (!c->global_rng)
-            return sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", c->s->name);
-        float *skip = malloc((size_t)c->n * sizeof(float));
-        if (!skip)
-            return sd_error_set(err, SD_ERR_NOMEM, "sampler %s: out of memory", c->s->name);
-        sd_rng_randn(c->global_rng, skip, c->n);
-        free(skip);
-    }
-    sd_rng_randn(c->global_rng, out, c->n);
-    return SD_OK;
+    return smp_global_randn_n(c, out, c->n, 0, err);
 }
 
 void smp_ancestral_step(float sigma_from, float sigma_to, double eta, float *sigma_down,
@@ -180,9 +193,9 @@ static sd_status brownian_noise_sample(void *ud, float sigma, float sigma_next, 
     return sd_brownian_noise((sd_brownian *)ud, sigma, sigma_next, out, n, err);
 }
 
-sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model, const float *sigmas,
-                         int n_sigmas, sd_tensor *x, const sd_sampler_params *params,
-                         sd_error *err)
+static sd_status run(const sd_sampler *s, const sd_denoiser *model, const float *sigmas,
+                     int n_sigmas, sd_tensor *x, const sd_sampler_params *params,
+                     sd_tensor **result, sd_error *err)
 {
     if (!s || !model || !model->eval || !x || !params)
         return sd_error_set(err, SD_ERR_INVALID, "sd_sampler_run: NULL argument");
@@ -256,8 +269,13 @@ sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model, const fl
     }
 
     st = s->run(&c, x, sigmas, n_sigmas, err);
+    if (st == SD_OK && c.result) {
+        *result = c.result;
+        c.result = NULL;
+    }
 
 done:
+    sd_tensor_unref(c.result);
     for (int i = 0; i < c.ntmp; i++)
         sd_tensor_unref(c.tmp[i]);
     for (int i = 0; i < c.nmem; i++)
@@ -265,6 +283,32 @@ done:
     sd_rng_free(rng);
     sd_rng_free(c.global_rng);
     sd_brownian_free(bt);
+    return st;
+}
+
+sd_status sd_sampler_run(const sd_sampler *s, const sd_denoiser *model, const float *sigmas,
+                         int n_sigmas, sd_tensor *x, const sd_sampler_params *params,
+                         sd_error *err)
+{
+    if (s && sd_sampler_resizes(s))
+        return sd_error_set(err, SD_ERR_INVALID, "sampler %s changes the latent's size "
+                            "(sd_sampler_run_resizing runs it)", s->name);
+    sd_tensor *result = NULL;
+    return run(s, model, sigmas, n_sigmas, x, params, &result, err);
+}
+
+sd_status sd_sampler_run_resizing(const sd_sampler *s, const sd_denoiser *model,
+                                  const float *sigmas, int n_sigmas, sd_tensor **x,
+                                  const sd_sampler_params *params, sd_error *err)
+{
+    if (!x)
+        return sd_error_set(err, SD_ERR_INVALID, "sd_sampler_run_resizing: NULL argument");
+    sd_tensor *result = NULL;
+    sd_status st = run(s, model, sigmas, n_sigmas, *x, params, &result, err);
+    if (result) {
+        sd_tensor_unref(*x);
+        *x = result;
+    }
     return st;
 }
 

@@ -190,6 +190,13 @@ typedef enum sd_unet_patch_kind {
      * (random_divisor's choice, drawn from sd_unet_control.rng as torch's
      * randint) attending to as many equal runs of the keys, and put back. */
     SD_UNET_PATCH_HYPERTILE = 23,
+    /* TomePatchModel (comfy_extras/nodes_tomesd.py), p = {ratio}: where a
+     * self-attention's input has the UNet input's H * W tokens, int(N *
+     * ratio) of them merged into their most similar destination (one per
+     * 2x2 cell, drawn from sd_unet_control.rng as torch's randint) before
+     * the queries, and the output spread back after to_out
+     * (models/unet/unet_tome.c) */
+    SD_UNET_PATCH_TOME = 24,
     /* attn1 replace (SelfAttentionGuidance's attn_and_record,
      * comfy_extras/nodes_sag.py): the attention as usual; when the call's
      * control has a record, also the attention probabilities of its batch

@@ -313,6 +313,51 @@ static int has_attn1_patch(const unet_block_at *at) {
     return 0;
 }
 
+/* The block's patch of `kind` (the first), or NULL; *count: how many. */
+static const sd_unet_patch *find_patch(const unet_block_at *at, sd_unet_patch_kind kind, int *count) {
+    const sd_unet_patch *first = NULL;
+    *count = 0;
+    for (int i = 0; at && at->ps && i < at->ps->n; i++)
+        if (at->ps->list[i].kind == kind) {
+            if (!first) first = &at->ps->list[i];
+            ++*count;
+        }
+    return first;
+}
+
+/* attn1 under ToMe (SD_UNET_PATCH_TOME) on n [B, L, C] (borrowed; kin, vin:
+ * the key and value inputs, a hypernetwork's or n): *done = 0 when it
+ * merges nothing here (the caller computes attn1 as usual). Otherwise the
+ * merged queries attend to every token's keys and values and the output
+ * (to_out applied) is spread back. ToMe only reads and merges the queries'
+ * input, so it commutes with the hypernetwork's key/value patch. */
+static sd_bt *attention_tome(const unet_attn *a, sd_bt *n, sd_bt *kin, sd_bt *vin, int heads,
+                             const sd_unet_patch *rep, const unet_block_at *at, int *done) {
+    int n_tome = 0, n_ht = 0;
+    const sd_unet_patch *pt = find_patch(at, SD_UNET_PATCH_TOME, &n_tome);
+    *done = 0;
+    if (!pt) return NULL;
+    (void)find_patch(at, SD_UNET_PATCH_HYPERTILE, &n_ht);
+    unet_tome tm;
+    sd_bt *q = NULL, *o = NULL;
+    if (sd_unet_tome_merge(at, pt->p[0], n, &tm, &q)) {
+        *done = 1;
+        return NULL;
+    }
+    if (!tm.active) return NULL;
+    *done = 1;
+    /* ComfyUI chains attn1 patches (each sees the queries the last left)
+     * and unmerges in the same order: not followed here */
+    if (n_tome > 1 || n_ht || rep)
+        sd_error_set(at->err, SD_ERR_UNSUPPORTED, "ToMe with %s on the same self-attention is not supported",
+                     n_tome > 1 ? "another ToMe" : n_ht ? "HyperTile" : "an attn1 replace patch (PAG, SAG)");
+    else if ((o = attention(a, q, kin, vin, heads)))
+        step(&o, sd_unet_tome_unmerge(&tm, o, at->err));
+    sd_bt_free(q);
+    sd_unet_tome_release(&tm);
+    return o;
+}
+
 /* BasicTransformerBlock on h: [N, L, C] (borrowed) -> new [N, L, C]:
  * h += attn1(norm1 h); h += attn2(norm2 h, context); h += ff(norm3 h).
  * rep: attn1's replace patch or NULL; at: where the block sits (its attn1
@@ -323,7 +368,9 @@ static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, 
     int done = 0;
     if (!(n = sd_op_layer_norm(h_in, b->norm1_w, b->norm1_b, 1e-5f))) goto fail;
     if (!kv_patch(at, n, &k, &v)) goto fail;
-    if (has_attn1_patch(at)) a = attention_hypertile(&b->attn1, n, k ? k : n, v ? v : n, heads, rep, at, &done);
+    if (has_attn1_patch(at)) a = attention_tome(&b->attn1, n, k ? k : n, v ? v : n, heads, rep, at, &done);
+    if (!done && has_attn1_patch(at))
+        a = attention_hypertile(&b->attn1, n, k ? k : n, v ? v : n, heads, rep, at, &done);
     if (done && !a) goto fail;
     if (!done && !(a = rep ? attention_replaced(&b->attn1, rep, n, k ? k : n, v ? v : n, heads, at ? at->rec : NULL)
                            : attention(&b->attn1, n, k ? k : n, v ? v : n, heads)))

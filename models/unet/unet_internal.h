@@ -84,6 +84,25 @@ typedef struct unet_block_at {
  * sd_unet_control.record, NULL = nowhere); NULL = no patches. */
 sd_bt *sd_unet_res_forward(const unet_res *r, sd_bt *x, sd_bt *emb_silu);
 sd_bt *sd_unet_st_forward(const unet_st *s, sd_bt *x, sd_bt *context, const unet_block_at *at);
+/* ToMe's merge of one self-attention (unet_tome.c, SD_UNET_PATCH_TOME):
+ * the token partition and, per batch item, which sources were kept
+ * (unm_idx, na - r each), merged (src_idx, r each) and into which
+ * destination (dst_idx). Owned arrays; sd_unet_tome_release frees them. */
+typedef struct unet_tome {
+    int active;
+    int64_t B, N, C, r, na, nd;
+    int64_t *a_idx, *b_idx;            /* source / destination tokens */
+    int64_t *unm_idx, *src_idx, *dst_idx;
+} unet_tome;
+/* n [B, N, C] (borrowed): *merged = the merged queries [B, N - r, C] and t
+ * filled (t->active), or *merged = NULL when ToMe leaves this attention
+ * alone (draws nothing then). Draws from at->rng. Errors in at->err. */
+sd_status sd_unet_tome_merge(const unet_block_at *at, double ratio, sd_bt *n, unet_tome *t, sd_bt **merged);
+/* The attention's output o [B, N - r, C] (borrowed) spread back to
+ * [B, N, C]: a new tensor, NULL with err set. */
+sd_bt *sd_unet_tome_unmerge(const unet_tome *t, sd_bt *o, sd_error *err);
+void sd_unet_tome_release(unet_tome *t);
+
 /* The attn1 replace patch for the transformer block (block, block_id,
  * index), or NULL (unet_patch.c). */
 const sd_unet_patch *sd_unet_patch_attn1(const sd_unet_patches *ps, sd_unet_block_kind block, int block_id,

@@ -28,7 +28,8 @@ sd_unet_patch_at sd_unet_patch_point(sd_unet_patch_kind kind) {
     case SD_UNET_PATCH_DOWNSCALE: return SD_UNET_AT_INPUT_BLOCK;
     case SD_UNET_PATCH_DOWNSCALE_AFTER_SKIP: return SD_UNET_AT_INPUT_BLOCK_AFTER_SKIP;
     case SD_UNET_PATCH_UPSCALE_TO_SKIP: return SD_UNET_AT_OUTPUT_BLOCK;
-    case SD_UNET_PATCH_HYPERTILE: return SD_UNET_AT_ATTN1_PATCH;
+    case SD_UNET_PATCH_HYPERTILE:
+    case SD_UNET_PATCH_TOME: return SD_UNET_AT_ATTN1_PATCH;
     case SD_UNET_PATCH_HYPERNET: return SD_UNET_AT_ATTN_KV;
     }
     return 0;

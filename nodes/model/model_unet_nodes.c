@@ -6,7 +6,9 @@
  *     input block inside a sigma window and an output block patch that
  *     brings them back to the skip's size;
  *   HyperTile (comfy_extras/nodes_hypertile.py): self-attention on tiles of
- *     the queries, the tiling drawn from the run's generator. */
+ *     the queries, the tiling drawn from the run's generator;
+ *   TomePatchModel (comfy_extras/nodes_tomesd.py): token merging of the
+ *     full-resolution self-attention's queries (models/unet/unet_tome.c). */
 #include "model_nodes.h"
 
 #include <stdlib.h>
@@ -163,4 +165,46 @@ static const sd_node_def node_hypertile = {
     .run = hypertile_run,
 };
 
-const sd_node_def *const sd_nodes_model_unet_patch[] = {&node_downscale, &node_hypertile, NULL};
+/* ---- TomePatchModel -------------------------------------------------------------------- */
+
+static sd_status tome_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_model_ref *m;
+    sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
+    if (rc) return rc;
+    double ratio = sd_value_as_float(in[1]);
+    if (!(ratio >= 0.0 && ratio <= 1.0)) {
+        sd_error_set(err, SD_ERR_INVALID, "ratio must be 0..1");
+        sd_error_at(err, NULL, NULL, "ratio");
+        return SD_ERR_INVALID;
+    }
+    sd_unet_patch pt;
+    memset(&pt, 0, sizeof pt);
+    pt.kind = SD_UNET_PATCH_TOME;
+    pt.block_id = -1;
+    pt.index = -1;
+    pt.p[0] = ratio;
+    return add_unet_patches(m, &pt, 1, "TomePatchModel", &out[0], err);
+}
+
+static const sd_input_def tome_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "ratio", .type = SD_T_FLOAT, .def = 0.3, .min = 0.0, .max = 1.0, .step = 0.01, .has_range = 1},
+    {0}};
+
+static const sd_node_def node_tome = {
+    .version = 1,
+    .class_type = "TomePatchModel",
+    .python_module = "comfy_extras.nodes_tomesd",
+    .category = "model_patches/unet",
+    .flags = SD_NODE_V3,
+    .help = "Token merging (ToMe): in the full-resolution self-attentions, ratio of the tokens are merged "
+            "into the most similar token of their 2x2 cell's randomly drawn destination (from the sampler's "
+            "seeded generator, as ComfyUI's torch.randint) before the queries and spread back after; fewer "
+            "queries, an approximation of the unpatched image. SD1, SD2, SDXL.",
+    .inputs = tome_inputs,
+    .outputs = model_out,
+    .run = tome_run,
+};
+
+const sd_node_def *const sd_nodes_model_unet_patch[] = {&node_downscale, &node_hypertile, &node_tome, NULL};

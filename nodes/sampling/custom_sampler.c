@@ -438,7 +438,7 @@ extern const sd_node_def sd_node_BasicScheduler, sd_node_KarrasScheduler, sd_nod
     sd_node_FlipSigmas, sd_node_LaplaceScheduler, sd_node_VPScheduler, sd_node_ManualSigmas,
     sd_node_SetFirstSigma, sd_node_ExtendIntermediateSigmas, sd_node_SamplingPercentToSigma, sd_node_AddNoise,
     sd_node_SamplerSEEDS2, sd_node_SamplerER_SDE, sd_node_SamplerEulerCFGpp, sd_node_SamplerSASolver,
-    sd_node_SamplerDPMAdaptative;
+    sd_node_SamplerDPMAdaptative, sd_node_SamplerLCMUpscale;
 
 const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_SamplerCustom, &sd_node_SamplerCustomAdvanced, &sd_node_KSamplerSelect,
@@ -454,4 +454,4 @@ const sd_node_def *const sd_nodes_custom_sampling[] = {
     &sd_node_LaplaceScheduler, &sd_node_VPScheduler, &sd_node_ManualSigmas, &sd_node_SetFirstSigma,
     &sd_node_ExtendIntermediateSigmas, &sd_node_SamplingPercentToSigma, &sd_node_AddNoise,
     &sd_node_SamplerSEEDS2, &sd_node_SamplerER_SDE, &sd_node_SamplerEulerCFGpp, &sd_node_SamplerSASolver,
-    &sd_node_SamplerDPMAdaptative, NULL};
+    &sd_node_SamplerDPMAdaptative, &sd_node_SamplerLCMUpscale, NULL};

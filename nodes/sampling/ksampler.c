@@ -234,8 +234,9 @@ typedef struct run_state {
     sd_node_ctx *ctx;
     const sd_ksample_hooks *hooks;
     const char *latent_format; /* for previews: sd_latent_format.name */
-    sd_tensor *x0;             /* last callback's denoised (NULL = not wanted) */
+    sd_tensor *x0;             /* last callback's denoised (NULL = not wanted; owned) */
     int have_x0;
+    int x0_failed;             /* no memory for a resized x0 */
 } run_state;
 
 static void keep_x0(run_state *s, const sd_tensor *den);
@@ -436,7 +437,16 @@ static double ms_percent_to_sigma(void *ud, double percent) {
 
 /* x0 of the last sampler callback (ComfyUI's x0_output), for denoised_output. */
 static void keep_x0(run_state *s, const sd_tensor *den) {
-    if (!s->x0 || !den || den->nbytes != s->x0->nbytes) return;
+    if (!s->x0 || !den) return;
+    if (!sd_tensor_same_shape(den, s->x0)) { /* a resizing sampler's step */
+        sd_tensor *t = sd_tensor_new(SD_F32, den->ndim, den->shape);
+        if (!t) {
+            s->x0_failed = 1;
+            return;
+        }
+        sd_tensor_unref(s->x0);
+        s->x0 = t;
+    }
     memcpy(s->x0->data, den->data, den->nbytes);
     s->have_x0 = 1;
 }
@@ -712,6 +722,13 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         have_ip = 1;
         den = sd_inpaint_denoiser(&ip);
     }
+    if (sd_sampler_resizes(smp) && (mask || concat)) {
+        /* ComfyUI's KSamplerX0Inpaint / concat_cond fail on the new size too */
+        rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "sampler %s changes the latent's size, which %s does not allow",
+                          a->sampler_name, mask ? "a noise_mask (inpainting)" : "an inpainting or InstructPix2Pix model");
+        sd_error_at(err, NULL, NULL, mask ? "latent_image" : "model");
+        goto done;
+    }
     if (out_denoised && !(x0 = sd_tensor_new(SD_F32, 4, shape))) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
@@ -721,7 +738,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         goto done;
     }
     cm.rng = rng;
-    run_state st = {ctx, a->hooks, info->latent_format->name, x0, 0};
+    run_state st = {ctx, a->hooks, info->latent_format->name, x0, 0, 0};
+    x0 = NULL; /* st owns it now */
     sd_sampler_params p = a->options;
     p.seed = a->seed;
     if (!p.percent_to_sigma) { /* the MODEL's schedule (sa_solver's tau window) */
@@ -733,15 +751,21 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     p.progress_ud = &st;
     p.cancel = on_cancel;
     p.cancel_ud = &st;
-    if ((rc = sd_sampler_run(smp, &den, sigmas, a->n_sigmas, x, &p, err))) goto done;
+    p.global_rng = rng; /* randn_like in a sampler continues prepare_noise's generator */
+    rc = sd_sampler_run_resizing(smp, &den, sigmas, a->n_sigmas, &x, &p, err);
+    x0 = st.x0;
+    if (!rc && st.x0_failed) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    if (rc) goto done;
 
+    /* the result's size (a resizing sampler's may differ from the latent's) */
+    const int64_t nx = sd_tensor_numel(x);
     sd_ms_inverse_noise_scaling(ms, sd_sampler_final_sigma(smp, sigmas, a->n_sigmas), x->data, x->data,
-                                (size_t)n);
-    sd_latent_process_out(info->latent_format, x->data, x->data, (size_t)n);
+                                (size_t)nx);
+    sd_latent_process_out(info->latent_format, x->data, x->data, (size_t)nx);
     rc = latent_with(a->latent, sd_tensor_ref(x), out, err);
     if (!rc && out_denoised) {
         if (st.have_x0) {
-            sd_latent_process_out(info->latent_format, x0->data, x0->data, (size_t)n);
+            sd_latent_process_out(info->latent_format, x0->data, x0->data, (size_t)sd_tensor_numel(x0));
             rc = latent_with(a->latent, sd_tensor_ref(x0), out_denoised, err);
         } else { /* no step ran: ComfyUI hands out the same latent twice */
             *out_denoised = sd_value_ref(*out);

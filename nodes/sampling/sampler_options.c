@@ -18,6 +18,7 @@
 
 #include "custom.h"
 #include "nodes/loaders/loaders.h"
+#include "models/image/imageops.h"
 
 static sd_status bad_sampler(sd_error *err, const char *input, const char *msg, const char *what) {
     sd_error_set(err, SD_ERR_INVALID, msg, what ? what : "?");
@@ -70,6 +71,17 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
         }
         p->dpm_set = 1;
         p->dpm_order = (int)sd_value_as_int(o);
+    }
+    if ((o = sd_value_dict_get(v, "upscale_method"))) {
+        sd_value *tu = sd_value_dict_get(v, "total_upscale"), *us = sd_value_dict_get(v, "upscale_steps");
+        sd_upscale_method m;
+        if (!tu || !us) return bad_sampler(err, input, "SAMPLER %s: an lcm_upscale option set without all its keys", n);
+        const char *ms = sd_value_as_string(o);
+        if (!ms || sd_upscale_method_parse(ms, &m) || m == SD_UPSCALE_LANCZOS)
+            return bad_sampler(err, input, "SAMPLER upscale_method '%s' is not one of SamplerLCMUpscale's", ms);
+        p->lcm_total_upscale = sd_value_as_float(tu);
+        p->lcm_upscale_steps = (int)sd_value_as_int(us);
+        p->lcm_upscale_method = (int)m;
     }
     if ((o = sd_value_dict_get(v, "solver_type"))) {
         const char *st = sd_value_as_string(o);
@@ -205,6 +217,27 @@ static sd_status euler_cfgpp_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     return done(d, d ? SD_OK : SD_ERR_NOMEM, out, err);
 }
 
+/* SamplerLCMUpscale: lcm_upscale with total_upscale = scale_ratio,
+ * upscale_steps = scale_steps (-1: ComfyUI's None) and the method. */
+static sd_status lcm_upscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    double ratio = sd_value_as_float(in[0]);
+    int64_t steps = sd_value_as_int(in[1]);
+    const char *m = sd_value_as_string(in[2]);
+    sd_upscale_method um;
+    if (!(ratio >= 0.1 && ratio <= 20.0)) return bad_sampler(err, "scale_ratio", "scale_ratio must be 0.1..20%s", "");
+    if (steps < -1 || steps > 1000) return bad_sampler(err, "scale_steps", "scale_steps must be -1..1000%s", "");
+    if (!m || sd_upscale_method_parse(m, &um) || um == SD_UPSCALE_LANCZOS)
+        return bad_sampler(err, "upscale_method", "upscale_method must be bislerp, nearest-exact, bilinear, area or "
+                           "bicubic, got '%s'", m);
+    sd_value *d = sampler_dict("lcm_upscale");
+    sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
+    if (!rc) rc = put_or_fail(d, "total_upscale", sd_value_float(ratio));
+    if (!rc) rc = put_or_fail(d, "upscale_steps", sd_value_int(steps < 0 ? -1 : steps));
+    if (!rc) rc = put_or_fail(d, "upscale_method", sd_value_string(m));
+    return done(d, rc, out, err);
+}
+
 #define CAT_SAMPLERS "sampling/custom_sampling/samplers"
 #define FLOAT_NR(n, d, lo, hi, st) \
     {.name = n, .type = SD_T_FLOAT, .def = d, .min = lo, .max = hi, .step = st, .has_range = 1, .round = SD_ROUND_FALSE}
@@ -291,3 +324,18 @@ const sd_node_def sd_node_SamplerEulerCFGpp = {
     .category = "_for_testing",
     .help = "Euler CFG++: regular is euler_cfg_pp; alternative steps along x - 2 denoised + uncond_denoised.",
     .inputs = euler_cfgpp_inputs, .outputs = sampler_out, .run = euler_cfgpp_run};
+
+static const char *const lcm_upscale_methods[] = {"bislerp", "nearest-exact", "bilinear", "area", "bicubic", NULL};
+static const sd_input_def lcm_upscale_inputs[] = {
+    {.name = "scale_ratio", .type = SD_T_FLOAT, .def = 1.0, .min = 0.1, .max = 20.0, .step = 0.01, .has_range = 1},
+    {.name = "scale_steps", .type = SD_T_INT, .def = -1, .min = -1, .max = 1000, .step = 1, .has_range = 1},
+    {.name = "upscale_method", .type = SD_T_COMBO, .options = lcm_upscale_methods, .def_str = "bislerp",
+     .no_default = 1},
+    {0}};
+const sd_node_def sd_node_SamplerLCMUpscale = {
+    .version = 1, .class_type = "SamplerLCMUpscale", .python_module = "comfy_extras.nodes_advanced_samplers",
+    .flags = SD_NODE_V3, .category = CAT_SAMPLERS,
+    .help = "LCM steps whose prediction is resized (common_upscale with the method) on the first scale_steps "
+            "steps (-1: half of them), growing the latent to scale_ratio times its size; its noise continues "
+            "the seed's generator after the initial noise, as ComfyUI's randn_like on torch's default one.",
+    .inputs = lcm_upscale_inputs, .outputs = sampler_out, .run = lcm_upscale_run};
