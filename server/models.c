@@ -20,7 +20,7 @@
 /* Model folders listed, as ComfyUI names them. */
 static const char *const model_folders[] = {
     "checkpoints", "loras", "vae", "vae_approx", "controlnet", "embeddings", "diffusion_models",
-    "text_encoders", "clip", "upscale_models", "clip_vision", "style_models", "hypernetworks", NULL,
+    "text_encoders", "clip", "upscale_models", "clip_vision", "style_models", "hypernetworks", "gligen", NULL,
 };
 static const char *const model_exts[] = {".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", NULL};
 

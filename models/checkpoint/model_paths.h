@@ -30,6 +30,7 @@
 #define SD_FOLDER_CLIP_VISION "clip_vision"
 #define SD_FOLDER_STYLE_MODELS "style_models"
 #define SD_FOLDER_HYPERNETWORKS "hypernetworks"
+#define SD_FOLDER_GLIGEN "gligen"
 
 /* Extensions ComfyUI lists for model folders (supported_pt_extensions):
  * .ckpt .pt .pt2 .bin .pth .safetensors .pkl .sft. Torch zip checkpoints

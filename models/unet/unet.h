@@ -109,7 +109,27 @@ typedef struct sd_unet_control {
      * this call; NULL = record nothing (the patch then only computes the
      * attention) */
     struct sd_unet_attn_record *record;
+    /* the conditioning entry's own patches (ComfyUI's cond "patches",
+     * merged after the model's): its middle_patch, NULL = none */
+    const struct sd_unet_middle_patch *middle_patch;
 } sd_unet_control;
+
+/* A middle_patch (GLIGEN's, comfy/gligen.py): called in every transformer
+ * block between the self-attention's residual add and norm2, as
+ * BasicTransformerBlock does, with x [N, L, C] (borrowed) and
+ * transformer_index, ComfyUI's count of the SpatialTransformers this
+ * forward ran before the current one (input blocks, middle, output blocks;
+ * every block of one SpatialTransformer sees the same index). *out: a new
+ * tensor replacing x. An error fills err (the forward stops with it). */
+typedef struct sd_unet_middle_patch {
+    sd_status (*fn)(void *ud, int transformer_index, sd_bt *x, sd_bt **out, sd_error *err);
+    void *ud;
+} sd_unet_middle_patch;
+
+/* The channel width of each SpatialTransformer in forward order (the
+ * order of transformer_index): input blocks, middle block, output blocks.
+ * Fills up to max widths; returns how many the UNet has. */
+int sd_unet_transformer_widths(const sd_unet *u, int *widths, int max);
 
 /* ---- model patches (ComfyUI's transformer_options "patches" / "patches_replace") ----
  * What a MODEL patch node (FreeU, ...) puts on a MODEL for the UNet: plain

@@ -377,6 +377,12 @@ static sd_bt *tblock_forward(const unet_tblock *b, sd_bt *h_in, sd_bt *context, 
         goto fail;
     step(&k, NULL), step(&v, NULL);
     if (!(h = sd_op_add(a, h_in))) goto fail;
+    if (at && at->mid) { /* middle_patch (GLIGEN) */
+        sd_bt *p = NULL;
+        if (at->mid->fn(at->mid->ud, at->tindex ? *at->tindex : 0, h, &p, at->err)) goto fail;
+        step(&h, p);
+        if (!h) goto fail;
+    }
     if (!step(&n, sd_op_layer_norm(h, b->norm2_w, b->norm2_b, 1e-5f))) goto fail;
     if (!kv_patch(at, context, &k, &v)) goto fail;
     if (!step(&a, attention(&b->attn2, n, k ? k : context, v ? v : context, heads))) goto fail;

@@ -26,7 +26,11 @@ static sd_bt *layer_forward(const unet_layer *l, sd_bt *x, sd_bt *emb_silu, sd_b
                             int64_t target_h, int64_t target_w, const unet_block_at *at) {
     switch (l->kind) {
     case UL_RES: return sd_unet_res_forward(l->res, x, emb_silu);
-    case UL_ST: return sd_unet_st_forward(l->st, x, context, at);
+    case UL_ST: {
+        sd_bt *h = sd_unet_st_forward(l->st, x, context, at);
+        if (at && at->tindex) (*at->tindex)++;
+        return h;
+    }
     case UL_CONV: return sd_op_conv2d(x, l->conv_w, l->conv_b, 1, 1, 1);
     case UL_DOWN: return sd_op_conv2d(x, l->conv_w, l->conv_b, 2, 1, 1);
     case UL_UP: {
@@ -169,6 +173,8 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
     int n_skips = 0;
     const sd_unet_patches *ps = control ? control->patches : NULL;
     sd_unet_attn_record *rec = control ? control->record : NULL;
+    const sd_unet_middle_patch *mid = control ? control->middle_patch : NULL;
+    int tindex = 0; /* transformer_options["transformer_index"] */
     sd_bt *h = NULL, *emb = NULL;
     /* after: what the next input block reads when an after-skip patch
      * changed it, else NULL (the last skip) */
@@ -182,7 +188,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
     const int64_t oh = x->shape[2], ow = x->shape[3];
     for (int i = 0; i < u->n_in; i++) {
         snprintf(nm, sizeof nm, "input_blocks.%d", i);
-        unet_block_at at = {ps, SD_UNET_BLOCK_INPUT, i, oh, ow, rng, err, rec};
+        unet_block_at at = {ps, SD_UNET_BLOCK_INPUT, i, oh, ow, rng, err, rec, mid, &tindex};
         h = block_forward(u, &u->in[i], nm, after ? after : i ? skips[n_skips - 1] : x, emb, context, 0, 0, &at);
         sd_bt_free(after);
         after = NULL;
@@ -203,8 +209,8 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
             goto fail_rc;
     }
 
-    unet_block_at mid = {ps, SD_UNET_BLOCK_MIDDLE, 0, oh, ow, rng, err, rec};
-    h = block_forward(u, &u->middle, "middle_block", after ? after : skips[n_skips - 1], emb, context, 0, 0, &mid);
+    unet_block_at mat = {ps, SD_UNET_BLOCK_MIDDLE, 0, oh, ow, rng, err, rec, mid, &tindex};
+    h = block_forward(u, &u->middle, "middle_block", after ? after : skips[n_skips - 1], emb, context, 0, 0, &mat);
     sd_bt_free(after);
     after = NULL;
     if (!h) goto fail;
@@ -243,7 +249,7 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
         int64_t th = n_skips ? skips[n_skips - 1]->shape[2] : 0;
         int64_t tw = n_skips ? skips[n_skips - 1]->shape[3] : 0;
         snprintf(nm, sizeof nm, "output_blocks.%d", i);
-        unet_block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i, oh, ow, rng, err, rec};
+        unet_block_at at = {ps, SD_UNET_BLOCK_OUTPUT, i, oh, ow, rng, err, rec, mid, &tindex};
         if (!step(&h, block_forward(u, &u->out[i], nm, h, emb, context, th, tw, &at))) goto fail;
     }
     tap(u, "output_blocks.last", h);
@@ -267,4 +273,20 @@ fail_rc:
     sd_bt_free(emb);
     for (int i = 0; i < n_skips; i++) sd_bt_free(skips[i]);
     return rc;
+}
+
+int sd_unet_transformer_widths(const sd_unet *u, int *widths, int max) {
+    int n = 0;
+    const unet_block *blocks[2 * SD_UNET_MAX_BLOCKS + 1];
+    int nb = 0;
+    for (int i = 0; i < u->n_in; i++) blocks[nb++] = &u->in[i];
+    blocks[nb++] = &u->middle;
+    for (int i = 0; i < u->n_out; i++) blocks[nb++] = &u->out[i];
+    for (int b = 0; b < nb; b++)
+        for (int l = 0; l < blocks[b]->n; l++)
+            if (blocks[b]->layers[l].kind == UL_ST) {
+                if (n < max) widths[n] = blocks[b]->layers[l].st->ch;
+                n++;
+            }
+    return n;
 }

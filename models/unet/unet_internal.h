@@ -75,6 +75,10 @@ typedef struct unet_block_at {
     struct sd_rng *rng;
     sd_error *err;
     sd_unet_attn_record *rec;
+    /* the entry's middle_patch (NULL = none) and the forward's
+     * transformer_index counter (advanced after each SpatialTransformer) */
+    const sd_unet_middle_patch *mid;
+    int *tindex;
 } unet_block_at;
 
 /* Forward of single layers (unet_blocks.c). Inputs are borrowed; results

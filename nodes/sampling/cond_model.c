@@ -15,6 +15,7 @@
 #include "models/sd3/sd3.h"
 #include "models/unet/unet.h"
 #include "nodes/controlnet/controlnet_nodes.h"
+#include "nodes/gligen/gligen_nodes.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -36,6 +37,9 @@ typedef struct chunk {
     float guidance;
     const sd_value *refs;       /* Flux: "reference_latents" (a list) or NULL */
     const char *ref_method;     /* "reference_latents_method" or NULL */
+    const sd_gligen_ref *gligen; /* the entry's GLIGEN or NULL */
+    sd_gligen_box *gboxes;      /* its boxes (owned array, borrowed tensors) */
+    int n_gboxes;
 } chunk;
 
 static double dict_float(const sd_value *d, const char *key, double dflt) {
@@ -201,6 +205,9 @@ static sd_status group_refs(const sd_cond_model *m, chunk **g, int ng, int64_t B
 }
 
 static int compatible(const chunk *a, const chunk *b) {
+    /* a GLIGEN entry's patches dict is made per entry (get_area_and_mult):
+     * ComfyUI never batches it with another entry */
+    if ((a->gligen || b->gligen) && a != b) return 0;
     /* ComfyUI batches entries only when they share the control object and
      * have the same conds (a guidance value or none) */
     if (sd_value_dict_get(a->entry, "control") != sd_value_dict_get(b->entry, "control"))
@@ -338,7 +345,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
     sd_tensor *yv = NULL;
     float *ts = malloc((size_t)N * sizeof(float));
     float *gd = g[0]->guided ? malloc((size_t)N * sizeof(float)) : NULL;
-    sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL, **brefs = NULL;
+    sd_bt *bx = NULL, *bc = NULL, *by = NULL, *bo = NULL, **brefs = NULL, *gobjs = NULL;
     int nref = 0;
     sd_tensor *eps = NULL;
     sd_control_residuals res;
@@ -443,6 +450,32 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         }
         extra = &patched;
     }
+    /* the entry's GLIGEN (Gligen.set_position on this input's shape) as the
+     * UNet's middle_patch */
+    sd_unet_middle_patch gmid;
+    sd_gligen_call gcall = {NULL, NULL};
+    if (g[0]->gligen) {
+        if (m->dm.info.kind != SD_DMODEL_UNET) {
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "GLIGEN is not supported on a %s model",
+                              sd_dmodel_kind_name(m->dm.info.kind));
+            goto done;
+        }
+        if ((rc = sd_gligen_set_position(g[0]->gligen->g, g[0]->gboxes, g[0]->n_gboxes, B, ah, aw, &gobjs, err))) {
+            sd_error_prefix(err, "GLIGEN model %s", g[0]->gligen->name);
+            goto done;
+        }
+        if (extra != &patched) {
+            if (res.active) patched = res.control;
+            else memset(&patched, 0, sizeof patched);
+            patched.sigma = sigma;
+            patched.rng = m->rng;
+            patched.record = rec;
+            extra = &patched;
+        }
+        gcall = (sd_gligen_call){g[0]->gligen->g, gobjs};
+        sd_gligen_middle_patch(&gcall, &gmid);
+        patched.middle_patch = &gmid;
+    }
     nref = g[0]->refs ? (int)sd_value_list_len(g[0]->refs) : 0;
     sd_flux_refs frefs = {NULL, 0, SD_FLUX_REF_OFFSET};
     if (nref) {
@@ -495,6 +528,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         }
     }
 done:
+    sd_bt_free(gobjs);
     sd_control_residuals_free(&res);
     for (int i = 0; brefs && i < nref; i++) sd_bt_free(brefs[i]);
     free(brefs);
@@ -577,6 +611,10 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                 sd_error_prefix(err, "%s conditioning entry %zu", which, k);
                 break;
             }
+            if ((rc = sd_nodes_gligen_of(c->entry, &c->gligen, &c->gboxes, &c->n_gboxes, err))) {
+                sd_error_prefix(err, "%s conditioning entry %zu", which, k);
+                break;
+            }
             int use = 0;
             rc = chunk_setup(m, c, x->shape[0], H, W, sigma, &use, err);
             if (rc) sd_error_prefix(err, "%s conditioning entry %zu", which, k);
@@ -601,7 +639,10 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
         if (m->tap) m->tap(m->tap_ud, conds[j], sigma, outs[j]);
     }
 done:
-    for (size_t i = 0; all && i < total; i++) free(all[i].mult);
+    for (size_t i = 0; all && i < total; i++) {
+        free(all[i].mult);
+        free(all[i].gboxes);
+    }
     for (int j = 0; cnt && j < n_conds; j++) free(cnt[j]);
     free(all);
     free(order);

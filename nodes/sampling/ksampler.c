@@ -14,6 +14,7 @@
 #include "models/sampling/schedules.h"
 #include "nodes/conditioning/conditioning.h"
 #include "nodes/controlnet/controlnet_nodes.h"
+#include "nodes/gligen/gligen_nodes.h"
 #include "nodes/loaders/loaders.h"
 
 #ifdef __clang__
@@ -140,6 +141,35 @@ static int same_area_if_none(sd_value *conds, const sd_value *c) {
 /* A ControlNet made for another model would only fail at the first model
  * call, deep inside the sampler; check every attached one against the UNet
  * first so the error names the conditioning input that carries it. */
+/* The same for GLIGEN models: a fuser of the right width for every
+ * SpatialTransformer of the UNet (ComfyUI fails inside the first forward). */
+static sd_status check_gligen(const sd_value *conds, const char *input, sd_unet *unet, sd_error *err) {
+    for (size_t i = 0; i < sd_value_list_len(conds); i++) {
+        const sd_gligen_ref *ref = NULL;
+        sd_gligen_box *boxes = NULL;
+        int n = 0;
+        sd_status rc = sd_nodes_gligen_of(sd_value_list_get(conds, i), &ref, &boxes, &n, err);
+        free(boxes);
+        if (!rc && ref && !unet)
+            rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "GLIGEN runs on SD1 UNet models only");
+        if (!rc && ref) {
+            int widths[3 * SD_UNET_MAX_BLOCKS];
+            int nw = sd_unet_transformer_widths(unet, widths, 3 * SD_UNET_MAX_BLOCKS);
+            rc = sd_gligen_check_fit(ref->g, widths, nw, err);
+            if (rc) sd_error_prefix(err, "GLIGEN model %s", ref->name);
+        }
+        if (!rc && ref && n > SD_GLIGEN_MAX_OBJS)
+            rc = sd_error_set(err, SD_ERR_INVALID, "%d GLIGEN boxes; ComfyUI's GLIGEN takes at most %d", n,
+                              SD_GLIGEN_MAX_OBJS);
+        if (rc) {
+            sd_error_prefix(err, "entry %zu", i);
+            sd_error_at(err, NULL, NULL, input);
+            return rc;
+        }
+    }
+    return SD_OK;
+}
+
 static sd_status check_controls(const sd_value *conds, const char *input, sd_unet *unet,
                                 sd_error *err) {
     for (size_t i = 0; i < sd_value_list_len(conds); i++) {
@@ -162,13 +192,14 @@ static sd_status check_controls(const sd_value *conds, const char *input, sd_une
     return SD_OK;
 }
 
-/* comfy.samplers.apply_empty_x_to_equal_area for "control": when positive
- * entries from the deprecated ControlNetApply (control_apply_to_uncond) carry
- * a control and no negative entry does, the area-less negative entries
- * without one get those controls. *out is a new list, or NULL when the
- * negative stays as it is. */
-static sd_status control_to_uncond(const sd_value *pos, const sd_value *neg, sd_value **out,
-                                   sd_error *err) {
+/* comfy.samplers.apply_empty_x_to_equal_area for `key` ("control" from the
+ * positive entries with the `flag` set, "gligen" from all with flag NULL):
+ * when area-less positive entries carry one and no area-less negative entry
+ * does, the area-less negative entries without one get those (the x-th
+ * value goes to negative entry x modulo their count: the last wins). *out
+ * is a new list, or NULL when the negative stays as it is. */
+static sd_status fill_uncond(const sd_value *pos, const sd_value *neg, const char *key, const char *flag,
+                             sd_value **out, sd_error *err) {
     *out = NULL;
     size_t np = sd_value_list_len(pos), nn = sd_value_list_len(neg);
     sd_value **cnets = calloc(np ? np : 1, sizeof *cnets);
@@ -181,13 +212,13 @@ static sd_status control_to_uncond(const sd_value *pos, const sd_value *neg, sd_
         goto done;
     }
     for (size_t i = 0; i < np; i++) {
-        sd_value *e = sd_value_list_get(pos, i), *f = sd_value_dict_get(e, "control_apply_to_uncond");
-        sd_value *c = sd_value_dict_get(e, "control");
-        if (!f || !sd_value_as_bool(f) || sd_value_dict_get(e, "area")) continue;
+        sd_value *e = sd_value_list_get(pos, i), *f = flag ? sd_value_dict_get(e, flag) : NULL;
+        sd_value *c = sd_value_dict_get(e, key);
+        if ((flag && (!f || !sd_value_as_bool(f))) || sd_value_dict_get(e, "area")) continue;
         if (c && sd_value_kind_of(c) != SD_VAL_NONE) cnets[nc++] = c;
     }
     for (size_t i = 0; i < nn; i++) {
-        sd_value *e = sd_value_list_get(neg, i), *c = sd_value_dict_get(e, "control");
+        sd_value *e = sd_value_list_get(neg, i), *c = sd_value_dict_get(e, key);
         if (sd_value_dict_get(e, "area")) continue;
         if (c && sd_value_kind_of(c) != SD_VAL_NONE) uncond_has = 1;
         else other[no++] = i;
@@ -201,7 +232,7 @@ static sd_status control_to_uncond(const sd_value *pos, const sd_value *neg, sd_
     for (size_t x = 0; x < nc; x++) {
         size_t idx = other[x % no];
         sd_value *n = sd_value_shallow_copy(sd_value_list_get(list, idx));
-        if (!n || sd_value_dict_set(n, "control", sd_value_ref(cnets[x]))) {
+        if (!n || sd_value_dict_set(n, key, sd_value_ref(cnets[x]))) {
             sd_value_unref(n);
             sd_value_unref(list);
             rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -467,12 +498,15 @@ static sd_status complete_conds(sd_value **lists, int n, sd_error *err) {
     }
     for (int k = 1; k < n; k++) {
         if (!lists[k] || !lists[0]) continue;
-        sd_value *repl = NULL;
-        sd_status rc = control_to_uncond(lists[0], lists[k], &repl, err);
-        if (rc) return rc;
-        if (repl) {
-            sd_value_unref(lists[k]);
-            lists[k] = repl;
+        static const char *const keys[2] = {"control", "gligen"}, *const flags[2] = {"control_apply_to_uncond", NULL};
+        for (int j = 0; j < 2; j++) {
+            sd_value *repl = NULL;
+            sd_status rc = fill_uncond(lists[0], lists[k], keys[j], flags[j], &repl, err);
+            if (rc) return rc;
+            if (repl) {
+                sd_value_unref(lists[k]);
+                lists[k] = repl;
+            }
         }
     }
     return SD_OK;
@@ -575,8 +609,10 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                                        g->kind == SD_GUIDE_PERP_NEG ? "empty_conditioning" : "middle"};
     const sd_value *given[3] = {g->positive, g->kind == SD_GUIDE_BASIC ? NULL : g->negative,
                                 g->kind == SD_GUIDE_DUAL_CFG || g->kind == SD_GUIDE_PERP_NEG ? g->middle : NULL};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3; k++) {
         if (given[k] && (rc = check_controls(given[k], cond_names[k], unet, err))) goto done;
+        if (given[k] && (rc = check_gligen(given[k], cond_names[k], unet, err))) goto done;
+    }
 
     /* process_latent_in */
     latent_in = sd_tensor_new(SD_F32, 4, shape);

@@ -26,6 +26,10 @@ if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
         set -- $f
         [ -f "$DATA/models/$1.safetensors" ] && ln -sf "$DATA/models/$1.safetensors" "$T/models/$2.safetensors"
     done
+    # the GLIGEN example's model: tests/data/gligen's tiny one (fits the tiny SD1)
+    mkdir -p "$T/models/gligen"
+    ln -sf "$SDFLOW_SOURCE_DIR/tests/data/gligen/tiny_gligen_sd1.safetensors" \
+        "$T/models/gligen/gligen_sd14_textbox_pruned.safetensors"
     # the inpainting example's checkpoint: the tiny SD1 with 9 input channels
     python3 "$SDFLOW_SOURCE_DIR/tests/cli/inpaint_model.py" "$DATA/models/tiny-sd1.safetensors" \
         "$SDFLOW_SOURCE_DIR/tests/data/inpaint_cond" "$T/models/checkpoints/sd-v1-5-inpainting.safetensors" ||

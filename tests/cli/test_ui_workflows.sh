@@ -148,6 +148,10 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
     both merge_sd15 "${SD1[@]}" --set 11.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64
     both vpred_zsnr_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64
     both freeu_sag_sd15 "${SD1[@]}" --set 5.width=128 --set 5.height=128
+    mkdir -p "$T/models/gligen"
+    ln -s "$SDFLOW_SOURCE_DIR/tests/data/gligen/tiny_gligen_sd1.safetensors" "$T/models/gligen/" 2> /dev/null
+    both gligen_textbox_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 \
+        --set 10.gligen_name=tiny_gligen_sd1.safetensors
     [ -f "$M/tiny-controlnet-sd1.safetensors" ] &&
         both controlnet_canny_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 \
             --set 13.control_net_name=tiny-controlnet-sd1.safetensors
