@@ -237,8 +237,8 @@ sd_bt *sd_bt_from_host(sd_backend *be, sd_tensor *t, sd_dtype dtype) {
 
 sd_tensor *sd_bt_to_host(const sd_bt *t) {
     if (!t) return NULL;
-    if (sd_dtype_is_quantized(t->dtype) && t->be->vt->to_f32) {
-        /* widened on the backend, with the tensor's own rounding */
+    if ((sd_dtype_is_quantized(t->dtype) || t->scale != 0.0f) && t->be->vt->to_f32) {
+        /* widened on the backend, with the tensor's own rounding or scale */
         sd_backend *be = t->be;
         sd_bt *w = bt_header(be, SD_F32, t->ndim, t->shape);
         if (w && be->vt->to_f32(be, w, t) != SD_OK) {
@@ -279,6 +279,7 @@ sd_bt *sd_bt_view(sd_bt *t, int ndim, const int64_t *shape) {
     sd_bt *v = bt_header(be, t->dtype, ndim, shape);
     if (!v) return NULL;
     v->dequant = t->dequant;
+    v->scale = t->scale;
     if (be->vt->share(v, t) != SD_OK) {
         sd_backend_fail(be, SD_ERR_NOMEM, "out of memory (view)");
         free(v);
@@ -327,13 +328,15 @@ typedef struct widened {
 } widened;
 
 /* Replaces every narrow-float or quantized *vars[i] (only the quantized
- * ones when quant_only) by a widened F32 temporary recorded in wd. Returns 0
+ * and scaled fp8 ones when quant_only) by a widened F32 temporary recorded
+ * in wd. Returns 0
  * (error set, nothing left allocated) on failure. */
 static int widen_some(sd_backend *be, widened *wd, int n, sd_bt **const *vars, int quant_only) {
     memset(wd, 0, sizeof *wd);
     for (int i = 0; i < n; i++) {
         sd_bt *x = *vars[i];
-        if (!x || x->dtype == SD_F32 || (quant_only && !sd_dtype_is_quantized(x->dtype))) continue;
+        if (!x || x->dtype == SD_F32 || (quant_only && !sd_dtype_is_quantized(x->dtype) && x->scale == 0.0f))
+            continue;
         sd_bt *t = bt_header(be, SD_F32, x->ndim, x->shape);
         if (t && be->vt->to_f32(be, t, x) != SD_OK) {
             char b[128];
@@ -853,7 +856,8 @@ sd_bt *sd_op_embedding(sd_bt *table, sd_bt *ids) {
     shape[ids->ndim] = table->shape[1];
     sd_bt *out = bt_alloc(be, SD_F32, ids->ndim + 1, shape);
     if (!out) return NULL;
-    /* a quantized table is widened whole, as ComfyUI-GGUF's Embedding does */
+    /* a quantized table is widened whole, as ComfyUI-GGUF's Embedding does
+     * (a scaled fp8 one too: the gather kernels know no scale) */
     widened wd;
     if (!widen_some(be, &wd, 1, (sd_bt **const[]){&table}, 1)) return op_drop(out);
     return op_finish(be, out, be->vt->embedding(be, out, table, ids), &wd);
@@ -865,6 +869,8 @@ sd_bt *sd_op_copy(sd_bt *x) {
     if (be->err.code != SD_OK) return NULL;
     sd_bt *out = bt_alloc(be, x->dtype, x->ndim, x->shape);
     if (!out) return NULL;
+    out->dequant = x->dequant;
+    out->scale = x->scale;
     return op_finish(be, out, be->vt->copy(be, out, x), NULL);
 }
 

@@ -39,6 +39,14 @@ typedef struct sd_bt {
      * Set by the loader after upload (0, SD_DQ_F16, is ComfyUI-GGUF's
      * default); views keep it; ignored for other dtypes. */
     sd_dequant_math dequant;
+    /* fp8 weights of ComfyUI's scaled-fp8 formats (models/checkpoint/
+     * fp8_scaled.h): the per-tensor factor every widening multiplies in,
+     * in F32 after the exact fp8 -> F32 step (comfy_kitchen's
+     * dequantize_per_tensor_fp8 at F32 compute). 0: none (plain fp8 and
+     * every other dtype). Set by the loader after upload; views and copies
+     * keep it. The matrix ops' low-precision paths receive such a weight
+     * already widened to F32 with its scale, as a quantized one. */
+    float scale;
 } sd_bt;
 
 typedef enum sd_precision { SD_PREC_F32 = 0, SD_PREC_BF16, SD_PREC_F16 } sd_precision;
@@ -135,7 +143,8 @@ sd_bt *sd_bt_new4(sd_backend *be, sd_dtype dtype, int ndim, int64_t d0, int64_t 
  * dtype is kept; `dtype` = the tensor's dtype keeps it, else converts. */
 sd_bt *sd_bt_from_host(sd_backend *be, sd_tensor *t, sd_dtype dtype);
 /* Download into a new host tensor (F32 unless the bt is an integer type; a
- * quantized bt is widened with its `dequant` rounding). */
+ * quantized bt is widened with its `dequant` rounding, a scaled fp8 one
+ * with its `scale`). */
 sd_tensor *sd_bt_to_host(const sd_bt *t);
 void sd_bt_free(sd_bt *t); /* NULL-safe */
 int64_t sd_bt_numel(const sd_bt *t);

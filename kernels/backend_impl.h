@@ -79,8 +79,9 @@ typedef struct sd_backend_i {
     /* Optional. out (F32, x's shape; header only: the backend provides the
      * storage, and may reuse it once out is released, which backend.c does
      * right after the op) = x widened from F16/BF16/F8_E4M3/F8_E5M2
-     * (exactly), or from a quantized dtype as core/quant.h computes it
-     * with x->dequant's rounding. A backend that sets it accepts those
+     * (exactly; then times x->scale in F32 when it is not 0), or from a
+     * quantized dtype as core/quant.h computes it with x->dequant's
+     * rounding. A backend that sets it accepts those
      * tensors wherever an op takes an input
      * (weights kept in their stored dtype): backend.c widens each such
      * input into a temporary just for the op, except an F16/BF16 embedding
@@ -95,7 +96,7 @@ typedef struct sd_backend_i {
     int (*supports_precision)(const sd_backend *be, sd_precision p);
     /* Optional. The three matrix ops when be->precision is not F32. Unlike
      * the slots above they receive x/w/a/b in their stored dtype (F32, F16,
-     * BF16 or fp8: backend.c widens only quantized ones), so F16 weights can be
+     * BF16 or fp8: backend.c widens only quantized and scaled fp8 ones), so F16 weights can be
      * rounded straight to the compute type; the bias may be narrow too. They
      * report "no such path" through sd_backend_fail themselves. NULL: the
      * F32 slots run with widened inputs whatever the precision. */

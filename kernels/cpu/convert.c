@@ -98,6 +98,7 @@ typedef struct {
     float *dst;
     int64_t n;
     int isa;
+    const float *tab; /* scaled fp8: the 256 products value * scale, else NULL */
 } widen_job;
 
 /* CONVERT_GRAIN is a whole number of blocks of every quantized type. */
@@ -107,6 +108,8 @@ static void widen_task(void *ctx, int64_t t, int thread) {
     int64_t lo = t * CONVERT_GRAIN, hi = lo + CONVERT_GRAIN < j->n ? lo + CONVERT_GRAIN : j->n;
     const char *src = j->src + sd_dtype_nbytes(j->dt, lo);
     if (sd_dtype_is_quantized(j->dt)) sd_quant_dequant(j->dt, j->math, src, j->dst + lo, hi - lo);
+    else if (j->tab && j->isa >= SD_ISA_AVX512) f8_avx512((const uint8_t *)src, j->dst + lo, hi - lo, j->tab);
+    else if (j->tab) for (int64_t i = 0; i < hi - lo; i++) j->dst[lo + i] = j->tab[(uint8_t)src[i]];
     else sd_cpu_widen(j->dt, src, j->dst + lo, hi - lo, j->isa);
 }
 
@@ -153,7 +156,17 @@ sd_status sd_cpu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
         return SD_ERR_NOMEM;
     }
     out->data = data;
-    widen_job j = {x->dtype, x->dequant, x->data, sd_cpu_f32(out), sd_bt_numel(x), sd_cpu_isa()};
+    widen_job j = {x->dtype, x->dequant, x->data, sd_cpu_f32(out), sd_bt_numel(x), sd_cpu_isa(), NULL};
+    /* A scaled fp8 weight: its 256 possible values times the scale, each
+     * product rounded once in F32 as x.to(float32) * scale is, then the
+     * same gather as plain fp8. */
+    float tab[256];
+    if (x->scale != 0.0f && (x->dtype == SD_F8_E4M3 || x->dtype == SD_F8_E5M2)) {
+        const float *base = x->dtype == SD_F8_E4M3 ? sd_f8_e4m3_table() : sd_f8_e5m2_table();
+        const float s = x->scale;
+        for (int i = 0; i < 256; i++) tab[i] = base[i] * s;
+        j.tab = tab;
+    }
     sd_pool_run(sd_cpu_pool(be), sd_cpu_chunks(j.n, CONVERT_GRAIN), widen_task, &j);
     return SD_OK;
 }

@@ -148,7 +148,7 @@ static sd_status cu_to_f32(sd_backend *be, sd_bt *out, const sd_bt *x) {
     cudaError_t e = sd_dtype_is_quantized(x->dtype)
                         ? sd_cuda_dequant(s, x->data, out->data, sd_bt_numel(x), sd_cuda_quant_of(x->dtype),
                                           (int)x->dequant, sd_dtype_block(x->dtype), (int)sd_dtype_size(x->dtype))
-                        : sd_cuda_widen(s, x->data, out->data, sd_bt_numel(x), sd_cuda_elem_of(x->dtype));
+                        : sd_cuda_widen(s, x->data, out->data, sd_bt_numel(x), sd_cuda_elem_of(x->dtype), x->scale);
     sd_status rc = sd_cuda_check(be, e, "widen", "launch");
     if (rc != SD_OK) cu_release(out);
     return rc;

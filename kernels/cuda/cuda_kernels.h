@@ -52,8 +52,9 @@ enum sd_cuda_elem {
     SD_CUDA_ELEM_F8_E4M3, /* float8_e4m3fn: 0x7F/0xFF NaN, no inf */
     SD_CUDA_ELEM_F8_E5M2  /* float8_e5m2: the top byte of a half */
 };
-/* y[i] = x[i] widened exactly to F32 from storage type `elem`. */
-cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem);
+/* y[i] = x[i] widened exactly to F32 from storage type `elem`, then times
+ * `scale` (one F32 product) unless scale is 0 (scaled fp8 weights). */
+cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem, float scale);
 /* GGML block-quantized types (GGUF weights; layouts in core/quant.h). */
 enum sd_cuda_quant {
     SD_CUDA_Q4_0 = 1,

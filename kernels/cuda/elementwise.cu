@@ -129,13 +129,14 @@ __global__ void from_half_k(const void *x, float *y, int64_t n, int bf16) {
     }
 }
 
-__global__ void widen_k(const void *x, float *y, int64_t n, int elem) {
-    SD_GRID_STRIDE(i, n) y[i] = sd_load_elem(x, i, elem);
+__global__ void widen_k(const void *x, float *y, int64_t n, int elem, float scale) {
+    /* __fmul_rn: one rounded F32 product, as the CPU's scaled table */
+    SD_GRID_STRIDE(i, n) y[i] = scale != 0.0f ? __fmul_rn(sd_load_elem(x, i, elem), scale) : sd_load_elem(x, i, elem);
 }
 
-cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem) {
+cudaError_t sd_cuda_widen(cudaStream_t s, const void *x, float *y, int64_t n, int elem, float scale) {
     if (n <= 0) return cudaSuccess;
-    widen_k<<<sd_blocks(n), SD_THREADS, 0, s>>>(x, y, n, elem);
+    widen_k<<<sd_blocks(n), SD_THREADS, 0, s>>>(x, y, n, elem, scale);
     return cudaGetLastError();
 }
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "formats/torch_ckpt.h"
+#include "models/checkpoint/fp8_scaled.h"
 #include "models/checkpoint/gguf_model.h"
 #include "models/checkpoint/model_paths.h"
 #include "models/text/t5_tokenizer.h"
@@ -120,26 +121,11 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
                             "eps-prediction models are supported",
                             path);
 
-    /* ComfyUI's scaled-fp8 format (Comfy-Org's *_fp8_scaled files: a
-     * "scaled_fp8" marker and "<key>.scale_weight" / ".scale_input" beside
-     * each fp8 weight): read without its scales every scaled weight would be
-     * off by its factor and the images wrong, so such a file is refused until
-     * the scales are applied, never loaded silently. */
-    for (size_t i = 0; i < sd_st_count(f); i++) {
-        const char *k = sd_st_at(f, i)->name;
-        size_t n = strlen(k);
-        static const char *const marks[] = {"scaled_fp8", ".scale_weight", ".scale_input"};
-        for (int j = 0; j < 3; j++) {
-            size_t m = strlen(marks[j]);
-            if (n >= m && strcmp(k + n - m, marks[j]) == 0 && (j || n == m || k[n - m - 1] == '.'))
-                return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                                    "%s: a scaled-fp8 file (key '%s': per-tensor fp8 scales, ComfyUI's "
-                                    "scaled_fp8 format, e.g. Comfy-Org's *_fp8_scaled files) is not supported "
-                                    "yet; loaded without its scales every scaled weight would be wrong. Use the "
-                                    "model's BF16/FP16 file or an unscaled fp8 one",
-                                    path, k);
-        }
-    }
+    /* ComfyUI's scaled-fp8 layers (fp8_scaled.h) are read with their
+     * scales; a config naming a format sdflow does not read (nvfp4) is
+     * refused here, before anything loads. */
+    sd_status qrc = sd_fp8_scaled_check(f, err);
+    if (qrc) return qrc;
 
     /* The diffusion model: Flux's DiT or an SD UNet, under the single-file
      * prefix or bare (a diffusion_models/ file) */

@@ -1,5 +1,7 @@
 #include "models/checkpoint/weights.h"
 
+#include "models/checkpoint/fp8_scaled.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +40,40 @@ static void shape_str(int ndim, const int64_t *s, char *buf, size_t n) {
     if (off < n) snprintf(buf + off, n - off, "]");
 }
 
+/* A scaled fp8 layer's weight (fp8_scaled.h): kept fp8 (converted to its
+ * format's type when stored otherwise, as ComfyUI's .to(storage_t)) with
+ * its scale on the backend tensor, widened with it per op; whatever
+ * w->dtype asks, as ComfyUI keeps such layers quantized. A backend that
+ * cannot widen fp8 gets float(q) * scale in F32 once. Takes t. */
+static sd_bt *get_scaled(const sd_weights *w, const char *key, sd_tensor *t, const sd_fp8_layer *q,
+                         sd_error *err) {
+    if (t->dtype != q->dtype) {
+        sd_tensor *c = sd_tensor_to_dtype(t, q->dtype);
+        sd_tensor_unref(t);
+        if (!c) goto nomem;
+        t = c;
+    }
+    sd_bt *b;
+    if (sd_backend_accepts_dtype(w->be, q->dtype)) {
+        b = sd_bt_from_host(w->be, t, q->dtype);
+        if (b) b->scale = q->scale;
+    } else {
+        sd_tensor *f = sd_tensor_to_dtype(t, SD_F32);
+        sd_tensor_unref(t);
+        if (!f) goto nomem;
+        t = f;
+        float *p = t->data;
+        for (int64_t i = 0, n = sd_tensor_numel(t); i < n; i++) p[i] *= q->scale;
+        b = sd_bt_from_host(w->be, t, SD_F32);
+    }
+    sd_tensor_unref(t);
+    if (!b) sd_backend_take_error(w->be, err);
+    return b;
+nomem:
+    sd_error_set(err, SD_ERR_NOMEM, "%s: tensor '%s': out of memory converting it", sd_st_path(w->file), key);
+    return NULL;
+}
+
 sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int64_t *shape,
                       sd_error *err) {
     char key[512];
@@ -66,6 +102,19 @@ sd_bt *sd_weights_get(const sd_weights *w, const char *name, int ndim, const int
         sd_error_set(err, SD_ERR_FORMAT, "%s: tensor '%s' contains NaN or Inf (corrupted checkpoint)",
                      sd_st_path(w->file), key);
         return NULL;
+    }
+    sd_fp8_layer q;
+    if (sd_fp8_layer_of(w->file, w->prefix, key, &q, err)) {
+        sd_tensor_unref(t);
+        return NULL;
+    }
+    if (q.scaled) {
+        sd_bt *b = get_scaled(w, key, t, &q, err);
+        if (b && sd_st_check(w->file, err)) {
+            sd_bt_free(b);
+            return NULL;
+        }
+        return b;
     }
     /* Keep narrow weights (F16, BF16, fp8) as stored (mapped, not copied)
      * when the backend computes with them directly: an F16 SD1.5 checkpoint

@@ -5,14 +5,17 @@
  * config, NaN/Inf refused, fp8 kept as stored) and run once on a tiny odd
  * latent (padding, patches, RoPE, both block kinds, unpatchify). Errors are
  * fine; a crash, an ASan report, UB or a leak is a finding. The seeds
- * (fuzz_seeds.c) are tiny valid models: BF16 dev, F32 schnell, and an fp8
- * single-file layout. */
+ * (fuzz_seeds.c) are tiny valid models: BF16 dev, F32 schnell, an fp8
+ * single-file layout and a scaled-fp8 one (models/checkpoint/fp8_scaled.h:
+ * legacy scale_weight layers and a comfy_quant one; the file-wide check of
+ * those configs runs on every input too). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "formats/safetensors.h"
 #include "kernels/backend.h"
+#include "models/checkpoint/fp8_scaled.h"
 #include "models/flux/flux.h"
 
 static sd_backend *be;
@@ -52,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sd_st_file *f = NULL;
     sd_error err;
     if (sd_st_open_memory(data, size, "fuzz.safetensors", &f, &err) != SD_OK) return 0;
+    sd_fp8_scaled_check(f, &err); /* either verdict is fine; a crash is not */
     static const char *const prefixes[2] = {"", "model.diffusion_model."};
     for (int p = 0; p < 2; p++) {
         sd_flux_config cfg;

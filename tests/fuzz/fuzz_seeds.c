@@ -29,8 +29,9 @@
  *   JSON_DIR/group_nodes.
  * OUT_DIR/workflow_exif: WebP and JPEG pictures with ComfyUI's EXIF entries.
  * OUT_DIR/flux: tiny valid Flux DiT files (fuzz_flux): BF16 dev, F32
- *   schnell, and a single-file layout with F8_E4M3 matrices under
- *   model.diffusion_model.
+ *   schnell, and single-file layouts with F8_E4M3 matrices under
+ *   model.diffusion_model., plain and scaled (ComfyUI's scaled_fp8 marker
+ *   and scale_weight, one comfy_quant layer).
  * OUT_DIR/t5_tokenizer: the Flux set's real tokenizer.json (TESTDATA_DIR/
  *   flux/tokenizer) and small variants written here: minimal Unigram
  *   models with each normalizer, Metaspace scheme, template, added tokens
@@ -1154,33 +1155,59 @@ static void flux_add(sd_st_writer *w, const char *prefix, const char *name, sd_d
     sd_tensor_unref(t);
 }
 
+/* A matrix; sc > 0: as a legacy scaled-fp8 layer ("<layer>.scale_weight",
+ * models/checkpoint/fp8_scaled.h), the last one as a "comfy_quant" one. */
+static void flux_mat(sd_st_writer *w, const char *prefix, const char *name, sd_dtype dt, int64_t d0,
+                     int64_t d1, unsigned *seed, float sc) {
+    flux_add(w, prefix, name, dt, 2, d0, d1, seed);
+    if (sc <= 0.0f) return;
+    size_t n = strlen(name) - strlen(".weight");
+    int quant = strcmp(name, "final_layer.linear.weight") == 0;
+    char key[256];
+    snprintf(key, sizeof key, "%s%.*s.%s", prefix, (int)n, name, quant ? "weight_scale" : "scale_weight");
+    sd_tensor *t = sd_tensor_new(SD_F32, 0, NULL);
+    sd_tensor_f32(t)[0] = sc;
+    sd_error err;
+    sd_st_writer_add(w, key, t, &err);
+    sd_tensor_unref(t);
+    if (!quant) return;
+    static const char conf[] = "{\"format\": \"float8_e4m3fn\"}";
+    int64_t len = (int64_t)sizeof conf - 1;
+    t = sd_tensor_new(SD_U8, 1, &len);
+    memcpy(t->data, conf, (size_t)len);
+    snprintf(key, sizeof key, "%s%.*s.comfy_quant", prefix, (int)n, name);
+    sd_st_writer_add(w, key, t, &err);
+    sd_tensor_unref(t);
+}
+
 static int flux_seeds(const char *out) {
     /* hidden 32 = 2 heads of 16, MLP 64, 4 latent channels, widths 8 */
     const int64_t H = 32, M = 64, C = 4, V = 8, T = 8, HD = 16;
-    static const struct { const char *prefix; sd_dtype mat, vec; int guidance; const char *name; } v[3] = {
-        {"", SD_BF16, SD_BF16, 1, "flux-dev-bf16.safetensors"},
-        {"", SD_F32, SD_F32, 0, "flux-schnell-f32.safetensors"},
-        {"model.diffusion_model.", SD_F8_E4M3, SD_BF16, 1, "flux-dev-fp8-ckpt.safetensors"},
+    static const struct { const char *prefix; sd_dtype mat, vec; int guidance; float sc; const char *name; } v[4] = {
+        {"", SD_BF16, SD_BF16, 1, 0.0f, "flux-dev-bf16.safetensors"},
+        {"", SD_F32, SD_F32, 0, 0.0f, "flux-schnell-f32.safetensors"},
+        {"model.diffusion_model.", SD_F8_E4M3, SD_BF16, 1, 0.0f, "flux-dev-fp8-ckpt.safetensors"},
+        {"model.diffusion_model.", SD_F8_E4M3, SD_BF16, 1, 0.0625f, "flux-dev-fp8-scaled-ckpt.safetensors"},
     };
     int rc = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         unsigned seed = 99 + (unsigned)k;
         sd_st_writer *w = sd_st_writer_new();
         const char *p = v[k].prefix;
         sd_dtype m = v[k].mat, b = v[k].vec;
         char n[128];
-        flux_add(w, p, "img_in.weight", m, 2, H, C * 4, &seed);
+        flux_mat(w, p, "img_in.weight", m, H, C * 4, &seed, v[k].sc);
         flux_add(w, p, "img_in.bias", b, 1, H, 0, &seed);
-        flux_add(w, p, "txt_in.weight", m, 2, H, T, &seed);
+        flux_mat(w, p, "txt_in.weight", m, H, T, &seed, v[k].sc);
         flux_add(w, p, "txt_in.bias", b, 1, H, 0, &seed);
         const char *emb[3] = {"time_in", "vector_in", v[k].guidance ? "guidance_in" : NULL};
         for (int e = 0; e < 3 && emb[e]; e++) {
             snprintf(n, sizeof n, "%s.in_layer.weight", emb[e]);
-            flux_add(w, p, n, m, 2, H, e == 1 ? V : 256, &seed);
+            flux_mat(w, p, n, m, H, e == 1 ? V : 256, &seed, v[k].sc);
             snprintf(n, sizeof n, "%s.in_layer.bias", emb[e]);
             flux_add(w, p, n, b, 1, H, 0, &seed);
             snprintf(n, sizeof n, "%s.out_layer.weight", emb[e]);
-            flux_add(w, p, n, m, 2, H, H, &seed);
+            flux_mat(w, p, n, m, H, H, &seed, v[k].sc);
             snprintf(n, sizeof n, "%s.out_layer.bias", emb[e]);
             flux_add(w, p, n, b, 1, H, 0, &seed);
         }
@@ -1194,7 +1221,7 @@ static int flux_seeds(const char *out) {
                 char base[128];
                 snprintf(base, sizeof base, l[j].fmt, st[s2]);
                 snprintf(n, sizeof n, "%s.weight", base);
-                flux_add(w, p, n, m, 2, l[j].r, l[j].c, &seed);
+                flux_mat(w, p, n, m, l[j].r, l[j].c, &seed, v[k].sc);
                 snprintf(n, sizeof n, "%s.bias", base);
                 flux_add(w, p, n, b, 1, l[j].r, 0, &seed);
             }
@@ -1209,12 +1236,19 @@ static int flux_seeds(const char *out) {
             {"final_layer.linear", 4 * C, H}};
         for (size_t j = 0; j < sizeof sl / sizeof sl[0]; j++) {
             snprintf(n, sizeof n, "%s.weight", sl[j].name);
-            flux_add(w, p, n, m, 2, sl[j].r, sl[j].c, &seed);
+            flux_mat(w, p, n, m, sl[j].r, sl[j].c, &seed, v[k].sc);
             snprintf(n, sizeof n, "%s.bias", sl[j].name);
             flux_add(w, p, n, b, 1, sl[j].r, 0, &seed);
         }
         flux_add(w, p, "single_blocks.0.norm.query_norm.scale", b, 1, HD, 0, &seed);
         flux_add(w, p, "single_blocks.0.norm.key_norm.scale", b, 1, HD, 0, &seed);
+        if (v[k].sc > 0.0f) {
+            sd_tensor *mk = sd_tensor_new4(SD_F8_E4M3, 1, 0, 0, 0, 0);
+            snprintf(n, sizeof n, "%sscaled_fp8", p);
+            sd_error e2;
+            sd_st_writer_add(w, n, mk, &e2);
+            sd_tensor_unref(mk);
+        }
         void *buf;
         size_t size;
         sd_error err;

@@ -463,9 +463,9 @@ static void test_layout(ctx *c) {
     release(&tab);
 }
 
-/* Weights kept in a narrow dtype (F16, BF16, fp8): the same stored bytes on
- * both backends, widened per op (CPU: convert.c, CUDA: the widening kernel
- * and the embedding gather). The widening is exact, so the tolerances are
+/* Weights kept in a narrow dtype (F16, BF16, fp8, scaled fp8): the same
+ * stored bytes on both backends, widened per op (CPU: convert.c, CUDA: the
+ * widening kernel and the embedding gather). The widening is exact, so the tolerances are
  * the ops' own; the copy downloads the stored bytes. */
 static void test_narrow_weights(ctx *c) {
     static const sd_dtype dts[4] = {SD_F16, SD_BF16, SD_F8_E4M3, SD_F8_E5M2};
@@ -492,6 +492,20 @@ static void test_narrow_weights(ctx *c) {
         pair pi = upload(c, ids);
         BOTH(r, sd_op_embedding(S(pw), S(pi)));
         compare(c, "embedding", nm, r, TOL_EXACT);
+        if (dts[k] == SD_F8_E4M3 || dts[k] == SD_F8_E5M2) {
+            /* a scaled fp8 weight (models/checkpoint/fp8_scaled.h): one F32
+             * product per value on both, so the same tolerances */
+            char sn[40];
+            snprintf(sn, sizeof sn, "%s scaled", nm);
+            if (pw.t[0]) pw.t[0]->scale = 0.037f;
+            if (pw.t[1]) pw.t[1]->scale = 0.037f;
+            BOTH(r, sd_op_linear(S(x), S(pw), S(pb)));
+            compare(c, "linear", sn, r, tol_gemm(c->prec));
+            BOTH(r, sd_op_copy(S(pw)));
+            compare(c, "copy", sn, r, TOL_EXACT);
+            BOTH(r, sd_op_embedding(S(pw), S(pi)));
+            compare(c, "embedding", sn, r, TOL_EXACT);
+        }
         release(&pi);
         release(&pw);
         release(&pb);
