@@ -8,7 +8,12 @@
  * a Q8_0 GGUF file (the quantized-weight patching), an SD3 MMDiT-X and a
  * Z-Image NextDiT (zero weights in their real key layouts), so the Flux,
  * SD3 and Z-Image key maps (row slices, swapped halves, root parameters)
- * run too.
+ * run too. With Flux and Z-Image the input is also matched against and
+ * applied to a text encoder of the family (sd_lora_plan_new_dit_te,
+ * sd_lora_text_encoder_view): the Flux CLIP composed of the SD1 CLIP-L and
+ * a tiny T5, and a tiny Qwen3, so the text-encoder key maps (the T5's
+ * lora_te<i>_ names, text_encoders.*) and the T5 / Qwen3 parameter tables
+ * run on whatever the planner accepts.
  * Errors are fine; a crash, an ASan report, UB or a leak is a finding.
  * The seeds (fuzz_seeds.c) are valid files of every kind with the tiny
  * model's key names: Kohya LoRA, LoCon, LoHa (plain and Tucker), LoKr
@@ -157,6 +162,78 @@ static void die(const char *what, sd_error *err) {
     abort();
 }
 
+/* ---- tiny text encoders ------------------------------------------------------------ */
+
+/* A T5 v1.1 encoder: vocab 32, d_model 16, 2 heads of 8, d_ff 32, 8 buckets, 2 blocks. */
+static void write_t5(sd_st_writer *w) {
+    char n[160];
+    zeros(w, 2, 32, 16, 0, 0, "shared.weight");
+    for (int i = 0; i < 2; i++) {
+        static const char *const mats[][2] = {{"layer.0.SelfAttention.q", "16"}, {"layer.0.SelfAttention.k", "16"},
+                                              {"layer.0.SelfAttention.v", "16"}, {"layer.0.SelfAttention.o", "16"}};
+        for (int m = 0; m < 4; m++) {
+            snprintf(n, sizeof n, "encoder.block.%d.%s.weight", i, mats[m][0]);
+            zeros(w, 2, 16, 16, 0, 0, n);
+        }
+        snprintf(n, sizeof n, "encoder.block.%d.layer.0.layer_norm.weight", i);
+        zeros(w, 1, 16, 0, 0, 0, n);
+        snprintf(n, sizeof n, "encoder.block.%d.layer.1.layer_norm.weight", i);
+        zeros(w, 1, 16, 0, 0, 0, n);
+        snprintf(n, sizeof n, "encoder.block.%d.layer.1.DenseReluDense.wi_0.weight", i);
+        zeros(w, 2, 32, 16, 0, 0, n);
+        snprintf(n, sizeof n, "encoder.block.%d.layer.1.DenseReluDense.wi_1.weight", i);
+        zeros(w, 2, 32, 16, 0, 0, n);
+        snprintf(n, sizeof n, "encoder.block.%d.layer.1.DenseReluDense.wo.weight", i);
+        zeros(w, 2, 16, 32, 0, 0, n);
+    }
+    zeros(w, 2, 8, 2, 0, 0, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    zeros(w, 1, 16, 0, 0, 0, "encoder.final_layer_norm.weight");
+}
+
+/* A Qwen3 decoder: vocab 32, hidden 8, 2 heads of 4, 1 key/value head, MLP 16, 2 layers. */
+static void write_qwen3(sd_st_writer *w) {
+    char n[160];
+    zeros(w, 2, 32, 8, 0, 0, "model.embed_tokens.weight");
+    for (int i = 0; i < 2; i++) {
+        static const struct {
+            const char *name;
+            int ndim;
+            int64_t d0, d1;
+        } t[] = {{"input_layernorm", 1, 8, 0},        {"self_attn.q_proj", 2, 8, 8},   {"self_attn.k_proj", 2, 4, 8},
+                 {"self_attn.v_proj", 2, 4, 8},       {"self_attn.o_proj", 2, 8, 8},   {"self_attn.q_norm", 1, 4, 0},
+                 {"self_attn.k_norm", 1, 4, 0},       {"post_attention_layernorm", 1, 8, 0},
+                 {"mlp.gate_proj", 2, 16, 8},         {"mlp.up_proj", 2, 16, 8},       {"mlp.down_proj", 2, 8, 16}};
+        for (size_t j = 0; j < sizeof t / sizeof *t; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight", i, t[j].name);
+            zeros(w, t[j].ndim, t[j].d0, t[j].d1, 0, 0, n);
+        }
+    }
+    zeros(w, 1, 8, 0, 0, 0, "model.norm.weight");
+}
+
+static sd_text_encoder *t5_part, *flux_te, *qwen_te;
+
+/* A text encoder loaded from what write fills (a temporary file, unlinked). */
+static sd_text_encoder *load_te(void (*write)(sd_st_writer *), const sd_te_load_opts *o) {
+    sd_error err;
+    char p[] = "/tmp/fuzz_lora_te_XXXXXX";
+    int d = mkstemp(p);
+    if (d < 0) abort();
+    close(d);
+    sd_st_writer *w = sd_st_writer_new();
+    if (!w) abort();
+    write(w);
+    if (sd_st_writer_save(w, p, &err)) die("writing a text encoder", &err);
+    sd_st_writer_free(w);
+    sd_st_file *f = NULL;
+    if (sd_st_open(p, &f, &err)) die("opening a text encoder", &err);
+    unlink(p);
+    sd_text_encoder *te_out = NULL;
+    if (sd_text_encoder_load_ex(be, f, o, &te_out, &err)) die("a text encoder", &err);
+    sd_st_close(f);
+    return te_out;
+}
+
 /* The tiny model, written to a temporary file that is unlinked at once
  * (the mapping stays) and loaded once for all inputs. */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -178,6 +255,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (sd_unet_load(be, f, NULL, SD_F32, &unet, &err)) die("UNet", &err);
     if (sd_text_encoder_load(be, f, NULL, &te, &err)) die("text encoder", &err);
     sd_st_close(f); /* the models keep what they borrow */
+    t5_part = load_te(write_t5, NULL);
+    const sd_text_encoder *parts[2] = {te, t5_part};
+    if (sd_text_encoder_combine(SD_TE_FLUX, parts, 2, &flux_te, &err)) die("the Flux CLIP", &err);
+    sd_te_load_opts qo = {.qwen3_4b_width = 8};
+    qwen_te = load_te(write_qwen3, &qo);
 
     /* the DiTs: a temporary file each, unlinked once mapped */
     const sd_synth_flux_config *fc = sd_synth_flux_preset("flux-dev-tiny");
@@ -241,11 +323,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; l && k < n_dits; k++) {
         sd_lora_plan *dp = NULL;
         sd_error_clear(&err);
-        if (sd_lora_plan_new_dit(l, &dits[k], &dp, &err) == SD_OK) {
+        /* the family's text encoder with Flux (BF16) and Z-Image */
+        const sd_text_encoder *dte = k == 0 ? flux_te : dits[k].info.kind == SD_DMODEL_ZIMAGE ? qwen_te : NULL;
+        if (sd_lora_plan_new_dit_te(l, &dits[k], dte, &dp, &err) == SD_OK) {
             sd_lora_use use = {dp, -1.5};
             sd_dmodel v;
             if (sd_lora_dit_view(&dits[k], &use, 1, &v, &err) == SD_OK && !v.net) abort();
             sd_lora_dit_free(&v);
+            sd_text_encoder *tv = NULL;
+            if (dte && sd_lora_text_encoder_view(dte, &use, 1, &tv, &err) == SD_OK && !tv) abort();
+            sd_text_encoder_free(tv);
         }
         if (verbose)
             fprintf(stderr, "fuzz_lora: %s: %s\n", sd_dmodel_kind_name(dits[k].info.kind),

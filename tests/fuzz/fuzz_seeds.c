@@ -956,6 +956,21 @@ static const lseed LORA_SEEDS[] = {
                 {"lycoris_context_refiner_1_feed_forward_w2.lora_down.weight", 2, {4, 128}},
                 {"lycoris_context_refiner_1_feed_forward_w2.lora_up.weight", 2, {64, 4}},
                 {"diffusion_model.x_pad_token.diff", 2, {1, 64}}}},
+    /* the text encoders of fuzz_lora: the Flux CLIP (the SD1 CLIP-L + a T5 of
+     * d_model 16, d_ff 32) and Z-Image's Qwen3 (hidden 8, MLP 16) */
+    {"flux_te", {{"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_down.weight", 2, {4, 16}},
+                 {"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_up.weight", 2, {16, 4}},
+                 {"lora_te3_encoder_block_0_layer_0_SelfAttention_q.alpha", 0, {0}},
+                 {"lora_te2_encoder_block_1_layer_1_DenseReluDense_wo.lora_down.weight", 2, {4, 32}},
+                 {"lora_te2_encoder_block_1_layer_1_DenseReluDense_wo.lora_up.weight", 2, {16, 4}},
+                 {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", 2, {4, 128}},
+                 {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", 2, {128, 4}},
+                 {"text_encoders.t5xxl.transformer.encoder.final_layer_norm.diff", 1, {16}}}},
+    {"zimage_te", {{"text_encoders.qwen3_4b.transformer.model.layers.0.self_attn.q_proj.lora_A.weight", 2, {4, 8}},
+                   {"text_encoders.qwen3_4b.transformer.model.layers.0.self_attn.q_proj.lora_B.weight", 2, {8, 4}},
+                   {"text_encoders.qwen3_4b.transformer.model.layers.1.mlp.down_proj.lora_A.weight", 2, {4, 16}},
+                   {"text_encoders.qwen3_4b.transformer.model.layers.1.mlp.down_proj.lora_B.weight", 2, {8, 4}},
+                   {"text_encoders.qwen3_4b.transformer.model.norm.diff", 1, {8}}}},
 };
 
 static int lora_seeds(const char *out) {
