@@ -18,11 +18,21 @@ arithmetic matter):
                  <HF key>, text_encoder.text_model.encoder.layers.N.<module> (diffusers CLIP-L),
                  text_encoders.t5xxl.transformer.<HF key>; a .diff on the T5's final_layer_norm; a
                  text-encoder key of a layer the model lacks (not loaded)
+  zimage_te_peft the only names ComfyUI maps for a Qwen3 (text_encoders.qwen3_4b.transformer.<HF key>),
+                 lora_A/lora_B(.alpha), BF16, on layers 0-2 (the last one is past the layer CLIPTextEncode
+                 reads); a .diff on an input_layernorm; a Kohya lora_te_ name (not loaded on a Qwen3) and one
+                 diffusion_model. key of the NextDiT
 ComfyUI runs through ../shared/tools/comfyref/flux/flux_env.py (the Flux set's harness: fp32 text
 encoders, tiny T5 / CLIP-L configs as model_options). Per case: nodes.DualCLIPLoader(type flux) on the set's
 clip_l and t5xxl_fp16, nodes.UNETLoader on flux_dev, nodes.LoraLoader once per LoRA of the case (in order,
 with its strength_model and strength_clip), then nodes.CLIPTextEncode of the case's prompt on the CLIP
-before (base.*) and after (cond, pooled) the LoRAs. Recorded: base.cond, base.pooled, cond, pooled, and (cases of
+before (base.*) and after (cond, pooled) the LoRAs. Z-Image (when ../shared/testdata/zimage is there): nodes.CLIPLoader
+(type lumina2) on the set's qwen_3_4b, UNETLoader on its NextDiT, LoraLoader, then CLIPTextEncode's
+computation on the token ids the Z-Image set records for the prompt (its zimage_text case: ComfyUI's
+ZImageTokenizer needs transformers' Qwen2Tokenizer, which the harness lacks; the Qwen2Tokenizer the
+tokenizer object is built with is a stand-in that is never asked to tokenize), with the set's overrides
+(detect_te_model takes the tiny width for Qwen3-4B; the tiny config as model_options qwen3_4b_model_config).
+Recorded: base.cond, cond (no pooled output). Recorded: base.cond, base.pooled, cond, pooled, and (cases of
 one LoRA) weight.<key> for every text-encoder parameter the LoRA changed (its patched value, float32); the
 manifest lists the text-encoder parameters the LoRAs changed (the CLIP's state-dict keys) and the LoRA keys
 comfy.lora.load_lora did not load ("lora key not loaded").
@@ -249,5 +259,149 @@ for case in CASES:
     print(case["id"], len(changed), "text-encoder params patched, not loaded:", sorted(set(not_loaded.keys)),
           "max |cond-base| =", float((cond - base_cond).abs().max()),
           "max |pooled-base| =", float((pooled - base_pooled).abs().max()))
+
+# ---- Z-Image: CLIPLoader(type lumina2) on the tiny Qwen3 ----------------------------------------------
+zdir = os.path.join(shared, "testdata", "zimage")
+if os.path.exists(os.path.join(zdir, "manifest.json")):
+    zman = json.load(open(os.path.join(zdir, "manifest.json")))
+    qc = zman["models"]["qwen3_4b"]["config"]
+    QH, QF, QL = qc["hidden_size"], qc["intermediate_size"], qc["num_hidden_layers"]
+    QHD = qc["head_dim"]
+    QQ, QKV = qc["num_attention_heads"] * QHD, qc["num_key_value_heads"] * QHD
+    zcfg = zman["models"]["zimage"]["config"]
+    ZD = zcfg["dim"]
+    import comfy.sd  # noqa: E402
+    import comfy.text_encoders.z_image as z_image  # noqa: E402
+    _detect_te = comfy.sd.detect_te_model
+
+    def detect_te_tiny(sd):
+        w = sd.get("model.layers.0.post_attention_layernorm.weight")
+        if w is not None and "model.layers.0.self_attn.q_norm.weight" in sd and w.shape[0] == QH:
+            return comfy.sd.TEModel.QWEN3_4B
+        return _detect_te(sd)
+    comfy.sd.detect_te_model = detect_te_tiny
+
+    class Qwen2TokenizerStandIn:
+        """the tokenizer object ZImageTokenizer builds; never asked to tokenize here (ids are given)"""
+
+        @classmethod
+        def from_pretrained(cls, *a, **k):
+            return cls()
+
+        def __call__(self, text, **kw):
+            return {"input_ids": []}
+
+        def get_vocab(self):
+            return {}
+    z_image.Qwen2Tokenizer = Qwen2TokenizerStandIn
+    flux_env.STATE["te_options"]["qwen3_4b_model_config"] = {k: v for k, v in qc.items() if k != "head_dim"}
+
+    # the NextDiT (its detection override, as make_zimage_lora.py does)
+    import comfy.model_detection  # noqa: E402
+    import comfy.supported_models  # noqa: E402
+    _detect = comfy.model_detection.detect_unet_config
+
+    def detect_tiny(state_dict, key_prefix, metadata=None):
+        c = _detect(state_dict, key_prefix, metadata=metadata)
+        if c is not None and c.get("image_model") == "lumina2" and c.get("dim") == ZD:
+            c.update({"n_heads": zcfg["n_heads"], "n_kv_heads": zcfg["n_kv_heads"], "axes_dims": zcfg["axes_dims"],
+                      "axes_lens": zcfg["axes_lens"], "rope_theta": zcfg["rope_theta"],
+                      "ffn_dim_multiplier": 8.0 / 3.0, "z_image_modulation": True, "time_scale": zcfg["time_scale"],
+                      "pad_tokens_multiple": zcfg["pad_tokens_multiple"]})
+        return c
+    comfy.model_detection.detect_unet_config = detect_tiny
+
+    class TinyZImage(comfy.supported_models.ZImage):
+        unet_config = {"image_model": "lumina2", "dim": ZD}
+    comfy.supported_models.models.insert(0, TinyZImage)
+
+    def zimage_te_peft():
+        rng = np.random.Generator(np.random.PCG64(2103))
+        sd = {}
+        mods = [  # (name, rows, cols, alpha)
+            ("text_encoders.qwen3_4b.transformer.model.layers.0.self_attn.q_proj", QQ, QH, 2.0),
+            ("text_encoders.qwen3_4b.transformer.model.layers.0.self_attn.v_proj", QKV, QH, None),
+            ("text_encoders.qwen3_4b.transformer.model.layers.1.self_attn.o_proj", QH, QQ, 4.0),
+            ("text_encoders.qwen3_4b.transformer.model.layers.1.mlp.down_proj", QH, QF, 2.0),
+            (f"text_encoders.qwen3_4b.transformer.model.layers.{QL - 1}.mlp.gate_proj", QF, QH, 2.0),
+            ("lora_te_text_model_encoder_layers_0_self_attn_q_proj", QH, QH, None),
+            ("diffusion_model.layers.0.attention.out", ZD, ZD, 2.0),
+        ]
+        for m, r, c, a in mods:
+            up, down = factors(rng, r, c, torch.bfloat16)
+            sd[f"{m}.lora_B.weight"] = up
+            sd[f"{m}.lora_A.weight"] = down
+            if a is not None:
+                sd[f"{m}.alpha"] = torch.tensor(a, dtype=torch.bfloat16)
+        sd["text_encoders.qwen3_4b.transformer.model.layers.0.input_layernorm.diff"] = torch.from_numpy(
+            rng.normal(0, 0.3, (QH,)).astype(np.float32)).to(torch.bfloat16)
+        return sd
+
+    ZLORAS = {"zimage_te_peft": zimage_te_peft()}
+    for name, sd in ZLORAS.items():
+        path = os.path.join(out, "loras", name + ".safetensors")
+        stio.save(sd, path, {"note": "random factors from make_te_lora.py; not a trained LoRA"})
+        os.symlink(os.path.abspath(path), os.path.join(root, "loras", name + ".safetensors"))
+        manifest["loras"][name] = {"file": f"loras/{name}.safetensors", "comfy_name": f"loras/{name}.safetensors"}
+    for key in ("zimage", "qwen3_4b"):
+        m = zman["models"][key]
+        os.symlink(os.path.abspath(os.path.join(zdir, m["file"])), os.path.join(root, m["comfy_name"]))
+    for k in list(getattr(folder_paths, "filename_list_cache", {}).keys()):
+        del folder_paths.filename_list_cache[k]
+    manifest["sets"]["zimage"] = "../shared/testdata/zimage (models by key: zimage, qwen3_4b; prompt ids of zimage_text)"
+    ztext = [c for c in zman["cases"] if c["id"] == "zimage_text"][0]
+    ZTOL = ztext["tolerance"]
+    zprompt = ztext["settings"]["text_prompts"]["0"]
+    zg = stio.load(os.path.join(zdir, ztext["file"]))
+    zids = [int(i) for i in zg["p0.ids"].reshape(-1).tolist()]
+
+    def zencode(clip):
+        tokens = {"qwen3_4b": [[(i, 1.0) for i in zids]]}
+        cond = clip.encode_from_tokens_scheduled(tokens)
+        sd = {k: v.detach().clone().float() for k, v in clip.cond_stage_model.state_dict().items()}
+        return cond[0][0].float().clone(), sd
+
+    zclip_inputs = {"clip_name": os.path.basename(zman["models"]["qwen3_4b"]["comfy_name"]), "type": "lumina2"}
+    zmodel = v1(nodes.UNETLoader, unet_name=os.path.basename(zman["models"]["zimage"]["comfy_name"]),
+                weight_dtype="default")[0]
+    ZCASES = [{"id": "zimage_te_peft", "loras": [["zimage_te_peft", 1.0, 0.8]]},
+              {"id": "zimage_te_neg", "loras": [["zimage_te_peft", 0.0, -1.5]]}]
+    for case in ZCASES:
+        clip0 = v1(nodes.CLIPLoader, **zclip_inputs)[0]
+        base_cond, base_sd = zencode(clip0)
+        comfy.model_management.unload_all_models()
+        not_loaded.keys = []
+        m, clip = zmodel, clip0
+        for lname, sm, sc in case["loras"]:
+            m, clip = v1(nodes.LoraLoader, model=m, clip=clip, lora_name=lname + ".safetensors", strength_model=sm,
+                         strength_clip=sc)
+        cond, sd = zencode(clip)
+        comfy.model_management.unload_all_models()
+        changed = [k for k, v in sd.items() if not torch.equal(v, base_sd[k])]
+        rec = {"base.cond": base_cond, "cond": cond}
+        if case is ZCASES[0]:  # (the same LoRA's weights again at another strength: its cond checks them)
+            for k in changed:
+                rec["weight." + k] = sd[k]
+        path = f"golden/{case['id']}.safetensors"
+        stio.save({k: v.contiguous() for k, v in rec.items()}, os.path.join(out, path))
+        manifest["cases"].append({
+            "id": case["id"], "component": "te_lora", "family": "zimage", "file": path,
+            "clip_loader": {"class_type": "CLIPLoader", "inputs": zclip_inputs, "files": {"clip_name": "qwen3_4b"}},
+            "model": "zimage", "unet_name": os.path.basename(zman["models"]["zimage"]["comfy_name"]),
+            "text": zprompt, "token_ids": "the Z-Image set's zimage_text p0.ids (ComfyUI's ZImageTokenizer of the text)",
+            "loras": [{"lora": n, "strength_model": sm, "strength_clip": sc} for n, sm, sc in case["loras"]],
+            "node": "LoraLoader, then CLIPTextEncode (CLIP.encode_from_tokens_scheduled on the recorded ids)",
+            "tensors": {k: {"role": "patched_weight" if k.startswith("weight.") else "expected",
+                            "shape": list(v.shape), "dtype": "F32",
+                            "tolerance": {"atol": 1e-6, "rtol": 1e-6} if k.startswith("weight.") else ZTOL}
+                        for k, v in rec.items()},
+            "patched_te_params": changed,
+            "not_loaded": sorted(set(not_loaded.keys)),
+            "tolerance_note": "cond: the Z-Image set's zimage_text tolerance; weight.<key>: the patched weight as "
+                              "ComfyUI holds it (BF16: dtype_llama), as float32",
+        })
+        print(case["id"], len(changed), "text-encoder params patched, not loaded:", sorted(set(not_loaded.keys)),
+              "max |cond-base| =", float((cond - base_cond).abs().max()))
+
 json.dump(manifest, open(os.path.join(out, "manifest.json"), "w"), indent=1)
 open(os.path.join(out, "manifest.json"), "a").write("\n")
