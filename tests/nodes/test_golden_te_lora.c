@@ -1,4 +1,5 @@
-/* LoRA on the text encoders of the transformer families through the nodes a
+/* LoRA on the text encoders of the transformer families (Flux: CLIP-L + T5,
+ * Z-Image: Qwen3; the families the manifest's cases name) through the nodes a
  * workflow uses, against ComfyUI's LoraLoader + CLIPTextEncode
  * (tests/data/te_lora, gen/make_te_lora.py): for every case of the manifest,
  *   - the case's CLIP loader (class and inputs from the manifest; the set's
