@@ -334,9 +334,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (dte && sd_lora_text_encoder_view(dte, &use, 1, &tv, &err) == SD_OK && !tv) abort();
             sd_text_encoder_free(tv);
         }
-        if (verbose)
-            fprintf(stderr, "fuzz_lora: %s: %s\n", sd_dmodel_kind_name(dits[k].info.kind),
-                    err.code ? err.msg : sd_lora_plan_count(dp, SD_LORA_UNET) ? "applied" : "nothing matched");
+        if (verbose) {
+            size_t nte = 0;
+            for (int part = SD_LORA_CLIP_L; part < SD_LORA_PARTS; part++)
+                nte += sd_lora_plan_count(dp, (sd_lora_part)part);
+            fprintf(stderr, "fuzz_lora: %s: %s (%zu DiT, %zu text-encoder patches)\n",
+                    sd_dmodel_kind_name(dits[k].info.kind), err.code ? err.msg : "planned",
+                    sd_lora_plan_count(dp, SD_LORA_UNET), nte);
+        }
         sd_lora_plan_unref(dp);
     }
     sd_lora_plan_unref(plan);
