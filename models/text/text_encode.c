@@ -30,9 +30,9 @@ sd_status sd_text_encoder_new(sd_te_kind kind, sd_clip *clip_l, sd_clip *clip_g,
     if (kind == SD_TE_FLUX || kind == SD_TE_T5 || kind == SD_TE_SD3 || kind == SD_TE_ZIMAGE) {
         sd_clip_free(clip_l);
         sd_clip_free(clip_g);
-        return sd_error_set(err, SD_ERR_UNSUPPORTED,
-                            "a %s text encoder holds a T5 or Qwen3: LoRA and merges on it are not "
-                            "supported yet",
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "a %s text encoder holds a T5 or Qwen3: it is made by loading or by "
+                            "sd_text_encoder_with_models, not from CLIP models alone",
                             sd_te_kind_name(kind));
     }
     int ok = (kind == SD_TE_SD1 && clip_l && !clip_g) || (kind == SD_TE_SDXL && clip_l && clip_g) ||
