@@ -26,6 +26,7 @@ sd_status sd_nodes_register_all(sd_error *err) {
     { extern const sd_node_def *const sd_nodes_style[]; sd_status rc = sd_registry_add(sd_nodes_style, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_gligen[]; sd_status rc = sd_registry_add(sd_nodes_gligen, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_vision[]; sd_status rc = sd_registry_add(sd_nodes_vision, err); if (rc) return rc; }
+    { extern const sd_node_def *const sd_nodes_unclip[]; sd_status rc = sd_registry_add(sd_nodes_unclip, err); if (rc) return rc; }
     { extern const sd_node_def *const sd_nodes_lora_save[]; sd_status rc = sd_registry_add(sd_nodes_lora_save, err); if (rc) return rc; }
     return SD_OK;
 }

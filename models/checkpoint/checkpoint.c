@@ -105,6 +105,19 @@ static sd_status sd2_prediction(sd_st_file *f, const char *prefix, int in_channe
     return SD_OK;
 }
 
+/* SD2.1 unCLIP (supported_models.SD21UnclipL / SD21UnclipH): an SD2 UNet
+ * with a label_emb, which the UNet's own detection files under the SDXL
+ * layout. ComfyUI tells them apart by its configs' widths (context_dim
+ * 1024 with adm_in_channels 1536 or 2048; SDXL's are 2048 / 2816, the
+ * refiner's 1280 / 2560); a file also says it by its parts: SD2's OpenCLIP
+ * text encoder (cond_stage_model.model.*) or the unCLIP vision tower
+ * (embedder.model.visual.*), which no SDXL file has. */
+static int is_unclip(sd_st_file *f, const sd_unet_config *u) {
+    if (u->adm_in_channels <= 0 || u->adm_in_channels % 2) return 0;
+    if (has_prefix(f, SD_CKPT_CLIP_VISION_PREFIX) || has_prefix(f, SD_TE_PREFIX_SD2)) return 1;
+    return u->context_dim == 1024 && (u->adm_in_channels == 1536 || u->adm_in_channels == 2048);
+}
+
 /* read_tensors 0 (sd_checkpoint_probe): names and shapes only, so an SD2
  * file's prediction type is left at eps. */
 static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_error *err) {
@@ -178,6 +191,10 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
         info->family = info->unet.kind == SD_UNET_SDXL  ? SD_CKPT_SDXL
                        : info->unet.kind == SD_UNET_SD2 ? SD_CKPT_SD2
                                                         : SD_CKPT_SD1;
+        if (info->family == SD_CKPT_SDXL && is_unclip(f, &info->unet)) {
+            info->family = SD_CKPT_SD2;
+            info->unclip = 1;
+        }
         if (info->family == SD_CKPT_SDXL) info->latent_format = &sd_latent_sdxl;
         if (info->family == SD_CKPT_SD2 && read_tensors) {
             sd_status prc = sd2_prediction(f, dp, info->unet.in_channels, &info->prediction, err);
@@ -210,6 +227,7 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
     }
     info->te_kind = sd_text_encoder_detect(f);
     info->has_text_encoder = info->te_kind != 0;
+    info->has_clip_vision = has_prefix(f, SD_CKPT_CLIP_VISION_PREFIX);
     if (!info->has_unet && !info->has_vae && !info->has_text_encoder)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "%s: no model part found (no keys under model.diffusion_model., "

@@ -23,6 +23,11 @@
  *   VAE   first_stage_model.*       ("" for a standalone VAE file such as
  *                                    Flux's 16-channel ae; vae.* in the
  *                                    single-file Flux checkpoints)
+ *   vision embedder.model.visual.* (SD2.1 unCLIP files: an OpenCLIP ViT-H or
+ *         ViT-L tower, models/vision/clip_vision.h; info.has_clip_vision).
+ *         A label_emb UNet is unCLIP (family SD2, info.unclip) when the file
+ *         has that tower or SD2's text encoder, or has ComfyUI's unCLIP
+ *         widths (context 1024, adm 1536 / 2048); otherwise SDXL
  *   text  cond_stage_model.transformer.* (SD1), cond_stage_model.model.*
  *         (SD2.x, OpenCLIP ViT-H) or conditioner.embedders.* (SDXL; SD2.x
  *         in the SGM layout: embedders.0.model with a label_emb-less UNet),
@@ -71,6 +76,10 @@ typedef enum sd_ckpt_family {
     SD_CKPT_ZIMAGE = 6 /* Z-Image's NextDiT (models/zimage) */
 } sd_ckpt_family;
 
+/* Where unCLIP checkpoints keep their CLIP vision tower (OpenCLIP layout;
+ * supported_models.SD21UnclipL/H clip_vision_prefix). */
+#define SD_CKPT_CLIP_VISION_PREFIX "embedder.model.visual."
+
 typedef struct sd_ckpt_info {
     sd_ckpt_family family;
     /* has_unet: a diffusion model of any kind (the UNet, or the DiT of the
@@ -91,6 +100,14 @@ typedef struct sd_ckpt_info {
     sd_prediction prediction;
     int inpaint;             /* UNet in_channels == 9: latent | mask | masked image */
     int ip2p;                /* UNet in_channels == 8: latent | image latent (InstructPix2Pix) */
+    /* SD2.1 unCLIP (family SD2, comfy.model_base.SD21UNCLIP): the UNet's
+     * label_emb takes the noise-augmented image embedding and its noise
+     * level's embedding, adm_in_channels = 2 x the embedding width
+     * (models/unet/unet.h sd_unet_unclip_adm) */
+    int unclip;
+    /* a CLIP vision tower under SD_CKPT_CLIP_VISION_PREFIX (unCLIP files;
+     * unCLIPCheckpointLoader's CLIP_VISION) */
+    int has_clip_vision;
     int random_weights;      /* metadata "sdflow_random_weights" == "true" */
 } sd_ckpt_info;
 

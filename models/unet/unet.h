@@ -11,7 +11,10 @@
  *   SD1  - conv proj_in, no label_emb: a FIXED 8 heads at every level;
  *   SD2  - linear proj_in, no label_emb: 64-channel heads (heads = ch / 64);
  *   SDXL - linear proj_in + label_emb:  64-channel heads (heads = ch / 64).
- * Anything else (unCLIP, video UNets, ...) is SD_ERR_UNSUPPORTED with
+ * SD2.1 unCLIP's UNet (linear proj_in + a label_emb fed with the noise-
+ * augmented image embedding) has the SDXL layout and detects as SD_UNET_SDXL;
+ * the checkpoint tells it apart (models/checkpoint/checkpoint.h).
+ * Anything else (video UNets, ...) is SD_ERR_UNSUPPORTED with
  * a message saying what was found. Missing or wrongly shaped tensors are
  * reported by full key name (see models/checkpoint/weights.h).
  *
@@ -316,6 +319,40 @@ typedef struct sd_sdxl_size {
  * (height before width). pooled: [N, P] F32 -> new [N, P + 1536] tensor. */
 sd_status sd_unet_sdxl_adm(const sd_tensor *pooled, const sd_sdxl_size *size,
                            sd_tensor **out, sd_error *err);
+
+/* ---- unCLIP's ADM (models/unet/unet_unclip.c) -------------------------------------
+ * comfy.model_base.unclip_adm over its CLIPEmbeddingNoiseAugmentation
+ * (comfy/ldm/modules/encoders/noise_aug_modules.py): ComfyUI builds the
+ * augmentor with a squaredcos_cap_v2 schedule of 1000 steps, max_noise_level
+ * 1000 and no stats file, so its data_mean / data_std are 0 / 1 (scale and
+ * unscale change nothing; the buffers are not persistent, no checkpoint
+ * sets them). For one image embedding x [dim] at noise level
+ * L = round(999 * noise_augmentation) (Python's half-to-even):
+ *   c   = sqrt(alphas_cumprod[L]) x + sqrt(1 - alphas_cumprod[L]) n,
+ *         n = torch.randn(dim) after torch.manual_seed(seed)
+ *         (the schedule in double, its square roots rounded to float32,
+ *         the products and sum in float32);
+ *   adm = [c, timestep_embedding(L, dim)] * strength (float32).
+ * One item: that adm. More (every image of every entry counts, in order):
+ * their sum (float32, in order) s, then once more with
+ * merge_augmentation: [augment(s[:dim]), timestep_embedding(L_merge, dim)]
+ * with noise drawn from the same generator, not reseeded (ComfyUI passes no
+ * seed there: torch's default generator continues after the last item's
+ * draw). SD21UNCLIP calls it with seed = the sampling seed - 10 (a
+ * two's-complement uint64 here, as torch.manual_seed takes a negative one)
+ * and merge_augmentation 0.05. */
+typedef struct sd_unclip_item {
+    const float *embed; /* [dim]: one image's image_embeds */
+    double strength;
+    double noise_augmentation; /* 0..1 */
+} sd_unclip_item;
+
+/* out [2 * dim]. rng: the stand-in for torch's default generator, reseeded
+ * and drawn from as ComfyUI does (so the caller sees the state it leaves).
+ * SD_ERR_INVALID: no item, dim < 1, a noise level outside 0..999. */
+struct sd_rng;
+sd_status sd_unet_unclip_adm(const sd_unclip_item *items, int n, int dim, double merge_augmentation,
+                             uint64_t seed, struct sd_rng *rng, float *out, sd_error *err);
 
 /* ---- parameters by key, views (models/unet/unet_params.c; used by LoRA) ---------- */
 

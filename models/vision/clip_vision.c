@@ -225,6 +225,17 @@ sd_status sd_clip_vision_load_file(sd_backend *be, const char *path, sd_clip_vis
     return rc;
 }
 
+sd_status sd_clip_vision_load_file_prefix(sd_backend *be, const char *path, const char *prefix,
+                                          sd_clip_vision **out, sd_error *err) {
+    *out = NULL;
+    sd_st_file *f = NULL;
+    sd_status rc = sd_torch_open_any(path, &f, err);
+    if (rc) return rc;
+    rc = sd_clip_vision_load(be, f, prefix, out, err);
+    sd_st_close(f);
+    return rc;
+}
+
 sd_status sd_clip_vision_probe_file(const char *path, sd_error *err) {
     sd_st_file *f = NULL;
     sd_status rc = sd_torch_open_any(path, &f, err);

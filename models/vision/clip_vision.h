@@ -72,6 +72,10 @@ sd_status sd_clip_vision_load(sd_backend *be, sd_st_file *f, const char *prefix,
  * top level, or under "visual." (open_clip's layout), as comfy.clip_vision.load. */
 sd_status sd_clip_vision_load_file(sd_backend *be, const char *path, sd_clip_vision **out,
                                    sd_error *err);
+/* Open a file and load the tower under `prefix` (unCLIP checkpoints:
+ * "embedder.model.visual."). */
+sd_status sd_clip_vision_load_file_prefix(sd_backend *be, const char *path, const char *prefix,
+                                          sd_clip_vision **out, sd_error *err);
 /* The same check without a backend (validation of the loader's combo). */
 sd_status sd_clip_vision_probe_file(const char *path, sd_error *err);
 void sd_clip_vision_free(sd_clip_vision *m); /* NULL-safe */

@@ -283,6 +283,18 @@ static sd_status entry_y(const sd_cond_model *m, const chunk *c, sd_tensor **y, 
 /* SDXL base or refiner adm vector [1, adm] for an entry (sizes from the entry
  * or the latent). */
 static sd_status entry_adm(const sd_cond_model *m, const chunk *c, sd_tensor **y, sd_error *err) {
+    if (m->unclip) {
+        sd_tensor *pre = sd_value_dict_tensor(c->entry, "y");
+        if (!pre && !sd_value_dict_get(c->entry, "unclip_conditioning"))
+            return sd_cond_unclip_adm(c->entry, m->cfg->adm_in_channels, 0, NULL, y, err); /* zeros */
+        if (!pre || pre->dtype != SD_F32 || sd_tensor_numel(pre) != m->cfg->adm_in_channels)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "unCLIP model: a conditioning entry has no ADM vector of %d values (its "
+                                "unclip_conditioning was not encoded before sampling)",
+                                m->cfg->adm_in_channels);
+        *y = sd_tensor_ref(pre);
+        return SD_OK;
+    }
     if (!c->pooled)
         return sd_error_set(err, SD_ERR_INVALID,
                             "SDXL model: conditioning has no pooled_output (use a CLIPTextEncode "

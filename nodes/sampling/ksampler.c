@@ -123,11 +123,12 @@ static int same_area_if_none(sd_value *conds, const sd_value *c) {
     if (!smallest || (s_has && memcmp(sa, ca, sizeof sa) == 0)) return 0;
     sd_value *out = sd_value_shallow_copy(c);
     if (!out) return -1;
-    /* model_conds: the text conditioning and what SDXL's adm is built from */
+    /* model_conds: the text conditioning, what SDXL's adm is built from and
+     * unCLIP's adm ("y", which every entry of an unCLIP run has) */
     static const char *const keys[] = {"cond",          "pooled_output", "c_concat", "width",
                                        "height",        "crop_w",        "crop_h",
                                        "target_width",  "target_height", "aesthetic_score",
-                                       NULL};
+                                       "y",             NULL};
     for (int k = 0; keys[k]; k++) {
         sd_value *v = sd_value_dict_get(smallest, keys[k]);
         if (v && sd_value_dict_set(out, keys[k], sd_value_ref(v))) {
@@ -598,6 +599,11 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         goto done;
     }
 
+    if (!rng && !(rng = sd_rng_new(a->seed))) {
+        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+
     sd_dmodel dm;
     sd_model_ref mref = {.ckpt = g->ckpt, .loras = g->loras};
     if ((rc = sd_nodes_model_dmodel(&mref, &dm, err))) {
@@ -605,6 +611,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         goto done;
     }
     sd_unet *unet = dm.info.kind == SD_DMODEL_UNET ? dm.net : NULL;
+    const int unclip_adm = unet ? sd_unet_get_config(unet)->adm_in_channels : 0;
     const char *const cond_names[3] = {"positive", "negative",
                                        g->kind == SD_GUIDE_PERP_NEG ? "empty_conditioning" : "middle"};
     const sd_value *given[3] = {g->positive, g->kind == SD_GUIDE_BASIC ? NULL : g->negative,
@@ -666,6 +673,19 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
             sd_value_unref(lists[k]);
             lists[k] = withc;
         }
+        /* encode_model_conds: an unCLIP UNet's ADM, SDXL's unCLIP pooled
+         * output, entry by entry in the dict's order (each reseeds torch's
+         * default generator) */
+        for (int k = 0; k < 3 && (info->unclip || info->family == SD_CKPT_SDXL); k++) {
+            sd_value *withy = NULL;
+            if (!lists[order[k]]) continue;
+            if ((rc = sd_cond_unclip(lists[order[k]], !info->unclip, unclip_adm, a->seed, rng, &withy, err))) {
+                sd_error_at(err, NULL, NULL, cond_names[order[k]]);
+                goto done;
+            }
+            sd_value_unref(lists[order[k]]);
+            lists[order[k]] = withy;
+        }
         for (int k = 0; k < 3; k++)
             if (lists[order[k]]) ordered[nl++] = lists[order[k]];
         rc = complete_conds(ordered, nl, err);
@@ -700,6 +720,15 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
             sd_value_unref(lists[2]);
             lists[2] = withc;
         }
+        if (info->unclip || info->family == SD_CKPT_SDXL) {
+            sd_value *withy = NULL;
+            if ((rc = sd_cond_unclip(lists[2], !info->unclip, unclip_adm, a->seed, rng, &withy, err))) {
+                sd_error_at(err, NULL, NULL, "model");
+                goto done;
+            }
+            sd_value_unref(lists[2]);
+            lists[2] = withy;
+        }
     }
     sd_cond_model cm = {.be = sd_checkpoint_backend(g->ckpt),
                         .dm = dm,
@@ -714,7 +743,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                         .forward_tap = a->hooks ? a->hooks->on_forward : NULL,
                         .tap_ud = a->hooks ? a->hooks->ud : NULL,
                         .unet_patches = g->patches ? &g->patches->unet : NULL,
-                        .fmt = info->latent_format};
+                        .fmt = info->latent_format,
+                        .unclip = info->unclip};
     /* SelfAttentionGuidance's record of the uncond pass, for this run */
     if (g->patches && sd_cfg_hook_needs_uncond(&g->patches->cfg)) cm.record = &sag_rec;
     sd_denoiser den;
@@ -766,10 +796,6 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
         goto done;
     }
     if (out_denoised && !(x0 = sd_tensor_new(SD_F32, 4, shape))) {
-        rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (!rng && !(rng = sd_rng_new(a->seed))) {
         rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }

@@ -38,7 +38,9 @@ extern const sd_node_def *const sd_nodes_custom_sampling[];
  * What each model kind takes from an entry (ComfyUI's model_base
  * extra_conds): every kind the "cond" tokens as context (width =
  * the model's context_dim) and timestep(sigma); SDXL the adm vector made of
- * "pooled_output" and the size keys; Flux "pooled_output" as y (required,
+ * "pooled_output" (replaced by "unclip_conditioning"'s, sd_cond_unclip) and
+ * the size keys; SD2.1 unCLIP its "y" (sd_cond_unclip; the other models
+ * ignore "unclip_conditioning"); Flux "pooled_output" as y (required,
  * as ComfyUI's encode_adm) and "guidance" (a float; absent = 3.5, ComfyUI's
  * default; none = no guidance embedding, FluxDisableGuidance), repeated
  * over the batch; Flux also "reference_latents" (ReferenceLatent's list of
@@ -102,6 +104,9 @@ typedef struct sd_cond_model {
     /* the MODEL's latent format: Flux reference latents are brought into
      * model space with it (process_latent_in); NULL = as they are */
     const struct sd_latent_format *fmt;
+    /* an SD2.1 unCLIP UNet: the ADM is each entry's "y" (sd_cond_unclip),
+     * zeros for an entry without one and without unclip_conditioning */
+    int unclip;
 } sd_cond_model;
 
 /* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of
@@ -135,6 +140,34 @@ sd_tensor *sd_inpaint_concat(const sd_tensor *mask, const sd_tensor *image, cons
 struct sd_latent_format;
 sd_status sd_cond_concat(const sd_value *list, int ip2p, const sd_tensor *denoise_mask, const sd_tensor *latent_in,
                          const struct sd_latent_format *fmt, sd_value **out, sd_error *err);
+
+/* ---- unclip_conditioning (unCLIPConditioning) at sampling -----------------------
+ * sd_cond_unclip_adm: SD2.1 unCLIP (comfy.model_base.SD21UNCLIP.encode_adm):
+ * *y = the entry's ADM vector [1, adm]: zeros without "unclip_conditioning"
+ * (unCLIPConditioning's list of {"clip_vision_output", "strength",
+ * "noise_augmentation"}), else sd_unet_unclip_adm (models/unet/unet.h) over
+ * every image of every item in order, with seed - 10 (seed: the sampling
+ * run's) and merge augmentation 0.05. rng is the run's stand-in for torch's
+ * default generator, reseeded and drawn from as ComfyUI does. Embeddings of
+ * another width than adm / 2 are SD_ERR_INVALID (ComfyUI's torch fails on
+ * them too).
+ * sd_cond_unclip_pooled: SDXL and its refiner (model_base.sdxl_pooled,
+ * "revision"): for an entry with "unclip_conditioning", *pooled = the first
+ * 1280 values of sd_unet_unclip_adm over width-1280 embeddings (ViT-bigG's),
+ * merge augmentation 0, seed - 10, which replace its pooled_output; NULL for
+ * an entry without (its pooled_output stays).
+ * sd_cond_unclip: what process_conds' encode_model_conds does with them,
+ * list by list in ComfyUI's order: *out is a new list of shallow copies,
+ * for unCLIP (sdxl 0) each carrying "y" (its model_conds["y"]; the sampler
+ * feeds an entry's "y" to the UNet), for SDXL (sdxl 1) those with
+ * unclip_conditioning carrying the new "pooled_output". */
+struct sd_rng;
+sd_status sd_cond_unclip_adm(const sd_value *entry, int adm, uint64_t seed, struct sd_rng *rng, sd_tensor **y,
+                             sd_error *err);
+sd_status sd_cond_unclip_pooled(const sd_value *entry, uint64_t seed, struct sd_rng *rng, sd_tensor **pooled,
+                                sd_error *err);
+sd_status sd_cond_unclip(const sd_value *list, int sdxl, int adm, uint64_t seed, struct sd_rng *rng,
+                         sd_value **out, sd_error *err);
 
 /* sd_guider_model_fn over an sd_cond_model (ud). */
 sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const int *conds,

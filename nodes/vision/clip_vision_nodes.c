@@ -106,12 +106,9 @@ static const char *const crop_modes[] = {"center", "none", NULL};
 
 static sd_status encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                             sd_error *err) {
-    sd_clip_vision *m = sd_value_as_handle(in[0], &sd_handle_clip_vision);
-    if (!m) {
-        sd_error_set(err, SD_ERR_INVALID, "not a CLIP_VISION");
-        sd_error_at(err, NULL, NULL, "clip_vision");
-        return SD_ERR_INVALID;
-    }
+    sd_clip_vision *m;
+    sd_status rc = sd_nodes_in_clip_vision(in, 0, "clip_vision", &m, err);
+    if (rc) return rc;
     sd_tensor *image = sd_value_as_tensor(in[1]);
     if (!image || image->dtype != SD_F32 || image->ndim != 4 || image->shape[3] < 3) {
         sd_error_set(err, SD_ERR_INVALID, "image must be an IMAGE [B, H, W, C] with at least 3 "
@@ -123,7 +120,7 @@ static sd_status encode_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     int center = !crop || strcmp(crop, "center") == 0; /* ComfyUI: anything else is no crop */
     sd_clip_vision_output o = {0};
     sd_precision prev;
-    sd_status rc = sd_nodes_precision_begin(ctx, SD_NODE_TEXT_ENCODER, &prev, err);
+    rc = sd_nodes_precision_begin(ctx, SD_NODE_TEXT_ENCODER, &prev, err);
     if (!rc) {
         rc = sd_clip_vision_encode(m, image, center, &o, err);
         sd_nodes_precision_end(ctx, prev);

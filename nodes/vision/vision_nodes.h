@@ -1,5 +1,6 @@
 /* vision_nodes.h - the CLIP vision family: CLIPVisionLoader, CLIPVisionEncode
- * (and the nodes that read their outputs).
+ * (and the nodes that read their outputs: StyleModelApply, unCLIPConditioning;
+ * unCLIPCheckpointLoader, which also makes a CLIP_VISION).
  *
  * CLIP_VISION is a handle owning an sd_clip_vision (models/vision/clip_vision.h).
  * CLIP_VISION_OUTPUT is an SD_VAL_DICT shaped as ComfyUI's clip_vision.Output:
@@ -16,6 +17,15 @@ extern const sd_handle_type sd_handle_clip_vision; /* "CLIP_VISION" */
 /* StyleModelLoader / StyleModelApply (style_nodes.c): an sd_style_model
  * (models/vision/style_model.h). */
 extern const sd_handle_type sd_handle_style_model; /* "STYLE_MODEL" */
+
+/* unCLIPCheckpointLoader's CLIP_VISION for a checkpoint without one
+ * (unclip_nodes.c): ComfyUI's None, carrying the message (a string the
+ * handle owns) a node using it fails with. */
+extern const sd_handle_type sd_handle_clip_vision_absent; /* "CLIP_VISION" */
+/* The CLIP_VISION in[i] (borrowed), or an SD_ERR_INVALID naming input
+ * `name` (with the absent marker's message when it is one). */
+sd_status sd_nodes_in_clip_vision(sd_value *const *in, int i, const char *name, sd_clip_vision **out,
+                                  sd_error *err);
 
 /* The CLIP_VISION_OUTPUT dict for o (takes new references on its tensors);
  * NULL when out of memory. */

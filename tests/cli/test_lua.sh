@@ -34,6 +34,12 @@ if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
     python3 "$SDFLOW_SOURCE_DIR/tests/cli/inpaint_model.py" "$DATA/models/tiny-sd1.safetensors" \
         "$SDFLOW_SOURCE_DIR/tests/data/inpaint_cond" "$T/models/checkpoints/sd-v1-5-inpainting.safetensors" ||
         fail "making the inpainting checkpoint"
+    # the unCLIP example's: the tiny SD2 (sdflow synth) with tests/data/unclip's
+    # label_emb and vision tower, as nodes.golden_unclip derives it
+    "$SDFLOW_BIN" synth --preset sd2-tiny --seed 1 --models-dir "$T/sd2" > /dev/null 2> "$T/err" &&
+        python3 "$SDFLOW_SOURCE_DIR/tests/cli/unclip_model.py" "$T/sd2/checkpoints/sdflow-random-sd2-tiny.safetensors" \
+            "$SDFLOW_SOURCE_DIR/tests/data/unclip" "$T/models/checkpoints/sd21-unclip-h.ckpt" ||
+        fail "making the unCLIP checkpoint: $(cat "$T/err")"
 fi
 # The Flux examples name ComfyUI's Flux files; the Flux set's tiny ones (and
 # the tiny GGUF files of tests/data/gguf) stand in for them (the tiny dev
@@ -142,7 +148,8 @@ for json in "$SDFLOW_SOURCE_DIR"/workflows/*.json; do
             continue
         fi
         extra=("${ZIARGS[@]}")
-    elif grep -q '"CheckpointLoaderSimple"' "$json" && ! grep -q '"flux1-' "$json" && [ $have_model = 0 ]; then
+    elif grep -q '"CheckpointLoaderSimple"\|"unCLIPCheckpointLoader"' "$json" && ! grep -q '"flux1-' "$json" &&
+        [ $have_model = 0 ]; then
         [ "${SDFLOW_REQUIRE_DATA:-0}" = 1 ] && fail "workflows/$base.lua not run: no tiny-sd1 checkpoint"
         echo "note: not running workflows/$base.lua (no tiny-sd1 checkpoint)"
         continue
