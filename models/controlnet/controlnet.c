@@ -43,8 +43,10 @@ static sd_bt *block_forward(const unet_block *b, sd_bt *x, sd_bt *emb_silu, sd_b
     return h;
 }
 
-/* SiLU(time_embed(t_emb) [+ label_emb(y)]): what the res blocks take. */
-static sd_bt *embed(sd_controlnet *cn, const float *timesteps, int64_t n, sd_bt *y, sd_error *err) {
+/* SiLU(time_embed(t_emb) [+ add] [+ label_emb(y)]): what the res blocks
+ * take (add: a Union ControlNet's control_add_embedding, [1, dim]). */
+static sd_bt *embed(sd_controlnet *cn, const float *timesteps, int64_t n, sd_bt *add, sd_bt *y,
+                    sd_error *err) {
     sd_unet *u = cn->enc;
     int mc = u->cfg.model_channels;
     sd_tensor *t = sd_tensor_new4(SD_F32, 2, n, mc, 0, 0);
@@ -59,6 +61,15 @@ static sd_bt *embed(sd_controlnet *cn, const float *timesteps, int64_t n, sd_bt 
     if (!step(&e, sd_op_linear(e, u->time_w0, u->time_b0))) return NULL;
     if (!step(&e, sd_op_silu(e))) return NULL;
     if (!step(&e, sd_op_linear(e, u->time_w2, u->time_b2))) return NULL;
+    if (add) {
+        int64_t d[1] = {add->shape[1]};
+        sd_bt *a = sd_bt_view(add, 1, d);
+        if (!a || !step(&e, sd_op_add(e, a))) {
+            sd_bt_free(a);
+            return NULL;
+        }
+        sd_bt_free(a);
+    }
     if (y) {
         sd_bt *l = sd_op_linear(y, u->label_w0, u->label_b0);
         if (l) step(&l, sd_op_silu(l));
@@ -102,22 +113,44 @@ static sd_status check(sd_controlnet *cn, sd_bt *x, const float *ts, sd_bt *hint
 sd_status sd_controlnet_forward(sd_controlnet *cn, sd_bt *x, const float *timesteps, sd_bt *hint,
                                 sd_bt *context, sd_bt *y, sd_controlnet_result *out,
                                 sd_error *err) {
+    return sd_controlnet_forward_type(cn, x, timesteps, hint, context, y, -1, out, err);
+}
+
+sd_status sd_controlnet_forward_type(sd_controlnet *cn, sd_bt *x, const float *timesteps, sd_bt *hint,
+                                     sd_bt *context, sd_bt *y, int control_type,
+                                     sd_controlnet_result *out, sd_error *err) {
     memset(out, 0, sizeof *out);
     sd_error_clear(err);
     sd_status rc = check(cn, x, timesteps, hint, context, y, err);
     if (rc) return rc;
+    if (cn->n_types && control_type >= cn->n_types) {
+        const char *name = control_type < 8 ? sd_controlnet_union_types[control_type] : "?";
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "Control type %s(%d) is out of range for the number of control types(%d) "
+                            "supported: consider the ProMax ControlNet Union model "
+                            "(https://huggingface.co/xinsir/controlnet-union-sdxl-1.0)",
+                            name, control_type, cn->n_types);
+    }
     sd_backend_clear_error(cn->be);
     sd_unet *u = cn->enc;
-    sd_bt *emb = NULL, *g = NULL, *h = NULL;
+    sd_bt *emb = NULL, *g = NULL, *h = NULL, *add = NULL;
     char nm[48];
 
-    if (!(emb = embed(cn, timesteps, x->shape[0], y, err))) goto fail;
+    /* Union: control_add_embedding joins the time embedding (for "auto"
+     * too), before label_emb, as ComfyUI adds it */
+    if (cn->n_types && !(add = sd_cn_union_add_embedding(cn, control_type))) goto fail;
+    emb = embed(cn, timesteps, x->shape[0], add, y, err);
+    sd_bt_free(add);
+    if (!emb) goto fail;
     /* guided_hint: 8 convs with SiLU between (not after the last) */
     for (int k = 0; k < cn->n_hint; k++) {
         int s = cn->hint_stride[k];
         if (!step(&g, sd_op_conv2d(g ? g : hint, cn->hint_w[k], cn->hint_b[k], s, 1, 1))) goto fail;
         if (k + 1 < cn->n_hint && !step(&g, sd_op_silu(g))) goto fail;
     }
+    /* Union with a type set: union_controlnet_merge (hint encoder output +
+     * the type's projected token, per batch item) */
+    if (cn->n_types && control_type >= 0 && !step(&g, sd_cn_union_merge(cn, g, control_type))) goto fail;
     tap(cn, "guided_hint", g);
 
     for (int i = 0; i < u->n_in; i++) {
@@ -262,7 +295,7 @@ sd_status sd_control_chain_eval_batched(const sd_control_link *links, int n,
             goto fail;
         }
         sd_controlnet_result r;
-        rc = sd_controlnet_forward(l->cn, x_in, timesteps, hint, context, y, &r, err);
+        rc = sd_controlnet_forward_type(l->cn, x_in, timesteps, hint, context, y, l->union_type - 1, &r, err);
         sd_bt_free(hint);
         if (rc) goto fail;
         float s = (float)l->strength;

@@ -12,6 +12,16 @@
  * in memory and loaded the same way. T2I-Adapters and Control-LoRAs are
  * SD_ERR_UNSUPPORTED naming what was found.
  *
+ * Union ControlNets (xinsir controlnet-union-sdxl-1.0 and ProMax: a
+ * diffusers-layout file with control_add_embedding.*, task_embedding,
+ * transformer_layes.0.*, spatial_ch_projs.*; ComfyUI reads these parts only
+ * in that layout) take a control type (sd_controlnet_union_types, set by
+ * SetUnionControlNetType; -1 = "auto", none set): control_add_embedding of
+ * the type's one-hot vector joins the time embedding (for "auto" too, all
+ * zero), and with a type set the hint encoder's output gets the projected
+ * token of a one-layer transformer over mean(hint features) +
+ * task_embedding[type] (ComfyUI's union_controlnet_merge).
+ *
  * Forward: guided_hint = input_hint_block(hint) is added to the output of
  * input_blocks[0] only; output[i] = zero_convs[i](h after input block i);
  * middle = middle_block_out(middle_block(h)). The hint is the IMAGE in
@@ -47,6 +57,14 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
  * validation. */
 sd_status sd_controlnet_probe_file(const char *path, sd_error *err);
 void sd_controlnet_free(sd_controlnet *cn); /* NULL-safe */
+
+/* ComfyUI's UNION_CONTROLNET_TYPES in index order, NULL-terminated
+ * ("openpose" = 0 ... "repaint" = 7). */
+extern const char *const sd_controlnet_union_types[];
+/* The index of a type name, -1 for any other name ("auto"). */
+int sd_controlnet_union_type(const char *name);
+/* The number of control types of a Union ControlNet; 0 for any other. */
+int sd_controlnet_union_n_types(const sd_controlnet *cn);
 /* ---- diff ControlNets (models/controlnet/controlnet_diff.c; DiffControlNetLoader) ---
  * A "diff" ControlNet stores each weight of its encoder as the difference
  * from the UNet it was trained from, marked by a tensor named "difference"
@@ -98,6 +116,13 @@ void sd_controlnet_result_free(sd_controlnet_result *r); /* NULL-safe, zeroes */
 sd_status sd_controlnet_forward(sd_controlnet *cn, sd_bt *x, const float *timesteps, sd_bt *hint,
                                 sd_bt *context, sd_bt *y, sd_controlnet_result *out,
                                 sd_error *err);
+/* The same with a Union control type (-1 = "auto"; ignored by a ControlNet
+ * that is not a Union one, as ComfyUI passes it as an unused keyword). A
+ * type at or past sd_controlnet_union_n_types is SD_ERR_INVALID naming it
+ * (ComfyUI's "out of range ... consider the ProMax" error). */
+sd_status sd_controlnet_forward_type(sd_controlnet *cn, sd_bt *x, const float *timesteps, sd_bt *hint,
+                                     sd_bt *context, sd_bt *y, int control_type,
+                                     sd_controlnet_result *out, sd_error *err);
 
 /* The hint ComfyUI feeds: IMAGE [B, H, W, C] (NHWC, [0, 1]) moved to NCHW,
  * resized with common_upscale(nearest-exact, crop center) to width x height
@@ -114,6 +139,7 @@ typedef struct sd_control_link {
     const sd_tensor *image; /* IMAGE [B, H, W, C] in [0, 1] */
     double strength;
     double start_percent, end_percent;
+    int union_type; /* SetUnionControlNetType: 0 = none set ("auto"), else 1 + the type index */
 } sd_control_link;
 
 /* Summed residuals of a chain for one model call, ready for the UNet. */

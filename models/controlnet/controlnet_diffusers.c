@@ -44,6 +44,17 @@ static const char *resnet_member(const char *rest, const char **tail) {
 /* The ldm name of diffusers key `k` (nrb = res blocks per level) into buf;
  * 0 when the key has no ldm counterpart (it is then left out). */
 static int ldm_name(const char *k, int nrb, char *buf, size_t n) {
+    /* Union parts keep their names; nn.MultiheadAttention's in_proj_weight
+     * becomes in_proj.weight, as ComfyUI renames it */
+    static const char *const union_parts[] = {"task_embedding", "transformer_layes.", "spatial_ch_projs.",
+                                              "control_add_embedding."};
+    for (size_t i = 0; i < sizeof union_parts / sizeof union_parts[0]; i++)
+        if (starts(k, union_parts[i])) {
+            const char *p = strstr(k, ".attn.in_proj_");
+            if (p) snprintf(buf, n, "%.*s.attn.in_proj.%s", (int)(p - k), k, p + strlen(".attn.in_proj_"));
+            else snprintf(buf, n, "%s", k);
+            return 1;
+        }
     for (size_t i = 0; i < sizeof fixed_map / sizeof fixed_map[0]; i++)
         if (starts(k, fixed_map[i][0])) {
             snprintf(buf, n, "%s%s", fixed_map[i][1], k + strlen(fixed_map[i][0]));

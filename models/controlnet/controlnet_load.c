@@ -160,6 +160,7 @@ void sd_controlnet_free(sd_controlnet *cn) {
     }
     sd_bt_free(cn->mid_w);
     sd_bt_free(cn->mid_b);
+    sd_cn_union_free(cn);
     free(cn->renamed);
     free(cn);
 }
@@ -217,8 +218,18 @@ sd_status sd_controlnet_probe_file(const char *path, sd_error *err) {
     return rc;
 }
 
+/* union_ok: the file came through the diffusers renaming, the only layout
+ * whose Union parts ComfyUI builds (elsewhere they are unused keys). */
+static sd_status load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype, int union_ok,
+                      sd_controlnet **out, sd_error *err);
+
 sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype,
                              sd_controlnet **out, sd_error *err) {
+    return load(be, f, weight_dtype, 0, out, err);
+}
+
+static sd_status load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype, int union_ok,
+                      sd_controlnet **out, sd_error *err) {
     *out = NULL;
     sd_error local;
     if (!err) err = &local;
@@ -241,7 +252,7 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
                               "%s: diffusers-layout ControlNet without "
                               "controlnet_cond_embedding.conv_in",
                               path);
-        if (!rc) rc = sd_controlnet_load(be, f2, weight_dtype, out, err);
+        if (!rc) rc = load(be, f2, weight_dtype, 1, out, err);
         sd_st_close(f2);
         if (rc) {
             sd_error_prefix(err, "diffusers-layout ControlNet");
@@ -270,6 +281,7 @@ sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtyp
     sd_weights_init(&ld.w, be, f, prefix);
     ld.w.dtype = weight_dtype;
     build(&ld, cn);
+    if (union_ok && !ld.failed && sd_cn_union_present(f, prefix)) sd_cn_union_bind(&ld, cn);
     if (ld.failed) {
         sd_controlnet_free(cn);
         return err->code ? err->code : SD_ERR_INTERNAL;

@@ -11,11 +11,49 @@
 #include "models/checkpoint/model_paths.h"
 #include "nodes/loaders/loaders.h"
 
-static void free_cn(void *p) { sd_controlnet_free(p); }
+/* A CONTROL_NET value's payload: the ControlNet, owned by the loader's
+ * value (owner NULL) or shared from it (owner: a reference to that value,
+ * as ComfyUI's ControlNet.copy() shares its control_model), and the
+ * SetUnionControlNetType setting (0 = none, else 1 + the type index). */
+typedef struct cn_handle {
+    sd_controlnet *cn;
+    sd_value *owner;
+    int union_type;
+} cn_handle;
+
+static void free_cn(void *p) {
+    cn_handle *h = p;
+    if (!h) return;
+    if (h->owner) sd_value_unref(h->owner);
+    else sd_controlnet_free(h->cn);
+    free(h);
+}
 const sd_handle_type sd_handle_control_net = {"CONTROL_NET", free_cn};
 
 sd_controlnet *sd_nodes_control_net_of(const sd_value *v) {
-    return v ? sd_value_as_handle(v, &sd_handle_control_net) : NULL;
+    cn_handle *h = v ? sd_value_as_handle(v, &sd_handle_control_net) : NULL;
+    return h ? h->cn : NULL;
+}
+
+int sd_nodes_control_union_type(const sd_value *v) {
+    cn_handle *h = v ? sd_value_as_handle(v, &sd_handle_control_net) : NULL;
+    return h ? h->union_type : 0;
+}
+
+/* A new CONTROL_NET value over cn: owning it when owner is NULL (cn is
+ * freed on failure then), else sharing it with owner's value. */
+static sd_value *cn_value(sd_controlnet *cn, sd_value *owner, int union_type) {
+    cn_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        if (!owner) sd_controlnet_free(cn);
+        return NULL;
+    }
+    h->cn = cn;
+    h->owner = owner ? sd_value_ref(owner) : NULL;
+    h->union_type = union_type;
+    sd_value *v = sd_value_handle(&sd_handle_control_net, h);
+    if (!v) free_cn(h);
+    return v;
 }
 
 /* ---- ControlNetLoader ---------------------------------------------------------- */
@@ -62,11 +100,11 @@ static sd_status load_controlnet(sd_node_ctx *ctx, const char *name, sd_model_re
                 merged ? " (diff, merged with the model)" : "",
                 c->kind == SD_UNET_SDXL ? "SDXL" : c->kind == SD_UNET_SD2 ? "SD2" : "SD1", c->model_channels, c->context_dim,
                 sd_controlnet_n_outputs(cn));
-    out[0] = sd_value_handle(&sd_handle_control_net, cn);
-    if (!out[0]) {
-        sd_controlnet_free(cn);
-        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    }
+    if (sd_controlnet_union_n_types(cn))
+        sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s is a Union ControlNet with %d control types", name,
+                    sd_controlnet_union_n_types(cn));
+    out[0] = cn_value(cn, NULL, 0);
+    if (!out[0]) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     return SD_OK;
 }
 
@@ -318,6 +356,63 @@ static const sd_node_def node_adv = {
     .run = adv_run,
 };
 
+/* ---- SetUnionControlNetType (comfy_extras/nodes_controlnet.py) ---------------------- */
+
+static sd_status list_union_types(const sd_env *env, sd_value **out, sd_error *err) {
+    (void)env;
+    sd_value *l = sd_value_list();
+    int bad = !l || sd_value_list_append(l, sd_value_string("auto"));
+    for (int i = 0; !bad && sd_controlnet_union_types[i]; i++)
+        bad = sd_value_list_append(l, sd_value_string(sd_controlnet_union_types[i]));
+    if (bad) {
+        sd_value_unref(l);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    *out = l;
+    return SD_OK;
+}
+
+/* A copy of the CONTROL_NET with control_type [n] ("auto": []). The
+ * ControlNet is shared; a type a Union ControlNet lacks (or any type on
+ * another ControlNet) is not an error here: ComfyUI raises the first at
+ * sampling and ignores the second, and so does sdflow. */
+static sd_status union_type_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    cn_handle *h = sd_value_as_handle(in[0], &sd_handle_control_net);
+    if (!h) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'control_net' must be a CONTROL_NET");
+        sd_error_at(err, NULL, NULL, "control_net");
+        return SD_ERR_INVALID;
+    }
+    const char *type = sd_value_as_string(in[1]);
+    int n = sd_controlnet_union_type(type);
+    if (n < 0 && (!type || strcmp(type, "auto") != 0)) {
+        sd_error_set(err, SD_ERR_INVALID, "unknown Union control type '%s'", type ? type : "");
+        sd_error_at(err, NULL, NULL, "type");
+        return SD_ERR_INVALID;
+    }
+    out[0] = cn_value(h->cn, h->owner ? h->owner : in[0], n + 1);
+    return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+}
+
+static const sd_input_def union_type_inputs[] = {
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "type", .type = SD_T_COMBO, .options_fn = list_union_types},
+    {0}};
+
+static const sd_node_def node_union_type = {
+    .version = 1,
+    .class_type = "SetUnionControlNetType",
+    .python_module = "comfy_extras.nodes_controlnet",
+    .category = "conditioning/controlnet",
+    .flags = SD_NODE_V3,
+    .help = "Sets the control type a Union ControlNet (xinsir controlnet-union-sdxl-1.0, ProMax) is "
+            "told its hint is; \"auto\" sets none. Other ControlNets ignore it.",
+    .inputs = union_type_inputs,
+    .outputs = loader_outputs,
+    .run = union_type_run,
+};
+
 /* ---- the sampler side -------------------------------------------------------------- */
 
 sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links, int *n,
@@ -342,7 +437,8 @@ sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links,
             free(l);
             return sd_error_set(err, SD_ERR_INVALID, "conditioning control link %zu is malformed", i);
         }
-        l[i] = (sd_control_link){cn, img, sd_value_as_float(s), sd_value_as_float(a), sd_value_as_float(b)};
+        l[i] = (sd_control_link){cn, img, sd_value_as_float(s), sd_value_as_float(a), sd_value_as_float(b),
+                                 sd_nodes_control_union_type(sd_value_dict_get(d, "control_net"))};
     }
     *links = l;
     *n = (int)len;
@@ -369,7 +465,7 @@ sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *
 extern const sd_node_def sd_node_Canny;
 
 const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_diff_loader, &node_apply, &node_adv, &sd_node_Canny,
-                                                  NULL};
+                                                  &node_union_type, NULL};
 
 sd_status sd_nodes_controlnet_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_controlnet, err);

@@ -1,8 +1,10 @@
-/* controlnet_nodes.h - ControlNetLoader, ControlNetApply,
- * ControlNetApplyAdvanced (alias ControlNet) and Canny, and how the sampler
+/* controlnet_nodes.h - ControlNetLoader, DiffControlNetLoader, ControlNetApply,
+ * ControlNetApplyAdvanced (alias ControlNet), SetUnionControlNetType and Canny, and how the sampler
  * reads what they attach to CONDITIONING.
  *
- * CONTROL_NET is a handle over a loaded ControlNet (models/controlnet/controlnet.h).
+ * CONTROL_NET is a handle over a loaded ControlNet (models/controlnet/controlnet.h)
+ * and the Union control type SetUnionControlNetType set on it (its copy
+ * shares the ControlNet, as ComfyUI's ControlNet.copy() does).
  * Applying one adds to every entry of a CONDITIONING (a new dict; the input
  * is not modified):
  *   "control"                  SD_VAL_LIST of link dicts in application
@@ -31,6 +33,9 @@ extern const sd_node_def *const sd_nodes_controlnet[];
 
 /* The ControlNet of a CONTROL_NET value (borrowed) or NULL. */
 sd_controlnet *sd_nodes_control_net_of(const sd_value *v);
+/* What SetUnionControlNetType set on a CONTROL_NET value: 0 = none
+ * ("auto"), else 1 + the index in sd_controlnet_union_types. */
+int sd_nodes_control_union_type(const sd_value *v);
 
 /* The links of a conditioning entry's "control" (NULL/absent = none): *links
  * is a malloc'd array (free() it) of *n links borrowing from the entry.
