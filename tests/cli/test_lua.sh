@@ -70,7 +70,8 @@ if [ -f "$FLUX/manifest.json" ] && [ -d "$TOK" ]; then
     done
 fi
 # The SD3.5 examples name ComfyUI's SD3.5 files; the SD3 set's tiny ones
-# stand in for them in a models folder of their own (their clip_l and
+# (and GGUF files written from them, gguf_models.py) stand in for them in a
+# models folder of their own (their clip_l and
 # t5xxl_fp16 are not the Flux set's), run with the head counts of the set's
 # tiny CLIP-L and CLIP-G (manifest.json; no file says them).
 have_sd3=0
@@ -79,6 +80,8 @@ SD3ARGS=()
 if [ -f "$SD3/manifest.json" ] && [ -d "$TOK" ] && command -v python3 > /dev/null; then
     python3 "$SDFLOW_SOURCE_DIR/tests/cli/sd3_models.py" "$SD3" "$T/sd3/models" "$T/sd3/tok" "$TOK" ||
         fail "placing the SD3 set's files"
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/gguf_models.py" sd3 "$SD3" "$T/sd3/models" ||
+        fail "writing the SD3 set's GGUF files"
     heads=$(python3 -c 'import json, sys
 m = json.load(open(sys.argv[1]))["models"]
 print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_attention_heads"])' "$SD3/manifest.json")
@@ -86,8 +89,9 @@ print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_a
     SD3ARGS=(--models-dir "$T/sd3/models" --tokenizer-dir "$T/sd3/tok" --clip-l-heads "$1" --clip-g-heads "$2")
     have_sd3=1
 fi
-# The Z-Image example names ComfyUI's Z-Image files; the Z-Image set's tiny
-# ones stand in for them in a folder of their own (its ae is not the Flux
+# The Z-Image examples name ComfyUI's Z-Image files; the Z-Image set's tiny
+# ones (and GGUF files written from them) stand in for them in a folder of
+# their own (its ae is not the Flux
 # set's), with its Qwen2 tokenizer and its tiny Qwen3's width (manifest).
 have_zi=0
 ZI="$DATA/zimage"
@@ -95,6 +99,8 @@ ZIARGS=()
 if [ -f "$ZI/manifest.json" ] && command -v python3 > /dev/null; then
     width=$(python3 "$SDFLOW_SOURCE_DIR/tests/cli/zimage_models.py" "$ZI" "$T/zi/models" "$T/zi/tok") ||
         fail "placing the Z-Image set's files"
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/gguf_models.py" zimage "$ZI" "$T/zi/models" ||
+        fail "writing the Z-Image set's GGUF files"
     ZIARGS=(--models-dir "$T/zi/models" --tokenizer-dir "$T/zi/tok" --qwen3-4b-width "$width")
     have_zi=1
 fi

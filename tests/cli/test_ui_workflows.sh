@@ -199,12 +199,15 @@ else
 fi
 
 # The SD3.5 examples on the SD3 set's tiny files under ComfyUI's names (a
-# models folder of their own), with the head counts of its tiny CLIP-L and
+# models folder of their own; the GGUF example on GGUF files written from
+# them by gguf_models.py), with the head counts of its tiny CLIP-L and
 # CLIP-G from its manifest
 SD3="$DATA/sd3"
 if [ -d "$TOK" ] && [ -f "$SD3/manifest.json" ]; then
     python3 "$SDFLOW_SOURCE_DIR/tests/cli/sd3_models.py" "$SD3" "$T/sd3/models" "$T/sd3/tok" "$TOK" ||
         fail "placing the SD3 set's files"
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/gguf_models.py" sd3 "$SD3" "$T/sd3/models" ||
+        fail "writing the SD3 set's GGUF files"
     heads=$(python3 -c 'import json, sys
 m = json.load(open(sys.argv[1]))["models"]
 print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_attention_heads"])' "$SD3/manifest.json")
@@ -213,19 +216,25 @@ print(m["clip_l"]["config"]["num_attention_heads"], m["clip_g"]["config"]["num_a
         --set 53.width=64 --set 53.height=48 --set 3.steps=2)
     both txt2img_sd35_medium "${SD3ARGS[@]}"
     both txt2img_sd35_medium_ckpt "${SD3ARGS[@]}"
+    both txt2img_sd35_medium_gguf "${SD3ARGS[@]}"
 else
     echo "  (no SD3 reference set or tokenizer: the SD3.5 examples did not run)"
 fi
 
-# The Z-Image example on the Z-Image set's tiny files under ComfyUI's names
-# (a models folder of their own), its Qwen2 tokenizer and its tiny Qwen3's
-# width from its manifest
+# The Z-Image examples on the Z-Image set's tiny files under ComfyUI's names
+# (a models folder of their own; the GGUF one on GGUF files written from them
+# by gguf_models.py), its Qwen2 tokenizer and its tiny Qwen3's width from its
+# manifest
 ZI="$DATA/zimage"
 if [ -f "$ZI/manifest.json" ]; then
     width=$(python3 "$SDFLOW_SOURCE_DIR/tests/cli/zimage_models.py" "$ZI" "$T/zi/models" "$T/zi/tok") ||
         fail "placing the Z-Image set's files"
-    both txt2img_zimage_turbo --models-dir "$T/zi/models" --tokenizer-dir "$T/zi/tok" --qwen3-4b-width "$width" \
-        --set 13.width=64 --set 13.height=48 --set 3.steps=2
+    python3 "$SDFLOW_SOURCE_DIR/tests/cli/gguf_models.py" zimage "$ZI" "$T/zi/models" ||
+        fail "writing the Z-Image set's GGUF files"
+    for w in txt2img_zimage_turbo txt2img_zimage_turbo_gguf; do
+        both $w --models-dir "$T/zi/models" --tokenizer-dir "$T/zi/tok" --qwen3-4b-width "$width" \
+            --set 13.width=64 --set 13.height=48 --set 3.steps=2
+    done
 else
     echo "  (no Z-Image reference set: the Z-Image example did not run)"
 fi
