@@ -150,66 +150,55 @@ static sd_tensor *projection(exporter *x, const sd_clip *c, int linear) {
     return o;
 }
 
-static void export_hf(exporter *x, const sd_clip *c) {
-    char k[200];
-    emit_bt(x, "text_model.embeddings.token_embedding.weight", c->tok_emb);
-    emit_bt(x, "text_model.embeddings.position_embedding.weight", c->pos_emb);
-    for (int i = 0; i < c->cfg.layers && !x->rc; i++) {
-        const clip_layer_w *l = &c->layer[i];
-        const char *pre = "text_model.encoder.layers";
-        snprintf(k, sizeof k, "%s.%d.layer_norm1.weight", pre, i), emit_bt(x, k, l->ln1_w);
-        snprintf(k, sizeof k, "%s.%d.layer_norm1.bias", pre, i), emit_bt(x, k, l->ln1_b);
-        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
-        for (int j = 0; j < 3; j++) {
-            snprintf(k, sizeof k, "%s.%d.self_attn.%s.weight", pre, i, qkv[j]);
-            if (!x->rc) emit(x, k, qkv_part(x, c, l, j, 0));
-            snprintf(k, sizeof k, "%s.%d.self_attn.%s.bias", pre, i, qkv[j]);
-            if (!x->rc) emit(x, k, qkv_part(x, c, l, j, 1));
-        }
-        snprintf(k, sizeof k, "%s.%d.self_attn.out_proj.weight", pre, i), emit_bt(x, k, l->o_w);
-        snprintf(k, sizeof k, "%s.%d.self_attn.out_proj.bias", pre, i), emit_bt(x, k, l->o_b);
-        snprintf(k, sizeof k, "%s.%d.layer_norm2.weight", pre, i), emit_bt(x, k, l->ln2_w);
-        snprintf(k, sizeof k, "%s.%d.layer_norm2.bias", pre, i), emit_bt(x, k, l->ln2_b);
-        snprintf(k, sizeof k, "%s.%d.mlp.fc1.weight", pre, i), emit_bt(x, k, l->fc1_w);
-        snprintf(k, sizeof k, "%s.%d.mlp.fc1.bias", pre, i), emit_bt(x, k, l->fc1_b);
-        snprintf(k, sizeof k, "%s.%d.mlp.fc2.weight", pre, i), emit_bt(x, k, l->fc2_w);
-        snprintf(k, sizeof k, "%s.%d.mlp.fc2.bias", pre, i), emit_bt(x, k, l->fc2_b);
-    }
-    emit_bt(x, "text_model.final_layer_norm.weight", c->final_w);
-    emit_bt(x, "text_model.final_layer_norm.bias", c->final_b);
-    if (!x->rc) emit(x, "text_projection.weight", projection(x, c, 1));
+/* k = inner + fmt(i): a key of the layout, as the file spells it. */
+static const char *key_of(char *k, size_t n, const char *inner, const char *fmt, int i) {
+    size_t m = (size_t)snprintf(k, n, "%s", inner);
+    if (m < n) snprintf(k + m, n - m, fmt, i);
+    return k;
 }
 
-static void export_openclip(exporter *x, const sd_clip *c) {
+/* Every weight under the layout's names (clip_names, shared with the
+ * loader), in the loader's order: HF gets q/k/v separately (rows of a fused
+ * in_proj), OpenCLIP the fused in_proj (q|k|v stacked when they are
+ * separate); the projection goes in the layout's form. */
+static void export_layout(exporter *x, const sd_clip *c, const clip_names *nm) {
     char k[200];
-    emit_bt(x, "token_embedding.weight", c->tok_emb);
-    emit_bt(x, "positional_embedding", c->pos_emb);
+    const sd_clip_block_names *b = nm->block;
+    emit_bt(x, key_of(k, sizeof k, nm->inner, nm->tok_emb, 0), c->tok_emb);
+    emit_bt(x, key_of(k, sizeof k, nm->inner, nm->pos_emb, 0), c->pos_emb);
     for (int i = 0; i < c->cfg.layers && !x->rc; i++) {
         const clip_layer_w *l = &c->layer[i];
-        const char *pre = "transformer.resblocks";
-        snprintf(k, sizeof k, "%s.%d.ln_1.weight", pre, i), emit_bt(x, k, l->ln1_w);
-        snprintf(k, sizeof k, "%s.%d.ln_1.bias", pre, i), emit_bt(x, k, l->ln1_b);
-        snprintf(k, sizeof k, "%s.%d.attn.in_proj_weight", pre, i), emit_fused(x, c, l, 0, k);
-        snprintf(k, sizeof k, "%s.%d.attn.in_proj_bias", pre, i), emit_fused(x, c, l, 1, k);
-        snprintf(k, sizeof k, "%s.%d.attn.out_proj.weight", pre, i), emit_bt(x, k, l->o_w);
-        snprintf(k, sizeof k, "%s.%d.attn.out_proj.bias", pre, i), emit_bt(x, k, l->o_b);
-        snprintf(k, sizeof k, "%s.%d.ln_2.weight", pre, i), emit_bt(x, k, l->ln2_w);
-        snprintf(k, sizeof k, "%s.%d.ln_2.bias", pre, i), emit_bt(x, k, l->ln2_b);
-        snprintf(k, sizeof k, "%s.%d.mlp.c_fc.weight", pre, i), emit_bt(x, k, l->fc1_w);
-        snprintf(k, sizeof k, "%s.%d.mlp.c_fc.bias", pre, i), emit_bt(x, k, l->fc1_b);
-        snprintf(k, sizeof k, "%s.%d.mlp.c_proj.weight", pre, i), emit_bt(x, k, l->fc2_w);
-        snprintf(k, sizeof k, "%s.%d.mlp.c_proj.bias", pre, i), emit_bt(x, k, l->fc2_b);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->ln1_w, i), l->ln1_w);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->ln1_b, i), l->ln1_b);
+        if (b->qkv_w) {
+            emit_fused(x, c, l, 0, key_of(k, sizeof k, nm->inner, b->qkv_w, i));
+            emit_fused(x, c, l, 1, key_of(k, sizeof k, nm->inner, b->qkv_b, i));
+        } else {
+            const char *sep[3][2] = {{b->q_w, b->q_b}, {b->k_w, b->k_b}, {b->v_w, b->v_b}};
+            for (int j = 0; j < 3; j++)
+                for (int w = 0; w < 2; w++)
+                    if (!x->rc)
+                        emit(x, key_of(k, sizeof k, nm->inner, sep[j][w], i),
+                             qkv_part(x, c, l, j, w));
+        }
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->o_w, i), l->o_w);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->o_b, i), l->o_b);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->ln2_w, i), l->ln2_w);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->ln2_b, i), l->ln2_b);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->fc1_w, i), l->fc1_w);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->fc1_b, i), l->fc1_b);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->fc2_w, i), l->fc2_w);
+        emit_bt(x, key_of(k, sizeof k, nm->inner, b->fc2_b, i), l->fc2_b);
     }
-    emit_bt(x, "ln_final.weight", c->final_w);
-    emit_bt(x, "ln_final.bias", c->final_b);
-    if (!x->rc) emit(x, "text_projection", projection(x, c, 0));
+    emit_bt(x, key_of(k, sizeof k, nm->inner, nm->final_w, 0), c->final_w);
+    emit_bt(x, key_of(k, sizeof k, nm->inner, nm->final_b, 0), c->final_b);
+    if (!x->rc) emit(x, nm->proj, projection(x, c, nm == &clip_names_hf));
 }
 
 sd_status sd_clip_export(sd_clip *c, sd_clip_layout layout, sd_clip_export_fn fn, void *ud,
                          sd_error *err) {
     if (!c || !fn) return sd_error_set(err, SD_ERR_INVALID, "sd_clip_export: no model");
     exporter x = {fn, ud, err, SD_OK};
-    if (layout == SD_CLIP_LAYOUT_OPENCLIP) export_openclip(&x, c);
-    else export_hf(&x, c);
+    export_layout(&x, c, layout == SD_CLIP_LAYOUT_OPENCLIP ? &clip_names_openclip : &clip_names_hf);
     return x.rc;
 }

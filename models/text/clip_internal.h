@@ -23,4 +23,19 @@ struct sd_clip {
     void *tap_user;
 };
 
+/* The key names of a CLIP text encoder in one file layout, shared by the
+ * loader (clip_load.c) and the exporter (clip_export.c). All but proj are
+ * relative to where the layer keys hang from (HF: "text_model." under the
+ * encoder's prefix, which `inner` spells for the exporter; OpenCLIP: the
+ * prefix itself); proj is relative to the encoder's prefix. */
+typedef struct clip_names {
+    const char *inner;
+    const char *tok_emb, *pos_emb, *final_w, *final_b;
+    const char *proj; /* HF: Linear [P, W]; OpenCLIP: matmul [W, P] */
+    const sd_clip_block_names *block;
+} clip_names;
+
+extern const clip_names clip_names_hf;
+extern const clip_names clip_names_openclip;
+
 #endif

@@ -30,6 +30,20 @@ static sd_bt *get(loader *ld, int ndim, int64_t d0, int64_t d1, const char *fmt,
 
 typedef sd_clip_block_names layer_names;
 
+const clip_names clip_names_hf = {
+    "text_model.",
+    "embeddings.token_embedding.weight", "embeddings.position_embedding.weight",
+    "final_layer_norm.weight", "final_layer_norm.bias",
+    "text_projection.weight", &sd_clip_block_hf,
+};
+
+const clip_names clip_names_openclip = {
+    "",
+    "token_embedding.weight", "positional_embedding",
+    "ln_final.weight", "ln_final.bias",
+    "text_projection", &sd_clip_block_openclip,
+};
+
 static int has_fmt(const sd_weights *w, const char *fmt, int i) {
     char name[256];
     snprintf(name, sizeof name, fmt, i);
@@ -107,15 +121,16 @@ sd_status sd_clip_load(sd_backend *be, sd_st_file *f, const char *prefix,
                             "token_embedding.weight + transformer.resblocks.N)",
                             sd_st_path(f), prefix);
     int hf = cfg.layout == SD_CLIP_LAYOUT_HF;
-    const layer_names *nm = hf ? &sd_clip_block_hf : &sd_clip_block_openclip;
+    const clip_names *names = hf ? &clip_names_hf : &clip_names_openclip;
+    const layer_names *nm = names->block;
 
     loader ld = {.err = err};
     sd_weights_init(&ld.w, be, f, base);
     ld.w.dtype = opts->weight_dtype;
 
     int64_t s[SD_MAX_DIMS];
-    const char *tok_name = hf ? "embeddings.token_embedding.weight" : "token_embedding.weight";
-    const char *pos_name = hf ? "embeddings.position_embedding.weight" : "positional_embedding";
+    const char *tok_name = names->tok_emb;
+    const char *pos_name = names->pos_emb;
     char key[600];
     if (sd_weights_shape(&ld.w, tok_name, s) != 2)
         return sd_error_set(err, SD_ERR_FORMAT, "%s: '%s' is not a 2-D [vocab, width] table",
@@ -162,7 +177,7 @@ sd_status sd_clip_load(sd_backend *be, sd_st_file *f, const char *prefix,
     sd_weights outer;
     sd_weights_init(&outer, be, f, hf ? prefix : base);
     outer.dtype = opts->weight_dtype;
-    const char *proj_name = hf ? "text_projection.weight" : "text_projection";
+    const char *proj_name = names->proj;
     int proj_nd = sd_weights_shape(&outer, proj_name, s);
     if (proj_nd >= 0 && (proj_nd != 2 || s[hf ? 1 : 0] != cfg.hidden))
         return sd_error_set(err, SD_ERR_FORMAT, "%s: '%s' does not map width %d",
@@ -183,8 +198,8 @@ sd_status sd_clip_load(sd_backend *be, sd_st_file *f, const char *prefix,
     c->tok_emb = get(&ld, 2, cfg.vocab, cfg.hidden, tok_name, 0);
     c->pos_emb = get(&ld, 2, cfg.positions, cfg.hidden, pos_name, 0);
     for (int i = 0; i < cfg.layers; i++) bind_layer(&ld, nm, &cfg, i, &c->layer[i]);
-    c->final_w = get(&ld, 1, cfg.hidden, 0, hf ? "final_layer_norm.weight" : "ln_final.weight", 0);
-    c->final_b = get(&ld, 1, cfg.hidden, 0, hf ? "final_layer_norm.bias" : "ln_final.bias", 0);
+    c->final_w = get(&ld, 1, cfg.hidden, 0, names->final_w, 0);
+    c->final_b = get(&ld, 1, cfg.hidden, 0, names->final_b, 0);
     if (!ld.failed && cfg.proj_dim) {
         int64_t ps[2] = {hf ? cfg.proj_dim : cfg.hidden, hf ? cfg.hidden : cfg.proj_dim};
         c->proj = sd_weights_get(&outer, proj_name, 2, ps, err);
