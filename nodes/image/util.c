@@ -17,7 +17,7 @@ sd_status sd_nodes_set_tensor(sd_value **out, sd_tensor *t, sd_error *err) {
 }
 
 sd_status sd_nodes_bad_input(sd_error *err, const char *name, const char *fmt, ...) {
-    char msg[512];
+    char msg[SD_ERR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

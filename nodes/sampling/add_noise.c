@@ -13,13 +13,8 @@
 #include "custom.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/sampling/rng.h"
+#include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
-
-static sd_status bad_input(sd_error *err, const char *input, const char *msg) {
-    sd_error_set(err, SD_ERR_INVALID, "%s", msg);
-    sd_error_at(err, NULL, NULL, input);
-    return SD_ERR_INVALID;
-}
 
 /* NOISE.generate_noise(latent): prepare_noise(seed, batch_index) or zeros. */
 static sd_status make_noise(sd_value *nv, const sd_value *latent, const int64_t *shape,
@@ -28,7 +23,7 @@ static sd_status make_noise(sd_value *nv, const sd_value *latent, const int64_t 
     const char *t = tv ? sd_value_as_string(tv) : NULL;
     sd_value *seed = t ? sd_value_dict_get(nv, "seed") : NULL;
     if (!t || !seed || (strcmp(t, "random") && strcmp(t, "empty")))
-        return bad_input(err, "noise", "noise must be a NOISE (from RandomNoise or DisableNoise)");
+        return sd_nodes_bad_input(err, "noise", "noise must be a NOISE (from RandomNoise or DisableNoise)");
     if (strcmp(t, "empty") == 0) {
         *out = sd_tensor_new(SD_F32, 4, shape);
         return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -57,7 +52,7 @@ static sd_status add_noise_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
     const sd_value *latent = in[3];
     sd_tensor *samples = latent ? sd_value_dict_tensor(latent, "samples") : NULL;
     if (!samples || samples->dtype != SD_F32 || samples->ndim != 4)
-        return bad_input(err, "latent_image", "latent_image must be a LATENT with F32 samples [B, C, H, W]");
+        return sd_nodes_bad_input(err, "latent_image", "latent_image must be a LATENT with F32 samples [B, C, H, W]");
     if (ns == 0) {
         *out = sd_value_ref(in[3]);
         return SD_OK;

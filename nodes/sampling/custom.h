@@ -23,6 +23,9 @@ sd_status sd_nodes_sigmas_value(const float *v, int n, sd_value **out, sd_error 
 /* Checked SIGMAS input i: borrowed floats (valid while the input lives). */
 sd_status sd_nodes_in_sigmas(sd_value *const *in, int i, const char *name, const float **v,
                              int *n, sd_error *err);
+/* Checked INT input v: a step count 1..max (the executor validates the
+ * node's range; direct callers may not); errors name input `name`. */
+sd_status sd_nodes_in_steps(sd_value *v, const char *name, int max, int *steps, sd_error *err);
 
 /* COMBO lists of KSampler's sampler_name and scheduler. */
 sd_status sd_nodes_sampler_names(const sd_env *env, sd_value **out, sd_error *err);

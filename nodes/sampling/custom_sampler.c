@@ -9,6 +9,7 @@
 
 #include "custom.h"
 #include "nodes/conditioning/conditioning.h"
+#include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
 
 /* ---- value helpers ------------------------------------------------------------------------- */
@@ -28,12 +29,6 @@ static int put(sd_value *d, const char *key, sd_value *v) {
     return 0;
 }
 
-static sd_status bad(sd_error *err, const char *input, const char *fmt, const char *what) {
-    sd_error_set(err, SD_ERR_INVALID, fmt, what);
-    sd_error_at(err, NULL, NULL, input);
-    return SD_ERR_INVALID;
-}
-
 /* SAMPLER input -> sampler name and options. */
 static sd_status in_sampler(sd_value *v, const char *input, sd_sample_args *a, sd_error *err) {
     return sd_nodes_sampler_options(v, input, &a->sampler_name, &a->options, err);
@@ -44,7 +39,7 @@ static sd_status in_noise(sd_value *v, sd_sample_args *a, sd_error *err) {
     const char *t = tv ? sd_value_as_string(tv) : NULL;
     sd_value *seed = t ? sd_value_dict_get(v, "seed") : NULL;
     if (!t || !seed || (strcmp(t, "random") && strcmp(t, "empty")))
-        return bad(err, "noise", "%s must be a NOISE (from RandomNoise or DisableNoise)", "noise");
+        return sd_nodes_bad_input(err, "noise", "noise must be a NOISE (from RandomNoise or DisableNoise)");
     a->add_noise = strcmp(t, "random") == 0;
     a->seed = (uint64_t)sd_value_as_int(seed);
     return SD_OK;
@@ -55,13 +50,13 @@ static sd_status in_guider(sd_value *v, sd_sample_args *a, sd_error *err) {
     const char *k = kv ? sd_value_as_string(kv) : NULL;
     sd_value *mv = k ? sd_value_dict_get(v, "model") : NULL;
     sd_model_ref *m = mv ? sd_value_as_handle(mv, &sd_handle_model) : NULL;
-    if (!m) return bad(err, "guider", "%s must be a GUIDER (from CFGGuider, BasicGuider, DualCFGGuider or PerpNegGuider)", "guider");
+    if (!m) return sd_nodes_bad_input(err, "guider", "guider must be a GUIDER (from CFGGuider, BasicGuider, DualCFGGuider or PerpNegGuider)");
     sd_guide *g = &a->guide;
     if (!strcmp(k, "cfg")) g->kind = SD_GUIDE_CFG;
     else if (!strcmp(k, "basic")) g->kind = SD_GUIDE_BASIC;
     else if (!strcmp(k, "dual_cfg")) g->kind = SD_GUIDE_DUAL_CFG;
     else if (!strcmp(k, "perp_neg")) g->kind = SD_GUIDE_PERP_NEG;
-    else return bad(err, "guider", "unknown guider '%s'", k);
+    else return sd_nodes_bad_input(err, "guider", "unknown guider '%s'", k);
     g->ckpt = m->ckpt;
     g->loras = m->loras;
     g->patches = &m->patches;
@@ -77,7 +72,7 @@ static sd_status in_guider(sd_value *v, sd_sample_args *a, sd_error *err) {
 
 static sd_status in_latent(sd_value *const *in, int i, sd_error *err) {
     if (in[i] && sd_value_kind_of(in[i]) == SD_VAL_DICT) return SD_OK;
-    return bad(err, "latent_image", "%s must be a LATENT", "latent_image");
+    return sd_nodes_bad_input(err, "latent_image", "latent_image must be a LATENT");
 }
 
 /* ---- SAMPLER nodes ------------------------------------------------------------------------- */
@@ -103,7 +98,7 @@ static sd_status ksampler_select_run(sd_node_ctx *ctx, sd_value *const *in, sd_v
                                      sd_error *err) {
     (void)ctx;
     const char *name = sd_value_as_string(in[0]);
-    if (!name || !sd_sampler_find(name)) return bad(err, "sampler_name", "unknown sampler '%s'", name ? name : "?");
+    if (!name || !sd_sampler_find(name)) return sd_nodes_bad_input(err, "sampler_name", "unknown sampler '%s'", name ? name : "?");
     return make_sampler(name, NULL, in, out, err);
 }
 

@@ -10,6 +10,7 @@
 
 #include "custom.h"
 #include "models/sampling/schedules.h"
+#include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -27,11 +28,8 @@ sd_status sd_nodes_sigmas_value(const float *v, int n, sd_value **out, sd_error 
 sd_status sd_nodes_in_sigmas(sd_value *const *in, int i, const char *name, const float **v,
                              int *n, sd_error *err) {
     sd_tensor *t = in[i] ? sd_value_as_tensor(in[i]) : NULL;
-    if (!t || t->dtype != SD_F32 || t->ndim != 1) {
-        sd_error_set(err, SD_ERR_INVALID, "%s must be SIGMAS (a 1-D F32 tensor)", name);
-        sd_error_at(err, NULL, NULL, name);
-        return SD_ERR_INVALID;
-    }
+    if (!t || t->dtype != SD_F32 || t->ndim != 1)
+        return sd_nodes_bad_input(err, name, "%s must be SIGMAS (a 1-D F32 tensor)", name);
     *v = t->data;
     *n = (int)t->shape[0];
     return SD_OK;
@@ -48,12 +46,6 @@ static sd_status model_sampling_of(sd_value *const *in, int i, sd_model_sampling
     if (!*out) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     sd_nodes_model_sampling_init(m, *out);
     return SD_OK;
-}
-
-static sd_status bad_input(sd_error *err, const char *input, const char *msg) {
-    sd_error_set(err, SD_ERR_INVALID, "%s", msg);
-    sd_error_at(err, NULL, NULL, input);
-    return SD_ERR_INVALID;
 }
 
 /* ---- schedulers ---------------------------------------------------------------------------- */
@@ -78,16 +70,11 @@ static sd_status basic_scheduler_run(sd_node_ctx *ctx, sd_value *const *in, sd_v
     return rc;
 }
 
-/* steps within the node's range (the executor validates it; direct callers
- * may not). */
-static sd_status steps_in(sd_value *v, int max, int *steps, sd_error *err) {
+sd_status sd_nodes_in_steps(sd_value *v, const char *name, int max, int *steps, sd_error *err) {
     int64_t s = sd_value_as_int(v);
-    if (s < 1 || s > max) {
-        sd_error_set(err, SD_ERR_INVALID, "steps must be 1..%d, got %lld", max, (long long)s);
-        sd_error_at(err, NULL, NULL, "steps");
-        return SD_ERR_INVALID;
-    }
-    *steps = (int)s;
+    *steps = (int)s; /* set on both paths: callers read it only when this returns 0 */
+    if (s < 1 || s > max)
+        return sd_nodes_bad_input(err, name, "%s must be 1..%d, got %lld", name, max, (long long)s);
     return SD_OK;
 }
 
@@ -95,7 +82,7 @@ typedef enum { K_KARRAS, K_EXPONENTIAL, K_POLYEXP } kd_kind;
 
 static sd_status kd_run(kd_kind kind, sd_value *const *in, sd_value **out, sd_error *err) {
     int steps;
-    sd_status rc = steps_in(in[0], 10000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[0], "steps", 10000, &steps, err);
     if (rc) return rc;
     double smax = sd_value_as_float(in[1]), smin = sd_value_as_float(in[2]);
     float *v = malloc((size_t)(steps + 1) * sizeof *v);
@@ -127,7 +114,7 @@ static sd_status sd_turbo_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
                               sd_error *err) {
     (void)ctx;
     int steps;
-    sd_status rc = steps_in(in[1], 10, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[1], "steps", 10, &steps, err);
     if (rc) return rc;
     sd_model_sampling *ms;
     if ((rc = model_sampling_of(in, 0, &ms, err))) return rc;
@@ -140,11 +127,11 @@ static sd_status sd_turbo_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
 static sd_status beta_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     int steps;
-    sd_status rc = steps_in(in[1], 10000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[1], "steps", 10000, &steps, err);
     if (rc) return rc;
     double alpha = sd_value_as_float(in[2]), beta = sd_value_as_float(in[3]);
-    if (!(alpha > 0.0)) return bad_input(err, "alpha", "alpha must be > 0 (the beta quantile is undefined at 0)");
-    if (!(beta > 0.0)) return bad_input(err, "beta", "beta must be > 0 (the beta quantile is undefined at 0)");
+    if (!(alpha > 0.0)) return sd_nodes_bad_input(err, "alpha", "alpha must be > 0 (the beta quantile is undefined at 0)");
+    if (!(beta > 0.0)) return sd_nodes_bad_input(err, "beta", "beta must be > 0 (the beta quantile is undefined at 0)");
     sd_model_sampling *ms;
     if ((rc = model_sampling_of(in, 0, &ms, err))) return rc;
     float *v = malloc((size_t)(steps + 1) * sizeof *v);
@@ -154,7 +141,7 @@ static sd_status beta_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
     }
     int n = sd_sigmas_beta(ms, steps, alpha, beta, v);
     free(ms);
-    rc = n < 0 ? bad_input(err, "alpha", "the beta quantile is undefined for this alpha and beta")
+    rc = n < 0 ? sd_nodes_bad_input(err, "alpha", "the beta quantile is undefined for this alpha and beta")
                : sd_nodes_sigmas_value(v, n, out, err);
     free(v);
     return rc;
@@ -163,9 +150,9 @@ static sd_status beta_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
 static sd_status ays_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     const char *type = sd_value_as_string(in[0]);
-    if (!sd_ays_table(type)) return bad_input(err, "model_type", "model_type must be SD1, SDXL or SVD");
+    if (!sd_ays_table(type)) return sd_nodes_bad_input(err, "model_type", "model_type must be SD1, SDXL or SVD");
     int steps;
-    sd_status rc = steps_in(in[1], 10000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[1], "steps", 10000, &steps, err);
     if (rc) return rc;
     float *v = malloc((size_t)(steps + 1) * sizeof *v);
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -185,17 +172,14 @@ static sd_status table_sigmas_out(int n, float *v, sd_value **out, sd_error *err
 static sd_status gits_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     double coeff = sd_value_as_float(in[0]);
-    if (!sd_gits_coeff_known(coeff)) {
-        sd_error_set(err, SD_ERR_INVALID,
-                     "coeff %g has no GITS table: the tables are for 0.80 to 1.50 in steps of 0.05 "
-                     "(coeff is rounded to 2 decimals first)", coeff);
-        sd_error_at(err, NULL, NULL, "coeff");
-        return SD_ERR_INVALID;
-    }
+    if (!sd_gits_coeff_known(coeff))
+        return sd_nodes_bad_input(err, "coeff",
+                                  "coeff %g has no GITS table: the tables are for 0.80 to 1.50 in "
+                                  "steps of 0.05 (coeff is rounded to 2 decimals first)", coeff);
     int steps;
-    sd_status rc = steps_in(in[1], 1000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[1], "steps", 1000, &steps, err);
     if (rc) return rc;
-    if (steps < 2) return bad_input(err, "steps", "steps must be 2..1000 (GITS has no 1-step table)");
+    if (steps < 2) return sd_nodes_bad_input(err, "steps", "steps must be 2..1000 (GITS has no 1-step table)");
     float *v = malloc((size_t)(steps + 1) * sizeof *v);
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     return table_sigmas_out(sd_sigmas_gits(coeff, steps, sd_value_as_float(in[2]), v), v, out, err);
@@ -206,9 +190,9 @@ static sd_status optimal_steps_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
     (void)ctx;
     const char *type = sd_value_as_string(in[0]);
     if (!sd_optimal_steps_known(type))
-        return bad_input(err, "model_type", "model_type must be FLUX, Wan or Chroma");
+        return sd_nodes_bad_input(err, "model_type", "model_type must be FLUX, Wan or Chroma");
     int steps;
-    sd_status rc = steps_in(in[1], 1000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[1], "steps", 1000, &steps, err);
     if (rc) return rc;
     float *v = malloc((size_t)(steps + 1) * sizeof *v);
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -226,7 +210,7 @@ static sd_status split_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
     sd_status rc = sd_nodes_in_sigmas(in, 0, "sigmas", &s, &n, err);
     if (rc) return rc;
     int64_t step = sd_value_as_int(in[1]);
-    if (step < 0) return bad_input(err, "step", "step must be >= 0");
+    if (step < 0) return sd_nodes_bad_input(err, "step", "step must be >= 0");
     int hi = step + 1 < n ? (int)step + 1 : n;
     int lo_from = step < n ? (int)step : n;
     rc = sd_nodes_sigmas_value(s, hi, &out[0], err);
@@ -244,7 +228,7 @@ static sd_status split_denoise_run(sd_node_ctx *ctx, sd_value *const *in, sd_val
     sd_status rc = sd_nodes_in_sigmas(in, 0, "sigmas", &s, &n, err);
     if (rc) return rc;
     double denoise = sd_value_as_float(in[1]);
-    if (!(denoise >= 0.0 && denoise <= 1.0)) return bad_input(err, "denoise", "denoise must be 0..1");
+    if (!(denoise >= 0.0 && denoise <= 1.0)) return sd_nodes_bad_input(err, "denoise", "denoise must be 0..1");
     int steps = n - 1 > 0 ? n - 1 : 0;
     int total = (int)nearbyint((double)steps * denoise); /* round half to even */
     int hi = total == 0 ? 0 : (n - total > 0 ? n - total : 0);

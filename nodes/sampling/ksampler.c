@@ -15,6 +15,7 @@
 #include "nodes/conditioning/conditioning.h"
 #include "nodes/controlnet/controlnet_nodes.h"
 #include "nodes/gligen/gligen_nodes.h"
+#include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
 
 #ifdef __clang__
@@ -347,24 +348,16 @@ static sd_status check_model_latent(sd_node_ctx *ctx, sd_checkpoint *ckpt, const
                                     const char *model_input, sd_tensor **samples_out,
                                     sd_error *err) {
     sd_tensor *samples = latent ? sd_value_dict_tensor(latent, "samples") : NULL;
-    if (!samples || samples->dtype != SD_F32 || samples->ndim != 4) {
-        sd_error_set(err, SD_ERR_INVALID, "latent_image must be a LATENT with F32 samples [B, C, H, W]");
-        sd_error_at(err, NULL, NULL, "latent_image");
-        return SD_ERR_INVALID;
-    }
+    if (!samples || samples->dtype != SD_F32 || samples->ndim != 4)
+        return sd_nodes_bad_input(err, "latent_image",
+                                  "latent_image must be a LATENT with F32 samples [B, C, H, W]");
     const sd_ckpt_info *info = sd_checkpoint_info(ckpt);
-    if (!info->has_unet) {
-        sd_error_set(err, SD_ERR_INVALID, "MODEL has no diffusion model");
-        sd_error_at(err, NULL, NULL, model_input);
-        return SD_ERR_INVALID;
-    }
-    if (samples->shape[1] != sd_ckpt_info_latent_channels(info)) {
-        sd_error_set(err, SD_ERR_INVALID, "latent has %lld channels, the %s model works on %d",
-                     (long long)samples->shape[1], sd_ckpt_family_name(info->family),
-                     sd_ckpt_info_latent_channels(info));
-        sd_error_at(err, NULL, NULL, "latent_image");
-        return SD_ERR_INVALID;
-    }
+    if (!info->has_unet)
+        return sd_nodes_bad_input(err, model_input, "MODEL has no diffusion model");
+    if (samples->shape[1] != sd_ckpt_info_latent_channels(info))
+        return sd_nodes_bad_input(err, "latent_image", "latent has %lld channels, the %s model works on %d",
+                                  (long long)samples->shape[1], sd_ckpt_family_name(info->family),
+                                  sd_ckpt_info_latent_channels(info));
     int flux = info->dmodel_kind == SD_DMODEL_FLUX, zimage = info->dmodel_kind == SD_DMODEL_ZIMAGE;
     int sd3 = info->dmodel_kind == SD_DMODEL_MMDIT;
     int64_t b2 = 2 * samples->shape[0];
@@ -403,11 +396,8 @@ static sd_status common_ksampler(sd_node_ctx *ctx, const sd_ksample_args *a, sd_
     sd_tensor *samples;
     sd_status rc = check_model_latent(ctx, a->ckpt, a->latent, "model", &samples, err);
     if (rc) return rc;
-    if (!sd_sampler_find(a->sampler_name)) {
-        sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);
-        sd_error_at(err, NULL, NULL, "sampler_name");
-        return SD_ERR_INVALID;
-    }
+    if (!sd_sampler_find(a->sampler_name))
+        return sd_nodes_bad_input(err, "sampler_name", "unknown sampler '%s'", a->sampler_name);
     if (!a->positive || !a->negative)
         return sd_error_set(err, SD_ERR_INVALID, "KSampler needs positive and negative conditioning");
 
@@ -540,11 +530,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     const int64_t *shape = samples->shape;
     const int64_t n = sd_tensor_numel(samples);
     const sd_sampler *smp = sd_sampler_find(a->sampler_name);
-    if (!smp) {
-        sd_error_set(err, SD_ERR_INVALID, "unknown sampler '%s'", a->sampler_name);
-        sd_error_at(err, NULL, NULL, "sampler");
-        return SD_ERR_INVALID;
-    }
+    if (!smp)
+        return sd_nodes_bad_input(err, "sampler", "unknown sampler '%s'", a->sampler_name);
     if (!g->positive || (g->kind != SD_GUIDE_BASIC && !g->negative) ||
         ((g->kind == SD_GUIDE_DUAL_CFG || g->kind == SD_GUIDE_PERP_NEG) && !g->middle))
         return sd_error_set(err, SD_ERR_INVALID, "the guider lacks a conditioning");
@@ -867,11 +854,8 @@ static sd_status common_inputs(sd_value *const *in, int i_model, int i_pos, int 
     if (!rc) rc = sd_nodes_in_conditioning(in, i_pos, "positive", &pos, err);
     if (!rc) rc = sd_nodes_in_conditioning(in, i_neg, "negative", &neg, err);
     if (rc) return rc;
-    if (!in[i_latent] || sd_value_kind_of(in[i_latent]) != SD_VAL_DICT) {
-        sd_error_set(err, SD_ERR_INVALID, "latent_image must be a LATENT");
-        sd_error_at(err, NULL, NULL, "latent_image");
-        return SD_ERR_INVALID;
-    }
+    if (!in[i_latent] || sd_value_kind_of(in[i_latent]) != SD_VAL_DICT)
+        return sd_nodes_bad_input(err, "latent_image", "latent_image must be a LATENT");
     a->ckpt = model->ckpt;
     a->loras = model->loras;
     a->patches = &model->patches;

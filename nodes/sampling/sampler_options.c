@@ -17,21 +17,16 @@
 #include <string.h>
 
 #include "custom.h"
+#include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
 #include "models/image/imageops.h"
-
-static sd_status bad_sampler(sd_error *err, const char *input, const char *msg, const char *what) {
-    sd_error_set(err, SD_ERR_INVALID, msg, what ? what : "?");
-    sd_error_at(err, NULL, NULL, input);
-    return SD_ERR_INVALID;
-}
 
 sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const char **name,
                                    sd_sampler_params *p, sd_error *err) {
     sd_value *nv = v && sd_value_kind_of(v) == SD_VAL_DICT ? sd_value_dict_get(v, "sampler_name") : NULL;
     const char *n = nv ? sd_value_as_string(nv) : NULL;
-    if (!n) return bad_sampler(err, input, "%s must be a SAMPLER (from KSamplerSelect or a Sampler node)", input);
-    if (!sd_sampler_find(n)) return bad_sampler(err, input, "unknown sampler '%s'", n);
+    if (!n) return sd_nodes_bad_input(err, input, "%s must be a SAMPLER (from KSamplerSelect or a Sampler node)", input);
+    if (!sd_sampler_find(n)) return sd_nodes_bad_input(err, input, "unknown sampler '%s'", n);
     *name = n;
     sd_value *o;
     if ((o = sd_value_dict_get(v, "eta"))) p->eta = sd_value_as_float(o);
@@ -41,7 +36,7 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
     if ((o = sd_value_dict_get(v, "max_stage"))) p->er_max_stage = (int)sd_value_as_int(o);
     if ((o = sd_value_dict_get(v, "noise_scaler"))) {
         const char *s = sd_value_as_string(o);
-        if (!s || strcmp(s, "reverse_time")) return bad_sampler(err, input, "SAMPLER noise_scaler '%s' is not reverse_time", s);
+        if (!s || strcmp(s, "reverse_time")) return sd_nodes_bad_input(err, input, "SAMPLER noise_scaler '%s' is not reverse_time", s ? s : "?");
         p->er_reverse_time = 1;
         p->er_eta = p->eta; /* the scaler's exponent is the node's eta */
     }
@@ -50,7 +45,7 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
         sd_value *co = sd_value_dict_get(v, "corrector_order"), *pe = sd_value_dict_get(v, "use_pece");
         sd_value *s2 = sd_value_dict_get(v, "simple_order_2");
         if (!e || !po || !co || !pe || !s2)
-            return bad_sampler(err, input, "SAMPLER %s: an sa_solver option set without all its keys", n);
+            return sd_nodes_bad_input(err, input, "SAMPLER %s: an sa_solver option set without all its keys", n);
         p->sa_set = 1;
         p->sa_tau_start_sigma = sd_value_as_float(o);
         p->sa_tau_end_sigma = sd_value_as_float(e);
@@ -66,7 +61,7 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
                          &p->dpm_accept_safety};
         for (int i = 0; i < 7; i++) {
             sd_value *x = sd_value_dict_get(v, k[i]);
-            if (!x) return bad_sampler(err, input, "SAMPLER %s: a dpm_adaptive option set without all its keys", n);
+            if (!x) return sd_nodes_bad_input(err, input, "SAMPLER %s: a dpm_adaptive option set without all its keys", n);
             *dst[i] = sd_value_as_float(x);
         }
         p->dpm_set = 1;
@@ -75,10 +70,10 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
     if ((o = sd_value_dict_get(v, "upscale_method"))) {
         sd_value *tu = sd_value_dict_get(v, "total_upscale"), *us = sd_value_dict_get(v, "upscale_steps");
         sd_upscale_method m;
-        if (!tu || !us) return bad_sampler(err, input, "SAMPLER %s: an lcm_upscale option set without all its keys", n);
+        if (!tu || !us) return sd_nodes_bad_input(err, input, "SAMPLER %s: an lcm_upscale option set without all its keys", n);
         const char *ms = sd_value_as_string(o);
         if (!ms || sd_upscale_method_parse(ms, &m) || m == SD_UPSCALE_LANCZOS)
-            return bad_sampler(err, input, "SAMPLER upscale_method '%s' is not one of SamplerLCMUpscale's", ms);
+            return sd_nodes_bad_input(err, input, "SAMPLER upscale_method '%s' is not one of SamplerLCMUpscale's", ms ? ms : "?");
         p->lcm_total_upscale = sd_value_as_float(tu);
         p->lcm_upscale_steps = (int)sd_value_as_int(us);
         p->lcm_upscale_method = (int)m;
@@ -89,7 +84,7 @@ sd_status sd_nodes_sampler_options(const sd_value *v, const char *input, const c
         else if (st && strcmp(st, "midpoint") == 0) p->sde_solver = SD_SDE_SOLVER_MIDPOINT;
         else if (st && strcmp(st, "phi_2") == 0) p->seeds_phi_2 = 1;
         else if (!st || strcmp(st, "phi_1"))
-            return bad_sampler(err, input, "SAMPLER solver_type '%s' is not midpoint, heun, phi_1 or phi_2", st);
+            return sd_nodes_bad_input(err, input, "SAMPLER solver_type '%s' is not midpoint, heun, phi_1 or phi_2", st ? st : "?");
     }
     return SD_OK;
 }
@@ -129,7 +124,7 @@ static sd_status seeds2_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     (void)ctx;
     const char *st = sd_value_as_string(in[0]);
     if (!st || (strcmp(st, "phi_1") && strcmp(st, "phi_2")))
-        return bad_sampler(err, "solver_type", "solver_type must be phi_1 or phi_2, got '%s'", st);
+        return sd_nodes_bad_input(err, "solver_type", "solver_type must be phi_1 or phi_2, got '%s'", st ? st : "?");
     sd_value *d = sampler_dict("seeds_2");
     sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
     if (!rc) rc = put_or_fail(d, "solver_type", sd_value_string(st));
@@ -146,9 +141,9 @@ static sd_status er_sde_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     const char *st = sd_value_as_string(in[0]);
     int er = st && strcmp(st, "ER-SDE") == 0, ode = st && strcmp(st, "ODE") == 0;
     if (!er && !ode && !(st && strcmp(st, "Reverse-time SDE") == 0))
-        return bad_sampler(err, "solver_type", "solver_type must be ER-SDE, Reverse-time SDE or ODE, got '%s'", st);
+        return sd_nodes_bad_input(err, "solver_type", "solver_type must be ER-SDE, Reverse-time SDE or ODE, got '%s'", st ? st : "?");
     int64_t max_stage = sd_value_as_int(in[1]);
-    if (max_stage < 1 || max_stage > 3) return bad_sampler(err, "max_stage", "max_stage must be 1..3%s", "");
+    if (max_stage < 1 || max_stage > 3) return sd_nodes_bad_input(err, "max_stage", "max_stage must be 1..3");
     double eta = sd_value_as_float(in[2]), s_noise = sd_value_as_float(in[3]);
     if (ode || (!er && eta == 0.0)) eta = s_noise = 0.0;
     sd_value *d = sampler_dict("er_sde");
@@ -169,8 +164,8 @@ static sd_status sa_solver_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
     sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
     if (rc) return rc;
     int64_t po = sd_value_as_int(in[5]), co = sd_value_as_int(in[6]);
-    if (po < 1 || po > 6) return bad_sampler(err, "predictor_order", "predictor_order must be 1..6%s", "");
-    if (co < 0 || co > 6) return bad_sampler(err, "corrector_order", "corrector_order must be 0..6%s", "");
+    if (po < 1 || po > 6) return sd_nodes_bad_input(err, "predictor_order", "predictor_order must be 1..6");
+    if (co < 0 || co > 6) return sd_nodes_bad_input(err, "corrector_order", "corrector_order must be 0..6");
     sd_model_sampling *ms = malloc(sizeof *ms);
     if (!ms) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     sd_nodes_model_sampling_init(m, ms);
@@ -197,7 +192,7 @@ static sd_status dpm_adaptive_run(sd_node_ctx *ctx, sd_value *const *in, sd_valu
     static const char *const k[] = {"rtol", "atol", "h_init", "pcoeff", "icoeff", "dcoeff", "accept_safety",
                                     "eta", "s_noise"};
     int64_t order = sd_value_as_int(in[0]);
-    if (order != 2 && order != 3) return bad_sampler(err, "order", "order must be 2 or 3%s", "");
+    if (order != 2 && order != 3) return sd_nodes_bad_input(err, "order", "order must be 2 or 3");
     sd_value *d = sampler_dict("dpm_adaptive");
     sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
     if (!rc) rc = put_or_fail(d, "dpm_order", sd_value_int(order));
@@ -212,7 +207,7 @@ static sd_status euler_cfgpp_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     const char *v = sd_value_as_string(in[0]);
     int alt = v && strcmp(v, "alternative") == 0;
     if (!alt && !(v && strcmp(v, "regular") == 0))
-        return bad_sampler(err, "version", "version must be regular or alternative, got '%s'", v);
+        return sd_nodes_bad_input(err, "version", "version must be regular or alternative, got '%s'", v ? v : "?");
     sd_value *d = sampler_dict(alt ? "euler_pp" : "euler_cfg_pp");
     return done(d, d ? SD_OK : SD_ERR_NOMEM, out, err);
 }
@@ -225,11 +220,11 @@ static sd_status lcm_upscale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     int64_t steps = sd_value_as_int(in[1]);
     const char *m = sd_value_as_string(in[2]);
     sd_upscale_method um;
-    if (!(ratio >= 0.1 && ratio <= 20.0)) return bad_sampler(err, "scale_ratio", "scale_ratio must be 0.1..20%s", "");
-    if (steps < -1 || steps > 1000) return bad_sampler(err, "scale_steps", "scale_steps must be -1..1000%s", "");
+    if (!(ratio >= 0.1 && ratio <= 20.0)) return sd_nodes_bad_input(err, "scale_ratio", "scale_ratio must be 0.1..20");
+    if (steps < -1 || steps > 1000) return sd_nodes_bad_input(err, "scale_steps", "scale_steps must be -1..1000");
     if (!m || sd_upscale_method_parse(m, &um) || um == SD_UPSCALE_LANCZOS)
-        return bad_sampler(err, "upscale_method", "upscale_method must be bislerp, nearest-exact, bilinear, area or "
-                           "bicubic, got '%s'", m);
+        return sd_nodes_bad_input(err, "upscale_method", "upscale_method must be bislerp, nearest-exact, bilinear, area or "
+                                  "bicubic, got '%s'", m ? m : "?");
     sd_value *d = sampler_dict("lcm_upscale");
     sd_status rc = d ? SD_OK : SD_ERR_NOMEM;
     if (!rc) rc = put_or_fail(d, "total_upscale", sd_value_float(ratio));

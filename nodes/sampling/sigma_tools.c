@@ -10,31 +10,15 @@
 
 #include "custom.h"
 #include "models/sampling/schedules.h"
+#include "nodes/image/image.h"
 #include "nodes/loaders/loaders.h"
-
-static sd_status bad_input(sd_error *err, const char *input, const char *msg) {
-    sd_error_set(err, SD_ERR_INVALID, "%s", msg);
-    sd_error_at(err, NULL, NULL, input);
-    return SD_ERR_INVALID;
-}
-
-static sd_status steps_in(sd_value *v, const char *name, int max, int *steps, sd_error *err) {
-    int64_t s = sd_value_as_int(v);
-    if (s < 1 || s > max) {
-        sd_error_set(err, SD_ERR_INVALID, "%s must be 1..%d, got %lld", name, max, (long long)s);
-        sd_error_at(err, NULL, NULL, name);
-        return SD_ERR_INVALID;
-    }
-    *steps = (int)s;
-    return SD_OK;
-}
 
 /* ---- schedulers --------------------------------------------------------------------------- */
 
 static sd_status laplace_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     int steps;
-    sd_status rc = steps_in(in[0], "steps", 10000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[0], "steps", 10000, &steps, err);
     if (rc) return rc;
     float *v = malloc((size_t)steps * sizeof *v);
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -48,7 +32,7 @@ static sd_status laplace_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
 static sd_status vp_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     int steps;
-    sd_status rc = steps_in(in[0], "steps", 10000, &steps, err);
+    sd_status rc = sd_nodes_in_steps(in[0], "steps", 10000, &steps, err);
     if (rc) return rc;
     float *v = malloc((size_t)(steps + 1) * sizeof *v);
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
@@ -107,7 +91,7 @@ static int parse_manual(const char *s, float *v, sd_error *err) {
 static sd_status manual_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     const char *s = sd_value_as_string(in[0]);
-    if (!s) return bad_input(err, "sigmas", "sigmas must be a STRING of numbers");
+    if (!s) return sd_nodes_bad_input(err, "sigmas", "sigmas must be a STRING of numbers");
     int n = parse_manual(s, NULL, err);
     if (n < 0) return SD_ERR_INVALID;
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
@@ -127,7 +111,7 @@ static sd_status set_first_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
     int n;
     sd_status rc = sd_nodes_in_sigmas(in, 0, "sigmas", &s, &n, err);
     if (rc) return rc;
-    if (n == 0) return bad_input(err, "sigmas", "sigmas is empty: there is no first sigma to set");
+    if (n == 0) return sd_nodes_bad_input(err, "sigmas", "sigmas is empty: there is no first sigma to set");
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     memcpy(v, s, (size_t)n * sizeof *v);
@@ -149,12 +133,12 @@ static sd_status extend_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **ou
     sd_status rc = sd_nodes_in_sigmas(in, 0, "sigmas", &s, &n, err);
     if (rc) return rc;
     int steps;
-    if ((rc = steps_in(in[1], "steps", 100, &steps, err))) return rc;
+    if ((rc = sd_nodes_in_steps(in[1], "steps", 100, &steps, err))) return rc;
     double start = sd_value_as_float(in[2]), end = sd_value_as_float(in[3]);
     const char *spacing = sd_value_as_string(in[4]);
     int kind = !spacing ? -1 : !strcmp(spacing, "linear") ? 0 : !strcmp(spacing, "cosine") ? 1
              : !strcmp(spacing, "sine") ? 2 : -1;
-    if (kind < 0) return bad_input(err, "spacing", "spacing must be linear, cosine or sine");
+    if (kind < 0) return sd_nodes_bad_input(err, "spacing", "spacing must be linear, cosine or sine");
     /* the comparisons are float32 tensor vs python float: the float is cast */
     float fstart = start < 0 ? INFINITY : (float)start, fend = (float)end;
     float x[101];
