@@ -121,6 +121,8 @@ sd_status sd_controlnet_forward_type(sd_controlnet *cn, sd_bt *x, const float *t
                                      sd_controlnet_result *out, sd_error *err) {
     memset(out, 0, sizeof *out);
     sd_error_clear(err);
+    if (cn->mmdit)
+        return sd_error_set(err, SD_ERR_INVALID, "an SD3 ControlNet runs through sd_sd3_cn_forward");
     sd_status rc = check(cn, x, timesteps, hint, context, y, err);
     if (rc) return rc;
     if (cn->n_types && control_type >= cn->n_types) {
@@ -214,6 +216,7 @@ void sd_control_residuals_free(sd_control_residuals *r) {
     if (!r) return;
     for (int i = 0; i < SD_UNET_MAX_BLOCKS; i++) sd_bt_free(r->skip[i]);
     sd_bt_free(r->middle);
+    for (int i = 0; i < r->n_dit_own; i++) sd_bt_free(r->dit_own[i]);
     memset(r, 0, sizeof *r);
 }
 
@@ -234,11 +237,18 @@ static int accumulate(sd_bt **acc, sd_bt *t, float s) {
  * N / batched latents each (broadcast_image_to): within a chunk item i takes
  * image i % b (the first per-chunk items when b is larger), and the chunks
  * repeat that. */
+static sd_bt *broadcast_hint(sd_backend *be, sd_tensor *r, int64_t n, int batched, sd_error *err);
+
 static sd_bt *batch_hint(sd_backend *be, const sd_tensor *image, int64_t n, int batched,
                          int64_t h, int64_t w, sd_error *err) {
     sd_tensor *r = NULL;
     if (sd_controlnet_hint(image, w, h, &r, err)) return NULL;
-    int64_t b = r->shape[0];
+    return broadcast_hint(be, r, n, batched, err);
+}
+
+/* r [b, C, h, w] (the reference is taken) laid out for the batch and uploaded. */
+static sd_bt *broadcast_hint(sd_backend *be, sd_tensor *r, int64_t n, int batched, sd_error *err) {
+    int64_t b = r->shape[0], h = r->shape[2], w = r->shape[3];
     int64_t per = batched > 0 && n % batched == 0 ? n / batched : n;
     if (b != n || per != n) {
         sd_tensor *rep = sd_tensor_new4(SD_F32, 4, n, r->shape[1], h, w);
@@ -276,6 +286,181 @@ sd_status sd_control_chain_eval_batched(const sd_control_link *links, int n,
                                         float sigma, sd_bt *x_in, int batched,
                                         const float *timesteps, sd_bt *context, sd_bt *y,
                                         sd_control_residuals *out, sd_error *err) {
+    sd_control_call call = {.ms = ms, .unet = unet, .sigma = sigma, .x_in = x_in, .batched = batched,
+                            .timesteps = timesteps, .context = context, .y = y};
+    return sd_control_chain_run(links, n, &call, out, err);
+}
+
+/* ---- SD3 ControlNets ---------------------------------------------------------------- */
+
+typedef struct hint_entry {
+    const void *key;
+    int64_t h, w;
+    sd_tensor *t;
+} hint_entry;
+
+struct sd_control_hints {
+    int n, cap;
+    hint_entry *e;
+};
+
+sd_control_hints *sd_control_hints_new(void) { return calloc(1, sizeof(sd_control_hints)); }
+
+void sd_control_hints_free(sd_control_hints *h) {
+    if (!h) return;
+    for (int i = 0; i < h->n; i++) sd_tensor_unref(h->e[i].t);
+    free(h->e);
+    free(h);
+}
+
+/* latent_formats.SD3().scale_factor; the ControlNet's copy has shift 0 */
+#define SD3_HINT_SCALE 1.5305f
+
+sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hints, int64_t h, int64_t w,
+                                sd_tensor **out, sd_error *err) {
+    *out = NULL;
+    for (int i = 0; hints && l->key && i < hints->n; i++)
+        if (hints->e[i].key == l->key && hints->e[i].h == h && hints->e[i].w == w) {
+            *out = sd_tensor_ref(hints->e[i].t);
+            return SD_OK;
+        }
+    if (!l->vae)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "This Controlnet needs a VAE but none was provided, please use a ControlNetApply "
+                            "node with a VAE input and connect it.");
+    int ch = sd_sd3_cn_hint_channels(l->cn->mmdit);
+    int E = sd_vae_get_config(l->vae)->embed_dim;
+    int ones = ch == 17; /* an inpainting ControlNet: concat_mask with no mask given */
+    if (E + ones != ch)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "the VAE's latent has %d channels, the SD3 ControlNet's hint %d (a VAE for another "
+                            "model?)",
+                            E, ch);
+    /* common_upscale to latent size x compression (1 x the VAE's 8), encode */
+    sd_tensor *px = NULL, *nhwc = NULL, *lat = NULL;
+    sd_status rc = sd_controlnet_hint(l->image, 8 * w, 8 * h, &px, err);
+    if (!rc && !(nhwc = sd_imageops_nchw_to_nhwc(px))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    sd_tensor_unref(px);
+    if (!rc) rc = sd_vae_encode(l->vae, nhwc, &lat, err);
+    sd_tensor_unref(nhwc);
+    if (rc) {
+        sd_error_prefix(err, "encoding the ControlNet hint");
+        return rc;
+    }
+    if (lat->ndim != 4 || lat->shape[2] != h || lat->shape[3] != w) {
+        sd_tensor_unref(lat);
+        return sd_error_set(err, SD_ERR_INVALID, "the VAE's latent of the hint is not %lldx%lld", (long long)h,
+                            (long long)w);
+    }
+    int64_t B = lat->shape[0], plane = h * w;
+    sd_tensor *t = sd_tensor_new4(SD_F32, 4, B, ch, h, w);
+    if (!t) {
+        sd_tensor_unref(lat);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    const float *lv = lat->data;
+    float *tv = t->data;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t i = 0; i < E * plane; i++) tv[b * ch * plane + i] = lv[b * E * plane + i] * SD3_HINT_SCALE;
+        for (int64_t i = 0; ones && i < plane; i++) tv[(b * ch + E) * plane + i] = 1.0f;
+    }
+    sd_tensor_unref(lat);
+    if (hints && l->key) {
+        if (hints->n == hints->cap) {
+            int cap = hints->cap ? 2 * hints->cap : 4;
+            hint_entry *e = realloc(hints->e, (size_t)cap * sizeof *e);
+            if (!e) {
+                sd_tensor_unref(t);
+                return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            }
+            hints->e = e;
+            hints->cap = cap;
+        }
+        hints->e[hints->n++] = (hint_entry){l->key, h, w, sd_tensor_ref(t)};
+    }
+    *out = t;
+    return SD_OK;
+}
+
+/* The list of entries after adding link l's block outputs r[] (strength
+ * s): entry j = prev[j] + s * r[block(j)]; consecutive entries with the
+ * same previous tensor and the same block share one tensor. out->dit and
+ * dit_own are replaced; tensors no entry keeps are freed. */
+static int merge_dit(sd_control_residuals *out, const sd_sd3_cn *cn, sd_bt **r, float s) {
+    int nb = sd_sd3_cn_n_blocks(cn), nk = sd_sd3_cn_n_outputs(cn);
+    int n = out->n_dit > nk ? out->n_dit : nk;
+    sd_bt *scaled[SD_CONTROL_MAX_DIT] = {0}, *next[SD_CONTROL_MAX_DIT] = {0};
+    int ok = 1;
+    /* strength once per block output (control_merge's applied_to set) */
+    for (int i = 0; i < nb && ok; i++) ok = (scaled[i] = sd_op_scale(r[i], s)) != NULL;
+    for (int j = 0; j < n && ok; j++) {
+        sd_bt *a = j < out->n_dit ? out->dit[j] : NULL;
+        int b = j < nk ? sd_sd3_cn_output_block(cn, j) : -1;
+        if (j > 0 && a == (j - 1 < out->n_dit ? out->dit[j - 1] : NULL) &&
+            b == (j - 1 < nk ? sd_sd3_cn_output_block(cn, j - 1) : -1)) {
+            next[j] = next[j - 1];
+        } else if (b < 0) {
+            next[j] = a;
+        } else if (!a) {
+            next[j] = scaled[b];
+        } else {
+            ok = (next[j] = sd_op_add(a, scaled[b])) != NULL;
+        }
+    }
+    /* what the new list keeps: every distinct tensor of next[] */
+    sd_bt *own[SD_CONTROL_MAX_DIT];
+    int n_own = 0;
+    for (int j = 0; j < n && ok; j++)
+        if (next[j] && (n_own == 0 || own[n_own - 1] != next[j])) own[n_own++] = next[j];
+    /* free what nothing keeps: old entries, scaled outputs, and on failure
+     * the new sums */
+    sd_bt *cand[3 * SD_CONTROL_MAX_DIT];
+    int nc = 0;
+    for (int i = 0; i < out->n_dit_own; i++) cand[nc++] = out->dit_own[i];
+    for (int i = 0; i < nb; i++) cand[nc++] = scaled[i];
+    for (int j = 0; j < n; j++) {
+        int seen = 0;
+        for (int k = 0; k < nc && !seen; k++) seen = cand[k] == next[j];
+        if (next[j] && !seen) cand[nc++] = next[j];
+    }
+    for (int k = 0; k < nc; k++) {
+        int kept = 0;
+        for (int i = 0; ok && i < n_own && !kept; i++) kept = own[i] == cand[k];
+        if (!kept && (ok || k >= out->n_dit_own)) sd_bt_free(cand[k]);
+    }
+    if (!ok) return 0; /* out still holds its old entries */
+    memcpy(out->dit, next, sizeof next);
+    out->n_dit = n;
+    memcpy(out->dit_own, own, (size_t)n_own * sizeof *own);
+    out->n_dit_own = n_own;
+    return 1;
+}
+
+/* One SD3 ControlNet link on the call. */
+static sd_status run_mmdit(const sd_control_link *l, const sd_control_call *c, sd_control_residuals *out,
+                           sd_error *err) {
+    sd_sd3_cn *cn = l->cn->mmdit;
+    sd_backend *be = l->cn->be;
+    sd_tensor *lat = NULL;
+    sd_status rc = sd_control_mmdit_hint(l, c->hints, c->x_in->shape[2], c->x_in->shape[3], &lat, err);
+    if (rc) return rc;
+    sd_bt *hint = broadcast_hint(be, lat, c->x_in->shape[0], c->batched, err);
+    if (!hint) return err && err->code ? err->code : SD_ERR_NOMEM;
+    sd_bt *r[SD_SD3_MAX_DEPTH] = {0};
+    rc = sd_sd3_cn_forward(cn, c->x_in, c->timesteps, hint, c->context, r, err);
+    sd_bt_free(hint);
+    if (rc) return rc;
+    int ok = merge_dit(out, cn, r, (float)l->strength);
+    for (int i = 0; i < sd_sd3_cn_n_blocks(cn); i++) sd_bt_free(r[i]);
+    if (!ok) {
+        rc = sd_backend_take_error(be, err);
+        if (!rc) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory summing ControlNet outputs");
+    }
+    return rc;
+}
+
+sd_status sd_control_chain_run(const sd_control_link *links, int n, const sd_control_call *call,
+                               sd_control_residuals *out, sd_error *err) {
     memset(out, 0, sizeof *out);
     sd_status rc = SD_OK;
     int n_out = 0;
@@ -283,19 +468,26 @@ sd_status sd_control_chain_eval_batched(const sd_control_link *links, int n,
         const sd_control_link *l = &links[k];
         if (!l->cn || !l->image)
             return sd_error_set(err, SD_ERR_INVALID, "control link %d has no ControlNet or image", k);
-        if (unet && (rc = sd_controlnet_check_fit(l->cn, unet, err))) goto fail;
+        if (call->unet && (rc = sd_controlnet_check_fit(l->cn, call->unet, err))) goto fail;
+        if (call->mmdit && (rc = sd_controlnet_check_fit_mmdit(l->cn, call->mmdit, err))) goto fail;
         /* timestep_range = (percent_to_sigma(start), percent_to_sigma(end)) */
-        double s_hi = sd_ms_percent_to_sigma(ms, l->start_percent);
-        double s_lo = sd_ms_percent_to_sigma(ms, l->end_percent);
-        if (sigma > s_hi || sigma < s_lo) continue;
-        sd_bt *hint = batch_hint(l->cn->be, l->image, x_in->shape[0], batched,
-                                 8 * x_in->shape[2], 8 * x_in->shape[3], err);
+        double s_hi = sd_ms_percent_to_sigma(call->ms, l->start_percent);
+        double s_lo = sd_ms_percent_to_sigma(call->ms, l->end_percent);
+        if (call->sigma > s_hi || call->sigma < s_lo) continue;
+        if (l->cn->mmdit) {
+            if ((rc = run_mmdit(l, call, out, err))) goto fail;
+            out->active++;
+            continue;
+        }
+        sd_bt *hint = batch_hint(l->cn->be, l->image, call->x_in->shape[0], call->batched,
+                                 8 * call->x_in->shape[2], 8 * call->x_in->shape[3], err);
         if (!hint) {
             rc = err && err->code ? err->code : SD_ERR_NOMEM;
             goto fail;
         }
         sd_controlnet_result r;
-        rc = sd_controlnet_forward_type(l->cn, x_in, timesteps, hint, context, y, l->union_type - 1, &r, err);
+        rc = sd_controlnet_forward_type(l->cn, call->x_in, call->timesteps, hint, call->context, call->y,
+                                        l->union_type - 1, &r, err);
         sd_bt_free(hint);
         if (rc) goto fail;
         float s = (float)l->strength;

@@ -29,6 +29,12 @@
  * (times strength) to the skip saved after its input block i and middle to
  * its middle-block output (sd_unet_control.skip / .middle).
  *
+ * SD3 ControlNets (InstantX's diffusers layout, models/sd3/sd3_controlnet.h)
+ * load through the same entry point and are the same handle: their kind is
+ * SD_CONTROLNET_MMDIT, their hint is a VAE latent of the image (the link's
+ * vae), and a chain evaluated for an MMDiT gives ComfyUI's "output" list
+ * (sd_control_residuals.dit) for sd_sd3_extra.control.
+ *
  * Ownership: a loaded ControlNet owns its weights; the safetensors file may
  * be closed afterwards; the backend must outlive it. Results are new
  * tensors owned by the caller. Like the UNet, one backend runs one forward
@@ -40,13 +46,23 @@
 #include "formats/safetensors.h"
 #include "kernels/backend.h"
 #include "models/sampling/model_sampling.h"
+#include "models/sd3/sd3.h"
 #include "models/unet/unet.h"
+#include "models/vae/vae.h"
 
 #define SD_CONTROLNET_PREFIX "control_model."
 
 typedef struct sd_controlnet sd_controlnet;
+struct sd_sd3_cn;
 
-/* Detect (prefix "control_model.", else "") and load. Errors:
+typedef enum sd_controlnet_kind {
+    SD_CONTROLNET_UNET = 1, /* SD1 / SD2 / SDXL (cldm) */
+    SD_CONTROLNET_MMDIT = 2 /* SD3 (comfy.cldm.mmdit) */
+} sd_controlnet_kind;
+
+/* Detect (an SD3 ControlNet; else prefix "control_model.", else "") and
+ * load. Other DiT ControlNets ComfyUI loads (Stability's SD3.5 ones, Flux,
+ * HunyuanDiT, Qwen-Image) are SD_ERR_UNSUPPORTED naming what they are. Errors:
  * SD_ERR_NOT_FOUND / SD_ERR_UNSUPPORTED naming the file and the layout
  * found, SD_ERR_FORMAT for missing or wrongly shaped tensors (full key). */
 sd_status sd_controlnet_load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype,
@@ -83,10 +99,17 @@ sd_status sd_controlnet_diff_merge(sd_st_file *f, sd_unet *base, sd_st_file **ou
 
 
 
-/* The encoder's config in UNet terms (output-block fields are zero). */
+sd_controlnet_kind sd_controlnet_kind_of(const sd_controlnet *cn);
+/* The SD3 ControlNet of an SD_CONTROLNET_MMDIT one, else NULL (borrowed). */
+struct sd_sd3_cn *sd_controlnet_mmdit(const sd_controlnet *cn);
+/* The encoder's config in UNet terms (output-block fields are zero); NULL
+ * for an SD3 ControlNet. */
 const sd_unet_config *sd_controlnet_config(const sd_controlnet *cn);
+/* Channels of the hint IMAGE (3 for an SD3 ControlNet, whose image the VAE
+ * encodes). */
 int sd_controlnet_hint_channels(const sd_controlnet *cn);
-/* Number of "output" residuals (one per input block; 12 for SD1). */
+/* Number of "output" residuals (one per input block, 12 for SD1; an SD3
+ * ControlNet's output list). */
 int sd_controlnet_n_outputs(const sd_controlnet *cn);
 
 /* SD_OK when cn's residuals fit a UNet of config u (input channels, model
@@ -95,6 +118,9 @@ int sd_controlnet_n_outputs(const sd_controlnet *cn);
  * model's 2048"). */
 sd_status sd_controlnet_check_fit(const sd_controlnet *cn, const sd_unet_config *u,
                                   sd_error *err);
+/* The same for an MMDiT of config m (sd_sd3_cn_check_fit); a UNet
+ * ControlNet is SD_ERR_INVALID. */
+sd_status sd_controlnet_check_fit_mmdit(const sd_controlnet *cn, const sd_sd3_config *m, sd_error *err);
 
 /* Observation hook ("guided_hint", "output.N", "middle"); NULL disables. */
 void sd_controlnet_set_tap(sd_controlnet *cn, sd_unet_tap_fn fn, void *user);
@@ -140,16 +166,67 @@ typedef struct sd_control_link {
     double strength;
     double start_percent, end_percent;
     int union_type; /* SetUnionControlNetType: 0 = none set ("auto"), else 1 + the type index */
+    /* SD3 ControlNets: the VAE that encodes the image (NULL: none given,
+     * an error when the link runs, as ComfyUI's), and what identifies the
+     * link to the run's hint cache (sd_control_hints; NULL: not cached) */
+    sd_vae *vae;
+    const void *key;
 } sd_control_link;
 
-/* Summed residuals of a chain for one model call, ready for the UNet. */
+/* The hints of SD3 ControlNets (a VAE encode each) kept for one sampling
+ * run, by link key and latent size, as ComfyUI keeps cond_hint until the
+ * size changes. NULL when out of memory. */
+typedef struct sd_control_hints sd_control_hints;
+sd_control_hints *sd_control_hints_new(void);
+void sd_control_hints_free(sd_control_hints *h); /* NULL-safe */
+
+/* The latent hint of an SD3 ControlNet link for an h x w latent:
+ * the image resized as sd_controlnet_hint does to 8h x 8w, VAE-encoded,
+ * times 1.5305 (latent_formats.SD3, shift 0), with a channel of ones
+ * appended for a 17-channel (inpainting) ControlNet. *out [B, C, h, w] is a
+ * new reference (also kept in hints when given). SD_ERR_INVALID when the
+ * link has no VAE or the VAE's latent does not fit the ControlNet. */
+sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hints, int64_t h, int64_t w,
+                                sd_tensor **out, sd_error *err);
+
+#define SD_CONTROL_MAX_DIT SD_SD3_MAX_DEPTH
+
+/* Summed residuals of a chain for one model call, ready for the UNet (skip,
+ * middle, control) or the MMDiT (dit). */
 typedef struct sd_control_residuals {
     sd_bt *skip[SD_UNET_MAX_BLOCKS];
     sd_bt *middle;
     sd_unet_control control; /* points into the arrays above */
     int active;              /* number of links that contributed */
+    /* SD3 ControlNets: ComfyUI's "output" list (sd_sd3_extra.control), n_dit
+     * entries borrowed from dit_own; consecutive entries that ComfyUI
+     * shares (one controlnet block's output repeated) share a tensor */
+    int n_dit;
+    sd_bt *dit[SD_CONTROL_MAX_DIT];
+    int n_dit_own;
+    sd_bt *dit_own[SD_CONTROL_MAX_DIT];
 } sd_control_residuals;
 void sd_control_residuals_free(sd_control_residuals *r); /* NULL-safe, zeroes */
+
+/* One model call's chain evaluation. */
+typedef struct sd_control_call {
+    const sd_model_sampling *ms;
+    const sd_unet_config *unet;  /* a UNet model: links checked against it (NULL: unchecked) */
+    const sd_sd3_config *mmdit;  /* an MMDiT model: likewise */
+    sd_control_hints *hints;     /* the run's hint cache, or NULL */
+    float sigma;
+    sd_bt *x_in;                 /* the model's input, `batched` chunks */
+    int batched;
+    const float *timesteps;
+    sd_bt *context, *y;
+} sd_control_call;
+
+/* sd_control_chain_eval_batched for any ControlNet kind: UNet links fill
+ * skip / middle / control, SD3 links dit (each scaled by its strength once
+ * per block output, as control_merge; chains summed entry by entry, the
+ * earlier link first). */
+sd_status sd_control_chain_run(const sd_control_link *links, int n, const sd_control_call *call,
+                               sd_control_residuals *out, sd_error *err);
 
 /* ComfyUI get_control for a chain at noise level sigma: a link is active
  * when percent_to_sigma(end) <= sigma <= percent_to_sigma(start); each

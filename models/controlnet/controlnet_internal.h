@@ -3,12 +3,15 @@
 #define SD_CONTROLNET_INTERNAL_H
 
 #include "models/controlnet/controlnet.h"
+#include "models/sd3/sd3_controlnet.h"
 #include "models/unet/unet_internal.h"
 
 #define CN_MAX_HINT 16
 
 struct sd_controlnet {
     sd_backend *be;
+    /* an SD3 ControlNet: everything else is unused (enc NULL) */
+    sd_sd3_cn *mmdit;
     /* The encoder half held in a UNet struct (n_out = 0, no out.* weights),
      * so sd_unet_free releases it and the UNet's layer code runs it. */
     sd_unet *enc;

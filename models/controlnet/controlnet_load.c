@@ -149,6 +149,7 @@ static void build(unet_loader *ld, sd_controlnet *cn) {
 
 void sd_controlnet_free(sd_controlnet *cn) {
     if (!cn) return;
+    sd_sd3_cn_free(cn->mmdit);
     sd_unet_free(cn->enc);
     for (int k = 0; k < CN_MAX_HINT; k++) {
         sd_bt_free(cn->hint_w[k]);
@@ -167,13 +168,21 @@ void sd_controlnet_free(sd_controlnet *cn) {
 
 /* The layout from names and shapes, no tensor read: SD_OK with *prefix set
  * and *cfg, *h0, *n_hint filled for the original layout, or with *prefix NULL
- * for a diffusers-layout file (renamed, then checked, at load); else the
- * refusal. */
+ * for a diffusers-layout file (renamed, then checked, at load) or, with
+ * *mmdit set, an SD3 ControlNet; else the refusal. ComfyUI's
+ * load_controlnet_state_dict looks for the DiT ControlNets first. */
 static sd_status pick_layout(sd_st_file *f, const char **out_prefix, sd_unet_config *cfg,
-                             const sd_st_entry **out_h0, int *out_n_hint, sd_error *err) {
+                             const sd_st_entry **out_h0, int *out_n_hint, int *mmdit, sd_error *err) {
     const char *path = sd_st_path(f);
     const char *prefix = NULL;
     *out_prefix = NULL;
+    *mmdit = 0;
+    const char *other = sd_sd3_cn_other_dit(f);
+    if (other) return sd_error_set(err, SD_ERR_UNSUPPORTED, "%s: %s is not supported", path, other);
+    if (sd_sd3_cn_present(f)) {
+        *mmdit = 1;
+        return SD_OK;
+    }
     if (sd_unet_find(f, SD_CONTROLNET_PREFIX, "input_hint_block.0.weight")) prefix = SD_CONTROLNET_PREFIX;
     else if (sd_unet_find(f, "", "input_hint_block.0.weight")) prefix = "";
     if (!prefix) {
@@ -212,8 +221,8 @@ sd_status sd_controlnet_probe_file(const char *path, sd_error *err) {
     const char *prefix;
     sd_unet_config cfg;
     const sd_st_entry *h0 = NULL;
-    int n_hint = 0;
-    rc = pick_layout(f, &prefix, &cfg, &h0, &n_hint, err);
+    int n_hint = 0, mmdit = 0;
+    rc = pick_layout(f, &prefix, &cfg, &h0, &n_hint, &mmdit, err);
     sd_st_close(f);
     return rc;
 }
@@ -237,9 +246,21 @@ static sd_status load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype, int 
     const char *prefix = NULL;
     sd_unet_config cfg;
     const sd_st_entry *h0 = NULL;
-    int n_hint = 0;
-    sd_status rc = pick_layout(f, &prefix, &cfg, &h0, &n_hint, err);
+    int n_hint = 0, mmdit = 0;
+    sd_status rc = pick_layout(f, &prefix, &cfg, &h0, &n_hint, &mmdit, err);
     if (rc) return rc;
+    if (mmdit) {
+        sd_controlnet *cn = calloc(1, sizeof *cn);
+        if (!cn) return sd_error_set(err, SD_ERR_NOMEM, "out of memory loading the ControlNet");
+        cn->be = be;
+        if ((rc = sd_sd3_cn_load(be, f, &cn->mmdit, err))) {
+            free(cn);
+            return rc;
+        }
+        cn->hint_ch = 3;
+        *out = cn;
+        return SD_OK;
+    }
     if (!prefix) {
         /* diffusers layout: rename to the original layout and load that */
         void *buf = NULL;
@@ -290,9 +311,23 @@ static sd_status load(sd_backend *be, sd_st_file *f, sd_dtype weight_dtype, int 
     return SD_OK;
 }
 
-const sd_unet_config *sd_controlnet_config(const sd_controlnet *cn) { return &cn->enc->cfg; }
+sd_controlnet_kind sd_controlnet_kind_of(const sd_controlnet *cn) {
+    return cn->mmdit ? SD_CONTROLNET_MMDIT : SD_CONTROLNET_UNET;
+}
+struct sd_sd3_cn *sd_controlnet_mmdit(const sd_controlnet *cn) { return cn->mmdit; }
+const sd_unet_config *sd_controlnet_config(const sd_controlnet *cn) { return cn->enc ? &cn->enc->cfg : NULL; }
 int sd_controlnet_hint_channels(const sd_controlnet *cn) { return cn->hint_ch; }
-int sd_controlnet_n_outputs(const sd_controlnet *cn) { return cn->n_zero; }
+int sd_controlnet_n_outputs(const sd_controlnet *cn) {
+    return cn->mmdit ? sd_sd3_cn_n_outputs(cn->mmdit) : cn->n_zero;
+}
+
+sd_status sd_controlnet_check_fit_mmdit(const sd_controlnet *cn, const sd_sd3_config *m, sd_error *err) {
+    if (!cn->mmdit)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "an SD1/SD2/SDXL ControlNet does not fit an SD3 model (it adds to a UNet's skip "
+                            "connections; use an SD3 ControlNet)");
+    return sd_sd3_cn_check_fit(cn->mmdit, m, err);
+}
 
 void sd_controlnet_set_tap(sd_controlnet *cn, sd_unet_tap_fn fn, void *user) {
     cn->tap = fn;
@@ -300,6 +335,10 @@ void sd_controlnet_set_tap(sd_controlnet *cn, sd_unet_tap_fn fn, void *user) {
 }
 
 sd_status sd_controlnet_check_fit(const sd_controlnet *cn, const sd_unet_config *u, sd_error *err) {
+    if (cn->mmdit)
+        return sd_error_set(err, SD_ERR_INVALID,
+                            "an SD3 ControlNet does not fit an SD UNet model (it adds to an MMDiT's joint "
+                            "blocks; use an SD1/SD2/SDXL ControlNet)");
     const sd_unet_config *c = &cn->enc->cfg;
     if (c->context_dim != u->context_dim)
         return sd_error_set(err, SD_ERR_INVALID,

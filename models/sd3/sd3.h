@@ -116,13 +116,27 @@ void sd_sd3_set_tap(sd_sd3 *m, sd_sd3_tap_fn fn, void *user);
 sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
                          const int *skip, int n_skip, sd_bt **out, sd_error *err);
 
-/* The model behind the diffusion model interface (models/dmodel/dmodel.h):
- * *out borrows m. The input's extra is a const sd_sd3_extra * or NULL;
- * guidance is ignored. */
+/* What a forward takes besides its inputs: the blocks to skip and a
+ * ControlNet's residuals. */
 typedef struct sd_sd3_extra {
     const int *skip; /* joint blocks to leave out (sd_sd3_forward's skip) */
     int n_skip;
+    /* ComfyUI's control["output"] (models/sd3/sd3_controlnet.h): entry i,
+     * [N or 1, T, hidden] (T = the patch count) or NULL, is added to the
+     * image tokens after joint block i, also after a skipped block (as
+     * forward_core_with_concat adds it after a replaced one); entries past
+     * the model's depth are ignored. NULL / 0 = none. Borrowed. */
+    sd_bt *const *control;
+    int n_control;
 } sd_sd3_extra;
+/* sd_sd3_forward with every extra (NULL = none). A control entry of another
+ * shape than the image tokens is SD_ERR_INVALID. */
+sd_status sd_sd3_forward_ex(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
+                            const sd_sd3_extra *extra, sd_bt **out, sd_error *err);
+
+/* The model behind the diffusion model interface (models/dmodel/dmodel.h):
+ * *out borrows m. The input's extra is a const sd_sd3_extra * or NULL;
+ * guidance is ignored. */
 void sd_sd3_as_dmodel(sd_sd3 *m, sd_dmodel *out);
 
 /* Parameters by key relative to the model's prefix ("x_embedder.proj.weight"),

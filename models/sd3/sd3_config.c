@@ -74,6 +74,11 @@ static sd_status mat(sd_st_file *f, const char *prefix, const char *name, int64_
 }
 
 sd_status sd_sd3_detect(sd_st_file *f, const char *prefix, sd_sd3_config *cfg, sd_error *err) {
+    return sd3_detect_ex(f, prefix, 0, cfg, err);
+}
+
+sd_status sd3_detect_ex(sd_st_file *f, const char *prefix, int controlnet, sd_sd3_config *cfg,
+                        sd_error *err) {
     memset(cfg, 0, sizeof *cfg);
     if (!prefix) prefix = "";
     if (!sd_sd3_present(f, prefix))
@@ -155,7 +160,7 @@ sd_status sd_sd3_detect(sd_st_file *f, const char *prefix, sd_sd3_config *cfg, s
      * is refused here */
     for (int i = 0; i < cfg->depth; i++) {
         char name[96];
-        int last = i == cfg->depth - 1, sa = (int)((cfg->self_attn >> i) & 1);
+        int last = !controlnet && i == cfg->depth - 1, sa = (int)((cfg->self_attn >> i) & 1);
         snprintf(name, sizeof name, "joint_blocks.%d.x_block.adaLN_modulation.1.weight", i);
         if ((rc = mat(f, prefix, name, &r, &c, err))) return rc;
         if (r != (sa ? 9 : 6) * hid)
@@ -171,6 +176,11 @@ sd_status sd_sd3_detect(sd_st_file *f, const char *prefix, sd_sd3_config *cfg, s
                        last ? "the last block's context branch is pre-only" : "a full context block");
     }
 
+    if (cfg->depth < 1) return bad(f, prefix, SD_ERR_FORMAT, err, "no joint blocks");
+    if (controlnet) { /* no final layer: the output is the image tokens */
+        cfg->out_channels = cfg->in_channels;
+        return SD_OK;
+    }
     if ((rc = mat(f, prefix, "final_layer.linear.weight", &r, &c, err))) return rc;
     int64_t pp = (int64_t)cfg->patch_size * cfg->patch_size;
     if (r % pp != 0 || c != hid)

@@ -3,9 +3,7 @@
 #include "sd3_internal.h"
 
 static sd_status forward(void *net, const sd_dmodel_input *in, sd_bt **out, sd_error *err) {
-    const sd_sd3_extra *e = in->extra;
-    return sd_sd3_forward(net, in->x, in->timesteps, in->context, in->y, e ? e->skip : NULL,
-                          e ? e->n_skip : 0, out, err);
+    return sd_sd3_forward_ex(net, in->x, in->timesteps, in->context, in->y, in->extra, out, err);
 }
 
 static const sd_dmodel_i sd3_dmodel_i = {forward};

@@ -322,9 +322,21 @@ static int skipped(const int *skip, int n_skip, int i) {
     return 0;
 }
 
-sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
-                         const int *skip, int n_skip, sd_bt **out, sd_error *err) {
-    *out = NULL;
+sd_bt *sd3_patch_embed(sd_bt *x, sd_bt *w, sd_bt *b, int64_t p) {
+    if (!x || !w) return NULL;
+    int64_t ws[2] = {w->shape[0], w->shape[1] * p * p};
+    sd_bt *w2 = sd_bt_view(w, 2, ws);
+    sd_bt *patches = patchify(x, p);
+    sd_bt *e = sd_op_linear(patches, w2, b);
+    sd_bt_free(patches);
+    sd_bt_free(w2);
+    return e;
+}
+
+sd_status sd3_trunk(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y, sd_bt *x_add,
+                    const int *skip, int n_skip, sd3_after_fn after, void *ud, sd_bt **img_out,
+                    sd_bt **silu_out, sd_error *err) {
+    *img_out = *silu_out = NULL;
     sd_status rc = check_inputs(m, x, context, y, timesteps, skip, n_skip, err);
     if (rc) return rc;
     const sd_sd3_config *cfg = &m->cfg;
@@ -332,21 +344,21 @@ sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *con
     int64_t N = x->shape[0], H = x->shape[2], W = x->shape[3], p = cfg->patch_size;
     int64_t h = (H + p - 1) / p, w = (W + p - 1) / p;
     fctx c = {m, N, cfg->hidden_size, NULL};
-    sd_bt *img = NULL, *ctx = NULL, *cvec = NULL, *res = NULL;
+    sd_bt *img = NULL, *ctx = NULL, *cvec = NULL;
 
     /* x_embedder (the patch convolution as a Linear on the patches) + pos */
     {
-        int64_t ws[2] = {cfg->hidden_size, (int64_t)cfg->in_channels * p * p};
-        sd_bt *w2 = sd_bt_view(m->x_proj_w, 2, ws);
-        sd_bt *patches = patchify(x, p);
-        sd_bt *e = sd_op_linear(patches, w2, m->x_proj_b);
-        sd_bt_free(patches);
-        sd_bt_free(w2);
+        sd_bt *e = sd3_patch_embed(x, m->x_proj_w, m->x_proj_b, p);
         tap(&c, "x_embedder", e);
         sd_bt *pos = cropped_pos_embed(m, h, w);
         img = sd_op_add(e, pos);
         sd_bt_free(e);
         sd_bt_free(pos);
+        if (x_add) { /* the ControlNet's hint embedding: x += pos_embed_input(hint) */
+            sd_bt *s = sd_op_add(img, x_add);
+            sd_bt_free(img);
+            img = s;
+        }
     }
     cvec = embed_timesteps(&c, timesteps);
     tap(&c, "t_embedder", cvec);
@@ -373,15 +385,77 @@ sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *con
          * skipped pre-only block still ends the context stream */
         if (skipped(skip, n_skip, i)) {
             if (m->blocks[i].ctx.pre_only) sd_bt_free(ctx), ctx = NULL;
-            continue;
+        } else {
+            joint_block(&c, &m->blocks[i], &ctx, &img);
+            if ((rc = sd_backend_take_error(be, err))) goto done;
+            snprintf(name, sizeof name, "joint_blocks.%d", i);
+            tap(&c, name, ctx);
+            snprintf(name, sizeof name, "joint_blocks.%d.x", i);
+            tap(&c, name, img);
         }
-        joint_block(&c, &m->blocks[i], &ctx, &img);
-        if ((rc = sd_backend_take_error(be, err))) goto done;
-        snprintf(name, sizeof name, "joint_blocks.%d", i);
-        tap(&c, name, ctx);
-        snprintf(name, sizeof name, "joint_blocks.%d.x", i);
-        tap(&c, name, img);
+        if (after && after(ud, i, &img, err)) {
+            rc = sd_backend_take_error(be, err);
+            if (!rc) rc = err && err->code ? err->code : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+            goto done;
+        }
     }
+    *img_out = img;
+    *silu_out = c.silu_c;
+    img = NULL;
+    c.silu_c = NULL;
+done:
+    if (rc) sd_backend_clear_error(be);
+    sd_bt_free(img);
+    sd_bt_free(ctx);
+    sd_bt_free(cvec);
+    sd_bt_free(c.silu_c);
+    return rc;
+}
+
+/* ComfyUI's control["output"]: entry i added to the image tokens after
+ * joint block i (forward_core_with_concat). */
+typedef struct control_add {
+    sd_bt *const *add;
+    int n;
+} control_add;
+
+static int add_control(void *ud, int i, sd_bt **img, sd_error *err) {
+    const control_add *a = ud;
+    if (i >= a->n || !a->add[i]) return 0;
+    const sd_bt *t = a->add[i];
+    if (t->ndim != 3 || t->shape[1] != (*img)->shape[1] || t->shape[2] != (*img)->shape[2] ||
+        (t->shape[0] != (*img)->shape[0] && t->shape[0] != 1)) {
+        sd_error_set(err, SD_ERR_INVALID,
+                     "SD3 forward: control output %d is [%lld, %lld, %lld], the image tokens [%lld, %lld, %lld]",
+                     i, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                     (long long)(t->ndim > 2 ? t->shape[2] : 0), (long long)(*img)->shape[0],
+                     (long long)(*img)->shape[1], (long long)(*img)->shape[2]);
+        return 1;
+    }
+    sd_bt *s = sd_op_add(*img, a->add[i]);
+    sd_bt_free(*img);
+    *img = s;
+    return s == NULL;
+}
+
+sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
+                         const int *skip, int n_skip, sd_bt **out, sd_error *err) {
+    sd_sd3_extra e = {skip, n_skip, NULL, 0};
+    return sd_sd3_forward_ex(m, x, timesteps, context, y, &e, out, err);
+}
+
+sd_status sd_sd3_forward_ex(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y,
+                            const sd_sd3_extra *extra, sd_bt **out, sd_error *err) {
+    *out = NULL;
+    sd_bt *img = NULL, *silu_c = NULL, *res = NULL;
+    control_add ca = {extra ? extra->control : NULL, extra && extra->control ? extra->n_control : 0};
+    sd_status rc = sd3_trunk(m, x, timesteps, context, y, NULL, extra ? extra->skip : NULL,
+                             extra ? extra->n_skip : 0, ca.n ? add_control : NULL, &ca, &img, &silu_c, err);
+    if (rc) return rc;
+    const sd_sd3_config *cfg = &m->cfg;
+    int64_t H = x->shape[2], W = x->shape[3], p = cfg->patch_size;
+    int64_t h = (H + p - 1) / p, w = (W + p - 1) / p;
+    fctx c = {m, x->shape[0], cfg->hidden_size, silu_c};
 
     /* final layer: adaLN (shift, scale) from SiLU(c), then Linear */
     {
@@ -398,7 +472,7 @@ sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *con
         res = o ? unpatchify(o, cfg->out_channels, p, h, w, H, W) : NULL;
         sd_bt_free(o);
     }
-    if ((rc = sd_backend_take_error(be, err))) goto done;
+    if ((rc = sd_backend_take_error(m->be, err))) goto done;
     if (!res) {
         rc = sd_error_set(err, SD_ERR_INTERNAL, "SD3 forward produced no output");
         goto done;
@@ -406,11 +480,9 @@ sd_status sd_sd3_forward(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *con
     *out = res;
     res = NULL;
 done:
-    if (rc) sd_backend_clear_error(be);
+    if (rc) sd_backend_clear_error(m->be);
     sd_bt_free(res);
     sd_bt_free(img);
-    sd_bt_free(ctx);
-    sd_bt_free(cvec);
-    sd_bt_free(c.silu_c);
+    sd_bt_free(silu_c);
     return rc;
 }

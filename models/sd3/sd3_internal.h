@@ -47,4 +47,36 @@ struct sd_sd3 {
     void *tap_user;
 };
 
+/* ---- shared with the ControlNet (sd3_controlnet.c) ------------------------------ */
+
+/* sd_sd3_detect / sd_sd3_load for an MMDiT trunk: controlnet = 1 reads a
+ * ControlNet's (comfy.cldm.mmdit.ControlNet: an MMDiT built with
+ * final_layer=False, so no final layer and no pre-only last block).
+ * extra(ud, ld, m), when given, fetches more weights into the same table
+ * before the load finishes. */
+sd_status sd3_detect_ex(sd_st_file *f, const char *prefix, int controlnet, sd_sd3_config *cfg,
+                        sd_error *err);
+typedef void (*sd3_extra_fn)(void *ud, sd_dit_loader *ld, sd_sd3 *m);
+sd_status sd3_load_ex(sd_backend *be, sd_st_file *f, const char *prefix, sd_dtype weight_dtype,
+                      int controlnet, sd3_extra_fn extra, void *ud, sd_sd3 **out, sd_error *err);
+
+/* The patch embedding PatchEmbed computes: x [B, C, H, W] padded to the
+ * patch size (wrap-around) -> [B, h*w, hid] = patches @ w^T + b, w
+ * [hid, C, p, p]. NULL once the backend's error is set. */
+sd_bt *sd3_patch_embed(sd_bt *x, sd_bt *w, sd_bt *b, int64_t p);
+
+/* Called after joint block i (also after a skipped one, as ComfyUI adds the
+ * control after a replaced block) with the image tokens *img [N, T, hid],
+ * which it may replace (freeing the old); non-zero = stop (the backend's
+ * error or *err says why). */
+typedef int (*sd3_after_fn)(void *ud, int i, sd_bt **img, sd_error *err);
+
+/* MMDiT.forward up to the final layer: *img = the image tokens after the
+ * last joint block, *silu_c = SiLU(c) (the final layer's input); x_add
+ * ([N, T, hid] or NULL) is added to the embedded patches after the position
+ * embedding. Inputs checked as sd_sd3_forward documents. */
+sd_status sd3_trunk(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y, sd_bt *x_add,
+                    const int *skip, int n_skip, sd3_after_fn after, void *ud, sd_bt **img,
+                    sd_bt **silu_c, sd_error *err);
+
 #endif

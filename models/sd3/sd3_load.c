@@ -44,7 +44,7 @@ static void lin(loader *ld, sd3_lin *l, int64_t out, int64_t in, const char *nam
     sd_dit_lin(ld, &l->w, &l->b, out, in, 1, "%s", name);
 }
 
-static void build(loader *ld, sd_sd3 *m) {
+static void build(loader *ld, sd_sd3 *m, int controlnet) {
     const sd_sd3_config *c = &m->cfg;
     int64_t h = c->hidden_size, p = c->patch_size, pp = p * p, M = c->pos_embed_max_size;
     int64_t xs[4] = {h, c->in_channels, p, p}, ps[3] = {1, M * M, h};
@@ -64,19 +64,25 @@ static void build(loader *ld, sd_sd3 *m) {
         return;
     }
     for (int i = 0; i < c->depth && !ld->failed; i++) {
-        stream(ld, c, &m->blocks[i].ctx, i, "context_block", i == c->depth - 1, 0);
+        stream(ld, c, &m->blocks[i].ctx, i, "context_block", !controlnet && i == c->depth - 1, 0);
         stream(ld, c, &m->blocks[i].x, i, "x_block", 0, (int)((c->self_attn >> i) & 1));
     }
+    if (controlnet) return;
     lin(ld, &m->final_ada, 2 * h, h, "final_layer.adaLN_modulation.1");
     lin(ld, &m->final_lin, pp * c->out_channels, h, "final_layer.linear");
 }
 
 sd_status sd_sd3_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_dtype weight_dtype,
                       sd_sd3 **out, sd_error *err) {
+    return sd3_load_ex(be, f, prefix, weight_dtype, 0, NULL, NULL, out, err);
+}
+
+sd_status sd3_load_ex(sd_backend *be, sd_st_file *f, const char *prefix, sd_dtype weight_dtype,
+                      int controlnet, sd3_extra_fn extra, void *ud, sd_sd3 **out, sd_error *err) {
     *out = NULL;
     if (!prefix) prefix = "";
     sd_sd3_config cfg;
-    sd_status rc = sd_sd3_detect(f, prefix, &cfg, err);
+    sd_status rc = sd3_detect_ex(f, prefix, controlnet, &cfg, err);
     if (!rc) rc = sd_dit_check_dtype("SD3", weight_dtype, err);
     if (rc) return rc;
     sd_sd3 *m = calloc(1, sizeof *m);
@@ -84,8 +90,9 @@ sd_status sd_sd3_load(sd_backend *be, sd_st_file *f, const char *prefix, sd_dtyp
     m->be = be;
     m->cfg = cfg;
     loader ld;
-    sd_dit_loader_init(&ld, "SD3", be, f, prefix, weight_dtype, &m->params, err);
-    build(&ld, m);
+    sd_dit_loader_init(&ld, controlnet ? "SD3 ControlNet" : "SD3", be, f, prefix, weight_dtype, &m->params, err);
+    build(&ld, m, controlnet);
+    if (extra && !ld.failed) extra(ud, &ld, m);
     if ((rc = sd_dit_loader_finish(&ld, &m->one))) {
         sd_sd3_free(m);
         return rc;

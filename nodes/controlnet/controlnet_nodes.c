@@ -9,6 +9,7 @@
 #include "formats/safetensors.h"
 #include "formats/torch_ckpt.h"
 #include "models/checkpoint/model_paths.h"
+#include "models/sd3/sd3_controlnet.h"
 #include "nodes/loaders/loaders.h"
 
 /* A CONTROL_NET value's payload: the ControlNet, owned by the loader's
@@ -96,10 +97,17 @@ static sd_status load_controlnet(sd_node_ctx *ctx, const char *name, sd_model_re
         return rc;
     }
     const sd_unet_config *c = sd_controlnet_config(cn);
-    sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s%s: %s, %d channels, context %d, %d outputs", name,
-                merged ? " (diff, merged with the model)" : "",
-                c->kind == SD_UNET_SDXL ? "SDXL" : c->kind == SD_UNET_SD2 ? "SD2" : "SD1", c->model_channels, c->context_dim,
-                sd_controlnet_n_outputs(cn));
+    if (c)
+        sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s%s: %s, %d channels, context %d, %d outputs", name,
+                    merged ? " (diff, merged with the model)" : "",
+                    c->kind == SD_UNET_SDXL ? "SDXL" : c->kind == SD_UNET_SD2 ? "SD2" : "SD1", c->model_channels,
+                    c->context_dim, sd_controlnet_n_outputs(cn));
+    else {
+        const sd_sd3_cn *m = sd_controlnet_mmdit(cn);
+        sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s: SD3, %d joint blocks of %d, depth %d, %d outputs", name,
+                    sd_sd3_cn_n_blocks(m), sd_sd3_cn_config(m)->hidden_size, sd_sd3_cn_depth(m),
+                    sd_sd3_cn_n_outputs(m));
+    }
     if (sd_controlnet_union_n_types(cn))
         sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s is a Union ControlNet with %d control types", name,
                     sd_controlnet_union_n_types(cn));
@@ -133,7 +141,9 @@ static const sd_node_def node_loader = {
     .python_module = "nodes",
     .display_name = "Load ControlNet Model",
     .category = "loaders",
-    .help = "Loads an SD1/SDXL ControlNet (original control_model.* or diffusers layout).",
+    .help = "Loads an SD1/SDXL ControlNet (original control_model.* or diffusers layout) or an SD3 "
+            "ControlNet (InstantX's diffusers layout; its hint image is VAE-encoded: apply it with "
+            "a VAE).",
     .inputs = loader_inputs,
     .outputs = loader_outputs,
     .run = loader_run,
@@ -160,11 +170,18 @@ static const sd_node_def node_diff_loader = {
 
 /* ---- applying ----------------------------------------------------------------------- */
 
-/* A new link dict (one reference). */
-static sd_value *make_link(sd_value *cn, sd_value *image, double strength, double start, double end) {
+/* A new link dict (one reference). vae (may be NULL) is kept for the
+ * ControlNets whose hint is a latent (set_cond_hint keeps it only when the
+ * ControlNet has a latent_format). */
+static sd_value *make_link(sd_value *cn, sd_value *image, double strength, double start, double end,
+                           sd_value *vae) {
     sd_value *d = sd_value_dict();
     if (!d) return NULL;
-    int bad = sd_value_dict_set(d, "control_net", sd_value_ref(cn));
+    int bad = 0;
+    if (vae && sd_value_kind_of(vae) != SD_VAL_NONE &&
+        sd_controlnet_kind_of(sd_nodes_control_net_of(cn)) == SD_CONTROLNET_MMDIT)
+        bad |= sd_value_dict_set(d, "vae", sd_value_ref(vae));
+    bad |= sd_value_dict_set(d, "control_net", sd_value_ref(cn));
     bad |= sd_value_dict_set(d, "image", sd_value_ref(image));
     bad |= sd_value_dict_set(d, "strength", sd_value_float(strength));
     bad |= sd_value_dict_set(d, "start_percent", sd_value_float(start));
@@ -269,38 +286,57 @@ static sd_status apply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
     }
     sd_status rc = check_inputs(in[1], in[2], err);
     if (rc) return rc;
-    sd_value *link = make_link(in[1], in[2], strength, 0.0, 1.0);
+    sd_value *link = make_link(in[1], in[2], strength, 0.0, 1.0, NULL);
     if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     rc = apply(in[0], link, 1, "conditioning", NULL, &out[0], err);
     sd_value_unref(link);
     return rc;
 }
 
-/* ControlNetApplyAdvanced: positive, negative, control_net, image, strength,
- * start_percent, end_percent[, vae] */
-static sd_status adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
-    (void)ctx;
-    double strength = sd_value_as_float(in[4]);
-    double start = sd_value_as_float(in[5]), end = sd_value_as_float(in[6]);
+/* ControlNetApplyAdvanced (nodes.py) and ControlNetApplySD3
+ * (comfy_extras/nodes_sd3.py, the same with the VAE required): positive,
+ * negative, control_net, image, strength, start_percent, end_percent, vae
+ * (NULL when absent). */
+static sd_status apply_adv(sd_value *const *io, sd_value *vae, sd_value **out, sd_error *err) {
+    double strength = sd_value_as_float(io[4]);
+    double start = sd_value_as_float(io[5]), end = sd_value_as_float(io[6]);
     if (strength == 0.0) {
-        out[0] = sd_value_ref(in[0]);
-        out[1] = sd_value_ref(in[1]);
+        out[0] = sd_value_ref(io[0]);
+        out[1] = sd_value_ref(io[1]);
         return SD_OK;
     }
-    sd_status rc = check_inputs(in[2], in[3], err);
+    sd_status rc = check_inputs(io[2], io[3], err);
     if (rc) return rc;
     if (start > end) {
         sd_error_set(err, SD_ERR_INVALID, "start_percent %g is after end_percent %g", start, end);
         sd_error_at(err, NULL, NULL, "start_percent");
         return SD_ERR_INVALID;
     }
-    sd_value *link = make_link(in[2], in[3], strength, start, end);
+    sd_value *link = make_link(io[2], io[3], strength, start, end, vae);
     if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     chain_memo memo = {0};
-    rc = apply(in[0], link, 0, "positive", &memo, &out[0], err);
-    if (!rc) rc = apply(in[1], link, 0, "negative", &memo, &out[1], err);
+    rc = apply(io[0], link, 0, "positive", &memo, &out[0], err);
+    if (!rc) rc = apply(io[1], link, 0, "negative", &memo, &out[1], err);
     sd_value_unref(link);
     return rc;
+}
+
+static sd_status adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    return apply_adv(in, in[7], out, err);
+}
+
+/* ControlNetApplySD3: positive, negative, control_net, vae, image, strength,
+ * start_percent, end_percent */
+static sd_status sd3_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    if (!sd_value_as_handle(in[3], &sd_handle_vae)) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'vae' must be a VAE");
+        sd_error_at(err, NULL, NULL, "vae");
+        return SD_ERR_INVALID;
+    }
+    sd_value *io[7] = {in[0], in[1], in[2], in[4], in[5], in[6], in[7]};
+    return apply_adv(io, in[3], out, err);
 }
 
 static const sd_input_def apply_inputs[] = {
@@ -413,6 +449,34 @@ static const sd_node_def node_union_type = {
     .run = union_type_run,
 };
 
+static const sd_input_def sd3_inputs[] = {
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "vae", .type = "VAE"},
+    {.name = "image", .type = "IMAGE"},
+    {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 10.0, .step = 0.01,
+     .has_range = 1},
+    {.name = "start_percent", .type = SD_T_FLOAT, .def = 0.0, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {.name = "end_percent", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_sd3 = {
+    .version = 1,
+    .class_type = "ControlNetApplySD3",
+    .python_module = "comfy_extras.nodes_sd3",
+    .display_name = "Apply Controlnet with VAE",
+    .category = "conditioning/controlnet",
+    .help = "ControlNetApplyAdvanced with the VAE required: an SD3 ControlNet's hint image is "
+            "VAE-encoded (at the latent size) before the ControlNet sees it.",
+    .inputs = sd3_inputs,
+    .outputs = adv_outputs,
+    .flags = SD_NODE_DEPRECATED | SD_NODE_V3,
+    .run = sd3_run,
+};
+
 /* ---- the sampler side -------------------------------------------------------------- */
 
 sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links, int *n,
@@ -438,24 +502,31 @@ sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links,
             return sd_error_set(err, SD_ERR_INVALID, "conditioning control link %zu is malformed", i);
         }
         l[i] = (sd_control_link){cn, img, sd_value_as_float(s), sd_value_as_float(a), sd_value_as_float(b),
-                                 sd_nodes_control_union_type(sd_value_dict_get(d, "control_net"))};
+                                 sd_nodes_control_union_type(sd_value_dict_get(d, "control_net")), NULL, d};
+        sd_value *vae = sd_value_dict_get(d, "vae");
+        if (vae && sd_controlnet_kind_of(cn) == SD_CONTROLNET_MMDIT) {
+            sd_vae_ref *r = sd_value_as_handle(vae, &sd_handle_vae);
+            sd_status rc = r ? sd_checkpoint_vae(r->ckpt, &l[i].vae, err)
+                             : sd_error_set(err, SD_ERR_INVALID, "conditioning control link %zu: 'vae' is not a VAE", i);
+            if (rc) {
+                free(l);
+                return rc;
+            }
+        }
     }
     *links = l;
     *n = (int)len;
     return SD_OK;
 }
 
-sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *ms,
-                                const sd_unet_config *unet, float sigma, sd_bt *x_in, int batched,
-                                const float *timesteps, sd_bt *context, sd_bt *y,
+sd_status sd_nodes_control_eval(const sd_value *entry, const sd_control_call *call,
                                 sd_control_residuals *out, sd_error *err) {
     memset(out, 0, sizeof *out);
     sd_control_link *links = NULL;
     int n = 0;
     sd_status rc = sd_nodes_control_links(entry, &links, &n, err);
     if (rc || !n) return rc;
-    rc = sd_control_chain_eval_batched(links, n, ms, unet, sigma, x_in, batched, timesteps,
-                                       context, y, out, err);
+    rc = sd_control_chain_run(links, n, call, out, err);
     free(links);
     return rc;
 }
@@ -464,8 +535,8 @@ sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *
 
 extern const sd_node_def sd_node_Canny;
 
-const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_diff_loader, &node_apply, &node_adv, &sd_node_Canny,
-                                                  &node_union_type, NULL};
+const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_diff_loader, &node_apply, &node_adv,
+                                                  &node_sd3, &sd_node_Canny, &node_union_type, NULL};
 
 sd_status sd_nodes_controlnet_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_controlnet, err);

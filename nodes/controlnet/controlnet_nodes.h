@@ -1,5 +1,6 @@
 /* controlnet_nodes.h - ControlNetLoader, DiffControlNetLoader, ControlNetApply,
- * ControlNetApplyAdvanced (alias ControlNet), SetUnionControlNetType and Canny, and how the sampler
+ * ControlNetApplyAdvanced (alias ControlNet), ControlNetApplySD3,
+ * SetUnionControlNetType and Canny, and how the sampler
  * reads what they attach to CONDITIONING.
  *
  * CONTROL_NET is a handle over a loaded ControlNet (models/controlnet/controlnet.h)
@@ -12,7 +13,10 @@
  *                              deepest previous_controlnet):
  *                              {"control_net": CONTROL_NET, "image": IMAGE,
  *                               "strength": FLOAT, "start_percent": FLOAT,
- *                               "end_percent": FLOAT}
+ *                               "end_percent": FLOAT[, "vae": VAE]}
+ *                              ("vae" only for SD3 ControlNets, which
+ *                              VAE-encode the image; ControlNetApplySD3
+ *                              and ControlNetApplyAdvanced's vae input)
  *   "control_apply_to_uncond"  BOOLEAN: true from the deprecated
  *                              ControlNetApply (ComfyUI then gives the
  *                              negative entries without a control the
@@ -43,14 +47,12 @@ int sd_nodes_control_union_type(const sd_value *v);
 sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links, int *n,
                                  sd_error *err);
 
-/* Residuals of the entry's control chain for one UNet call
- * (sd_control_chain_eval_batched; x_in = the scaled UNet input of the
+/* Residuals of the entry's control chain for one model call
+ * (sd_control_chain_run; call->x_in = the scaled model input of the
  * `batched` conditioning chunks that share this entry's control).
  * out->active == 0 (and nothing to add) when the entry has no control or
  * none is active at sigma. */
-sd_status sd_nodes_control_eval(const sd_value *entry, const sd_model_sampling *ms,
-                                const sd_unet_config *unet, float sigma, sd_bt *x_in, int batched,
-                                const float *timesteps, sd_bt *context, sd_bt *y,
+sd_status sd_nodes_control_eval(const sd_value *entry, const sd_control_call *call,
                                 sd_control_residuals *out, sd_error *err);
 
 /* Registers the table and the ControlNet alias. */

@@ -416,19 +416,24 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         if (!rc) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
         goto done;
     }
+    const sd_sd3_config *mmdit = m->dm.info.kind == SD_DMODEL_MMDIT ? sd_sd3_get_config(m->dm.net) : NULL;
     if (sd_value_dict_get(g[0]->entry, "control")) {
-        if (!m->cfg) {
+        if (!m->cfg && !mmdit) {
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
                               "ControlNet conditioning is not supported on a %s model",
                               sd_dmodel_kind_name(m->dm.info.kind));
             goto done;
         }
-        if ((rc = sd_nodes_control_eval(g[0]->entry, m->ms, m->cfg, sigma, bx, ng, ts, bc, by,
-                                        &res, err)))
-            goto done;
+        sd_control_call call = {.ms = m->ms, .unet = m->cfg, .mmdit = mmdit, .hints = m->hints,
+                                .sigma = sigma, .x_in = bx, .batched = ng, .timesteps = ts,
+                                .context = bc, .y = by};
+        if ((rc = sd_nodes_control_eval(g[0]->entry, &call, &res, err))) goto done;
     }
-    sd_sd3_extra skip = {m->skip, m->n_skip};
-    const void *extra = res.active ? (const void *)&res.control : NULL;
+    /* the MMDiT's extras: SkipLayerGuidance's blocks, the ControlNet's
+     * output list */
+    sd_sd3_extra skip = {m->skip, m->n_skip, res.n_dit ? res.dit : NULL, res.n_dit};
+    const void *extra = res.active && !mmdit ? (const void *)&res.control : NULL;
+    if (mmdit && res.n_dit) extra = &skip;
     sd_unet_control patched;
     sd_unet_patches perturbed; /* the MODEL's patches + PAG's, for this call */
     sd_unet_attn_record *rec = NULL; /* SAG: the first negative entry's rows are recorded */

@@ -173,16 +173,22 @@ static sd_status check_gligen(const sd_value *conds, const char *input, sd_unet 
 }
 
 static sd_status check_controls(const sd_value *conds, const char *input, sd_unet *unet,
-                                sd_error *err) {
+                                const sd_sd3_config *mmdit, sd_error *err) {
     for (size_t i = 0; i < sd_value_list_len(conds); i++) {
         sd_control_link *links = NULL;
         int n = 0;
         sd_status rc = sd_nodes_control_links(sd_value_list_get(conds, i), &links, &n, err);
-        if (!rc && n > 0 && !unet)
+        if (!rc && n > 0 && !unet && !mmdit)
             rc = sd_error_set(err, SD_ERR_UNSUPPORTED,
-                              "entry %zu carries a ControlNet: ControlNets run on SD UNet models only", i);
-        for (int k = 0; !rc && unet && k < n; k++) {
-            rc = sd_controlnet_check_fit(links[k].cn, sd_unet_get_config(unet), err);
+                              "entry %zu carries a ControlNet: ControlNets run on SD UNet and SD3 models only", i);
+        for (int k = 0; !rc && (unet || mmdit) && k < n; k++) {
+            rc = unet ? sd_controlnet_check_fit(links[k].cn, sd_unet_get_config(unet), err)
+                      : sd_controlnet_check_fit_mmdit(links[k].cn, mmdit, err);
+            /* get_control's refusal, before the first step */
+            if (!rc && mmdit && !links[k].vae)
+                rc = sd_error_set(err, SD_ERR_INVALID,
+                                  "This Controlnet needs a VAE but none was provided, please use a "
+                                  "ControlNetApply node with a VAE input and connect it.");
             if (rc) sd_error_prefix(err, "ControlNet %d of entry %zu", k + 1, i);
         }
         free(links);
@@ -560,6 +566,12 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     sd_inpaint ip;
     int have_guider = 0, have_gs = 0, have_ip = 0;
     sd_unet_attn_record sag_rec = {0};
+    /* SD3 ControlNets' VAE-encoded hints, kept for the run (cond_hint) */
+    sd_control_hints *hints = sd_control_hints_new();
+    if (!hints) {
+        free(ms);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
 
     /* noise: prepare_noise(latent, seed, batch_index), or zeros */
     if (!a->add_noise) {
@@ -603,8 +615,9 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                                        g->kind == SD_GUIDE_PERP_NEG ? "empty_conditioning" : "middle"};
     const sd_value *given[3] = {g->positive, g->kind == SD_GUIDE_BASIC ? NULL : g->negative,
                                 g->kind == SD_GUIDE_DUAL_CFG || g->kind == SD_GUIDE_PERP_NEG ? g->middle : NULL};
+    const sd_sd3_config *mmdit = dm.info.kind == SD_DMODEL_MMDIT ? sd_sd3_get_config(dm.net) : NULL;
     for (int k = 0; k < 3; k++) {
-        if (given[k] && (rc = check_controls(given[k], cond_names[k], unet, err))) goto done;
+        if (given[k] && (rc = check_controls(given[k], cond_names[k], unet, mmdit, err))) goto done;
         if (given[k] && (rc = check_gligen(given[k], cond_names[k], unet, err))) goto done;
     }
 
@@ -731,7 +744,8 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
                         .tap_ud = a->hooks ? a->hooks->ud : NULL,
                         .unet_patches = g->patches ? &g->patches->unet : NULL,
                         .fmt = info->latent_format,
-                        .unclip = info->unclip};
+                        .unclip = info->unclip,
+                        .hints = hints};
     /* SelfAttentionGuidance's record of the uncond pass, for this run */
     if (g->patches && sd_cfg_hook_needs_uncond(&g->patches->cfg)) cm.record = &sag_rec;
     sd_denoiser den;
@@ -826,6 +840,7 @@ static sd_status sample(sd_node_ctx *ctx, const sd_sample_args *a, sd_value **ou
     }
 
 done:
+    sd_control_hints_free(hints);
     sd_unet_attn_record_clear(&sag_rec);
     if (have_ip) sd_inpaint_release(&ip);
     if (have_guider) sd_guider_release(&guider);

@@ -32,8 +32,9 @@ extern const sd_node_def *const sd_nodes_custom_sampling[];
  * size and token count, the same "control" value or none, the same
  * guidance presence) go through the diffusion model as one batch; an
  * entry's ControlNet chain ("control", see nodes/controlnet/controlnet_nodes.h,
- * UNet models only) is evaluated on that batch and its residuals added to
- * the UNet's skip connections and middle block.
+ * UNet and MMDiT models) is evaluated on that batch and its residuals added
+ * to the UNet's skip connections and middle block, or to the MMDiT's image
+ * tokens after each joint block.
  *
  * What each model kind takes from an entry (ComfyUI's model_base
  * extra_conds): every kind the "cond" tokens as context (width =
@@ -107,6 +108,9 @@ typedef struct sd_cond_model {
     /* an SD2.1 unCLIP UNet: the ADM is each entry's "y" (sd_cond_unclip),
      * zeros for an entry without one and without unclip_conditioning */
     int unclip;
+    /* the run's cache of SD3 ControlNet hints (VAE encodes), owned by the
+     * sampling run; NULL = encode at every call */
+    struct sd_control_hints *hints;
 } sd_cond_model;
 
 /* comfy.samplers.resolve_areas_and_cond_masks_multidim for a latent of

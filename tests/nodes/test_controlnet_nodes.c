@@ -109,6 +109,15 @@ static sd_tensor *rand_image(int64_t h, int64_t w) {
     return t;
 }
 
+/* sd_nodes_control_eval for a UNet of config u. */
+static sd_status control_eval(const sd_value *entry, const sd_model_sampling *ms, const sd_unet_config *u,
+                              float sigma, sd_bt *x, int batched, const float *ts, sd_bt *ctx, sd_bt *y,
+                              sd_control_residuals *out, sd_error *err) {
+    sd_control_call call = {.ms = ms, .unet = u, .sigma = sigma, .x_in = x, .batched = batched,
+                            .timesteps = ts, .context = ctx, .y = y};
+    return sd_nodes_control_eval(entry, &call, out, err);
+}
+
 static double max_diff(const sd_bt *a, const sd_bt *b, float sb) {
     sd_tensor *x = sd_bt_to_host(a), *y = sd_bt_to_host(b);
     double m = 0;
@@ -245,7 +254,7 @@ int main(void) {
     CHECK_OK(sd_controlnet_forward(cn, bx, &t_lo, bh2, bc, NULL, &r2l, &err), &err);
     sd_control_residuals res;
     /* high sigma: only the first link (the second starts at 50%) */
-    CHECK_OK(sd_nodes_control_eval(e1, &ms, &ucfg, sigma_hi, bx, 1, &t_hi, bc, NULL, &res, &err), &err);
+    CHECK_OK(control_eval(e1, &ms, &ucfg, sigma_hi, bx, 1, &t_hi, bc, NULL, &res, &err), &err);
     CHECK(res.active == 1 && res.control.n_skip == 12);
     if (res.active == 1 && r1h.middle) {
         CHECK_MSG(max_diff(res.control.middle, r1h.middle, 0.7f) < 1e-6, "middle * strength");
@@ -253,7 +262,7 @@ int main(void) {
     }
     sd_control_residuals_free(&res);
     /* low sigma: both, summed */
-    CHECK_OK(sd_nodes_control_eval(e1, &ms, &ucfg, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err), &err);
+    CHECK_OK(control_eval(e1, &ms, &ucfg, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err), &err);
     CHECK(res.active == 2);
     if (res.active == 2 && r1l.middle && r2l.middle) {
         sd_bt *a = sd_op_scale(r1l.output[3], 0.7f), *b = sd_op_scale(r2l.output[3], 0.3f);
@@ -265,14 +274,14 @@ int main(void) {
     }
     sd_control_residuals_free(&res);
     /* an entry without control: nothing */
-    CHECK_OK(sd_nodes_control_eval(sd_value_list_get(pos, 0), &ms, &ucfg, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err),
+    CHECK_OK(control_eval(sd_value_list_get(pos, 0), &ms, &ucfg, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err),
              &err);
     CHECK(res.active == 0 && res.control.middle == NULL && res.control.n_skip == 0);
     /* a model it does not fit */
     sd_unet_config other = ucfg;
     other.context_dim = 2048;
     sd_error_clear(&err);
-    CHECK(sd_nodes_control_eval(e1, &ms, &other, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err) == SD_ERR_INVALID);
+    CHECK(control_eval(e1, &ms, &other, sigma_lo, bx, 1, &t_lo, bc, NULL, &res, &err) == SD_ERR_INVALID);
     CHECK_MSG(strstr(err.msg, "does not fit") && strstr(err.msg, "2048"), "%s", err.msg);
     /* a batch of 2 repeats the hint */
     {
@@ -283,7 +292,7 @@ int main(void) {
         memcpy((char *)c2->data + ctxt->nbytes, ctxt->data, ctxt->nbytes);
         sd_bt *bx2 = sd_bt_from_host(be, x2, SD_F32), *bc2 = sd_bt_from_host(be, c2, SD_F32);
         float ts2[2] = {t_hi, t_hi};
-        CHECK_OK(sd_nodes_control_eval(e0, &ms, &ucfg, sigma_hi, bx2, 1, ts2, bc2, NULL, &res, &err), &err);
+        CHECK_OK(control_eval(e0, &ms, &ucfg, sigma_hi, bx2, 1, ts2, bc2, NULL, &res, &err), &err);
         if (res.active == 1 && r1h.middle) {
             sd_bt *second = sd_op_slice(res.control.middle, 0, 1, 2);
             CHECK_MSG(max_diff(second, r1h.middle, 0.7f) < 1e-5, "batch item 2");
