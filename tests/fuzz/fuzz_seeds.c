@@ -214,7 +214,13 @@ static int gguf_copy_dir(const char *out, const char *dir, const char *prefix) {
         if (de->d_name[0] == '.') continue;
         FILE *f = fopen(path, "rb");
         if (!f) continue;
-        static uint8_t buf[65536]; /* small seeds only: libFuzzer's max_len follows them */
+        /* Copied files only (the data folders' .gguf files; their models/
+         * are megabytes): libFuzzer's max_len follows the largest seed. The
+         * DiT seeds dit_seeds() writes are larger (80-105 KB: the real
+         * layouts at the smallest width whose rows are whole Q8_0 blocks)
+         * and run in full: with no -max_len, libFuzzer takes the largest
+         * seed's size (up to 1 MiB) as its limit. */
+        static uint8_t buf[65536];
         size_t n = fread(buf, 1, sizeof buf, f);
         int small = n < sizeof buf || fgetc(f) == EOF;
         fclose(f);
