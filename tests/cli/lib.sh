@@ -18,8 +18,12 @@ sd_test_write_png() { printf '%s' "$SD_TEST_PNG_B64" | base64 -d > "$1"; }
 sd_test_need_nodes() {
     local list
     list=$("$SDFLOW_BIN" nodes) || { echo "sdflow nodes failed"; exit 1; }
+    # a here-string, not `printf | grep -q`: under the callers' pipefail,
+    # grep -q quitting at the match while printf still writes the rest of
+    # the ~33 KB list made the pipeline fail with SIGPIPE now and then (a
+    # node near the end of the list read as "not registered")
     for c in "$@"; do
-        if ! printf '%s\n' "$list" | grep -q "^$c "; then
+        if ! grep -q "^$c " <<< "$list"; then
             echo "FAIL: node type $c is not registered (sdflow nodes)"
             exit 1
         fi
