@@ -81,28 +81,28 @@ static pair upload(ctx *c, sd_tensor *h) {
     return p;
 }
 
-/* Uniform [-amp, amp) F32 tensor on both backends. */
-static pair rnd(ctx *c, float amp, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
-    sd_tensor *h = sd_tensor_new4(SD_F32, ndim, d0, d1, d2, d3);
-    if (!h) return (pair){{NULL, NULL}};
-    float *v = sd_tensor_f32(h);
-    for (int64_t i = 0; i < sd_tensor_numel(h); i++) v[i] = amp * uniform(c);
-    return upload(c, h);
-}
-
-/* rnd() whose values are already representable in the 16-bit type of the
- * mode (bf16 or f16; unchanged in f32), so that both backends start from the
- * same rounded inputs. */
-static pair rnd_mode(ctx *c, float amp, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+/* Uniform [-amp, amp) F32 tensor on both backends; with round16, its values
+ * already representable in the mode's 16-bit type (bf16 or f16; unchanged
+ * in f32), so that both backends start from the same rounded inputs. */
+static pair rnd_values(ctx *c, int round16, float amp, int ndim, int64_t d0, int64_t d1,
+                       int64_t d2, int64_t d3) {
     sd_tensor *h = sd_tensor_new4(SD_F32, ndim, d0, d1, d2, d3);
     if (!h) return (pair){{NULL, NULL}};
     float *v = sd_tensor_f32(h);
     for (int64_t i = 0; i < sd_tensor_numel(h); i++) {
         v[i] = amp * uniform(c);
-        if (c->prec == SD_PREC_BF16) v[i] = sd_bf16_to_f32(sd_f32_to_bf16(v[i]));
-        if (c->prec == SD_PREC_F16) v[i] = sd_f16_to_f32(sd_f32_to_f16(v[i]));
+        if (round16 && c->prec == SD_PREC_BF16) v[i] = sd_bf16_to_f32(sd_f32_to_bf16(v[i]));
+        if (round16 && c->prec == SD_PREC_F16) v[i] = sd_f16_to_f32(sd_f32_to_f16(v[i]));
     }
     return upload(c, h);
+}
+
+static pair rnd(ctx *c, float amp, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    return rnd_values(c, 0, amp, ndim, d0, d1, d2, d3);
+}
+
+static pair rnd_mode(ctx *c, float amp, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    return rnd_values(c, 1, amp, ndim, d0, d1, d2, d3);
 }
 
 static pair rnd_shape(ctx *c, float amp, int ndim, const int64_t *shape) {
