@@ -20,7 +20,7 @@
 /* Model folders listed, as ComfyUI names them. */
 static const char *const model_folders[] = {
     "checkpoints", "loras", "vae", "vae_approx", "controlnet", "embeddings", "diffusion_models",
-    "text_encoders", "clip", "upscale_models", "clip_vision", "style_models", "hypernetworks", "gligen", NULL,
+    "text_encoders", "clip", "upscale_models", "clip_vision", "style_models", "hypernetworks", "gligen", "diffusers", NULL,
 };
 static const char *const model_exts[] = {".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", NULL};
 
@@ -46,6 +46,10 @@ static cJSON *string_list(const sd_value *v, int strip_ext) {
 }
 
 static int list_folder(srv *s, struct mg_connection *c, const char *folder, int strip_ext, int experiment) {
+    /* ComfyUI registers diffusers with the extension "folder", which no
+     * file's splitext() gives: its listing is always empty (the folders
+     * themselves are DiffusersLoader's combo) */
+    if (!strcmp(folder, "diffusers")) return srv_reply_json(c, 200, cJSON_CreateArray());
     sd_error err;
     sd_error_clear(&err);
     sd_value *v = NULL;

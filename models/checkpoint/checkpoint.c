@@ -243,10 +243,29 @@ static sd_status detect(sd_st_file *f, sd_ckpt_info *info, int read_tensors, sd_
 
 /* The file's tensors: a GGUF file with ComfyUI-GGUF's names (gguf_model.h),
  * anything else by its first bytes (sd_torch_open_any). */
+/* A diffusers-layout UNet file (what a diffusers folder's unet/ holds):
+ * *f becomes a view of its tensors under the bare ldm names (read from the
+ * file when loaded), renamed by the one unet_to_diffusers table as
+ * comfy.sd.load_diffusion_model does. The view owns the file. */
+static sd_status diffusers_unet(sd_st_file **f, sd_error *err) {
+    sd_unet_config c;
+    sd_status rc = sd_unet_diffusers_layout(*f, "", &c, err);
+    if (rc) return rc;
+    sd_st_file *src = *f;
+    *f = NULL;
+    return sd_unet_diffusers_view(src, "", &c, f, err);
+}
+
 static sd_status open_weights(const char *path, sd_st_file **out, sd_error *err) {
     char arch[32];
     if (sd_gguf_is_gguf(path)) return sd_gguf_model_open(path, SD_GGUF_ANY, out, arch, sizeof arch, err);
-    return sd_torch_open_any(path, out, err);
+    sd_status rc = sd_torch_open_any(path, out, err);
+    if (!rc && sd_unet_is_diffusers(*out, "") && !sd_st_find(*out, "input_blocks.0.0.weight") &&
+        (rc = diffusers_unet(out, err))) {
+        sd_st_close(*out); /* NULL once the view took it */
+        *out = NULL;
+    }
+    return rc;
 }
 
 sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,

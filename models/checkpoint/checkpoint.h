@@ -35,6 +35,10 @@
  *         text_encoders.{clip_l,clip_g,t5xxl}.transformer.* (SD3), or
  *         the bare keys of a standalone text-encoder file (a T5-XXL, a CLIP;
  *         sd_text_encoder_detect in models/text/text_encode.h)
+ * A bare UNet in the diffusers layout (conv_in, down_blocks.*: a
+ * diffusers folder's unet/ file) is renamed to the ldm names in memory
+ * (sd_unet_diffusers_rename) when opened; a diffusers VAE is read in its
+ * own names (models/vae/vae.h).
  * Extra keys (model_ema.*, betas, position_ids, ...) are ignored. The file
  * is a .safetensors, a PyTorch zip checkpoint (.ckpt, .pt, .pth) or a GGUF
  * file, told apart by its first bytes; a torch file is read weights-only,
@@ -143,7 +147,7 @@ typedef struct sd_checkpoint sd_checkpoint;
 /* Open and detect. *out holds one reference (sd_checkpoint_unref). The
  * backend is borrowed and must outlive the checkpoint. Errors:
  * SD_ERR_UNSUPPORTED (a pickle the weights-only reader refuses, SDXL
- * v-prediction keys, diffusers layout, no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
+ * v-prediction keys, no part we can use), SD_ERR_NOT_FOUND / SD_ERR_IO / SD_ERR_FORMAT from
  * opening the file; messages name the file. */
 sd_status sd_checkpoint_open(sd_backend *be, const char *path, const sd_checkpoint_opts *opts,
                              sd_checkpoint **out, sd_error *err);

@@ -29,6 +29,7 @@
 #define SD_FOLDER_DIFFUSION_MODELS "diffusion_models" /* also models/unet (core/env.h) */
 #define SD_FOLDER_CLIP_VISION "clip_vision"
 #define SD_FOLDER_STYLE_MODELS "style_models"
+#define SD_FOLDER_DIFFUSERS "diffusers" /* pipeline folders (DiffusersLoader) */
 #define SD_FOLDER_HYPERNETWORKS "hypernetworks"
 #define SD_FOLDER_GLIGEN "gligen"
 

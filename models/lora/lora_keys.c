@@ -58,23 +58,6 @@ static int ends_with(const char *s, const char *suf) {
 
 /* ---- UNet ------------------------------------------------------------------ */
 
-static const char *const res_map[][2] = {
-    {"in_layers.0", "norm1"},         {"in_layers.2", "conv1"},  {"emb_layers.1", "time_emb_proj"},
-    {"out_layers.0", "norm2"},        {"out_layers.3", "conv2"}, {"skip_connection", "conv_shortcut"},
-};
-static const char *const attn_params[] = {"proj_in", "proj_out", "norm"};
-static const char *const tblock_weights[] = {
-    "norm1", "norm2", "norm3", "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
-    "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0", "ff.net.0.proj", "ff.net.2",
-};
-static const char *const basic_map[][2] = {
-    {"label_emb.0.0", "class_embedding.linear_1"}, {"label_emb.0.2", "class_embedding.linear_2"},
-    {"label_emb.0.0", "add_embedding.linear_1"},   {"label_emb.0.2", "add_embedding.linear_2"},
-    {"input_blocks.0.0", "conv_in"},               {"out.0", "conv_norm_out"},
-    {"out.2", "conv_out"},                         {"time_embed.0", "time_embedding.linear_1"},
-    {"time_embed.2", "time_embedding.linear_2"},
-};
-
 /* Every diffusers module -> ldm module pair (without .weight/.bias). */
 typedef struct dpair {
     char d[200], l[200];
@@ -103,91 +86,11 @@ static void dadd(dlist *L, const char *d, const char *l) {
     L->n++;
 }
 
-static void add_resnet(dlist *L, const char *d, const char *l) {
-    char a[200], b[200];
-    for (size_t i = 0; i < sizeof res_map / sizeof *res_map; i++) {
-        snprintf(a, sizeof a, "%s.%s", d, res_map[i][1]);
-        snprintf(b, sizeof b, "%s.%s", l, res_map[i][0]);
-        dadd(L, a, b);
-    }
-}
-
-static void add_transformer(dlist *L, const char *d, const char *l, int depth) {
-    char a[200], b[200];
-    for (size_t i = 0; i < sizeof attn_params / sizeof *attn_params; i++) {
-        snprintf(a, sizeof a, "%s.%s", d, attn_params[i]);
-        snprintf(b, sizeof b, "%s.%s", l, attn_params[i]);
-        dadd(L, a, b);
-    }
-    for (int t = 0; t < depth; t++)
-        for (size_t i = 0; i < sizeof tblock_weights / sizeof *tblock_weights; i++) {
-            snprintf(a, sizeof a, "%s.transformer_blocks.%d.%s", d, t, tblock_weights[i]);
-            snprintf(b, sizeof b, "%s.transformer_blocks.%d.%s", l, t, tblock_weights[i]);
-            dadd(L, a, b);
-        }
-}
-
-/* comfy.utils.unet_to_diffusers, module level. */
-static void unet_to_diffusers(const sd_unet_config *c, dlist *L) {
-    char d[200], l[200];
-    int td = 0;
-    for (int x = 0; x < c->num_levels; x++) {
-        int n = 1 + (c->num_res_blocks[x] + 1) * x;
-        for (int i = 0; i < c->num_res_blocks[x]; i++) {
-            snprintf(d, sizeof d, "down_blocks.%d.resnets.%d", x, i);
-            snprintf(l, sizeof l, "input_blocks.%d.0", n);
-            add_resnet(L, d, l);
-            int depth = td < c->n_input_res ? c->transformer_depth[td] : 0;
-            td++;
-            if (depth > 0) {
-                snprintf(d, sizeof d, "down_blocks.%d.attentions.%d", x, i);
-                snprintf(l, sizeof l, "input_blocks.%d.1", n);
-                add_transformer(L, d, l, depth);
-            }
-            n++;
-        }
-        snprintf(d, sizeof d, "down_blocks.%d.downsamplers.0.conv", x);
-        snprintf(l, sizeof l, "input_blocks.%d.0.op", n);
-        dadd(L, d, l);
-    }
-    if (c->transformer_depth_middle >= 0)
-        add_transformer(L, "mid_block.attentions.0", "middle_block.1", c->transformer_depth_middle);
-    add_resnet(L, "mid_block.resnets.0", "middle_block.0");
-    add_resnet(L, "mid_block.resnets.1", "middle_block.2");
-
-    /* transformer_depth_output is popped from its end */
-    int pop = c->n_output_blocks;
-    for (int x = 0; x < c->num_levels; x++) {
-        int nrb = c->num_res_blocks[c->num_levels - 1 - x];
-        int n = (nrb + 1) * x, len = nrb + 1;
-        for (int i = 0; i < len; i++) {
-            int cc = 0;
-            snprintf(d, sizeof d, "up_blocks.%d.resnets.%d", x, i);
-            snprintf(l, sizeof l, "output_blocks.%d.0", n);
-            add_resnet(L, d, l);
-            cc++;
-            int depth = pop > 0 ? c->transformer_depth_output[--pop] : 0;
-            if (depth > 0) {
-                cc++;
-                snprintf(d, sizeof d, "up_blocks.%d.attentions.%d", x, i);
-                snprintf(l, sizeof l, "output_blocks.%d.1", n);
-                add_transformer(L, d, l, depth);
-            }
-            if (i == len - 1) {
-                snprintf(d, sizeof d, "up_blocks.%d.upsamplers.0.conv", x);
-                snprintf(l, sizeof l, "output_blocks.%d.%d.conv", n, cc);
-                dadd(L, d, l);
-            }
-            n++;
-        }
-    }
-    for (size_t i = 0; i < sizeof basic_map / sizeof *basic_map; i++)
-        dadd(L, basic_map[i][1], basic_map[i][0]);
-}
+static void dadd_fn(void *ud, const char *d, const char *l) { dadd(ud, d, l); }
 
 static void unet_keys(sd_unet *u, kbuf *b) {
     dlist L = {0};
-    unet_to_diffusers(sd_unet_get_config(u), &L);
+    sd_unet_diffusers_names(sd_unet_get_config(u), dadd_fn, &L); /* comfy.utils.unet_to_diffusers */
     if (L.oom) {
         b->oom = 1;
         free(L.p);

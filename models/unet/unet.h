@@ -296,6 +296,40 @@ sd_status sd_unet_forward(sd_unet *u, sd_bt *x, const float *timesteps, sd_bt *c
  * guidance is ignored. */
 void sd_unet_as_dmodel(sd_unet *u, sd_dmodel *out);
 
+/* ---- the diffusers layout (models/unet/unet_diffusers.c) ---------------------
+ * comfy.utils.unet_to_diffusers: the one table of diffusers <-> ldm module
+ * names (down_blocks.X.resnets.I <-> input_blocks.N.0, ...), used by the
+ * LoRA key map, diffusers-layout ControlNets and diffusers UNet files. */
+
+/* fn(ud, diffusers module, ldm module) for every module of a UNet of config
+ * c (names without .weight/.bias), in unet_to_diffusers' order; label_emb
+ * comes twice (class_embedding and add_embedding). Only the structural
+ * fields are read: num_levels, num_res_blocks, n_input_res,
+ * transformer_depth, transformer_depth_middle, n_output_blocks,
+ * transformer_depth_output (n_output_blocks 0: no up blocks, a ControlNet). */
+typedef void (*sd_unet_name_fn)(void *ud, const char *diffusers, const char *ldm);
+void sd_unet_diffusers_names(const sd_unet_config *c, sd_unet_name_fn fn, void *ud);
+/* 1 when f holds prefix + conv_in.weight and down_blocks.0.resnets.0.conv1.weight. */
+int sd_unet_is_diffusers(sd_st_file *f, const char *prefix);
+/* Those structural fields counted from a diffusers-layout file's keys under
+ * prefix (up blocks may be absent). SD_ERR_FORMAT naming the file when the
+ * blocks do not fit together. */
+sd_status sd_unet_diffusers_layout(sd_st_file *f, const char *prefix, sd_unet_config *c, sd_error *err);
+/* For keys outside the table: writes the new name of `key` (prefix
+ * stripped) into buf and returns 1, or returns 0 to leave the key out. */
+typedef int (*sd_unet_rename_fn)(void *ud, const char *key, char *buf, size_t n);
+/* Adds every tensor of f under prefix to w, renamed to out_prefix + its ldm
+ * name (table hits), else by extra (may be NULL); others are left out, as
+ * ComfyUI leaves them. Tensors are copied as stored. */
+sd_status sd_unet_diffusers_rename(sd_st_file *f, const char *prefix, const sd_unet_config *c,
+                                   const char *out_prefix, sd_unet_rename_fn extra, void *ud,
+                                   sd_st_writer *w, sd_error *err);
+/* The same renaming as a file view (no copy made now): *out lists f's UNet
+ * tensors under prefix by their bare ldm names and reads each from f when
+ * it is asked for. Takes f (the view closes it), also on failure. */
+sd_status sd_unet_diffusers_view(sd_st_file *f, const char *prefix, const sd_unet_config *c,
+                                 sd_st_file **out, sd_error *err);
+
 /* ---- host-side helpers (scalars, not activations) ---------------------------- */
 
 /* ComfyUI timestep_embedding (max_period 10000, cos half first then sin),

@@ -236,6 +236,7 @@ const sd_node_def sd_node_VAELoader = {
 extern const sd_node_def sd_node_CLIPLoader, sd_node_DualCLIPLoader, sd_node_CLIPLoaderGGUF,
     sd_node_DualCLIPLoaderGGUF, sd_node_TripleCLIPLoader, sd_node_TripleCLIPLoaderGGUF; /* clip_loader_nodes.c */
 extern const sd_node_def sd_node_UNETLoader; /* unet_loader_node.c */
+extern const sd_node_def sd_node_DiffusersLoader; /* diffusers_loader_node.c */
 extern const sd_node_def sd_node_UnetLoaderGGUF, sd_node_UnetLoaderGGUFAdvanced; /* unet_loader_gguf.c */
 
 const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple, &sd_node_CheckpointLoader,
@@ -244,7 +245,7 @@ const sd_node_def *const sd_nodes_loaders[] = {&sd_node_CheckpointLoaderSimple, 
                                                &sd_node_UNETLoader, &sd_node_CLIPLoaderGGUF,
                                                &sd_node_DualCLIPLoaderGGUF, &sd_node_UnetLoaderGGUF,
                                                &sd_node_UnetLoaderGGUFAdvanced, &sd_node_TripleCLIPLoader,
-                                               &sd_node_TripleCLIPLoaderGGUF,
+                                               &sd_node_TripleCLIPLoaderGGUF, &sd_node_DiffusersLoader,
                                                NULL};
 
 sd_status sd_nodes_loaders_register(sd_error *err) {

@@ -682,6 +682,58 @@ static int copy_json_dir(const char *out, int a, const char *dirname) {
     return rc;
 }
 
+/* ---- diffusers_unet ---------------------------------------------------------- */
+
+/* Small diffusers-layout UNets (names as diffusers saves them; tiny shapes:
+ * the renaming reads names, not widths): two levels, attention on the
+ * first, a middle block, the up blocks; one without up blocks (a
+ * ControlNet's encoder, with its controlnet_* and Union names). */
+static int diffusers_unet_seeds(const char *out) {
+    static const char *const common[] = {
+        "conv_in.weight", "time_embedding.linear_1.weight", "time_embedding.linear_2.bias",
+        "down_blocks.0.resnets.0.conv1.weight", "down_blocks.0.resnets.0.norm1.weight",
+        "down_blocks.0.resnets.1.conv1.weight", "down_blocks.0.attentions.0.proj_in.weight",
+        "down_blocks.0.attentions.0.transformer_blocks.0.norm1.weight",
+        "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight",
+        "down_blocks.0.attentions.1.transformer_blocks.0.norm1.weight", "down_blocks.0.downsamplers.0.conv.weight",
+        "down_blocks.1.resnets.0.conv1.weight", "down_blocks.1.resnets.0.conv_shortcut.weight",
+        "down_blocks.1.resnets.1.conv1.weight", "mid_block.resnets.0.conv1.weight", "mid_block.resnets.1.conv2.bias",
+        "mid_block.attentions.0.proj_in.weight", "mid_block.attentions.0.transformer_blocks.0.norm1.weight",
+        "add_embedding.linear_1.weight", NULL};
+    static const char *const up[] = {
+        "up_blocks.0.resnets.0.conv1.weight", "up_blocks.0.resnets.1.conv1.weight", "up_blocks.0.resnets.2.conv1.weight",
+        "up_blocks.0.upsamplers.0.conv.weight", "up_blocks.1.resnets.0.conv1.weight",
+        "up_blocks.1.resnets.1.conv1.weight", "up_blocks.1.resnets.2.conv1.weight",
+        "up_blocks.1.attentions.2.transformer_blocks.0.norm1.weight", "conv_norm_out.weight", "conv_out.bias", NULL};
+    static const char *const cn[] = {
+        "controlnet_cond_embedding.conv_in.weight", "controlnet_cond_embedding.blocks.0.weight",
+        "controlnet_cond_embedding.conv_out.bias", "controlnet_down_blocks.0.weight", "controlnet_mid_block.bias",
+        "task_embedding", "transformer_layes.0.attn.in_proj_weight", "spatial_ch_projs.bias",
+        "control_add_embedding.linear_1.bias", NULL};
+    int rc = 0;
+    sd_error err;
+    for (int variant = 0; variant < 2; variant++) {
+        sd_st_writer *w = sd_st_writer_new();
+        const char *const *lists[] = {common, variant ? cn : up};
+        for (int l = 0; l < 2; l++)
+            for (int i = 0; lists[l][i]; i++) {
+                int64_t shape[2] = {2, 3};
+                sd_tensor *t = sd_tensor_new(SD_F16, 2, shape);
+                if (!t || sd_st_writer_add(w, lists[l][i], t, &err)) rc = -1;
+                sd_tensor_unref(t);
+            }
+        void *buf = NULL;
+        size_t n = 0;
+        if (sd_st_writer_to_memory(w, &buf, &n, &err) == SD_OK)
+            rc |= write_seed(out, variant ? "controlnet.safetensors" : "unet.safetensors", buf, n);
+        else
+            rc = -1;
+        free(buf);
+        sd_st_writer_free(w);
+    }
+    return rc;
+}
+
 /* ---- ldm_config -------------------------------------------------------------- */
 
 static int ldm_config_seeds(const char *out) {
@@ -1435,6 +1487,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/ldm_config", argv[1]);
     mkdir_p(dir);
     rc |= ldm_config_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/diffusers_unet", argv[1]);
+    mkdir_p(dir);
+    rc |= diffusers_unet_seeds(dir);
     printf("fuzz_seeds: wrote %d seeds under %s\n", n_written, argv[1]);
     return rc ? 1 : 0;
 }

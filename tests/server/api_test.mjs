@@ -354,6 +354,9 @@ try {
   ok(Array.isArray(await client.getEmbeddings()), '/embeddings');
   ok((await (await fetch(`${base}/models/checkpoints`)).json()).includes(setup.sd1), '/models/checkpoints');
   ok((await (await fetch(`${base}/models/no_such_folder`)).status) === 404, '/models/{unknown} is 404');
+  // ComfyUI's diffusers folder has the extension "folder", which no file matches: listed, always empty
+  ok((await (await fetch(`${base}/models`)).json()).includes('diffusers') &&
+     JSON.stringify(await (await fetch(`${base}/models/diffusers`)).json()) === '[]', '/models/diffusers');
   const st = await client.getSystemStats();
   ok(st.system && typeof st.system.ram_total === 'number' && st.devices.length === 1, '/system_stats');
   ok((await (await fetch(`${base}/api/prompt`)).json()).exec_info.queue_remaining === 0, '/api/... routes');
