@@ -17,6 +17,9 @@ its single-file checkpoint, their tensors' bytes as they are:
     sd3_medium.safetensors (without text encoders): the single file as SD3
     Medium (2024) was, without MMDiT-X's second attention and q/k norms, for
     ComfyUI's SD3 examples.
+The tiny SD3 ControlNet of tests/data/sd3_controlnet (beside this script's
+folder) is placed under its comfy_name and as
+controlnet/sd3_controlnet_canny.safetensors (ComfyUI's SD3 ControlNet example).
 The set's comfy_name of each model (manifest.json) gives the names; the
 single file is also placed as sd3.5_large_fp8_scaled.safetensors (the name
 ComfyUI's SD3.5 example loads; the tiny file is not fp8-scaled)."""
@@ -91,6 +94,13 @@ def main(set_dir, models, tok, clip_tok):
     write(os.path.join(models, "checkpoints", "sd3_medium_incl_clips_t5xxlfp8.safetensors"), head, body, old_sd3, mods)
     write(os.path.join(models, "checkpoints", "sd3_medium.safetensors"), head, body,
           lambda k: None if k.startswith("text_encoders.") else old_sd3(k), mods)
+    # the tiny SD3 ControlNet of the source tree's tests/data/sd3_controlnet,
+    # also under the name ComfyUI's SD3 ControlNet example loads
+    cdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "sd3_controlnet")
+    if os.path.exists(os.path.join(cdir, "manifest.json")):
+        cn = json.load(open(os.path.join(cdir, "manifest.json")))["models"]["controlnet"]
+        for name in (cn["comfy_name"], "controlnet/sd3_controlnet_canny.safetensors"):
+            link(os.path.join(cdir, cn["file"]), os.path.join(models, name))
     for f in ("vocab.json", "merges.txt"):
         link(os.path.join(clip_tok, f), os.path.join(tok, f))
     t5 = os.path.join(set_dir, "..", "flux", "tokenizer", "tokenizer.json")

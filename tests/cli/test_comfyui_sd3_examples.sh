@@ -14,13 +14,17 @@
 #     without MMDiT-X's second attention, and the log says so (0 MMDiT-X
 #     blocks), the SD3.5 ones the set's MMDiT-X (1);
 #   - the anime example's negative is ConditioningZeroOut of the positive.
-# The ControlNet examples (sd3_controlnet_example, sd3.5_large_canny_
-# controlnet_example) are not kept: SD3 ControlNets do not run yet.
+#   - the SD3 ControlNet example (InstantX canny through ControlNetApplySD3,
+#     the tiny ControlNet of tests/data/sd3_controlnet as
+#     sd3_controlnet_canny.safetensors) runs on a made-up input picture, and
+#     the ControlNet changes its pixels (the same run with strength 0).
+# The SD3.5 Large canny example (Stability's SD3.5 ControlNets, another
+# network) is not kept: those ControlNets are not supported.
 # Needs the SD3 reference set, the CLIP vocabulary and python3.
 set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_comfyui_sd3_examples CheckpointLoaderSimple TripleCLIPLoader EmptySD3LatentImage \
-    ConditioningZeroOut KSampler
+    ConditioningZeroOut KSampler ControlNetLoader ControlNetApplySD3 Canny ImageScale LoadImage
 SD3="$DATA/sd3"
 EX="$SDFLOW_SOURCE_DIR/tests/data/comfyui_examples/sd3"
 sd_test_need_path "$SD3/manifest.json" "the SD3 reference set ($SD3)"
@@ -59,6 +63,12 @@ def same_graph(a, b, nodes_json):
     frontend sends it, and is not a difference"""
     nodes = json.load(open(nodes_json))
     g = [{k: (v["class_type"], v["inputs"]) for k, v in json.load(open(p)).items()} for p in (a, b)]
+    # the 2024 frontend also queued LoadImage's upload button ("upload":
+    # "image"), a widget that is no input of the node (ComfyUI's executor
+    # ignores it); a UI save does not convert to it
+    for k, (ct, ins) in g[0].items():
+        if ins.get("upload") == "image" and "upload" not in g[1].get(k, (None, {}))[1]:
+            del ins["upload"]
     for k, (ct, ins) in g[1].items():
         api = g[0].get(k, (None, {}))[1]
         for name in [n for n in ins if n not in api]:
@@ -125,13 +135,35 @@ example sd3_simple_example "${SMALL[@]}"
 example sd3_text_encoders_example "${SMALL[@]}"
 example sd3_anime_example --set 3.steps=2 --set 33.width=64 --set 33.height=48
 
+# the SD3 ControlNet example, on a 64x64 picture of stripes and a square
+mkdir -p "$T/input"
+python3 - "$T/input/sd3_controlnet_example_input.png" << 'PY'
+import struct, sys, zlib
+w = h = 64
+rows = b"".join(b"\0" + bytes(v for x in range(w) for v in
+                ((255, 255, 255) if (x // 8 + y // 8) % 2 or 20 <= x < 44 and 20 <= y < 44 else (0, 0, 0)))
+                for y in range(h))
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                              + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY
+CN=(--input-dir "$T/input" --temp-dir "$T/temp" --set 3.steps=2 --set 33.width=64 --set 33.height=48
+    --set 48.width=64 --set 48.height=48)
+example sd3_controlnet_example "${CN[@]}"
+grep -q "ControlNet sd3_controlnet_canny.safetensors: SD3" "$T/sd3_controlnet_example.api.err" ||
+    fail "sd3_controlnet_example: the log does not name the SD3 ControlNet"
+if run sd3_controlnet_example.off "$EX/sd3_controlnet_example.api.json" "${CN[@]}" --set 44.strength=0; then
+    python3 "$T/tool.py" pixels "$T/sd3_controlnet_example.api.png" "$T/sd3_controlnet_example.off.png" &&
+        fail "sd3_controlnet_example: the ControlNet did not change the picture"
+fi
+
 # the files load as what their keys say: SD3.5 Medium's MMDiT-X blocks, SD3
 # Medium's plain joint blocks
 for name in sd3.5_simple_example sd3.5_text_encoders_example; do
     grep -q "sd3 MMDiT, .* (1 MMDiT-X)" "$T/$name.api.err" ||
         fail "$name: the log does not name the MMDiT-X block: $(grep checkpoint "$T/$name.api.err")"
 done
-for name in sd3_simple_example sd3_text_encoders_example sd3_anime_example; do
+for name in sd3_simple_example sd3_text_encoders_example sd3_anime_example sd3_controlnet_example; do
     grep -q "sd3 MMDiT, .* (0 MMDiT-X)" "$T/$name.api.err" ||
         fail "$name: the log does not say SD3 Medium's plain blocks: $(grep checkpoint "$T/$name.api.err")"
 done
