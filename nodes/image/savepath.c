@@ -14,37 +14,11 @@
 
 #include "core/json_util.h"
 #include "core/sha256.h"
+#include "nodes/text/strbuf.h"
 
 /* ---- growable string ----------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static char *sb_finish(sbuf *b) {
-    if (b->oom) { free(b->p); return NULL; }
-    if (!b->p) return strdup("");
-    return b->p;
-}
+typedef sd_nodes_strbuf sbuf;
 
 /* Replace every occurrence of `pat` in s by `rep` (new malloc'd string). */
 static char *str_replace_all(const char *s, const char *pat, const char *rep) {
@@ -52,12 +26,12 @@ static char *str_replace_all(const char *s, const char *pat, const char *rep) {
     size_t pl = strlen(pat);
     const char *q;
     while ((q = strstr(s, pat))) {
-        sb_putn(&b, s, (size_t)(q - s));
-        sb_puts(&b, rep);
+        sd_nodes_strbuf_put(&b, s, (size_t)(q - s));
+        sd_nodes_strbuf_puts(&b, rep);
         s = q + pl;
     }
-    sb_puts(&b, s);
-    return sb_finish(&b);
+    sd_nodes_strbuf_puts(&b, s);
+    return sd_nodes_strbuf_finish(&b);
 }
 
 /* ---- naming ----------------------------------------------------------------------- */
@@ -77,13 +51,13 @@ static char *normpath(const char *path) {
     }
     sbuf b = {0};
     for (size_t i = 0; i < np; i++) {
-        if (i) sb_puts(&b, "/");
-        sb_puts(&b, parts[i]);
+        if (i) sd_nodes_strbuf_puts(&b, "/");
+        sd_nodes_strbuf_puts(&b, parts[i]);
     }
-    if (np == 0) sb_puts(&b, ".");
+    if (np == 0) sd_nodes_strbuf_puts(&b, ".");
     free(parts);
     free(copy);
-    return sb_finish(&b);
+    return sd_nodes_strbuf_finish(&b);
 }
 
 /* Python int() of a counter token: optional spaces and sign, then digits. */
@@ -243,19 +217,19 @@ sd_status sd_savepath_publish(sd_savepath *sp, sd_outfile *of, int64_t batch, co
 /* ---- Python json.dumps ---------------------------------------------------------- */
 
 static void dump_string(sbuf *b, const char *s) {
-    sb_puts(b, "\"");
+    sd_nodes_strbuf_puts(b, "\"");
     const unsigned char *p = (const unsigned char *)s;
     char esc[16];
     while (*p) {
         unsigned c = *p;
-        if (c == '"') { sb_puts(b, "\\\""); p++; continue; }
-        if (c == '\\') { sb_puts(b, "\\\\"); p++; continue; }
-        if (c == '\n') { sb_puts(b, "\\n"); p++; continue; }
-        if (c == '\r') { sb_puts(b, "\\r"); p++; continue; }
-        if (c == '\t') { sb_puts(b, "\\t"); p++; continue; }
-        if (c == '\b') { sb_puts(b, "\\b"); p++; continue; }
-        if (c == '\f') { sb_puts(b, "\\f"); p++; continue; }
-        if (c >= 0x20 && c < 0x7f) { sb_putn(b, (const char *)p, 1); p++; continue; }
+        if (c == '"') { sd_nodes_strbuf_puts(b, "\\\""); p++; continue; }
+        if (c == '\\') { sd_nodes_strbuf_puts(b, "\\\\"); p++; continue; }
+        if (c == '\n') { sd_nodes_strbuf_puts(b, "\\n"); p++; continue; }
+        if (c == '\r') { sd_nodes_strbuf_puts(b, "\\r"); p++; continue; }
+        if (c == '\t') { sd_nodes_strbuf_puts(b, "\\t"); p++; continue; }
+        if (c == '\b') { sd_nodes_strbuf_puts(b, "\\b"); p++; continue; }
+        if (c == '\f') { sd_nodes_strbuf_puts(b, "\\f"); p++; continue; }
+        if (c >= 0x20 && c < 0x7f) { sd_nodes_strbuf_put(b, (const char *)p, 1); p++; continue; }
         /* decode one UTF-8 sequence (invalid bytes become U+FFFD) */
         unsigned cp = 0xFFFD;
         int len = 1;
@@ -274,10 +248,10 @@ static void dump_string(sbuf *b, const char *s) {
         } else {
             snprintf(esc, sizeof esc, "\\u%04x", cp);
         }
-        sb_puts(b, esc);
+        sd_nodes_strbuf_puts(b, esc);
         p += len;
     }
-    sb_puts(b, "\"");
+    sd_nodes_strbuf_puts(b, "\"");
 }
 
 static void dump_number(sbuf *b, double v) {
@@ -291,43 +265,43 @@ static void dump_number(sbuf *b, double v) {
             if (strtod(num, NULL) == v) break;
         }
     }
-    sb_puts(b, num);
+    sd_nodes_strbuf_puts(b, num);
 }
 
 static void dump(sbuf *b, const cJSON *j) {
-    if (!j || cJSON_IsNull(j)) sb_puts(b, "null");
-    else if (cJSON_IsFalse(j)) sb_puts(b, "false");
-    else if (cJSON_IsTrue(j)) sb_puts(b, "true");
+    if (!j || cJSON_IsNull(j)) sd_nodes_strbuf_puts(b, "null");
+    else if (cJSON_IsFalse(j)) sd_nodes_strbuf_puts(b, "false");
+    else if (cJSON_IsTrue(j)) sd_nodes_strbuf_puts(b, "true");
     else if (cJSON_IsNumber(j)) dump_number(b, j->valuedouble);
     else if (cJSON_IsString(j)) dump_string(b, j->valuestring ? j->valuestring : "");
     else if (cJSON_IsArray(j)) {
-        sb_puts(b, "[");
+        sd_nodes_strbuf_puts(b, "[");
         int first = 1;
         for (const cJSON *c = j->child; c; c = c->next) {
-            if (!first) sb_puts(b, ", ");
+            if (!first) sd_nodes_strbuf_puts(b, ", ");
             first = 0;
             dump(b, c);
         }
-        sb_puts(b, "]");
+        sd_nodes_strbuf_puts(b, "]");
     } else if (cJSON_IsObject(j)) {
-        sb_puts(b, "{");
+        sd_nodes_strbuf_puts(b, "{");
         int first = 1;
         for (const cJSON *c = j->child; c; c = c->next) {
-            if (!first) sb_puts(b, ", ");
+            if (!first) sd_nodes_strbuf_puts(b, ", ");
             first = 0;
             dump_string(b, c->string ? c->string : "");
-            sb_puts(b, ": ");
+            sd_nodes_strbuf_puts(b, ": ");
             dump(b, c);
         }
-        sb_puts(b, "}");
-    } else if (cJSON_IsRaw(j)) sb_puts(b, j->valuestring ? j->valuestring : "null");
-    else sb_puts(b, "null");
+        sd_nodes_strbuf_puts(b, "}");
+    } else if (cJSON_IsRaw(j)) sd_nodes_strbuf_puts(b, j->valuestring ? j->valuestring : "null");
+    else sd_nodes_strbuf_puts(b, "null");
 }
 
 char *sd_pyjson_dumps(const cJSON *j) {
     sbuf b = {0};
     dump(&b, j);
-    return sb_finish(&b);
+    return sd_nodes_strbuf_finish(&b);
 }
 
 /* ---- metadata --------------------------------------------------------------------- */

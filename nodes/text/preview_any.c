@@ -13,35 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
 #include "text.h"
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int failed;
-} sbuf;
+typedef sd_nodes_strbuf sbuf;
 
-static void put(sbuf *b, const char *p, size_t n) {
-    if (b->failed) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) { b->failed = 1; return; }
-        b->s = t, b->cap = cap;
-    }
-    memcpy(b->s + b->n, p, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
 /* Python's repr(float): the shortest digits that read back to x, fixed
  * notation for exponents -4 .. 15, else d.ddde+XX. json: NaN / Infinity. */
 static void put_float(sbuf *b, double x, int json) {
-    if (isnan(x)) { puts_(b, json ? "NaN" : "nan"); return; }
-    if (isinf(x)) { puts_(b, x > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf")); return; }
+    if (isnan(x)) { sd_nodes_strbuf_puts(b, json ? "NaN" : "nan"); return; }
+    if (isinf(x)) { sd_nodes_strbuf_puts(b, x > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf")); return; }
     char e[40];
     int p;
     for (p = 1; p <= 17; p++) {
@@ -79,28 +61,28 @@ static void put_float(sbuf *b, double x, int json) {
         }
         n += snprintf(o + n, sizeof o - (size_t)n, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
     }
-    puts_(b, o);
+    sd_nodes_strbuf_puts(b, o);
 }
 
 /* json.dumps's string: ASCII only (ensure_ascii), \uXXXX for the rest. */
 static void put_json_string(sbuf *b, const char *s) {
-    put(b, "\"", 1);
+    sd_nodes_strbuf_put(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         unsigned c = *p;
         char t[16];
         if (c < 0x80) {
             p++;
             switch (c) {
-            case '"': puts_(b, "\\\""); break;
-            case '\\': puts_(b, "\\\\"); break;
-            case '\n': puts_(b, "\\n"); break;
-            case '\r': puts_(b, "\\r"); break;
-            case '\t': puts_(b, "\\t"); break;
-            case '\b': puts_(b, "\\b"); break;
-            case '\f': puts_(b, "\\f"); break;
+            case '"': sd_nodes_strbuf_puts(b, "\\\""); break;
+            case '\\': sd_nodes_strbuf_puts(b, "\\\\"); break;
+            case '\n': sd_nodes_strbuf_puts(b, "\\n"); break;
+            case '\r': sd_nodes_strbuf_puts(b, "\\r"); break;
+            case '\t': sd_nodes_strbuf_puts(b, "\\t"); break;
+            case '\b': sd_nodes_strbuf_puts(b, "\\b"); break;
+            case '\f': sd_nodes_strbuf_puts(b, "\\f"); break;
             default:
-                if (c < 0x20) { snprintf(t, sizeof t, "\\u%04x", c); puts_(b, t); }
-                else put(b, (const char *)&c, 1);
+                if (c < 0x20) { snprintf(t, sizeof t, "\\u%04x", c); sd_nodes_strbuf_puts(b, t); }
+                else sd_nodes_strbuf_put(b, (const char *)&c, 1);
             }
             continue;
         }
@@ -114,9 +96,9 @@ static void put_json_string(sbuf *b, const char *s) {
         } else {
             snprintf(t, sizeof t, "\\u%04x", cp);
         }
-        puts_(b, t);
+        sd_nodes_strbuf_puts(b, t);
     }
-    put(b, "\"", 1);
+    sd_nodes_strbuf_put(b, "\"", 1);
 }
 
 /* 1 when v is JSON-able (no tensor, no handle) all the way down. */
@@ -134,45 +116,45 @@ static int plain(const sd_value *v) {
 }
 
 static void indent(sbuf *b, int level) {
-    put(b, "\n", 1);
-    for (int i = 0; i < level * 4; i++) put(b, " ", 1);
+    sd_nodes_strbuf_put(b, "\n", 1);
+    for (int i = 0; i < level * 4; i++) sd_nodes_strbuf_put(b, " ", 1);
 }
 
 /* json.dumps(v, indent=4) */
 static void put_json(sbuf *b, const sd_value *v, int level) {
     char t[32];
     switch (sd_value_kind_of(v)) {
-    case SD_VAL_NONE: puts_(b, "null"); break;
-    case SD_VAL_BOOL: puts_(b, sd_value_as_bool(v) ? "true" : "false"); break;
-    case SD_VAL_INT: snprintf(t, sizeof t, "%lld", (long long)sd_value_as_int(v)); puts_(b, t); break;
+    case SD_VAL_NONE: sd_nodes_strbuf_puts(b, "null"); break;
+    case SD_VAL_BOOL: sd_nodes_strbuf_puts(b, sd_value_as_bool(v) ? "true" : "false"); break;
+    case SD_VAL_INT: snprintf(t, sizeof t, "%lld", (long long)sd_value_as_int(v)); sd_nodes_strbuf_puts(b, t); break;
     case SD_VAL_FLOAT: put_float(b, sd_value_as_float(v), 1); break;
     case SD_VAL_STRING: put_json_string(b, sd_value_as_string(v)); break;
     case SD_VAL_LIST: {
         size_t n = sd_value_list_len(v);
-        if (!n) { puts_(b, "[]"); break; }
-        put(b, "[", 1);
+        if (!n) { sd_nodes_strbuf_puts(b, "[]"); break; }
+        sd_nodes_strbuf_put(b, "[", 1);
         for (size_t i = 0; i < n; i++) {
             indent(b, level + 1);
             put_json(b, sd_value_list_get(v, i), level + 1);
-            if (i + 1 < n) put(b, ",", 1);
+            if (i + 1 < n) sd_nodes_strbuf_put(b, ",", 1);
         }
         indent(b, level);
-        put(b, "]", 1);
+        sd_nodes_strbuf_put(b, "]", 1);
         break;
     }
     case SD_VAL_DICT: {
         size_t n = sd_value_dict_len(v);
-        if (!n) { puts_(b, "{}"); break; }
-        put(b, "{", 1);
+        if (!n) { sd_nodes_strbuf_puts(b, "{}"); break; }
+        sd_nodes_strbuf_put(b, "{", 1);
         for (size_t i = 0; i < n; i++) {
             indent(b, level + 1);
             put_json_string(b, sd_value_dict_key(v, i));
-            puts_(b, ": ");
+            sd_nodes_strbuf_puts(b, ": ");
             put_json(b, sd_value_dict_at(v, i), level + 1);
-            if (i + 1 < n) put(b, ",", 1);
+            if (i + 1 < n) sd_nodes_strbuf_put(b, ",", 1);
         }
         indent(b, level);
-        put(b, "}", 1);
+        sd_nodes_strbuf_put(b, "}", 1);
         break;
     }
     default: break;
@@ -187,27 +169,27 @@ static void describe(sbuf *b, const sd_value *v) {
         const sd_tensor *x = sd_value_as_tensor(v);
         char sh[96];
         snprintf(t, sizeof t, "tensor %s", sd_tensor_shape_str(x, sh, sizeof sh));
-        puts_(b, t);
+        sd_nodes_strbuf_puts(b, t);
         break;
     }
-    case SD_VAL_HANDLE: puts_(b, sd_value_handle_type(v)->type_name); break;
+    case SD_VAL_HANDLE: sd_nodes_strbuf_puts(b, sd_value_handle_type(v)->type_name); break;
     case SD_VAL_LIST:
-        puts_(b, "[");
+        sd_nodes_strbuf_puts(b, "[");
         for (size_t i = 0; i < sd_value_list_len(v); i++) {
-            if (i) puts_(b, ", ");
+            if (i) sd_nodes_strbuf_puts(b, ", ");
             describe(b, sd_value_list_get(v, i));
         }
-        puts_(b, "]");
+        sd_nodes_strbuf_puts(b, "]");
         break;
     case SD_VAL_DICT:
-        puts_(b, "{");
+        sd_nodes_strbuf_puts(b, "{");
         for (size_t i = 0; i < sd_value_dict_len(v); i++) {
-            if (i) puts_(b, ", ");
+            if (i) sd_nodes_strbuf_puts(b, ", ");
             snprintf(t, sizeof t, "'%s': ", sd_value_dict_key(v, i));
-            puts_(b, t);
+            sd_nodes_strbuf_puts(b, t);
             describe(b, sd_value_dict_at(v, i));
         }
-        puts_(b, "}");
+        sd_nodes_strbuf_puts(b, "}");
         break;
     default: put_json(b, v, 0);
     }
@@ -219,19 +201,19 @@ static sd_status preview_any_run(sd_node_ctx *ctx, sd_value *const *in, sd_value
     sbuf b = {0};
     char t[32];
     switch (sd_value_kind_of(v)) {
-    case SD_VAL_STRING: puts_(&b, sd_value_as_string(v)); break;
-    case SD_VAL_INT: snprintf(t, sizeof t, "%lld", (long long)sd_value_as_int(v)); puts_(&b, t); break;
+    case SD_VAL_STRING: sd_nodes_strbuf_puts(&b, sd_value_as_string(v)); break;
+    case SD_VAL_INT: snprintf(t, sizeof t, "%lld", (long long)sd_value_as_int(v)); sd_nodes_strbuf_puts(&b, t); break;
     case SD_VAL_FLOAT: put_float(&b, sd_value_as_float(v), 0); break;
-    case SD_VAL_BOOL: puts_(&b, sd_value_as_bool(v) ? "True" : "False"); break;
-    case SD_VAL_NONE: puts_(&b, "None"); break;
+    case SD_VAL_BOOL: sd_nodes_strbuf_puts(&b, sd_value_as_bool(v) ? "True" : "False"); break;
+    case SD_VAL_NONE: sd_nodes_strbuf_puts(&b, "None"); break;
     default:
         if (plain(v)) put_json(&b, v, 0);
         else describe(&b, v);
     }
-    if (!b.failed && !b.s) put(&b, "", 0);
-    sd_value *ui = b.failed ? NULL : sd_value_dict(), *list = ui ? sd_value_list() : NULL;
-    int bad = !list || sd_value_list_append(list, sd_value_string(b.s));
-    free(b.s);
+    char *text = sd_nodes_strbuf_finish(&b);
+    sd_value *ui = text ? sd_value_dict() : NULL, *list = ui ? sd_value_list() : NULL;
+    int bad = !list || sd_value_list_append(list, sd_value_string(text));
+    free(text);
     if (bad) {
         sd_value_unref(list);
         sd_value_unref(ui);

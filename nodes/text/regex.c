@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "models/text/pyregex.h"
+#include "strbuf.h"
 #include "text.h"
 
 #define MULTI(n) {.name = n, .type = SD_T_STRING, .multiline = 1, .no_default = 1, .def_str = ""}
@@ -62,35 +63,11 @@ const sd_node_def sd_node_RegexMatch = {
 
 static const char *const extract_modes[] = {"First Match", "All Matches", "First Group", "All Groups", NULL};
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int failed;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *p, size_t n) {
-    if (b->failed) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) { b->failed = 1; return; }
-        b->s = t, b->cap = cap;
-    }
-    memcpy(b->s + b->n, p, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static char *sb_done(sbuf *b) {
-    if (!b->failed && !b->s) sb_put(b, "", 0);
-    if (b->failed) { free(b->s); return NULL; }
-    return b->s;
-}
+typedef sd_nodes_strbuf sbuf;
 
 /* group g of m in s (empty for a group that did not take part) */
 static void sb_group(sbuf *b, const char *s, const sd_pymatch *m, int g) {
-    if (g <= m->n_groups && m->start[g] != (size_t)-1) sb_put(b, s + m->start[g], m->end[g] - m->start[g]);
+    if (g <= m->n_groups && m->start[g] != (size_t)-1) sd_nodes_strbuf_put(b, s + m->start[g], m->end[g] - m->start[g]);
 }
 
 static sd_status extract_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
@@ -118,7 +95,7 @@ static sd_status extract_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
         /* findall: the whole matches, or group 1 of each when there are groups */
         int first = 1;
         while (!rc && !(rc = sd_pyregex_next(re, s, len, &scan, &m, &found, err)) && found) {
-            if (!first) sb_put(&b, "\n", 1);
+            if (!first) sd_nodes_strbuf_put(&b, "\n", 1);
             first = 0;
             sb_group(&b, s, &m, groups > 0 ? 1 : 0);
         }
@@ -140,7 +117,7 @@ static sd_status extract_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
                 sd_error_at(err, NULL, NULL, "group_index");
                 break;
             }
-            if (!first) sb_put(&b, "\n", 1);
+            if (!first) sd_nodes_strbuf_put(&b, "\n", 1);
             first = 0;
             sb_group(&b, s, &m, (int)gi);
         }
@@ -156,7 +133,7 @@ static sd_status extract_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **o
         out[0] = sd_value_none();
         return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
-    return sd_nodes_set_string(&out[0], sb_done(&b), err);
+    return sd_nodes_set_string(&out[0], sd_nodes_strbuf_finish(&b), err);
 }
 
 static const sd_input_def extract_inputs[] = {
