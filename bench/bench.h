@@ -73,6 +73,13 @@ void sd_bench_run_phase(const sd_bench_job *job, sd_bench_result *r);
  * child's peak RSS. */
 void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r);
 
+/* Fork; the child zeroes `out`, calls fn(arg, out) and sends the `size`
+ * bytes back over a pipe into the parent's `out`. Returns 0, or -1 with
+ * `msg` saying why nothing came back (the child was killed, exited, or a
+ * pipe/fork failed). *child_maxrss_kb: the child's ru_maxrss (0 unknown). */
+int sd_bench_fork(void (*fn)(const void *arg, void *out), const void *arg, void *out, size_t size,
+                  long *child_maxrss_kb, char *msg, size_t msg_n);
+
 /* Run `argv` (a python3 torch_ref.py command line) and parse its one-line
  * result "ok secs... load=S peak_kb=K" / "na msg" / "error msg". */
 void sd_bench_run_torch(char *const *argv, sd_bench_result *r);
@@ -91,6 +98,22 @@ sd_status sd_bench_flux_write(const char *path, sd_error *err);
 double sd_bench_flux_flops(const sd_flux_config *c, int batch, int img, int txt);
 void sd_bench_flux_phase(const sd_bench_job *job, sd_backend *be, sd_st_file **f,
                          sd_bench_result *r);
+
+/* ---- the workflow phase (bench_workflow.c) -----------------------------------
+ * Any workflow `sdflow run` accepts, run by that command's own code in a
+ * forked child per repeat; prints the markdown row, the per-node table and
+ * issue 21's verdict on stdout, progress on stderr. Returns the exit code
+ * (1 when a run failed). NULL strings: sdflow run's defaults. */
+typedef struct sd_bench_wf_opts {
+    const char *workflow;
+    const char *models_dir, *tokenizer_dir, *comfyui_dir, *input_dir, *output_dir;
+    const char *precision, *vae_precision, *clip_precision, *device, *max_memory;
+    int threads; /* <= 0: all cores */
+    int repeat;
+    const char *sets[64]; /* --set ID.INPUT=VALUE, in order */
+    int n_sets;
+} sd_bench_wf_opts;
+int sd_bench_workflow(const sd_bench_wf_opts *o, const char *machine, const char *build);
 
 /* --kernels: GFLOP/s table of the UNet's and Flux's matrix shapes
  * (bench_kernels.c); match (may be NULL) keeps the shapes whose name

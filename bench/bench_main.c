@@ -4,6 +4,8 @@
  *   sdflow-bench [--work-dir DIR] [--repeat N] [--quick] [--threads N]
  *                [--phases unet,vae,clip,txt2img,unet_sdxl,flux] [--steps N] [--preset sd1]
  *                [--no-torch] [--python PATH] [--torch-script PATH] [--device cpu|cuda]
+ *   sdflow-bench --workflow FILE [--models-dir DIR] [--tokenizer-dir DIR] [--comfyui-dir DIR]
+ *                [--threads N] [--repeat N] [--precision f32|bf16|f16] ...
  *
  * See bench/README.md for what each row measures and how FLOPs are counted.
  */
@@ -75,6 +77,8 @@ typedef struct opts {
     int repeat, repeat_set, quick, threads, steps, no_torch, kernels;
     const char *kernels_match;
     sd_dtype weights;
+    int phases_set;
+    sd_bench_wf_opts wf; /* the workflow phase: sdflow run's options */
 } opts;
 
 static void usage(FILE *o)
@@ -106,7 +110,20 @@ static void usage(FILE *o)
             "                      (e.g. Flux)\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
             "                      python3, /usr/bin/python3 that can import torch)\n"
-            "  --torch-script PATH torch_ref.py location (default the source tree's)\n");
+            "  --torch-script PATH torch_ref.py location (default the source tree's)\n"
+            "\n"
+            "The workflow phase (--phases workflow, implied by --workflow; runs alone):\n"
+            "  --workflow FILE     any workflow sdflow run accepts (API/UI JSON, PNG, WebP,\n"
+            "                      Lua), run by sdflow run's code in a child process per\n"
+            "                      repeat (--no-cache); reports wall time, per-node times,\n"
+            "                      sampler steps/s, peak RSS and the model files' size\n"
+            "  --repeat N          runs (default 1 for this phase)\n"
+            "  --models-dir DIR --tokenizer-dir DIR --comfyui-dir DIR --input-dir DIR\n"
+            "  --precision P --vae-precision P --clip-precision P --max-memory SIZE\n"
+            "  --set ID.INPUT=VALUE (repeatable)\n"
+            "                      passed to the run as sdflow run takes them\n"
+            "  --output-dir DIR    where its output nodes write (default\n"
+            "                      <work-dir>/workflow-output)\n");
 }
 
 static int parse_int(const char *s, int lo, int *out)
@@ -133,7 +150,21 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--kernels")) o->kernels = 1;
         else if (VAL("--kernels-match")) o->kernels_match = next;
         else if (VAL("--work-dir")) o->work_dir = next;
-        else if (VAL("--phases")) o->phases = next;
+        else if (VAL("--phases")) o->phases = next, o->phases_set = 1;
+        else if (VAL("--workflow")) o->wf.workflow = next;
+        else if (VAL("--models-dir")) o->wf.models_dir = next;
+        else if (VAL("--tokenizer-dir")) o->wf.tokenizer_dir = next;
+        else if (VAL("--comfyui-dir")) o->wf.comfyui_dir = next;
+        else if (VAL("--input-dir")) o->wf.input_dir = next;
+        else if (VAL("--output-dir")) o->wf.output_dir = next;
+        else if (VAL("--precision")) o->wf.precision = next;
+        else if (VAL("--vae-precision")) o->wf.vae_precision = next;
+        else if (VAL("--clip-precision")) o->wf.clip_precision = next;
+        else if (VAL("--max-memory")) o->wf.max_memory = next;
+        else if (VAL("--set")) {
+            if (o->wf.n_sets == (int)(sizeof o->wf.sets / sizeof *o->wf.sets)) goto bad;
+            o->wf.sets[o->wf.n_sets++] = next;
+        }
         else if (VAL("--python")) o->python = next;
         else if (VAL("--torch-script")) o->script = next;
         else if (VAL("--preset")) o->preset = next;
@@ -164,6 +195,7 @@ static int parse_args(int argc, char **argv, opts *o)
 #undef VAL
     }
     if (o->quick) o->repeat = 1;
+    if (o->wf.workflow && !o->phases_set) o->phases = "workflow";
     return 0;
 }
 
@@ -277,6 +309,37 @@ static void torch_version(const char *python, char *out, size_t n)
     if (pclose(p) != 0) out[0] = 0;
 }
 
+/* ---- the workflow phase ---------------------------------------------------------- */
+
+static int run_workflow_phase(opts *o)
+{
+    if (strcmp(o->phases, "workflow") != 0) {
+        fprintf(stderr, "sdflow-bench: the workflow phase runs alone (--phases workflow)\n");
+        return 2;
+    }
+    if (!o->wf.workflow) {
+        fprintf(stderr, "sdflow-bench: the workflow phase needs --workflow FILE\n");
+        return 2;
+    }
+    char out_dir[4200];
+    if (!o->wf.output_dir) {
+        snprintf(out_dir, sizeof out_dir, "%s/workflow-output", o->work_dir);
+        o->wf.output_dir = out_dir;
+    }
+    if (mkdirs(o->wf.output_dir)) {
+        fprintf(stderr, "sdflow-bench: cannot create %s: %s\n", o->wf.output_dir, strerror(errno));
+        return 1;
+    }
+    o->wf.device = o->device;
+    o->wf.threads = o->threads;
+    o->wf.repeat = o->repeat_set ? o->repeat : 1;
+    char model[256], flags[256], machine[700];
+    cpu_info(model, sizeof model, flags, sizeof flags);
+    snprintf(machine, sizeof machine, "%s, %d cores online, flags: %s", model,
+             (int)sysconf(_SC_NPROCESSORS_ONLN), flags[0] ? flags : "-");
+    return sd_bench_workflow(&o->wf, machine, SDFLOW_BENCH_BUILD);
+}
+
 /* ---- rows ------------------------------------------------------------------------ */
 
 typedef struct row {
@@ -331,17 +394,18 @@ int main(int argc, char **argv)
                 preset ? "; for SDXL use --phases unet_sdxl (bench/README.md)" : "");
         return 2;
     }
-    static const char *known[] = {"unet", "vae", "clip", "txt2img", "unet_sdxl", "flux"};
+    static const char *known[] = {"unet", "vae", "clip", "txt2img", "unet_sdxl", "flux", "workflow"};
     for (const char *p = o.phases; *p;) {
         size_t len = strcspn(p, ","), ok = 0;
-        for (size_t i = 0; i < 6; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
+        for (size_t i = 0; i < 7; i++) ok |= strlen(known[i]) == len && !strncmp(p, known[i], len);
         if (!ok) {
             fprintf(stderr, "sdflow-bench: unknown phase '%.*s' (unet,vae,clip,txt2img,"
-                            "unet_sdxl,flux)\n", (int)len, p);
+                            "unet_sdxl,flux,workflow)\n", (int)len, p);
             return 2;
         }
         p += len + (p[len] == ',');
     }
+    if (has_phase(o.phases, "workflow")) return run_workflow_phase(&o);
     int want_main = has_phase(o.phases, "unet") || has_phase(o.phases, "vae") ||
                     has_phase(o.phases, "clip") || has_phase(o.phases, "txt2img");
     int want_xl = has_phase(o.phases, "unet_sdxl");

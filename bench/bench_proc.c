@@ -86,49 +86,68 @@ static void describe_exit(int status, char *msg, size_t n)
         snprintf(msg, n, "process exited with status %d", WEXITSTATUS(status));
 }
 
-void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r)
+int sd_bench_fork(void (*fn)(const void *arg, void *out), const void *arg, void *out, size_t size,
+                  long *child_maxrss_kb, char *msg, size_t msg_n)
 {
-    memset(r, 0, sizeof *r);
-    r->unet_wdtype = -1;
+    if (child_maxrss_kb) *child_maxrss_kb = 0;
     int fds[2];
     if (pipe(fds) != 0) {
-        snprintf(r->msg, sizeof r->msg, "pipe: %s", strerror(errno));
-        return;
+        snprintf(msg, msg_n, "pipe: %s", strerror(errno));
+        return -1;
     }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        snprintf(r->msg, sizeof r->msg, "fork: %s", strerror(errno));
+        snprintf(msg, msg_n, "fork: %s", strerror(errno));
         close(fds[0]);
         close(fds[1]);
-        return;
+        return -1;
     }
     if (pid == 0) {
         close(fds[0]);
-        sd_bench_result cr;
-        sd_bench_run_phase(job, &cr);
+        memset(out, 0, size);
+        fn(arg, out);
         size_t off = 0;
-        while (off < sizeof cr) {
-            ssize_t k = write(fds[1], (char *)&cr + off, sizeof cr - off);
+        while (off < size) {
+            ssize_t k = write(fds[1], (char *)out + off, size - off);
             if (k < 0 && errno == EINTR) continue;
             if (k <= 0) break;
             off += (size_t)k;
         }
+        fflush(NULL);
         _exit(0);
     }
     close(fds[1]);
-    int got = read_all(fds[0], r, sizeof *r) == 0;
+    int got = read_all(fds[0], out, size) == 0;
     close(fds[0]);
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
     while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {}
+    if (child_maxrss_kb) *child_maxrss_kb = ru.ru_maxrss;
     if (!got) {
+        memset(out, 0, size);
+        describe_exit(status, msg, msg_n);
+        return -1;
+    }
+    return 0;
+}
+
+static void run_phase_cb(const void *arg, void *out)
+{
+    sd_bench_run_phase(arg, out);
+}
+
+void sd_bench_run_forked(const sd_bench_job *job, sd_bench_result *r)
+{
+    long maxrss = 0;
+    char msg[sizeof r->msg];
+    if (sd_bench_fork(run_phase_cb, job, r, sizeof *r, &maxrss, msg, sizeof msg)) {
         memset(r, 0, sizeof *r);
         r->unet_wdtype = -1;
-        describe_exit(status, r->msg, sizeof r->msg);
+        snprintf(r->msg, sizeof r->msg, "%s", msg);
     }
-    if (r->peak_kb <= 0) r->peak_kb = ru.ru_maxrss;
+    if (r->peak_kb <= 0) r->peak_kb = maxrss;
 }
 
 /* Comma-separated numbers at p into v[*n...]. */

@@ -22,9 +22,13 @@ static sd_status check_precision(sd_backend *be, const char *option, const char 
 }
 
 sd_status sd_cli_backend_open(const sd_env *env, sd_backend **out, sd_error *err) {
+    return sd_cli_backend_open_threads(env, 0, out, err);
+}
+
+sd_status sd_cli_backend_open_threads(const sd_env *env, int n_threads, sd_backend **out, sd_error *err) {
     *out = NULL;
     sd_backend *be = NULL;
-    sd_status rc = sd_backend_new(env->device, 0, &be, err);
+    sd_status rc = sd_backend_new(env->device, n_threads, &be, err);
     if (rc) {
         sd_error_prefix(err, "--device %s", env->device);
         return rc;

@@ -163,6 +163,9 @@ const char *sd_cli_opt(int argc, char **argv, int *i, const char *name, int *mis
 struct sd_env;
 struct sd_backend;
 sd_status sd_cli_backend_open(const struct sd_env *env, struct sd_backend **out, sd_error *err);
+/* The same with n_threads compute threads (<= 0: every core, as above). */
+sd_status sd_cli_backend_open_threads(const struct sd_env *env, int n_threads, struct sd_backend **out,
+                                      sd_error *err);
 
 /* The backend's store of measured algorithm choices (cuDNN convolution
  * algorithms) on the run's cache (cache/algo.h), so a second process skips
@@ -204,6 +207,15 @@ typedef struct sd_cli_run_job {
     int quiet_files;        /* do not print the written files on stdout */
     struct sd_value **files; /* optional out: a new SD_VAL_LIST of the written files
                                 (strings), NULL on failure before the run */
+    /* What sdflow-bench's workflow phase adds to a plain `sdflow run`
+     * (bench/bench_workflow.c); zero for the commands. */
+    int threads;            /* compute threads; <= 0: every core */
+    sd_exec_event_fn observe; /* also sees every executor event, after the
+                                 progress printer; may be NULL */
+    void *observe_user;
+    /* becomes env.on_model_file / model_file_user (core/node.h) */
+    void (*on_model_file)(void *user, const char *folder, const char *path);
+    void *model_file_user;
 } sd_cli_run_job;
 int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job);
 

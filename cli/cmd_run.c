@@ -239,6 +239,18 @@ int sd_cli_run(int argc, char **argv) {
     return code;
 }
 
+/* The progress printer first, then the job's observer (sdflow-bench). */
+typedef struct run_events {
+    sd_cli_progress *prog;
+    const sd_cli_run_job *job;
+} run_events;
+
+static void run_event(void *user, const sd_exec_event *ev) {
+    const run_events *re = user;
+    sd_cli_progress_event(re->prog, ev);
+    re->job->observe(re->job->observe_user, ev);
+}
+
 int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
     const sd_cli_args o = *a; /* a shallow copy: the lists stay the caller's */
     const char *workflow = job->workflow, *report = job->report, *dump = job->dump;
@@ -268,6 +280,8 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
     sd_status rc = sd_cli_env_init(&env, &o, &err);
     env.log = cli_log;
     env.log_user = &prog;
+    env.on_model_file = job->on_model_file;
+    env.model_file_user = job->model_file_user;
     if (!rc && !sd_registry_count()) rc = sd_nodes_register_all(&err); /* generate registered them */
     if (!rc && job->output_dir) rc = sd_env_set(&env, &env.output_dir, job->output_dir, &err);
     if (!rc && job->input_dir) rc = sd_env_set(&env, &env.input_dir, job->input_dir, &err);
@@ -289,7 +303,7 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
         }
     }
     if (!rc) {
-        rc = sd_cli_backend_open(&env, &backend, &err);
+        rc = sd_cli_backend_open_threads(&env, job->threads, &backend, &err);
         if (!rc) {
             env.backend = backend;
             /* Two loaders of one file share the loaded weights. One run
@@ -327,12 +341,13 @@ int sd_cli_run_job_exec(const sd_cli_args *a, const sd_cli_run_job *job) {
         goto done;
     }
 
+    run_events events = {&prog, job};
     sd_exec_opts xo = {
         .env = &env,
         .cache = cache_handle ? &cache : NULL,
         .interrupt = &interrupted,
-        .on_event = sd_cli_progress_event,
-        .on_event_user = &prog,
+        .on_event = job->observe ? run_event : sd_cli_progress_event,
+        .on_event_user = job->observe ? (void *)&events : (void *)&prog,
         .previews = preview != NULL,
         .dump_dir = dump,
         .prompt_json = NULL, /* derived from the graph as edited by --set */

@@ -78,22 +78,3 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 1;
 }
-
-void sd_cli_print_error(const sd_error *err) {
-    char buf[SD_ERR_MSG_MAX + 512];
-    fprintf(stderr, "error: %s\n", sd_error_format(err, buf, sizeof buf));
-}
-
-const char *sd_cli_opt(int argc, char **argv, int *i, const char *name, int *missing) {
-    const char *a = argv[*i];
-    size_t len = strlen(name);
-    if (strncmp(a, name, len) != 0) return NULL;
-    if (a[len] == '=') return a + len + 1;
-    if (a[len] != 0) return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    *i += 1;
-    return argv[*i];
-}

@@ -220,6 +220,14 @@ struct sd_env {
     sd_status (*claim_name)(void *user, const char *type, const char *subfolder, const char *name, int *taken,
                             sd_error *err);
     void *claim_user;
+    /* Told the path of each model file a loader opens (every loader
+     * resolves its file through models/checkpoint/model_paths.h: checkpoints,
+     * diffusion models, text encoders, VAEs, LoRAs, GGUF files, ...), once per
+     * resolve, so a file used twice may be told twice. sdflow-bench sums
+     * the sizes of the files a run opened this way. NULL = nobody asks.
+     * Called on the thread that runs the node; `path` lives for the call. */
+    void (*on_model_file)(void *user, const char *folder, const char *path);
+    void *model_file_user;
 };
 
 /* What a running node sees. */

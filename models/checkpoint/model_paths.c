@@ -21,6 +21,7 @@ sd_status sd_model_paths_resolve(const sd_env *env, const char *folder, const ch
     sd_status rc = sd_env_resolve(env, folder, name, out, err);
     if (rc == SD_ERR_NOT_FOUND && env->comfyui_dir)
         sd_error_prefix(err, "(also searched %s/models/%s)", env->comfyui_dir, folder);
+    if (!rc && env->on_model_file) env->on_model_file(env->model_file_user, folder, *out);
     return rc;
 }
 

@@ -48,7 +48,9 @@ sd_status sd_model_paths_list(const sd_env *env, const char *folder, sd_value **
 
 /* Resolve a combo value to the path of an existing file (see
  * sd_env_resolve). Errors name the folder(s) searched: SD_ERR_NOT_FOUND,
- * SD_ERR_INVALID for names that leave the folder. */
+ * SD_ERR_INVALID for names that leave the folder. Every model loader opens
+ * its file through here, so a resolved path is also told to
+ * env->on_model_file when it is set (core/node.h). */
 sd_status sd_model_paths_resolve(const sd_env *env, const char *folder, const char *name,
                                  char **out, sd_error *err);
 

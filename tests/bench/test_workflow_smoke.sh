@@ -1,0 +1,57 @@
+# sdflow-bench's workflow phase on a tiny workflow (the random SD1
+# checkpoint `sdflow synth --preset sd1-tiny` writes, with its stand-in
+# vocabulary: no reference data needed): the phase runs the workflow through
+# `sdflow run`'s code, writes its picture, and its report has a wall time, a
+# peak RSS > 0, the model file it opened with a size > 0, issue 21's verdict
+# line and a per-node table. Values are not checked against any figure
+# (benchmarks are not timed tests). Also: a workflow that fails is exit 1
+# with "failed" in the row; the phase refuses to share a run with others.
+set -u
+. "$(dirname "$0")/../cli/lib.sh"
+: "${SDFLOW_BENCH_BIN:?set by ctest}"
+sd_test_begin bench_workflow_smoke CheckpointLoaderSimple KSampler VAEDecode SaveImage
+export SDFLOW_CACHE="$T/cache.db" # the file-hash memo of --no-cache: this test's own
+sd_test_tiny_sd1 "$T"
+
+"$SDFLOW_BENCH_BIN" --workflow "$T/tiny.json" --models-dir "$T/models" --tokenizer-dir "$T/tok" \
+    --work-dir "$T/work" --threads 1 --set 3.steps=2 > "$T/out.md" 2> "$T/err" ||
+    fail "the phase failed: $(tail -5 "$T/err")"
+cat "$T/out.md"
+
+# the row: | workflow tiny.json (N nodes executed) | secs | min | executor s | peak | files | diff | sampler |
+row=$(grep '^| workflow tiny.json' "$T/out.md")
+[ -n "$row" ] || fail "no workflow row"
+field() { awk -F'|' -v k="$1" '{ gsub(/^ +| +$/, "", $k); print $k }' <<< "$row"; }
+positive() { awk -v v="$1" 'BEGIN { exit !(v + 0 > 0) }'; }
+number() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+number "$(field 3)" || fail "wall time '$(field 3)' is not a number"
+number "$(field 5)" || fail "executor time '$(field 5)' is not a number"
+peak=$(field 6) files=$(field 7)
+[[ "$peak" =~ ^[0-9.]+\ GiB$ ]] && positive "${peak% GiB}" || fail "peak RSS '$peak' is not a size > 0"
+# the checkpoint is ~40 MB: 0.04 GiB with two decimals
+[[ "$files" =~ ^[0-9.]+\ GiB$ ]] && positive "${files% GiB}" || fail "model files '$files' is not a size > 0"
+[[ "$(field 2)" =~ "nodes executed" ]] || fail "no executed node count in '$(field 2)'"
+grep -q "^- model files the loaders opened (1, .*checkpoints/sdflow-random-sd1-tiny.safetensors" "$T/out.md" ||
+    fail "the opened checkpoint is not listed"
+grep -Eq '^- peak RSS <= files \+ 3 GiB: (met|not met) ' "$T/out.md" || fail "no verdict line"
+grep -q '^| 3 | KSampler | ' "$T/out.md" || fail "no per-node row for the KSampler"
+# --set reaches the run: the KSampler ran 2 steps, not the file's 3
+grep -q '^| 3 | KSampler | .*steps/s (.*, 2 steps) |$' "$T/out.md" || fail "no sampler steps/s of 2 steps"
+grep -q 'n/a: no PyTorch reference for a whole workflow' "$T/out.md" || fail "no PyTorch n/a line"
+ls "$T/work/workflow-output/"*.png > /dev/null 2>&1 || fail "the workflow's picture was not written"
+grep -q 'KSampler' "$T/err" || fail "no node progress on stderr"
+
+# a workflow that fails: exit 1, the row says so
+sed 's/sdflow-random-sd1-tiny.safetensors/missing.safetensors/' "$T/tiny.json" > "$T/bad.json"
+"$SDFLOW_BENCH_BIN" --workflow "$T/bad.json" --models-dir "$T/models" --tokenizer-dir "$T/tok" \
+    --work-dir "$T/work" --threads 1 > "$T/bad.md" 2> "$T/bad.err"
+rc=$?
+[ $rc -eq 1 ] || fail "a failing workflow exited $rc, want 1"
+grep -q '^| workflow bad.json .* | failed |' "$T/bad.md" || fail "the failed run's row does not say failed"
+grep -q '^- run 1 failed: ' "$T/bad.md" || fail "the failure is not reported"
+
+# the phase runs alone
+"$SDFLOW_BENCH_BIN" --workflow "$T/tiny.json" --phases workflow,unet > /dev/null 2> "$T/mix.err"
+rc=$?
+[ $rc -eq 2 ] || fail "workflow with another phase exited $rc, want 2"
+sd_test_end "bench.workflow_smoke passed"
