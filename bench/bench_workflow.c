@@ -30,7 +30,9 @@
 typedef struct wf_node {
     char id[64], class_type[96];
     int executed;          /* 1: ran (NODE_DONE); 0: cached, failed or skipped */
+    int failed;            /* NODE_ERROR */
     double secs;           /* NODE_DONE/ERROR seconds */
+    long rss_kb, hwm_kb;   /* VmRSS and VmHWM as the node ended */
     int64_t steps;         /* the last NODE_STEP's total, 0 when none came */
     int64_t step_first, step_last;
     double t_first, t_last; /* seconds since the node started, at those steps */
@@ -125,11 +127,14 @@ static void wf_observe(void *user, const sd_exec_event *ev)
     case SD_EXEC_NODE_DONE:
     case SD_EXEC_NODE_ERROR: {
         wf_node *n = node_of(r, ev);
+        rss_kb(&now, &peak);
         if (n) {
             n->secs = ev->seconds;
             n->executed = ev->kind == SD_EXEC_NODE_DONE && !(ev->record && ev->record->delivered);
+            n->failed = ev->kind == SD_EXEC_NODE_ERROR;
+            n->rss_kb = now;
+            n->hwm_kb = peak;
         }
-        rss_kb(&now, &peak);
         fprintf(stderr, "sdflow-bench: [%.1f s] node %s (%s) %s after %.1f s, RSS %.2f GiB, peak %.2f GiB\n",
                 sd_bench_now() - c->t0, sd_text_escape(ev->node_id, 0, id, sizeof id),
                 sd_text_escape(ev->class_type ? ev->class_type : "?", 0, ct, sizeof ct),
@@ -350,31 +355,35 @@ int sd_bench_workflow(const sd_bench_wf_opts *o, const char *machine, const char
     /* per node: every node at >= 1 % of the run, the rest summed */
     double total = 0;
     for (int i = 0; i < m->n_nodes; i++) total += m->nodes[i].executed ? m->nodes[i].secs : 0;
-    printf("\nPer node (%s; seconds of the node itself, steps/s between its first and last step):\n\n",
-           n_ok > 1 ? "the median run" : "the run");
-    printf("| node | class_type | seconds | share | steps |\n");
-    printf("|---|---|---|---|---|\n");
+    printf("\nPer node (%s; seconds of the node itself and its share of the wall time, steps/s between its "
+           "first and last step; the "
+           "process's RSS as the node ended and its peak so far):\n\n", n_ok > 1 ? "the median run" : "the run");
+    printf("| node | class_type | seconds | share | steps | RSS after | peak so far |\n");
+    printf("|---|---|---|---|---|---|---|\n");
     int small = 0;
     double small_s = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         const wf_node *n = &m->nodes[i];
-        if (!n->executed) continue;
-        double share = m->run_s > 0 ? n->secs / m->run_s : 0;
-        if (share < 0.01 && m->run_s > 0) {
+        if (!n->executed && !n->failed) continue;
+        double share = m->wall_s > 0 ? n->secs / m->wall_s : 0;
+        if (share < 0.01 && m->wall_s > 0 && !n->failed) {
             small++;
             small_s += n->secs;
             continue;
         }
-        char id[128], ct[192], rate[96] = "-";
+        char id[128], ct[192], rate[96] = "-", rss[32] = "-", hwm[32] = "-";
         step_rate(n, rate, sizeof rate);
-        printf("| %s | %s | %.2f | %.1f %% | %s |\n", sd_text_escape(n->id, 0, id, sizeof id),
-               sd_text_escape(n->class_type, 0, ct, sizeof ct), n->secs, 100.0 * share, rate);
+        if (n->rss_kb > 0) fmt_gib(rss, sizeof rss, n->rss_kb * 1024.0);
+        if (n->hwm_kb > 0) fmt_gib(hwm, sizeof hwm, n->hwm_kb * 1024.0);
+        printf("| %s | %s | %.2f%s | %.1f %% | %s | %s | %s |\n", sd_text_escape(n->id, 0, id, sizeof id),
+               sd_text_escape(n->class_type, 0, ct, sizeof ct), n->secs, n->failed ? " (FAILED)" : "",
+               100.0 * share, rate, rss, hwm);
     }
     if (small)
-        printf("| (%d other node%s, < 1 %% each) | | %.2f | %.1f %% | |\n", small, small == 1 ? "" : "s", small_s,
-               m->run_s > 0 ? 100.0 * small_s / m->run_s : 0.0);
-    printf("| (outside the nodes: workflow load, file hashing, validation, setup) | | %.2f | | |\n",
-           n_ok ? m->wall_s - total : 0.0);
+        printf("| (%d other node%s, < 1 %% each) | | %.2f | %.1f %% | | | |\n", small, small == 1 ? "" : "s", small_s,
+               m->wall_s > 0 ? 100.0 * small_s / m->wall_s : 0.0);
+    printf("| (outside the nodes: workflow load, file hashing, validation, setup) | | %.2f | | | | |\n",
+           m->wall_s - total);
     if (m->nodes_left_out) printf("\n- %d more nodes not recorded (over %d)\n", m->nodes_left_out, WF_MAX_NODES);
     free(runs);
     free(order);

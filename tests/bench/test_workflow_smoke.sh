@@ -36,7 +36,7 @@ grep -q "^- model files the loaders opened (1, .*checkpoints/sdflow-random-sd1-t
 grep -Eq '^- peak RSS <= files \+ 3 GiB: (met|not met) ' "$T/out.md" || fail "no verdict line"
 grep -q '^| 3 | KSampler | ' "$T/out.md" || fail "no per-node row for the KSampler"
 # --set reaches the run: the KSampler ran 2 steps, not the file's 3
-grep -q '^| 3 | KSampler | .*steps/s (.*, 2 steps) |$' "$T/out.md" || fail "no sampler steps/s of 2 steps"
+grep -Eq '^\| 3 \| KSampler \| .*steps/s \([^)]*, 2 steps\) \| [0-9.]+ GiB \| [0-9.]+ GiB \|$' "$T/out.md" || fail "no KSampler row with steps/s of 2 steps and RSS"
 grep -q 'n/a: no PyTorch reference for a whole workflow' "$T/out.md" || fail "no PyTorch n/a line"
 ls "$T/work/workflow-output/"*.png > /dev/null 2>&1 || fail "the workflow's picture was not written"
 grep -q 'KSampler' "$T/err" || fail "no node progress on stderr"
