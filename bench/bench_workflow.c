@@ -170,6 +170,9 @@ static void wf_model_file(void *user, const char *folder, const char *path)
     for (int i = 0; i < r->n_files; i++)
         if (r->files[i].dev == (uint64_t)st.st_dev && r->files[i].ino == (uint64_t)st.st_ino) return;
     r->files_bytes += (int64_t)st.st_size;
+    /* on stderr too: a child killed for memory reports nothing else */
+    fprintf(stderr, "sdflow-bench: [%.1f s] model file %s (%s, %.2f GiB; %.2f GiB opened so far)\n",
+            sd_bench_now() - c->t0, path, folder ? folder : "?", st.st_size / GIB, r->files_bytes / GIB);
     if (r->n_files == WF_MAX_FILES) {
         r->files_left_out++;
         return;
@@ -346,7 +349,10 @@ int sd_bench_workflow(const sd_bench_wf_opts *o, const char *machine, const char
                peak / GIB, peak <= limit ? "<=" : ">", m->files_bytes / GIB, failed ? "; a run FAILED" : "");
     } else {
         printf("- peak RSS <= files + 3 GiB: not measured (%s)\n",
-               peak_max <= 0 ? "no peak RSS" : "no model file was opened");
+               peak_max <= 0                 ? "no peak RSS"
+               : !n_ok && m->exit_code == -1 ? "the run's process died before reporting its files: see the "
+                                               "model file lines on stderr"
+                                             : "no model file was opened");
     }
     if (failed)
         for (int i = 0; i < repeat; i++)
