@@ -22,6 +22,7 @@
 #include "bench/bench.h"
 #include "cli/cli.h"
 #include "core/text.h"
+#include "kernels/backend.h"
 
 #define WF_MAX_NODES 512
 #define WF_MAX_FILES 64
@@ -304,7 +305,9 @@ int sd_bench_workflow(const sd_bench_wf_opts *o, const char *machine, const char
     printf("- workflow: %s (run as `sdflow run` runs it, --no-cache: every node executes)\n", o->workflow);
     printf("- machine: %s\n", machine);
     printf("- device: %s; threads: %d; precision: %s (vae %s, clip %s); repeats: %d (median); build: %s\n",
-           o->device ? o->device : "cpu", o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+           /* (called after the runs: probing a GPU before a fork would
+            * leave the children a CUDA context they cannot use) */
+           o->device ? o->device : sd_backend_default_name(), o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
            o->precision ? o->precision : "f32", o->vae_precision ? o->vae_precision : "as precision",
            o->clip_precision ? o->clip_precision : "as precision", repeat, build);
     printf("- models dir: %s\n", o->models_dir ? o->models_dir : "(default: SDFLOW_MODELS_DIR or ./models)");
