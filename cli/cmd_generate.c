@@ -26,7 +26,12 @@
  * checkpoint without text encoders (Stability's sd3.5_medium.safetensors:
  * MMDiT + VAE) takes the three through TripleCLIPLoader beside
  * CheckpointLoaderSimple, as ComfyUI's SD3.5 text-encoder example; --shift
- * adds ModelSamplingSD3. */
+ * adds ModelSamplingSD3.
+ *
+ * --reference PICTURE makes a Flux Kontext edit instead: ComfyUI's Kontext
+ * example graph (build_kontext_graph). A Kontext file has FLUX.1-dev's keys,
+ * so nothing tells it from the name or the file: the option chooses the
+ * graph, and any model but a Flux dev one is refused. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -41,8 +46,10 @@
 #include "core/json_util.h"
 #include "core/node.h"
 #include "core/value.h"
+#include "formats/png.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/checkpoint/model_paths.h"
+#include "models/flux/kontext.h"
 
 /* What the model file is, for the graph and the defaults. */
 typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL, GEN_SD3, GEN_ZIMAGE } gen_family;
@@ -50,10 +57,11 @@ typedef enum gen_family { GEN_SD = 0, GEN_FLUX_DEV, GEN_FLUX_SCHNELL, GEN_SD3, G
 typedef struct gen_opts {
     const char *model, *prompt, *negative, *init, *mask, *output, *seed, *sampler, *scheduler;
     const char *diffusion_model, *t5xxl, *clip_l, *clip_g, *text_encoder, *vae, *weight_dtype;
+    const char *ref_method; /* --reference-method */
     long long width, height, steps;
     double cfg, strength, guidance, shift;
     int strength_given, print_workflow, negative_given;
-    sd_cli_list loras;
+    sd_cli_list loras, refs; /* refs: --reference, a Flux Kontext edit */
     gen_family family;
 } gen_opts;
 
@@ -122,39 +130,55 @@ static const char *under(const char *path, const char *base) {
     return path[n] == '/' ? path + n + 1 : NULL;
 }
 
-/* The input folder generate runs with and the names of -i and --mask in it:
- * --input-dir (default ./input) when both files are inside it, else the
- * folder of the -i picture (which must then hold the mask too). */
-static sd_status place_inputs(const gen_opts *g, const char *input_dir, char **dir_out, char **init_name,
-                              char **mask_name, sd_error *err) {
-    *dir_out = *init_name = *mask_name = NULL;
-    if (!g->init) return SD_OK;
-    char *init = NULL, *mask = NULL, base[PATH_MAX];
-    sd_status rc = abs_file(g->init, "init image", &init, err);
-    if (!rc && g->mask) rc = abs_file(g->mask, "mask", &mask, err);
+/* A picture named on the command line: the option (for "put them in one
+ * folder"), what it is (for a missing file) and the path as given. */
+typedef struct gen_input {
+    const char *opt, *what, *path;
+} gen_input;
+
+/* The input folder generate runs with and the names of the pictures in it
+ * (-i and --mask, or every --reference): --input-dir (default ./input) when
+ * all of them are inside it, else the folder of the first (which must then
+ * hold the others too). names[k] (malloc'd, the caller frees) is in[k]'s
+ * name there; *dir_out is NULL when --input-dir holds them. */
+static sd_status place_inputs(const gen_input *in, int n, const char *input_dir, char **dir_out, char **names,
+                              sd_error *err) {
+    *dir_out = NULL;
+    for (int k = 0; k < n; k++) names[k] = NULL;
+    if (n == 0) return SD_OK;
+    char **abs = calloc((size_t)n, sizeof *abs), base[PATH_MAX];
+    sd_status rc = abs ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (int k = 0; !rc && k < n; k++) rc = abs_file(in[k].path, in[k].what, &abs[k], err);
     if (rc) goto done;
-    const char *in = realpath(input_dir, base) ? under(init, base) : NULL;
-    const char *mk = mask && in ? under(mask, base) : NULL;
-    if (!in || (mask && !mk)) { /* the picture's own folder */
-        char *slash = strrchr(init, '/');
-        size_t len = slash == init ? 1 : (size_t)(slash - init);
-        memcpy(base, init, len);
+    int all_in = realpath(input_dir, base) != NULL;
+    for (int k = 0; all_in && k < n; k++) all_in = under(abs[k], base) != NULL;
+    if (!all_in) { /* the first picture's own folder */
+        char *slash = strrchr(abs[0], '/');
+        size_t len = slash == abs[0] ? 1 : (size_t)(slash - abs[0]);
+        memcpy(base, abs[0], len);
         base[len] = 0;
-        in = under(init, base);
-        mk = mask ? under(mask, base) : NULL;
-        if (mask && !mk) {
-            rc = sd_error_set(err, SD_ERR_INVALID,
-                              "--mask '%s' is neither under --input-dir nor in the folder of -i '%s': put them "
-                              "in one folder", g->mask, g->init);
-            goto done;
-        }
+        for (int k = 1; k < n; k++)
+            if (!under(abs[k], base)) {
+                rc = sd_error_set(err, SD_ERR_INVALID,
+                                  "%s '%s' is neither under --input-dir nor in the folder of %s '%s': put them "
+                                  "in one folder", in[k].opt, in[k].path, in[0].opt, in[0].path);
+                goto done;
+            }
         if (!(*dir_out = strdup(base))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
-    if (!rc && !(*init_name = strdup(in))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
-    if (!rc && mk && !(*mask_name = strdup(mk))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    for (int k = 0; !rc && k < n; k++)
+        if (!(names[k] = strdup(under(abs[k], base)))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 done:
-    free(init);
-    free(mask);
+    for (int k = 0; abs && k < n; k++) free(abs[k]);
+    free(abs);
+    if (rc) {
+        for (int k = 0; k < n; k++) {
+            free(names[k]);
+            names[k] = NULL;
+        }
+        free(*dir_out);
+        *dir_out = NULL;
+    }
     return rc;
 }
 
@@ -319,6 +343,195 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
     return rc;
 }
 
+/* ---- the Kontext edit graph (--reference) --------------------------------------------- */
+
+/* Ids of the nodes ComfyUI's Flux Kontext example does not have: the LoRAs
+ * and the pictures after the first (LoadImage, FluxKontextImageScale,
+ * VAEEncode, ReferenceLatent: four ids each), apart from the example's. */
+#define GEN_KONTEXT_LORA0 100
+#define GEN_KONTEXT_REF1 200
+#define GEN_KONTEXT_MAX_REFS 16
+
+/* ComfyUI's Flux Kontext example (ComfyUI_examples' flux_kontext_example,
+ * our workflows/edit_flux_kontext), with its node ids: the prompt #6 under
+ * FluxGuidance #26 (2.5), each reference picture LoadImage #41 ->
+ * FluxKontextImageScale #40 -> VAEEncode #39 -> ReferenceLatent #42 on the
+ * guided prompt (later pictures chain their own ReferenceLatent, ids from
+ * GEN_KONTEXT_REF1), BasicGuider #22 on ModelSamplingFlux #30 (sized as the
+ * latent), RandomNoise #25, KSamplerSelect #16, BasicScheduler #17 into
+ * SamplerCustomAdvanced #13 from EmptySD3LatentImage #27, VAEDecode #8,
+ * SaveImage #9. The example's split loaders are UNETLoader #12,
+ * DualCLIPLoader #11 and VAELoader #10; a single-file checkpoint is
+ * CheckpointLoaderSimple #4 (--vae: VAELoader #10 beside it). --lora chains
+ * LoraLoaders between the loaders and their users; --reference-method puts
+ * FluxKontextMultiReferenceLatentMethod #43 after the last ReferenceLatent.
+ * refs[k]: the k-th picture's name in the input folder. */
+static sd_status build_kontext_graph(const gen_opts *g, char *const *refs, char **json, sd_error *err) {
+    *json = NULL;
+    uint64_t seed = 0;
+    if (g->seed && sd_json_parse_u64(g->seed, &seed))
+        return sd_error_set(err, SD_ERR_INVALID, "--seed must be a whole number from 0 to 2^64-1, not '%s'", g->seed);
+    char seed_digits[32];
+    snprintf(seed_digits, sizeof seed_digits, "%llu", (unsigned long long)seed);
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    int split = g->diffusion_model != NULL;
+    const char *model0 = split ? "12" : "4", *clip0 = split ? "11" : "4", *vae_src = g->vae ? "10" : "4";
+    int clip0_out = split ? 0 : 1, vae_out = g->vae ? 0 : 2;
+    char lora_id[16];
+    cJSON *in;
+    in = add_node(root, "6", "CLIPTextEncode");
+    cJSON_AddStringToObject(in, "text", g->prompt);
+    if (g->loras.n) snprintf(lora_id, sizeof lora_id, "%d", GEN_KONTEXT_LORA0 + g->loras.n - 1);
+    add_link(in, "clip", g->loras.n ? lora_id : clip0, g->loras.n ? 1 : clip0_out);
+    in = add_node(root, "8", "VAEDecode");
+    add_link(in, "samples", "13", 0);
+    add_link(in, "vae", vae_src, vae_out);
+    in = add_node(root, "9", "SaveImage");
+    cJSON_AddStringToObject(in, "filename_prefix", "sdflow");
+    add_link(in, "images", "8", 0);
+    if (!split) {
+        in = add_node(root, "4", "CheckpointLoaderSimple");
+        cJSON_AddStringToObject(in, "ckpt_name", g->model);
+    }
+    if (g->vae) {
+        in = add_node(root, "10", "VAELoader");
+        cJSON_AddStringToObject(in, "vae_name", g->vae);
+    }
+    if (split) {
+        in = add_node(root, "11", "DualCLIPLoader");
+        cJSON_AddStringToObject(in, "clip_name1", g->t5xxl);
+        cJSON_AddStringToObject(in, "clip_name2", g->clip_l);
+        cJSON_AddStringToObject(in, "type", "flux");
+        cJSON_AddStringToObject(in, "device", "default");
+        in = add_node(root, "12", "UNETLoader");
+        cJSON_AddStringToObject(in, "unet_name", g->diffusion_model);
+        cJSON_AddStringToObject(in, "weight_dtype", g->weight_dtype ? g->weight_dtype : "default");
+    }
+    in = add_node(root, "13", "SamplerCustomAdvanced");
+    add_link(in, "noise", "25", 0);
+    add_link(in, "guider", "22", 0);
+    add_link(in, "sampler", "16", 0);
+    add_link(in, "sigmas", "17", 0);
+    add_link(in, "latent_image", "27", 0);
+    in = add_node(root, "16", "KSamplerSelect");
+    cJSON_AddStringToObject(in, "sampler_name", g->sampler);
+    in = add_node(root, "17", "BasicScheduler");
+    cJSON_AddStringToObject(in, "scheduler", g->scheduler);
+    cJSON_AddNumberToObject(in, "steps", (double)g->steps);
+    cJSON_AddNumberToObject(in, "denoise", 1.0);
+    add_link(in, "model", "30", 0);
+    /* the guider takes the last ReferenceLatent (or the method node after it) */
+    char last[16];
+    if (g->ref_method) snprintf(last, sizeof last, "43");
+    else if (g->refs.n == 1) snprintf(last, sizeof last, "42");
+    else snprintf(last, sizeof last, "%d", GEN_KONTEXT_REF1 + 4 * (g->refs.n - 2) + 3);
+    in = add_node(root, "22", "BasicGuider");
+    add_link(in, "model", "30", 0);
+    add_link(in, "conditioning", last, 0);
+    in = add_node(root, "25", "RandomNoise");
+    cJSON_AddRawToObject(in, "noise_seed", seed_digits);
+    in = add_node(root, "26", "FluxGuidance");
+    cJSON_AddNumberToObject(in, "guidance", g->guidance == GEN_UNSET_NUM ? 2.5 : g->guidance);
+    add_link(in, "conditioning", "6", 0);
+    in = add_node(root, "27", "EmptySD3LatentImage");
+    cJSON_AddNumberToObject(in, "width", (double)g->width);
+    cJSON_AddNumberToObject(in, "height", (double)g->height);
+    cJSON_AddNumberToObject(in, "batch_size", 1);
+    in = add_node(root, "30", "ModelSamplingFlux");
+    cJSON_AddNumberToObject(in, "max_shift", 1.15);
+    cJSON_AddNumberToObject(in, "base_shift", 0.5);
+    cJSON_AddNumberToObject(in, "width", (double)g->width);
+    cJSON_AddNumberToObject(in, "height", (double)g->height);
+    add_link(in, "model", g->loras.n ? lora_id : model0, 0);
+    /* each picture: LoadImage -> FluxKontextImageScale -> VAEEncode ->
+     * ReferenceLatent on the conditioning so far; the first one with the
+     * example's ids (#39 .. #42), in id order */
+    for (int k = 0; k < g->refs.n; k++) {
+        char load[16], scale[16], enc[16], ref[16], cond[16];
+        if (k == 0) {
+            snprintf(enc, sizeof enc, "39");
+            snprintf(scale, sizeof scale, "40");
+            snprintf(load, sizeof load, "41");
+            snprintf(ref, sizeof ref, "42");
+            snprintf(cond, sizeof cond, "26");
+        } else {
+            int base = GEN_KONTEXT_REF1 + 4 * (k - 1);
+            snprintf(load, sizeof load, "%d", base);
+            snprintf(scale, sizeof scale, "%d", base + 1);
+            snprintf(enc, sizeof enc, "%d", base + 2);
+            snprintf(ref, sizeof ref, "%d", base + 3);
+            if (k == 1) snprintf(cond, sizeof cond, "42");
+            else snprintf(cond, sizeof cond, "%d", base - 1);
+        }
+        if (k == 0) { /* #39 .. #41 the example's way round */
+            in = add_node(root, enc, "VAEEncode");
+            add_link(in, "pixels", scale, 0);
+            add_link(in, "vae", vae_src, vae_out);
+            in = add_node(root, scale, "FluxKontextImageScale");
+            add_link(in, "image", load, 0);
+            in = add_node(root, load, "LoadImage");
+            cJSON_AddStringToObject(in, "image", refs[k]);
+        } else {
+            in = add_node(root, load, "LoadImage");
+            cJSON_AddStringToObject(in, "image", refs[k]);
+            in = add_node(root, scale, "FluxKontextImageScale");
+            add_link(in, "image", load, 0);
+            in = add_node(root, enc, "VAEEncode");
+            add_link(in, "pixels", scale, 0);
+            add_link(in, "vae", vae_src, vae_out);
+        }
+        in = add_node(root, ref, "ReferenceLatent");
+        add_link(in, "conditioning", cond, 0);
+        add_link(in, "latent", enc, 0);
+        if (k == 0 && g->ref_method) { /* #43, after the last ReferenceLatent */
+            in = add_node(root, "43", "FluxKontextMultiReferenceLatentMethod");
+            if (g->refs.n == 1) snprintf(cond, sizeof cond, "42");
+            else snprintf(cond, sizeof cond, "%d", GEN_KONTEXT_REF1 + 4 * (g->refs.n - 2) + 3);
+            add_link(in, "conditioning", cond, 0);
+            cJSON_AddStringToObject(in, "reference_latents_method", g->ref_method);
+        }
+        if (k == 0) /* the LoRAs (#100 ..) before the later pictures (#200 ..) */
+            for (int i = 0; i < g->loras.n; i++) {
+                char name[1024], this_id[16], prev_lora[16];
+                double w;
+                split_lora(g->loras.items[i], name, sizeof name, &w); /* checked by check_specs */
+                snprintf(this_id, sizeof this_id, "%d", GEN_KONTEXT_LORA0 + i);
+                snprintf(prev_lora, sizeof prev_lora, "%d", GEN_KONTEXT_LORA0 + i - 1);
+                in = add_node(root, this_id, "LoraLoader");
+                cJSON_AddStringToObject(in, "lora_name", name);
+                cJSON_AddNumberToObject(in, "strength_model", w);
+                cJSON_AddNumberToObject(in, "strength_clip", w);
+                add_link(in, "model", i ? prev_lora : model0, 0);
+                add_link(in, "clip", i ? prev_lora : clip0, i ? 1 : clip0_out);
+            }
+    }
+    sd_status rc = SD_OK;
+    if (!(*json = sd_json_print(root, 0))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The latent size of a Kontext edit: what FluxKontextImageScale will make of
+ * the first --reference (its size read from the file before anything runs),
+ * for each of -W / -H not given. */
+static sd_status kontext_latent_size(gen_opts *g, const sd_env *env, sd_error *err) {
+    if (g->width != GEN_UNSET_INT && g->height != GEN_UNSET_INT) return SD_OK;
+    sd_tensor *img = NULL;
+    sd_png_info info;
+    sd_status rc = sd_png_read_limited(g->refs.items[0], SD_PNG_KEEP, env->max_image_pixels, &img, &info, err);
+    sd_tensor_unref(img);
+    if (rc) {
+        sd_error_prefix(err, "--reference");
+        return rc;
+    }
+    int64_t w, h;
+    sd_flux_kontext_size(info.width, info.height, &w, &h);
+    if (g->width == GEN_UNSET_INT) g->width = w;
+    if (g->height == GEN_UNSET_INT) g->height = h;
+    return SD_OK;
+}
+
 /* The option values the graph takes as written (--seed, --lora), checked
  * before anything is looked up. */
 static sd_status check_specs(const gen_opts *g, sd_error *err) {
@@ -360,6 +573,12 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
     const char *fam = info.has_unet ? sd_ckpt_family_name(info.family) : "no diffusion model";
     int sd3 = g->family == GEN_SD3, flux = g->family == GEN_FLUX_DEV || g->family == GEN_FLUX_SCHNELL;
     int zimage = g->family == GEN_ZIMAGE;
+    /* a Kontext file has FLUX.1-dev's keys: the option says it is one, and
+     * only a Flux dev model (with its guidance embedding) can be */
+    if (g->refs.n && g->family != GEN_FLUX_DEV)
+        return sd_error_set(err, SD_ERR_UNSUPPORTED,
+                            "--reference makes a Flux Kontext edit, which needs a Flux Kontext dev model; %s %s is %s",
+                            opt, name, g->family == GEN_FLUX_SCHNELL ? "Flux schnell (no guidance embedding)" : fam);
     if (g->diffusion_model && !flux && !sd3 && !zimage)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "--diffusion-model %s is %s, not a Flux, SD3 or Z-Image model: generate takes split "
@@ -509,7 +728,11 @@ static const char gen_about[] =
     "--clip-l, --clip-g, --t5xxl (TripleCLIPLoader) and --vae, and a checkpoint without text\n"
     "encoders (Stability's sd3.5_medium.safetensors) takes --clip-l, --clip-g and --t5xxl.\n"
     "-i and --mask are files: named relative to --input-dir when inside it, else the folder of\n"
-    "-i becomes the input folder.";
+    "-i becomes the input folder.\n"
+    "--reference PICTURE (repeatable) edits with Flux Kontext dev: ComfyUI's Kontext example graph\n"
+    "(FluxKontextImageScale, VAEEncode, ReferenceLatent per picture, FluxGuidance 2.5, BasicGuider,\n"
+    "SamplerCustomAdvanced), the latent the size FluxKontextImageScale makes of the first picture\n"
+    "unless -W/-H are given; the pictures are files, placed as -i is.";
 
 int sd_cli_generate(int argc, char **argv) {
     gen_opts g = {.width = GEN_UNSET_INT, .height = GEN_UNSET_INT, .steps = GEN_UNSET_INT,
@@ -540,14 +763,14 @@ int sd_cli_generate(int argc, char **argv) {
         {"--negative", "-n", SD_CLI_STR, &g.negative, "TEXT",
          "what not to draw (default empty; Z-Image: the prompt's ConditioningZeroOut)", NULL},
         {"--width", "-W", SD_CLI_INT, &g.width, "N",
-         "picture width (default 512, Flux and SD3 1024; txt2img only)", NULL},
+         "picture width (default 512, Flux and SD3 1024; --reference: the scaled picture's; unused with -i)", NULL},
         {"--height", "-H", SD_CLI_INT, &g.height, "N",
-         "picture height (default 512, Flux and SD3 1024; txt2img only)", NULL},
+         "picture height (default 512, Flux and SD3 1024; --reference: the scaled picture's; unused with -i)", NULL},
         {"--steps", NULL, SD_CLI_INT, &g.steps, "N", "sampling steps (default 20; Flux schnell 4)", NULL},
         {"--cfg", NULL, SD_CLI_FLOAT, &g.cfg, "SCALE",
          "classifier-free guidance scale (default 8.0; Flux 1.0; SD3 4.5)", NULL},
         {"--guidance", NULL, SD_CLI_FLOAT, &g.guidance, "X",
-         "Flux: FluxGuidance on the prompt (default 3.5 for dev; none for schnell)", NULL},
+         "Flux: FluxGuidance on the prompt (default 3.5 for dev, 2.5 with --reference; none for schnell)", NULL},
         {"--shift", NULL, SD_CLI_FLOAT, &g.shift, "X",
          "SD3: ModelSamplingSD3's shift (default: none, the model's own 3); Z-Image: ModelSamplingAuraFlow's "
          "(default 3)", NULL},
@@ -561,6 +784,12 @@ int sd_cli_generate(int argc, char **argv) {
         {"--mask", NULL, SD_CLI_STR, &g.mask, "MASK.png",
          "inpaint (needs -i): white = repaint (red channel); strength < 1 keeps the picture as a start", NULL},
         {"--lora", NULL, SD_CLI_LIST, &g.loras, "NAME[:WEIGHT]", "apply a LoRA (repeatable; weight default 1)", NULL},
+        {"--reference", NULL, SD_CLI_LIST, &g.refs, "IMAGE.png",
+         "Flux Kontext edit: the picture to edit (repeatable: each one more ReferenceLatent); ComfyUI's Kontext "
+         "example graph, FluxGuidance 2.5, the latent sized as FluxKontextImageScale sizes the first", NULL},
+        {"--reference-method", NULL, SD_CLI_STR, &g.ref_method, "METHOD",
+         "with --reference: FluxKontextMultiReferenceLatentMethod after the pictures (default: none, i.e. offset)",
+         "offset|index|uxo/uno|index_timestep_zero"},
         {"--output", "-o", SD_CLI_STR, &g.output, "OUT.png",
          "write the picture exactly there (default: --output-dir/sdflow_NNNNN_.png)", NULL},
         {"--print-workflow", NULL, SD_CLI_FLAG, &g.print_workflow, NULL, "print the graph as API JSON, run nothing",
@@ -571,7 +800,9 @@ int sd_cli_generate(int argc, char **argv) {
     const sd_cli_command cmd = {"generate",
                                 "-m MODEL -p PROMPT [options] [-o OUT.png]\n"
                                 "       sdflow generate --diffusion-model DIT --t5xxl T5 --clip-l CLIP [--clip-g CLIP] "
-                                "--vae VAE -p PROMPT [options]",
+                                "--vae VAE -p PROMPT [options]\n"
+                                "       sdflow generate (-m MODEL | --diffusion-model DIT ...) --reference PICTURE... "
+                                "-p PROMPT [options]",
                                 gen_about,
                                 SD_CLI_G_ENV | SD_CLI_G_SET | SD_CLI_G_CACHE | SD_CLI_G_PROGRESS, own, 0, 0};
     sd_cli_args a;
@@ -617,20 +848,49 @@ int sd_cli_generate(int argc, char **argv) {
         fprintf(stderr, "sdflow generate: --mask needs the picture it applies to (-i INIT.png)\n");
         goto out;
     }
-    char *json = NULL, *input_dir = NULL, *init = NULL, *mask = NULL;
+    if (g.ref_method && !g.refs.n) {
+        fprintf(stderr, "sdflow generate: --reference-method goes with --reference (a Flux Kontext edit)\n");
+        goto out;
+    }
+    /* the Kontext graph is ComfyUI's example: an empty latent, the prompt
+     * alone through BasicGuider */
+    if (g.refs.n && (g.init || g.mask || strength)) {
+        fprintf(stderr, "sdflow generate: --reference (a Flux Kontext edit, from an empty latent beside the "
+                        "reference pictures) does not go with %s\n", g.init ? "-i" : g.mask ? "--mask" : "--strength");
+        goto out;
+    }
+    if (g.refs.n && (g.negative_given || g.cfg != GEN_UNSET_NUM)) {
+        fprintf(stderr, "sdflow generate: --reference samples as ComfyUI's Kontext example, with BasicGuider (the "
+                        "prompt alone, cfg 1): %s does not go with it\n", g.negative_given ? "-n" : "--cfg");
+        goto out;
+    }
+    if (g.refs.n > GEN_KONTEXT_MAX_REFS) {
+        fprintf(stderr, "sdflow generate: --reference: at most %d pictures\n", GEN_KONTEXT_MAX_REFS);
+        goto out;
+    }
+    char *json = NULL, *input_dir = NULL, *names[GEN_KONTEXT_MAX_REFS] = {0};
+    gen_input pics[GEN_KONTEXT_MAX_REFS];
+    int n_pics = 0;
+    if (g.refs.n)
+        for (int k = 0; k < g.refs.n; k++) pics[n_pics++] = (gen_input){"--reference", "reference image", g.refs.items[k]};
+    else if (g.init) {
+        pics[n_pics++] = (gen_input){"-i", "init image", g.init};
+        if (g.mask) pics[n_pics++] = (gen_input){"--mask", "mask", g.mask};
+    }
     sd_status rc = sd_nodes_register_all(&err);
     if (!rc) rc = check_specs(&g, &err);
     if (!rc) {
         sd_env env; /* the input folder and the models folder the options and environment name */
         rc = sd_cli_env_init(&env, &a, &err);
-        if (!rc) rc = place_inputs(&g, env.input_dir, &input_dir, &init, &mask, &err);
+        if (!rc) rc = place_inputs(pics, n_pics, env.input_dir, &input_dir, names, &err);
         if (!rc) rc = detect_family(&g, &env, &err); /* after the cheap checks */
+        if (!rc && g.refs.n) rc = kontext_latent_size(&g, &env, &err);
         sd_env_cleanup(&env);
     }
     if (!rc) apply_defaults(&g);
-    if (!rc) rc = build_graph(&g, init, mask, &json, &err);
-    free(init);
-    free(mask);
+    if (!rc && g.refs.n) rc = build_kontext_graph(&g, names, &json, &err);
+    else if (!rc) rc = build_graph(&g, names[0], g.mask ? names[1] : NULL, &json, &err);
+    for (int k = 0; k < n_pics; k++) free(names[k]);
     if (rc) {
         sd_cli_print_error(&err);
         free(input_dir);
@@ -693,6 +953,7 @@ int sd_cli_generate(int argc, char **argv) {
     sd_value_unref(files);
 out:
     sd_cli_list_free(&g.loras);
+    sd_cli_list_free(&g.refs);
     sd_cli_args_free(&a);
     return code;
 }

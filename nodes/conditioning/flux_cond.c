@@ -4,9 +4,9 @@
  * FluxGuidance / FluxDisableGuidance are node_helpers.conditioning_set_values:
  * every entry's dict copied with "guidance" set (a FLOAT, or none: the Flux
  * model then leaves its guidance embedding out; a missing key means 3.5). */
-#include <math.h>
 
 #include "conditioning.h"
+#include "models/flux/kontext.h"
 #include "nodes/image/image.h"
 
 static const sd_output_def conditioning_out[] = {{"CONDITIONING", "CONDITIONING"}, {0}};
@@ -86,39 +86,13 @@ const sd_node_def sd_node_FluxDisableGuidance = {
 
 /* ---- FluxKontextImageScale -------------------------------------------------------------------- */
 
-/* PREFERED_KONTEXT_RESOLUTIONS (width, height). */
-static const int kontext_res[][2] = {
-    {672, 1568}, {688, 1504}, {720, 1456}, {752, 1392}, {800, 1328}, {832, 1248},
-    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
-    {1328, 800}, {1392, 752}, {1456, 720}, {1504, 688}, {1568, 672},
-};
-
-/* min((|aspect - w/h|, w, h)): Python compares the tuples element by element. */
-static void kontext_size(double aspect, int64_t *w, int64_t *h) {
-    int best = -1;
-    double best_d = 0;
-    for (int i = 0; i < (int)(sizeof kontext_res / sizeof *kontext_res); i++) {
-        double d = fabs(aspect - (double)kontext_res[i][0] / (double)kontext_res[i][1]);
-        int better = best < 0 || d < best_d ||
-                     (d == best_d && (kontext_res[i][0] < kontext_res[best][0] ||
-                                      (kontext_res[i][0] == kontext_res[best][0] &&
-                                       kontext_res[i][1] < kontext_res[best][1])));
-        if (better) {
-            best = i;
-            best_d = d;
-        }
-    }
-    *w = kontext_res[best][0];
-    *h = kontext_res[best][1];
-}
-
 static sd_status kontext_scale_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out,
                                    sd_error *err) {
     sd_tensor *img;
     sd_status rc = sd_nodes_in_tensor(in, 0, "image", 4, &img, err);
     if (rc) return rc;
     int64_t w, h;
-    kontext_size((double)img->shape[2] / (double)img->shape[1], &w, &h);
+    sd_flux_kontext_size(img->shape[2], img->shape[1], &w, &h);
     sd_tensor *res = NULL;
     rc = sd_nodes_upscale_batched(ctx, img, 1, w, h, SD_UPSCALE_LANCZOS, SD_CROP_CENTER, "image",
                                   &res, err);
