@@ -22,6 +22,11 @@ static int mkdirs(const char *path) {
 static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok);
 static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const char *quant, const char *te_quant,
                       unsigned long long seed, int force, const char *models);
+static int synth_sd3(const sd_synth_sd3_config *cfg, unsigned long long seed, int force, const char *models);
+static int synth_zimage(const sd_synth_zimage_config *cfg, unsigned long long seed, int force, const char *models);
+
+#define PRESETS "sd1-tiny, sd1, sdxl-tiny, sdxl, sd2-tiny, sd2-tiny-eps, sd2, flux-dev, flux-schnell, " \
+    "flux-dev-tiny, flux-schnell-tiny, sd35-medium, sd35-medium-tiny, zimage-turbo, zimage-turbo-tiny"
 
 int sd_cli_synth(int argc, char **argv) {
     const char *preset = "sd1-tiny", *layout = "all", *quant = "Q4_K_S", *te_quant = "Q8_0";
@@ -30,7 +35,7 @@ int sd_cli_synth(int argc, char **argv) {
     const sd_cli_option own[] = {
         {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)",
          "sd1-tiny|sd1|sdxl-tiny|sdxl|sd2-tiny|sd2-tiny-eps|sd2|flux-dev|flux-schnell|flux-dev-tiny|"
-         "flux-schnell-tiny"},
+         "flux-schnell-tiny|sd35-medium|sd35-medium-tiny|zimage-turbo|zimage-turbo-tiny"},
         {"--layout", NULL, SD_CLI_STR, &layout, "WHICH",
          "Flux presets: split (diffusion model, t5xxl_fp16, clip_l, ae), fp8 (the single-file "
          "checkpoint), all (default: both), or gguf (the diffusion model and T5 as GGUF files, with "
@@ -54,7 +59,13 @@ int sd_cli_synth(int argc, char **argv) {
         "T5, CLIP-L and VAE); full size they take 24 + 9.5 + 0.2 + 0.3 GB and 17 GB of disk. --layout\n"
         "gguf writes diffusion_models/sdflow-random-NAME-QUANT.gguf and text_encoders/sdflow-random[-tiny]-\n"
         "t5xxl-QUANT.gguf as city96's GGUF files are made (6.7 + 5.1 GB for Q4_K_S and Q8_0), with\n"
-        "clip_l and ae.",
+        "clip_l and ae. sd35-medium writes checkpoints/sdflow-random-sd35-medium.safetensors (Stability's\n"
+        "sd3.5_medium.safetensors: MMDiT-X + VAE, BF16), text_encoders/sdflow-random[-tiny]-{clip_l,clip_g,\n"
+        "t5xxl_fp16}.safetensors and vae/sdflow-random[-tiny]-sd3_vae.safetensors (5.1 + 0.25 + 1.4 + 9.5 +\n"
+        "0.17 GB); zimage-turbo writes diffusion_models/sdflow-random-zimage-turbo.safetensors (the\n"
+        "z_image_turbo_bf16 layout), text_encoders/sdflow-random[-tiny]-qwen_3_4b.safetensors and the\n"
+        "ae (12.3 + 8.0 + 0.33 GB). Files of the same name are shared between presets (the Flux and\n"
+        "SD3.5 T5 and CLIP-L, the Flux and Z-Image ae): an existing one is kept without --force.",
         SD_CLI_G_MODELS, own, 0, 0};
     sd_cli_args a;
     int code = sd_cli_parse(&cmd, argc, argv, &a);
@@ -63,8 +74,13 @@ int sd_cli_synth(int argc, char **argv) {
     sd_error err = {0};
     if (sd_cli_env_init(&env, &a, &err)) { sd_cli_print_error(&err); sd_env_cleanup(&env); sd_cli_args_free(&a); return 1; }
     const sd_synth_flux_config *flux = sd_synth_flux_preset(preset);
-    code = flux ? synth_flux(flux, layout, quant, te_quant, (unsigned long long)seed, force, env.models_dir)
-                : synth(preset, (unsigned long long)seed, force, env.models_dir, a.tokenizer_dir);
+    const sd_synth_sd3_config *sd3 = sd_synth_sd3_preset(preset);
+    const sd_synth_zimage_config *zi = sd_synth_zimage_preset(preset);
+    unsigned long long sd = (unsigned long long)seed;
+    code = flux  ? synth_flux(flux, layout, quant, te_quant, sd, force, env.models_dir)
+           : sd3 ? synth_sd3(sd3, sd, force, env.models_dir)
+           : zi  ? synth_zimage(zi, sd, force, env.models_dir)
+                 : synth(preset, sd, force, env.models_dir, a.tokenizer_dir);
     sd_env_cleanup(&env);
     sd_cli_args_free(&a);
     return code;
@@ -75,10 +91,7 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
     const sd_synth_sdxl_config *xl = cfg ? NULL : sd_synth_sdxl_preset(preset);
     const sd_synth_sd2_config *v2 = cfg || xl ? NULL : sd_synth_sd2_preset(preset);
     if (!cfg && !xl && !v2) {
-        fprintf(stderr,
-                "sdflow synth: unknown preset '%s' (sd1-tiny, sd1, sdxl-tiny, sdxl, sd2-tiny, "
-                "sd2-tiny-eps, sd2, flux-dev, flux-schnell, flux-dev-tiny, flux-schnell-tiny)\n",
-                preset);
+        fprintf(stderr, "sdflow synth: unknown preset '%s' (" PRESETS ")\n", preset);
         return 1;
     }
     char dir[4096], path[4200];
@@ -104,10 +117,14 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
     return 0;
 }
 
-/* One Flux file into MODELS/folder/name, kept when it exists (unless force). */
-/* gguf: the GGUF type to write the part in (NULL: safetensors). */
-static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *gguf, unsigned long long seed,
-                     int force, const char *models, const char *folder, const char *name) {
+/* Writes one part of a DiT family's files to path. */
+typedef sd_status (*part_writer)(const void *cfg, int part, const char *gguf, unsigned long long seed,
+                                 const char *path, sd_error *err);
+
+/* One file of a DiT family into MODELS/folder/name, kept when it exists
+ * (unless force); what: the part's name for the log. */
+static int part_file(part_writer write, const void *cfg, int part, const char *what, const char *gguf,
+                     unsigned long long seed, int force, const char *models, const char *folder, const char *name) {
     char dir[4096], path[4400];
     snprintf(dir, sizeof dir, "%s/%s", models, folder);
     if (mkdirs(dir)) { fprintf(stderr, "sdflow synth: cannot create %s: %s\n", dir, strerror(errno)); return 1; }
@@ -117,15 +134,28 @@ static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, c
         printf("kept %s (use --force to rewrite)\n", path);
         return 0;
     }
-    printf("writing %s (%s)...\n", path, sd_synth_flux_part_name(part));
+    printf("writing %s (%s)...\n", path, what);
     fflush(stdout);
     sd_error err = {0};
-    if (gguf ? sd_synth_flux_gguf_write(cfg, part, gguf, seed, path, &err) : sd_synth_flux_write(cfg, part, seed, path, &err)) {
+    if (write(cfg, part, gguf, seed, path, &err)) {
         sd_cli_print_error(&err);
         return 1;
     }
     printf("wrote %s\n", path);
     return 0;
+}
+
+/* gguf: the GGUF type to write the part in (NULL: safetensors). */
+static sd_status write_flux(const void *cfg, int part, const char *gguf, unsigned long long seed, const char *path,
+                            sd_error *err) {
+    return gguf ? sd_synth_flux_gguf_write(cfg, (sd_synth_flux_part)part, gguf, seed, path, err)
+                : sd_synth_flux_write(cfg, (sd_synth_flux_part)part, seed, path, err);
+}
+
+static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *gguf,
+                     unsigned long long seed, int force, const char *models, const char *folder, const char *name) {
+    return part_file(write_flux, cfg, (int)part, sd_synth_flux_part_name(part), gguf, seed, force, models, folder,
+                     name);
 }
 
 static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const char *quant, const char *te_quant,
@@ -170,5 +200,71 @@ static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const
     printf("note: these weights are RANDOM: images made with them are noise, not pictures.\n"
            "note: Flux also needs the T5 tokenizer, ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json\n"
            "      (--comfyui-dir, or --tokenizer-dir DIR holding DIR/t5_tokenizer/tokenizer.json).\n");
+    return 0;
+}
+
+static const char *const T5_NOTE =
+    "note: T5-XXL needs the T5 tokenizer, ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json\n"
+    "      (--comfyui-dir, or --tokenizer-dir DIR holding DIR/t5_tokenizer/tokenizer.json).\n";
+
+static sd_status write_sd3(const void *cfg, int part, const char *gguf, unsigned long long seed, const char *path,
+                           sd_error *err) {
+    (void)gguf;
+    return sd_synth_sd3_write(cfg, (sd_synth_sd3_part)part, seed, path, err);
+}
+
+/* SD3.5: the checkpoint as Stability publishes it (MMDiT + VAE), the three
+ * text encoders of TripleCLIPLoader (clip_l and t5xxl_fp16 are the Flux
+ * files of the same size) and the VAE alone for VAELoader. */
+static int synth_sd3(const sd_synth_sd3_config *cfg, unsigned long long seed, int force, const char *models) {
+    const char *size = strstr(cfg->name, "-tiny") ? "tiny-" : "";
+    static const struct {
+        sd_synth_sd3_part part;
+        const char *folder, *file; /* file: after sdflow-random-[tiny-]; NULL: the preset's name */
+    } files[] = {{SD_SYNTH_SD3_CKPT, "checkpoints", NULL},
+                 {SD_SYNTH_SD3_VAE, "vae", "sd3_vae"},
+                 {SD_SYNTH_SD3_CLIP_L, "text_encoders", "clip_l"},
+                 {SD_SYNTH_SD3_CLIP_G, "text_encoders", "clip_g"},
+                 {SD_SYNTH_SD3_T5, "text_encoders", "t5xxl_fp16"}}; /* the largest last */
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char name[256];
+        if (files[i].file) snprintf(name, sizeof name, "sdflow-random-%s%s.safetensors", size, files[i].file);
+        else snprintf(name, sizeof name, "sdflow-random-%s.safetensors", cfg->name);
+        if (part_file(write_sd3, cfg, (int)files[i].part, sd_synth_sd3_part_name(files[i].part), NULL, seed, force,
+                      models, files[i].folder, name))
+            return 1;
+    }
+    printf("note: these weights are RANDOM: images made with them are noise, not pictures.\n%s", T5_NOTE);
+    return 0;
+}
+
+static sd_status write_zimage(const void *cfg, int part, const char *gguf, unsigned long long seed,
+                              const char *path, sd_error *err) {
+    (void)gguf;
+    return sd_synth_zimage_write(cfg, (sd_synth_zimage_part)part, seed, path, err);
+}
+
+/* Z-Image-Turbo: the DiT, Qwen3-4B and the ae (the Flux file of the same
+ * size). */
+static int synth_zimage(const sd_synth_zimage_config *cfg, unsigned long long seed, int force, const char *models) {
+    const char *size = strstr(cfg->name, "-tiny") ? "tiny-" : "";
+    char name[256];
+    snprintf(name, sizeof name, "sdflow-random-%s.safetensors", cfg->name);
+    int rc = part_file(write_zimage, cfg, SD_SYNTH_ZIMAGE_DIT, sd_synth_zimage_part_name(SD_SYNTH_ZIMAGE_DIT), NULL,
+                       seed, force, models, "diffusion_models", name);
+    snprintf(name, sizeof name, "sdflow-random-%sqwen_3_4b.safetensors", size);
+    if (!rc)
+        rc = part_file(write_zimage, cfg, SD_SYNTH_ZIMAGE_QWEN3, sd_synth_zimage_part_name(SD_SYNTH_ZIMAGE_QWEN3),
+                       NULL, seed, force, models, "text_encoders", name);
+    snprintf(name, sizeof name, "sdflow-random-%sae.safetensors", size);
+    if (!rc)
+        rc = part_file(write_zimage, cfg, SD_SYNTH_ZIMAGE_AE, sd_synth_zimage_part_name(SD_SYNTH_ZIMAGE_AE), NULL,
+                       seed, force, models, "vae", name);
+    if (rc) return 1;
+    printf("note: these weights are RANDOM: images made with them are noise, not pictures.\n"
+           "note: Qwen3 needs ComfyUI's Qwen2 tokenizer files, comfy/text_encoders/qwen25_tokenizer/\n"
+           "      (--comfyui-dir, or --tokenizer-dir DIR holding DIR/qwen25_tokenizer/).%s\n",
+           *size ? "\nnote: the tiny Qwen3 runs with --qwen3-4b-width 64 (no file says which width is Qwen3-4B's)."
+                 : "");
     return 0;
 }

@@ -174,6 +174,104 @@ void sd_synth_flux_keys(const sd_synth_flux_config *cfg, sd_synth_flux_part part
 sd_status sd_synth_flux_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, uint64_t seed,
                               const char *path, sd_error *err);
 
+/* ---- SD3.5 (models/synth/synth_sd3.c): the files ComfyUI's SD3.5 workflows
+ * load, in their published layouts:
+ *   SD_SYNTH_SD3_CKPT    checkpoints/sd3.5_medium.safetensors as Stability
+ *                        publishes it: the MMDiT(-X) under
+ *                        model.diffusion_model.* and the SD3 VAE under
+ *                        first_stage_model.* (no text encoders), BF16, the
+ *                        dtype of Stability's SD3.5 checkpoints; loads with
+ *                        CheckpointLoaderSimple (MODEL, VAE) and UNETLoader
+ *   SD_SYNTH_SD3_CLIP_L  text_encoders/clip_l.safetensors: Flux's CLIP-L file
+ *   SD_SYNTH_SD3_CLIP_G  text_encoders/clip_g.safetensors: transformers'
+ *                        CLIPTextModelWithProjection bigG (text_model.*,
+ *                        text_projection), F16
+ *   SD_SYNTH_SD3_T5      text_encoders/t5xxl_fp16.safetensors: Flux's T5 file
+ *   SD_SYNTH_SD3_VAE     vae/sd3_vae.safetensors: the checkpoint's VAE alone
+ *                        (encoder.* / decoder.*, 16 latent channels, no
+ *                        quant_conv), BF16 as in the checkpoint
+ * Written as a stream like the Flux files (a few MiB of memory). ---- */
+typedef struct sd_synth_sd3_config {
+    const char *name;
+    /* MMDiT: hidden width, head width (the q/k RMSNorm length), joint
+     * blocks, MLP ratio, latent channels, patch, pos_embed side M (a
+     * [1, M*M, hidden] table), pooled (y_embedder) and context widths, and
+     * MMDiT-X: blocks 0 .. self_attn_blocks - 1 have the second attention */
+    int hidden, head_dim, depth, mlp_ratio, in_channels, patch, pos_embed_max, adm_in, context_in;
+    int self_attn_blocks;
+    int t5_d_model, t5_d_kv, t5_heads, t5_d_ff, t5_layers, t5_vocab, t5_buckets;
+    int clip_hidden, clip_layers, clip_mlp, clip_vocab, clip_positions; /* CLIP-L */
+    int clip_g_hidden, clip_g_layers, clip_g_mlp;
+    int vae_ch, vae_ch_mult[4], vae_levels, vae_res_blocks, vae_z;
+} sd_synth_sd3_config;
+
+typedef enum sd_synth_sd3_part {
+    SD_SYNTH_SD3_CKPT = 0,
+    SD_SYNTH_SD3_CLIP_L,
+    SD_SYNTH_SD3_CLIP_G,
+    SD_SYNTH_SD3_T5,
+    SD_SYNTH_SD3_VAE
+} sd_synth_sd3_part;
+
+/* Presets: "sd35-medium" (SD3.5 Medium full size: hidden 1536, 24 heads of
+ * 64, 24 joint blocks, MMDiT-X blocks 0-12, pos_embed 384 x 384, pooled
+ * 2048, context 4096; CLIP-L, CLIP-G, T5-XXL, the SD3 VAE), "sd35-medium-tiny"
+ * (hidden 128, 2 blocks, block 0 MMDiT-X, pos_embed 16 x 16; the tiny T5,
+ * CLIP-L and ae shapes of flux-*-tiny, a CLIP-G 64 wide with bigG's 32
+ * layers, its layer count being what tells CLIP-G from CLIP-L). NULL if
+ * unknown. */
+const sd_synth_sd3_config *sd_synth_sd3_preset(const char *name);
+/* "sd3.5 checkpoint", "clip_l", "clip_g", "t5xxl_fp16", "sd3_vae". */
+const char *sd_synth_sd3_part_name(sd_synth_sd3_part part);
+void sd_synth_sd3_keys(const sd_synth_sd3_config *cfg, sd_synth_sd3_part part, sd_synth_key_fn fn, void *user);
+sd_status sd_synth_sd3_write(const sd_synth_sd3_config *cfg, sd_synth_sd3_part part, uint64_t seed,
+                             const char *path, sd_error *err);
+
+/* ---- Z-Image-Turbo (models/synth/synth_zimage.c): the files of ComfyUI's
+ * Z-Image-Turbo template, in Comfy-Org's layouts:
+ *   SD_SYNTH_ZIMAGE_DIT    diffusion_models/z_image_turbo_bf16.safetensors:
+ *                          the NextDiT with ComfyUI's names (x_embedder,
+ *                          noise_refiner / context_refiner / layers with a
+ *                          fused attention.qkv, cap_embedder, t_embedder,
+ *                          final_layer, x_pad_token, cap_pad_token), BF16
+ *   SD_SYNTH_ZIMAGE_QWEN3  text_encoders/qwen_3_4b.safetensors: transformers'
+ *                          Qwen3 decoder (model.embed_tokens,
+ *                          model.layers.N.*, model.norm; tied embeddings:
+ *                          no lm_head), BF16
+ *   SD_SYNTH_ZIMAGE_AE     vae/ae.safetensors: Flux's ae file
+ * Written as a stream like the Flux files. ---- */
+typedef struct sd_synth_zimage_config {
+    const char *name;
+    /* NextDiT: width, head width, query and key/value heads, main layers,
+     * refiner layers (each of noise_refiner and context_refiner), FFN width,
+     * caption width (the Qwen3 width), timestep MLP width and the adaLN
+     * input width, latent channels */
+    int dim, head_dim, heads, kv_heads, layers, refiner_layers, ffn, cap_feat, t_dim, adaln_dim, in_channels;
+    /* Qwen3 */
+    int q_vocab, q_hidden, q_layers, q_heads, q_kv_heads, q_head_dim, q_inter;
+    int vae_ch, vae_ch_mult[4], vae_levels, vae_res_blocks, vae_z;
+} sd_synth_zimage_config;
+
+typedef enum sd_synth_zimage_part {
+    SD_SYNTH_ZIMAGE_DIT = 0,
+    SD_SYNTH_ZIMAGE_QWEN3,
+    SD_SYNTH_ZIMAGE_AE
+} sd_synth_zimage_part;
+
+/* Presets: "zimage-turbo" (Z-Image-Turbo full size: dim 3840, 30 heads of
+ * 128, 30 layers + 2 + 2 refiners, FFN 10240; Qwen3-4B: 2560 wide, 36
+ * layers, 32 / 8 heads, MLP 9728; the ae), "zimage-turbo-tiny" (dim 64, 4
+ * heads of 16, 2 layers + 1 + 1 refiners; a 3-layer Qwen3 64 wide with
+ * 128-wide heads (2 / 1) and the real vocabulary; the tiny ae of
+ * flux-*-tiny). NULL if unknown. */
+const sd_synth_zimage_config *sd_synth_zimage_preset(const char *name);
+/* "diffusion model", "qwen_3_4b", "ae". */
+const char *sd_synth_zimage_part_name(sd_synth_zimage_part part);
+void sd_synth_zimage_keys(const sd_synth_zimage_config *cfg, sd_synth_zimage_part part, sd_synth_key_fn fn,
+                          void *user);
+sd_status sd_synth_zimage_write(const sd_synth_zimage_config *cfg, sd_synth_zimage_part part, uint64_t seed,
+                                const char *path, sd_error *err);
+
 /* ---- GGUF (models/synth/synth_gguf.c): the DiT and the T5 as the files
  * people run Flux from on small machines:
  *   SD_SYNTH_FLUX_DIT  city96's DiT files (arch flux, BFL keys): ComfyUI-GGUF's
