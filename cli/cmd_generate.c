@@ -352,6 +352,23 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
 #define GEN_KONTEXT_REF1 200
 #define GEN_KONTEXT_MAX_REFS 16
 
+/* The ids of picture k's LoadImage, FluxKontextImageScale, VAEEncode and
+ * ReferenceLatent: the example's #41, #40, #39, #42 for the first, four
+ * from GEN_KONTEXT_REF1 for each later one. */
+typedef struct kontext_ids {
+    char load[16], scale[16], enc[16], ref[16];
+} kontext_ids;
+
+static kontext_ids kontext_pic_ids(int k) {
+    kontext_ids id;
+    int base = GEN_KONTEXT_REF1 + 4 * (k - 1);
+    snprintf(id.load, sizeof id.load, "%d", k ? base : 41);
+    snprintf(id.scale, sizeof id.scale, "%d", k ? base + 1 : 40);
+    snprintf(id.enc, sizeof id.enc, "%d", k ? base + 2 : 39);
+    snprintf(id.ref, sizeof id.ref, "%d", k ? base + 3 : 42);
+    return id;
+}
+
 /* ComfyUI's Flux Kontext example (ComfyUI_examples' flux_kontext_example,
  * our workflows/edit_flux_kontext), with its node ids: the prompt #6 under
  * FluxGuidance #26 (2.5), each reference picture LoadImage #41 ->
@@ -422,13 +439,10 @@ static sd_status build_kontext_graph(const gen_opts *g, char *const *refs, char 
     cJSON_AddNumberToObject(in, "denoise", 1.0);
     add_link(in, "model", "30", 0);
     /* the guider takes the last ReferenceLatent (or the method node after it) */
-    char last[16];
-    if (g->ref_method) snprintf(last, sizeof last, "43");
-    else if (g->refs.n == 1) snprintf(last, sizeof last, "42");
-    else snprintf(last, sizeof last, "%d", GEN_KONTEXT_REF1 + 4 * (g->refs.n - 2) + 3);
+    kontext_ids last = kontext_pic_ids(g->refs.n - 1);
     in = add_node(root, "22", "BasicGuider");
     add_link(in, "model", "30", 0);
-    add_link(in, "conditioning", last, 0);
+    add_link(in, "conditioning", g->ref_method ? "43" : last.ref, 0);
     in = add_node(root, "25", "RandomNoise");
     cJSON_AddRawToObject(in, "noise_seed", seed_digits);
     in = add_node(root, "26", "FluxGuidance");
@@ -448,47 +462,30 @@ static sd_status build_kontext_graph(const gen_opts *g, char *const *refs, char 
      * ReferenceLatent on the conditioning so far; the first one with the
      * example's ids (#39 .. #42), in id order */
     for (int k = 0; k < g->refs.n; k++) {
-        char load[16], scale[16], enc[16], ref[16], cond[16];
-        if (k == 0) {
-            snprintf(enc, sizeof enc, "39");
-            snprintf(scale, sizeof scale, "40");
-            snprintf(load, sizeof load, "41");
-            snprintf(ref, sizeof ref, "42");
-            snprintf(cond, sizeof cond, "26");
-        } else {
-            int base = GEN_KONTEXT_REF1 + 4 * (k - 1);
-            snprintf(load, sizeof load, "%d", base);
-            snprintf(scale, sizeof scale, "%d", base + 1);
-            snprintf(enc, sizeof enc, "%d", base + 2);
-            snprintf(ref, sizeof ref, "%d", base + 3);
-            if (k == 1) snprintf(cond, sizeof cond, "42");
-            else snprintf(cond, sizeof cond, "%d", base - 1);
-        }
+        kontext_ids id = kontext_pic_ids(k);
         if (k == 0) { /* #39 .. #41 the example's way round */
-            in = add_node(root, enc, "VAEEncode");
-            add_link(in, "pixels", scale, 0);
+            in = add_node(root, id.enc, "VAEEncode");
+            add_link(in, "pixels", id.scale, 0);
             add_link(in, "vae", vae_src, vae_out);
-            in = add_node(root, scale, "FluxKontextImageScale");
-            add_link(in, "image", load, 0);
-            in = add_node(root, load, "LoadImage");
+            in = add_node(root, id.scale, "FluxKontextImageScale");
+            add_link(in, "image", id.load, 0);
+            in = add_node(root, id.load, "LoadImage");
             cJSON_AddStringToObject(in, "image", refs[k]);
         } else {
-            in = add_node(root, load, "LoadImage");
+            in = add_node(root, id.load, "LoadImage");
             cJSON_AddStringToObject(in, "image", refs[k]);
-            in = add_node(root, scale, "FluxKontextImageScale");
-            add_link(in, "image", load, 0);
-            in = add_node(root, enc, "VAEEncode");
-            add_link(in, "pixels", scale, 0);
+            in = add_node(root, id.scale, "FluxKontextImageScale");
+            add_link(in, "image", id.load, 0);
+            in = add_node(root, id.enc, "VAEEncode");
+            add_link(in, "pixels", id.scale, 0);
             add_link(in, "vae", vae_src, vae_out);
         }
-        in = add_node(root, ref, "ReferenceLatent");
-        add_link(in, "conditioning", cond, 0);
-        add_link(in, "latent", enc, 0);
+        in = add_node(root, id.ref, "ReferenceLatent");
+        add_link(in, "conditioning", k ? kontext_pic_ids(k - 1).ref : "26", 0);
+        add_link(in, "latent", id.enc, 0);
         if (k == 0 && g->ref_method) { /* #43, after the last ReferenceLatent */
             in = add_node(root, "43", "FluxKontextMultiReferenceLatentMethod");
-            if (g->refs.n == 1) snprintf(cond, sizeof cond, "42");
-            else snprintf(cond, sizeof cond, "%d", GEN_KONTEXT_REF1 + 4 * (g->refs.n - 2) + 3);
-            add_link(in, "conditioning", cond, 0);
+            add_link(in, "conditioning", last.ref, 0);
             cJSON_AddStringToObject(in, "reference_latents_method", g->ref_method);
         }
         if (k == 0) /* the LoRAs (#100 ..) before the later pictures (#200 ..) */
