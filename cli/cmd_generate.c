@@ -556,6 +556,20 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
     char *path = NULL;
     sd_ckpt_info info;
     sd_status rc = sd_model_paths_resolve(env, folder, name, &path, err);
+    if (rc == SD_ERR_NOT_FOUND && !g->diffusion_model) {
+        /* a diffusion model alone (Kontext's flux1-dev-kontext_fp8_scaled,
+         * flux1-dev.safetensors) lives in diffusion_models/: say which option takes it */
+        char *dm = NULL;
+        sd_error other;
+        sd_error_clear(&other);
+        if (sd_model_paths_resolve(env, SD_FOLDER_DIFFUSION_MODELS, name, &dm, &other) == SD_OK) {
+            free(dm);
+            return sd_error_set(err, SD_ERR_NOT_FOUND,
+                                "-m %s: not a checkpoint (%s/) but a diffusion model (%s/): give it as "
+                                "--diffusion-model with its text encoders (--t5xxl, --clip-l for Flux) and --vae",
+                                name, SD_FOLDER_CHECKPOINTS, SD_FOLDER_DIFFUSION_MODELS);
+        }
+    }
     if (!rc) rc = sd_checkpoint_probe(path, &info, err);
     free(path);
     if (rc) {
@@ -568,6 +582,8 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
                 : info.flux.guidance_embed    ? GEN_FLUX_DEV
                                               : GEN_FLUX_SCHNELL;
     const char *fam = info.has_unet ? sd_ckpt_family_name(info.family) : "no diffusion model";
+    char fam_model[64];
+    snprintf(fam_model, sizeof fam_model, "%s, not Flux dev", fam);
     int sd3 = g->family == GEN_SD3, flux = g->family == GEN_FLUX_DEV || g->family == GEN_FLUX_SCHNELL;
     int zimage = g->family == GEN_ZIMAGE;
     /* a Kontext file has FLUX.1-dev's keys: the option says it is one, and
@@ -575,7 +591,8 @@ static sd_status detect_family(gen_opts *g, const sd_env *env, sd_error *err) {
     if (g->refs.n && g->family != GEN_FLUX_DEV)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "--reference makes a Flux Kontext edit, which needs a Flux Kontext dev model; %s %s is %s",
-                            opt, name, g->family == GEN_FLUX_SCHNELL ? "Flux schnell (no guidance embedding)" : fam);
+                            opt, name,
+                            g->family == GEN_FLUX_SCHNELL ? "Flux schnell (no guidance embedding)" : fam_model);
     if (g->diffusion_model && !flux && !sd3 && !zimage)
         return sd_error_set(err, SD_ERR_UNSUPPORTED,
                             "--diffusion-model %s is %s, not a Flux, SD3 or Z-Image model: generate takes split "
@@ -869,7 +886,8 @@ int sd_cli_generate(int argc, char **argv) {
     gen_input pics[GEN_KONTEXT_MAX_REFS];
     int n_pics = 0;
     if (g.refs.n)
-        for (int k = 0; k < g.refs.n; k++) pics[n_pics++] = (gen_input){"--reference", "reference image", g.refs.items[k]};
+        for (int k = 0; k < g.refs.n; k++)
+            pics[n_pics++] = (gen_input){"--reference", "reference image", g.refs.items[k]};
     else if (g.init) {
         pics[n_pics++] = (gen_input){"-i", "init image", g.init};
         if (g.mask) pics[n_pics++] = (gen_input){"--mask", "mask", g.mask};

@@ -13,9 +13,10 @@
 #   - the run saves a PNG of the asked size, the bytes `sdflow run` of the
 #     printed graph saves;
 #   - errors name the option and the file: a model that is not Flux dev
-#     (SD1, SD3, Flux schnell), a missing or non-PNG picture, options the
-#     Kontext graph has no place for.
-# Needs the Flux reference set, the CLIP vocabulary and python3.
+#     (SD1, SD3, Flux schnell), the Kontext diffusion model given as -m, a
+#     missing or non-PNG picture, options the Kontext graph has no place for.
+# Needs the Flux reference set (and the SD3 set's single file), the CLIP
+# vocabulary and python3.
 set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_generate_kontext UNETLoader DualCLIPLoader VAELoader CheckpointLoaderSimple FluxGuidance \
@@ -23,6 +24,8 @@ sd_test_begin cli_generate_kontext UNETLoader DualCLIPLoader VAELoader Checkpoin
     FluxKontextMultiReferenceLatentMethod
 FLUX="$DATA/flux"
 sd_test_need_path "$FLUX/manifest.json" "the Flux reference set ($FLUX)"
+SD3="$DATA/sd3/models/tiny-sd3.5_medium_incl_clips_t5xxlfp8.safetensors" # refused: not Flux
+sd_test_need_path "$SD3" "the SD3 reference set's single file"
 sd_test_need_path "$TOK/vocab.json" "CLIP vocabulary $TOK"
 sd_test_need_cmd python3
 
@@ -38,9 +41,7 @@ ln -s "$FLUX/models/tiny-flux1-dev-fp8.safetensors" "$M/checkpoints/flux1-dev-fp
 ln -s "$FLUX/tokenizer/tokenizer.json" "$T/tok/t5_tokenizer/tokenizer.json"
 for f in vocab.json merges.txt; do ln -s "$TOK/$f" "$T/tok/$f"; done
 "$SDFLOW_BIN" synth --preset sd1-tiny --models-dir "$M" > /dev/null || fail "synth sd1-tiny"
-if [ -f "$DATA/sd3/models/tiny-sd3.5_medium_incl_clips_t5xxlfp8.safetensors" ]; then
-    ln -s "$DATA/sd3/models/tiny-sd3.5_medium_incl_clips_t5xxlfp8.safetensors" "$M/checkpoints/sd3.5_medium.safetensors"
-fi
+ln -s "$SD3" "$M/checkpoints/sd3.5_medium.safetensors"
 
 # pictures of three aspect ratios (wide, tall) and one that is not a PNG
 cat > "$T/tool.py" << 'PY'
@@ -159,7 +160,8 @@ for ex in "$SDFLOW_SOURCE_DIR/workflows/edit_flux_kontext.json" \
     "$SDFLOW_SOURCE_DIR/tests/data/comfyui_examples/flux/flux_kontext_example.api.json"; do
     py same_as_example "$ex" "$T/wide.json" "$WANT" || fail "the graph is not $(basename "$ex")'s"
 done
-grep -q "run it with --input-dir $T/pics" "$T/err" || fail "--print-workflow does not say the input folder: $(cat "$T/err")"
+grep -q "run it with --input-dir $T/pics" "$T/err" ||
+    fail "--print-workflow does not say the input folder: $(cat "$T/err")"
 # a tall picture gets another size, the node's again
 "$SDFLOW_BIN" generate "${SPLIT[@]}" --reference "$T/pics/tall.png" -p x "${E[@]}" --print-workflow \
     > "$T/tall.json" 2> "$T/err" || fail "tall --print-workflow: $(cat "$T/err")"
@@ -231,15 +233,17 @@ check_usage() { # expected-text args...
     if "$SDFLOW_BIN" generate "$@" "${E[@]}" > "$T/out" 2> "$T/err"; then fail "generate $* succeeded"; return; fi
     grep -qF -- "$want" "$T/err" || fail "generate $*: stderr lacks '$want': $(cat "$T/err")"
 }
-check_usage "--reference makes a Flux Kontext edit, which needs a Flux Kontext dev model; -m sdflow-random-sd1-tiny.safetensors is" \
-    -m sdflow-random-sd1-tiny.safetensors --reference "$T/pics/wide.png" -p x --print-workflow
+REFUSED="--reference makes a Flux Kontext edit, which needs a Flux Kontext dev model;"
+check_usage "$REFUSED -m sdflow-random-sd1-tiny.safetensors is" -m sdflow-random-sd1-tiny.safetensors \
+    --reference "$T/pics/wide.png" -p x --print-workflow
 check_usage "--diffusion-model flux1-schnell.safetensors is Flux schnell" --diffusion-model flux1-schnell.safetensors \
     --t5xxl t5xxl_fp16.safetensors --clip-l clip_l.safetensors --vae ae.safetensors --reference "$T/pics/wide.png" \
     -p x --print-workflow
-if [ -e "$M/checkpoints/sd3.5_medium.safetensors" ]; then
-    check_usage "needs a Flux Kontext dev model; -m sd3.5_medium.safetensors is" -m sd3.5_medium.safetensors \
-        --reference "$T/pics/wide.png" -p x --print-workflow
-fi
+check_usage "$REFUSED -m sd3.5_medium.safetensors is" -m sd3.5_medium.safetensors --reference "$T/pics/wide.png" \
+    -p x --print-workflow
+# the Kontext file is a diffusion model: -m (checkpoints/) says which option takes it
+check_usage "-m $KONTEXT: not a checkpoint (checkpoints/) but a diffusion model (diffusion_models/)" \
+    -m "$KONTEXT" --reference "$T/pics/wide.png" -p x --print-workflow
 check_usage "reference image '$T/pics/nope.png'" "${SPLIT[@]}" --reference "$T/pics/nope.png" -p x --print-workflow
 check_usage "reference image '$T/pics/nope.png'" "${SPLIT[@]}" --reference "$T/pics/wide.png" \
     --reference "$T/pics/nope.png" -p x --print-workflow
