@@ -14,7 +14,9 @@
  * With opts->release_consumed, step 4 also drops each output value once the
  * last node of the run that reads it has finished (see plan_release).
  * Nodes that are NOT_IDEMPOTENT, and everything downstream of one, are
- * "volatile": never looked up, never stored.
+ * "volatile": never looked up, never stored. Nodes with PROCESS_STATE (unless
+ * their def's stateless() says otherwise), and everything downstream of one,
+ * are "in-process": the memo as usual, the persistent cache never.
  */
 #include <math.h>
 #include <stdio.h>
@@ -188,6 +190,7 @@ typedef struct plan_node {
     int *src_index;       /* per def input: output index of the link */
     sd_value **lit;       /* per def input: prepared literal (own ref) or NULL */
     int needed, is_output, is_volatile;
+    int in_process;       /* SD_NODE_PROCESS_STATE here or upstream: memo only */
     uint8_t key[SD_KEY_SIZE];
     int decision;         /* PLAN_* */
     sd_node_status hit_status;
@@ -411,6 +414,7 @@ static sd_status compute_keys(run *r, sd_error *err) {
             return sd_error_set(err, SD_ERR_NOMEM, "out of memory computing keys");
         }
         p->is_volatile = (p->def->flags & SD_NODE_NOT_IDEMPOTENT) != 0;
+        p->in_process = (p->def->flags & SD_NODE_PROCESS_STATE) && !(p->def->stateless && p->def->stateless(p->lit));
         sd_status rc = SD_OK;
         for (int k = 0; k < p->n_in && !rc; k++) {
             const sd_input_def *d = &p->def->inputs[k];
@@ -422,6 +426,7 @@ static sd_status compute_keys(run *r, sd_error *err) {
                 ki->hash = s->key;
                 ki->src_index = p->src_index[k];
                 if (s->is_volatile) p->is_volatile = 1;
+                if (s->in_process) p->in_process = 1;
             } else if (!p->lit[k]) {
                 ki->kind = SD_KEY_ABSENT;
             } else if (d->file_folder && sd_value_as_string(p->lit[k])) {
@@ -498,7 +503,7 @@ static sd_status decide(run *r, sd_error *err) {
                 p->deliver = 1;
                 p->hit_status = SD_NODE_MEMO;
             }
-            if (cache && cache->get) {
+            if (cache && cache->get && !p->in_process) {
                 sd_value *v = NULL;
                 sd_error cerr;
                 sd_error_clear(&cerr);
@@ -715,7 +720,7 @@ static void store_result(run *r, plan_node *p) {
     if (memo_put(r->ex, p->key, p->entry))
         logf_env(r->env, SD_LOG_WARN, "out of memory: node %s not kept in memory", p->gn->id);
     const sd_cache_i *cache = r->opts->cache;
-    if (!cache || !cache->put || !sd_value_is_data(p->entry)) return;
+    if (!cache || !cache->put || p->in_process || !sd_value_is_data(p->entry)) return;
     sd_error cerr;
     sd_error_clear(&cerr);
     if (cache->put(cache->self, p->key, p->def->class_type, p->entry, &cerr) != SD_OK)

@@ -120,7 +120,18 @@ enum {
      * STRING's "multiline" always, one output tooltip per output, null for
      * an unset display_name, hidden inputs as lists, deprecated,
      * experimental, api_node and output_matchtypes always). */
-    SD_NODE_V3 = 1u << 7
+    SD_NODE_V3 = 1u << 7,
+    /* The node's outputs carry state that lives in this process and that the
+     * nodes using them change as they run (ComfyUI's closure state: APG's
+     * momentum, which carries from one sampling run of the MODEL to the
+     * next). Its results and everything downstream of it stay in the
+     * in-process memo (reruns in one process see the state as ComfyUI's
+     * cache does) but never enter the persistent cache nor come from it:
+     * keys do not see the state, and a new process starts it afresh, so a
+     * stored result computed on a carried state would pass for a fresh one,
+     * and a hit would skip a run that a later one carries from. See
+     * sd_node_def.stateless. */
+    SD_NODE_PROCESS_STATE = 1u << 8
 };
 
 /* A node function. `in` is aligned with def->inputs (NULL for an absent
@@ -164,6 +175,11 @@ typedef struct sd_node_def {
     /* sdflow's own notes on the node (how it computes, what it refuses):
      * shown by the Lua REPL's help, never sent to ComfyUI's clients. */
     const char *help;
+    /* SD_NODE_PROCESS_STATE nodes only (may be NULL: always stateful): 1
+     * when the literal inputs (aligned with `inputs`, defaults filled; NULL
+     * where the input is a link) say the result keeps no state this time
+     * (APG at momentum 0), so the persistent cache serves as usual. */
+    int (*stateless)(sd_value *const *lit);
 } sd_node_def;
 
 /* Progress/log callbacks owned by the front end (CLI, REPL). */

@@ -1,5 +1,7 @@
 /* guider.c - CFG combination (comfy.samplers.sampling_function / cfg_function). */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "models/sampling/guider.h"
 #include "models/sampling/fresca.h"
@@ -29,7 +31,6 @@ void sd_guider_release(sd_guider *g)
     sd_tensor_unref(g->post_buf);
     sd_tensor_unref(g->empty_buf);
     g->cond_buf = g->uncond_buf = g->post_buf = g->empty_buf = NULL;
-    sd_cfg_state_release(&g->pre_state);
 }
 
 int sd_cfg_is_one(double cfg)
@@ -214,18 +215,48 @@ sd_status sd_cfg_apply(const sd_cfg_hook *hook, const float *cond, const float *
     return SD_OK;
 }
 
-void sd_cfg_state_release(sd_cfg_state *st)
+/* ---- pre-CFG function state ------------------------------------------------------------ */
+
+struct sd_cfg_state {
+    int refcount;
+    pthread_mutex_t mu; /* held for a whole evaluation's read and update */
+    sd_tensor *avg;     /* running_avg; NULL = ComfyUI's 0 (none yet) */
+    double prev_sigma;  /* prev_sigma, when has_prev */
+    int has_prev;
+};
+
+sd_cfg_state *sd_cfg_state_new(void)
 {
-    for (int i = 0; st && i < SD_CFG_MAX_PRE; i++) {
-        sd_tensor_unref(st->avg[i]);
-        st->avg[i] = NULL;
-        st->has_prev[i] = 0;
+    sd_cfg_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->refcount = 1;
+    if (pthread_mutex_init(&st->mu, NULL) != 0) {
+        free(st);
+        return NULL;
     }
+    return st;
+}
+
+sd_cfg_state *sd_cfg_state_ref(sd_cfg_state *st)
+{
+    if (st)
+        __atomic_add_fetch(&st->refcount, 1, __ATOMIC_RELAXED);
+    return st;
+}
+
+void sd_cfg_state_unref(sd_cfg_state *st)
+{
+    if (!st || __atomic_sub_fetch(&st->refcount, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    sd_tensor_unref(st->avg);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
 }
 
 /* APG's pre_cfg_function on [B, per] (pm = {eta, norm_threshold, momentum}) */
-static sd_status pre_apg(const double *pm, sd_cfg_state *st, int k, float sigma, double cfg, sd_tensor *cond,
-                         const sd_tensor *uncond, sd_error *err)
+static sd_status pre_apg_locked(const double *pm, sd_cfg_state *st, float sigma, double cfg, sd_tensor *cond,
+                                const sd_tensor *uncond, sd_error *err)
 {
     const int64_t n = sd_tensor_numel(cond), B = cond->ndim > 0 && cond->shape[0] > 0 ? cond->shape[0] : 1;
     const int64_t per = n / B;
@@ -239,29 +270,32 @@ static sd_status pre_apg(const double *pm, sd_cfg_state *st, int k, float sigma,
     for (int64_t i = 0; i < n; i++)
         g[i] = c[i] - u[i];
     if (st) {
-        if (st->has_prev[k] && (double)sigma > st->prev_sigma[k]) { /* a new run: running_avg = 0 */
-            sd_tensor_unref(st->avg[k]);
-            st->avg[k] = NULL;
+        if (st->has_prev && (double)sigma > st->prev_sigma) { /* a schedule from the top: running_avg = 0 */
+            sd_tensor_unref(st->avg);
+            st->avg = NULL;
         }
-        st->prev_sigma[k] = sigma;
-        st->has_prev[k] = 1;
+        st->prev_sigma = sigma;
+        st->has_prev = 1;
     }
     if (pm[2] != 0 && st) {
-        if (!st->avg[k] || sd_tensor_numel(st->avg[k]) != n) {
-            sd_tensor_unref(st->avg[k]);
-            st->avg[k] = sd_tensor_clone(gt);
-            if (!st->avg[k]) {
+        /* (a running average of another size, left by a run on another
+         * latent size, cannot be broadcast: ComfyUI raises there; it is
+         * started again from this guidance instead) */
+        if (!st->avg || sd_tensor_numel(st->avg) != n) {
+            sd_tensor_unref(st->avg);
+            st->avg = sd_tensor_clone(gt);
+            if (!st->avg) {
                 sd_tensor_unref(gt);
                 return sd_error_set(err, SD_ERR_NOMEM, "APG: out of memory");
             }
         } else {
-            float *a = st->avg[k]->data;
+            float *a = st->avg->data;
             for (int64_t i = 0; i < n; i++) {
                 float t = mom * a[i];
                 a[i] = t + g[i];
             }
         }
-        memcpy(g, st->avg[k]->data, (size_t)n * sizeof(float));
+        memcpy(g, st->avg->data, (size_t)n * sizeof(float));
     }
     for (int64_t b = 0; b < B; b++) {
         float *gb = g + b * per, *cb = c + b * per;
@@ -303,6 +337,21 @@ static sd_status pre_apg(const double *pm, sd_cfg_state *st, int k, float sigma,
     }
     sd_tensor_unref(gt);
     return SD_OK;
+}
+
+/* APG on the state st (NULL: none kept, only with momentum 0), one
+ * evaluation at a time */
+static sd_status pre_apg(const double *pm, sd_cfg_state *st, float sigma, double cfg, sd_tensor *cond,
+                         const sd_tensor *uncond, sd_error *err)
+{
+    if (!st && pm[2] != 0)
+        return sd_error_set(err, SD_ERR_INVALID, "APG: momentum %g without a state to keep it in", pm[2]);
+    if (st)
+        pthread_mutex_lock(&st->mu);
+    sd_status rc = pre_apg_locked(pm, st, sigma, cfg, cond, uncond, err);
+    if (st)
+        pthread_mutex_unlock(&st->mu);
+    return rc;
 }
 
 /* TCFG's tangential damping of the uncond prediction */
@@ -359,7 +408,7 @@ static sd_status pre_fresca(const double *pm, sd_tensor *cond, const sd_tensor *
     return SD_OK;
 }
 
-sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tensor *x, float sigma, double cfg,
+sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, const sd_tensor *x, float sigma, double cfg,
                         int have_uncond, sd_tensor *cond, sd_tensor *uncond, sd_error *err)
 {
     if (!hook || hook->n_pre <= 0)
@@ -368,7 +417,7 @@ sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tens
         sd_status rc = SD_OK;
         switch (hook->pre_kind[k]) {
         case SD_CFG_PRE_APG:
-            rc = pre_apg(hook->pre_param[k], st, k, sigma, cfg, cond, uncond, err);
+            rc = pre_apg(hook->pre_param[k], hook->state[k], sigma, cfg, cond, uncond, err);
             break;
         case SD_CFG_PRE_FRESCA:
             if (have_uncond)
@@ -672,7 +721,7 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
         if (!zb)
             return sd_error_set(err, SD_ERR_NOMEM, "guider: out of memory");
         memset(zb->data, 0, zb->nbytes);
-        if ((st = sd_cfg_pre_ex(&g->hook, &g->pre_state, x, sigma, g->cfg, 0, denoised, zb, err)) != SD_OK)
+        if ((st = sd_cfg_pre_ex(&g->hook, x, sigma, g->cfg, 0, denoised, zb, err)) != SD_OK)
             return st;
         sd_tensor *cc = NULL;
         if (post) { /* the post functions read the cond prediction */
@@ -702,7 +751,7 @@ static sd_status guider_eval(void *ud, const sd_tensor *x, float sigma, sd_tenso
     g->model_calls += 2;
     sd_status st = g->model(g->model_ud, x, sigma, conds, 2, outs, err);
     if (st == SD_OK)
-        st = sd_cfg_pre_ex(&g->hook, &g->pre_state, x, sigma, g->cfg, 1, cb, ub, err);
+        st = sd_cfg_pre_ex(&g->hook, x, sigma, g->cfg, 1, cb, ub, err);
     if (st != SD_OK)
         return st;
     int post = sd_cfg_post_active(&g->hook, sigma);

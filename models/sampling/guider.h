@@ -104,8 +104,9 @@ typedef struct sd_cfg_slg {
  *   SD_CFG_PRE_OP: the latent operation pre[i] (above);
  *   SD_CFG_PRE_APG: APG (comfy_extras/nodes_apg.py), pre_param[i] = {eta,
  *     norm_threshold, momentum}: per batch item, g = cond - uncond (with
- *     momentum != 0 the running average momentum * avg + g, reset when sigma
- *     rises; state per sampling run, sd_cfg_state), scaled by
+ *     momentum != 0 the running average momentum * avg + g, reset when an
+ *     evaluation's sigma is above the previous one's; kept in state[i], which
+ *     lives as long as the patched MODEL: see sd_cfg_state), scaled by
  *     min(1, threshold / |g|) when threshold > 0, split into its part along
  *     cond and the rest; cond = (uncond + rest + eta * part) +
  *     (cond - uncond) / cfg;
@@ -145,6 +146,12 @@ typedef struct sd_cfg_hook {
     sd_latent_op pre[SD_CFG_MAX_PRE];
     int pre_kind[SD_CFG_MAX_PRE];     /* SD_CFG_PRE_* (0: the latent op) */
     double pre_param[SD_CFG_MAX_PRE][3];
+    /* what pre-CFG function i keeps between evaluations (APG's running
+     * average; NULL for the stateless kinds). Borrowed: whoever owns the
+     * hook's source holds a reference (a MODEL value, nodes/loaders) and
+     * copies of the hook share the state, as ComfyUI's clones share the
+     * function's closure. */
+    struct sd_cfg_state *state[SD_CFG_MAX_PRE];
     int n_post;                       /* post-CFG functions, applied in order */
     sd_cfg_slg post[SD_CFG_MAX_POST];
 } sd_cfg_hook;
@@ -179,21 +186,33 @@ int sd_cfg_hook_needs_uncond(const sd_cfg_hook *hook);
  * kind is SD_ERR_INVALID here (sd_cfg_pre_ex runs them). */
 sd_status sd_cfg_pre(const sd_cfg_hook *hook, sd_tensor *cond, const sd_tensor *uncond, sd_error *err);
 
-/* What pre-CFG functions keep across the evaluations of one sampling run
- * (APG's running average). Zero-initialise; sd_cfg_state_release frees. */
-typedef struct sd_cfg_state {
-    sd_tensor *avg[SD_CFG_MAX_PRE];
-    double prev_sigma[SD_CFG_MAX_PRE];
-    int has_prev[SD_CFG_MAX_PRE];
-} sd_cfg_state;
-void sd_cfg_state_release(sd_cfg_state *st);
+/* What one pre-CFG function keeps between its evaluations: APG's running
+ * average and the sigma of its last evaluation (nodes_apg.py's closure
+ * variables running_avg and prev_sigma). ComfyUI keeps them in the closure
+ * of the function the APG node sets on its MODEL clone; every later clone
+ * shares that function, so the state outlives a sampling run: it carries
+ * into the next run of the same MODEL (a second KSamplerAdvanced continuing
+ * the schedule, a later prompt reusing the cached MODEL) and resets only
+ * when an evaluation's sigma is above the previous one's (a new schedule
+ * from the top). Here it is a reference-counted object held by every MODEL
+ * value made from the patched one; a mutex makes concurrent updates safe
+ * (their order, as in ComfyUI, is then the order the runs reach it). */
+typedef struct sd_cfg_state sd_cfg_state;
+/* A fresh state (no running average, no previous sigma), one reference for
+ * the caller; NULL when out of memory. */
+sd_cfg_state *sd_cfg_state_new(void);
+/* Another reference (st may be NULL); returns st. */
+sd_cfg_state *sd_cfg_state_ref(sd_cfg_state *st);
+/* Drops a reference; the last one frees the state. NULL is a no-op. */
+void sd_cfg_state_unref(sd_cfg_state *st);
 
 /* Every kind of pre-CFG function in order (sampling_function's
  * sampler_pre_cfg_function list): x the sampler's x, cfg the scale,
  * have_uncond 0 when the uncond prediction is the zeros of the cfg 1
  * shortcut or of BasicGuider (ComfyUI's None conds entry); cond and uncond
- * may be replaced in place. */
-sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, sd_cfg_state *st, const sd_tensor *x, float sigma, double cfg,
+ * may be replaced in place. APG with momentum != 0 reads and updates
+ * hook->state[i] (SD_ERR_INVALID when it is NULL). */
+sd_status sd_cfg_pre_ex(const sd_cfg_hook *hook, const sd_tensor *x, float sigma, double cfg,
                         int have_uncond, sd_tensor *cond, sd_tensor *uncond, sd_error *err);
 
 /* comfy.samplers.cfg_function for one batch: cond, uncond are x0
@@ -227,7 +246,6 @@ typedef struct sd_guider {
     int64_t model_calls;
     /* scratch for the cond/uncond predictions, allocated on first use */
     sd_tensor *cond_buf, *uncond_buf, *post_buf, *empty_buf;
-    sd_cfg_state pre_state; /* the pre-CFG functions' state for this run */
 } sd_guider;
 
 /* Initialises g (counters zero, no scratch yet). */

@@ -133,6 +133,8 @@ static sd_status apply_cfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value *
     if (p.cfg.n_pre >= SD_CFG_MAX_PRE)
         return sd_nodes_bad_input(err, "model", "the model already has %d pre-CFG operations, the most sdflow keeps",
                                   SD_CFG_MAX_PRE);
+    p.cfg.pre_kind[p.cfg.n_pre] = SD_CFG_PRE_OP;
+    p.cfg.state[p.cfg.n_pre] = NULL; /* a latent operation keeps nothing between evaluations */
     p.cfg.pre[p.cfg.n_pre++] = op;
     *out = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
     return *out ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");

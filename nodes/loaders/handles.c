@@ -16,6 +16,7 @@ static void free_model_ref(void *p) {
     if (r) {
         sd_lora_stack_unref(r->loras); /* its patched view first: the base outlives it */
         sd_value_unref(r->patches.perp_neg_empty);
+        for (int i = 0; i < r->patches.cfg.n_pre; i++) sd_cfg_state_unref(r->patches.cfg.state[i]);
         for (int i = 0; i < r->patches.unet.n; i++) sd_hypernet_unref(r->patches.unet.list[i].hn);
         sd_checkpoint_release(r->ckpt, SD_CKPT_PART_UNET);
         sd_checkpoint_unref(r->ckpt);
@@ -69,6 +70,9 @@ sd_value *sd_nodes_model_value_patched(sd_checkpoint *c, struct sd_lora_stack *l
     r->loras = sd_lora_stack_ref(loras);
     if (p) r->patches = *p;
     if (r->patches.perp_neg_empty) sd_value_ref(r->patches.perp_neg_empty);
+    /* the pre-CFG functions' state (APG's momentum): shared with the MODEL
+     * it was copied from, as ComfyUI's clones share the function's closure */
+    for (int i = 0; i < r->patches.cfg.n_pre; i++) sd_cfg_state_ref(r->patches.cfg.state[i]);
     /* the hypernetworks of the UNet patches: one reference per MODEL value */
     for (int i = 0; i < r->patches.unet.n; i++) sd_hypernet_ref(r->patches.unet.list[i].hn);
     sd_value *v = sd_value_handle(&sd_handle_model, r);

@@ -38,7 +38,12 @@ typedef struct sd_model_patches {
                                *   / _flow) */
     double sigma_min, sigma_max, sigma_data; /* continuous kinds
                                               * (sd_model_sampling_init_continuous) */
-    sd_cfg_hook cfg;          /* RescaleCFG and the other CFG functions */
+    sd_cfg_hook cfg;          /* RescaleCFG and the other CFG functions; each
+                               * MODEL value holds a reference to the state of
+                               * its pre-CFG functions (cfg.state[i], APG's
+                               * momentum): a MODEL made from this one shares
+                               * it, so it lives and carries across sampling
+                               * runs as ComfyUI's closure does */
     /* PerpNeg's empty conditioning (cfg.fn == SD_CFG_FN_PERP_NEG): a
      * CONDITIONING value; each MODEL value holds a reference to it
      * (sd_nodes_model_value_patched takes one) */

@@ -192,8 +192,11 @@ static sd_status perp_neg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **
 /* ---- pre-CFG functions ---------------------------------------------------------------------- */
 
 /* A new MODEL with pre-CFG function kind (parameters pm) appended (ComfyUI's
- * set_model_sampler_pre_cfg_function). */
-static sd_status add_pre(sd_value *const *in, int kind, const double pm[3], sd_value **out, sd_error *err) {
+ * set_model_sampler_pre_cfg_function); with_state: the function keeps a
+ * state between evaluations (sd_cfg_state), new here and shared by every
+ * MODEL made from the new one. */
+static sd_status add_pre(sd_value *const *in, int kind, const double pm[3], int with_state, sd_value **out,
+                         sd_error *err) {
     sd_model_ref *m;
     sd_status rc = sd_nodes_in_model(in, 0, "model", &m, err);
     if (rc) return rc;
@@ -204,25 +207,29 @@ static sd_status add_pre(sd_value *const *in, int kind, const double pm[3], sd_v
     memset(&p.cfg.pre[k], 0, sizeof p.cfg.pre[k]);
     p.cfg.pre_kind[k] = kind;
     for (int i = 0; i < 3; i++) p.cfg.pre_param[k][i] = pm ? pm[i] : 0.0;
+    p.cfg.state[k] = NULL;
+    if (with_state && !(p.cfg.state[k] = sd_cfg_state_new()))
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     out[0] = sd_nodes_model_value_patched(m->ckpt, m->loras, &p);
+    sd_cfg_state_unref(p.cfg.state[k]); /* the new MODEL holds its own reference */
     return out[0] ? SD_OK : sd_error_set(err, SD_ERR_NOMEM, "out of memory");
 }
 
 static sd_status apg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     const double pm[3] = {sd_value_as_float(in[1]), sd_value_as_float(in[2]), sd_value_as_float(in[3])};
-    return add_pre(in, SD_CFG_PRE_APG, pm, out, err);
+    return add_pre(in, SD_CFG_PRE_APG, pm, 1, out, err);
 }
 
 static sd_status fresca_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
     const double pm[3] = {sd_value_as_float(in[1]), sd_value_as_float(in[2]), (double)sd_value_as_int(in[3])};
-    return add_pre(in, SD_CFG_PRE_FRESCA, pm, out, err);
+    return add_pre(in, SD_CFG_PRE_FRESCA, pm, 0, out, err);
 }
 
 static sd_status tcfg_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
-    return add_pre(in, SD_CFG_PRE_TCFG, NULL, out, err);
+    return add_pre(in, SD_CFG_PRE_TCFG, NULL, 0, out, err);
 }
 
 /* ---- DifferentialDiffusion ------------------------------------------------------------ */
@@ -395,16 +402,26 @@ static const sd_input_def apg_inputs[] = {
      .tooltip = "Controls a running average of guidance during diffusion, disabled at a setting of 0."},
     {0}};
 
+/* momentum 0 keeps no running average: nothing carries between runs */
+static int apg_stateless(sd_value *const *lit) {
+    return lit[3] && sd_value_as_float(lit[3]) == 0.0;
+}
+
 static const sd_node_def node_apg = {
     .version = 1,
     .class_type = "APG",
     .python_module = "comfy_extras.nodes_apg",
     .display_name = "Adaptive Projected Guidance",
     .category = "sampling/custom_sampling",
-    .flags = SD_NODE_V3,
+    /* the momentum's running average lives with the MODEL, across runs */
+    .flags = SD_NODE_V3 | SD_NODE_PROCESS_STATE,
+    .stateless = apg_stateless,
     .help = "Adaptive projected guidance (a pre-CFG function): the guidance cond - uncond, optionally averaged "
-            "over the steps (momentum; per sampling run) and norm-limited, with its part along the positive "
-            "prediction scaled by eta.",
+            "over the steps (momentum) and norm-limited, with its part along the positive prediction scaled by "
+            "eta. As in ComfyUI the running average belongs to the patched MODEL: it carries into the next "
+            "sampling run of that MODEL (a second sampler continuing the schedule, a rerun in the same "
+            "process) and restarts when the sigma rises. With momentum != 0, the results of the samplers "
+            "using it stay out of the persistent cache (docs/cache.md).",
     .inputs = apg_inputs,
     .outputs = model_out,
     .run = apg_run,

@@ -34,7 +34,6 @@ void sd_guide_state_release(sd_guide_state *s) {
         sd_tensor_unref(s->buf[i]);
         s->buf[i] = NULL;
     }
-    sd_cfg_state_release(&s->pre_state);
 }
 
 static sd_tensor *scratch(sd_tensor **slot, const sd_tensor *x) {
@@ -58,7 +57,7 @@ static sd_status basic_eval(sd_guide_state *s, const sd_tensor *x, float sigma,
     memset(zeros->data, 0, zeros->nbytes);
     /* sampling_function runs the MODEL's pre-CFG functions here too */
     if (s->g->patches &&
-        (rc = sd_cfg_pre_ex(&s->g->patches->cfg, &s->pre_state, x, sigma, 1.0, 0, denoised, zeros, err)))
+        (rc = sd_cfg_pre_ex(&s->g->patches->cfg, x, sigma, 1.0, 0, denoised, zeros, err)))
         return rc;
     const sd_cfg_hook *all = s->g->patches ? &s->g->patches->cfg : NULL;
     int post = sd_cfg_post_active(all, sigma);
@@ -195,7 +194,7 @@ static sd_status perp_neg_eval(sd_guide_state *s, const sd_tensor *x, float sigm
     if (use_emp) conds[nc] = SD_COND_EMPTY, outs[nc++] = emp;
     else memset(emp->data, 0, emp->nbytes);
     sd_status rc = sd_cond_model_eval(s->cm, x, sigma, conds, nc, outs, err);
-    if (!rc && all) rc = sd_cfg_pre_ex(all, &s->pre_state, x, sigma, g->cfg, use_neg, denoised, neg, err);
+    if (!rc && all) rc = sd_cfg_pre_ex(all, x, sigma, g->cfg, use_neg, denoised, neg, err);
     if (rc) return rc;
     const int post = sd_cfg_post_active(all, sigma);
     sd_tensor *cc = post ? scratch(&s->buf[2], x) : NULL, *pb = post ? scratch(&s->buf[3], x) : NULL;

@@ -311,7 +311,6 @@ typedef struct sd_guide_state {
     const sd_guide *g;
     sd_cond_model *cm;
     sd_tensor *buf[4]; /* scratch for three predictions and a CFG result, allocated on first use */
-    sd_cfg_state pre_state; /* the pre-CFG functions' state for this run */
 } sd_guide_state;
 
 void sd_guide_state_init(sd_guide_state *s, const sd_guide *g, sd_cond_model *cm);
