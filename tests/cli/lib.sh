@@ -72,6 +72,26 @@ sd_test_tiny_sd1() {
     SD_TINY_ARGS=("$1/tiny.json" --models-dir "$1/models" --tokenizer-dir "$1/tok")
 }
 
+# Stand-ins for the GLIGEN and unCLIP example workflows' models, shared by
+# the tests that run those examples (cli.lua, cli.ui_workflows,
+# cli.server_api):
+# sd_test_gligen_model MODELS NAME: tests/data/gligen's tiny GLIGEN (it fits
+# the shared tiny SD1) as MODELS/gligen/NAME.
+sd_test_gligen_model() {
+    mkdir -p "$1/gligen" &&
+        ln -sf "$SDFLOW_SOURCE_DIR/tests/data/gligen/tiny_gligen_sd1.safetensors" "$1/gligen/$2"
+}
+# sd_test_unclip_model WORK OUT: an SD2.1 unCLIP checkpoint written to OUT:
+# the tiny SD2 (`sdflow synth --preset sd2-tiny --seed 1`, under WORK/sd2)
+# with tests/data/unclip's label_emb and vision tower (tests/cli/unclip_model.py,
+# as nodes.golden_unclip derives it). Non-zero on failure, the reason in
+# WORK/unclip.err.
+sd_test_unclip_model() {
+    "$SDFLOW_BIN" synth --preset sd2-tiny --seed 1 --models-dir "$1/sd2" > /dev/null 2> "$1/unclip.err" &&
+        python3 "$SDFLOW_SOURCE_DIR/tests/cli/unclip_model.py" "$1/sd2/checkpoints/sdflow-random-sd2-tiny.safetensors" \
+            "$SDFLOW_SOURCE_DIR/tests/data/unclip" "$2" 2>> "$1/unclip.err"
+}
+
 # ---- the preamble every CLI test shares --------------------------------------
 # sd_test_begin NAME [NODE_TYPE...]
 #   Checks the variables ctest sets (tests/CMakeLists.txt: sd_test_env), fails

@@ -26,20 +26,15 @@ if [ -f "$DATA/models/tiny-sd1.safetensors" ] && [ -d "$TOK" ]; then
         set -- $f
         [ -f "$DATA/models/$1.safetensors" ] && ln -sf "$DATA/models/$1.safetensors" "$T/models/$2.safetensors"
     done
-    # the GLIGEN example's model: tests/data/gligen's tiny one (fits the tiny SD1)
-    mkdir -p "$T/models/gligen"
-    ln -sf "$SDFLOW_SOURCE_DIR/tests/data/gligen/tiny_gligen_sd1.safetensors" \
-        "$T/models/gligen/gligen_sd14_textbox_pruned.safetensors"
+    # the GLIGEN example's model (lib.sh)
+    sd_test_gligen_model "$T/models" gligen_sd14_textbox_pruned.safetensors
     # the inpainting example's checkpoint: the tiny SD1 with 9 input channels
     python3 "$SDFLOW_SOURCE_DIR/tests/cli/inpaint_model.py" "$DATA/models/tiny-sd1.safetensors" \
         "$SDFLOW_SOURCE_DIR/tests/data/inpaint_cond" "$T/models/checkpoints/sd-v1-5-inpainting.safetensors" ||
         fail "making the inpainting checkpoint"
-    # the unCLIP example's: the tiny SD2 (sdflow synth) with tests/data/unclip's
-    # label_emb and vision tower, as nodes.golden_unclip derives it
-    "$SDFLOW_BIN" synth --preset sd2-tiny --seed 1 --models-dir "$T/sd2" > /dev/null 2> "$T/err" &&
-        python3 "$SDFLOW_SOURCE_DIR/tests/cli/unclip_model.py" "$T/sd2/checkpoints/sdflow-random-sd2-tiny.safetensors" \
-            "$SDFLOW_SOURCE_DIR/tests/data/unclip" "$T/models/checkpoints/sd21-unclip-h.ckpt" ||
-        fail "making the unCLIP checkpoint: $(cat "$T/err")"
+    # the unCLIP example's (lib.sh)
+    sd_test_unclip_model "$T" "$T/models/checkpoints/sd21-unclip-h.ckpt" ||
+        fail "making the unCLIP checkpoint: $(cat "$T/unclip.err")"
 fi
 # The Flux examples name ComfyUI's Flux files; the Flux set's tiny ones (and
 # the tiny GGUF files of tests/data/gguf) stand in for them (the tiny dev

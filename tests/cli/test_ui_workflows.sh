@@ -143,21 +143,18 @@ if [ -d "$TOK" ] && [ -f "$M/tiny-sd1.safetensors" ]; then
     else
         fail "making the inpainting checkpoint"
     fi
-    # the unCLIP example's: the tiny SD2 with tests/data/unclip's label_emb and vision tower
-    if "$SDFLOW_BIN" synth --preset sd2-tiny --seed 1 --models-dir "$T/sd2" > /dev/null 2> "$T/synth.err" &&
-        python3 "$SDFLOW_SOURCE_DIR/tests/cli/unclip_model.py" "$T/sd2/checkpoints/sdflow-random-sd2-tiny.safetensors" \
-            "$SDFLOW_SOURCE_DIR/tests/data/unclip" "$T/models/checkpoints/tiny-sd21-unclip.safetensors"; then
+    # the unCLIP example's (lib.sh)
+    if sd_test_unclip_model "$T" "$T/models/checkpoints/tiny-sd21-unclip.safetensors"; then
         both unclip_sd21 --set 4.ckpt_name=tiny-sd21-unclip.safetensors --set 3.steps=2 --set 5.width=64 --set 5.height=64
     else
-        fail "making the unCLIP checkpoint: $(cat "$T/synth.err")"
+        fail "making the unCLIP checkpoint: $(cat "$T/unclip.err")"
     fi
     [ -f "$M/tiny-lora-sd1.safetensors" ] &&
         both lora_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 --set 10.lora_name=tiny-lora-sd1.safetensors
     both merge_sd15 "${SD1[@]}" --set 11.ckpt_name=tiny-sd1.safetensors --set 5.width=64 --set 5.height=64
     both vpred_zsnr_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64
     both freeu_sag_sd15 "${SD1[@]}" --set 5.width=128 --set 5.height=128
-    mkdir -p "$T/models/gligen"
-    ln -s "$SDFLOW_SOURCE_DIR/tests/data/gligen/tiny_gligen_sd1.safetensors" "$T/models/gligen/" 2> /dev/null
+    sd_test_gligen_model "$T/models" tiny_gligen_sd1.safetensors
     both gligen_textbox_sd15 "${SD1[@]}" --set 5.width=64 --set 5.height=64 \
         --set 10.gligen_name=tiny_gligen_sd1.safetensors
     [ -f "$M/tiny-controlnet-sd1.safetensors" ] &&

@@ -150,7 +150,9 @@ try {
     console.log(`ok: ${name} (${progressAll.length} progress events, ${progress.length} through the client's callback, ${served.length} bytes)`);
   }
   if (skipped.length) console.log(`note: not run (no such model in the tiny set): ${skipped.join(', ')}`);
-  for (const must of ['txt2img_sd15', 'img2img_sd15', 'inpaint_sd15', 'image_invert', 'txt2img_sdxl'])
+  // (the GLIGEN and unCLIP examples whenever setup.sh placed their models)
+  for (const must of ['txt2img_sd15', 'img2img_sd15', 'inpaint_sd15', 'image_invert', 'txt2img_sdxl',
+                      ...(setup.gligen ? ['gligen_textbox_sd15'] : []), ...(setup.unclip ? ['unclip_sd21'] : [])])
     ok(ran.includes(must), `${must} ran`);
 
   // ---- the same prompt again: every node a cache hit, executed re-sent

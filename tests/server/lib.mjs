@@ -75,6 +75,8 @@ export function tweak(name, wf, models, image) {
     if (n.class_type === 'LoadImage') i.image = image;
     if (n.class_type === 'LoraLoader' && models.lora) i.lora_name = models.lora;
     if (n.class_type === 'ControlNetLoader' && models.controlnet) i.control_net_name = models.controlnet;
+    if (n.class_type === 'GLIGENLoader' && models.gligen) i.gligen_name = models.gligen;
+    if (n.class_type === 'unCLIPCheckpointLoader' && models.unclip) i.ckpt_name = models.unclip;
   }
   return wf;
 }

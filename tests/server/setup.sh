@@ -17,7 +17,10 @@ node_major=$(node -p 'process.versions.node.split(".")[0]' 2> /dev/null || echo 
 
 # The models: the shared test data when it is there (every workflow runs,
 # LoRA and ControlNet included), else random ones from `sdflow synth`.
-sd_server_models() { # DIR
+# With "examples", the GLIGEN and unCLIP examples' models too (shared data
+# only; tests/cli/lib.sh makes them), named in models.json as "gligen" and
+# "unclip" (lib.mjs tweak puts them in those workflows).
+sd_server_models() { # DIR [examples]
     local d=$1 data="${SDFLOW_TESTDATA:-${SDFLOW_TESTDATA_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared/testdata}}"
     local shared="${SDFLOW_SHARED_DEFAULT:-$SDFLOW_SOURCE_DIR/../shared}" tok
     mkdir -p "$d/models/checkpoints" "$d/models/loras" "$d/models/controlnet" "$d/input"
@@ -28,8 +31,19 @@ sd_server_models() { # DIR
         ln -s "$data/models/tiny-sdxl.safetensors" "$d/models/checkpoints/tiny-sdxl.safetensors"
         ln -s "$data/models/tiny-lora-sd1.safetensors" "$d/models/loras/tiny-lora-sd1.safetensors"
         ln -s "$data/models/tiny-controlnet-sd1.safetensors" "$d/models/controlnet/tiny-controlnet-sd1.safetensors"
-        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "tiny-sd1.safetensors", "sdxl": "tiny-sdxl.safetensors", "lora": "tiny-lora-sd1.safetensors", "controlnet": "tiny-controlnet-sd1.safetensors", "input_png": "%s", "src": "%s"}\n' \
-            "$d/models" "$tok" "$d/example.png" "$SDFLOW_SOURCE_DIR" > "$d/models.json"
+        local extra=""
+        if [ "${2:-}" = examples ]; then
+            # the GLIGEN and unCLIP examples' stand-ins, as the CLI tests
+            # place them (tests/cli/lib.sh; the GLIGEN one fits the shared
+            # tiny SD1)
+            sd_test_gligen_model "$d/models" tiny_gligen_sd1.safetensors ||
+                { echo "FAIL: placing the GLIGEN model"; exit 1; }
+            sd_test_unclip_model "$d" "$d/models/checkpoints/tiny-sd21-unclip.safetensors" ||
+                { echo "FAIL: making the unCLIP checkpoint: $(cat "$d/unclip.err")"; exit 1; }
+            extra='"gligen": "tiny_gligen_sd1.safetensors", "unclip": "tiny-sd21-unclip.safetensors", '
+        fi
+        printf '{"models_dir": "%s", "tokenizer_dir": "%s", "sd1": "tiny-sd1.safetensors", "sdxl": "tiny-sdxl.safetensors", "lora": "tiny-lora-sd1.safetensors", "controlnet": "tiny-controlnet-sd1.safetensors", %s"input_png": "%s", "src": "%s"}\n' \
+            "$d/models" "$tok" "$extra" "$d/example.png" "$SDFLOW_SOURCE_DIR" > "$d/models.json"
     else
         "$SDFLOW_BIN" synth --preset sd1-tiny --models-dir "$d/models" --tokenizer-dir "$d/tok" > /dev/null &&
         "$SDFLOW_BIN" synth --preset sdxl-tiny --models-dir "$d/models" > /dev/null || { echo "FAIL: sdflow synth"; exit 1; }
