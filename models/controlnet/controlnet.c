@@ -234,9 +234,10 @@ static int accumulate(sd_bt **acc, sd_bt *t, float s) {
 }
 
 /* The hint for x's batch and size: [N, C, 8h, 8w] for `batched` chunks of
- * N / batched latents each (broadcast_image_to): within a chunk item i takes
- * image i % b (the first per-chunk items when b is larger), and the chunks
- * repeat that. */
+ * N / batched latents each. A hint batch b equal to N is used as it is;
+ * otherwise (broadcast_image_to, which get_control calls only when the
+ * batches differ) within a chunk item i takes image i % b (the first
+ * per-chunk items when b is larger), and the chunks repeat that. */
 static sd_bt *broadcast_hint(sd_backend *be, sd_tensor *r, int64_t n, int batched, sd_error *err);
 
 static sd_bt *batch_hint(sd_backend *be, const sd_tensor *image, int64_t n, int batched,
@@ -250,7 +251,7 @@ static sd_bt *batch_hint(sd_backend *be, const sd_tensor *image, int64_t n, int 
 static sd_bt *broadcast_hint(sd_backend *be, sd_tensor *r, int64_t n, int batched, sd_error *err) {
     int64_t b = r->shape[0], h = r->shape[2], w = r->shape[3];
     int64_t per = batched > 0 && n % batched == 0 ? n / batched : n;
-    if (b != n || per != n) {
+    if (b != n) {
         sd_tensor *rep = sd_tensor_new4(SD_F32, 4, n, r->shape[1], h, w);
         if (!rep) {
             sd_tensor_unref(r);
@@ -330,7 +331,7 @@ sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hint
                             "node with a VAE input and connect it.");
     int ch = sd_sd3_cn_hint_channels(l->cn->mmdit);
     int E = sd_vae_get_config(l->vae)->embed_dim;
-    int ones = ch == 17; /* an inpainting ControlNet: concat_mask with no mask given */
+    int ones = sd_controlnet_concat_mask(l->cn); /* the mask channel after the latent */
     if (E + ones != ch)
         return sd_error_set(err, SD_ERR_INVALID,
                             "the VAE's latent has %d channels, the SD3 ControlNet's hint %d (a VAE for another "
@@ -353,18 +354,24 @@ sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hint
                             (long long)w);
     }
     int64_t B = lat->shape[0], plane = h * w;
+    sd_tensor *mc = NULL;
+    if (ones && (rc = sd_controlnet_mask_channel(l->extra_concat, B, h, w, &mc, err))) {
+        sd_tensor_unref(lat);
+        sd_error_prefix(err, "the ControlNet's mask channel");
+        return rc;
+    }
     sd_tensor *t = sd_tensor_new4(SD_F32, 4, B, ch, h, w);
     if (!t) {
-        sd_tensor_unref(lat);
+        sd_tensor_unref(lat), sd_tensor_unref(mc);
         return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     }
-    const float *lv = lat->data;
+    const float *lv = lat->data, *mv = mc ? mc->data : NULL;
     float *tv = t->data;
     for (int64_t b = 0; b < B; b++) {
         for (int64_t i = 0; i < E * plane; i++) tv[b * ch * plane + i] = lv[b * E * plane + i] * SD3_HINT_SCALE;
-        for (int64_t i = 0; ones && i < plane; i++) tv[(b * ch + E) * plane + i] = 1.0f;
+        if (mv) memcpy(tv + (b * ch + E) * plane, mv + b * plane, (size_t)plane * sizeof *tv);
     }
-    sd_tensor_unref(lat);
+    sd_tensor_unref(lat), sd_tensor_unref(mc);
     if (hints && l->key) {
         if (hints->n == hints->cap) {
             int cap = hints->cap ? 2 * hints->cap : 4;

@@ -171,6 +171,11 @@ typedef struct sd_control_link {
      * link to the run's hint cache (sd_control_hints; NULL: not cached) */
     sd_vae *vae;
     const void *key;
+    /* an inpainting (concat_mask) ControlNet's mask channel: 1 - mask as
+     * [b, 1, h, w] F32 at the mask's size (ComfyUI's extra_concat, from
+     * ControlNetInpaintingAliMamaApply); NULL: a channel of ones. Part of
+     * the link, so of what `key` identifies. */
+    const sd_tensor *extra_concat;
 } sd_control_link;
 
 /* The hints of SD3 ControlNets (a VAE encode each) kept for one sampling
@@ -182,12 +187,40 @@ void sd_control_hints_free(sd_control_hints *h); /* NULL-safe */
 
 /* The latent hint of an SD3 ControlNet link for an h x w latent:
  * the image resized as sd_controlnet_hint does to 8h x 8w, VAE-encoded,
- * times 1.5305 (latent_formats.SD3, shift 0), with a channel of ones
+ * times 1.5305 (latent_formats.SD3, shift 0), with the mask channel
+ * (sd_controlnet_mask_channel of the link's extra_concat: ones without one)
  * appended for a 17-channel (inpainting) ControlNet. *out [B, C, h, w] is a
  * new reference (also kept in hints when given). SD_ERR_INVALID when the
  * link has no VAE or the VAE's latent does not fit the ControlNet. */
 sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hints, int64_t h, int64_t w,
                                 sd_tensor **out, sd_error *err);
+
+/* ---- inpainting ControlNets (controlnet_inpaint.c) ------------------------
+ * AliMama's SD3-Controlnet-Inpainting (17 hint channels: the image latent
+ * and a mask channel; ComfyUI's concat_mask). Flux inpainting ControlNets
+ * are refused at load with the other Flux ControlNets. */
+
+/* 1 when cn takes a mask channel after its hint latent (concat_mask). */
+int sd_controlnet_concat_mask(const sd_controlnet *cn);
+
+/* ControlNetInpaintingAliMamaApply's preparation (comfy_extras/
+ * nodes_controlnet.py, for a concat_mask ControlNet):
+ *   inv        = 1 - mask as [Bm, 1, Hm, Wm] (mask [Bm, Hm, Wm] or [Hm, Wm])
+ *   mask_apply = round(common_upscale(inv, W, H, bilinear, center)), half to even
+ *   image_out  = image * mask_apply, broadcast over the batch: [max(Bi, Bm), H, W, C]
+ *   extra_concat = inv (the ControlNet's extra_concat, resized at sampling)
+ * Both outputs are new tensors the caller owns. SD_ERR_INVALID when the
+ * batches differ and neither is 1 (PyTorch's broadcast error) or for bad
+ * shapes. */
+sd_status sd_controlnet_inpaint_inputs(const sd_tensor *image, const sd_tensor *mask, sd_tensor **image_out,
+                                       sd_tensor **extra_concat, sd_error *err);
+
+/* The mask channel ControlNet.get_control appends for a batch-`batch`,
+ * h x w hint latent: extra_concat [b, 1, H, W] resized by common_upscale
+ * (nearest-exact, center) and repeat_to_batch_size'd to batch; NULL
+ * extra_concat gives ones. New [batch, 1, h, w] tensor. */
+sd_status sd_controlnet_mask_channel(const sd_tensor *extra_concat, int64_t batch, int64_t h, int64_t w,
+                                     sd_tensor **out, sd_error *err);
 
 #define SD_CONTROL_MAX_DIT SD_SD3_MAX_DEPTH
 
@@ -242,10 +275,12 @@ sd_status sd_control_chain_eval(const sd_control_link *links, int n, const sd_mo
 
 /* The same for a model call that batches `batched` conditioning chunks
  * (cond and uncond, or several entries), each of x_in->shape[0] / batched
- * latents: the hint batch is laid out per chunk as ComfyUI's
- * broadcast_image_to does (item i of a chunk takes hint[i % hint batch],
- * a hint batch larger than the chunk is cut to its first items, and every
- * chunk gets the same hints). sd_control_chain_eval is batched = 1. */
+ * latents: a hint batch equal to x_in's is used as it is (get_control's
+ * `x_noisy.shape[0] != cond_hint.shape[0]` test), another is laid out per
+ * chunk as ComfyUI's broadcast_image_to does (item i of a chunk takes
+ * hint[i % hint batch], a hint batch larger than the chunk is cut to its
+ * first items, and every chunk gets the same hints). sd_control_chain_eval
+ * is batched = 1. */
 sd_status sd_control_chain_eval_batched(const sd_control_link *links, int n,
                                         const sd_model_sampling *ms, const sd_unet_config *unet,
                                         float sigma, sd_bt *x_in, int batched,

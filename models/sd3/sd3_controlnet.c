@@ -40,7 +40,12 @@ const char *sd_sd3_cn_other_dit(sd_st_file *f) {
     if (has(f, "pos_embed_input.proj.weight") && has(f, "transformer_blocks.0.adaLN_modulation.1.bias"))
         return "a Stability SD3.5 ControlNet (canny / depth / blur)";
     if (has(f, "transformer_blocks.0.img_mlp.net.0.proj.weight")) return "a Qwen-Image InstantX ControlNet";
-    if (has(f, "controlnet_x_embedder.weight")) return "a Flux InstantX ControlNet";
+    const sd_st_entry *xe = sd_st_find(f, "controlnet_x_embedder.weight");
+    /* load_controlnet_flux_instantx: 17 latent channels (x 4 packed) = concat_mask */
+    if (xe && xe->ndim == 2 && xe->shape[1] == 17 * 4)
+        return "a Flux inpainting ControlNet (AliMama's FLUX.1-dev-Controlnet-Inpainting, InstantX layout; "
+               "Flux ControlNets are not implemented)";
+    if (xe) return "a Flux InstantX ControlNet";
     return NULL;
 }
 

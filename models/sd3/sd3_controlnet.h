@@ -27,7 +27,8 @@
  * The hint is a VAE latent of the hint image times the SD3 latent scale
  * 1.5305 with no shift (latent_formats.SD3 with shift_factor 0), at the
  * latent size; a ControlNet whose pos_embed_input takes 17 channels (an
- * inpainting one) gets a channel of ones appended (concat_mask).
+ * inpainting one) gets a mask channel appended (concat_mask: ones, or the
+ * mask ControlNetInpaintingAliMamaApply gives; models/controlnet/controlnet.h).
  *
  * Ownership: a loaded ControlNet owns its weights (the file may be closed);
  * the backend must outlive it. Outputs are new tensors the caller owns.

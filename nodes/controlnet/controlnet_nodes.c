@@ -172,9 +172,10 @@ static const sd_node_def node_diff_loader = {
 
 /* A new link dict (one reference). vae (may be NULL) is kept for the
  * ControlNets whose hint is a latent (set_cond_hint keeps it only when the
- * ControlNet has a latent_format). */
+ * ControlNet has a latent_format); extra (may be NULL) is the mask channel
+ * of an inpainting ControlNet (extra_concat). */
 static sd_value *make_link(sd_value *cn, sd_value *image, double strength, double start, double end,
-                           sd_value *vae) {
+                           sd_value *vae, sd_value *extra) {
     sd_value *d = sd_value_dict();
     if (!d) return NULL;
     int bad = 0;
@@ -186,6 +187,7 @@ static sd_value *make_link(sd_value *cn, sd_value *image, double strength, doubl
     bad |= sd_value_dict_set(d, "strength", sd_value_float(strength));
     bad |= sd_value_dict_set(d, "start_percent", sd_value_float(start));
     bad |= sd_value_dict_set(d, "end_percent", sd_value_float(end));
+    if (extra) bad |= sd_value_dict_set(d, "extra_concat", sd_value_ref(extra));
     if (bad) {
         sd_value_unref(d);
         return NULL;
@@ -286,7 +288,7 @@ static sd_status apply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
     }
     sd_status rc = check_inputs(in[1], in[2], err);
     if (rc) return rc;
-    sd_value *link = make_link(in[1], in[2], strength, 0.0, 1.0, NULL);
+    sd_value *link = make_link(in[1], in[2], strength, 0.0, 1.0, NULL, NULL);
     if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     rc = apply(in[0], link, 1, "conditioning", NULL, &out[0], err);
     sd_value_unref(link);
@@ -296,8 +298,9 @@ static sd_status apply_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out
 /* ControlNetApplyAdvanced (nodes.py) and ControlNetApplySD3
  * (comfy_extras/nodes_sd3.py, the same with the VAE required): positive,
  * negative, control_net, image, strength, start_percent, end_percent, vae
- * (NULL when absent). */
-static sd_status apply_adv(sd_value *const *io, sd_value *vae, sd_value **out, sd_error *err) {
+ * (NULL when absent), extra_concat (NULL but from
+ * ControlNetInpaintingAliMamaApply). */
+static sd_status apply_adv(sd_value *const *io, sd_value *vae, sd_value *extra, sd_value **out, sd_error *err) {
     double strength = sd_value_as_float(io[4]);
     double start = sd_value_as_float(io[5]), end = sd_value_as_float(io[6]);
     if (strength == 0.0) {
@@ -312,7 +315,7 @@ static sd_status apply_adv(sd_value *const *io, sd_value *vae, sd_value **out, s
         sd_error_at(err, NULL, NULL, "start_percent");
         return SD_ERR_INVALID;
     }
-    sd_value *link = make_link(io[2], io[3], strength, start, end, vae);
+    sd_value *link = make_link(io[2], io[3], strength, start, end, vae, extra);
     if (!link) return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     chain_memo memo = {0};
     rc = apply(io[0], link, 0, "positive", &memo, &out[0], err);
@@ -323,7 +326,7 @@ static sd_status apply_adv(sd_value *const *io, sd_value *vae, sd_value **out, s
 
 static sd_status adv_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
     (void)ctx;
-    return apply_adv(in, in[7], out, err);
+    return apply_adv(in, in[7], NULL, out, err);
 }
 
 /* ControlNetApplySD3: positive, negative, control_net, vae, image, strength,
@@ -336,7 +339,54 @@ static sd_status sd3_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, 
         return SD_ERR_INVALID;
     }
     sd_value *io[7] = {in[0], in[1], in[2], in[4], in[5], in[6], in[7]};
-    return apply_adv(io, in[3], out, err);
+    return apply_adv(io, in[3], NULL, out, err);
+}
+
+/* ControlNetInpaintingAliMamaApply (comfy_extras/nodes_controlnet.py):
+ * positive, negative, control_net, vae, image, mask, strength,
+ * start_percent, end_percent. For an inpainting ControlNet (concat_mask)
+ * the image is masked and 1 - mask becomes the hint's mask channel
+ * (sd_controlnet_inpaint_inputs); any other ControlNet is applied as
+ * ControlNetApplyAdvanced with the VAE, the mask unused, as ComfyUI does. */
+static sd_status alimama_run(sd_node_ctx *ctx, sd_value *const *in, sd_value **out, sd_error *err) {
+    (void)ctx;
+    sd_controlnet *cn = sd_nodes_control_net_of(in[2]);
+    if (!cn) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'control_net' must be a CONTROL_NET");
+        sd_error_at(err, NULL, NULL, "control_net");
+        return SD_ERR_INVALID;
+    }
+    if (!sd_value_as_handle(in[3], &sd_handle_vae)) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'vae' must be a VAE");
+        sd_error_at(err, NULL, NULL, "vae");
+        return SD_ERR_INVALID;
+    }
+    sd_value *io[7] = {in[0], in[1], in[2], in[4], in[6], in[7], in[8]};
+    if (!sd_controlnet_concat_mask(cn)) return apply_adv(io, in[3], NULL, out, err);
+    sd_status rc = check_inputs(in[2], in[4], err);
+    if (rc) return rc;
+    sd_tensor *mask = sd_value_as_tensor(in[5]);
+    if (!mask) {
+        sd_error_set(err, SD_ERR_INVALID, "input 'mask' must be a MASK");
+        sd_error_at(err, NULL, NULL, "mask");
+        return SD_ERR_INVALID;
+    }
+    sd_tensor *img = NULL, *inv = NULL;
+    rc = sd_controlnet_inpaint_inputs(sd_value_as_tensor(in[4]), mask, &img, &inv, err);
+    if (rc) {
+        sd_error_at(err, NULL, NULL, "mask");
+        return rc;
+    }
+    sd_value *image = sd_value_tensor(img), *extra = sd_value_tensor(inv);
+    sd_tensor_unref(img), sd_tensor_unref(inv);
+    if (!image || !extra) {
+        sd_value_unref(image), sd_value_unref(extra);
+        return sd_error_set(err, SD_ERR_NOMEM, "out of memory");
+    }
+    io[3] = image;
+    rc = apply_adv(io, in[3], extra, out, err);
+    sd_value_unref(image), sd_value_unref(extra);
+    return rc;
 }
 
 static const sd_input_def apply_inputs[] = {
@@ -463,6 +513,37 @@ static const sd_input_def sd3_inputs[] = {
      .has_range = 1},
     {0}};
 
+static const sd_input_def alimama_inputs[] = {
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "vae", .type = "VAE"},
+    {.name = "image", .type = "IMAGE"},
+    {.name = "mask", .type = "MASK"},
+    {.name = "strength", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 10.0, .step = 0.01,
+     .has_range = 1},
+    {.name = "start_percent", .type = SD_T_FLOAT, .def = 0.0, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {.name = "end_percent", .type = SD_T_FLOAT, .def = 1.0, .min = 0.0, .max = 1.0, .step = 0.001,
+     .has_range = 1},
+    {0}};
+
+static const sd_node_def node_alimama = {
+    .version = 1,
+    .class_type = "ControlNetInpaintingAliMamaApply",
+    .python_module = "comfy_extras.nodes_controlnet",
+    .category = "conditioning/controlnet",
+    .flags = SD_NODE_V3,
+    .help = "Applies an inpainting ControlNet (AliMama's SD3-Controlnet-Inpainting: 17 hint channels) "
+            "with the VAE: the image is blanked where the mask is set and 1 - mask joins the hint "
+            "latent as its last channel. Any other ControlNet is applied as by ControlNetApplyAdvanced "
+            "with the VAE (the mask unused), as ComfyUI does. Flux inpainting ControlNets are refused "
+            "by ControlNetLoader.",
+    .inputs = alimama_inputs,
+    .outputs = adv_outputs,
+    .run = alimama_run,
+};
+
 static const sd_node_def node_sd3 = {
     .version = 1,
     .class_type = "ControlNetApplySD3",
@@ -502,7 +583,8 @@ sd_status sd_nodes_control_links(const sd_value *entry, sd_control_link **links,
             return sd_error_set(err, SD_ERR_INVALID, "conditioning control link %zu is malformed", i);
         }
         l[i] = (sd_control_link){cn, img, sd_value_as_float(s), sd_value_as_float(a), sd_value_as_float(b),
-                                 sd_nodes_control_union_type(sd_value_dict_get(d, "control_net")), NULL, d};
+                                 sd_nodes_control_union_type(sd_value_dict_get(d, "control_net")), NULL, d,
+                                 sd_value_dict_tensor(d, "extra_concat")};
         sd_value *vae = sd_value_dict_get(d, "vae");
         if (vae && sd_controlnet_kind_of(cn) == SD_CONTROLNET_MMDIT) {
             sd_vae_ref *r = sd_value_as_handle(vae, &sd_handle_vae);
@@ -536,7 +618,8 @@ sd_status sd_nodes_control_eval(const sd_value *entry, const sd_control_call *ca
 extern const sd_node_def sd_node_Canny;
 
 const sd_node_def *const sd_nodes_controlnet[] = {&node_loader, &node_diff_loader, &node_apply, &node_adv,
-                                                  &node_sd3, &sd_node_Canny, &node_union_type, NULL};
+                                                  &node_sd3, &sd_node_Canny, &node_union_type,
+                                                  &node_alimama, NULL};
 
 sd_status sd_nodes_controlnet_register(sd_error *err) {
     sd_status rc = sd_registry_add(sd_nodes_controlnet, err);

@@ -638,7 +638,12 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
             if (use) order[nc++] = c;
         }
     }
-    /* group compatible entries, in order, into batched forwards */
+    /* group compatible entries into batched forwards. ComfyUI's
+     * calc_cond_batch reverses the list of compatible entries
+     * (to_batch_temp.reverse()): a batch holds them last first, which
+     * decides what a batch-sized input meets by position (a ControlNet
+     * hint batch equal to the call's, SAG's first negative item) and the
+     * order of the area sums. */
     for (size_t i = 0; i < nc && !rc; i++) {
         if (!order[i]) continue;
         chunk *g[MAX_GROUP];
@@ -648,6 +653,11 @@ sd_status sd_cond_model_eval(void *ud, const sd_tensor *x, float sigma, const in
                 g[ng++] = order[k];
                 if (k != i) order[k] = NULL;
             }
+        for (int a = 0, b = ng - 1; a < b; a++, b--) {
+            chunk *t = g[a];
+            g[a] = g[b];
+            g[b] = t;
+        }
         order[i] = NULL;
         rc = run_group(m, x, sigma, g, ng, acc, cnt, err);
     }

@@ -299,38 +299,48 @@ int main(void) {
             sd_bt_free(second);
         }
         sd_control_residuals_free(&res);
-        /* a hint batch of 2 (img, img2) on cond + uncond of one latent each
-         * (broadcast_image_to with batched_number 2): each chunk takes the
-         * first hint only; as one chunk of 2 latents, item 2 takes img3 */
+        /* a hint batch of 2 (img, img3) on a model call of 2 latents is
+         * used as it is, whether they are cond + uncond of one latent each
+         * or one chunk of 2 (get_control calls broadcast_image_to only when
+         * the batches differ): item 2 takes img3. A hint batch of 3 (img,
+         * img3, img) is cut: to the first hint per chunk for cond + uncond
+         * (batched_number 2), to img, img3 for one chunk. */
         sd_tensor *img3 = rand_image(64, 64), *h3 = NULL;
         sd_tensor *pair = sd_tensor_new4(SD_F32, 4, 2, img->shape[1], img->shape[2], img->shape[3]);
+        sd_tensor *triple = sd_tensor_new4(SD_F32, 4, 3, img->shape[1], img->shape[2], img->shape[3]);
         memcpy(pair->data, img->data, img->nbytes);
         memcpy((char *)pair->data + img->nbytes, img3->data, img3->nbytes);
+        memcpy(triple->data, pair->data, pair->nbytes);
+        memcpy((char *)triple->data + pair->nbytes, img->data, img->nbytes);
         sd_control_link pl = {.cn = cn, .image = pair, .strength = 1.0, .start_percent = 0.0,
                               .end_percent = 1.0};
         CHECK_OK(sd_controlnet_hint(img3, 64, 64, &h3, &err), &err);
         sd_bt *bh3 = sd_bt_from_host(be, h3, SD_F32);
         sd_controlnet_result r2h;
         CHECK_OK(sd_controlnet_forward(cn, bx, &t_hi, bh3, bc, NULL, &r2h, &err), &err);
-        for (int batched = 1; batched <= 2; batched++) {
-            CHECK_OK(sd_control_chain_eval_batched(&pl, 1, &ms, &ucfg, sigma_hi, bx2, batched, ts2,
-                                                   bc2, NULL, &res, &err),
-                     &err);
-            if (res.active == 1 && r1h.middle && r2h.middle) {
-                sd_bt *second = sd_op_slice(res.control.middle, 0, 1, 2);
-                CHECK_MSG(max_diff(second, batched == 2 ? r1h.middle : r2h.middle, 1.0f) < 1e-5,
-                          "hint batch 2, %d chunk(s): item 2", batched);
-                sd_bt_free(second);
-            } else {
-                CHECK(!"hint batch: no residuals");
+        for (int nb = 2; nb <= 3; nb++)
+            for (int batched = 1; batched <= 2; batched++) {
+                pl.image = nb == 2 ? pair : triple;
+                CHECK_OK(sd_control_chain_eval_batched(&pl, 1, &ms, &ucfg, sigma_hi, bx2, batched, ts2,
+                                                       bc2, NULL, &res, &err),
+                         &err);
+                if (res.active == 1 && r1h.middle && r2h.middle) {
+                    sd_bt *second = sd_op_slice(res.control.middle, 0, 1, 2);
+                    int first = nb == 3 && batched == 2;
+                    CHECK_MSG(max_diff(second, first ? r1h.middle : r2h.middle, 1.0f) < 1e-5,
+                              "hint batch %d, %d chunk(s): item 2", nb, batched);
+                    sd_bt_free(second);
+                } else {
+                    CHECK(!"hint batch: no residuals");
+                }
+                sd_control_residuals_free(&res);
             }
-            sd_control_residuals_free(&res);
-        }
         sd_controlnet_result_free(&r2h);
         sd_bt_free(bh3);
         sd_tensor_unref(h3);
         sd_tensor_unref(img3);
         sd_tensor_unref(pair);
+        sd_tensor_unref(triple);
         sd_bt_free(bx2);
         sd_bt_free(bc2);
         sd_tensor_unref(x2);
