@@ -314,7 +314,7 @@ void sd_control_hints_free(sd_control_hints *h) {
     free(h);
 }
 
-/* latent_formats.SD3().scale_factor; the ControlNet's copy has shift 0 */
+/* latent_formats.SD3().scale_factor; InstantX's copy has shift 0, SD3.5's 0.0609 */
 #define SD3_HINT_SCALE 1.5305f
 
 sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hints, int64_t h, int64_t w,
@@ -340,6 +340,12 @@ sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hint
     /* common_upscale to latent size x compression (1 x the VAE's 8), encode */
     sd_tensor *px = NULL, *nhwc = NULL, *lat = NULL;
     sd_status rc = sd_controlnet_hint(l->image, 8 * w, 8 * h, &px, err);
+    int ctype = sd_sd3_cn_control_type(l->cn->mmdit);
+    if (!rc && (ctype == 1 || ctype == 2)) { /* ComfyUI's preprocess_image: canny / depth */
+        float *pv = sd_tensor_f32(px);
+        for (int64_t i = 0, n = sd_tensor_numel(px); i < n; i++)
+            pv[i] = ctype == 1 ? pv[i] * 255.0f * 0.5f + 0.5f : 1.0f - pv[i];
+    }
     if (!rc && !(nhwc = sd_imageops_nchw_to_nhwc(px))) rc = sd_error_set(err, SD_ERR_NOMEM, "out of memory");
     sd_tensor_unref(px);
     if (!rc) rc = sd_vae_encode(l->vae, nhwc, &lat, err);
@@ -354,6 +360,7 @@ sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hint
                             (long long)w);
     }
     int64_t B = lat->shape[0], plane = h * w;
+    float shift = sd_sd3_cn_hint_shift(l->cn->mmdit);
     sd_tensor *mc = NULL;
     if (ones && (rc = sd_controlnet_mask_channel(l->extra_concat, B, h, w, &mc, err))) {
         sd_tensor_unref(lat);
@@ -368,7 +375,8 @@ sd_status sd_control_mmdit_hint(const sd_control_link *l, sd_control_hints *hint
     const float *lv = lat->data, *mv = mc ? mc->data : NULL;
     float *tv = t->data;
     for (int64_t b = 0; b < B; b++) {
-        for (int64_t i = 0; i < E * plane; i++) tv[b * ch * plane + i] = lv[b * E * plane + i] * SD3_HINT_SCALE;
+        for (int64_t i = 0; i < E * plane; i++)
+            tv[b * ch * plane + i] = (lv[b * E * plane + i] - shift) * SD3_HINT_SCALE;
         if (mv) memcpy(tv + (b * ch + E) * plane, mv + b * plane, (size_t)plane * sizeof *tv);
     }
     sd_tensor_unref(lat), sd_tensor_unref(mc);
@@ -454,7 +462,7 @@ static sd_status run_mmdit(const sd_control_link *l, const sd_control_call *c, s
     sd_bt *hint = broadcast_hint(be, lat, c->x_in->shape[0], c->batched, err);
     if (!hint) return err && err->code ? err->code : SD_ERR_NOMEM;
     sd_bt *r[SD_SD3_MAX_DEPTH] = {0};
-    rc = sd_sd3_cn_forward(cn, c->x_in, c->timesteps, hint, c->context, r, err);
+    rc = sd_sd3_cn_forward(cn, c->mmdit_net, c->x_in, c->timesteps, hint, c->context, c->y, r, err);
     sd_bt_free(hint);
     if (rc) return rc;
     int ok = merge_dit(out, cn, r, (float)l->strength);

@@ -246,6 +246,7 @@ typedef struct sd_control_call {
     const sd_model_sampling *ms;
     const sd_unet_config *unet;  /* a UNet model: links checked against it (NULL: unchecked) */
     const sd_sd3_config *mmdit;  /* an MMDiT model: likewise */
+    const struct sd_sd3 *mmdit_net; /* that MMDiT (an SD3.5 ControlNet borrows its embedders) */
     sd_control_hints *hints;     /* the run's hint cache, or NULL */
     float sigma;
     sd_bt *x_in;                 /* the model's input, `batched` chunks */

@@ -20,6 +20,7 @@ struct sd_sd3_cn {
     int n_out;
     int out_block[SD_SD3_MAX_DEPTH];
     void *renamed;       /* the renamed in-memory file; weights may borrow from it */
+    sd3_stab *stab;      /* Stability's SD3.5 layout (trunk, cblocks, hint_w NULL) */
 };
 
 /* ---- detection ------------------------------------------------------------------ */
@@ -28,17 +29,16 @@ static int has(sd_st_file *f, const char *k) { return sd_st_find(f, k) != NULL; 
 
 int sd_sd3_cn_present(sd_st_file *f) {
     return has(f, "controlnet_blocks.0.weight") && has(f, "pos_embed_input.proj.weight") &&
-           !has(f, "transformer_blocks.0.adaLN_modulation.1.bias") &&
            !has(f, "double_blocks.0.img_attn.norm.key_norm.scale");
 }
+
+static int is_stab(sd_st_file *f) { return has(f, "transformer_blocks.0.adaLN_modulation.1.bias"); }
 
 const char *sd_sd3_cn_other_dit(sd_st_file *f) {
     if (has(f, "after_proj_list.18.bias")) return "a HunyuanDiT ControlNet";
     if (has(f, "controlnet_blocks.0.linear.weight")) return "a Flux Mistoline ControlNet";
     if (!has(f, "controlnet_blocks.0.weight")) return NULL;
     if (has(f, "double_blocks.0.img_attn.norm.key_norm.scale")) return "a Flux XLabs ControlNet";
-    if (has(f, "pos_embed_input.proj.weight") && has(f, "transformer_blocks.0.adaLN_modulation.1.bias"))
-        return "a Stability SD3.5 ControlNet (canny / depth / blur)";
     if (has(f, "transformer_blocks.0.img_mlp.net.0.proj.weight")) return "a Qwen-Image InstantX ControlNet";
     const sd_st_entry *xe = sd_st_find(f, "controlnet_x_embedder.weight");
     /* load_controlnet_flux_instantx: 17 latent channels (x 4 packed) = concat_mask */
@@ -258,6 +258,25 @@ sd_status sd_sd3_cn_load(sd_backend *be, sd_st_file *f, sd_sd3_cn **out, sd_erro
     if (!sd_sd3_cn_present(f))
         return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: no SD3 ControlNet (controlnet_blocks.0.weight with "
                             "pos_embed_input.proj.weight)", path);
+    if (is_stab(f)) {
+        sd_sd3_cn *cn = calloc(1, sizeof *cn);
+        if (!cn) return sd_error_set(err, SD_ERR_NOMEM, "out of memory loading the SD3.5 ControlNet");
+        sd_status rc = sd3_stab_load(be, f, &cn->stab, err);
+        if (rc) {
+            free(cn);
+            return rc;
+        }
+        cn->depth = sd3_stab_depth(cn->stab);
+        cn->n_blocks = sd3_stab_config(cn->stab)->depth;
+        cn->hint_ch = sd3_stab_hint_channels(cn->stab);
+        /* each block's output repeated ceil(depth / blocks) times; entries
+         * past the model's depth are never added, so the list stops there */
+        int rep = (cn->depth + cn->n_blocks - 1) / cn->n_blocks;
+        for (int i = 0; i < cn->n_blocks; i++)
+            for (int j = 0; j < rep && cn->n_out < cn->depth; j++) cn->out_block[cn->n_out++] = i;
+        *out = cn;
+        return SD_OK;
+    }
     const sd_st_entry *pe = sd_st_find(f, "pos_embed.proj.weight");
     const sd_st_entry *pi = sd_st_find(f, "pos_embed_input.proj.weight");
     if (!pe || pe->ndim != 4 || !sd_st_find(f, "transformer_blocks.0.attn.add_q_proj.weight"))
@@ -298,12 +317,18 @@ sd_status sd_sd3_cn_load(sd_backend *be, sd_st_file *f, sd_sd3_cn **out, sd_erro
 void sd_sd3_cn_free(sd_sd3_cn *cn) {
     if (!cn) return;
     sd_sd3_free(cn->trunk); /* its table holds the ControlNet's own weights too */
+    sd3_stab_free(cn->stab);
     free(cn->cblocks);
     free(cn->renamed);
     free(cn);
 }
 
-const sd_sd3_config *sd_sd3_cn_config(const sd_sd3_cn *cn) { return &cn->trunk->cfg; }
+const sd_sd3_config *sd_sd3_cn_config(const sd_sd3_cn *cn) {
+    return cn->stab ? sd3_stab_config(cn->stab) : &cn->trunk->cfg;
+}
+int sd_sd3_cn_is_sd35(const sd_sd3_cn *cn) { return cn->stab != NULL; }
+int sd_sd3_cn_control_type(const sd_sd3_cn *cn) { return cn->stab ? sd3_stab_control_type(cn->stab) : -1; }
+float sd_sd3_cn_hint_shift(const sd_sd3_cn *cn) { return cn->stab ? 0.0609f : 0.0f; }
 int sd_sd3_cn_depth(const sd_sd3_cn *cn) { return cn->depth; }
 int sd_sd3_cn_hint_channels(const sd_sd3_cn *cn) { return cn->hint_ch; }
 int sd_sd3_cn_n_blocks(const sd_sd3_cn *cn) { return cn->n_blocks; }
@@ -313,7 +338,7 @@ int sd_sd3_cn_output_block(const sd_sd3_cn *cn, int j) {
 }
 
 sd_status sd_sd3_cn_check_fit(const sd_sd3_cn *cn, const sd_sd3_config *m, sd_error *err) {
-    const sd_sd3_config *c = &cn->trunk->cfg;
+    const sd_sd3_config *c = sd_sd3_cn_config(cn);
     if (c->hidden_size != m->hidden_size)
         return sd_error_set(err, SD_ERR_INVALID,
                             "SD3 ControlNet does not fit the model: hidden size %d, the model's %d "
@@ -325,6 +350,13 @@ sd_status sd_sd3_cn_check_fit(const sd_sd3_cn *cn, const sd_sd3_config *m, sd_er
                             "model %d in %dx%d",
                             c->in_channels, c->patch_size, c->patch_size, m->in_channels, m->patch_size,
                             m->patch_size);
+    if (cn->stab) { /* no context; its pooled input is the model's (double y) or its own */
+        if (c->adm_in_channels && c->adm_in_channels != m->adm_in_channels)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "SD3.5 ControlNet does not fit the model: pooled width %d, the model's %d",
+                                c->adm_in_channels, m->adm_in_channels);
+        return SD_OK;
+    }
     if (c->context_in_dim != m->context_in_dim)
         return sd_error_set(err, SD_ERR_INVALID,
                             "SD3 ControlNet does not fit the model: context width %d, the model's %d",
@@ -350,13 +382,14 @@ static int after_block(void *ud, int i, sd_bt **img, sd_error *err) {
     return c->out[i] == NULL;
 }
 
-sd_status sd_sd3_cn_forward(sd_sd3_cn *cn, sd_bt *x, const float *timesteps, sd_bt *hint, sd_bt *context,
-                            sd_bt **out, sd_error *err) {
-    const sd_sd3_config *c = &cn->trunk->cfg;
+sd_status sd_sd3_cn_forward(sd_sd3_cn *cn, const sd_sd3 *model, sd_bt *x, const float *timesteps, sd_bt *hint,
+                            sd_bt *context, sd_bt *y_in, sd_bt **out, sd_error *err) {
     for (int i = 0; i < cn->n_blocks; i++) out[i] = NULL;
     if (!x || x->ndim != 4 || !hint || hint->ndim != 4 || hint->shape[0] != x->shape[0] ||
         hint->shape[1] != cn->hint_ch || hint->shape[2] != x->shape[2] || hint->shape[3] != x->shape[3])
         return sd_error_set(err, SD_ERR_INVALID, "SD3 ControlNet: the hint must be [N, %d, H, W] like x", cn->hint_ch);
+    if (cn->stab) return sd3_stab_forward(cn->stab, model, x, timesteps, y_in, hint, out, err);
+    const sd_sd3_config *c = &cn->trunk->cfg;
     sd_backend *be = cn->trunk->be;
     sd_bt *y = NULL, *add = NULL, *img = NULL, *silu = NULL;
     sd_status rc = SD_OK;

@@ -8,7 +8,8 @@
  * controlnet_blocks.N.{weight,bias}. ComfyUI's load_controlnet takes this
  * branch for "controlnet_blocks.0.weight" with "pos_embed_input.proj.weight"
  * and without "transformer_blocks.0.adaLN_modulation.1.bias" (that is
- * Stability's SD3.5 layout, load_controlnet_sd35: not supported here). The
+ * Stability's SD3.5 layout, load_controlnet_sd35: models/sd3/sd35_controlnet.c
+ * runs it, behind the same handle, as ComfyUI's ControlNetEmbedder). The
  * file is renamed in memory to the MMDiT's own names as
  * convert_diffusers_mmdit does (to_q/to_k/to_v rows of attn.qkv, norm1 ->
  * x_block.adaLN_modulation.1, ...; the norm1_context of block depth - 1,
@@ -40,11 +41,10 @@
 
 typedef struct sd_sd3_cn sd_sd3_cn;
 
-/* 1 when f holds ComfyUI's "SD3 diffusers controlnet" keys (above; not
- * Stability's SD3.5 ControlNets). */
+/* 1 when f holds ComfyUI's "SD3 diffusers controlnet" keys or Stability's
+ * SD3.5 layout (below). */
 int sd_sd3_cn_present(sd_st_file *f);
-/* Names what f is when it is another DiT ControlNet ComfyUI loads (SD3.5
- * Stability, Flux XLabs / InstantX / Mistoline, Qwen-Image InstantX,
+/* Names what f is when it is another DiT ControlNet ComfyUI loads (Flux XLabs / InstantX / Mistoline, Qwen-Image InstantX,
  * HunyuanDiT) for a refusal; NULL otherwise. */
 const char *sd_sd3_cn_other_dit(sd_st_file *f);
 
@@ -65,19 +65,30 @@ int sd_sd3_cn_n_blocks(const sd_sd3_cn *cn);
 int sd_sd3_cn_n_outputs(const sd_sd3_cn *cn);
 int sd_sd3_cn_output_block(const sd_sd3_cn *cn, int j);
 
+/* Stability's SD3.5 layout: 1 / its control_type (blur 0, canny 1, depth
+ * 2, -1 without; ComfyUI's preprocess_image: canny a * 255 * 0.5 + 0.5,
+ * depth 1 - a, else none) / the hint latent's shift (SD3's 0.0609 for
+ * SD3.5, 0 for InstantX's: "SD3 controlnet weirdness"). */
+int sd_sd3_cn_is_sd35(const sd_sd3_cn *cn);
+int sd_sd3_cn_control_type(const sd_sd3_cn *cn);
+float sd_sd3_cn_hint_shift(const sd_sd3_cn *cn);
+
 /* SD_OK when the outputs fit an MMDiT of config m (hidden size, patch size,
  * latent channels, context width, pooled width); else SD_ERR_INVALID saying
  * what differs. */
 sd_status sd_sd3_cn_check_fit(const sd_sd3_cn *cn, const sd_sd3_config *m, sd_error *err);
 
 /* One forward: out[i] (i < sd_sd3_cn_n_blocks) = controlnet_blocks[i] of the
- * image tokens after block i, [N, T, hidden].
+ * image tokens after block i, [N, T, hidden]. model: the MMDiT being
+ * sampled (an SD3.5 ControlNet uses its x_embedder or y_embedder, as
+ * ControlNetSD35.pre_run copies them; InstantX's ignore it); y [N, pooled]
+ * or NULL (InstantX's zero it).
  *   x          [N, in_channels, H, W] (the MMDiT's input)
  *   timesteps  N host floats (the MMDiT's)
  *   hint       [N, hint_channels, H, W]
  *   context    [N, L, context_in_dim]
  * SD_ERR_INVALID for shapes that do not fit, else the backend's error. */
-sd_status sd_sd3_cn_forward(sd_sd3_cn *cn, sd_bt *x, const float *timesteps, sd_bt *hint, sd_bt *context,
-                            sd_bt **out, sd_error *err);
+sd_status sd_sd3_cn_forward(sd_sd3_cn *cn, const sd_sd3 *model, sd_bt *x, const float *timesteps, sd_bt *hint,
+                            sd_bt *context, sd_bt *y, sd_bt **out, sd_error *err);
 
 #endif

@@ -322,6 +322,32 @@ static int skipped(const int *skip, int n_skip, int i) {
     return 0;
 }
 
+sd_bt *sd3_block_alone(sd_sd3 *m, const sd3_stream *s, sd_bt *x, sd_bt *silu_c) {
+    if (!x || !silu_c) return NULL;
+    fctx c = {m, x->shape[0], m->cfg.hidden_size, silu_c};
+    sd_bt *mod = linear(silu_c, &s->ada);
+    mod3 m1 = chunks(&c, mod, 0, 3), m2 = chunks(&c, mod, 3, 3);
+    sd_bt_free(mod);
+    sd_bt *n = sd_op_layer_norm(x, NULL, NULL, LN_EPS);
+    sd_bt *t = modulate(n, &m1);
+    sd_bt_free(n);
+    sd_bt *q, *k, *v;
+    pre_attention(&c, &s->attn, t, &q, &k, &v);
+    sd_bt_free(t);
+    sd_bt *a = attention(&c, q, k, v);
+    sd_bt_free(q), sd_bt_free(k), sd_bt_free(v);
+    sd_bt *r = post_attention(s, x, a, NULL, &m1, &m2, NULL);
+    mod3_free(&m1), mod3_free(&m2);
+    return r;
+}
+
+sd_bt *sd3_embed_t(sd_sd3 *m, const float *timesteps, int64_t N) {
+    fctx c = {m, N, m->cfg.hidden_size, NULL};
+    return embed_timesteps(&c, timesteps);
+}
+
+sd_bt *sd3_embed_mlp(sd_bt *x, const sd3_lin *a, const sd3_lin *b) { return mlp_embed(x, a, b); }
+
 sd_bt *sd3_patch_embed(sd_bt *x, sd_bt *w, sd_bt *b, int64_t p) {
     if (!x || !w) return NULL;
     int64_t ws[2] = {w->shape[0], w->shape[1] * p * p};

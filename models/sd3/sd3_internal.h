@@ -65,6 +65,15 @@ sd_status sd3_load_ex(sd_backend *be, sd_st_file *f, const char *prefix, sd_dtyp
  * [hid, C, p, p]. NULL once the backend's error is set. */
 sd_bt *sd3_patch_embed(sd_bt *x, sd_bt *w, sd_bt *b, int64_t p);
 
+/* DismantledBlock.forward(x, c) of a full block on its own (self-attention
+ * over x alone; Stability's SD3.5 ControlNet blocks): x is taken (freed),
+ * silu_c = SiLU(c) borrowed; the new tokens, NULL once the backend's error
+ * is set. Uses m's heads, head size and hidden size. */
+sd_bt *sd3_block_alone(sd_sd3 *m, const sd3_stream *s, sd_bt *x, sd_bt *silu_c);
+/* t_embedder(timesteps) [N, hid] with m's t0/t2; Linear, SiLU, Linear. */
+sd_bt *sd3_embed_t(sd_sd3 *m, const float *timesteps, int64_t N);
+sd_bt *sd3_embed_mlp(sd_bt *x, const sd3_lin *a, const sd3_lin *b);
+
 /* Called after joint block i (also after a skipped one, as ComfyUI adds the
  * control after a replaced block) with the image tokens *img [N, T, hid],
  * which it may replace (freeing the old); non-zero = stop (the backend's
@@ -78,5 +87,25 @@ typedef int (*sd3_after_fn)(void *ud, int i, sd_bt **img, sd_error *err);
 sd_status sd3_trunk(sd_sd3 *m, sd_bt *x, const float *timesteps, sd_bt *context, sd_bt *y, sd_bt *x_add,
                     const int *skip, int n_skip, sd3_after_fn after, void *ud, sd_bt **img,
                     sd_bt **silu_c, sd_error *err);
+
+/* ---- Stability's SD3.5 ControlNet (sd35_controlnet.c; sd3_controlnet.c delegates) ---- */
+
+typedef struct sd3_stab sd3_stab;
+/* Load a file with "transformer_blocks.0.adaLN_modulation.1.bias" (the
+ * caller checked): config from y_embedder's weight as load_controlnet_sd35
+ * infers it (hidden = rows = 64 x depth, heads = depth, double_y when
+ * square). */
+sd_status sd3_stab_load(sd_backend *be, sd_st_file *f, sd3_stab **out, sd_error *err);
+void sd3_stab_free(sd3_stab *s);
+const sd_sd3_config *sd3_stab_config(const sd3_stab *s); /* depth = its block count */
+int sd3_stab_depth(const sd3_stab *s);
+int sd3_stab_control_type(const sd3_stab *s);
+int sd3_stab_double_y(const sd3_stab *s);
+int sd3_stab_hint_channels(const sd3_stab *s);
+/* ControlNetEmbedder.forward after ControlNetSD35.pre_run: main's
+ * x_embedder (single y) or y_embedder (double y) stand in for the ones
+ * pre_run copies. out[i] per block. */
+sd_status sd3_stab_forward(sd3_stab *s, const sd_sd3 *main, sd_bt *x, const float *timesteps, sd_bt *y,
+                           sd_bt *hint, sd_bt **out, sd_error *err);
 
 #endif

@@ -426,7 +426,7 @@ static sd_status run_group(const sd_cond_model *m, const sd_tensor *x, float sig
         }
         sd_control_call call = {.ms = m->ms, .unet = m->cfg, .mmdit = mmdit, .hints = m->hints,
                                 .sigma = sigma, .x_in = bx, .batched = ng, .timesteps = ts,
-                                .context = bc, .y = by};
+                                .context = bc, .y = by, .mmdit_net = mmdit ? m->dm.net : NULL};
         if ((rc = sd_nodes_control_eval(g[0]->entry, &call, &res, err))) goto done;
     }
     /* the MMDiT's extras: SkipLayerGuidance's blocks, the ControlNet's

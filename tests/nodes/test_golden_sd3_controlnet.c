@@ -16,7 +16,7 @@
  *          pass where the two differ).
  * Then the refusals, each naming the node's input: an SD1 ControlNet on
  * the SD3 model, the SD3 ControlNet on an SD1 model, the SD3 ControlNet
- * applied without a VAE, and a Stability SD3.5 ControlNet file at the
+ * applied without a VAE, and a Flux InstantX ControlNet file at the
  * loader. Cases, sizes and tolerances come from the manifests. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -137,7 +137,7 @@ static void model_cases(sd_backend *be, sd_st_file *g, cJSON *m, cJSON *tensors,
     sd_tensor *ts = ref(g, "fwd.timesteps");
     sd_bt *outs[SD_SD3_MAX_DEPTH] = {0}, *list[SD_SD3_MAX_DEPTH] = {0};
     if (x && ctx && y && hint && ts) {
-        CHECK_OK(sd_sd3_cn_forward(s, x, sd_tensor_f32(ts), hint, ctx, outs, &err), &err);
+        CHECK_OK(sd_sd3_cn_forward(s, NULL, x, sd_tensor_f32(ts), hint, ctx, NULL, outs, &err), &err);
         for (int j = 0; j < n_out && outs[0]; j++) {
             char name[64];
             snprintf(name, sizeof name, "fwd.output.%d", j);
@@ -380,20 +380,20 @@ static void refusals(graph *G, cJSON *c, const char *models) {
     } else {
         CHECK_MSG(0, "%s missing", path);
     }
-    /* Stability's SD3.5 ControlNets (another layout) at the loader */
-    snprintf(path, sizeof path, "%s/controlnet/sd35_canny.safetensors", models);
+    /* another DiT's ControlNet (Flux InstantX) at the loader: refused by
+     * name (Stability's SD3.5 ones load: test_golden_sd35_controlnet.c) */
+    snprintf(path, sizeof path, "%s/controlnet/flux_instantx.safetensors", models);
     sd_st_writer *w = sd_st_writer_new();
-    static const char *const keys[] = {"controlnet_blocks.0.weight", "pos_embed_input.proj.weight",
-                                       "transformer_blocks.0.adaLN_modulation.1.bias"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const keys[] = {"controlnet_blocks.0.weight", "controlnet_x_embedder.weight"};
+    for (int k = 0; k < 2; k++) {
         sd_tensor *t = sd_tensor_new4(SD_F32, 1, 4, 0, 0, 0);
         CHECK_OK(sd_st_writer_add(w, keys[k], t, &err), &err);
         sd_tensor_unref(t);
     }
     CHECK_OK(sd_st_writer_save(w, path, &err), &err);
     sd_st_writer_free(w);
-    CHECK_MSG(sd_controlnet_probe_file(path, &err) == SD_ERR_UNSUPPORTED && strstr(err.msg, "SD3.5"),
-              "an SD3.5 ControlNet file: %s", err.msg);
+    CHECK_MSG(sd_controlnet_probe_file(path, &err) == SD_ERR_UNSUPPORTED && strstr(err.msg, "Flux InstantX"),
+              "a Flux InstantX ControlNet file: %s", err.msg);
     sd_value_unref(m);
     sd_value_unref(image);
 }
