@@ -9,21 +9,30 @@
  *            (sd_control_chain_run, the link's strength and VAE): the latent
  *            hint (resize, the control_type's preprocessing, VAE encode,
  *            SD3's scale and shift) and the merged output list;
- *   K.dit.*  the MMDiT forward with that list as its control.
+ *   K.dit.*  the MMDiT forward with that list as its control;
+ *   ks_*     UNETLoader + ModelSamplingSD3 + ControlNetLoader (the case's
+ *            ControlNet) + ControlNetApplySD3 + KSampler against
+ *            latent_out, and KSampler without the ControlNet against
+ *            latent_nocontrol (a control not applied cannot pass).
  * Then malformed files at the loader. Cases, sizes and tolerances come from
  * the manifests. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/env.h"
+#include "core/node.h"
 #include "formats/safetensors.h"
 #include "golden.h"
 #include "kernels/backend.h"
+#include "models/checkpoint/checkpoint.h"
 #include "models/controlnet/controlnet.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sd3/sd3_controlnet.h"
 #include "models/vae/vae.h"
+#include "nodes_ctx.h"
 #include "testutil.h"
 
 static const char *case_id = "";
@@ -158,6 +167,168 @@ done:
     cJSON_Delete(tensors);
 }
 
+/* ---- node level: KSampler with ControlNetApplySD3 ------------------------------------ */
+
+static const char *str(cJSON *o, const char *k) {
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, k));
+    CHECK_MSG(v != NULL, "%s: setting %s missing", case_id, k);
+    return v ? v : "";
+}
+
+static void link_as(const char *target, const char *models, const char *rel) {
+    char src[4200], cwd[2048], dst[4200], cmd[8600];
+    if (target[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(src, sizeof src, "%s", target);
+    else snprintf(src, sizeof src, "%s/%s", cwd, target);
+    snprintf(dst, sizeof dst, "%s/%s", models, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", dst);
+    CHECK(system(cmd) == 0);
+    unlink(dst);
+    CHECK_MSG(symlink(src, dst) == 0, "symlink %s", dst);
+}
+
+static sd_value *conditioning(sd_st_file *g, const char *which) {
+    char k1[64], k2[64];
+    snprintf(k1, sizeof k1, "%s.cond", which);
+    snprintf(k2, sizeof k2, "%s.pooled", which);
+    sd_tensor *c = ref(g, k1), *p = ref(g, k2);
+    if (!c || !p) {
+        sd_tensor_unref(c), sd_tensor_unref(p);
+        return NULL;
+    }
+    sd_value *d = sd_value_dict();
+    sd_value_dict_set(d, "cond", nt_tensor_value(c));
+    sd_value_dict_set(d, "pooled_output", nt_tensor_value(p));
+    sd_value *l = sd_value_list();
+    sd_value_list_append(l, d);
+    return l;
+}
+
+static sd_value *run1(sd_env *env, const char *cls, const char **names, sd_value **vals, int *own, int n,
+                      sd_error *err) {
+    sd_node_ctx ctx = {.env = env, .node_id = "1", .class_type = cls};
+    return nt_run1_named(&ctx, names, vals, n, own, err);
+}
+
+static sd_tensor *ksample(sd_env *env, sd_value *model, cJSON *c, sd_value *pos, sd_value *neg, sd_error *err) {
+    const char *ln[3] = {"width", "height", "batch_size"};
+    sd_value *lv[3] = {sd_value_int((int64_t)num(c, "width")), sd_value_int((int64_t)num(c, "height")),
+                       sd_value_int(1)};
+    int own3[3] = {1, 1, 1};
+    sd_value *latent = run1(env, "EmptySD3LatentImage", ln, lv, own3, 3, err);
+    if (!latent) return NULL;
+    sd_node_ctx ctx = {.env = env, .node_id = "5", .class_type = "KSampler"};
+    const char *kn[10] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
+                          "positive", "negative", "latent_image", "denoise"};
+    sd_value *kv[10] = {model, sd_value_int((int64_t)num(c, "seed")), sd_value_int((int64_t)num(c, "steps")),
+                        sd_value_float(num(c, "cfg")), sd_value_string(str(c, "sampler")),
+                        sd_value_string(str(c, "scheduler")), pos, neg, latent, sd_value_float(1.0)};
+    sd_value *out[1] = {NULL};
+    sd_status rc = nt_run_named(&ctx, kn, kv, 10, out, err);
+    for (int i = 1; i < 10; i++)
+        if (i != 6 && i != 7) sd_value_unref(kv[i]);
+    if (rc) return NULL;
+    sd_tensor *s = sd_value_dict_tensor(out[0], "samples");
+    s = s ? sd_tensor_ref(s) : NULL;
+    sd_value_unref(out[0]);
+    return s;
+}
+
+static void ks_cases(sd_backend *be, sd_st_file *g, cJSON *m, cJSON *tol, const char *dir, const char *sd3dir,
+                     const char *mfile, const char *cfile) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_env env;
+    char models[4200], p[4400];
+    snprintf(models, sizeof models, "%s/models", sd_test_tmpdir("sd35_controlnet_ks"));
+    CHECK_OK(sd_env_init(&env, &err), &err);
+    CHECK_OK(sd_env_set(&env, &env.models_dir, models, &err), &err);
+    sd_model_store *store = sd_model_store_new();
+    env.backend = be;
+    env.models = store;
+    CHECK_OK(sd_nodes_register_all(&err), &err);
+    snprintf(p, sizeof p, "%s/%s", sd3dir, mfile);
+    link_as(p, models, "diffusion_models/sd3.5_tiny.safetensors");
+    snprintf(p, sizeof p, "%s/%s", sd3dir, cfile);
+    link_as(p, models, "checkpoints/sd3.5_tiny_ckpt.safetensors");
+    cJSON *cns = cJSON_GetObjectItemCaseSensitive(m, "controlnets"), *c;
+    cJSON_ArrayForEach(c, cns) {
+        snprintf(p, sizeof p, "%s/%s", dir, str(c, "file"));
+        char rel[256];
+        snprintf(rel, sizeof rel, "controlnet/sd3.5_large_controlnet_%s.safetensors", c->string);
+        link_as(p, models, rel);
+    }
+    const char *un[2] = {"unet_name", "weight_dtype"};
+    sd_value *uv[2] = {sd_value_string("sd3.5_tiny.safetensors"), sd_value_string("default")};
+    int uo[2] = {1, 1};
+    sd_value *unet = run1(&env, "UNETLoader", un, uv, uo, 2, &err);
+    sd_node_ctx cctx = {.env = &env, .node_id = "9", .class_type = "CheckpointLoaderSimple"};
+    const char *ckn[1] = {"ckpt_name"};
+    sd_value *ckv[1] = {sd_value_string("sd3.5_tiny_ckpt.safetensors")};
+    sd_value *outs[3] = {NULL, NULL, NULL};
+    CHECK_OK(nt_run_named(&cctx, ckn, ckv, 1, outs, &err), &err);
+    sd_value_unref(ckv[0]);
+    sd_value *vae = outs[2];
+    outs[2] = NULL;
+    nt_free_values(outs, 3);
+    sd_value *pos = conditioning(g, "positive"), *neg = conditioning(g, "negative");
+    cJSON *tensors = cJSON_CreateObject();
+    int n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "cases")) {
+        case_id = str(c, "id");
+        n++;
+        if (!unet || !vae || !pos || !neg) break;
+        char name[96], cname[256];
+        snprintf(cname, sizeof cname, "sd3.5_large_controlnet_%s.safetensors", str(c, "controlnet"));
+        const char *cn_n[1] = {"control_net_name"};
+        sd_value *cnv[1] = {sd_value_string(cname)};
+        int co[1] = {1};
+        sd_value *cn = run1(&env, "ControlNetLoader", cn_n, cnv, co, 1, &err);
+        CHECK_MSG(cn != NULL, "%s: ControlNetLoader: %s", case_id, err.msg);
+        const char *mn[2] = {"model", "shift"};
+        sd_value *mv[2] = {unet, sd_value_float(num(c, "shift"))};
+        int mo[2] = {0, 1};
+        sd_value *ms = run1(&env, "ModelSamplingSD3", mn, mv, mo, 2, &err);
+        snprintf(name, sizeof name, "%s.image", case_id);
+        sd_value *image = nt_tensor_value(ref(g, name));
+        sd_value *pn[2] = {NULL, NULL};
+        if (cn && ms && image) {
+            sd_node_ctx actx = {.env = &env, .node_id = "6", .class_type = "ControlNetApplySD3"};
+            const char *an[8] = {"positive", "negative", "control_net", "image", "strength", "start_percent",
+                                 "end_percent", "vae"};
+            sd_value *av[8] = {pos, neg, cn, image, sd_value_float(num(c, "strength")),
+                               sd_value_float(num(c, "start_percent")), sd_value_float(num(c, "end_percent")), vae};
+            CHECK_OK(nt_run_named(&actx, an, av, 8, pn, &err), &err);
+            for (int i = 4; i < 7; i++) sd_value_unref(av[i]);
+        }
+        snprintf(name, sizeof name, "%s.latent_out", case_id);
+        tol_for(tensors, tol, "ks", name);
+        if (pn[0] && pn[1]) {
+            sd_tensor *got = ksample(&env, ms, c, pn[0], pn[1], &err);
+            CHECK_MSG(got != NULL, "KSampler: %s (input %s)", err.msg, err.input);
+            sd_golden_compare(case_id, tensors, g, name, got);
+            sd_tensor_unref(got);
+        }
+        snprintf(name, sizeof name, "%s.latent_nocontrol", case_id);
+        tol_for(tensors, tol, "ks", name);
+        if (ms) {
+            sd_tensor *plain = ksample(&env, ms, c, pos, neg, &err);
+            CHECK_MSG(plain != NULL, "KSampler: %s", err.msg);
+            sd_golden_compare(case_id, tensors, g, name, plain);
+            sd_tensor_unref(plain);
+        }
+        nt_free_values(pn, 2);
+        sd_value_unref(ms), sd_value_unref(image), sd_value_unref(cn);
+    }
+    CHECK_MSG(n > 0, "the manifest lists no KSampler case");
+    cJSON_Delete(tensors);
+    sd_value_unref(pos), sd_value_unref(neg), sd_value_unref(unet), sd_value_unref(vae);
+    sd_model_store_free(store);
+    env.backend = NULL;
+    env.models = NULL;
+    sd_env_cleanup(&env);
+    sd_registry_reset();
+}
+
 /* A file with the SD3.5 keys but `bad` wrong: the loader says what. */
 static void malformed(sd_backend *be, const char *dir, const char *bad, const char *want) {
     char path[4400];
@@ -214,6 +385,7 @@ int main(void) {
     sd_backend *be = sd_golden_backend();
     if (!be) return sd_test_finish();
     sd_golden_set_depth(0);
+    if (!sd_golden_e2e_comparable()) sd_test_skip_unsupported("sampling cases are compared in f32 only (golden.h)");
     cJSON *models_m = cJSON_GetObjectItemCaseSensitive(sd3, "models");
     const char *mfile = cJSON_GetStringValue(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(models_m, "mmdit"), "file"));
@@ -250,6 +422,7 @@ int main(void) {
         n++;
     }
     CHECK_MSG(n > 0, "the manifest lists no ControlNet");
+    if (g && tol && dit && vae) ks_cases(be, g, m, tol, dir, sd3dir, mfile, cfile);
     const char *tmp = sd_test_tmpdir("sd35_controlnet");
     malformed(be, tmp, "y_embedder.mlp.0.weight", "hidden size 100");
     malformed(be, tmp, "pos_embed_input.proj.weight", "not a conv");

@@ -28,6 +28,10 @@ Cases (golden/sd35_controlnet.safetensors), per ControlNet K in (single, double)
                   control_type, VAE.encode, latent_formats.SD3.process_in), K.get.output.N = the merged
                   outputs (strength applied), for x_noisy get.x at sigma get.sigma.
   K.dit.out       the MMDiT forward with K.get's outputs as control.
+  ks_K.*          KSampler (nodes.common_ksampler) on ControlNetApplySD3's conditioning with ControlNet K
+                  (the case's image, strength, start/end percent, the SD3 set's VAE) from the sd3 set's e2e_sd3
+                  positive/negative, ModelSamplingSD3(shift) on the set's MMDiT: ks_K.latent_out, and the
+                  same run without the ControlNet (ks_K.latent_nocontrol).
 """
 import json
 import os
@@ -55,6 +59,8 @@ import comfy.model_management  # noqa: E402
 import comfy.ops  # noqa: E402
 import comfy.sd  # noqa: E402
 import comfy.utils  # noqa: E402
+import nodes  # noqa: E402
+from comfy_extras import nodes_model_advanced, nodes_sd3  # noqa: E402
 
 sdir = os.path.join(shared, "testdata", "sd3")
 man = json.load(open(os.path.join(sdir, "manifest.json")))
@@ -148,6 +154,41 @@ for v in VARIANTS:
                              control={"output": [o.clone() for o in got["output"]]}).float()
     c2.cleanup()
 
+e2e = next(c for c in man["cases"] if c["id"] == "e2e_sd3")
+ge = stio.load(os.path.join(sdir, e2e["file"]))
+
+
+def cond(prefix):
+    return [[ge[prefix + ".cond"].float(), {"pooled_output": ge[prefix + ".pooled"].float()}]]
+
+
+CASES = [dict(id="ks_single", controlnet="single", image=[1, 56, 72], width=64, height=48, strength=0.9,
+              start_percent=0.0, end_percent=1.0, seed=21, steps=3, cfg=4.5, sampler="euler",
+              scheduler="sgm_uniform", shift=3.0),
+         dict(id="ks_double", controlnet="double", image=[1, 64, 64], width=64, height=64, strength=1.2,
+              start_percent=0.1, end_percent=0.8, seed=8, steps=3, cfg=3.0, sampler="dpmpp_2m",
+              scheduler="simple", shift=3.0)]
+for c in CASES:
+    gi = torch.Generator().manual_seed(c["seed"] + 100)
+    img_c = torch.rand(c["image"][0], c["image"][1], c["image"][2], 3, generator=gi)
+    out[c["id"] + ".image"] = img_c
+    control = comfy.controlnet.load_controlnet(os.path.join(out_dir, models[c["controlnet"]]["file"]))
+    (m,) = nodes_model_advanced.ModelSamplingSD3().patch(model, c["shift"])
+    r = nodes_sd3.ControlNetApplySD3.execute(cond("positive"), cond("negative"), control, img_c, c["strength"],
+                                             c["start_percent"], c["end_percent"], vae=vae)
+    pos, neg = (r if isinstance(r, tuple) else r.result)[:2]
+    latent = {"samples": torch.zeros([1, 16, c["height"] // 8, c["width"] // 8])}
+    (res_l,) = nodes.common_ksampler(m, c["seed"], c["steps"], c["cfg"], c["sampler"], c["scheduler"], pos, neg,
+                                     latent, denoise=1.0)
+    out[c["id"] + ".latent_out"] = res_l["samples"].float()
+    (res0,) = nodes.common_ksampler(m, c["seed"], c["steps"], c["cfg"], c["sampler"], c["scheduler"],
+                                    cond("positive"), cond("negative"), latent, denoise=1.0)
+    out[c["id"] + ".latent_nocontrol"] = res0["samples"].float()
+    comfy.model_management.unload_all_models()
+for p in ("positive", "negative"):
+    for k in ("cond", "pooled"):
+        out[p + "." + k] = ge[p + "." + k].float()
+
 stio.save({k: t.contiguous() for k, t in out.items()}, os.path.join(out_dir, "golden", "sd35_controlnet.safetensors"),
           metadata={"generator": "make_sd35_controlnet.py"})
 manifest = {
@@ -159,7 +200,8 @@ manifest = {
                       "comfy.cldm.dit_embedder.ControlNetEmbedder with adm_in_channels = the set's pooled width)",
                       "ControlNetSD35.pre_run, ControlNetEmbedder.forward (K.fwd.*)",
                       "ControlNet.set_cond_hint + get_control (K.get.*)",
-                      "OpenAISignatureMMDITWrapper.forward with control (K.dit.out)"],
+                      "OpenAISignatureMMDITWrapper.forward with control (K.dit.out)",
+                      "comfy_extras.nodes_sd3.ControlNetApplySD3.execute, nodes.common_ksampler (ks_*)"],
         "torch": "Debian python3-torch, CPU, float32",
     },
     "mmdit": "sd3 set: models.mmdit", "vae": "sd3 set: models.sd35_ckpt's first_stage_model.*",
@@ -167,7 +209,10 @@ manifest = {
     "forward": {"batch": N, "height": H, "width": W, "context_tokens": L, "timesteps": ts.tolist()},
     "get_control": {"latent_height": GH, "latent_width": GW, "sigma": sigma, "image": list(img.shape)},
     "tolerance": {"fwd": {"atol": 2e-4, "rtol": 2e-4}, "hint": {"atol": 2e-4, "rtol": 1e-3},
-                  "get": {"atol": 5e-4, "rtol": 1e-3}, "dit": {"atol": 5e-4, "rtol": 1e-3}},
+                  "get": {"atol": 5e-4, "rtol": 1e-3}, "dit": {"atol": 5e-4, "rtol": 1e-3},
+                  "ks": {"atol": 2e-3, "rtol": 2e-3}},
+    "conditioning": "positive.cond/.pooled, negative.cond/.pooled of the sd3 set's e2e_sd3 case (copied here)",
+    "cases": CASES,
 }
 json.dump(manifest, open(os.path.join(out_dir, "manifest.json"), "w"), indent=1)
 print("wrote", sorted(out))
