@@ -104,9 +104,17 @@ static sd_status load_controlnet(sd_node_ctx *ctx, const char *name, sd_model_re
                     c->context_dim, sd_controlnet_n_outputs(cn));
     else {
         const sd_sd3_cn *m = sd_controlnet_mmdit(cn);
-        sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s: SD3, %d joint blocks of %d, depth %d, %d outputs", name,
-                    sd_sd3_cn_n_blocks(m), sd_sd3_cn_config(m)->hidden_size, sd_sd3_cn_depth(m),
-                    sd_sd3_cn_n_outputs(m));
+        static const char *const types[] = {"blur", "canny", "depth"};
+        int t = sd_sd3_cn_control_type(m);
+        if (sd_sd3_cn_is_sd35(m))
+            sd_node_log(ctx, SD_LOG_INFO,
+                        "ControlNet %s: SD3.5 (Stability's), %d blocks of %d, depth %d, control type %s, %d outputs",
+                        name, sd_sd3_cn_n_blocks(m), sd_sd3_cn_config(m)->hidden_size, sd_sd3_cn_depth(m),
+                        t >= 0 && t < 3 ? types[t] : "none", sd_sd3_cn_n_outputs(m));
+        else
+            sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s: SD3, %d joint blocks of %d, depth %d, %d outputs", name,
+                        sd_sd3_cn_n_blocks(m), sd_sd3_cn_config(m)->hidden_size, sd_sd3_cn_depth(m),
+                        sd_sd3_cn_n_outputs(m));
     }
     if (sd_controlnet_union_n_types(cn))
         sd_node_log(ctx, SD_LOG_INFO, "ControlNet %s is a Union ControlNet with %d control types", name,

@@ -19,7 +19,9 @@ its single-file checkpoint, their tensors' bytes as they are:
     ComfyUI's SD3 examples.
 The tiny SD3 ControlNet of tests/data/sd3_controlnet (beside this script's
 folder) is placed under its comfy_name and as
-controlnet/sd3_controlnet_canny.safetensors (ComfyUI's SD3 ControlNet example).
+controlnet/sd3_controlnet_canny.safetensors (ComfyUI's SD3 ControlNet example),
+the canny one of tests/data/sd35_controlnet as
+controlnet/sd3.5_large_controlnet_canny.safetensors (its SD3.5 Large one).
 The set's comfy_name of each model (manifest.json) gives the names; the
 single file is also placed as sd3.5_large_fp8_scaled.safetensors (the name
 ComfyUI's SD3.5 example loads; the tiny file is not fp8-scaled)."""
@@ -101,6 +103,15 @@ def main(set_dir, models, tok, clip_tok):
         cn = json.load(open(os.path.join(cdir, "manifest.json")))["models"]["controlnet"]
         for name in (cn["comfy_name"], "controlnet/sd3_controlnet_canny.safetensors"):
             link(os.path.join(cdir, cn["file"]), os.path.join(models, name))
+    # the tiny canny SD3.5 ControlNet (Stability's layout) of
+    # tests/data/sd35_controlnet under the name ComfyUI's SD3.5 Large canny
+    # example loads
+    sdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "sd35_controlnet")
+    if os.path.exists(os.path.join(sdir, "manifest.json")):
+        for c in json.load(open(os.path.join(sdir, "manifest.json")))["controlnets"].values():
+            if c["control_type"] == 1:
+                link(os.path.join(sdir, c["file"]),
+                     os.path.join(models, "controlnet", "sd3.5_large_controlnet_canny.safetensors"))
     for f in ("vocab.json", "merges.txt"):
         link(os.path.join(clip_tok, f), os.path.join(tok, f))
     t5 = os.path.join(set_dir, "..", "flux", "tokenizer", "tokenizer.json")

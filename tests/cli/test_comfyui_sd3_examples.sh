@@ -18,13 +18,16 @@
 #     the tiny ControlNet of tests/data/sd3_controlnet as
 #     sd3_controlnet_canny.safetensors) runs on a made-up input picture, and
 #     the ControlNet changes its pixels (the same run with strength 0).
-# The SD3.5 Large canny example (Stability's SD3.5 ControlNets, another
-# network) is not kept: those ControlNets are not supported.
+#   - the SD3.5 Large canny example (Stability's SD3.5 ControlNet through
+#     ControlNetApplyAdvanced with the VAE; the canny ControlNet of
+#     tests/data/sd35_controlnet as sd3.5_large_controlnet_canny.safetensors)
+#     runs on the same picture, and the ControlNet changes its pixels.
 # Needs the SD3 reference set, the CLIP vocabulary and python3.
 set -u
 . "$(dirname "$0")/lib.sh"
 sd_test_begin cli_comfyui_sd3_examples CheckpointLoaderSimple TripleCLIPLoader EmptySD3LatentImage \
-    ConditioningZeroOut KSampler ControlNetLoader ControlNetApplySD3 Canny ImageScale LoadImage
+    ConditioningZeroOut KSampler ControlNetLoader ControlNetApplySD3 ControlNetApplyAdvanced Canny ImageScale \
+    LoadImage
 SD3="$DATA/sd3"
 EX="$SDFLOW_SOURCE_DIR/tests/data/comfyui_examples/sd3"
 sd_test_need_path "$SD3/manifest.json" "the SD3 reference set ($SD3)"
@@ -157,9 +160,20 @@ if run sd3_controlnet_example.off "$EX/sd3_controlnet_example.api.json" "${CN[@]
         fail "sd3_controlnet_example: the ControlNet did not change the picture"
 fi
 
+# the SD3.5 Large canny example (Stability's SD3.5 ControlNet), the same picture
+cp "$T/input/sd3_controlnet_example_input.png" "$T/input/sd3_controlnet_example.png"
+example sd3.5_large_canny_controlnet_example "${CN[@]}"
+grep -q "ControlNet sd3.5_large_controlnet_canny.safetensors: SD3.5 (Stability's), .*control type canny" \
+    "$T/sd3.5_large_canny_controlnet_example.api.err" ||
+    fail "sd3.5_large_canny_controlnet_example: the log does not name the SD3.5 canny ControlNet"
+if run sd35_canny.off "$EX/sd3.5_large_canny_controlnet_example.api.json" "${CN[@]}" --set 51.strength=0; then
+    python3 "$T/tool.py" pixels "$T/sd3.5_large_canny_controlnet_example.api.png" "$T/sd35_canny.off.png" &&
+        fail "sd3.5_large_canny_controlnet_example: the ControlNet did not change the picture"
+fi
+
 # the files load as what their keys say: SD3.5 Medium's MMDiT-X blocks, SD3
 # Medium's plain joint blocks
-for name in sd3.5_simple_example sd3.5_text_encoders_example; do
+for name in sd3.5_simple_example sd3.5_text_encoders_example sd3.5_large_canny_controlnet_example; do
     grep -q "sd3 MMDiT, .* (1 MMDiT-X)" "$T/$name.api.err" ||
         fail "$name: the log does not name the MMDiT-X block: $(grep checkpoint "$T/$name.api.err")"
 done
