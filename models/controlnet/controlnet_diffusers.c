@@ -31,7 +31,8 @@ static int controlnet_name(void *ud, const char *k, char *buf, size_t n) {
         return 1;
     }
     if (sscanf(k, "controlnet_cond_embedding.blocks.%d.%n", &a, &used) == 1 && used) {
-        snprintf(buf, n, "input_hint_block.%d.%s", 2 * a + 2, k + used);
+        /* (in long long: a is any int a hostile key spells) */
+        snprintf(buf, n, "input_hint_block.%lld.%s", 2LL * a + 2, k + used);
         return 1;
     }
     used = 0;
