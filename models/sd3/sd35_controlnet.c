@@ -42,8 +42,14 @@ static sd_status read_type(sd_st_file *f, int *out, sd_error *err) {
     sd_tensor *c = sd_tensor_numel(t) == 1 ? sd_tensor_to_dtype(t, SD_F32) : NULL;
     sd_tensor_unref(t);
     if (!c) return sd_error_set(err, SD_ERR_FORMAT, "%s: control_type is not one number", sd_st_path(f));
-    *out = (int)lroundf(sd_tensor_f32(c)[0]);
+    float v = sd_tensor_f32(c)[0];
     sd_tensor_unref(c);
+    /* ComfyUI knows blur 0, canny 1, depth 2; a NaN or huge value would make
+     * the int conversion undefined */
+    if (!isfinite(v) || v < -1.5f || v > 2.5f)
+        return sd_error_set(err, SD_ERR_FORMAT, "%s: control_type %g is not one of 0 (blur), 1 (canny), 2 (depth)",
+                            sd_st_path(f), (double)v);
+    *out = (int)lroundf(v);
     return SD_OK;
 }
 

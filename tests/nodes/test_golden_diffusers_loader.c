@@ -169,6 +169,10 @@ int main(void) {
     CHECK_OK(sd_env_set(&env, &env.models_dir, models, &err), &err);
     CHECK_OK(sd_env_set(&env, &env.tokenizer_dir, tokdir, &err), &err);
     g_be = sd_golden_backend();
+    if (!g_be) {
+        sd_env_cleanup(&env);
+        return sd_test_finish();
+    }
     sd_model_store *store = sd_model_store_new();
     env.backend = g_be;
     env.models = store;

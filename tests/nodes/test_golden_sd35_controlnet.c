@@ -343,7 +343,9 @@ static void malformed(sd_backend *be, const char *dir, const char *bad, const ch
                 {"controlnet_blocks.0.bias", {128}, 1},
                 {"pos_embed_input.proj.weight", {128, 16, 2, 2}, 4},
                 {"transformer_blocks.0.adaLN_modulation.1.bias", {768}, 1},
-                {"y_embedder.mlp.0.weight", {128, 28}, 2}};
+                {"transformer_blocks.0.adaLN_modulation.1.weight", {768, 128}, 2},
+                {"y_embedder.mlp.0.weight", {128, 28}, 2},
+                {"control_type", {1}, 1}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         int nd = keys[i].nd;
         int64_t *s = keys[i].s;
@@ -352,6 +354,8 @@ static void malformed(sd_backend *be, const char *dir, const char *bad, const ch
             else nd = 1;
         }
         sd_tensor *t = sd_tensor_new(SD_F32, nd, s);
+        /* blur (0) is valid; 7 is no type ComfyUI knows */
+        if (t && strcmp(keys[i].k, "control_type") == 0) sd_tensor_f32(t)[0] = strcmp(bad, "control_type") == 0 ? 7.0f : 0.0f;
         CHECK_OK(sd_st_writer_add(w, keys[i].k, t, &err), &err);
         sd_tensor_unref(t);
     }
@@ -426,6 +430,7 @@ int main(void) {
     const char *tmp = sd_test_tmpdir("sd35_controlnet");
     malformed(be, tmp, "y_embedder.mlp.0.weight", "hidden size 100");
     malformed(be, tmp, "pos_embed_input.proj.weight", "not a conv");
+    malformed(be, tmp, "control_type", "control_type 7 is not one of");
     sd_st_close(g);
     sd_sd3_free(dit);
     sd_vae_free(vae);
