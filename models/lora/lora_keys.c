@@ -58,90 +58,59 @@ static int ends_with(const char *s, const char *suf) {
 
 /* ---- UNet ------------------------------------------------------------------ */
 
-/* Every diffusers module -> ldm module pair (without .weight/.bias). */
-typedef struct dpair {
-    char d[200], l[200];
-} dpair;
-
-typedef struct dlist {
-    dpair *p;
-    size_t n, cap;
-    int oom;
-} dlist;
-
-static void dadd(dlist *L, const char *d, const char *l) {
-    if (L->oom) return;
-    if (L->n == L->cap) {
-        size_t cap = L->cap ? 2 * L->cap : 512;
-        dpair *p = realloc(L->p, cap * sizeof *p);
-        if (!p) {
-            L->oom = 1;
-            return;
-        }
-        L->p = p;
-        L->cap = cap;
-    }
-    snprintf(L->p[L->n].d, sizeof L->p[L->n].d, "%s", d);
-    snprintf(L->p[L->n].l, sizeof L->p[L->n].l, "%s", l);
-    L->n++;
-}
-
-static void dadd_fn(void *ud, const char *d, const char *l) { dadd(ud, d, l); }
-
 static void unet_keys(sd_unet *u, kbuf *b) {
-    dlist L = {0};
-    sd_unet_diffusers_names(sd_unet_get_config(u), dadd_fn, &L); /* comfy.utils.unet_to_diffusers */
-    if (L.oom) {
+    size_t n;
+    sd_unet_name_pair *t = sd_unet_diffusers_table(sd_unet_get_config(u), &n); /* comfy.utils.unet_to_diffusers */
+    if (!t) {
         b->oom = 1;
-        free(L.p);
         return;
     }
     char name[300], tgt[260];
     /* state-dict keys first (model_lora_keys_unet's first loop): every ldm
      * module that exists, named from its ldm path */
-    for (size_t i = 0; i < L.n; i++) {
+    for (size_t i = 0; i < n; i++) {
         int dup = 0; /* label_emb appears twice in the basic map */
-        for (size_t j = 0; j < i && !dup; j++) dup = strcmp(L.p[j].l, L.p[i].l) == 0;
+        for (size_t j = 0; j < i && !dup; j++) dup = strcmp(t[j].l, t[i].l) == 0;
         if (dup) continue;
-        snprintf(tgt, sizeof tgt, "%s.weight", L.p[i].l);
+        snprintf(tgt, sizeof tgt, "%s.weight", t[i].l);
         if (sd_unet_param(u, tgt)) {
-            snprintf(name, sizeof name, "lora_unet_%s", L.p[i].l);
+            snprintf(name, sizeof name, "lora_unet_%s", t[i].l);
             dots_to_underscores(name + 10);
             add(b, name, SD_LORA_UNET, tgt);
-            snprintf(name, sizeof name, "diffusion_model.%s", L.p[i].l);
+            snprintf(name, sizeof name, "diffusion_model.%s", t[i].l);
             add(b, name, SD_LORA_UNET, tgt);
         }
-        snprintf(tgt, sizeof tgt, "%s.bias", L.p[i].l);
+        snprintf(tgt, sizeof tgt, "%s.bias", t[i].l);
         if (sd_unet_param(u, tgt)) {
             snprintf(name, sizeof name, "diffusion_model.%s", tgt);
             add(b, name, SD_LORA_UNET, tgt);
         }
     }
     /* diffusers names */
-    for (size_t i = 0; i < L.n; i++) {
-        snprintf(tgt, sizeof tgt, "%s.weight", L.p[i].l);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(tgt, sizeof tgt, "%s.weight", t[i].l);
         if (!sd_unet_param(u, tgt)) continue;
-        snprintf(name, sizeof name, "lora_unet_%s", L.p[i].d);
+        snprintf(name, sizeof name, "lora_unet_%s", t[i].d);
         dots_to_underscores(name + 10);
         add(b, name, SD_LORA_UNET, tgt);
-        snprintf(name, sizeof name, "lycoris_%s", L.p[i].d);
+        snprintf(name, sizeof name, "lycoris_%s", t[i].d);
         dots_to_underscores(name + 8);
         add(b, name, SD_LORA_UNET, tgt);
         static const char *const pre[] = {"", "unet."};
         for (int p = 0; p < 2; p++) {
             /* k.replace(".to_", ".processor.to_"), then ".to_out.0" -> ".to_out" */
             char dk[300];
-            const char *hit = strstr(L.p[i].d, ".to_");
+            const char *hit = strstr(t[i].d, ".to_");
             if (hit)
-                snprintf(dk, sizeof dk, "%s%.*s.processor%s", pre[p], (int)(hit - L.p[i].d), L.p[i].d,
+                snprintf(dk, sizeof dk, "%s%.*s.processor%s", pre[p], (int)(hit - t[i].d), t[i].d,
                          hit);
             else
-                snprintf(dk, sizeof dk, "%s%s", pre[p], L.p[i].d);
+                snprintf(dk, sizeof dk, "%s%s", pre[p], t[i].d);
             if (ends_with(dk, ".to_out.0")) dk[strlen(dk) - 2] = '\0';
             add(b, dk, SD_LORA_UNET, tgt);
         }
     }
-    free(L.p);
+    free(t);
 }
 
 /* ---- text encoders ---------------------------------------------------------------- */

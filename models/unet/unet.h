@@ -309,6 +309,12 @@ void sd_unet_as_dmodel(sd_unet *u, sd_dmodel *out);
  * transformer_depth_output (n_output_blocks 0: no up blocks, a ControlNet). */
 typedef void (*sd_unet_name_fn)(void *ud, const char *diffusers, const char *ldm);
 void sd_unet_diffusers_names(const sd_unet_config *c, sd_unet_name_fn fn, void *ud);
+/* The same table as an array, in the same order (label_emb twice): *n
+ * pairs, owned by the caller (free()); NULL when out of memory. */
+typedef struct sd_unet_name_pair {
+    char d[200], l[200]; /* diffusers module, ldm module */
+} sd_unet_name_pair;
+sd_unet_name_pair *sd_unet_diffusers_table(const sd_unet_config *c, size_t *n);
 /* 1 when f holds prefix + conv_in.weight and down_blocks.0.resnets.0.conv1.weight. */
 int sd_unet_is_diffusers(sd_st_file *f, const char *prefix);
 /* Those structural fields counted from a diffusers-layout file's keys under

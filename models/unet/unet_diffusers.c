@@ -170,11 +170,8 @@ sd_status sd_unet_diffusers_layout(sd_st_file *f, const char *prefix, sd_unet_co
 
 /* ---- renaming a file ---------------------------------------------------------------- */
 
-typedef struct pair {
-    char d[200], l[200];
-} pair;
 typedef struct plist {
-    pair *p;
+    sd_unet_name_pair *p;
     size_t n, cap;
     int oom;
 } plist;
@@ -184,7 +181,7 @@ static void collect(void *ud, const char *d, const char *l) {
     if (L->oom) return;
     if (L->n == L->cap) {
         size_t cap = L->cap ? 2 * L->cap : 1024;
-        pair *p = realloc(L->p, cap * sizeof *p);
+        sd_unet_name_pair *p = realloc(L->p, cap * sizeof *p);
         if (!p) {
             L->oom = 1;
             return;
@@ -197,20 +194,32 @@ static void collect(void *ud, const char *d, const char *l) {
     L->n++;
 }
 
-static int by_d(const void *a, const void *b) { return strcmp(((const pair *)a)->d, ((const pair *)b)->d); }
+sd_unet_name_pair *sd_unet_diffusers_table(const sd_unet_config *c, size_t *n) {
+    plist L = {0};
+    sd_unet_diffusers_names(c, collect, &L);
+    if (!L.oom && !L.p) L.p = malloc(sizeof *L.p); /* an empty table is not a failure */
+    if (L.oom || !L.p) {
+        free(L.p);
+        *n = 0;
+        return NULL;
+    }
+    *n = L.n;
+    return L.p;
+}
+
+static int by_d(const void *a, const void *b) {
+    return strcmp(((const sd_unet_name_pair *)a)->d, ((const sd_unet_name_pair *)b)->d);
+}
 
 /* Visits every key of f under prefix with its new name (table hit, else
  * extra); keys with none are skipped. Returns the first non-zero of fn. */
 typedef sd_status (*visit_fn)(void *ud, const sd_st_entry *e, const char *name, sd_error *err);
 static sd_status each_renamed(sd_st_file *f, const char *prefix, const sd_unet_config *c, const char *out_prefix,
                               sd_unet_rename_fn extra, void *extra_ud, visit_fn fn, void *ud, sd_error *err) {
-    plist L = {0};
-    sd_unet_diffusers_names(c, collect, &L);
-    if (L.oom) {
-        free(L.p);
-        return sd_error_set(err, SD_ERR_NOMEM, "out of memory renaming %s", sd_st_path(f));
-    }
-    qsort(L.p, L.n, sizeof *L.p, by_d);
+    size_t nt;
+    sd_unet_name_pair *t = sd_unet_diffusers_table(c, &nt);
+    if (!t) return sd_error_set(err, SD_ERR_NOMEM, "out of memory renaming %s", sd_st_path(f));
+    qsort(t, nt, sizeof *t, by_d);
     size_t plen = strlen(prefix);
     sd_status rc = SD_OK;
     char name[512];
@@ -221,10 +230,10 @@ static sd_status each_renamed(sd_st_file *f, const char *prefix, const sd_unet_c
         k += plen;
         const char *dot = strrchr(k, '.');
         int found = 0;
-        pair key;
+        sd_unet_name_pair key;
         if (dot && (size_t)(dot - k) < sizeof key.d) {
             snprintf(key.d, sizeof key.d, "%.*s", (int)(dot - k), k);
-            const pair *hit = bsearch(&key, L.p, L.n, sizeof *L.p, by_d);
+            const sd_unet_name_pair *hit = bsearch(&key, t, nt, sizeof *t, by_d);
             if (hit) {
                 snprintf(name, sizeof name, "%s%s%s", out_prefix, hit->l, dot);
                 found = 1;
@@ -233,7 +242,7 @@ static sd_status each_renamed(sd_st_file *f, const char *prefix, const sd_unet_c
         if (!found && extra) found = extra(extra_ud, k, name, sizeof name);
         if (found) rc = fn(ud, e, name, err); /* else not part of the network: left out, as ComfyUI does */
     }
-    free(L.p);
+    free(t);
     return rc;
 }
 
