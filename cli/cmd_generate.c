@@ -88,6 +88,17 @@ static void add_link(cJSON *inputs, const char *name, const char *id, int index)
     cJSON_AddItemToArray(l, cJSON_CreateNumber(index));
 }
 
+/* VAEDecode #8 of the sampler's latent (node samples, output 0) into
+ * SaveImage #9: the tail every graph generate builds ends with. */
+static void add_decode_save(cJSON *root, const char *samples, const char *vae_src, int vae_out) {
+    cJSON *in = add_node(root, "8", "VAEDecode");
+    add_link(in, "samples", samples, 0);
+    add_link(in, "vae", vae_src, vae_out);
+    in = add_node(root, "9", "SaveImage");
+    cJSON_AddStringToObject(in, "filename_prefix", "sdflow");
+    add_link(in, "images", "8", 0);
+}
+
 /* "NAME:WEIGHT" or "NAME" (weight 1). The weight is what follows the last
  * colon when that parses as a number, so names may hold colons. */
 static int split_lora(const char *spec, char *name, size_t n, double *weight) {
@@ -270,12 +281,7 @@ static sd_status build_graph(const gen_opts *g, const char *init, const char *ma
             cJSON_AddStringToObject(in, "text", g->negative);
             add_link(in, "clip", clip_src, clip_out);
         }
-        in = add_node(root, "8", "VAEDecode");
-        add_link(in, "samples", "3", 0);
-        add_link(in, "vae", vae_src, vae_out);
-        in = add_node(root, "9", "SaveImage");
-        cJSON_AddStringToObject(in, "filename_prefix", "sdflow");
-        add_link(in, "images", "8", 0);
+        add_decode_save(root, "3", vae_src, vae_out);
         if (init && mask && !soft_mask) {
             in = add_node(root, "10", "VAEEncodeForInpaint");
             add_link(in, "pixels", "1", 0);
@@ -401,12 +407,7 @@ static sd_status build_kontext_graph(const gen_opts *g, char *const *refs, char 
     cJSON_AddStringToObject(in, "text", g->prompt);
     if (g->loras.n) snprintf(lora_id, sizeof lora_id, "%d", GEN_KONTEXT_LORA0 + g->loras.n - 1);
     add_link(in, "clip", g->loras.n ? lora_id : clip0, g->loras.n ? 1 : clip0_out);
-    in = add_node(root, "8", "VAEDecode");
-    add_link(in, "samples", "13", 0);
-    add_link(in, "vae", vae_src, vae_out);
-    in = add_node(root, "9", "SaveImage");
-    cJSON_AddStringToObject(in, "filename_prefix", "sdflow");
-    add_link(in, "images", "8", 0);
+    add_decode_save(root, "13", vae_src, vae_out);
     if (!split) {
         in = add_node(root, "4", "CheckpointLoaderSimple");
         cJSON_AddStringToObject(in, "ckpt_name", g->model);
