@@ -2,6 +2,7 @@
  * backends, the sticky error, sd_bt bookkeeping, and validation + result
  * allocation for every sd_op_* before it is dispatched through the vtable. */
 #include "kernels/backend_impl.h"
+#include "kernels/cpus.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -19,10 +20,7 @@
 sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_error *err) {
     *out = NULL;
     if (!name) return sd_error_set(err, SD_ERR_INVALID, "backend name is NULL");
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0) n_threads = sd_backend_default_threads();
     const sd_backend_entry *entry = sd_backend_find(name);
     if (!entry) {
         if (strcmp(name, "cuda") == 0)

@@ -26,20 +26,25 @@
  *   that takes microseconds when the code is right and never happens when it
  *   is wrong.
  * n_threads = 1 must run on this thread alone, pool and OpenBLAS included.
+ * And the default thread count (n_threads 0) follows the process's CPU set
+ * and its cgroup's CPU quota (read from made-up files).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpus.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/dnnl_bf16.h"
 #include "testutil.h"
@@ -77,16 +82,21 @@ static void on_exit_thread(void *p) {
 
 static void make_key(void) { pthread_key_create(&exit_key, on_exit_thread); }
 
+/* Scalars, not a start_t copy on the stack: libgomp's threads leave by
+ * pthread_exit, which skips this frame's epilogue, and ASan then finds the
+ * redzones of a stack struct still poisoned when the thread is torn down. */
 static void *trampoline(void *p) {
-    start_t s = *(start_t *)p;
+    void *(*fn)(void *) = ((start_t *)p)->fn;
+    void *arg = ((start_t *)p)->arg;
+    int slot = ((start_t *)p)->slot;
     free(p);
     pthread_mutex_lock(&mu);
-    created[s.slot].tid = (int)syscall(SYS_gettid);
+    created[slot].tid = (int)syscall(SYS_gettid);
     pthread_cond_broadcast(&exited);
     pthread_mutex_unlock(&mu);
     /* the destructor runs on return and on pthread_exit (libgomp's way out) */
-    pthread_setspecific(exit_key, (void *)(intptr_t)(s.slot + 1));
-    return s.fn(s.arg);
+    pthread_setspecific(exit_key, (void *)(intptr_t)(slot + 1));
+    return fn(arg);
 }
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -356,6 +366,73 @@ static void check_op(sd_backend *be, int n_threads, int op, int bf16, const int 
         CHECK_MSG(ran_pool == 0 && n_made == 0, "%s: ran on more than this thread", what);
 }
 
+/* The default thread count follows this process's CPU set, not the machine:
+ * pinned to one CPU (as taskset or a container's CPU set would), a backend
+ * made with n_threads 0 runs one thread. */
+static void check_default_threads(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        printf("default threads: affinity mask not readable, not checked\n");
+        return;
+    }
+    int allowed = CPU_COUNT(&set), first = 0;
+    while (first < CPU_SETSIZE && !CPU_ISSET(first, &set)) first++;
+    int def = sd_backend_default_threads();
+    printf("default threads %d, %d CPUs in the affinity mask\n", def, allowed);
+    CHECK(def >= 1 && def <= allowed);
+    CPU_ZERO(&set);
+    CPU_SET(first, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        printf("default threads: cannot pin to one CPU, not checked\n");
+        return;
+    }
+    CHECK(sd_backend_default_threads() == 1);
+    sd_backend *be = NULL;
+    sd_error err;
+    sd_error_clear(&err);
+    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    CHECK_MSG(be && be->n_threads == 1, "pinned to one CPU, default backend has %d threads",
+              be ? be->n_threads : -1);
+    sd_backend_free(be);
+}
+
+/* Writes text to dir/rel, making the folders on the way. */
+static void put(const char *dir, const char *rel, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    for (char *q = path + strlen(dir) + 1; (q = strchr(q, '/')); q++) {
+        *q = 0;
+        mkdir(path, 0755);
+        *q = '/';
+    }
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (f) fputs(text, f), fclose(f);
+}
+
+/* The quota read from made-up cgroup v2 and v1 files. */
+static void check_cgroup_quota(void) {
+    const char *d = sd_test_tmpdir("threads_cgroup");
+    char cg[1024], root[1024];
+    snprintf(cg, sizeof cg, "%s/cgroup", d);
+    snprintf(root, sizeof root, "%s/sys", d);
+    CHECK(sd_cpus_cgroup_quota(cg, root) == 0); /* no /proc file */
+    put(d, "cgroup", "0::/docker/abc\n");
+    CHECK(sd_cpus_cgroup_quota(cg, root) == 0); /* no cpu.max */
+    put(d, "sys/docker/abc/cpu.max", "250000 100000\n");
+    CHECK(sd_cpus_cgroup_quota(cg, root) == 3); /* 2.5 CPUs: 3 threads */
+    put(d, "sys/docker/abc/cpu.max", "max 100000\n");
+    CHECK(sd_cpus_cgroup_quota(cg, root) == 0);
+    /* v1, the cpu controller mounted with cpuacct; the v2 line has no cpu.max */
+    put(d, "cgroup", "4:cpu,cpuacct:/lxc/x\n1:name=systemd:/\n0::/\n");
+    put(d, "sys/cpu/lxc/x/cpu.cfs_quota_us", "200000\n");
+    put(d, "sys/cpu/lxc/x/cpu.cfs_period_us", "100000\n");
+    CHECK(sd_cpus_cgroup_quota(cg, root) == 2);
+    put(d, "sys/cpu/lxc/x/cpu.cfs_quota_us", "-1\n");
+    CHECK(sd_cpus_cgroup_quota(cg, root) == 0);
+}
+
 int main(void) {
     self_tid = (int)syscall(SYS_gettid);
     sd_error err;
@@ -383,5 +460,7 @@ int main(void) {
         }
         sd_backend_free(be);
     }
+    check_cgroup_quota();
+    check_default_threads();
     return sd_test_finish();
 }

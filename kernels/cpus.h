@@ -1,0 +1,18 @@
+/* cpus.h - how many CPUs this process may use (internal to kernels/): the
+ * thread count sd_backend_new picks for n_threads <= 0. */
+#ifndef SD_KERNELS_CPUS_H
+#define SD_KERNELS_CPUS_H
+
+/* The CPUs this process may use: its affinity mask (taskset, a container's
+ * CPU set), capped by its cgroup's CPU quota rounded up; at least 1. Not
+ * the machine's core count, which oversubscribes a restricted process. */
+int sd_backend_default_threads(void);
+
+/* The CPU quota of the cgroup named in `proc_cgroup` (a /proc/PID/cgroup
+ * file) under the cgroup mount `root` (/sys/fs/cgroup): v2 cpu.max, or v1
+ * cpu/cpu.cfs_quota_us over cpu.cfs_period_us, in whole CPUs rounded up;
+ * 0 for no quota or unreadable files. A parameter so that tests can point
+ * it at made-up files. */
+int sd_cpus_cgroup_quota(const char *proc_cgroup, const char *root);
+
+#endif
