@@ -1,4 +1,5 @@
 /* gemm.c - GEMM through OpenBLAS, split over the pool; linear and matmul. */
+#include "blas_threads.h"
 #include "cpu.h"
 
 #include <cblas.h>
@@ -12,6 +13,7 @@ void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : C[i * ldc + j] * beta;
         return;
     }
+    sd_cpu_blas_one_thread(); /* OpenMP OpenBLAS would start a team here: blas_threads.h */
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
                 (int)ldb, beta, C, (int)ldc);

@@ -26,6 +26,10 @@
  *   that takes microseconds when the code is right and never happens when it
  *   is wrong.
  * n_threads = 1 must run on this thread alone, pool and OpenBLAS included.
+ * The OpenBLAS linked here is Debian's default pthread build; to check the
+ * OpenMP one (blas_threads.h), unpack libopenblas0-openmp's .deb
+ * (apt-get download; dpkg-deb -x) and run this test with LD_LIBRARY_PATH
+ * set to its usr/lib/x86_64-linux-gnu/openblas-openmp.
  * And the default thread count (n_threads 0) follows the process's CPU set
  * and its cgroup's CPU quota (read from made-up files).
  */
@@ -333,14 +337,17 @@ static void check_op(sd_backend *be, int n_threads, int op, int bf16, const int 
 
     int made[64];
     int n_made = created_in(ph, made, 64);
-    int ran = 0, ran_pool = 0, ran_other = 0;
+    /* this thread ran (its own counters may lag: the kernel updates a
+     * running thread's run time at ticks and switches) */
+    int ran = 1, ran_pool = 0, ran_other = 0;
     for (int i = 0; i < na; i++) {
+        if (after[i].tid == self_tid) continue;
         int j = 0;
         while (j < nb && before[j].tid != after[i].tid) j++;
         int moved = j == nb || after[i].run != before[j].run;
         if (!moved) continue;
         ran++;
-        if (after[i].tid == self_tid || in(after[i].tid, made, n_made < 64 ? n_made : 64)) continue;
+        if (in(after[i].tid, made, n_made < 64 ? n_made : 64)) continue;
         if (in(after[i].tid, workers, n_workers)) {
             ran_pool++;
         } else {
