@@ -21,7 +21,7 @@ static int mkdirs(const char *path) {
 
 static int synth(const char *preset, unsigned long long seed, int force, const char *models, const char *tok);
 static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const char *quant, const char *te_quant,
-                      unsigned long long seed, int force, const char *models);
+                      int threads, unsigned long long seed, int force, const char *models);
 static int synth_sd3(const sd_synth_sd3_config *cfg, unsigned long long seed, int force, const char *models);
 static int synth_zimage(const sd_synth_zimage_config *cfg, unsigned long long seed, int force, const char *models);
 
@@ -30,7 +30,7 @@ static int synth_zimage(const sd_synth_zimage_config *cfg, unsigned long long se
 
 int sd_cli_synth(int argc, char **argv) {
     const char *preset = "sd1-tiny", *layout = "all", *quant = "Q4_K_S", *te_quant = "Q8_0";
-    long long seed = 1;
+    long long seed = 1, threads = 0;
     int force = 0;
     const sd_cli_option own[] = {
         {"--preset", NULL, SD_CLI_STR, &preset, "NAME", "model shape (default sd1-tiny)",
@@ -45,6 +45,9 @@ int sd_cli_synth(int argc, char **argv) {
          "F16|BF16|Q8_0|Q4_0|Q5_0|Q4_K_S|Q5_K_S|Q6_K"},
         {"--text-encoder-quant", NULL, SD_CLI_STR, &te_quant, "TYPE",
          "--layout gguf: the T5-XXL's GGUF type (default Q8_0)", "F16|BF16|Q8_0|Q4_0|Q5_0|Q4_K_S|Q5_K_S|Q6_K"},
+        {"--threads", NULL, SD_CLI_INT, &threads, "N",
+         "--layout gguf: threads that make and quantize each tensor (default: every core; the files' bytes "
+         "are the same for every count)", NULL},
         {"--seed", NULL, SD_CLI_INT, &seed, "N", "seed of the random weights (default 1)", NULL},
         {"--force", NULL, SD_CLI_FLAG, &force, NULL, "rewrite the checkpoint when it exists", NULL},
         {0}};
@@ -77,7 +80,7 @@ int sd_cli_synth(int argc, char **argv) {
     const sd_synth_sd3_config *sd3 = sd_synth_sd3_preset(preset);
     const sd_synth_zimage_config *zi = sd_synth_zimage_preset(preset);
     unsigned long long sd = (unsigned long long)seed;
-    code = flux  ? synth_flux(flux, layout, quant, te_quant, sd, force, env.models_dir)
+    code = flux  ? synth_flux(flux, layout, quant, te_quant, (int)threads, sd, force, env.models_dir)
            : sd3 ? synth_sd3(sd3, sd, force, env.models_dir)
            : zi  ? synth_zimage(zi, sd, force, env.models_dir)
                  : synth(preset, sd, force, env.models_dir, a.tokenizer_dir);
@@ -117,13 +120,20 @@ static int synth(const char *preset, unsigned long long seed, int force, const c
     return 0;
 }
 
-/* Writes one part of a DiT family's files to path. */
-typedef sd_status (*part_writer)(const void *cfg, int part, const char *gguf, unsigned long long seed,
+/* A part written as GGUF: its type and the threads quantizing it. */
+typedef struct gguf_as {
+    const char *type;
+    int threads;
+} gguf_as;
+
+/* Writes one part of a DiT family's files to path (gguf: NULL for
+ * safetensors). */
+typedef sd_status (*part_writer)(const void *cfg, int part, const gguf_as *gguf, unsigned long long seed,
                                  const char *path, sd_error *err);
 
 /* One file of a DiT family into MODELS/folder/name, kept when it exists
  * (unless force); what: the part's name for the log. */
-static int part_file(part_writer write, const void *cfg, int part, const char *what, const char *gguf,
+static int part_file(part_writer write, const void *cfg, int part, const char *what, const gguf_as *gguf,
                      unsigned long long seed, int force, const char *models, const char *folder, const char *name) {
     char dir[4096], path[4400];
     snprintf(dir, sizeof dir, "%s/%s", models, folder);
@@ -145,21 +155,20 @@ static int part_file(part_writer write, const void *cfg, int part, const char *w
     return 0;
 }
 
-/* gguf: the GGUF type to write the part in (NULL: safetensors). */
-static sd_status write_flux(const void *cfg, int part, const char *gguf, unsigned long long seed, const char *path,
+static sd_status write_flux(const void *cfg, int part, const gguf_as *gguf, unsigned long long seed, const char *path,
                             sd_error *err) {
-    return gguf ? sd_synth_flux_gguf_write(cfg, (sd_synth_flux_part)part, gguf, seed, path, err)
+    return gguf ? sd_synth_flux_gguf_write(cfg, (sd_synth_flux_part)part, gguf->type, seed, gguf->threads, path, err)
                 : sd_synth_flux_write(cfg, (sd_synth_flux_part)part, seed, path, err);
 }
 
-static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *gguf,
+static int flux_file(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const gguf_as *gguf,
                      unsigned long long seed, int force, const char *models, const char *folder, const char *name) {
     return part_file(write_flux, cfg, (int)part, sd_synth_flux_part_name(part), gguf, seed, force, models, folder,
                      name);
 }
 
 static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const char *quant, const char *te_quant,
-                      unsigned long long seed, int force, const char *models) {
+                      int threads, unsigned long long seed, int force, const char *models) {
     int gguf = strcmp(layout, "gguf") == 0;
     int split = !gguf && strcmp(layout, "fp8") != 0, fp8 = !gguf && strcmp(layout, "split") != 0;
     if (gguf && (!sd_synth_gguf_type(quant, NULL) || !sd_synth_gguf_type(te_quant, NULL))) {
@@ -183,10 +192,11 @@ static int synth_flux(const sd_synth_flux_config *cfg, const char *layout, const
         if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_AE, NULL, seed, force, models, "vae", name);
     }
     if (gguf) {
+        const gguf_as dit_as = {quant, threads}, t5_as = {te_quant, threads};
         snprintf(name, sizeof name, "sdflow-random-%s-%s.gguf", cfg->name, quant);
-        rc |= flux_file(cfg, SD_SYNTH_FLUX_DIT, quant, seed, force, models, "diffusion_models", name);
+        rc |= flux_file(cfg, SD_SYNTH_FLUX_DIT, &dit_as, seed, force, models, "diffusion_models", name);
         snprintf(name, sizeof name, "sdflow-random-%st5xxl-%s.gguf", size, te_quant);
-        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_T5, te_quant, seed, force, models, "text_encoders", name);
+        if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_T5, &t5_as, seed, force, models, "text_encoders", name);
         snprintf(name, sizeof name, "sdflow-random-%sclip_l.safetensors", size);
         if (!rc) rc |= flux_file(cfg, SD_SYNTH_FLUX_CLIP_L, NULL, seed, force, models, "text_encoders", name);
         snprintf(name, sizeof name, "sdflow-random-%sae.safetensors", size);
@@ -207,7 +217,7 @@ static const char *const T5_NOTE =
     "note: T5-XXL needs the T5 tokenizer, ComfyUI's comfy/text_encoders/t5_tokenizer/tokenizer.json\n"
     "      (--comfyui-dir, or --tokenizer-dir DIR holding DIR/t5_tokenizer/tokenizer.json).\n";
 
-static sd_status write_sd3(const void *cfg, int part, const char *gguf, unsigned long long seed, const char *path,
+static sd_status write_sd3(const void *cfg, int part, const gguf_as *gguf, unsigned long long seed, const char *path,
                            sd_error *err) {
     (void)gguf;
     return sd_synth_sd3_write(cfg, (sd_synth_sd3_part)part, seed, path, err);
@@ -238,7 +248,7 @@ static int synth_sd3(const sd_synth_sd3_config *cfg, unsigned long long seed, in
     return 0;
 }
 
-static sd_status write_zimage(const void *cfg, int part, const char *gguf, unsigned long long seed,
+static sd_status write_zimage(const void *cfg, int part, const gguf_as *gguf, unsigned long long seed,
                               const char *path, sd_error *err) {
     (void)gguf;
     return sd_synth_zimage_write(cfg, (sd_synth_zimage_part)part, seed, path, err);

@@ -285,10 +285,12 @@ sd_status sd_synth_zimage_write(const sd_synth_zimage_config *cfg, sd_synth_zima
  *                      the matrices in the type).
  * quant: llama.cpp's type names F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K_S (Q4_K),
  * Q5_K_S (Q5_K), Q6_K, quantized by core/quantize.c. Each tensor is made
- * while the file is written (memory: one layer). SD_ERR_INVALID for another
- * type or part. */
+ * while the file is written (memory: one layer's stored bytes plus a chunk
+ * of floats per thread), its rows split between `threads` threads (<= 0:
+ * every online core); the file's bytes are the same for every thread count.
+ * SD_ERR_INVALID for another type or part. */
 sd_status sd_synth_flux_gguf_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *quant,
-                                   uint64_t seed, const char *path, sd_error *err);
+                                   uint64_t seed, int threads, const char *path, sd_error *err);
 /* 1 when name is one of those types (*dt, when not NULL: its tensor type). */
 int sd_synth_gguf_type(const char *name, sd_dtype *dt);
 

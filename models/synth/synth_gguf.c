@@ -5,15 +5,18 @@
  * llama.cpp T5 encoders, quantized by core/quantize.c.
  *
  * Each tensor is made while the file is written (formats/gguf.h lazy
- * tensors): memory holds one layer's floats. Values: norm scales 1; biases,
+ * tensors), its rows generated and quantized by several threads in chunks:
+ * memory holds the layer's stored bytes and a few chunks of floats. Values: norm scales 1; biases,
  * embeddings and the T5 position bias N(0, 0.02^2); other weights
  * N(0, 1/fan_in) (an Irwin-Hall sum of four uniforms: cheap, and close
  * enough to a Gaussian for random weights); each tensor seeded from the seed
  * and its name. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/quant.h"
 #include "formats/gguf.h"
@@ -42,6 +45,7 @@ typedef struct spec {
     int64_t shape[2];
     sd_dtype dt;
     uint64_t seed;
+    int threads; /* workers filling it */
 } spec;
 
 typedef struct specs {
@@ -50,6 +54,7 @@ typedef struct specs {
     sd_synth_flux_part part;
     sd_dtype q;
     uint64_t seed;
+    int threads;
     int failed;
 } specs;
 
@@ -134,37 +139,98 @@ static void collect(void *user, const char *name, sd_dtype dtype, int ndim, cons
         p->dt = matrix_type(S->q, shape[1]);
     }
     p->seed = hash_name(p->name, S->seed);
+    p->threads = S->threads;
     S->n++;
 }
 
-static sd_status fill(void *ctx, const char *name, void *dst, size_t nbytes, sd_error *err) {
-    const spec *p = ctx;
-    int64_t n = p->ndim == 2 ? p->shape[0] * p->shape[1] : p->shape[0];
-    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v) return sd_error_set(err, SD_ERR_NOMEM, "out of memory synthesizing '%s' (%lld values)", name, (long long)n);
+/* One tensor being filled: its rows are cut into contiguous ranges, one per
+ * worker. Quantization and conversion are per block within a row, and each
+ * value comes from a counter-based stream (value i uses the state advanced
+ * 2i times, which is seed + 2i * the increment), so every split writes the
+ * same bytes as one thread. */
+typedef struct job {
+    const spec *p;
+    uint8_t *dst;
+    int64_t rows, cols;
+    size_t row_bytes;
+} job;
+
+typedef struct slice {
+    const job *j;
+    int64_t r0, r1;
+    int nomem;
+} slice;
+
+enum { CHUNK_VALUES = 1 << 16 }; /* floats a worker holds at once: memory stays bounded */
+
+static void fill_values(const spec *p, int64_t i0, float *v, int64_t n) {
+    if (p->init == INIT_ONE) {
+        for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
+        return;
+    }
     double sd = p->init == INIT_WEIGHT ? 1.0 / sqrt((double)(p->ndim == 2 ? p->shape[1] : 1)) : 0.02;
-    uint64_t s = p->seed;
     const double k = sd * sqrt(3.0) / 2147483648.0; /* four uniforms on [-2^31, 2^31): variance 2^62 * 4/3 */
+    uint64_t s = p->seed + (uint64_t)i0 * 2u * 0x9e3779b97f4a7c15ull; /* mix() adds the increment per call */
     for (int64_t i = 0; i < n; i++) {
-        if (p->init == INIT_ONE) {
-            v[i] = 1.0f;
-            continue;
-        }
         uint64_t a = mix(&s), b = mix(&s);
         double u = (double)(int32_t)(a >> 32) + (double)(int32_t)a + (double)(int32_t)(b >> 32) + (double)(int32_t)b;
         v[i] = (float)(u * k);
     }
-    sd_status rc = SD_OK;
-    if (!sd_dtype_is_quantized(p->dt)) sd_dtype_convert(dst, p->dt, v, SD_F32, (size_t)n);
-    else if (!sd_quant_quantize(p->dt, v, dst, n))
-        rc = sd_error_set(err, SD_ERR_UNSUPPORTED, "no quantizer for %s ('%s')", sd_dtype_name(p->dt), name);
-    (void)nbytes;
+}
+
+static void *fill_rows(void *arg) {
+    slice *t = arg;
+    const job *j = t->j;
+    int64_t per = j->cols >= CHUNK_VALUES ? 1 : CHUNK_VALUES / j->cols;
+    if (per > t->r1 - t->r0) per = t->r1 - t->r0;
+    float *v = per > 0 ? malloc((size_t)(per * j->cols) * sizeof *v) : NULL;
+    if (per > 0 && !v) {
+        t->nomem = 1;
+        return NULL;
+    }
+    for (int64_t r = t->r0; r < t->r1; r += per) {
+        int64_t nr = t->r1 - r < per ? t->r1 - r : per, n = nr * j->cols;
+        fill_values(j->p, r * j->cols, v, n);
+        uint8_t *dst = j->dst + (size_t)r * j->row_bytes;
+        if (sd_dtype_is_quantized(j->p->dt)) sd_quant_quantize(j->p->dt, v, dst, n);
+        else sd_dtype_convert(dst, j->p->dt, v, SD_F32, (size_t)n);
+    }
     free(v);
-    return rc;
+    return NULL;
+}
+
+enum { MAX_THREADS = 256 };
+
+static sd_status fill(void *ctx, const char *name, void *dst, size_t nbytes, sd_error *err) {
+    const spec *p = ctx;
+    if (sd_dtype_is_quantized(p->dt) && !sd_quant_can_quantize(p->dt))
+        return sd_error_set(err, SD_ERR_UNSUPPORTED, "no quantizer for %s ('%s')", sd_dtype_name(p->dt), name);
+    job j = {p, dst, p->ndim == 2 ? p->shape[0] : 1, p->ndim == 2 ? p->shape[1] : p->shape[0], 0};
+    j.row_bytes = sd_dtype_nbytes(p->dt, j.cols);
+    (void)nbytes;
+    int nt = p->threads < 1 ? 1 : p->threads > MAX_THREADS ? MAX_THREADS : p->threads;
+    if (nt > j.rows) nt = (int)j.rows;
+    if (nt < 1) nt = 1;
+    slice parts[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int i = 0; i < nt; i++) parts[i] = (slice){&j, j.rows * i / nt, j.rows * (i + 1) / nt, 0};
+    /* workers 1..nt-1 on their own threads, worker 0 here; a worker whose
+     * thread cannot start runs here too (same bytes, only slower) */
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&tid[i], NULL, fill_rows, &parts[i]) == 0;
+    fill_rows(&parts[0]);
+    int nomem = parts[0].nomem;
+    for (int i = 1; i < nt; i++) {
+        if (started[i]) pthread_join(tid[i], NULL);
+        else fill_rows(&parts[i]);
+        nomem |= parts[i].nomem;
+    }
+    if (nomem) return sd_error_set(err, SD_ERR_NOMEM, "out of memory synthesizing '%s'", name);
+    return SD_OK;
 }
 
 sd_status sd_synth_flux_gguf_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *quant,
-                                   uint64_t seed, const char *path, sd_error *err) {
+                                   uint64_t seed, int threads, const char *path, sd_error *err) {
     sd_dtype q;
     if (!sd_synth_gguf_type(quant, &q))
         return sd_error_set(err, SD_ERR_INVALID,
@@ -172,7 +238,11 @@ sd_status sd_synth_flux_gguf_write(const sd_synth_flux_config *cfg, sd_synth_flu
                             quant ? quant : "");
     if (part != SD_SYNTH_FLUX_DIT && part != SD_SYNTH_FLUX_T5)
         return sd_error_set(err, SD_ERR_INVALID, "only the diffusion model and the T5 are written as GGUF");
-    specs S = {NULL, 0, 0, part, q, seed ^ (part == SD_SYNTH_FLUX_T5 ? 0x7575757575ull : 0), 0};
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)(n < MAX_THREADS ? n : MAX_THREADS) : 1;
+    }
+    specs S = {NULL, 0, 0, part, q, seed ^ (part == SD_SYNTH_FLUX_T5 ? 0x7575757575ull : 0), threads, 0};
     sd_synth_flux_keys(cfg, part, collect, &S);
     uint32_t ftype = 0;
     for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)

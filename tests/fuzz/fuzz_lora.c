@@ -271,7 +271,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         close(d);
         sd_st_file *df = NULL;
         if (k == 0 && sd_synth_flux_write(fc, SD_SYNTH_FLUX_DIT, 7, p, &err)) die("writing Flux", &err);
-        if (k == 1 && sd_synth_flux_gguf_write(fc, SD_SYNTH_FLUX_DIT, "Q8_0", 7, p, &err)) die("writing GGUF", &err);
+        if (k == 1 && sd_synth_flux_gguf_write(fc, SD_SYNTH_FLUX_DIT, "Q8_0", 7, 1, p, &err)) die("writing GGUF", &err);
         if (k >= 2) {
             sd_st_writer *w = sd_st_writer_new();
             if (!w) abort();

@@ -13,7 +13,10 @@
  *     T5 and a CLIP-L text-encoder file, a 16-channel VAE, and the fp8 file
  *     with all four parts, marked random; norms are 1 and weights spread as
  *     N(0, 1/fan_in) (the sample variance within 10%); two writes with one
- *     seed are the same bytes, another seed other bytes. */
+ *     seed are the same bytes, another seed other bytes;
+ *   - the GGUF files (DiT and T5, every type synth writes) are the same
+ *     bytes whether 1, 2 or 3 threads made and quantized them (each thread
+ *     writes whole rows of blocks: the same computation, split). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,8 +267,44 @@ static void check_written(void) {
     sd_backend_free(be);
 }
 
+static void check_gguf_threads(void) {
+    const char *tmp = sd_test_tmpdir("synth_flux_gguf");
+    const sd_synth_flux_config *cfg = sd_synth_flux_preset("flux-schnell-tiny");
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    static const char *const types[] = {"F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K_S", "Q5_K_S", "Q6_K"};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+        for (int part = 0; part < 2; part++) {
+            /* the T5 (its 32128-row embedding) in two types: the DiT covers them all */
+            if (part == 1 && strcmp(types[t], "Q8_0") != 0 && strcmp(types[t], "Q4_K_S") != 0) continue;
+            sd_synth_flux_part fp = part ? SD_SYNTH_FLUX_T5 : SD_SYNTH_FLUX_DIT;
+            char *one = NULL;
+            size_t n_one = 0;
+            for (int threads = 1; threads <= 3; threads++) {
+                char path[4200];
+                snprintf(path, sizeof path, "%s/%s-%d-%d.gguf", tmp, types[t], part, threads);
+                sd_error err = {0};
+                CHECK_OK(sd_synth_flux_gguf_write(cfg, fp, types[t], 3, threads, path, &err), &err);
+                size_t n = 0;
+                char *d = sd_test_read_file(path, &n);
+                CHECK_MSG(d != NULL, "%s written", path);
+                if (threads == 1) {
+                    one = d;
+                    n_one = n;
+                    continue;
+                }
+                CHECK_MSG(one && d && n == n_one && memcmp(one, d, n) == 0,
+                          "%s %s: %d threads write the bytes of 1", sd_synth_flux_part_name(fp), types[t], threads);
+                free(d);
+                remove(path);
+            }
+            free(one);
+        }
+}
+
 int main(void) {
     check_full_size();
+    check_gguf_threads();
     check_written();
     CHECK(sd_synth_flux_preset("nope") == NULL);
     check_layouts();
