@@ -43,7 +43,6 @@ typedef struct wf_file {
     char folder[32];
     char path[1024];
     int64_t bytes;
-    uint64_t dev, ino;
 } wf_file;
 
 /* One run, as the child reports it. */
@@ -61,10 +60,19 @@ typedef struct wf_run {
     char msg[512];         /* the run's error, when it failed */
 } wf_run;
 
+/* A file the child has counted (device, inode). */
+typedef struct wf_seen {
+    uint64_t dev, ino;
+} wf_seen;
+
 typedef struct wf_child {
     const sd_bench_wf_opts *o;
     wf_run *r;
     double t0;
+    /* every distinct file counted so far, however many: wf_run's list,
+     * which goes back to the parent, names only the first WF_MAX_FILES */
+    wf_seen *seen;
+    int n_seen, cap_seen;
 } wf_child;
 
 static void rss_kb(long *now, long *peak)
@@ -161,15 +169,25 @@ static void wf_observe(void *user, const sd_exec_event *ev)
 }
 
 /* env.on_model_file: each distinct file once (a file two loaders share, or
- * one resolved again, is the same device and inode). */
+ * one resolved again, is the same device and inode). A file the child cannot
+ * remember (out of memory) is not counted: the total may then fall short,
+ * never count a file twice. */
 static void wf_model_file(void *user, const char *folder, const char *path)
 {
     wf_child *c = user;
     wf_run *r = c->r;
     struct stat st;
     if (stat(path, &st) != 0) return;
-    for (int i = 0; i < r->n_files; i++)
-        if (r->files[i].dev == (uint64_t)st.st_dev && r->files[i].ino == (uint64_t)st.st_ino) return;
+    for (int i = 0; i < c->n_seen; i++)
+        if (c->seen[i].dev == (uint64_t)st.st_dev && c->seen[i].ino == (uint64_t)st.st_ino) return;
+    if (c->n_seen == c->cap_seen) {
+        int cap = c->cap_seen ? 2 * c->cap_seen : 64;
+        wf_seen *v = realloc(c->seen, (size_t)cap * sizeof *v);
+        if (!v) return;
+        c->seen = v;
+        c->cap_seen = cap;
+    }
+    c->seen[c->n_seen++] = (wf_seen){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
     r->files_bytes += (int64_t)st.st_size;
     /* on stderr too: a child killed for memory reports nothing else */
     fprintf(stderr, "sdflow-bench: [%.1f s] model file %s (%s, %.2f GiB; %.2f GiB opened so far)\n",
@@ -182,8 +200,6 @@ static void wf_model_file(void *user, const char *folder, const char *path)
     snprintf(f->folder, sizeof f->folder, "%s", folder ? folder : "?");
     snprintf(f->path, sizeof f->path, "%s", path);
     f->bytes = (int64_t)st.st_size;
-    f->dev = (uint64_t)st.st_dev;
-    f->ino = (uint64_t)st.st_ino;
 }
 
 /* In the child: one `sdflow run` of the workflow, with the bench's options
@@ -193,7 +209,7 @@ static void wf_child_run(const void *arg, void *out)
 {
     const sd_bench_wf_opts *o = arg;
     wf_run *r = out;
-    wf_child c = {o, r, sd_bench_now()};
+    wf_child c = {o, r, sd_bench_now(), NULL, 0, 0};
     sd_cli_args a;
     memset(&a, 0, sizeof a);
     a.models_dir = o->models_dir;
@@ -220,6 +236,7 @@ static void wf_child_run(const void *arg, void *out)
         .model_file_user = &c,
     };
     r->exit_code = sd_cli_run_job_exec(&a, &job);
+    free(c.seen);
     r->wall_s = sd_bench_now() - c.t0;
     r->peak_kb = sd_bench_peak_kb();
     if (r->exit_code && !r->msg[0])
