@@ -511,14 +511,12 @@ static sd_status build_kontext_graph(const gen_opts *g, char *const *refs, char 
 }
 
 /* The latent size of a Kontext edit: what FluxKontextImageScale will make of
- * the first --reference (its size read from the file before anything runs),
- * for each of -W / -H not given. */
+ * the first --reference (its size read from the file's header before anything
+ * runs; LoadImage decodes it), for each of -W / -H not given. */
 static sd_status kontext_latent_size(gen_opts *g, const sd_env *env, sd_error *err) {
     if (g->width != GEN_UNSET_INT && g->height != GEN_UNSET_INT) return SD_OK;
-    sd_tensor *img = NULL;
     sd_png_info info;
-    sd_status rc = sd_png_read_limited(g->refs.items[0], SD_PNG_KEEP, env->max_image_pixels, &img, &info, err);
-    sd_tensor_unref(img);
+    sd_status rc = sd_png_read_info(g->refs.items[0], env->max_image_pixels, &info, err);
     if (rc) {
         sd_error_prefix(err, "--reference");
         return rc;

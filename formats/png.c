@@ -167,6 +167,37 @@ static void put_pixel(float *dst, int cd, const float *src, int cs) {
     else { dst[0] = r; dst[1] = g; dst[2] = b; dst[3] = a; }
 }
 
+sd_status sd_png_read_info(const char *path, uint64_t max_pixels, sd_png_info *info_out, sd_error *err) {
+    read_state *sp = calloc(1, sizeof *sp);
+    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    png_errctx ec = {{0}}; /* outlives sp: libpng frees through it */
+    sd_status rc = open_for_read(path, &sp->f, err);
+    if (rc) { free(sp); return rc; }
+    sp->png = new_reader(&ec);
+    if (sp->png) sp->info = png_create_info_struct(sp->png);
+    if (!sp->png || !sp->info) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
+    }
+    if (setjmp(png_jmpbuf(sp->png))) {
+        read_state_free(sp);
+        return read_failed(&ec, path, err);
+    }
+    png_init_io(sp->png, sp->f);
+    png_set_sig_bytes(sp->png, 8);
+    png_read_info(sp->png, sp->info);
+    png_uint_32 w = 0, h = 0;
+    int depth = 0, ctype = 0;
+    png_get_IHDR(sp->png, sp->info, &w, &h, &depth, &ctype, NULL, NULL, NULL);
+    rc = check_pixels(path, w, h, max_pixels, err);
+    if (!rc)
+        *info_out = (sd_png_info){(int)w, (int)h, depth, ctype,
+                                  (ctype & PNG_COLOR_MASK_ALPHA) != 0 ||
+                                      png_get_valid(sp->png, sp->info, PNG_INFO_tRNS) != 0};
+    read_state_free(sp);
+    return rc;
+}
+
 sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
                       sd_png_info *info_out, sd_error *err) {
     return sd_png_read_limited(path, layout, SD_PNG_MAX_PIXELS_DEFAULT, out, info_out, err);

@@ -71,6 +71,13 @@ sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
 sd_status sd_png_read_limited(const char *path, sd_png_layout layout, uint64_t max_pixels,
                               sd_tensor **out, sd_png_info *info, sd_error *err);
 
+/* The header of `path` alone (size, depth, colour type, alpha): the chunks
+ * before the image data are read and checked as sd_png_read does, no pixel is
+ * decoded (an error in the image data is found only by a full read). The same
+ * errors as sd_png_read_limited for a file that cannot be opened, is no PNG,
+ * or declares more than max_pixels pixels (0 = no limit). */
+sd_status sd_png_read_info(const char *path, uint64_t max_pixels, sd_png_info *info, sd_error *err);
+
 /* Write `img` (F32 [H, W, C], C in {1, 2, 3, 4}; a leading batch dimension of 1
  * is also accepted) as an 8-bit PNG. Samples are clamped to [0, 1] and
  * converted as (uint8)(x * 255) after clipping, i.e. truncation like

@@ -134,6 +134,12 @@ static void check_format(const char *name, int ctype, int depth, int interlace, 
               (long long)t->shape[2]);
     CHECK(info.width == w && info.height == h && info.bit_depth == depth);
     CHECK(info.has_alpha == (cs == 2 || cs == 4));
+    /* the header alone says the same */
+    sd_png_info head = {0};
+    CHECK_OK(sd_png_read_info(p, 0, &head, &err), &err);
+    CHECK_MSG(head.width == info.width && head.height == info.height && head.bit_depth == info.bit_depth &&
+                  head.color_type == info.color_type && head.has_alpha == info.has_alpha,
+              "%s: sd_png_read_info", name);
     if (t->shape[2] == cs) {
         const float *d = sd_tensor_f32(t);
         int bad = 0;
@@ -350,6 +356,16 @@ static void test_corrupt(void) {
     fclose(f);
     rc = sd_png_read(np, SD_PNG_RGB, &t, NULL, &err);
     CHECK(rc == SD_ERR_FORMAT && strstr(err.msg, "not.png"));
+    /* the header reader: the same errors for an absent file and a non-PNG */
+    sd_png_info head;
+    char full[SD_ERR_MSG_MAX];
+    snprintf(full, sizeof full, "%s", err.msg);
+    rc = sd_png_read_info(np, 0, &head, &err);
+    CHECK_MSG(rc == SD_ERR_FORMAT && strcmp(err.msg, full) == 0, "sd_png_read_info: %s", err.msg);
+    rc = sd_png_read(path_of("does_not_exist.png"), SD_PNG_RGB, &t, NULL, &err);
+    snprintf(full, sizeof full, "%s", err.msg);
+    rc = sd_png_read_info(path_of("does_not_exist.png"), 0, &head, &err);
+    CHECK_MSG(rc == SD_ERR_NOT_FOUND && strcmp(err.msg, full) == 0, "sd_png_read_info: %s", err.msg);
     char *v = NULL;
     rc = sd_png_read_text(np, "prompt", &v, &err);
     CHECK(rc == SD_ERR_FORMAT && v == NULL);
@@ -430,6 +446,17 @@ static void test_bombs(void) {
     sd_tensor_unref(img);
     rc = sd_png_read_limited(small, SD_PNG_KEEP, 4095, &t, NULL, &err);
     CHECK_MSG(rc == SD_ERR_UNSUPPORTED && strstr(err.msg, "4095") && strstr(err.msg, small), "%s", err.msg);
+    {
+        char full[SD_ERR_MSG_MAX];
+        snprintf(full, sizeof full, "%s", err.msg);
+        sd_png_info head;
+        rc = sd_png_read_info(small, 4095, &head, &err);
+        CHECK_MSG(rc == SD_ERR_UNSUPPORTED && strcmp(err.msg, full) == 0, "sd_png_read_info: %s", err.msg);
+        CHECK_OK(sd_png_read_info(small, 4096, &head, &err), &err);
+        CHECK(head.width == 64 && head.height == 64);
+        rc = sd_png_read_info(big, SD_PNG_MAX_PIXELS_DEFAULT, &head, &err);
+        CHECK_MSG(rc == SD_ERR_UNSUPPORTED && strstr(err.msg, "16384x16384"), "sd_png_read_info: %s", err.msg);
+    }
     CHECK_OK(sd_png_read_limited(small, SD_PNG_KEEP, 4096, &t, NULL, &err), &err);
     sd_tensor_unref(t);
     t = NULL;

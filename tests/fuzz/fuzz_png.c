@@ -1,5 +1,5 @@
-/* libFuzzer target: the PNG reader (sd_png_read_limited, sd_png_read_text)
- * on untrusted files. The reader takes a path, so each input is written to
+/* libFuzzer target: the PNG reader (sd_png_read_limited, sd_png_read_info,
+ * sd_png_read_text) on untrusted files. The reader takes a path, so each input is written to
  * one temporary file per process. Whatever is accepted must be a well-formed
  * tensor of the size the header declares, within the pixel limit; a refused
  * file must hand out nothing. The limits of formats/png.h keep any single input
@@ -36,8 +36,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sd_png_layout layout = layouts[size % 3];
     sd_tensor *t = NULL;
     sd_png_info info;
+    sd_png_info head;
+    sd_status hrc = sd_png_read_info(path, MAX_PIXELS, &head, &err);
     if (sd_png_read_limited(path, layout, MAX_PIXELS, &t, &info, &err) == SD_OK) {
         if (!t || t->ndim != 3 || t->shape[0] != info.height || t->shape[1] != info.width) abort();
+        /* a file that decodes has a header saying what it decoded to */
+        if (hrc != SD_OK || head.width != info.width || head.height != info.height) abort();
         if ((uint64_t)info.width * (uint64_t)info.height > MAX_PIXELS) abort();
         int64_t c = t->shape[2];
         if (c < 1 || c > 4 || (layout == SD_PNG_RGB && c != 3) || (layout == SD_PNG_RGBA && c != 4)) abort();
