@@ -6,7 +6,7 @@ Stability's key layout, and what ComfyUI's own code computes with them on the SD
 usage: /usr/bin/python3 make_sd35_controlnet.py COMFY EINOPS CLIP NODE_MODULES SHARED OUT_DIR
   (as tests/data/sd3_controlnet/gen/make_sd3_controlnet.py; NODE_MODULES unused)
 
-Two ControlNets (ControlNetEmbedder, patch 2, 16 latent channels, hidden = the set's MMDiT's
+Three ControlNets (ControlNetEmbedder, patch 2, 16 latent channels, hidden = the set's MMDiT's
 (64 x its depth), heads = depth, every parameter N(0, 0.05) from torch.Generator seeded per
 parameter (sorted names, seed base + index), rounded to F16), saved under the names Stability's
 files use (MMDIT_MAP_BASIC's diffusers names for the embedders: time_text_embed.*, pos_embed.proj.*;
@@ -16,11 +16,13 @@ controlnet_blocks.N.*, pos_embed_input.proj.*) plus a one-element control_type:
           x_embedder in the file (ControlNetSD35.pre_run copies the MMDiT's x_embedder).
   double: double_y_emb True (y_embedder hidden -> hidden, as SD3.5 Large's), 1 block, control_type 1
           (canny); no orig_y_embedder (pre_run copies the MMDiT's y_embedder).
+  depth:  as single with 1 block, control_type 2 (depth: load_controlnet_sd35's preprocess_image is
+          1 - a, which K.get.hint covers); made last, so the other two draw what they drew before.
 One deviation: load_controlnet_sd35 builds the embedder with adm_in_channels=2048 (SD3's real pooled
 width); the tiny set's pooled width is 28, so the generator wraps ControlNetEmbedder to pass the
 set's width instead. Everything else is ComfyUI's code unchanged.
 
-Cases (golden/sd35_controlnet.safetensors), per ControlNet K in (single, double):
+Cases (golden/sd35_controlnet.safetensors), per ControlNet K in (single, double, depth):
   K.fwd.output.N  ControlNetEmbedder.forward(x, timesteps, y, context, hint)["output"] after pre_run
                   (fwd.x / fwd.timesteps / fwd.context / fwd.y shared; K.fwd.hint)
   K.get.*         ControlNet.get_control on an IMAGE through set_cond_hint (strength, vae): K.get.hint =
@@ -88,7 +90,8 @@ dit_embedder.ControlNetEmbedder = TinyEmbedder
 
 inv_basic = {k[0]: k[1] for k in comfy.utils.MMDIT_MAP_BASIC}
 VARIANTS = [dict(id="single", double=False, blocks=2, control_type=0, seed=3100, strength=0.7),
-            dict(id="double", double=True, blocks=1, control_type=1, seed=3200, strength=1.3)]
+            dict(id="double", double=True, blocks=1, control_type=1, seed=3200, strength=1.3),
+            dict(id="depth", double=False, blocks=1, control_type=2, seed=3300, strength=0.8)]
 os.makedirs(os.path.join(out_dir, "models"), exist_ok=True)
 os.makedirs(os.path.join(out_dir, "golden"), exist_ok=True)
 
