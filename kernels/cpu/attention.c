@@ -1,17 +1,24 @@
-/* attention.c - multi-head attention by query blocks and key blocks.
+/* attention.c - multi-head attention: the op's entry point, and the kernel
+ * by GEMMs that the scalar path and bf16 precision take.
  *
- * Each task takes up to 256 query rows of one (batch, head) and walks the
- * keys in blocks of 1024 with an online softmax: per row a running max and
- * sum, the output accumulated by GEMM (O += P V) and rescaled when a block
- * raises the max, divided by the sum at the end (D values per row, not Lk).
- * Scratch is one [256, 1024] score block per thread whatever the sequence
- * length: never the [Lq, Lk] matrix. Measured (4096 tokens, 8 heads x 40,
- * one thread, CPU time): whole-row softmax with [256, 4096] scores 304-314
- * ms; key blocks of 512 / 1024 / 2048: 288-300 / 275-299 / 289-297 ms; the
- * 4 MiB score block overflowed L2. Q/K/V heads are read in place through the
- * GEMM leading dimension (H*D), so nothing is transposed or copied; with
- * grouped-query attention several query heads read one k/v head. An
- * additive bias (T5's positions, masks) is added to each score block.
+ * f32 on the AVX2 and AVX-512 paths goes to the fused kernel of
+ * attn_fused.c (register-blocked products with the online softmax between
+ * them, no BLAS): the GEMMs below ran SD's narrow heads (D = 40: a K of 40
+ * for QK^T, an N of 40 for PV) at a third of OpenBLAS's rate.
+ *
+ * The GEMM kernel: each task takes up to 256 query rows of one (batch,
+ * head) and walks the keys in blocks of 1024 with an online softmax: per
+ * row a running max and sum, the output accumulated by GEMM (O += P V) and
+ * rescaled when a block raises the max, divided by the sum at the end (D
+ * values per row, not Lk). Scratch is one [256, 1024] score block per
+ * thread whatever the sequence length: never the [Lq, Lk] matrix. Measured
+ * (4096 tokens, 8 heads x 40, one thread, CPU time): whole-row softmax with
+ * [256, 4096] scores 304-314 ms; key blocks of 512 / 1024 / 2048: 288-300 /
+ * 275-299 / 289-297 ms; the 4 MiB score block overflowed L2. Q/K/V heads
+ * are read in place through the GEMM leading dimension (H*D), so nothing is
+ * transposed or copied; with grouped-query attention several query heads
+ * read one k/v head. An additive bias (T5's positions, masks) is added to
+ * each score block.
  *
  * In bf16 precision the two products take bf16 inputs, as the matrix ops
  * do (dnnl_bf16.h): on the oneDNN path sd_dnnl_attention computes them with
@@ -102,6 +109,11 @@ static void attn_task(void *ctx, int64_t t, int thread) {
 
 sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
                            const sd_bt *v, const sd_attn_args *a) {
+    return sd_cpu_attention_isa(be, out, q, k, v, a, sd_cpu_isa());
+}
+
+sd_status sd_cpu_attention_isa(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                               const sd_bt *v, const sd_attn_args *a, int isa) {
     int bf16 = be->precision == SD_PREC_BF16;
     if (bf16 && sd_dnnl_compiled() && ((sd_cpu *)be->impl)->bf16_path == SD_BF16_PATH_ONEDNN &&
         a->kv_heads == a->heads)
@@ -126,6 +138,13 @@ sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_
     if (j.Lk == 0) { /* no keys: zeros */
         memset(j.o, 0, out->nbytes);
         return SD_OK;
+    }
+    if (!bf16) {
+        sd_cpu_attn fa = {j.q, j.k, j.v, j.bias, j.o, q->shape[0], j.Lq, j.Lk, j.D, j.HD, j.KD,
+                          j.heads, j.group, j.causal, {j.bst[0], j.bst[1], j.bst[2]}, a->scale};
+        int r = sd_cpu_attention_fused(pool, &fa, isa);
+        if (r < 0) return sd_backend_fail(be, SD_ERR_NOMEM, "attention: out of memory");
+        if (r > 0) return SD_OK;
     }
     /* bf16 inputs as f32 values (the products of two are exact in f32) */
     float *rq = NULL, *rk = NULL, *rv = NULL;

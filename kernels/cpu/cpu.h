@@ -65,6 +65,26 @@ sd_status sd_cpu_layer_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd
 sd_status sd_cpu_softmax(sd_backend *be, sd_bt *out, const sd_bt *x);
 sd_status sd_cpu_attention(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
                            const sd_bt *v, const sd_attn_args *a);
+/* The same on the given instruction-set path (sd_cpu_isa() or lower): the
+ * fused kernel (attn_fused.c) for f32 on AVX2 / AVX-512, the GEMM kernel
+ * for the scalar path and for bf16 precision. Tests call it per path. */
+sd_status sd_cpu_attention_isa(sd_backend *be, sd_bt *out, const sd_bt *q, const sd_bt *k,
+                               const sd_bt *v, const sd_attn_args *a, int isa);
+/* f32 attention's operands: q, o [N, Lq, heads * D] (row stride HD), k, v
+ * [N, Lk, heads / group * D] (row stride KD); bias and its strides as
+ * sd_attn_args, NULL for none. */
+typedef struct {
+    const float *q, *k, *v, *bias;
+    float *o;
+    int64_t N, Lq, Lk, D, HD, KD;
+    int heads, group, causal;
+    int64_t bst[3];
+    float scale;
+} sd_cpu_attn;
+/* attn_fused.c: the fused f32 kernel on path isa, split over the pool: 1
+ * done, 0 when the path has no fused kernel (scalar, non-x86), -1 out of
+ * memory. Lq, Lk and D at least 1. */
+int sd_cpu_attention_fused(sd_pool *pool, const sd_cpu_attn *a, int isa);
 sd_status sd_cpu_rms_norm(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *gamma,
                           float eps);
 /* rope.c */
