@@ -5,7 +5,9 @@
 # peak RSS > 0, the model file it opened with a size > 0, issue 21's verdict
 # line and a per-node table. Values are not checked against any figure
 # (benchmarks are not timed tests). Also: a workflow that fails is exit 1
-# with "failed" in the row; the phase refuses to share a run with others.
+# with "failed" in the row; the phase refuses to share a run with others; 66
+# distinct model files (65 LoRAs) are counted once each, a file opened again
+# after the 64 the report names included.
 set -u
 . "$(dirname "$0")/../cli/lib.sh"
 : "${SDFLOW_BENCH_BIN:?set by ctest}"
@@ -49,6 +51,37 @@ rc=$?
 [ $rc -eq 1 ] || fail "a failing workflow exited $rc, want 1"
 grep -q '^| workflow bad.json .* | failed |' "$T/bad.md" || fail "the failed run's row does not say failed"
 grep -q '^- run 1 failed: ' "$T/bad.md" || fail "the failure is not reported"
+
+# every distinct model file counted once, past the 64 the report names: the
+# checkpoint and 65 one-matrix LoRAs chained with LoraLoaderModelOnly, the last
+# loader opening the 65th LoRA again (beyond the named 64: it once counted twice)
+python3 - "$T" <<'PY' || fail "could not write the LoRA chain"
+import json, os, struct, sys
+t = sys.argv[1]
+os.makedirs(t + "/models/loras", exist_ok=True)
+for i in range(65):  # zero lora_down/up on the tiny UNet's time_embed.0 (32 -> 128)
+    shapes = {"lora_unet_time_embed_0.lora_down.weight": [1, 32], "lora_unet_time_embed_0.lora_up.weight": [128, 1]}
+    hdr, off = {}, 0
+    for k, s in shapes.items():
+        hdr[k] = {"dtype": "F32", "shape": s, "data_offsets": [off, off + 4 * s[0] * s[1]]}
+        off += 4 * s[0] * s[1]
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    open("%s/models/loras/l%02d.safetensors" % (t, i), "wb").write(struct.pack("<Q", len(h)) + h + bytes(off))
+wf = json.load(open(t + "/tiny.json"))
+prev = ["4", 0]
+for i, n in enumerate(["l%02d.safetensors" % i for i in range(65)] + ["l64.safetensors"]):
+    wf[str(100 + i)] = {"class_type": "LoraLoaderModelOnly",
+                        "inputs": {"model": prev, "lora_name": n, "strength_model": 1.0}}
+    prev = [str(100 + i), 0]
+wf["3"]["inputs"]["model"] = prev
+json.dump(wf, open(t + "/many.json", "w"))
+PY
+"$SDFLOW_BENCH_BIN" --workflow "$T/many.json" --models-dir "$T/models" --tokenizer-dir "$T/tok" \
+    --work-dir "$T/work" --threads 1 --set 3.steps=1 > "$T/many.md" 2> "$T/many.err" ||
+    fail "the LoRA chain failed: $(tail -3 "$T/many.err")"
+grep -Eq '^- model files the loaders opened \(66, .*loras/l62\.safetensors \([0-9.]+ GiB\), 2 more$' "$T/many.md" ||
+    fail "66 distinct files, 64 named and 2 more, expected: $(grep '^- model files' "$T/many.md" | cut -c1-100)...$(grep -o ', [0-9]* more' "$T/many.md")"
 
 # the phase runs alone
 "$SDFLOW_BENCH_BIN" --workflow "$T/tiny.json" --phases workflow,unet > /dev/null 2> "$T/mix.err"
