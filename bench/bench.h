@@ -116,9 +116,10 @@ typedef struct sd_bench_wf_opts {
 int sd_bench_workflow(const sd_bench_wf_opts *o, const char *machine, const char *build);
 
 /* --kernels: GFLOP/s table of the UNet's and Flux's matrix shapes
- * (bench_kernels.c); match (may be NULL) keeps the shapes whose name
- * contains it. */
-int sd_bench_kernels(int repeat, const char *match);
+ * (bench_kernels.c) at 1, 2, 4, ... threads up to max_threads (<= 0: every
+ * CPU the process may use), then each shape's scaling; match (may be NULL)
+ * keeps the shapes whose name contains it. */
+int sd_bench_kernels(int repeat, const char *match, int max_threads);
 double sd_bench_median(const double *v, int n);
 
 #endif

@@ -7,10 +7,17 @@
  * with nothing kept (weights rounded and reordered on every call, as before
  * issue 28), and oneDNN's f32 primitives alone (weights pre-reordered, the
  * f32 ceiling oneDNN offers). Each figure: median of `repeat` runs after
- * one warm-up, in wall and CPU seconds (CLOCK_PROCESS_CPUTIME_ID), at 1 and
- * 2 threads. The header names the instruction sets oneDNN and our kernels
- * use; the oneDNN bf16 columns are n/a where oneDNN has no bf16 primitives
- * (below AVX-512). */
+ * one warm-up, in wall and CPU seconds (CLOCK_PROCESS_CPUTIME_ID), at 1, 2,
+ * 4, ... threads up to the --threads count (default: every CPU the process
+ * may use). A last table gives each shape's scaling from 1 thread to the
+ * most (wall speed-up; CPU time, which grows when threads wait for memory or
+ * each other) and its minimum memory traffic (inputs read and output written
+ * once, weights as stored) as FLOP per byte and GB/s: the shapes with few
+ * FLOP per byte are the ones a many-core machine's memory bandwidth caps.
+ * The load average before and after says how shared the machine was. The
+ * header names the instruction sets oneDNN and our kernels use; the oneDNN
+ * bf16 columns are n/a where oneDNN has no bf16 primitives (below
+ * AVX-512). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,7 @@
 
 #include "bench.h"
 #include "kernels/backend.h"
+#include "kernels/cpus.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/dnnl_bf16.h"
 #include "kernels/cpu/dnnl_pack.h"
@@ -57,6 +65,26 @@ static double cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Bytes an op must at least move: inputs once, output once, weights at
+ * their stored width (F16; fp8 for the Flux shapes), activations f32. */
+static double bytes_of(const shape *s) {
+    if (s->conv == 2) return 4.0 * s->b * s->m * s->k * s->n * 4; /* q, k, v, out */
+    if (s->conv)
+        return 4.0 * s->b * (s->c + s->o) * s->h * s->w + 2.0 * s->o * s->c * s->kk * s->kk;
+    return 4.0 * s->m * (s->k + s->n) + (s->fp8 ? 1.0 : 2.0) * s->k * s->n;
+}
+
+static void print_loadavg(const char *when) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    char b[128] = "?";
+    if (f) {
+        if (!fgets(b, sizeof b, f)) snprintf(b, sizeof b, "?\n");
+        fclose(f);
+    }
+    printf("load average %s: %s", when, b);
+    if (!strchr(b, '\n')) printf("\n");
 }
 
 static double flops_of(const shape *s) {
@@ -176,6 +204,9 @@ static int time_dnnl_f32(const shape *s, int threads, int repeat, timing *t) {
     if (pd) dnnl_primitive_desc_destroy(pd);
     dnnl_stream_destroy(st);
     dnnl_engine_destroy(eng);
+    /* end the OpenMP workers, as dnnl_ops.c does after each op: spinning,
+     * they would share the cores with the next shape's measurement */
+    omp_pause_resource_all(omp_pause_soft);
     if (ok) t->wall = sd_bench_median(wall, repeat), t->cpu = sd_bench_median(cpu, repeat);
     return ok;
 }
@@ -186,8 +217,19 @@ static void cell(const shape *s, int ok, const timing *t) {
     else printf(" %15s |", "n/a");
 }
 
-int sd_bench_kernels(int repeat, const char *match) {
+#define N_SHAPES (sizeof shapes / sizeof *shapes)
+#define MAX_COUNTS 12
+
+int sd_bench_kernels(int repeat, const char *match, int max_threads) {
     if (repeat > 16) repeat = 16;
+    if (max_threads <= 0) max_threads = sd_backend_default_threads();
+    int counts[MAX_COUNTS], n_counts = 0;
+    for (int t = 1; t < max_threads && n_counts < MAX_COUNTS - 1; t *= 2) counts[n_counts++] = t;
+    counts[n_counts++] = max_threads;
+    /* ours f32 [0] and bf16 oneDNN packed [1] at each count, for the summary */
+    static timing got[MAX_COUNTS][N_SHAPES][2];
+    static int have[MAX_COUNTS][N_SHAPES][2];
+    memset(have, 0, sizeof have);
 #ifdef SDFLOW_HAVE_DNNL
     static const char *isa[] = {"?", "sse41", "?", "avx", "?", "?", "?", "avx2"};
     dnnl_cpu_isa_t ci = dnnl_get_effective_cpu_isa();
@@ -205,9 +247,12 @@ int sd_bench_kernels(int repeat, const char *match) {
     printf("our kernels: level %s, vector path %d; bf16 by default: %s\n",
            sd_cpu_level_name(sd_cpu_level()), sd_cpu_isa(),
            sd_cpu_bf16_default_path() == SD_BF16_PATH_ONEDNN ? "oneDNN" : "emulated");
-    printf("GFLOP/s by wall time (by CPU time in parentheses); weights F16 as stored; median of %d\n\n",
+    printf("GFLOP/s by wall time (by CPU time in parentheses); weights F16 as stored; median of %d\n",
            repeat);
-    for (int threads = 1; threads <= 2; threads++) {
+    print_loadavg("at the start");
+    printf("\n");
+    for (int ci = 0; ci < n_counts; ci++) {
+        int threads = counts[ci];
         /* a second backend keeps nothing packed: every call rounds and
          * reorders its weight, as the oneDNN path did before packing */
         sd_backend *be = NULL, *nopack = NULL;
@@ -232,11 +277,15 @@ int sd_bench_kernels(int repeat, const char *match) {
             timing t;
             printf("| %s |", s->name);
             fflush(stdout);
-            cell(s, time_op(be, s, SD_PREC_F32, repeat, &t), &t);
+            have[ci][i][0] = time_op(be, s, SD_PREC_F32, repeat, &t);
+            got[ci][i][0] = t;
+            cell(s, have[ci][i][0], &t);
             ((sd_cpu *)be->impl)->bf16_path = SD_BF16_PATH_EMULATE;
             cell(s, bf && time_op(be, s, SD_PREC_BF16, repeat, &t), &t);
             ((sd_cpu *)be->impl)->bf16_path = SD_BF16_PATH_ONEDNN;
-            cell(s, onednn && time_op(be, s, SD_PREC_BF16, repeat, &t), &t);
+            have[ci][i][1] = onednn && time_op(be, s, SD_PREC_BF16, repeat, &t);
+            got[ci][i][1] = t;
+            cell(s, have[ci][i][1], &t);
             cell(s, onednn && time_op(nopack, s, SD_PREC_BF16, repeat, &t), &t);
 #ifdef SDFLOW_HAVE_DNNL
             cell(s, time_dnnl_f32(s, threads, repeat, &t), &t);
@@ -249,6 +298,30 @@ int sd_bench_kernels(int repeat, const char *match) {
         printf("\n");
         sd_backend_free(be);
         sd_backend_free(nopack);
+    }
+    print_loadavg("at the end");
+    int last = n_counts - 1;
+    if (last > 0) {
+        printf("\nscaling from 1 to %d threads: wall speed-up (x), CPU seconds at %d over CPU "
+               "seconds at 1 (1.00: no overhead); minimum memory traffic of one op\n\n"
+               "| shape | f32 speed-up | f32 CPU ratio | bf16 oneDNN speed-up | bf16 oneDNN CPU "
+               "ratio | FLOP/byte | f32 GB/s at %d |\n|---|---|---|---|---|---|---|\n",
+               counts[last], counts[last], counts[last]);
+        for (size_t i = 0; i < N_SHAPES; i++) {
+            const shape *s = &shapes[i];
+            if (match && !strstr(s->name, match)) continue;
+            printf("| %s |", s->name);
+            for (int c = 0; c < 2; c++) {
+                if (have[0][i][c] && have[last][i][c])
+                    printf(" %.2f | %.2f |", got[0][i][c].wall / got[last][i][c].wall,
+                           got[last][i][c].cpu / got[0][i][c].cpu);
+                else
+                    printf(" n/a | n/a |");
+            }
+            printf(" %.0f |", flops_of(s) / bytes_of(s));
+            if (have[last][i][0]) printf(" %.1f |\n", bytes_of(s) / got[last][i][0].wall * 1e-9);
+            else printf(" n/a |\n");
+        }
     }
     return 0;
 }

@@ -105,7 +105,9 @@ static void usage(FILE *o)
             "  --kernels           only the UNet's linear/conv shapes and two attention\n"
             "                      shapes: GFLOP/s of our f32, bf16 emulated, bf16 oneDNN\n"
             "                      with packed weights and per call, oneDNN's f32\n"
-            "                      primitive, 1 and 2 threads (no checkpoint needed)\n"
+            "                      primitive, at 1, 2, 4, ... threads up to --threads,\n"
+            "                      then each shape's scaling and memory traffic\n"
+            "                      (no checkpoint needed)\n"
             "  --kernels-match S   with --kernels: only the shapes whose name contains S\n"
             "                      (e.g. Flux)\n"
             "  --python PATH       python3 to run bench/torch_ref.py with (default: the first of\n"
@@ -385,7 +387,7 @@ int main(int argc, char **argv)
     sd_backend_tune_allocator(); /* as the sdflow command does */
     opts o;
     if (parse_args(argc, argv, &o)) return 2;
-    if (o.kernels) return sd_bench_kernels(o.repeat, o.kernels_match);
+    if (o.kernels) return sd_bench_kernels(o.repeat, o.kernels_match, o.threads);
     const bench_preset *preset = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcmp(presets[i].name, o.preset)) preset = &presets[i];
