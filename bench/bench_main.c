@@ -21,6 +21,7 @@
 
 #include "bench/bench.h"
 #include "kernels/backend.h"
+#include "kernels/cpus.h"
 #include "models/synth/synth.h"
 
 #ifndef SDFLOW_SOURCE_DIR
@@ -89,7 +90,8 @@ static void usage(FILE *o)
             "  --repeat N          runs per figure, median reported (default 3)\n"
             "  --device cpu|cuda   the backend ours runs on, and PyTorch's device (default cpu)\n"
             "  --quick             smoke run: 1 repeat, batch 1 only\n"
-            "  --threads N         compute threads, ours and PyTorch's (default: all cores)\n"
+            "  --threads N         compute threads, ours and PyTorch's (default: SDFLOW_THREADS,\n"
+            "                      else every CPU this process may use)\n"
             "  --phases LIST       comma list of unet,vae,clip,txt2img,unet_sdxl,flux (default\n"
             "                      unet,vae,clip,txt2img; unet_sdxl is the full-size SDXL\n"
             "                      UNet at 1024x1024, ~5 GB checkpoint, 1 repeat unless\n"
@@ -355,7 +357,7 @@ typedef struct row {
 static void run_torch(const opts *o, const char *ckpt, const row *rw, sd_bench_result *r)
 {
     char threads[16], repeat[16], batch[16], size[16];
-    snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : sd_backend_default_threads());
     snprintf(repeat, sizeof repeat, "%d", rw->job.repeat);
     snprintf(batch, sizeof batch, "%d", rw->job.batch > 0 ? rw->job.batch : 1);
     snprintf(size, sizeof size, "%d", rw->job.size);
@@ -387,6 +389,14 @@ int main(int argc, char **argv)
     sd_backend_tune_allocator(); /* as the sdflow command does */
     opts o;
     if (parse_args(argc, argv, &o)) return 2;
+    if (o.threads <= 0) { /* one count for ours and PyTorch: SDFLOW_THREADS or the usable CPUs */
+        sd_error err;
+        sd_error_clear(&err);
+        if (sd_cpus_threads_default(&o.threads, &err) != SD_OK) {
+            fprintf(stderr, "sdflow-bench: %s\n", err.msg);
+            return 2;
+        }
+    }
     if (o.kernels) return sd_bench_kernels(o.repeat, o.kernels_match, o.threads);
     const bench_preset *preset = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)

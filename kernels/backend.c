@@ -20,7 +20,10 @@
 sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_error *err) {
     *out = NULL;
     if (!name) return sd_error_set(err, SD_ERR_INVALID, "backend name is NULL");
-    if (n_threads <= 0) n_threads = sd_backend_default_threads();
+    if (n_threads <= 0) {
+        sd_status rc = sd_cpus_threads_default(&n_threads, err);
+        if (rc != SD_OK) return rc;
+    }
     const sd_backend_entry *entry = sd_backend_find(name);
     if (!entry) {
         if (strcmp(name, "cuda") == 0)

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "kernels/cpus.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,4 +100,22 @@ int sd_backend_default_threads(void) {
     int q = sd_cpus_cgroup_quota("/proc/self/cgroup", "/sys/fs/cgroup");
     if (q > 0 && q < n) n = q;
     return n > 0 ? n : 1;
+}
+
+sd_status sd_cpus_threads_default(int *out, sd_error *err) {
+    const char *e = getenv("SDFLOW_THREADS");
+    if (e && *e) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(e, &end, 10);
+        if (errno || *end || v < 1 || v > SD_CPUS_MAX_THREADS)
+            return sd_error_set(err, SD_ERR_INVALID,
+                                "SDFLOW_THREADS=%s: expected a whole number of compute threads "
+                                "from 1 to %d",
+                                e, SD_CPUS_MAX_THREADS);
+        *out = (int)v;
+        return SD_OK;
+    }
+    *out = sd_backend_default_threads();
+    return SD_OK;
 }

@@ -3,10 +3,20 @@
 #ifndef SD_KERNELS_CPUS_H
 #define SD_KERNELS_CPUS_H
 
+#include "core/error.h"
+
+#define SD_CPUS_MAX_THREADS 4096
+
 /* The CPUs this process may use: its affinity mask (taskset, a container's
  * CPU set), capped by its cgroup's CPU quota rounded up; at least 1. Not
  * the machine's core count, which oversubscribes a restricted process. */
 int sd_backend_default_threads(void);
+
+/* The thread count sd_backend_new uses for n_threads <= 0: SDFLOW_THREADS
+ * when set (a whole number 1..SD_CPUS_MAX_THREADS, else SD_ERR_INVALID
+ * naming the variable), else sd_backend_default_threads(). The variable is
+ * how a user of any command (run, serve, worker, ...) sets the count. */
+sd_status sd_cpus_threads_default(int *out, sd_error *err);
 
 /* The CPU quota of the cgroup named in `proc_cgroup` (a /proc/PID/cgroup
  * file) under the cgroup mount `root` (/sys/fs/cgroup): v2 cpu.max, or v1

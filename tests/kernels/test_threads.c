@@ -31,7 +31,7 @@
  * (apt-get download; dpkg-deb -x) and run this test with LD_LIBRARY_PATH
  * set to its usr/lib/x86_64-linux-gnu/openblas-openmp.
  * And the default thread count (n_threads 0) follows the process's CPU set
- * and its cgroup's CPU quota (read from made-up files).
+ * and its cgroup's CPU quota (read from made-up files), or SDFLOW_THREADS.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -377,6 +377,7 @@ static void check_op(sd_backend *be, int n_threads, int op, int bf16, const int 
  * pinned to one CPU (as taskset or a container's CPU set would), a backend
  * made with n_threads 0 runs one thread. */
 static void check_default_threads(void) {
+    unsetenv("SDFLOW_THREADS"); /* the caller's would override the CPU set */
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) != 0) {
@@ -402,6 +403,30 @@ static void check_default_threads(void) {
     CHECK_MSG(be && be->n_threads == 1, "pinned to one CPU, default backend has %d threads",
               be ? be->n_threads : -1);
     sd_backend_free(be);
+    /* SDFLOW_THREADS sets the default, whatever the CPU set; nonsense in it
+     * is an error that names it, not a silent default */
+    setenv("SDFLOW_THREADS", "3", 1);
+    be = NULL;
+    CHECK_OK(sd_backend_new("cpu", 0, &be, &err), &err);
+    CHECK_MSG(be && be->n_threads == 3, "SDFLOW_THREADS=3: backend has %d threads",
+              be ? be->n_threads : -1);
+    sd_backend_free(be);
+    const char *bad[] = {"0", "-2", "two", "4x", "99999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("SDFLOW_THREADS", bad[i], 1);
+        be = NULL;
+        sd_error_clear(&err);
+        sd_status rc = sd_backend_new("cpu", 0, &be, &err);
+        CHECK_MSG(rc == SD_ERR_INVALID && !be && strstr(err.msg, "SDFLOW_THREADS"),
+                  "SDFLOW_THREADS=%s: status %d, message '%s'", bad[i], (int)rc, err.msg);
+        sd_backend_free(be);
+    }
+    /* an explicit count does not read the variable */
+    be = NULL;
+    CHECK_OK(sd_backend_new("cpu", 2, &be, &err), &err);
+    CHECK(be && be->n_threads == 2);
+    sd_backend_free(be);
+    unsetenv("SDFLOW_THREADS");
 }
 
 /* Writes text to dir/rel, making the folders on the way. */
