@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "models/text/clip.h"
+#include "models/text/tokenizer.h"
 #include "models/sampling/guider.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/sampler.h"
@@ -52,6 +54,16 @@ sd_backend *sd_golden_backend(void) {
     sd_backend_set_precision(be, p);
     g_depth = 0;
     printf("golden: backend %s, precision %s\n", name, pname);
+    return be;
+}
+
+sd_backend *sd_golden_sampling_backend(void) {
+    sd_backend *be = sd_golden_backend();
+    if (!be) return NULL;
+    if (!sd_golden_e2e_comparable()) {
+        sd_backend_free(be);
+        sd_test_skip_unsupported("sampling cases are compared in f32 only (golden.h)");
+    }
     return be;
 }
 
@@ -131,15 +143,59 @@ int sd_golden_resolve_path(const char *dir, const char *ref, char *out, size_t n
     return f != NULL;
 }
 
+const char *sd_golden_topic_dir(const char *topic) {
+    static char buf[2048];
+    const char *src = getenv("SDFLOW_SOURCE_DIR");
+    snprintf(buf, sizeof buf, "%s/tests/data/%s", src && *src ? src : SD_TEST_SOURCE_DIR, topic);
+    return buf;
+}
+
 cJSON *sd_golden_manifest(const char *dir) {
     char path[1200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
+    return sd_golden_json(path);
+}
+
+cJSON *sd_golden_json(const char *path) {
     char *text = sd_test_read_file(path, NULL);
     if (!text) sd_test_skip("no reference data (%s)", path);
     cJSON *manifest = cJSON_Parse(text);
     free(text);
     CHECK_MSG(manifest != NULL, "%s: not valid JSON", path);
+    if (!manifest) exit(sd_test_finish());
     return manifest;
+}
+
+sd_st_file *sd_golden_open_ref(const char *dir, const cJSON *manifest, const char *key) {
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(manifest, key));
+    CHECK_MSG(file != NULL, "%s/manifest.json names no \"%s\" file", dir, key);
+    if (!file) exit(sd_test_finish());
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    sd_error err;
+    sd_error_clear(&err);
+    sd_st_file *f = NULL;
+    CHECK_OK(sd_st_open(path, &f, &err), &err);
+    if (!f) exit(sd_test_finish());
+    return f;
+}
+
+const char *sd_golden_tokenizer_dir(void) {
+    static char buf[4096];
+    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
+    if (tk && *tk) snprintf(buf, sizeof buf, "%s", tk);
+    else snprintf(buf, sizeof buf, "%s/data/clip", sd_test_shared_dir());
+    return buf;
+}
+
+const char *sd_golden_tiny_sd1(const char *what) {
+    static char ckpt[4300];
+    snprintf(ckpt, sizeof ckpt, "%s/models/tiny-sd1.safetensors", sd_golden_dir());
+    const char *tokdir = sd_golden_tokenizer_dir();
+    struct stat st;
+    if (stat(tokdir, &st) != 0 || !S_ISDIR(st.st_mode) || stat(ckpt, &st) != 0)
+        sd_test_skip("no tokenizer (%s) or no %s%s%s", tokdir, ckpt, what ? ": " : "", what ? what : "");
+    return ckpt;
 }
 
 int sd_golden_case_is(const cJSON *c, const char *comp) {
@@ -175,6 +231,25 @@ int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp) 
         n++;
     }
     return n;
+}
+
+int sd_golden_require_cases_or_skip(cJSON *manifest, const char *dir, const char *comp) {
+    int n = sd_golden_require_cases(manifest, dir, comp);
+    if (!n) {
+        cJSON_Delete(manifest);
+        sd_test_skip("the manifest under %s lists no %s case", dir, comp);
+    }
+    return n;
+}
+
+const char *sd_golden_clip_vocab(cJSON *manifest) {
+    static char dir[2400];
+    snprintf(dir, sizeof dir, "%s/data/clip", sd_test_shared_dir());
+    if (!sd_tokenizer_dir_has_files(dir)) {
+        cJSON_Delete(manifest);
+        sd_test_skip("no CLIP vocabulary in %s", dir);
+    }
+    return dir;
 }
 
 void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const char *comp,

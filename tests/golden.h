@@ -69,6 +69,11 @@ const char *sd_golden_backend_name(void);
  * records a failed check and returns NULL on any other error. Sets the
  * comparison depth to 0. */
 sd_backend *sd_golden_backend(void);
+/* The backend of a test that compares sampling (end-to-end) results:
+ * sd_golden_backend() at depth 0, skipping (unsupported) in a precision
+ * whose sampling results are not compared (sd_golden_e2e_comparable).
+ * NULL (a failed check recorded) when the backend cannot be made. */
+sd_backend *sd_golden_sampling_backend(void);
 /* The L of the tensors compared next (see above); ignored in f32 mode. */
 void sd_golden_set_depth(int L);
 /* The slack T(L) in force: 0 in f32 mode or at depth 0. */
@@ -99,10 +104,37 @@ const char *sd_golden_family_dir(const char *family);
  * set's dir. Writes the path to out; 1 when that file exists. */
 int sd_golden_resolve_path(const char *dir, const char *ref, char *out, size_t n);
 
+/* The reference set a test keeps in the source tree, tests/data/<topic>,
+ * under $SDFLOW_SOURCE_DIR (ctest sets it), else under the tree the test was
+ * built from. The string lives until the next call. */
+const char *sd_golden_topic_dir(const char *topic);
+
 /* Parses <dir>/manifest.json. Skips the test (exit 77) when the file is
- * absent; records a failed check and returns NULL when it is not valid JSON.
- * The caller owns the result (cJSON_Delete). */
+ * absent; when it is there but not valid JSON, records a failed check and
+ * ends the test (exit 1): present data that is wrong is a failure, never a
+ * skip. Never returns NULL; the caller owns the result (cJSON_Delete). */
 cJSON *sd_golden_manifest(const char *dir);
+/* The same for a reference JSON file under another name (path). */
+cJSON *sd_golden_json(const char *path);
+
+/* Opens the safetensors file the manifest's string `key` names (relative to
+ * the set's dir): the set's reference tensors. The manifest being there
+ * means its file must be: a missing key or a file that does not open is a
+ * failed check that ends the test (exit 1). The caller closes it. */
+sd_st_file *sd_golden_open_ref(const char *dir, const cJSON *manifest, const char *key);
+
+/* The CLIP tokenizer folder the node goldens load text encoders with:
+ * $SDFLOW_TOKENIZER_DIR, else <shared>/data/clip. The string lives until the
+ * next call. */
+const char *sd_golden_tokenizer_dir(void);
+
+/* The tiny SD1 checkpoint of the reference data
+ * (<testdata>/models/tiny-sd1.safetensors) that the sampling cases of the
+ * node goldens load with sd_golden_tokenizer_dir(). Skips the test when the
+ * tokenizer folder or the checkpoint is absent, naming both and what did not
+ * run (`what`, NULL: nothing said); a skip after a failed check exits 1.
+ * The string lives until the next call. */
+const char *sd_golden_tiny_sd1(const char *what);
 
 /* 1 when case c's "component" is comp. */
 int sd_golden_case_is(const cJSON *c, const char *comp);
@@ -116,6 +148,15 @@ int sd_golden_case_present(const char *dir, const cJSON *c);
  * fails, it never passes or skips). Every golden test calls it for each
  * component it runs before running them. */
 int sd_golden_require_cases(cJSON *manifest, const char *dir, const char *comp);
+/* sd_golden_require_cases for a test that runs only component comp: a
+ * manifest listing none of its cases skips the test (the set is another
+ * one), after freeing the manifest. */
+int sd_golden_require_cases_or_skip(cJSON *manifest, const char *dir, const char *comp);
+
+/* The CLIP vocabulary folder (<shared>/data/clip) the text paths tokenize
+ * with; skips the test when it holds no vocabulary, after freeing
+ * `manifest` (NULL: none). The string lives until the next call. */
+const char *sd_golden_clip_vocab(cJSON *manifest);
 
 /* Runs one case of the manifest (dir: the data folder). */
 typedef void (*sd_golden_case_fn)(sd_backend *be, const char *dir, cJSON *manifest, cJSON *c);

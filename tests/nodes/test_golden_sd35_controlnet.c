@@ -371,25 +371,13 @@ static void malformed(sd_backend *be, const char *dir, const char *bad, const ch
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[1200], path[4400], cn_path[4400];
-    snprintf(dir, sizeof dir, "%s/tests/data/sd35_controlnet", src ? src : ".");
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no reference data (%s)", path);
-    cJSON *m = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(m != NULL, "bad manifest %s", path);
+    char path[4400], cn_path[4400];
+    const char *dir = sd_golden_topic_dir("sd35_controlnet");
+    cJSON *m = sd_golden_manifest(dir);
     const char *sd3dir = sd_golden_family_dir("sd3");
     cJSON *sd3 = sd_golden_manifest(sd3dir);
-    if (!m || !sd3) {
-        cJSON_Delete(m);
-        return sd_test_finish();
-    }
-    sd_backend *be = sd_golden_backend();
+    sd_backend *be = sd_golden_sampling_backend();
     if (!be) return sd_test_finish();
-    sd_golden_set_depth(0);
-    if (!sd_golden_e2e_comparable()) sd_test_skip_unsupported("sampling cases are compared in f32 only (golden.h)");
     cJSON *models_m = cJSON_GetObjectItemCaseSensitive(sd3, "models");
     const char *mfile = cJSON_GetStringValue(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(models_m, "mmdit"), "file"));
