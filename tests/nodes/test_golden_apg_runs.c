@@ -35,11 +35,6 @@ static const char *str(const cJSON *o, const char *k) { return cJSON_GetStringVa
 static double num(const cJSON *o, const char *k) { return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k)); }
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int has(const cJSON *list, const char *s) {
     const cJSON *e;
     cJSON_ArrayForEach(e, list) if (cJSON_IsString(e) && !strcmp(e->valuestring, s)) return 1;
@@ -220,30 +215,14 @@ static void run_case(const sd_env *env, sd_st_file *ref, const cJSON *c) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4300], tokdir[4096], ckpt[4300], models[4200], link[4400], cmd[8800];
-    snprintf(dir, sizeof dir, "%s/tests/data/apg_runs", src ? src : "..");
+    char models[4200], link[4400], cmd[8800];
+    const char *dir = sd_golden_topic_dir("apg_runs");
     cJSON *man = sd_golden_manifest(dir);
-    if (!man) return sd_test_finish();
-    snprintf(path, sizeof path, "%s/%s", dir, str(man, "file"));
+    sd_st_file *ref = sd_golden_open_ref(dir, man, "file");
     sd_error err;
     sd_error_clear(&err);
-    sd_st_file *ref = NULL;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) {
-        cJSON_Delete(man);
-        return sd_test_finish();
-    }
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
-    snprintf(ckpt, sizeof ckpt, "%s/models/tiny-sd1.safetensors", sd_golden_dir());
-    struct stat st;
-    if (!is_dir(tokdir) || stat(ckpt, &st) != 0) {
-        sd_st_close(ref);
-        cJSON_Delete(man);
-        sd_test_skip("no tokenizer (%s) or no %s", tokdir, ckpt);
-    }
+    const char *tokdir = sd_golden_tokenizer_dir();
+    const char *ckpt = sd_golden_tiny_sd1(NULL);
     if (!sd_golden_e2e_comparable()) {
         sd_st_close(ref);
         cJSON_Delete(man);

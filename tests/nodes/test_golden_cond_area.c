@@ -257,33 +257,13 @@ static void refusals(const sd_env *env, sd_value *const ck[3]) {
     sd_value_unref(cond);
 }
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4300], tokdir[4096], ckpt[4300];
-    snprintf(dir, sizeof dir, "%s/tests/data/cond_area", src ? src : "..");
+    const char *dir = sd_golden_topic_dir("cond_area");
     cJSON *man = sd_golden_manifest(dir);
-    snprintf(path, sizeof path, "%s/%s", dir, str(man, "file"));
+    ref = sd_golden_open_ref(dir, man, "file");
     sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) {
-        cJSON_Delete(man);
-        return sd_test_finish();
-    }
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
-    snprintf(ckpt, sizeof ckpt, "%s/models/tiny-sd1.safetensors", sd_golden_dir());
-    struct stat st;
-    if (!is_dir(tokdir) || stat(ckpt, &st) != 0) {
-        sd_st_close(ref);
-        cJSON_Delete(man);
-        sd_test_skip("no tokenizer (%s) or no %s", tokdir, ckpt);
-    }
+    const char *tokdir = sd_golden_tokenizer_dir();
+    const char *ckpt = sd_golden_tiny_sd1(NULL);
     sd_env env;
     CHECK_OK(sd_env_init(&env, &err), &err);
     CHECK_OK(sd_env_set(&env, &env.tokenizer_dir, tokdir, &err), &err);

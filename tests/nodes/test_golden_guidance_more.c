@@ -201,11 +201,6 @@ static sd_tensor *perpneg_guider_case(const sd_env *env, sd_value *const ck[3], 
     return samples_of(res);
 }
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* The key of a case's unpatched twin: its cfg and size. */
 static double plain_key(const cJSON *c) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "settings");
@@ -213,14 +208,10 @@ static double plain_key(const cJSON *c) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4300], tokdir[4096], ckpt[4300];
-    snprintf(dir, sizeof dir, "%s/tests/data/guidance_more", src ? src : "..");
+    const char *dir = sd_golden_topic_dir("guidance_more");
     cJSON *man = sd_golden_manifest(dir);
-    snprintf(path, sizeof path, "%s/%s", dir, str(man, "file"));
+    ref = sd_golden_open_ref(dir, man, "file");
     sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) { cJSON_Delete(man); return sd_test_finish(); }
     const cJSON *c;
     int n_fresca = 0, n_run = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(man, "cases")) {
@@ -229,17 +220,8 @@ int main(void) {
     }
     CHECK(n_fresca > 0 && n_run > 0);
 
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
-    snprintf(ckpt, sizeof ckpt, "%s/models/tiny-sd1.safetensors", sd_golden_dir());
-    struct stat st;
-    if (!is_dir(tokdir) || stat(ckpt, &st) != 0) {
-        sd_st_close(ref);
-        cJSON_Delete(man);
-        if (sd_test_finish()) return 1;
-        sd_test_skip("no tokenizer (%s) or no %s: the sampling cases did not run", tokdir, ckpt);
-    }
+    const char *tokdir = sd_golden_tokenizer_dir();
+    const char *ckpt = sd_golden_tiny_sd1("the sampling cases did not run");
     sd_env env;
     CHECK_OK(sd_env_init(&env, &err), &err);
     CHECK_OK(sd_env_set(&env, &env.tokenizer_dir, tokdir, &err), &err);

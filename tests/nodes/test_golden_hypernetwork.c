@@ -252,20 +252,12 @@ static void damaged(const sd_env *env, sd_value *model, const char *file) {
     sd_value_unref(vals[2]);
 }
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char path[4300], tokdir[4096], ckpt[4300];
-    snprintf(dir, sizeof dir, "%s/tests/data/hypernetwork", src ? src : "..");
+    char path[4300];
+    snprintf(dir, sizeof dir, "%s", sd_golden_topic_dir("hypernetwork"));
     cJSON *man = sd_golden_manifest(dir);
-    snprintf(path, sizeof path, "%s/%s", dir, str(man, "file"));
+    ref = sd_golden_open_ref(dir, man, "file");
     sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) { cJSON_Delete(man); return sd_test_finish(); }
     const cJSON *c;
     int n_cases = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(man, "cases")) n_cases++;
@@ -278,17 +270,8 @@ int main(void) {
         CHECK_OK(sd_hypernet_probe_file(path, &err), &err); /* validation takes it */
     }
 
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
-    snprintf(ckpt, sizeof ckpt, "%s/models/tiny-sd1.safetensors", sd_golden_dir());
-    struct stat st;
-    if (!is_dir(tokdir) || stat(ckpt, &st) != 0) {
-        sd_st_close(ref);
-        cJSON_Delete(man);
-        if (sd_test_finish()) return 1;
-        sd_test_skip("no tokenizer (%s) or no %s: the cases did not run", tokdir, ckpt);
-    }
+    const char *tokdir = sd_golden_tokenizer_dir();
+    const char *ckpt = sd_golden_tiny_sd1("the cases did not run");
     sd_env env;
     CHECK_OK(sd_env_init(&env, &err), &err);
     CHECK_OK(sd_env_set(&env, &env.tokenizer_dir, tokdir, &err), &err);
