@@ -232,18 +232,9 @@ static void run_encode(sd_backend *be, const cJSON *manifest, const cJSON *c) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    snprintf(dir, sizeof dir, "%s/tests/data/clip_vision", src ? src : "..");
+    snprintf(dir, sizeof dir, "%s", sd_golden_topic_dir("clip_vision"));
     cJSON *manifest = sd_golden_manifest(dir);
-    if (!manifest) return sd_test_finish();
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, str(manifest, "file"));
-    sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) {
-        cJSON_Delete(manifest);
-        return sd_test_finish();
-    }
+    ref = sd_golden_open_ref(dir, manifest, "file");
     sd_backend *be = sd_golden_backend();
     const cJSON *c;
     int n = 0;

@@ -29,6 +29,7 @@
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/rng.h"
 #include "models/sampling/sampler.h"
+#include "golden.h"
 #include "testutil.h"
 
 static double K1, K2, K3, K4, K5, K6, ca[2], cphi[2];
@@ -137,16 +138,9 @@ static int in_list(const cJSON *list, const char *name) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[1200], path[1400];
-    snprintf(dir, sizeof dir, "%s/tests/data/flow_samplers", src ? src : ".");
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no reference data (%s)", path);
-    cJSON *m = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(m != NULL, "%s: not JSON", path);
-    if (!m) return sd_test_finish();
+    char path[1400];
+    const char *dir = sd_golden_topic_dir("flow_samplers");
+    cJSON *m = sd_golden_manifest(dir);
     sd_error err;
     snprintf(path, sizeof path, "%s/%s", dir,
              cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));

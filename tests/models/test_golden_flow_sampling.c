@@ -18,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "models/sampling/model_sampling.h"
 #include "models/sampling/schedules.h"
+#include "golden.h"
 #include "testutil.h"
 
 static sd_st_file *g;
@@ -191,16 +192,9 @@ static void run_config(const char *cid, const cJSON *st, const cJSON *m, sd_mode
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[1200], path[1400];
-    snprintf(dir, sizeof dir, "%s/tests/data/flow_sampling", src ? src : ".");
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no reference data (%s)", path);
-    cJSON *m = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(m != NULL, "%s: not JSON", path);
-    if (!m) return sd_test_finish();
+    char path[1400];
+    const char *dir = sd_golden_topic_dir("flow_sampling");
+    cJSON *m = sd_golden_manifest(dir);
     snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));
     sd_error err;
     CHECK_OK(sd_st_open(path, &g, &err), &err);

@@ -10,6 +10,7 @@
  * rng_torch_randn.safetensors holds a U32 tensor, a dtype the core reader
  * does not know, so this test reads the (simple) safetensors layout itself.
  */
+#include "golden.h"
 #include "testutil.h"
 #include "models/sampling/rng.h"
 
@@ -378,18 +379,9 @@ static void run_default_case(const char *id, const cJSON *rc, const stfile *st, 
 int main(void)
 {
     char path[4096];
-    const char *dir = getenv("SDFLOW_TESTDATA");
-    if (!dir || !*dir)
-        dir = sd_test_testdata_dir();
+    const char *dir = sd_golden_dir();
     snprintf(path, sizeof path, "%s/golden/manifest_math.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text)
-        sd_test_skip("no %s", path);
-    cJSON *man = cJSON_Parse(text);
-    free(text);
-    CHECK(man != NULL);
-    if (!man)
-        return sd_test_finish();
+    cJSON *man = sd_golden_json(path);
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(man, "rng");
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(rng, "cases");
     const cJSON *pcases = cJSON_GetObjectItemCaseSensitive(rng, "prepare_noise_cases");

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "golden.h"
 #include "testutil.h"
 #include "formats/safetensors.h"
 #include "models/sampling/guider.h"
@@ -519,21 +520,10 @@ static void check_pipeline(analytic *m, const cJSON *cs)
 
 int main(void)
 {
-    const char *td = getenv("SDFLOW_TESTDATA");
-    if (!td || !*td)
-        td = sd_test_testdata_dir();
-    snprintf(g_dir, sizeof g_dir, "%s/golden", td);
+    snprintf(g_dir, sizeof g_dir, "%s/golden", sd_golden_dir());
     char mpath[1200];
     snprintf(mpath, sizeof mpath, "%s/manifest_math.json", g_dir);
-    size_t sz = 0;
-    char *text = sd_test_read_file(mpath, &sz);
-    if (!text)
-        sd_test_skip("no %s", mpath);
-    cJSON *man = cJSON_Parse(text);
-    free(text);
-    CHECK(man != NULL);
-    if (!man)
-        return sd_test_finish();
+    cJSON *man = sd_golden_json(mpath);
     const cJSON *smp = cJSON_GetObjectItemCaseSensitive(man, "samplers");
     const cJSON *an = cJSON_GetObjectItemCaseSensitive(smp, "analytic");
     const cJSON *cons = cJSON_GetObjectItemCaseSensitive(an, "constants");

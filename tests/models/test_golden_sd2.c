@@ -22,6 +22,7 @@
 #include "models/checkpoint/checkpoint.h"
 #include "models/synth/synth.h"
 #include "models/text/prompt.h"
+#include "golden.h"
 #include "testutil.h"
 
 static sd_st_file *ref;
@@ -150,15 +151,9 @@ static void check_denoise(sd_backend *be, sd_checkpoint *c, const char *expected
 }
 
 int main(void) {
-    const char *srcdir = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], p[4200];
-    snprintf(dir, sizeof dir, "%s/tests/data/sd2", srcdir ? srcdir : "..");
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(p, NULL);
-    if (!text) sd_test_skip("%s absent", p);
-    manifest = cJSON_Parse(text);
-    free(text);
-    CHECK(manifest != NULL);
+    char p[4200];
+    const char *dir = sd_golden_topic_dir("sd2");
+    manifest = sd_golden_manifest(dir);
     sd_error err = {0};
     snprintf(p, sizeof p, "%s/sd2_ref.safetensors", dir);
     CHECK_OK(sd_st_open(p, &ref, &err), &err);

@@ -101,17 +101,10 @@ static sd_st_file *relayout(sd_st_file *src, const char *part, int shift, void *
 }
 
 int main(void) {
-    const char *shared = getenv("SDFLOW_SHARED");
-    if (!shared || !*shared) shared = sd_test_shared_dir();
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/data/taesd", shared);
+    snprintf(dir, sizeof dir, "%s/data/taesd", sd_test_shared_dir());
     snprintf(path, sizeof path, "%s/golden.json", dir);
-    char *json = sd_test_read_file(path, NULL);
-    if (!json) sd_test_skip("no TAESD golden data at %s", dir);
-    cJSON *root = cJSON_Parse(json);
-    free(json);
-    CHECK(root != NULL);
-    if (!root) return sd_test_finish();
+    cJSON *root = sd_golden_json(path);
     cJSON *weights = cJSON_GetObjectItemCaseSensitive(root, "weights");
     const char *encf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(weights, "encoder"));
     const char *decf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(weights, "decoder"));

@@ -99,18 +99,8 @@ static void run_case(sd_backend *be, const char *dir, const cJSON *c, double max
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/data/upscale", src ? src : "..");
-    char mpath[4200];
-    snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
-    size_t n = 0;
-    char *text = sd_test_read_file(mpath, &n);
-    if (!text) sd_test_skip("no %s", mpath);
-    cJSON *man = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(man != NULL, "%s is not valid JSON", mpath);
-    if (!man) return sd_test_finish();
+    const char *dir = sd_golden_topic_dir("upscale");
+    cJSON *man = sd_golden_manifest(dir);
     sd_backend *be = sd_golden_backend();
     const cJSON *tol = cJSON_GetObjectItemCaseSensitive(man, "tolerance");
     const cJSON *ma = cJSON_GetObjectItemCaseSensitive(tol, "max_abs");
