@@ -98,19 +98,11 @@ int main(void) {
     char dir[1100];
     snprintf(dir, sizeof dir, "%s", sd_golden_family_dir("flux"));
     cJSON *m = sd_golden_manifest(dir);
-    if (!m) return sd_test_finish();
-    if (!sd_golden_require_cases(m, dir, "tokenizer")) {
-        cJSON_Delete(m);
-        sd_test_skip("no tokenizer cases in %s", dir);
-    }
+    sd_golden_require_cases_or_skip(m, dir, "tokenizer");
     char tokpath[2400], clipdir[2400];
     const char *tf = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "tokenizer"), "file"));
     snprintf(tokpath, sizeof tokpath, "%s/%s", dir, tf ? tf : "tokenizer/tokenizer.json");
-    snprintf(clipdir, sizeof clipdir, "%s/data/clip", sd_test_shared_dir());
-    if (!sd_tokenizer_dir_has_files(clipdir)) {
-        cJSON_Delete(m);
-        sd_test_skip("no CLIP vocabulary in %s", clipdir);
-    }
+    snprintf(clipdir, sizeof clipdir, "%s", sd_golden_clip_vocab(m));
     sd_error e;
     sd_t5_tokenizer *t5 = NULL;
     sd_tokenizer *clip = NULL;

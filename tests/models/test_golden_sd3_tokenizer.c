@@ -88,20 +88,12 @@ int main(void) {
     char dir[1100];
     snprintf(dir, sizeof dir, "%s", sd_golden_family_dir("sd3"));
     cJSON *m = sd_golden_manifest(dir);
-    if (!m) return sd_test_finish();
-    if (!sd_golden_require_cases(m, dir, "tokenizer")) {
-        cJSON_Delete(m);
-        sd_test_skip("no tokenizer cases in %s", dir);
-    }
+    sd_golden_require_cases_or_skip(m, dir, "tokenizer");
     char tokpath[2400], clipdir[2400];
     const char *t5f = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "tokenizer"), "t5"));
     CHECK_MSG(sd_golden_resolve_path(dir, t5f, tokpath, sizeof tokpath),
               "manifest tokenizer.t5 names no file (%s)", t5f ? t5f : "absent");
-    snprintf(clipdir, sizeof clipdir, "%s/data/clip", sd_test_shared_dir());
-    if (!sd_tokenizer_dir_has_files(clipdir)) {
-        cJSON_Delete(m);
-        sd_test_skip("no CLIP vocabulary in %s", clipdir);
-    }
+    snprintf(clipdir, sizeof clipdir, "%s", sd_golden_clip_vocab(m));
     sd_error e;
     sd_t5_tokenizer *t5 = NULL;
     sd_tokenizer *clip = NULL;

@@ -577,7 +577,6 @@ static void run_detection_errors(sd_backend *be, const char *dir, cJSON *manifes
 int main(void) {
     const char *dir = sd_golden_dir();
     cJSON *manifest = sd_golden_manifest(dir);
-    if (!manifest) return sd_test_finish();
 
     /* Every unet case the manifest lists must have its file. */
     cJSON *c;

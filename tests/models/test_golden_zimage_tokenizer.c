@@ -91,11 +91,7 @@ int main(void) {
     char dir[1100];
     snprintf(dir, sizeof dir, "%s", sd_golden_family_dir("zimage"));
     cJSON *m = sd_golden_manifest(dir);
-    if (!m) return sd_test_finish();
-    if (!sd_golden_require_cases(m, dir, "tokenizer")) {
-        cJSON_Delete(m);
-        sd_test_skip("no tokenizer cases in %s", dir);
-    }
+    sd_golden_require_cases_or_skip(m, dir, "tokenizer");
     /* the folder holding the manifest's tokenizer files */
     char tokdir[2400];
     const cJSON *files = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "tokenizer"), "files");
