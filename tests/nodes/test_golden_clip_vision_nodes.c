@@ -212,18 +212,12 @@ static void run_style_apply(sd_env *env, const cJSON *manifest, const cJSON *c) 
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4200], models[4200], cmd[13000];
-    snprintf(dir, sizeof dir, "%s/tests/data/clip_vision", src ? src : "..");
+    char path[4200], models[4200], cmd[13000];
+    const char *dir = sd_golden_topic_dir("clip_vision");
     cJSON *manifest = sd_golden_manifest(dir);
-    if (!manifest) return sd_test_finish();
     snprintf(path, sizeof path, "%s/%s", dir, str(manifest, "file"));
+    ref = sd_golden_open_ref(dir, manifest, "file");
     sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) {
-        cJSON_Delete(manifest);
-        return sd_test_finish();
-    }
     snprintf(models, sizeof models, "%s/models", sd_test_tmpdir("golden_clip_vision_nodes"));
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/clip_vision' && ln -sf '%s' '%s/clip_vision/not_a_vision_model.safetensors'",
              models, path, models);

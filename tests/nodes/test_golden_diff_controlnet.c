@@ -111,11 +111,8 @@ static void forward(sd_controlnet *cn, sd_backend *be, sd_tensor **outs, int *n)
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/data/diff_controlnet", src ? src : "..");
+    const char *dir = sd_golden_topic_dir("diff_controlnet");
     cJSON *man = sd_golden_manifest(dir);
-    if (!man) sd_test_skip("no manifest in %s", dir);
     const char *td = sd_test_testdata_dir();
     const char *ck = cJSON_GetStringValue(cJSON_GetObjectItem(man, "checkpoint"));
     const char *cn = cJSON_GetStringValue(cJSON_GetObjectItem(man, "controlnet"));

@@ -130,17 +130,14 @@ static sd_tensor *unet_forward(sd_value *model) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char data[4096], path[4300], ckpt[4300], tokdir[4300];
-    snprintf(data, sizeof data, "%s/tests/data/diffusers_loader", src ? src : "..");
+    char path[4300], ckpt[4300], tokdir[4300];
+    const char *data = sd_golden_topic_dir("diffusers_loader");
     cJSON *man = sd_golden_manifest(data);
     const char *ck = str(man, "checkpoint"), *name = str(man, "name");
     CHECK_MSG(ck && name && item(man, "files"), "manifest");
     if (!ck || !name) return sd_test_finish();
     snprintf(ckpt, sizeof ckpt, "%s/%s", sd_golden_dir(), strncmp(ck, "testdata/", 9) == 0 ? ck + 9 : ck);
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
+    snprintf(tokdir, sizeof tokdir, "%s", sd_golden_tokenizer_dir());
     snprintf(path, sizeof path, "%s/vocab.json", tokdir);
     if (access(ckpt, R_OK) || access(path, R_OK)) sd_test_skip("no %s or no CLIP vocabulary in %s", ckpt, tokdir);
     snprintf(path, sizeof path, "%s/golden/diffusers_loader.safetensors", data);

@@ -107,17 +107,8 @@ int main(void) {
     char dir[2048];
     snprintf(dir, sizeof dir, "%s", sd_golden_family_dir("flux"));
     cJSON *m = sd_golden_manifest(dir);
-    if (!m) return sd_test_finish();
-    if (!sd_golden_require_cases(m, dir, "text_encoder")) {
-        cJSON_Delete(m);
-        sd_test_skip("no text_encoder cases in %s", dir);
-    }
-    char clipdir[2400];
-    snprintf(clipdir, sizeof clipdir, "%s/data/clip", sd_test_shared_dir());
-    if (!sd_tokenizer_dir_has_files(clipdir)) {
-        cJSON_Delete(m);
-        sd_test_skip("no CLIP vocabulary in %s", clipdir);
-    }
+    sd_golden_require_cases_or_skip(m, dir, "text_encoder");
+    const char *clipdir = sd_golden_clip_vocab(m);
     const cJSON *c = NULL, *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(m, "cases"))
         if (!c && sd_golden_case_is(it, "text_encoder")) c = it;

@@ -257,11 +257,9 @@ done:
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char gdir[4096], path[4400];
-    snprintf(gdir, sizeof gdir, "%s/tests/data/gguf", src ? src : "..");
+    char path[4400];
+    const char *gdir = sd_golden_topic_dir("gguf");
     cJSON *gm = sd_golden_manifest(gdir);
-    if (!gm) return sd_test_finish();
     const char *tmp = sd_test_tmpdir("golden_gguf_e2e");
     char models[2400];
     snprintf(models, sizeof models, "%s/models", tmp);

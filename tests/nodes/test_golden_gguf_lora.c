@@ -203,18 +203,13 @@ static void run_pair(const sd_env *env, const char *ldir, cJSON *gm, cJSON *fmod
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
     char ldir[4096], gdir[4096], path[4400];
-    snprintf(ldir, sizeof ldir, "%s/tests/data/flux_lora", src ? src : "..");
-    snprintf(gdir, sizeof gdir, "%s/tests/data/gguf", src ? src : "..");
-    cJSON *lman = sd_golden_manifest(ldir), *gman = lman ? sd_golden_manifest(gdir) : NULL;
+    snprintf(ldir, sizeof ldir, "%s", sd_golden_topic_dir("flux_lora"));
+    snprintf(gdir, sizeof gdir, "%s", sd_golden_topic_dir("gguf"));
+    cJSON *lman = sd_golden_manifest(ldir), *gman = sd_golden_manifest(gdir);
     char fdir[4096];
     snprintf(fdir, sizeof fdir, "%s", sd_golden_family_dir("flux"));
-    cJSON *fman = gman ? sd_golden_manifest(fdir) : NULL; /* skips without the Flux set */
-    if (!lman || !gman || !fman) {
-        cJSON_Delete(lman), cJSON_Delete(gman);
-        return sd_test_finish();
-    }
+    cJSON *fman = sd_golden_manifest(fdir); /* skips without the Flux set */
     sd_golden_require_cases(lman, ldir, "flux_lora");
     const char *tmp = sd_test_tmpdir("golden_gguf_lora");
     char models[2400];

@@ -91,16 +91,11 @@ static int listed(const sd_env *env, const char *node, const char *name) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char gdir[4096], fdir[4096], path[4400];
-    snprintf(gdir, sizeof gdir, "%s/tests/data/gguf", src ? src : "..");
+    char fdir[4096], path[4400];
+    const char *gdir = sd_golden_topic_dir("gguf");
     snprintf(fdir, sizeof fdir, "%s", sd_golden_family_dir("flux"));
     cJSON *gm = sd_golden_manifest(gdir);
-    cJSON *fm = gm ? sd_golden_manifest(fdir) : NULL;
-    if (!gm || !fm) {
-        cJSON_Delete(gm);
-        return sd_test_finish();
-    }
+    cJSON *fm = sd_golden_manifest(fdir);
     char clipdir[2400];
     snprintf(clipdir, sizeof clipdir, "%s/data/clip", sd_test_shared_dir());
     if (!sd_tokenizer_dir_has_files(clipdir)) sd_test_skip("no CLIP vocabulary in %s", clipdir);

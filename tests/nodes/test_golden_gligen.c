@@ -338,9 +338,8 @@ static int is_dir(const char *p) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4300], gpath[4300], tokdir[4096], ckpt[4300];
-    snprintf(dir, sizeof dir, "%s/tests/data/gligen", src ? src : "..");
+    char path[4300], gpath[4300], tokdir[4096], ckpt[4300];
+    const char *dir = sd_golden_topic_dir("gligen");
     cJSON *man = sd_golden_manifest(dir);
     int n_pos = sd_golden_require_cases(man, dir, "position_net");
     int n_unet = sd_golden_require_cases(man, dir, "unet_forward");
@@ -387,9 +386,7 @@ int main(void) {
     sd_unet_free(u);
     sd_gligen_free(g);
 
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
+    snprintf(tokdir, sizeof tokdir, "%s", sd_golden_tokenizer_dir());
     if (!is_dir(tokdir)) {
         sd_backend_free(be);
         sd_st_close(ref);

@@ -273,11 +273,8 @@ static void check_reload(const char *id, const char *node, const char *fam, cons
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/data/model_save", src ? src : "..");
+    const char *dir = sd_golden_topic_dir("model_save");
     cJSON *man = sd_golden_manifest(dir);
-    if (!man) sd_test_skip("no manifest in %s", dir);
     const char *td = sd_test_testdata_dir();
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/models/tiny-sd1.safetensors", td);

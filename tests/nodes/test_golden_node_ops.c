@@ -304,14 +304,10 @@ static void run_case(const cJSON *c) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s/tests/data/node_ops", src ? src : "..");
+    const char *dir = sd_golden_topic_dir("node_ops");
     cJSON *manifest = sd_golden_manifest(dir);
-    snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetObjectItem(manifest, "file")->valuestring);
+    ref = sd_golden_open_ref(dir, manifest, "file");
     sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) { cJSON_Delete(manifest); return sd_test_finish(); }
     CHECK_OK(sd_nodes_register_all(&err), &err);
     nt_env_init(&env, "golden_node_ops");
     const cJSON *c;

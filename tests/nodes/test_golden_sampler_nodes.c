@@ -28,6 +28,7 @@
 #include "models/sampling/sampler.h"
 #include "nodes/sampling/custom.h"
 #include "nodes_ctx.h"
+#include "golden.h"
 #include "testutil.h"
 
 static double K1, K2, K3, K4, K5, K6, ca[2], cphi[2];
@@ -243,16 +244,9 @@ static void run_case(const cJSON *m, const cJSON *cs, sd_model_sampling *ms) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[1200], path[1400];
-    snprintf(dir, sizeof dir, "%s/tests/data/sampler_nodes", src ? src : "..");
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(path, NULL);
-    if (!text) sd_test_skip("no reference data (%s)", path);
-    cJSON *m = cJSON_Parse(text);
-    free(text);
-    CHECK_MSG(m != NULL, "%s: not JSON", path);
-    if (!m) return sd_test_finish();
+    char path[1400];
+    const char *dir = sd_golden_topic_dir("sampler_nodes");
+    cJSON *m = sd_golden_manifest(dir);
     sd_error err;
     snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "file")));
     CHECK_OK(sd_st_open(path, &g_file, &err), &err);

@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "models/checkpoint/checkpoint.h"
 #include "models/synth/synth.h"
+#include "golden.h"
 #include "nodes_ctx.h"
 #include "testutil.h"
 
@@ -29,14 +30,9 @@ static sd_status run_named(const sd_env *env, const char *type, const char *cons
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
 int main(void) {
-    const char *srcdir = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], p[4200], tok[4200];
-    snprintf(dir, sizeof dir, "%s/tests/data/sd2", srcdir ? srcdir : "..");
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    char *text = sd_test_read_file(p, NULL);
-    if (!text) sd_test_skip("%s absent", p);
-    cJSON *man = cJSON_Parse(text);
-    free(text);
+    char p[4200], tok[4200];
+    const char *dir = sd_golden_topic_dir("sd2");
+    cJSON *man = sd_golden_manifest(dir);
     snprintf(tok, sizeof tok, "%s/data/clip", sd_test_shared_dir());
     snprintf(p, sizeof p, "%s/vocab.json", tok);
     char *vocab = sd_test_read_file(p, NULL);

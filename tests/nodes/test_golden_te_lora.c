@@ -243,17 +243,10 @@ static void run_case(const sd_env *env, const char *dir, const cJSON *c) {
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4400];
-    snprintf(dir, sizeof dir, "%s/tests/data/te_lora", src ? src : "..");
+    char path[4400];
+    const char *dir = sd_golden_topic_dir("te_lora");
     cJSON *man = sd_golden_manifest(dir);
-    if (!man) return sd_test_finish();
-    char clipdir[2400];
-    snprintf(clipdir, sizeof clipdir, "%s/data/clip", sd_test_shared_dir());
-    if (!sd_tokenizer_dir_has_files(clipdir)) {
-        cJSON_Delete(man);
-        sd_test_skip("no CLIP vocabulary in %s", clipdir);
-    }
+    sd_golden_clip_vocab(man);
     sd_golden_require_cases(man, dir, "te_lora");
     const char *tmp = sd_test_tmpdir("golden_te_lora");
     char models[2400], tokdir[2400];
@@ -274,11 +267,6 @@ int main(void) {
         char fdir[4096];
         snprintf(fdir, sizeof fdir, "%s", sd_golden_family_dir(family));
         cJSON *fm = sd_golden_manifest(fdir); /* skips without the set */
-        if (!fm) {
-            for (int i = 0; i < nf; i++) cJSON_Delete(fams[i]);
-            cJSON_Delete(man);
-            return sd_test_finish();
-        }
         cJSON_AddStringToObject(fm, "family", family);
         fams[nf++] = fm;
         const cJSON *mm;

@@ -409,20 +409,13 @@ static void run_refusals(const char *plain_ckpt, sd_value *clip_vision, const cJ
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4300], base[4300], derived[4300];
-    snprintf(dir, sizeof dir, "%s/tests/data/unclip", src ? src : "..");
+    char base[4300], derived[4300];
+    const char *dir = sd_golden_topic_dir("unclip");
     cJSON *man = sd_golden_manifest(dir);
-    if (!man) return sd_test_finish();
     static const char *const comps[] = {"encode", "adm", "sdxl_pooled", "forward", "ksampler"};
     for (int i = 0; i < 5; i++) sd_golden_require_cases(man, dir, comps[i]);
-    snprintf(path, sizeof path, "%s/%s", dir, str(man, "file"));
+    ref = sd_golden_open_ref(dir, man, "file");
     sd_error err;
-    CHECK_OK(sd_st_open(path, &ref, &err), &err);
-    if (!ref) {
-        cJSON_Delete(man);
-        return sd_test_finish();
-    }
     const cJSON *ck_info = item(man, "checkpoint");
     const char *tmp = sd_test_tmpdir("golden_unclip");
     snprintf(base, sizeof base, "%s/%s.safetensors", tmp, str(ck_info, "base"));

@@ -233,17 +233,14 @@ static sd_tensor *ksample(sd_value *model, const cJSON *c, sd_value *pos, sd_val
 }
 
 int main(void) {
-    const char *src = getenv("SDFLOW_SOURCE_DIR");
-    char dir[4096], path[4300], ckpt[4300], tokdir[4300];
-    snprintf(dir, sizeof dir, "%s/tests/data/union_controlnet", src ? src : "..");
+    char path[4300], ckpt[4300], tokdir[4300];
+    const char *dir = sd_golden_topic_dir("union_controlnet");
     cJSON *man = sd_golden_manifest(dir);
     const char *ck = str(man, "checkpoint");
     CHECK_MSG(ck && item(man, "controlnet") && item(man, "forward"), "manifest");
     if (!ck) return sd_test_finish();
     snprintf(ckpt, sizeof ckpt, "%s/%s", sd_golden_dir(), strncmp(ck, "testdata/", 9) == 0 ? ck + 9 : ck);
-    const char *tk = getenv("SDFLOW_TOKENIZER_DIR");
-    if (tk && *tk) snprintf(tokdir, sizeof tokdir, "%s", tk);
-    else snprintf(tokdir, sizeof tokdir, "%s/data/clip", sd_test_shared_dir());
+    snprintf(tokdir, sizeof tokdir, "%s", sd_golden_tokenizer_dir());
     snprintf(path, sizeof path, "%s/vocab.json", tokdir);
     if (access(ckpt, R_OK) || access(path, R_OK)) sd_test_skip("no %s or no CLIP vocabulary in %s", ckpt, tokdir);
     snprintf(path, sizeof path, "%s/golden/union_controlnet.safetensors", dir);

@@ -108,11 +108,7 @@ int main(void) {
     char dir[2048];
     snprintf(dir, sizeof dir, "%s", sd_golden_family_dir("zimage"));
     cJSON *m = sd_golden_manifest(dir);
-    if (!m) return sd_test_finish();
-    if (!sd_golden_require_cases(m, dir, "text_encoder")) {
-        cJSON_Delete(m);
-        sd_test_skip("no text_encoder cases in %s", dir);
-    }
+    sd_golden_require_cases_or_skip(m, dir, "text_encoder");
     const cJSON *c = NULL, *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(m, "cases"))
         if (!c && sd_golden_case_is(it, "text_encoder")) c = it;
