@@ -319,7 +319,7 @@ int sd_bench_kernels(int repeat, const char *match, int max_threads) {
                     printf(" n/a | n/a |");
             }
             printf(" %.0f |", flops_of(s) / bytes_of(s));
-            if (have[last][i][0]) printf(" %.1f |\n", bytes_of(s) / got[last][i][0].wall * 1e-9);
+            if (have[last][i][0]) printf(" %.2f |\n", bytes_of(s) / got[last][i][0].wall * 1e-9);
             else printf(" n/a |\n");
         }
     }
