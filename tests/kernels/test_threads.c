@@ -17,7 +17,7 @@
  * - f32 ops (linear, 3x3 conv, attention): the threads that ran are this one
  *   and the pool's n_threads - 1 workers, nothing else (no OpenBLAS thread),
  *   and no thread is created;
- * - a bf16 linear and conv on oneDNN's primitives (when the build and CPU
+ * - a bf16 linear, conv and attention on oneDNN's primitives (when the build and CPU
  *   have them): besides this thread and the pool's workers (which round the
  *   input before the primitive runs), at most n_threads - 1 OpenMP workers
  *   are created, none at n_threads = 1, and every one of them is gone after
@@ -487,6 +487,7 @@ int main(void) {
             ((sd_cpu *)be->impl)->bf16_path = SD_BF16_PATH_ONEDNN;
             check_op(be, n_threads, OP_LINEAR, 1, workers, n_workers);
             check_op(be, n_threads, OP_CONV, 1, workers, n_workers);
+            check_op(be, n_threads, OP_ATTENTION, 1, workers, n_workers);
         } else {
             printf("no oneDNN bf16 primitives in this build or on this CPU: bf16 not checked\n");
         }
