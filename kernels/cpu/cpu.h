@@ -48,6 +48,14 @@ void *sd_cpu_alloc(size_t nbytes);
 void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc);
+/* The GEMM libraries sd_cpu_gemm1 can call (gemm.c): oneDNN's sgemm when the
+ * build has oneDNN (faster on the UNet's shapes), else OpenBLAS. Tests run
+ * each engine the build has (sd_cpu_gemm_has_engine) against a reference. */
+enum { SD_GEMM_OPENBLAS = 0, SD_GEMM_ONEDNN };
+int sd_cpu_gemm_has_engine(int engine);
+void sd_cpu_gemm1_engine(int engine, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc);
 /* Same, split over the pool along M or N. */
 void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                  float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
