@@ -19,8 +19,40 @@
 #include <string.h>
 #include <unistd.h>
 
-/* CPUs in this thread's affinity mask (inherited from the process). */
+/* libgomp (oneDNN's OpenMP) binds the program's initial thread to its first
+ * place while the program loads when OMP_PROC_BIND, OMP_PLACES or
+ * GOMP_CPU_AFFINITY ask for binding (measured: OMP_PROC_BIND=true leaves
+ * main() with one CPU). That thread's mask then says 1 where the process
+ * has all the CPUs of libgomp's places. Weak: absent without libgomp. */
+extern int omp_get_proc_bind(void) __attribute__((weak));
+extern int omp_get_num_places(void) __attribute__((weak));
+extern int omp_get_place_num_procs(int place) __attribute__((weak));
+extern void omp_get_place_proc_ids(int place, int *ids) __attribute__((weak));
+
+static int omp_places(cpu_set_t *set) {
+    CPU_ZERO(set);
+    if (!omp_get_proc_bind || !omp_get_num_places || !omp_get_place_num_procs ||
+        !omp_get_place_proc_ids || omp_get_proc_bind() == 0 /* omp_proc_bind_false */)
+        return 0;
+    int places = omp_get_num_places();
+    for (int p = 0; p < places; p++) {
+        int n = omp_get_place_num_procs(p);
+        int *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+        if (!ids) continue;
+        omp_get_place_proc_ids(p, ids);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], set);
+        free(ids);
+    }
+    return CPU_COUNT(set);
+}
+
+/* CPUs in this thread's affinity mask (inherited from the process), or in
+ * libgomp's places when it has bound this thread. */
 static int affinity_cpus(void) {
+    cpu_set_t places;
+    int omp = omp_places(&places);
+    if (omp > 0) return omp;
     for (size_t n = 1024; n <= 65536; n *= 2) {
         cpu_set_t *set = CPU_ALLOC(n);
         if (!set) break;
@@ -118,4 +150,14 @@ sd_status sd_cpus_threads_default(int *out, sd_error *err) {
     }
     *out = sd_backend_default_threads();
     return SD_OK;
+}
+
+void *sd_cpus_with_process_mask(void *(*fn)(void *), void *arg) {
+    cpu_set_t places, mine;
+    if (omp_places(&places) == 0 || sched_getaffinity(0, sizeof mine, &mine) != 0 ||
+        CPU_EQUAL(&places, &mine) || sched_setaffinity(0, sizeof places, &places) != 0)
+        return fn(arg);
+    void *r = fn(arg);
+    sched_setaffinity(0, sizeof mine, &mine);
+    return r;
 }

@@ -18,6 +18,13 @@ int sd_backend_default_threads(void);
  * how a user of any command (run, serve, worker, ...) sets the count. */
 sd_status sd_cpus_threads_default(int *out, sd_error *err);
 
+/* Returns fn(arg), run with the calling thread's CPU mask widened to the
+ * process's CPUs when libgomp has bound the thread to one place
+ * (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY: the initial thread is bound
+ * while the program loads), and restored after: threads fn creates inherit
+ * every CPU instead of piling onto one. Otherwise just fn(arg). */
+void *sd_cpus_with_process_mask(void *(*fn)(void *), void *arg);
+
 /* The CPU quota of the cgroup named in `proc_cgroup` (a /proc/PID/cgroup
  * file) under the cgroup mount `root` (/sys/fs/cgroup): v2 cpu.max, or v1
  * cpu/cpu.cfs_quota_us over cpu.cfs_period_us, in whole CPUs rounded up;

@@ -3,6 +3,7 @@
 #include "cpu.h"
 #include "dnnl_bf16.h"
 #include "dnnl_pack.h"
+#include "kernels/cpus.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -14,6 +15,8 @@
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_single_thread(void) { openblas_set_num_threads(1); }
+
+static void *make_pool(void *n_threads) { return sd_pool_new(*(int *)n_threads); }
 
 static void cpu_destroy(sd_backend *be) {
     sd_cpu *c = be->impl;
@@ -168,7 +171,9 @@ sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {
     if (rc != SD_OK) return rc;
     sd_cpu *c = calloc(1, sizeof *c);
     if (!c) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating the CPU backend");
-    c->pool = sd_pool_new(n_threads);
+    /* the workers inherit this thread's CPU mask: not libgomp's one-CPU
+     * binding of the initial thread under OMP_PROC_BIND (kernels/cpus.h) */
+    c->pool = sd_cpus_with_process_mask(make_pool, &n_threads);
     if (!c->pool) {
         free(c);
         return sd_error_set(err, SD_ERR_NOMEM, "cannot start %d CPU threads", n_threads);

@@ -31,7 +31,10 @@
  * (apt-get download; dpkg-deb -x) and run this test with LD_LIBRARY_PATH
  * set to its usr/lib/x86_64-linux-gnu/openblas-openmp.
  * And the default thread count (n_threads 0) follows the process's CPU set
- * and its cgroup's CPU quota (read from made-up files), or SDFLOW_THREADS.
+ * and its cgroup's CPU quota (read from made-up files), or SDFLOW_THREADS;
+ * ctest runs it again with OMP_PROC_BIND=true, where libgomp binds this
+ * thread to one CPU as the program loads: the default count and the pool's
+ * workers must still cover the process's CPUs.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -373,6 +376,8 @@ static void check_op(sd_backend *be, int n_threads, int op, int bf16, const int 
         CHECK_MSG(ran_pool == 0 && n_made == 0, "%s: ran on more than this thread", what);
 }
 
+static int bound_by_omp; /* OpenMP binding asked for in the environment */
+
 /* The default thread count follows this process's CPU set, not the machine:
  * pinned to one CPU (as taskset or a container's CPU set would), a backend
  * made with n_threads 0 runs one thread. */
@@ -388,6 +393,18 @@ static void check_default_threads(void) {
     while (first < CPU_SETSIZE && !CPU_ISSET(first, &set)) first++;
     int def = sd_backend_default_threads();
     printf("default threads %d, %d CPUs in the affinity mask\n", def, allowed);
+    if (bound_by_omp) {
+        /* libgomp bound this thread to one place; the count must be the
+         * process's CPUs, the ones the parent (ctest) gave us */
+        cpu_set_t parent;
+        CPU_ZERO(&parent);
+        if (sched_getaffinity(getppid(), sizeof parent, &parent) == 0)
+            CHECK_MSG(def == CPU_COUNT(&parent), "OMP_PROC_BIND: default %d threads, %d CPUs",
+                      def, CPU_COUNT(&parent));
+        printf("default threads under OMP binding: pinning not checked (libgomp's places "
+               "decide)\n");
+        return;
+    }
     CHECK(def >= 1 && def <= allowed);
     CPU_ZERO(&set);
     CPU_SET(first, &set);
@@ -467,6 +484,7 @@ static void check_cgroup_quota(void) {
 
 int main(void) {
     self_tid = (int)syscall(SYS_gettid);
+    bound_by_omp = getenv("OMP_PROC_BIND") || getenv("OMP_PLACES") || getenv("GOMP_CPU_AFFINITY");
     sd_error err;
     sd_error_clear(&err);
     for (int n_threads = 1; n_threads <= 2; n_threads++) {
@@ -481,6 +499,17 @@ int main(void) {
          * interpose and nothing below could tell threads apart */
         CHECK_MSG(n_workers == n_threads - 1, "pool of %d threads: %d threads created (expected %d)",
                   n_threads, n_workers, n_threads - 1);
+        /* each worker may run on as many CPUs as there are threads to run
+         * (up to the default count): not confined to this thread's CPU when
+         * libgomp has bound it (kernels/cpus.h) */
+        int def = sd_backend_default_threads(), want = n_threads < def ? n_threads : def;
+        for (int w = 0; w < n_workers && w < 64; w++) {
+            cpu_set_t m;
+            CPU_ZERO(&m);
+            if (sched_getaffinity(workers[w], sizeof m, &m) == 0)
+                CHECK_MSG(CPU_COUNT(&m) >= want, "pool worker %d may run on %d CPUs, %d threads",
+                          workers[w], CPU_COUNT(&m), want);
+        }
         for (int op = OP_LINEAR; op <= OP_ATTENTION; op++) check_op(be, n_threads, op, 0, workers, n_workers);
         if (sd_dnnl_compiled() && sd_dnnl_has_bf16()) {
             /* oneDNN's primitives even where emulation is the default */
