@@ -263,6 +263,7 @@ void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const
         fn(be, dir, manifest, c);
     }
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
+        if (!e2e_fn) break;
         cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "settings");
         if (!sd_golden_case_is(c, "e2e") || !cJSON_GetObjectItemCaseSensitive(st, e2e_key)) continue;
         *case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));

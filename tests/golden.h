@@ -163,8 +163,8 @@ typedef void (*sd_golden_case_fn)(sd_backend *be, const char *dir, cJSON *manife
 
 /* Runs fn on every case of component comp, then e2e_fn on every "e2e" case
  * whose settings hold e2e_key (an absent reference file of one is a failed
- * check: the manifest lists it). Before each, *case_id is set to the case's
- * id and "case <id>" printed. */
+ * check: the manifest lists it; e2e_fn NULL: no e2e cases). Before each,
+ * *case_id is set to the case's id and "case <id>" printed. */
 void sd_golden_run_cases(sd_backend *be, const char *dir, cJSON *manifest, const char *comp,
                          sd_golden_case_fn fn, const char *e2e_key, sd_golden_case_fn e2e_fn,
                          const char **case_id);

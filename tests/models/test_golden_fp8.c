@@ -150,13 +150,7 @@ int main(void) {
     CHECK_MSG(n_cases > 0, "manifest lists no weights case");
     sd_backend *be = sd_golden_backend();
     if (be) {
-        cJSON *c;
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            if (!sd_golden_case_is(c, "weights")) continue;
-            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-            printf("case %s\n", case_id);
-            run_case(be, dir, manifest, c);
-        }
+        sd_golden_run_cases(be, dir, manifest, "weights", run_case, NULL, NULL, &case_id);
         sd_backend_free(be);
     }
     cJSON_Delete(manifest);

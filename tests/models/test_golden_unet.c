@@ -585,12 +585,7 @@ int main(void) {
 
     sd_backend *be = sd_golden_backend();
     if (be) {
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            if (!sd_golden_case_is(c, "unet")) continue;
-            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-            printf("case %s\n", case_id);
-            run_case(be, dir, manifest, c);
-        }
+        sd_golden_run_cases(be, dir, manifest, "unet", run_case, NULL, NULL, &case_id);
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
             if (!sd_golden_case_is(c, "controlnet")) continue;
             case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));

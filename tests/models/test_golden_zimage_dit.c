@@ -380,13 +380,7 @@ int main(void) {
     CHECK_MSG(n_cases > 0, "manifest lists no dit case");
     sd_backend *be = sd_golden_backend();
     if (be) {
-        cJSON *c;
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(manifest, "cases")) {
-            if (!sd_golden_case_is(c, "dit")) continue;
-            case_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
-            printf("case %s\n", case_id);
-            run_case(be, dir, manifest, c);
-        }
+        sd_golden_run_cases(be, dir, manifest, "dit", run_case, NULL, NULL, &case_id);
         run_bad_files(be, dir, manifest);
         sd_backend_free(be);
     }
