@@ -1,6 +1,6 @@
 /* bench_kernels.c - `sdflow-bench --kernels`: GFLOP/s of the UNet's matrix
- * shapes (SD1.5, 512x512, batch 2) and of attention (SD1.5's 64x64 level,
- * a Flux block's joint sequence) through each path the CPU backend has: our
+ * shapes (SD1.5, 512x512, batch 2) and of attention (SD1.5's 64x64 and
+ * 32x32 levels, a Flux block's joint sequence) through each path the CPU backend has: our
  * f32 ops (OpenBLAS GEMM / conv2d.c / attention.c), bf16 emulated on those
  * (dnnl_bf16.h), bf16 through oneDNN with the weights packed once (the
  * warm-up run packs them: a sampler's every step after the first), the same
@@ -53,6 +53,7 @@ static const shape shapes[] = {
     {"conv3x3 640->640 @32x32 b2", 1, 0, 0, 0, 2, 640, 32, 32, 640, 3},
     {"conv3x3 1280->1280 @16x16 b2", 1, 0, 0, 0, 2, 1280, 16, 16, 1280, 3},
     {"attention 4096 tokens, 8x40 heads b2 (64x64)", 2, 4096, 8, 40, 2},
+    {"attention 1024 tokens, 8x80 heads b2 (32x32)", 2, 1024, 8, 80, 2},
     {"attention 1536 tokens, 24x128 heads (Flux)", 2, 1536, 24, 128, 1},
     {"conv1x1 640->320 @64x64 b2 (skip)", 1, 0, 0, 0, 2, 640, 64, 64, 320, 1},
     /* the Flux block stack's GEMMs (bench_flux.c), weights fp8 */
