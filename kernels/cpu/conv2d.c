@@ -100,11 +100,6 @@ static void im2col_task(void *ctx, int64_t t, int thread) {
     im2col(j, j->x + j->rows * j->C * j->H * j->W, 0, j->Ho, j->col[0], c0, c1);
 }
 
-static void bias_fill(const conv_job *j, float *y, int64_t plane) {
-    for (int64_t o = 0; o < j->O; o++)
-        for (int64_t p = 0; p < plane; p++) y[o * plane + p] = j->b[o];
-}
-
 sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
                                const sd_bt *b, int stride, int pad_h, int pad_w) {
     sd_pool *pool = sd_cpu_pool(be);
@@ -115,17 +110,10 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
     if (sd_bt_numel(out) == 0) return SD_OK;
 
     if (j.kh == 1 && j.kw == 1 && stride == 1 && pad_h == 0 && pad_w == 0) {
-        for (int64_t n = 0; n < j.N; n++) {
-            float *y = j.y + n * j.O * plane;
-            float beta = 0.0f;
-            if (j.b) {
-                for (int64_t o = 0; o < j.O; o++)
-                    for (int64_t p = 0; p < plane; p++) y[o * plane + p] = j.b[o];
-                beta = 1.0f;
-            }
-            sd_cpu_gemm(pool, 0, 0, j.O, plane, j.C, 1.0f, j.w, j.C, j.x + n * j.C * plane, plane,
-                        beta, y, plane);
-        }
+        /* the bias per output channel is filled by the GEMM's tasks (gemm.c) */
+        for (int64_t n = 0; n < j.N; n++)
+            sd_cpu_gemm_bias(pool, 0, 0, j.O, plane, j.C, 1.0f, j.w, j.C, j.x + n * j.C * plane,
+                             plane, 0.0f, j.y + n * j.O * plane, plane, NULL, j.b);
         return SD_OK;
     }
 
@@ -144,9 +132,8 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
             float *y = j.y + n * j.O * plane;
             j.rows = n;
             sd_pool_run(pool, (j.C + 7) / 8, im2col_task, &j);
-            if (j.b) bias_fill(&j, y, plane);
-            sd_cpu_gemm(pool, 0, 0, j.O, plane, ckk, 1.0f, j.w, ckk, col, plane, j.b ? 1.0f : 0.0f,
-                        y, plane);
+            sd_cpu_gemm_bias(pool, 0, 0, j.O, plane, ckk, 1.0f, j.w, ckk, col, plane, 0.0f, y,
+                             plane, NULL, j.b);
         }
         free(col);
         return SD_OK;

@@ -56,6 +56,13 @@ int sd_cpu_gemm_has_engine(int engine);
 void sd_cpu_gemm1_engine(int engine, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                          float beta, float *C, int64_t ldc);
+/* sd_cpu_gemm with C first set to a bias, per column (bias_n [N]) or per
+ * row (bias_m [M]; at most one of them non-NULL), by the task computing
+ * each part (beta is then 1); both NULL: sd_cpu_gemm. */
+void sd_cpu_gemm_bias(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float beta, float *C, int64_t ldc, const float *bias_n,
+                      const float *bias_m);
 /* Same, split over the pool along M or N. */
 void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                  float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,

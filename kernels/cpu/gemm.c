@@ -96,7 +96,19 @@ typedef struct {
     const float *A, *B;
     float *C;
     int64_t lda, ldb, ldc;
+    const float *bias_n, *bias_m; /* sd_cpu_gemm_bias; NULL for none */
 } gemm_job;
+
+/* C[m0..m0+m) x [n0..n0+n) = the bias (per column or per row), so the GEMM
+ * accumulates onto it: filled by the task that computes those elements,
+ * on its own thread and just before its GEMM reads them. */
+static void bias_fill(const gemm_job *g, int64_t m0, int64_t m, int64_t n0, int64_t n) {
+    for (int64_t i = m0; i < m0 + m; i++) {
+        float *c = g->C + i * g->ldc;
+        if (g->bias_n) memcpy(c + n0, g->bias_n + n0, (size_t)n * sizeof *c);
+        else for (int64_t k = n0; k < n0 + n; k++) c[k] = g->bias_m[i];
+    }
+}
 
 static void gemm_task(void *ctx, int64_t t, int thread) {
     const gemm_job *g = ctx;
@@ -104,26 +116,32 @@ static void gemm_task(void *ctx, int64_t t, int thread) {
     if (g->split_m) {
         int64_t m = g->M - lo < g->chunk ? g->M - lo : g->chunk;
         const float *A = g->ta ? g->A + lo : g->A + lo * g->lda;
+        if (g->bias_n || g->bias_m) bias_fill(g, lo, m, 0, g->N);
         sd_cpu_gemm1(g->ta, g->tb, m, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb, g->beta,
                      g->C + lo * g->ldc, g->ldc);
     } else {
         int64_t n = g->N - lo < g->chunk ? g->N - lo : g->chunk;
         const float *B = g->tb ? g->B + lo * g->ldb : g->B + lo;
+        if (g->bias_n || g->bias_m) bias_fill(g, 0, g->M, lo, n);
         sd_cpu_gemm1(g->ta, g->tb, g->M, n, g->K, g->alpha, g->A, g->lda, B, g->ldb, g->beta,
                      g->C + lo, g->ldc);
     }
 }
 
-void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
-                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                 float beta, float *C, int64_t ldc) {
+void sd_cpu_gemm_bias(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float beta, float *C, int64_t ldc, const float *bias_n,
+                      const float *bias_m) {
     int nt = sd_pool_threads(pool);
+    gemm_job g = {trans_a, trans_b, M, N, K, 0, M >= N, alpha, beta, A, B, C, lda, ldb, ldc,
+                  bias_n, bias_m};
+    if (bias_n || bias_m) g.beta = 1.0f;
     /* Below ~2 MFLOP the fork/join costs more than it saves. */
     if (nt == 1 || (double)M * N * K < 1e6) {
-        sd_cpu_gemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (M > 0 && N > 0 && (bias_n || bias_m)) bias_fill(&g, 0, M, 0, N);
+        sd_cpu_gemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, g.beta, C, ldc);
         return;
     }
-    gemm_job g = {trans_a, trans_b, M, N, K, 0, M >= N, alpha, beta, A, B, C, lda, ldb, ldc};
     int64_t n = g.split_m ? M : N;
     /* multiples of 16 keep BLAS micro-kernels full */
     int64_t chunk = (n + nt - 1) / nt;
@@ -132,20 +150,23 @@ void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, 
     sd_pool_run(pool, sd_cpu_chunks(n, chunk), gemm_task, &g);
 }
 
+void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float beta, float *C, int64_t ldc) {
+    sd_cpu_gemm_bias(pool, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
+                     NULL);
+}
+
 sd_status sd_cpu_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b) {
     int64_t in = w->shape[1], outf = w->shape[0];
     int64_t rows = sd_bt_numel(x) / (in ? in : 1);
     if (in == 0) rows = sd_bt_numel(out) / (outf ? outf : 1);
-    float *y = sd_cpu_f32(out);
-    float beta = 0.0f;
-    if (b) {
-        const float *bb = sd_cpu_f32(b);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t o = 0; o < outf; o++) y[r * outf + o] = bb[o];
-        beta = 1.0f;
-    }
-    sd_cpu_gemm(sd_cpu_pool(be), 0, 1, rows, outf, in, 1.0f, sd_cpu_f32(x), in, sd_cpu_f32(w), in,
-                beta, y, outf);
+    /* the bias is written by the pool's tasks, each into its own part of y
+     * just before its GEMM: filled here on the calling thread it was a
+     * single-threaded pass (with the page faults of a fresh 84 MB GEGLU
+     * output) while the other threads waited */
+    sd_cpu_gemm_bias(sd_cpu_pool(be), 0, 1, rows, outf, in, 1.0f, sd_cpu_f32(x), in, sd_cpu_f32(w),
+                     in, 0.0f, sd_cpu_f32(out), outf, b ? sd_cpu_f32(b) : NULL, NULL);
     return SD_OK;
 }
 

@@ -9,12 +9,14 @@
  * Bound per element: 1e-5 * sum_k |alpha a_ik b_kj| + 1e-5 |beta c_ij|:
  * f32 sums in any order stay far inside it (K * 2^-24 relative is the
  * worst case of a serial sum), while a wrong operand, transpose or stride
- * breaks it by orders of magnitude. */
+ * breaks it by orders of magnitude. sd_cpu_gemm_bias (the bias written by
+ * the pool's tasks) is checked the same way on 1 and 3 threads. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/threadpool.h"
 #include "testutil.h"
 
 static unsigned seed = 12345u;
@@ -75,6 +77,42 @@ done:
     free(A), free(B), free(C), free(C0);
 }
 
+/* sd_cpu_gemm_bias on a pool of `threads`: C = A B^T (tb) or A B, plus a
+ * bias per column or per row, against the double reference; big enough
+ * (M*N*K >= 1e6) that the pool splits along M (M >= N) or N. */
+static void check_bias(int threads, int64_t M, int64_t N, int64_t K, int tb, int per_row) {
+    sd_pool *pool = sd_pool_new(threads);
+    float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
+    float *C = malloc(sizeof(float) * (size_t)(M * N));
+    float *bias = malloc(sizeof(float) * (size_t)(per_row ? M : N));
+    if (!pool || !A || !B || !C || !bias) {
+        CHECK_MSG(0, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < M * K; i++) A[i] = rnd();
+    for (int64_t i = 0; i < K * N; i++) B[i] = rnd();
+    for (int64_t i = 0; i < (per_row ? M : N); i++) bias[i] = 4.0f * rnd();
+    for (int64_t i = 0; i < M * N; i++) C[i] = NAN; /* every element must be written */
+    sd_cpu_gemm_bias(pool, 0, tb, M, N, K, 1.0f, A, K, B, tb ? K : N, 0.0f, C, N,
+                     per_row ? NULL : bias, per_row ? bias : NULL);
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = per_row ? bias[i] : bias[j], mag = fabs(s);
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)A[i * K + k] * (tb ? B[j * K + k] : B[k * N + j]);
+                s += p;
+                mag += fabs(p);
+            }
+            if (!(fabs((double)C[i * N + j] - s) <= 1e-5 * mag)) bad++;
+        }
+    CHECK_MSG(bad == 0, "gemm_bias threads=%d M=%lld N=%lld K=%lld tb=%d per_row=%d: %d off",
+              threads, (long long)M, (long long)N, (long long)K, tb, per_row, bad);
+done:
+    sd_pool_free(pool);
+    free(A), free(B), free(C), free(bias);
+}
+
 int main(void) {
     sd_error err = {0};
     CHECK_OK(sd_cpu_isa_setup(&err), &err);
@@ -98,5 +136,12 @@ int main(void) {
         check_case(e, 0, 1, 96, 80, 160, 0, 1.0f, 1.0f);    /* linear x W^T + bias in C */
     }
     CHECK(engines >= 1);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        check_bias(threads, 300, 70, 64, 1, 0); /* linear: split along M */
+        check_bias(threads, 70, 300, 64, 0, 1); /* 1x1 conv: split along N */
+        check_bias(threads, 300, 70, 64, 0, 1);
+        check_bias(threads, 70, 300, 64, 1, 0);
+        check_bias(threads, 5, 6, 7, 1, 0);     /* below the pool's threshold */
+    }
     return sd_test_finish();
 }
