@@ -51,10 +51,14 @@ ALWAYS void head_body(const float *xh, float *yh, const float *cs, int64_t D, in
                 st(yh + 2 * i, p + q * sg); /* q * +-1 is exact */
             }
         }
+        /* ac + (-b)s, not ac - bs: the same bits (negation is exact), but a
+         * (sub, add) pair across adjacent outputs is what GCC 12's -O3
+         * vectoriser turns into vfmaddsub, fusing a product into the sum
+         * in spite of fp-contract=off (kernels.transformer_ops, Release) */
         for (; i < half; i++) {
             float c = cs[2 * i], s = cs[2 * i + 1], a = xh[2 * i], b = xh[2 * i + 1];
-            float ac = a * c, bs = b * s, as = a * s, bc = b * c;
-            yh[2 * i] = ac - bs;
+            float ac = a * c, nbs = -b * s, as = a * s, bc = b * c;
+            yh[2 * i] = ac + nbs;
             yh[2 * i + 1] = as + bc;
         }
         return;
