@@ -46,7 +46,7 @@ int sd_cli_synth(int argc, char **argv) {
         {"--text-encoder-quant", NULL, SD_CLI_STR, &te_quant, "TYPE",
          "--layout gguf: the T5-XXL's GGUF type (default Q8_0)", "F16|BF16|Q8_0|Q4_0|Q5_0|Q4_K_S|Q5_K_S|Q6_K"},
         {"--threads", NULL, SD_CLI_INT, &threads, "N",
-         "--layout gguf: threads that make and quantize each tensor (default: every core; the files' bytes "
+         "--layout gguf: threads that make and quantize each tensor (default: every usable CPU; the files' bytes "
          "are the same for every count)", NULL},
         {"--seed", NULL, SD_CLI_INT, &seed, "N", "seed of the random weights (default 1)", NULL},
         {"--force", NULL, SD_CLI_FLAG, &force, NULL, "rewrite the checkpoint when it exists", NULL},

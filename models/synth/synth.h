@@ -287,7 +287,8 @@ sd_status sd_synth_zimage_write(const sd_synth_zimage_config *cfg, sd_synth_zima
  * Q5_K_S (Q5_K), Q6_K, quantized by core/quantize.c. Each tensor is made
  * while the file is written (memory: one layer's stored bytes plus a chunk
  * of floats per thread), its rows split between `threads` threads (<= 0:
- * every online core); the file's bytes are the same for every thread count.
+ * every CPU this process may use, sd_backend_default_threads); the file's
+ * bytes are the same for every thread count.
  * SD_ERR_INVALID for another type or part. */
 sd_status sd_synth_flux_gguf_write(const sd_synth_flux_config *cfg, sd_synth_flux_part part, const char *quant,
                                    uint64_t seed, int threads, const char *path, sd_error *err);

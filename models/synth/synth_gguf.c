@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/quant.h"
 #include "formats/gguf.h"
+#include "kernels/cpus.h"
 #include "models/synth/synth_internal.h"
 
 /* llama.cpp's file type names and ids (general.file_type). */
@@ -238,9 +238,9 @@ sd_status sd_synth_flux_gguf_write(const sd_synth_flux_config *cfg, sd_synth_flu
                             quant ? quant : "");
     if (part != SD_SYNTH_FLUX_DIT && part != SD_SYNTH_FLUX_T5)
         return sd_error_set(err, SD_ERR_INVALID, "only the diffusion model and the T5 are written as GGUF");
-    if (threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (int)(n < MAX_THREADS ? n : MAX_THREADS) : 1;
+    if (threads <= 0) { /* the CPUs this process may use, as a backend counts them */
+        int n = sd_backend_default_threads();
+        threads = n < MAX_THREADS ? n : MAX_THREADS;
     }
     specs S = {NULL, 0, 0, part, q, seed ^ (part == SD_SYNTH_FLUX_T5 ? 0x7575757575ull : 0), threads, 0};
     sd_synth_flux_keys(cfg, part, collect, &S);
