@@ -157,6 +157,26 @@ static void read_state_free(read_state *s) {
     free(s);
 }
 
+/* The file opened and a reader with its info struct made, into *out (heap
+ * state: fields set after the caller's setjmp stay valid across the
+ * longjmp). ec must outlive the state: libpng frees through it. The setjmp
+ * stays in each caller, whose frame must be live when libpng jumps. */
+static sd_status read_state_open(const char *path, png_errctx *ec, read_state **out,
+                                 sd_error *err) {
+    read_state *sp = calloc(1, sizeof *sp);
+    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    sd_status rc = open_for_read(path, &sp->f, err);
+    if (rc) { free(sp); return rc; }
+    sp->png = new_reader(ec);
+    if (sp->png) sp->info = png_create_info_struct(sp->png);
+    if (!sp->png || !sp->info) {
+        read_state_free(sp);
+        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
+    }
+    *out = sp;
+    return SD_OK;
+}
+
 /* Expand stored channels (cs = 1..4 in PNG order: G, GA, RGB, RGBA) into the
  * requested layout, one pixel at a time. */
 static void put_pixel(float *dst, int cd, const float *src, int cs) {
@@ -168,17 +188,10 @@ static void put_pixel(float *dst, int cd, const float *src, int cs) {
 }
 
 sd_status sd_png_read_info(const char *path, uint64_t max_pixels, sd_png_info *info_out, sd_error *err) {
-    read_state *sp = calloc(1, sizeof *sp);
-    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
     png_errctx ec = {{0}}; /* outlives sp: libpng frees through it */
-    sd_status rc = open_for_read(path, &sp->f, err);
-    if (rc) { free(sp); return rc; }
-    sp->png = new_reader(&ec);
-    if (sp->png) sp->info = png_create_info_struct(sp->png);
-    if (!sp->png || !sp->info) {
-        read_state_free(sp);
-        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
-    }
+    read_state *sp = NULL;
+    sd_status rc = read_state_open(path, &ec, &sp, err);
+    if (rc) return rc;
     if (setjmp(png_jmpbuf(sp->png))) {
         read_state_free(sp);
         return read_failed(&ec, path, err);
@@ -206,18 +219,10 @@ sd_status sd_png_read(const char *path, sd_png_layout layout, sd_tensor **out,
 sd_status sd_png_read_limited(const char *path, sd_png_layout layout, uint64_t max_pixels,
                               sd_tensor **out, sd_png_info *info_out, sd_error *err) {
     *out = NULL;
-    /* Heap state: fields set after setjmp stay valid across the longjmp. */
-    read_state *sp = calloc(1, sizeof *sp);
-    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
     png_errctx ec = {{0}}; /* outlives sp: libpng frees through it */
-    sd_status rc = open_for_read(path, &sp->f, err);
-    if (rc) { free(sp); return rc; }
-    sp->png = new_reader(&ec);
-    if (sp->png) sp->info = png_create_info_struct(sp->png);
-    if (!sp->png || !sp->info) {
-        read_state_free(sp);
-        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
-    }
+    read_state *sp = NULL;
+    sd_status rc = read_state_open(path, &ec, &sp, err);
+    if (rc) return rc;
     if (setjmp(png_jmpbuf(sp->png))) {
         read_state_free(sp);
         return read_failed(&ec, path, err);
