@@ -1,5 +1,7 @@
-/* cpus.h - how many CPUs this process may use (internal to kernels/): the
- * thread count sd_backend_new picks for n_threads <= 0. */
+/* cpus.h - how many CPUs this process may use: the thread count
+ * sd_backend_new picks for n_threads <= 0, and the default of the few
+ * places that start threads of their own (sdflow-bench, synth's GGUF
+ * quantization), so that every default counts CPUs the same way. */
 #ifndef SD_KERNELS_CPUS_H
 #define SD_KERNELS_CPUS_H
 
