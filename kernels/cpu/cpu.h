@@ -53,6 +53,12 @@ void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
  * each engine the build has (sd_cpu_gemm_has_engine) against a reference. */
 enum { SD_GEMM_OPENBLAS = 0, SD_GEMM_ONEDNN };
 int sd_cpu_gemm_has_engine(int engine);
+/* Reads SDFLOW_CPU_GEMM (auto, onednn or openblas; once per process) for
+ * sd_cpu_gemm1's engine: SD_ERR_INVALID naming the variable for a value it
+ * cannot honour, which then leaves the default engine in place. */
+sd_status sd_cpu_gemm_setup(sd_error *err);
+/* The engine sd_cpu_gemm1 calls (SD_GEMM_*). */
+int sd_cpu_gemm_engine(void);
 void sd_cpu_gemm1_engine(int engine, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                          float beta, float *C, int64_t ldc);

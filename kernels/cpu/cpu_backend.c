@@ -168,6 +168,7 @@ static const sd_backend_i cpu_vtable = {
 sd_status sd_cpu_backend_init(sd_backend *be, int n_threads, sd_error *err) {
     /* instruction sets: ours, OpenBLAS's and oneDNN's, before any kernel runs */
     sd_status rc = sd_cpu_isa_setup(err);
+    if (rc == SD_OK) rc = sd_cpu_gemm_setup(err);
     if (rc != SD_OK) return rc;
     sd_cpu *c = calloc(1, sizeof *c);
     if (!c) return sd_error_set(err, SD_ERR_NOMEM, "out of memory creating the CPU backend");

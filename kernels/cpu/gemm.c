@@ -18,8 +18,10 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef SDFLOW_HAVE_DNNL
 #include <omp.h>
@@ -68,16 +70,38 @@ void sd_cpu_gemm1_engine(int engine, int trans_a, int trans_b, int64_t M, int64_
     gemm_openblas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* SDFLOW_CPU_GEMM=openblas|onednn, read once (a process-wide setting like
- * SDFLOW_MAX_CPU_ISA): for comparing the two on one binary. An unknown
- * value or an engine the build lacks keeps the default. */
+/* SDFLOW_CPU_GEMM=auto|onednn|openblas, read once (a process-wide setting
+ * like SDFLOW_MAX_CPU_ISA): for comparing the two on one binary. A value we
+ * cannot honour (unknown, or onednn in a build without it) is kept as an
+ * error for sd_cpu_gemm_setup, so that a comparison never silently runs the
+ * engine it did not ask for. */
 static int default_engine = SD_GEMM_OPENBLAS;
+static char engine_err[160];
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 
 static void engine_init(void) {
     const char *v = getenv("SDFLOW_CPU_GEMM");
     if (sd_cpu_gemm_has_engine(SD_GEMM_ONEDNN)) default_engine = SD_GEMM_ONEDNN;
-    if (v && !strcmp(v, "openblas")) default_engine = SD_GEMM_OPENBLAS;
+    if (!v || !*v || !strcasecmp(v, "auto")) return;
+    if (!strcasecmp(v, "openblas"))
+        default_engine = SD_GEMM_OPENBLAS;
+    else if (strcasecmp(v, "onednn"))
+        snprintf(engine_err, sizeof engine_err,
+                 "SDFLOW_CPU_GEMM=%.40s: expected auto, onednn or openblas", v);
+    else if (!sd_cpu_gemm_has_engine(SD_GEMM_ONEDNN))
+        snprintf(engine_err, sizeof engine_err,
+                 "SDFLOW_CPU_GEMM=onednn: this build has no oneDNN (reconfigure with "
+                 "-DSDFLOW_DNNL=ON and libdnnl-dev installed)");
+}
+
+int sd_cpu_gemm_engine(void) {
+    pthread_once(&engine_once, engine_init);
+    return default_engine;
+}
+
+sd_status sd_cpu_gemm_setup(sd_error *err) {
+    pthread_once(&engine_once, engine_init);
+    return engine_err[0] ? sd_error_set(err, SD_ERR_INVALID, "%s", engine_err) : SD_OK;
 }
 
 void sd_cpu_gemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,

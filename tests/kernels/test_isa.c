@@ -3,7 +3,8 @@
  * The dispatch is decided once per process, so every case runs in a forked
  * child that sets the environment before its first backend: SDFLOW_MAX_CPU_ISA
  * caps our paths, OpenBLAS's coretype and oneDNN's ISA, and never raises a
- * level above the CPU's; SDFLOW_CPU_BF16 picks the bf16 path; values the
+ * level above the CPU's; SDFLOW_CPU_BF16 picks the bf16 path and
+ * SDFLOW_CPU_GEMM the f32 GEMM's library; values the
  * backend does not know make backend creation fail with an error naming the
  * variable. The parent only reports what the children found.
  */
@@ -36,6 +37,7 @@ static sd_backend *make(sd_error *err) {
 static void clear_caps(void) {
     unsetenv("SDFLOW_MAX_CPU_ISA");
     unsetenv("SDFLOW_CPU_BF16");
+    unsetenv("SDFLOW_CPU_GEMM");
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv("ONEDNN_MAX_CPU_ISA");
     unsetenv("DNNL_MAX_CPU_ISA");
@@ -130,6 +132,35 @@ static void refused_bf16(void) {
     sd_backend_free(be);
 }
 
+static void refused_gemm(void) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_backend *be = make(&err);
+    CHECK_MSG(be == NULL, "an unknown SDFLOW_CPU_GEMM must refuse the backend");
+    CHECK(err.code == SD_ERR_INVALID && strstr(err.msg, "SDFLOW_CPU_GEMM=mkl") &&
+          strstr(err.msg, "openblas"));
+    sd_backend_free(be);
+}
+
+static int gemm_want;
+
+/* SDFLOW_CPU_GEMM picks sd_cpu_gemm1's library, case-insensitively; onednn
+ * in a build without it is refused rather than quietly run on OpenBLAS */
+static void gemm_engine(void) {
+    sd_error err;
+    sd_error_clear(&err);
+    sd_backend *be = make(&err);
+    if (!sd_cpu_gemm_has_engine(gemm_want)) {
+        CHECK(be == NULL && err.code == SD_ERR_INVALID && strstr(err.msg, "no oneDNN"));
+        sd_backend_free(be);
+        return;
+    }
+    CHECK_OK(be ? SD_OK : err.code, &err);
+    CHECK_MSG(sd_cpu_gemm_engine() == gemm_want, "engine %d, asked for %d", sd_cpu_gemm_engine(),
+              gemm_want);
+    sd_backend_free(be);
+}
+
 static int path_want;
 
 static void bf16_path(void) {
@@ -171,6 +202,11 @@ int main(void) {
         in_child("SDFLOW_MAX_CPU_ISA", sd_cpu_level_name(cap_want), capped);
     in_child("SDFLOW_MAX_CPU_ISA", "avx9", refused_isa);
     in_child("SDFLOW_CPU_BF16", "fast", refused_bf16);
+    in_child("SDFLOW_CPU_GEMM", "mkl", refused_gemm);
+    gemm_want = SD_GEMM_OPENBLAS;
+    in_child("SDFLOW_CPU_GEMM", "OpenBLAS", gemm_engine);
+    gemm_want = SD_GEMM_ONEDNN;
+    in_child("SDFLOW_CPU_GEMM", "onednn", gemm_engine);
     path_want = SD_BF16_PATH_ONEDNN;
     in_child("SDFLOW_CPU_BF16", "onednn", bf16_path);
     path_want = SD_BF16_PATH_EMULATE;
