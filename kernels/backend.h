@@ -58,7 +58,8 @@ const char *sd_precision_name(sd_precision p);
 
 /* ---- creating backends ---------------------------------------------------- */
 
-/* "cpu" or "cuda". n_threads <= 0 picks the number of cores. */
+/* "cpu" or "cuda". n_threads <= 0 picks SDFLOW_THREADS, else the CPUs this
+ * process may use (kernels/cpus.h); a bad SDFLOW_THREADS is SD_ERR_INVALID. */
 sd_status sd_backend_new(const char *name, int n_threads, sd_backend **out, sd_error *err);
 void sd_backend_free(sd_backend *be);
 /* Devices the backend `name` can use here: 0 when this build lacks it or

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include "kernels/cpus.h"
 #include "models/sampling/brownian.h"
 #include "models/sampling/rng.h"
 
@@ -174,13 +174,21 @@ sd_status sd_brownian_new(uint64_t seed, float sigma_min, float sigma_max, int n
             return sd_error_set(err, SD_ERR_INVALID, "brownian tree: bad shape");
         n *= shape[i];
     }
+    /* the count the compute backends default to (SDFLOW_THREADS, else the
+     * CPUs this process may use), so that the draws between steps keep to
+     * the same CPUs as the steps */
+    int ncpu;
+    sd_status rc = sd_cpus_threads_default(&ncpu, err);
+    if (rc != SD_OK) {
+        sd_error_prefix(err, "brownian tree");
+        return rc;
+    }
     sd_brownian *b = calloc(1, sizeof *b);
     if (!b)
         return sd_error_set(err, SD_ERR_NOMEM, "brownian tree: out of memory");
     b->entropy = seed;
     b->n = n;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    b->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
+    b->threads = ncpu > 16 ? 16 : ncpu;
     size_t pair = (size_t)n * 2 * sizeof(float);
     b->cache_cap = (int)(BT_CACHE_BYTES / pair);
     if (b->cache_cap > BT_CACHE)

@@ -43,8 +43,10 @@ sd_status sd_brownian_noise(sd_brownian *b, float sigma, float sigma_next, float
                             int64_t n, sd_error *err);
 
 /* Worker threads used to draw a query's node noise ahead (default: the
- * online CPUs, at most 16; 1 = everything on the calling thread). The values
- * do not depend on it. */
+ * compute backends' default count, SDFLOW_THREADS or the CPUs this process
+ * may use (kernels/cpus.h), at most 16; 1 = everything on the calling
+ * thread). The values do not depend on it. sd_brownian_new fails
+ * SD_ERR_INVALID on a bad SDFLOW_THREADS, as a backend would. */
 void sd_brownian_set_threads(sd_brownian *b, int threads);
 
 /* numpy.random.SeedSequence(entropy, spawn_key, pool_size).generate_state

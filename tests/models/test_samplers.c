@@ -291,6 +291,20 @@ static void test_brownian(void)
     CHECK_OK(sd_brownian_increment(b2, 0.5, 3.25, w4, n, &err), &err);
     CHECK(memcmp(w1, w4, n * sizeof(float)) == 0);
     sd_brownian_free(b2);
+    /* its worker count follows SDFLOW_THREADS like the backends', so a bad
+     * value is the same error here */
+    const char *env = getenv("SDFLOW_THREADS");
+    char *saved = env ? strdup(env) : NULL;
+    setenv("SDFLOW_THREADS", "two", 1);
+    b2 = NULL;
+    sd_error_clear(&err);
+    CHECK(sd_brownian_new(42, 0.0291675f, 14.614642f, 4, shape, &b2, &err) == SD_ERR_INVALID &&
+          !b2 && strstr(err.msg, "SDFLOW_THREADS=two"));
+    if (saved)
+        setenv("SDFLOW_THREADS", saved, 1);
+    else
+        unsetenv("SDFLOW_THREADS");
+    free(saved);
     sd_brownian *bs = NULL, *bp = NULL;
     CHECK_OK(sd_brownian_new(7, 0.03f, 14.6f, 4, shape, &bs, &err), &err);
     CHECK_OK(sd_brownian_new(7, 0.03f, 14.6f, 4, shape, &bp, &err), &err);
