@@ -108,7 +108,7 @@ typedef struct sd_bench_wf_opts {
     const char *workflow;
     const char *models_dir, *tokenizer_dir, *comfyui_dir, *input_dir, *output_dir;
     const char *precision, *vae_precision, *clip_precision, *device, *max_memory;
-    int threads; /* <= 0: all cores */
+    int threads; /* >= 1: main resolves the default (SDFLOW_THREADS, else the usable CPUs) */
     int repeat;
     const char *sets[64]; /* --set ID.INPUT=VALUE, in order */
     int n_sets;

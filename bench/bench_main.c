@@ -357,7 +357,7 @@ typedef struct row {
 static void run_torch(const opts *o, const char *ckpt, const row *rw, sd_bench_result *r)
 {
     char threads[16], repeat[16], batch[16], size[16];
-    snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : sd_backend_default_threads());
+    snprintf(threads, sizeof threads, "%d", o->threads); /* resolved in main */
     snprintf(repeat, sizeof repeat, "%d", rw->job.repeat);
     snprintf(batch, sizeof batch, "%d", rw->job.batch > 0 ? rw->job.batch : 1);
     snprintf(size, sizeof size, "%d", rw->job.size);
@@ -545,7 +545,7 @@ int main(int argc, char **argv)
     printf("- machine: %s, %d cores online, flags: %s\n", model, cores, flags[0] ? flags : "-");
     printf("- device: %s\n", o.device ? o.device : "cpu");
     printf("- threads: %d; repeats per figure: %d (median)%s%s; build: %s\n",
-           o.threads > 0 ? o.threads : cores, want_main ? o.repeat : xl_repeat,
+           o.threads, want_main ? o.repeat : xl_repeat,
            want_main && want_xl && xl_repeat != o.repeat ? ", SDXL UNet rows 1" : "",
            !o.quick ? "" : want_xl ? "; --quick (SDXL: batch 2 only)" : "; --quick",
            SDFLOW_BENCH_BUILD);

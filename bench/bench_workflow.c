@@ -324,7 +324,7 @@ int sd_bench_workflow(const sd_bench_wf_opts *o, const char *machine, const char
     printf("- device: %s; threads: %d; precision: %s (vae %s, clip %s); repeats: %d (median); build: %s\n",
            /* (called after the runs: probing a GPU before a fork would
             * leave the children a CUDA context they cannot use) */
-           o->device ? o->device : sd_backend_default_name(), o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+           o->device ? o->device : sd_backend_default_name(), o->threads,
            o->precision ? o->precision : "f32", o->vae_precision ? o->vae_precision : "as precision",
            o->clip_precision ? o->clip_precision : "as precision", repeat, build);
     printf("- models dir: %s\n", o->models_dir ? o->models_dir : "(default: SDFLOW_MODELS_DIR or ./models)");
