@@ -4,6 +4,7 @@
 #include <string.h>
 #include "core/env.h"
 #include "kernels/backend.h"
+#include "kernels/cpus.h"
 
 /* One precision option: known name, and one the backend really computes in
  * (never a silent f32 run). */
@@ -28,7 +29,10 @@ sd_status sd_cli_backend_open(const sd_env *env, sd_backend **out, sd_error *err
 sd_status sd_cli_backend_open_threads(const sd_env *env, int n_threads, sd_backend **out, sd_error *err) {
     *out = NULL;
     sd_backend *be = NULL;
-    sd_status rc = sd_backend_new(env->device, n_threads, &be, err);
+    /* SDFLOW_THREADS first: its error is about the variable, whatever the device */
+    sd_status rc = n_threads > 0 ? SD_OK : sd_cpus_threads_default(&n_threads, err);
+    if (rc) return rc;
+    rc = sd_backend_new(env->device, n_threads, &be, err);
     if (rc) {
         sd_error_prefix(err, "--device %s", env->device);
         return rc;

@@ -4,7 +4,8 @@
 # possible (no CUDA in the build, no GPU or no driver) fails before any node
 # runs with a message naming the option and why, never a crash or a silent
 # CPU run; --gpu-memory takes a size, refuses a bad one naming the option,
-# and is refused on the CPU backend (nothing to cap). Checked against what
+# and is refused on the CPU backend (nothing to cap); a bad SDFLOW_THREADS or
+# SDFLOW_CPU_GEMM is refused naming it. Checked against what
 # `--device cuda` does on this machine, so it passes with and without a GPU.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -73,5 +74,18 @@ if [ $have_gpu = 1 ]; then
     run gpumem --device cuda --gpu-memory 2G
     [ "$(cat "$T/gpumem.rc")" = 0 ] || fail "--device cuda --gpu-memory 2G: $(cat "$T/gpumem.err")"
 fi
+
+# the compute-thread and CPU-library variables: a bad value stops the run
+# before any node, naming the variable (SDFLOW_THREADS for any device, so
+# its message is not put under --device), never a silent default
+SDFLOW_THREADS=two run threads --device cpu
+[ "$(cat "$T/threads.rc")" = 1 ] && grep -q "SDFLOW_THREADS=two" "$T/threads.err" &&
+    ! grep -q -- "--device" "$T/threads.err" ||
+    fail "SDFLOW_THREADS=two: $(cat "$T/threads.err")"
+SDFLOW_CPU_GEMM=mkl run gemm --device cpu
+[ "$(cat "$T/gemm.rc")" = 1 ] && grep -q "SDFLOW_CPU_GEMM=mkl" "$T/gemm.err" ||
+    fail "SDFLOW_CPU_GEMM=mkl: $(cat "$T/gemm.err")"
+SDFLOW_THREADS=1 run one --device cpu
+[ "$(cat "$T/one.rc")" = 0 ] || fail "SDFLOW_THREADS=1: $(cat "$T/one.err")"
 
 sd_test_end "OK"
