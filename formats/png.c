@@ -353,68 +353,49 @@ static char *text_value_utf8(const png_text *t) {
     return latin1_to_utf8(t->text ? t->text : "", t->text_length);
 }
 
-typedef struct text_state {
-    FILE *f;
-    png_structp png;
-    png_infop info;
-    png_bytep row;
-} text_state;
-
-static void text_state_free(text_state *s) {
-    if (!s) return;
-    if (s->png) png_destroy_read_struct(&s->png, s->info ? &s->info : NULL, NULL);
-    free(s->row);
-    if (s->f) fclose(s->f);
-    free(s);
+/* Decodes the image's rows and drops them, to reach the chunks after IDAT
+ * (text may follow the image data), within the same pixel limit as
+ * sd_png_read: decoding is time even when the rows are dropped. Runs under
+ * the caller's setjmp; sp->pixels holds one row. */
+static sd_status skip_image_data(read_state *sp, const char *path, sd_error *err) {
+    sd_status rc = check_pixels(path, png_get_image_width(sp->png, sp->info),
+                                png_get_image_height(sp->png, sp->info), SD_PNG_MAX_PIXELS_DEFAULT, err);
+    if (rc) return rc;
+    int passes = png_set_interlace_handling(sp->png);
+    png_read_update_info(sp->png, sp->info);
+    png_uint_32 h = png_get_image_height(sp->png, sp->info);
+    sp->pixels = malloc(png_get_rowbytes(sp->png, sp->info));
+    if (!sp->pixels) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
+    for (int p = 0; p < passes; p++)
+        for (png_uint_32 y = 0; y < h; y++) png_read_row(sp->png, sp->pixels, NULL);
+    png_read_end(sp->png, sp->info);
+    return SD_OK;
 }
 
 sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_error *err) {
     *out = NULL;
-    /* Heap state: fields set after setjmp stay valid across the longjmp. */
-    text_state *sp = calloc(1, sizeof *sp);
-    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-    png_errctx ec = {{0}};
-    sd_status rc = open_for_read(path, &sp->f, err);
-    if (rc) { free(sp); return rc; }
-    sp->png = new_reader(&ec);
-    if (sp->png) sp->info = png_create_info_struct(sp->png);
-    if (!sp->png || !sp->info) {
-        text_state_free(sp);
-        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
-    }
+    png_errctx ec = {{0}}; /* outlives sp: libpng frees through it */
+    read_state *sp = NULL;
+    sd_status rc = read_state_open(path, &ec, &sp, err);
+    if (rc) return rc;
     if (setjmp(png_jmpbuf(sp->png))) {
-        text_state_free(sp);
+        read_state_free(sp);
         return read_failed(&ec, path, err);
     }
     png_init_io(sp->png, sp->f);
     png_set_sig_bytes(sp->png, 8);
     png_read_info(sp->png, sp->info);
     const png_text *t = find_text(sp->png, sp->info, key);
-    if (!t) {
-        /* Text may also follow the image data: decode rows (discarding them)
-         * to reach the chunks after IDAT, within the same pixel limit as
-         * sd_png_read (decoding is time even when the rows are dropped). */
-        rc = check_pixels(path, png_get_image_width(sp->png, sp->info),
-                          png_get_image_height(sp->png, sp->info), SD_PNG_MAX_PIXELS_DEFAULT, err);
+    if (!t) { /* it may follow the image data */
+        rc = skip_image_data(sp, path, err);
         if (rc) {
-            text_state_free(sp);
+            read_state_free(sp);
             return rc;
         }
-        int passes = png_set_interlace_handling(sp->png);
-        png_read_update_info(sp->png, sp->info);
-        png_uint_32 h = png_get_image_height(sp->png, sp->info);
-        sp->row = malloc(png_get_rowbytes(sp->png, sp->info));
-        if (!sp->row) {
-            text_state_free(sp);
-            return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-        }
-        for (int p = 0; p < passes; p++)
-            for (png_uint_32 y = 0; y < h; y++) png_read_row(sp->png, sp->row, NULL);
-        png_read_end(sp->png, sp->info);
         t = find_text(sp->png, sp->info, key);
     }
     if (!t) {
-        text_state_free(sp);
+        read_state_free(sp);
         if (ec.dropped[0])
             return sd_error_set(err, SD_ERR_UNSUPPORTED,
                                 "%s: no text chunk '%s' could be read: libpng dropped one (%s; a compressed "
@@ -423,7 +404,7 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
         return sd_error_set(err, SD_ERR_NOT_FOUND, "%s: no text chunk '%s'", path, key);
     }
     *out = text_value_utf8(t);
-    text_state_free(sp);
+    read_state_free(sp);
     if (!*out) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
     return SD_OK;
 }
@@ -431,42 +412,22 @@ sd_status sd_png_read_text(const char *path, const char *key, char **out, sd_err
 sd_status sd_png_read_texts(const char *path, sd_png_text **out, size_t *n, sd_error *err) {
     *out = NULL;
     *n = 0;
-    text_state *sp = calloc(1, sizeof *sp);
-    if (!sp) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-    png_errctx ec = {{0}};
-    sd_status rc = open_for_read(path, &sp->f, err);
-    if (rc) { free(sp); return rc; }
-    sp->png = new_reader(&ec);
-    if (sp->png) sp->info = png_create_info_struct(sp->png);
-    if (!sp->png || !sp->info) {
-        text_state_free(sp);
-        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory creating PNG reader", path);
-    }
+    png_errctx ec = {{0}}; /* outlives sp: libpng frees through it */
+    read_state *sp = NULL;
+    sd_status rc = read_state_open(path, &ec, &sp, err);
+    if (rc) return rc;
     if (setjmp(png_jmpbuf(sp->png))) {
-        text_state_free(sp);
+        read_state_free(sp);
         return read_failed(&ec, path, err);
     }
     png_init_io(sp->png, sp->f);
     png_set_sig_bytes(sp->png, 8);
     png_read_info(sp->png, sp->info);
-    /* the rows are decoded (and dropped) to reach the chunks after IDAT */
-    rc = check_pixels(path, png_get_image_width(sp->png, sp->info), png_get_image_height(sp->png, sp->info),
-                      SD_PNG_MAX_PIXELS_DEFAULT, err);
+    rc = skip_image_data(sp, path, err); /* every chunk, after IDAT too */
     if (rc) {
-        text_state_free(sp);
+        read_state_free(sp);
         return rc;
     }
-    int passes = png_set_interlace_handling(sp->png);
-    png_read_update_info(sp->png, sp->info);
-    png_uint_32 h = png_get_image_height(sp->png, sp->info);
-    sp->row = malloc(png_get_rowbytes(sp->png, sp->info));
-    if (!sp->row) {
-        text_state_free(sp);
-        return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
-    }
-    for (int p = 0; p < passes; p++)
-        for (png_uint_32 y = 0; y < h; y++) png_read_row(sp->png, sp->row, NULL);
-    png_read_end(sp->png, sp->info);
     png_textp texts = NULL;
     int count = png_get_text(sp->png, sp->info, &texts, NULL);
     sd_png_text *t = count > 0 ? calloc((size_t)count, sizeof *t) : NULL;
@@ -483,7 +444,7 @@ sd_status sd_png_read_texts(const char *path, sd_png_text **out, size_t *n, sd_e
         t[k].key = key;
         t[k++].value = value;
     }
-    text_state_free(sp);
+    read_state_free(sp);
     if (count > 0 && !t) return sd_error_set(err, SD_ERR_NOMEM, "%s: out of memory", path);
     *out = t;
     *n = k;
