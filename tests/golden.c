@@ -324,6 +324,49 @@ int sd_golden_mark(cJSON *tensors, int *used, const char *name) {
     return 0;
 }
 
+/* the tap name of a manifest key (prefix removed): "act.x" -> "x" */
+static const char *tap_name(const char *key) {
+    return strncmp(key, "act.", 4) == 0 ? key + 4 : key;
+}
+
+void sd_golden_taps_collect(sd_golden_taps *ts, cJSON *tensors, const char *pre,
+                            const char *const *plain, const char *case_id) {
+    memset(ts, 0, sizeof *ts);
+    size_t plen = strlen(pre);
+    cJSON *t;
+    cJSON_ArrayForEach(t, tensors) {
+        const char *key = t->string;
+        if (strncmp(key, pre, plen) != 0) continue;
+        key += plen;
+        int want = strncmp(key, "act.", 4) == 0;
+        for (int i = 0; !want && plain && plain[i]; i++) want = strcmp(key, plain[i]) == 0;
+        if (!want) continue;
+        CHECK_MSG(ts->n < SD_GOLDEN_MAX_TAPS && strlen(key) < sizeof ts->keys[0],
+                  "%s: activation %s: more than %d, or its name too long", case_id, key,
+                  SD_GOLDEN_MAX_TAPS);
+        if (ts->n < SD_GOLDEN_MAX_TAPS && strlen(key) < sizeof ts->keys[0])
+            snprintf(ts->keys[ts->n++], sizeof ts->keys[0], "%s", key);
+    }
+}
+
+void sd_golden_tap(void *user, const char *name, const sd_bt *t) {
+    sd_golden_taps *ts = user;
+    for (int i = 0; i < ts->n; i++)
+        if (!ts->got[i] && strcmp(tap_name(ts->keys[i]), name) == 0) ts->got[i] = sd_bt_to_host(t);
+}
+
+void sd_golden_taps_check(sd_golden_taps *ts, const char *case_id, cJSON *tensors, sd_st_file *g,
+                          const char *pre, int *used) {
+    for (int i = 0; i < ts->n; i++) {
+        char full[256];
+        snprintf(full, sizeof full, "%s%s", pre, ts->keys[i]);
+        sd_golden_compare(case_id, tensors, g, full, ts->got[i]);
+        sd_golden_mark(tensors, used, full);
+        sd_tensor_unref(ts->got[i]);
+        ts->got[i] = NULL;
+    }
+}
+
 /* ---- end-to-end cases --------------------------------------------------- */
 
 typedef struct e2e_model {

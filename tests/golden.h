@@ -181,6 +181,35 @@ void sd_golden_compare(const char *case_id, cJSON *tensors, sd_st_file *g, const
  * the i-th entry); returns 0 when there is no such entry. */
 int sd_golden_mark(cJSON *tensors, int *used, const char *name);
 
+/* ---- activation taps ------------------------------------------------------ */
+
+#define SD_GOLDEN_MAX_TAPS 32
+
+/* The activations one case's manifest names, captured through a model's tap
+ * (sd_golden_tap as the callback, the set as its user pointer). keys[i] is
+ * the manifest key without the case prefix ("act.<module>", or one of the
+ * plain names given to sd_golden_taps_collect); got[i] what the tap passed
+ * under that name (the "act." removed), NULL until it does. */
+typedef struct sd_golden_taps {
+    int n;
+    char keys[SD_GOLDEN_MAX_TAPS][128];
+    sd_tensor *got[SD_GOLDEN_MAX_TAPS];
+} sd_golden_taps;
+
+/* Fills ts from the case's tensors named <pre>act.<module> and <pre><name>
+ * for each name of `plain` (NULL-terminated; NULL: none). More than
+ * SD_GOLDEN_MAX_TAPS is a failed check naming the case. */
+void sd_golden_taps_collect(sd_golden_taps *ts, cJSON *tensors, const char *pre,
+                            const char *const *plain, const char *case_id);
+/* The model tap callback: copies the activation to the host for the entry
+ * whose name it is (first time only). */
+void sd_golden_tap(void *user, const char *name, const sd_bt *t);
+/* Compares each collected activation with its reference (sd_golden_compare,
+ * a tap that never fired fails as "not produced"), marks it checked in used
+ * (sd_golden_mark) and frees it. */
+void sd_golden_taps_check(sd_golden_taps *ts, const char *case_id, cJSON *tensors, sd_st_file *g,
+                          const char *pre, int *used);
+
 /* ---- end-to-end cases ----------------------------------------------------- */
 
 /* Checks (and marks as checked) one reference tensor of the current case. */

@@ -25,20 +25,6 @@
 #include "models/sampling/model_sampling.h"
 #include "models/unet/unet.h"
 
-#define MAX_TAPS 16
-
-typedef struct tap_set {
-    int n;
-    char names[MAX_TAPS][96];
-    sd_tensor *got[MAX_TAPS];
-} tap_set;
-
-static void on_tap(void *user, const char *name, const sd_bt *t) {
-    tap_set *ts = user;
-    for (int i = 0; i < ts->n; i++)
-        if (!ts->got[i] && strcmp(ts->names[i], name) == 0) ts->got[i] = sd_bt_to_host(t);
-}
-
 static const char *case_id;
 
 /* Golden tensor as F32 host tensor, or NULL (with a CHECK failure). */
@@ -203,18 +189,10 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
     }
 
     /* Activations the manifest names: "t_emb" and "act.<module path>". */
-    tap_set taps = {0};
-    cJSON *t;
-    size_t plen = strlen(pre);
-    cJSON_ArrayForEach(t, tensors) {
-        const char *s = t->string;
-        if (strncmp(s, pre, plen) != 0) continue;
-        s += plen;
-        const char *tap_name = strcmp(s, "t_emb") == 0 ? s : strncmp(s, "act.", 4) == 0 ? s + 4 : NULL;
-        if (!tap_name || taps.n >= MAX_TAPS) continue;
-        snprintf(taps.names[taps.n++], sizeof taps.names[0], "%s", tap_name);
-    }
-    sd_unet_set_tap(u, on_tap, &taps);
+    static const char *const plain[] = {"t_emb", NULL};
+    sd_golden_taps taps;
+    sd_golden_taps_collect(&taps, tensors, pre, plain, case_id);
+    sd_unet_set_tap(u, sd_golden_tap, &taps);
 
     sd_bt *bx = sd_bt_from_host(be, xin, SD_F32), *bc = sd_bt_from_host(be, ctx, SD_F32);
     sd_bt *by = y ? sd_bt_from_host(be, y, SD_F32) : NULL, *bout = NULL;
@@ -227,13 +205,7 @@ static void run_group(sd_backend *be, sd_unet *u, sd_st_file *g, cJSON *tensors,
     sd_bt_free(bout);
 
     sd_golden_set_depth(SD_GOLDEN_DEPTH_UNET);
-    for (int i = 0; i < taps.n; i++) {
-        char full[128];
-        snprintf(full, sizeof full, "%s%s", strcmp(taps.names[i], "t_emb") ? "act." : "", taps.names[i]);
-        sd_golden_compare(case_id, tensors, g, NAME(full), taps.got[i]);
-        USE(full);
-        sd_tensor_unref(taps.got[i]);
-    }
+    sd_golden_taps_check(&taps, case_id, tensors, g, pre, used);
 
     if (ms) {
         if (has_tensor(tensors, NAME("eps"))) {

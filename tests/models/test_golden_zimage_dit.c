@@ -30,20 +30,6 @@
 #include "models/sampling/model_sampling.h"
 #include "models/zimage/zimage.h"
 
-#define MAX_TAPS 24
-
-typedef struct tap_set {
-    int n;
-    char names[MAX_TAPS][96];
-    sd_tensor *got[MAX_TAPS];
-} tap_set;
-
-static void on_tap(void *user, const char *name, const sd_bt *t) {
-    tap_set *ts = user;
-    for (int i = 0; i < ts->n; i++)
-        if (!ts->got[i] && strcmp(ts->names[i], name) == 0) ts->got[i] = sd_bt_to_host(t);
-}
-
 static const char *case_id;
 
 static sd_tensor *input(sd_st_file *g, const char *name) {
@@ -189,30 +175,16 @@ static void run_group(sd_backend *be, sd_zimage *m, const sd_model_sampling *ms,
     float *ts = malloc((size_t)n * sizeof *ts);
     for (int64_t i = 0; i < n; i++) ts[i] = sd_ms_timestep(ms, sd_tensor_f32(sig)[i]);
 
-    tap_set taps = {0};
-    cJSON *t;
-    size_t plen = strlen(pre);
-    cJSON_ArrayForEach(t, tensors) {
-        const char *s = t->string;
-        if (strncmp(s, pre, plen) != 0 || strncmp(s + plen, "act.", 4) != 0) continue;
-        CHECK_MSG(taps.n < MAX_TAPS, "%s: too many activations", case_id);
-        if (taps.n < MAX_TAPS) snprintf(taps.names[taps.n++], sizeof taps.names[0], "%s", s + plen + 4);
-    }
-    sd_zimage_set_tap(m, on_tap, &taps);
+    sd_golden_taps taps;
+    sd_golden_taps_collect(&taps, tensors, pre, NULL, case_id);
+    sd_zimage_set_tap(m, sd_golden_tap, &taps);
     sd_bt *bx = sd_bt_from_host(be, x, SD_F32), *bc = sd_bt_from_host(be, ctx, SD_F32), *bo = NULL;
     CHECK_OK(sd_zimage_forward(m, bx, ts, bc, &bo, &err), &err);
     sd_zimage_set_tap(m, NULL, NULL);
     sd_tensor *out = bo ? sd_bt_to_host(bo) : NULL;
     sd_bt_free(bx), sd_bt_free(bc), sd_bt_free(bo);
 
-    for (int i = 0; i < taps.n; i++) {
-        char full[128];
-        snprintf(full, sizeof full, "act.%s", taps.names[i]);
-        sd_tensor *got = taps.got[i];
-        sd_golden_compare(case_id, tensors, g, NAME(full), got);
-        USE(full);
-        sd_tensor_unref(got);
-    }
+    sd_golden_taps_check(&taps, case_id, tensors, g, pre, used);
     if (has_tensor(tensors, NAME("out"))) {
         sd_golden_compare(case_id, tensors, g, NAME("out"), out);
         USE("out");
