@@ -6,6 +6,9 @@
  *  - 1x1 stride-1 convs are a plain GEMM on the image (no im2col);
  *  - small images (< MIN_COLS pixels per thread, im2col <= WHOLE_BUDGET
  *    floats) take one im2col per image and a GEMM split over the pool;
+ *    images of fewer than BATCH_COLS pixels go several to one GEMM (their
+ *    columns side by side), so the weights are streamed once per group of
+ *    images instead of once per image;
  *  - larger images go in tiles of output rows, one tile per pool task with
  *    a per-thread im2col buffer of max(COL_BUDGET, C*kh*kw * MIN_COLS
  *    rounded up to whole rows) floats.
@@ -19,6 +22,13 @@
 #define COL_BUDGET ((int64_t)1 << 20) /* floats (4 MiB) per thread: near L2 */
 #define MIN_COLS 1024
 #define WHOLE_BUDGET ((int64_t)8 << 20) /* floats: one whole-image im2col */
+/* Images smaller than this many output pixels share a GEMM (up to this many
+ * columns in all). At SD1.5's 8x8 level (64 pixels, K = 11520) a GEMM per
+ * image reads the 59 MB f32 weight once per image for 128 flops per weight
+ * read; two images per GEMM halve that traffic. At 16x16 (256 pixels) the
+ * doubled im2col (24 MB) no longer fits the caches and one GEMM of both
+ * images was slower (docs/performance.md), so 256 pixels stay alone. */
+#define BATCH_COLS 256
 /* Winograd crossover (measured, see use_winograd and bench/notes/winograd.md) */
 #ifndef WINO_MIN_CH /* -DWINO_MIN_CH=1000000 builds an A/B binary without Winograd */
 #define WINO_MIN_CH 32
@@ -33,13 +43,15 @@ typedef struct {
     int64_t rows;        /* output rows per tile */
     int64_t tiles_per_n; /* tiles per image */
     float **col;         /* per-thread buffers */
+    int64_t n0, gn;      /* small images: the group's first image and count */
+    float *yg;           /* its GEMM result [O][gn * plane] (gn > 1) */
 } conv_job;
 
 /* col[(c*kh+ky)*kw+kx][(oy-r0)*Wo+ox] = x[c][oy*s-ph+ky][ox*s-pw+kx] (0 outside),
- * for channels [c0, c1) */
+ * for channels [c0, c1); np is col's row stride (the tile's pixel count, or
+ * more when several images' columns share the rows) */
 static void im2col(const conv_job *j, const float *x, int64_t r0, int64_t r1, float *col,
-                   int64_t c0, int64_t c1) {
-    int64_t np = (r1 - r0) * j->Wo;
+                   int64_t np, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = x + c * j->H * j->W;
         for (int64_t ky = 0; ky < j->kh; ky++)
@@ -88,16 +100,28 @@ static void conv_task(void *ctx, int64_t t, int thread) {
         beta = 1.0f;
     }
     const float *x = j->x + n * j->C * j->H * j->W;
-    im2col(j, x, r0, r1, j->col[thread], 0, j->C);
+    im2col(j, x, r0, r1, j->col[thread], np, 0, j->C);
     sd_cpu_gemm1(0, 0, j->O, np, ckk, 1.0f, j->w, ckk, j->col[thread], np, beta, y, plane);
 }
 
-/* Whole-image im2col of image j->rows (reused as the image index) by
- * channel chunks of 8. */
+/* Whole-image im2col of the group's images j->n0 .. j->n0+gn-1, image i's
+ * columns at i*plane of each row, by chunks of 8 channels of one image. */
 static void im2col_task(void *ctx, int64_t t, int thread) {
     const conv_job *j = ctx;
-    int64_t c0 = t * 8, c1 = c0 + 8 < j->C ? c0 + 8 : j->C;
-    im2col(j, j->x + j->rows * j->C * j->H * j->W, 0, j->Ho, j->col[0], c0, c1);
+    int64_t chunks = (j->C + 7) / 8, i = t / chunks, plane = j->Ho * j->Wo;
+    int64_t c0 = t % chunks * 8, c1 = c0 + 8 < j->C ? c0 + 8 : j->C;
+    im2col(j, j->x + (j->n0 + i) * j->C * j->H * j->W, 0, j->Ho, j->col[0] + i * plane,
+           j->gn * plane, c0, c1);
+}
+
+/* Group GEMM result [O][gn*plane] -> y[n0+i][o][:], 8 output channels per task. */
+static void scatter_task(void *ctx, int64_t t, int thread) {
+    const conv_job *j = ctx;
+    int64_t plane = j->Ho * j->Wo, o1 = t * 8 + 8 < j->O ? t * 8 + 8 : j->O;
+    for (int64_t o = t * 8; o < o1; o++)
+        for (int64_t i = 0; i < j->gn; i++)
+            memcpy(j->y + ((j->n0 + i) * j->O + o) * plane, j->yg + (o * j->gn + i) * plane,
+                   (size_t)plane * sizeof(float));
 }
 
 sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w,
@@ -105,7 +129,8 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
     sd_pool *pool = sd_cpu_pool(be);
     conv_job j = {sd_cpu_f32(x), sd_cpu_f32(w), b ? sd_cpu_f32(b) : NULL, sd_cpu_f32(out),
                   x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2],
-                  w->shape[3], out->shape[2], out->shape[3], stride, pad_h, pad_w, 0, 0, NULL};
+                  w->shape[3], out->shape[2], out->shape[3], stride, pad_h, pad_w, 0, 0, NULL,
+                  0, 1, NULL};
     int64_t plane = j.Ho * j.Wo, ckk = j.C * j.kh * j.kw;
     if (sd_bt_numel(out) == 0) return SD_OK;
 
@@ -123,19 +148,33 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
      * output channels: row tiles would each re-pack the large weight matrix
      * for a handful of pixels. */
     if (nt > 1 && ckk * plane <= WHOLE_BUDGET && plane < (int64_t)MIN_COLS * nt) {
-        float *col = sd_cpu_alloc((size_t)(ckk * plane) * sizeof(float));
-        if (!col)
+        /* images per GEMM: as many as fit BATCH_COLS columns and the budget */
+        int64_t g = plane < BATCH_COLS ? BATCH_COLS / plane : 1;
+        if (g > j.N) g = j.N;
+        while (g > 1 && g * ckk * plane > WHOLE_BUDGET) g--;
+        size_t cbytes = (size_t)(ckk * plane * g) * sizeof(float);
+        size_t gbytes = g > 1 ? (size_t)(j.O * plane * g) * sizeof(float) : 0;
+        float *col = sd_cpu_alloc(cbytes), *yg = g > 1 ? sd_cpu_alloc(gbytes) : NULL;
+        if (!col || (g > 1 && !yg)) {
+            free(col);
+            free(yg);
             return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory for im2col (%zu bytes)",
-                                   (size_t)(ckk * plane) * sizeof(float));
+                                   cbytes + gbytes);
+        }
         j.col = &col;
-        for (int64_t n = 0; n < j.N; n++) {
-            float *y = j.y + n * j.O * plane;
-            j.rows = n;
-            sd_pool_run(pool, (j.C + 7) / 8, im2col_task, &j);
-            sd_cpu_gemm_bias(pool, 0, 0, j.O, plane, ckk, 1.0f, j.w, ckk, col, plane, 0.0f, y,
-                             plane, NULL, j.b);
+        j.yg = yg;
+        for (j.n0 = 0; j.n0 < j.N; j.n0 += j.gn) {
+            j.gn = j.N - j.n0 < g ? j.N - j.n0 : g;
+            int64_t cols = j.gn * plane;
+            sd_pool_run(pool, j.gn * ((j.C + 7) / 8), im2col_task, &j);
+            /* one image writes its own output; a group goes through yg */
+            float *y = j.gn > 1 ? yg : j.y + j.n0 * j.O * plane;
+            sd_cpu_gemm_bias(pool, 0, 0, j.O, cols, ckk, 1.0f, j.w, ckk, col, cols, 0.0f, y, cols,
+                             NULL, j.b);
+            if (j.gn > 1) sd_pool_run(pool, (j.O + 7) / 8, scatter_task, &j);
         }
         free(col);
+        free(yg);
         return SD_OK;
     }
     /* At least MIN_COLS output pixels per GEMM even past the budget: each

@@ -15,7 +15,9 @@
  * and GEMM output (36 * (C + O) floats per tile) fit a 32 MiB budget; the
  * pool splits each block's input transform, GEMMs and output transform.
  * Only the transformed weights U [36][O][C] (4x the 3x3 weights) are whole,
- * computed once per call, in slices of output channels past 64 MiB.
+ * computed once per call, in slices of output channels past 64 MiB; when the
+ * batch is a single block, the input is transformed once and U goes in
+ * slices of about 16 MiB that stay in the caches.
  */
 #ifndef SD_CPU_WINOGRAD_H
 #define SD_CPU_WINOGRAD_H

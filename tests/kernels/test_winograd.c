@@ -21,7 +21,7 @@
  *
  * SDFLOW_WINO_BENCH=1 instead times im2col against Winograd on the SD1.5
  * VAE decoder's and UNet's 3x3 conv shapes (CPU-seconds and wall, median
- * of 3; bench/notes/winograd.md). */
+ * of SDFLOW_WINO_BENCH_REPS runs, 3 by default; bench/notes/winograd.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,8 +259,12 @@ static void bench(sd_backend *be) {
         {1, 1280, 16, 1280}, {1, 320, 32, 320}, {1, 640, 24, 640}, {2, 640, 24, 640}};
     const char *only = getenv("SDFLOW_WINO_BENCH_ONLY"); /* index of one shape */
     const char *path = getenv("SDFLOW_WINO_BENCH_PATH");  /* "wino" or "im2col": one path only (profiling) */
+    /* runs per path (alternating), the median reported; more on a loaded machine */
+    int reps = getenv("SDFLOW_WINO_BENCH_REPS") ? atoi(getenv("SDFLOW_WINO_BENCH_REPS")) : 3;
+    if (reps < 1) reps = 1;
+    if (reps > 31) reps = 31;
     printf("%-22s %12s %12s %12s %12s %7s\n", "N C HxW O", "im2col cpu", "im2col wall",
-           "wino cpu", "wino wall", "speedup");
+           "wino cpu", "wino wall", "cpu x");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         if (only && atoi(only) != (int)si) continue;
         int N = shapes[si][0], C = shapes[si][1], H = shapes[si][2], O = shapes[si][3];
@@ -271,8 +275,8 @@ static void bench(sd_backend *be) {
         for (int64_t i = 0; i < sd_bt_numel(X); i++) xp[i] = (float)urand();
         for (int64_t i = 0; i < sd_bt_numel(Wt); i++) wp[i] = (float)urand() * 0.05f;
         sd_wino_shape s = {N, C, H, H, O, 1, 1};
-        double t[2][2][3];
-        for (int rep = 0; rep < 3; rep++)
+        double t[2][2][31];
+        for (int rep = 0; rep < reps; rep++)
             for (int m = 0; m < 2; m++) {
                 if (path && strcmp(path, m ? "wino" : "im2col") != 0) {
                     t[m][0][rep] = t[m][1][rep] = 0;
@@ -285,11 +289,12 @@ static void bench(sd_backend *be) {
                 t[m][1][rep] = now(CLOCK_MONOTONIC) - w0;
             }
         for (int m = 0; m < 2; m++)
-            for (int k = 0; k < 2; k++) qsort(t[m][k], 3, sizeof(double), cmp_d);
+            for (int k = 0; k < 2; k++) qsort(t[m][k], (size_t)reps, sizeof(double), cmp_d);
         char name[40];
         snprintf(name, sizeof name, "%d %d %dx%d %d", N, C, H, H, O);
-        printf("%-22s %12.4f %12.4f %12.4f %12.4f %7.2f\n", name, t[0][0][1], t[0][1][1], t[1][0][1],
-               t[1][1][1], t[0][1][1] / t[1][1][1]);
+        int md = reps / 2;
+        printf("%-22s %12.4f %12.4f %12.4f %12.4f %7.2f\n", name, t[0][0][md], t[0][1][md], t[1][0][md],
+               t[1][1][md], t[0][0][md] / t[1][0][md]);
         fflush(stdout);
         sd_bt_free(X); sd_bt_free(Wt); sd_bt_free(B); sd_bt_free(Y);
     }
@@ -319,6 +324,7 @@ int main(void) {
         {1, 130, 12, 12, 48, 1, 1, 1}, /* larger C: bound grows with it */
         {3, 8, 80, 80, 8, 1, 1, 1},  /* 1200 tiles: two blocks, split inside an image's tile row */
         {1, 700, 6, 6, 700, 1, 1, 1}, /* U of 17.6 M floats: two output-channel slices */
+        {2, 1200, 5, 7, 150, 1, 1, 1}, /* one block: input transformed once, slices of 96 + 54 */
     };
     for (int threads = 1; threads <= 2; threads++) {
         sd_backend *be = NULL;
