@@ -3,7 +3,8 @@
  * use_winograd for which).
  *
  * im2col has three shapes of work, all with bounded scratch memory:
- *  - 1x1 stride-1 convs are a plain GEMM on the image (no im2col);
+ *  - 1x1 stride-1 convs are a plain GEMM on the image (no im2col), the
+ *    weight transposed when both channel counts are small (T1X1_MAX);
  *  - small images (< MIN_COLS pixels per thread, im2col <= WHOLE_BUDGET
  *    floats) take one im2col per image and a GEMM split over the pool;
  *    images of fewer than BATCH_COLS pixels go several to one GEMM (their
@@ -29,6 +30,7 @@
  * doubled im2col (24 MB) no longer fits the caches and one GEMM of both
  * images was slower (docs/performance.md), so 256 pixels stay alone. */
 #define BATCH_COLS 256
+#define T1X1_MAX 320 /* 1x1 convs with at most this many channels in and out: transposed A */
 /* Winograd crossover (measured, see use_winograd and bench/notes/winograd.md) */
 #ifndef WINO_MIN_CH /* -DWINO_MIN_CH=1000000 builds an A/B binary without Winograd */
 #define WINO_MIN_CH 32
@@ -135,10 +137,27 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
     if (sd_bt_numel(out) == 0) return SD_OK;
 
     if (j.kh == 1 && j.kw == 1 && stride == 1 && pad_h == 0 && pad_w == 0) {
+        /* Few channels both ways (SD1.5's 320->320 proj_in/proj_out at 64x64,
+         * the VAE's 256->128 shortcut): oneDNN 2.6's sgemm runs the weight
+         * as a transposed A 1.3-1.5x faster than as a plain one for these
+         * (320 x 2048 x 320: 72-105 against 50 GFLOP per CPU s, one thread,
+         * Cascade Lake; docs/performance.md), and slower past ~320 of
+         * either. The transpose is at most 400 KiB, made per call. */
+        float *wt = NULL;
+        if (j.O <= T1X1_MAX && j.C <= T1X1_MAX && plane >= MIN_COLS) {
+            wt = sd_cpu_alloc((size_t)(j.O * j.C) * sizeof(float));
+            if (!wt)
+                return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory (%zu bytes)",
+                                       (size_t)(j.O * j.C) * sizeof(float));
+            for (int64_t o = 0; o < j.O; o++)
+                for (int64_t c = 0; c < j.C; c++) wt[c * j.O + o] = j.w[o * j.C + c];
+        }
         /* the bias per output channel is filled by the GEMM's tasks (gemm.c) */
         for (int64_t n = 0; n < j.N; n++)
-            sd_cpu_gemm_bias(pool, 0, 0, j.O, plane, j.C, 1.0f, j.w, j.C, j.x + n * j.C * plane,
-                             plane, 0.0f, j.y + n * j.O * plane, plane, NULL, j.b);
+            sd_cpu_gemm_bias(pool, wt != NULL, 0, j.O, plane, j.C, 1.0f, wt ? wt : j.w,
+                             wt ? j.O : j.C, j.x + n * j.C * plane, plane, 0.0f,
+                             j.y + n * j.O * plane, plane, NULL, j.b);
+        free(wt);
         return SD_OK;
     }
 

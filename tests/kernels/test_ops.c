@@ -125,7 +125,9 @@ static void test_conv2d(sd_backend *be) {
                       {1, 4, 7, 6, 3, 3, 1, 2}, {1, 5, 10, 11, 6, 5, 1, 2}, {1, 64, 40, 300, 4, 3, 1, 1},
                       /* small images share a GEMM on 2 threads (conv2d.c BATCH_COLS): a group
                        * of 2 and a rest of 1, all 3 in one group, a 5x5 kernel */
-                      {3, 9, 10, 10, 13, 3, 1, 1}, {3, 19, 5, 7, 11, 3, 1, 1}, {2, 6, 7, 7, 5, 5, 1, 2}};
+                      {3, 9, 10, 10, 13, 3, 1, 1}, {3, 19, 5, 7, 11, 3, 1, 1}, {2, 6, 7, 7, 5, 5, 1, 2},
+                      /* 1x1 with few channels on >= 1024 pixels: the transposed weight */
+                      {2, 19, 33, 35, 23, 1, 1, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int N = cases[c][0], C = cases[c][1], H = cases[c][2], W = cases[c][3], O = cases[c][4];
         int k = cases[c][5], s = cases[c][6], p = cases[c][7];
