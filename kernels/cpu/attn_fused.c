@@ -7,9 +7,14 @@
  * of its rate, and the softmax between them streamed a 1 MiB score block
  * through L2 (38.7 GFLOP/s at 4096 tokens, 8 x 40 heads, one thread). Here:
  *
- * - K is transposed once per call into [key block][D][keys] and V copied
- *   into contiguous rows (pack_task), so the products read them with
- *   constant offsets.
+ * - K is transposed into [key block][D][keys] and V copied into contiguous
+ *   rows (pack_task), so the products read them with constant offsets. Not
+ *   for the whole call at once: the (batch, k/v head) pairs run in groups
+ *   of about PACK_TASKS query tasks per thread (one pair when it alone has
+ *   that many, as SD's and Flux's self-attention do), each group packed,
+ *   then its query tasks run, then the buffer reused by the next group. A
+ *   whole-call pack was N * heads * Lk * D floats twice: 21 MB at SD1.5's
+ *   64x64 level (batch 2), 113 MB for Flux at 1024x1024, a step's peak RSS.
  * - Each task takes up to QUERY_BLOCK query rows of one (batch, head),
  *   transposed to Q^T [D][rows], and walks the key blocks (K and V blocks
  *   of about KEY_BYTES); per block, per group of 2 vectors of query rows:
@@ -47,29 +52,34 @@
 
 #define QUERY_BLOCK 256
 #define KEY_BYTES 49152 /* 144 keys at D = 40 (L1 + L2), 96 from D = 64 (L2) */
+/* query tasks per thread in one pack group at least: the pool's barrier
+ * after a group leaves threads idle for at most about one task */
+#define PACK_TASKS 4
 
 typedef struct {
     const sd_cpu_attn *a;
     int64_t kv_heads, qb, qblocks, kb, kblocks, kbp, lkp;
-    float *kt; /* [N * kv_heads][kblocks][D][kbp] */
-    float *vp; /* [N * kv_heads][Lk][D] */
+    int64_t p0;   /* the group's first (batch, k/v head) pair, n * kv_heads + kh */
+    int64_t tpp;  /* query tasks per pair: group * qblocks */
+    float *kt;    /* the group's pairs: [pair - p0][kblocks][D][kbp] */
+    float *vp;    /* [pair - p0][Lk][D] */
     float **qbuf, **obuf, **sbuf, **mbuf;
     double **lbuf;
 } fused_job;
 
-/* K of one (batch, k/v head, key block) transposed to [D][kbp] (zeros past
- * the keys), and its V rows contiguous. */
+/* K of one (batch, k/v head, key block) of the group transposed to [D][kbp]
+ * (zeros past the keys), and its V rows contiguous. */
 static void pack_task(void *ctx, int64_t t, int thread) {
     (void)thread;
     const fused_job *j = ctx;
     const sd_cpu_attn *a = j->a;
-    int64_t kb = t % j->kblocks, kvh = t / j->kblocks;
+    int64_t kb = t % j->kblocks, lp = t / j->kblocks, kvh = j->p0 + lp;
     int64_t n = kvh / j->kv_heads, kh = kvh % j->kv_heads, D = a->D;
     int64_t k0 = kb * j->kb, kn = a->Lk - k0 < j->kb ? a->Lk - k0 : j->kb;
     const float *k = a->k + (n * a->Lk + k0) * a->KD + kh * D;
     const float *v = a->v + (n * a->Lk + k0) * a->KD + kh * D;
-    float *kt = j->kt + (kvh * j->kblocks + kb) * D * j->kbp;
-    float *vp = j->vp + (kvh * j->lkp + k0) * D;
+    float *kt = j->kt + (lp * j->kblocks + kb) * D * j->kbp;
+    float *vp = j->vp + (lp * j->lkp + k0) * D;
     for (int64_t d = 0; d < D; d++)
         for (int64_t c = kn; c < j->kbp; c++) kt[d * j->kbp + c] = 0.0f;
     for (int64_t c = 0; c < kn; c++) {
@@ -163,8 +173,15 @@ int sd_cpu_attention_fused(sd_pool *pool, const sd_cpu_attn *a, int isa) {
     j.lkp = a->Lk;
     int64_t nkv = a->N * j.kv_heads, rpad = (j.qb + 2 * vw - 1) / (2 * vw) * (2 * vw);
     int nt = sd_pool_threads(pool);
-    j.kt = sd_cpu_alloc((size_t)(nkv * j.kblocks * a->D * j.kbp) * sizeof(float));
-    j.vp = sd_cpu_alloc((size_t)(nkv * j.lkp * a->D) * sizeof(float));
+    /* pairs per pack group: enough query tasks for every thread, then the
+     * groups evened out (12 pairs by 8 run as 6 + 6, not 8 + 4) */
+    j.tpp = a->group * j.qblocks;
+    int64_t gp = (PACK_TASKS * (int64_t)nt + j.tpp - 1) / j.tpp;
+    if (gp > nkv) gp = nkv;
+    int64_t ngroups = (nkv + gp - 1) / gp;
+    gp = (nkv + ngroups - 1) / ngroups;
+    j.kt = sd_cpu_alloc((size_t)(gp * j.kblocks * a->D * j.kbp) * sizeof(float));
+    j.vp = sd_cpu_alloc((size_t)(gp * j.lkp * a->D) * sizeof(float));
     j.qbuf = calloc((size_t)nt, sizeof *j.qbuf);
     j.obuf = calloc((size_t)nt, sizeof *j.obuf);
     j.sbuf = calloc((size_t)nt, sizeof *j.sbuf);
@@ -177,10 +194,10 @@ int sd_cpu_attention_fused(sd_pool *pool, const sd_cpu_attn *a, int isa) {
              (j.sbuf[i] = sd_cpu_alloc((size_t)(2 * vw * j.kb) * sizeof(float))) &&
              (j.mbuf[i] = malloc((size_t)rpad * sizeof(float))) &&
              (j.lbuf[i] = malloc((size_t)rpad * sizeof(double)));
-    if (ok) {
-        sd_pool_run(pool, nkv * j.kblocks, pack_task, &j);
-        sd_pool_run(pool, a->N * a->heads * j.qblocks,
-                    isa == SD_ISA_AVX512 ? task_avx512 : task_avx2, &j);
+    for (j.p0 = 0; ok && j.p0 < nkv; j.p0 += gp) {
+        int64_t np = nkv - j.p0 < gp ? nkv - j.p0 : gp;
+        sd_pool_run(pool, np * j.kblocks, pack_task, &j);
+        sd_pool_run(pool, np * j.tpp, isa == SD_ISA_AVX512 ? task_avx512 : task_avx2, &j);
     }
     for (int i = 0; i < nt; i++) {
         if (j.qbuf) free(j.qbuf[i]);

@@ -100,12 +100,15 @@ TGT static void SFX(softmax_step)(float *ST, int64_t kn, float *mx, double *sum,
 }
 
 /* One task: up to QB query rows of one (batch, head) against every key
- * block (or up to the causal diagonal). */
+ * block (or up to the causal diagonal). Tasks run per pack group: t counts
+ * the query blocks, then the heads sharing the pair's k/v head, then the
+ * group's pairs. */
 TGT static void SFX(task)(void *ctx, int64_t t, int thread) {
     const fused_job *j = ctx;
     const sd_cpu_attn *a = j->a;
-    int64_t qb = t % j->qblocks, nh = t / j->qblocks;
-    int64_t h = nh % a->heads, n = nh / a->heads, kvh = n * j->kv_heads + h / a->group;
+    int64_t lp = t / j->tpp, qb = t % j->tpp % j->qblocks, hg = t % j->tpp / j->qblocks;
+    int64_t kvh = j->p0 + lp, n = kvh / j->kv_heads;
+    int64_t h = kvh % j->kv_heads * a->group + hg;
     int64_t q0 = qb * j->qb, rows = a->Lq - q0 < j->qb ? a->Lq - q0 : j->qb;
     int64_t D = a->D, kbp = j->kbp;
     int64_t rpad = (rows + RG - 1) / RG * RG; /* the row stride of Q^T and O^T */
@@ -124,8 +127,8 @@ TGT static void SFX(task)(void *ctx, int64_t t, int thread) {
         int64_t k0 = kb * j->kb;
         if (a->causal && k0 > q0 + rows - 1) break; /* every key here is masked */
         int64_t kn = a->Lk - k0 < j->kb ? a->Lk - k0 : j->kb;
-        const float *Kt = j->kt + (kvh * j->kblocks + kb) * D * kbp;
-        const float *V = j->vp + (kvh * j->lkp + k0) * D;
+        const float *Kt = j->kt + (lp * j->kblocks + kb) * D * kbp;
+        const float *V = j->vp + (lp * j->lkp + k0) * D;
         for (int64_t g = 0; g < rpad; g += RG) {
             if (a->causal && k0 > q0 + g + RG - 1) continue; /* every key masked for this group */
             int64_t c = 0;

@@ -4,8 +4,9 @@
  * against a double-precision reference, at the head widths the model
  * families use (SD 40/80/160, CLIP 64, Flux 128) and odd ones, sequence
  * lengths around the kernel's query/key blocks and row groups, one token,
- * batches, causal, additive bias with -inf entries, grouped-query heads;
- * on 1 and 2 threads. Tolerance as test_ops' attention: atol 2e-6 sqrt(D) +
+ * batches, causal, additive bias with -inf entries, grouped-query heads,
+ * the fused kernel's pack groups (one or several (batch, k/v head) pairs,
+ * more or fewer than the threads); on 1 and 2 threads. Tolerance as test_ops' attention: atol 2e-6 sqrt(D) +
  * 2e-6, rtol 1e-5. */
 #include <math.h>
 #include <stdlib.h>
@@ -139,6 +140,20 @@ int main(void) {
         {1, 30, 30, 2, 2, 64, 1, 1},
         {1, 40, 40, 8, 2, 32, 1, 0},
         {2, 17, 300, 6, 3, 72, 0, 1},
+        /* the fused kernel's pack groups (pairs of batch and k/v head packed
+         * together: at least 4 query tasks per thread, evened out). 12 pairs
+         * of one task: 3 groups of 4 on one thread (crossing the batch), 2
+         * of 6 on two */
+        {2, 20, 50, 6, 6, 40, 0, 0},
+        /* 9 grouped-query pairs of 2 tasks: 2+2+2+2+1 on one thread (groups
+         * crossing batches), 3 x 3 on two; with bias, with causal */
+        {3, 17, 40, 6, 3, 24, 0, 1},
+        {3, 19, 19, 6, 3, 40, 1, 0},
+        /* 5 tasks a pair (1030 rows): one pair a group on one thread, 2 + 2
+         * on two */
+        {2, 1030, 90, 2, 2, 40, 0, 0},
+        /* a single pair of 10 tasks (GQA), fewer pairs than threads */
+        {1, 1100, 70, 2, 1, 64, 1, 0},
     };
     for (int threads = 1; threads <= 2; threads++) {
         sd_backend *be = NULL;
