@@ -56,8 +56,9 @@ static double *dalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof
 /* ---- GEMM ops: atol 1e-5 * sqrt(K) + rtol 1e-5 (F32 sums of K products) ------- */
 
 static void test_linear(sd_backend *be) {
-    int64_t cases[][3] = {{1, 1, 1}, {3, 7, 17}, {17, 33, 3}, {5, 64, 65}, {130, 33, 7}};
-    for (int c = 0; c < 5; c++) {
+    /* the last: >= 1024 rows, few features, so the weight goes transposed (gemm.c) */
+    int64_t cases[][3] = {{1, 1, 1}, {3, 7, 17}, {17, 33, 3}, {5, 64, 65}, {130, 33, 7}, {1031, 37, 45}};
+    for (int c = 0; c < 6; c++) {
         int64_t M = cases[c][0], K = cases[c][1], O = cases[c][2];
         float *x, *w, *b;
         int64_t xs[3] = {1, M, K}, ws[2] = {O, K}, bs[1] = {O};
