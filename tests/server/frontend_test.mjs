@@ -214,8 +214,14 @@ try {
   ok(prevKeys.includes('3'), `the frontend holds a live preview for the sampler (${prevKeys})`);
   const out9 = await page.evaluate(() => window.app.nodeOutputs?.['9']?.images?.[0]);
   ok(out9?.type === 'output' && /^ComfyUI_\d{5}_\.png$/.test(out9.filename), `the frontend has SaveImage's output (${JSON.stringify(out9)})`);
-  // the picture the frontend shows for it, loaded through /api/view
-  await until(() => viewed.some((v) => v.url.includes(`filename=${out9.filename}`)), 'the frontend to load the final image', 120000);
+  // the picture the frontend shows for it, loaded through /api/view. The
+  // frontend loads it when it draws SaveImage (the canvas draws only the
+  // nodes in view) or for its run-summary toast, which skips a run that ended
+  // before the page saw the queue go busy (a short run on a loaded machine):
+  // bring SaveImage into view and redraw until the picture is fetched
+  await page.evaluate(() => window.app.canvas.centerOnNode(window.app.graph.getNodeById(9)));
+  await until(async () => viewed.some((v) => v.url.includes(`filename=${out9.filename}`)) ||
+    (await page.evaluate(() => window.app.graph.setDirtyCanvas(true, true)), false), 'the frontend to load the final image', 120000);
   const v9 = viewed.find((v) => v.url.includes(`filename=${out9.filename}`));
   ok(v9.status === 200 && v9.type === 'image/png' && v9.w === 64 && v9.h === 64, `the final image is loaded and shown (${JSON.stringify(v9)})`);
   const h1 = await historyOf(pid1);
