@@ -13,7 +13,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { ok, done, until, startServer, sleep } from './lib.mjs';
+import { ok, done, until, startServer } from './lib.mjs';
 
 const [bin, dir, modelsJson, browserPath, mode = 'local'] = process.argv.slice(2);
 const setup = JSON.parse(fs.readFileSync(modelsJson, 'utf8'));
@@ -22,7 +22,10 @@ let redisArgs = [];
 if (mode === 'redis') {
   const port = await new Promise((res) => { const s = net.createServer(); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => res(p)); }); });
   children.push(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' }));
-  await sleep(300);
+  await until(() => new Promise((res) => {
+    const c = net.connect(port, '127.0.0.1', () => { c.end(); res(true); });
+    c.on('error', () => res(false));
+  }), 'redis-server to listen', 20000);
   redisArgs = ['--redis', `redis://127.0.0.1:${port}`];
   const log = fs.openSync(path.join(dir, 'worker.log'), 'w');
   children.push(spawn(bin, ['worker', ...redisArgs, '--name', 'page-w1', '--models-dir', setup.models_dir, '--tokenizer-dir', setup.tokenizer_dir,
