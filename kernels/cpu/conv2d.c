@@ -145,12 +145,10 @@ sd_status sd_cpu_conv2d_im2col(sd_backend *be, sd_bt *out, const sd_bt *x, const
          * either. The transpose is at most 400 KiB, made per call. */
         float *wt = NULL;
         if (j.O <= T1X1_MAX && j.C <= T1X1_MAX && plane >= MIN_COLS) {
-            wt = sd_cpu_alloc((size_t)(j.O * j.C) * sizeof(float));
+            wt = sd_cpu_transposed(j.w, j.O, j.C); /* [C][O] */
             if (!wt)
                 return sd_backend_fail(be, SD_ERR_NOMEM, "conv2d: out of memory (%zu bytes)",
                                        (size_t)(j.O * j.C) * sizeof(float));
-            for (int64_t o = 0; o < j.O; o++)
-                for (int64_t c = 0; c < j.C; c++) wt[c * j.O + o] = j.w[o * j.C + c];
         }
         /* the bias per output channel is filled by the GEMM's tasks (gemm.c) */
         for (int64_t n = 0; n < j.N; n++)

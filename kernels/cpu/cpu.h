@@ -69,6 +69,10 @@ void sd_cpu_gemm_bias(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_
                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                       float beta, float *C, int64_t ldc, const float *bias_n,
                       const float *bias_m);
+/* A [cols][rows] copy of the row-major [rows][cols] matrix src, from
+ * sd_cpu_alloc (the caller frees it); NULL when out of memory. For the
+ * weights a GEMM runs faster as the other operand form (gemm.c, conv2d.c). */
+float *sd_cpu_transposed(const float *src, int64_t rows, int64_t cols);
 /* Same, split over the pool along M or N. */
 void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                  float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,

@@ -192,11 +192,14 @@ void sd_cpu_gemm(sd_pool *pool, int trans_a, int trans_b, int64_t M, int64_t N, 
 #define TLIN_MAX 640
 #define TLIN_MIN_ROWS 1024
 
-static void transpose(const float *src, float *dst, int64_t rows, int64_t cols) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+float *sd_cpu_transposed(const float *src, int64_t rows, int64_t cols) {
+    float *dst = sd_cpu_alloc((size_t)(rows * cols) * sizeof(float));
+    if (!dst) return NULL;
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) /* 16x16 tiles: both sides stay in cache */
         for (int64_t c0 = 0; c0 < cols; c0 += 16)
             for (int64_t r = r0; r < r0 + 16 && r < rows; r++)
                 for (int64_t c = c0; c < c0 + 16 && c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+    return dst;
 }
 
 sd_status sd_cpu_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt *w, const sd_bt *b) {
@@ -204,11 +207,10 @@ sd_status sd_cpu_linear(sd_backend *be, sd_bt *out, const sd_bt *x, const sd_bt 
     int64_t rows = sd_bt_numel(x) / (in ? in : 1);
     if (in == 0) rows = sd_bt_numel(out) / (outf ? outf : 1);
     if (in > 0 && in <= TLIN_MAX && outf <= TLIN_MAX && rows >= TLIN_MIN_ROWS) {
-        float *wt = sd_cpu_alloc((size_t)(in * outf) * sizeof(float));
+        float *wt = sd_cpu_transposed(sd_cpu_f32(w), outf, in); /* [in][out] */
         if (!wt)
             return sd_backend_fail(be, SD_ERR_NOMEM, "linear: out of memory (%zu bytes)",
                                    (size_t)(in * outf) * sizeof(float));
-        transpose(sd_cpu_f32(w), wt, outf, in); /* [in][out] */
         sd_cpu_gemm_bias(sd_cpu_pool(be), 0, 0, rows, outf, in, 1.0f, sd_cpu_f32(x), in, wt,
                          outf, 0.0f, sd_cpu_f32(out), outf, b ? sd_cpu_f32(b) : NULL, NULL);
         free(wt);
